@@ -1,0 +1,5 @@
+"""``python -m handoffmon``."""
+
+from handoffmon.cli import main
+
+main()

@@ -1,0 +1,39 @@
+"""The ``handoffmon`` command; subcommands load lazily so ``--help`` stays fast."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from handoffmon._version import __version__
+
+# name -> "module:attribute" of a click command or group. One line per subcommand.
+LAZY_COMMANDS: dict[str, str] = {
+    "config": "handoffmon.cli.config_cmd:config",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[cmd_name].split(":")
+            cmd: Any = getattr(importlib.import_module(module), attr)
+            return cmd  # type: ignore[no-any-return]
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(__version__, prog_name="handoffmon")
+def main() -> None:
+    """handoffmon: adherence by conversation depth and by model handoff pair."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

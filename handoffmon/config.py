@@ -1,0 +1,262 @@
+"""Configuration: one pydantic model, loaded from YAML or TOML plus ``HANDOFFMON_*`` env vars."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from handoffmon.depth import DEFAULT_EDGES, DepthBuckets
+from handoffmon.errors import ConfigError
+
+ENV_PREFIX = "HANDOFFMON_"
+ENV_NESTED = "__"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoreConfig(_Section):
+    """Where attributions and per-conversation state live."""
+
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
+    path: str = "handoffmon.db"
+    """SQLite file (backend ``sqlite``); aggregates are kept in the same file."""
+    url: str = "redis://127.0.0.1:6379/0"
+    """Redis URL (backend ``redis``)."""
+    ttl_s: float = Field(default=7 * 24 * 3600, gt=0)
+    """Forget attributions and conversation state this long after their last write."""
+    max_conversations: int = Field(default=100_000, gt=0)
+    """Memory backend: LRU cap on tracked conversations (their messages are evicted together)."""
+    key_prefix: str = "handoffmon:"
+    """Redis key prefix."""
+    timeout_s: float = Field(default=0.05, gt=0)
+    """Redis socket timeout: past it the store fails open (attribution becomes unknown)."""
+
+
+class AttributionConfig(_Section):
+    """How authors are named and conversations identified."""
+
+    canonical_models: dict[str, str] = Field(default_factory=dict)
+    """Deployment id or provider model name → canonical model name."""
+    conversation_header: str = "x-conversation-id"
+    content_fallback: bool = True
+    """Attribute by content-only fingerprint when the chain breaks."""
+
+
+class PipelineConfig(_Section):
+    """The background queue that runs checkers and updates aggregates."""
+
+    queue_size: int = Field(default=10_000, gt=0)
+    workers: int = Field(default=1, ge=1)
+    check_budget_s: float = Field(default=0.05, gt=0)
+    """Per-check time budget; a checker over budget yields an ``error`` verdict."""
+    shutdown_timeout_s: float = Field(default=10.0, ge=0)
+
+
+class ScopeConfig(_Section):
+    """Which turns a rule applies to (all fields optional; empty = any)."""
+
+    model_groups: list[str] = Field(default_factory=list)
+    routes: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    min_depth: int = Field(default=1, ge=1)
+    max_depth: int | None = Field(default=None, ge=1)
+
+
+class RuleConfig(_Section):
+    """One named rule: a checker with parameters and a scope."""
+
+    name: str = Field(min_length=1, max_length=100)
+    check: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    scope: ScopeConfig = Field(default_factory=ScopeConfig)
+
+
+class TelemetryConfig(_Section):
+    """Prometheus, OpenTelemetry and log output."""
+
+    prometheus: bool = True
+    max_models: int = Field(default=50, gt=0)
+    """Distinct model label values before new names collapse into ``other``."""
+    max_rules: int = Field(default=100, gt=0)
+    """Distinct rule label values (configured rules come first) before ``other``."""
+    exemplars: bool = False
+    """Attach conversation ids as exemplars (OpenMetrics only)."""
+    otel: bool = False
+    """Emit spans/metrics through the application's (or given) OTel providers."""
+    capture_content: bool = False
+    """Opt-in: put prompt/reply text on spans (never on metrics or logs)."""
+    log_turns: bool = True
+    log_format: Literal["json", "console"] = "json"
+
+
+class RefitConfig(_Section):
+    """The periodic refit inside a running monitor."""
+
+    interval_s: float = Field(default=300.0, ge=0)
+    """0 disables the periodic refit."""
+    min_n: int = Field(default=30, ge=1)
+    """Cells with fewer checked turns are not reported."""
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    ridge: float = Field(default=1.0, ge=0)
+
+
+class ProxyConfig(_Section):
+    """``handoffmon serve``."""
+
+    upstream: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=4100, gt=0, lt=65536)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    metrics_token: str | None = None
+
+
+class HandoffmonConfig(_Section):
+    """Root configuration. Every field has a default: an empty file is valid."""
+
+    depth_buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_EDGES))
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    attribution: AttributionConfig = Field(default_factory=AttributionConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    rules: list[RuleConfig] = Field(default_factory=list)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    refit: RefitConfig = Field(default_factory=RefitConfig)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+
+    @field_validator("depth_buckets")
+    @classmethod
+    def _valid_edges(cls, v: list[int]) -> list[int]:
+        DepthBuckets(tuple(v))
+        return v
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_rule_names(cls, v: list[RuleConfig]) -> list[RuleConfig]:
+        seen: set[str] = set()
+        for rule in v:
+            if rule.name in seen:
+                raise ValueError(f"duplicate rule name {rule.name!r}")
+            seen.add(rule.name)
+        return v
+
+    @property
+    def buckets(self) -> DepthBuckets:
+        """The depth buckets as an object."""
+        return DepthBuckets(tuple(self.depth_buckets))
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror}", source=str(path)) from exc
+    try:
+        if path.suffix.lower() == ".toml":
+            import tomllib
+
+            data: Any = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # parser errors differ per format; all mean "not parseable"
+        raise ConfigError(f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}", source=str(path)) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping", source=str(path))
+    return data
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``HANDOFFMON_STORE__BACKEND=sqlite`` → ``{"store": {"backend": "sqlite"}}``.
+
+    Values are parsed as JSON when they parse (numbers, booleans, lists), else kept as text.
+    """
+    out: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == f"{ENV_PREFIX}CONFIG":
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split(ENV_NESTED)
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(merged.get(k), dict):
+            merged[k] = _merge(merged[k], v)
+        else:
+            merged[k] = v
+    return merged
+
+
+def _key_of(loc: tuple[int | str, ...], data: Mapping[str, Any]) -> str:
+    """Dotted key for an error location, naming rules by their ``name`` where possible."""
+    parts: list[str] = []
+    node: Any = data
+    for item in loc:
+        if isinstance(item, int) and isinstance(node, list) and item < len(node):
+            entry = node[item]
+            label = entry.get("name") if isinstance(entry, dict) else None
+            parts[-1] = f"{parts[-1]}[{label!r}]" if label else f"{parts[-1]}[{item}]"
+            node = entry
+        else:
+            parts.append(str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return ".".join(parts)
+
+
+def config_from_mapping(data: Mapping[str, Any], *, source: str = "<config>") -> HandoffmonConfig:
+    """Validate a mapping; errors name the first bad key and the source."""
+    try:
+        return HandoffmonConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = _key_of(tuple(err["loc"]), data)
+        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{err['msg']}{extra}", key=key or None, source=source) from exc
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> HandoffmonConfig:
+    """Load config from a YAML/TOML file (or ``$HANDOFFMON_CONFIG``) plus env overrides.
+
+    Args:
+        path: config file; ``None`` uses ``$HANDOFFMON_CONFIG`` if set, else defaults.
+        environ: environment to read (defaults to ``os.environ``).
+
+    Raises:
+        ConfigError: naming the offending key and the file.
+    """
+    env = os.environ if environ is None else environ
+    if path is None and env.get(f"{ENV_PREFIX}CONFIG"):
+        path = env[f"{ENV_PREFIX}CONFIG"]
+    data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        data = _read_file(Path(path))
+    overrides = _env_overrides(env)
+    if overrides:
+        data = _merge(data, overrides)
+        source = f"{source} + {ENV_PREFIX}* environment"
+    return config_from_mapping(data, source=source)

@@ -1,0 +1,58 @@
+"""Depth buckets: configurable edges, default 1, 2, 3-4, 5-8, 9-16, 17-32, 33+."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_EDGES: tuple[int, ...] = (1, 2, 3, 5, 9, 17, 33)
+"""Lower bounds of the default buckets."""
+
+
+@dataclass(frozen=True, slots=True)
+class DepthBuckets:
+    """Maps a depth (1-based) to a bucket label such as ``"3-4"`` or ``"33+"``.
+
+    Args:
+        edges: strictly increasing lower bounds, the first being 1.
+    """
+
+    edges: tuple[int, ...] = DEFAULT_EDGES
+
+    def __post_init__(self) -> None:
+        if not self.edges or self.edges[0] != 1:
+            raise ValueError("depth bucket edges must start at 1")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+            raise ValueError("depth bucket edges must be strictly increasing")
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Bucket labels in depth order."""
+        return tuple(self._label(i) for i in range(len(self.edges)))
+
+    def _label(self, i: int) -> str:
+        lo = self.edges[i]
+        if i == len(self.edges) - 1:
+            return f"{lo}+"
+        hi = self.edges[i + 1] - 1
+        return str(lo) if hi == lo else f"{lo}-{hi}"
+
+    def bucket(self, depth: int) -> str:
+        """Label of the bucket holding ``depth`` (depths below 1 count as 1)."""
+        i = bisect.bisect_right(self.edges, max(depth, 1)) - 1
+        return self._label(i)
+
+    def index(self, label: str) -> int:
+        """Position of a bucket label (raises ``ValueError`` for an unknown label)."""
+        return self.labels.index(label)
+
+    @staticmethod
+    def lower_bound(label: str) -> int:
+        """Lower depth bound of any bucket label (``"3-4"`` → 3, ``"33+"`` → 33)."""
+        return int(label.rstrip("+").split("-")[0])
+
+    @classmethod
+    def from_labels(cls, labels: Sequence[str]) -> DepthBuckets:
+        """Rebuild buckets from labels as exported (ordered by lower bound)."""
+        return cls(tuple(sorted({cls.lower_bound(lab) for lab in labels})))

@@ -1,0 +1,81 @@
+"""Extension points as Protocols: attribution stores, exporters, clocks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from handoffmon.types import TurnResult
+
+
+@dataclass(frozen=True, slots=True)
+class Authorship:
+    """What a store keeps per produced assistant message (the value of a fingerprint key).
+
+    Attributes:
+        authors: canonical authors, in order (usually one).
+        depth: depth of the turn that produced the message.
+        created_at: wall-clock seconds when it was recorded.
+    """
+
+    authors: tuple[str, ...]
+    depth: int
+    created_at: float
+
+
+@runtime_checkable
+class AttributionStore(Protocol):
+    """Fingerprint → authorship, plus small per-conversation state blobs.
+
+    Batch calls so a networked store (Redis) costs O(1) round trips per request.
+    Implementations must be safe to call from several threads.
+    """
+
+    def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
+        """Look up fingerprints; ``None`` where unknown or expired."""
+        ...
+
+    def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
+        """Record fingerprints (overwriting)."""
+        ...
+
+    def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
+        """Per-conversation state (last verdicts, extracted answers, declared rules)."""
+        ...
+
+    def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
+        """Replace a conversation's state (JSON-serializable mapping)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections/files."""
+        ...
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    """Receives every finished turn from the background pipeline.
+
+    ``export`` must not raise; it returns False on failure (the pipeline counts it).
+    """
+
+    def export(self, result: TurnResult) -> bool:
+        """Export one turn's results."""
+        ...
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Flush buffered data."""
+        ...
+
+    def shutdown(self) -> None:
+        """Flush and release resources."""
+        ...
+
+
+class Clock(Protocol):
+    """Injectable time source (tests pass a fake)."""
+
+    def __call__(self) -> float:
+        """Seconds (wall clock for stores, monotonic for latencies)."""
+        ...

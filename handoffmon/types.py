@@ -1,0 +1,195 @@
+"""Vocabulary records shared by every layer: messages, turn context, turn record, verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+AttributionMethod = Literal["chain", "content", "unknown"]
+"""How an earlier assistant message was attributed: chained fingerprint, content-only
+fingerprint (the chain broke), or not at all."""
+
+Verdict = Literal["pass", "fail", "not_applicable", "error"]
+"""Outcome of one rule on one reply. ``error`` = the checker raised or ran out of time."""
+
+VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "not_applicable", "error")
+
+NO_PREFIX = "none"
+"""Prefix model of a depth-1 turn (nothing was written before it)."""
+
+UNKNOWN_MODEL = "unknown"
+"""Author of an assistant message handoffmon never produced (or that the client edited)."""
+
+ConversationIdSource = Literal["caller", "derived"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message, normalized for fingerprinting.
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant``, ``tool`` (or whatever the client sent).
+        content: text with whitespace folded; list-of-parts content joined in a stable
+            way (non-text parts as stable placeholders); ``""`` when content was ``None``.
+        tool_calls: canonical JSON of the tool calls, or ``""``.
+        name: optional participant name.
+        tool_call_id: for ``tool`` messages, the call they answer.
+    """
+
+    role: str
+    content: str
+    tool_calls: str = ""
+    name: str = ""
+    tool_call_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAttribution:
+    """Who wrote one earlier assistant message of the request history.
+
+    Attributes:
+        index: position of the message in the request's ``messages`` list.
+        author: canonical model name, or ``unknown``.
+        authors: every model that wrote part of it (two for a mid-stream fallback).
+        depth: the depth at which handoffmon produced it, when known.
+        method: ``chain``, ``content`` or ``unknown``.
+    """
+
+    index: int
+    author: str
+    authors: tuple[str, ...]
+    depth: int | None
+    method: AttributionMethod
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """What handoffmon knows about a turn before the router is called.
+
+    Attributes:
+        conversation_id: from the caller, or derived (see ``attribution.conversation``).
+        conversation_id_source: ``caller`` or ``derived``.
+        depth: 1-based index of the assistant reply about to be produced.
+        history_chars: characters of content in the request history.
+        history_tokens: approximate token count of the history (chars / 4, rounded up).
+        prefix_model: author of the previous assistant turn; ``none`` at depth 1,
+            ``unknown`` when that message was never seen by handoffmon.
+        prefix_purity: share of the earlier assistant messages written by
+            ``prefix_model`` (1.0 at depth 1 and for a single-author history).
+        prefix_authors: number of distinct known authors of earlier assistant messages.
+        attributions: one entry per earlier assistant message, in order.
+        history_fingerprint: chained fingerprint of the whole request history; the reply's
+            fingerprint is chained from it.
+        requested_model: the model or group the application asked for.
+        metadata: request metadata handoffmon reads (rules, tags, route); never content.
+        started_at: monotonic clock at the start of the call.
+    """
+
+    conversation_id: str
+    conversation_id_source: ConversationIdSource
+    depth: int
+    history_chars: int
+    history_tokens: int
+    prefix_model: str
+    prefix_purity: float
+    prefix_authors: int
+    attributions: tuple[MessageAttribution, ...]
+    history_fingerprint: int
+    requested_model: str | None = None
+    metadata: Mapping[str, object] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    def handoff_for(self, author: str) -> bool | None:
+        """Whether a reply by ``author`` is a handoff: ``None`` when undecidable.
+
+        Depth-1 turns are never handoffs; a turn after an ``unknown`` prefix is undecided.
+        """
+        if self.prefix_model == NO_PREFIX:
+            return False
+        if self.prefix_model == UNKNOWN_MODEL or author == UNKNOWN_MODEL:
+            return None
+        return self.prefix_model != author
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """What handoffmon learned after the reply.
+
+    Attributes:
+        author: canonical model that wrote the reply (the last one, if several did).
+        authors: every canonical model that wrote part of the reply, in order.
+        deployment_id: router deployment id that served the reply, if known.
+        requested_model: the model or group the application asked for.
+        fallbacks: how many fallbacks the router took before this reply.
+        retries: how many retries the router made.
+        latency_s: wall time of the router call (to the end of the stream).
+        reply_chars: characters in the reply text.
+        streamed: the reply was streamed.
+        handoff: ``author`` differs from the prefix model (``None`` = undecided).
+        input_tokens: usage reported by the provider, when present.
+        output_tokens: usage reported by the provider, when present.
+        finish_reason: provider finish reason, when present.
+        provider: provider name (``openai``, ``anthropic``, ...), when known.
+        response_model: model string the provider reported.
+    """
+
+    author: str
+    authors: tuple[str, ...]
+    deployment_id: str | None
+    requested_model: str | None
+    fallbacks: int
+    retries: int
+    latency_s: float
+    reply_chars: int
+    streamed: bool
+    handoff: bool | None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    provider: str | None = None
+    response_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One rule's verdict on one reply.
+
+    Attributes:
+        rule: the rule's configured name.
+        verdict: pass, fail, not_applicable or error.
+        reason: short machine-friendly reason (never reply content).
+        duration_s: time the checker took.
+        extracted: value a stateful checker extracted (e.g. the tagged answer), kept in
+            per-conversation state only; never exported.
+    """
+
+    rule: str
+    verdict: Verdict
+    reason: str = ""
+    duration_s: float = 0.0
+    extracted: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Consecutive verdicts of one rule in one conversation (feeds the Markov refit)."""
+
+    rule: str
+    from_verdict: Verdict
+    to_verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """Everything the background pipeline hands to exporters for one turn.
+
+    Carries no message or reply text.
+    """
+
+    context: TurnContext
+    record: TurnRecord
+    depth_bucket: str
+    checks: tuple[CheckResult, ...]
+    transitions: tuple[Transition, ...]
+    attribution_methods: tuple[AttributionMethod, ...]

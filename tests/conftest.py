@@ -1,0 +1,51 @@
+"""Shared test helpers: server requirements that skip locally but fail under CI=true."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip (locally) or fail (under CI=true) when a needed server or binary is missing."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def require_binary(name: str) -> str:
+    """Path of an executable, or skip/fail naming it."""
+    path = shutil.which(name)
+    require(path is not None, f"{name} not installed (apt-get install {name})")
+    assert path is not None
+    return path
+
+
+def require_redis(host: str = "127.0.0.1", port: int = 6379) -> None:
+    """Skip/fail unless a Redis server answers on host:port."""
+    require(port_open(host, port), f"no Redis server on {host}:{port}")
+
+
+def free_port() -> int:
+    """A TCP port that is free right now on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

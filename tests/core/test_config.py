@@ -1,0 +1,82 @@
+"""Config loading: YAML/TOML, env overrides, errors naming key and file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+from handoffmon.config import load_config
+from handoffmon.errors import ConfigError
+
+
+def test_defaults_without_file() -> None:
+    cfg = load_config(None, environ={})
+    assert cfg.store.backend == "memory"
+    assert cfg.buckets.labels[-1] == "33+"
+
+
+def test_yaml_and_env_override(tmp_path: Path) -> None:
+    f = tmp_path / "h.yaml"
+    f.write_text("store:\n  backend: sqlite\n  path: x.db\npipeline:\n  queue_size: 7\n")
+    cfg = load_config(f, environ={"HANDOFFMON_PIPELINE__QUEUE_SIZE": "9"})
+    assert cfg.store.backend == "sqlite"
+    assert cfg.store.path == "x.db"
+    assert cfg.pipeline.queue_size == 9
+
+
+def test_toml(tmp_path: Path) -> None:
+    f = tmp_path / "h.toml"
+    f.write_text('depth_buckets = [1, 3, 10]\n[store]\nbackend = "memory"\n')
+    assert load_config(f, environ={}).buckets.labels == ("1-2", "3-9", "10+")
+
+
+def test_error_names_key_and_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("store:\n  backend: mongo\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, environ={})
+    assert "store.backend" in str(exc.value)
+    assert str(f) in str(exc.value)
+
+
+def test_unknown_key_rejected(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("pipeline:\n  queue_sise: 3\n")
+    with pytest.raises(ConfigError, match=r"pipeline\.queue_sise"):
+        load_config(f, environ={})
+
+
+def test_rule_error_names_rule(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("rules:\n  - name: grams\n    check: regex\n    scope:\n      min_depth: 0\n")
+    with pytest.raises(ConfigError, match=r"rules\['grams'\]\.scope\.min_depth"):
+        load_config(f, environ={})
+
+
+def test_unparseable_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("store: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(f, environ={})
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.yaml", environ={})
+
+
+def test_config_check_command(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("store:\n  backend: memory\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("store:\n  ttl_s: -1\n")
+    runner = CliRunner()
+    ok = runner.invoke(main, ["config", "check", str(good)])
+    assert ok.exit_code == 0, ok.output
+    assert "ok:" in ok.output
+    fail = runner.invoke(main, ["config", "check", str(bad)])
+    assert fail.exit_code == 1
+    assert "store.ttl_s" in fail.output
