@@ -1,0 +1,78 @@
+"""The refit: turns aggregate counters into handoff effects, π/σ, risk and Markov decay.
+
+Pure numpy/scipy, no I/O: ``Counts`` in, ``RefitResult`` out. scipy is imported lazily
+inside the estimators; ``import handoffmon`` never imports this package.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from handoffmon.config import RefitConfig
+from handoffmon.refit.result import (
+    ALL_RULES,
+    OBSERVATIONAL_NOTE,
+    SCHEMA_VERSION,
+    CellMean,
+    DepthCurve,
+    MarkovFit,
+    ModelScores,
+    PairEffect,
+    RefitResult,
+    RuleFit,
+    SwitchMatrixResult,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.counts import Counts
+    from handoffmon.depth import DepthBuckets
+
+__all__ = [
+    "ALL_RULES",
+    "OBSERVATIONAL_NOTE",
+    "SCHEMA_VERSION",
+    "CellMean",
+    "DepthCurve",
+    "MarkovFit",
+    "ModelScores",
+    "PairEffect",
+    "RefitResult",
+    "RuleFit",
+    "SwitchMatrixResult",
+    "refit",
+]
+
+
+def refit(
+    counts: Counts,
+    *,
+    buckets: DepthBuckets,
+    settings: RefitConfig | None = None,
+    source: str = "local",
+    now: float | None = None,
+    window_s: float | None = None,
+) -> RefitResult:
+    """Fit everything from one ``Counts`` snapshot.
+
+    Args:
+        counts: aggregate counters (local snapshot, Prometheus or CSV).
+        buckets: the depth buckets the counts were recorded with.
+        settings: ``min_n``, ``confidence`` and ``ridge`` (defaults: ``RefitConfig()``).
+        source: label recorded in the result.
+        now: creation time (UNIX seconds); ``time.time()`` when None.
+        window_s: time window the counts cover, if known.
+
+    Returns:
+        A ``RefitResult`` with one ``RuleFit`` per rule and one for ``"all"``. Its Δ
+        are observational (see ``OBSERVATIONAL_NOTE``).
+    """
+    from handoffmon.refit.engine import run_refit
+
+    return run_refit(
+        counts,
+        buckets=buckets,
+        settings=settings or RefitConfig(),
+        source=source,
+        now=now,
+        window_s=window_s,
+    )

@@ -1,0 +1,371 @@
+"""Refit results: frozen records and their versioned JSON document (schema ``handoffmon.refit/1``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from handoffmon.errors import InputError
+
+SCHEMA = "handoffmon.refit"
+SCHEMA_VERSION = 1
+"""Bump on any incompatible change of the JSON layout; readers accept versions ≤ this."""
+
+ALL_RULES = "all"
+"""Key of the pooled-over-rules fit in ``RefitResult.rules``."""
+
+OBSERVATIONAL_NOTE = (
+    "Production handoff effects are observational: turns were not randomized to "
+    "prefix models, so delta(A->B) compares cell A->B with the B->B baseline within "
+    "depth buckets only; other differences between handed-off and ordinary "
+    "conversations (topic, length, user) are not adjusted for."
+)
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class PairEffect:
+    """Handoff effect and handoff risk of one ordered pair (prefix_model → model).
+
+    Attributes:
+        rule: rule name, or ``"all"`` when pooled over rules.
+        prefix_model: author of the previous turn (A).
+        model: author of the turn (B, the suffix).
+        n: checked turns (pass + fail) in the handoff cell A→B; 0 when never observed.
+        delta: depth-stratified Δ(A→B) = adherence(A→B) − adherence(B→B); NaN if unobserved.
+        se: standard error of ``delta``.
+        ci_low: lower bound of the ``confidence`` interval for Δ.
+        ci_high: upper bound.
+        significant: the interval excludes 0.
+        risk: fitted μ + π_A + σ_B (defined for every pair of known models).
+        risk_se: standard error of ``risk`` from the decomposition's covariance.
+        observed: the pair passed ``min_n`` and has a Δ estimate.
+        coverage: share of the handoff cell's checked turns in depth buckets where the
+            baseline had data (strata without a baseline are dropped).
+        residual: delta − risk for pairs used in the decomposition, else NaN.
+    """
+
+    rule: str
+    prefix_model: str
+    model: str
+    n: int
+    delta: float
+    se: float
+    ci_low: float
+    ci_high: float
+    significant: bool
+    risk: float
+    risk_se: float
+    observed: bool
+    coverage: float = NAN
+    residual: float = NAN
+
+
+@dataclass(frozen=True)
+class ModelScores:
+    """One model's decomposition terms (ridge-shrunk, sum-to-zero over models).
+
+    Attributes:
+        prefix_influence: π — how this model's turns move the adherence of whoever
+            continues after it (positive helps).
+        prefix_influence_se: standard error of π.
+        suffix_susceptibility: σ — how this model's adherence moves when it continues
+            someone else's conversation (positive = it does better after a handoff).
+        suffix_susceptibility_se: standard error of σ.
+        n: checked turns in the observed off-diagonal cells involving this model.
+    """
+
+    prefix_influence: float
+    prefix_influence_se: float
+    suffix_susceptibility: float
+    suffix_susceptibility_se: float
+    n: int
+
+
+@dataclass(frozen=True)
+class MarkovFit:
+    """Two-state (pass/fail) Markov chain of one rule's verdicts for one model.
+
+    Attributes:
+        model: author of the later turn of each transition.
+        rule: rule name or ``"all"``.
+        after_handoff: True = transitions into a handoff turn, False = into a
+            same-author turn, None = pooled (includes handoff ``unknown``).
+        p_tf: P(fail at next check | pass now).
+        p_tf_ci: Wilson interval of ``p_tf``.
+        p_ft: P(pass at next check | fail now).
+        p_ft_ci: Wilson interval of ``p_ft``.
+        stationary: long-run adherence p_FT / (p_TF + p_FT); NaN when both are 0.
+        stationary_ci: interval of ``stationary``.
+        half_life_turns: turns for the distance to ``stationary`` to halve; inf when
+            the chain never moves, 0 when it mixes in one step.
+        initial: observed adherence at depth bucket 1 (start of the implied curve).
+        log_loss: mean binomial cross-entropy of the implied curve vs observed checks.
+        mse: check-weighted mean squared error of the curve vs observed bucket adherence.
+        n_transitions: pass/fail transitions used.
+    """
+
+    model: str
+    rule: str
+    after_handoff: bool | None
+    p_tf: float
+    p_tf_ci: tuple[float, float]
+    p_ft: float
+    p_ft_ci: tuple[float, float]
+    stationary: float
+    stationary_ci: tuple[float, float]
+    half_life_turns: float
+    log_loss: float
+    mse: float
+    n_transitions: int
+    initial: float = NAN
+
+
+@dataclass(frozen=True)
+class DepthCurve:
+    """Observed adherence by depth bucket (Wilson intervals) and the Markov-implied curve.
+
+    Attributes:
+        model: the suffix model (all its checked turns, any prefix).
+        rule: rule name or ``"all"``.
+        buckets: bucket labels in depth order.
+        n: checked turns (pass + fail) per bucket.
+        adherence: pass share per bucket (NaN where n = 0).
+        ci_low: Wilson lower bounds.
+        ci_high: Wilson upper bounds.
+        fitted: pooled Markov curve averaged over each bucket's depths (NaN if no fit).
+    """
+
+    model: str
+    rule: str
+    buckets: tuple[str, ...]
+    n: tuple[int, ...]
+    adherence: tuple[float, ...]
+    ci_low: tuple[float, ...]
+    ci_high: tuple[float, ...]
+    fitted: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RuleFit:
+    """Everything the refit estimates for one rule (or ``"all"``, pooled over rules).
+
+    Attributes:
+        rule: rule name or ``"all"``.
+        mu: μ, the average handoff effect across ordered pairs.
+        mu_se: standard error of μ.
+        r2: weighted (1/var) R² of the decomposition over the observed pairs.
+        r2_unweighted: ordinary R² over the same pairs.
+        n_pairs: observed off-diagonal pairs the decomposition was fitted on.
+        models: per model π/σ.
+        pairs: every ordered pair of distinct known models (observed or not).
+        markov: pooled Markov fit per model.
+        markov_after_handoff: fit from transitions into handoff turns.
+        markov_no_handoff: fit from transitions into same-author turns.
+        curves: observed/fitted depth curve per model.
+    """
+
+    rule: str
+    mu: float
+    mu_se: float
+    r2: float
+    r2_unweighted: float
+    n_pairs: int
+    models: dict[str, ModelScores] = field(default_factory=dict)
+    pairs: list[PairEffect] = field(default_factory=list)
+    markov: dict[str, MarkovFit] = field(default_factory=dict)
+    markov_after_handoff: dict[str, MarkovFit] = field(default_factory=dict)
+    markov_no_handoff: dict[str, MarkovFit] = field(default_factory=dict)
+    curves: dict[str, DepthCurve] = field(default_factory=dict)
+
+    @property
+    def residuals(self) -> dict[str, float]:
+        """Residual Δ − risk per observed pair, keyed ``"A->B"``."""
+        return {
+            f"{p.prefix_model}->{p.model}": p.residual for p in self.pairs if not math.isnan(p.residual)
+        }
+
+    def pair(self, prefix_model: str, model: str) -> PairEffect | None:
+        """The entry of one ordered pair, if both models are known."""
+        for p in self.pairs:
+            if p.prefix_model == prefix_model and p.model == model:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class RefitResult:
+    """A full refit: one ``RuleFit`` per rule plus ``"all"``.
+
+    Attributes:
+        created_at: UNIX time of the refit.
+        source: where the counts came from (``local``, ``prometheus://…``, a file).
+        observational: True for production counts (Δ is not a randomized contrast).
+        note: plain-language caveat shown with the numbers.
+        rules: fits by rule name, including ``"all"``.
+        confidence: interval level used.
+        min_n: minimum checked turns for a pair/cell to be reported.
+        ridge: ridge strength of the decomposition.
+        buckets: depth bucket labels used.
+        window_s: time window the counts cover (Prometheus ``increase``), if any.
+        version: schema version of this document.
+    """
+
+    created_at: float
+    source: str
+    observational: bool
+    note: str
+    rules: dict[str, RuleFit]
+    confidence: float = 0.95
+    min_n: int = 30
+    ridge: float = 1.0
+    buckets: tuple[str, ...] = ()
+    window_s: float | None = None
+    version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (NaN/inf become null/"inf")."""
+        return {"schema": SCHEMA, **_encode(self)}
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The versioned JSON document."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> RefitResult:
+        """Rebuild from ``to_dict`` output; raises ``InputError`` for other schemas/versions."""
+        return _load_versioned(cls, data, source)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "<json>") -> RefitResult:
+        """Rebuild from ``to_json`` output."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+        return cls.from_dict(data, source=source)
+
+
+@dataclass(frozen=True)
+class CellMean:
+    """Mean episode score of one switch-matrix cell with a BCa interval."""
+
+    prefix_model: str
+    model: str
+    n: int
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class SwitchMatrixResult:
+    """Offline switch matrix: paired BCa Δ per cell, BCa cell means, decomposition.
+
+    ``fit.pairs`` carry the paired-bootstrap Δ intervals (not observational: every
+    episode ran under every cell). The JSON document puts ``mu``, ``r2``, ``models``
+    and ``pairs`` at the top level like a ``RuleFit``, plus ``cells``.
+    """
+
+    created_at: float
+    source: str
+    n_episodes: int
+    resamples: int
+    seed: int | None
+    confidence: float
+    fit: RuleFit
+    cells: list[CellMean]
+    version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; the fit's fields are flattened to the top level."""
+        d = _encode(self)
+        fit = d.pop("fit")
+        return {"schema": "handoffmon.switch_matrix", **d, **fit}
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The versioned JSON document."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> SwitchMatrixResult:
+        """Rebuild from ``to_dict`` output."""
+        data = dict(data)
+        fit_keys = {f.name for f in dataclasses.fields(RuleFit)}
+        data["fit"] = {k: data.pop(k) for k in list(data) if k in fit_keys}
+        return _load_versioned(cls, data, source, schema="handoffmon.switch_matrix")
+
+
+_T = typing.TypeVar("_T")
+
+
+def _load_versioned(cls: type[_T], data: Any, source: str, schema: str = SCHEMA) -> _T:
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        raise InputError(f"{source}: not a {schema} document")
+    version = data.get("version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise InputError(
+            f"{source}: unsupported {schema} version {version!r} (reader knows ≤ {SCHEMA_VERSION})"
+        )
+    body = {k: v for k, v in data.items() if k != "schema"}
+    try:
+        return typing.cast(_T, _decode(cls, body))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InputError(f"{source}: malformed {schema} document: {exc}") from exc
+
+
+def _encode(obj: Any) -> Any:
+    """Dataclasses → dicts, tuples → lists, NaN → None, ±inf → "inf"/"-inf"."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float) or hasattr(obj, "__float__"):
+        x = float(obj)
+        if math.isnan(x):
+            return None
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _decode(hint: Any, value: Any) -> Any:
+    """Inverse of ``_encode`` guided by type hints."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        names = {f.name for f in dataclasses.fields(hint)}
+        kwargs = {k: _decode(hints[k], v) for k, v in value.items() if k in names}
+        return hint(**kwargs)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        return _decode(next(a for a in args if a is not type(None)), value)
+    if origin is dict:
+        _, vt = typing.get_args(hint)
+        return {k: _decode(vt, v) for k, v in value.items()}
+    if origin is list:
+        (it,) = typing.get_args(hint)
+        return [_decode(it, v) for v in value]
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(args[0], v) for v in value)
+        return tuple(_decode(a, v) for a, v in zip(args, value, strict=True))
+    if hint is float:
+        return NAN if value is None else float(value)
+    if hint is int and not isinstance(value, int):
+        raise TypeError(f"expected int, got {value!r}")
+    return value
