@@ -1,0 +1,245 @@
+"""RedisStore / AsyncRedisStore against a real Redis: batching, TTL, fail-open, recovery."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from handoffmon.config import StoreConfig
+from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.stores.redis import AsyncRedisStore, RedisStore
+from tests.conftest import free_port, require_redis
+from tests.stores.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration
+
+A1 = Authorship(("gpt-4o",), 1, 1000.0)
+A2 = Authorship(("claude", "gpt-4o"), 2, 1001.5)
+
+
+def _cfg(**kw: Any) -> StoreConfig:
+    base: dict[str, Any] = {"backend": "redis", "key_prefix": f"hm-test:{uuid.uuid4().hex}:"}
+    base.update(kw)
+    return StoreConfig(**base)
+
+
+class FakeClock:
+    """Monotonic clock the test advances by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountingConnection(redis.Connection):
+    """Counts packed sends: one per network round trip (a pipeline sends once)."""
+
+    sends = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sends += 1
+        super().send_packed_command(command, check_health)
+
+
+@pytest.fixture
+def store() -> Iterator[RedisStore]:
+    require_redis()
+    s = RedisStore(_cfg())
+    yield s
+    s.close()
+
+
+def test_satisfies_protocol(store: RedisStore) -> None:
+    """RedisStore is an AttributionStore."""
+    assert isinstance(store, AttributionStore)
+
+
+def test_round_trip_keeps_order_and_none_for_missing(store: RedisStore) -> None:
+    """get_many answers in key order, None where nothing was stored; put overwrites."""
+    store.put_many([("k1", A1), ("k2", A2)])
+    assert store.get_many(["k2", "missing", "k1"]) == [A2, None, A1]
+    store.put_many([("k1", A2)])
+    assert store.get_many(["k1"]) == [A2]
+    assert store.get_many([]) == []
+
+
+def test_state_round_trip_and_replace(store: RedisStore) -> None:
+    """Conversation state is a JSON mapping; put_state replaces it wholesale."""
+    assert store.get_state("c1") is None
+    store.put_state("c1", {"last": {"rule": "pass"}, "n": 3})
+    assert store.get_state("c1") == {"last": {"rule": "pass"}, "n": 3}
+    store.put_state("c1", {"n": 4})
+    assert store.get_state("c1") == {"n": 4}
+
+
+def test_batches_cost_one_round_trip_each() -> None:
+    """A 50-key get_many and a 50-item put_many are one network round trip each."""
+    require_redis()
+    pool = redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
+    s = RedisStore(_cfg(), client=redis.Redis(connection_pool=pool))
+    items = [(f"k{i}", A1) for i in range(50)]
+    s.get_many(["warm"])  # connect (the handshake is not part of a batch)
+    CountingConnection.sends = 0
+    s.put_many(items)
+    assert CountingConnection.sends == 1
+    assert s.get_many([k for k, _ in items]) == [A1] * 50
+    assert CountingConnection.sends == 2
+    s.close()
+
+
+def test_keys_expire_after_ttl() -> None:
+    """Attribution and state keys carry the TTL and are gone after it."""
+    require_redis()
+    cfg = _cfg(ttl_s=0.3)
+    s = RedisStore(cfg)
+    s.put_many([("k", A1)])
+    s.put_state("c", {"x": 1})
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    pttl = raw.pttl(f"{cfg.key_prefix}a:k")
+    assert 0 < pttl <= 300
+    assert 0 < raw.pttl(f"{cfg.key_prefix}s:c") <= 300
+    time.sleep(0.45)
+    assert s.get_many(["k"]) == [None]
+    assert s.get_state("c") is None
+    raw.close()
+    s.close()
+
+
+def test_key_prefix_isolates_tenants() -> None:
+    """Two stores with different prefixes on one Redis do not see each other's keys."""
+    require_redis()
+    a, b = RedisStore(_cfg()), RedisStore(_cfg())
+    a.put_many([("same", A1)])
+    assert b.get_many(["same"]) == [None]
+    a.close()
+    b.close()
+
+
+def test_fail_open_when_redis_is_unreachable() -> None:
+    """Nothing listening: reads return all-None quickly, writes are swallowed, all counted."""
+    clock = FakeClock()
+    s = RedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0"), clock=clock)
+    t0 = time.perf_counter()
+    assert s.get_many(["a", "b"]) == [None, None]
+    s.put_many([("a", A1)])  # breaker open: skipped, not attempted
+    s.put_state("c", {"x": 1})
+    assert s.get_state("c") is None
+    assert time.perf_counter() - t0 < 0.2
+    stats = s.stats()
+    assert stats["get_errors"] == 1
+    assert stats["put_skipped"] == 1 and stats["put_state_skipped"] == 1 and stats["get_state_skipped"] == 1
+    assert not s.available
+    clock.now += 1.5  # past retry_after_s: the next call probes Redis again (and fails again)
+    s.put_many([("a", A1)])
+    assert s.stats()["put_errors"] == 1
+
+
+def _silent_server() -> tuple[socket.socket, threading.Event]:
+    """A TCP listener that accepts and never answers (a hung Redis)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        srv.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+        for c in held:
+            c.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv, stop
+
+
+def test_hung_redis_costs_at_most_timeout_s() -> None:
+    """A Redis that accepts but never replies: get_many gives up after store.timeout_s."""
+    srv, stop = _silent_server()
+    port = srv.getsockname()[1]
+    s = RedisStore(_cfg(url=f"redis://127.0.0.1:{port}/0", timeout_s=0.05))
+    t0 = time.perf_counter()
+    assert s.get_many(["a"]) == [None]
+    elapsed = time.perf_counter() - t0
+    assert 0.04 <= elapsed < 0.5
+    t0 = time.perf_counter()
+    assert s.get_many(["a"]) == [None]  # breaker: no second wait
+    assert time.perf_counter() - t0 < 0.01
+    stop.set()
+    srv.close()
+
+
+def test_recovers_when_redis_comes_back() -> None:
+    """Stop a private redis-server mid-use, then restart it: the store resumes by itself."""
+    clock = FakeClock()
+    with RedisServer() as server:
+        s = RedisStore(_cfg(url=server.url), clock=clock)
+        s.put_many([("k", A1)])
+        assert s.get_many(["k"]) == [A1]
+        server.stop()
+        assert s.get_many(["k"]) == [None]
+        assert s.stats()["get_errors"] == 1
+        server.start()
+        clock.now += 1.5
+        s.put_many([("k", A2)])
+        assert s.get_many(["k"]) == [A2]
+        assert s.available
+        s.close()
+
+
+def test_threads_share_one_store(store: RedisStore) -> None:
+    """Eight threads writing and reading distinct keys all see their own values."""
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        for i in range(20):
+            key = f"t{t}-{i}"
+            value = Authorship((f"m{t}",), i + 1, float(i))
+            store.put_many([(key, value)])
+            if store.get_many([key]) != [value]:
+                errors.append(key)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+
+
+async def test_async_store_round_trip_and_shares_keys_with_sync() -> None:
+    """AsyncRedisStore reads what RedisStore wrote (same layout) and vice versa."""
+    require_redis()
+    cfg = _cfg()
+    sync, asy = RedisStore(cfg), AsyncRedisStore(cfg)
+    sync.put_many([("k1", A1)])
+    await asy.put_many([("k2", A2)])
+    assert await asy.get_many(["k1", "k2", "nope"]) == [A1, A2, None]
+    assert sync.get_many(["k2"]) == [A2]
+    await asy.put_state("c", {"v": [1, 2]})
+    assert sync.get_state("c") == {"v": [1, 2]}
+    assert await asy.get_state("c") == {"v": [1, 2]}
+    await asy.close()
+    sync.close()
+
+
+async def test_async_store_fails_open() -> None:
+    """AsyncRedisStore with no server: Nones, swallowed writes, counted."""
+    asy = AsyncRedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0"))
+    assert await asy.get_many(["a"]) == [None]
+    await asy.put_many([("a", A1)])
+    stats = asy.stats()
+    assert stats["get_errors"] == 1 and stats["put_skipped"] == 1
+    await asy.close()
