@@ -73,6 +73,29 @@ class Exporter(Protocol):
         ...
 
 
+@runtime_checkable
+class MonitorObserver(Protocol):
+    """Optional exporter extension: the pipeline pushes its own health into it.
+
+    The pipeline calls these on every exporter that implements them (check with
+    ``isinstance(exporter, MonitorObserver)``). This push is the ONE way handoffmon's own
+    error, drop and overhead figures reach telemetry (it also works under
+    ``PROMETHEUS_MULTIPROC_DIR``); exporters never read ``Counts``. Must not raise.
+    """
+
+    def observe_overhead(self, stage: str, seconds: float) -> None:
+        """Record how long a monitoring stage took (hot-path and background stages)."""
+        ...
+
+    def count_error(self, stage: str) -> None:
+        """Count one of handoffmon's own failures in ``stage``."""
+        ...
+
+    def count_drop(self, n: int = 1) -> None:
+        """Count turns dropped because the background queue was full."""
+        ...
+
+
 class Clock(Protocol):
     """Injectable time source (tests pass a fake)."""
 

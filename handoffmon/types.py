@@ -132,6 +132,9 @@ class TurnRecord:
         finish_reason: provider finish reason, when present.
         provider: provider name (``openai``, ``anthropic``, ...), when known.
         response_model: model string the provider reported.
+        finished_at: wall-clock seconds (``time.time()``) when the reply finished (end of
+            the stream); 0.0 = unknown. Exporters date spans from it (the span starts
+            ``latency_s`` earlier); with 0.0 they use the export time.
     """
 
     author: str
@@ -149,6 +152,23 @@ class TurnRecord:
     finish_reason: str | None = None
     provider: str | None = None
     response_model: str | None = None
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContent:
+    """Message text of one turn; carried only when ``telemetry.capture_content`` is on.
+
+    Only the OpenTelemetry span exporter reads it (``gen_ai.input.messages`` /
+    ``gen_ai.output.messages``); metrics and logs never do.
+
+    Attributes:
+        input_messages: the request history as sent (normalized messages).
+        output_text: the reply text.
+    """
+
+    input_messages: tuple[Message, ...]
+    output_text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +204,8 @@ class Transition:
 class TurnResult:
     """Everything the background pipeline hands to exporters for one turn.
 
-    Carries no message or reply text.
+    Carries no message or reply text, except ``content`` when the operator opted in
+    with ``telemetry.capture_content`` (span exporters only; ``None`` otherwise).
     """
 
     context: TurnContext
@@ -193,3 +214,4 @@ class TurnResult:
     checks: tuple[CheckResult, ...]
     transitions: tuple[Transition, ...]
     attribution_methods: tuple[AttributionMethod, ...]
+    content: TurnContent | None = field(default=None, repr=False, compare=False)
