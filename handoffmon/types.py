@@ -84,6 +84,11 @@ class TurnContext:
         requested_model: the model or group the application asked for.
         metadata: request metadata handoffmon reads (rules, tags, route); never content.
         started_at: monotonic clock at the start of the call.
+        user_message: text of the request's last user message, for checkers that compare
+            the reply with the prompt; kept in memory only, never exported or logged.
+        degraded: attribution failed internally; the context is a fail-open placeholder
+            (prefix ``unknown``) and the reply is not recorded for later attribution.
+        attribution_s: time ``Monitor.begin`` took (hot-path overhead, for telemetry).
     """
 
     conversation_id: str
@@ -99,6 +104,9 @@ class TurnContext:
     requested_model: str | None = None
     metadata: Mapping[str, object] = field(default_factory=dict)
     started_at: float = 0.0
+    user_message: str = field(default="", repr=False, compare=False)
+    degraded: bool = False
+    attribution_s: float = field(default=0.0, compare=False)
 
     def handoff_for(self, author: str) -> bool | None:
         """Whether a reply by ``author`` is a handoff: ``None`` when undecidable.

@@ -1,0 +1,228 @@
+"""Aggregate counters (checks, transitions, turns, attributions, errors, drops) in memory and SQLite."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
+from handoffmon.errors import StoreError
+from handoffmon.types import TurnResult
+
+_KINDS = ("checks", "transitions", "turns", "attributions", "monitor_errors", "dropped", "session_lengths")
+_TABLE = "handoffmon_counts"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY (kind, key)
+)
+"""
+
+
+def handoff_label(handoff: bool | None) -> str:
+    """``"true"``, ``"false"`` or ``"unknown"`` — the label form of a handoff flag."""
+    if handoff is None:
+        return "unknown"
+    return "true" if handoff else "false"
+
+
+def _encode(kind: str, key: Any) -> str:
+    if kind in ("checks", "transitions", "turns"):
+        return json.dumps(list(key), separators=(",", ":"))
+    return str(key)
+
+
+def _decode(kind: str, raw: str) -> Any:
+    if kind == "checks":
+        return CheckKey(*json.loads(raw))
+    if kind == "transitions":
+        return TransitionKey(*json.loads(raw))
+    if kind == "turns":
+        return TurnKey(*json.loads(raw))
+    if kind == "session_lengths":
+        return int(raw)
+    return raw
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=30.0, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(_SCHEMA)
+    return conn
+
+
+def _counts_from_rows(rows: Iterable[tuple[str, str, int]]) -> Counts:
+    tables: dict[str, dict[Any, int]] = {k: {} for k in _KINDS}
+    for kind, raw, value in rows:
+        if kind in tables and value:
+            tables[kind][_decode(kind, raw)] = int(value)
+    return Counts(
+        checks=tables["checks"],
+        transitions=tables["transitions"],
+        turns=tables["turns"],
+        attributions=tables["attributions"],
+        monitor_errors=tables["monitor_errors"],
+        dropped=sum(tables["dropped"].values()),
+        session_lengths=tables["session_lengths"],
+    )
+
+
+def load_counts_sqlite(path: str | Path) -> Counts:
+    """Read the aggregates a monitor persisted into a SQLite file (the refit CLI's input).
+
+    Raises:
+        StoreError: the file cannot be opened or has no aggregates table.
+    """
+    if not Path(path).exists():
+        raise StoreError(f"{path}: no such SQLite file")
+    try:
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=30.0)
+        try:
+            rows = conn.execute(f"SELECT kind, key, value FROM {_TABLE}").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot read handoffmon aggregates: {exc}") from exc
+    return _counts_from_rows(rows)
+
+
+class Aggregates:
+    """Thread-safe counters; optionally persisted to SQLite so a restart loses nothing recorded.
+
+    With ``path`` set, existing totals are loaded at start and increments are written as
+    deltas (``value = value + delta``) by :meth:`flush`, so several processes may share a
+    file. Between flushes the unwritten deltas live in memory only.
+
+    Args:
+        path: SQLite file, or ``None`` for memory only.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
+        self._totals: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
+        self._pending: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
+        self._path = path
+        self._conn: sqlite3.Connection | None = None
+        if path is not None:
+            try:
+                self._conn = _connect(path)
+                rows = self._conn.execute(f"SELECT kind, key, value FROM {_TABLE}").fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"{path}: cannot open aggregates: {exc}") from exc
+            for kind, raw, value in rows:
+                if kind in self._totals:
+                    self._totals[kind][_decode(kind, raw)] += int(value)
+
+    @property
+    def path(self) -> str | None:
+        """The SQLite file, if persisted."""
+        return self._path
+
+    def _add(self, kind: str, key: Any, n: int = 1) -> None:
+        self._totals[kind][key] += n
+        if self._conn is not None:
+            self._pending[kind][key] += n
+
+    def add_turn(self, result: TurnResult) -> None:
+        """Count one finished turn: its checks, transitions, turn cell and attributions."""
+        rec, ctx = result.record, result.context
+        handoff = handoff_label(rec.handoff)
+        with self._lock:
+            self._add("turns", TurnKey(rec.author, ctx.prefix_model, result.depth_bucket, handoff))
+            for check in result.checks:
+                key = CheckKey(check.rule, rec.author, ctx.prefix_model, result.depth_bucket, check.verdict)
+                self._add("checks", key)
+            for tr in result.transitions:
+                self._add(
+                    "transitions", TransitionKey(tr.rule, rec.author, handoff, tr.from_verdict, tr.to_verdict)
+                )
+            for method in result.attribution_methods:
+                self._add("attributions", method)
+
+    def count_error(self, stage: str, n: int = 1) -> None:
+        """Count handoffmon's own failure at ``stage``."""
+        with self._lock:
+            self._add("monitor_errors", stage, n)
+
+    def count_dropped(self, n: int = 1) -> None:
+        """Count turns dropped because the queue was full."""
+        with self._lock:
+            self._add("dropped", "", n)
+
+    def count_session(self, depth: int, n: int = 1) -> None:
+        """Count a finished conversation of final depth ``depth``."""
+        with self._lock:
+            self._add("session_lengths", int(depth), n)
+
+    def snapshot(self) -> Counts:
+        """A consistent copy of every counter (including unflushed increments)."""
+        with self._lock:
+            t = {k: dict(v) for k, v in self._totals.items()}
+        return Counts(
+            checks=t["checks"],
+            transitions=t["transitions"],
+            turns=t["turns"],
+            attributions=t["attributions"],
+            monitor_errors=t["monitor_errors"],
+            dropped=sum(t["dropped"].values()),
+            session_lengths=t["session_lengths"],
+        )
+
+    def flush(self) -> None:
+        """Write pending increments to SQLite (no-op in memory mode).
+
+        Raises:
+            StoreError: the write failed; the increments stay pending for the next flush.
+        """
+        if self._conn is None:
+            return
+        with self._lock:
+            pending = self._pending
+            self._pending = {k: Counter() for k in _KINDS}
+        rows = [(kind, _encode(kind, key), n) for kind, c in pending.items() for key, n in c.items() if n]
+        if not rows:
+            return
+        try:
+            with self._io_lock:
+                self._write(rows)
+        except sqlite3.Error as exc:
+            with self._lock:
+                for kind, c in pending.items():
+                    self._pending[kind].update(c)
+            raise StoreError(f"{self._path}: cannot persist aggregates: {exc}") from exc
+
+    def _write(self, rows: list[tuple[str, str, int]]) -> None:
+        if self._conn is None:
+            raise sqlite3.ProgrammingError("aggregates are closed")
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(
+                f"INSERT INTO {_TABLE}(kind, key, value) VALUES (?, ?, ?) "
+                "ON CONFLICT(kind, key) DO UPDATE SET value = value + excluded.value",
+                rows,
+            )
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Flush and close the SQLite connection (idempotent)."""
+        if self._conn is None:
+            return
+        try:
+            self.flush()
+        finally:
+            with self._io_lock:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None

@@ -1,0 +1,66 @@
+"""Hands finished turns to exporters, each on its own thread so a slow or hung one stalls nothing else."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from handoffmon.pipeline.worker import WorkerPool
+from handoffmon.protocols import Exporter
+from handoffmon.types import TurnResult
+
+_log = logging.getLogger("handoffmon.pipeline")
+
+
+class ExporterDispatch:
+    """One exporter behind a bounded queue and a thread.
+
+    A failing export (raises or returns False), a full queue (the exporter hangs or is
+    too slow) and a shutdown that does not finish in time all count as one
+    ``monitor_errors{stage="export"}`` via ``on_error``; none of them blocks the pipeline.
+
+    Args:
+        exporter: the exporter.
+        queue_size: results buffered for it before new ones are dropped.
+        on_error: called with a stage name for every failure.
+    """
+
+    def __init__(self, exporter: Exporter, *, queue_size: int, on_error: Callable[[str], None]) -> None:
+        self.exporter = exporter
+        self._on_error = on_error
+        self._pool: WorkerPool[TurnResult] = WorkerPool(
+            self._export,
+            workers=1,
+            queue_size=queue_size,
+            on_error=self._raised,
+            name=f"handoffmon-export-{type(exporter).__name__}",
+        )
+
+    def _export(self, result: TurnResult) -> None:
+        if self.exporter.export(result) is False:
+            self._on_error("export")
+
+    def _raised(self, exc: BaseException) -> None:
+        _log.warning("handoffmon exporter %s raised: %r", type(self.exporter).__name__, exc)
+        self._on_error("export")
+
+    def submit(self, result: TurnResult) -> None:
+        """Queue a result; counts an export error when the exporter's queue is full."""
+        if not self._pool.submit(result):
+            self._on_error("export")
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until the exporter has taken every queued result."""
+        return self._pool.flush(timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Drain, then ``force_flush`` and ``shutdown`` the exporter; a hung one is abandoned."""
+        if not self._pool.close(timeout_s):
+            _log.warning("handoffmon exporter %s did not finish in time", type(self.exporter).__name__)
+            self._on_error("export")
+            return
+        try:
+            self.exporter.force_flush(timeout_s if timeout_s is not None else 5.0)
+            self.exporter.shutdown()
+        except Exception as exc:
+            self._raised(exc)

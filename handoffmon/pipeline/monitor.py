@@ -1,0 +1,374 @@
+"""The Monitor: begin/finish on the request path, everything else on the background pipeline."""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from handoffmon.config import HandoffmonConfig
+from handoffmon.counts import Counts
+from handoffmon.pipeline.aggregates import Aggregates
+from handoffmon.pipeline.dispatch import ExporterDispatch
+from handoffmon.pipeline.reply import count_assistant, last_user_text, reply_text
+from handoffmon.pipeline.turn import PendingTurn, TurnProcessor
+from handoffmon.pipeline.worker import WorkerPool
+from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver
+from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, TurnContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.checkers import RuleSet
+
+_log = logging.getLogger("handoffmon.pipeline")
+
+STAGES = ("attribution", "record", "persist", "state", "rules", "check", "pipeline", "export", "aggregates")
+"""Stages that ``monitor_errors`` is counted by (``integration`` is added by the wrappers)."""
+
+
+class Monitor:
+    """Attributes turns on the request path and processes them in the background.
+
+    ``begin`` (before the router call) and ``finish`` (after it) are the only calls on the
+    request path; both are cheap, never block and never raise. Everything else — storing
+    authorship, running the rules, updating aggregates, exporting — runs on worker
+    threads behind a bounded queue; when it is full the turn is dropped and counted.
+
+    Args:
+        config: configuration (defaults when ``None``).
+        store: attribution store; built from ``config.store`` when not given.
+        rules: the rule set; built from ``config.rules`` when not given.
+        exporters: receive every finished turn (each on its own thread).
+        clock: wall clock (seconds) for stored authorship and latencies.
+        start: start the worker threads now (else :meth:`start`; turns queue up meanwhile).
+        aggregates: counters to update; SQLite-backed in ``config.store.path`` when the
+            store backend is ``sqlite``, memory otherwise.
+    """
+
+    def __init__(
+        self,
+        config: HandoffmonConfig | None = None,
+        *,
+        store: AttributionStore | None = None,
+        rules: RuleSet | None = None,
+        exporters: Sequence[Exporter] = (),
+        clock: Callable[[], float] = time.time,
+        start: bool = True,
+        aggregates: Aggregates | None = None,
+    ) -> None:
+        from handoffmon.attribution import Attributor, ModelNames, caller_conversation_id
+        from handoffmon.checkers import RuleSet
+        from handoffmon.stores import make_store
+
+        self.config = config = config if config is not None else HandoffmonConfig()
+        self._clock = clock
+        self._caller_id = caller_conversation_id
+        self._closed = False
+        self.names = ModelNames(config.attribution.canonical_models)
+        self.store: AttributionStore = store if store is not None else make_store(config.store)
+        self.rules = (
+            rules
+            if rules is not None
+            else RuleSet.from_config(config.rules, budget_s=config.pipeline.check_budget_s)
+        )
+        sqlite_path = config.store.path if config.store.backend == "sqlite" else None
+        self.aggregates = aggregates if aggregates is not None else Aggregates(sqlite_path)
+        self.attributor = Attributor(
+            self.store, names=self.names, content_fallback=config.attribution.content_fallback, clock=clock
+        )
+        self._dispatch: list[ExporterDispatch] = []
+        self._observers: tuple[MonitorObserver, ...] = ()
+        self._processor = TurnProcessor(
+            attributor=self.attributor,
+            store=self.store,
+            rules=self.rules,
+            aggregates=self.aggregates,
+            buckets=config.buckets,
+            emit=self._emit,
+            count_error=self.count_error,
+            observe=self._observe,
+        )
+        self._pool: WorkerPool[PendingTurn] = WorkerPool(
+            self._processor.process,
+            workers=config.pipeline.workers,
+            queue_size=config.pipeline.queue_size,
+            on_error=self._pipeline_error,
+            on_idle=self._flush_aggregates,
+            start=start,
+        )
+        for exporter in exporters:
+            self.add_exporter(exporter)
+        self._atexit = _atexit_closer(self)
+        atexit.register(self._atexit)
+
+    # -- request path -------------------------------------------------------------------
+
+    def begin(
+        self,
+        messages: Sequence[Any],
+        *,
+        requested_model: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> TurnContext:
+        """Attribute the request history before the router is called. Never raises.
+
+        Args:
+            messages: the request's chat messages (dicts or SDK objects).
+            requested_model: the model or group the application asked for.
+            metadata: request metadata (conversation id, rules, tags, route).
+            headers: request headers (conversation id header).
+
+        Returns:
+            The turn's context; a degraded one (prefix ``unknown``) if attribution failed.
+        """
+        t0 = time.perf_counter()
+        try:
+            conversation_id = self._caller_id(
+                headers=headers, metadata=metadata, header_name=self.config.attribution.conversation_header
+            )
+            ctx = self.attributor.attribute(
+                messages, conversation_id=conversation_id, requested_model=requested_model, metadata=metadata
+            )
+            return dataclasses.replace(
+                ctx, user_message=last_user_text(messages), attribution_s=time.perf_counter() - t0
+            )
+        except Exception:
+            _log.warning("handoffmon attribution failed; turn continues unattributed", exc_info=True)
+            self.count_error("attribution")
+            return self._degraded(messages, requested_model, metadata, headers)
+
+    def _degraded(
+        self,
+        messages: Sequence[Any],
+        requested_model: str | None,
+        metadata: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+    ) -> TurnContext:
+        try:
+            depth = count_assistant(messages) + 1
+            user = last_user_text(messages)
+        except Exception:
+            depth, user = 1, ""
+        return TurnContext(
+            conversation_id=f"degraded-{uuid.uuid4().hex}",
+            conversation_id_source="derived",
+            depth=depth,
+            history_chars=0,
+            history_tokens=0,
+            prefix_model=NO_PREFIX if depth == 1 else UNKNOWN_MODEL,
+            prefix_purity=1.0 if depth == 1 else 0.0,
+            prefix_authors=0,
+            attributions=(),
+            history_fingerprint=0,
+            requested_model=requested_model,
+            metadata=dict(metadata or {}),
+            started_at=time.monotonic(),
+            user_message=user,
+            degraded=True,
+        )
+
+    def finish(
+        self,
+        ctx: TurnContext,
+        reply: Any,
+        *,
+        authors: Sequence[str],
+        deployment_id: str | None = None,
+        fallbacks: int = 0,
+        retries: int = 0,
+        streamed: bool = False,
+        latency_s: float | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        finish_reason: str | None = None,
+        provider: str | None = None,
+        response_model: str | None = None,
+    ) -> None:
+        """Record the reply (so the next request can attribute it) and queue the rest.
+
+        Never blocks and never raises. ``authors`` are raw names (deployment ids or
+        provider model names) and are canonicalized here.
+        """
+        t0 = time.perf_counter()
+        try:
+            canon = tuple(self.names.canonical(a) for a in authors if a) or (UNKNOWN_MODEL,)
+            recorded = None
+            if not ctx.degraded:
+                try:
+                    recorded = self.attributor.record(ctx, reply, canon)
+                except Exception:
+                    _log.warning("handoffmon could not record a reply", exc_info=True)
+                    self.count_error("record")
+            if latency_s is None:
+                latency_s = max(0.0, time.monotonic() - ctx.started_at) if ctx.started_at else 0.0
+            turn = PendingTurn(
+                ctx=ctx,
+                recorded=recorded,
+                reply_text=reply_text(reply),
+                authors=canon,
+                deployment_id=deployment_id,
+                fallbacks=fallbacks,
+                retries=retries,
+                streamed=streamed,
+                latency_s=latency_s,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                finish_reason=finish_reason,
+                provider=provider,
+                response_model=response_model,
+                finished_at=self._clock(),
+                finish_s=time.perf_counter() - t0,
+            )
+            if not self._pool.submit(turn, ctx.conversation_id):
+                self._count_drop()
+        except Exception:
+            _log.warning("handoffmon finish failed", exc_info=True)
+            self.count_error("record")
+
+    # -- background ---------------------------------------------------------------------
+
+    def _emit(self, result: Any) -> None:
+        for d in self._dispatch:
+            d.submit(result)
+
+    def _observe(self, stage: str, seconds: float) -> None:
+        for obs in self._observers:
+            try:
+                obs.observe_overhead(stage, seconds)
+            except Exception:
+                _log.debug("handoffmon observer failed", exc_info=True)
+
+    def _count_drop(self) -> None:
+        self.aggregates.count_dropped()
+        for obs in self._observers:
+            try:
+                obs.count_drop(1)
+            except Exception:
+                _log.debug("handoffmon observer failed", exc_info=True)
+
+    def _pipeline_error(self, exc: BaseException) -> None:
+        _log.warning("handoffmon pipeline error: %r", exc)
+        self.count_error("pipeline")
+
+    def _flush_aggregates(self) -> None:
+        try:
+            self.aggregates.flush()
+        except Exception:
+            _log.warning("handoffmon could not persist aggregates", exc_info=True)
+            self.count_error("aggregates")
+
+    def count_error(self, stage: str, n: int = 1) -> None:
+        """Count one of handoffmon's own failures (``monitor_errors{stage}``).
+
+        Also pushed to every exporter that implements ``MonitorObserver``.
+        """
+        self.aggregates.count_error(stage, n)
+        for obs in self._observers:
+            try:
+                for _ in range(n):
+                    obs.count_error(stage)
+            except Exception:
+                _log.debug("handoffmon observer failed", exc_info=True)
+
+    # -- control ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker threads (when built with ``start=False``)."""
+        self._pool.start()
+
+    def add_exporter(self, exporter: Exporter) -> None:
+        """Send every turn finished from now on to ``exporter`` as well.
+
+        An exporter that also implements ``MonitorObserver`` receives handoffmon's own
+        errors, drops and stage overheads.
+        """
+        if isinstance(exporter, MonitorObserver):
+            self._observers = (*self._observers, exporter)
+        self._dispatch.append(
+            ExporterDispatch(exporter, queue_size=self.config.pipeline.queue_size, on_error=self.count_error)
+        )
+
+    @property
+    def exporters(self) -> tuple[Exporter, ...]:
+        """The registered exporters."""
+        return tuple(d.exporter for d in self._dispatch)
+
+    def snapshot(self) -> Counts:
+        """All aggregate counters now (turns still queued are not in it yet; see :meth:`flush`)."""
+        return self.aggregates.snapshot()
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Monitor health: errors by stage, dropped turns, turns queued or in progress."""
+        snap = self.aggregates.snapshot()
+        return {
+            "monitor_errors": dict(snap.monitor_errors),
+            "dropped": snap.dropped,
+            "pending": self._pool.pending(),
+        }
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until queued turns are processed and handed to exporters; False on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ok = self._pool.flush(timeout_s)
+        for d in self._dispatch:
+            ok = d.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ok
+        return ok
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Drain the queue, shut exporters down, persist aggregates, close the store. Idempotent.
+
+        Args:
+            timeout_s: overall budget; defaults to ``pipeline.shutdown_timeout_s``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._atexit)
+        budget = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget
+        if not self._pool.close(budget):
+            _log.warning("handoffmon pipeline did not drain within %.1fs", budget)
+            self.count_error("pipeline")
+        for d in self._dispatch:
+            d.close(max(0.0, deadline - time.monotonic()))
+        self._close_storage()
+
+    def _close_storage(self) -> None:
+        try:
+            self.aggregates.close()
+        except Exception:
+            _log.warning("handoffmon could not persist aggregates at close", exc_info=True)
+            self.count_error("aggregates")
+        try:
+            self.store.close()
+        except Exception:
+            _log.warning("handoffmon store close failed", exc_info=True)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _atexit_closer(monitor: Monitor) -> Callable[[], None]:
+    """An atexit hook that closes the monitor if it is still alive (holds only a weakref)."""
+    ref = weakref.ref(monitor)
+
+    def close() -> None:
+        m = ref()
+        if m is not None:
+            m.close()
+
+    return close

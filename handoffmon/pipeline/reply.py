@@ -1,0 +1,51 @@
+"""Plain text of replies and user messages in the shapes applications pass (str, dict, SDK objects)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def content_text(content: Any) -> str:
+    """Text of a message ``content``: a string, ``None``, or a list of parts (text parts joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif _field(part, "type") == "text":
+                texts.append(str(_field(part, "text") or ""))
+        return "\n".join(texts)
+    return str(content)
+
+
+def reply_text(reply: Any) -> str:
+    """Text the checkers see for an assistant reply (a str, a message dict or an SDK message)."""
+    if isinstance(reply, str):
+        return reply
+    if reply is None:
+        return ""
+    return content_text(_field(reply, "content"))
+
+
+def last_user_text(messages: Sequence[Any]) -> str:
+    """Text of the last ``user`` message of a request ("" when there is none)."""
+    for msg in reversed(messages):
+        if _field(msg, "role") == "user":
+            return content_text(_field(msg, "content"))
+    return ""
+
+
+def count_assistant(messages: Sequence[Any]) -> int:
+    """Number of assistant messages in a request history."""
+    return sum(1 for msg in messages if _field(msg, "role") == "assistant")

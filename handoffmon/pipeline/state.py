@@ -1,0 +1,101 @@
+"""Per-conversation state kept between turns: declared rules, last verdicts, extracted values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from handoffmon.types import CheckResult, Transition, Verdict
+
+STATE_VERSION = 1
+
+MARKOV_VERDICTS: frozenset[str] = frozenset(("pass", "fail"))
+"""Verdicts that take part in transitions; ``not_applicable`` and ``error`` are skipped."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastVerdict:
+    """A rule's most recent pass/fail verdict in a conversation and the depth it was seen at."""
+
+    verdict: Verdict
+    depth: int
+
+
+@dataclass(frozen=True)
+class ConversationState:
+    """What the pipeline remembers about one conversation (JSON round-trips via the store).
+
+    Attributes:
+        depth: deepest turn processed so far.
+        declared_rules: per-request rules (as ``RuleConfig`` dumps) with the depth they were
+            first declared at; a rule declared at turn k applies at every turn ≥ k.
+        previous: rule name → value its checker extracted at the last checked turn.
+        last: rule name → last pass/fail verdict (feeds transitions).
+    """
+
+    depth: int = 0
+    declared_rules: tuple[tuple[int, Mapping[str, Any]], ...] = ()
+    previous: Mapping[str, str] = field(default_factory=dict)
+    last: Mapping[str, LastVerdict] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object] | None) -> ConversationState:
+        """Rebuild from a stored mapping; anything malformed yields an empty state."""
+        if not data or data.get("v") != STATE_VERSION:
+            return cls()
+        rules_raw: Any = data.get("rules") or []
+        last_raw: Any = data.get("last") or {}
+        prev_raw: Any = data.get("previous") or {}
+        depth: Any = data.get("depth", 0)
+        return cls(
+            depth=int(depth),
+            declared_rules=tuple((int(d), dict(r)) for d, r in rules_raw),
+            previous={str(k): str(v) for k, v in dict(prev_raw).items()},
+            last={str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
+        )
+
+    def to_mapping(self) -> dict[str, object]:
+        """JSON-serializable form for ``AttributionStore.put_state``."""
+        return {
+            "v": STATE_VERSION,
+            "depth": self.depth,
+            "rules": [[d, dict(r)] for d, r in self.declared_rules],
+            "previous": dict(self.previous),
+            "last": {k: [v.verdict, v.depth] for k, v in self.last.items()},
+        }
+
+    def declare(self, rules: tuple[Mapping[str, Any], ...], depth: int) -> ConversationState:
+        """Add rules declared in this turn's request (known names are kept as first declared)."""
+        known = {str(r.get("name")) for _, r in self.declared_rules}
+        new = tuple((depth, dict(r)) for r in rules if str(r.get("name")) not in known)
+        return replace(self, declared_rules=self.declared_rules + new) if new else self
+
+    def active_rules(self, depth: int) -> tuple[Mapping[str, Any], ...]:
+        """Declared rules that apply at ``depth`` (declared at or before it)."""
+        return tuple(r for d, r in self.declared_rules if d <= depth)
+
+    def advance(
+        self, depth: int, checks: tuple[CheckResult, ...]
+    ) -> tuple[ConversationState, tuple[Transition, ...]]:
+        """Fold one turn's checks into the state; returns the new state and the transitions.
+
+        A transition is emitted for a rule whose verdict at this turn is pass/fail and whose
+        last pass/fail verdict in the conversation was at a strictly smaller depth (turns
+        where the rule was not applicable or errored are skipped, not counted as breaks; a
+        regenerated reply at the same depth replaces the last verdict without a transition).
+        """
+        last = dict(self.last)
+        previous = dict(self.previous)
+        transitions: list[Transition] = []
+        for check in checks:
+            if check.extracted is not None:
+                previous[check.rule] = check.extracted
+            if check.verdict not in MARKOV_VERDICTS:
+                continue
+            before = last.get(check.rule)
+            if before is not None and before.depth < depth:
+                transitions.append(Transition(check.rule, before.verdict, check.verdict))
+            last[check.rule] = LastVerdict(check.verdict, depth)
+        state = replace(self, depth=max(self.depth, depth), previous=previous, last=last)
+        return state, tuple(transitions)

@@ -1,0 +1,215 @@
+"""Background processing of one turn: persist authorship, run rules, fold state, count, export."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from handoffmon.config import RuleConfig
+from handoffmon.depth import DepthBuckets
+from handoffmon.errors import RuleError
+from handoffmon.pipeline.aggregates import Aggregates
+from handoffmon.pipeline.state import ConversationState
+from handoffmon.protocols import AttributionStore
+from handoffmon.types import CheckResult, TurnContext, TurnRecord, TurnResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.attribution import Attributor
+    from handoffmon.checkers import RuleSet
+
+_log = logging.getLogger("handoffmon.pipeline")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTurn:
+    """What ``Monitor.finish`` queues for the background pipeline."""
+
+    ctx: TurnContext
+    recorded: Any
+    reply_text: str
+    authors: tuple[str, ...]
+    deployment_id: str | None
+    fallbacks: int
+    retries: int
+    streamed: bool
+    latency_s: float
+    input_tokens: int | None
+    output_tokens: int | None
+    finish_reason: str | None
+    provider: str | None
+    response_model: str | None
+    finished_at: float = 0.0
+    finish_s: float = 0.0
+
+
+def _str_list(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return ()
+
+
+class TurnProcessor:
+    """Runs the background stages for one turn; each stage fails open and is counted.
+
+    Args:
+        attributor: persists recorded authorship.
+        store: per-conversation state.
+        rules: the configured rule set.
+        aggregates: counters to update.
+        buckets: depth buckets.
+        emit: hands the finished ``TurnResult`` to the exporters.
+        count_error: counts a failure by stage.
+    """
+
+    def __init__(
+        self,
+        *,
+        attributor: Attributor,
+        store: AttributionStore,
+        rules: RuleSet,
+        aggregates: Aggregates,
+        buckets: DepthBuckets,
+        emit: Callable[[TurnResult], None],
+        count_error: Callable[..., None],
+        observe: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self._attributor = attributor
+        self._store = store
+        self._rules = rules
+        self._aggregates = aggregates
+        self._buckets = buckets
+        self._emit = emit
+        self._count_error = count_error
+        self._observe = observe
+
+    def process(self, turn: PendingTurn) -> None:
+        """Process one turn end to end, then report the stage overheads."""
+        t0 = time.perf_counter()
+        self._process(turn)
+        if self._observe is not None:
+            self._observe("attribution", turn.ctx.attribution_s)
+            self._observe("finish", turn.finish_s)
+            self._observe("background", time.perf_counter() - t0)
+
+    def _process(self, turn: PendingTurn) -> None:
+        ctx = turn.ctx
+        if turn.recorded is not None:
+            try:
+                self._attributor.persist(turn.recorded)
+            except Exception:
+                _log.warning("handoffmon could not persist authorship", exc_info=True)
+                self._count_error("persist")
+        author = turn.authors[-1]
+        state = self._load_state(ctx)
+        state = self._declare(state, ctx)
+        checks = self._check(turn, state, author)
+        state, transitions = state.advance(ctx.depth, checks)
+        self._save_state(ctx, state)
+        record = self._record(turn, author)
+        result = TurnResult(
+            context=ctx,
+            record=record,
+            depth_bucket=self._buckets.bucket(ctx.depth),
+            checks=checks,
+            transitions=transitions,
+            attribution_methods=tuple(a.method for a in ctx.attributions),
+        )
+        self._aggregates.add_turn(result)
+        self._emit(result)
+
+    def _load_state(self, ctx: TurnContext) -> ConversationState:
+        if ctx.degraded:
+            return ConversationState()
+        try:
+            return ConversationState.from_mapping(self._store.get_state(ctx.conversation_id))
+        except Exception:
+            _log.warning("handoffmon could not load conversation state", exc_info=True)
+            self._count_error("state")
+            return ConversationState()
+
+    def _save_state(self, ctx: TurnContext, state: ConversationState) -> None:
+        if ctx.degraded:
+            return
+        try:
+            self._store.put_state(ctx.conversation_id, state.to_mapping())
+        except Exception:
+            _log.warning("handoffmon could not save conversation state", exc_info=True)
+            self._count_error("state")
+
+    def _declare(self, state: ConversationState, ctx: TurnContext) -> ConversationState:
+        if not ctx.metadata:
+            return state
+        try:
+            declared = self._rules.parse_request_rules(ctx.metadata)
+        except RuleError as exc:
+            _log.warning("handoffmon ignored invalid request rules: %s", exc)
+            self._count_error("rules")
+            return state
+        except Exception:
+            _log.warning("handoffmon could not parse request rules", exc_info=True)
+            self._count_error("rules")
+            return state
+        if not declared:
+            return state
+        return state.declare(tuple(r.model_dump(mode="json") for r in declared), ctx.depth)
+
+    def _active_rules(self, state: ConversationState, depth: int) -> tuple[RuleConfig, ...]:
+        out = []
+        for raw in state.active_rules(depth):
+            try:
+                out.append(RuleConfig.model_validate(raw))
+            except Exception:
+                self._count_error("rules")
+        return tuple(out)
+
+    def _check(self, turn: PendingTurn, state: ConversationState, author: str) -> tuple[CheckResult, ...]:
+        from handoffmon.checkers import CheckContext
+
+        ctx = turn.ctx
+        meta: Mapping[str, object] = ctx.metadata or {}
+        try:
+            cctx = CheckContext(
+                turn=ctx,
+                model_group=ctx.requested_model,
+                route=str(meta["route"]) if meta.get("route") is not None else None,
+                tags=_str_list(meta.get("tags")),
+                user_message=ctx.user_message,
+                previous=dict(state.previous),
+                depth=ctx.depth,
+            )
+            checks = tuple(
+                self._rules.evaluate(turn.reply_text, cctx, extra_rules=self._active_rules(state, ctx.depth))
+            )
+        except Exception:
+            _log.warning("handoffmon rule evaluation failed", exc_info=True)
+            self._count_error("check")
+            return ()
+        errors = sum(1 for c in checks if c.verdict == "error")
+        if errors:
+            self._count_error("check", errors)
+        return checks
+
+    def _record(self, turn: PendingTurn, author: str) -> TurnRecord:
+        return TurnRecord(
+            author=author,
+            authors=turn.authors,
+            deployment_id=turn.deployment_id,
+            requested_model=turn.ctx.requested_model,
+            fallbacks=turn.fallbacks,
+            retries=turn.retries,
+            latency_s=turn.latency_s,
+            reply_chars=len(turn.reply_text),
+            streamed=turn.streamed,
+            handoff=turn.ctx.handoff_for(author),
+            input_tokens=turn.input_tokens,
+            output_tokens=turn.output_tokens,
+            finish_reason=turn.finish_reason,
+            provider=turn.provider,
+            response_model=turn.response_model,
+            finished_at=turn.finished_at,
+        )

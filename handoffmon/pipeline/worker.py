@@ -1,0 +1,138 @@
+"""Bounded queues drained by worker threads: the turn pipeline and one dispatcher per exporter."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+_log = logging.getLogger("handoffmon.pipeline")
+_STOP = object()
+
+
+def _wait_drained(q: queue.Queue[object], deadline: float | None) -> bool:
+    with q.all_tasks_done:
+        while q.unfinished_tasks:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            q.all_tasks_done.wait(remaining)
+    return True
+
+
+class WorkerPool(Generic[T]):
+    """``workers`` threads, each draining its own bounded queue.
+
+    Items are sharded by a key (the conversation id) so one conversation's turns are
+    processed in order by one thread, which the per-conversation state relies on.
+
+    Args:
+        handler: processes one item; exceptions are passed to ``on_error``.
+        workers: number of threads (and queues).
+        queue_size: total capacity, split evenly across the queues.
+        on_error: called with any exception ``handler`` raised.
+        on_idle: called when a queue runs empty (and every ``idle_every`` items otherwise).
+        name: thread name prefix.
+        start: start the threads now (else call :meth:`start`; items queue up meanwhile).
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[T], None],
+        *,
+        workers: int = 1,
+        queue_size: int = 10_000,
+        on_error: Callable[[BaseException], None],
+        on_idle: Callable[[], None] | None = None,
+        idle_every: int = 1000,
+        name: str = "handoffmon-worker",
+        start: bool = True,
+    ) -> None:
+        self._handler = handler
+        self._on_error = on_error
+        self._on_idle = on_idle
+        self._idle_every = idle_every
+        per = max(1, queue_size // workers)
+        self._queues: list[queue.Queue[object]] = [queue.Queue(per) for _ in range(workers)]
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._run, args=(q,), name=f"{name}-{i}", daemon=True)
+            for i, q in enumerate(self._queues)
+        ]
+        self._started = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the worker threads (idempotent)."""
+        if self._started or self._closed:
+            return
+        self._started = True
+        for t in self._threads:
+            t.start()
+
+    def submit(self, item: T, key: str = "") -> bool:
+        """Enqueue without blocking; False when the queue is full or the pool is closed."""
+        if self._closed:
+            return False
+        q = self._queues[hash(key) % len(self._queues)] if len(self._queues) > 1 else self._queues[0]
+        try:
+            q.put_nowait(item)
+        except queue.Full:
+            return False
+        return True
+
+    def pending(self) -> int:
+        """Items queued or in progress."""
+        return sum(q.unfinished_tasks for q in self._queues)
+
+    def _run(self, q: queue.Queue[object]) -> None:
+        since_idle = 0
+        while True:
+            item = q.get()
+            try:
+                if item is _STOP:
+                    return
+                self._call(self._handler, item)
+                since_idle += 1
+                if self._on_idle is not None and (since_idle >= self._idle_every or q.empty()):
+                    since_idle = 0
+                    self._call(self._on_idle)
+            finally:
+                q.task_done()
+
+    def _call(self, fn: Callable[..., None], *args: object) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # the pipeline must keep running whatever a stage does
+            try:
+                self._on_error(exc)
+            except Exception:  # pragma: no cover - error accounting itself failed
+                _log.exception("handoffmon error handler failed")
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every queued item has been processed; False on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        return all(_wait_drained(q, deadline) for q in self._queues)
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Stop accepting items, drain the queues and join the threads; False on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.start()  # a never-started pool still drains what it queued
+        if not self._closed:
+            self._closed = True
+            for q in self._queues:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    q.put(_STOP, timeout=remaining)  # waits only while a full queue drains
+                except queue.Full:
+                    return False
+        for t in self._threads:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            t.join(remaining)
+        return not any(t.is_alive() for t in self._threads)
