@@ -107,7 +107,7 @@ class MarkovFit:
             the chain never moves, 0 when it mixes in one step.
         initial: observed adherence at depth bucket 1 (start of the implied curve).
         log_loss: mean binomial cross-entropy of the implied curve vs observed checks.
-        mse: check-weighted mean squared error of the curve vs observed bucket adherence.
+        mse: mean squared error (Brier) of the curve's probability vs every observed check.
         n_transitions: pass/fail transitions used.
     """
 
@@ -187,9 +187,7 @@ class RuleFit:
     @property
     def residuals(self) -> dict[str, float]:
         """Residual Δ − risk per observed pair, keyed ``"A->B"``."""
-        return {
-            f"{p.prefix_model}->{p.model}": p.residual for p in self.pairs if not math.isnan(p.residual)
-        }
+        return {f"{p.prefix_model}->{p.model}": p.residual for p in self.pairs if not math.isnan(p.residual)}
 
     def pair(self, prefix_model: str, model: str) -> PairEffect | None:
         """The entry of one ordered pair, if both models are known."""

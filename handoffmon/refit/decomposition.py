@@ -1,0 +1,175 @@
+"""Δ(A→B) ≈ μ + π_A + σ_B: weighted ridge least squares with sum-to-zero constraints.
+
+Choices (see the README ``refit`` section):
+
+* weights 1/var(Δ): precise pairs count more;
+* identifiability: Σπ = Σσ = 0, imposed exactly by an orthonormal basis Q of the
+  sum-zero subspace (π = Qα, σ = Qβ), so μ is the average effect of a handoff;
+* ridge: penalty ``ridge`` · (‖π‖² + ‖σ‖²), μ unpenalized. Its pull toward 0 is
+  strong for models in few or noisy pairs and negligible for well-observed ones
+  (the weights are ~n/p(1−p), i.e. thousands for a few hundred turns);
+* covariance: the posterior-style A⁻¹ with A = XᵀWX + ridge·I, inflated by the
+  overdispersion φ = max(1, Σw r² / (m − df)) when the additive model misfits;
+  unidentified terms (a model never seen as prefix) keep an SE of ~1/√ridge;
+* risk μ + π_A + σ_B and its SE xᵀ Cov x are given for every ordered pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Fitted terms for K models.
+
+    Attributes:
+        mu: μ; NaN when no pair was observed.
+        mu_se: its standard error.
+        pi: (K,) prefix influence.
+        pi_se: (K,) standard errors.
+        sigma: (K,) suffix susceptibility.
+        sigma_se: (K,) standard errors.
+        risk: (K, K) μ + π_a + σ_b (diagonal is meaningless and left NaN).
+        risk_se: (K, K) standard errors of ``risk``.
+        residual: (K, K) Δ − risk on fitted pairs, NaN elsewhere.
+        r2: weighted R² on the fitted pairs (NaN with fewer than 2 pairs).
+        r2_unweighted: ordinary R² of the same fit.
+        n_pairs: pairs fitted.
+        dispersion: φ applied to the covariance.
+    """
+
+    mu: float
+    mu_se: float
+    pi: np.ndarray
+    pi_se: np.ndarray
+    sigma: np.ndarray
+    sigma_se: np.ndarray
+    risk: np.ndarray
+    risk_se: np.ndarray
+    residual: np.ndarray
+    r2: float
+    r2_unweighted: float
+    n_pairs: int
+    dispersion: float
+
+
+def sum_zero_basis(k: int) -> np.ndarray:
+    """Orthonormal K×(K−1) basis of {x : Σx = 0} (Helmert contrasts)."""
+    if k < 2:
+        return np.zeros((k, 0))
+    from scipy.linalg import helmert
+
+    return np.asarray(helmert(k, full=False).T, dtype=float)
+
+
+def design(a: np.ndarray, b: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Rows [1, Q[a], Q[b]] for pairs (a → b)."""
+    return np.hstack([np.ones((len(a), 1)), q[a], q[b]])
+
+
+def decompose(delta: np.ndarray, var: np.ndarray, mask: np.ndarray, ridge: float) -> Decomposition:
+    """Fit μ, π, σ from a (K, K) matrix of Δ over the ``mask``-ed off-diagonal pairs.
+
+    Args:
+        delta: (K, K) Δ[a, b] for prefix a, suffix b.
+        var: (K, K) variances of ``delta`` (must be > 0 where ``mask``).
+        mask: (K, K) which pairs to fit.
+        ridge: penalty on ‖π‖² + ‖σ‖² (0 = plain WLS; then unobserved models make the
+            system singular and the pseudo-inverse picks the minimum-norm solution).
+    """
+    k = delta.shape[0]
+    q = sum_zero_basis(k)
+    a, b = np.nonzero(mask)
+    m = len(a)
+    if m == 0:
+        return _empty(k)
+    x = design(a, b, q)
+    y = delta[a, b]
+    w = 1.0 / var[a, b]
+    penalty = np.full(x.shape[1], float(ridge))
+    penalty[0] = 0.0
+    xtw = x.T * w
+    precision = xtw @ x + np.diag(penalty)
+    cov = np.linalg.pinv(precision, hermitian=True)
+    theta = cov @ (xtw @ y)
+    fitted = x @ theta
+    resid = y - fitted
+    df = float(np.trace(cov @ (xtw @ x)))
+    rss_w = float(np.sum(w * resid**2))
+    phi = max(1.0, rss_w / (m - df)) if m - df >= 1.0 else 1.0
+    cov = cov * phi
+    return _assemble(k, q, theta, cov, (a, b, y, w, resid), phi)
+
+
+def _assemble(
+    k: int,
+    q: np.ndarray,
+    theta: np.ndarray,
+    cov: np.ndarray,
+    fit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    phi: float,
+) -> Decomposition:
+    a, b, y, w, resid = fit
+    nb = q.shape[1]
+    pi_map = np.zeros((k, len(theta)))
+    pi_map[:, 1 : 1 + nb] = q
+    sigma_map = np.zeros((k, len(theta)))
+    sigma_map[:, 1 + nb :] = q
+    aa, bb = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+    xall = design(aa.ravel(), bb.ravel(), q)
+    risk = (xall @ theta).reshape(k, k)
+    risk_se = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", xall, cov, xall), 0.0)).reshape(k, k)
+    np.fill_diagonal(risk, np.nan)
+    np.fill_diagonal(risk_se, np.nan)
+    residual = np.full((k, k), np.nan)
+    residual[a, b] = resid
+    return Decomposition(
+        mu=float(theta[0]),
+        mu_se=float(np.sqrt(cov[0, 0])),
+        pi=pi_map @ theta,
+        pi_se=_diag_se(pi_map, cov),
+        sigma=sigma_map @ theta,
+        sigma_se=_diag_se(sigma_map, cov),
+        risk=risk,
+        risk_se=risk_se,
+        residual=residual,
+        r2=_r2(y, resid, w),
+        r2_unweighted=_r2(y, resid, np.ones_like(y)),
+        n_pairs=len(a),
+        dispersion=phi,
+    )
+
+
+def _diag_se(mapping: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", mapping, cov, mapping), 0.0))
+
+
+def _r2(y: np.ndarray, resid: np.ndarray, w: np.ndarray) -> float:
+    if len(y) < 2:
+        return float("nan")
+    ybar = np.sum(w * y) / np.sum(w)
+    tss = float(np.sum(w * (y - ybar) ** 2))
+    return float("nan") if tss <= 0 else 1.0 - float(np.sum(w * resid**2)) / tss
+
+
+def _empty(k: int) -> Decomposition:
+    nan_k = np.full(k, np.nan)
+    nan_kk = np.full((k, k), np.nan)
+    return Decomposition(
+        mu=float("nan"),
+        mu_se=float("nan"),
+        pi=nan_k,
+        pi_se=nan_k,
+        sigma=nan_k,
+        sigma_se=nan_k,
+        risk=nan_kk,
+        risk_se=nan_kk,
+        residual=nan_kk,
+        r2=float("nan"),
+        r2_unweighted=float("nan"),
+        n_pairs=0,
+        dispersion=1.0,
+    )

@@ -1,0 +1,138 @@
+"""Two-state (pass/fail) Markov chain of a rule's verdicts across turns.
+
+Estimation (after ``markov-answer-instability.txt``): p_TF = n(pass→fail) / n(from
+pass), p_FT = n(fail→pass) / n(from fail), counted over consecutive checks of the
+same rule in the same conversation (not_applicable and error transitions are dropped).
+Given the from-state the to-states are binomial, so the MLEs get Wilson intervals.
+
+* stationary adherence s = p_FT / (p_TF + p_FT); NaN when p_TF + p_FT = 0 (the
+  chain never moves and its long run is just its start) or when a from-state was
+  never observed. Interval: on the logit scale, logit s = log p_FT − log p_TF, with
+  the log-proportion variances 1/x − 1/n (½ added to x and n so zeros stay finite).
+* implied curve a(d) = s + (a₁ − s)·λ^(d−1), λ = 1 − p_TF − p_FT, started at the
+  observed depth-1 adherence a₁; each bucket's value is the curve averaged over the
+  bucket's depths (the open last bucket "lo+" is averaged over lo … 2·lo − 1).
+* half-life ln 2 / −ln|λ| turns (0 when λ = 0, inf when |λ| = 1).
+* log loss = mean binomial cross-entropy and mse = mean squared error (Brier) of the
+  curve's probability against every observed check, as in the paper's tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from handoffmon.refit.cells import wilson
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class MarkovArrays:
+    """Vectorized Markov estimates for K models (arrays of shape (K,))."""
+
+    p_tf: np.ndarray
+    p_tf_lo: np.ndarray
+    p_tf_hi: np.ndarray
+    p_ft: np.ndarray
+    p_ft_lo: np.ndarray
+    p_ft_hi: np.ndarray
+    stationary: np.ndarray
+    stationary_lo: np.ndarray
+    stationary_hi: np.ndarray
+    half_life: np.ndarray
+    n_transitions: np.ndarray
+
+
+def fit_markov(trans: np.ndarray, z: float) -> MarkovArrays:
+    """Estimate chains from (K, 2, 2) counts [model, from (pass, fail), to (pass, fail)]."""
+    t = trans.astype(float)
+    n_p = t[:, 0].sum(axis=-1)
+    n_f = t[:, 1].sum(axis=-1)
+    x_tf = t[:, 0, 1]
+    x_ft = t[:, 1, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_tf = np.where(n_p > 0, x_tf / n_p, np.nan)
+        p_ft = np.where(n_f > 0, x_ft / n_f, np.nan)
+        total = p_tf + p_ft
+        stationary = np.where(total > 0, p_ft / total, np.nan)
+        lo, hi = stationary_interval(x_tf, n_p, x_ft, n_f, z)
+    tf_lo, tf_hi = wilson(x_tf, n_p, z)
+    ft_lo, ft_hi = wilson(x_ft, n_f, z)
+    defined = np.isfinite(stationary)
+    return MarkovArrays(
+        p_tf=p_tf,
+        p_tf_lo=tf_lo,
+        p_tf_hi=tf_hi,
+        p_ft=p_ft,
+        p_ft_lo=ft_lo,
+        p_ft_hi=ft_hi,
+        stationary=stationary,
+        stationary_lo=np.where(defined, lo, np.nan),
+        stationary_hi=np.where(defined, hi, np.nan),
+        half_life=half_life(p_tf, p_ft),
+        n_transitions=(n_p + n_f).astype(np.int64),
+    )
+
+
+def stationary_interval(
+    x_tf: np.ndarray, n_p: np.ndarray, x_ft: np.ndarray, n_f: np.ndarray, z: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Logit-scale delta-method interval of p_FT / (p_TF + p_FT)."""
+    a, na = x_ft + 0.5, n_f + 0.5
+    b, nb = x_tf + 0.5, n_p + 0.5
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centre = np.log(a / na) - np.log(b / nb)
+        se = np.sqrt(np.maximum(1 / a - 1 / na + 1 / b - 1 / nb, 0.0))
+    return _expit(centre - z * se), _expit(centre + z * se)
+
+
+def _expit(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def half_life(p_tf: np.ndarray, p_ft: np.ndarray) -> np.ndarray:
+    """Turns for |a(d) − s| to halve: ln 2 / −ln|1 − p_TF − p_FT|."""
+    lam = np.abs(1.0 - p_tf - p_ft)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hl = np.log(2.0) / -np.log(lam)
+    hl = np.where(lam == 0, 0.0, hl)
+    return np.where(lam >= 1.0, np.inf, hl)
+
+
+def bucket_depths(edges: tuple[int, ...]) -> list[np.ndarray]:
+    """Depths averaged over for each bucket (the open last bucket: lo … 2·lo − 1)."""
+    out = []
+    for i, lo in enumerate(edges):
+        hi = edges[i + 1] - 1 if i + 1 < len(edges) else 2 * lo - 1
+        out.append(np.arange(lo, hi + 1))
+    return out
+
+
+def implied_curve(
+    initial: np.ndarray, p_tf: np.ndarray, p_ft: np.ndarray, edges: tuple[int, ...]
+) -> np.ndarray:
+    """(K, D) bucket-averaged a(d) = s + (a₁ − s) λ^(d−1); a constant a₁ when the chain never moves."""
+    lam = 1.0 - p_tf - p_ft
+    total = p_tf + p_ft
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.where(total > 0, p_ft / total, initial)
+    cols = []
+    for depths in bucket_depths(edges):
+        powers = np.power(lam[:, None], (depths - 1)[None, :]).mean(axis=1)
+        cols.append(s + (initial - s) * powers)
+    return np.stack(cols, axis=1) if cols else np.zeros((len(initial), 0))
+
+
+def curve_losses(curve: np.ndarray, passes: np.ndarray, checked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-check log loss and Brier MSE of ``curve`` (K, D) against observed counts (K, D)."""
+    f = np.clip(curve, _EPS, 1 - _EPS)
+    fails = checked - passes
+    use = checked > 0
+    n = np.where(use, checked, 0).sum(axis=1).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ll = -np.where(use, passes * np.log(f) + fails * np.log1p(-f), 0.0).sum(axis=1) / n
+        sq = np.where(use, passes * (1 - f) ** 2 + fails * f**2, 0.0).sum(axis=1) / n
+    bad = ~np.all(np.isfinite(curve) | ~use, axis=1) | (n == 0)
+    return np.where(bad, np.nan, ll), np.where(bad, np.nan, sq)

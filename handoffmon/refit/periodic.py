@@ -1,0 +1,130 @@
+"""``PeriodicRefit``: a daemon thread that refits a counts snapshot every ``interval_s``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from handoffmon.config import RefitConfig
+from handoffmon.counts import Counts
+from handoffmon.depth import DepthBuckets
+from handoffmon.refit.result import RefitResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RefitStats:
+    """Counters of a ``PeriodicRefit`` (read with ``PeriodicRefit.stats``)."""
+
+    runs: int
+    failures: int
+    last_success_at: float | None
+    last_duration_s: float | None
+    last_error: str | None
+
+
+class PeriodicRefit:
+    """Refit ``snapshot()`` every ``interval_s`` seconds and hand the result to ``publish``.
+
+    Failures (in the snapshot, the refit or the publisher) are counted and logged,
+    never raised: a broken refit must not take the monitor down.
+
+    Args:
+        snapshot: returns the current ``Counts`` (e.g. the local aggregates' snapshot).
+        publish: receives every successful ``RefitResult`` (e.g. sets the refit gauges).
+        interval_s: seconds between refits; must be > 0 for ``start``.
+        buckets: depth buckets the counts use.
+        settings: refit settings (``min_n``, ``confidence``, ``ridge``).
+        clock: wall clock for ``created_at`` (injected for tests).
+        source: label recorded in each result.
+    """
+
+    def __init__(
+        self,
+        snapshot: Callable[[], Counts],
+        publish: Callable[[RefitResult], None],
+        interval_s: float,
+        *,
+        buckets: DepthBuckets,
+        settings: RefitConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        source: str = "local",
+    ) -> None:
+        self._snapshot = snapshot
+        self._publish = publish
+        self.interval_s = float(interval_s)
+        self._buckets = buckets
+        self._settings = settings or RefitConfig()
+        self._clock = clock
+        self._source = source
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._failures = 0
+        self._last_success_at: float | None = None
+        self._last_duration_s: float | None = None
+        self._last_error: str | None = None
+        self.last_result: RefitResult | None = None
+
+    @property
+    def stats(self) -> RefitStats:
+        """Runs, failures and the last outcome."""
+        with self._lock:
+            return RefitStats(
+                self._runs, self._failures, self._last_success_at, self._last_duration_s, self._last_error
+            )
+
+    def run_once(self) -> RefitResult | None:
+        """Snapshot, refit and publish once; returns the result or None on failure."""
+        from handoffmon.refit import refit
+
+        started = time.perf_counter()
+        try:
+            result = refit(
+                self._snapshot(),
+                buckets=self._buckets,
+                settings=self._settings,
+                source=self._source,
+                now=self._clock(),
+            )
+            self._publish(result)
+        except Exception as exc:  # fail-open: counted and logged, never raised
+            with self._lock:
+                self._runs += 1
+                self._failures += 1
+                self._last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("handoffmon refit failed: %s", exc, exc_info=True)
+            return None
+        with self._lock:
+            self._runs += 1
+            self._last_success_at = result.created_at
+            self._last_duration_s = time.perf_counter() - started
+            self._last_error = None
+            self.last_result = result
+        return result
+
+    def start(self) -> None:
+        """Start the background thread (idempotent). The first refit runs after one interval."""
+        if self.interval_s <= 0:
+            raise ValueError("PeriodicRefit.interval_s must be > 0 to start")
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="handoffmon-refit", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread and wait up to ``timeout_s`` for a refit in progress."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.run_once()
