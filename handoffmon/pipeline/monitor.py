@@ -62,14 +62,17 @@ class Monitor:
     ) -> None:
         from handoffmon.attribution import Attributor, ModelNames, caller_conversation_id
         from handoffmon.checkers import RuleSet
-        from handoffmon.stores import make_store
 
         self.config = config = config if config is not None else HandoffmonConfig()
         self._clock = clock
         self._caller_id = caller_conversation_id
         self._closed = False
         self.names = ModelNames(config.attribution.canonical_models)
-        self.store: AttributionStore = store if store is not None else make_store(config.store)
+        if store is None:
+            from handoffmon.stores import make_store
+
+            store = make_store(config.store)
+        self.store: AttributionStore = store
         self.rules = (
             rules
             if rules is not None
@@ -78,7 +81,11 @@ class Monitor:
         sqlite_path = config.store.path if config.store.backend == "sqlite" else None
         self.aggregates = aggregates if aggregates is not None else Aggregates(sqlite_path)
         self.attributor = Attributor(
-            self.store, names=self.names, content_fallback=config.attribution.content_fallback, clock=clock
+            self.store,
+            names=self.names,
+            content_fallback=config.attribution.content_fallback,
+            clock=clock,
+            on_error=self._attribution_error,
         )
         self._dispatch: list[ExporterDispatch] = []
         self._observers: tuple[MonitorObserver, ...] = ()
@@ -198,12 +205,11 @@ class Monitor:
         try:
             canon = tuple(self.names.canonical(a) for a in authors if a) or (UNKNOWN_MODEL,)
             recorded = None
-            if not ctx.degraded:
-                try:
-                    recorded = self.attributor.record(ctx, reply, canon)
-                except Exception:
-                    _log.warning("handoffmon could not record a reply", exc_info=True)
-                    self.count_error("record")
+            try:
+                recorded = self.attributor.record(ctx, reply, canon)
+            except Exception:
+                _log.warning("handoffmon could not record a reply", exc_info=True)
+                self.count_error("record")
             if latency_s is None:
                 latency_s = max(0.0, time.monotonic() - ctx.started_at) if ctx.started_at else 0.0
             turn = PendingTurn(
@@ -224,7 +230,8 @@ class Monitor:
                 finished_at=self._clock(),
                 finish_s=time.perf_counter() - t0,
             )
-            if not self._pool.submit(turn, ctx.conversation_id):
+            key = recorded.conversation_id if recorded is not None else ctx.conversation_id
+            if not self._pool.submit(turn, key):
                 self._count_drop()
         except Exception:
             _log.warning("handoffmon finish failed", exc_info=True)
@@ -250,6 +257,10 @@ class Monitor:
                 obs.count_drop(1)
             except Exception:
                 _log.debug("handoffmon observer failed", exc_info=True)
+
+    def _attribution_error(self, stage: str, exc: BaseException) -> None:
+        _log.warning("handoffmon attribution failed open (%s): %r", stage, exc)
+        self.count_error(stage)
 
     def _pipeline_error(self, exc: BaseException) -> None:
         _log.warning("handoffmon pipeline error: %r", exc)

@@ -66,10 +66,19 @@ class ConversationState:
         }
 
     def declare(self, rules: tuple[Mapping[str, Any], ...], depth: int) -> ConversationState:
-        """Add rules declared in this turn's request (known names are kept as first declared)."""
-        known = {str(r.get("name")) for _, r in self.declared_rules}
-        new = tuple((depth, dict(r)) for r in rules if str(r.get("name")) not in known)
-        return replace(self, declared_rules=self.declared_rules + new) if new else self
+        """Add rules declared in this turn's request.
+
+        A name declared again takes the new definition but keeps its first declaration
+        depth (as ``RuleSet.accumulate``: same name, the new one wins).
+        """
+        merged: dict[str, tuple[int, Mapping[str, Any]]] = {
+            str(r.get("name")): (d, r) for d, r in self.declared_rules
+        }
+        for r in rules:
+            name = str(r.get("name"))
+            first = merged[name][0] if name in merged else depth
+            merged[name] = (first, dict(r))
+        return replace(self, declared_rules=tuple(merged.values()))
 
     def active_rules(self, depth: int) -> tuple[Mapping[str, Any], ...]:
         """Declared rules that apply at ``depth`` (declared at or before it)."""

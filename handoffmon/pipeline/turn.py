@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -98,6 +99,9 @@ class TurnProcessor:
 
     def _process(self, turn: PendingTurn) -> None:
         ctx = turn.ctx
+        final_id = getattr(turn.recorded, "conversation_id", None)
+        if final_id and final_id != ctx.conversation_id:  # a depth-1 derived id is fixed at record()
+            ctx = dataclasses.replace(ctx, conversation_id=final_id)
         if turn.recorded is not None:
             try:
                 self._attributor.persist(turn.recorded)
@@ -107,10 +111,10 @@ class TurnProcessor:
         author = turn.authors[-1]
         state = self._load_state(ctx)
         state = self._declare(state, ctx)
-        checks = self._check(turn, state, author)
+        checks = self._check(turn, ctx, state)
         state, transitions = state.advance(ctx.depth, checks)
         self._save_state(ctx, state)
-        record = self._record(turn, author)
+        record = self._record(turn, ctx, author)
         result = TurnResult(
             context=ctx,
             record=record,
@@ -167,17 +171,18 @@ class TurnProcessor:
                 self._count_error("rules")
         return tuple(out)
 
-    def _check(self, turn: PendingTurn, state: ConversationState, author: str) -> tuple[CheckResult, ...]:
+    def _check(
+        self, turn: PendingTurn, ctx: TurnContext, state: ConversationState
+    ) -> tuple[CheckResult, ...]:
         from handoffmon.checkers import CheckContext
 
-        ctx = turn.ctx
         meta: Mapping[str, object] = ctx.metadata or {}
         try:
             cctx = CheckContext(
                 turn=ctx,
                 model_group=ctx.requested_model,
                 route=str(meta["route"]) if meta.get("route") is not None else None,
-                tags=_str_list(meta.get("tags")),
+                tags=frozenset(_str_list(meta.get("tags"))),
                 user_message=ctx.user_message,
                 previous=dict(state.previous),
                 depth=ctx.depth,
@@ -194,18 +199,18 @@ class TurnProcessor:
             self._count_error("check", errors)
         return checks
 
-    def _record(self, turn: PendingTurn, author: str) -> TurnRecord:
+    def _record(self, turn: PendingTurn, ctx: TurnContext, author: str) -> TurnRecord:
         return TurnRecord(
             author=author,
             authors=turn.authors,
             deployment_id=turn.deployment_id,
-            requested_model=turn.ctx.requested_model,
+            requested_model=ctx.requested_model,
             fallbacks=turn.fallbacks,
             retries=turn.retries,
             latency_s=turn.latency_s,
             reply_chars=len(turn.reply_text),
             streamed=turn.streamed,
-            handoff=turn.ctx.handoff_for(author),
+            handoff=ctx.handoff_for(author),
             input_tokens=turn.input_tokens,
             output_tokens=turn.output_tokens,
             finish_reason=turn.finish_reason,

@@ -1,0 +1,140 @@
+"""Who served a reply: deployment, model name, group, fallback and retry counts from responses and headers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from handoffmon.attribution.names import ModelNames
+
+# LiteLLM puts these in ``_hidden_params["additional_headers"]`` (Router) and sends them
+# as HTTP response headers (LiteLLM Proxy).
+H_MODEL_ID = "x-litellm-model-id"
+H_MODEL_NAME = "x-litellm-model-name"
+H_MODEL_GROUP = "x-litellm-model-group"
+H_FALLBACKS = "x-litellm-attempted-fallbacks"
+H_RETRIES = "x-litellm-attempted-retries"
+
+
+@dataclass(frozen=True, slots=True)
+class ServedBy:
+    """What a response says about where it came from (all fields optional).
+
+    Attributes:
+        deployment_id: router deployment id (``model_info.id``).
+        model_name: the deployment's provider model string (``openai/gpt-4o``).
+        model_group: the group that finally served (after fallbacks).
+        fallbacks: fallbacks the router took.
+        retries: retries the router made.
+        provider: provider name.
+        response_model: model string the provider reported.
+    """
+
+    deployment_id: str | None = None
+    model_name: str | None = None
+    model_group: str | None = None
+    fallbacks: int = 0
+    retries: int = 0
+    provider: str | None = None
+    response_model: str | None = None
+
+
+def _int(value: object) -> int:
+    try:
+        return max(0, int(str(value)))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _str(value: object) -> str | None:
+    if value is None or value == "" or value == "None":
+        return None
+    return str(value)
+
+
+def hidden_params(obj: Any) -> Mapping[str, Any]:
+    """LiteLLM's ``_hidden_params`` of a response, stream wrapper or chunk ({} when absent)."""
+    hp = getattr(obj, "_hidden_params", None)
+    if hp is None and isinstance(obj, Mapping):
+        hp = obj.get("_hidden_params")
+    return hp if isinstance(hp, Mapping) else {}
+
+
+def _lower(headers: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {str(k).lower(): v for k, v in (headers or {}).items()}
+
+
+def served_by_headers(headers: Mapping[str, Any] | None, *, response_model: str | None = None) -> ServedBy:
+    """Authorship from LiteLLM response headers (a LiteLLM Proxy or Router upstream)."""
+    h = _lower(headers)
+    return ServedBy(
+        deployment_id=_str(h.get(H_MODEL_ID)),
+        model_name=_str(h.get(H_MODEL_NAME)),
+        model_group=_str(h.get(H_MODEL_GROUP)),
+        fallbacks=_int(h.get(H_FALLBACKS)),
+        retries=_int(h.get(H_RETRIES)),
+        response_model=response_model,
+    )
+
+
+def served_by_response(response: Any) -> ServedBy:
+    """Authorship from a LiteLLM response or stream wrapper (``_hidden_params``)."""
+    hp = hidden_params(response)
+    h = _lower(hp.get("additional_headers") if isinstance(hp.get("additional_headers"), Mapping) else None)
+    model = getattr(response, "model", None)
+    return ServedBy(
+        deployment_id=_str(hp.get("model_id")) or _str(h.get(H_MODEL_ID)),
+        model_name=_str(hp.get("litellm_model_name")) or _str(h.get(H_MODEL_NAME)),
+        model_group=_str(h.get(H_MODEL_GROUP)),
+        fallbacks=_int(h.get(H_FALLBACKS)),
+        retries=_int(h.get(H_RETRIES)),
+        provider=_str(hp.get("custom_llm_provider")),
+        response_model=_str(hp.get("provider_response_model")) or (model if isinstance(model, str) else None),
+    )
+
+
+def raw_author(names: ModelNames, deployment_id: str | None, model_name: str | None) -> str | None:
+    """The raw name to attribute a reply to.
+
+    The deployment id when ``attribution.canonical_models`` maps it (an operator naming
+    deployments explicitly), else the provider model string (two deployments of one
+    model are one author), else the deployment id.
+    """
+    if deployment_id and names.canonical(deployment_id) != deployment_id:
+        return deployment_id
+    return model_name or deployment_id
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage and finish reason of a (non-streamed) response."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def usage_of(response: Any) -> Usage:
+    """Usage and finish reason of a chat completion (OpenAI or LiteLLM shape)."""
+    usage = _get(response, "usage")
+    choices = _get(response, "choices") or ()
+    finish = _get(choices[0], "finish_reason") if choices else None
+    pt, ct = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
+    return Usage(
+        input_tokens=pt if isinstance(pt, int) else None,
+        output_tokens=ct if isinstance(ct, int) else None,
+        finish_reason=finish if isinstance(finish, str) else None,
+    )
+
+
+def first_message(response: Any) -> Any:
+    """The assistant message of a chat completion's first choice (``None`` when absent)."""
+    choices = _get(response, "choices") or ()
+    return _get(choices[0], "message") if choices else None
