@@ -1,0 +1,157 @@
+"""Offline switch matrix: paired BCa Δ per cell, BCa cell means and the π/σ decomposition.
+
+Here every episode ran under every cell (prefix A → suffix B, final-turn switch), so
+Δ(A→B) = mean_e [s_{A→B}(e) − s_{B→B}(e)] is a paired, randomized contrast — not
+observational like the production refit. Episodes missing from a cell or from its
+baseline are dropped from that pair only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from handoffmon.refit.bootstrap import bca_means
+from handoffmon.refit.decomposition import decompose
+from handoffmon.refit.result import CellMean, ModelScores, PairEffect, RuleFit, SwitchMatrixResult
+
+
+@dataclass(frozen=True)
+class ScoreTable:
+    """Episode scores as a dense (K, K, E) array with NaN where a cell lacks an episode."""
+
+    models: tuple[str, ...]
+    episodes: tuple[str, ...]
+    scores: np.ndarray
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, str, str, float]]) -> ScoreTable:
+        """Build from (episode, prefix_model, suffix_model, score) rows (duplicates: last wins)."""
+        rows = list(rows)
+        models = tuple(sorted({r[1] for r in rows} | {r[2] for r in rows}))
+        episodes = tuple(sorted({r[0] for r in rows}))
+        m = {name: i for i, name in enumerate(models)}
+        e = {name: i for i, name in enumerate(episodes)}
+        scores = np.full((len(models), len(models), len(episodes)), np.nan)
+        for ep, a, b, s in rows:
+            scores[m[a], m[b], e[ep]] = s
+        return cls(models, episodes, scores)
+
+
+def _bca_grouped(
+    rows: np.ndarray, resamples: int, confidence: float, rng: np.random.Generator
+) -> tuple[np.ndarray, ...]:
+    """BCa of row means where each row may lack some columns (NaN).
+
+    Rows sharing the same set of present columns are bootstrapped together (one shared
+    index matrix, as in the vectorized ``bca_means``); with a complete matrix that is
+    a single group.
+    """
+    c = rows.shape[0]
+    est, lo, hi, se = (np.full(c, np.nan) for _ in range(4))
+    n = np.zeros(c, dtype=np.int64)
+    present = ~np.isnan(rows)
+    groups: dict[bytes, list[int]] = {}
+    for i in range(c):
+        groups.setdefault(present[i].tobytes(), []).append(i)
+    for members in groups.values():
+        cols = present[members[0]]
+        k = int(cols.sum())
+        n[members] = k
+        if k < 2:
+            continue
+        res = bca_means(rows[members][:, cols], resamples=resamples, confidence=confidence, rng=rng)
+        est[members], lo[members], hi[members], se[members] = res.estimate, res.ci_low, res.ci_high, res.se
+    return n, est, lo, hi, se
+
+
+def switch_matrix(
+    table: ScoreTable,
+    *,
+    resamples: int = 1000,
+    seed: int | None = None,
+    confidence: float = 0.95,
+    ridge: float = 1.0,
+    min_n: int = 2,
+    source: str = "scores",
+    rule: str = "score",
+    now: float | None = None,
+) -> SwitchMatrixResult:
+    """Analyse a switch matrix of episode scores.
+
+    Args:
+        table: the scores.
+        resamples: bootstrap resamples per cell.
+        seed: RNG seed (same seed → same intervals).
+        confidence: interval level.
+        ridge: decomposition ridge strength.
+        min_n: minimum paired episodes for a pair's Δ to be reported.
+        source: label recorded in the result.
+        rule: label for the pairs' ``rule`` field.
+        now: creation time (default ``time.time()``).
+    """
+    rng = np.random.default_rng(seed)
+    k, e = len(table.models), len(table.episodes)
+    s = table.scores
+    n_c, mean_c, lo_c, hi_c, _ = _bca_grouped(s.reshape(k * k, e), resamples, confidence, rng)
+    cells = [
+        CellMean(
+            table.models[i // k], table.models[i % k], int(n_c[i]), *map(float, (mean_c[i], lo_c[i], hi_c[i]))
+        )
+        for i in range(k * k)
+        if n_c[i] > 0
+    ]
+    diag = s[np.arange(k), np.arange(k)]  # (K, E): baseline B→B per suffix B
+    deltas = (s - diag[None, :, :]).reshape(k * k, e)
+    n_d, d, d_lo, d_hi, d_se = (x.reshape(k, k) for x in _bca_grouped(deltas, resamples, confidence, rng))
+    reported = (~np.eye(k, dtype=bool)) & (n_d >= max(min_n, 2))
+    var = _pair_variance(deltas.reshape(k, k, e), n_d)
+    dec = decompose(np.where(reported, d, np.nan), var, reported, ridge)
+    pairs = [
+        PairEffect(
+            rule, table.models[a], table.models[b], int(n_d[a, b]), float(d[a, b]), float(d_se[a, b]),
+            float(d_lo[a, b]), float(d_hi[a, b]),
+            bool(reported[a, b] and (d_lo[a, b] > 0 or d_hi[a, b] < 0)),
+            float(dec.risk[a, b]), float(dec.risk_se[a, b]), bool(reported[a, b]), 1.0,
+            float(dec.residual[a, b]),
+        )
+        for a in range(k)
+        for b in range(k)
+        if a != b
+    ]  # fmt: skip
+    used = np.where(reported, n_d, 0)
+    n_model = used.sum(axis=0) + used.sum(axis=1)
+    models = {
+        m: ModelScores(
+            float(dec.pi[i]),
+            float(dec.pi_se[i]),
+            float(dec.sigma[i]),
+            float(dec.sigma_se[i]),
+            int(n_model[i]),
+        )
+        for i, m in enumerate(table.models)
+    }
+    fit = RuleFit(rule, dec.mu, dec.mu_se, dec.r2, dec.r2_unweighted, dec.n_pairs, models, pairs)
+    return SwitchMatrixResult(
+        created_at=time.time() if now is None else float(now),
+        source=source,
+        n_episodes=e,
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+        fit=fit,
+        cells=cells,
+    )
+
+
+def _pair_variance(deltas: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """var(δ̄) = s²/n for the WLS weights, floored at (½/n)² so all-equal δ stay finite."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = n >= 2
+        v = np.where(
+            ok, np.nanvar(np.where(ok[..., None], deltas, 0.0), axis=-1, ddof=1) / np.maximum(n, 1), np.nan
+        )
+        return np.maximum(v, 0.25 / np.maximum(n, 1) ** 2)
