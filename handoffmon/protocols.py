@@ -17,11 +17,18 @@ class Authorship:
         authors: canonical authors, in order (usually one).
         depth: depth of the turn that produced the message.
         created_at: wall-clock seconds when it was recorded.
+        conversation_id: conversation that produced it (``""`` = unknown or ambiguous).
+            The memory store evicts a conversation's keys together by it; the attributor
+            keeps a derived conversation id stable across truncated histories with it.
+
+    An entry with no ``authors`` is a collision marker: the key was recorded for
+    different authors, so it attributes nothing. ``depth`` 0 = ambiguous depth.
     """
 
     authors: tuple[str, ...]
     depth: int
     created_at: float
+    conversation_id: str = ""
 
 
 @runtime_checkable

@@ -1,0 +1,24 @@
+"""Turn attribution: chained fingerprints, content fallback, conversation ids, model names."""
+
+from __future__ import annotations
+
+from handoffmon.attribution.attributor import Attributor, OnError, RecordedReply
+from handoffmon.attribution.conversation import (
+    caller_conversation_id,
+    derived_conversation_id,
+)
+from handoffmon.attribution.names import ModelNames
+from handoffmon.attribution.normalize import normalize_message, normalize_messages
+from handoffmon.attribution.pending import merge_authorship
+
+__all__ = [
+    "Attributor",
+    "ModelNames",
+    "OnError",
+    "RecordedReply",
+    "caller_conversation_id",
+    "derived_conversation_id",
+    "merge_authorship",
+    "normalize_message",
+    "normalize_messages",
+]

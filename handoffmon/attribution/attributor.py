@@ -1,0 +1,380 @@
+"""The Attributor: who wrote each earlier assistant message, the turn's depth, prefix and id."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xxhash import xxh3_64_intdigest
+
+from handoffmon.attribution.conversation import (
+    PENDING_PREFIX,
+    derived_conversation_id,
+    pending_conversation_id,
+)
+from handoffmon.attribution.fingerprint import (
+    ASSISTANT_SALT,
+    CHAIN_SEED,
+    DEFAULT_MIN_CONTENT_CHARS,
+    UNCHAINED_ROLES,
+    TextCache,
+    chain_key,
+    content_fingerprint,
+    content_key,
+    context_digest,
+    raw_digest,
+    role_salt,
+)
+from handoffmon.attribution.names import ModelNames
+from handoffmon.attribution.pending import PendingOverlay, merge_authorship
+from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.types import (
+    NO_PREFIX,
+    UNKNOWN_MODEL,
+    Message,
+    MessageAttribution,
+    TurnContext,
+)
+
+OnError = Callable[[str, BaseException], None]
+_UNKNOWN_AUTHORS = (UNKNOWN_MODEL,)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedReply:
+    """A reply's fingerprints, ready to persist (``Attributor.persist``).
+
+    Attributes:
+        conversation_id: the conversation's final id (a depth-1 derived id is fixed here,
+            from the reply's chained fingerprint).
+        fingerprint: chain key of the reply.
+        items: store keys and values to persist (chain key, and content key if enabled).
+        seq: overlay sequence number, so ``persist`` drops only its own overlay entries.
+    """
+
+    conversation_id: str
+    fingerprint: str
+    items: tuple[tuple[str, Authorship], ...]
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class _Scan:
+    """One pass over the history (internal, mutable on purpose: built in the hot loop)."""
+
+    fingerprint: int
+    chars: int
+    tail: int
+    assistants: list[tuple[int, int, int]]  # (index, chain fingerprint, content fingerprint)
+
+
+class Attributor:
+    """Attributes request histories and records replies (see the README, "Attribution").
+
+    Args:
+        store: where fingerprints live.
+        names: canonical model names (``record`` expects canonical authors already).
+        content_fallback: also key replies by content, for when the chain breaks.
+        clock: wall clock for ``Authorship.created_at``.
+        pending_max: bound of the in-process overlay of not-yet-persisted replies.
+        on_error: called with (stage, exception) when the store fails in ``attribute``
+            or attribution fails as a whole; ``errors`` counts the same events.
+        min_content_chars: shorter replies get a content key bound to the preceding message.
+        text_cache_chars: bound of the folded-text cache.
+        monotonic: clock for ``TurnContext.started_at``.
+    """
+
+    def __init__(
+        self,
+        store: AttributionStore,
+        *,
+        names: ModelNames | None = None,
+        content_fallback: bool = True,
+        clock: Callable[[], float] = time.time,
+        pending_max: int = 100_000,
+        on_error: OnError | None = None,
+        min_content_chars: int = DEFAULT_MIN_CONTENT_CHARS,
+        text_cache_chars: int = 8_000_000,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.names = names if names is not None else ModelNames()
+        self.content_fallback = content_fallback
+        self.min_content_chars = min_content_chars
+        self.errors = 0
+        self._clock = clock
+        self._monotonic = monotonic
+        self._on_error = on_error
+        self._pending = PendingOverlay(pending_max)
+        self._texts = TextCache(text_cache_chars)
+
+    # -- hot path ---------------------------------------------------------------------
+
+    def attribute(
+        self,
+        messages: Sequence[Any],
+        *,
+        conversation_id: str | None = None,
+        requested_model: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> TurnContext:
+        """Attribute every assistant message of a request history. Never raises.
+
+        O(history) hashing and one ``store.get_many``. If the store fails, messages are
+        ``unknown`` (except replies still pending in this process); if anything else
+        fails, the context is ``degraded``. Both are reported through ``on_error``.
+
+        Args:
+            messages: the request's messages (dicts or OpenAI/LiteLLM objects).
+            conversation_id: the caller's id (see ``caller_conversation_id``), if any.
+            requested_model: the model or group the application asked for.
+            metadata: request metadata, carried on the context.
+        """
+        started = self._monotonic()
+        meta: Mapping[str, object] = metadata if metadata is not None else {}
+        try:
+            scan = self._scan(messages)
+            found = self._lookup(scan)
+            return self._context(scan, found, conversation_id, requested_model, meta, started)
+        except Exception as exc:
+            self._fail("attribution", exc)
+            return self._degraded(messages, conversation_id, requested_model, meta, started)
+
+    def _scan(self, messages: Sequence[Any]) -> _Scan:
+        h = CHAIN_SEED
+        chars = 0
+        assistants: list[tuple[int, int, int]] = []
+        prev_role: object = None
+        prev_digest = 0
+        min_chars = self.min_content_chars
+        texts = self._texts
+        for i, raw in enumerate(messages):
+            m, d, n = raw_digest(raw, texts)
+            chars += n
+            role = m.get("role")
+            if role in UNCHAINED_ROLES:
+                continue
+            if role == "assistant":
+                h = xxh3_64_intdigest(d.to_bytes(8, "little"), seed=h ^ ASSISTANT_SALT)
+                if n >= min_chars:
+                    assistants.append((i, h, d))
+                else:
+                    ctx = context_digest(prev_role, prev_digest) if prev_role is not None else 0
+                    assistants.append((i, h, content_fingerprint(d, n, ctx, min_chars)))
+            else:
+                h = xxh3_64_intdigest(d.to_bytes(8, "little"), seed=h ^ role_salt(role))
+            prev_role, prev_digest = role, d
+        tail = context_digest(prev_role, prev_digest) if prev_role is not None else 0
+        return _Scan(h, chars, tail, assistants)
+
+    def _lookup(self, scan: _Scan) -> list[Authorship | None]:
+        """Chain key (and content key) of every assistant message, in that order, in one call."""
+        if self.content_fallback:
+            keys = [k for _, h, c in scan.assistants for k in (chain_key(h), content_key(c))]
+        else:
+            keys = [chain_key(h) for _, h, _ in scan.assistants]
+        if not keys:
+            return []
+        pending = self._pending
+        if not len(pending):
+            return self._get_many(keys, [None] * len(keys), keys)
+        found = [pending.get(k) for k in keys]
+        missing = [k for k, v in zip(keys, found, strict=True) if v is None]
+        return self._get_many(missing, found, keys) if missing else found
+
+    def _get_many(
+        self, missing: list[str], found: list[Authorship | None], keys: list[str]
+    ) -> list[Authorship | None]:
+        try:
+            got = self.store.get_many(missing)
+        except Exception as exc:  # any store failure: fail open to what the overlay knows
+            self._fail("attribution", exc)
+            return found
+        if len(missing) == len(keys):
+            return list(got)
+        it = iter(got)
+        return [v if v is not None else next(it) for v in found]
+
+    def _context(
+        self,
+        scan: _Scan,
+        found: list[Authorship | None],
+        conversation_id: str | None,
+        requested_model: str | None,
+        metadata: Mapping[str, object],
+        started: float,
+    ) -> TurnContext:
+        attributions, stored = self._attributions(scan, found)
+        n = len(attributions)
+        if n:
+            prefix = attributions[-1].author
+            purity = sum(1 for a in attributions if a.author == prefix) / n
+            known = {x for a in attributions for x in a.authors if x != UNKNOWN_MODEL}
+        else:
+            prefix, purity, known = NO_PREFIX, 1.0, set()
+        if conversation_id:
+            cid, source = conversation_id, "caller"
+        else:
+            cid, source = self._derived_id(scan, stored), "derived"
+        return TurnContext(
+            conversation_id=cid,
+            conversation_id_source=source,  # type: ignore[arg-type]
+            depth=_depth(attributions),
+            history_chars=scan.chars,
+            history_tokens=(scan.chars + 3) // 4,
+            prefix_model=prefix,
+            prefix_purity=purity,
+            prefix_authors=len(known),
+            attributions=tuple(attributions),
+            history_fingerprint=scan.fingerprint,
+            requested_model=requested_model,
+            metadata=metadata,
+            started_at=started,
+            tail_fingerprint=scan.tail,
+        )
+
+    def _attributions(
+        self, scan: _Scan, found: list[Authorship | None]
+    ) -> tuple[list[MessageAttribution], list[Authorship | None]]:
+        step = 2 if self.content_fallback else 1
+        out: list[MessageAttribution] = []
+        stored: list[Authorship | None] = []
+        for j, (index, _, _) in enumerate(scan.assistants):
+            auth = found[j * step]
+            method = "chain"
+            if auth is None or not auth.authors:
+                auth = found[j * step + 1] if step == 2 else None
+                method = "content"
+                if auth is None or not auth.authors:
+                    out.append(MessageAttribution(index, UNKNOWN_MODEL, _UNKNOWN_AUTHORS, None, "unknown"))
+                    stored.append(None)
+                    continue
+            authors = auth.authors
+            out.append(MessageAttribution(index, authors[-1], authors, auth.depth or None, method))  # type: ignore[arg-type]
+            stored.append(auth)
+        return out, stored
+
+    @staticmethod
+    def _derived_id(scan: _Scan, stored: list[Authorship | None]) -> str:
+        """Stored id of the earliest attributed message, else from the first assistant's chain."""
+        for auth in stored:
+            if auth is not None and auth.conversation_id:
+                return auth.conversation_id
+        if scan.assistants:
+            return derived_conversation_id(scan.assistants[0][1])
+        return pending_conversation_id(scan.fingerprint)
+
+    def _degraded(
+        self,
+        messages: Sequence[Any],
+        conversation_id: str | None,
+        requested_model: str | None,
+        metadata: Mapping[str, object],
+        started: float,
+    ) -> TurnContext:
+        try:
+            depth = 1 + sum(1 for m in messages if _role_of(m) == "assistant")
+        except Exception:  # the history is not even iterable: depth unknown, call it 1
+            depth = 1
+        return TurnContext(
+            conversation_id=conversation_id or pending_conversation_id(0),
+            conversation_id_source="caller" if conversation_id else "derived",
+            depth=depth,
+            history_chars=0,
+            history_tokens=0,
+            prefix_model=NO_PREFIX if depth == 1 else UNKNOWN_MODEL,
+            prefix_purity=1.0 if depth == 1 else 0.0,
+            prefix_authors=0,
+            attributions=(),
+            history_fingerprint=0,
+            requested_model=requested_model,
+            metadata=metadata,
+            started_at=started,
+            degraded=True,
+        )
+
+    # -- after the reply ----------------------------------------------------------------
+
+    def record(
+        self, ctx: TurnContext, reply: Message | Mapping[str, Any] | str, authors: Sequence[str]
+    ) -> RecordedReply:
+        """Fingerprint a reply and make it attributable at once in this process.
+
+        Cheap (two hashes and a dict insert). ``authors`` are canonical names, in order
+        (two for a mid-stream fallback). Nothing is recorded for a degraded context or
+        when every author is ``unknown``.
+
+        Returns:
+            What ``persist`` writes, and the conversation's final id.
+        """
+        d, n = raw_digest(_as_reply(reply), self._texts)[1:]
+        h = xxh3_64_intdigest(d.to_bytes(8, "little"), seed=ctx.history_fingerprint ^ ASSISTANT_SALT)
+        cid = ctx.conversation_id
+        if ctx.conversation_id_source == "derived" and cid.startswith(PENDING_PREFIX):
+            cid = derived_conversation_id(h)
+        names = tuple(a for a in authors if a and a != UNKNOWN_MODEL)
+        if ctx.degraded or not names:
+            return RecordedReply(cid, chain_key(h), ())
+        auth = Authorship(tuple(authors), ctx.depth, self._clock(), cid)
+        items = [(chain_key(h), auth)]
+        if self.content_fallback:
+            fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
+            items.append((content_key(fp), auth))
+        seq = self._pending.add(items)
+        return RecordedReply(cid, items[0][0], tuple(items), seq)
+
+    def persist(self, recorded: RecordedReply) -> None:
+        """Write a recorded reply to the store (background worker), merging collisions.
+
+        Reads the keys first so a key recorded for different authors becomes a collision
+        marker (see ``merge_authorship``); then drops the overlay entries.
+
+        Raises:
+            StoreError: the store failed (the overlay keeps the entries meanwhile).
+        """
+        if not recorded.items:
+            return
+        keys = [k for k, _ in recorded.items]
+        existing = self.store.get_many(keys)
+        pairs = zip(recorded.items, existing, strict=True)
+        merged = [(k, merge_authorship(old, new)) for (k, new), old in pairs]
+        self.store.put_many(merged)
+        self._pending.drop(keys, recorded.seq)
+
+    @property
+    def pending(self) -> int:
+        """Replies' keys recorded but not yet persisted."""
+        return len(self._pending)
+
+    def _fail(self, stage: str, exc: BaseException) -> None:
+        self.errors += 1
+        if self._on_error is not None:
+            # an error hook must not turn fail-open into fail-closed
+            with contextlib.suppress(Exception):
+                self._on_error(stage, exc)
+
+
+def _depth(attributions: Sequence[MessageAttribution]) -> int:
+    """Depth of the new turn: from the latest message with a stored depth, else by counting."""
+    n = len(attributions)
+    for q in range(n - 1, -1, -1):
+        d = attributions[q].depth
+        if d:
+            return d + (n - q)
+    return n + 1
+
+
+def _role_of(message: Any) -> object:
+    if isinstance(message, Mapping):
+        return message.get("role")
+    return getattr(message, "role", None)
+
+
+def _as_reply(reply: Any) -> Any:
+    """Replies are assistant messages whatever role (or none) they carry."""
+    if isinstance(reply, str):
+        return {"role": "assistant", "content": reply}
+    return reply

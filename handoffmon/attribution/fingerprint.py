@@ -1,0 +1,171 @@
+"""Chained and content-only fingerprints (xxh3_64) over normalized messages, with a text cache.
+
+The chain: ``h_0 = CHAIN_SEED``; for every non-system message ``i``,
+``h_i = xxh3_64(d_i, seed = h_{i-1} XOR salt(role_i))`` where ``d_i`` is the message
+digest: xxh3_64 of the folded content, re-seeded with the canonical tool calls, name and
+tool-call id when present. ``system``/``developer`` messages are not chained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from xxhash import xxh3_64_intdigest
+
+from handoffmon.attribution.normalize import (
+    _as_dict,
+    content_text,
+    extras_text,
+    fold,
+    tool_calls_text,
+)
+from handoffmon.types import Message
+
+CHAIN_SEED = xxh3_64_intdigest(b"handoffmon/chain/v1")
+"""``h_0`` of every chain."""
+
+UNCHAINED_ROLES = frozenset({"system", "developer"})
+"""Roles left out of the chain: their content (timestamps, per-request context) changes
+from one request to the next without changing the conversation."""
+
+DEFAULT_MIN_CONTENT_CHARS = 32
+"""Below this many characters a content-only key is bound to the preceding message."""
+
+
+def _salt(role: str) -> int:
+    return int(xxh3_64_intdigest(f"handoffmon/role/{role}".encode()))
+
+
+_SALTS: Mapping[str, int] = {r: _salt(r) for r in ("user", "assistant", "tool", "function", "system")}
+
+
+def role_salt(role: object) -> int:
+    """64-bit salt of a role (precomputed for the usual roles)."""
+    if type(role) is str:
+        salt = _SALTS.get(role)
+        return salt if salt is not None else _salt(role)
+    return _salt(str(role))
+
+
+ASSISTANT_SALT = role_salt("assistant")
+
+
+def text_digest(text: str) -> int:
+    """xxh3_64 of already-folded text."""
+    return xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def with_extras(digest: int, extras: str) -> int:
+    """Fold tool calls / name / tool-call id (``extras_text``) into a text digest."""
+    if not extras:
+        return digest
+    return xxh3_64_intdigest(extras.encode("utf-8", "surrogatepass"), seed=digest)
+
+
+def chain_step(prev: int, role: object, digest: int) -> int:
+    """``h_i`` from ``h_{i-1}``, the role and the message digest."""
+    return xxh3_64_intdigest(digest.to_bytes(8, "little"), seed=prev ^ role_salt(role))
+
+
+def context_digest(role: object, digest: int) -> int:
+    """Chain-independent digest of one message (binds short replies to what preceded them)."""
+    return xxh3_64_intdigest(digest.to_bytes(8, "little"), seed=role_salt(role))
+
+
+def content_fingerprint(digest: int, length: int, prev_context: int, min_chars: int) -> int:
+    """Content-only fingerprint of an assistant message.
+
+    Messages of at least ``min_chars`` characters are keyed by their digest alone; shorter
+    ones ("Sure!") by their digest and the preceding message's ``context_digest``.
+    """
+    if length >= min_chars:
+        return digest
+    return xxh3_64_intdigest(digest.to_bytes(8, "little"), seed=prev_context)
+
+
+def chain_key(fingerprint: int) -> str:
+    """Store key of a chained fingerprint."""
+    return f"c:{fingerprint:016x}"
+
+
+def content_key(fingerprint: int) -> str:
+    """Store key of a content-only fingerprint."""
+    return f"k:{fingerprint:016x}"
+
+
+class TextCache:
+    """Bounded cache: raw content string → (digest of its folded text, folded length).
+
+    Safe because strings are immutable and folding is a pure function. Clients resend
+    every message on every later turn, so folding runs about once per message. Bounded
+    by the total characters held; when full it is cleared (cheap, and refills in a turn).
+
+    Args:
+        max_chars: characters of keys held before the cache is cleared.
+    """
+
+    __slots__ = ("_chars", "_data", "max_chars")
+
+    def __init__(self, max_chars: int = 8_000_000) -> None:
+        self.max_chars = max_chars
+        self._data: dict[str, tuple[int, int]] = {}
+        self._chars = 0
+
+    def text(self, content: Any) -> tuple[int, int]:
+        """(digest, folded length) of a message's raw ``content`` (any accepted shape)."""
+        if type(content) is str:
+            hit = self._data.get(content)
+            if hit is not None:
+                return hit
+            folded = fold(content)
+            value = (text_digest(folded), len(folded))
+            if self._chars + len(content) > self.max_chars:
+                self._data.clear()
+                self._chars = 0
+            self._data[content] = value
+            self._chars += len(content)
+            return value
+        text = content_text(content)
+        return (text_digest(text), len(text))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def raw_extras(m: Mapping[str, Any]) -> str:
+    """``extras_text`` of a raw message mapping (``""`` for plain role+content messages)."""
+    name = m.get("name")
+    call_id = m.get("tool_call_id")
+    return extras_text(
+        tool_calls_text(m.get("tool_calls"), m.get("function_call")),
+        name if isinstance(name, str) else "",
+        call_id if isinstance(call_id, str) else "",
+    )
+
+
+def message_digest(msg: Message) -> tuple[int, int]:
+    """(digest, length) of a normalized message: the same values the fast path computes."""
+    extras = extras_text(msg.tool_calls, msg.name, msg.tool_call_id)
+    return with_extras(text_digest(msg.content), extras), len(msg.content) + len(extras)
+
+
+def raw_digest(raw: Any, cache: TextCache) -> tuple[Mapping[str, Any], int, int]:
+    """(mapping view, digest, length) of one raw message, through the text cache."""
+    if isinstance(raw, Message):
+        d, n = message_digest(raw)
+        return {"role": raw.role}, d, n
+    m: Mapping[str, Any]
+    if type(raw) is dict:
+        m = raw
+    elif isinstance(raw, str):
+        m = {"role": "user", "content": raw}
+    else:
+        m = _as_dict(raw)
+    d, n = cache.text(m.get("content"))
+    if len(m) > 2:
+        extras = raw_extras(m)
+        if extras:
+            d = with_extras(d, extras)
+            n += len(extras)
+    return m, d, n

@@ -1,0 +1,140 @@
+"""Message normalization: folded text, stable multimodal placeholders, canonical tool calls."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import xxhash
+
+from handoffmon.types import Message
+
+_MESSAGE_FIELDS = ("role", "content", "tool_calls", "function_call", "name", "tool_call_id")
+_BINARY_KEYS = ("url", "data", "file_data", "file_id", "image_url", "input_audio", "file")
+
+
+def fold(text: str) -> str:
+    """Collapse every run of whitespace to one space and strip both ends."""
+    return " ".join(text.split())
+
+
+def _short_hash(value: object) -> str:
+    raw = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return f"{xxhash.xxh3_64_intdigest(raw.encode('utf-8', 'surrogatepass')):016x}"
+
+
+def _as_dict(obj: Any) -> Mapping[str, Any]:
+    """A mapping view of a dict, a pydantic model (OpenAI/LiteLLM objects) or a plain object."""
+    if isinstance(obj, Mapping):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            dumped = dump()
+        except Exception:  # an exotic model whose dump fails: read attributes instead
+            dumped = None
+        if isinstance(dumped, Mapping):
+            return dumped
+    return {k: getattr(obj, k) for k in _MESSAGE_FIELDS if getattr(obj, k, None) is not None}
+
+
+def part_text(part: Any) -> str:
+    """One content part as text: text parts folded, other parts as stable placeholders.
+
+    An image part becomes ``[image_url:<xxh3 of its url or data>]``, audio
+    ``[input_audio:<xxh3 of its data>]``; any other type ``[<type>:<xxh3 of the part>]``.
+    """
+    if isinstance(part, str):
+        return fold(part)
+    p = _as_dict(part)
+    kind = str(p.get("type") or "text")
+    if kind in ("text", "input_text", "output_text"):
+        text = p.get("text")
+        return fold(text) if isinstance(text, str) else fold(str(text or ""))
+    payload = next((p[k] for k in _BINARY_KEYS if p.get(k) is not None), None)
+    if isinstance(payload, Mapping):
+        inner = next((payload[k] for k in ("url", "data", "file_data", "file_id") if payload.get(k)), None)
+        payload = inner if inner is not None else payload
+    return f"[{kind}:{_short_hash(payload if payload is not None else dict(p))}]"
+
+
+def content_text(content: Any) -> str:
+    """Normalized text of a message's ``content`` (``None`` → ``""``).
+
+    Parts are joined with single spaces, skipping empty ones, so a single text part
+    normalizes exactly like the same text sent as a plain string.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return fold(content)
+    if isinstance(content, (list, tuple)):
+        return " ".join(t for t in map(part_text, content) if t)
+    return part_text(content)
+
+
+def _canonical_arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return fold(arguments)
+    return arguments
+
+
+def tool_calls_text(tool_calls: Any, function_call: Any = None) -> str:
+    """Canonical compact JSON of the tool calls (and a legacy ``function_call``), or ``""``.
+
+    Each call becomes ``[id, name, arguments]`` with the arguments re-serialized with
+    sorted keys when they are JSON, so whitespace and key order do not matter.
+    """
+    calls: list[Any] = []
+    for call in (tool_calls or ()) if isinstance(tool_calls, (list, tuple)) else ():
+        c = _as_dict(call)
+        fn = _as_dict(c.get("function") or {})
+        calls.append([c.get("id") or "", fn.get("name") or "", _canonical_arguments(fn.get("arguments"))])
+    if function_call:
+        fn = _as_dict(function_call)
+        calls.append(["", fn.get("name") or "", _canonical_arguments(fn.get("arguments"))])
+    if not calls:
+        return ""
+    return json.dumps(calls, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def normalize_message(msg: Mapping[str, Any] | Any, *, default_role: str = "user") -> Message:
+    """Normalize a chat message given as a dict or an OpenAI/LiteLLM/pydantic object.
+
+    Never raises on odd input: unknown shapes are stringified.
+
+    Args:
+        msg: the message.
+        default_role: role used when the message has none.
+    """
+    if isinstance(msg, Message):
+        return msg
+    if isinstance(msg, str):
+        return Message(role=default_role, content=fold(msg))
+    m = _as_dict(msg)
+    role = m.get("role") or default_role
+    name = m.get("name")
+    call_id = m.get("tool_call_id")
+    return Message(
+        role=role if isinstance(role, str) else str(role),
+        content=content_text(m.get("content")),
+        tool_calls=tool_calls_text(m.get("tool_calls"), m.get("function_call")),
+        name=name if isinstance(name, str) else "",
+        tool_call_id=call_id if isinstance(call_id, str) else "",
+    )
+
+
+def normalize_messages(messages: Sequence[Any]) -> list[Message]:
+    """Normalize every message of a request history, in order."""
+    return [normalize_message(m) for m in messages]
+
+
+def extras_text(tool_calls: str, name: str, tool_call_id: str) -> str:
+    """The non-content fields folded into one string (``""`` for a plain message)."""
+    if not (tool_calls or name or tool_call_id):
+        return ""
+    return f"{tool_calls}\x1e{name}\x1e{tool_call_id}"

@@ -1,0 +1,197 @@
+"""SQLite attribution store: one embedded file in WAL mode, safe across threads and processes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from handoffmon.errors import StoreError
+from handoffmon.protocols import Authorship
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS handoffmon_attribution (
+    key TEXT PRIMARY KEY,
+    authors TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    conversation_id TEXT NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS handoffmon_attribution_expiry ON handoffmon_attribution (expires_at);
+CREATE TABLE IF NOT EXISTS handoffmon_conversation_state (
+    conversation_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+_CHUNK = 500  # bound on SQL variables per statement (SQLite's default limit is 999+)
+
+
+class SQLiteStore:
+    """``AttributionStore`` in a SQLite file that survives restarts.
+
+    One connection per thread; WAL journaling lets readers in other processes proceed
+    while one writes; ``busy_timeout_s`` absorbs writer contention. Rows carry an expiry
+    (``ttl_s`` after the write); expired rows are ignored on read and purged every
+    ``purge_every_s``. Every ``sqlite3`` failure is raised as ``StoreError``.
+
+    Args:
+        path: database file (created with its directory).
+        ttl_s: expiry after the last write.
+        clock: wall clock (tests pass a fake).
+        busy_timeout_s: how long a write waits for another writer's lock.
+        purge_every_s: interval between purges of expired rows (on writes).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        ttl_s: float = 7 * 24 * 3600,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_s: float = 5.0,
+        purge_every_s: float = 60.0,
+    ) -> None:
+        self.path = Path(path)
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._busy_ms = int(busy_timeout_s * 1000)
+        self._purge_every_s = purge_every_s
+        self._next_purge = 0.0
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create directory for {self.path}: {exc}") from exc
+        with self._cursor() as cur:
+            cur.executescript(_SCHEMA)
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError(f"SQLite store {self.path} is closed")
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_ms / 1000, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _cursor(self, write: bool = False) -> Iterator[sqlite3.Cursor]:
+        try:
+            conn = self._connection()
+            cur = conn.cursor()
+            if write:
+                cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+                if write:
+                    cur.execute("COMMIT")
+            except BaseException:
+                if write and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            finally:
+                cur.close()
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
+
+    def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
+        """Look up keys; expired rows read as ``None``."""
+        now = self._clock()
+        rows: dict[str, Authorship] = {}
+        with self._cursor() as cur:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = list(keys[start : start + _CHUNK])
+                marks = ",".join("?" * len(chunk))
+                cur.execute(
+                    "SELECT key, authors, depth, created_at, conversation_id FROM handoffmon_attribution"
+                    f" WHERE key IN ({marks}) AND expires_at > ?",
+                    (*chunk, now),
+                )
+                for key, authors, depth, created_at, cid in cur.fetchall():
+                    rows[key] = Authorship(tuple(json.loads(authors)), depth, created_at, cid)
+        return [rows.get(k) for k in keys]
+
+    def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
+        """Record keys (overwriting) in one transaction."""
+        if not items:
+            return
+        now = self._clock()
+        expires = now + self.ttl_s
+        rows = [
+            (k, json.dumps(list(a.authors)), a.depth, a.created_at, a.conversation_id, expires)
+            for k, a in items
+        ]
+        with self._cursor(write=True) as cur:
+            cur.executemany("INSERT OR REPLACE INTO handoffmon_attribution VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._maybe_purge(cur, now)
+
+    def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
+        """The conversation's state, or ``None`` when missing or expired."""
+        with self._cursor() as cur:
+            cur.execute(
+                "SELECT state FROM handoffmon_conversation_state"
+                " WHERE conversation_id = ? AND expires_at > ?",
+                (conversation_id, self._clock()),
+            )
+            row = cur.fetchone()
+        if row is None:
+            return None
+        value = json.loads(row[0])
+        return value if isinstance(value, dict) else None
+
+    def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
+        """Replace the conversation's state (must be JSON-serializable)."""
+        try:
+            blob = json.dumps(dict(state), separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"conversation state is not JSON-serializable: {exc}") from exc
+        now = self._clock()
+        with self._cursor(write=True) as cur:
+            cur.execute(
+                "INSERT OR REPLACE INTO handoffmon_conversation_state VALUES (?, ?, ?)",
+                (conversation_id, blob, now + self.ttl_s),
+            )
+            self._maybe_purge(cur, now)
+
+    def purge(self) -> int:
+        """Delete expired rows now; returns how many went."""
+        with self._cursor(write=True) as cur:
+            return self._purge(cur, self._clock())
+
+    def _maybe_purge(self, cur: sqlite3.Cursor, now: float) -> None:
+        if now >= self._next_purge:
+            self._next_purge = now + self._purge_every_s
+            self._purge(cur, now)
+
+    @staticmethod
+    def _purge(cur: sqlite3.Cursor, now: float) -> int:
+        cur.execute("DELETE FROM handoffmon_attribution WHERE expires_at <= ?", (now,))
+        n = cur.rowcount
+        cur.execute("DELETE FROM handoffmon_conversation_state WHERE expires_at <= ?", (now,))
+        return n + cur.rowcount
+
+    def close(self) -> None:
+        """Close every thread's connection (idempotent)."""
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for conn in conns:
+            with suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
