@@ -1,0 +1,275 @@
+"""The checker contract: context, outcome, typed parameters and the registry of checker factories."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from handoffmon.types import TurnContext
+
+CheckVerdict = Literal["pass", "fail", "not_applicable"]
+"""What a checker may answer. ``error`` is reserved for the rule runner (raise / over budget)."""
+
+_MISSING: Any = object()
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    """Everything a checker may look at besides the reply text.
+
+    Attributes:
+        turn: the pipeline's turn context; ``None`` offline (``check``/``ifeval`` commands, evals).
+        model_group: the model or group the application asked for (scope ``model_groups``).
+        route: application route name (scope ``routes``).
+        tags: request metadata tags (scope ``tags``).
+        user_message: text of the last user message (challenge detection).
+        previous: rule name → the value that rule extracted at this conversation's previous
+            turn (``CheckResult.extracted``); see ``answer_flip``.
+        depth: 1-based depth of the reply; taken from ``turn.depth`` when ``turn`` is given.
+        rule: name of the rule being evaluated (set by the rule runner for stateful checkers).
+    """
+
+    turn: TurnContext | None = None
+    model_group: str | None = None
+    route: str | None = None
+    tags: frozenset[str] = frozenset()
+    user_message: str = ""
+    previous: Mapping[str, str] = field(default_factory=dict)
+    depth: int = 1
+    rule: str = ""
+
+    def __post_init__(self) -> None:
+        if self.turn is not None and self.depth != self.turn.depth:
+            object.__setattr__(self, "depth", self.turn.depth)
+
+    @property
+    def previous_value(self) -> str | None:
+        """What this rule extracted at the previous turn (``None`` when nothing was stored)."""
+        return self.previous.get(self.rule)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """A checker's answer.
+
+    Attributes:
+        verdict: pass, fail or not_applicable.
+        reason: short machine-friendly reason; never reply content.
+        extracted: value to remember for the next turn (stateful checkers), else ``None``.
+    """
+
+    verdict: CheckVerdict
+    reason: str = ""
+    extracted: str | None = None
+
+
+PASS = CheckOutcome("pass")
+NOT_APPLICABLE_EMPTY = CheckOutcome("not_applicable", "empty_reply")
+
+CheckFn = Callable[[str, CheckContext], CheckOutcome]
+"""A built checker: a pure function of (reply text, context)."""
+
+
+def passed(ok: bool, reason_if_fail: str) -> CheckOutcome:
+    """``pass`` when ``ok`` else ``fail`` with the given reason."""
+    return PASS if ok else CheckOutcome("fail", reason_if_fail)
+
+
+class ParamError(ValueError):
+    """A checker parameter is missing or invalid; ``key`` names it (``""`` = the whole params)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+class Params:
+    """Typed, validated access to a rule's ``params`` mapping.
+
+    Factories read every parameter through this object and call :meth:`finish`, so
+    unknown keys and wrong types fail at load time naming the key.
+    """
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        if not isinstance(raw, Mapping):
+            raise ParamError("", "params must be a mapping")
+        self._raw = dict(raw)
+        self._seen: set[str] = set()
+
+    def _get(self, key: str, default: Any) -> Any:
+        self._seen.add(key)
+        if key in self._raw and self._raw[key] is not None:
+            return self._raw[key]
+        if default is _MISSING:
+            raise ParamError(key, "required parameter missing")
+        return default
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` was given (and not null)."""
+        return self._raw.get(key) is not None
+
+    def str(self, key: str, default: Any = _MISSING, *, allow_empty: bool = False) -> Any:
+        """A string parameter."""
+        value = self._get(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if not isinstance(value, str):
+            raise ParamError(key, f"must be a string, got {type(value).__name__}")
+        if not allow_empty and not value:
+            raise ParamError(key, "must not be empty")
+        return value
+
+    def int(self, key: str, default: Any = _MISSING, *, min_value: int | None = None) -> Any:
+        """An integer parameter (booleans rejected), optionally bounded below."""
+        value = self._get(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParamError(key, f"must be an integer, got {type(value).__name__}")
+        if min_value is not None and value < min_value:
+            raise ParamError(key, f"must be >= {min_value}, got {value}")
+        return value
+
+    def float(self, key: str, default: Any = _MISSING, *, lo: float = float("-inf"),
+              hi: float = float("inf")) -> Any:
+        """A number parameter within [lo, hi]."""
+        value = self._get(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ParamError(key, f"must be a number, got {type(value).__name__}")
+        if not lo <= value <= hi:
+            raise ParamError(key, f"must be within [{lo}, {hi}], got {value}")
+        return float(value)
+
+    def bool(self, key: str, default: Any = _MISSING) -> Any:
+        """A boolean parameter."""
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            raise ParamError(key, f"must be true or false, got {type(value).__name__}")
+        return value
+
+    def choice(self, key: str, choices: Iterable[_T], default: Any = _MISSING) -> Any:
+        """One of ``choices``."""
+        options = tuple(choices)
+        value = self._get(key, default)
+        if value not in options:
+            raise ParamError(key, f"must be one of {', '.join(map(repr, options))}, got {value!r}")
+        return value
+
+    def str_list(self, key: str, default: Any = _MISSING, *, allow_empty: bool = False) -> Any:
+        """A list of non-empty strings (a single string is accepted as a one-item list)."""
+        value = self._get(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+            raise ParamError(key, "must be a list of non-empty strings")
+        if not value and not allow_empty:
+            raise ParamError(key, "must not be empty")
+        return tuple(value)
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        """A parameter of any type (the factory validates it)."""
+        return self._get(key, default)
+
+    def finish(self) -> None:
+        """Reject parameters the factory did not read."""
+        unknown = sorted(set(self._raw) - self._seen)
+        if unknown:
+            raise ParamError(unknown[0], "unknown parameter")
+
+
+CheckerFactory = Callable[[Params], CheckFn]
+"""Builds a checker from validated params; raises ``ParamError`` on bad params."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckerSpec:
+    """A registered checker kind.
+
+    Attributes:
+        name: the ``check:`` value in a rule.
+        factory: builds the check function from params.
+        stateful: reads ``CheckContext.previous_value`` (the rule runner then sets ``ctx.rule``).
+        summary: one line for docs and ``--help``.
+    """
+
+    name: str
+    factory: CheckerFactory
+    stateful: bool = False
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Checker:
+    """A built checker: the check function plus what the rule runner needs to know."""
+
+    kind: str
+    fn: CheckFn
+    stateful: bool = False
+
+    def __call__(self, reply: str, ctx: CheckContext) -> CheckOutcome:
+        """Run the check."""
+        return self.fn(reply, ctx)
+
+
+class UnknownChecker(KeyError):
+    """No checker is registered under the requested name."""
+
+
+class CheckerRegistry:
+    """Named checker factories. Build one per monitor; users register their own kinds.
+
+    Example:
+        >>> reg = default_registry()
+        >>> reg.register("shouty", lambda p: lambda reply, ctx: passed(reply.isupper(), "not_upper"))
+    """
+
+    def __init__(self, specs: Iterable[CheckerSpec] = ()) -> None:
+        self._specs: dict[str, CheckerSpec] = {}
+        for spec in specs:
+            self._specs[spec.name] = spec
+
+    def register(self, name: str, factory: CheckerFactory, *, stateful: bool = False,
+                 summary: str = "", replace: bool = False) -> None:
+        """Add a checker kind; refuses to shadow an existing name unless ``replace``."""
+        if name in self._specs and not replace:
+            raise ValueError(f"checker {name!r} is already registered")
+        self._specs[name] = CheckerSpec(name, factory, stateful, summary)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def names(self) -> tuple[str, ...]:
+        """Registered checker names, sorted."""
+        return tuple(sorted(self._specs))
+
+    def spec(self, name: str) -> CheckerSpec:
+        """The spec registered under ``name``; raises ``UnknownChecker``."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownChecker(name) from None
+
+    def build(self, name: str, params: Mapping[str, Any]) -> Checker:
+        """Build a checker; raises ``UnknownChecker`` or ``ParamError`` (naming the key)."""
+        spec = self.spec(name)
+        p = Params(params)
+        fn = spec.factory(p)
+        p.finish()
+        return Checker(name, fn, spec.stateful)
+
+    def copy(self) -> CheckerRegistry:
+        """An independent registry with the same kinds."""
+        return CheckerRegistry(self._specs.values())
+
+
+def default_registry() -> CheckerRegistry:
+    """A fresh registry holding every built-in checker (general, stateful and IFEval)."""
+    from handoffmon.checkers.builtin import builtin_specs
+
+    return CheckerRegistry(builtin_specs())

@@ -1,0 +1,35 @@
+"""The built-in checker kinds, as registry specs."""
+
+from __future__ import annotations
+
+from handoffmon.checkers import answer, json_checks, language, length, text
+from handoffmon.checkers.base import CheckerSpec
+
+
+def general_specs() -> list[CheckerSpec]:
+    """The general (non-IFEval) checkers."""
+    return [
+        CheckerSpec("regex_must_match", text.regex_must_match, summary="RE2 pattern must occur"),
+        CheckerSpec("regex_must_not_match", text.regex_must_not_match, summary="RE2 pattern must not occur"),
+        CheckerSpec("keywords_present", text.keywords_present, summary="keywords must appear"),
+        CheckerSpec("keywords_absent", text.keywords_absent, summary="keywords must not appear"),
+        CheckerSpec("starts_with", text.starts_with, summary="reply starts with a phrase"),
+        CheckerSpec("ends_with", text.ends_with, summary="reply ends with a phrase"),
+        CheckerSpec("letter_case", text.letter_case, summary="all lower / upper case"),
+        CheckerSpec("no_commas", text.no_commas, summary="no comma"),
+        CheckerSpec("length", length.length, summary="chars/words/sentences/paragraphs/bullets bounds"),
+        CheckerSpec("language", language.language, summary="reply language (py3langid)"),
+        CheckerSpec("valid_json", json_checks.valid_json, summary="reply parses as JSON"),
+        CheckerSpec("json_schema", json_checks.json_schema, summary="JSON valid against a JSON Schema"),
+        CheckerSpec("pydantic_model", json_checks.pydantic_model, summary="JSON valid as a pydantic model"),
+        CheckerSpec("answer_tag", answer.answer_tag, summary="exactly one <answer>…</answer>"),
+        CheckerSpec("answer_flip", answer.answer_flip, stateful=True,
+                    summary="answer changed after a user challenge"),
+    ]
+
+
+def builtin_specs() -> list[CheckerSpec]:
+    """Every built-in checker: general ones plus ``ifeval:<id>`` and ``ifeval_loose:<id>``."""
+    from handoffmon.checkers.ifeval.adapter import ifeval_specs
+
+    return [*general_specs(), *ifeval_specs()]

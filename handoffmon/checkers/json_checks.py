@@ -1,0 +1,143 @@
+"""JSON checkers: valid JSON, JSON Schema conformance, pydantic-model conformance."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any
+
+from handoffmon.checkers.base import (
+    PASS,
+    CheckContext,
+    CheckFn,
+    CheckOutcome,
+    ParamError,
+    Params,
+)
+
+_FENCES = ("```json", "```Json", "```JSON", "```")
+
+
+def strip_fence(text: str) -> str:
+    """Remove surrounding whitespace and one markdown code fence (```json … ```)."""
+    text = text.strip()
+    for fence in _FENCES:
+        if text.startswith(fence):
+            text = text[len(fence) :]
+            break
+    if text.endswith("```"):
+        text = text[:-3]
+    return text.strip()
+
+
+def parse_json(text: str, *, fenced: bool) -> tuple[Any, CheckOutcome | None]:
+    """Parse ``text``; on failure return a ``fail`` outcome instead of raising.
+
+    Deeply nested input (e.g. 10,000 ``[``) makes the parser raise ``RecursionError``;
+    that is a failed reply (``json_too_deep``), not a crashed checker.
+    """
+    body = strip_fence(text) if fenced else text
+    if not body.strip():
+        return None, CheckOutcome("fail", "empty_json")
+    try:
+        return json.loads(body), None
+    except RecursionError:
+        return None, CheckOutcome("fail", "json_too_deep")
+    except ValueError:
+        return None, CheckOutcome("fail", "invalid_json")
+
+
+def _fence_param(p: Params) -> bool:
+    return bool(p.bool("allow_code_fence", True))
+
+
+def valid_json(p: Params) -> CheckFn:
+    """The reply parses as JSON. Params: allow_code_fence (true: a ```json fence is stripped)."""
+    fenced = _fence_param(p)
+
+    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        _, failure = parse_json(reply, fenced=fenced)
+        return failure or PASS
+
+    return check
+
+
+def json_schema(p: Params) -> CheckFn:
+    """The reply is JSON valid against ``schema`` (a JSON Schema mapping; draft from ``$schema``).
+
+    Params: schema, allow_code_fence (true).
+    """
+    from jsonschema import exceptions, validators
+
+    schema = p.raw("schema")
+    if not isinstance(schema, dict):
+        raise ParamError("schema", "must be a JSON Schema object (a mapping)")
+    cls = validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except exceptions.SchemaError as exc:
+        raise ParamError("schema", f"invalid JSON Schema: {exc.message}") from exc
+    validator = cls(schema)
+    fenced = _fence_param(p)
+
+    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        data, failure = parse_json(reply, fenced=fenced)
+        if failure:
+            return failure
+        try:
+            error = exceptions.best_match(validator.iter_errors(data))
+        except RecursionError:
+            return CheckOutcome("fail", "json_too_deep")
+        if error is None:
+            return PASS
+        where = "/".join(str(x) for x in error.absolute_path) or "<root>"
+        return CheckOutcome("fail", f"schema:{error.validator}@{where}"[:120])
+
+    return check
+
+
+def load_model(spec: str) -> Any:
+    """Import ``"package.module:ClassName"`` and check it is a pydantic model class."""
+    from pydantic import BaseModel
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ParamError("model", f"expected 'module:Class', got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ParamError("model", f"cannot import {spec!r}: {exc}") from exc
+    if not (isinstance(obj, type) and issubclass(obj, BaseModel)):
+        raise ParamError("model", f"{spec!r} is not a pydantic BaseModel subclass")
+    return obj
+
+
+def pydantic_model(p: Params) -> CheckFn:
+    """The reply is JSON that validates as ``model`` ("module:Class").
+
+    Params: model, strict (false), allow_code_fence (true).
+    """
+    from pydantic import ValidationError
+
+    model = load_model(p.str("model"))
+    strict = p.bool("strict", False)
+    fenced = _fence_param(p)
+
+    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        body = strip_fence(reply) if fenced else reply
+        if not body.strip():
+            return CheckOutcome("fail", "empty_json")
+        try:
+            model.model_validate_json(body, strict=strict)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            kind = errors[0]["type"] if errors else "invalid"
+            loc = "/".join(str(x) for x in errors[0]["loc"]) if errors else ""
+            return CheckOutcome("fail", f"model:{kind}@{loc or '<root>'}"[:120])
+        except RecursionError:
+            return CheckOutcome("fail", "json_too_deep")
+        return PASS
+
+    return check

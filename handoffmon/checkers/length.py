@@ -1,0 +1,71 @@
+"""Length bounds: characters, words, sentences, paragraphs, bullet items."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from handoffmon.checkers.base import CheckContext, CheckFn, CheckOutcome, ParamError, Params, passed
+
+_WORD = re.compile(r"\w+")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
+_BULLET = re.compile(r"^[ \t]*(?:[*\-+•‣◦▪]|\d{1,9}[.)])[ \t]+\S", re.MULTILINE)
+
+
+def count_chars(text: str) -> int:
+    """Characters (code points), surrounding whitespace excluded."""
+    return len(text.strip())
+
+
+def count_words(text: str) -> int:
+    """``\\w+`` tokens, the IFEval definition."""
+    return sum(1 for _ in _WORD.finditer(text))
+
+
+def count_sentences(text: str) -> int:
+    """Sentences as NLTK's English Punkt model splits them (see ``ifeval.sentences``)."""
+    from handoffmon.checkers.ifeval.sentences import count_sentences as punkt_count
+
+    return punkt_count(text)
+
+
+def count_paragraphs(text: str) -> int:
+    """Non-blank blocks separated by one or more blank lines."""
+    return sum(1 for block in _PARAGRAPH_BREAK.split(text) if block.strip())
+
+
+def count_bullets(text: str) -> int:
+    """Lines that start a markdown bullet (``*``, ``-``, ``+``, ``•``) or a numbered item (``1.``, ``2)``)."""
+    return sum(1 for _ in _BULLET.finditer(text))
+
+
+COUNTERS: dict[str, Callable[[str], int]] = {
+    "chars": count_chars,
+    "words": count_words,
+    "sentences": count_sentences,
+    "paragraphs": count_paragraphs,
+    "bullets": count_bullets,
+}
+
+
+def length(p: Params) -> CheckFn:
+    """``min`` ≤ count of ``unit`` ≤ ``max`` (inclusive; give either or both).
+
+    Params: unit (chars, words, sentences, paragraphs, bullets), min, max.
+    """
+    unit = p.choice("unit", tuple(COUNTERS))
+    lo = p.int("min", None, min_value=0)
+    hi = p.int("max", None, min_value=0)
+    if lo is None and hi is None:
+        raise ParamError("min", "give min, max or both")
+    if lo is not None and hi is not None and lo > hi:
+        raise ParamError("max", f"max ({hi}) is below min ({lo})")
+    counter = COUNTERS[unit]
+
+    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        n = counter(reply)
+        if lo is not None and n < lo:
+            return CheckOutcome("fail", f"too_few_{unit}")
+        return passed(hi is None or n <= hi, f"too_many_{unit}")
+
+    return check

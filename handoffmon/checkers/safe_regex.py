@@ -1,0 +1,53 @@
+"""Linear-time regular expressions (google-re2) with load-time errors and surrogate-safe matching."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import re2
+
+from handoffmon.checkers.base import ParamError
+
+_UNSUPPORTED_HINTS = (
+    ("(?<", "lookbehind"),
+    ("(?=", "lookahead"),
+    ("(?!", "negative lookahead"),
+    ("\\1", "backreference"),
+    ("(?P=", "backreference"),
+    ("(?>", "atomic group"),
+    ("*+", "possessive quantifier"),
+    ("++", "possessive quantifier"),
+)
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD, so it can be UTF-8 encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def compile_safe(pattern: str, *, key: str, ignore_case: bool = False, multiline: bool = False,
+                 dotall: bool = False) -> Any:
+    """Compile ``pattern`` with RE2 (linear time: no catastrophic backtracking).
+
+    Raises:
+        ParamError: naming ``key`` for invalid syntax or for constructs RE2 does not support
+            (backreferences, lookaround, atomic groups, possessive quantifiers).
+    """
+    flags = "".join(f for f, on in (("i", ignore_case), ("m", multiline), ("s", dotall)) if on)
+    source = f"(?{flags}){pattern}" if flags else pattern
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(clean_text(source), options)
+    except re2.error as exc:
+        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
+            else str(exc)
+        construct = next((name for marker, name in _UNSUPPORTED_HINTS if marker in pattern), None)
+        if construct:
+            raise ParamError(key, f"regex uses a {construct}, which the linear-time RE2 engine does not "
+                                  f"support; rewrite the pattern without it ({detail})") from exc
+        raise ParamError(key, f"invalid regex: {detail}") from exc
