@@ -1,0 +1,343 @@
+"""OpenTelemetry exporter: a GenAI ``chat`` span per turn with evaluation events, and the same counters."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter as _Tally
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from handoffmon._version import __version__
+from handoffmon.exporters.cardinality import LabelGuard
+from handoffmon.exporters.logs import get_logger, log_error
+from handoffmon.exporters.prometheus import OVERHEAD_BUCKETS
+from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.types import CheckResult, TurnContent, TurnResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from opentelemetry.context import Context
+
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.refit.result import RefitResult
+
+SCOPE = "handoffmon"
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+
+# GenAI semantic conventions (development status), spelled out: the Python semconv
+# package marks these constants deprecated since they moved to their own repository.
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
+CONVERSATION_ID = "gen_ai.conversation.id"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+REQUEST_STREAM = "gen_ai.request.stream"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+EVAL_NAME = "gen_ai.evaluation.name"
+EVAL_LABEL = "gen_ai.evaluation.score.label"
+EVAL_VALUE = "gen_ai.evaluation.score.value"
+EVAL_EXPLANATION = "gen_ai.evaluation.explanation"
+ERROR_TYPE = "error.type"
+
+PROVIDER_NAMES: Mapping[str, str] = {
+    # LiteLLM provider ids → gen_ai.provider.name well-known values; others pass through.
+    "bedrock": "aws.bedrock",
+    "bedrock_converse": "aws.bedrock",
+    "azure": "azure.ai.openai",
+    "azure_ai": "azure.ai.inference",
+    "vertex_ai": "gcp.vertex_ai",
+    "vertex_ai_beta": "gcp.vertex_ai",
+    "gemini": "gcp.gemini",
+    "mistral": "mistral_ai",
+    "xai": "x_ai",
+    "watsonx": "ibm.watsonx.ai",
+}
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def span_times(result: TurnResult, now: float | None = None) -> tuple[int, int]:
+    """(start, end) in epoch ns: end = ``record.finished_at`` (or now), start = end − latency."""
+    end = result.record.finished_at or (time.time() if now is None else now)
+    return _ns(end - max(result.record.latency_s, 0.0)), _ns(end)
+
+
+def span_attributes(result: TurnResult) -> dict[str, Any]:
+    """GenAI + ``handoffmon.*`` attributes of a turn's span (no content)."""
+    ctx, rec = result.context, result.record
+    attrs: dict[str, Any] = {
+        OPERATION: "chat",
+        CONVERSATION_ID: ctx.conversation_id,
+        REQUEST_STREAM: rec.streamed,
+        RESPONSE_MODEL: rec.response_model or rec.author,
+        "handoffmon.conversation_id_source": ctx.conversation_id_source,
+        "handoffmon.depth": ctx.depth,
+        "handoffmon.depth_bucket": result.depth_bucket,
+        "handoffmon.author": rec.author,
+        "handoffmon.authors": list(rec.authors),
+        "handoffmon.prefix_model": ctx.prefix_model,
+        "handoffmon.prefix_purity": float(ctx.prefix_purity),
+        "handoffmon.prefix_authors": ctx.prefix_authors,
+        "handoffmon.handoff": LabelGuard.handoff(rec.handoff),
+        "handoffmon.history_chars": ctx.history_chars,
+        "handoffmon.history_tokens": ctx.history_tokens,
+        "handoffmon.reply_chars": rec.reply_chars,
+        "handoffmon.fallbacks": rec.fallbacks,
+        "handoffmon.retries": rec.retries,
+        "handoffmon.attribution_methods": list(result.attribution_methods),
+    }
+    optional = {
+        PROVIDER: PROVIDER_NAMES.get(rec.provider, rec.provider) if rec.provider else None,
+        REQUEST_MODEL: rec.requested_model or ctx.requested_model,
+        INPUT_TOKENS: rec.input_tokens,
+        OUTPUT_TOKENS: rec.output_tokens,
+        FINISH_REASONS: [rec.finish_reason] if rec.finish_reason else None,
+        "handoffmon.deployment_id": rec.deployment_id,
+    }
+    attrs.update({k: v for k, v in optional.items() if v is not None})
+    return attrs
+
+
+def content_attributes(content: TurnContent, finish_reason: str | None) -> dict[str, str]:
+    """``gen_ai.input.messages`` / ``gen_ai.output.messages`` as JSON (opt-in only)."""
+    inputs = [
+        {"role": m.role, "parts": [{"type": "text", "content": m.content}]} for m in content.input_messages
+    ]
+    output: dict[str, Any] = {
+        "role": "assistant",
+        "parts": [{"type": "text", "content": content.output_text}],
+    }
+    output["finish_reason"] = finish_reason or "stop"
+    return {INPUT_MESSAGES: json.dumps(inputs), OUTPUT_MESSAGES: json.dumps([output])}
+
+
+def evaluation_attributes(check: CheckResult, previous: str | None) -> dict[str, Any]:
+    """Attributes of one ``gen_ai.evaluation.result`` event (score 1/0 for pass/fail only)."""
+    attrs: dict[str, Any] = {
+        EVAL_NAME: check.rule,
+        EVAL_LABEL: check.verdict,
+        "handoffmon.evaluation.duration_s": float(check.duration_s),
+    }
+    if check.verdict in ("pass", "fail"):
+        attrs[EVAL_VALUE] = 1.0 if check.verdict == "pass" else 0.0
+    if check.reason:
+        attrs[EVAL_EXPLANATION] = check.reason
+    if check.verdict == "error":
+        attrs[ERROR_TYPE] = check.reason or "checker_error"
+    if previous is not None:
+        attrs["handoffmon.evaluation.previous_label"] = previous
+    return attrs
+
+
+class OTelExporter:
+    """Emits one span per turn and handoffmon's counters through OpenTelemetry.
+
+    Spans follow the GenAI conventions (``chat {request_model}``, kind CLIENT, dated
+    from the turn's own finish time and latency, since they are emitted later, from the
+    background); each verdict is a ``gen_ai.evaluation.result`` span event. A W3C
+    ``traceparent`` in the turn's metadata becomes the span's parent. Message text is
+    added only with ``capture_content=True`` and only to spans.
+
+    Instruments carry the Prometheus names without ``_total`` (``handoffmon_turns``,
+    ``handoffmon_checks``, ...) and the same bounded attributes; refit gauges are
+    observable gauges of the last ``publish_refit``. Implements ``MonitorObserver``.
+
+    Args:
+        tracer_provider: the application's provider; None = the OTel API's current
+            global one (this class never installs a provider).
+        meter_provider: likewise for metrics.
+        guard: label guard for metric attributes (share the Prometheus exporter's).
+        capture_content: opt in to message text on spans.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        guard: LabelGuard | None = None,
+        capture_content: bool = False,
+    ) -> None:
+        self.guard = guard or LabelGuard()
+        self._capture = capture_content
+        self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
+        self._instruments(meter)
+        self._refit: dict[str, Series] = {}
+        self._refit_lock = threading.Lock()
+        self._propagator = TraceContextTextMapPropagator()
+        self._log = get_logger("handoffmon.exporters", exporter="otel")
+
+    @classmethod
+    def from_config(
+        cls,
+        config: HandoffmonConfig,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        guard: LabelGuard | None = None,
+    ) -> OTelExporter:
+        """Build from ``telemetry.capture_content`` and the label caps."""
+        return cls(
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            guard=guard or LabelGuard.from_config(config),
+            capture_content=config.telemetry.capture_content,
+        )
+
+    def _instruments(self, meter: metrics.Meter) -> None:
+        c = meter.create_counter
+        self._turns = c(
+            "handoffmon_turns", "{turn}", "Assistant turns by author, prefix model, depth bucket."
+        )
+        self._checks = c("handoffmon_checks", "{check}", "Rule verdicts on turns.")
+        self._check_seconds = c("handoffmon_check_seconds", "s", "Time spent in each rule's checker.")
+        self._transitions = c(
+            "handoffmon_rule_transitions", "{transition}", "Consecutive verdicts of a rule."
+        )
+        self._attributions = c(
+            "handoffmon_attributions", "{message}", "Earlier messages attributed, by method."
+        )
+        self._fallbacks = c("handoffmon_fallbacks", "{fallback}", "Router fallbacks before the reply.")
+        self._errors = c("handoffmon_monitor_errors", "{error}", "handoffmon's own failures, by stage.")
+        self._dropped = c("handoffmon_queue_dropped", "{turn}", "Turns dropped because the queue was full.")
+        self._overhead = meter.create_histogram(
+            "handoffmon_overhead_seconds",
+            "s",
+            "Time handoffmon spent per turn, by stage.",
+            explicit_bucket_boundaries_advisory=list(OVERHEAD_BUCKETS),
+        )
+        for spec in REFIT_GAUGES:
+            meter.create_observable_gauge(
+                spec.name, callbacks=[self._refit_callback(spec.name, spec.labels)], description=spec.help
+            )
+
+    def _refit_callback(self, name: str, labels: tuple[str, ...]) -> Any:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            series = self._refit.get(name, {})
+            return [Observation(v, dict(zip(labels, key, strict=True))) for key, v in series.items()]
+
+        return observe
+
+    # -- Exporter ---------------------------------------------------------------------
+
+    def export(self, result: TurnResult) -> bool:
+        """Emit the turn's span and count it; returns False (and logs) on failure."""
+        try:
+            self._span(result)
+            self._count(result)
+            return True
+        except Exception as exc:
+            log_error(self._log, "export_failed", "export_otel", exc)
+            return False
+
+    def _parent(self, result: TurnResult) -> Context | None:
+        traceparent = result.context.metadata.get("traceparent")
+        if not isinstance(traceparent, str):
+            return None
+        return self._propagator.extract({"traceparent": traceparent})
+
+    def _span(self, result: TurnResult) -> None:
+        start, end = span_times(result)
+        attrs = span_attributes(result)
+        if self._capture and result.content is not None:
+            attrs.update(content_attributes(result.content, result.record.finish_reason))
+        request_model = attrs.get(REQUEST_MODEL)
+        name = f"chat {request_model}" if request_model else "chat"
+        span = self._tracer.start_span(
+            name, context=self._parent(result), kind=SpanKind.CLIENT, attributes=attrs, start_time=start
+        )
+        previous = {t.rule: t.from_verdict for t in result.transitions}
+        for check in result.checks:
+            span.add_event(
+                EVALUATION_EVENT, evaluation_attributes(check, previous.get(check.rule)), timestamp=end
+            )
+        span.end(end_time=end)
+
+    def _count(self, result: TurnResult) -> None:
+        g, ctx, rec = self.guard, result.context, result.record
+        model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
+        bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
+        self._turns.add(1, {"model": model, "prefix_model": prefix, "depth_bucket": bucket})
+        for check in result.checks:
+            rule = g.rule(check.rule)
+            self._checks.add(
+                1,
+                {
+                    "rule": rule,
+                    "model": model,
+                    "prefix_model": prefix,
+                    "depth_bucket": bucket,
+                    "verdict": g.verdict(check.verdict),
+                },
+            )
+            self._check_seconds.add(max(check.duration_s, 0.0), {"rule": rule})
+        handoff = g.handoff(rec.handoff)
+        for tr in result.transitions:
+            self._transitions.add(
+                1,
+                {
+                    "rule": g.rule(tr.rule),
+                    "model": model,
+                    "handoff": handoff,
+                    "from_verdict": g.verdict(tr.from_verdict),
+                    "to_verdict": g.verdict(tr.to_verdict),
+                },
+            )
+        for method, n in _Tally(result.attribution_methods).items():
+            self._attributions.add(n, {"method": method if method in ("chain", "content") else "unknown"})
+        if rec.fallbacks > 0:
+            self._fallbacks.add(rec.fallbacks, {"model": model})
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Nothing is buffered here; the providers' processors/readers flush themselves."""
+        return True
+
+    def shutdown(self) -> None:
+        """Nothing to release: the providers belong to the application."""
+
+    # -- MonitorObserver ----------------------------------------------------------------
+
+    def observe_overhead(self, stage: str, seconds: float) -> None:
+        """Record into ``handoffmon_overhead_seconds{stage}``; never raises."""
+        try:
+            self._overhead.record(max(seconds, 0.0), {"stage": self.guard.stage(stage)})
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_otel", exc)
+
+    def count_error(self, stage: str) -> None:
+        """Add 1 to ``handoffmon_monitor_errors{stage}``; never raises."""
+        try:
+            self._errors.add(1, {"stage": self.guard.stage(stage)})
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_otel", exc)
+
+    def count_drop(self, n: int = 1) -> None:
+        """Add ``n`` to ``handoffmon_queue_dropped``; never raises."""
+        try:
+            self._dropped.add(n)
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_otel", exc)
+
+    def publish_refit(self, result: RefitResult) -> bool:
+        """Make the refit gauges report ``result`` from the next collection on."""
+        try:
+            series = refit_series(result, self.guard)
+            with self._refit_lock:
+                self._refit = series
+            return True
+        except Exception as exc:
+            log_error(self._log, "publish_refit_failed", "refit_publish", exc)
+            return False

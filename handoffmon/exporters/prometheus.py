@@ -1,0 +1,315 @@
+"""Prometheus exporter: turn/check/transition counters, monitor health, refit gauges (registry injected)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter as _Tally
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from handoffmon._version import __version__
+from handoffmon.errors import HandoffmonError
+from handoffmon.exporters.cardinality import LabelGuard
+from handoffmon.exporters.logs import get_logger, log_error
+from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.types import TurnResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.refit.result import RefitResult
+
+OVERHEAD_BUCKETS: tuple[float, ...] = (
+    1e-5,
+    2.5e-5,
+    5e-5,
+    1e-4,
+    2.5e-4,
+    5e-4,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
+"""10 µs … 1 s: attribution sits in the tens of µs, checkers have a 50 ms budget."""
+
+HISTORY_TOKEN_BUCKETS: tuple[float, ...] = (256, 1024, 4096, 16384, 65536, 262144, 1048576)
+
+_EXEMPLAR_CHARS = 100  # OpenMetrics caps an exemplar's label set at 128 characters
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@dataclass(frozen=True)
+class _Counters:
+    turns: Counter
+    checks: Counter
+    check_seconds: Counter
+    transitions: Counter
+    attributions: Counter
+    fallbacks: Counter
+    errors: Counter
+    dropped: Counter
+    overhead: Histogram
+    history_tokens: Histogram
+    label_values: Gauge
+    label_limit: Gauge
+    build_info: Gauge
+
+
+def _counters(registry: CollectorRegistry) -> _Counters:
+    r = registry
+    return _Counters(
+        turns=Counter(
+            "handoffmon_turns",
+            "Assistant turns seen, by author, prefix model and depth bucket.",
+            ("model", "prefix_model", "depth_bucket"),
+            registry=r,
+        ),
+        checks=Counter(
+            "handoffmon_checks",
+            "Rule verdicts on turns by author (model) after prefix_model.",
+            ("rule", "model", "prefix_model", "depth_bucket", "verdict"),
+            registry=r,
+        ),
+        check_seconds=Counter(
+            "handoffmon_check_seconds", "Time spent in each rule's checker.", ("rule",), registry=r
+        ),
+        transitions=Counter(
+            "handoffmon_rule_transitions",
+            "Consecutive verdicts of a rule in one conversation (Markov refit input).",
+            ("rule", "model", "handoff", "from_verdict", "to_verdict"),
+            registry=r,
+        ),
+        attributions=Counter(
+            "handoffmon_attributions",
+            "Earlier assistant messages attributed, by method.",
+            ("method",),
+            registry=r,
+        ),
+        fallbacks=Counter(
+            "handoffmon_fallbacks",
+            "Router fallbacks taken before the serving model replied.",
+            ("model",),
+            registry=r,
+        ),
+        errors=Counter(
+            "handoffmon_monitor_errors",
+            "handoffmon's own failures (fail-open), by stage.",
+            ("stage",),
+            registry=r,
+        ),
+        dropped=Counter(
+            "handoffmon_queue_dropped", "Turns dropped because the background queue was full.", registry=r
+        ),
+        overhead=Histogram(
+            "handoffmon_overhead_seconds",
+            "Time handoffmon spent per turn, by stage.",
+            ("stage",),
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        ),
+        history_tokens=Histogram(
+            "handoffmon_history_tokens",
+            "Approximate request history size in tokens, by depth bucket.",
+            ("depth_bucket",),
+            buckets=HISTORY_TOKEN_BUCKETS,
+            registry=r,
+        ),
+        label_values=Gauge(
+            "handoffmon_label_values",
+            "Distinct values admitted per capped label.",
+            ("label",),
+            multiprocess_mode="max",
+            registry=r,
+        ),
+        label_limit=Gauge(
+            "handoffmon_label_limit",
+            "Cap per label; values beyond it are exported as 'other'.",
+            ("label",),
+            multiprocess_mode="max",
+            registry=r,
+        ),
+        build_info=Gauge(
+            "handoffmon_build_info",
+            "Always 1; the handoffmon version as a label.",
+            ("version",),
+            multiprocess_mode="max",
+            registry=r,
+        ),
+    )
+
+
+def _refit_gauges(registry: CollectorRegistry) -> dict[str, Gauge]:
+    # mostrecent: under PROMETHEUS_MULTIPROC_DIR the last process that published wins.
+    return {
+        spec.name: Gauge(spec.name, spec.help, spec.labels, multiprocess_mode="mostrecent", registry=registry)
+        for spec in REFIT_GAUGES
+    }
+
+
+class PrometheusExporter:
+    """Counts every turn into prometheus_client metrics on an injected registry.
+
+    Implements ``Exporter`` and ``MonitorObserver``: the pipeline pushes its own health
+    with ``observe_overhead(stage, s)``, ``count_error(stage)`` and ``count_drop(n)``
+    (the only path for ``handoffmon_monitor_errors_total``,
+    ``handoffmon_queue_dropped_total`` and ``handoffmon_overhead_seconds``; the exporter
+    never reads ``Counts``). The refit pushes its result with ``publish_refit(result)``.
+
+    Args:
+        registry: where the metrics live (a fresh ``CollectorRegistry()`` in tests; pass
+            ``prometheus_client.REGISTRY`` explicitly to use the global one).
+        guard: label cardinality guard (share it with the OTel exporter).
+        exemplars: attach ``conversation_id`` exemplars to turn/check counters
+            (OpenMetrics exposition only; ignored in multiprocess mode).
+        multiprocess: ``PROMETHEUS_MULTIPROC_DIR`` mode (default: detected from the
+            environment). Refit series that vanish are then set to NaN, not removed.
+
+    Raises:
+        HandoffmonError: the registry already holds handoffmon metrics.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        guard: LabelGuard | None = None,
+        exemplars: bool = False,
+        multiprocess: bool | None = None,
+    ) -> None:
+        self.registry = registry
+        self.guard = guard or LabelGuard()
+        self.multiprocess = (MULTIPROC_ENV in os.environ) if multiprocess is None else multiprocess
+        self._exemplars = exemplars and not self.multiprocess
+        try:
+            self._m = _counters(registry)
+            self._refit = _refit_gauges(registry)
+        except ValueError as exc:
+            raise HandoffmonError(
+                "this Prometheus registry already holds handoffmon metrics; give each "
+                "PrometheusExporter its own CollectorRegistry"
+            ) from exc
+        self._m.build_info.labels(__version__).set(1)
+        self._published: dict[str, set[tuple[str, ...]]] = {name: set() for name in self._refit}
+        self._refit_lock = threading.Lock()
+        self._guard_version = -1
+        self._log = get_logger("handoffmon.exporters", exporter="prometheus")
+        self._sync_label_usage()
+
+    @classmethod
+    def from_config(
+        cls, config: HandoffmonConfig, registry: CollectorRegistry, guard: LabelGuard | None = None
+    ) -> PrometheusExporter:
+        """Build from ``telemetry.*`` (caps, exemplars) on ``registry``."""
+        return cls(
+            registry, guard=guard or LabelGuard.from_config(config), exemplars=config.telemetry.exemplars
+        )
+
+    # -- Exporter ---------------------------------------------------------------------
+
+    def export(self, result: TurnResult) -> bool:
+        """Count one turn; returns False (and logs) on failure, never raises."""
+        try:
+            self._count(result)
+            return True
+        except Exception as exc:
+            log_error(self._log, "export_failed", "export_prometheus", exc)
+            return False
+
+    def _count(self, result: TurnResult) -> None:
+        g, m = self.guard, self._m
+        ctx, rec = result.context, result.record
+        model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
+        bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
+        ex = {"conversation_id": ctx.conversation_id[:_EXEMPLAR_CHARS]} if self._exemplars else None
+        m.turns.labels(model, prefix, bucket).inc(1, exemplar=ex)
+        for check in result.checks:
+            rule = g.rule(check.rule)
+            m.checks.labels(rule, model, prefix, bucket, g.verdict(check.verdict)).inc(1, exemplar=ex)
+            m.check_seconds.labels(rule).inc(max(check.duration_s, 0.0))
+        handoff = g.handoff(rec.handoff)
+        for tr in result.transitions:
+            m.transitions.labels(
+                g.rule(tr.rule), model, handoff, g.verdict(tr.from_verdict), g.verdict(tr.to_verdict)
+            ).inc()
+        for method, n in _Tally(result.attribution_methods).items():
+            m.attributions.labels(method if method in ("chain", "content") else "unknown").inc(n)
+        if rec.fallbacks > 0:
+            m.fallbacks.labels(model).inc(rec.fallbacks)
+        m.history_tokens.labels(bucket).observe(ctx.history_tokens)
+        if g.version != self._guard_version:
+            self._sync_label_usage()
+
+    def _sync_label_usage(self) -> None:
+        self._guard_version = self.guard.version
+        for label, (used, cap) in self.guard.usage().items():
+            self._m.label_values.labels(label).set(used)
+            self._m.label_limit.labels(label).set(cap)
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Nothing is buffered: values are read at scrape time."""
+        return True
+
+    def shutdown(self) -> None:
+        """Nothing to release (the registry belongs to the caller)."""
+
+    # -- MonitorObserver ----------------------------------------------------------------
+
+    def observe_overhead(self, stage: str, seconds: float) -> None:
+        """Observe ``seconds`` into ``handoffmon_overhead_seconds{stage}``; never raises."""
+        try:
+            self._m.overhead.labels(self.guard.stage(stage)).observe(max(seconds, 0.0))
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
+
+    def count_error(self, stage: str) -> None:
+        """Increment ``handoffmon_monitor_errors_total{stage}``; never raises."""
+        try:
+            self._m.errors.labels(self.guard.stage(stage)).inc()
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
+
+    def count_drop(self, n: int = 1) -> None:
+        """Increment ``handoffmon_queue_dropped_total`` by ``n``; never raises."""
+        try:
+            self._m.dropped.inc(n)
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
+
+    # -- refit ------------------------------------------------------------------------
+
+    def publish_refit(self, result: RefitResult) -> bool:
+        """Replace every refit gauge with ``result``'s values; returns False on failure.
+
+        New values are set before vanished series are removed, so series present in both
+        refits never disappear from a scrape in between (alerts with ``for:`` keep their
+        timers). In multiprocess mode removal is not supported by prometheus_client, so
+        vanished series are set to NaN instead.
+        """
+        try:
+            series = refit_series(result, self.guard)
+            with self._refit_lock:
+                for name, values in series.items():
+                    self._replace(name, values)
+            return True
+        except Exception as exc:
+            log_error(self._log, "publish_refit_failed", "refit_publish", exc)
+            return False
+
+    def _replace(self, name: str, values: Series) -> None:
+        gauge = self._refit[name]
+        for labels, value in values.items():
+            (gauge.labels(*labels) if labels else gauge).set(value)
+        for labels in self._published[name] - values.keys():
+            if self.multiprocess:
+                gauge.labels(*labels).set(float("nan"))
+            else:
+                gauge.remove(*labels)
+        self._published[name] = set(values) if not self.multiprocess else self._published[name] | set(values)

@@ -1,0 +1,149 @@
+"""Refit result → gauge series (metric name → label values → value), shared by Prometheus and OTel."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from handoffmon.exporters.cardinality import OTHER, LabelGuard
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.refit.result import MarkovFit, RefitResult, RuleFit
+
+Series = dict[tuple[str, ...], float]
+"""Label values (in the gauge's label order) → value."""
+
+
+@dataclass(frozen=True)
+class GaugeSpec:
+    """One refit gauge: name, label names, help text."""
+
+    name: str
+    labels: tuple[str, ...]
+    help: str
+
+
+REFIT_GAUGES: tuple[GaugeSpec, ...] = (
+    GaugeSpec(
+        "handoffmon_prefix_influence",
+        ("model", "rule"),
+        "Refit: prefix influence pi of a model (how its turns move the next author's adherence).",
+    ),
+    GaugeSpec(
+        "handoffmon_suffix_susceptibility",
+        ("model", "rule"),
+        "Refit: suffix susceptibility sigma (how a model's adherence moves after a handoff to it).",
+    ),
+    GaugeSpec(
+        "handoffmon_handoff_risk",
+        ("prefix_model", "model", "rule"),
+        "Refit: fitted handoff risk mu + pi_prefix + sigma_model, also for unobserved pairs.",
+    ),
+    GaugeSpec(
+        "handoffmon_handoff_delta",
+        ("prefix_model", "model", "rule", "bound"),
+        "Refit: depth-adjusted handoff effect Delta(A->B) (observational) and its interval bounds.",
+    ),
+    GaugeSpec(
+        "handoffmon_handoff_significant",
+        ("prefix_model", "model", "rule"),
+        "Refit: 1 if the Delta(A->B) interval excludes 0, else 0 (observed pairs only).",
+    ),
+    GaugeSpec(
+        "handoffmon_handoff_checked_turns",
+        ("prefix_model", "model", "rule"),
+        "Refit: checked turns (pass+fail) in the handoff cell A->B that Delta was estimated from.",
+    ),
+    GaugeSpec(
+        "handoffmon_stationary_adherence",
+        ("model", "rule", "after_handoff"),
+        "Refit: Markov long-run adherence p_FT/(p_TF+p_FT); after_handoff=true|false|all.",
+    ),
+    GaugeSpec(
+        "handoffmon_adherence_half_life_turns",
+        ("model", "rule", "after_handoff"),
+        "Refit: turns for adherence to move halfway to its stationary value (+Inf: never).",
+    ),
+    GaugeSpec("handoffmon_refit_mu", ("rule",), "Refit: mu, the average handoff effect over ordered pairs."),
+    GaugeSpec("handoffmon_refit_r2", ("rule",), "Refit: weighted R^2 of Delta ~ mu + pi + sigma."),
+    GaugeSpec(
+        "handoffmon_refit_last_success_timestamp_seconds", (), "UNIX time of the last successful refit."
+    ),
+)
+
+_AFTER_HANDOFF = (("all", "markov"), ("true", "markov_after_handoff"), ("false", "markov_no_handoff"))
+
+
+def _put(series: Series, key: tuple[str, ...], value: float) -> None:
+    """Store a finite or infinite value; NaN means "not estimated" and is left out."""
+    if not math.isnan(value):
+        series[key] = float(value)
+
+
+class _Builder:
+    """Accumulates series while guarding labels; names overflowing into ``other`` are skipped."""
+
+    def __init__(self, guard: LabelGuard) -> None:
+        self.guard = guard
+        self.out: dict[str, Series] = {spec.name: {} for spec in REFIT_GAUGES}
+
+    def model(self, name: str) -> str | None:
+        label = self.guard.model(name)
+        return None if label == OTHER and name != OTHER else label
+
+    def add_rule(self, rule: str, fit: RuleFit) -> None:
+        _put(self.out["handoffmon_refit_mu"], (rule,), fit.mu)
+        _put(self.out["handoffmon_refit_r2"], (rule,), fit.r2)
+        for name, scores in fit.models.items():
+            m = self.model(name)
+            if m is not None:
+                _put(self.out["handoffmon_prefix_influence"], (m, rule), scores.prefix_influence)
+                _put(self.out["handoffmon_suffix_susceptibility"], (m, rule), scores.suffix_susceptibility)
+        for pair in fit.pairs:
+            a, b = self.model(pair.prefix_model), self.model(pair.model)
+            if a is None or b is None:
+                continue
+            _put(self.out["handoffmon_handoff_risk"], (a, b, rule), pair.risk)
+            if pair.observed and not math.isnan(pair.delta):
+                delta = self.out["handoffmon_handoff_delta"]
+                _put(delta, (a, b, rule, "estimate"), pair.delta)
+                _put(delta, (a, b, rule, "lower"), pair.ci_low)
+                _put(delta, (a, b, rule, "upper"), pair.ci_high)
+                self.out["handoffmon_handoff_significant"][(a, b, rule)] = 1.0 if pair.significant else 0.0
+                self.out["handoffmon_handoff_checked_turns"][(a, b, rule)] = float(pair.n)
+        for flag, attr in _AFTER_HANDOFF:
+            self.add_markov(rule, flag, getattr(fit, attr))
+
+    def add_markov(self, rule: str, flag: str, fits: Mapping[str, MarkovFit]) -> None:
+        for name, mf in fits.items():
+            m = self.model(name)
+            if m is not None:
+                _put(self.out["handoffmon_stationary_adherence"], (m, rule, flag), mf.stationary)
+                _put(self.out["handoffmon_adherence_half_life_turns"], (m, rule, flag), mf.half_life_turns)
+
+
+def refit_series(result: RefitResult, guard: LabelGuard) -> dict[str, Series]:
+    """Every refit gauge's series for one ``RefitResult``.
+
+    Rule ``all`` carries the values pooled over rules. Values the refit could not
+    estimate (NaN) are left out, so the series is absent rather than NaN. Models or
+    rules beyond the label caps are left out (their ``other`` series would collide).
+
+    Args:
+        result: the refit.
+        guard: the label guard shared with the counters.
+
+    Returns:
+        Gauge name → {label values: value}, with an entry for every gauge in
+        ``REFIT_GAUGES`` (possibly empty).
+    """
+    builder = _Builder(guard)
+    for name, fit in result.rules.items():
+        rule = guard.rule(name)
+        if rule == OTHER and name != OTHER:
+            continue
+        builder.add_rule(rule, fit)
+    builder.out["handoffmon_refit_last_success_timestamp_seconds"][()] = float(result.created_at)
+    return builder.out

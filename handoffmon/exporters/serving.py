@@ -1,0 +1,218 @@
+"""Serving ``/metrics``: a standalone HTTP server, WSGI and ASGI apps, token auth, multiprocess mode."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hmac
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.registry import Collector
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+ASGIApp = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+    Awaitable[None],
+]
+
+_UNAUTHORIZED = (
+    "401 Unauthorized",
+    [("Content-Type", "text/plain; charset=utf-8"), ("WWW-Authenticate", 'Bearer realm="metrics"')],
+    b"401: a bearer token is required\n",
+)
+
+
+def render(
+    registry: Collector, accept: str = "", accept_encoding: str = "", query: str = ""
+) -> tuple[str, list[tuple[str, str]], bytes]:
+    """Exposition for one request: (status, headers, body).
+
+    OpenMetrics (with exemplars) when the client asks for it, the Prometheus text format
+    otherwise; ``?name[]=...`` restricts the families; gzip when accepted.
+    """
+    encoder, content_type = choose_encoder(accept)
+    params = parse_qs(query)
+    if "name[]" in params and isinstance(registry, CollectorRegistry):
+        registry = registry.restricted_registry(params["name[]"])
+    body = encoder(registry)
+    headers = [("Content-Type", content_type)]
+    if gzip_accepted(accept_encoding):
+        body = gzip.compress(body)
+        headers.append(("Content-Encoding", "gzip"))
+    return "200 OK", headers, body
+
+
+def token_ok(authorization: str | None, token: str | None) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer <token>`` (constant-time compare)."""
+    if token is None:
+        return True
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def metrics_wsgi_app(registry: Collector, *, token: str | None = None) -> WSGIApp:
+    """A WSGI app serving ``registry`` at whatever path it is mounted on.
+
+    Args:
+        registry: the exporter's registry, or ``multiprocess_registry()`` under gunicorn.
+        token: when set, requests need ``Authorization: Bearer <token>`` (else 401).
+    """
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if not token_ok(environ.get("HTTP_AUTHORIZATION"), token):
+            status, headers, body = _UNAUTHORIZED
+        elif environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            status, headers, body = "405 Method Not Allowed", [("Allow", "GET, HEAD")], b""
+        else:
+            status, headers, body = render(
+                registry,
+                environ.get("HTTP_ACCEPT", ""),
+                environ.get("HTTP_ACCEPT_ENCODING", ""),
+                environ.get("QUERY_STRING", ""),
+            )
+        start_response(status, headers)
+        return [body]
+
+    return app
+
+
+def metrics_asgi_app(registry: Collector, *, token: str | None = None) -> ASGIApp:
+    """An ASGI app serving ``registry``; exposition runs in a worker thread, not the event loop.
+
+    Mount it, e.g. ``Mount("/metrics", app=metrics_asgi_app(exporter.registry))``.
+
+    Args:
+        registry: the exporter's registry, or ``multiprocess_registry()``.
+        token: when set, requests need ``Authorization: Bearer <token>`` (else 401).
+    """
+
+    async def app(
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http":
+            return
+        hdrs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if not token_ok(hdrs.get("authorization"), token):
+            status, headers, body = _UNAUTHORIZED
+        elif scope.get("method", "GET") not in ("GET", "HEAD"):
+            status, headers, body = "405 Method Not Allowed", [("Allow", "GET, HEAD")], b""
+        else:
+            query = scope.get("query_string", b"").decode("latin-1")
+            status, headers, body = await asyncio.to_thread(
+                render, registry, hdrs.get("accept", ""), hdrs.get("accept-encoding", ""), query
+            )
+        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        await send({"type": "http.response.start", "status": int(status.split(" ")[0]), "headers": raw})
+        await send({"type": "http.response.body", "body": body if scope.get("method") != "HEAD" else b""})
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _V6Server(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not worth a log line each."""
+
+
+@dataclass
+class MetricsServer:
+    """A running ``/metrics`` server (stop it with ``close()`` or a ``with`` block)."""
+
+    server: WSGIServer
+    thread: threading.Thread
+    addr: str
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self.server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """``http://addr:port/metrics``."""
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and release the socket."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_metrics_server(
+    registry: Collector, port: int, addr: str = "127.0.0.1", *, token: str | None = None
+) -> MetricsServer:
+    """Serve ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
+
+    Args:
+        registry: the exporter's registry, or ``multiprocess_registry()``.
+        port: TCP port; 0 picks a free one (read it back from ``.port``).
+        addr: listen address; loopback by default, ``0.0.0.0`` / ``::`` to expose it.
+        token: when set, scrapes need ``Authorization: Bearer <token>``.
+
+    Returns:
+        The running server. Other paths answer 404.
+    """
+    metrics = metrics_wsgi_app(registry, token=token)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/metrics", "/metrics/"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"404: metrics are at /metrics\n"]
+        return metrics(environ, start_response)
+
+    server_class = _V6Server if ":" in addr else _Server
+    server = make_server(addr, port, app, server_class=server_class, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="handoffmon-metrics", daemon=True)
+    thread.start()
+    return MetricsServer(server=server, thread=thread, addr=addr)
+
+
+def multiprocess_registry(path: str | None = None) -> CollectorRegistry:
+    """A registry that sums every process's metrics from ``PROMETHEUS_MULTIPROC_DIR``.
+
+    Serve this one (not a per-process registry) under gunicorn and similar pre-fork
+    servers. See the README's multiprocess section for the limits (no exemplars, refit
+    gauges are ``mostrecent``, vanished refit series become NaN).
+
+    Args:
+        path: the directory (default: ``$PROMETHEUS_MULTIPROC_DIR``).
+    """
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=path)
+    return registry
+
+
+def mark_process_dead(pid: int, path: str | None = None) -> None:
+    """Call from gunicorn's ``child_exit`` hook so a dead worker's live gauges go away."""
+    from prometheus_client.multiprocess import mark_process_dead as _mark
+
+    _mark(pid, path)
