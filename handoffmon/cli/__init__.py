@@ -12,6 +12,8 @@ from handoffmon._version import __version__
 # name -> "module:attribute" of a click command or group. One line per subcommand.
 LAZY_COMMANDS: dict[str, str] = {
     "config": "handoffmon.cli.config_cmd:config",
+    "refit": "handoffmon.cli.refit_cmd:refit",
+    "stats": "handoffmon.cli.stats_cmd:stats",
 }
 
 

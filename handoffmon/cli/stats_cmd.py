@@ -1,0 +1,57 @@
+"""``handoffmon stats``: offline statistics (the switch matrix of an eval run)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from handoffmon.errors import HandoffmonError
+
+
+@click.group("stats")
+def stats() -> None:
+    """Offline statistics."""
+
+
+@stats.command("switch-matrix")
+@click.option(
+    "--scores", required=True, type=click.Path(dir_okay=False), help="episode,prefix_model,suffix_model,score"
+)
+@click.option("--out", required=True, help="output matrix.json ('-' for stdout)")
+@click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
+@click.option("--seed", type=int, help="RNG seed for reproducible intervals")
+@click.option(
+    "--confidence", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True)
+)
+@click.option("--ridge", default=1.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--min-n", default=2, show_default=True, type=click.IntRange(min=2), help="min paired episodes")
+def switch_matrix_cmd(
+    scores: str, out: str, resamples: int, seed: int | None, confidence: float, ridge: float, min_n: int
+) -> None:
+    """Paired BCa Δ per cell, BCa cell means and the π/σ decomposition of a switch matrix."""
+    from handoffmon.cli.refit_cmd import write_text_atomic
+    from handoffmon.refit.switch_matrix import ScoreTable, switch_matrix
+    from handoffmon.sources.csv import read_scores_csv
+
+    try:
+        table = ScoreTable.from_rows(read_scores_csv(scores))
+        result = switch_matrix(
+            table,
+            resamples=resamples,
+            seed=seed,
+            confidence=confidence,
+            ridge=ridge,
+            min_n=min_n,
+            source=scores,
+        )
+        write_text_atomic(out, result.to_json())
+    except HandoffmonError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    sig = sum(p.significant for p in result.fit.pairs)
+    click.echo(
+        f"switch matrix: {len(table.models)} models, {len(table.episodes)} episodes, "
+        f"{sig}/{len(result.fit.pairs)} significant pairs, r2={result.fit.r2:.3f} -> {out}",
+        err=True,
+    )

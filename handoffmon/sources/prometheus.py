@@ -1,0 +1,151 @@
+"""The Prometheus source: handoffmon's counters read through the Prometheus HTTP API.
+
+Each counter is summed over replicas (every label not in the key is aggregated away,
+e.g. ``instance`` and ``job``) with one instant query, all at the same evaluation
+time. With a ``window`` the query is ``increase(metric[window])`` — the counts of the
+last window; Prometheus extrapolates ``increase`` to the window edges, so those counts
+are rounded to integers. Without a window the raw counter totals are summed, which
+equals merging the replicas' local aggregates exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
+from handoffmon.sources import SourceError
+from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
+
+CHECKS = "handoffmon_checks_total"
+TRANSITIONS = "handoffmon_rule_transitions_total"
+TURNS = "handoffmon_turns_total"
+ATTRIBUTIONS = "handoffmon_attributions_total"
+MONITOR_ERRORS = "handoffmon_monitor_errors_total"
+DROPPED = "handoffmon_queue_dropped_total"
+
+_DURATION = re.compile(r"^(?:\d+(?:ms|[smhdwy]))+$")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+Fetch = Callable[[str, dict[str, str]], dict[str, Any]]
+"""(url, params) → decoded JSON body; injectable for tests."""
+
+
+def parse_duration(window: str) -> float:
+    """Seconds in a Prometheus duration such as ``1h``, ``90m`` or ``1h30m``."""
+    if not _DURATION.match(window):
+        raise SourceError(f"window {window!r} is not a Prometheus duration like 5m, 1h or 7d")
+    return float(sum(int(n) * _UNIT_S[u] for n, u in re.findall(r"(\d+)(ms|[smhdwy])", window)))
+
+
+def _urllib_fetch(timeout_s: float) -> Fetch:
+    def fetch(url: str, params: dict[str, str]) -> dict[str, Any]:
+        full = f"{url}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(full, timeout=timeout_s) as resp:
+                body: dict[str, Any] = json.loads(resp.read().decode("utf-8"))
+                return body
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:300]
+            raise SourceError(f"Prometheus query failed ({exc.code}) at {url}: {detail}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise SourceError(f"cannot reach Prometheus at {url}: {exc}") from exc
+        except ValueError as exc:
+            raise SourceError(f"Prometheus at {url} returned invalid JSON: {exc}") from exc
+
+    return fetch
+
+
+class PrometheusSource:
+    """Reads ``Counts`` from a Prometheus server.
+
+    Args:
+        base_url: ``http://host:9090`` (``prometheus://host:9090`` is accepted too).
+        window: a Prometheus duration (``1h``) for ``increase``; None = counter totals.
+        timeout_s: per-query HTTP timeout.
+        fetch: transport override (tests); default uses ``urllib``.
+        clock: evaluation time source.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        window: str | None = None,
+        timeout_s: float = 10.0,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if base_url.startswith("prometheus://"):
+            base_url = "http://" + base_url[len("prometheus://") :]
+        self.base_url = base_url.rstrip("/")
+        self.window = window
+        self.window_s = parse_duration(window) if window else None
+        self._fetch = fetch or _urllib_fetch(timeout_s)
+        self._clock = clock
+
+    def query_for(self, metric: str, by: tuple[str, ...]) -> str:
+        """The PromQL summing ``metric`` over replicas by ``by``."""
+        inner = f"increase({metric}[{self.window}])" if self.window else metric
+        return f"sum by ({', '.join(by)}) ({inner})" if by else f"sum({inner})"
+
+    def vector(self, metric: str, by: tuple[str, ...], at: float) -> list[tuple[dict[str, str], int]]:
+        """Run one instant query; returns (labels, rounded value) per series."""
+        body = self._fetch(
+            f"{self.base_url}/api/v1/query", {"query": self.query_for(metric, by), "time": f"{at:.3f}"}
+        )
+        if body.get("status") != "success":
+            raise SourceError(f"Prometheus query for {metric} failed: {body.get('error', body)}")
+        data = body.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise SourceError(f"Prometheus returned {data.get('resultType')!r} for {metric}, expected vector")
+        out = []
+        for series in data.get("result", []):
+            try:
+                value = round(float(series["value"][1]))
+                labels = {k: str(series["metric"].get(k, "")) for k in by}
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise SourceError(f"malformed Prometheus series for {metric}: {series!r}") from exc
+            if value > 0:
+                out.append((labels, value))
+        return out
+
+    def snapshot(self) -> Counts:
+        """All counters summed over replicas, evaluated at one instant."""
+        at = self._clock()
+        checks_by = ("rule", "model", "prefix_model", "depth_bucket", "verdict")
+        trans_by = ("rule", "model", "handoff", "from_verdict", "to_verdict")
+        turns_by = ("model", "prefix_model", "depth_bucket")
+        checks = {CheckKey(*(lab[k] for k in checks_by)): v for lab, v in self.vector(CHECKS, checks_by, at)}  # type: ignore[arg-type]
+        trans = {
+            TransitionKey(*(lab[k] for k in trans_by)): v for lab, v in self.vector(TRANSITIONS, trans_by, at)
+        }  # type: ignore[arg-type]
+        turns: dict[TurnKey, int] = {}
+        for lab, v in self.vector(TURNS, turns_by, at):
+            key = TurnKey(lab["model"], lab["prefix_model"], lab["depth_bucket"], _handoff(lab))
+            turns[key] = turns.get(key, 0) + v
+        attributions = {lab["method"]: v for lab, v in self.vector(ATTRIBUTIONS, ("method",), at)}
+        errors = {lab["stage"]: v for lab, v in self.vector(MONITOR_ERRORS, ("stage",), at)}
+        dropped = sum(v for _, v in self.vector(DROPPED, (), at))
+        return Counts(
+            checks=checks,
+            transitions=trans,
+            turns=turns,
+            attributions=attributions,
+            monitor_errors=errors,
+            dropped=dropped,
+        )
+
+
+def _handoff(labels: dict[str, str]) -> str:
+    """``turns_total`` has no handoff label; derive it from the prefix the way the pipeline does."""
+    prefix = labels["prefix_model"]
+    if prefix == UNKNOWN_MODEL:
+        return "unknown"
+    return "false" if prefix in (NO_PREFIX, labels["model"]) else "true"

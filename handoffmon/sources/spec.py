@@ -1,0 +1,58 @@
+"""Resolve a ``--source`` spec (sqlite:///PATH, prometheus://HOST:PORT, http(s)://…, FILE.csv)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from handoffmon.counts import Counts
+from handoffmon.sources import SourceError
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Counts plus where they came from and the window they cover."""
+
+    counts: Counts
+    label: str
+    window_s: float | None = None
+
+
+def load_source(
+    spec: str,
+    *,
+    transitions: str | None = None,
+    window: str | None = None,
+    timeout_s: float = 10.0,
+) -> Loaded:
+    """Read counts from ``spec``; ``transitions`` (a CSV) is merged in when given.
+
+    Raises:
+        SourceError: unknown spec or a ``window`` for a source that has no time axis.
+        InputError: a malformed CSV file.
+        StoreError: an unreadable SQLite file.
+    """
+    if window and not spec.startswith(("prometheus://", "http://", "https://")):
+        raise SourceError("--window only applies to a Prometheus source")
+    if spec.startswith("sqlite://"):
+        from handoffmon.sources.sqlite import read_sqlite
+
+        path = spec[len("sqlite://") :]
+        loaded = Loaded(read_sqlite(path), f"sqlite://{path}")
+    elif spec.startswith(("prometheus://", "http://", "https://")):
+        from handoffmon.sources.prometheus import PrometheusSource
+
+        src = PrometheusSource(spec, window=window, timeout_s=timeout_s)
+        loaded = Loaded(src.snapshot(), src.base_url, src.window_s)
+    elif Path(spec).suffix.lower() == ".csv":
+        from handoffmon.sources.csv import read_cells_csv
+
+        loaded = Loaded(read_cells_csv(spec), spec)
+    else:
+        raise SourceError(f"unknown source {spec!r}: use sqlite:///PATH, prometheus://HOST:PORT or FILE.csv")
+    if transitions:
+        from handoffmon.sources.csv import read_transitions_csv
+
+        extra = read_transitions_csv(transitions)
+        loaded = Loaded(loaded.counts.merge(extra), f"{loaded.label}+{transitions}", loaded.window_s)
+    return loaded
