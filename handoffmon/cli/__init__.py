@@ -14,6 +14,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "config": "handoffmon.cli.config_cmd:config",
     "refit": "handoffmon.cli.refit_cmd:refit",
     "stats": "handoffmon.cli.stats_cmd:stats",
+    "serve": "handoffmon.cli.serve_cmd:serve",
 }
 
 

@@ -28,8 +28,9 @@ _FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueEr
 
 
 def encode_authorship(value: Authorship) -> str:
-    """Compact JSON ``[authors, depth, created_at]`` (the value of an attribution key)."""
-    return json.dumps([list(value.authors), value.depth, value.created_at], separators=(",", ":"))
+    """Compact JSON ``[authors, depth, created_at, conversation_id]`` (an attribution key's value)."""
+    fields = [list(value.authors), value.depth, value.created_at, value.conversation_id]
+    return json.dumps(fields, separators=(",", ":"))
 
 
 def decode_authorship(raw: bytes | str | None) -> Authorship | None:
@@ -37,8 +38,9 @@ def decode_authorship(raw: bytes | str | None) -> Authorship | None:
     if raw is None:
         return None
     try:
-        authors, depth, created_at = json.loads(raw)
-        return Authorship(tuple(str(a) for a in authors), int(depth), float(created_at))
+        authors, depth, created_at, *rest = json.loads(raw)
+        conversation_id = str(rest[0]) if rest else ""
+        return Authorship(tuple(str(a) for a in authors), int(depth), float(created_at), conversation_id)
     except (ValueError, TypeError):
         return None
 

@@ -21,7 +21,8 @@ from tests.stores.redis_server import RedisServer
 pytestmark = pytest.mark.integration
 
 A1 = Authorship(("gpt-4o",), 1, 1000.0)
-A2 = Authorship(("claude", "gpt-4o"), 2, 1001.5)
+A2 = Authorship(("claude", "gpt-4o"), 2, 1001.5, "conv-7")
+COLLISION = Authorship((), 3, 1002.0)
 
 
 def _cfg(**kw: Any) -> StoreConfig:
@@ -67,8 +68,8 @@ def test_round_trip_keeps_order_and_none_for_missing(store: RedisStore) -> None:
     """get_many answers in key order, None where nothing was stored; put overwrites."""
     store.put_many([("k1", A1), ("k2", A2)])
     assert store.get_many(["k2", "missing", "k1"]) == [A2, None, A1]
-    store.put_many([("k1", A2)])
-    assert store.get_many(["k1"]) == [A2]
+    store.put_many([("k1", A2), ("k3", COLLISION)])
+    assert store.get_many(["k1", "k3"]) == [A2, COLLISION]
     assert store.get_many([]) == []
 
 

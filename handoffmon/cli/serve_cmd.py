@@ -1,0 +1,41 @@
+"""``handoffmon serve``: run the OpenAI-compatible monitoring proxy in front of an upstream router."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from handoffmon.config import load_config
+from handoffmon.errors import ConfigError
+
+
+@click.command("serve")
+@click.option("--upstream", help="Upstream OpenAI-compatible base URL (overrides proxy.upstream).")
+@click.option("--host", help="Listen address (overrides proxy.host).")
+@click.option("--port", type=int, help="Listen port (overrides proxy.port).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML/TOML config file.")
+@click.option("--log-level", default="warning", show_default=True, help="uvicorn log level.")
+def serve(
+    upstream: str | None, host: str | None, port: int | None, config_path: str | None, log_level: str
+) -> None:
+    """Proxy /v1/* to UPSTREAM unchanged, monitoring chat completions; /metrics, /healthz, /readyz."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        config = load_config(config_path)
+        overrides = {
+            k: v for k, v in (("upstream", upstream), ("host", host), ("port", port)) if v is not None
+        }
+        if overrides:
+            from handoffmon.config import config_from_mapping
+
+            data = config.model_dump()
+            data["proxy"] = {**data["proxy"], **overrides}
+            config = config_from_mapping(data, source=f"{config_path or '<defaults>'} + command line")
+        if not config.proxy.upstream:
+            raise ConfigError("no upstream: pass --upstream URL or set proxy.upstream", key="proxy.upstream")
+        from handoffmon.proxy.server import serve as run
+
+        run(config, log_level=log_level)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,1 @@
+"""``handoffmon serve``: an OpenAI-compatible monitoring proxy (import ``handoffmon.proxy.app``)."""

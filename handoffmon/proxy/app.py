@@ -1,0 +1,205 @@
+"""The ``handoffmon serve`` ASGI app: /v1/* pass-through with monitoring, /metrics, /healthz, /readyz."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from handoffmon.config import HandoffmonConfig
+from handoffmon.errors import ConfigError
+from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
+from handoffmon.proxy.metrics import ProxyMetrics, StoreStatsCollector
+from handoffmon.proxy.upstream import SessionFactory, Upstream
+
+_log = logging.getLogger("handoffmon.proxy")
+
+PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+class ProxyState:
+    """What the routes share: config, monitor, upstream, registry, readiness."""
+
+    def __init__(
+        self,
+        config: HandoffmonConfig,
+        monitor: Any,
+        upstream: Upstream,
+        registry: CollectorRegistry,
+        owns_monitor: bool,
+    ) -> None:
+        self.config = config
+        self.monitor = monitor
+        self.upstream = upstream
+        self.registry = registry
+        self.owns_monitor = owns_monitor
+        self.ready = False
+        self.metrics = ProxyMetrics(registry)
+
+
+def _build_monitor(config: HandoffmonConfig, registry: CollectorRegistry) -> Any:
+    """A Monitor on ``config`` exporting into ``registry`` (imports the pipeline lazily)."""
+    from handoffmon.exporters import build_exporters
+    from handoffmon.pipeline.monitor import Monitor
+
+    return Monitor(config, exporters=build_exporters(config, registry=registry))
+
+
+def _authorized(state: ProxyState, request: Request) -> bool:
+    token = state.config.proxy.metrics_token
+    if not token:
+        return True
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def _unauthorized() -> Response:
+    body = error_body("bearer token required (proxy.metrics_token)", "unauthorized", "authentication_error")
+    return Response(body, 401, media_type="application/json", headers={"www-authenticate": "Bearer"})
+
+
+def _routes(state: ProxyState) -> list[Route]:
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        store = getattr(state.monitor, "store", None)
+        store_ok = bool(getattr(store, "available", True))
+        ready = state.ready and state.upstream.started
+        body = {"status": "ready" if ready else "not_ready", "store": "ok" if store_ok else "failing_open"}
+        return JSONResponse(body, 200 if ready else 503)
+
+    async def metrics(request: Request) -> Response:
+        if not _authorized(state, request):
+            return _unauthorized()
+        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def admin_flush(request: Request) -> Response:
+        if not _authorized(state, request):
+            return _unauthorized()
+        timeout_s = state.config.pipeline.shutdown_timeout_s
+        flushed = await asyncio.to_thread(state.monitor.flush, timeout_s)
+        return JSONResponse({"flushed": bool(flushed)})
+
+    async def admin_stats(request: Request) -> Response:
+        if not _authorized(state, request):
+            return _unauthorized()
+        stats = dict(getattr(state.monitor, "stats", {}) or {})
+        store_stats = getattr(getattr(state.monitor, "store", None), "stats", None)
+        if callable(store_stats):
+            stats["store"] = store_stats()
+        return Response(json.dumps(stats, default=str), media_type="application/json")
+
+    proxy = state.config.proxy
+    common: dict[str, Any] = {"max_body_bytes": proxy.max_body_bytes}
+    chat = Forwarder(
+        state.upstream,
+        state.metrics,
+        monitor=state.monitor,
+        conversation_header=state.config.attribution.conversation_header,
+        canonical=state.config.attribution.canonical_models,
+        route="chat_completions",
+        **common,
+    )
+    passthrough = Forwarder(state.upstream, state.metrics, route="passthrough", **common)
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/admin/flush", admin_flush, methods=["POST"]),
+        Route("/admin/stats", admin_stats, methods=["GET"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
+    ]
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    """Routes outside /v1 and the service endpoints: a clear 404 (never forwarded)."""
+    msg = f"handoffmon serve has no route {scope['method']} {scope['path']}; it proxies /v1/*"
+    await send_json(send, 404, error_body(msg, "not_found", "invalid_request_error"))
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    msg = f"method {request.method} not allowed on {request.url.path}"
+    return Response(
+        error_body(msg, "method_not_allowed", "invalid_request_error"), 405, media_type="application/json"
+    )
+
+
+def create_app(
+    config: HandoffmonConfig,
+    *,
+    monitor: Any | None = None,
+    upstream_session_factory: SessionFactory | None = None,
+    registry: CollectorRegistry | None = None,
+) -> Starlette:
+    """Build the proxy app.
+
+    Args:
+        config: ``proxy.upstream`` must be set; ``proxy.*`` limits, ``store``,
+            ``attribution`` and ``telemetry`` are honoured.
+        monitor: a running ``Monitor``; built from ``config`` (with exporters into
+            ``registry``) and closed at shutdown when not given. An injected monitor is
+            flushed, not closed, at shutdown.
+        upstream_session_factory: builds the pooled ``aiohttp.ClientSession``.
+        registry: Prometheus registry served at ``/metrics`` (a fresh one by default).
+
+    Raises:
+        ConfigError: ``proxy.upstream`` is missing or not an http(s) URL.
+    """
+    if not config.proxy.upstream:
+        raise ConfigError("handoffmon serve needs an upstream URL", key="proxy.upstream")
+    try:
+        upstream = Upstream(
+            config.proxy.upstream,
+            timeout_s=config.proxy.upstream_timeout_s,
+            session_factory=upstream_session_factory,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="proxy.upstream") from exc
+    registry = registry if registry is not None else CollectorRegistry()
+    owns = monitor is None
+    monitor = monitor if monitor is not None else _build_monitor(config, registry)
+    state = ProxyState(config, monitor, upstream, registry, owns)
+    store_stats = getattr(getattr(monitor, "store", None), "stats", None)
+    if callable(store_stats):
+        registry.register(StoreStatsCollector(store_stats))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await upstream.start()
+        state.ready = True
+        try:
+            yield
+        finally:
+            state.ready = False
+            await upstream.close()
+            await asyncio.to_thread(_drain, state)
+
+    app = Starlette(routes=_routes(state), lifespan=lifespan, exception_handlers={405: _method_not_allowed})
+    app.router.default = _not_found  # type: ignore[method-assign]
+    app.state.proxy = state
+    return app
+
+
+def _drain(state: ProxyState) -> None:
+    """Shutdown: process every queued turn (close our monitor; flush an injected one)."""
+    budget = state.config.pipeline.shutdown_timeout_s
+    try:
+        if state.owns_monitor:
+            state.monitor.close(budget)
+        else:
+            state.monitor.flush(budget)
+    except Exception:  # fail-open even at shutdown: log and let the process exit
+        _log.warning("handoffmon serve: draining the monitor failed", exc_info=True)

@@ -1,0 +1,322 @@
+"""The pass-through ASGI handler: forward bytes unchanged, watch chat completions on the side."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from handoffmon.proxy.authorship import SESSION_HEADER, UpstreamAuthorship, from_headers, usage_tokens
+from handoffmon.proxy.metrics import ProxyMetrics
+from handoffmon.proxy.sse import ChatStreamAccumulator
+from handoffmon.proxy.upstream import Upstream, request_headers, response_headers
+
+_log = logging.getLogger("handoffmon.proxy")
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def error_body(message: str, code: str, kind: str = "handoffmon_proxy_error") -> bytes:
+    """An OpenAI-shaped error document (so SDKs surface ``message``)."""
+    return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
+
+
+async def send_json(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Send a complete JSON response."""
+    hdrs = [*JSON_HEADERS, (b"content-length", str(len(body)).encode()), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyTooLarge(Exception):
+    """The request body exceeds ``proxy.max_body_bytes``."""
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The whole request body; raises :class:`BodyTooLarge` early (by Content-Length) or late."""
+    for k, v in scope["headers"]:
+        if k == b"content-length" and v.isdigit() and int(v) > limit:
+            raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise asyncio.CancelledError
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not msg.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+@dataclass
+class _Turn:
+    """A monitored chat completion in flight."""
+
+    ctx: Any
+    started: float
+
+
+class _DisconnectWatch:
+    """Cancels the request task when the client goes away before the response is complete."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.disconnected = False
+        self.done = False
+        self._task = asyncio.current_task()
+        self._watch = asyncio.ensure_future(self._run(receive))
+
+    async def _run(self, receive: Receive) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                break
+        if not self.done and self._task is not None:
+            self.disconnected = True
+            self._task.cancel()
+
+    def stop(self) -> None:
+        self.done = True
+        self._watch.cancel()
+
+    def absorb(self) -> bool:
+        """After a ``CancelledError``: True (and the cancel undone) if it was our disconnect."""
+        if self.disconnected and self._task is not None:
+            self._task.uncancel()
+            return True
+        return False
+
+
+class Forwarder:
+    """ASGI app forwarding one request upstream; ``monitor`` set = a watched chat completion.
+
+    Monitoring never blocks or alters traffic: bodies that are not JSON chat requests,
+    error statuses and undecodable replies are forwarded unchanged and only counted in
+    ``handoffmon_proxy_unmonitored_requests_total{reason}``.
+    """
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        metrics: ProxyMetrics,
+        *,
+        max_body_bytes: int,
+        monitor: Any | None = None,
+        conversation_header: str = "x-conversation-id",
+        canonical: Mapping[str, str] | None = None,
+        route: str = "passthrough",
+    ) -> None:
+        self._upstream = upstream
+        self._metrics = metrics
+        self._limit = max_body_bytes
+        self._monitor = monitor
+        self._conv_header = conversation_header.lower().encode("latin-1")
+        self._canonical = dict(canonical or {})
+        self._route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await read_body(scope, receive, self._limit)
+        except BodyTooLarge:
+            self._metrics.request(self._route, 413)
+            msg = f"request body exceeds proxy.max_body_bytes ({self._limit} bytes)"
+            await send_json(send, 413, error_body(msg, "body_too_large"), [(b"connection", b"close")])
+            return
+        except asyncio.CancelledError:
+            return  # client left while sending the body
+        turn = self._begin(scope, body) if self._monitor is not None else None
+        watch = _DisconnectWatch(receive)
+        try:
+            await self._forward(scope, body, send, turn, watch)
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            self._metrics.disconnects.inc()
+        finally:
+            watch.stop()
+
+    def _begin(self, scope: Scope, body: bytes) -> _Turn | None:
+        try:
+            req = json.loads(body)
+        except ValueError:
+            return self._skip("bad_json")
+        if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
+            return self._skip("no_messages")
+        headers = self._conversation_headers(scope["headers"])
+        metadata = req.get("metadata") if isinstance(req.get("metadata"), dict) else None
+        if isinstance(req.get("litellm_session_id"), str):
+            metadata = {**(metadata or {}), "litellm_session_id": req["litellm_session_id"]}
+        model = req.get("model") if isinstance(req.get("model"), str) else None
+        assert self._monitor is not None
+        ctx = self._monitor.begin(req["messages"], requested_model=model, metadata=metadata, headers=headers)
+        return _Turn(ctx, time.monotonic())
+
+    def _conversation_headers(self, raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+        """Only the conversation-id headers go to the monitor (never auth headers)."""
+        wanted = (self._conv_header, SESSION_HEADER)
+        return {k.lower().decode("latin-1"): v.decode("latin-1") for k, v in raw if k.lower() in wanted}
+
+    def _skip(self, reason: str) -> None:
+        self._metrics.unmonitored(reason)
+        return None
+
+    async def _forward(
+        self, scope: Scope, body: bytes, send: Send, turn: _Turn | None, watch: _DisconnectWatch
+    ) -> None:
+        path = scope.get("raw_path") or scope["path"].encode()
+        path_s = path.decode("latin-1") if isinstance(path, bytes) else path
+        headers = request_headers(scope["headers"])
+        try:
+            async with self._upstream.request(
+                scope["method"], path_s, scope["query_string"], headers, body
+            ) as resp:
+                status = resp.status
+                out_headers = response_headers(resp.raw_headers)
+                if resp.content_type == "text/event-stream":
+                    await self._stream(resp, status, out_headers, send, turn, watch)
+                    return
+                data = await resp.read()
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            await self._upstream_error(
+                send, 504, "timeout", "upstream did not answer within proxy.upstream_timeout_s"
+            )
+            return
+        except aiohttp.ClientConnectorError:
+            await self._upstream_error(send, 502, "connect", "cannot connect to the upstream")
+            return
+        except aiohttp.ClientError as exc:
+            await self._upstream_error(
+                send, 502, "protocol", f"upstream request failed: {type(exc).__name__}"
+            )
+            return
+        await send({"type": "http.response.start", "status": status, "headers": out_headers})
+        watch.done = True
+        await send({"type": "http.response.body", "body": data})
+        self._metrics.request(self._route, status)
+        if turn is not None:
+            self._finish_json(turn, status, out_headers, data)
+
+    async def _upstream_error(self, send: Send, status: int, kind: str, message: str) -> None:
+        self._metrics.upstream_error(kind)
+        self._metrics.request(self._route, status)
+        await send_json(send, status, error_body(message, f"upstream_{kind}"))
+
+    async def _stream(
+        self,
+        resp: aiohttp.ClientResponse,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        send: Send,
+        turn: _Turn | None,
+        watch: _DisconnectWatch,
+    ) -> None:
+        acc = ChatStreamAccumulator() if turn is not None and 200 <= status < 300 else None
+        if acc is None and turn is not None:
+            self._skip("upstream_status")
+        encoded = _encoding(headers)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        completed = False
+        try:
+            async for chunk in resp.content.iter_any():
+                if acc is not None and not encoded:
+                    acc.feed(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            completed = True
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            self._metrics.upstream_error("stream")
+        finally:
+            if acc is not None and turn is not None:
+                acc.close()
+                self._finish_stream(turn, headers, acc, completed)
+        watch.done = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self._metrics.request(self._route, status)
+
+    def _finish_json(self, turn: _Turn, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
+        if not 200 <= status < 300:
+            self._skip("upstream_status")
+            return
+        try:
+            doc = json.loads(_decoded(headers, data))
+            choice = doc["choices"][0]
+            message = choice["message"]
+        except (ValueError, KeyError, IndexError, TypeError, zlib.error):
+            self._skip("bad_reply")
+            return
+        who = from_headers(headers)
+        body_model = doc.get("model") if isinstance(doc.get("model"), str) else None
+        inp, out = usage_tokens(doc.get("usage"))
+        self._finish(turn, who, message, body_model, False, inp, out, choice.get("finish_reason"))
+
+    def _finish_stream(
+        self, turn: _Turn, headers: list[tuple[bytes, bytes]], acc: ChatStreamAccumulator, completed: bool
+    ) -> None:
+        if acc.events == 0:
+            self._skip("bad_reply")
+            return
+        inp, out = usage_tokens(acc.usage)
+        finish_reason = acc.finish_reason if completed else None
+        self._finish(turn, from_headers(headers), acc.message(), acc.model, True, inp, out, finish_reason)
+
+    def _finish(
+        self,
+        turn: _Turn,
+        who: UpstreamAuthorship,
+        message: Any,
+        body_model: str | None,
+        streamed: bool,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        finish_reason: Any,
+    ) -> None:
+        assert self._monitor is not None
+        self._monitor.finish(
+            turn.ctx,
+            message,
+            authors=who.authors(body_model, self._canonical),
+            deployment_id=who.deployment_id,
+            fallbacks=who.fallbacks,
+            retries=who.retries,
+            streamed=streamed,
+            latency_s=time.monotonic() - turn.started,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+            response_model=body_model,
+        )
+
+
+def _encoding(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for k, v in headers:
+        if k.lower() == b"content-encoding" and v.strip().lower() not in (b"", b"identity"):
+            return v.strip().lower()
+    return None
+
+
+def _decoded(headers: list[tuple[bytes, bytes]], data: bytes) -> bytes:
+    """The body for the monitor: gzip/deflate undone on a copy; other encodings raise ValueError."""
+    enc = _encoding(headers)
+    if enc is None:
+        return data
+    if enc in (b"gzip", b"x-gzip"):
+        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+    if enc == b"deflate":
+        return zlib.decompress(data)
+    raise ValueError(f"unsupported content-encoding {enc!r}")

@@ -1,0 +1,97 @@
+"""The proxy's own Prometheus series (bounded labels) and a collector for store failure counters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+ROUTES = ("chat_completions", "passthrough", "other")
+UNMONITORED_REASONS = ("bad_json", "no_messages", "upstream_status", "bad_reply")
+UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream")
+
+
+def _status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "other"
+
+
+class ProxyMetrics:
+    """Counters of ``handoffmon serve`` in an injected registry; children are pre-created.
+
+    Series:
+        ``handoffmon_proxy_requests_total{route, status_class}``: answered requests.
+        ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions
+        forwarded without monitoring (``bad_json``, ``no_messages``, ``upstream_status``,
+        ``bad_reply``).
+        ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
+        ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream).
+        ``handoffmon_proxy_client_disconnects_total``: clients that left before the end.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._requests = Counter(
+            "handoffmon_proxy_requests",
+            "Requests answered by handoffmon serve, by route and status class.",
+            ["route", "status_class"],
+            registry=registry,
+        )
+        self._unmonitored = Counter(
+            "handoffmon_proxy_unmonitored_requests",
+            "Chat completions forwarded unchanged but not monitored, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self._upstream = Counter(
+            "handoffmon_proxy_upstream_errors",
+            "Upstream failures, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.disconnects = Counter(
+            "handoffmon_proxy_client_disconnects",
+            "Clients that disconnected before the response was complete.",
+            registry=registry,
+        )
+        classes = [f"{c}xx" for c in range(1, 6)]
+        self._req_children = {(r, c): self._requests.labels(r, c) for r in ROUTES for c in classes}
+        self._unmon_children = {r: self._unmonitored.labels(r) for r in UNMONITORED_REASONS}
+        self._up_children = {k: self._upstream.labels(k) for k in UPSTREAM_ERRORS}
+
+    def request(self, route: str, status: int) -> None:
+        """Count one answered request."""
+        key = (route, _status_class(status))
+        child = self._req_children.get(key)
+        (child or self._requests.labels(*key)).inc()
+
+    def unmonitored(self, reason: str) -> None:
+        """Count one chat completion that was forwarded without monitoring."""
+        self._unmon_children[reason].inc()
+
+    def upstream_error(self, kind: str) -> None:
+        """Count one upstream failure."""
+        self._up_children[kind].inc()
+
+
+class StoreStatsCollector(Collector):
+    """Exposes a store's ``stats()`` as ``handoffmon_store_failures_total{op, kind}`` at scrape time.
+
+    ``kind`` is ``errors`` (the backend failed) or ``skipped`` (not tried while the
+    store was backing off after a failure). Reads counters only; adds nothing to the
+    request path.
+    """
+
+    def __init__(self, stats: Callable[[], dict[str, int]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "handoffmon_store_failures",
+            "Attribution store operations that failed or were skipped (fail-open), by op and kind.",
+            labels=["op", "kind"],
+        )
+        for name, value in sorted(self._stats().items()):
+            op, _, kind = name.rpartition("_")
+            family.add_metric([op, kind], value)
+        yield family

@@ -1,0 +1,133 @@
+"""Pooled upstream HTTP client (aiohttp): byte-exact pass-through, timeouts, hop-by-hop filtering."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
+
+import aiohttp
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+"""Headers that describe one connection, never forwarded in either direction (RFC 9110 §7.6.1)."""
+
+_NOT_FORWARDED_UP = HOP_BY_HOP | {b"host", b"content-length"}
+"""``host`` and ``content-length`` are recomputed by the client for the upstream request."""
+
+SessionFactory = Callable[[], aiohttp.ClientSession]
+
+
+def split_base(upstream: str) -> tuple[str, str]:
+    """``(origin, base_path)`` of the upstream URL; a trailing ``/v1`` is dropped.
+
+    The proxy appends the client's path (``/v1/chat/completions``) to the base path, so
+    both ``http://router:4000`` and ``http://router:4000/v1`` mean the same thing.
+
+    Raises:
+        ValueError: the URL is not ``http(s)://host[:port][/path]``.
+    """
+    parts = urlsplit(upstream)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"upstream must be an http(s) URL, got {upstream!r}")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return f"{parts.scheme}://{parts.netloc}", path
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """Client request headers to send upstream: all but hop-by-hop, ``host``, ``content-length``.
+
+    Auth headers (``authorization``, ``api-key``, ``x-api-key``) are forwarded as they are.
+    """
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw if k.lower() not in _NOT_FORWARDED_UP]
+
+
+def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers to send to the client, byte-exact, minus hop-by-hop."""
+    return [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP]
+
+
+def default_session_factory(timeout_s: float, *, pool_size: int = 256) -> SessionFactory:
+    """A factory of pooled sessions that leave bodies exactly as the upstream sent them.
+
+    ``auto_decompress=False`` keeps compressed bodies byte-identical (the
+    ``content-encoding`` header stays true); the timeout bounds each wait for upstream
+    bytes (connect, response headers, and every read of a stream).
+    """
+
+    def make() -> aiohttp.ClientSession:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        connector = aiohttp.TCPConnector(limit=pool_size, ttl_dns_cache=300, enable_cleanup_closed=True)
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    return make
+
+
+class Upstream:
+    """One pooled client for one upstream base URL; created and closed inside the event loop.
+
+    Args:
+        url: upstream base URL (``http://router:4000`` or ``…/v1``).
+        timeout_s: see :func:`default_session_factory`.
+        session_factory: builds the ``aiohttp.ClientSession`` (tests inject their own).
+    """
+
+    def __init__(self, url: str, *, timeout_s: float, session_factory: SessionFactory | None = None) -> None:
+        self.origin, self.base_path = split_base(url)
+        self._factory = session_factory or default_session_factory(timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        """Open the connection pool (must run inside the serving event loop)."""
+        if self._session is None:
+            self._session = self._factory()
+
+    @property
+    def started(self) -> bool:
+        """Whether the pool is open."""
+        return self._session is not None and not self._session.closed
+
+    def url_for(self, path: str, query: bytes) -> str:
+        """Upstream URL of a client request path (raw, already percent-encoded) and query."""
+        url = f"{self.origin}{self.base_path}{path}"
+        return f"{url}?{query.decode('latin-1')}" if query else url
+
+    def request(
+        self, method: str, path: str, query: bytes, headers: list[tuple[str, str]], body: bytes
+    ) -> aiohttp.client._RequestContextManager:
+        """Send one request; use as ``async with upstream.request(...) as resp``."""
+        if self._session is None:
+            raise RuntimeError("Upstream.start() was not awaited")
+        return self._session.request(
+            method,
+            aiohttp.client.URL(self.url_for(path, query), encoded=True),
+            headers=headers,
+            data=body or None,
+            allow_redirects=False,
+            compress=None,
+        )
+
+    async def close(self) -> None:
+        """Close the pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,58 @@
+"""Fixtures: a LiteLLM-like mock upstream on loopback, and in-process ``handoffmon serve`` apps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from handoffmon.config import HandoffmonConfig, config_from_mapping
+from handoffmon.proxy.app import create_app
+from handoffmon.proxy.server import uvicorn_options
+from tests.conftest import free_port
+from tests.proxy.mock_upstream import MockUpstream, ServerThread
+
+
+@dataclass
+class Upstream:
+    url: str
+    mock: MockUpstream
+
+
+@dataclass
+class Proxy:
+    url: str
+    config: HandoffmonConfig
+    monitor: Any
+    registry: CollectorRegistry
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    """The mock upstream, shared by a test module."""
+    mock = MockUpstream()
+    with ServerThread(mock, free_port()) as srv:
+        yield Upstream(srv.url, mock)
+
+
+def proxy_config(upstream_url: str, **sections: Any) -> HandoffmonConfig:
+    """Config for a proxy in front of ``upstream_url``; ``proxy=…`` etc. merge into sections."""
+    data: dict[str, Any] = {"telemetry": {"log_turns": False}, "refit": {"interval_s": 0}}
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    data["proxy"] = {"upstream": upstream_url, **data.get("proxy", {})}
+    return config_from_mapping(data)
+
+
+@contextmanager
+def running_proxy(config: HandoffmonConfig) -> Iterator[Proxy]:
+    """``create_app(config)`` served by uvicorn (the serve options) on a free loopback port."""
+    registry = CollectorRegistry()
+    app = create_app(config, registry=registry)
+    options = {k: v for k, v in uvicorn_options(config).items()}
+    with ServerThread(app, free_port(), **options) as srv:
+        yield Proxy(srv.url, config, app.state.proxy.monitor, registry)

@@ -1,0 +1,180 @@
+"""A LiteLLM-like mock upstream (raw ASGI) and a helper serving any ASGI app on loopback in a thread.
+
+The mock answers ``POST /v1/chat/completions`` deterministically (same request → same
+bytes) with LiteLLM Proxy's authorship headers, as JSON or SSE. Request headers steer it:
+``x-mock-model`` (who answers), ``x-mock-fallbacks``, ``x-mock-delay-s`` (before
+answering), ``x-mock-status`` (error status), ``x-mock-chunk-delay-s`` and
+``x-mock-chunks`` (slow/long streams). It records what it received in ``seen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+MODELS = ("model-a", "model-b")
+DEPLOYMENTS = {"model-a": "dep-a-1", "model-b": "dep-b-1"}
+
+
+def schedule(depth: int) -> str:
+    """Default author by depth: model-b on every third turn, so conversations see handoffs."""
+    return MODELS[1] if depth % 3 == 0 else MODELS[0]
+
+
+def reply_text(model: str, depth: int) -> str:
+    return f"Turn {depth} answer from {model}. " + "Some content here, with words. " * 3
+
+
+@dataclass
+class Seen:
+    """One request the mock received."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class MockUpstream:
+    """The ASGI app; ``seen`` lists requests, ``cancelled`` counts streams cut by the client."""
+
+    seen: list[Seen] = field(default_factory=list)
+    cancelled: int = 0
+    completed_streams: int = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.seen.append(Seen(scope["path"], headers, body))
+        if scope["path"] == "/v1/models" and scope["method"] == "GET":
+            data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+            await _send(send, 200, data.encode(), [(b"x-upstream", b"models")])
+        elif scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
+            await self._chat(headers, body, receive, send)
+        else:
+            err = {"error": {"message": f"upstream: no route {scope['path']}", "type": "not_found"}}
+            await _send(send, 404, json.dumps(err).encode(), [(b"x-upstream", b"404")])
+
+    async def _chat(self, headers: dict[str, str], body: bytes, receive: Any, send: Any) -> None:
+        delay = float(headers.get("x-mock-delay-s", "0"))
+        if delay:
+            await asyncio.sleep(delay)
+        if "x-mock-status" in headers:
+            err = {"error": {"message": "upstream overloaded", "type": "server_error"}}
+            await _send(
+                send, int(headers["x-mock-status"]), json.dumps(err).encode(), [(b"retry-after", b"1")]
+            )
+            return
+        try:
+            req = json.loads(body)
+            messages = req["messages"]
+        except (ValueError, KeyError, TypeError):
+            err = {"error": {"message": "invalid request body", "type": "upstream_bad_request"}}
+            await _send(send, 400, json.dumps(err).encode(), [])
+            return
+        depth = sum(1 for m in messages if m.get("role") == "assistant") + 1
+        model = headers.get("x-mock-model") or schedule(depth)
+        cid = "chatcmpl-" + hashlib.sha256(body).hexdigest()[:24]
+        extra = [
+            (b"x-litellm-model-id", DEPLOYMENTS.get(model, model).encode()),
+            (b"x-litellm-model-name", f"openai/{model}".encode()),
+            (b"x-litellm-attempted-fallbacks", headers.get("x-mock-fallbacks", "0").encode()),
+            (b"x-litellm-attempted-retries", b"0"),
+            (b"x-litellm-model-group", str(req.get("model")).encode()),
+            (b"x-request-echo", cid.encode()),
+        ]
+        text = reply_text(model, depth)
+        if req.get("stream"):
+            await self._stream(receive, send, cid, model, text, extra, headers)
+            return
+        doc = {
+            "id": cid,
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": model,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 10 * depth, "completion_tokens": 20, "total_tokens": 10 * depth + 20},
+        }
+        await _send(send, 200, json.dumps(doc).encode(), extra)
+
+    async def _stream(
+        self, receive: Any, send: Any, cid: str, model: str, text: str, extra: Any, headers: Any
+    ) -> None:
+        chunk_delay = float(headers.get("x-mock-chunk-delay-s", "0"))
+        n_chunks = int(headers.get("x-mock-chunks", "0"))
+        words = text.split(" ") if not n_chunks else [f"w{i}" for i in range(n_chunks)]
+        start = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), *extra]
+        await send({"type": "http.response.start", "status": 200, "headers": start})
+        base = {"id": cid, "object": "chat.completion.chunk", "created": 1700000000, "model": model}
+        events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+        for i, w in enumerate(words):
+            piece = w if i == 0 else " " + w
+            events.append({**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
+        events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        gone = asyncio.ensure_future(receive())  # resolves with http.disconnect if the proxy hangs up
+        try:
+            for ev in events:
+                if gone.done():
+                    self.cancelled += 1
+                    return
+                data = f"data: {json.dumps(ev)}\n\n".encode()
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                if chunk_delay:
+                    await asyncio.sleep(chunk_delay)
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+            self.completed_streams += 1
+        finally:
+            gone.cancel()
+
+
+async def _send(send: Any, status: int, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ServerThread:
+    """Serve an ASGI app with uvicorn on 127.0.0.1:<free port> in a daemon thread."""
+
+    def __init__(self, app: Any, port: int, **config: Any) -> None:
+        self.port = port
+        options: dict[str, Any] = {"log_level": "warning", "access_log": False, **config}
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=port, **options)
+        self.server = uvicorn.Server(cfg)
+        self._thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"server on port {self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=15)

@@ -1,0 +1,280 @@
+"""``handoffmon serve`` in front of a LiteLLM-like mock: real OpenAI SDK, byte identity, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from handoffmon.counts import TurnKey
+from handoffmon.depth import DepthBuckets
+from handoffmon.pipeline.aggregates import handoff_label
+from tests.proxy.conftest import Proxy, Upstream, proxy_config, running_proxy
+from tests.proxy.mock_upstream import reply_text, schedule
+
+TURNS = 10
+CANONICAL = {"dep-a-1": "model-a", "dep-b-1": "model-b"}
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: Upstream) -> Iterator[Proxy]:
+    cfg = proxy_config(
+        upstream.url,
+        attribution={"canonical_models": CANONICAL},
+        proxy={"max_body_bytes": 64 * 1024, "upstream_timeout_s": 0.5},
+    )
+    with running_proxy(cfg) as p:
+        yield p
+
+
+def expected_turns(n: int) -> Counter[TurnKey]:
+    """The turn cells the mock's schedule produces for depths 1..n."""
+    buckets = DepthBuckets((1, 2, 3, 5, 9, 17, 33))
+    out: Counter[TurnKey] = Counter()
+    for d in range(1, n + 1):
+        model, prefix = schedule(d), ("none" if d == 1 else schedule(d - 1))
+        handoff = "false" if d == 1 else handoff_label(prefix != model)
+        out[TurnKey(model, prefix, buckets.bucket(d), handoff)] += 1
+    return out
+
+
+def delta(after: dict, before: dict) -> Counter:  # type: ignore[type-arg]
+    c = Counter(after)
+    c.subtract(before)
+    return +c
+
+
+def _turns(proxy: Proxy) -> dict[TurnKey, int]:
+    assert proxy.monitor.flush(10)
+    return dict(proxy.monitor.snapshot().turns)
+
+
+def _attributions(proxy: Proxy) -> dict[str, int]:
+    return dict(proxy.monitor.snapshot().attributions)
+
+
+def test_sync_sdk_ten_turns_records_authorship_depth_and_handoffs(proxy: Proxy) -> None:
+    """OpenAI SDK (sync, JSON): 10 turns; every turn's author, prefix, depth bucket and handoff counted."""
+    before_turns, before_attr = _turns(proxy), _attributions(proxy)
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    messages: list[dict[str, str]] = []
+    for d in range(1, TURNS + 1):
+        messages.append({"role": "user", "content": f"question {d} (sync)"})
+        resp = client.chat.completions.create(model="group", messages=messages)  # type: ignore[arg-type]
+        text = resp.choices[0].message.content
+        assert text == reply_text(schedule(d), d)
+        assert resp.model == schedule(d)
+        messages.append({"role": "assistant", "content": text or ""})
+    client.close()
+    assert delta(_turns(proxy), before_turns) == expected_turns(TURNS)
+    attr = delta(_attributions(proxy), before_attr)
+    assert attr.get("unknown", 0) == 0
+    assert sum(attr.values()) == TURNS * (TURNS - 1) // 2  # every earlier assistant message, every turn
+
+
+async def test_async_sdk_streaming_ten_turns(proxy: Proxy) -> None:
+    """OpenAI SDK (async, streaming): the streamed reply is rebuilt and attributed on the next turn."""
+    before_turns, before_attr = _turns(proxy), _attributions(proxy)
+    client = openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    messages: list[dict[str, str]] = []
+    for d in range(1, TURNS + 1):
+        messages.append({"role": "user", "content": f"question {d} (async stream)"})
+        stream = await client.chat.completions.create(model="group", messages=messages, stream=True)  # type: ignore[arg-type]
+        parts = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        assert "".join(parts) == reply_text(schedule(d), d)
+        messages.append({"role": "assistant", "content": "".join(parts)})
+    await client.close()
+    assert delta(await asyncio.to_thread(_turns, proxy), before_turns) == expected_turns(TURNS)
+    attr = delta(_attributions(proxy), before_attr)
+    assert attr.get("unknown", 0) == 0 and sum(attr.values()) == TURNS * (TURNS - 1) // 2
+
+
+async def test_async_sdk_json_with_conversation_header(proxy: Proxy) -> None:
+    """OpenAI SDK (async, JSON) with X-Conversation-Id: turns counted, ids from the caller."""
+    before_turns = await asyncio.to_thread(_turns, proxy)
+    client = openai.AsyncOpenAI(
+        base_url=f"{proxy.url}/v1",
+        api_key="sk-test",
+        max_retries=0,
+        default_headers={"X-Conversation-Id": "conv-async-json"},
+    )
+    messages: list[dict[str, str]] = []
+    for d in range(1, TURNS + 1):
+        messages.append({"role": "user", "content": f"question {d} (async json)"})
+        resp = await client.chat.completions.create(model="group", messages=messages)  # type: ignore[arg-type]
+        messages.append({"role": "assistant", "content": resp.choices[0].message.content or ""})
+    await client.close()
+    assert delta(await asyncio.to_thread(_turns, proxy), before_turns) == expected_turns(TURNS)
+
+
+def _filtered(headers: httpx.Headers) -> list[tuple[str, str]]:
+    return sorted((k.lower(), v) for k, v in headers.multi_items() if k.lower() != "date")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_are_byte_identical_to_upstream(proxy: Proxy, upstream: Upstream, stream: bool) -> None:
+    """Same request direct and through the proxy: same status, same header list, same body bytes."""
+    body = {
+        "model": "group",
+        "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+        "stream": stream,
+    }
+    raw = json.dumps(body).encode()
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-secret"}
+    with httpx.Client() as c:
+        direct = c.post(f"{upstream.url}/v1/chat/completions", content=raw, headers=headers)
+        proxied = c.post(f"{proxy.url}/v1/chat/completions", content=raw, headers=headers)
+    assert proxied.status_code == direct.status_code == 200
+    assert proxied.content == direct.content
+    assert _filtered(proxied.headers) == _filtered(direct.headers)
+    assert upstream.mock.seen[-1].headers["authorization"] == "Bearer sk-secret"
+
+
+def test_other_v1_routes_pass_through_unchanged(proxy: Proxy, upstream: Upstream) -> None:
+    """GET /v1/models and an unknown /v1 path return exactly what the upstream returns."""
+    with httpx.Client() as c:
+        for path in ("/v1/models", "/v1/does-not-exist?x=1"):
+            direct = c.get(f"{upstream.url}{path}")
+            proxied = c.get(f"{proxy.url}{path}")
+            assert (proxied.status_code, proxied.content) == (direct.status_code, direct.content)
+            assert _filtered(proxied.headers) == _filtered(direct.headers)
+
+
+def test_unknown_route_outside_v1_is_a_clear_404(proxy: Proxy) -> None:
+    """Paths outside /v1 are not forwarded: 404 with an OpenAI-shaped error naming the path."""
+    r = httpx.get(f"{proxy.url}/nope")
+    assert r.status_code == 404
+    assert "/nope" in r.json()["error"]["message"]
+    assert httpx.get(f"{proxy.url}/healthz").status_code == 200
+
+
+def _unmonitored(proxy: Proxy, reason: str) -> float:
+    value = proxy.registry.get_sample_value("handoffmon_proxy_unmonitored_requests_total", {"reason": reason})
+    return value or 0.0
+
+
+def test_malformed_json_is_forwarded_unmonitored(proxy: Proxy, upstream: Upstream) -> None:
+    """Broken JSON goes to the upstream unchanged (its answer returned), counted as bad_json."""
+    before = _unmonitored(proxy, "bad_json")
+    r = httpx.post(f"{proxy.url}/v1/chat/completions", content=b'{"model": "x", "messages": [')
+    assert r.status_code == 400  # the upstream's own answer
+    assert r.json()["error"]["type"] == "upstream_bad_request"
+    assert upstream.mock.seen[-1].body == b'{"model": "x", "messages": ['
+    assert _unmonitored(proxy, "bad_json") == before + 1
+    assert httpx.get(f"{proxy.url}/readyz").status_code == 200
+
+
+def test_missing_messages_is_forwarded_unmonitored(proxy: Proxy, upstream: Upstream) -> None:
+    """A JSON body without ``messages`` is forwarded unchanged and counted as no_messages."""
+    before = _unmonitored(proxy, "no_messages")
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.post("/chat/completions", body={"model": "group"}, cast_to=object)
+    assert info.value.status_code == 400
+    assert json.loads(upstream.mock.seen[-1].body) == {"model": "group"}
+    assert _unmonitored(proxy, "no_messages") == before + 1
+
+
+def test_oversized_body_gets_413_and_is_not_forwarded(proxy: Proxy, upstream: Upstream) -> None:
+    """A body over proxy.max_body_bytes: 413 with a message naming the limit; upstream never sees it."""
+    seen = len(upstream.mock.seen)
+    big = json.dumps({"model": "g", "messages": [{"role": "user", "content": "x" * 70_000}]})
+    r = httpx.post(f"{proxy.url}/v1/chat/completions", content=big)
+    assert r.status_code == 413
+    assert "max_body_bytes" in r.json()["error"]["message"]
+    assert len(upstream.mock.seen) == seen
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit is enforced while reading
+        for _ in range(10):
+            yield b"y" * 10_000
+
+    r = httpx.post(f"{proxy.url}/v1/chat/completions", content=chunks())
+    assert r.status_code == 413
+    assert httpx.get(f"{proxy.url}/healthz").status_code == 200
+
+
+def test_upstream_timeout_is_504(proxy: Proxy) -> None:
+    """An upstream slower than proxy.upstream_timeout_s (0.5 s): 504 with a clear JSON error."""
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    t0 = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(
+            model="g", messages=[{"role": "user", "content": "slow"}], extra_headers={"x-mock-delay-s": "2"}
+        )
+    assert time.monotonic() - t0 < 1.5
+    assert info.value.status_code == 504
+    assert "upstream_timeout_s" in info.value.message
+    assert proxy.registry.get_sample_value("handoffmon_proxy_upstream_errors_total", {"kind": "timeout"}) >= 1
+
+
+def test_upstream_5xx_passes_through(proxy: Proxy, upstream: Upstream) -> None:
+    """An upstream 503 reaches the client unchanged (status, retry-after, body); nothing recorded."""
+    before = _turns(proxy)
+    req = {"model": "g", "messages": [{"role": "user", "content": "x"}]}
+    headers = {"x-mock-status": "503"}
+    direct = httpx.post(f"{upstream.url}/v1/chat/completions", json=req, headers=headers)
+    proxied = httpx.post(f"{proxy.url}/v1/chat/completions", json=req, headers=headers)
+    assert proxied.status_code == 503
+    assert proxied.content == direct.content
+    assert proxied.headers["retry-after"] == "1"
+    assert _turns(proxy) == before
+
+
+def test_client_disconnect_mid_stream_cancels_upstream(proxy: Proxy, upstream: Upstream) -> None:
+    """A client hanging up mid-stream: upstream stream cancelled, partial turn recorded, proxy healthy."""
+    cancelled = upstream.mock.cancelled
+    before = _turns(proxy)
+    body = json.dumps(
+        {"model": "g", "messages": [{"role": "user", "content": "long please"}], "stream": True}
+    ).encode()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"x-mock-chunk-delay-s: 0.02\r\nx-mock-chunks: 200\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+    )
+    port = int(proxy.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head + body)
+        got = b""
+        while got.count(b"data:") < 5:
+            got += s.recv(65536)
+    deadline = time.monotonic() + 3
+    while upstream.mock.cancelled == cancelled and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert upstream.mock.cancelled == cancelled + 1
+    assert proxy.registry.get_sample_value("handoffmon_proxy_client_disconnects_total") >= 1
+    assert sum(delta(_turns(proxy), before).values()) == 1  # the cut-off reply is still a turn
+    assert httpx.get(f"{proxy.url}/readyz").status_code == 200
+
+
+def test_metrics_health_and_token(upstream: Upstream) -> None:
+    """/metrics needs the bearer token when proxy.metrics_token is set; /healthz and /readyz never do."""
+    cfg = proxy_config(upstream.url, proxy={"metrics_token": "s3cret"})
+    with running_proxy(cfg) as p:
+        httpx.post(
+            f"{p.url}/v1/chat/completions",
+            json={"model": "g", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": "Bearer sk-user-key"},
+        )
+        assert httpx.get(f"{p.url}/metrics").status_code == 401
+        assert httpx.get(f"{p.url}/metrics", headers={"authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.post(f"{p.url}/admin/flush").status_code == 401
+        ok = httpx.post(f"{p.url}/admin/flush", headers={"authorization": "Bearer s3cret"})
+        assert ok.json() == {"flushed": True}
+        r = httpx.get(f"{p.url}/metrics", headers={"authorization": "Bearer s3cret"})
+        assert r.status_code == 200
+        assert 'handoffmon_proxy_requests_total{route="chat_completions",status_class="2xx"} 1.0' in r.text
+        assert (
+            'handoffmon_turns_total{depth_bucket="1",model="openai/model-a",prefix_model="none"} 1.0'
+            in r.text
+        )
+        assert "sk-user-key" not in r.text
+        assert httpx.get(f"{p.url}/healthz").status_code == 200
+        assert httpx.get(f"{p.url}/readyz").json()["status"] == "ready"
