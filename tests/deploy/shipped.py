@@ -1,0 +1,73 @@
+"""Paths of the shipped deploy files and small loaders shared by the deploy tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+RULES = DEPLOY / "prometheus" / "handoffmon-rules.yml"
+RULES_TEST = DEPLOY / "prometheus" / "handoffmon-rules.test.yml"
+PROM_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "handoffmon.json"
+GRAFANA_ALERTS = DEPLOY / "grafana" / "alerting" / "handoffmon-alerts.yml"
+README = ROOT / "README.md"
+
+
+def load_yaml(path: Path) -> Any:
+    """One YAML document."""
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    """The alerting rules of the shipped rules file, in file order."""
+    return [r for g in load_yaml(RULES)["groups"] for r in g["rules"] if "alert" in r]
+
+
+def dashboard() -> dict[str, Any]:
+    """The shipped Grafana dashboard."""
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    return data
+
+
+def panel_targets(dash: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, expr) of every query target, rows' nested panels included."""
+    out: list[tuple[str, str]] = []
+    for panel in dash["panels"]:
+        for p in [panel, *panel.get("panels", [])]:
+            out.extend((p["title"], t["expr"]) for t in p.get("targets", []) if t.get("expr"))
+    return out
+
+
+# What a Grafana user would get with every variable at its default / "All".
+TEMPLATE_VALUES = {
+    "rule": ".*",
+    "model": ".*",
+    "fit_rule": "all",
+    "__rate_interval": "1m",
+    "__interval": "15s",
+    "__range": "10m",
+}
+
+
+def substitute(expr: str, values: dict[str, str] = TEMPLATE_VALUES) -> str:
+    """Replace Grafana template variables ($name and ${name}) as Grafana would."""
+
+    def repl(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        return values.get(name, m.group(0))
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", repl, expr)
+
+
+def readme_section(name: str) -> str:
+    """The text between a README section's markers."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"<!-- section:{name} -->")
+    end = text.index(f"<!-- /section:{name} -->")
+    return text[start:end]

@@ -1,0 +1,94 @@
+"""The shipped Prometheus rules: promtool validity, unit tests, and what every alert must carry."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import require_binary
+from tests.deploy.shipped import RULES, RULES_TEST, alert_rules, load_yaml, readme_section
+
+EXPECTED_ALERTS = {
+    "HandoffPairRisky",
+    "ModelSusceptibilityNegative",
+    "DeepAdherenceLow",
+    "FallbackStorm",
+    "RefitStale",
+    "AttributionCoverageFalling",
+    "MonitorErrors",
+    "QueueDrops",
+}
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    promtool = require_binary("promtool")
+    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_promtool_check_rules_accepts_the_shipped_rules() -> None:
+    """`promtool check rules` parses every expression and template."""
+    proc = _promtool("check", "rules", str(RULES))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    """`promtool test rules` runs the firing and non-firing cases of every alert."""
+    proc = _promtool("test", "rules", str(RULES_TEST))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_promtool_unit_tests_catch_a_broken_threshold(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The unit tests are not vacuous: loosening HandoffPairRisky's Δ threshold makes them fail."""
+    broken = RULES.read_text(encoding="utf-8").replace(
+        'bound="upper"}) < -0.05', 'bound="upper"}) < -0.5'
+    )
+    assert broken != RULES.read_text(encoding="utf-8")
+    (tmp_path / RULES.name).write_text(broken, encoding="utf-8")
+    (tmp_path / RULES_TEST.name).write_text(RULES_TEST.read_text(encoding="utf-8"), encoding="utf-8")
+    proc = _promtool("test", "rules", str(tmp_path / RULES_TEST.name))
+    assert proc.returncode != 0
+    assert "alertname: HandoffPairRisky" in proc.stdout + proc.stderr
+
+
+def test_the_expected_alerts_are_shipped() -> None:
+    """The eight handoff-risk and health alerts the README documents exist, once each."""
+    names = [a["alert"] for a in alert_rules()]
+    assert sorted(names) == sorted(EXPECTED_ALERTS)
+
+
+@pytest.mark.parametrize("alert", alert_rules(), ids=lambda a: a["alert"])
+def test_every_alert_has_for_severity_texts_and_a_runbook_anchor_in_the_readme(alert: dict) -> None:  # type: ignore[type-arg]
+    """Each alert waits (`for:`), has a severity, summary, description and a runbook URL whose
+    anchor is a heading of the README's alerts section."""
+    assert re.fullmatch(r"\d+[smh]", str(alert["for"])), alert.get("for")
+    assert alert["labels"]["severity"] in {"info", "warning", "critical"}
+    ann = alert["annotations"]
+    assert ann["summary"].strip() and ann["description"].strip()
+    anchor = ann["runbook_url"].rsplit("#", 1)[1]
+    assert anchor == alert["alert"].lower()
+    section = readme_section("alerts")
+    assert f"### {alert['alert']}\n" in section
+
+
+def test_every_alert_has_a_firing_and_a_non_firing_case() -> None:
+    """The unit-test file evaluates each alert at least once expecting alerts and once expecting none."""
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for case in load_yaml(RULES_TEST)["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert firing == EXPECTED_ALERTS
+    assert quiet == EXPECTED_ALERTS
+
+
+def test_pair_alerts_name_the_model_pair_in_summary_and_description() -> None:
+    """Pair-level alerts name both models via labels so the page says which handoff is risky."""
+    for alert in alert_rules():
+        if alert["alert"] in {"HandoffPairRisky", "FallbackStorm"}:
+            for key in ("summary", "description"):
+                text = alert["annotations"][key]
+                assert "$labels.prefix_model" in text and "$labels.model" in text, (alert["alert"], key)
