@@ -45,14 +45,35 @@ def _template(text: str) -> str:
 def _queries(expr: str) -> list[dict[str, Any]]:
     """The A (PromQL) → B (reduce last) → C (is_number) query chain of one rule."""
     return [
-        {"refId": "A", "relativeTimeRange": {"from": 600, "to": 0}, "datasourceUid": DATASOURCE_UID,
-         "model": {"refId": "A", "expr": expr.strip(), "instant": True, "range": False,
-                   "intervalMs": 15000, "maxDataPoints": 43200}},
-        {"refId": "B", "datasourceUid": "__expr__",
-         "model": {"refId": "B", "type": "reduce", "expression": "A", "reducer": "last",
-                   "settings": {"mode": "dropNN"}}},
-        {"refId": "C", "datasourceUid": "__expr__",
-         "model": {"refId": "C", "type": "math", "expression": "is_number($B)"}},
+        {
+            "refId": "A",
+            "relativeTimeRange": {"from": 600, "to": 0},
+            "datasourceUid": DATASOURCE_UID,
+            "model": {
+                "refId": "A",
+                "expr": expr.strip(),
+                "instant": True,
+                "range": False,
+                "intervalMs": 15000,
+                "maxDataPoints": 43200,
+            },
+        },
+        {
+            "refId": "B",
+            "datasourceUid": "__expr__",
+            "model": {
+                "refId": "B",
+                "type": "reduce",
+                "expression": "A",
+                "reducer": "last",
+                "settings": {"mode": "dropNN"},
+            },
+        },
+        {
+            "refId": "C",
+            "datasourceUid": "__expr__",
+            "model": {"refId": "C", "type": "math", "expression": "is_number($B)"},
+        },
     ]
 
 
@@ -78,8 +99,15 @@ def convert(rules: dict[str, Any]) -> dict[str, Any]:
     alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
     return {
         "apiVersion": 1,
-        "groups": [{"orgId": 1, "name": "handoffmon", "folder": FOLDER, "interval": "1m",
-                    "rules": [grafana_rule(a) for a in alerts]}],
+        "groups": [
+            {
+                "orgId": 1,
+                "name": "handoffmon",
+                "folder": FOLDER,
+                "interval": "1m",
+                "rules": [grafana_rule(a) for a in alerts],
+            }
+        ],
     }
 
 

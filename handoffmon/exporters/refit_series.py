@@ -37,6 +37,16 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
         "Refit: suffix susceptibility sigma (how a model's adherence moves after a handoff to it).",
     ),
     GaugeSpec(
+        "handoffmon_prefix_influence_stderr",
+        ("model", "rule"),
+        "Refit: standard error of the prefix influence pi.",
+    ),
+    GaugeSpec(
+        "handoffmon_suffix_susceptibility_stderr",
+        ("model", "rule"),
+        "Refit: standard error of the suffix susceptibility sigma (alerts use sigma + 1.96 se < 0).",
+    ),
+    GaugeSpec(
         "handoffmon_handoff_risk",
         ("prefix_model", "model", "rule"),
         "Refit: fitted handoff risk mu + pi_prefix + sigma_model, also for unobserved pairs.",
@@ -101,6 +111,9 @@ class _Builder:
             if m is not None:
                 _put(self.out["handoffmon_prefix_influence"], (m, rule), scores.prefix_influence)
                 _put(self.out["handoffmon_suffix_susceptibility"], (m, rule), scores.suffix_susceptibility)
+                _put(self.out["handoffmon_prefix_influence_stderr"], (m, rule), scores.prefix_influence_se)
+                se = scores.suffix_susceptibility_se
+                _put(self.out["handoffmon_suffix_susceptibility_stderr"], (m, rule), se)
         for pair in fit.pairs:
             a, b = self.model(pair.prefix_model), self.model(pair.model)
             if a is None or b is None:

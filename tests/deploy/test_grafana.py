@@ -75,11 +75,19 @@ def test_dashboard_covers_every_required_view() -> None:
         for needle in needles:
             assert any(needle in t for t in titles), (topic, needle)
     exprs = " ".join(e for _, e in panel_targets(dashboard()))
-    for metric in ("handoffmon_handoff_delta", "handoffmon_handoff_significant", "handoffmon_handoff_risk",
-                   "handoffmon_prefix_influence", "handoffmon_suffix_susceptibility",
-                   "handoffmon_stationary_adherence", "handoffmon_attributions_total",
-                   "handoffmon_monitor_errors_total", "handoffmon_queue_dropped_total",
-                   "handoffmon_overhead_seconds_bucket", "handoffmon_refit_last_success_timestamp_seconds"):
+    for metric in (
+        "handoffmon_handoff_delta",
+        "handoffmon_handoff_significant",
+        "handoffmon_handoff_risk",
+        "handoffmon_prefix_influence",
+        "handoffmon_suffix_susceptibility",
+        "handoffmon_stationary_adherence",
+        "handoffmon_attributions_total",
+        "handoffmon_monitor_errors_total",
+        "handoffmon_queue_dropped_total",
+        "handoffmon_overhead_seconds_bucket",
+        "handoffmon_refit_last_success_timestamp_seconds",
+    ):
         assert metric in exprs, metric
 
 
@@ -140,9 +148,14 @@ def test_grafana_alert_file_is_what_the_generator_writes() -> None:
 
 def test_generator_translates_value_templates_for_grafana() -> None:
     """Prometheus' `$value` becomes Grafana's `$values.B.Value`; `$labels` stays."""
-    rule = _tool().grafana_rule({
-        "alert": "X", "expr": "up == 0", "for": "5m", "labels": {"severity": "info"},
-        "annotations": {"summary": "{{ $labels.job }} at {{ $value | humanize }}"},
-    })
+    rule = _tool().grafana_rule(
+        {
+            "alert": "X",
+            "expr": "up == 0",
+            "for": "5m",
+            "labels": {"severity": "info"},
+            "annotations": {"summary": "{{ $labels.job }} at {{ $value | humanize }}"},
+        }
+    )
     assert rule["annotations"]["summary"] == "{{ $labels.job }} at {{ $values.B.Value | humanize }}"
     assert rule["uid"] == "handoffmon-x"

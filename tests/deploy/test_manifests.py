@@ -29,8 +29,13 @@ def test_promtool_check_config_accepts_the_example_prometheus_config(tmp_path: P
     promtool = require_binary("promtool")
     for name in (PROM_CONFIG.name, "handoffmon-rules.yml"):
         shutil.copy(PROM_CONFIG.parent / name, tmp_path / name)
-    proc = subprocess.run([promtool, "check", "config", str(tmp_path / PROM_CONFIG.name)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [promtool, "check", "config", str(tmp_path / PROM_CONFIG.name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 rule files found" in proc.stdout
     jobs = {j["job_name"] for j in load_yaml(PROM_CONFIG)["scrape_configs"]}

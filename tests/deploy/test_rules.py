@@ -43,9 +43,7 @@ def test_promtool_unit_tests_pass() -> None:
 
 def test_promtool_unit_tests_catch_a_broken_threshold(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The unit tests are not vacuous: loosening HandoffPairRisky's Δ threshold makes them fail."""
-    broken = RULES.read_text(encoding="utf-8").replace(
-        'bound="upper"}) < -0.05', 'bound="upper"}) < -0.5'
-    )
+    broken = RULES.read_text(encoding="utf-8").replace('bound="upper"}) < -0.05', 'bound="upper"}) < -0.5')
     assert broken != RULES.read_text(encoding="utf-8")
     (tmp_path / RULES.name).write_text(broken, encoding="utf-8")
     (tmp_path / RULES_TEST.name).write_text(RULES_TEST.read_text(encoding="utf-8"), encoding="utf-8")
