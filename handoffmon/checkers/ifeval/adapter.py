@@ -1,10 +1,38 @@
-"""IFEval instructions as registry checkers (``ifeval:<id>`` strict, ``ifeval_loose:<id>`` loose)."""
+"""IFEval instructions as registry checkers: ``ifeval:<id>`` (strict) and ``ifeval_loose:<id>`` (loose).
+
+Params are the instruction's IFEval kwargs, with the same names, e.g.
+``{check: "ifeval:length_constraints:number_words", params: {relation: "at least", num_words: 300}}``.
+"""
 
 from __future__ import annotations
 
-from handoffmon.checkers.base import CheckerSpec
+from handoffmon.checkers.base import PASS, CheckContext, CheckerSpec, CheckFn, CheckOutcome, Params
+from handoffmon.checkers.ifeval.evaluate import Mode, follows
+from handoffmon.checkers.ifeval.instructions import INSTRUCTIONS, Builder
+
+STRICT_PREFIX = "ifeval:"
+LOOSE_PREFIX = "ifeval_loose:"
+_NOT_FOLLOWED = CheckOutcome("fail", "not_followed")
+
+
+def _factory(builder: Builder, mode: Mode) -> object:
+    def factory(p: Params) -> CheckFn:
+        instruction = builder(p)
+
+        def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+            return PASS if follows(instruction, reply, mode) else _NOT_FOLLOWED
+
+        return check
+
+    return factory
 
 
 def ifeval_specs() -> list[CheckerSpec]:
-    """One spec per instruction id and mode (filled in by the instruction library)."""
-    return []
+    """One strict and one loose spec per instruction id."""
+    specs = []
+    for iid, builder in INSTRUCTIONS.items():
+        specs.append(CheckerSpec(STRICT_PREFIX + iid, _factory(builder, "strict"),  # type: ignore[arg-type]
+                                 summary=f"IFEval {iid} (strict)"))
+        specs.append(CheckerSpec(LOOSE_PREFIX + iid, _factory(builder, "loose"),  # type: ignore[arg-type]
+                                 summary=f"IFEval {iid} (loose)"))
+    return specs
