@@ -278,3 +278,14 @@ def test_metrics_health_and_token(upstream: Upstream) -> None:
         assert "sk-user-key" not in r.text
         assert httpx.get(f"{p.url}/healthz").status_code == 200
         assert httpx.get(f"{p.url}/readyz").json()["status"] == "ready"
+
+
+def test_shutdown_closes_the_monitor_after_counting_every_turn(upstream: Upstream) -> None:
+    """Server exit runs the lifespan drain: the proxy's own monitor is closed with all turns counted."""
+    with running_proxy(proxy_config(upstream.url)) as p:
+        for i in range(5):
+            body = {"model": "g", "messages": [{"role": "user", "content": f"drain {i}"}]}
+            assert httpx.post(f"{p.url}/v1/chat/completions", json=body).status_code == 200
+        monitor = p.monitor
+    assert monitor.closed
+    assert monitor.snapshot().total_turns == 5
