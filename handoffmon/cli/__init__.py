@@ -12,6 +12,8 @@ from handoffmon._version import __version__
 # name -> "module:attribute" of a click command or group. One line per subcommand.
 LAZY_COMMANDS: dict[str, str] = {
     "config": "handoffmon.cli.config_cmd:config",
+    "check": "handoffmon.cli.check_cmd:check",
+    "ifeval": "handoffmon.cli.ifeval_cmd:ifeval",
     "refit": "handoffmon.cli.refit_cmd:refit",
     "stats": "handoffmon.cli.stats_cmd:stats",
     "serve": "handoffmon.cli.serve_cmd:serve",

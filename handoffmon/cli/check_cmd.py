@@ -1,0 +1,55 @@
+"""``handoffmon check --rules RULES.yaml --input replies.jsonl``: try rules on recorded replies."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from handoffmon.errors import HandoffmonError
+
+VERDICT_COLUMNS = ("pass", "fail", "not_applicable", "error")
+
+
+@click.command("check")
+@click.option("--rules", "rules_path", required=True, type=click.Path(dir_okay=False),
+              help="YAML/TOML file: a handoffmon config with 'rules:' or a bare list of rules.")
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="JSONL, one reply per line: {reply, depth?, user_message?, model_group?, route?, "
+                   "tags?, previous?, conversation_id?, metadata?}.")
+@click.option("--output", "output_path", type=click.Path(dir_okay=False), default=None,
+              help="Write every verdict as JSONL (line, rule, verdict, reason).")
+@click.option("--budget-s", type=float, default=0.05, show_default=True, help="Per-check time budget.")
+@click.option("--json", "as_json", is_flag=True, help="Print the per-rule summary as JSON.")
+def check(rules_path: str, input_path: str, output_path: str | None, budget_s: float, as_json: bool) -> None:
+    """Print per-rule pass rates of RULES on the replies in INPUT (exit 1 on bad input)."""
+    from handoffmon.checkers.offline import load_rules_file, read_replies, replay
+
+    try:
+        rules = load_rules_file(rules_path, budget_s=budget_s)
+        tally, per_line = replay(rules, read_replies(input_path), input_path)
+    except HandoffmonError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if output_path:
+        with open(output_path, "w", encoding="utf-8") as fh:
+            for lineno, results in per_line:
+                for r in results:
+                    fh.write(json.dumps({"line": lineno, "rule": r.rule, "verdict": r.verdict,
+                                         "reason": r.reason}) + "\n")
+    names = list(rules.names) + sorted(set(tally.counts) - set(rules.names))
+    summary = []
+    for name in names:
+        counts = tally.counts.get(name, {})
+        summary.append({"rule": name, **{v: counts.get(v, 0) for v in VERDICT_COLUMNS},
+                        "pass_rate": tally.pass_rate(name)})
+    if as_json:
+        click.echo(json.dumps({"replies": len(per_line), "rules": summary}, indent=2))
+        return
+    click.echo(f"{len(per_line)} replies, {len(names)} rules  (pass rate = pass / (pass + fail))")
+    click.echo(f"{'rule':32} {'pass':>6} {'fail':>6} {'n/a':>6} {'error':>6}  pass rate")
+    for row in summary:
+        rate = "-" if row["pass_rate"] is None else f"{row['pass_rate']:.1%}"
+        click.echo(f"{row['rule'][:32]:32} {row['pass']:>6} {row['fail']:>6} {row['not_applicable']:>6} "
+                   f"{row['error']:>6}  {rate:>9}")

@@ -1,0 +1,52 @@
+"""``handoffmon ifeval``: the IFEval verifier (strict or loose) on a responses file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+
+import click
+
+from handoffmon.errors import HandoffmonError
+
+
+@click.command("ifeval")
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
+              help="IFEval input_data.jsonl: {key, prompt, instruction_id_list, kwargs}.")
+@click.option("--responses", "responses_path", required=True, type=click.Path(dir_okay=False),
+              help="JSONL of {prompt, response}.")
+@click.option("--mode", type=click.Choice(["strict", "loose"]), default="strict", show_default=True)
+@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False),
+              help="Write the reference's eval_results fields per prompt (JSONL).")
+@click.option("--by-instruction", is_flag=True, help="Also print accuracy per instruction id.")
+def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by_instruction: bool) -> None:
+    """Score RESPONSES against INPUT's instructions; print prompt- and instruction-level accuracy."""
+    from handoffmon.checkers.ifeval.evaluate import accuracy, read_inputs, read_responses, run
+
+    try:
+        inputs = read_inputs(input_path)
+        responses = read_responses(responses_path)
+        results = run(inputs, responses, mode)  # type: ignore[arg-type]
+    except HandoffmonError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    tmp = f"{output_path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in results:
+            fh.write(json.dumps(r.to_json()) + "\n")
+    os.replace(tmp, output_path)
+    acc = accuracy(results)
+    click.echo(f"mode: {mode}  prompts: {acc.prompts}  instructions: {acc.instructions}")
+    click.echo(f"prompt-level: {acc.prompt_level:.4f}")
+    click.echo(f"instruction-level: {acc.instruction_level:.4f}")
+    if by_instruction:
+        total: Counter[str] = Counter()
+        followed: Counter[str] = Counter()
+        for r in results:
+            for iid, ok in zip(r.instruction_id_list, r.follow_instruction_list, strict=True):
+                total[iid] += 1
+                followed[iid] += ok
+        for iid in sorted(total):
+            click.echo(f"{iid:48} {followed[iid] / total[iid]:.4f}  (n={total[iid]})")
