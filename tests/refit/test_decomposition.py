@@ -1,0 +1,92 @@
+"""Decomposition Δ ≈ μ + π_A + σ_B: exactness, constraints, shrinkage, risk for unseen pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from handoffmon.refit.decomposition import decompose, sum_zero_basis
+
+
+def _planted(k: int, seed: int = 0) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    pi = rng.normal(0, 0.05, k)
+    pi -= pi.mean()
+    sigma = rng.normal(0, 0.05, k)
+    sigma -= sigma.mean()
+    mu = -0.02
+    return mu, pi, sigma, mu + pi[:, None] + sigma[None, :]
+
+
+def test_sum_zero_basis_is_orthonormal_and_orthogonal_to_ones() -> None:
+    """Q spans {Σx = 0}: QᵀQ = I and 1ᵀQ = 0."""
+    q = sum_zero_basis(6)
+    assert q.shape == (6, 5)
+    np.testing.assert_allclose(q.T @ q, np.eye(5), atol=1e-12)
+    np.testing.assert_allclose(q.sum(axis=0), 0, atol=1e-12)
+
+
+def test_exactly_additive_delta_is_recovered_exactly_without_ridge() -> None:
+    """Noise-free additive Δ on all off-diagonal pairs: exact μ, π, σ and R² = 1."""
+    mu, pi, sigma, delta = _planted(7)
+    mask = ~np.eye(7, dtype=bool)
+    dec = decompose(delta, np.full((7, 7), 1e-4), mask, ridge=0.0)
+    assert dec.mu == pytest.approx(mu, abs=1e-12)
+    np.testing.assert_allclose(dec.pi, pi, atol=1e-12)
+    np.testing.assert_allclose(dec.sigma, sigma, atol=1e-12)
+    assert dec.r2 == pytest.approx(1.0) and dec.r2_unweighted == pytest.approx(1.0)
+    np.testing.assert_allclose(dec.residual[mask], 0, atol=1e-12)
+
+
+def test_risk_is_given_for_pairs_never_observed() -> None:
+    """With pairs hidden from the fit, risk there is still μ + π_A + σ_B (with an SE)."""
+    mu, pi, sigma, delta = _planted(6, seed=1)
+    mask = ~np.eye(6, dtype=bool)
+    mask[0, 3] = mask[4, 1] = mask[2, 5] = False
+    dec = decompose(delta, np.full((6, 6), 1e-4), mask, ridge=0.0)
+    for a, b in ((0, 3), (4, 1), (2, 5)):
+        assert dec.risk[a, b] == pytest.approx(mu + pi[a] + sigma[b], abs=1e-10)
+        assert np.isfinite(dec.risk_se[a, b]) and dec.risk_se[a, b] > 0
+        assert np.isnan(dec.residual[a, b])
+
+
+def test_estimates_sum_to_zero_under_ridge() -> None:
+    """Identifiability holds with shrinkage: Σπ = Σσ = 0."""
+    _, _, _, delta = _planted(5, seed=2)
+    noisy = delta + np.random.default_rng(3).normal(0, 0.01, delta.shape)
+    dec = decompose(noisy, np.full((5, 5), 1e-4), ~np.eye(5, dtype=bool), ridge=5.0)
+    assert abs(dec.pi.sum()) < 1e-12 and abs(dec.sigma.sum()) < 1e-12
+
+
+def test_ridge_shrinks_sparse_models_more_than_well_observed_ones() -> None:
+    """A model seen in noisy pairs is pulled toward 0 far more than one seen in precise pairs."""
+    k = 5
+    _mu, pi, _sigma, delta = _planted(k, seed=4)
+    var = np.full((k, k), 1e-5)
+    var[0, :] = 0.5  # pairs with model 0 as prefix are very noisy
+    mask = ~np.eye(k, dtype=bool)
+    free = decompose(delta, var, mask, ridge=0.0)
+    shrunk = decompose(delta, var, mask, ridge=10.0)
+    assert free.pi[0] == pytest.approx(pi[0], abs=1e-9)
+    shrink_sparse = abs(shrunk.pi[0]) / abs(free.pi[0])
+    others = np.abs(shrunk.sigma[1:]) / np.abs(free.sigma[1:])
+    assert shrink_sparse < 0.75
+    assert others.min() > 0.95
+
+
+def test_unobserved_prefix_model_leaves_pi_uncertain_not_falsely_precise() -> None:
+    """A model never seen as prefix leaves the π level unidentified: its SE stays
+    prior-sized (the ridge is what pins it), while σ stays precise."""
+    k = 4
+    _, _, _, delta = _planted(k, seed=5)
+    mask = ~np.eye(k, dtype=bool)
+    mask[3, :] = False
+    dec = decompose(delta, np.full((k, k), 1e-4), mask, ridge=4.0)
+    assert dec.pi_se[3] > 0.1
+    assert dec.sigma_se.max() < 0.01
+
+
+def test_no_pairs_gives_nan_fit() -> None:
+    """Nothing observed → NaN μ/R², no crash."""
+    dec = decompose(np.zeros((3, 3)), np.ones((3, 3)), np.zeros((3, 3), dtype=bool), ridge=1.0)
+    assert np.isnan(dec.mu) and np.isnan(dec.r2) and dec.n_pairs == 0

@@ -1,0 +1,68 @@
+"""PeriodicRefit: publishes results, counts failures without raising, runs on its thread."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from handoffmon.counts import Counts
+from handoffmon.depth import DepthBuckets
+from handoffmon.refit.periodic import PeriodicRefit
+from handoffmon.refit.result import RefitResult
+from tests.refit.synth import plant, synth_counts
+
+
+def _counts() -> Counts:
+    rng = np.random.default_rng(0)
+    return synth_counts(plant(3, 1, rng), rng, n_pair=100, n_trans=20)
+
+
+def test_run_once_publishes_a_result_stamped_by_the_clock() -> None:
+    """One refit: snapshot → refit → publish, created_at from the injected clock."""
+    published: list[RefitResult] = []
+    counts = _counts()
+    job = PeriodicRefit(lambda: counts, published.append, 60, buckets=DepthBuckets(), clock=lambda: 123.0)
+    result = job.run_once()
+    assert result is not None and published == [result]
+    assert result.created_at == 123.0 and "r0" in result.rules
+    assert job.stats.runs == 1 and job.stats.failures == 0 and job.stats.last_success_at == 123.0
+
+
+def test_failures_are_counted_never_raised() -> None:
+    """A failing snapshot or publisher is counted with its error; the caller sees None."""
+
+    def broken() -> Counts:
+        raise RuntimeError("store down")
+
+    def bad_publish(_: RefitResult) -> None:
+        raise ValueError("gauge error")
+
+    job = PeriodicRefit(broken, lambda r: None, 60, buckets=DepthBuckets())
+    assert job.run_once() is None
+    counts = _counts()
+    job2 = PeriodicRefit(lambda: counts, bad_publish, 60, buckets=DepthBuckets())
+    assert job2.run_once() is None
+    assert job.stats.failures == 1 and "store down" in (job.stats.last_error or "")
+    assert job2.stats.failures == 1 and "gauge error" in (job2.stats.last_error or "")
+
+
+def test_thread_refits_every_interval_until_stopped() -> None:
+    """start() refits periodically in the background; stop() ends the thread."""
+    done = threading.Event()
+    seen: list[RefitResult] = []
+    counts = _counts()
+
+    def publish(r: RefitResult) -> None:
+        seen.append(r)
+        if len(seen) >= 2:
+            done.set()
+
+    job = PeriodicRefit(lambda: counts, publish, 0.05, buckets=DepthBuckets())
+    job.start()
+    try:
+        assert done.wait(10.0)
+    finally:
+        job.stop()
+    n = job.stats.runs
+    assert n >= 2 and not any(t.name == "handoffmon-refit" and t.is_alive() for t in threading.enumerate())

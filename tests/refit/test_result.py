@@ -1,0 +1,61 @@
+"""Refit JSON: versioned schema, NaN/inf encoding, strict reading."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from handoffmon.errors import InputError
+from handoffmon.refit.result import (
+    OBSERVATIONAL_NOTE,
+    MarkovFit,
+    ModelScores,
+    PairEffect,
+    RefitResult,
+    RuleFit,
+)
+
+
+def _result() -> RefitResult:
+    nan = float("nan")
+    pair = PairEffect("r", "a", "b", 0, nan, nan, nan, nan, False, 0.01, 0.02, False)
+    markov = MarkovFit(
+        "b", "r", None, 0.0, (0.0, 0.1), 0.0, (0.0, 0.2), nan, (nan, nan), math.inf, 0.3, 0.1, 40
+    )
+    fit = RuleFit(
+        "r", -0.01, 0.005, 0.7, 0.6, 3, {"a": ModelScores(0.1, 0.01, -0.1, 0.02, 300)}, [pair], {"b": markov}
+    )
+    return RefitResult(1.5, "local", True, OBSERVATIONAL_NOTE, {"r": fit, "all": fit}, buckets=("1", "2+"))
+
+
+def test_nan_becomes_null_and_inf_a_string_and_both_round_trip() -> None:
+    """Strict JSON (no NaN tokens); reading restores NaN and inf."""
+    text = _result().to_json()
+    doc = json.loads(text)
+    assert doc["rules"]["r"]["pairs"][0]["delta"] is None
+    assert doc["rules"]["r"]["markov"]["b"]["half_life_turns"] == "inf"
+    back = RefitResult.from_json(text)
+    assert math.isnan(back.rules["r"].pairs[0].delta)
+    assert back.rules["r"].markov["b"].half_life_turns == math.inf
+    assert back.rules["r"].markov["b"].p_tf_ci == (0.0, 0.1)
+    assert back.to_json() == text
+
+
+def test_newer_versions_and_other_documents_are_refused() -> None:
+    """A reader refuses versions it does not know and documents of another schema."""
+    doc = _result().to_dict()
+    with pytest.raises(InputError, match="version 2"):
+        RefitResult.from_dict({**doc, "version": 2}, source="x.json")
+    with pytest.raises(InputError, match=r"not a handoffmon\.refit"):
+        RefitResult.from_dict({"schema": "other"})
+    with pytest.raises(InputError, match="line 1"):
+        RefitResult.from_json("{not json", source="bad.json")
+
+
+def test_residuals_and_pair_lookup() -> None:
+    """residuals skips pairs without a residual; pair() finds an ordered pair."""
+    fit = _result().rules["r"]
+    assert fit.residuals == {}
+    assert fit.pair("a", "b") is not None and fit.pair("b", "a") is None
