@@ -55,7 +55,8 @@ def make_logger(name: str = "handoffmon", *, fmt: LogFormat = "json", stream: IO
     return structlog.wrap_logger(
         target,
         processors=_processors(fmt),
-        wrapper_class=structlog.BoundLogger,
+        # level filtering is the stdlib logger's job; this wrapper adds exc_info to .exception()
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         context_class=dict,
         cache_logger_on_first_use=True,
     )

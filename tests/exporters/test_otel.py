@@ -1,0 +1,347 @@
+"""OTelExporter: GenAI span attributes and evaluation events, counters, no global providers, OTLP/HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from handoffmon.exporters.otel import OTelExporter
+from handoffmon.protocols import Exporter, MonitorObserver
+from tests.exporters.refits import make_refit
+from tests.exporters.turns import FINISHED_AT, make_result, sample_content, scripted_conversation
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+@pytest.fixture
+def exporter(spans: InMemorySpanExporter, reader: InMemoryMetricReader) -> OTelExporter:
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    return OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(metric_readers=[reader]))
+
+
+def points(reader: InMemoryMetricReader, name: str) -> dict[tuple[tuple[str, Any], ...], Any]:
+    """Data points of one instrument keyed by sorted attributes."""
+    out = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == name:
+                    for p in m.data.data_points:
+                        out[tuple(sorted(p.attributes.items()))] = p
+    return out
+
+
+def test_implements_exporter_and_observer(exporter: OTelExporter) -> None:
+    """The pipeline recognizes the OTel exporter as Exporter and MonitorObserver."""
+    assert isinstance(exporter, Exporter) and isinstance(exporter, MonitorObserver)
+
+
+def test_turn_span_follows_genai_conventions(exporter: OTelExporter, spans: InMemorySpanExporter) -> None:
+    """One CLIENT span `chat {request model}` with gen_ai.* and handoffmon.* attributes, dated by the turn."""
+    result = make_result(
+        conversation_id="c9",
+        depth=3,
+        author="claude",
+        prefix_model="gpt",
+        fallbacks=1,
+        latency_s=1.25,
+        provider="bedrock",
+        checks=[("json", "pass")],
+        methods=["chain", "content"],
+        history_tokens=800,
+    )
+    assert exporter.export(result)
+    (span,) = spans.get_finished_spans()
+    assert span.name == "chat gpt-group"
+    assert span.kind is SpanKind.CLIENT
+    assert span.end_time == int(FINISHED_AT * 1e9)
+    assert span.end_time - span.start_time == pytest.approx(1.25e9, abs=1e3)
+    assert dict(span.attributes) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "aws.bedrock",
+        "gen_ai.request.model": "gpt-group",
+        "gen_ai.response.model": "claude-2024",
+        "gen_ai.conversation.id": "c9",
+        "gen_ai.usage.input_tokens": 120,
+        "gen_ai.usage.output_tokens": 30,
+        "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.request.stream": False,
+        "handoffmon.conversation_id_source": "caller",
+        "handoffmon.depth": 3,
+        "handoffmon.depth_bucket": "3-4",
+        "handoffmon.author": "claude",
+        "handoffmon.authors": ("claude",),
+        "handoffmon.prefix_model": "gpt",
+        "handoffmon.prefix_purity": 1.0,
+        "handoffmon.prefix_authors": 1,
+        "handoffmon.handoff": "true",
+        "handoffmon.history_chars": 3200,
+        "handoffmon.history_tokens": 800,
+        "handoffmon.reply_chars": 42,
+        "handoffmon.fallbacks": 1,
+        "handoffmon.retries": 0,
+        "handoffmon.attribution_methods": ("chain", "content"),
+        "handoffmon.deployment_id": "claude-dep",
+    }
+
+
+def test_each_verdict_is_a_genai_evaluation_event(
+    exporter: OTelExporter, spans: InMemorySpanExporter
+) -> None:
+    """gen_ai.evaluation.result events: name, label, 1/0 score for pass/fail only, error.type on errors."""
+    result = make_result(
+        depth=2,
+        prefix_model="gpt-4o",
+        checks=[("json", "pass"), ("lang", "fail"), ("len", "not_applicable"), ("re", "error")],
+        transitions=[("lang", "pass", "fail")],
+        reasons={"lang": "expected de, got en", "re": "timeout"},
+    )
+    exporter.export(result)
+    (span,) = spans.get_finished_spans()
+    events = {e.attributes["gen_ai.evaluation.name"]: dict(e.attributes) for e in span.events}
+    assert {e.name for e in span.events} == {"gen_ai.evaluation.result"}
+    assert all(e.timestamp == span.end_time for e in span.events)
+    base = {"handoffmon.evaluation.duration_s": 0.001}
+    assert events["json"] == {
+        **base,
+        "gen_ai.evaluation.name": "json",
+        "gen_ai.evaluation.score.label": "pass",
+        "gen_ai.evaluation.score.value": 1.0,
+    }
+    assert events["lang"] == {
+        **base,
+        "gen_ai.evaluation.name": "lang",
+        "gen_ai.evaluation.score.label": "fail",
+        "gen_ai.evaluation.score.value": 0.0,
+        "gen_ai.evaluation.explanation": "expected de, got en",
+        "handoffmon.evaluation.previous_label": "pass",
+    }
+    assert events["len"] == {
+        **base,
+        "gen_ai.evaluation.name": "len",
+        "gen_ai.evaluation.score.label": "not_applicable",
+    }
+    assert events["re"] == {
+        **base,
+        "gen_ai.evaluation.name": "re",
+        "gen_ai.evaluation.score.label": "error",
+        "gen_ai.evaluation.explanation": "timeout",
+        "error.type": "timeout",
+    }
+
+
+def test_counters_mirror_prometheus_names_and_labels(
+    exporter: OTelExporter, reader: InMemoryMetricReader
+) -> None:
+    """handoffmon_turns/checks/rule_transitions/attributions carry the Prometheus labels and values."""
+    for r in scripted_conversation():
+        exporter.export(r)
+    turns = points(reader, "handoffmon_turns")
+    assert {k: p.value for k, p in turns.items()} == {
+        (("depth_bucket", "1"), ("model", "gpt"), ("prefix_model", "none")): 2,
+        (("depth_bucket", "2"), ("model", "gpt"), ("prefix_model", "gpt")): 1,
+        (("depth_bucket", "3-4"), ("model", "claude"), ("prefix_model", "gpt")): 1,
+        (("depth_bucket", "3-4"), ("model", "claude"), ("prefix_model", "claude")): 1,
+        (("depth_bucket", "1"), ("model", "claude"), ("prefix_model", "none")): 1,
+        (("depth_bucket", "2"), ("model", "llama"), ("prefix_model", "unknown")): 1,
+    }
+    checks = points(reader, "handoffmon_checks")
+    assert len(checks) == 11 and sum(p.value for p in checks.values()) == 12
+    key = (
+        ("depth_bucket", "3-4"),
+        ("model", "claude"),
+        ("prefix_model", "claude"),
+        ("rule", "lang"),
+        ("verdict", "error"),
+    )
+    assert checks[key].value == 1
+    trans = points(reader, "handoffmon_rule_transitions")
+    key = (
+        ("from_verdict", "pass"),
+        ("handoff", "true"),
+        ("model", "claude"),
+        ("rule", "json"),
+        ("to_verdict", "fail"),
+    )
+    assert trans[key].value == 1
+    assert {k: p.value for k, p in points(reader, "handoffmon_attributions").items()} == {
+        (("method", "chain"),): 5,
+        (("method", "content"),): 1,
+        (("method", "unknown"),): 1,
+    }
+
+
+def test_health_api_and_refit_gauges(exporter: OTelExporter, reader: InMemoryMetricReader) -> None:
+    """Overhead histogram, error/drop counters and refit observable gauges reach the MeterProvider."""
+    exporter.observe_overhead("check", 0.004)
+    exporter.count_error("store")
+    exporter.count_drop(3)
+    exporter.publish_refit(make_refit())
+    hist = points(reader, "handoffmon_overhead_seconds")[(("stage", "check"),)]
+    assert hist.count == 1 and hist.sum == pytest.approx(0.004)
+    assert points(reader, "handoffmon_monitor_errors")[(("stage", "store"),)].value == 1
+    assert points(reader, "handoffmon_queue_dropped")[()].value == 3
+    infl = points(reader, "handoffmon_prefix_influence")
+    assert infl[(("model", "gpt"), ("rule", "json"))].value == -0.06
+    delta = points(reader, "handoffmon_handoff_delta")
+    assert delta[
+        (("bound", "upper"), ("model", "claude"), ("prefix_model", "gpt"), ("rule", "all"))
+    ].value == (pytest.approx(-0.07))
+
+
+def test_traceparent_in_metadata_parents_the_span(
+    exporter: OTelExporter, spans: InMemorySpanExporter
+) -> None:
+    """A W3C traceparent carried in the turn metadata links the background span to the request trace."""
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    exporter.export(make_result(metadata={"traceparent": tp}))
+    (span,) = spans.get_finished_spans()
+    assert span.context.trace_id == 0x4BF92F3577B34DA6A3CE929D0E0E4736
+    assert span.parent is not None and span.parent.span_id == 0x00F067AA0BA902B7
+
+
+def test_content_only_with_opt_in(spans: InMemorySpanExporter) -> None:
+    """No message text on spans without capture_content, even if the result has it; with it, it is there."""
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    content = sample_content("what is 2+2?", "4")
+    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider()).export(make_result(content=content))
+    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), capture_content=True).export(
+        make_result(content=content)
+    )
+    off, on = spans.get_finished_spans()
+    assert "gen_ai.input.messages" not in off.attributes and "gen_ai.output.messages" not in off.attributes
+    assert json.loads(on.attributes["gen_ai.input.messages"])[1] == {
+        "role": "user",
+        "parts": [{"type": "text", "content": "what is 2+2?"}],
+    }
+    assert json.loads(on.attributes["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "4"}], "finish_reason": "stop"}
+    ]
+
+
+def test_never_installs_global_providers() -> None:
+    """Building and using the exporter leaves the OTel API's global providers as they were."""
+    before_t, before_m = trace.get_tracer_provider(), metrics.get_meter_provider()
+    exp = OTelExporter()  # falls back to the (proxy) global providers
+    assert exp.export(make_result(checks=[("json", "pass")]))
+    exp2 = OTelExporter(tracer_provider=TracerProvider(), meter_provider=MeterProvider())
+    assert exp2.export(make_result())
+    assert trace.get_tracer_provider() is before_t
+    assert metrics.get_meter_provider() is before_m
+    assert type(before_t).__name__ == "ProxyTracerProvider"
+
+
+def test_export_never_raises(exporter: OTelExporter) -> None:
+    """A malformed result returns False."""
+    assert exporter.export(None) is False  # type: ignore[arg-type]
+
+
+# -- OTLP/HTTP ------------------------------------------------------------------------------
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    bodies: dict[str, list[bytes]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.bodies.setdefault(self.path, []).append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
+    bodies: dict[str, list[bytes]] = {}
+    handler = type("Handler", (_Receiver,), {"bodies": bodies})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", bodies
+    server.shutdown()
+    server.server_close()
+
+
+def test_otlp_http_export_decodes_as_genai_span_and_counters(otlp_receiver: tuple[str, dict]) -> None:
+    """Real OTLP/HTTP exporters post protobuf that decodes to our span, event and handoffmon_turns sum."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    url, bodies = otlp_receiver
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=5)))
+    metric_reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{url}/v1/metrics", timeout=5), export_interval_millis=3_600_000
+    )
+    mp = MeterProvider(metric_readers=[metric_reader])
+    exp = OTelExporter(tracer_provider=tp, meter_provider=mp)
+    exp.export(
+        make_result(conversation_id="otlp-1", depth=2, prefix_model="gpt-4o", checks=[("json", "fail")])
+    )
+    exp.export(make_result(conversation_id="otlp-2"))
+    assert mp.force_flush(10_000)
+    tp.shutdown()
+    mp.shutdown()
+
+    req = ExportTraceServiceRequest()
+    span_msgs = []
+    for body in bodies["/v1/traces"]:
+        req.ParseFromString(body)
+        span_msgs += [s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    first = next(s for s in span_msgs if any(a.value.string_value == "otlp-1" for a in s.attributes))
+    attrs = {a.key: a.value for a in first.attributes}
+    assert first.name == "chat gpt-group"
+    assert attrs["gen_ai.operation.name"].string_value == "chat"
+    assert attrs["handoffmon.depth"].int_value == 2
+    assert attrs["handoffmon.handoff"].string_value == "false"
+    (event,) = first.events
+    ev = {a.key: a.value for a in event.attributes}
+    assert event.name == "gen_ai.evaluation.result"
+    assert ev["gen_ai.evaluation.score.label"].string_value == "fail"
+    assert ev["gen_ai.evaluation.score.value"].double_value == 0.0
+
+    mreq = ExportMetricsServiceRequest()
+    mreq.ParseFromString(bodies["/v1/metrics"][-1])
+    turns = [
+        m
+        for rm in mreq.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "handoffmon_turns"
+    ]
+    (turns_metric,) = turns
+    assert turns_metric.sum.is_monotonic
+    assert sum(p.as_int for p in turns_metric.sum.data_points) == 2

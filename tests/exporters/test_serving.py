@@ -1,0 +1,139 @@
+"""Serving /metrics: standalone server, token auth, WSGI and ASGI mounts, multiprocess (gunicorn) mode."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from wsgiref.util import setup_testing_defaults
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from handoffmon.exporters.prometheus import PrometheusExporter
+from handoffmon.exporters.serving import (
+    metrics_asgi_app,
+    metrics_wsgi_app,
+    multiprocess_registry,
+    start_metrics_server,
+)
+from tests.exporters.turns import L, make_result, only, parse_exposition
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def exporter() -> PrometheusExporter:
+    exp = PrometheusExporter(CollectorRegistry(), multiprocess=False)
+    exp.export(make_result(author="gpt", checks=[("json", "pass")]))
+    return exp
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_standalone_server_with_token(exporter: PrometheusExporter) -> None:
+    """With a token: 401 without/with a wrong bearer, 200 with the right one; other paths 404."""
+    with start_metrics_server(exporter.registry, 0, token="s3cret") as server:
+        assert get(server.url)[0] == 401
+        assert get(server.url, {"Authorization": "Bearer nope"})[0] == 401
+        status, body = get(server.url, {"Authorization": "Bearer s3cret"})
+        assert status == 200
+        assert only(parse_exposition(body), "handoffmon_turns_total") == {
+            L(model="gpt", prefix_model="none", depth_bucket="1"): 1
+        }
+        assert get(server.url.replace("/metrics", "/other"), {"Authorization": "Bearer s3cret"})[0] == 404
+
+
+def test_standalone_server_without_token_is_open(exporter: PrometheusExporter) -> None:
+    """Without a token anyone on the listen address can scrape (loopback by default)."""
+    with start_metrics_server(exporter.registry, 0) as server:
+        assert server.url.startswith("http://127.0.0.1:")
+        assert get(server.url)[0] == 200
+
+
+def test_wsgi_app_negotiates_openmetrics_and_gzip(exporter: PrometheusExporter) -> None:
+    """The WSGI app answers OpenMetrics when asked, gzips when accepted, and filters by name[]."""
+    app = metrics_wsgi_app(exporter.registry)
+    captured: dict[str, object] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        captured["status"], captured["headers"] = status, dict(headers)
+
+    environ: dict = {}
+    setup_testing_defaults(environ)
+    environ.update(
+        HTTP_ACCEPT="application/openmetrics-text; version=1.0.0",
+        HTTP_ACCEPT_ENCODING="gzip",
+        QUERY_STRING="name[]=handoffmon_turns_total",
+    )
+    body = gzip.decompress(b"".join(app(environ, start_response)))
+    headers = captured["headers"]
+    assert captured["status"] == "200 OK"
+    assert headers["Content-Type"].startswith("application/openmetrics-text")  # type: ignore[index]
+    assert headers["Content-Encoding"] == "gzip"  # type: ignore[index]
+    text = body.decode()
+    assert text.endswith("# EOF\n")
+    assert "handoffmon_turns_total" in text and "handoffmon_checks_total" not in text
+
+
+async def test_asgi_app_mounted_in_starlette_with_token(exporter: PrometheusExporter) -> None:
+    """Mounted at /metrics in a Starlette app, the ASGI app enforces the token and serves the registry."""
+    app = Starlette(routes=[Mount("/metrics", app=metrics_asgi_app(exporter.registry, token="t0k"))])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        assert (await client.get("/metrics/")).status_code == 401
+        resp = await client.get("/metrics/", headers={"Authorization": "Bearer t0k"})
+        assert resp.status_code == 200
+        assert only(parse_exposition(resp.text), "handoffmon_checks_total") == {
+            L(rule="json", model="gpt", prefix_model="none", depth_bucket="1", verdict="pass"): 1
+        }
+        assert (await client.post("/metrics/", headers={"Authorization": "Bearer t0k"})).status_code == 405
+
+
+def run_worker(mp_dir: Path, *args: str) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp_dir), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "tests.exporters.mp_worker", *args], env=env, cwd=ROOT, check=True)
+
+
+def test_multiprocess_two_writers_summed_by_one_collector(tmp_path: Path) -> None:
+    """Two processes in one PROMETHEUS_MULTIPROC_DIR: counters and histograms sum, refit gauges take
+    the most recent publisher, and (the documented limit) a vanished refit series reads NaN, not absent."""
+    run_worker(tmp_path, "gpt", "3", "1800000100")
+    run_worker(tmp_path, "claude", "4", "1800000500", "drop-claude-pair")
+    registry = multiprocess_registry(str(tmp_path))
+    with start_metrics_server(registry, 0) as server:
+        status, body = get(server.url)
+    assert status == 200
+    s = parse_exposition(body)
+    assert only(s, "handoffmon_turns_total") == {
+        L(model="gpt", prefix_model="none", depth_bucket="1"): 3,
+        L(model="claude", prefix_model="none", depth_bucket="1"): 4,
+    }
+    checks = only(s, "handoffmon_checks_total")
+    assert checks[L(rule="json", model="gpt", prefix_model="none", depth_bucket="1", verdict="fail")] == 2
+    assert checks[L(rule="json", model="claude", prefix_model="none", depth_bucket="1", verdict="pass")] == 2
+    assert only(s, "handoffmon_monitor_errors_total") == {L(stage="check"): 2}
+    assert only(s, "handoffmon_overhead_seconds_count") == {L(stage="attribution"): 2}
+    # mostrecent: the second process published last
+    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1800000501.0}
+    # limit: removal is impossible in multiprocess mode, so the vanished pair reads NaN
+    delta = only(s, "handoffmon_handoff_delta")
+    assert math.isnan(delta[L(prefix_model="claude", model="gpt", rule="json", bound="estimate")])
+    assert delta[L(prefix_model="gpt", model="claude", rule="json", bound="estimate")] == -0.12
+    # no pid label leaks into max-mode gauges
+    assert only(s, "handoffmon_label_limit")[L(label="model")] == 50
