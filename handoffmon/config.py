@@ -57,6 +57,9 @@ class PipelineConfig(_Section):
     check_budget_s: float = Field(default=0.05, gt=0)
     """Per-check time budget; a checker over budget yields an ``error`` verdict."""
     shutdown_timeout_s: float = Field(default=10.0, ge=0)
+    export_queue_size: int = Field(default=10_000, gt=0)
+    """Results buffered per exporter (each has its own thread); when full, results are
+    dropped for that exporter and counted as ``monitor_errors{stage="export"}``."""
 
 
 class ScopeConfig(_Section):

@@ -301,7 +301,9 @@ class Monitor:
         if isinstance(exporter, MonitorObserver):
             self._observers = (*self._observers, exporter)
         self._dispatch.append(
-            ExporterDispatch(exporter, queue_size=self.config.pipeline.queue_size, on_error=self.count_error)
+            ExporterDispatch(
+                exporter, queue_size=self.config.pipeline.export_queue_size, on_error=self.count_error
+            )
         )
 
     @property

@@ -1,0 +1,125 @@
+"""Test helpers for the pipeline: conversations, failing stores and exporters."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from handoffmon.config import HandoffmonConfig, config_from_mapping
+from handoffmon.pipeline.monitor import Monitor
+from handoffmon.protocols import Authorship
+from handoffmon.stores.memory import MemoryStore
+from handoffmon.types import TurnContext, TurnResult
+
+SHORT_RULE = {"name": "short", "check": "length", "params": {"unit": "words", "max": 5}}
+
+
+def make_config(**sections: Any) -> HandoffmonConfig:
+    """A config with the ``short`` rule (≤ 5 words) unless ``rules`` is given."""
+    data: dict[str, Any] = {"rules": [SHORT_RULE]}
+    data.update(sections)
+    return config_from_mapping(data)
+
+
+def monitor(config: HandoffmonConfig | None = None, **kwargs: Any) -> Monitor:
+    """A monitor on a fresh memory store."""
+    kwargs.setdefault("store", MemoryStore())
+    return Monitor(config if config is not None else make_config(), **kwargs)
+
+
+def run_conversation(
+    m: Monitor,
+    authors: Sequence[str],
+    replies: Sequence[str] | None = None,
+    *,
+    metadata: Sequence[Mapping[str, Any] | None] | None = None,
+    user: str = "hello",
+) -> list[TurnContext]:
+    """Drive one conversation through begin/finish; returns each turn's context."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": user}]
+    contexts = []
+    for i, author in enumerate(authors):
+        reply = replies[i] if replies is not None else f"reply {i} from {author}"
+        meta = metadata[i] if metadata is not None else None
+        ctx = m.begin(history, requested_model="group", metadata=meta)
+        contexts.append(ctx)
+        m.finish(ctx, {"role": "assistant", "content": reply}, authors=[author])
+        history = [*history, {"role": "assistant", "content": reply}, {"role": "user", "content": f"next {i}"}]
+    return contexts
+
+
+class RecordingExporter:
+    """Keeps every result it is given."""
+
+    def __init__(self) -> None:
+        self.results: list[TurnResult] = []
+        self.flushed = 0
+        self.shut = False
+
+    def export(self, result: TurnResult) -> bool:
+        self.results.append(result)
+        return True
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        self.flushed += 1
+        return True
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+class HangingExporter(RecordingExporter):
+    """Blocks in ``export`` until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def export(self, result: TurnResult) -> bool:
+        self.entered.set()
+        self.release.wait(30)
+        return super().export(result)
+
+
+class RaisingExporter(RecordingExporter):
+    """Raises on every export."""
+
+    def export(self, result: TurnResult) -> bool:
+        raise RuntimeError("exporter bug")
+
+
+class FailingExporter(RecordingExporter):
+    """Returns False on every export."""
+
+    def export(self, result: TurnResult) -> bool:
+        return False
+
+
+class BrokenStore(MemoryStore):
+    """A memory store whose selected operations raise."""
+
+    def __init__(self, *, fail: Sequence[str]) -> None:
+        super().__init__()
+        self.fail = set(fail)
+
+    def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
+        if "get_many" in self.fail:
+            raise ConnectionError("store down")
+        return super().get_many(keys)
+
+    def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
+        if "put_many" in self.fail:
+            raise ConnectionError("store down")
+        super().put_many(items)
+
+    def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
+        if "get_state" in self.fail:
+            raise ConnectionError("store down")
+        return super().get_state(conversation_id)
+
+    def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
+        if "put_state" in self.fail:
+            raise ConnectionError("store down")
+        super().put_state(conversation_id, state)

@@ -1,0 +1,116 @@
+"""Aggregates: exact counting by key, SQLite persistence across restarts, the refit loader."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from handoffmon.counts import CheckKey, TransitionKey, TurnKey
+from handoffmon.errors import StoreError
+from handoffmon.pipeline.aggregates import Aggregates, load_counts_sqlite
+from handoffmon.types import CheckResult, MessageAttribution, Transition, TurnContext, TurnRecord, TurnResult
+
+
+def _result(author: str = "b", prefix: str = "a", handoff: bool | None = True) -> TurnResult:
+    ctx = TurnContext(
+        conversation_id="c",
+        conversation_id_source="caller",
+        depth=3,
+        history_chars=10,
+        history_tokens=3,
+        prefix_model=prefix,
+        prefix_purity=1.0,
+        prefix_authors=1,
+        attributions=(
+            MessageAttribution(1, "a", ("a",), 1, "chain"),
+            MessageAttribution(3, "a", ("a",), 2, "content"),
+        ),
+        history_fingerprint=1,
+    )
+    rec = TurnRecord(author, (author,), None, "g", 0, 0, 0.1, 5, False, handoff)
+    return TurnResult(
+        context=ctx,
+        record=rec,
+        depth_bucket="3-4",
+        checks=(CheckResult("r", "fail"), CheckResult("s", "pass")),
+        transitions=(Transition("r", "pass", "fail"),),
+        attribution_methods=("chain", "content"),
+    )
+
+
+def test_add_turn_counts_every_key() -> None:
+    """One turn adds one to its turn cell, each check, each transition and each attribution method."""
+    agg = Aggregates()
+    agg.add_turn(_result())
+    agg.add_turn(_result(handoff=None))
+    snap = agg.snapshot()
+    assert snap.turns == {TurnKey("b", "a", "3-4", "true"): 1, TurnKey("b", "a", "3-4", "unknown"): 1}
+    assert snap.checks[CheckKey("r", "b", "a", "3-4", "fail")] == 2
+    assert snap.checks[CheckKey("s", "b", "a", "3-4", "pass")] == 2
+    assert snap.transitions == {
+        TransitionKey("r", "b", "true", "pass", "fail"): 1,
+        TransitionKey("r", "b", "unknown", "pass", "fail"): 1,
+    }
+    assert snap.attributions == {"chain": 2, "content": 2}
+    assert snap.total_turns == 2
+
+
+def test_errors_drops_and_sessions() -> None:
+    """Monitor errors by stage, drops and session lengths are counted."""
+    agg = Aggregates()
+    agg.count_error("export")
+    agg.count_error("export", 2)
+    agg.count_dropped(3)
+    agg.count_session(7)
+    snap = agg.snapshot()
+    assert snap.monitor_errors == {"export": 3}
+    assert snap.dropped == 3
+    assert snap.session_lengths == {7: 1}
+
+
+def test_sqlite_restart_loses_nothing_flushed(tmp_path: Path) -> None:
+    """Totals persisted by one instance are the starting totals of the next; load_counts_sqlite agrees."""
+    path = str(tmp_path / "agg.db")
+    first = Aggregates(path)
+    for _ in range(3):
+        first.add_turn(_result())
+    first.count_dropped()
+    first.count_error("persist")
+    first.close()
+    second = Aggregates(path)
+    second.add_turn(_result())
+    second.close()
+    loaded = load_counts_sqlite(path)
+    assert loaded.turns == {TurnKey("b", "a", "3-4", "true"): 4}
+    assert loaded.checks[CheckKey("r", "b", "a", "3-4", "fail")] == 4
+    assert loaded.dropped == 1
+    assert loaded.monitor_errors == {"persist": 1}
+    assert Aggregates(path).snapshot() == loaded
+
+
+def test_two_writers_on_one_file_add_up(tmp_path: Path) -> None:
+    """Increments are written as deltas, so two processes' monitors sharing a file both count."""
+    path = str(tmp_path / "agg.db")
+    a, b = Aggregates(path), Aggregates(path)
+    threads = []
+    for agg in (a, b):
+        def work(agg: Aggregates = agg) -> None:
+            for _ in range(50):
+                agg.add_turn(_result())
+                agg.flush()
+        threads.append(threading.Thread(target=work))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    a.close()
+    b.close()
+    assert load_counts_sqlite(path).total_turns == 100
+
+
+def test_load_counts_sqlite_missing_file_is_a_store_error(tmp_path: Path) -> None:
+    """A path that does not exist raises StoreError naming it."""
+    with pytest.raises(StoreError, match="nope.db"):
+        load_counts_sqlite(tmp_path / "nope.db")

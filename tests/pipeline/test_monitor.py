@@ -1,0 +1,286 @@
+"""The Monitor end to end: depth/prefix/handoff, rules and state, fail-open faults, shutdown, persistence."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from handoffmon.checkers import RuleSet, default_registry
+from handoffmon.config import RuleConfig
+from handoffmon.counts import CheckKey, TransitionKey, TurnKey
+from handoffmon.pipeline.aggregates import load_counts_sqlite
+from handoffmon.pipeline.monitor import Monitor
+from handoffmon.types import TurnResult
+from tests.pipeline.helpers import (
+    BrokenStore,
+    FailingExporter,
+    HangingExporter,
+    RaisingExporter,
+    RecordingExporter,
+    make_config,
+    monitor,
+    run_conversation,
+)
+
+AUTHORS_4_7 = ["a"] * 3 + ["b"] * 3 + ["a"] * 4
+"""A 10-turn conversation whose model changes at turns 4 and 7."""
+
+
+def test_ten_turns_with_changes_at_4_and_7() -> None:
+    """Depth, prefix model and handoff flags are right at every turn, and aggregates count exactly."""
+    exp = RecordingExporter()
+    with monitor(exporters=[exp]) as m:
+        contexts = run_conversation(m, AUTHORS_4_7)
+        assert m.flush(10)
+        snap = m.snapshot()
+    assert [c.depth for c in contexts] == list(range(1, 11))
+    assert [c.prefix_model for c in contexts] == ["none", "a", "a", "a", "b", "b", "b", "a", "a", "a"]
+    handoffs = [r.record.handoff for r in exp.results]
+    assert [i + 1 for i, h in enumerate(handoffs) if h] == [4, 7]
+    assert handoffs.count(False) == 8
+    assert len({r.context.conversation_id for r in exp.results}) == 1
+    assert snap.turns == {
+        TurnKey("a", "none", "1", "false"): 1,
+        TurnKey("a", "a", "2", "false"): 1,
+        TurnKey("a", "a", "3-4", "false"): 1,
+        TurnKey("b", "a", "3-4", "true"): 1,
+        TurnKey("b", "b", "5-8", "false"): 2,
+        TurnKey("a", "b", "5-8", "true"): 1,
+        TurnKey("a", "a", "5-8", "false"): 1,
+        TurnKey("a", "a", "9-16", "false"): 2,
+    }
+    # every earlier assistant message of every request was attributed by the chain
+    assert snap.attributions == {"chain": sum(range(10))}
+    assert sum(snap.checks.values()) == 10
+    assert sum(snap.transitions.values()) == 9
+    assert snap.monitor_errors == {} and snap.dropped == 0
+
+
+def test_verdicts_and_transitions_follow_the_replies() -> None:
+    """A ≤5-word rule passes short replies and fails long ones; transitions carry handoff labels."""
+    replies = ["ok", "ok", "this reply is far too long to pass", "ok"]
+    with monitor() as m:
+        run_conversation(m, ["a", "a", "b", "b"], replies)
+        m.flush(10)
+        snap = m.snapshot()
+    assert snap.checks[CheckKey("short", "b", "a", "3-4", "fail")] == 1
+    assert snap.checks[CheckKey("short", "b", "b", "3-4", "pass")] == 1
+    assert snap.transitions == {
+        TransitionKey("short", "a", "false", "pass", "pass"): 1,
+        TransitionKey("short", "b", "true", "pass", "fail"): 1,
+        TransitionKey("short", "b", "false", "fail", "pass"): 1,
+    }
+
+
+def test_request_rules_accumulate_from_the_turn_they_are_declared() -> None:
+    """A rule declared in turn 2's metadata is checked at turns 2..4, even when not resent."""
+    rule = {"name": "says_ok", "check": "keywords_present", "params": {"keywords": ["ok"]}}
+    meta: list[Any] = [None, {"handoffmon": {"rules": [rule]}}, None, None]
+    exp = RecordingExporter()
+    with monitor(make_config(rules=[]), exporters=[exp]) as m:
+        run_conversation(m, ["a"] * 4, ["ok", "ok", "nope", "ok"], metadata=meta)
+        m.flush(10)
+    verdicts = [[(c.rule, c.verdict) for c in r.checks] for r in exp.results]
+    assert verdicts == [[], [("says_ok", "pass")], [("says_ok", "fail")], [("says_ok", "pass")]]
+
+
+def test_invalid_request_rule_is_counted_and_ignored() -> None:
+    """An unknown checker in request metadata counts monitor_errors{rules}; configured rules still run."""
+    meta = [{"handoffmon": {"rules": [{"name": "x", "check": "no_such_checker"}]}}]
+    with monitor() as m:
+        run_conversation(m, ["a"], ["ok"], metadata=meta)
+        m.flush(10)
+        snap = m.snapshot()
+    assert snap.monitor_errors == {"rules": 1}
+    assert sum(snap.checks.values()) == 1
+
+
+def test_extracted_answer_reaches_the_next_turn() -> None:
+    """answer_flip sees the previous turn's extracted answer: a changed answer after a challenge fails."""
+    rule = RuleConfig(name="flip", check="answer_flip", params={})
+    exp = RecordingExporter()
+    m = monitor(make_config(rules=[rule.model_dump()]), exporters=[exp])
+    history: list[dict[str, str]] = [{"role": "user", "content": "2+2?"}]
+    for reply, user_next in (("<answer>4</answer>", "are you sure?"), ("<answer>5</answer>", "thanks")):
+        ctx = m.begin(history)
+        m.finish(ctx, reply, authors=["a"])
+        history += [{"role": "assistant", "content": reply}, {"role": "user", "content": user_next}]
+    m.close()
+    assert [r.checks[0].verdict for r in exp.results] == ["not_applicable", "fail"]
+
+
+def _raising_rules() -> RuleSet:
+    reg = default_registry()
+
+    def factory(p: Any) -> Any:
+        def check(reply: str, ctx: Any) -> Any:
+            raise RuntimeError("checker bug")
+
+        return check
+
+    reg.register("boom", factory)
+    return RuleSet.from_config([RuleConfig(name="boom", check="boom")], registry=reg)
+
+
+def test_raising_checker_gives_error_verdict_and_counts() -> None:
+    """A checker that raises yields an ``error`` verdict and monitor_errors{check}; the turn is counted."""
+    with monitor(rules=_raising_rules()) as m:
+        run_conversation(m, ["a", "a"])
+        m.flush(10)
+        snap = m.snapshot()
+    assert snap.checks == {
+        CheckKey("boom", "a", "none", "1", "error"): 1,
+        CheckKey("boom", "a", "a", "2", "error"): 1,
+    }
+    assert snap.monitor_errors == {"check": 2}
+    assert snap.total_turns == 2
+
+
+def test_store_failures_fail_open_and_are_counted() -> None:
+    """A store that raises on every call: begin still returns, turns are counted, errors by stage.
+
+    Replies recorded by this process stay attributable from the in-process overlay while the
+    store is down; a history the overlay does not know hits the store and counts an error.
+    """
+    store = BrokenStore(fail=["get_many", "put_many", "get_state", "put_state"])
+    with monitor(store=store) as m:
+        contexts = run_conversation(m, ["a", "b", "b"])
+        foreign = m.begin([{"role": "user", "content": "q"}, {"role": "assistant", "content": "never seen"}])
+        m.flush(10)
+        snap = m.snapshot()
+    assert [(c.depth, c.prefix_model) for c in contexts] == [(1, "none"), (2, "a"), (3, "b")]
+    assert (foreign.depth, foreign.prefix_model) == (2, "unknown")
+    assert snap.total_turns == 3
+    assert snap.monitor_errors == {"attribution": 1, "persist": 3, "state": 6}  # state: load + save
+
+
+def test_full_queue_drops_and_counts_without_blocking() -> None:
+    """queue_size=2 with workers not started: the third finish returns at once and counts a drop."""
+    m = monitor(make_config(pipeline={"queue_size": 2}), start=False)
+    t0 = time.perf_counter()
+    run_conversation(m, ["a", "a", "a", "a"])
+    assert time.perf_counter() - t0 < 0.5
+    m.close(10)
+    snap = m.snapshot()
+    assert snap.dropped == 2
+    assert snap.total_turns == 2
+
+
+def test_hanging_exporter_stalls_nothing_and_is_counted() -> None:
+    """A hung exporter: other exporters and aggregates get every turn; overflow and close are counted."""
+    hung, good = HangingExporter(), RecordingExporter()
+    m = monitor(make_config(pipeline={"export_queue_size": 4}), exporters=[good, hung])
+    for i in range(3):
+        run_conversation(m, ["a", "a"], user=f"conversation {i}")
+        _wait_until(lambda i=i: len(good.results) == 2 * (i + 1))  # good's own buffer never overflows
+    assert hung.entered.wait(5)
+    assert m.flush(0.3) is False  # the hung exporter never drains
+    snap = m.snapshot()
+    assert snap.total_turns == 6
+    assert len(good.results) == 6
+    t0 = time.perf_counter()
+    m.close(0.5)
+    assert time.perf_counter() - t0 < 3
+    # 6 results: 1 stuck in export + 4 queued; 1 overflowed; plus 1 for not finishing at close
+    assert m.snapshot().monitor_errors == {"export": 2}
+    assert good.shut and not hung.shut
+    hung.release.set()
+
+
+def _wait_until(cond: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_raising_and_failing_exporters_are_counted() -> None:
+    """An exporter that raises and one that returns False each count one export error per turn."""
+    with monitor(exporters=[RaisingExporter(), FailingExporter()]) as m:
+        run_conversation(m, ["a", "a"])
+        m.flush(10)
+        snap = m.snapshot()
+    assert snap.monitor_errors == {"export": 4}
+    assert snap.total_turns == 2
+
+
+class Observer(RecordingExporter):
+    """An exporter that also observes monitor health."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[str] = []
+        self.drops = 0
+        self.stages: set[str] = set()
+
+    def observe_overhead(self, stage: str, seconds: float) -> None:
+        assert seconds >= 0
+        self.stages.add(stage)
+
+    def count_error(self, stage: str) -> None:
+        self.errors.append(stage)
+
+    def count_drop(self, n: int = 1) -> None:
+        self.drops += n
+
+
+def test_observer_exporters_receive_errors_drops_and_overheads() -> None:
+    """MonitorObserver exporters get every counted error and drop and the stage overheads."""
+    obs = Observer()
+    m = monitor(make_config(pipeline={"queue_size": 1}), exporters=[obs], rules=_raising_rules(), start=False)
+    run_conversation(m, ["a", "a"])
+    m.close(10)
+    assert obs.drops == 1
+    assert obs.errors == ["check"]
+    assert {"attribution", "finish", "background"} <= obs.stages
+
+
+def test_sqlite_backend_restart_loses_nothing(tmp_path: Path) -> None:
+    """With store.backend=sqlite, a new monitor on the same file continues the conversation and the counts."""
+    cfg = make_config(store={"backend": "sqlite", "path": str(tmp_path / "hm.db")})
+    history = [{"role": "user", "content": "hi"}]
+    with Monitor(cfg) as m1:
+        ctx = m1.begin(history)
+        m1.finish(ctx, "first reply", authors=["a"])
+    history += [{"role": "assistant", "content": "first reply"}, {"role": "user", "content": "more"}]
+    with Monitor(cfg) as m2:
+        ctx = m2.begin(history)
+        assert (ctx.depth, ctx.prefix_model) == (2, "a")
+        m2.finish(ctx, "second reply", authors=["b"])
+    counts = load_counts_sqlite(tmp_path / "hm.db")
+    assert counts.turns == {TurnKey("a", "none", "1", "false"): 1, TurnKey("b", "a", "2", "true"): 1}
+    assert sum(counts.transitions.values()) == 1  # the last verdict survived the restart
+
+
+def test_finish_never_raises_on_garbage() -> None:
+    """finish with an unreadable reply and odd authors counts an error instead of raising."""
+    with monitor() as m:
+        ctx = m.begin([{"role": "user", "content": "x"}])
+        m.finish(ctx, object(), authors=["", None])  # type: ignore[list-item]
+        m.flush(10)
+        snap = m.snapshot()
+    assert snap.total_turns == 1
+    assert list(snap.turns)[0].model == "unknown"
+
+
+def test_close_is_idempotent_and_unregisters_atexit() -> None:
+    """close() twice is fine; turns finished after close are dropped, not raised."""
+    m = monitor()
+    m.close()
+    m.close()
+    assert m.closed
+    ctx = m.begin([{"role": "user", "content": "late"}])
+    m.finish(ctx, "late reply", authors=["a"])
+    assert m.snapshot().dropped == 1
+
+
+def test_results_carry_no_message_text() -> None:
+    """TurnResults handed to exporters carry no reply or message content (content=None by default)."""
+    exp = RecordingExporter()
+    with monitor(exporters=[exp]) as m:
+        run_conversation(m, ["a"], ["a secret reply"])
+        m.flush(10)
+    r: TurnResult = exp.results[0]
+    assert r.content is None
+    assert "secret" not in repr(r)

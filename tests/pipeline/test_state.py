@@ -1,0 +1,64 @@
+"""Per-conversation state: rule accumulation, transitions from last pass/fail verdicts, round trip."""
+
+from __future__ import annotations
+
+from handoffmon.pipeline.state import ConversationState
+from handoffmon.types import CheckResult, Transition
+
+
+def _check(rule: str, verdict: str, extracted: str | None = None) -> CheckResult:
+    return CheckResult(rule, verdict, extracted=extracted)  # type: ignore[arg-type]
+
+
+def test_transition_from_last_verdict_of_same_rule() -> None:
+    """A pass at depth 1 then a fail at depth 2 is one pass→fail transition; depth 1 has none."""
+    s, t1 = ConversationState().advance(1, (_check("r", "pass"),))
+    s, t2 = s.advance(2, (_check("r", "fail"),))
+    assert t1 == ()
+    assert t2 == (Transition("r", "pass", "fail"),)
+
+
+def test_not_applicable_and_error_are_skipped_not_breaks() -> None:
+    """Turns where the rule was not applicable or errored emit nothing and keep the last verdict."""
+    s, _ = ConversationState().advance(1, (_check("r", "fail"),))
+    s, t2 = s.advance(2, (_check("r", "not_applicable"),))
+    s, t3 = s.advance(3, (_check("r", "error"),))
+    s, t4 = s.advance(4, (_check("r", "pass"),))
+    assert (t2, t3) == ((), ())
+    assert t4 == (Transition("r", "fail", "pass"),)
+
+
+def test_regenerated_reply_at_same_depth_replaces_without_transition() -> None:
+    """A retried turn (same depth) updates the last verdict but is not a transition."""
+    s, _ = ConversationState().advance(3, (_check("r", "fail"),))
+    s, t = s.advance(3, (_check("r", "pass"),))
+    assert t == ()
+    s, t = s.advance(4, (_check("r", "pass"),))
+    assert t == (Transition("r", "pass", "pass"),)
+
+
+def test_rules_are_independent() -> None:
+    """Each rule transitions from its own last verdict."""
+    s, _ = ConversationState().advance(1, (_check("a", "pass"), _check("b", "fail")))
+    _, t = s.advance(2, (_check("a", "fail"), _check("b", "fail")))
+    assert set(t) == {Transition("a", "pass", "fail"), Transition("b", "fail", "fail")}
+
+
+def test_declared_rules_apply_from_their_depth_and_new_definition_wins() -> None:
+    """A rule declared at turn k applies at turns ≥ k; redeclaring keeps k but takes new params."""
+    s = ConversationState().declare(({"name": "x", "check": "length", "params": {"max": 3}},), 2)
+    assert s.active_rules(1) == ()
+    assert [r["name"] for r in s.active_rules(2)] == ["x"]
+    s = s.declare(({"name": "x", "check": "length", "params": {"max": 9}},), 4)
+    assert s.declared_rules[0][0] == 2
+    assert s.active_rules(5)[0]["params"] == {"max": 9}
+
+
+def test_extracted_values_and_round_trip() -> None:
+    """Extracted values carry to the next turn and the state survives a JSON-shaped round trip."""
+    s, _ = ConversationState().advance(1, (_check("ans", "pass", "42"),))
+    s = s.declare(({"name": "y", "check": "length", "params": {}},), 1)
+    back = ConversationState.from_mapping(s.to_mapping())
+    assert back == s
+    assert back.previous == {"ans": "42"}
+    assert ConversationState.from_mapping({"v": 999}) == ConversationState()

@@ -1,0 +1,69 @@
+"""The bounded worker pool: never blocks on submit, keeps per-key order, drains on close."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from handoffmon.pipeline.worker import WorkerPool
+
+
+def test_full_queue_refuses_without_blocking() -> None:
+    """With the workers not started, a queue of 2 takes 2 items and refuses the third at once."""
+    seen: list[int] = []
+    pool: WorkerPool[int] = WorkerPool(seen.append, queue_size=2, on_error=lambda e: None, start=False)
+    assert pool.submit(1) and pool.submit(2)
+    t0 = time.perf_counter()
+    assert pool.submit(3) is False
+    assert time.perf_counter() - t0 < 0.01
+    assert pool.close(5)
+    assert seen == [1, 2]
+
+
+def test_same_key_is_processed_in_order_across_workers() -> None:
+    """Items sharing a key land on one worker, so they are handled in submission order."""
+    seen: dict[str, list[int]] = {}
+    lock = threading.Lock()
+
+    def handle(item: tuple[str, int]) -> None:
+        time.sleep(0.0001 if item[1] % 3 else 0)
+        with lock:
+            seen.setdefault(item[0], []).append(item[1])
+
+    pool: WorkerPool[tuple[str, int]] = WorkerPool(handle, workers=4, queue_size=10_000, on_error=lambda e: None)
+    for i in range(200):
+        for key in ("a", "b", "c", "d", "e"):
+            assert pool.submit((key, i), key)
+    assert pool.flush(10)
+    assert all(v == list(range(200)) for v in seen.values())
+    assert pool.close(5)
+
+
+def test_handler_errors_are_reported_and_processing_continues() -> None:
+    """A raising handler goes to on_error; later items still run."""
+    errors: list[BaseException] = []
+    done: list[int] = []
+
+    def handle(i: int) -> None:
+        if i == 1:
+            raise ValueError("bad item")
+        done.append(i)
+
+    pool: WorkerPool[int] = WorkerPool(handle, on_error=errors.append)
+    for i in range(3):
+        pool.submit(i)
+    assert pool.close(5)
+    assert done == [0, 2]
+    assert [type(e) for e in errors] == [ValueError]
+
+
+def test_close_times_out_on_a_stuck_handler() -> None:
+    """close() returns False (instead of hanging) when a handler never finishes."""
+    gate = threading.Event()
+    pool: WorkerPool[int] = WorkerPool(lambda i: gate.wait(10), on_error=lambda e: None)
+    pool.submit(1)
+    t0 = time.perf_counter()
+    assert pool.close(0.2) is False
+    assert time.perf_counter() - t0 < 2
+    gate.set()
+    assert pool.submit(2) is False  # closed pools accept nothing
