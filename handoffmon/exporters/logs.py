@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import IO, Any, Literal
+from typing import Any, Literal, TextIO
 
 import structlog
 
@@ -39,7 +39,7 @@ def _processors(fmt: LogFormat) -> list[Any]:
     ]
 
 
-def make_logger(name: str = "handoffmon", *, fmt: LogFormat = "json", stream: IO[str] | None = None) -> Any:
+def make_logger(name: str = "handoffmon", *, fmt: LogFormat = "json", stream: TextIO | None = None) -> Any:
     """A structlog logger with its own processors (structlog's global config is not touched).
 
     Args:
@@ -140,7 +140,7 @@ class StructlogExporter:
         stream: write straight to this text stream instead of stdlib logging.
     """
 
-    def __init__(self, logger: Any = None, *, fmt: LogFormat = "json", stream: IO[str] | None = None) -> None:
+    def __init__(self, logger: Any = None, *, fmt: LogFormat = "json", stream: TextIO | None = None) -> None:
         self._stdlib: logging.Logger | None = None
         if stream is not None:
             self._log = make_logger(fmt=fmt, stream=stream)

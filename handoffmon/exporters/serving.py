@@ -207,7 +207,7 @@ def multiprocess_registry(path: str | None = None) -> CollectorRegistry:
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=path)
+    MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
     return registry
 
 
@@ -215,4 +215,4 @@ def mark_process_dead(pid: int, path: str | None = None) -> None:
     """Call from gunicorn's ``child_exit`` hook so a dead worker's live gauges go away."""
     from prometheus_client.multiprocess import mark_process_dead as _mark
 
-    _mark(pid, path)
+    _mark(pid, path)  # type: ignore[no-untyped-call]
