@@ -1,0 +1,79 @@
+"""A stand-in handoffmon process for the Prometheus-source test.
+
+It counts a deterministic stream of synthetic turns into both a SQLite-persisted local
+``Aggregates`` and a ``PrometheusExporter``, serves ``/metrics`` and waits on stdin.
+Run: ``python -m tests.sources.replica --seed 1 --turns 3000 --port P --sqlite F``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from handoffmon.depth import DepthBuckets
+from handoffmon.exporters.prometheus import PrometheusExporter
+from handoffmon.exporters.serving import start_metrics_server
+from handoffmon.pipeline.aggregates import Aggregates
+from handoffmon.types import CheckResult, Transition, TurnContext, TurnRecord, TurnResult
+
+MODELS = ("m0", "m1", "m2", "m3")
+RULES = ("json", "lang")
+VERDICT_CHOICES = ("pass", "fail", "not_applicable", "error")
+
+
+def synthetic_turns(seed: int, n: int):  # type: ignore[no-untyped-def]
+    """Deterministic TurnResults: depths 1–40, handoffs more likely deep, some unknown prefixes."""
+    rng = np.random.default_rng(seed)
+    buckets = DepthBuckets()
+    for i in range(n):
+        depth = int(rng.integers(1, 41))
+        author = MODELS[int(rng.integers(len(MODELS)))]
+        if depth == 1:
+            prefix = "none"
+        elif rng.random() < 0.05:
+            prefix = "unknown"
+        elif rng.random() < min(0.1 + depth / 50, 0.8):
+            prefix = MODELS[int(rng.integers(len(MODELS)))]
+        else:
+            prefix = author
+        ctx = TurnContext(f"c{seed}-{i}", "caller", depth, 100 * depth, 25 * depth, prefix, 1.0, 1, (), i)
+        handoff = ctx.handoff_for(author)
+        rec = TurnRecord(author, (author,), None, None, 0, 0, 0.1, 50, False, handoff)
+        verdicts = rng.choice(VERDICT_CHOICES, size=len(RULES), p=(0.6, 0.3, 0.07, 0.03))
+        checks = tuple(CheckResult(r, str(v)) for r, v in zip(RULES, verdicts, strict=True))  # type: ignore[arg-type]
+        trans = ()
+        if depth > 1:
+            prev = rng.choice(("pass", "fail"), size=len(RULES), p=(0.7, 0.3))
+            trans = tuple(
+                Transition(r, str(p), str(v)) for r, p, v in zip(RULES, prev, verdicts, strict=True)
+            )  # type: ignore[arg-type]
+        yield TurnResult(ctx, rec, buckets.bucket(depth), checks, trans, ("chain",))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Count, serve, print ``ready``, block until stdin closes."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--turns", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--sqlite", required=True)
+    args = ap.parse_args(argv)
+    aggregates = Aggregates(args.sqlite)
+    registry = CollectorRegistry()
+    exporter = PrometheusExporter(registry)
+    for turn in synthetic_turns(args.seed, args.turns):
+        aggregates.add_turn(turn)
+        assert exporter.export(turn)
+    aggregates.flush()
+    server = start_metrics_server(registry, args.port)
+    print("ready", flush=True)
+    sys.stdin.read()
+    server.close()
+    aggregates.close()
+
+
+if __name__ == "__main__":
+    main()

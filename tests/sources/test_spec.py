@@ -1,0 +1,57 @@
+"""--source specs: dispatch to SQLite / CSV / Prometheus, window rules, unknown specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from handoffmon.counts import CheckKey
+from handoffmon.errors import StoreError
+from handoffmon.pipeline.aggregates import Aggregates
+from handoffmon.sources import SourceError
+from handoffmon.sources.local import from_snapshot
+from handoffmon.sources.spec import load_source
+from tests.sources.replica import synthetic_turns
+
+
+def test_sqlite_spec_reads_persisted_aggregates(tmp_path: Path) -> None:
+    """sqlite://PATH loads what a monitor's Aggregates flushed to that file."""
+    db = tmp_path / "agg.sqlite"
+    agg = Aggregates(str(db))
+    for turn in synthetic_turns(3, 50):
+        agg.add_turn(turn)
+    agg.flush()
+    want = agg.snapshot()
+    agg.close()
+    loaded = load_source(f"sqlite://{db}")
+    assert loaded.counts.checks == want.checks and loaded.label == f"sqlite://{db}"
+
+
+def test_csv_spec_with_transitions_merges_both(tmp_path: Path) -> None:
+    """FILE.csv plus --transitions gives checks and transitions in one Counts."""
+    cells = tmp_path / "cells.csv"
+    cells.write_text("rule,prefix_model,model,depth_bucket,n,passes\nr,a,b,2,3,1\n")
+    trans = tmp_path / "t.csv"
+    trans.write_text("rule,model,handoff,from_verdict,to_verdict,count\nr,b,true,pass,fail,2\n")
+    loaded = load_source(str(cells), transitions=str(trans))
+    assert loaded.counts.checks[CheckKey("r", "b", "a", "2", "fail")] == 2
+    assert sum(loaded.counts.transitions.values()) == 2
+
+
+def test_bad_specs_fail_clearly(tmp_path: Path) -> None:
+    """Unknown schemes, a window without Prometheus and a missing SQLite file are errors."""
+    with pytest.raises(SourceError, match="unknown source"):
+        load_source("redis://x")
+    with pytest.raises(SourceError, match="--window only applies"):
+        load_source("x.csv", window="1h")
+    with pytest.raises(StoreError, match="no such SQLite file"):
+        load_source(f"sqlite://{tmp_path / 'missing.db'}")
+
+
+def test_local_source_checks_the_snapshot_type() -> None:
+    """from_snapshot passes Counts through and turns failures into SourceError."""
+    agg = Aggregates()
+    assert from_snapshot(agg.snapshot).checks == {}
+    with pytest.raises(SourceError, match="not Counts"):
+        from_snapshot(lambda: {})  # type: ignore[arg-type,return-value]
