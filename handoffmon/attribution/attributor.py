@@ -19,6 +19,7 @@ from handoffmon.attribution.fingerprint import (
     ASSISTANT_SALT,
     CHAIN_SEED,
     DEFAULT_MIN_CONTENT_CHARS,
+    ROLE_SALTS,
     UNCHAINED_ROLES,
     TextCache,
     chain_key,
@@ -34,6 +35,7 @@ from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.types import (
     NO_PREFIX,
     UNKNOWN_MODEL,
+    AttributionMethod,
     Message,
     MessageAttribution,
     TurnContext,
@@ -41,6 +43,7 @@ from handoffmon.types import (
 
 OnError = Callable[[str, BaseException], None]
 _UNKNOWN_AUTHORS = (UNKNOWN_MODEL,)
+_MADE_MAX = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,9 @@ class _Scan:
     fingerprint: int
     chars: int
     tail: int
-    assistants: list[tuple[int, int, int]]  # (index, chain fingerprint, content fingerprint)
+    indices: list[int]  # of the assistant messages
+    chains: list[int]  # their chained fingerprints
+    contents: list[int]  # their content-only fingerprints
 
 
 class Attributor:
@@ -110,6 +115,9 @@ class Attributor:
         self._on_error = on_error
         self._pending = PendingOverlay(pending_max)
         self._texts = TextCache(text_cache_chars)
+        # Interned MessageAttribution records: constructing a frozen dataclass costs ~0.5 µs,
+        # and every request re-attributes the same prefix. Values are immutable, so sharing is safe.
+        self._made: dict[tuple[object, ...], MessageAttribution] = {}
 
     # -- hot path ---------------------------------------------------------------------
 
@@ -144,40 +152,57 @@ class Attributor:
             return self._degraded(messages, conversation_id, requested_model, meta, started)
 
     def _scan(self, messages: Sequence[Any]) -> _Scan:
+        # The hot loop: {role, content: str} dicts take the inlined path (cached text
+        # digest, one xxh3 per message); any other shape goes through raw_digest.
         h = CHAIN_SEED
         chars = 0
-        assistants: list[tuple[int, int, int]] = []
+        indices: list[int] = []
+        chains: list[int] = []
+        contents: list[int] = []
         prev_role: object = None
         prev_digest = 0
         min_chars = self.min_content_chars
         texts = self._texts
+        cached = texts.entries.get
+        salts = ROLE_SALTS
+        add_index, add_chain, add_content = indices.append, chains.append, contents.append
+        role: Any
         for i, raw in enumerate(messages):
-            m, d, n = raw_digest(raw, texts)
-            chars += n
-            role = m.get("role")
-            if role in UNCHAINED_ROLES:
-                continue
-            if role == "assistant":
-                h = xxh3_64_intdigest(d.to_bytes(8, "little"), seed=h ^ ASSISTANT_SALT)
-                if n >= min_chars:
-                    assistants.append((i, h, d))
-                else:
-                    ctx = context_digest(prev_role, prev_digest) if prev_role is not None else 0
-                    assistants.append((i, h, content_fingerprint(d, n, ctx, min_chars)))
+            hit = None
+            if type(raw) is dict and len(raw) == 2:
+                role = raw.get("role")
+                content = raw.get("content")
+                if role is not None and type(content) is str:
+                    hit = cached(content) or texts.text(content)
+            if hit is None:
+                m, d, n = raw_digest(raw, texts)
+                role = m.get("role")
             else:
-                h = xxh3_64_intdigest(d.to_bytes(8, "little"), seed=h ^ role_salt(role))
+                d, n = hit
+            chars += n
+            if role == "assistant":
+                h = xxh3_64_intdigest(d.to_bytes(8, "little"), h ^ ASSISTANT_SALT)
+                add_index(i)
+                add_chain(h)
+                if n < min_chars:
+                    ctx = context_digest(prev_role, prev_digest) if prev_role is not None else 0
+                    d = content_fingerprint(d, n, ctx, min_chars)
+                add_content(d)
+            elif role in UNCHAINED_ROLES:
+                continue
+            else:
+                h = xxh3_64_intdigest(d.to_bytes(8, "little"), h ^ (salts.get(role) or role_salt(role)))
             prev_role, prev_digest = role, d
         tail = context_digest(prev_role, prev_digest) if prev_role is not None else 0
-        return _Scan(h, chars, tail, assistants)
+        return _Scan(h, chars, tail, indices, chains, contents)
 
     def _lookup(self, scan: _Scan) -> list[Authorship | None]:
-        """Chain key (and content key) of every assistant message, in that order, in one call."""
-        if self.content_fallback:
-            keys = [k for _, h, c in scan.assistants for k in (chain_key(h), content_key(c))]
-        else:
-            keys = [chain_key(h) for _, h, _ in scan.assistants]
+        """Chain keys then content keys of every assistant message, in one store call."""
+        keys = ["c:" + hex(h) for h in scan.chains]  # = chain_key(h), inlined for speed
         if not keys:
             return []
+        if self.content_fallback:
+            keys += ["k:" + hex(c) for c in scan.contents]  # = content_key(c)
         pending = self._pending
         if not len(pending):
             return self._get_many(keys, [None] * len(keys), keys)
@@ -211,8 +236,9 @@ class Attributor:
         n = len(attributions)
         if n:
             prefix = attributions[-1].author
-            purity = sum(1 for a in attributions if a.author == prefix) / n
-            known = {x for a in attributions for x in a.authors if x != UNKNOWN_MODEL}
+            purity = [a.author for a in attributions].count(prefix) / n
+            known = {x for a in stored if a is not None for x in a.authors}
+            known.discard(UNKNOWN_MODEL)
         else:
             prefix, purity, known = NO_PREFIX, 1.0, set()
         if conversation_id:
@@ -239,22 +265,26 @@ class Attributor:
     def _attributions(
         self, scan: _Scan, found: list[Authorship | None]
     ) -> tuple[list[MessageAttribution], list[Authorship | None]]:
-        step = 2 if self.content_fallback else 1
+        n = len(scan.indices)
+        fallback = found[n:] if self.content_fallback else [None] * n
         out: list[MessageAttribution] = []
         stored: list[Authorship | None] = []
-        for j, (index, _, _) in enumerate(scan.assistants):
-            auth = found[j * step]
-            method = "chain"
+        made = self._made
+        for index, auth, other in zip(scan.indices, found, fallback, strict=False):
+            method: AttributionMethod = "chain"
             if auth is None or not auth.authors:
-                auth = found[j * step + 1] if step == 2 else None
-                method = "content"
+                auth, method = other, "content"
                 if auth is None or not auth.authors:
-                    out.append(MessageAttribution(index, UNKNOWN_MODEL, _UNKNOWN_AUTHORS, None, "unknown"))
-                    stored.append(None)
-                    continue
-            authors = auth.authors
-            out.append(MessageAttribution(index, authors[-1], authors, auth.depth or None, method))  # type: ignore[arg-type]
+                    auth, method = None, "unknown"
             stored.append(auth)
+            key = (index, method, auth.authors, auth.depth) if auth is not None else (index,)
+            attribution = made.get(key)
+            if attribution is None:
+                attribution = _attribution(index, method, auth)
+                if len(made) >= _MADE_MAX:
+                    made.clear()
+                made[key] = attribution
+            out.append(attribution)
         return out, stored
 
     @staticmethod
@@ -263,8 +293,8 @@ class Attributor:
         for auth in stored:
             if auth is not None and auth.conversation_id:
                 return auth.conversation_id
-        if scan.assistants:
-            return derived_conversation_id(scan.assistants[0][1])
+        if scan.chains:
+            return derived_conversation_id(scan.chains[0])
         return pending_conversation_id(scan.fingerprint)
 
     def _degraded(
@@ -355,6 +385,12 @@ class Attributor:
             # an error hook must not turn fail-open into fail-closed
             with contextlib.suppress(Exception):
                 self._on_error(stage, exc)
+
+
+def _attribution(index: int, method: AttributionMethod, auth: Authorship | None) -> MessageAttribution:
+    if auth is None:
+        return MessageAttribution(index, UNKNOWN_MODEL, _UNKNOWN_AUTHORS, None, "unknown")
+    return MessageAttribution(index, auth.authors[-1], auth.authors, auth.depth or None, method)
 
 
 def _depth(attributions: Sequence[MessageAttribution]) -> int:

@@ -37,13 +37,14 @@ def _salt(role: str) -> int:
     return int(xxh3_64_intdigest(f"handoffmon/role/{role}".encode()))
 
 
-_SALTS: Mapping[str, int] = {r: _salt(r) for r in ("user", "assistant", "tool", "function", "system")}
+ROLE_SALTS: Mapping[str, int] = {r: _salt(r) for r in ("user", "assistant", "tool", "function", "system")}
+"""Precomputed salts of the usual roles."""
 
 
 def role_salt(role: object) -> int:
     """64-bit salt of a role (precomputed for the usual roles)."""
     if type(role) is str:
-        salt = _SALTS.get(role)
+        salt = ROLE_SALTS.get(role)
         return salt if salt is not None else _salt(role)
     return _salt(str(role))
 
@@ -86,12 +87,12 @@ def content_fingerprint(digest: int, length: int, prev_context: int, min_chars: 
 
 def chain_key(fingerprint: int) -> str:
     """Store key of a chained fingerprint."""
-    return f"c:{fingerprint:016x}"
+    return "c:" + hex(fingerprint)
 
 
 def content_key(fingerprint: int) -> str:
     """Store key of a content-only fingerprint."""
-    return f"k:{fingerprint:016x}"
+    return "k:" + hex(fingerprint)
 
 
 class TextCache:
@@ -105,32 +106,33 @@ class TextCache:
         max_chars: characters of keys held before the cache is cleared.
     """
 
-    __slots__ = ("_chars", "_data", "max_chars")
+    __slots__ = ("_chars", "entries", "max_chars")
 
     def __init__(self, max_chars: int = 8_000_000) -> None:
         self.max_chars = max_chars
-        self._data: dict[str, tuple[int, int]] = {}
+        self.entries: dict[str, tuple[int, int]] = {}
+        """Read-only for callers (the attributor's hot loop probes it directly)."""
         self._chars = 0
 
     def text(self, content: Any) -> tuple[int, int]:
         """(digest, folded length) of a message's raw ``content`` (any accepted shape)."""
         if type(content) is str:
-            hit = self._data.get(content)
+            hit = self.entries.get(content)
             if hit is not None:
                 return hit
             folded = fold(content)
             value = (text_digest(folded), len(folded))
             if self._chars + len(content) > self.max_chars:
-                self._data.clear()
+                self.entries.clear()
                 self._chars = 0
-            self._data[content] = value
+            self.entries[content] = value
             self._chars += len(content)
             return value
         text = content_text(content)
         return (text_digest(text), len(text))
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self.entries)
 
 
 def raw_extras(m: Mapping[str, Any]) -> str:
@@ -163,7 +165,7 @@ def raw_digest(raw: Any, cache: TextCache) -> tuple[Mapping[str, Any], int, int]
     else:
         m = _as_dict(raw)
     d, n = cache.text(m.get("content"))
-    if len(m) > 2:
+    if len(m) > 2 or "content" not in m or "role" not in m:
         extras = raw_extras(m)
         if extras:
             d = with_extras(d, extras)

@@ -1,0 +1,80 @@
+"""Pins the fingerprint functions: fast path = normalized path, chain order, text cache bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from handoffmon.attribution import normalize_message
+from handoffmon.attribution.fingerprint import (
+    CHAIN_SEED,
+    TextCache,
+    chain_step,
+    content_fingerprint,
+    message_digest,
+    raw_digest,
+)
+
+_text = st.text(alphabet=st.sampled_from("ab \n\tZ.!é"), max_size=40)
+_part = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, _text),
+    st.builds(lambda u: {"type": "image_url", "image_url": {"url": u}}, _text),
+)
+_content = st.one_of(st.none(), _text, st.lists(_part, max_size=3))
+_calls = st.lists(
+    st.builds(
+        lambda i, a: {"id": i, "type": "function", "function": {"name": "f", "arguments": a}},
+        st.sampled_from(["c1", "c2"]),
+        st.sampled_from(['{"x": 1}', '{"x":1}', "not json", ""]),
+    ),
+    max_size=2,
+)
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": draw(st.sampled_from(["user", "assistant", "tool", "system"]))}
+    msg["content"] = draw(_content)
+    if draw(st.booleans()):
+        msg["tool_calls"] = draw(_calls)
+    if draw(st.booleans()):
+        msg["tool_call_id"] = draw(st.sampled_from(["c1", "c2"]))
+    if draw(st.booleans()):
+        msg["name"] = "bob"
+    return msg
+
+
+@settings(max_examples=200, deadline=None)
+@given(_messages())
+def test_cached_fast_path_equals_normalized_message_digest(msg: dict[str, Any]) -> None:
+    """The hot path's digest of a raw message equals the digest of its normalized form."""
+    cache = TextCache()
+    _, d1, n1 = raw_digest(msg, cache)
+    _, d2, n2 = raw_digest(msg, cache)  # second time through the cache
+    assert (d1, n1) == (d2, n2) == message_digest(normalize_message(msg))
+
+
+def test_chain_depends_on_order_and_role() -> None:
+    """Swapping two messages or changing a role changes the chained fingerprint."""
+    a, b = 11, 22
+    ab = chain_step(chain_step(CHAIN_SEED, "user", a), "assistant", b)
+    ba = chain_step(chain_step(CHAIN_SEED, "user", b), "assistant", a)
+    roles = chain_step(chain_step(CHAIN_SEED, "tool", a), "assistant", b)
+    assert len({ab, ba, roles}) == 3
+
+
+def test_short_content_fingerprint_depends_on_context_long_does_not() -> None:
+    """Short replies' content keys bind to the preceding message; long ones stand alone."""
+    assert content_fingerprint(5, 3, 100, 32) != content_fingerprint(5, 3, 200, 32)
+    assert content_fingerprint(5, 40, 100, 32) == content_fingerprint(5, 40, 200, 32) == 5
+
+
+def test_text_cache_is_bounded_by_characters() -> None:
+    """The folded-text cache never holds more than max_chars characters of keys."""
+    cache = TextCache(max_chars=1000)
+    for i in range(100):
+        cache.text(f"message number {i} " + "x" * 80)
+        assert sum(len(k) for k in cache.entries) <= 1000
+    assert 0 < len(cache) < 100

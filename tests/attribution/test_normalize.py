@@ -1,0 +1,83 @@
+"""Pins message normalization: folding, None content, parts, tool calls, SDK objects."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from openai.types.chat import ChatCompletionMessage
+
+from handoffmon.attribution import normalize_message, normalize_messages
+from handoffmon.attribution.normalize import content_text, tool_calls_text
+from handoffmon.types import Message
+
+
+def test_whitespace_is_folded() -> None:
+    """Runs of whitespace (newlines, tabs) become one space; ends are stripped."""
+    msg = normalize_message({"role": "assistant", "content": "  Hello,\n\n  world!\t "})
+    assert msg == Message(role="assistant", content="Hello, world!")
+
+
+def test_none_content_is_empty_text() -> None:
+    """`None` content is allowed and normalizes to an empty string."""
+    assert normalize_message({"role": "assistant", "content": None}).content == ""
+
+
+def test_single_text_part_equals_plain_string() -> None:
+    """A one-part list normalizes exactly like the same text sent as a string."""
+    parts = [{"type": "text", "text": "Sure,  here it is."}]
+    assert content_text(parts) == content_text("Sure, here it is.")
+
+
+def test_text_parts_join_stably() -> None:
+    """Several text parts join with single spaces; empty parts are skipped."""
+    parts = [{"type": "text", "text": "a\nb"}, {"type": "text", "text": ""}, {"type": "text", "text": "c"}]
+    assert content_text(parts) == "a b c"
+
+
+def test_image_parts_are_placeholders_that_depend_on_the_image() -> None:
+    """Image parts become stable placeholders carrying a hash of their url/data."""
+    one = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": "data:1"}}]
+    same = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": "data:1"}}]
+    other = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": "data:2"}}]
+    assert content_text(one) == content_text(same)
+    assert content_text(one) != content_text(other)
+    assert content_text(one).startswith("what is this [image_url:")
+    assert "data:1" not in content_text(one)
+
+
+def test_audio_parts_hash_their_data() -> None:
+    """Audio parts hash their base64 data, not their format only."""
+    a = [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]
+    b = [{"type": "input_audio", "input_audio": {"data": "BBBB", "format": "wav"}}]
+    assert content_text(a).startswith("[input_audio:")
+    assert content_text(a) != content_text(b)
+
+
+def test_tool_call_arguments_are_canonical_json() -> None:
+    """Argument key order and whitespace do not change the canonical tool calls."""
+    a = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1, "y": 2}'}}]
+    b = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"y":2,"x":1}'}}]
+    c = [{"id": "call_2", "type": "function", "function": {"name": "f", "arguments": '{"y":2,"x":1}'}}]
+    assert tool_calls_text(a) == tool_calls_text(b) != ""
+    assert tool_calls_text(a) != tool_calls_text(c)
+
+
+def test_tool_message_keeps_its_call_id() -> None:
+    """Tool results carry the id of the call they answer."""
+    msg = normalize_message({"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'})
+    assert msg.role == "tool" and msg.tool_call_id == "call_1" and msg.content == '{"ok": true}'
+
+
+def test_sdk_objects_normalize_like_dicts() -> None:
+    """OpenAI SDK (pydantic) messages and plain attribute objects equal their dict forms."""
+    as_dict = {"role": "assistant", "content": "Hi there"}
+    sdk = ChatCompletionMessage(role="assistant", content="Hi there")
+    plain = SimpleNamespace(role="assistant", content="Hi there")
+    assert normalize_message(sdk) == normalize_message(plain) == normalize_message(as_dict)
+
+
+def test_normalize_messages_keeps_order() -> None:
+    """A history normalizes message by message, in order."""
+    out = normalize_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert [m.role for m in out] == ["user", "assistant"]
+    assert [m.content for m in out] == ["a", "b"]

@@ -1,0 +1,96 @@
+"""Attribution cost per request (attribute() p50/p99) for histories of 1-200 turns of ~500 chars.
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_attribution [--reps N]``.
+
+Each measured request is a fresh ``json.loads`` copy of the history (new string objects,
+as a server sees them), against a memory store that already holds every earlier reply,
+so it measures the steady state of a live conversation: one new user message per turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+
+from handoffmon.attribution import Attributor
+from handoffmon.stores.memory import MemoryStore
+
+TURNS = (1, 10, 20, 50, 200)
+WORDS = ("the", "model", "answered", "each", "question", "with", "care", "and", "cited", "policy")
+
+
+def _text(rng: random.Random, chars: int = 500) -> str:
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        word = rng.choice(WORDS) + str(rng.randrange(1000))
+        out.append(word)
+        size += len(word) + 1
+    return " ".join(out)
+
+
+def _conversation(attributor: Attributor, turns: int, rng: random.Random) -> list[dict[str, str]]:
+    """Play ``turns`` turns through the attributor; returns the history for turn ``turns + 1``."""
+    history: list[dict[str, str]] = [{"role": "system", "content": "You are a helpful assistant."}]
+    for k in range(turns):
+        history.append({"role": "user", "content": _text(rng)})
+        ctx = attributor.attribute(history)
+        reply = _text(rng)
+        attributor.persist(attributor.record(ctx, reply, ["model-a" if k % 3 else "model-b"]))
+        history.append({"role": "assistant", "content": reply})
+    history.append({"role": "user", "content": _text(rng)})
+    return history
+
+
+def _measure(turns: int, reps: int) -> tuple[float, float, int]:
+    rng = random.Random(turns)
+    attributor = Attributor(MemoryStore())
+    history = _conversation(attributor, turns, rng)
+    blob = json.dumps(history)
+    copies = [json.loads(blob) for _ in range(reps)]
+    for msgs in copies[: min(50, reps)]:  # warm-up: the new user message enters the text cache
+        attributor.attribute(msgs)
+    samples: list[float] = []
+    for msgs in copies:
+        t0 = time.perf_counter()
+        ctx = attributor.attribute(msgs)
+        samples.append(time.perf_counter() - t0)
+    assert ctx.depth == turns + 1 and all(a.method == "chain" for a in ctx.attributions)
+    samples.sort()
+    return statistics.median(samples), samples[int(0.99 * (len(samples) - 1))], ctx.history_chars
+
+
+def _measure_cold(turns: int, reps: int) -> float:
+    """p50 when every request carries a message the text cache has never seen (first sight)."""
+    rng = random.Random(turns)
+    attributor = Attributor(MemoryStore())
+    history = _conversation(attributor, turns, rng)
+    samples: list[float] = []
+    for _ in range(reps):
+        msgs = json.loads(json.dumps(history))
+        msgs[-1]["content"] = _text(rng)
+        t0 = time.perf_counter()
+        attributor.attribute(msgs)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    """Print p50/p99 per history size."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reps", type=int, default=2000)
+    args = parser.parse_args()
+    print(f"{'turns':>5} {'messages':>8} {'chars':>7} {'p50 us':>8} {'p99 us':>8} {'new-msg p50 us':>15}")
+    for turns in TURNS:
+        reps = max(200, args.reps // max(1, turns // 20))
+        p50, p99, chars = _measure(turns, reps)
+        cold = _measure_cold(turns, max(100, reps // 4))
+        us = f"{p50 * 1e6:>8.1f} {p99 * 1e6:>8.1f} {cold * 1e6:>15.1f}"
+        print(f"{turns:>5} {2 * turns + 2:>8} {chars:>7} {us}")
+
+
+if __name__ == "__main__":
+    main()
