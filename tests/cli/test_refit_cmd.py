@@ -1,0 +1,57 @@
+"""`handoffmon refit`: CSV and SQLite sources to a refit JSON, overrides, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+from handoffmon.pipeline.aggregates import Aggregates
+from handoffmon.refit import RefitResult
+from handoffmon.sources.csv import write_cells_csv, write_transitions_csv
+from tests.refit.synth import plant, synth_counts
+from tests.sources.replica import synthetic_turns
+
+
+def test_refit_from_csv_writes_versioned_json(tmp_path: Path) -> None:
+    """cells.csv + transitions.csv → refit.json with every rule plus 'all'; --min-n applies."""
+    rng = np.random.default_rng(0)
+    counts = synth_counts(plant(4, 2, rng), rng, n_pair=100, n_trans=50)
+    write_cells_csv(counts, tmp_path / "cells.csv")
+    write_transitions_csv(counts, tmp_path / "t.csv")
+    out = tmp_path / "refit.json"
+    args = ["refit", "--source", str(tmp_path / "cells.csv"), "--transitions", str(tmp_path / "t.csv")]
+    res = CliRunner().invoke(main, [*args, "--out", str(out), "--min-n", "40"])
+    assert res.exit_code == 0, res.output
+    result = RefitResult.from_json(out.read_text())
+    assert set(result.rules) == {"r0", "r1", "all"} and result.min_n == 40
+    assert result.buckets == ("1", "2", "3-4", "5-8", "9-16", "17-32", "33+")
+    assert result.rules["r0"].markov["m00"].n_transitions == 100
+    assert "observed pair(s)" in res.output
+
+
+def test_refit_from_sqlite_aggregates(tmp_path: Path) -> None:
+    """sqlite:///PATH reads a monitor's persisted aggregates."""
+    db = tmp_path / "agg.sqlite"
+    agg = Aggregates(str(db))
+    for turn in synthetic_turns(5, 400):
+        agg.add_turn(turn)
+    agg.flush()
+    agg.close()
+    res = CliRunner().invoke(main, ["refit", "--source", f"sqlite://{db}", "--out", "-", "--min-n", "5"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout[: res.stdout.rindex("}") + 1])
+    assert set(doc["rules"]) == {"json", "lang", "all"} and doc["observational"] is True
+
+
+def test_refit_errors_exit_1_with_the_reason(tmp_path: Path) -> None:
+    """A malformed CSV exits 1 naming file, line and column; nothing is written."""
+    bad = tmp_path / "cells.csv"
+    bad.write_text("rule,prefix_model,model,depth_bucket,n,passes\nr,a,b,2,x,1\n")
+    out = tmp_path / "o.json"
+    res = CliRunner().invoke(main, ["refit", "--source", str(bad), "--out", str(out)])
+    assert res.exit_code == 1
+    assert "line 2, column 'n'" in res.output and not out.exists()
