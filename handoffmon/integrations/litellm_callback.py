@@ -168,7 +168,9 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if ctx is not None:
                 self._stream_done(ctx, request_data, response, acc.outcome(completed=completed))
 
-    def _stream_done(self, ctx: TurnContext, data: Mapping[str, Any], stream: Any, out: StreamOutcome) -> None:
+    def _stream_done(
+        self, ctx: TurnContext, data: Mapping[str, Any], stream: Any, out: StreamOutcome
+    ) -> None:
         try:
             served = served_by_response(stream)
             ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())

@@ -45,7 +45,8 @@ def run_conversation(
         ctx = m.begin(history, requested_model="group", metadata=meta)
         contexts.append(ctx)
         m.finish(ctx, {"role": "assistant", "content": reply}, authors=[author])
-        history = [*history, {"role": "assistant", "content": reply}, {"role": "user", "content": f"next {i}"}]
+        history = [*history, {"role": "assistant", "content": reply}]
+        history.append({"role": "user", "content": f"next {i}"})
     return contexts
 
 

@@ -96,10 +96,12 @@ def test_two_writers_on_one_file_add_up(tmp_path: Path) -> None:
     a, b = Aggregates(path), Aggregates(path)
     threads = []
     for agg in (a, b):
+
         def work(agg: Aggregates = agg) -> None:
             for _ in range(50):
                 agg.add_turn(_result())
                 agg.flush()
+
         threads.append(threading.Thread(target=work))
     for t in threads:
         t.start()
@@ -112,5 +114,5 @@ def test_two_writers_on_one_file_add_up(tmp_path: Path) -> None:
 
 def test_load_counts_sqlite_missing_file_is_a_store_error(tmp_path: Path) -> None:
     """A path that does not exist raises StoreError naming it."""
-    with pytest.raises(StoreError, match="nope.db"):
+    with pytest.raises(StoreError, match=r"nope\.db"):
         load_counts_sqlite(tmp_path / "nope.db")

@@ -261,7 +261,7 @@ def test_finish_never_raises_on_garbage() -> None:
         m.flush(10)
         snap = m.snapshot()
     assert snap.total_turns == 1
-    assert list(snap.turns)[0].model == "unknown"
+    assert next(iter(snap.turns)).model == "unknown"
 
 
 def test_close_is_idempotent_and_unregisters_atexit() -> None:

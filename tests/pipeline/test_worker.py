@@ -30,7 +30,9 @@ def test_same_key_is_processed_in_order_across_workers() -> None:
         with lock:
             seen.setdefault(item[0], []).append(item[1])
 
-    pool: WorkerPool[tuple[str, int]] = WorkerPool(handle, workers=4, queue_size=10_000, on_error=lambda e: None)
+    pool: WorkerPool[tuple[str, int]] = WorkerPool(
+        handle, workers=4, queue_size=10_000, on_error=lambda e: None
+    )
     for i in range(200):
         for key in ("a", "b", "c", "d", "e"):
             assert pool.submit((key, i), key)

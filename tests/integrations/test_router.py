@@ -1,0 +1,201 @@
+"""wrap(litellm.Router): fallback authorship, depth/prefix/handoff over 10 turns, faults, streams."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from handoffmon.counts import TurnKey
+from handoffmon.integrations import wrap
+from handoffmon.integrations.router import RouterWrapper
+from handoffmon.pipeline.monitor import Monitor
+from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY, CANONICAL, Spy, fallback_router
+from tests.pipeline.helpers import (
+    BrokenStore,
+    HangingExporter,
+    RecordingExporter,
+    make_config,
+    monitor,
+)
+from tests.pipeline.test_monitor import _raising_rules
+
+CONFIG = make_config(attribution={"canonical_models": CANONICAL})
+GROUPS_4_7 = ["alpha"] * 3 + ["primary"] * 3 + ["alpha"] * 4
+"""Turns 4-6 ask for ``primary``, which falls back to ``backup``: the author changes at 4 and 7."""
+
+
+def _text_of(response: Any) -> str:
+    return response.choices[0].message.content  # type: ignore[no-any-return]
+
+
+async def _call(wrapped: Any, mode: str, model: str, messages: list[dict[str, Any]], **kw: Any) -> str:
+    """One turn through the wrapper in ``mode`` (sync, async, stream, astream); returns the reply text."""
+    if mode == "sync":
+        return _text_of(wrapped.completion(model=model, messages=messages, **kw))
+    if mode == "async":
+        return _text_of(await wrapped.acompletion(model=model, messages=messages, **kw))
+    if mode == "stream":
+        stream = wrapped.completion(model=model, messages=messages, stream=True, **kw)
+        return "".join(c.choices[0].delta.content or "" for c in stream)
+    stream = await wrapped.acompletion(model=model, messages=messages, stream=True, **kw)
+    return "".join([c.choices[0].delta.content or "" async for c in stream])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream", "astream"])
+async def test_fallback_author_is_the_deployment_that_served(mode: str) -> None:
+    """primary rate-limits and backup serves: the recorded author is backup's canonical name."""
+    exp = RecordingExporter()
+    router = fallback_router()
+    spy = Spy(router)
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = wrap(router, monitor=m)
+        text = await _call(wrapped, mode, "primary", [{"role": "user", "content": "hi"}])
+        m.flush(10)
+    assert text == BACKUP_REPLY
+    rec = exp.results[0].record
+    assert (rec.author, rec.deployment_id, rec.fallbacks, rec.retries) == ("model-b", "dep-b", 1, 0)
+    assert rec.requested_model == "primary"
+    assert rec.streamed is mode.endswith("stream")
+    assert rec.reply_chars == len(BACKUP_REPLY)
+    assert len(spy.returned) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream", "astream"])
+async def test_ten_turn_conversation_depth_prefix_handoff(mode: str) -> None:
+    """Ten turns whose author changes at 4 (fallback) and 7: depth, prefix, handoff and counts exact."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = wrap(fallback_router(), monitor=m)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+        for i, group in enumerate(GROUPS_4_7):
+            text = await _call(wrapped, mode, group, messages, metadata={"conversation_id": f"conv-{mode}"})
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"turn {i}"}]
+        m.flush(10)
+        snap = m.snapshot()
+    ctxs = [r.context for r in exp.results]
+    assert [c.depth for c in ctxs] == list(range(1, 11))
+    assert {c.conversation_id for c in ctxs} == {f"conv-{mode}"}
+    b, c = "model-b", "model-c"
+    assert [x.prefix_model for x in ctxs] == ["none", c, c, c, b, b, b, c, c, c]
+    assert [r.record.author for r in exp.results] == [c] * 3 + [b] * 3 + [c] * 4
+    assert [i + 1 for i, r in enumerate(exp.results) if r.record.handoff] == [4, 7]
+    assert snap.turns == {
+        TurnKey(c, "none", "1", "false"): 1,
+        TurnKey(c, c, "2", "false"): 1,
+        TurnKey(c, c, "3-4", "false"): 1,
+        TurnKey(b, c, "3-4", "true"): 1,
+        TurnKey(b, b, "5-8", "false"): 2,
+        TurnKey(c, b, "5-8", "true"): 1,
+        TurnKey(c, c, "5-8", "false"): 1,
+        TurnKey(c, c, "9-16", "false"): 2,
+    }
+    # the ≤5-word rule passes alpha's "ok" and fails backup's long reply
+    verdicts = [r.checks[0].verdict for r in exp.results]
+    assert verdicts == ["pass"] * 3 + ["fail"] * 3 + ["pass"] * 4
+    assert sum(snap.transitions.values()) == 9
+    assert snap.attributions == {"chain": 45}
+    assert snap.monitor_errors == {} and snap.dropped == 0
+
+
+def _faulty_monitor(kind: str) -> tuple[Monitor, Any]:
+    if kind == "checker":
+        return monitor(CONFIG, rules=_raising_rules()), None
+    if kind == "store":
+        store = BrokenStore(fail=["get_many", "put_many", "get_state", "put_state"])
+        return monitor(CONFIG, store=store), None
+    if kind == "queue":
+        return monitor(make_config(pipeline={"queue_size": 1}), start=False), None
+    hung = HangingExporter()
+    return monitor(make_config(pipeline={"export_queue_size": 1}), exporters=[hung]), hung
+
+
+EXPECTED_FAULT = {
+    "checker": ("check", 3),
+    "store": ("persist", 3),
+    "queue": ("dropped", 2),
+    "exporter": ("export", 2),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED_FAULT))
+@pytest.mark.parametrize("mode", ["sync", "stream"])
+async def test_faults_return_the_routers_exact_response(kind: str, mode: str) -> None:
+    """Raising checker/store, full queue, hung exporter: the app gets the router's own objects; counted."""
+    router = fallback_router()
+    spy = Spy(router)
+    m, hung = _faulty_monitor(kind)
+    wrapped = wrap(router, monitor=m)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    for _ in range(3):
+        if mode == "sync":
+            response = wrapped.completion(model="alpha", messages=messages)
+            assert response is spy.returned[-1]
+            text = _text_of(response)
+        else:
+            before = len(spy.chunks)
+            got = list(wrapped.completion(model="alpha", messages=messages, stream=True))
+            mine = spy.chunks[before:]
+            assert len(got) == len(mine) and all(a is b for a, b in zip(got, mine, strict=True))
+            text = "".join(c.choices[0].delta.content or "" for c in got)
+        assert text == ALPHA_REPLY
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
+    if hung is not None:
+        assert hung.entered.wait(5)
+    m.close(0.5)
+    if hung is not None:
+        hung.release.set()
+    snap = m.snapshot()
+    what, n = EXPECTED_FAULT[kind]
+    assert (snap.dropped if what == "dropped" else snap.monitor_errors.get(what)) == n
+
+
+def test_router_error_propagates_unchanged_and_records_nothing() -> None:
+    """When the router itself fails (no fallback), the same exception reaches the app; no turn counted."""
+    import litellm
+
+    with monitor(CONFIG) as m:
+        wrapped = wrap(fallback_router(), monitor=m)
+        with pytest.raises(litellm.RateLimitError):
+            wrapped.completion(model="primary", messages=[{"role": "user", "content": "x"}], fallbacks=[])
+        m.flush(10)
+        assert m.snapshot().total_turns == 0
+
+
+async def test_stream_cut_off_is_still_recorded() -> None:
+    """A consumer that stops after one chunk and drops the stream still produces a (partial) turn."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = wrap(fallback_router(), monitor=m)
+        stream = wrapped.completion(model="primary", messages=[{"role": "user", "content": "x"}], stream=True)
+        first = next(iter(stream))
+        del stream
+        gc.collect()
+        messages = [{"role": "user", "content": "y"}]
+        astream = await wrapped.acompletion(model="alpha", messages=messages, stream=True)
+        async for _ in astream:
+            break
+        await astream.aclose()
+        m.flush(10)
+    assert first.choices[0].delta.content
+    recs = sorted((r.record for r in exp.results), key=lambda r: r.author)
+    assert [(r.author, r.streamed) for r in recs] == [("model-b", True), ("model-c", True)]
+    assert 0 < recs[0].reply_chars < len(BACKUP_REPLY)
+
+
+def test_other_attributes_pass_through() -> None:
+    """Everything but completion/acompletion is the router's own attribute."""
+    router = fallback_router()
+    with monitor(CONFIG) as m:
+        wrapped = wrap(router, monitor=m)
+        assert isinstance(wrapped, RouterWrapper)
+        assert wrapped.model_list is router.model_list
+        assert sorted(wrapped.get_model_names()) == ["alpha", "backup", "primary"]
+        assert wrapped.router is router and wrapped.monitor is m
+
+
+def test_wrap_rejects_unknown_targets() -> None:
+    """wrap() of something that is neither a router nor a client raises TypeError naming it."""
+    with pytest.raises(TypeError, match="int"):
+        wrap(3, monitor=monitor())
