@@ -1,0 +1,400 @@
+"""Added latency and peak RPS of ``handoffmon serve`` vs bare pass-throughs and LiteLLM Proxy, with wrk.
+
+Every server runs as its own process with one worker, in front of the same mock upstream
+(a raw asyncio HTTP server answering a canned chat completion with LiteLLM headers). The
+same wrk load is run against each: one connection for latency (p50/p99), then
+``--conns`` connections for the highest sustained requests per second. "Added" latency
+is the target's quantile minus the mock's own (hit directly) in the same run.
+
+    .venv/bin/python -m tests.benchmarks.bench_proxy [--duration 4] [--conns 32] [--no-litellm]
+
+Needs ``wrk`` (``apt-get install wrk``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.conftest import free_port
+
+HISTORY = [
+    {"role": "system", "content": "You are a careful assistant. Answer in English. " * 4},
+    {"role": "user", "content": "Explain the trade-offs of consistent hashing for a cache cluster. " * 4},
+    {
+        "role": "assistant",
+        "content": "Consistent hashing maps keys and nodes onto a ring, so adding a node. " * 5,
+    },
+    {"role": "user", "content": "And how do virtual nodes change the load distribution in practice? " * 3},
+    {
+        "role": "assistant",
+        "content": "Virtual nodes give each server many points on the ring, which evens. " * 5,
+    },
+    {"role": "user", "content": "Summarize that in three bullet points, please, and keep it short."},
+]
+REQUEST = json.dumps({"model": "mock", "messages": HISTORY}).encode()
+REPLY = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "mock-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "- Ring placement\n- Virtual nodes\n- Even load"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 300, "completion_tokens": 12, "total_tokens": 312},
+    }
+).encode()
+RESPONSE = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    b"x-litellm-model-id: dep-mock-1\r\nx-litellm-model-name: openai/mock-model\r\n"
+    b"x-litellm-attempted-fallbacks: 0\r\ncontent-length: " + str(len(REPLY)).encode() + b"\r\n\r\n" + REPLY
+)
+RULES = [
+    {"name": "bullets", "check": "length", "params": {"unit": "bullets", "min": 3, "max": 3}},
+    {"name": "no_commas", "check": "no_commas"},
+    {"name": "mentions_ring", "check": "regex_must_match", "params": {"pattern": "(?i)ring"}},
+]
+
+
+# -- servers (each runs in its own process: `python -m tests.benchmarks.bench_proxy --serve KIND`) --
+
+
+class _MockProtocol(asyncio.Protocol):
+    """HTTP/1.1 keep-alive server that answers every request with RESPONSE."""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", self.buf[: end + 2])
+            total = end + 4 + (int(m.group(1)) if m else 0)
+            if len(self.buf) < total:
+                return
+            self.buf = self.buf[total:]
+            self.transport.write(RESPONSE)
+
+
+def _serve_mock(port: int) -> None:
+    import uvloop
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_MockProtocol, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def _bare_app(upstream: str, client: str) -> Any:
+    """The floor: a raw ASGI pass-through (body in, body out) with no monitoring at all."""
+    state: dict[str, Any] = {}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (msg := await receive())["type"] != "lifespan.shutdown":
+                if client == "aiohttp":
+                    import aiohttp
+
+                    state["s"] = aiohttp.ClientSession(auto_decompress=False)
+                else:
+                    state["s"] = httpx.AsyncClient(limits=httpx.Limits(max_connections=256))
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        headers = [
+            (k.decode(), v.decode()) for k, v in scope["headers"] if k not in (b"host", b"content-length")
+        ]
+        url = upstream + scope["path"]
+        if client == "aiohttp":
+            async with state["s"].post(url, data=body, headers=headers) as r:
+                data, status, out = await r.read(), r.status, list(r.raw_headers)
+        else:
+            r = await state["s"].post(url, content=body, headers=headers)
+            data, status, out = r.content, r.status_code, list(r.headers.raw)
+        out = [(k, v) for k, v in out if k.lower() not in (b"transfer-encoding", b"connection")]
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": data})
+
+    return app
+
+
+def _serve_bare(port: int, upstream: str, client: str) -> None:
+    import uvicorn
+
+    uvicorn.run(
+        _bare_app(upstream, client),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        date_header=False,
+    )
+
+
+# -- orchestration --------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    name: str
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    errors: int
+    note: str = ""
+
+
+def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+    )
+
+
+def _wait(url: str, timeout_s: float, headers: dict[str, str] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.post(
+                url, content=REQUEST, headers={"content-type": "application/json", **(headers or {})}
+            )
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout_s:.0f}s")
+
+
+_UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def _wrk(url: str, script: Path, conns: int, duration_s: float, auth: str | None) -> dict[str, float]:
+    args = ["wrk", "-t1", f"-c{conns}", f"-d{duration_s:g}s", "--latency", "-s", str(script), url]
+    env = {**os.environ, "BENCH_AUTH": auth or ""}
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=env).stdout
+    q = {
+        p: float(v) * _UNIT[u]
+        for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, flags=re.MULTILINE)
+    }
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    errs = re.search(r"Socket errors:.*?timeout (\d+)", out)
+    return {
+        "p50": q["50"],
+        "p99": q["99"],
+        "rps": rps,
+        "errors": (int(bad.group(1)) if bad else 0) + (int(errs.group(1)) if errs else 0),
+    }
+
+
+def _measure(name: str, url: str, script: Path, opts: argparse.Namespace, auth: str | None = None) -> Result:
+    _wrk(url, script, 1, 1, auth)  # warm-up
+    one = _wrk(url, script, 1, opts.duration, auth)
+    many = _wrk(url, script, opts.conns, opts.duration, auth)
+    print(
+        f"  measured {name}: p50 {one['p50']:.3f} ms, p99 {one['p99']:.3f} ms, {many['rps']:.0f} rps",
+        flush=True,
+    )
+    return Result(name, one["p50"], one["p99"], many["rps"], int(one["errors"] + many["errors"]))
+
+
+def _handoffmon_config(tmp: Path) -> Path:
+    cfg = {"rules": RULES, "telemetry": {"log_turns": False}, "refit": {"interval_s": 0}}
+    path = tmp / "handoffmon.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _litellm_config(tmp: Path, upstream: str) -> Path:
+    cfg = {
+        "model_list": [
+            {
+                "model_name": "mock",
+                "litellm_params": {
+                    "model": "openai/mock-model",
+                    "api_base": f"{upstream}/v1",
+                    "api_key": "sk-mock",
+                },
+            }
+        ],
+        "general_settings": {"master_key": "sk-bench-master"},
+    }
+    path = tmp / "litellm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _handoffmon_counters(url: str) -> str:
+    httpx.post(f"{url}/admin/flush", timeout=30)
+    text = httpx.get(f"{url}/metrics").text
+    keep = ("handoffmon_turns_total", "handoffmon_checks_total", "handoffmon_queue_dropped_total")
+    totals = {k: 0.0 for k in keep}
+    for line in text.splitlines():
+        for k in keep:
+            if line.startswith(k):
+                totals[k] += float(line.rsplit(" ", 1)[1])
+    return ", ".join(f"{k.removeprefix('handoffmon_')}={v:.0f}" for k, v in totals.items())
+
+
+def run(opts: argparse.Namespace) -> list[Result]:
+    """Start every server, measure each with the same wrk load, return the rows."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("bench_proxy needs wrk: apt-get install wrk")
+    py = sys.executable
+    me = [py, "-m", "tests.benchmarks.bench_proxy"]
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory() as d, ExitStack() as stack:
+        tmp = Path(d)
+        script = tmp / "post.lua"
+        script.write_text(
+            'wrk.method = "POST"\n'
+            f"wrk.body = {json.dumps(REQUEST.decode())}\n"
+            'wrk.headers["Content-Type"] = "application/json"\n'
+            'local auth = os.getenv("BENCH_AUTH")\n'
+            'if auth ~= nil and auth ~= "" then wrk.headers["Authorization"] = "Bearer " .. auth end\n'
+        )
+        ports = {k: free_port() for k in ("mock", "aiohttp", "httpx", "handoffmon", "litellm")}
+        mock = f"http://127.0.0.1:{ports['mock']}"
+        procs = {
+            "mock": _start([*me, "--serve", "mock", "--port", str(ports["mock"])]),
+            "aiohttp": _start(
+                [*me, "--serve", "bare-aiohttp", "--port", str(ports["aiohttp"]), "--upstream", mock]
+            ),
+            "httpx": _start(
+                [*me, "--serve", "bare-httpx", "--port", str(ports["httpx"]), "--upstream", mock]
+            ),
+            "handoffmon": _start(
+                [
+                    *[
+                        py,
+                        "-m",
+                        "handoffmon",
+                        "serve",
+                        "--upstream",
+                        mock,
+                        "--port",
+                        str(ports["handoffmon"]),
+                    ],
+                    *["--config", str(_handoffmon_config(tmp))],
+                ],
+                env,
+            ),
+        }
+        if not opts.no_litellm:
+            litellm = shutil.which("litellm") or str(Path(py).with_name("litellm"))
+            procs["litellm"] = _start(
+                [
+                    *[litellm, "--config", str(_litellm_config(tmp, mock)), "--port", str(ports["litellm"])],
+                    *["--host", "127.0.0.1", "--num_workers", "1"],
+                ],
+                {**env, "LITELLM_LOG": "ERROR"},
+            )
+        for p in procs.values():
+            stack.callback(_stop, p)
+        for name in procs:
+            url = f"http://127.0.0.1:{ports[name]}/v1/chat/completions"
+            auth = {"authorization": "Bearer sk-bench-master"} if name == "litellm" else None
+            _wait(url, 120 if name == "litellm" else 30, auth)
+        plan = [
+            ("mock upstream (direct)", "mock", None),
+            ("bare pass-through, aiohttp client", "aiohttp", None),
+            ("bare pass-through, httpx client", "httpx", None),
+            ("handoffmon serve (3 rules checked)", "handoffmon", None),
+            ("LiteLLM Proxy 1.108 (master key)", "litellm", "sk-bench-master"),
+        ]
+        for label, key, auth in plan:
+            if key in procs:
+                url = f"http://127.0.0.1:{ports[key]}/v1/chat/completions"
+                results.append(_measure(label, url, script, opts, auth))
+        results[3].note = _handoffmon_counters(f"http://127.0.0.1:{ports['handoffmon']}")
+    return results
+
+
+def _stop(p: subprocess.Popen[bytes]) -> None:
+    p.terminate()
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
+def report(results: list[Result], opts: argparse.Namespace) -> bool:
+    """Print the table and the target checks; True when every target is met."""
+    base = results[0]
+    print(f"\nwrk, one worker per server, {opts.duration:g}s per load, peak RPS at {opts.conns} connections")
+    print("| target | p50 ms | p99 ms | added p50 ms | added p99 ms | peak RPS | non-2xx |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        added = "—" if r is base else f"{r.p50_ms - base.p50_ms:.3f}"
+        added99 = "—" if r is base else f"{r.p99_ms - base.p99_ms:.3f}"
+        print(
+            f"| {r.name} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | {added} | {added99} | {r.rps:.0f} | {r.errors} |"
+        )
+    hm = results[3]
+    if hm.note:
+        print(f"\nhandoffmon counters after the run: {hm.note}")
+    add50, add99 = hm.p50_ms - base.p50_ms, hm.p99_ms - base.p99_ms
+    checks = [
+        (f"added p50 {add50:.3f} ms <= 1 ms", add50 <= 1.0),
+        (f"added p99 {add99:.3f} ms <= 5 ms", add99 <= 5.0),
+        (f"peak {hm.rps:.0f} RPS >= 1000 per worker", hm.rps >= 1000),
+    ]
+    if len(results) > 4:
+        ll = results[4].p50_ms - base.p50_ms
+        ratio = ll / add50 if add50 > 0 else float("inf")
+        checks.append((f"LiteLLM added p50 / handoffmon added p50 = {ratio:.1f} >= 10", ratio >= 10))
+    for text, ok in checks:
+        print(f"  [{'ok' if ok else 'MISS'}] {text}")
+    return all(ok for _, ok in checks)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per wrk run")
+    parser.add_argument("--conns", type=int, default=32, help="connections for the peak-RPS run")
+    parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM Proxy")
+    parser.add_argument("--serve", choices=["mock", "bare-aiohttp", "bare-httpx"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    if opts.serve == "mock":
+        _serve_mock(opts.port)
+    elif opts.serve:
+        _serve_bare(opts.port, opts.upstream, opts.serve.removeprefix("bare-"))
+    else:
+        ok = report(run(opts), opts)
+        sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
