@@ -1,0 +1,26 @@
+"""Pins make_store: the configured backend is built, heavy clients only when chosen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from handoffmon.config import StoreConfig
+from handoffmon.stores import make_store
+from handoffmon.stores.memory import MemoryStore
+from handoffmon.stores.sqlite import SQLiteStore
+
+
+def test_memory_is_the_default_with_configured_bounds() -> None:
+    """The default backend is the memory store, with the configured cap and TTL."""
+    store = make_store(StoreConfig(max_conversations=7, ttl_s=30))
+    assert isinstance(store, MemoryStore)
+    assert (store.max_conversations, store.ttl_s) == (7, 30)
+
+
+def test_sqlite_backend_uses_the_configured_path(tmp_path: Path) -> None:
+    """backend sqlite opens (and creates) the configured file."""
+    path = tmp_path / "sub" / "h.db"
+    store = make_store(StoreConfig(backend="sqlite", path=str(path), ttl_s=60))
+    assert isinstance(store, SQLiteStore) and store.ttl_s == 60
+    assert path.exists()
+    store.close()

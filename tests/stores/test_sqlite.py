@@ -1,0 +1,185 @@
+"""Pins the SQLite store: roundtrip, TTL, state, threads, processes, restarts, StoreError."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from handoffmon.errors import StoreError
+from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.stores.sqlite import SQLiteStore
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+A = Authorship(("gpt-4o", "claude"), 3, 12.5, "conv-1")
+
+
+def test_satisfies_the_protocol(tmp_path: Path) -> None:
+    """SQLiteStore is an AttributionStore."""
+    store = SQLiteStore(tmp_path / "a.db")
+    assert isinstance(store, AttributionStore)
+    store.close()
+
+
+def test_roundtrip_keeps_every_field_and_order(tmp_path: Path) -> None:
+    """Authors, depth, created_at and conversation id come back; missing keys are None."""
+    store = SQLiteStore(tmp_path / "a.db")
+    store.put_many([("k1", A), ("k2", Authorship((), 0, 1.0, ""))])
+    assert store.get_many(["k2", "nope", "k1"]) == [Authorship((), 0, 1.0, ""), None, A]
+    store.close()
+
+
+def test_large_batches_are_chunked(tmp_path: Path) -> None:
+    """Batches beyond SQLite's variable limit work (one call, many keys)."""
+    store = SQLiteStore(tmp_path / "a.db")
+    items = [(f"k{i}", Authorship(("m",), i, 0.0, "c")) for i in range(1500)]
+    store.put_many(items)
+    got = store.get_many([k for k, _ in items])
+    assert [a.depth for a in got if a is not None] == list(range(1500))
+    store.close()
+
+
+def test_ttl_hides_and_purges_expired_rows(tmp_path: Path) -> None:
+    """Rows expire ttl_s after their write: invisible at once, deleted by purge."""
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / "a.db", ttl_s=10, clock=clock)
+    store.put_many([("old", A)])
+    store.put_state("conv-1", {"x": 1})
+    clock.now += 5
+    store.put_many([("new", A)])
+    clock.now += 6
+    assert store.get_many(["old", "new"]) == [None, A]
+    assert store.get_state("conv-1") is None
+    assert store.purge() == 2
+    store.close()
+
+
+def test_state_roundtrip_and_replace(tmp_path: Path) -> None:
+    """put_state replaces a conversation's JSON state; unknown ids read None."""
+    store = SQLiteStore(tmp_path / "a.db")
+    store.put_state("c", {"verdicts": {"r": "pass"}, "n": 1})
+    store.put_state("c", {"verdicts": {"r": "fail"}, "n": 2})
+    assert store.get_state("c") == {"verdicts": {"r": "fail"}, "n": 2}
+    assert store.get_state("other") is None
+    with pytest.raises(StoreError):
+        store.put_state("c", {"bad": object()})
+    store.close()
+
+
+def test_threads_share_one_file(tmp_path: Path) -> None:
+    """Writers on several threads (one connection each) lose nothing."""
+    store = SQLiteStore(tmp_path / "a.db")
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(50):
+                store.put_many([(f"{t}:{i}", Authorship((f"m{t}",), i, 0.0, f"c{t}"))])
+                store.get_many([f"{t}:{i}"])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    keys = [f"{t}:{i}" for t in range(4) for i in range(50)]
+    assert all(v is not None for v in store.get_many(keys))
+    store.close()
+
+
+_WRITER = """
+import sys
+from handoffmon.attribution import Attributor
+from handoffmon.stores.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+attributor = Attributor(store)
+history = []
+for k, author in enumerate(["gpt-4o", "claude", "gpt-4o"]):
+    history.append({"role": "user", "content": f"question {k}"})
+    ctx = attributor.attribute(history)
+    reply = f"answer number {k}, long enough to also get a content key"
+    attributor.persist(attributor.record(ctx, reply, [author]))
+    history.append({"role": "assistant", "content": reply})
+store.close()
+"""
+
+_READER = """
+import sys
+from handoffmon.attribution import Attributor
+from handoffmon.stores.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+history = []
+for k in range(3):
+    history.append({"role": "user", "content": f"question {k}"})
+    reply = f"answer number {k}, long enough to also get a content key"
+    history.append({"role": "assistant", "content": reply})
+ctx = Attributor(store).attribute([*history, {"role": "user", "content": "next"}])
+print(ctx.depth, ctx.prefix_model, " ".join(f"{a.author}/{a.depth}/{a.method}" for a in ctx.attributions))
+"""
+
+
+def _python(code: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_attributions_survive_restart_across_processes(tmp_path: Path) -> None:
+    """One process plays a conversation and exits; a new process attributes it from the file."""
+    db = str(tmp_path / "shared.db")
+    _python(_WRITER, db)
+    assert _python(_READER, db) == "4 gpt-4o gpt-4o/1/chain claude/2/chain gpt-4o/3/chain"
+
+
+def test_concurrent_processes_write_safely(tmp_path: Path) -> None:
+    """Two processes writing at the same time (WAL + busy timeout) lose no rows."""
+    db = str(tmp_path / "busy.db")
+    SQLiteStore(db).close()
+    code = """
+    import sys
+    from handoffmon.protocols import Authorship
+    from handoffmon.stores.sqlite import SQLiteStore
+    store = SQLiteStore(sys.argv[1])
+    for i in range(200):
+        store.put_many([(f"{sys.argv[2]}:{i}", Authorship(("m",), i, 0.0, "c"))])
+    store.close()
+    """
+    procs = [
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), db, tag], stderr=subprocess.PIPE)
+        for tag in ("p", "q")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    store = SQLiteStore(db)
+    got = store.get_many([f"{t}:{i}" for t in "pq" for i in range(200)])
+    assert all(v is not None for v in got)
+    store.close()
+
+
+def test_failures_raise_store_error(tmp_path: Path) -> None:
+    """An unusable path, or use after close, raises StoreError naming the file."""
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(StoreError, match=r"dir\.db"):
+        SQLiteStore(tmp_path / "dir.db")
+    store = SQLiteStore(tmp_path / "ok.db")
+    store.close()
+    with pytest.raises(StoreError):
+        store.get_many(["k"])
