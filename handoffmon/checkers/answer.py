@@ -16,7 +16,7 @@ from typing import Any
 
 from handoffmon.checkers.base import PASS, CheckContext, CheckFn, CheckOutcome, ParamError, Params
 from handoffmon.checkers.safe_regex import clean_text, compile_safe
-from handoffmon.checkers.text import _re2_escape
+from handoffmon.checkers.text import any_phrase_regex
 
 MAX_EXTRACTED = 200
 """Longest value a stateful checker hands back for storage."""
@@ -114,10 +114,8 @@ def _extractor(p: Params) -> Any:
 
 
 def challenge_regex(phrases: tuple[str, ...]) -> Any:
-    """Case-insensitive RE2 alternation matching any phrase at word boundaries."""
-    parts = [("\\b" if ph[0].isalnum() else "") + _re2_escape(ph) + ("\\b" if ph[-1].isalnum() else "")
-             for ph in phrases]
-    return compile_safe("|".join(parts), key="challenges", ignore_case=True)
+    """Case-insensitive RE2 matching any phrase, not inside a longer word."""
+    return any_phrase_regex(phrases, key="challenges")
 
 
 def answer_flip(p: Params) -> CheckFn:

@@ -20,6 +20,9 @@ _UNSUPPORTED_HINTS = (
 )
 
 
+_WARM_UP = "Warm-up text: Are you sure? 123, ÄÖÜ éè ñ ß — «ok» 你好.\n- item\n"
+
+
 def clean_text(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, so it can be UTF-8 encoded."""
     try:
@@ -42,7 +45,7 @@ def compile_safe(pattern: str, *, key: str, ignore_case: bool = False, multiline
     options = re2.Options()
     options.log_errors = False
     try:
-        return re2.compile(clean_text(source), options)
+        compiled = re2.compile(clean_text(source), options)
     except re2.error as exc:
         detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
             else str(exc)
@@ -51,3 +54,7 @@ def compile_safe(pattern: str, *, key: str, ignore_case: bool = False, multiline
             raise ParamError(key, f"regex uses a {construct}, which the linear-time RE2 engine does not "
                                   f"support; rewrite the pattern without it ({detail})") from exc
         raise ParamError(key, f"invalid regex: {detail}") from exc
+    # RE2 builds its automata lazily: the first search can take tens of ms (Unicode classes,
+    # case folding). Pay that at load time, not against the first reply's time budget.
+    compiled.search(_WARM_UP)
+    return compiled

@@ -52,15 +52,8 @@ def regex_must_not_match(p: Params) -> CheckFn:
     return check
 
 
-def _keyword_regex(keywords: tuple[str, ...], *, case_sensitive: bool, whole_word: bool) -> Any:
-    parts = []
-    for kw in keywords:
-        body = _re2_escape(kw)
-        if whole_word:
-            # \b only where the keyword itself starts/ends with a word character
-            body = ("\\b" if _is_word_char(kw[0]) else "") + body + ("\\b" if _is_word_char(kw[-1]) else "")
-        parts.append(body)
-    return compile_safe("(" + "|".join(parts) + ")", key="keywords", ignore_case=not case_sensitive)
+_LEAD = "(?:^|[^\\pL\\pN_])"
+_TRAIL = "(?:[^\\pL\\pN_]|$)"
 
 
 def _is_word_char(ch: str) -> bool:
@@ -71,34 +64,55 @@ def _re2_escape(text: str) -> str:
     return "".join("\\" + c if not (c.isalnum() or c == "_" or ord(c) > 127) else c for c in text)
 
 
-def _keyword_params(p: Params) -> tuple[tuple[str, ...], bool, Any]:
-    keywords = p.str_list("keywords")
-    case_sensitive = p.bool("case_sensitive", False)
-    whole_word = p.bool("whole_word", True)
-    return keywords, case_sensitive, _keyword_regex(keywords, case_sensitive=case_sensitive,
-                                                   whole_word=whole_word)
+def phrase_pattern(phrase: str, *, whole_word: bool = True) -> str:
+    """RE2 source matching ``phrase`` literally; with ``whole_word``, not inside a longer word.
+
+    Word boundaries are Unicode-aware (letters, digits, ``_``), unlike RE2's ASCII ``\\b``,
+    and apply only on a side where the phrase itself starts/ends with a word character.
+    """
+    body = _re2_escape(phrase)
+    if not whole_word:
+        return body
+    return (_LEAD if _is_word_char(phrase[0]) else "") + body + (_TRAIL if _is_word_char(phrase[-1]) else "")
+
+
+def any_phrase_regex(phrases: tuple[str, ...], *, key: str, case_sensitive: bool = False,
+                     whole_word: bool = True) -> Any:
+    """One RE2 alternation that matches wherever any of ``phrases`` occurs."""
+    source = "|".join(f"(?:{phrase_pattern(ph, whole_word=whole_word)})" for ph in phrases)
+    return compile_safe(source, key=key, ignore_case=not case_sensitive)
+
+
+def _keyword_params(p: Params) -> tuple[tuple[str, ...], bool, bool]:
+    return p.str_list("keywords"), p.bool("case_sensitive", False), p.bool("whole_word", True)
 
 
 def keywords_present(p: Params) -> CheckFn:
     """Keywords must appear. Params: keywords, require (``all``|``any``), case_sensitive, whole_word."""
-    keywords, case_sensitive, rx = _keyword_params(p)
+    keywords, case_sensitive, whole_word = _keyword_params(p)
     require = p.choice("require", ("all", "any"), "all")
-    wanted = {k if case_sensitive else k.casefold() for k in keywords}
+    if require == "any":
+        rx = any_phrase_regex(keywords, key="keywords", case_sensitive=case_sensitive, whole_word=whole_word)
 
-    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        def check_any(reply: str, ctx: CheckContext) -> CheckOutcome:
+            return passed(rx.search(clean_text(reply)) is not None, "no_keyword_found")
+
+        return check_any
+    each = [any_phrase_regex((k,), key="keywords", case_sensitive=case_sensitive, whole_word=whole_word)
+            for k in keywords]
+
+    def check_all(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)
-        if require == "any":
-            return passed(rx.search(text) is not None, "no_keyword_found")
-        found = {m if case_sensitive else m.casefold() for m in rx.findall(text)}
-        missing = len(wanted - found)
-        return passed(missing == 0, f"missing_{missing}_of_{len(wanted)}_keywords")
+        missing = sum(1 for rx in each if rx.search(text) is None)
+        return passed(missing == 0, f"missing_{missing}_of_{len(each)}_keywords")
 
-    return check
+    return check_all
 
 
 def keywords_absent(p: Params) -> CheckFn:
     """None of the keywords may appear. Params: keywords, case_sensitive, whole_word."""
-    _, _, rx = _keyword_params(p)
+    keywords, case_sensitive, whole_word = _keyword_params(p)
+    rx = any_phrase_regex(keywords, key="keywords", case_sensitive=case_sensitive, whole_word=whole_word)
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
         return passed(rx.search(clean_text(reply)) is None, "forbidden_keyword_found")

@@ -1,0 +1,123 @@
+"""Hostile input for every checker: empty, blank, 1 MB, lone surrogates, regex bombs, deep JSON."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from handoffmon.checkers import CheckContext, Rule, default_registry
+from handoffmon.checkers.ifeval.instructions import INSTRUCTIONS
+
+REG = default_registry()
+SCHEMA = {"type": "object", "properties": {"a": {"type": "array"}}}
+
+GENERAL: list[tuple[str, dict[str, object]]] = [
+    ("regex_must_match", {"pattern": r"(a+)+$"}),
+    ("regex_must_match", {"pattern": r"(a|aa)*b", "min_count": 2}),
+    ("regex_must_not_match", {"pattern": r"(x+x+)+y"}),
+    ("keywords_present", {"keywords": ["alpha", "beta"]}),
+    ("keywords_present", {"keywords": ["alpha", "beta"], "require": "any", "whole_word": False}),
+    ("keywords_absent", {"keywords": ["sorry", "as an ai"]}),
+    ("starts_with", {"prefix": "Dear", "case_sensitive": False}),
+    ("ends_with", {"suffix": "Thanks."}),
+    ("letter_case", {"case": "lower"}),
+    ("no_commas", {}),
+    ("length", {"unit": "chars", "max": 100}),
+    ("length", {"unit": "words", "min": 1}),
+    ("length", {"unit": "sentences", "max": 10}),
+    ("length", {"unit": "paragraphs", "max": 3}),
+    ("length", {"unit": "bullets", "min": 1}),
+    ("language", {"languages": ["en"]}),
+    ("valid_json", {}),
+    ("json_schema", {"schema": SCHEMA}),
+    ("pydantic_model", {"model": "handoffmon.config:ScopeConfig"}),
+    ("answer_tag", {}),
+    ("answer_flip", {}),
+]
+
+IFEVAL_KWARGS: dict[str, dict[str, object]] = {
+    "keywords:existence": {"keywords": ["alpha"]},
+    "keywords:frequency": {"keyword": "a", "frequency": 2, "relation": "at least"},
+    "keywords:forbidden_words": {"forbidden_words": ["sorry"]},
+    "keywords:letter_frequency": {"letter": "a", "let_frequency": 3, "let_relation": "less than"},
+    "language:response_language": {"language": "en"},
+    "length_constraints:number_sentences": {"num_sentences": 3, "relation": "less than"},
+    "length_constraints:number_paragraphs": {"num_paragraphs": 2},
+    "length_constraints:number_words": {"num_words": 10, "relation": "at least"},
+    "length_constraints:nth_paragraph_first_word": {
+        "num_paragraphs": 2, "nth_paragraph": 1, "first_word": "a"},
+    "detectable_content:number_placeholders": {"num_placeholders": 1},
+    "detectable_content:postscript": {"postscript_marker": "P.S."},
+    "detectable_format:number_bullet_lists": {"num_bullets": 2},
+    "detectable_format:number_highlighted_sections": {"num_highlights": 2},
+    "detectable_format:multiple_sections": {"section_spliter": "Section", "num_sections": 2},
+    "combination:repeat_prompt": {"prompt_to_repeat": "Say hi"},
+    "startend:end_checker": {"end_phrase": "Bye."},
+    "change_case:capital_word_frequency": {"capital_frequency": 2, "capital_relation": "at least"},
+}
+
+MB = 1_000_000
+HOSTILE: dict[str, str] = {
+    "empty": "",
+    "blank": "  \n\t \r\n ",
+    "one_mb_prose": ("The quick brown fox, e.g. Mr. Smith, jumps. Is it 3.5? Yes! " * (MB // 60 + 1))[:MB],
+    "one_mb_no_spaces": "a" * MB,
+    "lone_surrogates": "start \ud800 mid \udfff end. <answer>\ud83d</answer> ok",
+    "regex_bomb": "a" * 50_000 + "!",
+    "regex_bomb_x": "x" * 50_000,
+    "json_nested_10k": "[" * 10_000 + "]" * 10_000,
+    "json_nested_10k_objects": '{"a":' * 10_000 + "1" + "}" * 10_000,
+}
+
+VALID = {"pass", "fail", "not_applicable"}
+
+
+def _run(kind: str, params: dict[str, object], reply: str) -> tuple[str, str, float]:
+    checker = REG.build(kind, params)
+    rule = Rule("r", checker, budget_s=60.0)
+    ctx = CheckContext(user_message="Are you sure?", previous={"r": "a"})
+    start = time.perf_counter()
+    res = rule.run(reply, ctx)
+    return res.verdict, res.reason, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+@pytest.mark.parametrize(("kind", "params"), GENERAL, ids=[f"{k}-{i}" for i, (k, _) in enumerate(GENERAL)])
+def test_general_checkers_survive_hostile_input(kind: str, params: dict[str, object], name: str) -> None:
+    """A real verdict (never error/crash) within a bounded time, on every hostile input."""
+    verdict, reason, elapsed = _run(kind, params, HOSTILE[name])
+    assert verdict in VALID, f"{kind} on {name}: {verdict} {reason}"
+    assert elapsed < 5.0, f"{kind} on {name} took {elapsed:.2f}s"
+
+
+@pytest.mark.parametrize("name", ["empty", "blank", "lone_surrogates", "json_nested_10k", "regex_bomb"])
+@pytest.mark.parametrize("iid", sorted(INSTRUCTIONS))
+def test_ifeval_checkers_survive_hostile_input(iid: str, name: str) -> None:
+    """IFEval checks give a verdict on hostile input; blank replies never follow (reference rule)."""
+    verdict, reason, _ = _run("ifeval:" + iid, IFEVAL_KWARGS.get(iid, {}), HOSTILE[name])
+    assert verdict in {"pass", "fail"}, reason
+    if name in ("empty", "blank"):
+        assert verdict == "fail"
+
+
+def test_specific_hostile_verdicts() -> None:
+    """Deep JSON fails as too deep; regex bombs answer correctly; blank/empty are judged, not crashed."""
+    assert _run("valid_json", {}, HOSTILE["json_nested_10k"])[:2] == ("fail", "json_too_deep")
+    assert _run("json_schema", {"schema": SCHEMA}, HOSTILE["json_nested_10k_objects"])[:2] == \
+        ("fail", "json_too_deep")
+    model = {"model": "handoffmon.config:ScopeConfig"}
+    assert _run("pydantic_model", model, HOSTILE["json_nested_10k"])[0] == "fail"
+    assert _run("regex_must_match", {"pattern": r"(a+)+$"}, HOSTILE["regex_bomb"])[0] == "fail"
+    assert _run("regex_must_match", {"pattern": r"(a+)+!$"}, HOSTILE["regex_bomb"])[0] == "pass"
+    assert _run("valid_json", {}, "")[:2] == ("fail", "empty_json")
+    assert _run("language", {"languages": ["en"]}, "   ")[:2] == ("not_applicable", "too_short")
+    assert _run("letter_case", {"case": "lower"}, "")[0] == "not_applicable"
+    assert _run("answer_tag", {}, "")[:2] == ("fail", "missing_tag")
+
+
+def test_regex_bomb_is_linear_with_re2() -> None:
+    """(a+)+$ against 1 MB of 'a' plus '!' — exponential for backtracking engines — is fast."""
+    verdict, _, elapsed = _run("regex_must_match", {"pattern": r"(a+)+$"}, "a" * MB + "!")
+    assert verdict == "fail"
+    assert elapsed < 0.5

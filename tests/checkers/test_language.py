@@ -1,0 +1,48 @@
+"""Reply language with py3langid: allowed set, confidence threshold, short replies."""
+
+from __future__ import annotations
+
+import pytest
+
+from handoffmon.checkers import CheckContext, ParamError, default_registry
+
+REG = default_registry()
+EN = "The committee will publish its findings next week after reviewing every submission carefully."
+FR = "Le comité publiera ses conclusions la semaine prochaine après avoir examiné chaque contribution."
+
+
+def run(reply: str, **params: object) -> tuple[str, str]:
+    out = REG.build("language", params)(reply, CheckContext())
+    return out.verdict, out.reason
+
+
+def test_allowed_languages() -> None:
+    """English passes an English rule; French fails it with the detected code as reason."""
+    assert run(EN, languages=["en"]) == ("pass", "")
+    assert run(FR, languages=["en"]) == ("fail", "language:fr")
+    assert run(FR, languages=["en", "fr"])[0] == "pass"
+
+
+def test_not_applicable_when_short_or_unsure() -> None:
+    """Too short, or below the confidence threshold → not_applicable, never a guess."""
+    assert run("ok thanks", languages=["en"]) == ("not_applicable", "too_short")
+    assert run("1234 5678 9012 3456 7890 !!!", languages=["en"], min_chars=5) == \
+        ("not_applicable", "low_confidence")
+    assert run(EN, languages=["en"], min_confidence=1.0)[0] == "not_applicable"
+
+
+def test_candidates_restrict_the_detector() -> None:
+    """With candidates, the detector chooses among them only."""
+    assert run(EN, languages=["en"], candidates=["en", "de"])[0] == "pass"
+
+
+@pytest.mark.parametrize(("params", "key"), [
+    ({"languages": ["xx"]}, "languages"),
+    ({"languages": ["en"], "candidates": ["de", "fr"]}, "candidates"),
+    ({"languages": ["en"], "min_confidence": 2}, "min_confidence"),
+])
+def test_bad_params(params: dict[str, object], key: str) -> None:
+    """Unknown codes and impossible settings fail at build naming the key."""
+    with pytest.raises(ParamError) as e:
+        REG.build("language", params)
+    assert e.value.key == key

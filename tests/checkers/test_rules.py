@@ -1,0 +1,182 @@
+"""RuleSet: loading (errors name rule + key), scope, per-request rules, budget, never raising."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from handoffmon.checkers import CheckContext, CheckOutcome, RuleSet, default_registry
+from handoffmon.config import RuleConfig, config_from_mapping
+from handoffmon.errors import RuleError
+
+
+def rule(name: str, check: str, params: dict[str, object] | None = None, **scope: object) -> RuleConfig:
+    return RuleConfig(name=name, check=check, params=params or {}, scope=scope)
+
+
+def verdicts(results: tuple) -> dict[str, str]:  # type: ignore[type-arg]
+    return {r.rule: r.verdict for r in results}
+
+
+@pytest.mark.parametrize(("cfg", "key", "fragment"), [
+    (rule("r1", "no_such_checker"), "rules['r1'].check", "unknown checker"),
+    (rule("r2", "regex_must_match", {"pattern": "(unclosed"}), "rules['r2'].params.pattern", "invalid regex"),
+    (rule("r3", "length", {"unit": "words", "min": "ten"}), "rules['r3'].params.min", "integer"),
+    (rule("r4", "valid_json", {"strict": True}), "rules['r4'].params.strict", "unknown parameter"),
+    (rule("r5", "ifeval:length_constraints:number_words", {"num_words": 3}),
+     "rules['r5'].params.relation", "required"),
+])
+def test_bad_rules_fail_at_load_naming_rule_and_key(cfg: RuleConfig, key: str, fragment: str) -> None:
+    """Unknown checker, invalid regex, bad or unknown params: RuleError with rule, key and file."""
+    with pytest.raises(RuleError) as e:
+        RuleSet.from_config([cfg], source="rules.yaml")
+    assert e.value.key == key
+    assert e.value.source == "rules.yaml"
+    assert fragment in str(e.value) and "rules.yaml" in str(e.value)
+
+
+def test_config_rules_compile_through_from_config() -> None:
+    """Rules from a validated HandoffmonConfig compile; names keep config order."""
+    cfg = config_from_mapping({"rules": [{"name": "j", "check": "valid_json"},
+                                         {"name": "c", "check": "no_commas"}]})
+    rs = RuleSet.from_config(cfg.rules, source="x.yaml")
+    assert rs.names == ("j", "c")
+    assert verdicts(rs.evaluate("[1]", CheckContext())) == {"j": "pass", "c": "pass"}
+
+
+def test_scope_selects_by_group_route_tag_and_depth() -> None:
+    """Empty selectors match all; tags match any-of; depth range is inclusive."""
+    rs = RuleSet.from_config([
+        rule("all", "no_commas"),
+        rule("group", "no_commas", model_groups=["gpt"]),
+        rule("route", "no_commas", routes=["/chat"]),
+        rule("tag", "no_commas", tags=["legal", "medical"]),
+        rule("deep", "no_commas", min_depth=3, max_depth=4),
+    ])
+    assert set(verdicts(rs.evaluate("x", CheckContext()))) == {"all"}
+    ctx = CheckContext(model_group="gpt", route="/chat", tags=frozenset({"medical"}), depth=3)
+    assert set(verdicts(rs.evaluate("x", ctx))) == {"all", "group", "route", "tag", "deep"}
+    assert "deep" not in verdicts(rs.evaluate("x", CheckContext(depth=5)))
+    assert "group" not in verdicts(rs.evaluate("x", CheckContext(model_group="claude")))
+
+
+def test_request_rules_parse_and_evaluate() -> None:
+    """metadata={"handoffmon": {"rules": [...]}} yields RuleConfigs evaluated after configured rules."""
+    rs = RuleSet.from_config([rule("cfg", "no_commas")])
+    meta = {"handoffmon": {"rules": [
+        {"name": "words", "check": "ifeval:length_constraints:number_words",
+         "params": {"relation": "less than", "num_words": 4}},
+        {"name": "late", "check": "no_commas", "scope": {"min_depth": 2}},
+    ]}}
+    extra = rs.parse_request_rules(meta)
+    assert [r.name for r in extra] == ["words", "late"]
+    out = rs.evaluate("one two three", CheckContext(), extra)
+    assert [r.rule for r in out] == ["cfg", "words"]
+    assert verdicts(rs.evaluate("one two three four", CheckContext(depth=2), extra)) == \
+        {"cfg": "pass", "words": "fail", "late": "pass"}
+    assert rs.parse_request_rules(None) == () and rs.parse_request_rules({"other": 1}) == ()
+
+
+@pytest.mark.parametrize(("meta", "key"), [
+    ({"handoffmon": {"rules": [{"name": "x", "check": "nope"}]}}, "metadata.handoffmon.rules['x'].check"),
+    ({"handoffmon": {"rules": [{"name": "x", "check": "length", "params": {"unit": "words"}}]}},
+     "metadata.handoffmon.rules['x'].params.min"),
+    ({"handoffmon": {"rules": [{"check": "no_commas"}]}}, "metadata.handoffmon.rules[0].name"),
+    ({"handoffmon": {"rules": "no_commas"}}, "metadata.handoffmon.rules"),
+    ({"handoffmon": {"rules": [{"name": "cfg", "check": "no_commas"}]}},
+     "metadata.handoffmon.rules['cfg'].name"),
+])
+def test_bad_request_rules_raise_rule_error(meta: dict[str, object], key: str) -> None:
+    """Bad per-request rules raise RuleError naming the metadata key (a configured name cannot be reused)."""
+    rs = RuleSet.from_config([rule("cfg", "no_commas")])
+    with pytest.raises(RuleError) as e:
+        rs.parse_request_rules(meta)
+    assert e.value.key == key
+
+
+def test_too_many_request_rules_rejected() -> None:
+    """A request cannot declare more than max_request_rules rules."""
+    rs = RuleSet(max_request_rules=2)
+    many = {"handoffmon": {"rules": [{"name": f"r{i}", "check": "no_commas"} for i in range(3)]}}
+    with pytest.raises(RuleError):
+        rs.parse_request_rules(many)
+
+
+def test_accumulate_multi_if_style() -> None:
+    """Rules declared at turn k apply at turns >= k; redeclaring a name replaces it in place."""
+    t1 = (rule("a", "no_commas"),)
+    t2 = (rule("b", "letter_case", {"case": "lower"}),)
+    t3 = (rule("a", "length", {"unit": "words", "max": 3}),)
+    acc = RuleSet.accumulate(RuleSet.accumulate(t1, t2), t3)
+    assert [(r.name, r.check) for r in acc] == [("a", "length"), ("b", "letter_case")]
+
+
+def test_extra_rule_compile_is_cached() -> None:
+    """The same per-request rule is compiled once and reused (stable key)."""
+    rs = RuleSet()
+    cfg = rule("r", "regex_must_match", {"pattern": "x"})
+    first = rs._compiled(cfg)
+    assert rs._compiled(rule("r", "regex_must_match", {"pattern": "x"})) is first
+
+
+def test_invalid_extra_rule_is_an_error_verdict_not_an_exception() -> None:
+    """A bad extra rule handed to evaluate (pipeline state) yields error/invalid_rule."""
+    out = RuleSet().evaluate("x", CheckContext(), [rule("bad", "no_such")])
+    assert [(r.rule, r.verdict, r.reason) for r in out] == [("bad", "error", "invalid_rule")]
+
+
+def _registry_with(name: str, fn: object) -> object:
+    reg = default_registry()
+    reg.register(name, lambda p: fn)  # type: ignore[arg-type,return-value]
+    return reg
+
+
+def test_raising_checker_yields_error_verdict() -> None:
+    """A checker that raises (even RecursionError) is an error verdict; other rules still run."""
+    def boom(reply: str, ctx: CheckContext) -> CheckOutcome:
+        raise ZeroDivisionError
+
+    reg = _registry_with("boom", boom)
+    rs = RuleSet.from_config([rule("b", "boom"), rule("c", "no_commas")], registry=reg)  # type: ignore[arg-type]
+    out = rs.evaluate("x", CheckContext())
+    assert (out[0].verdict, out[0].reason) == ("error", "raised:ZeroDivisionError")
+    assert out[1].verdict == "pass"
+
+
+def test_over_budget_checker_yields_error_verdict() -> None:
+    """A check slower than the budget is an error (detected after it returns)."""
+    def slow(reply: str, ctx: CheckContext) -> CheckOutcome:
+        time.sleep(0.03)
+        return CheckOutcome("pass")
+
+    reg = _registry_with("slow", slow)
+    rs = RuleSet.from_config([rule("s", "slow")], registry=reg, budget_s=0.01)  # type: ignore[arg-type]
+    (res,) = rs.evaluate("x", CheckContext())
+    assert (res.verdict, res.reason) == ("error", "over_budget")
+    assert res.duration_s >= 0.03
+
+
+def test_bad_outcome_is_error() -> None:
+    """A checker returning something other than a CheckOutcome (or 'error') is an error verdict."""
+    reg = _registry_with("weird", lambda reply, ctx: "pass")
+    reg.register("selferr", lambda p: lambda reply, ctx: CheckOutcome("error"))  # type: ignore[arg-type]
+    rs = RuleSet.from_config([rule("w", "weird"), rule("e", "selferr")], registry=reg)  # type: ignore[arg-type]
+    assert [r.reason for r in rs.evaluate("x", CheckContext())] == ["bad_outcome", "bad_outcome"]
+
+
+def test_evaluate_never_raises_on_odd_inputs() -> None:
+    """None / non-str replies and lone surrogates are handled."""
+    rs = RuleSet.from_config([rule("j", "valid_json"), rule("r", "regex_must_match", {"pattern": "a"})])
+    assert verdicts(rs.evaluate(None, CheckContext())) == {"j": "fail", "r": "fail"}  # type: ignore[arg-type]
+    assert verdicts(rs.evaluate("\ud800a", CheckContext()))["r"] == "pass"
+
+
+def test_stateful_rule_round_trip() -> None:
+    """The state contract: extracted at turn k is passed as previous[rule] at turn k+1."""
+    rs = RuleSet.from_config([rule("flip", "answer_flip")])
+    (t1,) = rs.evaluate("<answer>A</answer>", CheckContext(depth=1))
+    assert t1.verdict == "not_applicable" and t1.extracted == "a"
+    (t2,) = rs.evaluate("<answer>B</answer>", CheckContext(depth=2, user_message="Are you sure?",
+                                                           previous={"flip": t1.extracted}))
+    assert (t2.verdict, t2.extracted) == ("fail", "b")

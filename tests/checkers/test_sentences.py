@@ -1,0 +1,52 @@
+"""The Punkt-compatible sentence splitter and Treebank-style word tokens (no NLTK data)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from handoffmon.checkers.ifeval.sentences import count_sentences, split_sentences
+from handoffmon.checkers.ifeval.words import count_capital_words, word_tokens
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Hello world. How are you?", ["Hello world.", "How are you?"]),
+    ("Mr. Smith went to Washington. He arrived.", ["Mr. Smith went to Washington.", "He arrived."]),
+    ("I live in the U.S. It is big.", ["I live in the U.S.", "It is big."]),
+    ("Pi is 3.14 roughly. Yes.", ["Pi is 3.14 roughly.", "Yes."]),
+    ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+    ("Use tools, e.g. this one. And that.", ["Use tools, e.g. this one.", "And that."]),
+    ("What?! Really.", ["What?!", "Really."]),
+    ("Wait... what happened", ["Wait... what happened"]),
+    ("1. First item\n2. Second item", ["1.", "First item\n2.", "Second item"]),
+    ("Title\n\nBody text here. More text.", ["Title\n\nBody text here.", "More text."]),
+    ("(See the note.) Next one.", ["(See the note.)", "Next one."]),
+    ("J. Smith wrote it.", ["J. Smith wrote it."]),
+])
+def test_punkt_english_behaviour(text: str, expected: list[str]) -> None:
+    """Known splits of NLTK's English Punkt: abbreviations, initials, numbers, quotes, newlines."""
+    assert split_sentences(text) == expected
+
+
+def test_empty_and_blank() -> None:
+    """No text, no sentences."""
+    assert count_sentences("") == 0
+    assert count_sentences(" \n\t ") == 0
+
+
+def test_linear_time_on_long_unbroken_input() -> None:
+    """No quadratic blow-up on 200 KB without spaces or with many periods (the old Punkt ReDoS)."""
+    start = time.perf_counter()
+    assert count_sentences("a" * 200_000 + ". B") == 2
+    assert count_sentences("." * 200_000) == 1
+    assert time.perf_counter() - start < 1.0
+
+
+def test_word_tokens_split_contractions_and_punctuation() -> None:
+    """Treebank rules: contractions split off, '&' and '?!' split, hyphenated words kept."""
+    assert word_tokens("I'M HERE. DON'T GO, WELL-KNOWN AT&T?") == \
+        ["I", "'M", "HERE.", "DO", "N'T", "GO", ",", "WELL-KNOWN", "AT", "&", "T", "?"]
+    assert count_capital_words("I'M HERE. DON'T GO") == 6
+    assert count_capital_words("CANNOT stop") == 2
+    assert count_capital_words("no capitals, 123") == 0

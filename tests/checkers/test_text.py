@@ -1,0 +1,88 @@
+"""General text checkers: regex, keywords, start/end phrases, letter case, commas."""
+
+from __future__ import annotations
+
+import pytest
+
+from handoffmon.checkers import CheckContext, ParamError, default_registry
+
+CTX = CheckContext()
+REG = default_registry()
+
+
+def verdict(kind: str, reply: str, **params: object) -> str:
+    return REG.build(kind, params)(reply, CTX).verdict
+
+
+def test_regex_must_match_and_must_not_match() -> None:
+    """RE2 patterns with flags; min_count counts occurrences."""
+    assert verdict("regex_must_match", "Order #123 shipped", pattern=r"#\d+") == "pass"
+    assert verdict("regex_must_match", "no number", pattern=r"#\d+") == "fail"
+    assert verdict("regex_must_match", "HELLO", pattern="hello", ignore_case=True) == "pass"
+    assert verdict("regex_must_match", "HELLO", pattern="hello") == "fail"
+    assert verdict("regex_must_match", "a1 a2", pattern=r"a\d", min_count=3) == "fail"
+    assert verdict("regex_must_match", "a1 a2 a3", pattern=r"a\d", min_count=3) == "pass"
+    assert verdict("regex_must_match", "x\nyz", pattern="^yz$", multiline=True) == "pass"
+    assert verdict("regex_must_not_match", "I apologize", pattern=r"(?i)\bsorry\b") == "pass"
+    assert verdict("regex_must_not_match", "So SORRY!", pattern=r"(?i)\bsorry\b") == "fail"
+
+
+@pytest.mark.parametrize(("pattern", "fragment"), [
+    ("(a", "invalid regex"),
+    (r"(\w)\1", "backreference"),
+    ("(?<=a)b", "lookbehind"),
+    ("a(?=b)", "lookahead"),
+])
+def test_bad_or_unsupported_regex_fails_at_build(pattern: str, fragment: str) -> None:
+    """Invalid patterns and constructs RE2 cannot run fail at build, naming the 'pattern' key."""
+    with pytest.raises(ParamError) as e:
+        REG.build("regex_must_match", {"pattern": pattern})
+    assert e.value.key == "pattern"
+    assert fragment in str(e.value)
+
+
+def test_keywords_present_whole_word_and_case() -> None:
+    """Whole-word by default, case-insensitive by default, all/any requirement."""
+    assert verdict("keywords_present", "The Cat sat.", keywords=["cat"]) == "pass"
+    assert verdict("keywords_present", "Concatenate", keywords=["cat"]) == "fail"
+    assert verdict("keywords_present", "Concatenate", keywords=["cat"], whole_word=False) == "pass"
+    assert verdict("keywords_present", "The Cat sat.", keywords=["cat"], case_sensitive=True) == "fail"
+    assert verdict("keywords_present", "cat only", keywords=["cat", "dog"]) == "fail"
+    assert verdict("keywords_present", "cat only", keywords=["cat", "dog"], require="any") == "pass"
+    assert verdict("keywords_present", "uses C++ daily", keywords=["C++"]) == "pass"
+    assert verdict("keywords_present", "café au lait", keywords=["café"]) == "pass"
+
+
+def test_keywords_absent() -> None:
+    """Any listed keyword present → fail; substrings of other words do not count."""
+    assert verdict("keywords_absent", "As an AI model", keywords=["as an ai"]) == "fail"
+    assert verdict("keywords_absent", "Bass guitar", keywords=["ass"]) == "pass"
+    assert verdict("keywords_absent", "", keywords=["x"]) == "pass"
+
+
+def test_starts_and_ends_with() -> None:
+    """Surrounding whitespace ignored by default; case options."""
+    assert verdict("starts_with", "  Dear Sir,", prefix="Dear") == "pass"
+    assert verdict("starts_with", "dear Sir", prefix="Dear") == "fail"
+    assert verdict("starts_with", "dear Sir", prefix="Dear", case_sensitive=False) == "pass"
+    assert verdict("starts_with", " Dear", prefix="Dear", strip=False) == "fail"
+    assert verdict("ends_with", "Bye. Any questions?\n", suffix="Any questions?") == "pass"
+    assert verdict("ends_with", "Any questions? ok", suffix="Any questions?") == "fail"
+    assert verdict("ends_with", "ANY QUESTIONS?", suffix="any questions?", case_sensitive=False) == "pass"
+
+
+def test_letter_case() -> None:
+    """Lower/upper case; a reply with no cased letters is not applicable."""
+    assert verdict("letter_case", "all lower 123", case="lower") == "pass"
+    assert verdict("letter_case", "Not lower", case="lower") == "fail"
+    assert verdict("letter_case", "ALL UPPER!", case="upper") == "pass"
+    assert verdict("letter_case", "ALL UPPEr", case="upper") == "fail"
+    assert verdict("letter_case", "123 !!", case="upper") == "not_applicable"
+
+
+def test_no_commas() -> None:
+    """ASCII comma by default; full-width commas optionally."""
+    assert verdict("no_commas", "no commas here") == "pass"
+    assert verdict("no_commas", "one, two") == "fail"
+    assert verdict("no_commas", "一，二") == "pass"
+    assert verdict("no_commas", "一，二", include_fullwidth=True) == "fail"
