@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Mapping
@@ -162,7 +163,9 @@ class _AsyncCompletions:
             response, headers = await self._inner.create(**kwargs), None
         else:
             raw = await raw_create(**kwargs)
-            response, headers = await raw.parse(), raw.headers
+            response, headers = raw.parse(), raw.headers
+            if inspect.isawaitable(response):  # the non-legacy raw response parses asynchronously
+                response = await response
         if ctx is None:
             return response
         if kwargs.get("stream"):

@@ -1,0 +1,90 @@
+"""Stream accumulation: text, tool calls, per-chunk deployments (mid-stream fallback), cut-off reporting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from handoffmon.integrations.streaming import AsyncStream, StreamAccumulator, StreamOutcome, SyncStream
+
+
+class Chunk:
+    """A LiteLLM-shaped stream chunk carrying the serving deployment in ``_hidden_params``."""
+
+    def __init__(self, delta: dict[str, Any], model_id: str | None = None, finish: str | None = None) -> None:
+        self.model = "m"
+        self.choices = [{"delta": delta, "finish_reason": finish}]
+        self._hidden_params = {"model_id": model_id} if model_id else {}
+
+
+def test_text_and_tool_calls_accumulate_as_a_resendable_message() -> None:
+    """Content pieces join; tool-call fragments merge by index into OpenAI's message shape."""
+    acc = StreamAccumulator()
+    acc.feed(Chunk({"role": "assistant", "content": "Hel"}))
+    acc.feed(Chunk({"content": "lo"}))
+    acc.feed(
+        Chunk({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": '{"a"'}}]})
+    )
+    acc.feed(Chunk({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}, finish="tool_calls"))
+    out = acc.outcome(completed=True)
+    assert out.reply == {
+        "role": "assistant",
+        "content": "Hello",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}],
+    }
+    assert (out.finish_reason, out.chunks, out.completed) == ("tool_calls", 4, True)
+
+
+def test_mid_stream_fallback_continuation_gives_two_authors() -> None:
+    """Chunks produced by two deployments (a continuation after a mid-stream failure) → both, in order."""
+    acc = StreamAccumulator()
+    acc.feed(Chunk({"content": "first half "}, "dep-a"))
+    acc.feed(Chunk({"content": "more "}, "dep-a"))
+    acc.feed(Chunk({"content": ""}, "dep-x"))  # produced nothing: not an author
+    acc.feed(Chunk({"content": "second half"}, "dep-b"))
+    assert acc.outcome(completed=True).deployment_ids == ("dep-a", "dep-b")
+
+
+def test_sync_stream_yields_unchanged_and_reports_once() -> None:
+    """The wrapper yields the very chunk objects and calls back exactly once at the end."""
+    chunks = [Chunk({"content": "a"}, "d"), Chunk({"content": "b"}, "d")]
+    seen: list[StreamOutcome] = []
+    stream = SyncStream(iter(chunks), lambda out, inner: seen.append(out))
+    got = list(stream)
+    stream.close()
+    assert all(a is b for a, b in zip(got, chunks, strict=True))
+    assert [(o.reply["content"], o.completed) for o in seen] == [("ab", True)]
+
+
+def test_sync_stream_error_and_early_close_report_cut_off() -> None:
+    """A stream that raises mid-way, or is closed early, reports what arrived with completed=False."""
+
+    def broken() -> Any:
+        yield Chunk({"content": "part"})
+        raise ConnectionError("upstream died")
+
+    seen: list[StreamOutcome] = []
+    stream = SyncStream(broken(), lambda out, inner: seen.append(out))
+    try:
+        for _ in stream:
+            pass
+    except ConnectionError:
+        pass
+    early = SyncStream(iter([Chunk({"content": "x"}), Chunk({"content": "y"})]), lambda o, i: seen.append(o))
+    next(early)
+    early.close()
+    assert [(o.reply["content"], o.completed) for o in seen] == [("part", False), ("x", False)]
+
+
+async def test_async_stream_reports_once() -> None:
+    """The async wrapper reports once when the stream ends, and aclose after the end is harmless."""
+
+    async def gen() -> Any:
+        for c in ("a", "b", "c"):
+            yield Chunk({"content": c}, "d")
+
+    seen: list[StreamOutcome] = []
+    stream = AsyncStream(gen(), lambda out, inner: seen.append(out))
+    text = "".join([c.choices[0]["delta"]["content"] async for c in stream])
+    await stream.aclose()
+    assert text == "abc"
+    assert [(o.reply["content"], o.deployment_ids) for o in seen] == [("abc", ("d",))]
