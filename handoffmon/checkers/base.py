@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -96,9 +97,9 @@ class Params:
         if not isinstance(raw, Mapping):
             raise ParamError("", "params must be a mapping")
         self._raw = dict(raw)
-        self._seen: set[str] = set()
+        self._seen: set[builtins.str] = set()
 
-    def _get(self, key: str, default: Any) -> Any:
+    def _get(self, key: builtins.str, default: Any) -> Any:
         self._seen.add(key)
         if key in self._raw and self._raw[key] is not None:
             return self._raw[key]
@@ -106,11 +107,11 @@ class Params:
             raise ParamError(key, "required parameter missing")
         return default
 
-    def has(self, key: str) -> bool:
+    def has(self, key: builtins.str) -> builtins.bool:
         """Whether ``key`` was given (and not null)."""
         return self._raw.get(key) is not None
 
-    def str(self, key: str, default: Any = _MISSING, *, allow_empty: bool = False) -> Any:
+    def str(self, key: builtins.str, default: Any = _MISSING, *, allow_empty: builtins.bool = False) -> Any:
         """A string parameter."""
         value = self._get(key, default)
         if value is default and default is not _MISSING:
@@ -121,7 +122,8 @@ class Params:
             raise ParamError(key, "must not be empty")
         return value
 
-    def int(self, key: str, default: Any = _MISSING, *, min_value: int | None = None) -> Any:
+    def int(self, key: builtins.str, default: Any = _MISSING, *,
+            min_value: builtins.int | None = None) -> Any:
         """An integer parameter (booleans rejected), optionally bounded below."""
         value = self._get(key, default)
         if value is default and default is not _MISSING:
@@ -132,8 +134,8 @@ class Params:
             raise ParamError(key, f"must be >= {min_value}, got {value}")
         return value
 
-    def float(self, key: str, default: Any = _MISSING, *, lo: float = float("-inf"),
-              hi: float = float("inf")) -> Any:
+    def float(self, key: builtins.str, default: Any = _MISSING, *, lo: builtins.float = float("-inf"),
+              hi: builtins.float = float("inf")) -> Any:
         """A number parameter within [lo, hi]."""
         value = self._get(key, default)
         if value is default and default is not _MISSING:
@@ -144,14 +146,14 @@ class Params:
             raise ParamError(key, f"must be within [{lo}, {hi}], got {value}")
         return float(value)
 
-    def bool(self, key: str, default: Any = _MISSING) -> Any:
+    def bool(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A boolean parameter."""
         value = self._get(key, default)
         if not isinstance(value, bool):
             raise ParamError(key, f"must be true or false, got {type(value).__name__}")
         return value
 
-    def choice(self, key: str, choices: Iterable[_T], default: Any = _MISSING) -> Any:
+    def choice(self, key: builtins.str, choices: Iterable[_T], default: Any = _MISSING) -> Any:
         """One of ``choices``."""
         options = tuple(choices)
         value = self._get(key, default)
@@ -159,7 +161,8 @@ class Params:
             raise ParamError(key, f"must be one of {', '.join(map(repr, options))}, got {value!r}")
         return value
 
-    def str_list(self, key: str, default: Any = _MISSING, *, allow_empty: bool = False) -> Any:
+    def str_list(self, key: builtins.str, default: Any = _MISSING, *,
+                 allow_empty: builtins.bool = False) -> Any:
         """A list of non-empty strings (a single string is accepted as a one-item list)."""
         value = self._get(key, default)
         if value is default and default is not _MISSING:
@@ -172,7 +175,7 @@ class Params:
             raise ParamError(key, "must not be empty")
         return tuple(value)
 
-    def raw(self, key: str, default: Any = _MISSING) -> Any:
+    def raw(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A parameter of any type (the factory validates it)."""
         return self._get(key, default)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections.abc import Callable
 
@@ -17,9 +19,11 @@ def count_chars(text: str) -> int:
     return len(text.strip())
 
 
-def count_words(text: str) -> int:
-    """``\\w+`` tokens, the IFEval definition."""
-    return sum(1 for _ in _WORD.finditer(text))
+def count_words(text: str, limit: int | None = None) -> int:
+    """``\\w+`` tokens, the IFEval definition; stops counting at ``limit`` when given."""
+    if limit is None:
+        return len(_WORD.findall(text))
+    return sum(1 for _ in itertools.islice(_WORD.finditer(text), limit))
 
 
 def count_sentences(text: str) -> int:
@@ -61,6 +65,8 @@ def length(p: Params) -> CheckFn:
     if lo is not None and hi is not None and lo > hi:
         raise ParamError("max", f"max ({hi}) is below min ({lo})")
     counter = COUNTERS[unit]
+    if unit == "words":  # knowing the count is past every bound is enough: stop there
+        counter = functools.partial(count_words, limit=(hi + 1) if hi is not None else lo)
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
         n = counter(reply)

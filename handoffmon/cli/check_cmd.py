@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
@@ -39,9 +41,9 @@ def check(rules_path: str, input_path: str, output_path: str | None, budget_s: f
                     fh.write(json.dumps({"line": lineno, "rule": r.rule, "verdict": r.verdict,
                                          "reason": r.reason}) + "\n")
     names = list(rules.names) + sorted(set(tally.counts) - set(rules.names))
-    summary = []
+    summary: list[dict[str, Any]] = []
     for name in names:
-        counts = tally.counts.get(name, {})
+        counts: Mapping[str, int] = tally.counts.get(name, {})
         summary.append({"rule": name, **{v: counts.get(v, 0) for v in VERDICT_COLUMNS},
                         "pass_rate": tally.pass_rate(name)})
     if as_json:

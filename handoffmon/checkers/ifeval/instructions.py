@@ -70,7 +70,7 @@ def constrained_response(p: Params) -> InstructionCheck:
 
 
 def number_highlighted_sections(p: Params) -> InstructionCheck:
-    n = p.int("num_highlights", min_value=0)
+    n: int = p.int("num_highlights", min_value=0)
     single, double = re.compile(r"\*[^\n\*]*\*"), re.compile(r"\*\*[^\n\*]*\*\*")
 
     def check(v: str) -> bool:
@@ -89,7 +89,7 @@ def multiple_sections(p: Params) -> InstructionCheck:
 
 
 def number_paragraphs(p: Params) -> InstructionCheck:
-    n = p.int("num_paragraphs", min_value=0)
+    n: int = p.int("num_paragraphs", min_value=0)
     rx = re.compile(r"\s?\*\*\*\s?")
 
     def check(v: str) -> bool:
@@ -152,9 +152,9 @@ def json_format(p: Params) -> InstructionCheck:
 
 
 def nth_paragraph_first_word(p: Params) -> InstructionCheck:
-    total = p.int("num_paragraphs", min_value=1)
-    nth = p.int("nth_paragraph", min_value=1)
-    first_word = p.str("first_word").lower()
+    total: int = p.int("num_paragraphs", min_value=1)
+    nth: int = p.int("nth_paragraph", min_value=1)
+    first_word: str = p.str("first_word").lower()
     if nth > total:
         raise ParamError("nth_paragraph", f"must be <= num_paragraphs ({total})")
 

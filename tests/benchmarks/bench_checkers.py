@@ -1,0 +1,118 @@
+"""Checker cost: p50/p99 µs per checker on 500-character and 5 KB replies, and rule-pack throughput.
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_checkers [--quick]``. Replies are slices of
+real model answers (tests/data/ifeval). Single thread, so figures are one core's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from handoffmon.checkers import CheckContext, RuleSet, default_registry
+from handoffmon.checkers.pack import default_rule_pack
+
+DATA = Path(__file__).parent.parent / "data" / "ifeval" / "responses_llama31_8b.jsonl"
+
+CHECKERS: list[tuple[str, str, dict[str, object]]] = [
+    ("regex_must_match", "regex_must_match", {"pattern": r"(?i)\b(?:therefore|in summary)\b"}),
+    ("regex_must_not_match", "regex_must_not_match", {"pattern": r"\{\{[^}]*\}\}"}),
+    ("keywords_present(3,all)", "keywords_present", {"keywords": ["data", "model", "result"]}),
+    ("keywords_absent(3)", "keywords_absent", {"keywords": ["as an ai", "sorry", "cannot"]}),
+    ("starts_with", "starts_with", {"prefix": "Sure", "case_sensitive": False}),
+    ("ends_with", "ends_with", {"suffix": "questions?"}),
+    ("letter_case", "letter_case", {"case": "lower"}),
+    ("no_commas", "no_commas", {}),
+    ("length:chars", "length", {"unit": "chars", "max": 4000}),
+    ("length:words", "length", {"unit": "words", "max": 800}),
+    ("length:sentences", "length", {"unit": "sentences", "max": 40}),
+    ("length:paragraphs", "length", {"unit": "paragraphs", "max": 10}),
+    ("length:bullets", "length", {"unit": "bullets", "max": 10}),
+    ("valid_json", "valid_json", {}),
+    ("json_schema", "json_schema", {"schema": {"type": "object", "required": ["a"]}}),
+    ("pydantic_model", "pydantic_model", {"model": "handoffmon.config:ScopeConfig"}),
+    ("answer_tag", "answer_tag", {}),
+    ("answer_flip", "answer_flip", {}),
+    ("language", "language", {"languages": ["en"]}),
+    ("ifeval:number_words", "ifeval:length_constraints:number_words",
+     {"num_words": 300, "relation": "at least"}),
+    ("ifeval:number_sentences", "ifeval:length_constraints:number_sentences",
+     {"num_sentences": 10, "relation": "less than"}),
+    ("ifeval:capital_word_frequency", "ifeval:change_case:capital_word_frequency",
+     {"capital_frequency": 3, "capital_relation": "at least"}),
+    ("ifeval:highlighted_sections", "ifeval:detectable_format:number_highlighted_sections",
+     {"num_highlights": 2}),
+    ("ifeval_loose:number_words", "ifeval_loose:length_constraints:number_words",
+     {"num_words": 300, "relation": "at least"}),
+    ("ifeval:response_language", "ifeval:language:response_language", {"language": "en"}),
+]
+
+
+def _replies(size: int, count: int) -> list[str]:
+    text = "\n\n".join(json.loads(line)["response"] for line in DATA.read_text(encoding="utf-8").splitlines())
+    step = max(1, (len(text) - size) // count)
+    out = [text[i * step : i * step + size] for i in range(count)]
+    # give the answer checkers something to find
+    return [r[: size - 40] + " <answer>42</answer>" if i % 2 else r for i, r in enumerate(out)]
+
+
+def _percentiles(samples_s: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(samples_s, n=100, method="inclusive")
+    return q[49] * 1e6, q[98] * 1e6
+
+
+def bench_checker(kind: str, params: dict[str, object], replies: list[str],
+                  repeat: int) -> tuple[float, float]:
+    """p50/p99 µs of one checker over ``replies`` × ``repeat`` timed calls."""
+    checker = default_registry().build(kind, params)
+    ctx = CheckContext(user_message="Are you sure?", previous={"": "41"})
+    for r in replies[:5]:
+        checker(r, ctx)
+    samples = []
+    clock = time.perf_counter
+    for _ in range(repeat):
+        for r in replies:
+            t0 = clock()
+            checker(r, ctx)
+            samples.append(clock() - t0)
+    return _percentiles(samples)
+
+
+def bench_pack(replies: list[str], *, with_language: bool, seconds: float) -> tuple[float, int]:
+    """Checks per second of the default rule pack evaluated through RuleSet (one core)."""
+    rules = default_rule_pack(languages=("en",) if with_language else ())
+    rs = RuleSet.from_config(rules, budget_s=1.0)
+    ctx = CheckContext()
+    checks = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for r in replies:
+            checks += len(rs.evaluate(r, ctx))
+    return checks / (time.perf_counter() - start), len(rules)
+
+
+def main() -> None:
+    """Print the per-checker table and the pack throughput."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    args = parser.parse_args()
+    repeat, seconds = (2, 0.5) if args.quick else (10, 3.0)
+    short, long = _replies(500, 100), _replies(5000, 100)
+    print(f"{'checker':34} {'500 ch p50':>11} {'p99':>9} {'5 KB p50':>10} {'p99':>9}   (µs)")
+    for label, kind, params in CHECKERS:
+        s50, s99 = bench_checker(kind, params, short, repeat)
+        l50, l99 = bench_checker(kind, params, long, max(1, repeat // 2))
+        print(f"{label:34} {s50:>11.1f} {s99:>9.1f} {l50:>10.1f} {l99:>9.1f}")
+    print()
+    for with_language in (False, True):
+        for name, replies in (("500 ch", short), ("5 KB", long)):
+            rate, n = bench_pack(replies, with_language=with_language, seconds=seconds)
+            label = f"default pack ({n} rules{', with language' if with_language else ''}), {name}"
+            print(f"{label:52} {rate:>10,.0f} checks/s  ({rate / n:,.0f} replies/s)")
+
+
+if __name__ == "__main__":
+    main()
