@@ -23,7 +23,7 @@ from handoffmon.exporters import build_exporters, prometheus_exporter
 from handoffmon.exporters.logs import StructlogExporter
 from handoffmon.exporters.serving import start_metrics_server
 from handoffmon.pipeline.monitor import Monitor
-from tests.exporters.turns import L, only, parse_exposition
+from tests.exporters.turns import L, chk, only, parse_exposition, tr
 
 RULES = [{"name": "json", "check": "valid_json"}, {"name": "nocomma", "check": "no_commas"}]
 
@@ -111,9 +111,6 @@ def test_scripted_conversation_through_monitor_gives_exact_series(
         L(model="gpt", prefix_model="unknown", depth_bucket="2"): 1,
     }
 
-    def chk(rule: str, model: str, prefix: str, bucket: str, verdict: str) -> tuple:
-        return L(rule=rule, model=model, prefix_model=prefix, depth_bucket=bucket, verdict=verdict)
-
     assert only(s, "handoffmon_checks_total") == {
         chk("json", "gpt", "none", "1", "pass"): 1,
         chk("nocomma", "gpt", "none", "1", "pass"): 1,
@@ -126,9 +123,6 @@ def test_scripted_conversation_through_monitor_gives_exact_series(
         chk("json", "gpt", "unknown", "2", "fail"): 1,
         chk("nocomma", "gpt", "unknown", "2", "pass"): 1,
     }
-
-    def tr(rule: str, model: str, handoff: str, a: str, b: str) -> tuple:
-        return L(rule=rule, model=model, handoff=handoff, from_verdict=a, to_verdict=b)
 
     assert only(s, "handoffmon_rule_transitions_total") == {
         tr("json", "gpt", "false", "pass", "fail"): 1,

@@ -16,7 +16,7 @@ from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import start_metrics_server
 from handoffmon.protocols import Exporter, MonitorObserver
 from tests.exporters.refits import make_refit
-from tests.exporters.turns import L, make_result, only, parse_exposition, scripted_conversation
+from tests.exporters.turns import L, chk, make_result, only, parse_exposition, scripted_conversation, tr
 
 
 @pytest.fixture
@@ -51,9 +51,6 @@ def test_scrape_after_scripted_conversation_has_exact_series(exporter: Prometheu
         L(model="llama", prefix_model="unknown", depth_bucket="2"): 1,
     }
 
-    def chk(rule: str, model: str, prefix: str, bucket: str, verdict: str) -> tuple:
-        return L(rule=rule, model=model, prefix_model=prefix, depth_bucket=bucket, verdict=verdict)
-
     assert only(series, "handoffmon_checks_total") == {
         chk("json", "gpt", "none", "1", "pass"): 2,
         chk("lang", "gpt", "none", "1", "pass"): 1,
@@ -67,9 +64,6 @@ def test_scrape_after_scripted_conversation_has_exact_series(exporter: Prometheu
         chk("json", "claude", "none", "1", "pass"): 1,
         chk("json", "llama", "unknown", "2", "pass"): 1,
     }
-
-    def tr(rule: str, model: str, handoff: str, a: str, b: str) -> tuple:
-        return L(rule=rule, model=model, handoff=handoff, from_verdict=a, to_verdict=b)
 
     assert only(series, "handoffmon_rule_transitions_total") == {
         tr("json", "gpt", "false", "pass", "pass"): 1,
@@ -182,6 +176,8 @@ def test_publish_refit_sets_every_gauge(exporter: PrometheusExporter) -> None:
     s = scrape(exporter)
     assert only(s, "handoffmon_prefix_influence")[L(model="gpt", rule="json")] == -0.06
     assert only(s, "handoffmon_suffix_susceptibility")[L(model="claude", rule="all")] == -0.03
+    assert only(s, "handoffmon_prefix_influence_stderr")[L(model="gpt", rule="json")] == 0.02
+    assert only(s, "handoffmon_suffix_susceptibility_stderr")[L(model="claude", rule="all")] == 0.02
     assert only(s, "handoffmon_handoff_risk")[L(prefix_model="gpt", model="claude", rule="all")] == -0.1
     delta = only(s, "handoffmon_handoff_delta")
     assert delta[L(prefix_model="gpt", model="claude", rule="json", bound="estimate")] == -0.12

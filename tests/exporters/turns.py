@@ -189,3 +189,13 @@ def sample_content(user: str, reply: str) -> TurnContent:
     return TurnContent(
         input_messages=(Message("system", "be brief"), Message("user", user)), output_text=reply
     )
+
+
+def chk(rule: str, model: str, prefix: str, bucket: str, verdict: str) -> tuple[tuple[str, str], ...]:
+    """Label set of a ``handoffmon_checks_total`` series."""
+    return L(rule=rule, model=model, prefix_model=prefix, depth_bucket=bucket, verdict=verdict)
+
+
+def tr(rule: str, model: str, handoff: str, a: str, b: str) -> tuple[tuple[str, str], ...]:
+    """Label set of a ``handoffmon_rule_transitions_total`` series."""
+    return L(rule=rule, model=model, handoff=handoff, from_verdict=a, to_verdict=b)
