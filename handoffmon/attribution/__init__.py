@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from handoffmon.attribution.attributor import Attributor, OnError, RecordedReply
+from handoffmon.attribution.attributor import Attributor, OnError, RecordedReply, degraded_context
 from handoffmon.attribution.conversation import (
     caller_conversation_id,
     derived_conversation_id,
@@ -17,6 +17,7 @@ __all__ = [
     "OnError",
     "RecordedReply",
     "caller_conversation_id",
+    "degraded_context",
     "derived_conversation_id",
     "merge_authorship",
     "normalize_message",

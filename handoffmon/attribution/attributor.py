@@ -149,7 +149,13 @@ class Attributor:
             return self._context(scan, found, conversation_id, requested_model, meta, started)
         except Exception as exc:
             self._fail("attribution", exc)
-            return self._degraded(messages, conversation_id, requested_model, meta, started)
+            return degraded_context(
+                messages,
+                conversation_id=conversation_id,
+                requested_model=requested_model,
+                metadata=meta,
+                started_at=started,
+            )
 
     def _scan(self, messages: Sequence[Any]) -> _Scan:
         # The hot loop: {role, content: str} dicts take the inlined path (cached text
@@ -297,35 +303,6 @@ class Attributor:
             return derived_conversation_id(scan.chains[0])
         return pending_conversation_id(scan.fingerprint)
 
-    def _degraded(
-        self,
-        messages: Sequence[Any],
-        conversation_id: str | None,
-        requested_model: str | None,
-        metadata: Mapping[str, object],
-        started: float,
-    ) -> TurnContext:
-        try:
-            depth = 1 + sum(1 for m in messages if _role_of(m) == "assistant")
-        except Exception:  # the history is not even iterable: depth unknown, call it 1
-            depth = 1
-        return TurnContext(
-            conversation_id=conversation_id or pending_conversation_id(0),
-            conversation_id_source="caller" if conversation_id else "derived",
-            depth=depth,
-            history_chars=0,
-            history_tokens=0,
-            prefix_model=NO_PREFIX if depth == 1 else UNKNOWN_MODEL,
-            prefix_purity=1.0 if depth == 1 else 0.0,
-            prefix_authors=0,
-            attributions=(),
-            history_fingerprint=0,
-            requested_model=requested_model,
-            metadata=metadata,
-            started_at=started,
-            degraded=True,
-        )
-
     # -- after the reply ----------------------------------------------------------------
 
     def record(
@@ -401,6 +378,40 @@ def _depth(attributions: Sequence[MessageAttribution]) -> int:
         if d:
             return d + (n - q)
     return n + 1
+
+
+def degraded_context(
+    messages: Any,
+    *,
+    conversation_id: str | None = None,
+    requested_model: str | None = None,
+    metadata: Mapping[str, object] | None = None,
+    started_at: float = 0.0,
+) -> TurnContext:
+    """The fail-open placeholder context: depth by counting, prefix ``unknown``, ``degraded``.
+
+    Never raises (an unreadable history counts as depth 1). Its replies are not recorded.
+    """
+    try:
+        depth = 1 + sum(1 for m in messages if _role_of(m) == "assistant")
+    except Exception:  # the history is not even iterable: depth unknown, call it 1
+        depth = 1
+    return TurnContext(
+        conversation_id=conversation_id or pending_conversation_id(0),
+        conversation_id_source="caller" if conversation_id else "derived",
+        depth=depth,
+        history_chars=0,
+        history_tokens=0,
+        prefix_model=NO_PREFIX if depth == 1 else UNKNOWN_MODEL,
+        prefix_purity=1.0 if depth == 1 else 0.0,
+        prefix_authors=0,
+        attributions=(),
+        history_fingerprint=0,
+        requested_model=requested_model,
+        metadata=metadata if metadata is not None else {},
+        started_at=started_at,
+        degraded=True,
+    )
 
 
 def _role_of(message: Any) -> object:

@@ -9,18 +9,11 @@ from handoffmon.attribution.conversation import PENDING_PREFIX
 from handoffmon.protocols import Authorship
 from handoffmon.stores.memory import MemoryStore
 from tests.attribution.chat import Chat
+from tests.stores.helpers import FakeClock
 
 LONG_A = "Here is a detailed answer about the refund policy and how it applies to you."
 LONG_B = "The second answer goes into the exceptions to the policy, with three examples."
 LONG_C = "Finally, a summary of everything we discussed, with the next steps to take."
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from handoffmon.attribution import Attributor
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.memory import MemoryStore
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.stores.helpers import FakeClock, run_in_threads
 
 
 def _auth(conv: str, depth: int = 1, author: str = "gpt-4o") -> Authorship:
@@ -108,23 +99,15 @@ def test_state_counts_toward_the_cap() -> None:
 def test_concurrent_writers_and_readers() -> None:
     """Many threads writing and reading never corrupt the store or exceed the cap."""
     store = MemoryStore(max_conversations=50)
-    errors: list[BaseException] = []
 
     def work(t: int) -> None:
-        try:
-            for i in range(2000):
-                conv = f"c{t}-{i % 80}"
-                store.put_many([(f"{conv}:{i}", _auth(conv, i))])
-                store.get_many([f"{conv}:{i}", f"{conv}:{i - 1}"])
-                store.put_state(conv, {"i": i})
-        except BaseException as exc:  # surface to the main thread
-            errors.append(exc)
+        for i in range(2000):
+            conv = f"c{t}-{i % 80}"
+            store.put_many([(f"{conv}:{i}", _auth(conv, i))])
+            store.get_many([f"{conv}:{i}", f"{conv}:{i - 1}"])
+            store.put_state(conv, {"i": i})
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    errors = run_in_threads(work, 4)
     assert errors == []
     assert len(store) <= 50
     assert store.key_count == sum(len(g.keys) for g in store._groups.values())

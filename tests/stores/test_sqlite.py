@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,7 @@ import pytest
 from handoffmon.errors import StoreError
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.sqlite import SQLiteStore
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.stores.helpers import FakeClock, run_in_threads
 
 A = Authorship(("gpt-4o", "claude"), 3, 12.5, "conv-1")
 
@@ -81,21 +72,13 @@ def test_state_roundtrip_and_replace(tmp_path: Path) -> None:
 def test_threads_share_one_file(tmp_path: Path) -> None:
     """Writers on several threads (one connection each) lose nothing."""
     store = SQLiteStore(tmp_path / "a.db")
-    errors: list[BaseException] = []
 
     def work(t: int) -> None:
-        try:
-            for i in range(50):
-                store.put_many([(f"{t}:{i}", Authorship((f"m{t}",), i, 0.0, f"c{t}"))])
-                store.get_many([f"{t}:{i}"])
-        except BaseException as exc:
-            errors.append(exc)
+        for i in range(50):
+            store.put_many([(f"{t}:{i}", Authorship((f"m{t}",), i, 0.0, f"c{t}"))])
+            store.get_many([f"{t}:{i}"])
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    errors = run_in_threads(work, 4)
     assert errors == []
     keys = [f"{t}:{i}" for t in range(4) for i in range(50)]
     assert all(v is not None for v in store.get_many(keys))
