@@ -172,6 +172,10 @@ class OTelExporter:
     ) -> None:
         self.guard = guard or LabelGuard()
         self._capture = capture_content
+        self._providers = (
+            tracer_provider or trace.get_tracer_provider(),
+            meter_provider or metrics.get_meter_provider(),
+        )
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
         self._instruments(meter)
@@ -302,11 +306,24 @@ class OTelExporter:
             self._fallbacks.add(rec.fallbacks, {"model": model})
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Nothing is buffered here; the providers' processors/readers flush themselves."""
-        return True
+        """Flush the providers' span processors and metric readers (the Monitor calls this at close).
+
+        Providers without ``force_flush`` (the API's no-op and proxy ones) count as flushed.
+        """
+        ok = True
+        for provider in self._providers:
+            flush = getattr(provider, "force_flush", None)
+            if flush is None:
+                continue
+            try:
+                ok = flush(int(timeout_s * 1000)) is not False and ok
+            except Exception as exc:
+                log_error(self._log, "flush_failed", "export_otel", exc)
+                ok = False
+        return ok
 
     def shutdown(self) -> None:
-        """Nothing to release: the providers belong to the application."""
+        """Nothing to release: the providers belong to the application (never shut down here)."""
 
     # -- MonitorObserver ----------------------------------------------------------------
 

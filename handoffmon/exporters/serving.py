@@ -189,7 +189,9 @@ def start_metrics_server(
 
     server_class = _V6Server if ":" in addr else _Server
     server = make_server(addr, port, app, server_class=server_class, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, name="handoffmon-metrics", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="handoffmon-metrics", daemon=True
+    )
     thread.start()
     return MetricsServer(server=server, thread=thread, addr=addr)
 

@@ -345,3 +345,21 @@ def test_otlp_http_export_decodes_as_genai_span_and_counters(otlp_receiver: tupl
     (turns_metric,) = turns
     assert turns_metric.sum.is_monotonic
     assert sum(p.as_int for p in turns_metric.sum.data_points) == 2
+
+
+def test_force_flush_drains_the_applications_batch_processor_without_shutting_it_down(
+    spans: InMemorySpanExporter,
+) -> None:
+    """force_flush (called at Monitor close) pushes batched spans out; shutdown leaves the provider usable."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    tp = TracerProvider()
+    tp.add_span_processor(BatchSpanProcessor(spans, schedule_delay_millis=3_600_000))
+    exp = OTelExporter(tracer_provider=tp, meter_provider=MeterProvider())
+    exp.export(make_result())
+    assert spans.get_finished_spans() == ()
+    assert exp.force_flush(5.0)
+    assert len(spans.get_finished_spans()) == 1
+    exp.shutdown()
+    exp.export(make_result())
+    assert tp.force_flush(5000) and len(spans.get_finished_spans()) == 2
