@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -14,6 +16,8 @@ HANDOFF_STATES: tuple[str, ...] = ("true", "false", "unknown")
 """Index order of the handoff axis of ``CellArrays.transitions``."""
 
 _VERDICT_INDEX = {"pass": 0, "fail": 1}
+_SPECIALS = frozenset({NO_PREFIX, UNKNOWN_MODEL})
+"""Prefix values that are not models."""
 
 
 @dataclass(frozen=True)
@@ -64,38 +68,31 @@ def build_cells(counts: Counts, buckets: DepthBuckets) -> CellArrays:
     Bucket labels are mapped through their lower bound into ``buckets``, so counts
     recorded with finer edges still land in the right (coarser) bucket.
     """
-    check_keys = [k for k, v in counts.checks.items() if v and k.verdict in _VERDICT_INDEX]
-    trans_keys = [
-        k
-        for k, v in counts.transitions.items()
-        if v and k.from_verdict in _VERDICT_INDEX and k.to_verdict in _VERDICT_INDEX
-    ]
-    specials = {NO_PREFIX, UNKNOWN_MODEL}
-    models = sorted(
-        {k.model for k in check_keys} | {k.prefix_model for k in check_keys} | {k.model for k in trans_keys}
-    )
-    models = [m for m in models if m not in specials]
-    rules = sorted({k.rule for k in check_keys} | {k.rule for k in trans_keys})
+    checks, trans_keys = counts.checks, counts.transitions
+    models = sorted((_distinct(checks, 1) | _distinct(checks, 2) | _distinct(trans_keys, 1)) - _SPECIALS)
+    rules = sorted(_distinct(checks, 0) | _distinct(trans_keys, 0))
     labels = buckets.labels
-    m_idx = {m: i for i, m in enumerate(models)}
-    p_idx = {**m_idx, NO_PREFIX: len(models), UNKNOWN_MODEL: len(models) + 1}
-    r_idx = {r: i for i, r in enumerate(rules)}
-    b_idx = {lab: labels.index(buckets.bucket(DepthBuckets.lower_bound(lab))) for lab in _labels(check_keys)}
-    shape = (len(rules), len(models) + 2, len(models), len(labels))
-    pf = np.zeros((2, *shape), dtype=np.int64)
-    for k in check_keys:
-        if k.model in specials:
-            continue
-        at = (r_idx[k.rule], p_idx[k.prefix_model], m_idx[k.model], b_idx[k.depth_bucket])
-        pf[(_VERDICT_INDEX[k.verdict], *at)] += counts.checks[k]
-    trans = np.zeros((len(rules), len(models), len(HANDOFF_STATES), 2, 2), dtype=np.int64)
-    h_idx = {h: i for i, h in enumerate(HANDOFF_STATES)}
-    for t in trans_keys:
-        if t.model in specials:
-            continue
-        h = h_idx.get(t.handoff, h_idx["unknown"])
-        at = (r_idx[t.rule], m_idx[t.model], h, _VERDICT_INDEX[t.from_verdict], _VERDICT_INDEX[t.to_verdict])
-        trans[at] += counts.transitions[t]
+    k, r, d = len(models), len(rules), len(labels)
+    # Specials and other verdicts get their own trailing slots, sliced off below: the
+    # whole mapping then runs in C (map over dict lookups) instead of a Python loop.
+    m_idx = _Index({m: i for i, m in enumerate(models)}, default=k)
+    p_idx = _Index({**m_idx, NO_PREFIX: k, UNKNOWN_MODEL: k + 1}, default=k + 1)
+    r_idx = {name: i for i, name in enumerate(rules)}
+    b_idx = {lab: labels.index(buckets.bucket(DepthBuckets.lower_bound(lab))) for lab in _distinct(checks, 3)}
+    h_idx = _Index({h: i for i, h in enumerate(HANDOFF_STATES)}, default=HANDOFF_STATES.index("unknown"))
+    v_idx = _Index(_VERDICT_INDEX, default=2)
+    pf = _scatter(
+        (3, r, k + 2, k + 1, d),
+        [v_idx, r_idx, p_idx, m_idx, b_idx],
+        [_column(checks, i) for i in (4, 0, 2, 1, 3)],
+        checks.values(),
+    )[:2, :, :, :k]
+    trans = _scatter(
+        (r, k + 1, len(HANDOFF_STATES), 3, 3),
+        [r_idx, m_idx, h_idx, v_idx, v_idx],
+        [_column(trans_keys, i) for i in range(5)],
+        trans_keys.values(),
+    )[:, :k, :, :2, :2]
     return CellArrays(
         rules=tuple(rules),
         models=tuple(models),
@@ -107,8 +104,45 @@ def build_cells(counts: Counts, buckets: DepthBuckets) -> CellArrays:
     )
 
 
-def _labels(keys: list) -> set[str]:  # type: ignore[type-arg]
-    return {k.depth_bucket for k in keys}
+def _column(keys: Iterable[tuple[str, ...]], i: int) -> Iterator[str]:
+    """Lazy i-th field of every key. Lazy on purpose: materializing 10⁵-element tuples
+    (``zip(*keys)``) triggers repeated garbage-collector passes and cost 5× more."""
+    return map(itemgetter(i), keys)
+
+
+def _distinct(keys: Iterable[tuple[str, ...]], i: int) -> set[str]:
+    return set(_column(keys, i))
+
+
+class _Index(dict):  # type: ignore[type-arg]
+    """Label → index, with ``default`` for anything not listed."""
+
+    def __init__(self, mapping: Mapping[str, int], *, default: int) -> None:
+        super().__init__(mapping)
+        self.default = default
+
+    def __missing__(self, key: str) -> int:
+        return self.default
+
+
+def _scatter(
+    shape: tuple[int, ...],
+    lookups: list[Mapping[str, int]],
+    columns: list[Iterator[str]],
+    values: Iterable[int],
+) -> np.ndarray:
+    """Sum ``values`` into a zero array of ``shape`` at the looked-up indices (vectorized)."""
+    size = int(np.prod(shape))
+    weights = np.fromiter(values, dtype=np.float64)
+    if not weights.size:
+        return np.zeros(shape, dtype=np.int64)
+    index = tuple(
+        np.fromiter(map(lk.__getitem__, col), dtype=np.int64)
+        for lk, col in zip(lookups, columns, strict=True)
+    )
+    flat = np.ravel_multi_index(index, shape)
+    summed = np.bincount(flat, weights=weights, minlength=size)
+    return np.rint(summed).astype(np.int64).reshape(shape)
 
 
 def wilson(x: np.ndarray, n: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:

@@ -93,11 +93,11 @@ def decompose(delta: np.ndarray, var: np.ndarray, mask: np.ndarray, ridge: float
     penalty[0] = 0.0
     xtw = x.T * w
     precision = xtw @ x + np.diag(penalty)
-    cov = np.linalg.pinv(precision, hermitian=True)
+    cov = _inverse(precision, positive_definite=ridge > 0)
     theta = cov @ (xtw @ y)
     fitted = x @ theta
     resid = y - fitted
-    df = float(np.trace(cov @ (xtw @ x)))
+    df = float(np.trace(cov @ (precision - np.diag(penalty))))
     rss_w = float(np.sum(w * resid**2))
     phi = max(1.0, rss_w / (m - df)) if m - df >= 1.0 else 1.0
     cov = cov * phi
@@ -118,10 +118,8 @@ def _assemble(
     pi_map[:, 1 : 1 + nb] = q
     sigma_map = np.zeros((k, len(theta)))
     sigma_map[:, 1 + nb :] = q
-    aa, bb = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
-    xall = design(aa.ravel(), bb.ravel(), q)
-    risk = (xall @ theta).reshape(k, k)
-    risk_se = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", xall, cov, xall), 0.0)).reshape(k, k)
+    risk = theta[0] + (pi_map @ theta)[:, None] + (sigma_map @ theta)[None, :]
+    risk_se = _pair_se(q, cov)
     np.fill_diagonal(risk, np.nan)
     np.fill_diagonal(risk_se, np.nan)
     residual = np.full((k, k), np.nan)
@@ -141,6 +139,31 @@ def _assemble(
         n_pairs=len(a),
         dispersion=phi,
     )
+
+
+def _inverse(precision: np.ndarray, *, positive_definite: bool) -> np.ndarray:
+    """Inverse of the normal matrix: Cholesky when the ridge makes it positive definite
+    (μ is pinned by any observed pair), else the pseudo-inverse (ridge = 0 may be singular)."""
+    if positive_definite:
+        try:
+            linv = np.linalg.inv(np.linalg.cholesky(precision))
+            return np.asarray(linv.T @ linv)
+        except np.linalg.LinAlgError:
+            pass
+    return np.asarray(np.linalg.pinv(precision, hermitian=True))
+
+
+def _pair_se(q: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """SE of μ + π_a + σ_b for all (a, b) in O(K·p²): var = uᵀCu + 2uᵀCv + vᵀCv."""
+    k, nb = q.shape
+    u = np.zeros((k, 1 + 2 * nb))
+    u[:, 0] = 1.0
+    u[:, 1 : 1 + nb] = q
+    v = np.zeros_like(u)
+    v[:, 1 + nb :] = q
+    uc, vc = u @ cov, v @ cov
+    var = np.sum(uc * u, axis=1)[:, None] + 2.0 * (uc @ v.T) + np.sum(vc * v, axis=1)[None, :]
+    return np.asarray(np.sqrt(np.maximum(var, 0.0)))
 
 
 def _diag_se(mapping: np.ndarray, cov: np.ndarray) -> np.ndarray:

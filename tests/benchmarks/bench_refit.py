@@ -1,0 +1,67 @@
+"""Refit speed: full refit for K = 10, 30, 50 models × 10 rules × 7 buckets, and paired BCa
+for 81 cells × 200 episodes × 1000 resamples. Targets: K = 50 ≤ 2 s, BCa ≤ 1 s.
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_refit [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from handoffmon.depth import DepthBuckets
+from handoffmon.refit import refit
+from handoffmon.refit.bootstrap import bca_means
+from handoffmon.refit.cells import build_cells
+from tests.refit.synth import plant, synth_counts
+
+
+def timings(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """p50 and p99 wall seconds over ``repeats`` calls (after one warm-up)."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return float(np.percentile(samples, 50)), float(np.percentile(samples, 99))
+
+
+def main() -> None:
+    """Print one line per case: p50, p99, target and the ratio to target."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    buckets = DepthBuckets()
+    print(f"{'case':52s} {'p50 s':>8s} {'p99 s':>8s} {'target':>7s} {'p99/target':>10s}")
+    for k in (10, 30, 50):
+        rng = np.random.default_rng(k)
+        counts = synth_counts(plant(k, 10, rng), rng, n_trans=200)
+        keys = len(counts.checks) + len(counts.transitions)
+        target = 2.0 if k == 50 else float("nan")
+        p50, p99 = timings(lambda c=counts: build_cells(c, buckets), args.repeats)
+        print(f"{f'counts -> arrays K={k} ({keys} keys)':52s} {p50:8.3f} {p99:8.3f} {'':>7s} {'':>10s}")
+        p50, p99 = timings(lambda c=counts: refit(c, buckets=buckets), args.repeats)
+        print(f"{f'full refit K={k} x 10 rules x 7 buckets':52s} {p50:8.3f} {p99:8.3f} {target:7.1f} {p99 / target:10.2f}")
+    data = np.random.default_rng(0).binomial(1, 0.6, (81, 200)).astype(float)
+    base = np.random.default_rng(1).binomial(1, 0.6, (81, 200)).astype(float)
+    p50, p99 = timings(lambda: bca_means(data - base, resamples=1000, rng=0), args.repeats)
+    print(f"{'paired BCa 81 cells x 200 episodes x 1000 resamples':52s} {p50:8.3f} {p99:8.3f} {1.0:7.1f} {p99:10.2f}")
+    from scipy import stats
+
+    one = timings(
+        lambda: stats.bootstrap(
+            (data[0], base[0]), lambda x, y, axis: np.mean(x - y, axis=axis), paired=True,
+            n_resamples=1000, method="BCa", rng=np.random.default_rng(0),
+        ),
+        max(1, args.repeats // 2),
+    )  # fmt: skip
+    print(f"{'scipy paired BCa, 1 cell (x81 for the matrix)':52s} {one[0]:8.3f} {one[1]:8.3f} {'':>7s} {'':>10s}")
+    print(f"{'  => scipy for 81 cells, extrapolated':52s} {81 * one[0]:8.3f}")
+
+
+if __name__ == "__main__":
+    main()
