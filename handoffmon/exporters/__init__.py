@@ -5,6 +5,7 @@ Submodules import their third-party stacks; this package root imports none of th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -16,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.protocols import Exporter
     from handoffmon.refit.result import RefitResult
 
-__all__ = ["RefitPublisher", "build_exporters", "prometheus_exporter"]
+__all__ = ["RefitPublisher", "build_exporters", "prometheus_exporter", "refit_publisher"]
 
 
 @runtime_checkable
@@ -89,3 +90,17 @@ def prometheus_exporter(exporters: list[Exporter]) -> Any:
     from handoffmon.exporters.prometheus import PrometheusExporter
 
     return next((e for e in exporters if isinstance(e, PrometheusExporter)), None)
+
+
+def refit_publisher(exporters: Sequence[object]) -> Callable[[RefitResult], bool]:
+    """One callable that hands a refit to every ``RefitPublisher`` among ``exporters``.
+
+    Pass it as ``PeriodicRefit(..., publish=refit_publisher(monitor.exporters))``. The
+    returned function never raises and returns True when every publisher succeeded.
+    """
+    targets = [e for e in exporters if isinstance(e, RefitPublisher)]
+
+    def publish(result: RefitResult) -> bool:
+        return all([t.publish_refit(result) for t in targets])
+
+    return publish

@@ -61,3 +61,32 @@ def test_package_root_imports_no_exporter_stack() -> None:
     code = f"import sys, handoffmon.exporters; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_refit_publisher_reaches_every_gauge_exporter() -> None:
+    """refit_publisher() hands one RefitResult to the Prometheus and OTel exporters, skipping the others."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from prometheus_client import generate_latest
+
+    from handoffmon.exporters import refit_publisher
+    from tests.exporters.refits import make_refit
+
+    reader = InMemoryMetricReader()
+    exporters = build_exporters(
+        HandoffmonConfig(),
+        registry=CollectorRegistry(),
+        meter_provider=MeterProvider(metric_readers=[reader]),
+    )
+    assert refit_publisher(exporters)(make_refit()) is True
+    assert (
+        "handoffmon_refit_last_success_timestamp_seconds 1.8000001e+09"
+        in generate_latest(prometheus_exporter(exporters).registry).decode()
+    )
+    names = {
+        m.name
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert "handoffmon_refit_last_success_timestamp_seconds" in names
