@@ -7,11 +7,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from handoffmon.config import RefitConfig
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit.result import RefitResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.pipeline.monitor import Monitor
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,8 @@ class PeriodicRefit:
 
     Args:
         snapshot: returns the current ``Counts`` (e.g. the local aggregates' snapshot).
-        publish: receives every successful ``RefitResult`` (e.g. sets the refit gauges).
+        publish: receives every ``RefitResult`` (e.g. sets the refit gauges); an
+            explicit ``False`` return (as ``publish_refit`` gives) counts as a failure.
         interval_s: seconds between refits; must be > 0 for ``start``.
         buckets: depth buckets the counts use.
         settings: refit settings (``min_n``, ``confidence``, ``ridge``).
@@ -46,7 +51,7 @@ class PeriodicRefit:
     def __init__(
         self,
         snapshot: Callable[[], Counts],
-        publish: Callable[[RefitResult], None],
+        publish: Callable[[RefitResult], object],
         interval_s: float,
         *,
         buckets: DepthBuckets,
@@ -71,6 +76,41 @@ class PeriodicRefit:
         self._last_error: str | None = None
         self.last_result: RefitResult | None = None
 
+    @classmethod
+    def for_monitor(
+        cls,
+        monitor: Monitor,
+        publish: Callable[[RefitResult], object] | None = None,
+        *,
+        interval_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> PeriodicRefit:
+        """A refit of ``monitor``'s aggregates with its config (``refit.*``, depth buckets).
+
+        Args:
+            monitor: the running monitor; its ``snapshot`` is refit.
+            publish: receives each result; default: every exporter of the monitor that
+                publishes refits (Prometheus/OTel gauges), looked up at each refit so
+                exporters added later are included.
+            interval_s: overrides ``refit.interval_s``.
+            clock: wall clock for ``created_at``.
+        """
+        if publish is None:
+            from handoffmon.exporters import refit_publisher
+
+            def publish(result: RefitResult) -> object:
+                return refit_publisher(monitor.exporters)(result)
+
+        cfg = monitor.config
+        return cls(
+            monitor.snapshot,
+            publish,
+            cfg.refit.interval_s if interval_s is None else interval_s,
+            buckets=cfg.buckets,
+            settings=cfg.refit,
+            clock=clock,
+        )
+
     @property
     def stats(self) -> RefitStats:
         """Runs, failures and the last outcome."""
@@ -92,7 +132,8 @@ class PeriodicRefit:
                 source=self._source,
                 now=self._clock(),
             )
-            self._publish(result)
+            if self._publish(result) is False:
+                raise RuntimeError("publisher reported failure")
         except Exception as exc:  # fail-open: counted and logged, never raised
             with self._lock:
                 self._runs += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
@@ -66,3 +67,36 @@ def test_thread_refits_every_interval_until_stopped() -> None:
         job.stop()
     n = job.stats.runs
     assert n >= 2 and not any(t.name == "handoffmon-refit" and t.is_alive() for t in threading.enumerate())
+
+
+def test_for_monitor_refits_the_monitor_and_fills_the_prometheus_refit_gauges() -> None:
+    """Inside a running monitor: its aggregates are refit with its config and every refit
+    gauge exporter is updated (here a real PrometheusExporter on a fresh registry)."""
+    from prometheus_client import CollectorRegistry
+
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.exporters.prometheus import PrometheusExporter
+    from handoffmon.pipeline.monitor import Monitor
+    from tests.sources.replica import synthetic_turns
+
+    registry = CollectorRegistry()
+    config = HandoffmonConfig.model_validate({"refit": {"min_n": 10, "interval_s": 30}})
+    with Monitor(config, exporters=[PrometheusExporter(registry)], start=False) as monitor:
+        for turn in synthetic_turns(7, 2000):
+            monitor.aggregates.add_turn(turn)
+        job = PeriodicRefit.for_monitor(monitor, clock=lambda: 50.0)
+        assert job.interval_s == 30
+        result = job.run_once()
+        assert result is not None and job.stats.failures == 0 and result.min_n == 10
+        fit = result.rules["all"]
+        assert registry.get_sample_value(
+            "handoffmon_prefix_influence", {"model": "m1", "rule": "all"}
+        ) == pytest.approx(fit.models["m1"].prefix_influence)
+        assert registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds") == 50.0
+
+
+def test_publisher_returning_false_counts_as_failure() -> None:
+    """publish_refit-style False is a failed refit in the stats (and not a crash)."""
+    counts = _counts()
+    job = PeriodicRefit(lambda: counts, lambda r: False, 60, buckets=DepthBuckets())
+    assert job.run_once() is None and job.stats.failures == 1
