@@ -19,8 +19,8 @@ from handoffmon.attribution.fingerprint import (
     ASSISTANT_SALT,
     CHAIN_SEED,
     DEFAULT_MIN_CONTENT_CHARS,
-    ROLE_SALTS,
     UNCHAINED_ROLES,
+    USER_SALT,
     TextCache,
     chain_key,
     content_fingerprint,
@@ -142,7 +142,7 @@ class Attributor:
             metadata: request metadata, carried on the context.
         """
         started = self._monotonic()
-        meta: Mapping[str, object] = metadata if metadata is not None else {}
+        meta: Mapping[str, object] = dict(metadata) if metadata else {}  # the app may mutate its dict
         try:
             scan = self._scan(messages)
             found = self._lookup(scan)
@@ -158,8 +158,8 @@ class Attributor:
             )
 
     def _scan(self, messages: Sequence[Any]) -> _Scan:
-        # The hot loop: {role, content: str} dicts take the inlined path (cached text
-        # digest, one xxh3 per message); any other shape goes through raw_digest.
+        # The hot loop. {role, content: str} dicts take the inlined path: a cached text
+        # digest and one xxh3 call; any other shape goes through raw_digest.
         h = CHAIN_SEED
         chars = 0
         indices: list[int] = []
@@ -168,36 +168,37 @@ class Attributor:
         prev_role: object = None
         prev_digest = 0
         min_chars = self.min_content_chars
-        texts = self._texts
-        cached = texts.entries.get
-        salts = ROLE_SALTS
+        text = self._texts.text
+        cached = self._texts.entries.get
         add_index, add_chain, add_content = indices.append, chains.append, contents.append
         role: Any
         for i, raw in enumerate(messages):
-            hit = None
-            if type(raw) is dict and len(raw) == 2:
-                role = raw.get("role")
-                content = raw.get("content")
-                if role is not None and type(content) is str:
-                    hit = cached(content) or texts.text(content)
-            if hit is None:
-                m, d, n = raw_digest(raw, texts)
-                role = m.get("role")
+            if (
+                type(raw) is dict
+                and len(raw) == 2
+                and type(content := raw.get("content")) is str
+                and (role := raw.get("role")) is not None
+            ):
+                d, n, b = cached(content) or text(content)
             else:
-                d, n = hit
+                m, d, n = raw_digest(raw, self._texts)
+                role, b = m.get("role"), d.to_bytes(8, "little")
             chars += n
             if role == "assistant":
-                h = xxh3_64_intdigest(d.to_bytes(8, "little"), h ^ ASSISTANT_SALT)
+                h = xxh3_64_intdigest(b, h ^ ASSISTANT_SALT)
                 add_index(i)
                 add_chain(h)
-                if n < min_chars:
+                if n >= min_chars:
+                    add_content(d)
+                else:
                     ctx = context_digest(prev_role, prev_digest) if prev_role is not None else 0
-                    d = content_fingerprint(d, n, ctx, min_chars)
-                add_content(d)
+                    add_content(content_fingerprint(d, n, ctx, min_chars))
+            elif role == "user":
+                h = xxh3_64_intdigest(b, h ^ USER_SALT)
             elif role in UNCHAINED_ROLES:
                 continue
             else:
-                h = xxh3_64_intdigest(d.to_bytes(8, "little"), h ^ (salts.get(role) or role_salt(role)))
+                h = xxh3_64_intdigest(b, h ^ role_salt(role))
             prev_role, prev_digest = role, d
         tail = context_digest(prev_role, prev_digest) if prev_role is not None else 0
         return _Scan(h, chars, tail, indices, chains, contents)

@@ -50,6 +50,7 @@ def role_salt(role: object) -> int:
 
 
 ASSISTANT_SALT = role_salt("assistant")
+USER_SALT = role_salt("user")
 
 
 def text_digest(text: str) -> int:
@@ -96,11 +97,12 @@ def content_key(fingerprint: int) -> str:
 
 
 class TextCache:
-    """Bounded cache: raw content string → (digest of its folded text, folded length).
+    """Bounded cache: raw content string → digest of its folded text, folded length, digest bytes.
 
     Safe because strings are immutable and folding is a pure function. Clients resend
     every message on every later turn, so folding runs about once per message. Bounded
     by the total characters held; when full it is cleared (cheap, and refills in a turn).
+    Strings longer than ``max_chars / 64`` are never cached (they would flush the rest).
 
     Args:
         max_chars: characters of keys held before the cache is cleared.
@@ -110,29 +112,34 @@ class TextCache:
 
     def __init__(self, max_chars: int = 8_000_000) -> None:
         self.max_chars = max_chars
-        self.entries: dict[str, tuple[int, int]] = {}
+        self.entries: dict[str, tuple[int, int, bytes]] = {}
         """Read-only for callers (the attributor's hot loop probes it directly)."""
         self._chars = 0
 
-    def text(self, content: Any) -> tuple[int, int]:
-        """(digest, folded length) of a message's raw ``content`` (any accepted shape)."""
+    def text(self, content: Any) -> tuple[int, int, bytes]:
+        """(digest, folded length, digest as 8 little-endian bytes) of a raw ``content``."""
         if type(content) is str:
             hit = self.entries.get(content)
             if hit is not None:
                 return hit
-            folded = fold(content)
-            value = (text_digest(folded), len(folded))
-            if self._chars + len(content) > self.max_chars:
-                self.entries.clear()
-                self._chars = 0
-            self.entries[content] = value
-            self._chars += len(content)
+            value = _text_entry(fold(content))
+            size = len(content)
+            if size <= self.max_chars >> 6:
+                if self._chars + size > self.max_chars:
+                    self.entries.clear()
+                    self._chars = 0
+                self.entries[content] = value
+                self._chars += size
             return value
-        text = content_text(content)
-        return (text_digest(text), len(text))
+        return _text_entry(content_text(content))
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+def _text_entry(folded: str) -> tuple[int, int, bytes]:
+    d = text_digest(folded)
+    return d, len(folded), d.to_bytes(8, "little")
 
 
 def raw_extras(m: Mapping[str, Any]) -> str:
@@ -164,7 +171,7 @@ def raw_digest(raw: Any, cache: TextCache) -> tuple[Mapping[str, Any], int, int]
         m = {"role": "user", "content": raw}
     else:
         m = _as_dict(raw)
-    d, n = cache.text(m.get("content"))
+    d, n, _ = cache.text(m.get("content"))
     if len(m) > 2 or "content" not in m or "role" not in m:
         extras = raw_extras(m)
         if extras:

@@ -73,8 +73,16 @@ def test_short_content_fingerprint_depends_on_context_long_does_not() -> None:
 
 def test_text_cache_is_bounded_by_characters() -> None:
     """The folded-text cache never holds more than max_chars characters of keys."""
-    cache = TextCache(max_chars=1000)
-    for i in range(100):
-        cache.text(f"message number {i} " + "x" * 80)
-        assert sum(len(k) for k in cache.entries) <= 1000
-    assert 0 < len(cache) < 100
+    cache = TextCache(max_chars=64_000)
+    for i in range(200):
+        cache.text(f"message number {i} " + "x" * 900)
+        assert sum(len(k) for k in cache.entries) <= 64_000
+    assert 0 < len(cache) < 200
+
+
+def test_text_cache_skips_huge_strings_but_digests_them() -> None:
+    """A string over max_chars/64 is digested like any other but not kept."""
+    cache = TextCache(max_chars=64_000)
+    huge = "word " * 1000
+    assert cache.text(huge) == cache.text(" ".join(huge.split()))[:3]
+    assert huge not in cache.entries
