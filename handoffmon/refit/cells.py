@@ -49,7 +49,7 @@ class CellArrays:
     @property
     def checked(self) -> np.ndarray:
         """pass + fail per cell."""
-        return self.passes + self.fails
+        return np.asarray(self.passes + self.fails)
 
     @property
     def none_index(self) -> int:

@@ -167,7 +167,7 @@ def _pair_se(q: np.ndarray, cov: np.ndarray) -> np.ndarray:
 
 
 def _diag_se(mapping: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", mapping, cov, mapping), 0.0))
+    return np.asarray(np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", mapping, cov, mapping), 0.0)))
 
 
 def _r2(y: np.ndarray, resid: np.ndarray, w: np.ndarray) -> float:

@@ -89,7 +89,7 @@ def stationary_interval(
 
 
 def _expit(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    return np.asarray(1.0 / (1.0 + np.exp(-x)))
 
 
 def half_life(p_tf: np.ndarray, p_ft: np.ndarray) -> np.ndarray:

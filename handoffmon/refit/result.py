@@ -345,7 +345,7 @@ def _decode(hint: Any, value: Any) -> Any:
         hints = typing.get_type_hints(hint)
         names = {f.name for f in dataclasses.fields(hint)}
         kwargs = {k: _decode(hints[k], v) for k, v in value.items() if k in names}
-        return hint(**kwargs)
+        return typing.cast(Any, hint)(**kwargs)
     if origin in (Union, types.UnionType):
         args = typing.get_args(hint)
         if value is None and type(None) in args:

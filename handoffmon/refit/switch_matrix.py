@@ -154,4 +154,4 @@ def _pair_variance(deltas: np.ndarray, n: np.ndarray) -> np.ndarray:
         v = np.where(
             ok, np.nanvar(np.where(ok[..., None], deltas, 0.0), axis=-1, ddof=1) / np.maximum(n, 1), np.nan
         )
-        return np.maximum(v, 0.25 / np.maximum(n, 1) ** 2)
+        return np.asarray(np.maximum(v, 0.25 / np.maximum(n, 1) ** 2))

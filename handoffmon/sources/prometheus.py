@@ -124,8 +124,9 @@ class PrometheusSource:
         turns_by = ("model", "prefix_model", "depth_bucket")
         checks = {CheckKey(*(lab[k] for k in checks_by)): v for lab, v in self.vector(CHECKS, checks_by, at)}  # type: ignore[arg-type]
         trans = {
-            TransitionKey(*(lab[k] for k in trans_by)): v for lab, v in self.vector(TRANSITIONS, trans_by, at)
-        }  # type: ignore[arg-type]
+            TransitionKey(*(lab[k] for k in trans_by)): v  # type: ignore[arg-type]
+            for lab, v in self.vector(TRANSITIONS, trans_by, at)
+        }
         turns: dict[TurnKey, int] = {}
         for lab, v in self.vector(TURNS, turns_by, at):
             key = TurnKey(lab["model"], lab["prefix_model"], lab["depth_bucket"], _handoff(lab))
