@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -9,8 +11,9 @@ from prometheus_client import CollectorRegistry
 
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import start_metrics_server
+from tests.conftest import free_port, require_binary
 from tests.exporters.turns import make_result
-from tests.promserver import prometheus_server
+from tests.promserver import PromServer, _ready, prometheus_server, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -62,3 +65,39 @@ def test_real_prometheus_adherence_by_depth_and_handoff_rate(tmp_path: Path) -> 
         assert float(prom.query(DECIDED_TURNS)[0]["value"][1]) == 10
         up = prom.query('up{job="handoffmon"}')
         assert [float(r["value"][1]) for r in up] == [1.0]
+
+
+def test_real_prometheus_stores_conversation_id_exemplars(tmp_path: Path) -> None:
+    """With telemetry.exemplars, Prometheus (exemplar storage on) keeps conversation ids as exemplars."""
+    exp = PrometheusExporter(CollectorRegistry(), exemplars=True, multiprocess=False)
+    exp.export(make_result(conversation_id="conv-exemplar-e2e", checks=[("json", "pass")]))
+    with start_metrics_server(exp.registry, 0) as server:
+        port = free_port()
+        config = write_config(tmp_path / "prometheus.yml", [f"127.0.0.1:{server.port}"])
+        log_path = tmp_path / "prometheus.log"
+        args = [
+            require_binary("prometheus"),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--enable-feature=exemplar-storage",
+            "--log.level=warn",
+        ]
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        prom = PromServer(
+            url=f"http://127.0.0.1:{port}", proc=proc, data_dir=tmp_path / "tsdb", log_path=log_path
+        )
+        try:
+            assert prom.wait_for(lambda: _ready(prom), 30, 0.2), prom.log_tail()
+
+            def exemplars() -> list:
+                now = time.time()
+                params = {"query": "handoffmon_turns_total", "start": str(now - 300), "end": str(now + 60)}
+                return [e for s in prom.api("query_exemplars", params) for e in s["exemplars"]]
+
+            assert prom.wait_for(lambda: bool(exemplars()), 30), prom.log_tail()
+            assert exemplars()[0]["labels"] == {"conversation_id": "conv-exemplar-e2e"}
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
