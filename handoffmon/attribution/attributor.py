@@ -81,7 +81,8 @@ class Attributor:
 
     Args:
         store: where fingerprints live.
-        names: canonical model names (``record`` expects canonical authors already).
+        names: canonical model names; ``record`` passes authors through them (names that
+            are already canonical map to themselves unless the mapping says otherwise).
         content_fallback: also key replies by content, for when the chain breaks.
         clock: wall clock for ``Authorship.created_at``.
         pending_max: bound of the in-process overlay of not-yet-persisted replies.
@@ -311,9 +312,9 @@ class Attributor:
     ) -> RecordedReply:
         """Fingerprint a reply and make it attributable at once in this process.
 
-        Cheap (two hashes and a dict insert). ``authors`` are canonical names, in order
-        (two for a mid-stream fallback). Nothing is recorded for a degraded context or
-        when every author is ``unknown``.
+        Cheap (two hashes and a dict insert). ``authors`` in order (two for a mid-stream
+        fallback), canonical or raw (they go through ``names``). Nothing is recorded for a
+        degraded context or when every author is ``unknown``.
 
         Returns:
             What ``persist`` writes, and the conversation's final id.
@@ -323,10 +324,10 @@ class Attributor:
         cid = ctx.conversation_id
         if ctx.conversation_id_source == "derived" and cid.startswith(PENDING_PREFIX):
             cid = derived_conversation_id(h)
-        names = tuple(a for a in authors if a and a != UNKNOWN_MODEL)
-        if ctx.degraded or not names:
+        canon = self.names.canonical_all(authors)
+        if ctx.degraded or all(a == UNKNOWN_MODEL for a in canon):
             return RecordedReply(cid, chain_key(h), ())
-        auth = Authorship(tuple(authors), ctx.depth, self._clock(), cid)
+        auth = Authorship(canon, ctx.depth, self._clock(), cid)
         items = [(chain_key(h), auth)]
         if self.content_fallback:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)

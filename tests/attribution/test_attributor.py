@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from handoffmon.attribution import Attributor
+from handoffmon.attribution import Attributor, ModelNames
 from handoffmon.attribution.conversation import PENDING_PREFIX
 from handoffmon.protocols import Authorship
 from handoffmon.stores.memory import MemoryStore
@@ -412,3 +412,11 @@ def test_stored_collision_marker_is_read_as_unknown(attributor: Attributor) -> N
     recorded = chat.turn("q", LONG_A, "gpt-4o") and chat.recorded[0]
     attributor.store.put_many([(k, Authorship((), 0, 0.0)) for k, _ in recorded.items])
     assert chat.ask("x").attributions[0].author == "unknown"
+
+
+def test_record_canonicalizes_authors() -> None:
+    """Raw deployment ids passed to record() are stored under their canonical names."""
+    attributor = Attributor(MemoryStore(), names=ModelNames({"azure-eu-4o": "gpt-4o"}))
+    chat = Chat(attributor)
+    chat.turn("q", LONG_A, "azure-eu-4o", "claude")
+    assert chat.ask("x").attributions[0].authors == ("gpt-4o", "claude")
