@@ -25,7 +25,8 @@ class CheckContext:
         model_group: the model or group the application asked for (scope ``model_groups``).
         route: application route name (scope ``routes``).
         tags: request metadata tags (scope ``tags``).
-        user_message: text of the last user message (challenge detection).
+        user_message: text of the last user message (challenge detection); defaults to
+            ``turn.user_message`` when a turn is given.
         previous: rule name → the value that rule extracted at this conversation's previous
             turn (``CheckResult.extracted``); see ``answer_flip``.
         depth: 1-based depth of the reply; taken from ``turn.depth`` when ``turn`` is given.
@@ -42,8 +43,12 @@ class CheckContext:
     rule: str = ""
 
     def __post_init__(self) -> None:
-        if self.turn is not None and self.depth != self.turn.depth:
+        if self.turn is None:
+            return
+        if self.depth != self.turn.depth:
             object.__setattr__(self, "depth", self.turn.depth)
+        if not self.user_message and self.turn.user_message:
+            object.__setattr__(self, "user_message", self.turn.user_message)
 
     @property
     def previous_value(self) -> str | None:

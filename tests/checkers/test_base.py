@@ -27,6 +27,13 @@ def test_context_depth_follows_turn() -> None:
     assert CheckContext().previous == {}
 
 
+def test_context_user_message_defaults_to_turn() -> None:
+    """The last user message comes from the turn unless given explicitly."""
+    turn = TurnContext("c", "caller", 2, 0, 0, "m", 1.0, 1, (), 0, user_message="Are you sure?")
+    assert CheckContext(turn=turn).user_message == "Are you sure?"
+    assert CheckContext(turn=turn, user_message="other").user_message == "other"
+
+
 def test_previous_value_is_looked_up_by_rule_name() -> None:
     """A stateful checker sees only its own rule's stored value."""
     ctx = CheckContext(previous={"flip": "42", "other": "x"}, rule="flip")

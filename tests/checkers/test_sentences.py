@@ -50,3 +50,27 @@ def test_word_tokens_split_contractions_and_punctuation() -> None:
     assert count_capital_words("I'M HERE. DON'T GO") == 6
     assert count_capital_words("CANNOT stop") == 2
     assert count_capital_words("no capitals, 123") == 0
+
+
+def test_fast_path_agrees_with_full_decision() -> None:
+    """The plain-word / '?!' shortcut gives the same counts as the full Punkt annotation."""
+    import json
+    from pathlib import Path
+
+    from handoffmon.checkers.ifeval import sentences
+
+    path = Path(__file__).parent.parent / "data" / "ifeval" / "responses_llama31_8b.jsonl"
+    responses = [json.loads(line)["response"] for line in path.read_text(encoding="utf-8").splitlines()]
+    fast = [sentences.count_sentences(r) for r in responses]
+
+    def full(match: object, word: str) -> bool:
+        return sentences._contains_sentbreak(word + match.group() + match.group("after_tok"))  # type: ignore[attr-defined]
+
+    original = sentences._is_break
+    sentences._is_break = full  # type: ignore[assignment]
+    try:
+        slow = [sentences.count_sentences(r) for r in responses]
+    finally:
+        sentences._is_break = original
+    assert fast == slow
+    assert sum(fast) > 5000

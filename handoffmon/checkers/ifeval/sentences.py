@@ -28,6 +28,7 @@ _REALIGN = re.compile(r"""["')\]}]+?(?:\s+|(?=--)|$)""", re.MULTILINE)
 _NUMERIC = re.compile(r"^-?[.,]?\d[\d,.-]*\.?$")
 _INITIAL = re.compile(r"[^\W\d]\.$")
 _ELLIPSIS = re.compile(r"\.\.+$")
+_PLAIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _ASCII_SPACE = " \t\n\r\x0b\x0c"
 _ORTHO_PUNCT = frozenset(";:,.!?")
 
@@ -140,9 +141,10 @@ def _contains_sentbreak(context: str) -> bool:
 
 
 def _end_contexts(text: str) -> Iterator[tuple[re.Match[str], str]]:
-    """Potential sentence ends with their context (previous word + end + following token).
+    """Potential sentence ends with the word before them.
 
-    Ends not separated by whitespace (``?!``, ``U.S.``) merge: only the last is examined.
+    Ends not separated by whitespace (``?!``, ``U.S.``) merge: only the last is examined,
+    with the whole run as its word.
     """
     prev_match: re.Match[str] | None = None
     prev_start = prev_stop = 0
@@ -150,10 +152,20 @@ def _end_contexts(text: str) -> Iterator[tuple[re.Match[str], str]]:
         space = _last_space(text, prev_stop, match.start())
         word_start = space + 1 if space > prev_stop else prev_start
         if prev_match is not None and prev_stop <= word_start:
-            yield prev_match, text[prev_start:prev_stop] + prev_match.group() + prev_match.group("after_tok")
+            yield prev_match, text[prev_start:prev_stop]
         prev_match, prev_start, prev_stop = match, word_start, match.start()
     if prev_match is not None:
-        yield prev_match, text[prev_start:prev_stop] + prev_match.group() + prev_match.group("after_tok")
+        yield prev_match, text[prev_start:prev_stop]
+
+
+def _is_break(match: re.Match[str], word: str) -> bool:
+    """Whether Punkt ends a sentence at ``match`` (preceded by ``word``)."""
+    end = match.group()
+    if end != ".":
+        return True  # '?'/'!' are sentence-break tokens and a token always follows (after_tok)
+    if _PLAIN_WORD.fullmatch(word) and word.lower() not in ABBREVIATIONS:
+        return True  # fast path: an ordinary word + '.' is a break whatever follows
+    return _contains_sentbreak(word + end + match.group("after_tok"))
 
 
 def _last_space(text: str, lo: int, hi: int) -> int:
@@ -164,8 +176,8 @@ def _last_space(text: str, lo: int, hi: int) -> int:
 
 def _slices(text: str) -> Iterator[tuple[int, int]]:
     last_break = 0
-    for match, context in _end_contexts(text):
-        if _contains_sentbreak(context):
+    for match, word in _end_contexts(text):
+        if _is_break(match, word):
             yield last_break, match.end()
             last_break = match.start("next_tok") if match.group("next_tok") else match.end()
     yield last_break, len(text.rstrip())
