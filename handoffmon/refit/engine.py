@@ -12,6 +12,7 @@ import numpy as np
 from handoffmon.config import RefitConfig
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
+from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.cells import CellArrays, build_cells, wilson, z_value
 from handoffmon.refit.decomposition import Decomposition, decompose
 from handoffmon.refit.delta import DeltaTable, pool_rules, stratified_delta
@@ -21,7 +22,6 @@ from handoffmon.refit.result import (
     OBSERVATIONAL_NOTE,
     DepthCurve,
     MarkovFit,
-    ModelScores,
     PairEffect,
     RefitResult,
     RuleFit,
@@ -131,7 +131,7 @@ class _RuleFitter:
             r2=dec.r2,
             r2_unweighted=dec.r2_unweighted,
             n_pairs=dec.n_pairs,
-            models=self._model_scores(dt, dec),
+            models=model_scores(self.cells.models, dec, dt.n_used[0], dt.reported[0]),
             pairs=self._pairs(rule, dt, dec),
             markov=markov,
             markov_after_handoff=after,
@@ -139,48 +139,13 @@ class _RuleFitter:
             curves=curves,
         )
 
-    def _model_scores(self, dt: DeltaTable, dec: Decomposition) -> dict[str, ModelScores]:
-        used = np.where(dt.reported[0], dt.n_used[0], 0)
-        n_model = used.sum(axis=0) + used.sum(axis=1)
-        cols = (dec.pi, dec.pi_se, dec.sigma, dec.sigma_se)
-        rows = zip(*(c.tolist() for c in cols), n_model.tolist(), strict=True)
-        return {
-            m: ModelScores(p, pse, s, sse, int(n))
-            for m, (p, pse, s, sse, n) in zip(self.cells.models, rows, strict=True)
-        }
-
     def _pairs(self, rule: str, dt: DeltaTable, dec: Decomposition) -> list[PairEffect]:
-        half = self.z * np.sqrt(dt.var[0])
-        lo, hi = dt.delta[0] - half, dt.delta[0] + half
-        cols = [a.tolist() for a in (dt.n[0], dt.delta[0], np.sqrt(dt.var[0]), lo, hi, dec.risk, dec.risk_se)]
-        cols += [dt.reported[0].tolist(), dt.coverage[0].tolist(), dec.residual.tolist()]
-        n, delta, se, clo, chi, risk, risk_se, rep, cov, res = cols
-        models = self.cells.models
-        out = []
-        for a, pa in enumerate(models):
-            for b, mb in enumerate(models):
-                if a == b:
-                    continue
-                sig = bool(rep[a][b] and (clo[a][b] > 0 or chi[a][b] < 0))
-                out.append(
-                    PairEffect(
-                        rule,
-                        pa,
-                        mb,
-                        n[a][b],
-                        delta[a][b],
-                        se[a][b],
-                        clo[a][b],
-                        chi[a][b],
-                        sig,
-                        risk[a][b],
-                        risk_se[a][b],
-                        bool(rep[a][b]),
-                        cov[a][b],
-                        res[a][b],
-                    )
-                )
-        return out
+        se = np.sqrt(dt.var[0])
+        arr = PairArrays(
+            dt.n[0], dt.delta[0], se, dt.delta[0] - self.z * se, dt.delta[0] + self.z * se,
+            dt.reported[0], dt.coverage[0],
+        )  # fmt: skip
+        return pair_effects(rule, self.cells.models, arr, dec)
 
     def _dynamics(
         self, rule: str, inp: _RuleInput

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.bootstrap import bca_means
 from handoffmon.refit.decomposition import decompose
-from handoffmon.refit.result import CellMean, ModelScores, PairEffect, RuleFit, SwitchMatrixResult
+from handoffmon.refit.result import CellMean, RuleFit, SwitchMatrixResult
 
 
 @dataclass(frozen=True)
@@ -110,30 +111,10 @@ def switch_matrix(
     reported = (~np.eye(k, dtype=bool)) & (n_d >= max(min_n, 2))
     var = _pair_variance(deltas.reshape(k, k, e), n_d)
     dec = decompose(np.where(reported, d, np.nan), var, reported, ridge)
-    pairs = [
-        PairEffect(
-            rule, table.models[a], table.models[b], int(n_d[a, b]), float(d[a, b]), float(d_se[a, b]),
-            float(d_lo[a, b]), float(d_hi[a, b]),
-            bool(reported[a, b] and (d_lo[a, b] > 0 or d_hi[a, b] < 0)),
-            float(dec.risk[a, b]), float(dec.risk_se[a, b]), bool(reported[a, b]), 1.0,
-            float(dec.residual[a, b]),
-        )
-        for a in range(k)
-        for b in range(k)
-        if a != b
-    ]  # fmt: skip
-    used = np.where(reported, n_d, 0)
-    n_model = used.sum(axis=0) + used.sum(axis=1)
-    models = {
-        m: ModelScores(
-            float(dec.pi[i]),
-            float(dec.pi_se[i]),
-            float(dec.sigma[i]),
-            float(dec.sigma_se[i]),
-            int(n_model[i]),
-        )
-        for i, m in enumerate(table.models)
-    }
+    coverage = np.where(reported, 1.0, np.nan)
+    arr = PairArrays(n_d, d, d_se, d_lo, d_hi, reported, coverage)
+    pairs = pair_effects(rule, table.models, arr, dec)
+    models = model_scores(table.models, dec, n_d, reported)
     fit = RuleFit(rule, dec.mu, dec.mu_se, dec.r2, dec.r2_unweighted, dec.n_pairs, models, pairs)
     return SwitchMatrixResult(
         created_at=time.time() if now is None else float(now),
