@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from handoffmon.attribution import Attributor, ModelNames
 from handoffmon.attribution.conversation import PENDING_PREFIX
-from handoffmon.protocols import Authorship
+from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.memory import MemoryStore
+from handoffmon.stores.sqlite import SQLiteStore
 from tests.attribution.chat import Chat
-from tests.stores.helpers import FakeClock
+from tests.stores.helpers import FakeClock, run_in_threads
 
 LONG_A = "Here is a detailed answer about the refund policy and how it applies to you."
 LONG_B = "The second answer goes into the exceptions to the policy, with three examples."
 LONG_C = "Finally, a summary of everything we discussed, with the next steps to take."
 
 
-@pytest.fixture
-def attributor() -> Attributor:
+@pytest.fixture(params=["memory", "sqlite"])
+def attributor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Attributor]:
+    """An Attributor over each embedded store: the semantics must not depend on the backend."""
     clock = FakeClock()
-    return Attributor(MemoryStore(clock=clock), clock=clock)
+    store: AttributionStore
+    if request.param == "memory":
+        store = MemoryStore(clock=clock)
+    else:
+        store = SQLiteStore(tmp_path / "attr.db", clock=clock)
+    yield Attributor(store, clock=clock)
+    store.close()
 
 
 def _three_turns(attributor: Attributor, **kw: object) -> Chat:
@@ -420,3 +431,17 @@ def test_record_canonicalizes_authors() -> None:
     chat = Chat(attributor)
     chat.turn("q", LONG_A, "azure-eu-4o", "claude")
     assert chat.ask("x").attributions[0].authors == ("gpt-4o", "claude")
+
+
+def test_concurrent_conversations_on_threads(attributor: Attributor) -> None:
+    """Conversations played on parallel threads through one Attributor stay exact."""
+
+    def play(t: int) -> None:
+        chat = Chat(attributor)
+        for k in range(15):
+            chat.turn(f"thread {t} question {k}", f"thread {t} answer {k}: {LONG_A}", f"m{(t + k) % 3}")
+        ctx = chat.ask("last")
+        assert [a.author for a in ctx.attributions] == [f"m{(t + k) % 3}" for k in range(15)]
+        assert all(a.method == "chain" for a in ctx.attributions) and ctx.depth == 16
+
+    assert run_in_threads(play, 4) == []
