@@ -119,6 +119,10 @@ class Attributor:
         # Interned MessageAttribution records: constructing a frozen dataclass costs ~0.5 µs,
         # and every request re-attributes the same prefix. Values are immutable, so sharing is safe.
         self._made: dict[tuple[object, ...], MessageAttribution] = {}
+        # Chain fingerprints of replies recorded here after a fully chained history: a
+        # request ending in one of them needs only chain keys (see _lookup).
+        self._verified: dict[int, None] = {}
+        self._verified_max = pending_max
 
     # -- hot path ---------------------------------------------------------------------
 
@@ -205,31 +209,53 @@ class Attributor:
         return _Scan(h, chars, tail, indices, chains, contents)
 
     def _lookup(self, scan: _Scan) -> list[Authorship | None]:
-        """Chain keys then content keys of every assistant message, in one store call."""
-        keys = ["c:" + hex(h) for h in scan.chains]  # = chain_key(h), inlined for speed
-        if not keys:
+        """Authorships of the chain keys, then of the content keys, of every assistant message.
+
+        One store call. When the last assistant message is a reply this process recorded
+        after a fully chain-attributed history (``_verified``), its whole prefix is known
+        to chain, so only chain keys are asked for; a chain key that misses anyway
+        (expired, evicted, collided) costs a second call for its content key.
+        """
+        chains = scan.chains
+        if not chains:
             return []
-        if self.content_fallback:
+        keys = ["c:" + hex(h) for h in chains]  # = chain_key(h), inlined for speed
+        if not self.content_fallback:
+            return self._fetch(keys)[0]
+        n = len(keys)
+        if chains[-1] not in self._verified:
             keys += ["k:" + hex(c) for c in scan.contents]  # = content_key(c)
+            return self._fetch(keys)[0]
+        found, ok = self._fetch(keys)
+        found += [None] * n
+        missing = [j for j in range(n) if found[j] is None or not found[j].authors]  # type: ignore[union-attr]
+        if missing and ok:
+            extra = self._fetch(["k:" + hex(scan.contents[j]) for j in missing])[0]
+            for j, auth in zip(missing, extra, strict=True):
+                found[n + j] = auth
+        return found
+
+    def _fetch(self, keys: list[str]) -> tuple[list[Authorship | None], bool]:
+        """Overlay first, then one ``get_many`` for the rest; (values, store answered)."""
         pending = self._pending
         if not len(pending):
             return self._get_many(keys, [None] * len(keys), keys)
         found = [pending.get(k) for k in keys]
         missing = [k for k, v in zip(keys, found, strict=True) if v is None]
-        return self._get_many(missing, found, keys) if missing else found
+        return self._get_many(missing, found, keys) if missing else (found, True)
 
     def _get_many(
         self, missing: list[str], found: list[Authorship | None], keys: list[str]
-    ) -> list[Authorship | None]:
+    ) -> tuple[list[Authorship | None], bool]:
         try:
             got = self.store.get_many(missing)
         except Exception as exc:  # any store failure: fail open to what the overlay knows
             self._fail("attribution", exc)
-            return found
+            return found, False
         if len(missing) == len(keys):
-            return list(got)
+            return list(got), True
         it = iter(got)
-        return [v if v is not None else next(it) for v in found]
+        return [v if v is not None else next(it) for v in found], True
 
     def _context(
         self,
@@ -333,7 +359,16 @@ class Attributor:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
             items.append((content_key(fp), auth))
         seq = self._pending.add(items)
+        if all(a.method == "chain" for a in ctx.attributions):
+            self._verify(h)
         return RecordedReply(cid, items[0][0], tuple(items), seq)
+
+    def _verify(self, fingerprint: int) -> None:
+        """Remember a reply whose whole history chained (bounded; cleared when full)."""
+        verified = self._verified
+        if len(verified) >= self._verified_max:
+            verified.clear()
+        verified[fingerprint] = None
 
     def persist(self, recorded: RecordedReply) -> None:
         """Write a recorded reply to the store (background worker), merging collisions.

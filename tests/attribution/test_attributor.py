@@ -389,21 +389,51 @@ def test_content_fallback_off_leaves_broken_chains_unknown() -> None:
     assert [a.method for a in chat.ask("x").attributions] == ["unknown", "unknown"]
 
 
-def test_one_store_call_per_request() -> None:
-    """attribute() makes exactly one get_many call, with chain then content keys."""
-    calls: list[list[str]] = []
+class CountingStore(MemoryStore):
+    """Records every get_many call's keys."""
 
-    class Counting(MemoryStore):
-        def get_many(self, keys):  # type: ignore[no-untyped-def]
-            calls.append(list(keys))
-            return super().get_many(keys)
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[str]] = []
 
-    attributor = Attributor(Counting())
-    chat = _three_turns(attributor)
-    calls.clear()
-    chat.ask("x")
-    assert len(calls) == 1
-    assert [k[:2] for k in calls[0]] == ["c:"] * 3 + ["k:"] * 3
+    def get_many(self, keys):  # type: ignore[no-untyped-def]
+        self.calls.append(list(keys))
+        return super().get_many(keys)
+
+
+def test_one_store_call_with_chain_and_content_keys() -> None:
+    """A history this process did not just extend: one get_many with chain then content keys."""
+    store = CountingStore()
+    chat = _three_turns(Attributor(store))
+    store.calls.clear()
+    Attributor(store).attribute([*chat.history, {"role": "user", "content": "x"}])
+    assert [[k[:2] for k in call] for call in store.calls] == [["c:"] * 3 + ["k:"] * 3]
+
+
+def test_verified_history_asks_only_chain_keys() -> None:
+    """Extending a fully chained history recorded here: one call, chain keys only."""
+    store = CountingStore()
+    chat = _three_turns(Attributor(store))
+    store.calls.clear()
+    ctx = chat.ask("x")
+    assert [[k[:2] for k in call] for call in store.calls] == [["c:"] * 3]
+    assert [a.method for a in ctx.attributions] == ["chain"] * 3
+
+
+def test_verified_history_with_a_lost_chain_key_falls_back_by_content() -> None:
+    """If a chain key vanished (eviction, expiry), a second call finds it by content."""
+    store = CountingStore()
+    chat = _three_turns(Attributor(store))
+    first_chain_key = chat.recorded[0].items[0][0]
+    store.put_many([(first_chain_key, Authorship((), 0, 0.0, ""))])  # lost to a collision
+    store.calls.clear()
+    ctx = chat.ask("x")
+    assert [(a.author, a.method) for a in ctx.attributions] == [
+        ("gpt-4o", "content"),
+        ("claude", "chain"),
+        ("claude", "chain"),
+    ]
+    assert [[k[:2] for k in call] for call in store.calls] == [["c:"] * 3, ["k:"]]
 
 
 def test_sdk_objects_in_history_attribute_like_dicts(attributor: Attributor) -> None:

@@ -6,8 +6,10 @@ Each measured request is a fresh ``json.loads`` copy of the history (new string 
 as a server sees them), against a memory store that already holds every earlier reply,
 so it measures the steady state of a live conversation: one new user message per turn.
 A turn is a user message and its reply, so "20 turns" is a request of 42 messages
-(system + 20 pairs + the new user message). The last column puts a never-seen message in
-every request (its folding is not cached yet).
+(system + 20 pairs + the new user message). "replica" attributes with an Attributor that
+did not record the last reply (another replica, or after a restart: chain and content
+keys are asked for). "new-msg" puts a never-seen message in every request (its folding is
+not cached yet).
 """
 
 from __future__ import annotations
@@ -49,13 +51,36 @@ def _conversation(attributor: Attributor, turns: int, rng: random.Random) -> lis
     return history
 
 
-def _measure(turns: int, reps: int) -> tuple[float, float, int]:
+def _measure_record(turns: int, reps: int) -> float:
+    """p50 of record() (the other request-path call: reply fingerprints + overlay insert)."""
+    rng = random.Random(turns)
+    attributor = Attributor(MemoryStore(), pending_max=10 * reps)
+    history = _conversation(attributor, turns, rng)
+    ctx = attributor.attribute(history)
+    replies = [_text(rng) for _ in range(reps)]
+    samples: list[float] = []
+    for reply in replies:
+        t0 = time.perf_counter()
+        attributor.record(ctx, reply, ["model-a"])
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _measure(turns: int, reps: int, *, replica: bool = False) -> tuple[float, float, int]:
+    """p50/p99 of attribute() on fresh copies of a ``turns``-turn history.
+
+    ``replica``: attribute with a second Attributor on the same store, which did not
+    record the last reply itself (another replica, or after a restart), so it asks for
+    chain and content keys.
+    """
     rng = random.Random(turns)
     attributor = Attributor(MemoryStore())
     history = _conversation(attributor, turns, rng)
+    if replica:
+        attributor = Attributor(attributor.store)
     blob = json.dumps(history)
     copies = [json.loads(blob) for _ in range(reps)]
-    for msgs in copies[: min(50, reps)]:  # warm-up: the new user message enters the text cache
+    for msgs in copies[: min(50, reps)]:  # warm-up: the history enters the text cache
         attributor.attribute(msgs)
     gc.collect()
     gc.freeze()  # the pre-built copies are not the request path's garbage: keep them out of GC passes
@@ -90,13 +115,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=2000)
     args = parser.parse_args()
-    print(f"{'turns':>5} {'messages':>8} {'chars':>7} {'p50 us':>8} {'p99 us':>8} {'new-msg p50 us':>15}")
+    head = ("turns", "messages", "chars", "p50 us", "p99 us", "replica p50 us", "new-msg p50 us")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (5, 8, 7, 8, 8, 15, 15), strict=True)))
     for turns in TURNS:
         reps = max(200, args.reps // max(1, turns // 20))
         p50, p99, chars = _measure(turns, reps)
+        replica = _measure(turns, reps, replica=True)[0]
         cold = _measure_cold(turns, max(100, reps // 4))
-        us = f"{p50 * 1e6:>8.1f} {p99 * 1e6:>8.1f} {cold * 1e6:>15.1f}"
+        us = f"{p50 * 1e6:>8.1f} {p99 * 1e6:>8.1f} {replica * 1e6:>15.1f} {cold * 1e6:>15.1f}"
         print(f"{turns:>5} {2 * turns + 2:>8} {chars:>7} {us}")
+    print(f"record() of a new ~500-char reply: p50 {_measure_record(20, args.reps) * 1e6:.1f} us")
 
 
 if __name__ == "__main__":
