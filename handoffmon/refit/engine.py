@@ -12,6 +12,7 @@ import numpy as np
 from handoffmon.config import RefitConfig
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
+from handoffmon.errors import InputError
 from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.cells import CellArrays, build_cells, wilson, z_value
 from handoffmon.refit.decomposition import Decomposition, decompose
@@ -77,6 +78,10 @@ def _run(
     window_s: float | None,
 ) -> RefitResult:
     cells = build_cells(counts, buckets)
+    if ALL_RULES in cells.rules:
+        raise InputError(
+            f"rule name {ALL_RULES!r} is reserved for the fit pooled over rules; rename the rule"
+        )
     fitter = _RuleFitter(cells, buckets, settings)
     fits: dict[str, RuleFit] = {}
     for i, rule in enumerate(cells.rules):

@@ -144,3 +144,11 @@ def test_depth_curve_reports_observed_adherence_with_wilson_bounds() -> None:
     assert curve.adherence[0] == pytest.approx(0.9) and curve.adherence[2] == pytest.approx(0.5)
     assert curve.ci_low[0] < 0.9 < curve.ci_high[0]
     assert np.isnan(curve.adherence[1])
+
+
+def test_a_rule_named_all_is_refused() -> None:
+    """'all' is the pooled fit's key; a rule of that name would be silently overwritten."""
+    from handoffmon.errors import InputError
+
+    with pytest.raises(InputError, match="reserved"):
+        refit(Counts(checks={CheckKey("all", "b", "a", "2", "pass"): 1}), buckets=DepthBuckets())
