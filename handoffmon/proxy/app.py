@@ -188,7 +188,7 @@ def create_app(
             await asyncio.to_thread(_drain, state)
 
     app = Starlette(routes=_routes(state), lifespan=lifespan, exception_handlers={405: _method_not_allowed})
-    app.router.default = _not_found  # type: ignore[method-assign]
+    app.router.default = _not_found  # type: ignore[method-assign,assignment]
     app.state.proxy = state
     return app
 

@@ -156,9 +156,11 @@ class Forwarder:
         try:
             req = json.loads(body)
         except ValueError:
-            return self._skip("bad_json")
+            self._skip("bad_json")
+            return None
         if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
-            return self._skip("no_messages")
+            self._skip("no_messages")
+            return None
         headers = self._conversation_headers(scope["headers"])
         metadata = req.get("metadata") if isinstance(req.get("metadata"), dict) else None
         if isinstance(req.get("litellm_session_id"), str):
@@ -175,7 +177,6 @@ class Forwarder:
 
     def _skip(self, reason: str) -> None:
         self._metrics.unmonitored(reason)
-        return None
 
     async def _forward(
         self, scope: Scope, body: bytes, send: Send, turn: _Turn | None, watch: _DisconnectWatch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
@@ -37,6 +38,10 @@ def serve(config: HandoffmonConfig, *, log_level: str = "warning") -> None:
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     app = create_app(config)
+    # Startup objects (modules, config, compiled rules) live as long as the process: move them
+    # out of the collector's reach so full collections, which pause the event loop, stay short.
+    gc.collect()
+    gc.freeze()
     cfg = uvicorn.Config(
         app, host=config.proxy.host, port=config.proxy.port, log_level=log_level, **uvicorn_options(config)
     )

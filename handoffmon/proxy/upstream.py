@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 import aiohttp
+from yarl import URL
 
 HOP_BY_HOP = frozenset(
     {
@@ -119,7 +120,7 @@ class Upstream:
             raise RuntimeError("Upstream.start() was not awaited")
         return self._session.request(
             method,
-            aiohttp.client.URL(self.url_for(path, query), encoded=True),
+            URL(self.url_for(path, query), encoded=True),
             headers=headers,
             data=body or None,
             allow_redirects=False,

@@ -235,7 +235,7 @@ class RedisStore:
 
     def close(self) -> None:
         """Release the connection pool."""
-        with contextlib.suppress(_FAILURES):
+        with contextlib.suppress(*_FAILURES):
             self._client.close()
 
 
@@ -309,5 +309,5 @@ class AsyncRedisStore:
 
     async def close(self) -> None:
         """Release the connection pool."""
-        with contextlib.suppress(_FAILURES):
+        with contextlib.suppress(*_FAILURES):
             await self._client.aclose()

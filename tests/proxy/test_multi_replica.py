@@ -1,9 +1,10 @@
 """Two ``handoffmon serve`` processes sharing attribution through real Redis; a Redis outage mid-run.
 
-Turns alternate between the replicas with a 50 ms think time: a replica stores a reply's
-authorship on its background thread right after answering, so a turn that reaches the
-other replica within ~a millisecond of the previous reply could still see ``unknown``
-(documented in the README).
+A replica stores a reply's authorship on its background thread right after answering; a
+turn reaching another replica before that write could see ``unknown`` (the consistency
+window, documented in the README). Real users are seconds slower; to keep these tests
+deterministic on a loaded machine, each turn waits for the answering replica's queue to
+drain (``POST /admin/flush``) before the next turn goes to the other replica.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from tests.stores.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-THINK_S = 0.05
-
 
 class Replica:
     """One ``python -m handoffmon serve`` subprocess."""
@@ -55,9 +54,13 @@ class Replica:
             time.sleep(0.1)
         raise RuntimeError("serve did not become ready")
 
+    def flush(self) -> None:
+        """Wait until every answered turn is processed (authorship written to the store)."""
+        assert httpx.post(f"{self.url}/admin/flush", timeout=15).json() == {"flushed": True}
+
     def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """All metric samples after draining the replica's queue."""
-        assert httpx.post(f"{self.url}/admin/flush", timeout=15).json() == {"flushed": True}
+        self.flush()
         text = httpx.get(f"{self.url}/metrics").text
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -87,7 +90,12 @@ def _sum(replicas: list[Replica], name: str, **labels: str) -> float:
 @contextmanager
 def replicas(tmp_path: Path, redis_url: str, n: int = 2) -> Iterator[tuple[list[Replica], MockUpstream]]:
     cfg = {
-        "store": {"backend": "redis", "url": redis_url, "key_prefix": f"hm-e2e:{uuid.uuid4().hex}:"},
+        "store": {
+            "backend": "redis",
+            "url": redis_url,
+            "key_prefix": f"hm-e2e:{uuid.uuid4().hex}:",
+            "timeout_s": 0.5,  # a loaded test machine must not turn a slow reply into an outage
+        },
         "attribution": {"canonical_models": {"dep-a-1": "model-a", "dep-b-1": "model-b"}},
         "telemetry": {"log_turns": False},
         "refit": {"interval_s": 0},
@@ -120,7 +128,7 @@ def converse(reps: list[Replica], turns: int, tag: str, stream: bool = False) ->
             text = resp.choices[0].message.content or ""
         assert text == reply_text(schedule(d), d)
         messages.append({"role": "assistant", "content": text})
-        time.sleep(THINK_S)
+        reps[(d - 1) % len(reps)].flush()
     for c in clients:
         c.close()
 
