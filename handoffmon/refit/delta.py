@@ -6,6 +6,10 @@ confounding that runs through conversation depth. It compares, within each depth
 bucket, the adherence of turns by B after A with turns by B after B, and averages the
 differences with the handoff cell's depth mix as weights (the effect "on the handoffs
 that actually happened").
+
+The variance treats checks as independent Bernoulli trials. Turns of one conversation
+in the same cell are correlated (and, pooled over rules, so are the checks of one
+turn), so intervals are somewhat optimistic for long conversations.
 """
 
 from __future__ import annotations
