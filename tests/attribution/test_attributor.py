@@ -475,3 +475,14 @@ def test_concurrent_conversations_on_threads(attributor: Attributor) -> None:
         assert all(a.method == "chain" for a in ctx.attributions) and ctx.depth == 16
 
     assert run_in_threads(play, 4) == []
+
+
+def test_identical_histories_answered_by_different_models_are_not_misattributed(
+    attributor: Attributor,
+) -> None:
+    """Same opening, same reply text, different models: indistinguishable, so `unknown`."""
+    one, two = Chat(attributor), Chat(attributor)
+    one.turn("hi", "Hello! How can I help you today?", "gpt-4o")
+    two.turn("hi", "Hello! How can I help you today?", "claude")
+    assert [a.author for a in one.ask("x").attributions] == ["unknown"]
+    assert [a.author for a in two.ask("y").attributions] == ["unknown"]
