@@ -68,6 +68,11 @@ HOSTILE: dict[str, str] = {
     "regex_bomb_x": "x" * 50_000,
     "json_nested_10k": "[" * 10_000 + "]" * 10_000,
     "json_nested_10k_objects": '{"a":' * 10_000 + "1" + "}" * 10_000,
+    # shapes that make the reference IFEval regexes backtrack quadratically
+    "brackets": "[" * 100_000,
+    "newlines": "\n" * 100_000 + "x",
+    "space_newlines": " \n" * 50_000,
+    "angles": "<" * 100_000 + "x",
 }
 
 VALID = {"pass", "fail", "not_applicable"}
@@ -91,12 +96,14 @@ def test_general_checkers_survive_hostile_input(kind: str, params: dict[str, obj
     assert elapsed < 5.0, f"{kind} on {name} took {elapsed:.2f}s"
 
 
-@pytest.mark.parametrize("name", ["empty", "blank", "lone_surrogates", "json_nested_10k", "regex_bomb"])
+@pytest.mark.parametrize("name", ["empty", "blank", "lone_surrogates", "json_nested_10k", "regex_bomb",
+                                  "brackets", "newlines", "space_newlines", "angles"])
 @pytest.mark.parametrize("iid", sorted(INSTRUCTIONS))
 def test_ifeval_checkers_survive_hostile_input(iid: str, name: str) -> None:
-    """IFEval checks give a verdict on hostile input; blank replies never follow (reference rule)."""
-    verdict, reason, _ = _run("ifeval:" + iid, IFEVAL_KWARGS.get(iid, {}), HOSTILE[name])
+    """IFEval checks give a verdict on hostile input, in linear time; blank replies never follow."""
+    verdict, reason, elapsed = _run("ifeval:" + iid, IFEVAL_KWARGS.get(iid, {}), HOSTILE[name])
     assert verdict in {"pass", "fail"}, reason
+    assert elapsed < 3.0, f"{iid} on {name} took {elapsed:.2f}s"
     if name in ("empty", "blank"):
         assert verdict == "fail"
 

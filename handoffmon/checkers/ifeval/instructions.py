@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 
 from handoffmon.checkers.base import ParamError, Params
-from handoffmon.checkers.ifeval import langdetect_checks
+from handoffmon.checkers.ifeval import langdetect_checks, scan
 from handoffmon.checkers.ifeval.sentences import count_sentences
 from handoffmon.checkers.ifeval.words import count_capital_words
 
@@ -54,15 +54,12 @@ def number_sentences(p: Params) -> InstructionCheck:
 
 def number_placeholders(p: Params) -> InstructionCheck:
     n = p.int("num_placeholders", min_value=0)
-    rx = re.compile(r"\[.*?\]")
-    return lambda v: len(rx.findall(v)) >= n
+    return lambda v: scan.count_placeholders(v) >= n
 
 
 def number_bullet_lists(p: Params) -> InstructionCheck:
     n = p.int("num_bullets", min_value=0)
-    star = re.compile(r"^\s*\*[^\*].*$", re.MULTILINE)
-    dash = re.compile(r"^\s*-.*$", re.MULTILINE)
-    return lambda v: len(star.findall(v)) + len(dash.findall(v)) == n
+    return lambda v: scan.count_bullets(v) == n
 
 
 def constrained_response(p: Params) -> InstructionCheck:
@@ -108,13 +105,15 @@ def number_paragraphs(p: Params) -> InstructionCheck:
 
 def postscript(p: Params) -> InstructionCheck:
     marker = p.str("postscript_marker").strip()
+    # The reference's r"\s*<marker>.*$" (MULTILINE) matches wherever <marker> does; the
+    # leading \s* and trailing .*$ only add quadratic backtracking on long whitespace runs.
     if marker == "P.P.S":
-        pattern = r"\s*p\.\s?p\.\s?s.*$"
+        pattern = r"p\.\s?p\.\s?s"
     elif marker == "P.S.":
-        pattern = r"\s*p\.\s?s\..*$"
+        pattern = r"p\.\s?s\."
     else:
-        pattern = r"\s*" + re.escape(marker.lower()) + r".*$"
-    rx = re.compile(pattern, re.MULTILINE)
+        pattern = re.escape(marker.lower())
+    rx = re.compile(pattern)
     return lambda v: rx.search(v.lower()) is not None
 
 
@@ -209,8 +208,7 @@ def end_checker(p: Params) -> InstructionCheck:
 
 
 def title(p: Params) -> InstructionCheck:
-    rx = re.compile(r"<<[^\n]+>>")
-    return lambda v: any(t.lstrip("<").rstrip(">").strip() for t in rx.findall(v))
+    return scan.has_title
 
 
 def letter_frequency(p: Params) -> InstructionCheck:
