@@ -62,4 +62,5 @@ def test_postscript_pattern_equals_reference(text: str) -> None:
 
     for marker, ref in (("P.S.", r"\s*p\.\s?s\..*$"), ("P.P.S", r"\s*p\.\s?p\.\s?s.*$")):
         expected = bool(re.findall(ref, text.lower(), flags=re.MULTILINE))
-        assert build_instruction("detectable_content:postscript", {"postscript_marker": marker})(text) == expected
+        check = build_instruction("detectable_content:postscript", {"postscript_marker": marker})
+        assert check(text) == expected
