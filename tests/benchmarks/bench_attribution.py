@@ -19,10 +19,14 @@ import gc
 import json
 import random
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from handoffmon.attribution import Attributor
+from handoffmon.protocols import AttributionStore
 from handoffmon.stores.memory import MemoryStore
+from handoffmon.stores.sqlite import SQLiteStore
 
 TURNS = (1, 10, 20, 50, 200)
 WORDS = ("the", "model", "answered", "each", "question", "with", "care", "and", "cited", "policy")
@@ -66,7 +70,9 @@ def _measure_record(turns: int, reps: int) -> float:
     return statistics.median(samples)
 
 
-def _measure(turns: int, reps: int, *, replica: bool = False) -> tuple[float, float, int]:
+def _measure(
+    turns: int, reps: int, *, replica: bool = False, store: AttributionStore | None = None
+) -> tuple[float, float, int]:
     """p50/p99 of attribute() on fresh copies of a ``turns``-turn history.
 
     ``replica``: attribute with a second Attributor on the same store, which did not
@@ -74,7 +80,7 @@ def _measure(turns: int, reps: int, *, replica: bool = False) -> tuple[float, fl
     chain and content keys.
     """
     rng = random.Random(turns)
-    attributor = Attributor(MemoryStore())
+    attributor = Attributor(store if store is not None else MemoryStore())
     history = _conversation(attributor, turns, rng)
     if replica:
         attributor = Attributor(attributor.store)
@@ -125,6 +131,13 @@ def main() -> None:
         us = f"{p50 * 1e6:>8.1f} {p99 * 1e6:>8.1f} {replica * 1e6:>15.1f} {cold * 1e6:>15.1f}"
         print(f"{turns:>5} {2 * turns + 2:>8} {chars:>7} {us}")
     print(f"record() of a new ~500-char reply: p50 {_measure_record(20, args.reps) * 1e6:.1f} us")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "bench.db")
+        p50, p99, _ = _measure(20, args.reps // 2, store=store)
+        replica = _measure(20, args.reps // 2, replica=True, store=store)[0]
+        store.close()
+    figures = f"p50 {p50 * 1e6:.1f} us, p99 {p99 * 1e6:.1f} us, replica p50 {replica * 1e6:.1f} us"
+    print(f"SQLite store, 20 turns: {figures}")
 
 
 if __name__ == "__main__":
