@@ -98,3 +98,21 @@ def test_language_checks_are_deterministic() -> None:
     text = "REFLECT ON YOUR EXPERIENCES: FOCUS ON SPECIFIC MOMENTS AND GROWTH."
     check = build_instruction("change_case:english_capital", {})
     assert len({check(text) for _ in range(5)}) == 1
+
+
+def test_multi_if_turns_accumulate_by_instruction_id() -> None:
+    """Multi-IF style: rules named by id; a later turn's kwargs replace the earlier ones."""
+    from handoffmon.checkers import RuleSet
+    from handoffmon.checkers.ifeval.adapter import ifeval_rules
+
+    turn1 = ifeval_rules(["change_case:english_lowercase"], [{}])
+    turn2 = ifeval_rules(["change_case:english_lowercase", "startend:end_checker"],
+                         [{}, {"end_phrase": "what are they doing?", "unused": None}])
+    acc = RuleSet.accumulate(turn1, turn2)
+    assert [r.name for r in acc] == ["change_case:english_lowercase", "startend:end_checker"]
+    assert acc[1].params == {"end_phrase": "what are they doing?"}
+    rs = RuleSet()
+    results = rs.evaluate("the boys are playing. what are they doing?", CheckContext(), acc)
+    assert [r.verdict for r in results] == ["pass", "pass"]
+    (loose,) = ifeval_rules(["startend:quotation"], [{}], loose=True)
+    assert loose.check == "ifeval_loose:startend:quotation"
