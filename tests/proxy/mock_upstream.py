@@ -4,12 +4,14 @@ The mock answers ``POST /v1/chat/completions`` deterministically (same request â
 bytes) with LiteLLM Proxy's authorship headers, as JSON or SSE. Request headers steer it:
 ``x-mock-model`` (who answers), ``x-mock-fallbacks``, ``x-mock-delay-s`` (before
 answering), ``x-mock-status`` (error status), ``x-mock-chunk-delay-s`` and
-``x-mock-chunks`` (slow/long streams). It records what it received in ``seen``.
+``x-mock-chunks`` (slow/long streams), ``x-mock-gzip`` (gzip the JSON body). A request
+for ``model-a``/``model-b`` is answered by that model. It records what it received in ``seen``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import threading
@@ -90,7 +92,8 @@ class MockUpstream:
             await _send(send, 400, json.dumps(err).encode(), [])
             return
         depth = sum(1 for m in messages if m.get("role") == "assistant") + 1
-        model = headers.get("x-mock-model") or schedule(depth)
+        asked = req.get("model")
+        model = headers.get("x-mock-model") or (asked if asked in MODELS else schedule(depth))
         cid = "chatcmpl-" + hashlib.sha256(body).hexdigest()[:24]
         extra = [
             (b"x-litellm-model-id", DEPLOYMENTS.get(model, model).encode()),
@@ -114,7 +117,11 @@ class MockUpstream:
             ],
             "usage": {"prompt_tokens": 10 * depth, "completion_tokens": 20, "total_tokens": 10 * depth + 20},
         }
-        await _send(send, 200, json.dumps(doc).encode(), extra)
+        payload = json.dumps(doc).encode()
+        if headers.get("x-mock-gzip"):
+            payload = gzip.compress(payload, mtime=0)
+            extra.append((b"content-encoding", b"gzip"))
+        await _send(send, 200, payload, extra)
 
     async def _stream(
         self, receive: Any, send: Any, cid: str, model: str, text: str, extra: Any, headers: Any

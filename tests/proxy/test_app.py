@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 import time
@@ -16,6 +17,7 @@ import pytest
 from handoffmon.counts import TurnKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.pipeline.aggregates import handoff_label
+from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, Upstream, proxy_config, running_proxy
 from tests.proxy.mock_upstream import reply_text, schedule
 
@@ -289,3 +291,32 @@ def test_shutdown_closes_the_monitor_after_counting_every_turn(upstream: Upstrea
         monitor = p.monitor
     assert monitor.closed
     assert monitor.snapshot().total_turns == 5
+
+
+def test_gzip_reply_passes_compressed_and_is_still_monitored(proxy: Proxy, upstream: Upstream) -> None:
+    """A gzip-encoded upstream body reaches the client byte-identical; the monitor reads a decoded copy."""
+    before = _turns(proxy)
+    body = {"model": "g", "messages": [{"role": "user", "content": "zip it"}]}
+    headers = {"x-mock-gzip": "1", "accept-encoding": "gzip"}
+    raw: dict[str, bytes] = {}
+    with httpx.Client() as c:
+        for name, base in (("direct", upstream.url), ("proxied", proxy.url)):
+            with c.stream("POST", f"{base}/v1/chat/completions", json=body, headers=headers) as r:
+                assert r.headers["content-encoding"] == "gzip"
+                raw[name] = b"".join(r.iter_raw())
+    assert raw["proxied"] == raw["direct"]
+    assert json.loads(gzip.decompress(raw["proxied"]))["object"] == "chat.completion"
+    assert sum(delta(_turns(proxy), before).values()) == 1
+
+
+def test_unreachable_upstream_is_502(upstream: Upstream) -> None:
+    """Nothing listening upstream: 502 with code upstream_connect; /healthz still 200."""
+    cfg = proxy_config(f"http://127.0.0.1:{free_port()}")
+    with running_proxy(cfg) as p:
+        r = httpx.post(
+            f"{p.url}/v1/chat/completions",
+            json={"model": "g", "messages": [{"role": "user", "content": "x"}]},
+        )
+        assert r.status_code == 502
+        assert r.json()["error"]["code"] == "upstream_connect"
+        assert httpx.get(f"{p.url}/healthz").status_code == 200
