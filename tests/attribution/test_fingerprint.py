@@ -7,15 +7,17 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handoffmon.attribution import normalize_message
+from handoffmon.attribution import Attributor, normalize_message
 from handoffmon.attribution.fingerprint import (
     CHAIN_SEED,
+    UNCHAINED_ROLES,
     TextCache,
     chain_step,
     content_fingerprint,
     message_digest,
     raw_digest,
 )
+from handoffmon.stores.memory import MemoryStore
 
 _text = st.text(alphabet=st.sampled_from("ab \n\tZ.!é"), max_size=40)
 _part = st.one_of(
@@ -36,7 +38,8 @@ _calls = st.lists(
 @st.composite
 def _messages(draw: st.DrawFn) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": draw(st.sampled_from(["user", "assistant", "tool", "system"]))}
-    msg["content"] = draw(_content)
+    if draw(st.integers(0, 4)):  # sometimes no content key at all (a tool-call-only message)
+        msg["content"] = draw(_content)
     if draw(st.booleans()):
         msg["tool_calls"] = draw(_calls)
     if draw(st.booleans()):
@@ -54,6 +57,28 @@ def test_cached_fast_path_equals_normalized_message_digest(msg: dict[str, Any]) 
     _, d1, n1 = raw_digest(msg, cache)
     _, d2, n2 = raw_digest(msg, cache)  # second time through the cache
     assert (d1, n1) == (d2, n2) == message_digest(normalize_message(msg))
+
+
+def _reference_chain(history: list[dict[str, Any]]) -> tuple[int, list[int]]:
+    """The chain as specified, from normalized messages (no caches, no inlining)."""
+    h, chains = CHAIN_SEED, []
+    for msg in map(normalize_message, history):
+        if msg.role in UNCHAINED_ROLES:
+            continue
+        h = chain_step(h, msg.role, message_digest(msg)[0])
+        if msg.role == "assistant":
+            chains.append(h)
+    return h, chains
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_messages(), max_size=8))
+def test_attributor_hot_loop_computes_the_specified_chain(history: list[dict[str, Any]]) -> None:
+    """The inlined scan in Attributor yields exactly the reference chained fingerprints."""
+    attributor = Attributor(MemoryStore())
+    for _ in range(2):  # cold, then through the text cache
+        scan = attributor._scan(history)
+        assert (scan.fingerprint, scan.chains) == _reference_chain(history)
 
 
 def test_chain_depends_on_order_and_role() -> None:
