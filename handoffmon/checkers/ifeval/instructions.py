@@ -41,6 +41,7 @@ def _relation(p: Params, key: str = "relation") -> str:
 
 
 def response_language(p: Params) -> InstructionCheck:
+    """``language:response_language``: langdetect finds ``language``."""
     language = p.str("language")
     if language not in langdetect_checks.known_codes():
         raise ParamError("language", f"langdetect does not know language {language!r}")
@@ -48,25 +49,30 @@ def response_language(p: Params) -> InstructionCheck:
 
 
 def number_sentences(p: Params) -> InstructionCheck:
+    """``length_constraints:number_sentences``: Punkt sentence count vs ``num_sentences``."""
     n, relation = p.int("num_sentences", min_value=0), _relation(p)
     return lambda v: _compare(count_sentences(v), relation, n)
 
 
 def number_placeholders(p: Params) -> InstructionCheck:
+    """``detectable_content:number_placeholders``: at least n ``[...]`` on one line."""
     n = p.int("num_placeholders", min_value=0)
     return lambda v: scan.count_placeholders(v) >= n
 
 
 def number_bullet_lists(p: Params) -> InstructionCheck:
+    """``detectable_format:number_bullet_lists``: exactly n ``*``/``-`` bullet lines."""
     n = p.int("num_bullets", min_value=0)
     return lambda v: scan.count_bullets(v) == n
 
 
 def constrained_response(p: Params) -> InstructionCheck:
+    """``detectable_format:constrained_response``: contains "My answer is yes/no/maybe."."""
     return lambda v: any(option in v.strip() for option in CONSTRAINED_RESPONSES)
 
 
 def number_highlighted_sections(p: Params) -> InstructionCheck:
+    """``detectable_format:number_highlighted_sections``: at least n ``*x*``/``**x**``."""
     n: int = p.int("num_highlights", min_value=0)
     single, double = re.compile(r"\*[^\n\*]*\*"), re.compile(r"\*\*[^\n\*]*\*\*")
 
@@ -79,6 +85,7 @@ def number_highlighted_sections(p: Params) -> InstructionCheck:
 
 
 def multiple_sections(p: Params) -> InstructionCheck:
+    """``detectable_format:multiple_sections``: at least n ``<spliter> <number>`` markers."""
     splitter = p.str("section_spliter").strip()
     n = p.int("num_sections", min_value=0)
     rx = re.compile(r"\s?" + re.escape(splitter) + r"\s?\d+\s?")
@@ -86,6 +93,7 @@ def multiple_sections(p: Params) -> InstructionCheck:
 
 
 def number_paragraphs(p: Params) -> InstructionCheck:
+    """``length_constraints:number_paragraphs``: exactly n ``***``-separated paragraphs."""
     n: int = p.int("num_paragraphs", min_value=0)
     rx = re.compile(r"\s?\*\*\*\s?")
 
@@ -104,6 +112,7 @@ def number_paragraphs(p: Params) -> InstructionCheck:
 
 
 def postscript(p: Params) -> InstructionCheck:
+    """``detectable_content:postscript``: a postscript starting with the marker."""
     marker = p.str("postscript_marker").strip()
     # The reference's r"\s*<marker>.*$" (MULTILINE) matches wherever <marker> does; the
     # leading \s* and trailing .*$ only add quadratic backtracking on long whitespace runs.
@@ -118,12 +127,14 @@ def postscript(p: Params) -> InstructionCheck:
 
 
 def keyword_existence(p: Params) -> InstructionCheck:
+    """``keywords:existence``: every keyword occurs (case-insensitive)."""
     keywords = sorted(p.str_list("keywords"))
     patterns = [re.compile(re.escape(k), re.IGNORECASE) for k in keywords]
     return lambda v: all(rx.search(v) for rx in patterns)
 
 
 def keyword_frequency(p: Params) -> InstructionCheck:
+    """``keywords:frequency``: keyword occurrences vs ``frequency``."""
     keyword = p.str("keyword").strip()
     n, relation = p.int("frequency", min_value=0), _relation(p)
     rx = re.compile(re.escape(keyword), re.IGNORECASE)
@@ -131,11 +142,13 @@ def keyword_frequency(p: Params) -> InstructionCheck:
 
 
 def number_words(p: Params) -> InstructionCheck:
+    """``length_constraints:number_words``: ``\\w+`` word count vs ``num_words``."""
     n, relation = p.int("num_words", min_value=0), _relation(p)
     return lambda v: _compare(sum(1 for _ in _WORD.finditer(v)), relation, n)
 
 
 def json_format(p: Params) -> InstructionCheck:
+    """``detectable_format:json_format``: the reply (fence stripped) parses as JSON."""
     def check(v: str) -> bool:
         body = v.strip()
         for fence in ("```json", "```Json", "```JSON", "```"):
@@ -151,6 +164,7 @@ def json_format(p: Params) -> InstructionCheck:
 
 
 def nth_paragraph_first_word(p: Params) -> InstructionCheck:
+    """``length_constraints:nth_paragraph_first_word``: paragraph count and a first word."""
     total: int = p.int("num_paragraphs", min_value=1)
     nth: int = p.int("nth_paragraph", min_value=1)
     first_word: str = p.str("first_word").lower()
@@ -177,12 +191,14 @@ def nth_paragraph_first_word(p: Params) -> InstructionCheck:
 
 
 def forbidden_words(p: Params) -> InstructionCheck:
+    """``keywords:forbidden_words``: no forbidden word as a whole word."""
     words = sorted(set(p.str_list("forbidden_words")))
     patterns = [re.compile(r"\b" + re.escape(w) + r"\b", re.IGNORECASE) for w in words]
     return lambda v: not any(rx.search(v) for rx in patterns)
 
 
 def two_responses(p: Params) -> InstructionCheck:
+    """``combination:two_responses``: two different responses separated by ``******``."""
     def check(v: str) -> bool:
         parts = v.split("******")
         valid = []
@@ -198,20 +214,24 @@ def two_responses(p: Params) -> InstructionCheck:
 
 
 def repeat_prompt(p: Params) -> InstructionCheck:
+    """``combination:repeat_prompt``: the reply starts with the prompt (case-insensitive)."""
     prompt = p.str("prompt_to_repeat").strip().lower()
     return lambda v: v.strip().lower().startswith(prompt)
 
 
 def end_checker(p: Params) -> InstructionCheck:
+    """``startend:end_checker``: the reply ends with ``end_phrase``."""
     phrase = p.str("end_phrase").strip().lower()
     return lambda v: v.strip().strip('"').lower().endswith(phrase)
 
 
 def title(p: Params) -> InstructionCheck:
+    """``detectable_format:title``: a non-empty ``<<title>>``."""
     return scan.has_title
 
 
 def letter_frequency(p: Params) -> InstructionCheck:
+    """``keywords:letter_frequency``: occurrences of ``letter`` vs ``let_frequency``."""
     letter = p.str("letter").strip().lower()
     if len(letter) != 1:
         raise ParamError("letter", "must be a single character")
@@ -220,23 +240,28 @@ def letter_frequency(p: Params) -> InstructionCheck:
 
 
 def english_capital(p: Params) -> InstructionCheck:
+    """``change_case:english_capital``: all upper case and English."""
     return lambda v: v.isupper() and langdetect_checks.is_language(v, "en")
 
 
 def english_lowercase(p: Params) -> InstructionCheck:
+    """``change_case:english_lowercase``: all lower case and English."""
     return lambda v: v.islower() and langdetect_checks.is_language(v, "en")
 
 
 def no_comma(p: Params) -> InstructionCheck:
+    """``punctuation:no_comma``: no comma."""
     return lambda v: "," not in v
 
 
 def capital_word_frequency(p: Params) -> InstructionCheck:
+    """``change_case:capital_word_frequency``: all-capital words vs ``capital_frequency``."""
     n, relation = p.int("capital_frequency", min_value=0), _relation(p, "capital_relation")
     return lambda v: _compare(count_capital_words(v), relation, n)
 
 
 def quotation(p: Params) -> InstructionCheck:
+    """``startend:quotation``: wrapped in double quotes."""
     def check(v: str) -> bool:
         s = v.strip()
         return len(s) > 1 and s[0] == '"' and s[-1] == '"'
