@@ -2,20 +2,23 @@
 
 Choices (see the README ``refit`` section):
 
-* weights 1/var(Δ): precise pairs count more;
+* weights 1/var(Δ): precise pairs count more; and because every Δ(·→B) shares the
+  baseline B→B, the Δ of one suffix are correlated: with their covariance given, the
+  fit is generalized least squares (whitened per suffix block);
 * identifiability: Σπ = Σσ = 0, imposed exactly by an orthonormal basis Q of the
   sum-zero subspace (π = Qα, σ = Qβ), so μ is the average effect of a handoff;
 * ridge: penalty ``ridge`` · (‖π‖² + ‖σ‖²), μ unpenalized. Its pull toward 0 is
   strong for models in few or noisy pairs and negligible for well-observed ones
   (the weights are ~n/p(1−p), i.e. thousands for a few hundred turns);
-* covariance: the posterior-style A⁻¹ with A = XᵀWX + ridge·I, inflated by the
-  overdispersion φ = max(1, Σw r² / (m − df)) when the additive model misfits;
+* covariance: the posterior-style A⁻¹ with A = XᵀΣ⁻¹X + ridge·I, inflated by the
+  overdispersion φ = max(1, whitened RSS / (m − df)) when the additive model misfits;
   unidentified terms (a model never seen as prefix) keep an SE of ~1/√ridge;
 * risk μ + π_A + σ_B and its SE xᵀ Cov x are given for every ordered pair.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +73,18 @@ def design(a: np.ndarray, b: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.hstack([np.ones((len(a), 1)), q[a], q[b]])
 
 
-def decompose(delta: np.ndarray, var: np.ndarray, mask: np.ndarray, ridge: float) -> Decomposition:
+BlockCov = Callable[[int, np.ndarray], np.ndarray]
+"""(suffix b, prefix indices a of b's fitted pairs) → covariance matrix of those Δ(a→b)."""
+
+
+def decompose(
+    delta: np.ndarray,
+    var: np.ndarray,
+    mask: np.ndarray,
+    ridge: float,
+    *,
+    block_cov: BlockCov | None = None,
+) -> Decomposition:
     """Fit μ, π, σ from a (K, K) matrix of Δ over the ``mask``-ed off-diagonal pairs.
 
     Args:
@@ -79,6 +93,11 @@ def decompose(delta: np.ndarray, var: np.ndarray, mask: np.ndarray, ridge: float
         mask: (K, K) which pairs to fit.
         ridge: penalty on ‖π‖² + ‖σ‖² (0 = plain WLS; then unobserved models make the
             system singular and the pseudo-inverse picks the minimum-norm solution).
+        block_cov: covariance of the Δ that share a suffix. Every Δ(·→B) is measured
+            against the same baseline B→B, so their errors are correlated and that
+            common error lands in σ_B; with ``block_cov`` the fit is generalized least
+            squares (whitened per suffix block) and σ's standard errors include it.
+            None = independent Δ with variances ``var`` (weighted least squares).
     """
     k = delta.shape[0]
     q = sum_zero_basis(k)
@@ -88,20 +107,39 @@ def decompose(delta: np.ndarray, var: np.ndarray, mask: np.ndarray, ridge: float
         return _empty(k)
     x = design(a, b, q)
     y = delta[a, b]
-    w = 1.0 / var[a, b]
+    xw, yw = _whiten(x, y, a, b, var, block_cov)
     penalty = np.full(x.shape[1], float(ridge))
     penalty[0] = 0.0
-    xtw = x.T * w
-    precision = xtw @ x + np.diag(penalty)
-    cov = _inverse(precision, positive_definite=ridge > 0)
-    theta = cov @ (xtw @ y)
-    fitted = x @ theta
-    resid = y - fitted
-    df = float(np.trace(cov @ (precision - np.diag(penalty))))
-    rss_w = float(np.sum(w * resid**2))
+    gram = xw.T @ xw
+    cov = _inverse(gram + np.diag(penalty), positive_definite=ridge > 0)
+    theta = cov @ (xw.T @ yw)
+    resid = y - x @ theta
+    df = float(np.trace(cov @ gram))
+    rss_w = float(np.sum((yw - xw @ theta) ** 2))
     phi = max(1.0, rss_w / (m - df)) if m - df >= 1.0 else 1.0
     cov = cov * phi
-    return _assemble(k, q, theta, cov, (a, b, y, w, resid), phi)
+    return _assemble(k, q, theta, cov, (a, b, y, 1.0 / var[a, b], resid), phi)
+
+
+def _whiten(
+    x: np.ndarray, y: np.ndarray, a: np.ndarray, b: np.ndarray, var: np.ndarray, block_cov: BlockCov | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows scaled by 1/sd, or by L⁻¹ (C = LLᵀ) within each suffix block."""
+    scale = 1.0 / np.sqrt(var[a, b])
+    xw, yw = x * scale[:, None], y * scale
+    if block_cov is None:
+        return xw, yw
+    for suffix in np.unique(b):
+        rows = np.nonzero(b == suffix)[0]
+        if len(rows) < 2:
+            continue
+        try:
+            chol = np.linalg.cholesky(block_cov(int(suffix), a[rows]))
+        except np.linalg.LinAlgError:  # not positive definite numerically: keep the diagonal
+            continue
+        xw[rows] = np.linalg.solve(chol, x[rows])
+        yw[rows] = np.linalg.solve(chol, y[rows])
+    return xw, yw
 
 
 def _assemble(

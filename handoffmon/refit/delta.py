@@ -14,6 +14,7 @@ turn), so intervals are somewhat optimistic for long conversations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,8 @@ class DeltaTable:
         var: Σ_d w_d² (v_AB,d + v_BB,d), the delta-method variance (weights fixed).
         coverage: n_used / n.
         reported: the pair passed ``min_n`` on both sides.
+        weights: (R, K, K, S) stratum weights w_d of each pair.
+        base_var: (R, K, S) variance of the baseline B→B adherence per stratum.
     """
 
     n: np.ndarray
@@ -43,6 +46,23 @@ class DeltaTable:
     var: np.ndarray
     coverage: np.ndarray
     reported: np.ndarray
+    weights: np.ndarray
+    base_var: np.ndarray
+
+    def block_cov(self, rule: int = 0) -> Callable[[int, np.ndarray], np.ndarray]:
+        """Covariance of Δ(a→b) over prefixes a for one suffix b (for the decomposition).
+
+        Cov(Δ_ab, Δ_a'b) = Σ_d w_ab,d w_a'b,d v_bb,d (the shared baseline), plus the
+        handoff cell's own variance on the diagonal.
+        """
+
+        def cov(b: int, a: np.ndarray) -> np.ndarray:
+            w = self.weights[rule, a, b]
+            shared = (w * self.base_var[rule, b]) @ w.T
+            own = self.var[rule, a, b] - np.einsum("ij,ij,j->i", w, w, self.base_var[rule, b])
+            return np.asarray(shared + np.diag(own))
+
+        return cov
 
 
 def binomial_var(x: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -96,7 +116,8 @@ def stratified_delta(
         w = np.where(valid, nh, 0.0) / n_used[..., None]
         diff = np.where(valid, xh / nh - xb / nb, 0.0)
         delta = (w * diff).sum(axis=-1)
-        var = (w * w * (binomial_var(xh, nh) + binomial_var(xb, nb))).sum(axis=-1)
+        vb = binomial_var(xb, nb)
+        var = (w * w * (binomial_var(xh, nh) + vb)).sum(axis=-1)
         coverage = n_used / n_all
     off_diag = ~np.eye(k, dtype=bool)[None]
     reported = off_diag & (n_used >= min_n) & (n_base >= min_n)
@@ -108,6 +129,8 @@ def stratified_delta(
         var=np.where(reported, var, np.nan),
         coverage=np.where(n_all > 0, coverage, np.nan),
         reported=reported,
+        weights=np.nan_to_num(w),
+        base_var=vb[:, 0],
     )
 
 

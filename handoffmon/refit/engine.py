@@ -127,7 +127,9 @@ class _RuleFitter:
 
     def fit(self, rule: str, inp: _RuleInput) -> RuleFit:
         dt = stratified_delta(inp.strata_passes, inp.strata_fails, self.settings.min_n)
-        dec = decompose(dt.delta[0], dt.var[0], dt.reported[0], self.settings.ridge)
+        dec = decompose(
+            dt.delta[0], dt.var[0], dt.reported[0], self.settings.ridge, block_cov=dt.block_cov(0)
+        )
         markov, after, no_handoff, curves = self._dynamics(rule, inp)
         return RuleFit(
             rule=rule,

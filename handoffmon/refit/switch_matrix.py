@@ -9,7 +9,7 @@ baseline are dropped from that pair only.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,7 +110,13 @@ def switch_matrix(
     n_d, d, d_lo, d_hi, d_se = (x.reshape(k, k) for x in _bca_grouped(deltas, resamples, confidence, rng))
     reported = (~np.eye(k, dtype=bool)) & (n_d >= max(min_n, 2))
     var = _pair_variance(deltas.reshape(k, k, e), n_d)
-    dec = decompose(np.where(reported, d, np.nan), var, reported, ridge)
+    dec = decompose(
+        np.where(reported, d, np.nan),
+        var,
+        reported,
+        ridge,
+        block_cov=_paired_block_cov(deltas.reshape(k, k, e)),
+    )
     coverage = np.where(reported, 1.0, np.nan)
     arr = PairArrays(n_d, d, d_se, d_lo, d_hi, reported, coverage)
     pairs = pair_effects(rule, table.models, arr, dec)
@@ -126,6 +132,25 @@ def switch_matrix(
         fit=fit,
         cells=cells,
     )
+
+
+def _paired_block_cov(deltas: np.ndarray) -> Callable[[int, np.ndarray], np.ndarray]:
+    """Empirical Cov(δ̄_ab, δ̄_a'b) = cov_e(δ_ab, δ_a'b)/n: all δ(·→b) subtract the same
+    s_bb(e), so they are correlated. Over the episodes every pair in the block has; a
+    block with fewer than 3 such episodes falls back to independence (diagonal)."""
+
+    def cov(b: int, a: np.ndarray) -> np.ndarray:
+        block = deltas[a, b]  # (len(a), E)
+        common = ~np.isnan(block).any(axis=0)
+        n = int(common.sum())
+        own = _pair_variance(block[:, None, :], (~np.isnan(block)).sum(axis=-1)[:, None])[:, 0]
+        if n < 3:
+            return np.diag(own)
+        c = np.cov(block[:, common], ddof=1) / n
+        np.fill_diagonal(c, np.maximum(np.diag(c), own))
+        return np.asarray(c)
+
+    return cov
 
 
 def _pair_variance(deltas: np.ndarray, n: np.ndarray) -> np.ndarray:

@@ -152,3 +152,23 @@ def test_a_rule_named_all_is_refused() -> None:
 
     with pytest.raises(InputError, match="reserved"):
         refit(Counts(checks={CheckKey("all", "b", "a", "2", "pass"): 1}), buckets=DepthBuckets())
+
+
+def test_decomposition_intervals_are_calibrated_with_the_shared_baseline_modelled() -> None:
+    """200 replicates, K = 6: 95% intervals of risk and of σ cover the planted values
+    92–98% of the time. All Δ(·→B) share B's baseline; GLS on that covariance is what
+    keeps σ's coverage nominal (plain WLS ignoring it gave 89% in the same setting)."""
+    rng = np.random.default_rng(3)
+    planted = plant(6, 1, rng)
+    truth = planted.mu + planted.pi[:, None] + planted.sigma[None, :]
+    off = ~np.eye(6, dtype=bool)
+    risk_hits, sigma_hits = [], []
+    for _ in range(200):
+        counts = synth_counts(planted, rng, n_pair=150, n_diag=3000, n_first=50, n_trans=5)
+        cells = build_cells(counts, DepthBuckets())
+        dt = stratified_delta(cells.passes, cells.fails, 30)
+        dec = decompose(dt.delta[0], dt.var[0], dt.reported[0], 1.0, block_cov=dt.block_cov(0))
+        risk_hits.append((np.abs(dec.risk - truth) <= 1.96 * dec.risk_se)[off])
+        sigma_hits.append(np.abs(dec.sigma - planted.sigma) <= 1.96 * dec.sigma_se)
+    assert 0.92 <= np.mean(risk_hits) <= 0.98
+    assert 0.92 <= np.mean(sigma_hits) <= 0.98
