@@ -64,7 +64,7 @@ class SQLiteStore:
         self._purge_every_s = purge_every_s
         self._next_purge = 0.0
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: dict[threading.Thread, sqlite3.Connection] = {}
         self._lock = threading.Lock()
         self._closed = False
         try:
@@ -87,8 +87,15 @@ class SQLiteStore:
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
             with self._lock:
-                self._all.append(conn)
+                self._prune_dead_threads()
+                self._all[threading.current_thread()] = conn
         return conn
+
+    def _prune_dead_threads(self) -> None:
+        """Close connections of threads that ended (lock held), so thread churn cannot leak them."""
+        for thread in [t for t in self._all if not t.is_alive()]:
+            with suppress(sqlite3.Error):
+                self._all.pop(thread).close()
 
     @contextmanager
     def _cursor(self, write: bool = False) -> Iterator[sqlite3.Cursor]:
@@ -190,7 +197,7 @@ class SQLiteStore:
         """Close every thread's connection (idempotent)."""
         with self._lock:
             self._closed = True
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all.values()), {}
         for conn in conns:
             with suppress(sqlite3.Error):
                 conn.close()

@@ -166,3 +166,13 @@ def test_failures_raise_store_error(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(StoreError):
         store.get_many(["k"])
+
+
+def test_connections_of_finished_threads_are_closed(tmp_path: Path) -> None:
+    """Short-lived threads do not accumulate open connections."""
+    store = SQLiteStore(tmp_path / "a.db")
+    for t in range(20):
+        assert run_in_threads(lambda i, t=t: store.put_many([(f"{t}:{i}", A)]), 1) == []
+    assert len(store._all) <= 2
+    assert store.get_many(["0:0", "19:0"]) == [A, A]
+    store.close()
