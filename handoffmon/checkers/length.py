@@ -65,6 +65,8 @@ def length(p: Params) -> CheckFn:
     if lo is not None and hi is not None and lo > hi:
         raise ParamError("max", f"max ({hi}) is below min ({lo})")
     counter = COUNTERS[unit]
+    if unit == "sentences":  # import the splitter at load, not on the first checked reply
+        from handoffmon.checkers.ifeval import sentences  # noqa: F401
     if unit == "words":  # knowing the count is past every bound is enough: stop there
         counter = functools.partial(count_words, limit=(hi + 1) if hi is not None else lo)
 

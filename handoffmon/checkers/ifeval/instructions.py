@@ -241,11 +241,13 @@ def letter_frequency(p: Params) -> InstructionCheck:
 
 def english_capital(p: Params) -> InstructionCheck:
     """``change_case:english_capital``: all upper case and English."""
+    langdetect_checks.warm()
     return lambda v: v.isupper() and langdetect_checks.is_language(v, "en")
 
 
 def english_lowercase(p: Params) -> InstructionCheck:
     """``change_case:english_lowercase``: all lower case and English."""
+    langdetect_checks.warm()
     return lambda v: v.islower() and langdetect_checks.is_language(v, "en")
 
 

@@ -25,6 +25,11 @@ def _factory() -> Any:
     return factory
 
 
+def warm() -> None:
+    """Load the language profiles now (about a second), not during the first checked reply."""
+    _factory()
+
+
 def detect_language(text: str) -> str | None:
     """langdetect's best language for ``text``; ``None`` when it cannot tell (no features)."""
     from langdetect.lang_detect_exception import LangDetectException
