@@ -182,12 +182,12 @@ class Attributor:
                 type(raw) is dict
                 and len(raw) == 2
                 and type(content := raw.get("content")) is str
-                and (role := raw.get("role")) is not None
+                and (role := raw.get("role"))
             ):
                 d, n, b = cached(content) or text(content)
             else:
-                m, d, n = raw_digest(raw, self._texts)
-                role, b = m.get("role"), d.to_bytes(8, "little")
+                role, d, n = raw_digest(raw, self._texts)
+                b = d.to_bytes(8, "little")
             chars += n
             if role == "assistant":
                 h = xxh3_64_intdigest(b, h ^ ASSISTANT_SALT)

@@ -14,10 +14,11 @@ from typing import Any
 from xxhash import xxh3_64_intdigest
 
 from handoffmon.attribution.normalize import (
-    _as_dict,
+    as_mapping,
     content_text,
     extras_text,
     fold,
+    role_of,
     tool_calls_text,
 )
 from handoffmon.types import Message
@@ -159,22 +160,25 @@ def message_digest(msg: Message) -> tuple[int, int]:
     return with_extras(text_digest(msg.content), extras), len(msg.content) + len(extras)
 
 
-def raw_digest(raw: Any, cache: TextCache) -> tuple[Mapping[str, Any], int, int]:
-    """(mapping view, digest, length) of one raw message, through the text cache."""
+def raw_digest(raw: Any, cache: TextCache) -> tuple[str, int, int]:
+    """(role, digest, length) of one raw message, through the text cache.
+
+    Agrees with ``message_digest(normalize_message(raw))`` (a property test pins it).
+    """
     if isinstance(raw, Message):
         d, n = message_digest(raw)
-        return {"role": raw.role}, d, n
+        return raw.role, d, n
     m: Mapping[str, Any]
     if type(raw) is dict:
         m = raw
     elif isinstance(raw, str):
         m = {"role": "user", "content": raw}
     else:
-        m = _as_dict(raw)
+        m = as_mapping(raw)
     d, n, _ = cache.text(m.get("content"))
     if len(m) > 2 or "content" not in m or "role" not in m:
         extras = raw_extras(m)
         if extras:
             d = with_extras(d, extras)
             n += len(extras)
-    return m, d, n
+    return role_of(m), d, n

@@ -24,7 +24,7 @@ def _short_hash(value: object) -> str:
     return f"{xxhash.xxh3_64_intdigest(raw.encode('utf-8', 'surrogatepass')):016x}"
 
 
-def _as_dict(obj: Any) -> Mapping[str, Any]:
+def as_mapping(obj: Any) -> Mapping[str, Any]:
     """A mapping view of a dict, a pydantic model (OpenAI/LiteLLM objects) or a plain object."""
     if isinstance(obj, Mapping):
         return obj
@@ -47,7 +47,7 @@ def part_text(part: Any) -> str:
     """
     if isinstance(part, str):
         return fold(part)
-    p = _as_dict(part)
+    p = as_mapping(part)
     kind = str(p.get("type") or "text")
     if kind in ("text", "input_text", "output_text"):
         text = p.get("text")
@@ -91,11 +91,11 @@ def tool_calls_text(tool_calls: Any, function_call: Any = None) -> str:
     """
     calls: list[Any] = []
     for call in (tool_calls or ()) if isinstance(tool_calls, (list, tuple)) else ():
-        c = _as_dict(call)
-        fn = _as_dict(c.get("function") or {})
+        c = as_mapping(call)
+        fn = as_mapping(c.get("function") or {})
         calls.append([c.get("id") or "", fn.get("name") or "", _canonical_arguments(fn.get("arguments"))])
     if function_call:
-        fn = _as_dict(function_call)
+        fn = as_mapping(function_call)
         calls.append(["", fn.get("name") or "", _canonical_arguments(fn.get("arguments"))])
     if not calls:
         return ""
@@ -115,17 +115,23 @@ def normalize_message(msg: Mapping[str, Any] | Any, *, default_role: str = "user
         return msg
     if isinstance(msg, str):
         return Message(role=default_role, content=fold(msg))
-    m = _as_dict(msg)
-    role = m.get("role") or default_role
+    m = as_mapping(msg)
+    role = role_of(m, default_role)
     name = m.get("name")
     call_id = m.get("tool_call_id")
     return Message(
-        role=role if isinstance(role, str) else str(role),
+        role=role,
         content=content_text(m.get("content")),
         tool_calls=tool_calls_text(m.get("tool_calls"), m.get("function_call")),
         name=name if isinstance(name, str) else "",
         tool_call_id=call_id if isinstance(call_id, str) else "",
     )
+
+
+def role_of(m: Mapping[str, Any], default: str = "user") -> str:
+    """A message's role as a string (``default`` when missing or empty)."""
+    role = m.get("role") or default
+    return role if isinstance(role, str) else str(role)
 
 
 def normalize_messages(messages: Sequence[Any]) -> list[Message]:
