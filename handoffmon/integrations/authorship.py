@@ -40,7 +40,12 @@ class ServedBy:
     response_model: str | None = None
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
 def _int(value: object) -> int:
+    if type(value) is int:
+        return max(0, value)
     try:
         return max(0, int(str(value)))
     except (TypeError, ValueError):
@@ -50,7 +55,7 @@ def _int(value: object) -> int:
 def _str(value: object) -> str | None:
     if value is None or value == "" or value == "None":
         return None
-    return str(value)
+    return value if type(value) is str else str(value)
 
 
 def hidden_params(obj: Any) -> Mapping[str, Any]:
@@ -58,11 +63,16 @@ def hidden_params(obj: Any) -> Mapping[str, Any]:
     hp = getattr(obj, "_hidden_params", None)
     if hp is None and isinstance(obj, Mapping):
         hp = obj.get("_hidden_params")
-    return hp if isinstance(hp, Mapping) else {}
+    return hp if isinstance(hp, Mapping) else _EMPTY
 
 
-def _lower(headers: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {str(k).lower(): v for k, v in (headers or {}).items()}
+def _lower(headers: Any) -> Mapping[str, Any]:
+    """Headers with lower-case names (LiteLLM already sends them so: then no copy is made)."""
+    if not headers or not isinstance(headers, Mapping):
+        return _EMPTY
+    if all(type(k) is str and k.islower() for k in headers):
+        return headers  # type: ignore[no-any-return]
+    return {str(k).lower(): v for k, v in headers.items()}
 
 
 def served_by_headers(headers: Mapping[str, Any] | None, *, response_model: str | None = None) -> ServedBy:
@@ -81,7 +91,7 @@ def served_by_headers(headers: Mapping[str, Any] | None, *, response_model: str 
 def served_by_response(response: Any) -> ServedBy:
     """Authorship from a LiteLLM response or stream wrapper (``_hidden_params``)."""
     hp = hidden_params(response)
-    h = _lower(hp.get("additional_headers") if isinstance(hp.get("additional_headers"), Mapping) else None)
+    h = _lower(hp.get("additional_headers"))
     model = getattr(response, "model", None)
     return ServedBy(
         deployment_id=_str(hp.get("model_id")) or _str(h.get(H_MODEL_ID)),
@@ -116,7 +126,7 @@ class Usage:
 
 
 def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or (not hasattr(obj, name) and isinstance(obj, Mapping)):
         return obj.get(name)
     return getattr(obj, name, None)
 
@@ -126,6 +136,8 @@ def usage_of(response: Any) -> Usage:
     usage = _get(response, "usage")
     choices = _get(response, "choices") or ()
     finish = _get(choices[0], "finish_reason") if choices else None
+    if usage is None:
+        return Usage(finish_reason=finish if isinstance(finish, str) else None)
     pt, ct = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
     return Usage(
         input_tokens=pt if isinstance(pt, int) else None,
@@ -134,7 +146,21 @@ def usage_of(response: Any) -> Usage:
     )
 
 
-def first_message(response: Any) -> Any:
-    """The assistant message of a chat completion's first choice (``None`` when absent)."""
+def first_message(response: Any) -> dict[str, Any] | None:
+    """The first choice's assistant message as a plain dict (``None`` when absent).
+
+    Copying the few fields attribution reads is much cheaper on the request path than
+    letting it ``model_dump()`` a pydantic message.
+    """
     choices = _get(response, "choices") or ()
-    return _get(choices[0], "message") if choices else None
+    msg = _get(choices[0], "message") if choices else None
+    if msg is None or type(msg) is dict:
+        return msg
+    out: dict[str, Any] = {"role": "assistant", "content": _get(msg, "content")}
+    tool_calls = _get(msg, "tool_calls")
+    if tool_calls:
+        out["tool_calls"] = tool_calls
+    function_call = _get(msg, "function_call")
+    if function_call:
+        out["function_call"] = function_call
+    return out

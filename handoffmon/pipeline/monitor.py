@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import time
 import uuid
@@ -141,9 +140,11 @@ class Monitor:
             ctx = self.attributor.attribute(
                 messages, conversation_id=conversation_id, requested_model=requested_model, metadata=metadata
             )
-            return dataclasses.replace(
-                ctx, user_message=last_user_text(messages), attribution_s=time.perf_counter() - t0
-            )
+            # The context is fresh and not yet shared: fill the two monitor-side fields in
+            # place (dataclasses.replace would cost several µs on the hot path).
+            object.__setattr__(ctx, "user_message", last_user_text(messages))
+            object.__setattr__(ctx, "attribution_s", time.perf_counter() - t0)
+            return ctx
         except Exception:
             _log.warning("handoffmon attribution failed; turn continues unattributed", exc_info=True)
             self.count_error("attribution")

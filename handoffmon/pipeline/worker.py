@@ -58,6 +58,7 @@ class WorkerPool(Generic[T]):
         self._on_idle = on_idle
         self._idle_every = idle_every
         per = max(1, queue_size // workers)
+        self._yield_below = max(1, per // 2)
         self._queues: list[queue.Queue[object]] = [queue.Queue(per) for _ in range(workers)]
         self._closed = False
         self._threads = [
@@ -99,6 +100,11 @@ class WorkerPool(Generic[T]):
                 if item is _STOP:
                     return
                 self._call(self._handler, item)
+                if q.qsize() < self._yield_below:
+                    # Hand the GIL to a waiting request thread now: otherwise it waits up to
+                    # the switch interval (5 ms) while this thread works. Under a backlog
+                    # the worker keeps its share instead, so the queue drains.
+                    time.sleep(0)
                 since_idle += 1
                 if self._on_idle is not None and (since_idle >= self._idle_every or q.empty()):
                     since_idle = 0

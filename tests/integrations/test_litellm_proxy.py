@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,31 +21,13 @@ from handoffmon.counts import Counts, TurnKey
 from handoffmon.errors import StoreError
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from tests.conftest import free_port, require
-from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY, RATE_LIMITED
+from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY
 
 pytestmark = pytest.mark.integration
 
-MASTER_KEY = "sk-handoffmon-test"
-
-
-def _proxy_config() -> dict[str, Any]:
-    def dep(group: str, model: str, dep_id: str, mock: str) -> dict[str, Any]:
-        return {
-            "model_name": group,
-            "litellm_params": {"model": model, "api_key": "k", "mock_response": mock},
-            "model_info": {"id": dep_id},
-        }
-
-    return {
-        "model_list": [
-            dep("primary", "openai/gpt-a", "dep-a", RATE_LIMITED),
-            dep("backup", "openai/gpt-b", "dep-b", BACKUP_REPLY),
-            dep("alpha", "openai/gpt-c", "dep-c", ALPHA_REPLY),
-        ],
-        "router_settings": {"fallbacks": [{"primary": ["backup"]}], "num_retries": 0},
-        "litellm_settings": {"callbacks": ["handoffmon.integrations.litellm_callback.handoffmon_callback"]},
-        "general_settings": {"master_key": MASTER_KEY},
-    }
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "litellm_proxy_callback"
+"""The shipped example's config.yaml / handoffmon.yaml: the documented lines are what is tested."""
+MASTER_KEY = yaml.safe_load((EXAMPLE / "config.yaml").read_text())["general_settings"]["master_key"]
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +36,9 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
     litellm_bin = Path(sys.executable).with_name("litellm")
     require(litellm_bin.exists(), "litellm CLI (litellm[proxy]) not installed")
     tmp = tmp_path_factory.mktemp("proxy")
-    db = tmp / "handoffmon.db"
-    (tmp / "config.yaml").write_text(yaml.safe_dump(_proxy_config()))
-    (tmp / "handoffmon.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "store": {"backend": "sqlite", "path": str(db)},
-                "attribution": {"canonical_models": {"openai/gpt-b": "model-b", "dep-c": "model-c"}},
-            }
-        )
-    )
+    db = tmp / "handoffmon.db"  # handoffmon.yaml's relative store.path, under the proxy's cwd
+    for name in ("config.yaml", "handoffmon.yaml"):
+        shutil.copy(EXAMPLE / name, tmp / name)
     port = free_port()
     env = {
         **os.environ,
@@ -135,4 +111,9 @@ def test_proxy_records_authorship_and_depth_for_a_four_turn_conversation(proxy: 
         TurnKey(b, c, "3-4", "true"): 1,
     }
     assert counts.attributions == {"chain": 0 + 1 + 2 + 3}
-    assert counts.monitor_errors == {}
+    assert counts.monitor_errors == {} and counts.dropped == 0
+    # the example's "brief" rule (≤ 5 words) passes alpha's "ok" and fails backup's long reply
+    verdicts: dict[tuple[str, str], int] = {}
+    for k, n in counts.checks.items():
+        verdicts[k.model, k.verdict] = verdicts.get((k.model, k.verdict), 0) + n
+    assert verdicts == {(c, "pass"): 2, (b, "fail"): 2}
