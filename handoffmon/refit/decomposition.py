@@ -129,6 +129,8 @@ def _whiten(
     xw, yw = x * scale[:, None], y * scale
     if block_cov is None:
         return xw, yw
+    from scipy.linalg import solve_triangular
+
     for suffix in np.unique(b):
         rows = np.nonzero(b == suffix)[0]
         if len(rows) < 2:
@@ -137,8 +139,8 @@ def _whiten(
             chol = np.linalg.cholesky(block_cov(int(suffix), a[rows]))
         except np.linalg.LinAlgError:  # not positive definite numerically: keep the diagonal
             continue
-        xw[rows] = np.linalg.solve(chol, x[rows])
-        yw[rows] = np.linalg.solve(chol, y[rows])
+        solved = solve_triangular(chol, np.column_stack([x[rows], y[rows]]), lower=True, check_finite=False)
+        xw[rows], yw[rows] = solved[:, :-1], solved[:, -1]
     return xw, yw
 
 

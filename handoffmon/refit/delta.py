@@ -37,6 +37,7 @@ class DeltaTable:
         reported: the pair passed ``min_n`` on both sides.
         weights: (R, K, K, S) stratum weights w_d of each pair.
         base_var: (R, K, S) variance of the baseline B→B adherence per stratum.
+        handoff_var: (R, K, K) the part of ``var`` from the handoff cell alone.
     """
 
     n: np.ndarray
@@ -48,6 +49,7 @@ class DeltaTable:
     reported: np.ndarray
     weights: np.ndarray
     base_var: np.ndarray
+    handoff_var: np.ndarray
 
     def block_cov(self, rule: int = 0) -> Callable[[int, np.ndarray], np.ndarray]:
         """Covariance of Δ(a→b) over prefixes a for one suffix b (for the decomposition).
@@ -59,8 +61,7 @@ class DeltaTable:
         def cov(b: int, a: np.ndarray) -> np.ndarray:
             w = self.weights[rule, a, b]
             shared = (w * self.base_var[rule, b]) @ w.T
-            own = self.var[rule, a, b] - np.einsum("ij,ij,j->i", w, w, self.base_var[rule, b])
-            return np.asarray(shared + np.diag(own))
+            return np.asarray(shared + np.diag(self.handoff_var[rule, a, b]))
 
         return cov
 
@@ -117,7 +118,8 @@ def stratified_delta(
         diff = np.where(valid, xh / nh - xb / nb, 0.0)
         delta = (w * diff).sum(axis=-1)
         vb = binomial_var(xb, nb)
-        var = (w * w * (binomial_var(xh, nh) + vb)).sum(axis=-1)
+        var_h = (w * w * binomial_var(xh, nh)).sum(axis=-1)
+        var = var_h + (w * w * vb).sum(axis=-1)
         coverage = n_used / n_all
     off_diag = ~np.eye(k, dtype=bool)[None]
     reported = off_diag & (n_used >= min_n) & (n_base >= min_n)
@@ -131,6 +133,7 @@ def stratified_delta(
         reported=reported,
         weights=np.nan_to_num(w),
         base_var=vb[:, 0],
+        handoff_var=np.nan_to_num(var_h),
     )
 
 
