@@ -77,7 +77,12 @@ class MockUpstream:
     async def _chat(self, headers: dict[str, str], body: bytes, receive: Any, send: Any) -> None:
         delay = float(headers.get("x-mock-delay-s", "0"))
         if delay:
-            await asyncio.sleep(delay)
+            gone = asyncio.ensure_future(receive())
+            done, _ = await asyncio.wait({gone}, timeout=delay)
+            if done:  # the caller hung up while we were "thinking"
+                self.cancelled += 1
+                return
+            gone.cancel()
         if "x-mock-status" in headers:
             err = {"error": {"message": "upstream overloaded", "type": "server_error"}}
             await _send(

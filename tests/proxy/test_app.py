@@ -320,3 +320,22 @@ def test_unreachable_upstream_is_502(upstream: Upstream) -> None:
         assert r.status_code == 502
         assert r.json()["error"]["code"] == "upstream_connect"
         assert httpx.get(f"{p.url}/healthz").status_code == 200
+
+
+def test_client_disconnect_while_waiting_cancels_upstream_request(proxy: Proxy, upstream: Upstream) -> None:
+    """A client hanging up before a (slow) JSON reply: the upstream request is abandoned at once."""
+    cancelled = upstream.mock.cancelled
+    body = json.dumps({"model": "g", "messages": [{"role": "user", "content": "slow json"}]}).encode()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"x-mock-delay-s: 0.4\r\n" + f"content-length: {len(body)}\r\n\r\n".encode()
+    )
+    port = int(proxy.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head + body)
+        time.sleep(0.1)
+    deadline = time.monotonic() + 0.3  # well before the 0.4 s reply would have been sent
+    while upstream.mock.cancelled == cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert upstream.mock.cancelled == cancelled + 1
+    assert httpx.get(f"{proxy.url}/readyz").status_code == 200
