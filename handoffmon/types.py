@@ -89,6 +89,9 @@ class TurnContext:
         degraded: attribution failed internally; the context is a fail-open placeholder
             (prefix ``unknown``) and the reply is not recorded for later attribution.
         attribution_s: time ``Monitor.begin`` took (hot-path overhead, for telemetry).
+        input_messages: the normalized request messages, kept only while the turn is in
+            flight and only with ``telemetry.capture_content`` (they become
+            ``TurnResult.content``; the context handed to exporters has them cleared).
         tail_fingerprint: chain-independent digest of the history's last non-system
             message; binds a short reply's content-only key to its context.
     """
@@ -109,6 +112,7 @@ class TurnContext:
     user_message: str = field(default="", repr=False, compare=False)
     degraded: bool = False
     attribution_s: float = field(default=0.0, compare=False)
+    input_messages: tuple[Message, ...] = field(default=(), repr=False, compare=False)
     tail_fingerprint: int = field(default=0, repr=False, compare=False)
 
     def handoff_for(self, author: str) -> bool | None:

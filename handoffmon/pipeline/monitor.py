@@ -59,12 +59,14 @@ class Monitor:
         start: bool = True,
         aggregates: Aggregates | None = None,
     ) -> None:
-        from handoffmon.attribution import Attributor, ModelNames, caller_conversation_id
+        from handoffmon.attribution import Attributor, ModelNames, caller_conversation_id, normalize_messages
         from handoffmon.checkers import RuleSet
 
         self.config = config = config if config is not None else HandoffmonConfig()
         self._clock = clock
         self._caller_id = caller_conversation_id
+        self._normalize = normalize_messages
+        self._capture_content = config.telemetry.capture_content
         self._closed = False
         self.names = ModelNames(config.attribution.canonical_models)
         if store is None:
@@ -97,6 +99,7 @@ class Monitor:
             emit=self._emit,
             count_error=self.count_error,
             observe=self._observe,
+            capture_content=config.telemetry.capture_content,
         )
         self._pool: WorkerPool[PendingTurn] = WorkerPool(
             self._processor.process,
@@ -143,6 +146,8 @@ class Monitor:
             # The context is fresh and not yet shared: fill the two monitor-side fields in
             # place (dataclasses.replace would cost several µs on the hot path).
             object.__setattr__(ctx, "user_message", last_user_text(messages))
+            if self._capture_content:
+                object.__setattr__(ctx, "input_messages", tuple(self._normalize(messages)))
             object.__setattr__(ctx, "attribution_s", time.perf_counter() - t0)
             return ctx
         except Exception:

@@ -15,7 +15,7 @@ from handoffmon.errors import RuleError
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.state import ConversationState
 from handoffmon.protocols import AttributionStore
-from handoffmon.types import CheckResult, TurnContext, TurnRecord, TurnResult
+from handoffmon.types import CheckResult, TurnContent, TurnContext, TurnRecord, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.attribution import Attributor
@@ -82,6 +82,7 @@ class TurnProcessor:
         emit: Callable[[TurnResult], None],
         count_error: Callable[..., None],
         observe: Callable[[str, float], None] | None = None,
+        capture_content: bool = False,
     ) -> None:
         self._attributor = attributor
         self._store = store
@@ -91,6 +92,7 @@ class TurnProcessor:
         self._emit = emit
         self._count_error = count_error
         self._observe = observe
+        self._capture_content = capture_content
 
     def process(self, turn: PendingTurn) -> None:
         """Process one turn end to end, then report the stage overheads."""
@@ -119,6 +121,12 @@ class TurnProcessor:
         state, transitions = state.advance(ctx.depth, checks)
         self._save_state(ctx, state)
         record = self._record(turn, ctx, author)
+        content = None
+        if self._capture_content and ctx.input_messages:
+            content = TurnContent(ctx.input_messages, turn.reply_text)
+        if ctx.user_message or ctx.input_messages:
+            # text stays out of what exporters see, except as opt-in ``content``
+            ctx = dataclasses.replace(ctx, user_message="", input_messages=())
         result = TurnResult(
             context=ctx,
             record=record,
@@ -126,6 +134,7 @@ class TurnProcessor:
             checks=checks,
             transitions=transitions,
             attribution_methods=tuple(a.method for a in ctx.attributions),
+            content=content,
         )
         self._aggregates.add_turn(result)
         self._emit(result)

@@ -275,6 +275,19 @@ def test_close_is_idempotent_and_unregisters_atexit() -> None:
     assert m.snapshot().dropped == 1
 
 
+def test_capture_content_puts_text_on_the_result_only() -> None:
+    """With telemetry.capture_content the result carries the messages and reply as content only."""
+    exp = RecordingExporter()
+    with monitor(make_config(telemetry={"capture_content": True}), exporters=[exp]) as m:
+        run_conversation(m, ["a", "a"], ["first answer", "second answer"])
+        m.flush(10)
+    second = exp.results[1]
+    assert second.content is not None
+    assert [x.content for x in second.content.input_messages] == ["hello", "first answer", "next 0"]
+    assert second.content.output_text == "second answer"
+    assert second.context.input_messages == () and second.context.user_message == ""
+
+
 def test_results_carry_no_message_text() -> None:
     """TurnResults handed to exporters carry no reply or message content (content=None by default)."""
     exp = RecordingExporter()
@@ -282,5 +295,5 @@ def test_results_carry_no_message_text() -> None:
         run_conversation(m, ["a"], ["a secret reply"])
         m.flush(10)
     r: TurnResult = exp.results[0]
-    assert r.content is None
+    assert r.content is None and r.context.user_message == ""
     assert "secret" not in repr(r)
