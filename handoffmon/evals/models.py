@@ -1,0 +1,169 @@
+"""What an eval talks to: a litellm model, a litellm Router (from a config file), or the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from handoffmon.errors import ConfigError
+
+Messages = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A model's reply and the deployment that wrote it (after router fallbacks)."""
+
+    text: str
+    author: str
+
+
+class Responder(Protocol):
+    """Produces the next assistant reply; ``seed`` makes each run's sampling distinct and repeatable."""
+
+    async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply: ...
+
+
+def _author(response: Any, fallback: str) -> str:
+    hidden = getattr(response, "_hidden_params", None) or {}
+    return str(hidden.get("model_id") or getattr(response, "model", None) or fallback)
+
+
+def _text(response: Any) -> str:
+    content = response.choices[0].message.content
+    return content if isinstance(content, str) else ""
+
+
+@dataclass
+class LitellmResponder:
+    """``litellm.acompletion(model=…)``; ``params`` (temperature, max_tokens, …) go to every call."""
+
+    params: dict[str, Any] = field(default_factory=dict)
+
+    async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply:
+        import litellm
+
+        resp = await litellm.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
+        return Reply(_text(resp), _author(resp, model))
+
+
+@dataclass
+class RouterResponder:
+    """``router.acompletion(model=<group>)``; the author is the deployment id that served it."""
+
+    router: Any
+    params: dict[str, Any] = field(default_factory=dict)
+
+    async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply:
+        resp = await self.router.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
+        return Reply(_text(resp), _author(resp, model))
+
+
+def router_from_config(path: str | Path) -> Any:
+    """A ``litellm.Router`` from a YAML file with ``model_list`` (and optional ``router_settings``).
+
+    The layout is LiteLLM Proxy's config.yaml, so a proxy config works as is.
+
+    Raises:
+        ConfigError: unreadable file or no ``model_list`` (naming the key and file).
+    """
+    import yaml
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    source = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read router config: {exc}", source=source) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("model_list"), list) or not data["model_list"]:
+        raise ConfigError("expected a non-empty list", key="model_list", source=source)
+    settings = data.get("router_settings") or {}
+    if not isinstance(settings, dict):
+        raise ConfigError("must be a mapping", key="router_settings", source=source)
+    from litellm.router import Router
+
+    try:
+        return Router(model_list=data["model_list"], **settings)
+    except Exception as exc:  # litellm raises assorted types for a bad model_list
+        raise ConfigError(f"litellm rejected the router config: {exc}", key="model_list", source=source) from exc
+
+
+def seeded_sim_provider_class() -> type:
+    """``SimProvider`` whose randomness also depends on the request's ``seed``.
+
+    The simulator is deterministic in the history, so replays of one script would all be
+    identical; folding the seed into its bookkeeping key (a leading pseudo-message the
+    model never sees in its reply) makes runs with different seeds independent, as
+    sampled runs of a real model are, and runs with the same seed identical.
+    """
+    from handoffmon.sim.provider import SimProvider
+
+    class SeededSimProvider(SimProvider):  # type: ignore[misc,valid-type]
+        def _keyed(self, messages: list[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+            seed = (kwargs.get("optional_params") or {}).get("seed")
+            return [{"role": "seed", "content": str(seed)}, *messages] if seed is not None else messages
+
+        async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+            name = self._model_name(model)
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            return self._response(name, messages, self.reply(name, self._keyed(messages, kwargs)))
+
+        def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+            name = self._model_name(model)
+            return self._response(name, messages, self.reply(name, self._keyed(messages, kwargs)))
+
+    return SeededSimProvider
+
+
+@dataclass(frozen=True)
+class SimTarget:
+    """The simulator as an eval target: router, provider (for call counts) and fleet."""
+
+    router: Any
+    provider: Any
+    fleet: Any
+
+    @property
+    def responder(self) -> RouterResponder:
+        """A responder over the simulated router."""
+        return RouterResponder(self.router)
+
+    def group_of(self, name: str) -> str:
+        """Router group of a model given by name or group."""
+        for m in self.fleet.models:
+            if name in (m.name, m.group):
+                return str(m.group)
+        raise ConfigError(f"unknown simulated model {name!r} (known: {', '.join(self.fleet.names)})",
+                          key="--model")
+
+
+def sim_target(fleet: Any = None, *, seed: int = 0, latency_s: float = 0.0, fallbacks: bool = True,
+               failures: bool = True) -> SimTarget:
+    """The simulator behind a real ``litellm.Router`` (offline, deterministic per seed).
+
+    Args:
+        fleet: a ``handoffmon.sim.Fleet`` (default: the demo fleet).
+        seed: the provider's base seed.
+        latency_s: simulated service time per call.
+        fallbacks: keep the fleet's router fallbacks (off for the switch matrix, where
+            every turn must be written by the model the cell names).
+        failures: keep injected 429s/timeouts (the runner retries them).
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import dataclasses
+
+    from handoffmon.sim.fleet import default_fleet
+    from handoffmon.sim.router import build_router
+
+    fleet = fleet or default_fleet()
+    if not failures:
+        models = tuple(dataclasses.replace(m, rate_limit_rate=0.0, timeout_rate=0.0) for m in fleet.models)
+        fleet = dataclasses.replace(fleet, models=models)
+    provider = seeded_sim_provider_class()(fleet, seed=seed, latency_s=latency_s)
+    extra: dict[str, Any] = {} if fallbacks else {"fallbacks": []}
+    return SimTarget(build_router(fleet, provider, **extra), provider, fleet)

@@ -1,0 +1,120 @@
+"""Adherence-by-checkpoint curves with Wilson intervals, and the eval results document."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from handoffmon.errors import InputError
+from handoffmon.evals.store import Row
+
+SCHEMA = "handoffmon.eval"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """Adherence of one rule at one checkpoint depth (over runs).
+
+    ``script`` is ``"*"`` for the curve pooled over scripts (same rule, same depth).
+    """
+
+    script: str
+    model: str
+    rule: str
+    depth: int
+    n: int
+    passes: int
+    adherence: float
+    ci_low: float
+    ci_high: float
+
+
+def wilson_interval(passes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of passes/n (NaN, NaN when n = 0), via the refit's ``wilson``."""
+    import numpy as np
+    from scipy.stats import norm
+
+    from handoffmon.refit.cells import wilson
+
+    if n == 0:
+        return math.nan, math.nan
+    lo, hi = wilson(np.array([passes]), np.array([n]), float(norm.ppf(0.5 + confidence / 2)))
+    return float(lo[0]), float(hi[0])
+
+
+def adherence_curves(rows: Iterable[Row], confidence: float = 0.95) -> list[CurvePoint]:
+    """Pass share per (script, model, rule, depth) over checkpoint rows, plus pooled ``*`` curves.
+
+    ``not_applicable`` and ``error`` verdicts are left out of n, as in production.
+    """
+    tally: dict[tuple[str, str, str, int], Counter[str]] = defaultdict(Counter)
+    for r in rows:
+        if r.checkpoint:
+            tally[(r.script, r.model, r.rule, r.turn)][r.verdict] += 1
+            tally[("*", r.model, r.rule, r.turn)][r.verdict] += 1
+    out = []
+    for (script, model, rule, depth), c in sorted(tally.items()):
+        n = c["pass"] + c["fail"]
+        lo, hi = wilson_interval(c["pass"], n, confidence)
+        out.append(CurvePoint(script, model, rule, depth, n, c["pass"], c["pass"] / n if n else math.nan, lo, hi))
+    return out
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """The ``eval run`` document: curves, verdict totals and what was run."""
+
+    created_at: float
+    database: str
+    models: tuple[str, ...]
+    scripts: tuple[dict[str, Any], ...]
+    curves: tuple[CurvePoint, ...]
+    verdicts: dict[str, int]
+    confidence: float = 0.95
+    version: int = VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (NaN → null)."""
+        d = asdict(self)
+        d["curves"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in c.items()}
+                       for c in d["curves"]]
+        return {"schema": SCHEMA, **d}
+
+    def to_json(self) -> str:
+        """The versioned JSON document."""
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> EvalResult:
+        """Rebuild from ``to_dict``; ``InputError`` for another schema or a newer version."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise InputError(f"{source}: not a {SCHEMA} document")
+        if not isinstance(data.get("version"), int) or data["version"] > VERSION:
+            raise InputError(f"{source}: unsupported {SCHEMA} version {data.get('version')!r}")
+        try:
+            curves = tuple(CurvePoint(**{k: (math.nan if v is None else v) for k, v in c.items()})
+                           for c in data["curves"])
+            return cls(data["created_at"], data["database"], tuple(data["models"]),
+                       tuple(data["scripts"]), curves, dict(data["verdicts"]), data.get("confidence", 0.95),
+                       data["version"])
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
+
+
+def build_result(rows: Sequence[Row], scripts: Sequence[Any], database: str,
+                 confidence: float = 0.95) -> EvalResult:
+    """Summarize stored rows of the given scripts into an ``EvalResult``."""
+    ids = {s.id for s in scripts}
+    mine = [r for r in rows if r.script in ids]
+    verdicts = Counter(r.verdict for r in mine if r.checkpoint)
+    info = tuple({"id": s.id, "kind": s.kind, "length": s.length, "checkpoints": list(s.checkpoints),
+                  "derails": [i + 1 for i, t in enumerate(s.turns) if t.derail], "rules": list(s.rule_names)}
+                 for s in scripts)
+    return EvalResult(time.time(), database, tuple(sorted({r.model for r in mine})), info,
+                      tuple(adherence_curves(mine, confidence)), dict(verdicts), confidence)

@@ -1,0 +1,179 @@
+"""``eval run``: replay scripts N times against a model, concurrently, with retries and resumability."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from handoffmon.checkers.base import CheckContext
+from handoffmon.checkers.rules import RuleSet
+from handoffmon.evals.models import Messages, Reply, Responder
+from handoffmon.evals.script import DriftScript
+from handoffmon.evals.store import ResultStore, Row, StoredTurn
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How ``run_eval`` replays scripts.
+
+    Attributes:
+        runs: replays per script (None = each script's own ``runs``).
+        concurrency: conversations in flight at once.
+        retries: extra attempts per model call before the run is given up (resumable).
+        backoff_s: first retry delay; doubles per attempt.
+        seed: base seed; run r of script s is called with a seed derived from (seed, s, r).
+        check_budget_s: per-rule time budget (generous offline: langdetect on long replies).
+        progress: show a tqdm bar on stderr.
+    """
+
+    runs: int | None = None
+    concurrency: int = 8
+    retries: int = 3
+    backoff_s: float = 0.5
+    seed: int = 0
+    check_budget_s: float = 1.0
+    progress: bool = False
+
+
+@dataclass
+class RunSummary:
+    """What one ``run_eval`` call did."""
+
+    jobs: int = 0
+    turns_generated: int = 0
+    turns_resumed: int = 0
+    model_calls: int = 0
+    retries: int = 0
+    failed: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+def run_seed(base: int, script: str, run: int) -> int:
+    """Stable per-run seed (31 bits) from the base seed, the script id and the run index."""
+    digest = hashlib.sha256(f"{base}\x1f{script}\x1f{run}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def history_tokens(messages: Messages) -> int:
+    """Approximate tokens of a history, as the monitor counts them (characters / 4, rounded up)."""
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+    return (chars + 3) // 4
+
+
+async def call_with_retries(responder: Responder, model: str, messages: Messages, seed: int,
+                            settings: RunSettings, summary: RunSummary) -> Reply:
+    """One model call, retried ``settings.retries`` times with exponential back-off."""
+    delay = settings.backoff_s
+    for attempt in range(settings.retries + 1):
+        summary.model_calls += 1
+        try:
+            return await responder(model, messages, seed=seed)
+        except Exception:  # any provider error is retried; the last one propagates
+            if attempt == settings.retries:
+                raise
+            summary.retries += 1
+            await asyncio.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def evaluate_turn(rules: RuleSet, script: DriftScript, depth: int, reply: str,
+                  previous: dict[str, str]) -> tuple[Any, ...]:
+    """Run every rule active at ``depth`` on ``reply`` (never raises); updates ``previous``."""
+    turn = script.turns[depth - 1]
+    ctx = CheckContext(user_message=turn.user, previous=dict(previous), depth=depth)
+    results = rules.evaluate(reply, ctx, script.rules_at(depth))
+    previous.update({r.rule: r.extracted for r in results if r.extracted is not None})
+    return results
+
+
+def base_messages(script: DriftScript) -> list[dict[str, str]]:
+    """The system message of a script, if any."""
+    return [{"role": "system", "content": script.system}] if script.system else []
+
+
+class Runner:
+    """Replays scripts against one target model and stores rows in a ``ResultStore``.
+
+    Args:
+        responder: the model client.
+        store: the results database (rows already there are skipped).
+        settings: see ``RunSettings``.
+        rules: a ``RuleSet`` (default: built-in checkers, no configured rules).
+    """
+
+    def __init__(self, responder: Responder, store: ResultStore, settings: RunSettings | None = None,
+                 *, rules: RuleSet | None = None) -> None:
+        self.responder = responder
+        self.store = store
+        self.settings = settings or RunSettings()
+        self.rules = rules or RuleSet(budget_s=self.settings.check_budget_s)
+        self.summary = RunSummary()
+
+    async def call(self, model: str, messages: Messages, seed: int) -> Reply:
+        """One model call with retries (see ``call_with_retries``)."""
+        return await call_with_retries(self.responder, model, messages, seed, self.settings, self.summary)
+
+    async def replay(self, script: DriftScript, model: str, run: int, tick: Callable[[int], None]) -> None:
+        """Replay one run, continuing after the turns already stored."""
+        stored = self.store.stored_turns(script.id, model, run)
+        messages = base_messages(script)
+        for t in stored:
+            messages += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.reply}]
+        previous = self.store.last_extracted(script.id, model, run, len(stored)) if stored else {}
+        self.summary.turns_resumed += len(stored)
+        tick(len(stored))
+        seed = run_seed(self.settings.seed, script.id, run)
+        for depth in range(len(stored) + 1, script.length + 1):
+            turn = script.turns[depth - 1]
+            messages.append({"role": "user", "content": turn.user})
+            tokens = history_tokens(messages)
+            reply = await self.call(model, messages, seed)
+            messages.append({"role": "assistant", "content": reply.text})
+            results = evaluate_turn(self.rules, script, depth, reply.text, previous)
+            asserted = set(script.asserted_at(depth))
+            rows = [Row(script.id, model, run, depth, r.rule, r.verdict, r.reason, r.extracted,
+                        r.rule in asserted, turn.derail, reply.author, tokens) for r in results]
+            self.store.add_turn(StoredTurn(depth, turn.user, reply.text, reply.author), script.id, model, run,
+                                tokens, rows)
+            self.summary.turns_generated += 1
+            tick(1)
+
+    async def run(self, scripts: Sequence[DriftScript], model: str) -> RunSummary:
+        """Replay every run of every script against ``model``; failures are recorded, not raised."""
+        jobs = [(s, r) for s in scripts for r in range(self.settings.runs or s.runs)]
+        self.summary.jobs += len(jobs)
+        todo = sum(s.length for s, _ in jobs)
+        sem = asyncio.Semaphore(max(1, self.settings.concurrency))
+        bar = _progress(todo, self.settings.progress, model)
+
+        async def one(script: DriftScript, run: int) -> None:
+            async with sem:
+                try:
+                    await self.replay(script, model, run, bar.update)
+                except Exception as exc:  # a failed run stays resumable; the others go on
+                    self.summary.failed.append((script.id, run, f"{type(exc).__name__}: {exc}"[:300]))
+
+        try:
+            await asyncio.gather(*(one(s, r) for s, r in jobs))
+        finally:
+            bar.close()
+        return self.summary
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _progress(total: int, enabled: bool, label: str) -> Any:
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label, unit="turn", dynamic_ncols=True)

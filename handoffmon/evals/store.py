@@ -1,0 +1,176 @@
+"""Eval results in SQLite: one row per (script, model, run, turn, rule), transcripts for resuming.
+
+A turn's reply and its verdict rows are written in one transaction, so after a crash
+(even SIGKILL) every turn is either fully stored or absent; a rerun rebuilds each
+conversation from its stored turns and continues at the first missing one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from handoffmon.errors import StoreError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, started_at REAL NOT NULL, label TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS turns (
+  script TEXT NOT NULL, model TEXT NOT NULL, run INTEGER NOT NULL, turn INTEGER NOT NULL,
+  user TEXT NOT NULL, reply TEXT NOT NULL, author TEXT NOT NULL, history_tokens INTEGER NOT NULL,
+  session INTEGER NOT NULL, created_at REAL NOT NULL,
+  PRIMARY KEY (script, model, run, turn)
+);
+CREATE TABLE IF NOT EXISTS rows (
+  script TEXT NOT NULL, model TEXT NOT NULL, run INTEGER NOT NULL, turn INTEGER NOT NULL,
+  rule TEXT NOT NULL, verdict TEXT NOT NULL, reason TEXT NOT NULL, extracted TEXT,
+  checkpoint INTEGER NOT NULL, derail INTEGER NOT NULL, author TEXT NOT NULL,
+  history_tokens INTEGER NOT NULL, session INTEGER NOT NULL,
+  PRIMARY KEY (script, model, run, turn, rule)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One verdict: a rule asserted (or tracked) at one turn of one run.
+
+    ``model`` is what the run targeted (a model or router group); ``author`` is the
+    deployment that actually answered (after router fallbacks).
+    """
+
+    script: str
+    model: str
+    run: int
+    turn: int
+    rule: str
+    verdict: str
+    reason: str
+    extracted: str | None
+    checkpoint: bool
+    derail: bool
+    author: str
+    history_tokens: int
+    session: int = 0
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    """A stored user message and reply."""
+
+    turn: int
+    user: str
+    reply: str
+    author: str
+
+
+class ResultStore:
+    """The results database (WAL). One instance per process; not shared across threads.
+
+    Args:
+        path: SQLite file (created with its tables when missing).
+        label: recorded with this session (e.g. the command line).
+    """
+
+    def __init__(self, path: str | Path, *, label: str = "") -> None:
+        self.path = str(path)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            cur = self._db.execute("INSERT INTO sessions (started_at, label) VALUES (?, ?)", (time.time(), label))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open eval results: {exc}") from exc
+        self.session = int(cur.lastrowid or 0)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stored_turns(self, script: str, model: str, run: int) -> list[StoredTurn]:
+        """The turns already stored for one run, in order (contiguous from turn 1)."""
+        cur = self._db.execute(
+            "SELECT turn, user, reply, author FROM turns WHERE script=? AND model=? AND run=? ORDER BY turn",
+            (script, model, run),
+        )
+        out: list[StoredTurn] = []
+        for t, user, reply, author in cur:
+            if t != len(out) + 1:
+                break
+            out.append(StoredTurn(t, user, reply, author))
+        return out
+
+    def last_extracted(self, script: str, model: str, run: int, turn: int) -> dict[str, str]:
+        """rule → extracted value at ``turn`` (the state a stateful checker carries on)."""
+        cur = self._db.execute(
+            "SELECT rule, extracted FROM rows WHERE script=? AND model=? AND run=? AND turn=? "
+            "AND extracted IS NOT NULL",
+            (script, model, run, turn),
+        )
+        return {r: e for r, e in cur}
+
+    def add_turn(self, turn: StoredTurn, script: str, model: str, run: int, history_tokens: int,
+                 rows: Sequence[Row]) -> None:
+        """Store one reply and its rows atomically (a turn already stored is left as it was)."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (script, model, run, turn.turn, turn.user, turn.reply, turn.author, history_tokens,
+                 self.session, time.time()),
+            )
+            if cur.rowcount:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [(r.script, r.model, r.run, r.turn, r.rule, r.verdict, r.reason, r.extracted,
+                      int(r.checkpoint), int(r.derail), r.author, r.history_tokens, self.session) for r in rows],
+                )
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._db.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: cannot store turn: {exc}") from exc
+
+    def rows(self, *, script: str | None = None, model: str | None = None,
+             checkpoints_only: bool = False) -> Iterator[Row]:
+        """Stored rows, ordered by script, model, run, turn, rule."""
+        where, args = [], []
+        for col, val in (("script", script), ("model", model)):
+            if val is not None:
+                where.append(f"{col}=?")
+                args.append(val)
+        if checkpoints_only:
+            where.append("checkpoint=1")
+        sql = "SELECT * FROM rows" + (" WHERE " + " AND ".join(where) if where else "")
+        for r in self._db.execute(sql + " ORDER BY script, model, run, turn, rule", args):
+            yield Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9]), r[10], r[11], r[12])
+
+    def count(self, table: str = "rows", *, session: int | None = None) -> int:
+        """Rows (or turns) stored, optionally only those written by one session."""
+        if table not in ("rows", "turns"):
+            raise ValueError(table)
+        if session is None:
+            return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        return int(self._db.execute(f"SELECT COUNT(*) FROM {table} WHERE session=?", (session,)).fetchone()[0])
+
+    def export_jsonl(self, path: str | Path) -> int:
+        """Write every row as one JSON object per line (atomic); returns the number written."""
+        tmp = Path(f"{path}.tmp")
+        n = 0
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in self.rows():
+                fh.write(json.dumps(asdict(row), ensure_ascii=False) + "\n")
+                n += 1
+        tmp.replace(path)
+        return n

@@ -1,0 +1,251 @@
+"""``eval switch-matrix``: prefix turns by A, the rest by B, for all K×K cells, with a prefix cache.
+
+Protocol (``switch-matrix-handoff-drift.txt``): an episode is one run of one script
+(task). In cell (A→B) model A writes assistant turns 1…T and model B writes T+1…L; the
+default is the final-turn switch T = L−1. The episode score is the score of the final
+reply: ``all`` (1 when every rule asserted there passes: Multi-IF's conversation-level
+strict success) or ``mean`` (share of asserted rules that pass). A's prefix of an
+episode does not depend on B, so it is generated once, cached on disk keyed by
+(task, episode, prefix model) and reused for every suffix model; suffix results are
+cached too, so an interrupted matrix resumes. Every cell of an episode uses the same
+per-run seed, which keeps the comparison with the diagonal (B→B) paired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from handoffmon.checkers.rules import RuleSet
+from handoffmon.evals.models import Messages, Responder
+from handoffmon.evals.runner import (
+    RunSettings,
+    RunSummary,
+    base_messages,
+    call_with_retries,
+    evaluate_turn,
+    run_seed,
+)
+from handoffmon.evals.script import DriftScript
+
+ScoreMode = Literal["all", "mean"]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One run of one script."""
+
+    script: DriftScript
+    run: int
+
+    @property
+    def id(self) -> str:
+        """``<script id>#<run>``."""
+        return f"{self.script.id}#{self.run}"
+
+
+@dataclass
+class CacheStats:
+    """Prefix cache accounting (per process)."""
+
+    prefix_generated: int = 0
+    prefix_hits: int = 0
+    suffix_generated: int = 0
+    suffix_hits: int = 0
+    generated_keys: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+class DiskCache:
+    """JSON files under ``root``: ``prefix/<task>/<episode>/<model>.json`` and ``cell/…/<A>__<B>.json``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    @staticmethod
+    def _safe(part: str) -> str:
+        digest = hashlib.sha1(part.encode("utf-8")).hexdigest()[:10]
+        clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in part)[:60]
+        return f"{clean}-{digest}"
+
+    def path(self, kind: str, task: str, episode: str, name: str) -> Path:
+        """File of one cache entry."""
+        return self.root / kind / self._safe(task) / self._safe(episode) / f"{self._safe(name)}.json"
+
+    def get(self, kind: str, task: str, episode: str, name: str) -> Any:
+        """The stored value, or None."""
+        p = self.path(kind, task, episode, name)
+        try:
+            return json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+
+    def put(self, kind: str, task: str, episode: str, name: str, value: Any) -> None:
+        """Store atomically (temp file + rename)."""
+        p = self.path(kind, task, episode, name)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(p)
+
+
+@dataclass(frozen=True)
+class CellScore:
+    """The final-turn score of one episode in one cell."""
+
+    episode: str
+    prefix_model: str
+    suffix_model: str
+    score: float
+    authors: tuple[str, ...]
+
+
+class SwitchMatrixRun:
+    """Generates every cell of a switch matrix.
+
+    Args:
+        responder: the model client (``model`` argument = a model or router group).
+        models: the K models.
+        cache_dir: on-disk cache root.
+        switch_at: T, the number of prefix turns (None = L − 1 per script).
+        score: ``all`` or ``mean``.
+        settings: concurrency, retries and seed (``RunSettings``).
+        task: cache namespace for the benchmark (e.g. ``drift`` or ``multi-if``).
+    """
+
+    def __init__(self, responder: Responder, models: Sequence[str], cache_dir: str | Path, *,
+                 switch_at: int | None = None, score: ScoreMode = "all", settings: RunSettings | None = None,
+                 task: str = "drift") -> None:
+        self.responder = responder
+        self.models = tuple(models)
+        self.cache = DiskCache(cache_dir)
+        self.switch_at = switch_at
+        self.score_mode = score
+        self.settings = settings or RunSettings()
+        self.task = task
+        self.stats = CacheStats()
+        self.rules = RuleSet(budget_s=self.settings.check_budget_s)
+        self.calls = RunSummary()
+        self._inflight: dict[tuple[str, str], asyncio.Task[list[dict[str, str]]]] = {}
+        self._sem = asyncio.Semaphore(max(1, self.settings.concurrency))
+
+    def split(self, script: DriftScript) -> int:
+        """T for a script: ``switch_at`` (must leave at least one suffix turn) or L − 1."""
+        t = script.length - 1 if self.switch_at is None else self.switch_at
+        if not 0 <= t < script.length:
+            raise ValueError(f"switch turn {t} outside 0..{script.length - 1} for script {script.id!r}")
+        return t
+
+    async def _generate(self, ep: Episode, model: str, messages: list[dict[str, str]], first: int,
+                        last: int) -> list[dict[str, str]]:
+        """Turns first..last by ``model`` appended to ``messages``; returns the new turns."""
+        seed = run_seed(self.settings.seed, ep.script.id, ep.run)
+        new: list[dict[str, str]] = []
+        for depth in range(first, last + 1):
+            user = ep.script.turns[depth - 1].user
+            messages.append({"role": "user", "content": user})
+            async with self._sem:
+                reply = await call_with_retries(self.responder, model, messages, seed, self.settings, self.calls)
+            messages.append({"role": "assistant", "content": reply.text})
+            new.append({"user": user, "reply": reply.text, "author": reply.author})
+        return new
+
+    async def prefix(self, ep: Episode, model: str) -> list[dict[str, str]]:
+        """A's first T turns of an episode: from disk, from a generation in flight, or generated once."""
+        key = (ep.id, model)
+        cached = self.cache.get("prefix", self.task, ep.id, model)
+        if cached is not None:
+            self.stats.prefix_hits += 1
+            return list(cached)
+        task = self._inflight.get(key)
+        if task is not None:
+            self.stats.prefix_hits += 1
+            return list(await task)
+
+        async def make() -> list[dict[str, str]]:
+            turns = await self._generate(ep, model, base_messages(ep.script), 1, self.split(ep.script))
+            self.cache.put("prefix", self.task, ep.id, model, turns)
+            self.stats.prefix_generated += 1
+            self.stats.generated_keys.append((self.task, ep.id, model))
+            return turns
+
+        task = asyncio.ensure_future(make())
+        self._inflight[key] = task
+        try:
+            return list(await task)
+        finally:
+            self._inflight.pop(key, None)
+
+    def _score(self, ep: Episode, replies: Sequence[str]) -> float:
+        """Final-turn score, with rule state carried through the whole conversation."""
+        previous: dict[str, str] = {}
+        results: tuple[Any, ...] = ()
+        for depth, reply in enumerate(replies, start=1):
+            results = evaluate_turn(self.rules, ep.script, depth, reply, previous)
+        asserted = set(ep.script.asserted_at(ep.script.length)) or {r.rule for r in results}
+        decided = [r.verdict == "pass" for r in results if r.rule in asserted and r.verdict in ("pass", "fail")]
+        if not decided:
+            return float("nan")
+        return float(all(decided)) if self.score_mode == "all" else sum(decided) / len(decided)
+
+    async def cell(self, ep: Episode, a: str, b: str) -> CellScore:
+        """One episode in cell (A→B)."""
+        name = f"{a}__{b}"
+        stored = self.cache.get("cell", self.task, ep.id, name)
+        if stored is None:
+            pre = await self.prefix(ep, a)
+            messages = base_messages(ep.script)
+            for t in pre:
+                messages += [{"role": "user", "content": t["user"]}, {"role": "assistant", "content": t["reply"]}]
+            t_split = self.split(ep.script)
+            suffix = await self._generate(ep, b, messages, t_split + 1, ep.script.length)
+            stored = {"prefix": pre, "suffix": suffix}
+            self.cache.put("cell", self.task, ep.id, name, stored)
+            self.stats.suffix_generated += 1
+        else:
+            self.stats.suffix_hits += 1
+        turns = [*stored["prefix"], *stored["suffix"]]
+        score = self._score(ep, [t["reply"] for t in turns])
+        return CellScore(ep.id, a, b, score, tuple(t["author"] for t in turns))
+
+    async def run(self, episodes: Sequence[Episode]) -> list[CellScore]:
+        """Every episode in every cell (K×K); the prefix of (episode, A) is generated once."""
+        jobs = [self.cell(ep, a, b) for ep in episodes for a in self.models for b in self.models]
+        return list(await asyncio.gather(*jobs))
+
+
+def episodes_of(scripts: Sequence[DriftScript], runs: int | None = None) -> list[Episode]:
+    """Run r of each script is episode ``<id>#<r>``."""
+    return [Episode(s, r) for s in scripts for r in range(runs or s.runs)]
+
+
+def analyse(scores: Sequence[CellScore], *, resamples: int = 1000, seed: int | None = 0,
+            confidence: float = 0.95, ridge: float = 1.0, source: str = "eval switch-matrix") -> Any:
+    """Paired BCa Δ per cell, BCa cell means and π/σ from the refit engine (NaN scores dropped)."""
+    import math
+
+    from handoffmon.refit.switch_matrix import ScoreTable, switch_matrix
+
+    rows = [(s.episode, s.prefix_model, s.suffix_model, s.score) for s in scores if not math.isnan(s.score)]
+    table = ScoreTable.from_rows(rows)
+    return switch_matrix(table, resamples=resamples, seed=seed, confidence=confidence, ridge=ridge,
+                         source=source, rule="final_turn")
+
+
+def scores_csv(scores: Sequence[CellScore]) -> str:
+    """``episode,prefix_model,suffix_model,score`` (the ``stats switch-matrix`` input format)."""
+    lines = ["episode,prefix_model,suffix_model,score"]
+    lines += [f"{s.episode},{s.prefix_model},{s.suffix_model},{s.score!r}" for s in scores]
+    return "\n".join(lines) + "\n"
+
+
+def messages_of(turns: Sequence[dict[str, str]]) -> Messages:
+    """A cached prefix as chat messages."""
+    out: list[dict[str, str]] = []
+    for t in turns:
+        out += [{"role": "user", "content": t["user"]}, {"role": "assistant", "content": t["reply"]}]
+    return out
