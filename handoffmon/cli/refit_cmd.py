@@ -46,17 +46,13 @@ def refit(
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.config import RefitConfig, load_config
-    from handoffmon.depth import DepthBuckets
     from handoffmon.refit import refit as run
-    from handoffmon.sources.spec import load_source
+    from handoffmon.sources.spec import infer_buckets, load_source
 
     try:
         cfg = load_config(config_path) if config_path else None
         loaded = load_source(source, transitions=transitions, window=window)
-        labels = {k.depth_bucket for k in loaded.counts.checks}
-        buckets = (
-            cfg.buckets if cfg else (DepthBuckets.from_labels(sorted(labels)) if labels else DepthBuckets())
-        )
+        buckets = cfg.buckets if cfg else infer_buckets(loaded.counts)
         overrides = {"min_n": min_n, "confidence": confidence, "ridge": ridge}
         base = cfg.refit if cfg else None
         settings = RefitConfig.model_validate(

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from handoffmon.counts import Counts
+from handoffmon.depth import DepthBuckets
 from handoffmon.sources import SourceError
 
 
@@ -16,6 +17,23 @@ class Loaded:
     counts: Counts
     label: str
     window_s: float | None = None
+
+
+def infer_buckets(counts: Counts) -> DepthBuckets:
+    """Depth buckets that reproduce the labels found in ``counts`` (default buckets if none).
+
+    Edges are 1, every label's lower bound and, for closed labels such as ``3-4``, the
+    depth after its upper bound; so ``1, 2, 3-4`` → edges 1, 2, 3, 5 (labels 1, 2, 3-4, 5+).
+    """
+    labels = {k.depth_bucket for k in counts.checks}
+    if not labels:
+        return DepthBuckets()
+    edges = {1}
+    for label in labels:
+        edges.add(DepthBuckets.lower_bound(label))
+        if not label.endswith("+"):
+            edges.add(int(label.split("-")[-1]) + 1)
+    return DepthBuckets(tuple(sorted(edges)))
 
 
 def load_source(

@@ -55,3 +55,17 @@ def test_refit_errors_exit_1_with_the_reason(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["refit", "--source", str(bad), "--out", str(out)])
     assert res.exit_code == 1
     assert "line 2, column 'n'" in res.output and not out.exists()
+
+
+def test_refit_from_prometheus_with_window_records_the_window(tmp_path: Path) -> None:
+    """prometheus://HOST:PORT --window 1h: increase() queries, window_s = 3600 in the JSON."""
+    from tests.sources.fakeprom import fake_prometheus
+
+    with fake_prometheus() as (url, seen):
+        res = CliRunner().invoke(
+            main, ["refit", "--source", url, "--window", "1h", "--out", "-", "--min-n", "1"]
+        )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout[: res.stdout.rindex("}") + 1])
+    assert doc["window_s"] == 3600.0 and doc["source"].startswith("http://127.0.0.1:")
+    assert all("[1h]" in p["query"] for p in seen)

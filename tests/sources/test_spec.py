@@ -55,3 +55,15 @@ def test_local_source_checks_the_snapshot_type() -> None:
     assert from_snapshot(agg.snapshot).checks == {}
     with pytest.raises(SourceError, match="not Counts"):
         from_snapshot(lambda: {})  # type: ignore[arg-type,return-value]
+
+
+def test_infer_buckets_reproduces_labels_even_without_depth_one() -> None:
+    """Labels 2 and 3-4 (no depth-1 data) → edges 1, 2, 3, 5: every label maps to itself."""
+    from handoffmon.counts import Counts
+    from handoffmon.sources.spec import infer_buckets
+
+    checks = {CheckKey("r", "b", "a", lab, "pass"): 1 for lab in ("2", "3-4", "33+")}
+    buckets = infer_buckets(Counts(checks=checks))
+    assert buckets.edges == (1, 2, 3, 5, 33)
+    assert {"2", "3-4", "33+"} <= set(buckets.labels)
+    assert infer_buckets(Counts()).labels == ("1", "2", "3-4", "5-8", "9-16", "17-32", "33+")
