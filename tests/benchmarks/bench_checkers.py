@@ -81,17 +81,22 @@ def bench_checker(kind: str, params: dict[str, object], replies: list[str],
     return _percentiles(samples)
 
 
-def bench_pack(replies: list[str], *, with_language: bool, seconds: float) -> tuple[float, int]:
-    """Checks per second of the default rule pack evaluated through RuleSet (one core)."""
+def bench_pack(replies: list[str], *, with_language: bool, seconds: float) -> tuple[float, float, int]:
+    """Checks per second of the default rule pack through RuleSet.evaluate, single thread.
+
+    Returns (per wall second, per CPU second of this process, rules). CPU time is what
+    "one core" means on a shared machine: time the process was descheduled is not counted.
+    """
     rules = default_rule_pack(languages=("en",) if with_language else ())
     rs = RuleSet.from_config(rules, budget_s=1.0)
     ctx = CheckContext()
     checks = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall0 < seconds:
         for r in replies:
             checks += len(rs.evaluate(r, ctx))
-    return checks / (time.perf_counter() - start), len(rules)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return checks / wall, checks / cpu, len(rules)
 
 
 def main() -> None:
@@ -109,9 +114,10 @@ def main() -> None:
     print()
     for with_language in (False, True):
         for name, replies in (("500 ch", short), ("5 KB", long)):
-            rate, n = bench_pack(replies, with_language=with_language, seconds=seconds)
+            wall_rate, cpu_rate, n = bench_pack(replies, with_language=with_language, seconds=seconds)
             label = f"default pack ({n} rules{', with language' if with_language else ''}), {name}"
-            print(f"{label:52} {rate:>10,.0f} checks/s  ({rate / n:,.0f} replies/s)")
+            print(f"{label:52} {cpu_rate:>10,.0f} checks/CPU-s ({cpu_rate / n:,.0f} replies/s); "
+                  f"{wall_rate:,.0f} checks/wall-s")
 
 
 if __name__ == "__main__":
