@@ -25,6 +25,8 @@ _WARM_UP = "Warm-up text: Are you sure? 123, ÄÖÜ éè ñ ß — «ok» 你好
 
 def clean_text(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, so it can be UTF-8 encoded."""
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
