@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
@@ -32,6 +33,9 @@ from handoffmon.pipeline.monitor import Monitor
 from handoffmon.types import TurnContext
 
 _log = logging.getLogger("handoffmon.integrations")
+
+MAX_IN_FLIGHT = 100_000
+"""Bound on remembered call start times (entries of calls that failed are evicted oldest first)."""
 
 
 def _proxy_headers(data: Mapping[str, Any]) -> Mapping[str, str] | None:
@@ -89,6 +93,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         self._monitor = monitor
         self._factory = monitor_factory
         self._lock = threading.Lock()
+        self._starts: OrderedDict[str, float] = OrderedDict()  # litellm_call_id -> monotonic start
 
     @property
     def monitor(self) -> Monitor:
@@ -103,6 +108,21 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                         self._monitor = Monitor(self._config if self._config is not None else load_config())
                 m = self._monitor
         return m
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
+    ) -> None:
+        """Note when the proxy started the call (for the turn's latency); changes nothing."""
+        call_id = data.get("litellm_call_id")
+        if isinstance(call_id, str):
+            self._starts[call_id] = time.monotonic()
+            while len(self._starts) > MAX_IN_FLIGHT:  # calls that never finished
+                self._starts.popitem(last=False)
+
+    def _latency(self, data: Mapping[str, Any]) -> float | None:
+        call_id = data.get("litellm_call_id")
+        start = self._starts.pop(call_id, None) if isinstance(call_id, str) else None
+        return None if start is None else time.monotonic() - start
 
     def _begin(self, data: Mapping[str, Any]) -> TurnContext | None:
         messages = data.get("messages")
@@ -137,7 +157,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 deployment_id=served.deployment_id,
                 fallbacks=served.fallbacks,
                 retries=served.retries,
-                latency_s=_latency(data),
+                latency_s=self._latency(data),
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
                 finish_reason=usage.finish_reason,
@@ -189,7 +209,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 fallbacks=served.fallbacks,
                 retries=served.retries,
                 streamed=True,
-                latency_s=_latency(data),
+                latency_s=self._latency(data),
                 input_tokens=out.input_tokens,
                 output_tokens=out.output_tokens,
                 finish_reason=out.finish_reason,
@@ -199,15 +219,6 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         except Exception:
             _log.warning("handoffmon could not finish a proxy stream", exc_info=True)
             self.monitor.count_error("integration")
-
-
-def _latency(data: Mapping[str, Any]) -> float | None:
-    """Seconds since the proxy received the request, when it recorded the start time."""
-    meta = data.get("metadata") or data.get("litellm_metadata")
-    start = meta.get("endpoint_start_time") if isinstance(meta, Mapping) else None
-    if hasattr(start, "timestamp"):
-        return max(0.0, time.time() - start.timestamp())
-    return None
 
 
 def _deployment_model(deployment_id: str) -> str | None:

@@ -1,0 +1,64 @@
+"""The LiteLLM Proxy callback's hooks, called in-process with real Router responses and streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from handoffmon.integrations.litellm_callback import HandoffmonCallback, handoffmon_callback
+from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router
+from tests.pipeline.helpers import RecordingExporter, make_config, monitor
+
+CONFIG = make_config(attribution={"canonical_models": CANONICAL})
+
+
+def _request(messages: list[dict[str, Any]], call_id: str, model: str = "primary") -> dict[str, Any]:
+    """Request data shaped as the proxy hands it to callbacks."""
+    return {
+        "model": model,
+        "messages": messages,
+        "litellm_call_id": call_id,
+        "metadata": {"requester_metadata": {"tags": ["checkout"]}},
+        "proxy_server_request": {"headers": {"X-Conversation-Id": "conv-7"}},
+    }
+
+
+async def test_hooks_record_fallback_author_latency_and_caller_id() -> None:
+    """Non-streamed then streamed turns: author after fallback, caller conversation id, depth, latency."""
+    exp = RecordingExporter()
+    router = fallback_router()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        cb = HandoffmonCallback(monitor=m)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+        data = _request(messages, "call-1")
+        await cb.async_pre_call_hook(None, None, data, "acompletion")
+        response = await router.acompletion(model="primary", messages=messages)
+        assert await cb.async_post_call_success_hook(data, None, response) is None  # response untouched
+        messages = [*messages, {"role": "assistant", "content": BACKUP_REPLY}, {"role": "user", "content": "more"}]
+        data = _request(messages, "call-2", model="alpha")
+        await cb.async_pre_call_hook(None, None, data, "acompletion")
+        stream = await router.acompletion(model="alpha", messages=messages, stream=True)
+        passed = [c async for c in cb.async_post_call_streaming_iterator_hook(None, stream, data)]
+        assert "".join(c.choices[0].delta.content or "" for c in passed) == "ok"
+        m.flush(10)
+    first, second = (r for r in exp.results)
+    assert (first.record.author, first.record.fallbacks, first.context.depth) == ("model-b", 1, 1)
+    assert (second.record.author, second.record.streamed, second.context.depth) == ("model-c", True, 2)
+    assert (second.context.prefix_model, second.record.handoff) == ("model-b", True)
+    assert {first.context.conversation_id, second.context.conversation_id} == {"conv-7"}
+    assert all(r.record.latency_s is not None and 0 < r.record.latency_s < 30 for r in exp.results)
+    assert cb._starts == {}  # every start time was consumed
+
+
+async def test_non_chat_calls_are_ignored() -> None:
+    """Embeddings and other calls without chat messages record nothing and raise nothing."""
+    with monitor(CONFIG) as m:
+        cb = HandoffmonCallback(monitor=m)
+        await cb.async_post_call_success_hook({"model": "e", "input": ["x"]}, None, object())
+        m.flush(10)
+        assert m.snapshot().total_turns == 0
+
+
+def test_module_instance_builds_its_monitor_lazily() -> None:
+    """Importing the module (as the proxy does) builds no monitor until the first hook runs."""
+    assert isinstance(handoffmon_callback, HandoffmonCallback)
+    assert handoffmon_callback._monitor is None
