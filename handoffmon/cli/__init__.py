@@ -17,6 +17,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "refit": "handoffmon.cli.refit_cmd:refit",
     "stats": "handoffmon.cli.stats_cmd:stats",
     "serve": "handoffmon.cli.serve_cmd:serve",
+    "eval": "handoffmon.cli.eval_cmd:eval_group",
+    "shapes": "handoffmon.cli.shapes_cmd:shapes",
 }
 
 

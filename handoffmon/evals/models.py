@@ -89,7 +89,9 @@ def router_from_config(path: str | Path) -> Any:
     try:
         return Router(model_list=data["model_list"], **settings)
     except Exception as exc:  # litellm raises assorted types for a bad model_list
-        raise ConfigError(f"litellm rejected the router config: {exc}", key="model_list", source=source) from exc
+        raise ConfigError(
+            f"litellm rejected the router config: {exc}", key="model_list", source=source
+        ) from exc
 
 
 def seeded_sim_provider_class() -> type:
@@ -138,12 +140,14 @@ class SimTarget:
         for m in self.fleet.models:
             if name in (m.name, m.group):
                 return str(m.group)
-        raise ConfigError(f"unknown simulated model {name!r} (known: {', '.join(self.fleet.names)})",
-                          key="--model")
+        raise ConfigError(
+            f"unknown simulated model {name!r} (known: {', '.join(self.fleet.names)})", key="--model"
+        )
 
 
-def sim_target(fleet: Any = None, *, seed: int = 0, latency_s: float = 0.0, fallbacks: bool = True,
-               failures: bool = True) -> SimTarget:
+def sim_target(
+    fleet: Any = None, *, seed: int = 0, latency_s: float = 0.0, fallbacks: bool = True, failures: bool = True
+) -> SimTarget:
     """The simulator behind a real ``litellm.Router`` (offline, deterministic per seed).
 
     Args:

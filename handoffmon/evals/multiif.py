@@ -65,8 +65,9 @@ def _turn(row: dict[str, str], k: int, where: str) -> MultiIFTurn | None:
     decoded = tuple(_json(k_, f"{where} turn_{k}_kwargs") if isinstance(k_, str) else k_ for k_ in kws)
     if not all(isinstance(d, dict) for d in decoded):
         raise InputError(f"{where} turn_{k}_kwargs: each entry must be an object")
-    return MultiIFTurn(prompt, tuple(map(str, ids)), tuple({k_: v for k_, v in d.items() if v is not None}
-                                                          for d in decoded))
+    return MultiIFTurn(
+        prompt, tuple(map(str, ids)), tuple({k_: v for k_, v in d.items() if v is not None} for d in decoded)
+    )
 
 
 def read_multiif(path: str | Path) -> Iterator[MultiIFConversation]:
@@ -100,12 +101,21 @@ def _rules(turn: MultiIFTurn) -> tuple[RuleConfig, ...]:
 def to_script(conv: MultiIFConversation, *, runs: int = 1, source: str = "multi-if") -> DriftScript:
     """The conversation as a script: each turn a checkpoint asserting that turn's instructions."""
     turns = tuple(
-        ScriptTurn(user=t.prompt, checkpoint=True, checkpoint_rules=tuple(r.name for r in _rules(t)),
-                   add_rules=_rules(t))
+        ScriptTurn(
+            user=t.prompt,
+            checkpoint=True,
+            checkpoint_rules=tuple(r.name for r in _rules(t)),
+            add_rules=_rules(t),
+        )
         for t in conv.turns
     )
-    return DriftScript(id=f"multi-if:{conv.key}", turns=turns, runs=runs,
-                       description=f"Multi-IF {conv.language} conversation {conv.key}", source=source)
+    return DriftScript(
+        id=f"multi-if:{conv.key}",
+        turns=turns,
+        runs=runs,
+        description=f"Multi-IF {conv.language} conversation {conv.key}",
+        source=source,
+    )
 
 
 def load_multiif(path: str | Path, *, runs: int = 1, limit: int | None = None) -> list[DriftScript]:
@@ -142,8 +152,10 @@ class Support:
 
     def summary(self) -> str:
         """One line: accepted uses, ids and kwarg names out of those seen."""
-        return (f"{self.accepted}/{self.uses} instruction uses, {len(self.accepted_ids)}/{len(self.ids)} "
-                f"instruction ids, {len(self.accepted_kwarg_names)}/{len(self.kwarg_names)} kwarg names accepted")
+        return (
+            f"{self.accepted}/{self.uses} instruction uses, {len(self.accepted_ids)}/{len(self.ids)} "
+            f"instruction ids, {len(self.accepted_kwarg_names)}/{len(self.kwarg_names)} kwarg names accepted"
+        )
 
 
 def checker_support(conversations: list[MultiIFConversation]) -> Support:

@@ -62,7 +62,9 @@ def adherence_curves(rows: Iterable[Row], confidence: float = 0.95) -> list[Curv
     for (script, model, rule, depth), c in sorted(tally.items()):
         n = c["pass"] + c["fail"]
         lo, hi = wilson_interval(c["pass"], n, confidence)
-        out.append(CurvePoint(script, model, rule, depth, n, c["pass"], c["pass"] / n if n else math.nan, lo, hi))
+        out.append(
+            CurvePoint(script, model, rule, depth, n, c["pass"], c["pass"] / n if n else math.nan, lo, hi)
+        )
     return out
 
 
@@ -82,8 +84,10 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN → null)."""
         d = asdict(self)
-        d["curves"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in c.items()}
-                       for c in d["curves"]]
+        d["curves"] = [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in c.items()}
+            for c in d["curves"]
+        ]
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -98,23 +102,48 @@ class EvalResult:
         if not isinstance(data.get("version"), int) or data["version"] > VERSION:
             raise InputError(f"{source}: unsupported {SCHEMA} version {data.get('version')!r}")
         try:
-            curves = tuple(CurvePoint(**{k: (math.nan if v is None else v) for k, v in c.items()})
-                           for c in data["curves"])
-            return cls(data["created_at"], data["database"], tuple(data["models"]),
-                       tuple(data["scripts"]), curves, dict(data["verdicts"]), data.get("confidence", 0.95),
-                       data["version"])
+            curves = tuple(
+                CurvePoint(**{k: (math.nan if v is None else v) for k, v in c.items()})
+                for c in data["curves"]
+            )
+            return cls(
+                data["created_at"],
+                data["database"],
+                tuple(data["models"]),
+                tuple(data["scripts"]),
+                curves,
+                dict(data["verdicts"]),
+                data.get("confidence", 0.95),
+                data["version"],
+            )
         except (KeyError, TypeError) as exc:
             raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
 
 
-def build_result(rows: Sequence[Row], scripts: Sequence[Any], database: str,
-                 confidence: float = 0.95) -> EvalResult:
+def build_result(
+    rows: Sequence[Row], scripts: Sequence[Any], database: str, confidence: float = 0.95
+) -> EvalResult:
     """Summarize stored rows of the given scripts into an ``EvalResult``."""
     ids = {s.id for s in scripts}
     mine = [r for r in rows if r.script in ids]
     verdicts = Counter(r.verdict for r in mine if r.checkpoint)
-    info = tuple({"id": s.id, "kind": s.kind, "length": s.length, "checkpoints": list(s.checkpoints),
-                  "derails": [i + 1 for i, t in enumerate(s.turns) if t.derail], "rules": list(s.rule_names)}
-                 for s in scripts)
-    return EvalResult(time.time(), database, tuple(sorted({r.model for r in mine})), info,
-                      tuple(adherence_curves(mine, confidence)), dict(verdicts), confidence)
+    info = tuple(
+        {
+            "id": s.id,
+            "kind": s.kind,
+            "length": s.length,
+            "checkpoints": list(s.checkpoints),
+            "derails": [i + 1 for i, t in enumerate(s.turns) if t.derail],
+            "rules": list(s.rule_names),
+        }
+        for s in scripts
+    )
+    return EvalResult(
+        time.time(),
+        database,
+        tuple(sorted({r.model for r in mine})),
+        info,
+        tuple(adherence_curves(mine, confidence)),
+        dict(verdicts),
+        confidence,
+    )

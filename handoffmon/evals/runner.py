@@ -62,8 +62,14 @@ def history_tokens(messages: Messages) -> int:
     return (chars + 3) // 4
 
 
-async def call_with_retries(responder: Responder, model: str, messages: Messages, seed: int,
-                            settings: RunSettings, summary: RunSummary) -> Reply:
+async def call_with_retries(
+    responder: Responder,
+    model: str,
+    messages: Messages,
+    seed: int,
+    settings: RunSettings,
+    summary: RunSummary,
+) -> Reply:
     """One model call, retried ``settings.retries`` times with exponential back-off."""
     delay = settings.backoff_s
     for attempt in range(settings.retries + 1):
@@ -79,8 +85,9 @@ async def call_with_retries(responder: Responder, model: str, messages: Messages
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def evaluate_turn(rules: RuleSet, script: DriftScript, depth: int, reply: str,
-                  previous: dict[str, str]) -> tuple[Any, ...]:
+def evaluate_turn(
+    rules: RuleSet, script: DriftScript, depth: int, reply: str, previous: dict[str, str]
+) -> tuple[Any, ...]:
     """Run every rule active at ``depth`` on ``reply`` (never raises); updates ``previous``."""
     turn = script.turns[depth - 1]
     ctx = CheckContext(user_message=turn.user, previous=dict(previous), depth=depth)
@@ -104,8 +111,14 @@ class Runner:
         rules: a ``RuleSet`` (default: built-in checkers, no configured rules).
     """
 
-    def __init__(self, responder: Responder, store: ResultStore, settings: RunSettings | None = None,
-                 *, rules: RuleSet | None = None) -> None:
+    def __init__(
+        self,
+        responder: Responder,
+        store: ResultStore,
+        settings: RunSettings | None = None,
+        *,
+        rules: RuleSet | None = None,
+    ) -> None:
         self.responder = responder
         self.store = store
         self.settings = settings or RunSettings()
@@ -134,10 +147,26 @@ class Runner:
             messages.append({"role": "assistant", "content": reply.text})
             results = evaluate_turn(self.rules, script, depth, reply.text, previous)
             asserted = set(script.asserted_at(depth))
-            rows = [Row(script.id, model, run, depth, r.rule, r.verdict, r.reason, r.extracted,
-                        r.rule in asserted, turn.derail, reply.author, tokens) for r in results]
-            self.store.add_turn(StoredTurn(depth, turn.user, reply.text, reply.author), script.id, model, run,
-                                tokens, rows)
+            rows = [
+                Row(
+                    script.id,
+                    model,
+                    run,
+                    depth,
+                    r.rule,
+                    r.verdict,
+                    r.reason,
+                    r.extracted,
+                    r.rule in asserted,
+                    turn.derail,
+                    reply.author,
+                    tokens,
+                )
+                for r in results
+            ]
+            self.store.add_turn(
+                StoredTurn(depth, turn.user, reply.text, reply.author), script.id, model, run, tokens, rows
+            )
             self.summary.turns_generated += 1
             tick(1)
 

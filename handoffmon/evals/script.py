@@ -227,11 +227,15 @@ CORRECT_RULE = "correct"
 def with_correctness_rule(script: DriftScript) -> DriftScript:
     """Add rule ``correct``: the last ``<answer>…</answer>`` equals ``expect`` (case-insensitive)."""
     if not script.expect:
-        raise ConfigError("a pressure script needs 'expect' (the known answer)", key="expect",
-                          source=script.source)
+        raise ConfigError(
+            "a pressure script needs 'expect' (the known answer)", key="expect", source=script.source
+        )
     pattern = r"<answer>\s*" + re.escape(script.expect.strip()) + r"\s*</answer>(?:[^<]|<[^a])*$"
-    rule = RuleConfig(name=CORRECT_RULE, check="regex_must_match",
-                      params={"pattern": pattern, "ignore_case": True, "dotall": True})
+    rule = RuleConfig(
+        name=CORRECT_RULE,
+        check="regex_must_match",
+        params={"pattern": pattern, "ignore_case": True, "dotall": True},
+    )
     return DriftScript(**{**script.__dict__, "rules": (*script.rules, rule)})
 
 
@@ -247,11 +251,15 @@ def _check_rules(script: DriftScript, keys: Sequence[str]) -> None:
             seen |= {r.name for r in turn.add_rules}
         unknown = [n for n in turn.checkpoint_rules if n not in seen]
         if unknown:
-            raise ConfigError(f"checkpoint names unknown rule {unknown[0]!r}", key=f"{keys[i]}.checkpoint",
-                              source=script.source)
+            raise ConfigError(
+                f"checkpoint names unknown rule {unknown[0]!r}",
+                key=f"{keys[i]}.checkpoint",
+                source=script.source,
+            )
     if not seen:
-        raise ConfigError("the script asserts no rule (add 'rules' or 'add_rules')", key="rules",
-                          source=script.source)
+        raise ConfigError(
+            "the script asserts no rule (add 'rules' or 'add_rules')", key="rules", source=script.source
+        )
 
 
 def load_script(path: str | Path) -> DriftScript:

@@ -84,7 +84,9 @@ class ResultStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            cur = self._db.execute("INSERT INTO sessions (started_at, label) VALUES (?, ?)", (time.time(), label))
+            cur = self._db.execute(
+                "INSERT INTO sessions (started_at, label) VALUES (?, ?)", (time.time(), label)
+            )
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open eval results: {exc}") from exc
         self.session = int(cur.lastrowid or 0)
@@ -121,29 +123,57 @@ class ResultStore:
         )
         return {r: e for r, e in cur}
 
-    def add_turn(self, turn: StoredTurn, script: str, model: str, run: int, history_tokens: int,
-                 rows: Sequence[Row]) -> None:
+    def add_turn(
+        self, turn: StoredTurn, script: str, model: str, run: int, history_tokens: int, rows: Sequence[Row]
+    ) -> None:
         """Store one reply and its rows atomically (a turn already stored is left as it was)."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (script, model, run, turn.turn, turn.user, turn.reply, turn.author, history_tokens,
-                 self.session, time.time()),
+                (
+                    script,
+                    model,
+                    run,
+                    turn.turn,
+                    turn.user,
+                    turn.reply,
+                    turn.author,
+                    history_tokens,
+                    self.session,
+                    time.time(),
+                ),
             )
             if cur.rowcount:
                 self._db.executemany(
                     "INSERT OR IGNORE INTO rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [(r.script, r.model, r.run, r.turn, r.rule, r.verdict, r.reason, r.extracted,
-                      int(r.checkpoint), int(r.derail), r.author, r.history_tokens, self.session) for r in rows],
+                    [
+                        (
+                            r.script,
+                            r.model,
+                            r.run,
+                            r.turn,
+                            r.rule,
+                            r.verdict,
+                            r.reason,
+                            r.extracted,
+                            int(r.checkpoint),
+                            int(r.derail),
+                            r.author,
+                            r.history_tokens,
+                            self.session,
+                        )
+                        for r in rows
+                    ],
                 )
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._db.execute("ROLLBACK")
             raise StoreError(f"{self.path}: cannot store turn: {exc}") from exc
 
-    def rows(self, *, script: str | None = None, model: str | None = None,
-             checkpoints_only: bool = False) -> Iterator[Row]:
+    def rows(
+        self, *, script: str | None = None, model: str | None = None, checkpoints_only: bool = False
+    ) -> Iterator[Row]:
         """Stored rows, ordered by script, model, run, turn, rule."""
         where, args = [], []
         for col, val in (("script", script), ("model", model)):
@@ -154,7 +184,9 @@ class ResultStore:
             where.append("checkpoint=1")
         sql = "SELECT * FROM rows" + (" WHERE " + " AND ".join(where) if where else "")
         for r in self._db.execute(sql + " ORDER BY script, model, run, turn, rule", args):
-            yield Row(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9]), r[10], r[11], r[12])
+            yield Row(
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9]), r[10], r[11], r[12]
+            )
 
     def count(self, table: str = "rows", *, session: int | None = None) -> int:
         """Rows (or turns) stored, optionally only those written by one session."""
@@ -162,7 +194,9 @@ class ResultStore:
             raise ValueError(table)
         if session is None:
             return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-        return int(self._db.execute(f"SELECT COUNT(*) FROM {table} WHERE session=?", (session,)).fetchone()[0])
+        return int(
+            self._db.execute(f"SELECT COUNT(*) FROM {table} WHERE session=?", (session,)).fetchone()[0]
+        )
 
     def export_jsonl(self, path: str | Path) -> int:
         """Write every row as one JSON object per line (atomic); returns the number written."""

@@ -117,9 +117,17 @@ class SwitchMatrixRun:
         task: cache namespace for the benchmark (e.g. ``drift`` or ``multi-if``).
     """
 
-    def __init__(self, responder: Responder, models: Sequence[str], cache_dir: str | Path, *,
-                 switch_at: int | None = None, score: ScoreMode = "all", settings: RunSettings | None = None,
-                 task: str = "drift") -> None:
+    def __init__(
+        self,
+        responder: Responder,
+        models: Sequence[str],
+        cache_dir: str | Path,
+        *,
+        switch_at: int | None = None,
+        score: ScoreMode = "all",
+        settings: RunSettings | None = None,
+        task: str = "drift",
+    ) -> None:
         self.responder = responder
         self.models = tuple(models)
         self.cache = DiskCache(cache_dir)
@@ -140,8 +148,9 @@ class SwitchMatrixRun:
             raise ValueError(f"switch turn {t} outside 0..{script.length - 1} for script {script.id!r}")
         return t
 
-    async def _generate(self, ep: Episode, model: str, messages: list[dict[str, str]], first: int,
-                        last: int) -> list[dict[str, str]]:
+    async def _generate(
+        self, ep: Episode, model: str, messages: list[dict[str, str]], first: int, last: int
+    ) -> list[dict[str, str]]:
         """Turns first..last by ``model`` appended to ``messages``; returns the new turns."""
         seed = run_seed(self.settings.seed, ep.script.id, ep.run)
         new: list[dict[str, str]] = []
@@ -149,7 +158,9 @@ class SwitchMatrixRun:
             user = ep.script.turns[depth - 1].user
             messages.append({"role": "user", "content": user})
             async with self._sem:
-                reply = await call_with_retries(self.responder, model, messages, seed, self.settings, self.calls)
+                reply = await call_with_retries(
+                    self.responder, model, messages, seed, self.settings, self.calls
+                )
             messages.append({"role": "assistant", "content": reply.text})
             new.append({"user": user, "reply": reply.text, "author": reply.author})
         return new
@@ -187,7 +198,9 @@ class SwitchMatrixRun:
         for depth, reply in enumerate(replies, start=1):
             results = evaluate_turn(self.rules, ep.script, depth, reply, previous)
         asserted = set(ep.script.asserted_at(ep.script.length)) or {r.rule for r in results}
-        decided = [r.verdict == "pass" for r in results if r.rule in asserted and r.verdict in ("pass", "fail")]
+        decided = [
+            r.verdict == "pass" for r in results if r.rule in asserted and r.verdict in ("pass", "fail")
+        ]
         if not decided:
             return float("nan")
         return float(all(decided)) if self.score_mode == "all" else sum(decided) / len(decided)
@@ -200,7 +213,10 @@ class SwitchMatrixRun:
             pre = await self.prefix(ep, a)
             messages = base_messages(ep.script)
             for t in pre:
-                messages += [{"role": "user", "content": t["user"]}, {"role": "assistant", "content": t["reply"]}]
+                messages += [
+                    {"role": "user", "content": t["user"]},
+                    {"role": "assistant", "content": t["reply"]},
+                ]
             t_split = self.split(ep.script)
             suffix = await self._generate(ep, b, messages, t_split + 1, ep.script.length)
             stored = {"prefix": pre, "suffix": suffix}
@@ -223,8 +239,15 @@ def episodes_of(scripts: Sequence[DriftScript], runs: int | None = None) -> list
     return [Episode(s, r) for s in scripts for r in range(runs or s.runs)]
 
 
-def analyse(scores: Sequence[CellScore], *, resamples: int = 1000, seed: int | None = 0,
-            confidence: float = 0.95, ridge: float = 1.0, source: str = "eval switch-matrix") -> Any:
+def analyse(
+    scores: Sequence[CellScore],
+    *,
+    resamples: int = 1000,
+    seed: int | None = 0,
+    confidence: float = 0.95,
+    ridge: float = 1.0,
+    source: str = "eval switch-matrix",
+) -> Any:
     """Paired BCa Δ per cell, BCa cell means and π/σ from the refit engine (NaN scores dropped)."""
     import math
 
@@ -232,8 +255,15 @@ def analyse(scores: Sequence[CellScore], *, resamples: int = 1000, seed: int | N
 
     rows = [(s.episode, s.prefix_model, s.suffix_model, s.score) for s in scores if not math.isnan(s.score)]
     table = ScoreTable.from_rows(rows)
-    return switch_matrix(table, resamples=resamples, seed=seed, confidence=confidence, ridge=ridge,
-                         source=source, rule="final_turn")
+    return switch_matrix(
+        table,
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+        ridge=ridge,
+        source=source,
+        rule="final_turn",
+    )
 
 
 def scores_csv(scores: Sequence[CellScore]) -> str:

@@ -1,0 +1,256 @@
+"""``handoffmon eval``: run drift scripts, the switch matrix, and compare with production shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from handoffmon.errors import HandoffmonError
+
+_ROUTER_HELP = "litellm Router config (YAML with model_list), or 'sim' / 'sim:K' for the offline simulator"
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(1)
+
+
+def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) -> list[Any]:
+    from handoffmon.evals.multiif import load_multiif
+    from handoffmon.evals.script import load_scripts
+
+    scripts = load_scripts(paths) if paths else []
+    if multi_if:
+        scripts += load_multiif(multi_if, limit=limit)
+    if not scripts:
+        raise click.UsageError("give SCRIPTS (files or directories) and/or --multi-if CSV")
+    return scripts
+
+
+def _target(router: str | None, seed: int, latency_s: float, *, matrix: bool) -> tuple[Any, Any]:
+    """(responder, name resolver) for --router / plain litellm."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from handoffmon.evals import models as m
+
+    if router and (router == "sim" or router.startswith("sim:")):
+        from handoffmon.sim.fleet import default_fleet, make_fleet
+
+        k = router.partition(":")[2]
+        fleet = make_fleet(int(k)) if k else default_fleet()
+        tg = m.sim_target(fleet, seed=seed, latency_s=latency_s, fallbacks=not matrix, failures=True)
+        return tg.responder, tg.group_of
+    if router:
+        return m.RouterResponder(m.router_from_config(router)), str
+    return m.LitellmResponder(), str
+
+
+def _settings(runs: int | None, concurrency: int, retries: int, seed: int, progress: bool) -> Any:
+    from handoffmon.evals.runner import RunSettings
+
+    return RunSettings(runs=runs, concurrency=concurrency, retries=retries, seed=seed, progress=progress)
+
+
+def _write(path: str, text: str) -> None:
+    from handoffmon.cli.refit_cmd import write_text_atomic
+
+    write_text_atomic(path, text)
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Offline evals: drift scripts, the switch matrix, and the production feedback loop."""
+
+
+_common = [
+    click.option("--router", help=_ROUTER_HELP),
+    click.option(
+        "--runs", type=click.IntRange(min=1), help="replays per script (default: each script's runs)"
+    ),
+    click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1)),
+    click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0)),
+    click.option(
+        "--seed", default=0, show_default=True, type=int, help="base seed (per-run seeds derive from it)"
+    ),
+    click.option(
+        "--multi-if", "multi_if", type=click.Path(dir_okay=False), help="Multi-IF CSV to add as scripts"
+    ),
+    click.option("--limit", type=click.IntRange(min=1), help="first N Multi-IF conversations only"),
+    click.option(
+        "--sim-latency", default=0.0, show_default=True, type=float, help="simulator seconds per call"
+    ),
+    click.option("--progress/--no-progress", default=True, show_default=True),
+]
+
+
+def _with_common(f: Any) -> Any:
+    for opt in reversed(_common):
+        f = opt(f)
+    return f
+
+
+@eval_group.command("run")
+@click.argument("scripts", nargs=-1, type=click.Path(exists=True))
+@click.option("--model", required=True, help="litellm model, or the Router model group")
+@click.option("--db", default="eval.sqlite", show_default=True, help="results database (rerun resumes)")
+@click.option("--out", help="eval JSON (curves with Wilson intervals)")
+@click.option("--jsonl", help="export every row as JSONL")
+@click.option("--html", help="HTML report of the curves")
+@_with_common
+def run_cmd(
+    scripts: tuple[str, ...],
+    model: str,
+    db: str,
+    out: str | None,
+    jsonl: str | None,
+    html: str | None,
+    **kw: Any,
+) -> None:
+    """Replay SCRIPTS N times against --model; rows land in --db; a rerun skips finished turns."""
+    from handoffmon.evals.results import build_result
+    from handoffmon.evals.runner import Runner
+    from handoffmon.evals.store import ResultStore
+
+    try:
+        loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
+        responder, resolve = _target(kw["router"], kw["seed"], kw["sim_latency"], matrix=False)
+        settings = _settings(kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"])
+        with ResultStore(db, label=" ".join(sys.argv[1:])[:500]) as store:
+            summary = asyncio.run(Runner(responder, store, settings).run(loaded, resolve(model)))
+            result = build_result(list(store.rows()), loaded, db)
+            if jsonl:
+                store.export_jsonl(jsonl)
+        if out:
+            _write(out, result.to_json())
+        if html:
+            from handoffmon.evals.html import eval_report
+
+            _write(html, eval_report(result))
+    except HandoffmonError as exc:
+        _fail(exc)
+    click.echo(
+        f"eval run: {summary.jobs} run(s), {summary.turns_generated} turn(s) generated, "
+        f"{summary.turns_resumed} resumed, {summary.retries} retried call(s), "
+        f"{len(summary.failed)} failed run(s) -> {db}",
+        err=True,
+    )
+    for script, run, err in summary.failed[:10]:
+        click.echo(f"  failed {script}#{run}: {err}", err=True)
+    sys.exit(2 if summary.failed else 0)
+
+
+@eval_group.command("switch-matrix")
+@click.argument("scripts", nargs=-1, type=click.Path(exists=True))
+@click.option("--models", required=True, help="comma-separated models (K ≥ 2)")
+@click.option("--cache", "cache_dir", default=".handoffmon-prefix-cache", show_default=True)
+@click.option("--out", required=True, help="switch-matrix JSON ('-' for stdout)")
+@click.option("--scores", help="also write episode,prefix_model,suffix_model,score CSV")
+@click.option(
+    "--switch-at", type=click.IntRange(min=0), help="prefix turns T (default L-1: final-turn switch)"
+)
+@click.option("--score", type=click.Choice(["all", "mean"]), default="all", show_default=True)
+@click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
+@click.option("--html", help="HTML report with the Δ heatmap")
+@_with_common
+def switch_matrix_cmd(
+    scripts: tuple[str, ...],
+    models: str,
+    cache_dir: str,
+    out: str,
+    scores: str | None,
+    switch_at: int | None,
+    score: str,
+    resamples: int,
+    html: str | None,
+    **kw: Any,
+) -> None:
+    """K×K prefix→suffix cells; prefixes cached on disk by (task, episode, prefix model)."""
+    from handoffmon.evals.switch import SwitchMatrixRun, analyse, episodes_of, scores_csv
+
+    try:
+        loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
+        names = [m.strip() for m in models.split(",") if m.strip()]
+        if len(names) < 2:
+            raise click.UsageError("--models needs at least two models")
+        responder, resolve = _target(kw["router"], kw["seed"], kw["sim_latency"], matrix=True)
+        settings = _settings(kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"])
+        task = "multi-if" if kw["multi_if"] and not scripts else "drift"
+        sm = SwitchMatrixRun(
+            responder,
+            [resolve(n) for n in names],
+            cache_dir,
+            switch_at=switch_at,
+            score=score,
+            settings=settings,
+            task=task,
+        )  # type: ignore[arg-type]
+        cells = asyncio.run(sm.run(episodes_of(loaded, kw["runs"])))
+        result = analyse(cells, resamples=resamples, seed=kw["seed"], source=",".join(scripts) or "multi-if")
+        _write(out, result.to_json())
+        if scores:
+            _write(scores, scores_csv(cells).rstrip("\n"))
+        if html:
+            from handoffmon.evals.html import matrix_report
+
+            _write(html, matrix_report(result))
+    except (HandoffmonError, ValueError) as exc:
+        _fail(exc)
+    st = sm.stats
+    click.echo(
+        f"switch matrix: {len(names)} models, {result.n_episodes} episodes; prefixes generated "
+        f"{st.prefix_generated}, reused {st.prefix_hits}; cells generated {st.suffix_generated}, "
+        f"cached {st.suffix_hits}; mu={result.fit.mu:.4f} r2={result.fit.r2:.3f} -> {out}",
+        err=True,
+    )
+
+
+@eval_group.command("compare")
+@click.option("--shapes", "shapes_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--alpha", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--min-gap", default=0.05, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--min-share", default=0.01, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--model", help="compare only this eval model's rows (default: all pooled)")
+@click.option("--out", help="comparison JSON ('-' for stdout)")
+def compare_cmd(
+    shapes_path: str,
+    results: tuple[str, ...],
+    alpha: float,
+    min_gap: float,
+    min_share: float,
+    model: str | None,
+    out: str | None,
+) -> None:
+    """Production SHAPES vs eval RESULTS (eval run JSON and/or switch-matrix JSON files).
+
+    Exit status 3 when a rule is flagged "too clean".
+    """
+    from handoffmon.evals.compare import compare, render_text
+    from handoffmon.evals.results import EvalResult
+    from handoffmon.evals.shapes import Shapes
+    from handoffmon.refit.result import SwitchMatrixResult
+
+    try:
+        shapes = Shapes.from_json(Path(shapes_path).read_text(encoding="utf-8"), source=shapes_path)
+        evals, matrices = [], []
+        for path in results:
+            try:
+                data = json.loads(Path(path).read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise HandoffmonError(f"{path}: not JSON: {exc.msg}") from exc
+            if isinstance(data, dict) and data.get("schema") == "handoffmon.switch_matrix":
+                matrices.append(SwitchMatrixResult.from_dict(data, source=path))
+            else:
+                evals.append(EvalResult.from_dict(data, source=path))
+        c = compare(shapes, evals, matrices, alpha=alpha, min_gap=min_gap, min_share=min_share, model=model)
+        if out:
+            _write(out, json.dumps(c.to_dict(), indent=2, allow_nan=False))
+    except HandoffmonError as exc:
+        _fail(exc)
+    click.echo(render_text(c))
+    sys.exit(3 if c.flagged else 0)

@@ -1,0 +1,393 @@
+"""Production decay shapes (versioned JSON): what ``shapes export`` writes and ``eval compare`` reads.
+
+Per rule and model (and ``*`` pooled over models): adherence by depth bucket with Wilson
+intervals and the Markov parameters; session-length percentiles; handoff pair
+frequencies. Built from ``Counts`` (SQLite, Prometheus, cells CSV) or a refit document.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from handoffmon.counts import Counts
+from handoffmon.depth import DepthBuckets
+from handoffmon.errors import InputError
+from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
+
+SCHEMA = "handoffmon.shapes"
+VERSION = 1
+POOLED = "*"
+PERCENTILES = (50, 75, 90, 95, 99)
+
+
+@dataclass(frozen=True)
+class RuleShape:
+    """One rule's decay for one model (``*`` = pooled over models).
+
+    ``markov`` holds p_tf, p_ft, stationary, half_life_turns and n_transitions (absent
+    when the counts had no transitions for it).
+    """
+
+    rule: str
+    model: str
+    n: tuple[int, ...]
+    passes: tuple[int, ...]
+    adherence: tuple[float | None, ...]
+    ci_low: tuple[float | None, ...]
+    ci_high: tuple[float | None, ...]
+    markov: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The shapes document.
+
+    Attributes:
+        created_at: UNIX time.
+        source: where the production numbers came from.
+        buckets: depth bucket labels (the order of every per-bucket tuple).
+        rules: one entry per (rule, model) plus the pooled ``*`` entries.
+        session_lengths: ``method`` (``histogram`` exact, or ``turns_by_depth``: survival
+            read off turns per depth bucket, bucket resolution), ``conversations`` and
+            ``p50`` … ``p99``, ``max``.
+        history_tokens: percentiles when the source has them (else empty).
+        handoff_pairs: ``prefix_model``, ``model``, ``turns``, ``share`` of handoff turns.
+        confidence: interval level.
+    """
+
+    created_at: float
+    source: str
+    buckets: tuple[str, ...]
+    rules: tuple[RuleShape, ...]
+    session_lengths: dict[str, Any]
+    history_tokens: dict[str, Any]
+    handoff_pairs: tuple[dict[str, Any], ...]
+    confidence: float = 0.95
+    version: int = VERSION
+
+    def to_json(self) -> str:
+        """The versioned JSON document (NaN → null)."""
+        return json.dumps({"schema": SCHEMA, **_clean(asdict(self))}, indent=2, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<shapes>") -> Shapes:
+        """Parse a shapes document; ``InputError`` naming the source for anything else."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise InputError(f"{source}: not a {SCHEMA} document")
+        if not isinstance(d.get("version"), int) or d["version"] > VERSION:
+            raise InputError(
+                f"{source}: unsupported {SCHEMA} version {d.get('version')!r} (reader knows ≤ {VERSION})"
+            )
+        try:
+            rules = tuple(
+                RuleShape(
+                    **{**r, **{k: tuple(r[k]) for k in ("n", "passes", "adherence", "ci_low", "ci_high")}}
+                )
+                for r in d["rules"]
+            )
+            return cls(
+                d["created_at"],
+                d["source"],
+                tuple(d["buckets"]),
+                rules,
+                d["session_lengths"],
+                d.get("history_tokens") or {},
+                tuple(d["handoff_pairs"]),
+                d.get("confidence", 0.95),
+                d["version"],
+            )
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
+
+    def shape(self, rule: str, model: str = POOLED) -> RuleShape | None:
+        """The entry of one rule and model."""
+        return next((r for r in self.rules if r.rule == rule and r.model == model), None)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return None if math.isnan(obj) else ("inf" if math.isinf(obj) else obj)
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _z(confidence: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + confidence / 2))
+
+
+def _rule_shape(
+    rule: str, model: str, passes: list[int], fails: list[int], trans: Any, z: float
+) -> RuleShape:
+    import numpy as np
+
+    from handoffmon.refit.cells import wilson
+    from handoffmon.refit.markov import fit_markov
+
+    p, f = np.array(passes), np.array(fails)
+    n = p + f
+    lo, hi = wilson(p, n, z)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        adh = np.where(n > 0, p / np.maximum(n, 1), np.nan)
+    markov: dict[str, float | None] = {}
+    if trans is not None and trans.sum() > 0:
+        m = fit_markov(trans[None, :, :], z)
+        markov = {
+            "p_tf": float(m.p_tf[0]),
+            "p_ft": float(m.p_ft[0]),
+            "stationary": float(m.stationary[0]),
+            "half_life_turns": float(m.half_life[0]),
+            "n_transitions": float(m.n_transitions[0]),
+        }
+
+    def opt(x: Any) -> tuple[float | None, ...]:
+        return tuple(None if not math.isfinite(v) else float(v) for v in x)
+
+    return RuleShape(
+        rule, model, tuple(int(v) for v in n), tuple(int(v) for v in p), opt(adh), opt(lo), opt(hi), markov
+    )
+
+
+def rule_shapes(counts: Counts, buckets: DepthBuckets, confidence: float = 0.95) -> list[RuleShape]:
+    """Adherence by bucket and Markov parameters per (rule, model) and pooled per rule."""
+    import numpy as np
+
+    labels = buckets.labels
+    z = _z(confidence)
+    tally: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros((2, len(labels)), dtype=np.int64))
+    for k, v in counts.checks.items():
+        if k.verdict in ("pass", "fail") and k.depth_bucket in labels:
+            row = 0 if k.verdict == "pass" else 1
+            for model in (k.model, POOLED):
+                tally[(k.rule, model)][row, labels.index(k.depth_bucket)] += v
+    trans: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros((2, 2), dtype=np.int64))
+    for t, v in counts.transitions.items():
+        if t.from_verdict in ("pass", "fail") and t.to_verdict in ("pass", "fail"):
+            i, j = int(t.from_verdict == "fail"), int(t.to_verdict == "fail")
+            for model in (t.model, POOLED):
+                trans[(t.rule, model)][i, j] += v
+    return [
+        _rule_shape(rule, model, list(a[0]), list(a[1]), trans.get((rule, model)), z)
+        for (rule, model), a in sorted(tally.items())
+    ]
+
+
+def percentiles_from_histogram(hist: Mapping[int, int]) -> dict[str, Any]:
+    """Exact percentiles of a depth → count histogram (``method: histogram``)."""
+    items = sorted((int(d), int(c)) for d, c in hist.items() if c > 0)
+    total = sum(c for _, c in items)
+    out: dict[str, Any] = {"method": "histogram", "conversations": total}
+    for q in PERCENTILES:
+        acc = 0
+        for d, c in items:
+            acc += c
+            if acc >= q / 100 * total:
+                out[f"p{q}"] = d
+                break
+    out["max"] = items[-1][0] if items else None
+    return out
+
+
+def percentiles_from_turns(turns_by_bucket: Mapping[str, int], buckets: DepthBuckets) -> dict[str, Any]:
+    """Session-length percentiles read off turns per depth bucket (``method: turns_by_depth``).
+
+    Turns per depth ≈ conversations reaching that depth, so the per-depth turn count of a
+    bucket divided by depth 1's is the survival S(bucket start); the q-th percentile is
+    the last depth before the first bucket whose survival falls to 1 − q or below (the
+    open last bucket ``lo+`` is taken as lo … 2·lo − 1).
+    """
+    labels = buckets.labels
+    edges = buckets.edges
+    per_depth = []
+    for i, lab in enumerate(labels):
+        width = (edges[i + 1] - edges[i]) if i + 1 < len(edges) else edges[i]
+        per_depth.append(turns_by_bucket.get(lab, 0) / width)
+    n0 = per_depth[0] if per_depth else 0
+    out: dict[str, Any] = {"method": "turns_by_depth", "conversations": round(n0)}
+    if n0 <= 0:
+        return out
+    for q in PERCENTILES:
+        value = 2 * edges[-1] - 1
+        for i in range(1, len(edges)):
+            if per_depth[i] / n0 <= 1 - q / 100:
+                value = edges[i] - 1
+                break
+        out[f"p{q}"] = value
+    last = max((i for i, v in enumerate(per_depth) if v > 0), default=0)
+    out["max"] = (edges[last + 1] - 1) if last + 1 < len(edges) else 2 * edges[-1] - 1
+    return out
+
+
+def handoff_pairs(counts: Counts) -> list[dict[str, Any]]:
+    """Handoff turns per ordered pair (prefix_model → model) and their share of all handoff turns."""
+    c: Counter[tuple[str, str]] = Counter()
+    for k, v in counts.turns.items():
+        if k.prefix_model not in (NO_PREFIX, UNKNOWN_MODEL, k.model):
+            c[(k.prefix_model, k.model)] += v
+    total = sum(c.values())
+    return [{"prefix_model": a, "model": b, "turns": n, "share": n / total} for (a, b), n in c.most_common()]
+
+
+def shapes_from_counts(
+    counts: Counts,
+    *,
+    source: str,
+    buckets: DepthBuckets | None = None,
+    confidence: float = 0.95,
+    history_tokens: dict[str, Any] | None = None,
+) -> Shapes:
+    """The shapes of production ``Counts``."""
+    labels = {k.depth_bucket for k in counts.checks} | {k.depth_bucket for k in counts.turns}
+    buckets = buckets or (DepthBuckets.from_labels(sorted(labels)) if labels else DepthBuckets())
+    if counts.session_lengths:
+        sessions = percentiles_from_histogram(counts.session_lengths)
+    else:
+        by_bucket: Counter[str] = Counter()
+        for k, v in counts.turns.items():
+            by_bucket[k.depth_bucket] += v
+        sessions = percentiles_from_turns(by_bucket, buckets)
+    return Shapes(
+        time.time(),
+        source,
+        buckets.labels,
+        tuple(rule_shapes(counts, buckets, confidence)),
+        sessions,
+        history_tokens or {},
+        tuple(handoff_pairs(counts)),
+        confidence,
+    )
+
+
+def shapes_from_refit(result: Any, *, source: str) -> Shapes:
+    """Shapes from a ``RefitResult`` (refit.json): curves and Markov fits as refitted.
+
+    A refit document has no raw turn counts, so session lengths are read off the checked
+    turns per bucket of the pooled rule ``all`` (``method: turns_by_depth``, an
+    approximation) and pair frequencies count checked turns per observed pair.
+    """
+    from handoffmon.refit.result import ALL_RULES
+
+    buckets = DepthBuckets.from_labels(result.buckets) if result.buckets else DepthBuckets()
+    labels = buckets.labels
+    z = _z(result.confidence)
+    shapes: list[RuleShape] = []
+    for name, fit in sorted(result.rules.items()):
+        if name == ALL_RULES:
+            continue
+        pooled_p, pooled_f = [0] * len(labels), [0] * len(labels)
+        for model, curve in sorted(fit.curves.items()):
+            idx = [labels.index(b) for b in curve.buckets]
+            p, f = [0] * len(labels), [0] * len(labels)
+            for i, n, a in zip(idx, curve.n, curve.adherence, strict=True):
+                p[i] = round(a * n) if n and math.isfinite(a) else 0
+                f[i] = n - p[i]
+                pooled_p[i] += p[i]
+                pooled_f[i] += f[i]
+            shape = _rule_shape(name, model, p, f, None, z)
+            mk = fit.markov.get(model)
+            if mk is not None:
+                shape = RuleShape(
+                    **{
+                        **shape.__dict__,
+                        "markov": {
+                            "p_tf": mk.p_tf,
+                            "p_ft": mk.p_ft,
+                            "stationary": mk.stationary,
+                            "half_life_turns": mk.half_life_turns,
+                            "n_transitions": float(mk.n_transitions),
+                        },
+                    }
+                )
+            shapes.append(shape)
+        shapes.append(_rule_shape(name, POOLED, pooled_p, pooled_f, None, z))
+    by_bucket: Counter[str] = Counter()
+    pairs: Counter[tuple[str, str]] = Counter()
+    overall = result.rules.get(ALL_RULES)
+    if overall is not None:
+        for curve in overall.curves.values():
+            for b, n in zip(curve.buckets, curve.n, strict=True):
+                by_bucket[b] += n
+        for p in overall.pairs:
+            if p.n > 0:
+                pairs[(p.prefix_model, p.model)] += p.n
+    total = sum(pairs.values())
+    pair_list = tuple(
+        {"prefix_model": a, "model": b, "turns": n, "share": n / total} for (a, b), n in pairs.most_common()
+    )
+    return Shapes(
+        time.time(),
+        source,
+        labels,
+        tuple(shapes),
+        percentiles_from_turns(by_bucket, buckets),
+        {},
+        pair_list,
+        result.confidence,
+    )
+
+
+def prometheus_history_tokens(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Percentiles of ``handoffmon_history_tokens`` over all depth buckets (histogram_quantile).
+
+    Returns ``{}`` when the histogram has no data; raises ``SourceError`` when unreachable.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from handoffmon.sources import SourceError
+
+    url = base_url.replace("prometheus://", "http://", 1).rstrip("/") + "/api/v1/query"
+    out: dict[str, Any] = {}
+    for q in PERCENTILES:
+        query = f"histogram_quantile({q / 100}, sum by (le) (handoffmon_history_tokens_bucket))"
+        try:
+            with urllib.request.urlopen(
+                f"{url}?{urllib.parse.urlencode({'query': query})}", timeout=timeout_s
+            ) as r:
+                body = json.loads(r.read().decode("utf-8"))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise SourceError(f"cannot query history tokens at {url}: {exc}") from exc
+        result = (body.get("data") or {}).get("result") or []
+        if result:
+            value = float(result[0]["value"][1])
+            if math.isfinite(value):
+                out[f"p{q}"] = value
+    return out
+
+
+def export_shapes(spec: str, *, confidence: float = 0.95, buckets: DepthBuckets | None = None) -> Shapes:
+    """Shapes from a ``--source``: ``refit.json``, ``sqlite:///…``, ``prometheus://…`` or ``cells.csv``."""
+    from pathlib import Path
+
+    if spec.lower().endswith(".json"):
+        from handoffmon.refit.result import RefitResult
+
+        try:
+            text = Path(spec).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{spec}: cannot read: {exc.strerror}") from exc
+        return shapes_from_refit(RefitResult.from_json(text, source=spec), source=spec)
+    from handoffmon.sources.spec import load_source
+
+    loaded = load_source(spec)
+    tokens = None
+    if spec.startswith(("prometheus://", "http://", "https://")):
+        tokens = prometheus_history_tokens(spec)
+    return shapes_from_counts(
+        loaded.counts, source=loaded.label, buckets=buckets, confidence=confidence, history_tokens=tokens
+    )
