@@ -163,10 +163,17 @@ class Aggregates:
         with self._lock:
             self._add("session_lengths", int(depth), n)
 
+    def move_session(self, old_depth: int, new_depth: int) -> None:
+        """A conversation grew from ``old_depth`` (0 = new) to ``new_depth``: move its count."""
+        with self._lock:
+            if old_depth > 0:
+                self._add("session_lengths", int(old_depth), -1)
+            self._add("session_lengths", int(new_depth), 1)
+
     def snapshot(self) -> Counts:
         """A consistent copy of every counter (including unflushed increments)."""
         with self._lock:
-            t = {k: dict(v) for k, v in self._totals.items()}
+            t = {k: {key: n for key, n in v.items() if n} for k, v in self._totals.items()}
         return Counts(
             checks=t["checks"],
             transitions=t["transitions"],

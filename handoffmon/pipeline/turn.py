@@ -116,6 +116,8 @@ class TurnProcessor:
                 self._count_error("persist")
         author = turn.authors[-1]
         state = self._load_state(ctx)
+        if not ctx.degraded and ctx.depth > state.depth:
+            self._aggregates.move_session(state.depth, ctx.depth)
         state = self._declare(state, ctx)
         checks = self._check(turn, ctx, state)
         state, transitions = state.advance(ctx.depth, checks)

@@ -33,7 +33,8 @@ async def test_hooks_record_fallback_author_latency_and_caller_id() -> None:
         await cb.async_pre_call_hook(None, None, data, "acompletion")
         response = await router.acompletion(model="primary", messages=messages)
         assert await cb.async_post_call_success_hook(data, None, response) is None  # response untouched
-        messages = [*messages, {"role": "assistant", "content": BACKUP_REPLY}, {"role": "user", "content": "more"}]
+        messages = [*messages, {"role": "assistant", "content": BACKUP_REPLY}]
+        messages.append({"role": "user", "content": "more"})
         data = _request(messages, "call-2", model="alpha")
         await cb.async_pre_call_hook(None, None, data, "acompletion")
         stream = await router.acompletion(model="alpha", messages=messages, stream=True)

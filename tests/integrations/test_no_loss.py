@@ -53,5 +53,6 @@ async def test_ten_thousand_turns_from_eight_tasks_are_all_counted() -> None:
         "5-8": 4 * conversations,
         "9-16": 2 * conversations,
     }
+    assert snap.session_lengths == {TURNS: conversations}
     handoffs = sum(n for k, n in snap.turns.items() if k.handoff == "true")
     assert handoffs == 3 * conversations  # switches at turns 4, 7 and 10 (1-based)

@@ -70,6 +70,14 @@ def test_errors_drops_and_sessions() -> None:
     assert snap.session_lengths == {7: 1}
 
 
+def test_session_lengths_follow_conversations() -> None:
+    """Each conversation is counted once, at the deepest turn seen so far."""
+    agg = Aggregates()
+    for old, new in ((0, 1), (1, 2), (2, 3), (0, 1), (3, 4)):
+        agg.move_session(old, new)
+    assert agg.snapshot().session_lengths == {1: 1, 4: 1}
+
+
 def test_sqlite_restart_loses_nothing_flushed(tmp_path: Path) -> None:
     """Totals persisted by one instance are the starting totals of the next; load_counts_sqlite agrees."""
     path = str(tmp_path / "agg.db")

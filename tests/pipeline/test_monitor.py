@@ -54,6 +54,7 @@ def test_ten_turns_with_changes_at_4_and_7() -> None:
     assert snap.attributions == {"chain": sum(range(10))}
     assert sum(snap.checks.values()) == 10
     assert sum(snap.transitions.values()) == 9
+    assert snap.session_lengths == {10: 1}  # one conversation, now 10 turns long
     assert snap.monitor_errors == {} and snap.dropped == 0
 
 
