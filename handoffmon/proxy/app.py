@@ -69,56 +69,68 @@ def _unauthorized() -> Response:
     return Response(body, 401, media_type="application/json", headers={"www-authenticate": "Bearer"})
 
 
+def _state(request: Request) -> ProxyState:
+    state: ProxyState = request.app.state.proxy
+    return state
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _readyz(request: Request) -> Response:
+    state = _state(request)
+    store = getattr(state.monitor, "store", None)
+    store_ok = bool(getattr(store, "available", True))
+    ready = state.ready and state.upstream.started
+    body = {"status": "ready" if ready else "not_ready", "store": "ok" if store_ok else "failing_open"}
+    return JSONResponse(body, 200 if ready else 503)
+
+
+async def _metrics(request: Request) -> Response:
+    state = _state(request)
+    if not _authorized(state, request):
+        return _unauthorized()
+    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _admin_flush(request: Request) -> Response:
+    state = _state(request)
+    if not _authorized(state, request):
+        return _unauthorized()
+    flushed = await asyncio.to_thread(state.monitor.flush, state.config.pipeline.shutdown_timeout_s)
+    return JSONResponse({"flushed": bool(flushed)})
+
+
+async def _admin_stats(request: Request) -> Response:
+    state = _state(request)
+    if not _authorized(state, request):
+        return _unauthorized()
+    stats = dict(getattr(state.monitor, "stats", {}) or {})
+    store_stats = getattr(getattr(state.monitor, "store", None), "stats", None)
+    if callable(store_stats):
+        stats["store"] = store_stats()
+    return Response(json.dumps(stats, default=str), media_type="application/json")
+
+
 def _routes(state: ProxyState) -> list[Route]:
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def readyz(request: Request) -> Response:
-        store = getattr(state.monitor, "store", None)
-        store_ok = bool(getattr(store, "available", True))
-        ready = state.ready and state.upstream.started
-        body = {"status": "ready" if ready else "not_ready", "store": "ok" if store_ok else "failing_open"}
-        return JSONResponse(body, 200 if ready else 503)
-
-    async def metrics(request: Request) -> Response:
-        if not _authorized(state, request):
-            return _unauthorized()
-        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def admin_flush(request: Request) -> Response:
-        if not _authorized(state, request):
-            return _unauthorized()
-        timeout_s = state.config.pipeline.shutdown_timeout_s
-        flushed = await asyncio.to_thread(state.monitor.flush, timeout_s)
-        return JSONResponse({"flushed": bool(flushed)})
-
-    async def admin_stats(request: Request) -> Response:
-        if not _authorized(state, request):
-            return _unauthorized()
-        stats = dict(getattr(state.monitor, "stats", {}) or {})
-        store_stats = getattr(getattr(state.monitor, "store", None), "stats", None)
-        if callable(store_stats):
-            stats["store"] = store_stats()
-        return Response(json.dumps(stats, default=str), media_type="application/json")
-
-    proxy = state.config.proxy
-    common: dict[str, Any] = {"max_body_bytes": proxy.max_body_bytes}
+    proxy, attribution = state.config.proxy, state.config.attribution
     chat = Forwarder(
         state.upstream,
         state.metrics,
+        max_body_bytes=proxy.max_body_bytes,
         monitor=state.monitor,
-        conversation_header=state.config.attribution.conversation_header,
-        canonical=state.config.attribution.canonical_models,
+        conversation_header=attribution.conversation_header,
+        canonical=attribution.canonical_models,
         route="chat_completions",
-        **common,
     )
-    passthrough = Forwarder(state.upstream, state.metrics, route="passthrough", **common)
+    passthrough = Forwarder(state.upstream, state.metrics, max_body_bytes=proxy.max_body_bytes)
     return [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/admin/flush", admin_flush, methods=["POST"]),
-        Route("/admin/stats", admin_stats, methods=["GET"]),
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/readyz", _readyz, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
+        Route("/admin/flush", _admin_flush, methods=["POST"]),
+        Route("/admin/stats", _admin_stats, methods=["GET"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
     ]
@@ -176,21 +188,29 @@ def create_app(
     if callable(store_stats):
         registry.register(StoreStatsCollector(store_stats))
 
+    app = Starlette(
+        routes=_routes(state), lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed}
+    )
+    app.router.default = _not_found  # type: ignore[method-assign,assignment]
+    app.state.proxy = state
+    return app
+
+
+def _lifespan(state: ProxyState) -> Any:
+    """Open the upstream pool at startup; at shutdown close it and drain the monitor."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await upstream.start()
+        await state.upstream.start()
         state.ready = True
         try:
             yield
         finally:
             state.ready = False
-            await upstream.close()
+            await state.upstream.close()
             await asyncio.to_thread(_drain, state)
 
-    app = Starlette(routes=_routes(state), lifespan=lifespan, exception_handlers={405: _method_not_allowed})
-    app.router.default = _not_found  # type: ignore[method-assign,assignment]
-    app.state.proxy = state
-    return app
+    return lifespan
 
 
 def _drain(state: ProxyState) -> None:

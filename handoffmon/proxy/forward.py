@@ -207,12 +207,14 @@ class Forwarder:
                 send, 502, "protocol", f"upstream request failed: {type(exc).__name__}"
             )
             return
+        if turn is not None:
+            # before the body goes out (costs tens of µs): once a client holds the reply the
+            # monitor has it too, so /admin/flush and the next turn on any replica see it
+            self._finish_json(turn, status, out_headers, data)
         await send({"type": "http.response.start", "status": status, "headers": out_headers})
         watch.done = True
         await send({"type": "http.response.body", "body": data})
         self._metrics.request(self._route, status)
-        if turn is not None:
-            self._finish_json(turn, status, out_headers, data)
 
     async def _upstream_error(self, send: Send, status: int, kind: str, message: str) -> None:
         self._metrics.upstream_error(kind)
