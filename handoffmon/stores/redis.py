@@ -57,23 +57,31 @@ def decode_state(raw: bytes | str | None) -> Mapping[str, object] | None:
 
 
 class _Breaker:
-    """After a failure, skip Redis for ``retry_after_s`` so an outage costs no waiting.
+    """After ``trip_after`` consecutive failures, skip Redis for ``retry_after_s``.
 
-    The first call after the pause probes Redis again; success closes the breaker.
+    One slow reply (a busy host) costs one lookup, not a second of attribution; a dead or
+    hung Redis costs at most ``trip_after`` failed calls per pause. The first call after
+    the pause probes Redis again; any success closes the breaker.
     """
 
-    def __init__(self, retry_after_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, retry_after_s: float, trip_after: int, clock: Callable[[], float]) -> None:
         self._retry_after_s = retry_after_s
+        self._trip_after = max(1, trip_after)
         self._clock = clock
         self._open_until = 0.0
+        self._failures = 0
 
     def allows(self) -> bool:
         return self._clock() >= self._open_until
 
     def trip(self) -> None:
-        self._open_until = self._clock() + self._retry_after_s
+        self._failures += 1
+        if self._failures >= self._trip_after:
+            self._failures = 0
+            self._open_until = self._clock() + self._retry_after_s
 
     def reset(self) -> None:
+        self._failures = 0
         self._open_until = 0.0
 
 
@@ -110,8 +118,8 @@ class _Keys:
 class _Guard:
     """Breaker plus counters: decides whether to call Redis and records the outcome."""
 
-    def __init__(self, retry_after_s: float, clock: Callable[[], float]) -> None:
-        self.breaker = _Breaker(retry_after_s, clock)
+    def __init__(self, retry_after_s: float, trip_after: int, clock: Callable[[], float]) -> None:
+        self.breaker = _Breaker(retry_after_s, trip_after, clock)
         self.stats = _Stats()
 
     def allows(self, op: str) -> bool:
@@ -150,13 +158,14 @@ class RedisStore:
     on the request path: when Redis is unreachable or slow (past ``timeout_s``),
     ``get_many`` returns all-``None`` (the monitor then counts those messages as
     ``unknown``), writes are dropped, and every failure is counted in :meth:`stats`.
-    After a failure Redis is skipped for ``retry_after_s`` (also counted), then probed
-    again, so attribution resumes by itself when Redis comes back.
+    After ``trip_after`` consecutive failures Redis is skipped for ``retry_after_s`` (also
+    counted), then probed again, so attribution resumes by itself when Redis comes back.
 
     Args:
         config: the ``store`` section (``url``, ``ttl_s``, ``key_prefix``, ``timeout_s``).
         client: an existing ``redis.Redis`` to use instead of one built from ``url``.
-        retry_after_s: how long to skip Redis after a failure.
+        retry_after_s: how long to skip Redis once the breaker trips.
+        trip_after: consecutive failures that trip the breaker.
         clock: monotonic time source (tests pass a fake).
     """
 
@@ -166,12 +175,13 @@ class RedisStore:
         *,
         client: redis.Redis | None = None,
         retry_after_s: float = 1.0,
+        trip_after: int = 3,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         cfg = config or StoreConfig(backend="redis")
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
         self._client = client or _from_url(redis.Redis, cfg)
-        self._guard = _Guard(retry_after_s, clock)
+        self._guard = _Guard(retry_after_s, trip_after, clock)
 
     def _run(self, op: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         if not self._guard.allows(op):
@@ -252,12 +262,13 @@ class AsyncRedisStore:
         *,
         client: aredis.Redis | None = None,
         retry_after_s: float = 1.0,
+        trip_after: int = 3,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         cfg = config or StoreConfig(backend="redis")
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
         self._client = client or _from_url(aredis.Redis, cfg)
-        self._guard = _Guard(retry_after_s, clock)
+        self._guard = _Guard(retry_after_s, trip_after, clock)
 
     async def _run(self, op: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         if not self._guard.allows(op):
