@@ -19,6 +19,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "serve": "handoffmon.cli.serve_cmd:serve",
     "eval": "handoffmon.cli.eval_cmd:eval_group",
     "shapes": "handoffmon.cli.shapes_cmd:shapes",
+    "demo": "handoffmon.cli.demo_cmd:demo",
+    "report": "handoffmon.cli.report_cmd:report",
 }
 
 

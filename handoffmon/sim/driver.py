@@ -130,6 +130,7 @@ class Driver:
     on_turn: Callable[[], None] | None = None
     conversation_ids: bool = False
     stats: DriveStats = field(default_factory=DriveStats)
+    _stop: asyncio.Event | None = field(default=None, repr=False)
 
     def _start_group(self, rng: np.random.Generator) -> str:
         groups = self.fleet.groups
@@ -168,6 +169,8 @@ class Driver:
         messages = [{"role": "system", "content": self.scripts.system_prompt(self.fleet, index, rng)}]
         group = self._start_group(rng)
         for depth in range(1, length + 1):
+            if self._stop is not None and self._stop.is_set():
+                break  # shutting down: leave mid-conversation, like a user closing the tab
             if depth > 1:
                 group = self._next_group(group, rng)
             messages.append({"role": "user", "content": self.scripts.user_message(depth, rng)})
@@ -191,9 +194,11 @@ class Driver:
         Args:
             conversations: how many to run.
             start: first conversation index (continuing traffic uses fresh indices).
-            stop: when set, no new conversation starts (running ones finish).
+            stop: when set, no new conversation starts and running ones end after their
+                current turn.
         """
         t0 = time.perf_counter()
+        self._stop = stop
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(start, start + conversations):
             queue.put_nowait(i)

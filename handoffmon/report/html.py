@@ -1,0 +1,290 @@
+"""The self-contained HTML report of a refit: inline SVG, CSS and a few lines of JS, no network."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+
+from handoffmon.refit.result import ALL_RULES, RefitResult, RuleFit
+from handoffmon.report import svg
+from handoffmon.report.assets import CSS, SCRIPT
+
+
+def _z(confidence: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def _models(fit: RuleFit) -> list[str]:
+    names = set(fit.models) | {p.model for p in fit.pairs} | {p.prefix_model for p in fit.pairs}
+    return sorted(names)
+
+
+def _scale(fit: RuleFit) -> float:
+    vals = [abs(p.delta) for p in fit.pairs if p.observed and svg.finite(p.delta)]
+    vals += [abs(p.risk) for p in fit.pairs if svg.finite(p.risk)]
+    return min(0.4, max([0.05, *vals]))
+
+
+def _heatmap(fit: RuleFit, models: list[str]) -> str:
+    cells: dict[tuple[str, str], svg.HeatCell] = {}
+    for p in fit.pairs:
+        if p.observed:
+            tip = (
+                f"{p.prefix_model} → {p.model}: Δ {svg.pct(p.delta, 1, True)} pp "
+                f"[{svg.pct(p.ci_low, 1, True)}, {svg.pct(p.ci_high, 1, True)}], n={p.n}; "
+                f"fitted risk {svg.pct(p.risk, 1, True)} pp"
+            )
+            cells[(p.prefix_model, p.model)] = svg.HeatCell(
+                p.delta, svg.pct(p.delta, 0, True), tip, True, p.significant
+            )
+        elif svg.finite(p.risk):
+            risk = svg.pct(p.risk, 1, True)
+            tip = f"{p.prefix_model} → {p.model}: not observed (n={p.n}); fitted risk {risk} pp"
+            cells[(p.prefix_model, p.model)] = svg.HeatCell(
+                p.risk, svg.pct(p.risk, 0, True), tip, False, False
+            )
+    scale = _scale(fit)
+    return (
+        svg.heatmap(models, models, cells, scale)
+        + f'<div class="legend-row">{svg.legend_scale(scale)}<span class="hint">★ interval excludes 0 · '
+        "(parentheses) = never observed, fitted μ + π<sub>A</sub> + σ<sub>B</sub> shown</span></div>"
+    )
+
+
+def _planted(truth: Mapping[str, Any] | None, model: str, key: str) -> float | None:
+    if not truth:
+        return None
+    value = truth.get("models", {}).get(model, {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _score_bars(fit: RuleFit, models: list[str], z: float, truth: Mapping[str, Any] | None) -> str:
+    charts = []
+    for attr, se_attr, key, title in (
+        ("prefix_influence", "prefix_influence_se", "prefix_influence", "prefix influence π (as prefix A)"),
+        (
+            "suffix_susceptibility",
+            "suffix_susceptibility_se",
+            "suffix_susceptibility",
+            "suffix susceptibility σ (as suffix B)",
+        ),
+    ):
+        bars = []
+        ranked = sorted((m for m in models if m in fit.models), key=lambda m: getattr(fit.models[m], attr))
+        for m in ranked:
+            s = fit.models[m]
+            v, se = getattr(s, attr), getattr(s, se_attr)
+            ref = _planted(truth, m, key)
+            tip = f"{m}: {svg.pct(v, 1, True)} pp ± {svg.pct(z * se, 1)} (n={s.n})"
+            if ref is not None:
+                tip += f"; planted {svg.pct(ref, 1, True)} pp"
+            bars.append(svg.Bar(m, v, v - z * se, v + z * se, ref, tip))
+        charts.append(svg.interval_bars(bars, title=title))
+    note = '<span class="hint">bars: estimate with interval · ◆ planted truth</span>' if truth else ""
+    return f'<div class="pair-charts">{"".join(charts)}</div>{note}'
+
+
+def _curves(fit: RuleFit, models: list[str], buckets: tuple[str, ...]) -> str:
+    out = []
+    # y range from well-measured buckets only; sparse deep buckets' wide intervals are clipped
+    seen = [
+        v
+        for c in fit.curves.values()
+        for v, n in zip(c.adherence, c.n, strict=True)
+        if svg.finite(v) and n >= 30
+    ]
+    y_min = min(0.6, max(0.0, math.floor((min(seen, default=0.5) - 0.08) * 10) / 10))
+    for i, m in enumerate(models):
+        c = fit.curves.get(m)
+        if c is None:
+            continue
+        mk = fit.markov.get(m)
+        series = svg.Series(
+            m,
+            svg.PALETTE[i % len(svg.PALETTE)],
+            c.adherence,
+            c.ci_low,
+            c.ci_high,
+            c.fitted,
+            c.n,
+            mk.stationary if mk else float("nan"),
+        )
+        out.append(svg.depth_curves(c.buckets or buckets, series, y_min=y_min))
+    return (
+        '<div class="curves">' + "".join(out) + '</div><span class="hint">dots: observed adherence by depth '
+        "with Wilson intervals · line: Markov-implied curve · dashed: stationary adherence</span>"
+    )
+
+
+def _markov_table(fit: RuleFit, models: list[str], truth: Mapping[str, Any] | None, rule: str) -> str:
+    truth = truth if rule != ALL_RULES else None  # planted stationary adherence is per rule
+    head = (
+        "<tr><th>model</th><th>p<sub>TF</sub></th><th>p<sub>FT</sub></th><th>stationary</th>"
+        "<th>half-life</th><th>log loss</th>" + ("<th>planted stationary</th>" if truth else "") + "</tr>"
+    )
+    rows = []
+    for m in models:
+        mk = fit.markov_no_handoff.get(m) or fit.markov.get(m)
+        if mk is None:
+            continue
+        planted = ""
+        if truth:
+            st = truth.get("models", {}).get(m, {}).get("stationary", {})
+            val = st.get(rule)
+            inside = val is not None and mk.stationary_ci[0] <= val <= mk.stationary_ci[1]
+            planted = (
+                f'<td class="{"ok" if inside else ""}">{svg.pct(val, 1) if val is not None else "–"}</td>'
+            )
+        hl = "∞" if math.isinf(mk.half_life_turns) else f"{mk.half_life_turns:.1f} turns"
+        rows.append(
+            f"<tr><td>{escape(m)}</td><td>{svg.pct(mk.p_tf, 1)}</td><td>{svg.pct(mk.p_ft, 1)}</td>"
+            f"<td><b>{svg.pct(mk.stationary, 1)}</b> <span class='ci'>[{svg.pct(mk.stationary_ci[0], 1)}, "
+            f"{svg.pct(mk.stationary_ci[1], 1)}]</span></td><td>{hl}</td><td>{mk.log_loss:.3f}</td>"
+            f"{planted}</tr>"
+        )
+    return f'<table class="markov">{head}{"".join(rows)}</table>'
+
+
+def _truth_card(fit: RuleFit, truth: Mapping[str, Any] | None) -> str:
+    """Estimated Δ against planted μ + π_A + σ_B (only when a planted truth is given)."""
+    if not truth or not isinstance(truth.get("mu"), (int, float)):
+        return ""
+    points = []
+    for p in fit.pairs:
+        pa, sb = (
+            _planted(truth, p.prefix_model, "prefix_influence"),
+            _planted(truth, p.model, "suffix_susceptibility"),
+        )
+        if p.observed and pa is not None and sb is not None:
+            planted = float(truth["mu"]) + pa + sb
+            tip = (
+                f"{p.prefix_model} → {p.model}: planted {svg.pct(planted, 1, True)} pp, "
+                f"estimated {svg.pct(p.delta, 1, True)} pp"
+            )
+            points.append((planted, p.delta, tip, p.significant))
+    chart = svg.scatter(points, x_label="planted μ + π_A + σ_B", y_label="estimated Δ(A→B)")
+    return (
+        f'<div class="card"><h2>Recovered vs planted</h2><p class="sub">every observed pair; dashed line = '
+        f"perfect recovery; red = significant</p>{chart}</div>"
+    )
+
+
+def _kpis(fit: RuleFit) -> str:
+    observed = [p for p in fit.pairs if p.observed]
+    sig = [p for p in observed if p.significant]
+    worst = min(observed, key=lambda p: p.delta, default=None)
+    items = [
+        ("mean handoff effect μ", f"{svg.pct(fit.mu, 1, True)} pp"),
+        ("pairs significant", f"{len(sig)} / {len(observed)}"),
+        ("decomposition R²", f"{fit.r2:.2f}" if svg.finite(fit.r2) else "–"),
+    ]
+    if worst is not None:
+        items.append(
+            (
+                "riskiest observed handoff",
+                f"{worst.prefix_model} → {worst.model} {svg.pct(worst.delta, 0, True)} pp",
+            )
+        )
+    return (
+        '<div class="kpis">'
+        + "".join(
+            f'<div class="kpi"><div class="kpi-v">{escape(v)}</div><div class="kpi-k">{escape(k)}</div></div>'
+            for k, v in items
+        )
+        + "</div>"
+    )
+
+
+def _handoff_counts(fit: RuleFit) -> dict[tuple[str, str], int]:
+    return {(p.prefix_model, p.model): p.n for p in fit.pairs}
+
+
+def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, Any] | None) -> str:
+    fit = result.rules[rule]
+    models = _models(fit)
+    z = _z(result.confidence)
+    hidden = "" if idx == 0 else " hidden"
+    return f"""
+<section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}">
+  {_kpis(fit)}
+  <div class="grid two">
+    <div class="card"><h2>Handoff effect Δ(A→B)</h2>
+      <p class="sub">adherence of B after A minus B's own baseline, compared within depth buckets</p>
+      {_heatmap(fit, models)}</div>
+    <div class="card"><h2>Who hurts, who suffers</h2>
+      <p class="sub">Δ(A→B) ≈ μ + π<sub>A</sub> + σ<sub>B</sub>, {int(result.confidence * 100)}% intervals</p>
+      {_score_bars(fit, models, z, truth)}</div>
+  </div>
+  <div class="card"><h2>Adherence by conversation depth</h2>{_curves(fit, models, result.buckets)}</div>
+  <div class="grid two">
+    <div class="card"><h2>Handoffs by pair</h2><p class="sub">checked turns where A wrote the previous turn
+      and B this one</p>{svg.bubbles(models, models, _handoff_counts(fit))}</div>
+    <div><div class="card"><h2>Markov decay (same-author turns)</h2>
+      <p class="sub">two-state chain of pass/fail across turns; stationary = p<sub>FT</sub> /
+      (p<sub>TF</sub> + p<sub>FT</sub>)</p>{_markov_table(fit, models, truth, rule)}</div>
+      {_truth_card(fit, truth)}</div>
+  </div>
+</section>"""
+
+
+def _run_panel(run: Mapping[str, Any] | None) -> str:
+    if not run:
+        return ""
+    cells = "".join(
+        f'<div class="kpi small"><div class="kpi-v">{escape(str(v))}</div>'
+        f'<div class="kpi-k">{escape(str(k))}</div>'
+        "</div>"
+        for k, v in run.items()
+    )
+    return f'<div class="kpis run">{cells}</div>'
+
+
+def render_report(
+    result: RefitResult,
+    *,
+    truth: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
+    title: str = "handoffmon — handoff risk report",
+) -> str:
+    """One HTML page for a refit: a tab per rule (pooled ``all`` first), every chart inline.
+
+    Args:
+        result: the refit to show.
+        truth: optional planted truth (``sim.truth.Truth.to_dict()``) drawn as markers.
+        run: optional key → value facts about the run (shown under the title).
+        title: page title.
+    """
+    rules = (
+        [ALL_RULES, *sorted(r for r in result.rules if r != ALL_RULES)]
+        if ALL_RULES in result.rules
+        else sorted(result.rules)
+    )
+    tabs = "".join(
+        f'<button class="tab{" active" if i == 0 else ""}" data-target="rule-{i}">'
+        f"{'all rules' if r == ALL_RULES else escape(r)}</button>"
+        for i, r in enumerate(rules)
+    )
+    sections = "".join(_rule_section(result, r, i, truth) for i, r in enumerate(rules))
+    created = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(result.created_at))
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title><style>{CSS}</style></head>
+<body>{svg.HATCH_DEFS}
+<header><div class="wrap"><h1>{escape(title)}</h1>
+<p class="meta">refit {escape(created)} · source {escape(result.source)} · depth buckets
+{escape(", ".join(result.buckets))} · min n {result.min_n}</p>{_run_panel(run)}</div></header>
+<main class="wrap">
+<p class="note">{escape(result.note)}</p>
+<nav class="tabs" role="tablist">{tabs}</nav>
+{sections}
+</main>
+<footer class="wrap">handoffmon refit schema v{result.version} · self-contained page, no network</footer>
+<script>{SCRIPT}</script>
+</body></html>
+"""

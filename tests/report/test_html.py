@@ -1,0 +1,143 @@
+"""The HTML report: self-contained, every chart present, numbers from the refit, loads in Chromium."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from handoffmon.depth import DepthBuckets
+from handoffmon.refit import refit
+from handoffmon.refit.result import ALL_RULES, RefitResult
+from handoffmon.report import render_report
+from handoffmon.sim.fleet import default_fleet
+from handoffmon.sim.offline import simulate_counts
+from handoffmon.sim.truth import Truth
+from tests.conftest import require_binary
+
+
+@pytest.fixture(scope="module")
+def result() -> RefitResult:
+    fleet = default_fleet()
+    counts = simulate_counts(fleet, 500, seed=2)
+    return refit(counts, buckets=DepthBuckets(), now=1_800_000_000.0, source="test")
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict:
+    return Truth.of(default_fleet()).to_dict()
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs.extend(attrs)
+
+
+def test_page_is_self_contained_with_no_network_references(result: RefitResult) -> None:
+    """No src/href pointing anywhere: scripts, styles and charts are inline."""
+    html = render_report(result)
+    parser = _Collector()
+    parser.feed(html)
+    linked = [v for k, v in parser.attrs if k in ("src", "href") and v and not v.startswith("#")]
+    assert linked == []
+    assert "<script>" in html and "<style>" in html and parser.tags.count("svg") > 10
+    assert not re.search(r"https?://", html)
+
+
+def test_one_tab_and_section_per_rule_with_pooled_first(result: RefitResult) -> None:
+    """Tabs: 'all rules' then each rule; one section per fit, only the first visible."""
+    html = render_report(result)
+    rules = sorted(r for r in result.rules if r != ALL_RULES)
+    tabs = re.findall(r'<button class="tab[^"]*" data-target="rule-(\d+)">([^<]+)</button>', html)
+    assert [t[1] for t in tabs] == ["all rules", *rules]
+    sections = re.findall(r'<section class="rule( hidden)?" id="rule-(\d+)"', html)
+    assert [s[0] for s in sections] == ["", *[" hidden"] * len(rules)]
+
+
+def test_heatmap_cells_and_significance_marks_come_from_the_refit(result: RefitResult) -> None:
+    """Every observed off-diagonal pair of the pooled fit has a cell; ★ marks exactly the significant ones."""
+    fit = result.rules[ALL_RULES]
+    html = render_report(result)
+    section = html.split('id="rule-0"')[1].split("</section>")[0]
+    heat = section.split('class="chart heatmap"')[1].split("</svg>")[0]
+    observed = [p for p in fit.pairs if p.observed]
+    assert heat.count('<g class="cell') == len(observed)
+    assert heat.count('<g class="cell sig">') == sum(p.significant for p in observed)
+    worst = min(observed, key=lambda p: p.delta)
+    assert f"{worst.prefix_model} → {worst.model}: Δ {100 * worst.delta:+.1f} pp" in heat
+
+
+def test_truth_markers_only_when_truth_is_given(result: RefitResult, truth: dict) -> None:
+    """Planted π/σ diamonds (2 per model per tab) and the recovery scatter appear only with a truth."""
+    plain, with_truth = render_report(result), render_report(result, truth=truth)
+    n_models, n_tabs = len(truth["models"]), len(result.rules)
+    assert plain.count('class="truth"') == 0 and "Recovered vs planted" not in plain
+    assert with_truth.count('class="truth"') == 2 * n_models * n_tabs
+    assert with_truth.count("Recovered vs planted") == n_tabs
+
+
+def test_report_command_writes_the_page_and_rejects_other_documents(
+    result: RefitResult, tmp_path: Path
+) -> None:
+    """`handoffmon report` renders a refit JSON; a non-refit JSON exits 1 with a message."""
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    src = tmp_path / "refit.json"
+    src.write_text(result.to_json(), encoding="utf-8")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "something-else"}', encoding="utf-8")
+    res = CliRunner().invoke(main, ["report", str(bad), "--out", str(tmp_path / "x.html")])
+    assert res.exit_code == 1 and "not a handoffmon.refit document" in res.output
+
+
+def _chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+
+
+def test_report_loads_in_headless_chromium_without_console_errors(
+    result: RefitResult, truth: dict, tmp_path: Path
+) -> None:
+    """Scripts run (they add #report-ready) and the console shows no errors; a screenshot is saved."""
+    binary = require_binary("chromium")
+    page = tmp_path / "report.html"
+    page.write_text(render_report(result, truth=truth), encoding="utf-8")
+    dom = _chromium(binary, tmp_path / "profile", "--dump-dom", page.as_uri())
+    assert 'id="report-ready"' in dom.stdout
+    console = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert console == []
+    shot = tmp_path / "report.png"
+    _chromium(binary, tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1400,2000", page.as_uri())
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1400, 2000) and len(data) > 50_000  # a rendered page, not a blank one

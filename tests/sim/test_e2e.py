@@ -1,0 +1,108 @@
+"""End to end: simulated traffic → Router → wrapper → checkers → aggregates → refit recovers the plant."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from statistics import NormalDist
+
+import pytest
+
+from handoffmon.sim.demo import DemoOutcome, DemoSettings, DemoWorld, build_world, close_world, run_initial
+
+Z95 = NormalDist().inv_cdf(0.975)
+
+
+def _run(settings: DemoSettings) -> Iterator[tuple[DemoWorld, DemoOutcome]]:
+    world = build_world(settings)
+    world.provider.record = True  # keep the simulator's intents to compare with the checkers
+    try:
+        yield world, run_initial(world)
+    finally:
+        close_world(world)
+
+
+@pytest.fixture(scope="module")
+def demo_run() -> Iterator[tuple[DemoWorld, DemoOutcome]]:
+    """The default demo size and seed, exactly as `handoffmon demo` runs it."""
+    yield from _run(DemoSettings())
+
+
+def _max_abs_z(outcome: DemoOutcome) -> float:
+    """Largest |estimate − planted| in standard errors, on the logit scale the refit's interval uses."""
+
+    def logit(p: float) -> float:
+        return math.log(p / (1 - p))
+
+    return max(
+        abs(logit(c.estimate) - logit(c.planted)) / ((logit(c.ci_high) - logit(c.ci_low)) / (2 * Z95))
+        for c in outcome.recovery.stationary
+    )
+
+
+def _allowed_misses(n: int, p: float = 0.05, tail: float = 0.01) -> int:
+    """Largest miss count outside the upper ``tail`` of Binomial(n, p) (what calibrated intervals allow)."""
+    cdf, k = 0.0, 0
+    while True:
+        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        if 1 - cdf < tail:
+            return k
+        k += 1
+
+
+def test_checkers_judge_every_reply_exactly_as_the_simulator_intended(demo_run) -> None:
+    """Pass/fail counts per (rule, author) equal the simulator's intents: the checkers decide, and agree."""
+    world, outcome = demo_run
+    intended: Counter[tuple[str, str, str]] = Counter()
+    for turn in world.provider.truth:
+        for rule, ok in turn.intent.items():
+            intended[(rule, turn.author, "pass" if ok else "fail")] += 1
+    counted: Counter[tuple[str, str, str]] = Counter()
+    for key, n in outcome.counts.checks.items():
+        counted[(key.rule, key.model, key.verdict)] += n
+    assert counted == intended
+    assert outcome.counts.total_turns == outcome.stats.turns == len(world.provider.truth)
+
+
+def test_handoffs_come_from_routing_changes_and_router_fallbacks(demo_run) -> None:
+    """Injected failures caused real fallbacks; handoffmon attributed the resulting handoffs itself."""
+    world, outcome = demo_run
+    assert outcome.stats.fallbacks > 50 and outcome.stats.route_changes > 500
+    assert sum(outcome.injected.values()) >= outcome.stats.fallbacks
+    handoffs = sum(n for k, n in outcome.counts.turns.items() if k.handoff == "true")
+    sim_handoffs = sum(1 for t in world.provider.truth if t.prefix is not None and t.prefix != t.author)
+    assert handoffs == sim_handoffs > 1000
+    assert set(outcome.counts.attributions) == {"chain"}  # every earlier message attributed by the chain
+
+
+def test_default_demo_recovers_planted_influence_and_susceptibility(demo_run) -> None:
+    """Pearson(planted, estimated) ≥ 0.9 for π and for σ at the default demo size."""
+    _, outcome = demo_run
+    rec = outcome.recovery
+    assert len(rec.models) == 6
+    assert rec.pearson_pi >= 0.9, rec.to_dict()
+    assert rec.pearson_sigma >= 0.9, rec.to_dict()
+    fit = outcome.result.rules["all"]
+    worst = min(fit.models, key=lambda m: fit.models[m].prefix_influence)
+    assert worst == "ember"  # the deliberately risky prefix is found
+
+
+def test_planted_stationary_adherence_lies_within_the_refit_intervals(demo_run) -> None:
+    """Per (model, rule) same-author chain: misses consistent with 95% coverage, none beyond 3.5 SE."""
+    _, outcome = demo_run
+    checks = outcome.recovery.stationary
+    assert len(checks) == 24
+    misses = sum(not c.covered for c in checks)
+    assert misses <= _allowed_misses(len(checks)), [c for c in checks if not c.covered]
+    assert _max_abs_z(outcome) < 3.5
+
+
+@pytest.mark.slow
+def test_larger_seeded_run_recovers_influence_and_susceptibility_closely() -> None:
+    """3x the default traffic, another seed: Pearson ≥ 0.95 for π and σ; stationary still calibrated."""
+    for _, outcome in _run(DemoSettings(size=3.0, seed=11)):
+        rec = outcome.recovery
+        assert rec.pearson_pi >= 0.95 and rec.pearson_sigma >= 0.95, rec.to_dict()
+        misses = sum(not c.covered for c in rec.stationary)
+        assert misses <= _allowed_misses(len(rec.stationary))
