@@ -16,9 +16,14 @@ SHORT_RULE = {"name": "short", "check": "length", "params": {"unit": "words", "m
 
 
 def make_config(**sections: Any) -> HandoffmonConfig:
-    """A config with the ``short`` rule (≤ 5 words) unless ``rules`` is given."""
+    """A config with the ``short`` rule (≤ 5 words) unless ``rules`` is given.
+
+    The check budget is generous (10 s) unless given: these tests count verdicts, and a
+    loaded CI machine must not turn a slow ``length`` check into an ``error`` verdict.
+    """
     data: dict[str, Any] = {"rules": [SHORT_RULE]}
     data.update(sections)
+    data["pipeline"] = {"check_budget_s": 10.0, **sections.get("pipeline", {})}
     return config_from_mapping(data)
 
 
