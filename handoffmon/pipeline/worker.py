@@ -122,7 +122,12 @@ class WorkerPool(Generic[T]):
                 _log.exception("handoffmon error handler failed")
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until every queued item has been processed; False on timeout."""
+        """Wait until every queued item has been processed; False on timeout.
+
+        A pool whose threads were never started cannot drain: False at once if it holds items.
+        """
+        if not self._started:
+            return self.pending() == 0
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         return all(_wait_drained(q, deadline) for q in self._queues)
 

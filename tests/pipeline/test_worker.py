@@ -16,6 +16,7 @@ def test_full_queue_refuses_without_blocking() -> None:
     t0 = time.perf_counter()
     assert pool.submit(3) is False
     assert time.perf_counter() - t0 < 0.01
+    assert pool.flush() is False  # not started: reports instead of waiting forever
     assert pool.close(5)
     assert seen == [1, 2]
 
