@@ -61,7 +61,7 @@ class CacheStats:
 
 
 class DiskCache:
-    """JSON files under ``root``: ``prefix/<task>/<episode>/<model>.json`` and ``cell/…/<A>__<B>.json``."""
+    """JSON files: ``prefix/<task>/<episode>/<model>@T<t>.json`` and ``cell/…/<A>__<B>@T<t>.json``."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -166,9 +166,14 @@ class SwitchMatrixRun:
         return new
 
     async def prefix(self, ep: Episode, model: str) -> list[dict[str, str]]:
-        """A's first T turns of an episode: from disk, from a generation in flight, or generated once."""
-        key = (ep.id, model)
-        cached = self.cache.get("prefix", self.task, ep.id, model)
+        """A's first T turns of an episode: from disk, from a generation in flight, or generated once.
+
+        The file name also carries T, so prefixes for different switch points never mix.
+        """
+        t_split = self.split(ep.script)
+        name = f"{model}@T{t_split}"
+        key = (ep.id, name)
+        cached = self.cache.get("prefix", self.task, ep.id, name)
         if cached is not None:
             self.stats.prefix_hits += 1
             return list(cached)
@@ -178,8 +183,8 @@ class SwitchMatrixRun:
             return list(await task)
 
         async def make() -> list[dict[str, str]]:
-            turns = await self._generate(ep, model, base_messages(ep.script), 1, self.split(ep.script))
-            self.cache.put("prefix", self.task, ep.id, model, turns)
+            turns = await self._generate(ep, model, base_messages(ep.script), 1, t_split)
+            self.cache.put("prefix", self.task, ep.id, name, turns)
             self.stats.prefix_generated += 1
             self.stats.generated_keys.append((self.task, ep.id, model))
             return turns
@@ -207,7 +212,8 @@ class SwitchMatrixRun:
 
     async def cell(self, ep: Episode, a: str, b: str) -> CellScore:
         """One episode in cell (A→B)."""
-        name = f"{a}__{b}"
+        t_split = self.split(ep.script)
+        name = f"{a}__{b}@T{t_split}"
         stored = self.cache.get("cell", self.task, ep.id, name)
         if stored is None:
             pre = await self.prefix(ep, a)
@@ -217,7 +223,6 @@ class SwitchMatrixRun:
                     {"role": "user", "content": t["user"]},
                     {"role": "assistant", "content": t["reply"]},
                 ]
-            t_split = self.split(ep.script)
             suffix = await self._generate(ep, b, messages, t_split + 1, ep.script.length)
             stored = {"prefix": pre, "suffix": suffix}
             self.cache.put("cell", self.task, ep.id, name, stored)

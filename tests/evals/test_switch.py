@@ -1,0 +1,161 @@
+"""Switch matrix on the simulator: prefixes generated once, paired δ/BCa equal a direct computation, π/σ order recovered."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from handoffmon.evals.models import sim_target
+from handoffmon.evals.runner import RunSettings
+from handoffmon.evals.script import script_from_dict
+from handoffmon.evals.switch import SwitchMatrixRun, analyse, episodes_of
+from handoffmon.sim.fleet import DEFAULT_RULES, Fleet, SimModel
+
+RULES = DEFAULT_RULES[:4]
+NAMES = ("m-a", "m-b", "m-c")
+PI = (-0.12, 0.0, 0.12)  # planted prefix influence (sums to zero)
+SIGMA = (0.10, 0.0, -0.10)  # planted suffix susceptibility
+RESAMPLES, SEED = 1000, 11
+RULE_DEFS = [
+    {"name": "reply_in_spanish", "check": "language", "params": {"languages": ["es"]}},
+    {"name": "no_commas", "check": "no_commas"},
+    {"name": "answer_tag", "check": "answer_tag"},
+    {"name": "max_60_words", "check": "length", "params": {"unit": "words", "max": 60}},
+]
+
+
+def _fleet() -> Fleet:
+    models = tuple(
+        SimModel(
+            name=n,
+            group=n,
+            base={r.name: 0.8 for r in RULES},
+            p_tf=0.1,
+            p_ft=0.3,
+            influence=pi,
+            susceptibility=sg,
+        )
+        for n, pi, sg in zip(NAMES, PI, SIGMA, strict=True)
+    )
+    return Fleet(models=models, rules=RULES, mu=-0.05, fallbacks={})
+
+
+def _scripts(turns: int = 3, runs: int = 30) -> list:
+    return [
+        script_from_dict(
+            {
+                "id": f"task-{i}",
+                "runs": runs,
+                "rules": RULE_DEFS,
+                "turns": [{"user": f"question {i}.{k}"} for k in range(turns)],
+            }
+        )
+        for i in range(2)
+    ]
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    target = sim_target(_fleet(), seed=3, fallbacks=False)
+    cache = tmp_path_factory.mktemp("prefix-cache")
+    episodes = episodes_of(_scripts())
+    sm = SwitchMatrixRun(target.responder, NAMES, cache, score="mean", settings=RunSettings(concurrency=16))
+    scores = asyncio.run(sm.run(episodes))
+    return {
+        "target": target,
+        "cache": cache,
+        "episodes": episodes,
+        "run": sm,
+        "scores": scores,
+        "result": analyse(scores, resamples=RESAMPLES, seed=SEED),
+    }
+
+
+def test_every_prefix_is_generated_exactly_once_and_reused(matrix: dict) -> None:
+    """60 episodes × 3 prefix models → 180 generations; the other 2 suffixes of each hit the cache."""
+    sm, target = matrix["run"], matrix["target"]
+    assert sm.stats.prefix_generated == 60 * 3
+    assert sm.stats.prefix_hits == 60 * 3 * 2
+    assert len(set(sm.stats.generated_keys)) == len(sm.stats.generated_keys) == 180
+    # per model: 2 prefix turns × 60 episodes + 1 suffix turn × 60 episodes × 3 prefixes
+    assert {m: target.provider.stats[f"reply:{m}"] for m in NAMES} == {m: 120 + 180 for m in NAMES}
+    assert sm.calls.model_calls == 3 * 300
+    # every turn of a cell was written by the model the cell names (no router fallback)
+    for s in matrix["scores"]:
+        assert s.authors == (s.prefix_model, s.prefix_model, s.suffix_model)
+
+
+def test_rerun_on_the_same_cache_generates_nothing(matrix: dict) -> None:
+    """A second matrix over the same cache directory reads every cell from disk; scores are identical."""
+    again = SwitchMatrixRun(matrix["target"].responder, NAMES, matrix["cache"], score="mean")
+    scores = asyncio.run(again.run(matrix["episodes"]))
+    assert again.stats.prefix_generated == again.stats.suffix_generated == again.calls.model_calls == 0
+    assert again.stats.suffix_hits == 60 * 9
+    assert scores == matrix["scores"]
+
+
+def _paired(scores: list, a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
+    cell = {s.episode: s.score for s in scores if (s.prefix_model, s.suffix_model) == (a, b)}
+    base = {s.episode: s.score for s in scores if (s.prefix_model, s.suffix_model) == (b, b)}
+    eps = sorted(cell)
+    return np.array([cell[e] for e in eps]), np.array([base[e] for e in eps])
+
+
+def test_delta_and_paired_bca_match_a_direct_scipy_computation(matrix: dict) -> None:
+    """Δ(A→B) = mean_e[s(A→B) − s(B→B)] exactly; its interval equals scipy's paired BCa on the same resamples.
+
+    The refit draws one resample matrix for the cell means, then one for the deltas; the
+    direct computation skips the first draw and gives scipy the generator state of the second.
+    """
+    scores, result = matrix["scores"], matrix["result"]
+    n = 60
+    rng = np.random.default_rng(SEED)
+    rng.integers(0, n, (RESAMPLES, n))  # the cell-mean draw
+    checked = 0
+    for p in result.fit.pairs:
+        x, y = _paired(scores, p.prefix_model, p.model)
+        assert len(x) == n and p.delta == pytest.approx(np.mean(x - y), abs=1e-12)
+        ref = stats.bootstrap(
+            (x, y),
+            lambda u, v, axis: np.mean(u - v, axis=axis),
+            paired=True,
+            vectorized=True,
+            method="BCa",
+            n_resamples=RESAMPLES,
+            random_state=copy.deepcopy(rng),
+        )
+        assert (p.ci_low, p.ci_high) == pytest.approx(tuple(ref.confidence_interval), abs=1e-9)
+        checked += 1
+    assert checked == 6
+
+
+def test_planted_influence_and_susceptibility_order_is_recovered(matrix: dict) -> None:
+    """π and σ from the decomposition rank the models as planted, within 0.08 of the planted values."""
+    fit = matrix["result"].fit
+    pi = [fit.models[m].prefix_influence for m in NAMES]
+    sigma = [fit.models[m].suffix_susceptibility for m in NAMES]
+    assert list(np.argsort(pi)) == list(np.argsort(PI))
+    assert list(np.argsort(sigma)) == list(np.argsort(SIGMA))
+    assert np.allclose(pi, PI, atol=0.08) and np.allclose(sigma, SIGMA, atol=0.08)
+    worst = min((p for p in fit.pairs), key=lambda p: p.delta)
+    assert (worst.prefix_model, worst.model) == ("m-a", "m-c") and worst.significant
+
+
+def test_earlier_switch_hands_over_after_turn_t(tmp_path: Path, matrix: dict) -> None:
+    """switch_at=1 on a 3-turn script: A writes turn 1, B writes turns 2-3; T outside 0..L-1 is rejected."""
+    scripts = _scripts(turns=3, runs=2)[:1]
+    sm = SwitchMatrixRun(matrix["target"].responder, NAMES[:2], tmp_path, switch_at=1, score="all")
+    scores = asyncio.run(sm.run(episodes_of(scripts)))
+    assert {(s.prefix_model, s.suffix_model, s.authors) for s in scores} == {
+        (a, b, (a, b, b)) for a in NAMES[:2] for b in NAMES[:2]
+    }
+    assert all(s.score in (0.0, 1.0) for s in scores)
+    assert sm.stats.prefix_generated == 2 * 2
+    bad = SwitchMatrixRun(matrix["target"].responder, NAMES[:2], tmp_path, switch_at=3)
+    with pytest.raises(ValueError, match="switch turn 3 outside 0..2"):
+        asyncio.run(bad.run(episodes_of(scripts)))
