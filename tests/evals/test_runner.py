@@ -1,4 +1,4 @@
-"""eval run: resumable replay (SIGKILL mid-run, rerun generates only the missing turns), retries, rows, curves."""
+"""eval run: SIGKILL mid-run then rerun generates only the missing turns; retries; rows; curves."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from handoffmon.evals.models import Reply
 from handoffmon.evals.results import adherence_curves, build_result
-from handoffmon.evals.runner import RunSettings, Runner, run_seed
+from handoffmon.evals.runner import Runner, RunSettings, run_seed
 from handoffmon.evals.script import script_from_dict
 from handoffmon.evals.store import ResultStore
 
@@ -198,7 +198,7 @@ def test_curves_are_checkpoint_pass_shares_with_wilson_intervals(tmp_path: Path)
     curves = {(c.script, c.rule, c.depth): c for c in adherence_curves(rows)}
     assert {d for (_, _, d) in curves} == {1, 3}  # turn 2 is not a checkpoint
     z = 1.959963984540054
-    for (script_id, rule, depth), c in curves.items():
+    for (_script_id, rule, depth), c in curves.items():
         mine = [r for r in rows if r.rule == rule and r.turn == depth and r.verdict in ("pass", "fail")]
         x, n = sum(r.verdict == "pass" for r in mine), len(mine)
         assert (c.passes, c.n) == (x, n) and c.adherence == pytest.approx(x / n)

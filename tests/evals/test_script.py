@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,13 +122,13 @@ def test_bad_scripts_name_file_and_key(tmp_path: Path, body: str, key: str, frag
 def test_invalid_yaml_and_duplicate_ids_name_the_file(tmp_path: Path) -> None:
     """Unparseable YAML names the file; two scripts with one id name the second file."""
     bad = _write(tmp_path, "id: [unclosed\n", "bad.yaml")
-    with pytest.raises(ConfigError, match="bad.yaml.*not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*not valid YAML"):
         load_script(bad)
     body = "id: same\nrules: [{name: a, check: no_commas}]\nturns: [{user: hi}]\n"
     _write(tmp_path, body, "a.yaml")
     second = _write(tmp_path, body, "b.yaml")
     bad.unlink()
-    with pytest.raises(ConfigError, match=f"{second}.*duplicate script id 'same'"):
+    with pytest.raises(ConfigError, match=f"{re.escape(str(second))}.*duplicate script id 'same'"):
         load_scripts([tmp_path])
 
 

@@ -1,4 +1,4 @@
-"""Switch matrix on the simulator: prefixes generated once, paired δ/BCa equal a direct computation, π/σ order recovered."""
+"""Switch matrix on the simulator: prefixes generated once, δ/BCa equal scipy, planted π/σ order recovered."""
 
 from __future__ import annotations
 
@@ -157,5 +157,5 @@ def test_earlier_switch_hands_over_after_turn_t(tmp_path: Path, matrix: dict) ->
     assert all(s.score in (0.0, 1.0) for s in scores)
     assert sm.stats.prefix_generated == 2 * 2
     bad = SwitchMatrixRun(matrix["target"].responder, NAMES[:2], tmp_path, switch_at=3)
-    with pytest.raises(ValueError, match="switch turn 3 outside 0..2"):
+    with pytest.raises(ValueError, match=r"switch turn 3 outside 0\.\.2"):
         asyncio.run(bad.run(episodes_of(scripts)))
