@@ -60,13 +60,27 @@ def test_compose_runs_handoffmon_litellm_prometheus_grafana_and_optional_redis()
     assert (DEPLOY / build["context"] / build["dockerfile"]).is_file()
 
 
-def test_compose_handoffmon_config_is_a_valid_handoffmon_config() -> None:
-    """The config the compose stack mounts loads with handoffmon's own validation."""
+def _config_check(path: Path) -> str:
+    """`handoffmon config check PATH` (schema plus every rule's checker and params); its output."""
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    result = CliRunner().invoke(main, ["config", "check", str(path)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_compose_handoffmon_config_passes_config_check() -> None:
+    """The config the compose stack mounts passes `handoffmon config check` and listens where
+    compose and Prometheus expect it."""
     from handoffmon.config import load_config
 
-    cfg = load_config(DEPLOY / "handoffmon" / "handoffmon.yaml")
+    path = DEPLOY / "handoffmon" / "handoffmon.yaml"
+    assert "4 rule(s)" in _config_check(path)
+    cfg = load_config(path)
     assert cfg.proxy.port == 4100 and cfg.proxy.host == "0.0.0.0"
-    assert [r.name for r in cfg.rules]
+    assert "handoffmon:4100" in load_yaml(PROM_CONFIG)["scrape_configs"][0]["static_configs"][0]["targets"]
 
 
 def test_k8s_manifests_have_the_required_kinds_and_fields() -> None:
@@ -103,14 +117,12 @@ def test_k8s_manifests_have_the_required_kinds_and_fields() -> None:
 
 
 def test_k8s_configmap_holds_a_valid_handoffmon_config(tmp_path: Path) -> None:
-    """The ConfigMap's handoffmon.yaml loads with handoffmon's validation (redis store)."""
-    from handoffmon.config import load_config
-
+    """The ConfigMap's handoffmon.yaml passes `handoffmon config check` with the Redis store
+    (replicas share attribution)."""
     cm = next(d for d in _k8s_docs() if d["kind"] == "ConfigMap")
     path = tmp_path / "handoffmon.yaml"
     path.write_text(cm["data"]["handoffmon.yaml"], encoding="utf-8")
-    cfg = load_config(path)
-    assert cfg.store.backend == "redis"
+    assert "store=redis" in _config_check(path)
 
 
 def test_kustomization_lists_every_manifest() -> None:
