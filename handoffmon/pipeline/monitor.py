@@ -15,6 +15,7 @@ from handoffmon.counts import Counts
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.reply import count_assistant, last_user_text, reply_text
+from handoffmon.pipeline.request_meta import turn_metadata
 from handoffmon.pipeline.turn import PendingTurn, TurnProcessor
 from handoffmon.pipeline.worker import WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver
@@ -67,6 +68,7 @@ class Monitor:
         self._caller_id = caller_conversation_id
         self._normalize = normalize_messages
         self._capture_content = config.telemetry.capture_content
+        self._trace = config.telemetry.otel
         self._closed = False
         self.names = ModelNames(config.attribution.canonical_models)
         if store is None:
@@ -129,7 +131,8 @@ class Monitor:
         Args:
             messages: the request's chat messages (dicts or SDK objects).
             requested_model: the model or group the application asked for.
-            metadata: request metadata (conversation id, rules, tags, route).
+            metadata: request metadata (conversation id, rules, tags, route); only the
+                keys in ``request_meta.KEPT_KEYS`` stay on the context.
             headers: request headers (conversation id header).
 
         Returns:
@@ -140,8 +143,9 @@ class Monitor:
             conversation_id = self._caller_id(
                 headers=headers, metadata=metadata, header_name=self.config.attribution.conversation_header
             )
+            meta = turn_metadata(metadata, headers, trace=self._trace)
             ctx = self.attributor.attribute(
-                messages, conversation_id=conversation_id, requested_model=requested_model, metadata=metadata
+                messages, conversation_id=conversation_id, requested_model=requested_model, metadata=meta
             )
             # The context is fresh and not yet shared: fill the two monitor-side fields in
             # place (dataclasses.replace would cost several µs on the hot path).
@@ -179,7 +183,7 @@ class Monitor:
             attributions=(),
             history_fingerprint=0,
             requested_model=requested_model,
-            metadata=dict(metadata or {}),
+            metadata=turn_metadata(metadata, None, trace=False),
             started_at=time.monotonic(),
             user_message=user,
             degraded=True,

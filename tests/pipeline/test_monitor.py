@@ -289,6 +289,31 @@ def test_capture_content_puts_text_on_the_result_only() -> None:
     assert second.context.input_messages == () and second.context.user_message == ""
 
 
+def test_context_keeps_only_the_metadata_handoffmon_reads() -> None:
+    """Arbitrary caller metadata is dropped; rules, tags, route, ids and a traceparent header stay."""
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with monitor() as m:
+        ctx = m.begin(
+            [{"role": "user", "content": "x"}],
+            metadata={"user_email": "a@b.c", "tags": ["t"], "route": "r", "conversation_id": "c1"},
+            headers={"TraceParent": tp},
+        )
+    assert dict(ctx.metadata) == {"tags": ["t"], "route": "r", "conversation_id": "c1", "traceparent": tp}
+
+
+def test_otel_current_span_becomes_the_turn_traceparent() -> None:
+    """With telemetry.otel the caller's current span context is captured for background spans."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("t")
+    with monitor(make_config(telemetry={"otel": True})) as m, tracer.start_as_current_span("request") as span:
+        ctx = m.begin([{"role": "user", "content": "x"}])
+        trace_id = format(span.get_span_context().trace_id, "032x")
+    assert str(ctx.metadata["traceparent"]).split("-")[1] == trace_id
+    assert trace.get_current_span() is not span
+
+
 def test_results_carry_no_message_text() -> None:
     """TurnResults handed to exporters carry no reply or message content (content=None by default)."""
     exp = RecordingExporter()
