@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +25,7 @@ from handoffmon.refit.result import (
     RefitResult,
     RuleFit,
 )
+from handoffmon.refit.threads import single_threaded_blas
 
 
 @dataclass(frozen=True)
@@ -50,23 +49,8 @@ def run_refit(
     window_s: float | None = None,
 ) -> RefitResult:
     """See ``handoffmon.refit.refit``."""
-    with _single_threaded_blas():
+    with single_threaded_blas():
         return _run(counts, buckets, settings, source, now, window_s)
-
-
-@contextlib.contextmanager
-def _single_threaded_blas() -> Iterator[None]:
-    """Run with one BLAS thread: the matrices are small (≤ 2·K parameters), where
-    multi-threaded BLAS only adds synchronization, and a background refit must not
-    take every core from the process serving traffic (measured: K = 50 on a loaded
-    2-core host went from 2.6 s p50 / 5.2 s p99 to 1.2 s / 1.4 s)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional at run time; only speed differs
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 def _run(

@@ -18,6 +18,7 @@ from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.bootstrap import bca_means
 from handoffmon.refit.decomposition import decompose
 from handoffmon.refit.result import CellMean, RuleFit, SwitchMatrixResult
+from handoffmon.refit.threads import single_threaded_blas
 
 
 @dataclass(frozen=True)
@@ -110,13 +111,14 @@ def switch_matrix(
     n_d, d, d_lo, d_hi, d_se = (x.reshape(k, k) for x in _bca_grouped(deltas, resamples, confidence, rng))
     reported = (~np.eye(k, dtype=bool)) & (n_d >= max(min_n, 2))
     var = _pair_variance(deltas.reshape(k, k, e), n_d)
-    dec = decompose(
-        np.where(reported, d, np.nan),
-        var,
-        reported,
-        ridge,
-        block_cov=_paired_block_cov(deltas.reshape(k, k, e)),
-    )
+    with single_threaded_blas():
+        dec = decompose(
+            np.where(reported, d, np.nan),
+            var,
+            reported,
+            ridge,
+            block_cov=_paired_block_cov(deltas.reshape(k, k, e)),
+        )
     coverage = np.where(reported, 1.0, np.nan)
     arr = PairArrays(n_d, d, d_se, d_lo, d_hi, reported, coverage)
     pairs = pair_effects(rule, table.models, arr, dec)
