@@ -43,7 +43,8 @@ class Monitor:
         store: attribution store; built from ``config.store`` when not given.
         rules: the rule set; built from ``config.rules`` when not given.
         exporters: receive every finished turn (each on its own thread).
-        clock: wall clock (seconds) for stored authorship and latencies.
+        clock: wall clock (seconds) for stored authorship and ``TurnRecord.finished_at``
+            (latencies use ``time.perf_counter``).
         start: start the worker threads now (else :meth:`start`; turns queue up meanwhile).
         aggregates: counters to update; SQLite-backed in ``config.store.path`` when the
             store backend is ``sqlite``, memory otherwise.
@@ -92,7 +93,16 @@ class Monitor:
         )
         self._dispatch: list[ExporterDispatch] = []
         self._observers: tuple[MonitorObserver, ...] = ()
-        self._processor = TurnProcessor(
+        self._pool = self._build_pool(start)
+        for exporter in exporters:
+            self.add_exporter(exporter)
+        self._atexit = _atexit_closer(self)
+        atexit.register(self._atexit)
+
+    def _build_pool(self, start: bool) -> WorkerPool[PendingTurn]:
+        """The background stages behind the bounded, conversation-sharded queue."""
+        config = self.config
+        processor = TurnProcessor(
             attributor=self.attributor,
             store=self.store,
             rules=self.rules,
@@ -103,18 +113,14 @@ class Monitor:
             observe=self._observe,
             capture_content=config.telemetry.capture_content,
         )
-        self._pool: WorkerPool[PendingTurn] = WorkerPool(
-            self._processor.process,
+        return WorkerPool(
+            processor.process,
             workers=config.pipeline.workers,
             queue_size=config.pipeline.queue_size,
             on_error=self._pipeline_error,
             on_idle=self._flush_aggregates,
             start=start,
         )
-        for exporter in exporters:
-            self.add_exporter(exporter)
-        self._atexit = _atexit_closer(self)
-        atexit.register(self._atexit)
 
     # -- request path -------------------------------------------------------------------
 
