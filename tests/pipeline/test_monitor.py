@@ -265,6 +265,16 @@ def test_finish_never_raises_on_garbage() -> None:
     assert next(iter(snap.turns)).model == "unknown"
 
 
+def test_atexit_hook_drains_an_unclosed_monitor() -> None:
+    """The process-exit hook closes a monitor nobody closed, so queued turns still get counted."""
+    m = monitor(start=False)
+    run_conversation(m, ["a", "a"])
+    assert m.stats == {"monitor_errors": {}, "dropped": 0, "pending": 2}
+    m._atexit()  # what atexit runs at interpreter exit
+    assert m.closed
+    assert m.snapshot().total_turns == 2
+
+
 def test_close_is_idempotent_and_unregisters_atexit() -> None:
     """close() twice is fine; turns finished after close are dropped, not raised."""
     m = monitor()
