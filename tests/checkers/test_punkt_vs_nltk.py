@@ -36,3 +36,19 @@ def test_split_sentences_equals_nltk_punkt_with_same_parameters() -> None:
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(5000)]
     mismatches = [t for t in texts if tokenizer.tokenize(t) != sentences.split_sentences(t)]
     assert mismatches == []
+
+
+def test_word_tokens_equal_nltk_word_tokenize() -> None:
+    """Same tokens as nltk's Treebank word tokenizer over our (= Punkt's) sentences."""
+    destructive = pytest.importorskip("nltk.tokenize.destructive", reason="nltk not installed")
+    from handoffmon.checkers.ifeval.words import word_tokens
+
+    tokenizer = destructive.NLTKWordTokenizer()
+    texts = [json.loads(line)["response"] for line in DATA.read_text(encoding="utf-8").splitlines()]
+    rng = random.Random(1)
+    alphabet = [*"AB ab,.:;'\"!?&-*()[]<>1\n`«“‘„»”’\u2013", "N'T", "'S", "CANNOT", "DON'T", "I'M",
+                "U.S.", "--", "...", "AT&T", " gonna", " 'TIS", "''"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(5000)]
+    for text in texts:
+        expected = [tok for s in sentences.split_sentences(text) for tok in tokenizer.tokenize(s)]
+        assert word_tokens(text) == expected, text

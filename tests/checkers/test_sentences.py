@@ -47,9 +47,10 @@ def test_linear_time_on_long_unbroken_input() -> None:
 
 
 def test_word_tokens_split_contractions_and_punctuation() -> None:
-    """Treebank rules: contractions split off, '&' and '?!' split, hyphenated words kept."""
+    """nltk word_tokenize: sentence-final period, contractions, '&', quotes, dashes, brackets split off."""
     assert word_tokens("I'M HERE. DON'T GO, WELL-KNOWN AT&T?") == \
-        ["I", "'M", "HERE.", "DO", "N'T", "GO", ",", "WELL-KNOWN", "AT", "&", "T", "?"]
+        ["I", "'M", "HERE", ".", "DO", "N'T", "GO", ",", "WELL-KNOWN", "AT", "&", "T", "?"]
+    assert word_tokens("'TIS “QUOTED” -- (X)") == ["'", "TIS", "“", "QUOTED", "”", "--", "(", "X", ")"]
     assert count_capital_words("I'M HERE. DON'T GO") == 6
     assert count_capital_words("CANNOT stop") == 2
     assert count_capital_words("no capitals, 123") == 0
