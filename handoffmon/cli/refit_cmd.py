@@ -5,10 +5,17 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from handoffmon.errors import HandoffmonError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prometheus_client import CollectorRegistry
+
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.refit.result import RefitResult
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -21,6 +28,48 @@ def write_text_atomic(path: str, text: str) -> None:
     tmp.replace(path)
 
 
+def refit_registry(result: RefitResult, config: HandoffmonConfig | None = None) -> CollectorRegistry:
+    """A fresh registry holding only the refit gauges, set from ``result``.
+
+    Same names, labels and label caps as the in-process exporter, so dashboards and
+    alert rules work whether the gauges come from a replica or from a refit job.
+    """
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.exporters.cardinality import LabelGuard
+    from handoffmon.exporters.refit_series import REFIT_GAUGES, refit_series
+
+    registry = CollectorRegistry()
+    series = refit_series(result, LabelGuard.from_config(config or HandoffmonConfig()))
+    for spec in REFIT_GAUGES:
+        gauge = Gauge(spec.name, spec.help, spec.labels, registry=registry)
+        for labels, value in series[spec.name].items():
+            (gauge.labels(*labels) if labels else gauge).set(value)
+    return registry
+
+
+def publish_gauges(
+    result: RefitResult,
+    config: HandoffmonConfig | None,
+    *,
+    metrics_file: str | None = None,
+    pushgateway: str | None = None,
+) -> None:
+    """Write the refit gauges to a textfile-collector file and/or push them to a Pushgateway.
+
+    Raises:
+        OSError: the file cannot be written or the Pushgateway is unreachable/refuses.
+    """
+    from prometheus_client import push_to_gateway, write_to_textfile
+
+    registry = refit_registry(result, config)
+    if metrics_file:
+        write_to_textfile(metrics_file, registry)
+    if pushgateway:
+        push_to_gateway(pushgateway, job="handoffmon_refit", registry=registry, timeout=10)
+
+
 @click.command("refit")
 @click.option("--source", "source", required=True, help="sqlite:///PATH, prometheus://HOST:PORT or FILE.csv")
 @click.option("--transitions", type=click.Path(dir_okay=False), help="transitions.csv to merge in")
@@ -30,6 +79,14 @@ def write_text_atomic(path: str, text: str) -> None:
 @click.option("--min-n", type=int, help="override refit.min_n")
 @click.option("--confidence", type=float, help="override refit.confidence")
 @click.option("--ridge", type=float, help="override refit.ridge")
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False),
+    help="also write the refit gauges in Prometheus text format (node_exporter textfile collector)",
+)
+@click.option(
+    "--pushgateway", help="also push the refit gauges to this Pushgateway (host:port), job handoffmon_refit"
+)
 def refit(
     source: str,
     transitions: str | None,
@@ -39,10 +96,15 @@ def refit(
     min_n: int | None,
     confidence: float | None,
     ridge: float | None,
+    metrics_file: str | None,
+    pushgateway: str | None,
 ) -> None:
     """Refit handoff effects, π/σ, risk and Markov decay from SOURCE counts into --out JSON.
 
     Without --config the depth buckets are read off the bucket labels in the counts.
+    With many replicas, run this as a job against Prometheus and publish the gauges
+    with --metrics-file or --pushgateway (each replica's own periodic refit would only
+    see its local counts).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.config import RefitConfig, load_config
@@ -62,7 +124,9 @@ def refit(
             loaded.counts, buckets=buckets, settings=settings, source=loaded.label, window_s=loaded.window_s
         )
         write_text_atomic(out, result.to_json())
-    except (HandoffmonError, ValueError) as exc:
+        if metrics_file or pushgateway:
+            publish_gauges(result, cfg, metrics_file=metrics_file, pushgateway=pushgateway)
+    except (HandoffmonError, ValueError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     fit = result.rules["all"]

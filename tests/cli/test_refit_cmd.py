@@ -69,3 +69,73 @@ def test_refit_from_prometheus_with_window_records_the_window(tmp_path: Path) ->
     doc = json.loads(res.stdout[: res.stdout.rindex("}") + 1])
     assert doc["window_s"] == 3600.0 and doc["source"].startswith("http://127.0.0.1:")
     assert all("[1h]" in p["query"] for p in seen)
+
+
+def _csv_inputs(tmp_path: Path) -> list[str]:
+    rng = np.random.default_rng(2)
+    counts = synth_counts(plant(3, 1, rng), rng, n_pair=100, n_trans=50)
+    write_cells_csv(counts, tmp_path / "cells.csv")
+    write_transitions_csv(counts, tmp_path / "t.csv")
+    return ["--source", str(tmp_path / "cells.csv"), "--transitions", str(tmp_path / "t.csv")]
+
+
+def test_metrics_file_holds_the_refit_gauges_in_text_format(tmp_path: Path) -> None:
+    """--metrics-file writes the same gauges the in-process exporter publishes, parseable by Prometheus."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prom = tmp_path / "refit.prom"
+    out = tmp_path / "refit.json"
+    res = CliRunner().invoke(
+        main, ["refit", *_csv_inputs(tmp_path), "--out", str(out), "--metrics-file", str(prom)]
+    )
+    assert res.exit_code == 0, res.output
+    result = RefitResult.from_json(out.read_text())
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(prom.read_text())
+        for s in fam.samples
+    }
+    key = ("handoffmon_prefix_influence", (("model", "m01"), ("rule", "all")))
+    assert samples[key] == result.rules["all"].models["m01"].prefix_influence
+    assert samples[("handoffmon_refit_last_success_timestamp_seconds", ())] == result.created_at
+    assert not any(name.startswith("handoffmon_checks") for name, _ in samples)  # only refit gauges
+
+
+def test_pushgateway_receives_the_gauges_under_job_handoffmon_refit(tmp_path: Path) -> None:
+    """--pushgateway PUTs the text exposition to /metrics/job/handoffmon_refit."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    got: list[tuple[str, str, bytes]] = []
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.command, self.path, body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        gateway = f"127.0.0.1:{server.server_address[1]}"
+        args = ["refit", *_csv_inputs(tmp_path), "--out", str(tmp_path / "r.json"), "--pushgateway", gateway]
+        res = CliRunner().invoke(main, args)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.exit_code == 0, res.output
+    assert got and got[0][:2] == ("PUT", "/metrics/job/handoffmon_refit")
+    assert b"handoffmon_handoff_risk{" in got[0][2]
+
+
+def test_unreachable_pushgateway_exits_1(tmp_path: Path) -> None:
+    """A Pushgateway that cannot be reached is an error of the job (exit 1), with the reason."""
+    from tests.conftest import free_port
+
+    args = ["refit", *_csv_inputs(tmp_path), "--out", str(tmp_path / "r.json")]
+    res = CliRunner().invoke(main, [*args, "--pushgateway", f"127.0.0.1:{free_port()}"])
+    assert res.exit_code == 1 and "error:" in res.output
