@@ -199,3 +199,32 @@ def test_wrap_rejects_unknown_targets() -> None:
     """wrap() of something that is neither a router nor a client raises TypeError naming it."""
     with pytest.raises(TypeError, match="int"):
         wrap(3, monitor=monitor())
+
+
+class _Unreadable:
+    """A response whose fields raise when read."""
+
+    @property
+    def choices(self) -> Any:
+        raise RuntimeError("no choices for you")
+
+
+class _OddRouter:
+    def completion(self, model: str, messages: list[Any], **kw: Any) -> Any:
+        return self.last
+
+    async def acompletion(self, model: str, messages: list[Any], **kw: Any) -> Any:
+        return self.last
+
+    def __init__(self) -> None:
+        self.last = _Unreadable()
+
+
+def test_unreadable_response_is_returned_and_counted() -> None:
+    """A response the wrapper cannot read reaches the app as is; monitor_errors{integration} counts it."""
+    router = _OddRouter()
+    with monitor(CONFIG) as m:
+        wrapped = wrap(router, monitor=m)
+        assert wrapped.completion(model="x", messages=[{"role": "user", "content": "q"}]) is router.last
+        m.flush(10)
+        assert m.snapshot().monitor_errors == {"integration": 1}
