@@ -232,12 +232,28 @@ def percentiles_from_turns(turns_by_bucket: Mapping[str, int], buckets: DepthBuc
     return out
 
 
+def turns_by_cell(counts: Counts) -> dict[tuple[str, str, str], int]:
+    """Turns per (model, prefix_model, depth bucket); without turn counters (cells CSV), the
+    largest number of checks any one rule made in the cell stands in for them."""
+    out: Counter[tuple[str, str, str]] = Counter()
+    if counts.turns:
+        for k, v in counts.turns.items():
+            out[(k.model, k.prefix_model, k.depth_bucket)] += v
+        return dict(out)
+    per_rule: Counter[tuple[str, str, str, str]] = Counter()
+    for c, v in counts.checks.items():
+        per_rule[(c.rule, c.model, c.prefix_model, c.depth_bucket)] += v
+    for (_, model, prefix, bucket), v in per_rule.items():
+        out[(model, prefix, bucket)] = max(out[(model, prefix, bucket)], v)
+    return dict(out)
+
+
 def handoff_pairs(counts: Counts) -> list[dict[str, Any]]:
     """Handoff turns per ordered pair (prefix_model → model) and their share of all handoff turns."""
     c: Counter[tuple[str, str]] = Counter()
-    for k, v in counts.turns.items():
-        if k.prefix_model not in (NO_PREFIX, UNKNOWN_MODEL, k.model):
-            c[(k.prefix_model, k.model)] += v
+    for (model, prefix, _), v in turns_by_cell(counts).items():
+        if prefix not in (NO_PREFIX, UNKNOWN_MODEL, model):
+            c[(prefix, model)] += v
     total = sum(c.values())
     return [{"prefix_model": a, "model": b, "turns": n, "share": n / total} for (a, b), n in c.most_common()]
 
@@ -257,8 +273,8 @@ def shapes_from_counts(
         sessions = percentiles_from_histogram(counts.session_lengths)
     else:
         by_bucket: Counter[str] = Counter()
-        for k, v in counts.turns.items():
-            by_bucket[k.depth_bucket] += v
+        for (_, _, bucket), v in turns_by_cell(counts).items():
+            by_bucket[bucket] += v
         sessions = percentiles_from_turns(by_bucket, buckets)
     return Shapes(
         time.time(),

@@ -1,0 +1,235 @@
+"""Feedback loop: shapes from simulated production; compare flags a planted fast decay and only that."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
+from handoffmon.depth import DepthBuckets
+from handoffmon.errors import InputError
+from handoffmon.evals.compare import compare, two_proportion_test
+from handoffmon.evals.results import build_result
+from handoffmon.evals.script import script_from_dict
+from handoffmon.evals.shapes import Shapes, export_shapes, shapes_from_counts
+from handoffmon.evals.store import Row
+from handoffmon.evals.switch import CellScore, analyse
+from handoffmon.types import NO_PREFIX
+
+BUCKETS = DepthBuckets()
+CLEAN = (0.95, 0.04, 0.30)  # depth-1 adherence, p_TF, p_FT: the eval's (too clean) chain
+PRODUCTION = {"fast_decay": (0.95, 0.25, 0.20), "matched": CLEAN}  # planted production chains per rule
+CHECKPOINTS = (1, 4, 10, 20)
+
+
+def _step(rng: np.random.Generator, prev: bool | None, chain: tuple[float, float, float]) -> bool:
+    base, p_tf, p_ft = chain
+    p = base if prev is None else (1 - p_tf) if prev else p_ft
+    return bool(rng.random() < p)
+
+
+def simulate_production(n_conversations: int = 4000, seed: int = 1) -> tuple[Counts, list[int]]:
+    """Conversations on models m1/m2 (20% handoffs per turn, some to m3), per-rule planted chains."""
+    rng = np.random.default_rng(seed)
+    checks: Counter[CheckKey] = Counter()
+    trans: Counter[TransitionKey] = Counter()
+    turns: Counter[TurnKey] = Counter()
+    lengths = []
+    for _ in range(n_conversations):
+        length = int(min(40, rng.geometric(1 / 9)))
+        lengths.append(length)
+        author, prefix = ("m1" if rng.random() < 0.5 else "m2"), NO_PREFIX
+        state: dict[str, bool] = {}
+        for depth in range(1, length + 1):
+            bucket = BUCKETS.bucket(depth)
+            handoff = "false" if prefix in (NO_PREFIX, author) else "true"
+            turns[TurnKey(author, prefix, bucket, handoff)] += 1
+            for rule, chain in PRODUCTION.items():
+                ok = _step(rng, state.get(rule), chain)
+                verdict = "pass" if ok else "fail"
+                checks[CheckKey(rule, author, prefix, bucket, verdict)] += 1
+                if rule in state:
+                    trans[
+                        TransitionKey(rule, author, handoff, "pass" if state[rule] else "fail", verdict)
+                    ] += 1
+                state[rule] = ok
+            prefix = author
+            if rng.random() < 0.2:
+                author = {"m1": "m2", "m2": "m1", "m3": "m1"}[author] if rng.random() < 0.8 else "m3"
+    counts = Counts(
+        checks=dict(checks),
+        transitions=dict(trans),
+        turns=dict(turns),
+        session_lengths=dict(Counter(lengths)),
+    )
+    return counts, lengths
+
+
+def eval_rows(runs: int = 150, seed: int = 2) -> tuple[list[Row], object]:
+    """Eval rows from the clean chain for both rules at the checkpoints (depth 1..20)."""
+    script = script_from_dict(
+        {
+            "id": "clean",
+            "rules": [{"name": r, "check": "no_commas"} for r in PRODUCTION],
+            "turns": [{"user": f"t{d}", "checkpoint": d in CHECKPOINTS} for d in range(1, 21)],
+        }
+    )
+    rng = np.random.default_rng(seed)
+    rows = []
+    for run in range(runs):
+        state: dict[str, bool] = {}
+        for depth in range(1, 21):
+            for rule in PRODUCTION:
+                ok = _step(rng, state.get(rule), CLEAN)
+                state[rule] = ok
+                rows.append(
+                    Row(
+                        "clean",
+                        "m1",
+                        run,
+                        depth,
+                        rule,
+                        "pass" if ok else "fail",
+                        "",
+                        None,
+                        depth in CHECKPOINTS,
+                        False,
+                        "m1",
+                        10 * depth,
+                    )
+                )
+    return rows, script
+
+
+@pytest.fixture(scope="module")
+def production() -> tuple[Shapes, list[int], Counts]:
+    counts, lengths = simulate_production()
+    return shapes_from_counts(counts, source="simulated"), lengths, counts
+
+
+def test_compare_flags_the_fast_decaying_rule_at_depth_and_not_the_matched_one(production: tuple) -> None:
+    """Planted production p_TF 0.25 vs eval 0.04: flagged at the deep buckets; the matched rule never."""
+    shapes = production[0]
+    rows, script = eval_rows()
+    result = build_result(rows, [script], "mem")
+    c = compare(shapes, [result])
+    flagged = {(r.rule, r.depth_bucket) for r in c.flagged}
+    assert {r for r, _ in flagged} == {"fast_decay"}
+    assert {("fast_decay", "3-4"), ("fast_decay", "9-16"), ("fast_decay", "17-32")} <= flagged
+    assert ("fast_decay", "1") not in flagged  # same depth-1 adherence: no difference at the start
+    matched = [r for r in c.rules if r.rule == "matched"]
+    assert {r.depth_bucket for r in matched} == {"1", "3-4", "9-16", "17-32"} and not any(
+        r.flagged for r in matched
+    )
+    deep = next(r for r in c.rules if (r.rule, r.depth_bucket) == ("fast_decay", "17-32"))
+    assert (
+        deep.eval_depths == (20,)
+        and deep.eval_n == 150
+        and deep.production_adherence < 0.6 < deep.eval_adherence
+    )
+
+
+def test_two_proportion_test_matches_the_textbook_formula() -> None:
+    """One-sided pooled z-test: z = (p1 − p2)/sqrt(p(1−p)(1/n1 + 1/n2)), p-value = Φ(z)."""
+    from scipy.stats import norm
+
+    z, p = two_proportion_test(40, 100, 60, 100)
+    pooled = 0.5
+    expected = (0.4 - 0.6) / np.sqrt(pooled * pooled * (2 / 100))
+    assert z == pytest.approx(expected) and p == pytest.approx(norm.cdf(expected))
+
+
+def test_session_length_percentiles_and_suggested_checkpoints(production: tuple) -> None:
+    """Exact histogram percentiles equal numpy's inverted-CDF percentiles; they become the suggestions."""
+    shapes, lengths, counts = production
+    s = shapes.session_lengths
+    assert s["method"] == "histogram" and s["conversations"] == len(lengths)
+    for q in (50, 75, 90, 95, 99):
+        assert s[f"p{q}"] == int(np.percentile(lengths, q, method="inverted_cdf"))
+    c = compare(shapes, [build_result(*((lambda r, sc: (r, [sc]))(*eval_rows(runs=5))), "mem")])
+    assert c.suggested_checkpoints == tuple(sorted({s["p50"], s["p75"], s["p90"], s["p95"]}))
+    assert c.eval_max_depth == 20
+    no_hist = shapes_from_counts(
+        Counts(checks=counts.checks, transitions=counts.transitions, turns=counts.turns), source="x"
+    )
+    approx = no_hist.session_lengths
+    assert approx["method"] == "turns_by_depth" and approx["conversations"] == len(lengths)
+    for q in (50, 90):  # bucket resolution: the estimate lies in the true value's bucket or the one before
+        true_i = BUCKETS.edges.index(BUCKETS.lower_bound(BUCKETS.bucket(s[f"p{q}"])))
+        est_i = BUCKETS.edges.index(BUCKETS.lower_bound(BUCKETS.bucket(approx[f"p{q}"])))
+        assert true_i - 1 <= est_i <= true_i
+
+
+def test_handoff_pairs_missing_from_the_matrix_are_listed(production: tuple) -> None:
+    """Production pairs m1↔m2, →m3 and m3→m1; a matrix over m1, m2 leaves the m3 pairs missing."""
+    shapes = production[0]
+    pairs = {(p["prefix_model"], p["model"]) for p in shapes.handoff_pairs}
+    assert pairs == {("m1", "m2"), ("m2", "m1"), ("m1", "m3"), ("m2", "m3"), ("m3", "m1")}
+    assert sum(p["share"] for p in shapes.handoff_pairs) == pytest.approx(1.0)
+    cells = [
+        CellScore(f"e{i}", a, b, float((i + len(a + b)) % 2), ())
+        for i in range(6)
+        for a in ("m1", "m2")
+        for b in ("m1", "m2")
+    ]
+    matrix = analyse(cells, resamples=200)
+    c = compare(shapes, [], [matrix], min_share=0.0)
+    assert {(p["prefix_model"], p["model"]) for p in c.missing_pairs} == pairs - {("m1", "m2"), ("m2", "m1")}
+
+
+def test_shapes_json_round_trip_and_markov_parameters(production: tuple) -> None:
+    """The versioned document round-trips; pooled Markov parameters recover the planted production chain."""
+    shapes = production[0]
+    back = Shapes.from_json(shapes.to_json())
+    assert back.to_json() == shapes.to_json()
+    fast = back.shape("fast_decay")
+    assert fast is not None and fast.markov["p_tf"] == pytest.approx(0.25, abs=0.02)
+    assert back.shape("matched").markov["stationary"] == pytest.approx(0.30 / 0.34, abs=0.02)  # type: ignore[union-attr]
+    with pytest.raises(InputError, match=r"not a handoffmon\.shapes document"):
+        Shapes.from_json(json.dumps({"schema": "other"}))
+
+
+def test_cli_shapes_export_from_refit_json_and_compare_exit_status(tmp_path: Path, production: tuple) -> None:
+    """refit.json → shapes export → eval compare: exit 3 and the flagged rule printed."""
+    from handoffmon.refit import refit
+
+    counts = production[2]
+    (tmp_path / "refit.json").write_text(refit(counts, buckets=BUCKETS).to_json())
+    out = CliRunner().invoke(
+        main,
+        [
+            "shapes",
+            "export",
+            "--source",
+            str(tmp_path / "refit.json"),
+            "--out",
+            str(tmp_path / "shapes.json"),
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    shapes = export_shapes(str(tmp_path / "refit.json"))
+    assert shapes.shape("fast_decay").n == production[0].shape("fast_decay").n  # type: ignore[union-attr]
+    rows, script = eval_rows()
+    (tmp_path / "eval.json").write_text(build_result(rows, [script], "mem").to_json())
+    res = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "compare",
+            "--shapes",
+            str(tmp_path / "shapes.json"),
+            str(tmp_path / "eval.json"),
+            "--out",
+            str(tmp_path / "cmp.json"),
+        ],
+    )
+    assert res.exit_code == 3, res.output
+    assert "TOO CLEAN fast_decay @ 17-32" in res.output and "TOO CLEAN matched" not in res.output
+    doc = json.loads((tmp_path / "cmp.json").read_text())
+    assert doc["schema"] == "handoffmon.eval_compare" and doc["missing_pairs"]
