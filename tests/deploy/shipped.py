@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -17,6 +19,17 @@ PROM_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "handoffmon.json"
 GRAFANA_ALERTS = DEPLOY / "grafana" / "alerting" / "handoffmon-alerts.yml"
 README = ROOT / "README.md"
+
+
+def from_rules_tool() -> ModuleType:
+    """deploy/tools/from_rules.py, imported from its path (deploy/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "handoffmon_deploy_from_rules", DEPLOY / "tools" / "from_rules.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_yaml(path: Path) -> Any:

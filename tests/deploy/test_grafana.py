@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from types import ModuleType
-
 from tests.deploy.shipped import (
     DEPLOY,
     GRAFANA_ALERTS,
     RULES,
     alert_rules,
     dashboard,
+    from_rules_tool,
     load_yaml,
     panel_targets,
 )
@@ -25,16 +22,6 @@ PANEL_TOPICS = {
     "attribution coverage": ("Attribution coverage",),
     "monitoring health": ("Monitor errors",),
 }
-
-
-def _tool() -> ModuleType:
-    path = DEPLOY / "tools" / "rules_to_grafana.py"
-    spec = importlib.util.spec_from_file_location("rules_to_grafana", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("rules_to_grafana", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_dashboard_has_current_schema_and_a_datasource_variable() -> None:
@@ -142,13 +129,13 @@ def test_grafana_alert_rules_carry_the_same_alerts_as_prometheus() -> None:
 
 
 def test_grafana_alert_file_is_what_the_generator_writes() -> None:
-    """The committed provisioning file is in sync with deploy/tools/rules_to_grafana.py."""
-    assert GRAFANA_ALERTS.read_text(encoding="utf-8") == _tool().render(RULES)
+    """The committed provisioning file is in sync with deploy/tools/from_rules.py."""
+    assert GRAFANA_ALERTS.read_text(encoding="utf-8") == from_rules_tool().render_grafana(RULES)
 
 
 def test_generator_translates_value_templates_for_grafana() -> None:
     """Prometheus' `$value` becomes Grafana's `$values.B.Value`; `$labels` stays."""
-    rule = _tool().grafana_rule(
+    rule = from_rules_tool().grafana_rule(
         {
             "alert": "X",
             "expr": "up == 0",

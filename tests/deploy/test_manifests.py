@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from tests.conftest import require_binary
-from tests.deploy.shipped import DEPLOY, PROM_CONFIG, ROOT, load_yaml
+from tests.deploy.shipped import DEPLOY, PROM_CONFIG, ROOT, RULES, from_rules_tool, load_yaml
 
 K8S = DEPLOY / "k8s"
 
@@ -123,6 +123,16 @@ def test_k8s_configmap_holds_a_valid_handoffmon_config(tmp_path: Path) -> None:
     path = tmp_path / "handoffmon.yaml"
     path.write_text(cm["data"]["handoffmon.yaml"], encoding="utf-8")
     assert "store=redis" in _config_check(path)
+
+
+def test_prometheusrule_carries_the_shipped_rule_groups_unchanged() -> None:
+    """The operator's PrometheusRule holds exactly the rules file's groups and is what
+    deploy/tools/from_rules.py writes."""
+    rule = load_yaml(K8S / "prometheusrule.yaml")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["spec"]["groups"] == load_yaml(RULES)["groups"]
+    text = (K8S / "prometheusrule.yaml").read_text(encoding="utf-8")
+    assert text == from_rules_tool().render_prometheus_rule(RULES)
 
 
 def test_kustomization_lists_every_manifest() -> None:
