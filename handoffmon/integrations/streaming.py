@@ -170,12 +170,16 @@ class _Base:
 class SyncStream(_Base):
     """Yields the wrapped stream's chunks unchanged; reports when it ends or is cut off."""
 
+    def __init__(self, inner: Any, on_done: OnDone) -> None:
+        super().__init__(inner, on_done)
+        self._it = inner if hasattr(inner, "__next__") else iter(inner)
+
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
         try:
-            chunk = next(self._inner)
+            chunk = next(self._it)
         except StopIteration:
             self._done(True)
             raise
@@ -204,12 +208,16 @@ class SyncStream(_Base):
 class AsyncStream(_Base):
     """Async twin of :class:`SyncStream`."""
 
+    def __init__(self, inner: Any, on_done: OnDone) -> None:
+        super().__init__(inner, on_done)
+        self._it = inner if hasattr(inner, "__anext__") else inner.__aiter__()
+
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
 
     async def __anext__(self) -> Any:
         try:
-            chunk = await self._inner.__anext__()
+            chunk = await self._it.__anext__()
         except StopAsyncIteration:
             self._done(True)
             raise

@@ -55,6 +55,13 @@ def test_sync_stream_yields_unchanged_and_reports_once() -> None:
     assert [(o.reply["content"], o.completed) for o in seen] == [("ab", True)]
 
 
+def test_plain_iterables_are_accepted() -> None:
+    """A stream that is only iterable (a list) is iterated too."""
+    seen: list[StreamOutcome] = []
+    out = list(SyncStream([Chunk({"content": "a"}), Chunk({"content": "b"})], lambda o, i: seen.append(o)))
+    assert len(out) == 2 and seen[0].reply["content"] == "ab"
+
+
 def test_sync_stream_error_and_early_close_report_cut_off() -> None:
     """A stream that raises mid-way, or is closed early, reports what arrived with completed=False."""
 
