@@ -172,7 +172,8 @@ class SyncStream(_Base):
 
     def __init__(self, inner: Any, on_done: OnDone) -> None:
         super().__init__(inner, on_done)
-        self._it = inner if hasattr(inner, "__next__") else iter(inner)
+        plain = hasattr(inner, "__iter__") and not hasattr(inner, "__next__")
+        self._it = iter(inner) if plain else inner
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -210,7 +211,8 @@ class AsyncStream(_Base):
 
     def __init__(self, inner: Any, on_done: OnDone) -> None:
         super().__init__(inner, on_done)
-        self._it = inner if hasattr(inner, "__anext__") else inner.__aiter__()
+        plain = hasattr(inner, "__aiter__") and not hasattr(inner, "__anext__")
+        self._it = inner.__aiter__() if plain else inner
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
