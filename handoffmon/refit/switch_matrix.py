@@ -97,32 +97,24 @@ def switch_matrix(
     """
     rng = np.random.default_rng(seed)
     k, e = len(table.models), len(table.episodes)
-    s = table.scores
-    n_c, mean_c, lo_c, hi_c, _ = _bca_grouped(s.reshape(k * k, e), resamples, confidence, rng)
-    cells = [
-        CellMean(
-            table.models[i // k], table.models[i % k], int(n_c[i]), *map(float, (mean_c[i], lo_c[i], hi_c[i]))
-        )
-        for i in range(k * k)
-        if n_c[i] > 0
-    ]
-    diag = s[np.arange(k), np.arange(k)]  # (K, E): baseline B→B per suffix B
-    deltas = (s - diag[None, :, :]).reshape(k * k, e)
-    n_d, d, d_lo, d_hi, d_se = (x.reshape(k, k) for x in _bca_grouped(deltas, resamples, confidence, rng))
+    cells = _cell_means(table, resamples, confidence, rng)
+    diag = table.scores[np.arange(k), np.arange(k)]  # (K, E): baseline B→B per suffix B
+    deltas = table.scores - diag[None, :, :]  # (K, K, E) paired δ per episode
+    n_d, d, d_lo, d_hi, d_se = (
+        x.reshape(k, k) for x in _bca_grouped(deltas.reshape(k * k, e), resamples, confidence, rng)
+    )
     reported = (~np.eye(k, dtype=bool)) & (n_d >= max(min_n, 2))
-    var = _pair_variance(deltas.reshape(k, k, e), n_d)
     with single_threaded_blas():
         dec = decompose(
             np.where(reported, d, np.nan),
-            var,
+            _pair_variance(deltas, n_d),
             reported,
             ridge,
-            block_cov=_paired_block_cov(deltas.reshape(k, k, e)),
+            block_cov=_paired_block_cov(deltas),
         )
-    coverage = np.where(reported, 1.0, np.nan)
-    arr = PairArrays(n_d, d, d_se, d_lo, d_hi, reported, coverage)
-    pairs = pair_effects(rule, table.models, arr, dec)
+    arr = PairArrays(n_d, d, d_se, d_lo, d_hi, reported, np.where(reported, 1.0, np.nan))
     models = model_scores(table.models, dec, n_d, reported)
+    pairs = pair_effects(rule, table.models, arr, dec)
     fit = RuleFit(rule, dec.mu, dec.mu_se, dec.r2, dec.r2_unweighted, dec.n_pairs, models, pairs)
     return SwitchMatrixResult(
         created_at=time.time() if now is None else float(now),
@@ -134,6 +126,21 @@ def switch_matrix(
         fit=fit,
         cells=cells,
     )
+
+
+def _cell_means(
+    table: ScoreTable, resamples: int, confidence: float, rng: np.random.Generator
+) -> list[CellMean]:
+    """BCa mean of every non-empty cell (drawn first from ``rng``, before the Δ)."""
+    k, e = len(table.models), len(table.episodes)
+    n, mean, lo, hi, _ = _bca_grouped(table.scores.reshape(k * k, e), resamples, confidence, rng)
+    return [
+        CellMean(
+            table.models[i // k], table.models[i % k], int(n[i]), float(mean[i]), float(lo[i]), float(hi[i])
+        )
+        for i in range(k * k)
+        if n[i] > 0
+    ]
 
 
 def _paired_block_cov(deltas: np.ndarray) -> Callable[[int, np.ndarray], np.ndarray]:
