@@ -23,13 +23,21 @@ def _is_openai_client(target: Any) -> bool:
     return callable(getattr(completions, "create", None))
 
 
+def _monitor(config: HandoffmonConfig | None) -> Any:
+    from handoffmon.config import load_config
+    from handoffmon.pipeline.monitor import Monitor
+
+    return Monitor(config if config is not None else load_config())
+
+
 def wrap(target: Any, config: HandoffmonConfig | None = None, *, monitor: Any = None) -> Any:
     """Put handoffmon around a router or client without changing how it is called.
 
     Args:
         target: a ``litellm.Router`` (or anything with litellm-style ``completion`` /
             ``acompletion``), or an ``openai.OpenAI`` / ``openai.AsyncOpenAI`` client.
-        config: configuration for a new monitor (ignored when ``monitor`` is given).
+        config: configuration for a new monitor (ignored when ``monitor`` is given);
+            ``None`` loads ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*`` variables, else defaults.
         monitor: an existing :class:`~handoffmon.pipeline.monitor.Monitor` to record into
             (e.g. one shared by several wrapped clients).
 
@@ -40,16 +48,14 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, monitor: Any = 
     Raises:
         TypeError: ``target`` is neither a router nor an OpenAI-compatible client.
     """
-    from handoffmon.pipeline.monitor import Monitor
-
     if _is_router(target):
         from handoffmon.integrations.router import RouterWrapper
 
-        return RouterWrapper(target, monitor if monitor is not None else Monitor(config))
+        return RouterWrapper(target, monitor if monitor is not None else _monitor(config))
     if _is_openai_client(target):
         from handoffmon.integrations.openai_client import OpenAIClientWrapper
 
-        return OpenAIClientWrapper(target, monitor if monitor is not None else Monitor(config))
+        return OpenAIClientWrapper(target, monitor if monitor is not None else _monitor(config))
     raise TypeError(
         f"handoffmon.wrap: cannot wrap {type(target).__name__}: expected a litellm.Router "
         "(completion/acompletion) or an OpenAI-compatible client (chat.completions.create)"

@@ -195,6 +195,16 @@ def test_other_attributes_pass_through() -> None:
         assert wrapped.router is router and wrapped.monitor is m
 
 
+def test_wrap_without_config_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """wrap(router) with no config or monitor builds one from HANDOFFMON_* variables."""
+    monkeypatch.setenv("HANDOFFMON_PIPELINE__QUEUE_SIZE", "123")
+    wrapped = wrap(fallback_router())
+    try:
+        assert wrapped.monitor.config.pipeline.queue_size == 123
+    finally:
+        wrapped.monitor.close()
+
+
 def test_wrap_rejects_unknown_targets() -> None:
     """wrap() of something that is neither a router nor a client raises TypeError naming it."""
     with pytest.raises(TypeError, match="int"):
