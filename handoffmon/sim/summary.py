@@ -9,6 +9,10 @@ from handoffmon.sim.demo import DemoOutcome
 from handoffmon.sim.truth import Truth
 
 
+MIN_SHOWN = 20
+"""Depth buckets with fewer checks print as ``·`` (too noisy to read)."""
+
+
 def _pp(x: float, width: int = 6) -> str:
     return f"{'–':>{width}}" if not math.isfinite(x) else f"{100 * x:+{width}.1f}"
 
@@ -48,7 +52,9 @@ def depth_table(fit: RuleFit, truth: Truth) -> str:
         mk = fit.markov_no_handoff.get(m)
         planted = sum(truth.models[m].stationary.values()) / len(truth.rules)
         stat = f"{_pc(mk.stationary)} [{_pc(planted).strip()}]" if mk else "–"
-        cells = "".join(f"{_pc(v):>7}" if n else f"{'·':>7}" for v, n in zip(c.adherence, c.n, strict=True))
+        cells = "".join(
+            f"{_pc(v):>7}" if n >= MIN_SHOWN else f"{'·':>7}" for v, n in zip(c.adherence, c.n, strict=True)
+        )
         lines.append(f"  {m:<8}{cells}   {stat}")
     return "\n".join(lines)
 
