@@ -8,7 +8,6 @@ from handoffmon.refit.result import ALL_RULES, RuleFit
 from handoffmon.sim.demo import DemoOutcome
 from handoffmon.sim.truth import Truth
 
-
 MIN_SHOWN = 20
 """Depth buckets with fewer checks print as ``·`` (too noisy to read)."""
 
