@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yaml
 
 from tests.conftest import free_port, port_open
@@ -171,6 +173,8 @@ class Result:
     p99_ms: float
     rps: float
     errors: int
+    cpu_us: float = 0.0
+    """Server CPU time (all threads and child processes) per request at peak load."""
     note: str = ""
 
 
@@ -216,26 +220,40 @@ def _wrk(url: str, script: Path, conns: int, duration_s: float, auth: str | None
         "p99": q["99"],
         "rps": rps,
         "errors": (int(bad.group(1)) if bad else 0) + (int(errs.group(1)) if errs else 0),
+        "requests": float(re.search(r"(\d+) requests in", out).group(1)),  # type: ignore[union-attr]
     }
 
 
+def _cpu_s(pid: int) -> float:
+    """User+system CPU seconds of a process and its children (all threads)."""
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def _measure_all(
-    targets: list[tuple[str, str, str | None]], script: Path, opts: argparse.Namespace
+    targets: list[tuple[str, str, str | None, int]], script: Path, opts: argparse.Namespace
 ) -> list[Result]:
     """Latency in interleaved rounds (median of the rounds' quantiles), then peak RPS per target.
 
     Interleaving spreads background noise over all targets instead of whichever ran when the
     machine was busy.
     """
-    rounds: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in targets}
-    for _, url, auth in targets:
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in targets}
+    for _, url, auth, _pid in targets:
         _wrk(url, script, 1, 1, auth)  # warm-up
     for _ in range(opts.rounds):
-        for name, url, auth in targets:
+        for name, url, auth, _pid in targets:
             rounds[name].append(_wrk(url, script, 1, max(1, round(opts.duration / opts.rounds)), auth))
     results = []
-    for name, url, auth in targets:
+    for name, url, auth, pid in targets:
+        cpu0 = _cpu_s(pid)
         many = _wrk(url, script, opts.conns, opts.duration, auth)
+        cpu_us = (_cpu_s(pid) - cpu0) / max(1.0, many["requests"]) * 1e6
         rs = rounds[name]
         r = Result(
             name,
@@ -243,8 +261,13 @@ def _measure_all(
             statistics.median(x["p99"] for x in rs),
             many["rps"],
             int(sum(x["errors"] for x in rs) + many["errors"]),
+            cpu_us,
         )
-        print(f"  measured {name}: p50 {r.p50_ms:.3f} ms, p99 {r.p99_ms:.3f} ms, {r.rps:.0f} rps", flush=True)
+        print(
+            f"  measured {name}: p50 {r.p50_ms:.3f} ms, p99 {r.p99_ms:.3f} ms, {r.rps:.0f} rps, "
+            f"{cpu_us:.0f} µs CPU/request",
+            flush=True,
+        )
         results.append(r)
     return results
 
@@ -365,7 +388,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
             ("LiteLLM Proxy 1.108 (master key)", "litellm", "sk-bench-master"),
         ]
         targets = [
-            (label, f"http://127.0.0.1:{ports[key]}/v1/chat/completions", auth)
+            (label, f"http://127.0.0.1:{ports[key]}/v1/chat/completions", auth, procs[key].pid)
             for label, key, auth in plan
             if key in procs
         ]
@@ -392,13 +415,14 @@ def report(results: list[Result], opts: argparse.Namespace) -> bool:
     print(f"\nwrk, one worker per server; latency at 1 connection: median of {opts.rounds} interleaved")
     print(f"{per_round}s rounds; peak RPS: {opts.duration:g}s at {opts.conns} connections")
     print(f"{os.cpu_count()} CPUs, load average {load}, niceness {os.nice(0)}")
-    print("| target | p50 ms | p99 ms | added p50 ms | added p99 ms | peak RPS | non-2xx |")
-    print("|---|---|---|---|---|---|---|")
+    print("| target | p50 ms | p99 ms | added p50 ms | added p99 ms | peak RPS | CPU µs/req | non-2xx |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         added = "—" if r is base else f"{r.p50_ms - base.p50_ms:.3f}"
         added99 = "—" if r is base else f"{r.p99_ms - base.p99_ms:.3f}"
         print(
-            f"| {r.name} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | {added} | {added99} | {r.rps:.0f} | {r.errors} |"
+            f"| {r.name} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | {added} | {added99} | {r.rps:.0f} "
+            f"| {r.cpu_us:.0f} | {r.errors} |"
         )
     hm = results[3]
     for r in results[3:5]:
