@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 import socket
 import time
 from collections import Counter
@@ -339,3 +340,24 @@ def test_client_disconnect_while_waiting_cancels_upstream_request(proxy: Proxy, 
         time.sleep(0.01)
     assert upstream.mock.cancelled == cancelled + 1
     assert httpx.get(f"{proxy.url}/readyz").status_code == 200
+
+
+def test_auth_headers_never_reach_logs_or_metrics(
+    proxy: Proxy, upstream: Upstream, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A canary API key on good, malformed, failing and timed-out requests is forwarded but never logged."""
+    caplog.set_level(logging.DEBUG)
+    canary = "sk-canary-7f3a9c"
+    headers = {"authorization": f"Bearer {canary}", "api-key": canary}
+    good = {"model": "g", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(headers=headers, timeout=5) as c:
+        assert c.post(f"{proxy.url}/v1/chat/completions", json=good).status_code == 200
+        c.post(f"{proxy.url}/v1/chat/completions", content=b"{broken")
+        c.post(f"{proxy.url}/v1/chat/completions", json=good, headers={"x-mock-status": "500"})
+        c.post(f"{proxy.url}/v1/chat/completions", json=good, headers={"x-mock-delay-s": "1"})
+        c.get(f"{proxy.url}/nowhere")
+    assert upstream.mock.seen[-1].headers["api-key"] == canary  # forwarded
+    assert proxy.monitor.flush(10)
+    out, err = capfd.readouterr()
+    assert canary not in caplog.text + out + err
+    assert canary not in httpx.get(f"{proxy.url}/metrics").text
