@@ -190,7 +190,8 @@ class Forwarder:
             ) as resp:
                 status = resp.status
                 out_headers = response_headers(resp.raw_headers)
-                if resp.content_type == "text/event-stream":
+                # unmonitored routes stream every body (files, audio): nothing to buffer for
+                if self._monitor is None or resp.content_type == "text/event-stream":
                     await self._stream(resp, status, out_headers, send, turn, watch)
                     return
                 data = await resp.read()
