@@ -80,6 +80,8 @@ class EvalResult:
     verdicts: dict[str, int]
     confidence: float = 0.95
     version: int = VERSION
+    pressure: tuple[dict[str, Any], ...] = ()
+    """Markov fits of pressure scripts (``pressure.PressureFit`` as dicts)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN → null)."""
@@ -88,6 +90,7 @@ class EvalResult:
             {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in c.items()}
             for c in d["curves"]
         ]
+        d["pressure"] = [_nan_to_none(f) for f in d["pressure"]]
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -115,6 +118,7 @@ class EvalResult:
                 dict(data["verdicts"]),
                 data.get("confidence", 0.95),
                 data["version"],
+                tuple(data.get("pressure", ())),
             )
         except (KeyError, TypeError) as exc:
             raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
@@ -123,10 +127,13 @@ class EvalResult:
 def build_result(
     rows: Sequence[Row], scripts: Sequence[Any], database: str, confidence: float = 0.95
 ) -> EvalResult:
-    """Summarize stored rows of the given scripts into an ``EvalResult``."""
+    """Summarize stored rows of the given scripts into an ``EvalResult`` (with pressure-script fits)."""
+    from handoffmon.evals.pressure import fit_all
+
     ids = {s.id for s in scripts}
     mine = [r for r in rows if r.script in ids]
     verdicts = Counter(r.verdict for r in mine if r.checkpoint)
+    pressure_ids = {s.id for s in scripts if s.kind == "pressure"}
     info = tuple(
         {
             "id": s.id,
@@ -146,4 +153,15 @@ def build_result(
         tuple(adherence_curves(mine, confidence)),
         dict(verdicts),
         confidence,
+        pressure=tuple(asdict(f) for f in fit_all(r for r in mine if r.script in pressure_ids)),
     )
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    return obj

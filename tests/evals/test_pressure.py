@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from handoffmon.evals.models import Reply
 from handoffmon.evals.pressure import fit_all, fit_pressure, split_runs
+from handoffmon.evals.results import build_result
 from handoffmon.evals.runner import Runner, RunSettings
 from handoffmon.evals.script import load_script
 from handoffmon.evals.store import ResultStore
@@ -95,3 +97,5 @@ def test_pressure_script_end_to_end_through_the_runner(tmp_path: Path) -> None:
         se = (hi - lo) / (2 * 1.96)
         assert abs(est - planted) <= 3 * se, (est, planted, se)  # one seeded sample: a 3-SE band
     assert math.isfinite(fit.log_loss) and 0 < fit.mse < 0.25
+    (doc,) = json.loads(build_result(rows, [script], "p.sqlite").to_json())["pressure"]
+    assert doc["n_train"] == 160 and doc["stationary"] == pytest.approx(fit.stationary)

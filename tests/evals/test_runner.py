@@ -208,3 +208,15 @@ def test_curves_are_checkpoint_pass_shares_with_wilson_intervals(tmp_path: Path)
         assert (c.ci_low, c.ci_high) == pytest.approx((centre - half, centre + half), abs=1e-9)
     result = build_result(rows, [script], "c.sqlite")
     assert result.verdicts["pass"] + result.verdicts["fail"] == 4 * 2 * 2
+
+
+def test_eval_html_report_has_one_curve_per_rule_and_model(tmp_path: Path) -> None:
+    """The eval page draws a Wilson-interval curve for each (rule, model) and lists the script."""
+    from handoffmon.evals.html import eval_report
+
+    script = script_from_dict(SCRIPT)
+    with ResultStore(tmp_path / "h.sqlite") as store:
+        asyncio.run(Runner(FlakyModel(), store, RunSettings(backoff_s=0)).run([script], "m"))
+        page = eval_report(build_result(list(store.rows()), [script], "h.sqlite"))
+    assert page.count('class="chart curve"') == 2
+    assert "es · m" in page and "no_commas · m" in page and "<td>fake</td>" in page

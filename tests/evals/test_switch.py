@@ -159,3 +159,13 @@ def test_earlier_switch_hands_over_after_turn_t(tmp_path: Path, matrix: dict) ->
     bad = SwitchMatrixRun(matrix["target"].responder, NAMES[:2], tmp_path, switch_at=3)
     with pytest.raises(ValueError, match=r"switch turn 3 outside 0\.\.2"):
         asyncio.run(bad.run(episodes_of(scripts)))
+
+
+def test_matrix_html_report_draws_the_delta_heatmap(matrix: dict) -> None:
+    """The report renderer's page for the matrix: one heatmap with every model and the worst cell's tooltip."""
+    from handoffmon.evals.html import matrix_report
+
+    page = matrix_report(matrix["result"])
+    assert page.startswith("<!doctype html>") and page.count('class="chart heatmap"') == 1
+    assert all(f">{m}</text>" in page for m in NAMES)
+    assert "m-a → m-c: Δ" in page and "paired BCa" in page
