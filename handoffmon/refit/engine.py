@@ -19,6 +19,7 @@ from handoffmon.refit.markov import MarkovArrays, curve_losses, fit_markov, impl
 from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
+    CellAdherence,
     DepthCurve,
     MarkovFit,
     PairEffect,
@@ -128,6 +129,7 @@ class _RuleFitter:
             markov_after_handoff=after,
             markov_no_handoff=no_handoff,
             curves=curves,
+            cells=self._cells(rule, inp),
         )
 
     def _pairs(self, rule: str, dt: DeltaTable, dec: Decomposition) -> list[PairEffect]:
@@ -137,6 +139,26 @@ class _RuleFitter:
             dt.reported[0], dt.coverage[0],
         )  # fmt: skip
         return pair_effects(rule, self.cells.models, arr, dec)
+
+    def _cells(self, rule: str, inp: _RuleInput) -> list[CellAdherence]:
+        x, n = inp.depth_passes, inp.depth_passes + inp.depth_fails  # (P, K, D)
+        lo, hi = wilson(x, n, self.z)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            adh = np.where(n > 0, x / n, np.nan)
+        prefixes, models = self.cells.prefixes, self.cells.models
+        nl, al, ll, hl = (arr.tolist() for arr in (n, adh, lo, hi))  # one conversion, not one per cell
+        return [
+            CellAdherence(
+                prefixes[a],
+                models[b],
+                rule,
+                tuple(nl[a][b]),
+                tuple(al[a][b]),
+                tuple(ll[a][b]),
+                tuple(hl[a][b]),
+            )
+            for a, b in zip(*np.nonzero(n.sum(axis=-1)), strict=True)
+        ]
 
     def _dynamics(
         self, rule: str, inp: _RuleInput

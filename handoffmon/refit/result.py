@@ -153,6 +153,29 @@ class DepthCurve:
 
 
 @dataclass(frozen=True)
+class CellAdherence:
+    """Adherence of one cell (prefix_model → model) by depth bucket, with Wilson intervals.
+
+    Attributes:
+        prefix_model: author of the previous turn (``none`` at depth 1, ``unknown``).
+        model: author of the checked turns.
+        rule: rule name or ``"all"``.
+        n: checked turns (pass + fail) per bucket, in ``RefitResult.buckets`` order.
+        adherence: pass share per bucket (NaN where n = 0).
+        ci_low: Wilson lower bounds.
+        ci_high: Wilson upper bounds.
+    """
+
+    prefix_model: str
+    model: str
+    rule: str
+    n: tuple[int, ...]
+    adherence: tuple[float, ...]
+    ci_low: tuple[float, ...]
+    ci_high: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class RuleFit:
     """Everything the refit estimates for one rule (or ``"all"``, pooled over rules).
 
@@ -169,6 +192,8 @@ class RuleFit:
         markov_after_handoff: fit from transitions into handoff turns.
         markov_no_handoff: fit from transitions into same-author turns.
         curves: observed/fitted depth curve per model.
+        cells: adherence by depth of every cell with checked turns (incl. ``none`` and
+            ``unknown`` prefixes).
     """
 
     rule: str
@@ -183,6 +208,7 @@ class RuleFit:
     markov_after_handoff: dict[str, MarkovFit] = field(default_factory=dict)
     markov_no_handoff: dict[str, MarkovFit] = field(default_factory=dict)
     curves: dict[str, DepthCurve] = field(default_factory=dict)
+    cells: list[CellAdherence] = field(default_factory=list)
 
     @property
     def residuals(self) -> dict[str, float]:
@@ -285,6 +311,7 @@ class SwitchMatrixResult:
         """JSON-ready dict; the fit's fields are flattened to the top level."""
         d = _encode(self)
         fit = d.pop("fit")
+        fit.pop("cells")  # the matrix's own ``cells`` (BCa cell means) take that key
         return {"schema": "handoffmon.switch_matrix", **d, **fit}
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -295,7 +322,7 @@ class SwitchMatrixResult:
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> SwitchMatrixResult:
         """Rebuild from ``to_dict`` output."""
         data = dict(data)
-        fit_keys = {f.name for f in dataclasses.fields(RuleFit)}
+        fit_keys = {f.name for f in dataclasses.fields(RuleFit)} - {"cells"}
         data["fit"] = {k: data.pop(k) for k in list(data) if k in fit_keys}
         return _load_versioned(cls, data, source, schema="handoffmon.switch_matrix")
 

@@ -178,3 +178,28 @@ def test_decomposition_intervals_are_calibrated_with_the_shared_baseline_modelle
         sigma_hits.append(np.abs(dec.sigma - planted.sigma) <= 1.96 * dec.sigma_se)
     assert 0.92 <= np.mean(risk_hits) <= 0.98
     assert 0.92 <= np.mean(sigma_hits) <= 0.98
+
+
+def test_cell_adherence_by_depth_with_wilson_intervals() -> None:
+    """Every cell with checked turns (incl. the none prefix) is reported per bucket with Wilson bounds;
+    the pooled 'all' cell sums the rules."""
+    from handoffmon.refit.cells import wilson, z_value
+
+    checks = {
+        CheckKey("r1", "b", "a", "3-4", "pass"): 8,
+        CheckKey("r1", "b", "a", "3-4", "fail"): 2,
+        CheckKey("r2", "b", "a", "3-4", "pass"): 1,
+        CheckKey("r2", "b", "a", "3-4", "fail"): 1,
+        CheckKey("r1", "b", "none", "1", "pass"): 5,
+        CheckKey("r1", "b", "a", "2", "not_applicable"): 7,
+    }
+    result = refit(Counts(checks=checks), buckets=DepthBuckets())
+    cells = {(c.prefix_model, c.model): c for c in result.rules["r1"].cells}
+    assert set(cells) == {("a", "b"), ("none", "b")}
+    ab = cells[("a", "b")]
+    assert ab.n == (0, 0, 10, 0, 0, 0, 0) and ab.adherence[2] == pytest.approx(0.8)
+    lo, hi = wilson(np.array([8]), np.array([10]), z_value(0.95))
+    assert (ab.ci_low[2], ab.ci_high[2]) == pytest.approx((lo[0], hi[0]))
+    pooled = {(c.prefix_model, c.model): c for c in result.rules["all"].cells}[("a", "b")]
+    assert pooled.n[2] == 12 and pooled.adherence[2] == pytest.approx(9 / 12)
+    assert json.loads(result.to_json())["rules"]["r1"]["cells"][0]["rule"] == "r1"
