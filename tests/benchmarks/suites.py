@@ -1,0 +1,452 @@
+"""One adapter per benchmark module: call its measuring functions, return rows for the runner's table.
+
+The benchmark modules stay standalone scripts (their own ``main()`` prints their full
+tables); these adapters pick the headline cases, measured the same way, so one run of
+``python -m tests.benchmarks`` puts every figure side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Row:
+    """One line of the runner's table.
+
+    Attributes:
+        bench: benchmark name (module without ``bench_``).
+        case: what was measured.
+        p50: median in ``unit``.
+        p99: 99th percentile in ``unit`` (None when not meaningful).
+        unit: ``µs``, ``ms``, ``s``, ``B/turn``, ``checks/s`` …
+        ratio: a ratio measured side by side in the same run (None when there is none).
+        ratio_of: what the ratio divides (e.g. ``wrapped / direct p50``).
+        note: extra facts (RPS, sample counts, counters).
+        headline: shown in the printed/README table (all rows go to the JSON).
+    """
+
+    bench: str
+    case: str
+    p50: float | None
+    p99: float | None
+    unit: str
+    ratio: float | None = None
+    ratio_of: str = ""
+    note: str = ""
+    headline: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Suite = Callable[[bool], list[Row]]
+
+
+def attribution(quick: bool) -> list[Row]:
+    """attribute() at 1/20/200 turns (memory store), replica and SQLite variants at 20, record()."""
+    from handoffmon.stores.sqlite import SQLiteStore
+    from tests.benchmarks.bench_attribution import _measure, _measure_record
+
+    base = 300 if quick else 2000
+    rows = []
+    for turns in (1, 20, 200):
+        reps = max(200, base // max(1, turns // 20))
+        p50, p99, chars = _measure(turns, reps)
+        rows.append(
+            Row(
+                "attribution",
+                f"attribute(), {turns}-turn history ({chars:,} chars)",
+                p50 * 1e6,
+                p99 * 1e6,
+                "µs",
+                note=f"{reps} requests",
+                headline=turns != 1,
+            )
+        )
+    mem = rows[1]
+    replica = _measure(20, base, replica=True)
+    rows.append(
+        Row(
+            "attribution",
+            "attribute(), 20 turns, other replica (chain + content keys)",
+            replica[0] * 1e6,
+            replica[1] * 1e6,
+            "µs",
+            replica[0] * 1e6 / mem.p50,
+            "÷ same-process p50",
+        )
+    )  # type: ignore[operator]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "bench.db")
+        sq = _measure(20, base // 2, store=store)
+        store.close()
+    rows.append(
+        Row(
+            "attribution",
+            "attribute(), 20 turns, SQLite store",
+            sq[0] * 1e6,
+            sq[1] * 1e6,
+            "µs",
+            sq[0] * 1e6 / mem.p50,
+            "÷ memory-store p50",
+        )
+    )  # type: ignore[operator]
+    rec = _measure_record(20, base)
+    rows.append(Row("attribution", "record() of a ~500-char reply", rec * 1e6, None, "µs", headline=False))
+    return rows
+
+
+def checkers(quick: bool) -> list[Row]:
+    """Every checker on 500-char replies (JSON), a few in the table; default-pack throughput."""
+    from tests.benchmarks.bench_checkers import CHECKERS, _replies, bench_checker, bench_pack
+
+    repeat, seconds = (2, 0.5) if quick else (10, 3.0)
+    short, long = _replies(500, 100), _replies(5000, 100)
+    headline = {"regex_must_match", "length:sentences", "json_schema", "language", "ifeval:number_words"}
+    rows = []
+    for label, kind, params in CHECKERS:
+        s50, s99 = bench_checker(kind, params, short, repeat)
+        l50, l99 = bench_checker(kind, params, long, max(1, repeat // 2))
+        rows.append(
+            Row(
+                "checkers",
+                f"{label}, 500-char reply",
+                s50,
+                s99,
+                "µs",
+                l50 / s50,
+                "5 KB ÷ 500 ch p50",
+                headline=label in headline,
+                extra={"5KB_p50_us": l50, "5KB_p99_us": l99},
+            )
+        )
+    for name, replies in (("500 ch", short), ("5 KB", long)):
+        out = bench_pack(replies, with_language=False, seconds=seconds)
+        wall, cpu, n = out if len(out) == 3 else (out[0], out[0], out[1])  # type: ignore[misc]
+        rows.append(
+            Row(
+                "checkers",
+                f"default pack ({n} rules), {name}: checks per CPU-second",
+                cpu,
+                None,
+                "checks/s",
+                note=f"{cpu / n:,.0f} replies/CPU-s; {wall:,.0f} checks/wall-s",
+            )
+        )
+    return rows
+
+
+def overhead(quick: bool) -> list[Row]:
+    """Wrapper vs direct router, alternating calls on the same 20-turn histories (bench_overhead)."""
+    from handoffmon.config import config_from_mapping
+    from handoffmon.integrations import wrap
+    from handoffmon.pipeline.monitor import Monitor
+    from tests.benchmarks.bench_overhead import CONFIG, _history, _pct, _side_by_side
+    from tests.integrations.zero_router import ZeroLatencyRouter
+
+    reps, litellm_reps = (2000, 100) if quick else (20_000, 400)
+    rows: list[Row] = []
+
+    def add(label: str, d: list[float], w: list[float]) -> None:
+        d50, d99, w50, w99 = (x * 1e6 for x in (_pct(d, 0.5), _pct(d, 0.99), _pct(w, 0.5), _pct(w, 0.99)))
+        rows.append(Row("overhead", f"{label}: direct", d50, d99, "µs", headline=False))
+        rows.append(
+            Row(
+                "overhead",
+                f"{label}: wrapped",
+                w50,
+                w99,
+                "µs",
+                w50 / d50,
+                "wrapped ÷ direct p50",
+                note=f"added p50 {w50 - d50:.1f} µs, p99 {w99 - d99:.1f} µs",
+            )
+        )
+
+    router = ZeroLatencyRouter({"g": ("dep-1", "openai/m1")})
+    with Monitor(config_from_mapping(CONFIG)) as m:
+        wrapped = wrap(router, monitor=m)
+        histories = [_history(wrapped, "g", random.Random(1)) for _ in range(50)]
+        m.flush(30)
+        add(
+            "zero-latency router, 20 turns, completion()",
+            *_side_by_side(
+                lambda msgs: router.completion(model="g", messages=msgs),
+                lambda msgs: wrapped.completion(model="g", messages=msgs),
+                histories,
+                reps,
+            ),
+        )
+        m.flush(30)
+        loop = asyncio.new_event_loop()
+        add(
+            "zero-latency router, 20 turns, acompletion()",
+            *_side_by_side(
+                lambda msgs: loop.run_until_complete(router.acompletion(model="g", messages=msgs)),
+                lambda msgs: loop.run_until_complete(wrapped.acompletion(model="g", messages=msgs)),
+                histories,
+                reps,
+            ),
+        )
+        loop.close()
+    _litellm_overhead(litellm_reps, add)
+    return rows
+
+
+def _litellm_overhead(reps: int, add: Callable[[str, list[float], list[float]], None]) -> None:
+    from litellm import Router
+
+    from handoffmon.config import config_from_mapping
+    from handoffmon.integrations import wrap
+    from handoffmon.pipeline.monitor import Monitor
+    from tests.benchmarks.bench_overhead import CONFIG, _history, _side_by_side
+
+    router = Router(
+        model_list=[
+            {
+                "model_name": "g",
+                "model_info": {"id": "dep-1"},
+                "litellm_params": {"model": "openai/m1", "api_key": "k", "mock_response": "a mocked reply"},
+            }
+        ]
+    )
+    with Monitor(config_from_mapping(CONFIG)) as m:
+        wrapped = wrap(router, monitor=m)
+        histories = [_history(wrapped, "g", random.Random(2)) for _ in range(5)]
+        m.flush(30)
+        add(
+            "litellm.Router (mock_response), 20 turns",
+            *_side_by_side(
+                lambda msgs: router.completion(model="g", messages=msgs),
+                lambda msgs: wrapped.completion(model="g", messages=msgs),
+                histories,
+                reps,
+            ),
+        )
+
+
+def export(quick: bool) -> list[Row]:
+    """Per-turn export cost of each exporter and of all three (bench_export)."""
+    from prometheus_client import generate_latest
+
+    from tests.benchmarks.bench_export import _q, build, measure, turns
+
+    results = turns(3000 if quick else 20_000)
+    rows_fns, registry = build()
+    rows = []
+    for name, fn in rows_fns.items():
+        s = measure(fn, results)
+        rows.append(
+            Row(
+                "export",
+                f"{name} export() per turn",
+                _q(s, 0.5) * 1e6,
+                _q(s, 0.99) * 1e6,
+                "µs",
+                headline=name in ("prometheus", "all three"),
+            )
+        )
+    scrape = measure(lambda _: generate_latest(registry), results[:50] * 4)
+    rows.append(
+        Row("export", "render /metrics after the run", _q(scrape, 0.5) * 1e3, _q(scrape, 0.99) * 1e3, "ms")
+    )
+    return rows
+
+
+def refit(quick: bool) -> list[Row]:
+    """Full refit at K = 10/30/50 (target K=50 ≤ 2 s) and paired BCa vs scipy (bench_refit)."""
+    import numpy as np
+    from scipy import stats
+
+    from handoffmon.depth import DepthBuckets
+    from handoffmon.refit import refit as do_refit
+    from handoffmon.refit.bootstrap import bca_means
+    from tests.benchmarks.bench_refit import timings
+    from tests.refit.synth import plant, synth_counts
+
+    repeats = 2 if quick else 5
+    buckets = DepthBuckets()
+    rows = []
+    for k in (10, 30, 50):
+        rng = np.random.default_rng(k)
+        counts = synth_counts(plant(k, 10, rng), rng, n_trans=200)
+        p50, p99, *cpu = timings(lambda c=counts: do_refit(c, buckets=buckets), repeats)
+        target = (p99 / 2.0, "p99 ÷ 2 s target") if k == 50 else (None, "")
+        rows.append(
+            Row(
+                "refit",
+                f"full refit, K={k} models × 10 rules × 7 buckets",
+                p50,
+                p99,
+                "s",
+                *target,
+                note=_cpu_note(cpu),
+                headline=k != 10,
+            )
+        )
+    data = np.random.default_rng(0).binomial(1, 0.6, (81, 200)).astype(float)
+    base = np.random.default_rng(1).binomial(1, 0.6, (81, 200)).astype(float)
+    p50, p99, *cpu = timings(lambda: bca_means(data - base, resamples=1000, rng=0), repeats)
+    one = timings(
+        lambda: stats.bootstrap(
+            (data[0], base[0]),
+            lambda x, y, axis: np.mean(x - y, axis=axis),
+            paired=True,
+            n_resamples=1000,
+            method="BCa",
+            rng=np.random.default_rng(0),
+        ),
+        max(1, repeats // 2),
+    )
+    rows.append(
+        Row(
+            "refit",
+            "paired BCa, 81 cells × 200 episodes × 1000 resamples",
+            p50,
+            p99,
+            "s",
+            81 * one[0] / p50,
+            "scipy.stats.bootstrap ×81 ÷ ours (p50)",
+            _cpu_note(cpu),
+        )
+    )
+    return rows
+
+
+def _cpu_note(cpu: list[float]) -> str:
+    """bench_refit.timings also returns p50 CPU seconds (the intrinsic cost on a shared host)."""
+    return f"CPU p50 {cpu[0]:.3f} s" if cpu else ""
+
+
+def proxy(quick: bool) -> list[Row]:
+    """wrk against mock, bare pass-throughs, handoffmon serve (memory, Redis), LiteLLM Proxy (bench_proxy)."""
+    import shutil
+
+    from tests.benchmarks.bench_proxy import run
+
+    if shutil.which("wrk") is None:
+        return [
+            Row("proxy", "skipped: wrk not installed (apt-get install wrk)", None, None, "", headline=True)
+        ]
+    # bench_proxy's own defaults (its argparse options), shorter and without LiteLLM when quick
+    opts = argparse.Namespace(
+        duration=2.0 if quick else 6.0,
+        conns=32,
+        rounds=1 if quick else 3,
+        no_litellm=quick,
+        serve=None,
+        port=None,
+        upstream=None,
+    )
+    results = run(opts)
+    base = results[0]
+    hm = next(r for r in results if r.name.startswith("handoffmon serve (3"))
+    hm_added = hm.p50_ms - base.p50_ms
+    rows = []
+    for r in results:
+        added = r.p50_ms - base.p50_ms
+        ratio, of = (None, "")
+        if r.name.startswith("LiteLLM") or (r is not base and r is not hm):
+            ratio, of = added / hm_added, "added p50 ÷ handoffmon's added p50"
+        note = f"added p50 {added:.3f} ms, p99 {r.p99_ms - base.p99_ms:.3f} ms; peak {r.rps:,.0f} RPS"
+        if getattr(r, "cpu_us", 0):
+            note += f"; server CPU {r.cpu_us:.0f} µs/request"
+        rows.append(
+            Row(
+                "proxy",
+                r.name,
+                r.p50_ms,
+                r.p99_ms,
+                "ms",
+                ratio,
+                of,
+                note + (f"; {r.note}" if r.note else "") + (f"; {r.errors} errors" if r.errors else ""),
+            )
+        )
+    return rows
+
+
+def scaling(quick: bool) -> list[Row]:
+    """The scaling curves (PNG plots under bench-results/); the largest point of each in the table."""
+    from tests.benchmarks.bench_scaling import run
+
+    curves = run(quick)
+    rows = []
+    att = curves["attribution"]
+    first, last = att[0], att[-1]
+    rows.append(
+        Row(
+            "scaling",
+            f"attribute(), {last['turns']}-turn history",
+            last["p50_us"],
+            last["p99_us"],
+            "µs",
+            last["p50_us_per_message"] / first["p50_us_per_message"],
+            f"µs per message ÷ at {first['turns']} turn",
+            extra={"curve": att},
+        )
+    )
+    ref = curves["refit"]
+    rows.append(
+        Row(
+            "scaling",
+            f"full refit, K={ref[-1]['models']} models",
+            ref[-1]["p50_s"],
+            None,
+            "s",
+            ref[-1]["p50_s"] / ref[0]["p50_s"],
+            f"÷ K={ref[0]['models']}",
+            extra={"curve": ref},
+        )
+    )
+    mem = curves["store_memory"]
+    for store in dict.fromkeys(r["store"] for r in mem):
+        pts = [r for r in mem if r["store"] == store]
+        rows.append(
+            Row(
+                "scaling",
+                f"{store} store, bytes per tracked turn at {pts[-1]['turns']:,} turns",
+                pts[-1]["bytes_per_turn"],
+                None,
+                "B/turn",
+                extra={"curve": pts},
+            )
+        )
+    chk = [r for r in curves["checkers"] if r["checker"].startswith("default pack")]
+    rows.append(
+        Row(
+            "scaling",
+            f"default pack on a {chk[-1]['chars']:,}-char reply",
+            chk[-1]["p50_us"],
+            chk[-1]["p99_us"],
+            "µs",
+            chk[-1]["p50_us"] / chk[0]["p50_us"],
+            f"÷ {chk[0]['chars']}-char reply",
+            extra={"curve": curves["checkers"]},
+        )
+    )
+    return rows
+
+
+SUITES: dict[str, Suite] = {
+    "attribution": attribution,
+    "checkers": checkers,
+    "overhead": overhead,
+    "export": export,
+    "refit": refit,
+    "proxy": proxy,
+    "scaling": scaling,
+}
+"""Every benchmark, in run order."""
+
+
+def to_json(rows: list[Row]) -> list[dict[str, Any]]:
+    """Rows as plain dicts."""
+    return [json.loads(json.dumps(r.__dict__, default=str)) for r in rows]
