@@ -46,8 +46,17 @@ class BodyTooLarge(Exception):
     """The request body exceeds ``proxy.max_body_bytes``."""
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The whole request body; raises :class:`BodyTooLarge` early (by Content-Length) or late."""
+    """The whole request body.
+
+    Raises:
+        BodyTooLarge: early (by Content-Length) or while reading.
+        ClientGone: the client disconnected mid-body.
+    """
     for k, v in scope["headers"]:
         if k == b"content-length" and v.isdigit() and int(v) > limit:
             raise BodyTooLarge
@@ -56,7 +65,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise ClientGone
         chunk = msg.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -139,8 +148,9 @@ class Forwarder:
             msg = f"request body exceeds proxy.max_body_bytes ({self._limit} bytes)"
             await send_json(send, 413, error_body(msg, "body_too_large"), [(b"connection", b"close")])
             return
-        except asyncio.CancelledError:
-            return  # client left while sending the body
+        except ClientGone:
+            self._metrics.disconnects.inc()
+            return
         turn = self._begin(scope, body) if self._monitor is not None else None
         watch = _DisconnectWatch(receive)
         try:
@@ -155,7 +165,7 @@ class Forwarder:
     def _begin(self, scope: Scope, body: bytes) -> _Turn | None:
         try:
             req = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
             self._skip("bad_json")
             return None
         if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
@@ -261,7 +271,7 @@ class Forwarder:
             doc = json.loads(_decoded(headers, data))
             choice = doc["choices"][0]
             message = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError, zlib.error):
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError, zlib.error):
             self._skip("bad_reply")
             return
         who = from_headers(headers)

@@ -70,7 +70,7 @@ class ChatStreamAccumulator:
         self.events += 1
         try:
             chunk = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.bad_events += 1
             return
         if isinstance(chunk, dict):

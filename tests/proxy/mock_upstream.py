@@ -92,7 +92,7 @@ class MockUpstream:
         try:
             req = json.loads(body)
             messages = req["messages"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             err = {"error": {"message": "invalid request body", "type": "upstream_bad_request"}}
             await _send(send, 400, json.dumps(err).encode(), [])
             return

@@ -361,3 +361,12 @@ def test_auth_headers_never_reach_logs_or_metrics(
     out, err = capfd.readouterr()
     assert canary not in caplog.text + out + err
     assert canary not in httpx.get(f"{proxy.url}/metrics").text
+
+
+def test_absurdly_nested_json_is_forwarded_not_a_crash(proxy: Proxy, upstream: Upstream) -> None:
+    """30k nested brackets (json.loads raises RecursionError) are forwarded like any bad JSON."""
+    before = _unmonitored(proxy, "bad_json")
+    body = b"[" * 30_000 + b"]" * 30_000
+    r = httpx.post(f"{proxy.url}/v1/chat/completions", content=body)
+    assert r.status_code == 400  # the upstream's answer, not a proxy 500
+    assert _unmonitored(proxy, "bad_json") == before + 1
