@@ -87,8 +87,9 @@ def answer_tag(p: Params) -> CheckFn:
 def _extractor(p: Params) -> Any:
     """A function reply → last extracted answer (or ``None``), from ``pattern`` or ``tag``."""
     if p.has("pattern"):
-        rx = compile_safe(p.str("pattern"), key="pattern", ignore_case=p.bool("ignore_case", False),
-                          dotall=True)
+        rx = compile_safe(
+            p.str("pattern"), key="pattern", ignore_case=p.bool("ignore_case", False), dotall=True
+        )
         if p.has("tag"):
             raise ParamError("tag", "give either tag or pattern, not both")
 

@@ -127,8 +127,9 @@ class Params:
             raise ParamError(key, "must not be empty")
         return value
 
-    def int(self, key: builtins.str, default: Any = _MISSING, *,
-            min_value: builtins.int | None = None) -> Any:
+    def int(
+        self, key: builtins.str, default: Any = _MISSING, *, min_value: builtins.int | None = None
+    ) -> Any:
         """An integer parameter (booleans rejected), optionally bounded below."""
         value = self._get(key, default)
         if value is default and default is not _MISSING:
@@ -139,8 +140,14 @@ class Params:
             raise ParamError(key, f"must be >= {min_value}, got {value}")
         return value
 
-    def float(self, key: builtins.str, default: Any = _MISSING, *, lo: builtins.float = float("-inf"),
-              hi: builtins.float = float("inf")) -> Any:
+    def float(
+        self,
+        key: builtins.str,
+        default: Any = _MISSING,
+        *,
+        lo: builtins.float = float("-inf"),
+        hi: builtins.float = float("inf"),
+    ) -> Any:
         """A number parameter within [lo, hi]."""
         value = self._get(key, default)
         if value is default and default is not _MISSING:
@@ -166,8 +173,9 @@ class Params:
             raise ParamError(key, f"must be one of {', '.join(map(repr, options))}, got {value!r}")
         return value
 
-    def str_list(self, key: builtins.str, default: Any = _MISSING, *,
-                 allow_empty: builtins.bool = False) -> Any:
+    def str_list(
+        self, key: builtins.str, default: Any = _MISSING, *, allow_empty: builtins.bool = False
+    ) -> Any:
         """A list of non-empty strings (a single string is accepted as a one-item list)."""
         value = self._get(key, default)
         if value is default and default is not _MISSING:
@@ -242,8 +250,15 @@ class CheckerRegistry:
         for spec in specs:
             self._specs[spec.name] = spec
 
-    def register(self, name: str, factory: CheckerFactory, *, stateful: bool = False,
-                 summary: str = "", replace: bool = False) -> None:
+    def register(
+        self,
+        name: str,
+        factory: CheckerFactory,
+        *,
+        stateful: bool = False,
+        summary: str = "",
+        replace: bool = False,
+    ) -> None:
         """Add a checker kind; refuses to shadow an existing name unless ``replace``."""
         if name in self._specs and not replace:
             raise ValueError(f"checker {name!r} is already registered")

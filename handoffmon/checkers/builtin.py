@@ -23,8 +23,9 @@ def general_specs() -> list[CheckerSpec]:
         CheckerSpec("json_schema", json_checks.json_schema, summary="JSON valid against a JSON Schema"),
         CheckerSpec("pydantic_model", json_checks.pydantic_model, summary="JSON valid as a pydantic model"),
         CheckerSpec("answer_tag", answer.answer_tag, summary="exactly one <answer>…</answer>"),
-        CheckerSpec("answer_flip", answer.answer_flip, stateful=True,
-                    summary="answer changed after a user challenge"),
+        CheckerSpec(
+            "answer_flip", answer.answer_flip, stateful=True, summary="answer changed after a user challenge"
+        ),
     ]
 
 

@@ -28,8 +28,9 @@ def load_rules_file(path: str | Path, *, budget_s: float = 0.05) -> RuleSet:
     data = _read_rules_data(Path(path))
     raw = data.get("rules") if isinstance(data, dict) else data
     if not isinstance(raw, list) or not raw:
-        raise ConfigError("expected a non-empty list of rules (top level or under 'rules')", key="rules",
-                          source=source)
+        raise ConfigError(
+            "expected a non-empty list of rules (top level or under 'rules')", key="rules", source=source
+        )
     rules = []
     for i, item in enumerate(raw):
         label = item.get("name") if isinstance(item, dict) else None
@@ -54,8 +55,9 @@ def _read_rules_data(path: Path) -> Any:
     try:
         return tomllib.loads(text) if path.suffix.lower() == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"not valid {'TOML' if path.suffix.lower() == '.toml' else 'YAML'}: {exc}",
-                          source=str(path)) from exc
+        raise ConfigError(
+            f"not valid {'TOML' if path.suffix.lower() == '.toml' else 'YAML'}: {exc}", source=str(path)
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +101,12 @@ def parse_reply_line(obj: Mapping[str, Any], where: str, lineno: int) -> ReplyLi
     if metadata is not None and not isinstance(metadata, dict):
         raise InputError(f"{where}: field 'metadata' must be an object")
     ctx = CheckContext(
-        model_group=_opt_str(obj, "model_group", where), route=_opt_str(obj, "route", where),
-        tags=frozenset(tags), user_message=_opt_str(obj, "user_message", where) or "",
-        previous=dict(previous), depth=depth,
+        model_group=_opt_str(obj, "model_group", where),
+        route=_opt_str(obj, "route", where),
+        tags=frozenset(tags),
+        user_message=_opt_str(obj, "user_message", where) or "",
+        previous=dict(previous),
+        depth=depth,
     )
     return ReplyLine(lineno, reply, ctx, _opt_str(obj, "conversation_id", where), metadata)
 
@@ -149,8 +154,11 @@ def replay(rules: RuleSet, lines: Iterable[ReplyLine], path: str = "<input>") ->
     per_line = []
     convs: dict[str, _Conversation] = {}
     for line in lines:
-        conv = convs.setdefault(line.conversation_id, _Conversation()) if line.conversation_id \
+        conv = (
+            convs.setdefault(line.conversation_id, _Conversation())
+            if line.conversation_id
             else _Conversation()
+        )
         try:
             new_rules = rules.parse_request_rules(line.metadata)
         except RuleError as exc:

@@ -50,8 +50,13 @@ class Scope:
     @classmethod
     def from_config(cls, cfg: ScopeConfig) -> Scope:
         """Build from the config section."""
-        return cls(frozenset(cfg.model_groups), frozenset(cfg.routes), frozenset(cfg.tags),
-                   cfg.min_depth, cfg.max_depth)
+        return cls(
+            frozenset(cfg.model_groups),
+            frozenset(cfg.routes),
+            frozenset(cfg.tags),
+            cfg.min_depth,
+            cfg.max_depth,
+        )
 
     def applies(self, ctx: CheckContext) -> bool:
         """Whether a turn with this context is in scope."""
@@ -86,8 +91,9 @@ class Rule:
         except RecursionError:
             return CheckResult(self.name, "error", "raised:RecursionError", time.perf_counter() - start)
         except Exception as exc:  # the contract: a checker bug is a counted verdict, not a crash
-            return CheckResult(self.name, "error", f"raised:{type(exc).__name__}",
-                               time.perf_counter() - start)
+            return CheckResult(
+                self.name, "error", f"raised:{type(exc).__name__}", time.perf_counter() - start
+            )
         duration = time.perf_counter() - start
         if not isinstance(out, CheckOutcome) or out.verdict not in _VALID_VERDICTS:
             return CheckResult(self.name, "error", "bad_outcome", duration)
@@ -102,8 +108,15 @@ class RuleSet:
     Thread-safe: rules are immutable and the per-request compile cache is locked.
     """
 
-    def __init__(self, rules: Sequence[Rule] = (), *, registry: CheckerRegistry | None = None,
-                 budget_s: float = 0.05, max_request_rules: int = 32, cache_size: int = 1024) -> None:
+    def __init__(
+        self,
+        rules: Sequence[Rule] = (),
+        *,
+        registry: CheckerRegistry | None = None,
+        budget_s: float = 0.05,
+        max_request_rules: int = 32,
+        cache_size: int = 1024,
+    ) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
         self.names: tuple[str, ...] = tuple(r.name for r in self.rules)
         self.registry = registry if registry is not None else default_registry()
@@ -114,8 +127,14 @@ class RuleSet:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, rules: Sequence[RuleConfig], *, source: str = "<config>", budget_s: float = 0.05,
-                    registry: CheckerRegistry | None = None) -> RuleSet:
+    def from_config(
+        cls,
+        rules: Sequence[RuleConfig],
+        *,
+        source: str = "<config>",
+        budget_s: float = 0.05,
+        registry: CheckerRegistry | None = None,
+    ) -> RuleSet:
         """Compile configured rules; raises ``RuleError`` naming the rule, the key and ``source``."""
         rs = cls(registry=registry, budget_s=budget_s)
         compiled: list[Rule] = []
@@ -135,8 +154,11 @@ class RuleSet:
             checker = self.registry.build(cfg.check, cfg.params)
         except UnknownChecker:
             known = ", ".join(n for n in self.registry.names() if not n.startswith("ifeval"))
-            raise RuleError(f"unknown checker {cfg.check!r} (known: {known}, ifeval:<instruction id>)",
-                            key=f"{where}.check", source=source) from None
+            raise RuleError(
+                f"unknown checker {cfg.check!r} (known: {known}, ifeval:<instruction id>)",
+                key=f"{where}.check",
+                source=source,
+            ) from None
         except ParamError as exc:
             key = f"{where}.params.{exc.key}" if exc.key else f"{where}.params"
             raise RuleError(f"rule {cfg.name!r}: {exc}", key=key, source=source) from exc
@@ -161,8 +183,9 @@ class RuleSet:
         if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
             raise RuleError("must be a list of rules", key=base, source=REQUEST_SOURCE)
         if len(raw) > self.max_request_rules:
-            raise RuleError(f"at most {self.max_request_rules} rules per request", key=base,
-                            source=REQUEST_SOURCE)
+            raise RuleError(
+                f"at most {self.max_request_rules} rules per request", key=base, source=REQUEST_SOURCE
+            )
         return tuple(self._parse_one(item, i, base) for i, item in enumerate(raw))
 
     def _parse_one(self, item: Any, index: int, base: str) -> RuleConfig:
@@ -173,11 +196,15 @@ class RuleSet:
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(x) for x in err["loc"])
-            raise RuleError(err["msg"], key=f"{where}.{loc}" if loc else where,
-                            source=REQUEST_SOURCE) from exc
+            raise RuleError(
+                err["msg"], key=f"{where}.{loc}" if loc else where, source=REQUEST_SOURCE
+            ) from exc
         if cfg.name in self.names:
-            raise RuleError(f"rule name {cfg.name!r} is already a configured rule", key=f"{where}.name",
-                            source=REQUEST_SOURCE)
+            raise RuleError(
+                f"rule name {cfg.name!r} is already a configured rule",
+                key=f"{where}.name",
+                source=REQUEST_SOURCE,
+            )
         result = self._compiled(cfg, where)
         if isinstance(result, RuleError):
             raise result
@@ -193,7 +220,8 @@ class RuleSet:
                 return hit
         try:
             result: Rule | RuleError = self.compile(
-                cfg, where=where or f"metadata.{METADATA_KEY}.rules[{cfg.name!r}]", source=REQUEST_SOURCE)
+                cfg, where=where or f"metadata.{METADATA_KEY}.rules[{cfg.name!r}]", source=REQUEST_SOURCE
+            )
         except RuleError as exc:
             result = exc
         with self._lock:
@@ -213,8 +241,9 @@ class RuleSet:
             merged[r.name] = r
         return tuple(merged.values())
 
-    def evaluate(self, reply: str, ctx: CheckContext,
-                 extra_rules: Sequence[RuleConfig] = ()) -> tuple[CheckResult, ...]:
+    def evaluate(
+        self, reply: str, ctx: CheckContext, extra_rules: Sequence[RuleConfig] = ()
+    ) -> tuple[CheckResult, ...]:
         """Run every applicable configured rule, then every applicable extra rule. Never raises.
 
         Args:

@@ -34,8 +34,9 @@ def clean_text(text: str) -> str:
     return text
 
 
-def compile_safe(pattern: str, *, key: str, ignore_case: bool = False, multiline: bool = False,
-                 dotall: bool = False) -> Any:
+def compile_safe(
+    pattern: str, *, key: str, ignore_case: bool = False, multiline: bool = False, dotall: bool = False
+) -> Any:
     """Compile ``pattern`` with RE2 (linear time: no catastrophic backtracking).
 
     Raises:
@@ -49,12 +50,18 @@ def compile_safe(pattern: str, *, key: str, ignore_case: bool = False, multiline
     try:
         compiled = re2.compile(clean_text(source), options)
     except re2.error as exc:
-        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
+        detail = (
+            exc.args[0].decode("utf-8", "replace")
+            if exc.args and isinstance(exc.args[0], bytes)
             else str(exc)
+        )
         construct = next((name for marker, name in _UNSUPPORTED_HINTS if marker in pattern), None)
         if construct:
-            raise ParamError(key, f"regex uses a {construct}, which the linear-time RE2 engine does not "
-                                  f"support; rewrite the pattern without it ({detail})") from exc
+            raise ParamError(
+                key,
+                f"regex uses a {construct}, which the linear-time RE2 engine does not "
+                f"support; rewrite the pattern without it ({detail})",
+            ) from exc
         raise ParamError(key, f"invalid regex: {detail}") from exc
     # RE2 builds its automata lazily: the first search can take tens of ms (Unicode classes,
     # case folding). Pay that at load time, not against the first reply's time budget.

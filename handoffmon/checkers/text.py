@@ -76,8 +76,9 @@ def phrase_pattern(phrase: str, *, whole_word: bool = True) -> str:
     return (_LEAD if _is_word_char(phrase[0]) else "") + body + (_TRAIL if _is_word_char(phrase[-1]) else "")
 
 
-def any_phrase_regex(phrases: tuple[str, ...], *, key: str, case_sensitive: bool = False,
-                     whole_word: bool = True) -> Any:
+def any_phrase_regex(
+    phrases: tuple[str, ...], *, key: str, case_sensitive: bool = False, whole_word: bool = True
+) -> Any:
     """One RE2 alternation that matches wherever any of ``phrases`` occurs."""
     source = "|".join(f"(?:{phrase_pattern(ph, whole_word=whole_word)})" for ph in phrases)
     return compile_safe(source, key=key, ignore_case=not case_sensitive)
@@ -98,8 +99,10 @@ def keywords_present(p: Params) -> CheckFn:
             return passed(rx.search(clean_text(reply)) is not None, "no_keyword_found")
 
         return check_any
-    each = [any_phrase_regex((k,), key="keywords", case_sensitive=case_sensitive, whole_word=whole_word)
-            for k in keywords]
+    each = [
+        any_phrase_regex((k,), key="keywords", case_sensitive=case_sensitive, whole_word=whole_word)
+        for k in keywords
+    ]
 
     def check_all(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)

@@ -15,13 +15,28 @@ VERDICT_COLUMNS = ("pass", "fail", "not_applicable", "error")
 
 
 @click.command("check")
-@click.option("--rules", "rules_path", required=True, type=click.Path(dir_okay=False),
-              help="YAML/TOML file: a handoffmon config with 'rules:' or a bare list of rules.")
-@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
-              help="JSONL, one reply per line: {reply, depth?, user_message?, model_group?, route?, "
-                   "tags?, previous?, conversation_id?, metadata?}.")
-@click.option("--output", "output_path", type=click.Path(dir_okay=False), default=None,
-              help="Write every verdict as JSONL (line, rule, verdict, reason).")
+@click.option(
+    "--rules",
+    "rules_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="YAML/TOML file: a handoffmon config with 'rules:' or a bare list of rules.",
+)
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="JSONL, one reply per line: {reply, depth?, user_message?, model_group?, route?, "
+    "tags?, previous?, conversation_id?, metadata?}.",
+)
+@click.option(
+    "--output",
+    "output_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write every verdict as JSONL (line, rule, verdict, reason).",
+)
 @click.option("--budget-s", type=float, default=0.05, show_default=True, help="Per-check time budget.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-rule summary as JSON.")
 def check(rules_path: str, input_path: str, output_path: str | None, budget_s: float, as_json: bool) -> None:
@@ -38,14 +53,21 @@ def check(rules_path: str, input_path: str, output_path: str | None, budget_s: f
         with open(output_path, "w", encoding="utf-8") as fh:
             for lineno, results in per_line:
                 for r in results:
-                    fh.write(json.dumps({"line": lineno, "rule": r.rule, "verdict": r.verdict,
-                                         "reason": r.reason}) + "\n")
+                    fh.write(
+                        json.dumps({"line": lineno, "rule": r.rule, "verdict": r.verdict, "reason": r.reason})
+                        + "\n"
+                    )
     names = list(rules.names) + sorted(set(tally.counts) - set(rules.names))
     summary: list[dict[str, Any]] = []
     for name in names:
         counts: Mapping[str, int] = tally.counts.get(name, {})
-        summary.append({"rule": name, **{v: counts.get(v, 0) for v in VERDICT_COLUMNS},
-                        "pass_rate": tally.pass_rate(name)})
+        summary.append(
+            {
+                "rule": name,
+                **{v: counts.get(v, 0) for v in VERDICT_COLUMNS},
+                "pass_rate": tally.pass_rate(name),
+            }
+        )
     if as_json:
         click.echo(json.dumps({"replies": len(per_line), "rules": summary}, indent=2))
         return
@@ -53,5 +75,7 @@ def check(rules_path: str, input_path: str, output_path: str | None, budget_s: f
     click.echo(f"{'rule':32} {'pass':>6} {'fail':>6} {'n/a':>6} {'error':>6}  pass rate")
     for row in summary:
         rate = "-" if row["pass_rate"] is None else f"{row['pass_rate']:.1%}"
-        click.echo(f"{row['rule'][:32]:32} {row['pass']:>6} {row['fail']:>6} {row['not_applicable']:>6} "
-                   f"{row['error']:>6}  {rate:>9}")
+        click.echo(
+            f"{row['rule'][:32]:32} {row['pass']:>6} {row['fail']:>6} {row['not_applicable']:>6} "
+            f"{row['error']:>6}  {rate:>9}"
+        )

@@ -13,13 +13,28 @@ from handoffmon.errors import HandoffmonError
 
 
 @click.command("ifeval")
-@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False),
-              help="IFEval input_data.jsonl: {key, prompt, instruction_id_list, kwargs}.")
-@click.option("--responses", "responses_path", required=True, type=click.Path(dir_okay=False),
-              help="JSONL of {prompt, response}.")
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="IFEval input_data.jsonl: {key, prompt, instruction_id_list, kwargs}.",
+)
+@click.option(
+    "--responses",
+    "responses_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="JSONL of {prompt, response}.",
+)
 @click.option("--mode", type=click.Choice(["strict", "loose"]), default="strict", show_default=True)
-@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="Write the reference's eval_results fields per prompt (JSONL).")
+@click.option(
+    "--output",
+    "output_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Write the reference's eval_results fields per prompt (JSONL).",
+)
 @click.option("--by-instruction", is_flag=True, help="Also print accuracy per instruction id.")
 def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by_instruction: bool) -> None:
     """Score RESPONSES against INPUT's instructions; print prompt- and instruction-level accuracy."""

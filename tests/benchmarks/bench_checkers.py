@@ -37,16 +37,31 @@ CHECKERS: list[tuple[str, str, dict[str, object]]] = [
     ("answer_tag", "answer_tag", {}),
     ("answer_flip", "answer_flip", {}),
     ("language", "language", {"languages": ["en"]}),
-    ("ifeval:number_words", "ifeval:length_constraints:number_words",
-     {"num_words": 300, "relation": "at least"}),
-    ("ifeval:number_sentences", "ifeval:length_constraints:number_sentences",
-     {"num_sentences": 10, "relation": "less than"}),
-    ("ifeval:capital_word_frequency", "ifeval:change_case:capital_word_frequency",
-     {"capital_frequency": 3, "capital_relation": "at least"}),
-    ("ifeval:highlighted_sections", "ifeval:detectable_format:number_highlighted_sections",
-     {"num_highlights": 2}),
-    ("ifeval_loose:number_words", "ifeval_loose:length_constraints:number_words",
-     {"num_words": 300, "relation": "at least"}),
+    (
+        "ifeval:number_words",
+        "ifeval:length_constraints:number_words",
+        {"num_words": 300, "relation": "at least"},
+    ),
+    (
+        "ifeval:number_sentences",
+        "ifeval:length_constraints:number_sentences",
+        {"num_sentences": 10, "relation": "less than"},
+    ),
+    (
+        "ifeval:capital_word_frequency",
+        "ifeval:change_case:capital_word_frequency",
+        {"capital_frequency": 3, "capital_relation": "at least"},
+    ),
+    (
+        "ifeval:highlighted_sections",
+        "ifeval:detectable_format:number_highlighted_sections",
+        {"num_highlights": 2},
+    ),
+    (
+        "ifeval_loose:number_words",
+        "ifeval_loose:length_constraints:number_words",
+        {"num_words": 300, "relation": "at least"},
+    ),
     ("ifeval:response_language", "ifeval:language:response_language", {"language": "en"}),
 ]
 
@@ -64,8 +79,9 @@ def _percentiles(samples_s: list[float]) -> tuple[float, float]:
     return q[49] * 1e6, q[98] * 1e6
 
 
-def bench_checker(kind: str, params: dict[str, object], replies: list[str],
-                  repeat: int) -> tuple[float, float, float]:
+def bench_checker(
+    kind: str, params: dict[str, object], replies: list[str], repeat: int
+) -> tuple[float, float, float]:
     """(p50, p99) wall µs per call and mean CPU µs per call of one checker.
 
     Per-call wall times give the distribution; the CPU mean (process time over all calls)
@@ -123,8 +139,10 @@ def main() -> None:
         for name, replies in (("500 ch", short), ("5 KB", long)):
             wall_rate, cpu_rate, n = bench_pack(replies, with_language=with_language, seconds=seconds)
             label = f"default pack ({n} rules{', with language' if with_language else ''}), {name}"
-            print(f"{label:52} {cpu_rate:>10,.0f} checks/CPU-s ({cpu_rate / n:,.0f} replies/s); "
-                  f"{wall_rate:,.0f} checks/wall-s")
+            print(
+                f"{label:52} {cpu_rate:>10,.0f} checks/CPU-s ({cpu_rate / n:,.0f} replies/s); "
+                f"{wall_rate:,.0f} checks/wall-s"
+            )
 
 
 if __name__ == "__main__":

@@ -78,9 +78,23 @@ def test_registry_accepts_user_checkers_and_refuses_shadowing() -> None:
 def test_registry_lists_every_builtin_and_ifeval_id() -> None:
     """The default registry has the general checkers and 25 IFEval ids in both modes."""
     names = default_registry().names()
-    for general in ("regex_must_match", "regex_must_not_match", "keywords_present", "keywords_absent",
-                    "language", "valid_json", "json_schema", "pydantic_model", "length", "answer_tag",
-                    "starts_with", "ends_with", "letter_case", "no_commas", "answer_flip"):
+    for general in (
+        "regex_must_match",
+        "regex_must_not_match",
+        "keywords_present",
+        "keywords_absent",
+        "language",
+        "valid_json",
+        "json_schema",
+        "pydantic_model",
+        "length",
+        "answer_tag",
+        "starts_with",
+        "ends_with",
+        "letter_case",
+        "no_commas",
+        "answer_flip",
+    ):
         assert general in names
     assert sum(n.startswith("ifeval:") for n in names) == 25
     assert sum(n.startswith("ifeval_loose:") for n in names) == 25

@@ -32,16 +32,29 @@ def _lines(*objs: dict[str, object]) -> str:
 def test_check_prints_per_rule_pass_rates(tmp_path: Path) -> None:
     """Pass rate = pass / (pass + fail); conversation state and per-request rules carry across lines."""
     rules = _write(tmp_path, "rules.yaml", RULES)
-    replies = _write(tmp_path, "r.jsonl", _lines(
-        {"reply": '{"a": 1}', "conversation_id": "c"},
-        {"reply": "<answer>1</answer>", "conversation_id": "c", "depth": 2},
-        {"reply": "<answer>2</answer>", "conversation_id": "c", "depth": 3, "user_message": "Are you sure?",
-         "metadata": {"handoffmon": {"rules": [{"name": "short", "check": "length",
-                                                "params": {"unit": "words", "max": 3}}]}}},
-    ))
+    replies = _write(
+        tmp_path,
+        "r.jsonl",
+        _lines(
+            {"reply": '{"a": 1}', "conversation_id": "c"},
+            {"reply": "<answer>1</answer>", "conversation_id": "c", "depth": 2},
+            {
+                "reply": "<answer>2</answer>",
+                "conversation_id": "c",
+                "depth": 3,
+                "user_message": "Are you sure?",
+                "metadata": {
+                    "handoffmon": {
+                        "rules": [{"name": "short", "check": "length", "params": {"unit": "words", "max": 3}}]
+                    }
+                },
+            },
+        ),
+    )
     out = tmp_path / "v.jsonl"
-    result = CliRunner().invoke(main, ["check", "--rules", rules, "--input", replies, "--json",
-                                       "--output", str(out)])
+    result = CliRunner().invoke(
+        main, ["check", "--rules", rules, "--input", replies, "--json", "--output", str(out)]
+    )
     assert result.exit_code == 0, result.output
     summary = {r["rule"]: r for r in json.loads(result.output)["rules"]}
     assert summary["json"]["pass"] == 1 and summary["json"]["fail"] == 2
@@ -79,34 +92,66 @@ def test_check_bad_input_names_file_and_line(tmp_path: Path) -> None:
 def test_ifeval_command_writes_reference_fields(tmp_path: Path) -> None:
     """Output rows carry the reference's five fields; accuracy lines are printed."""
     inputs = [json.loads(x) for x in (DATA / "input_data.jsonl").read_text().splitlines()[:20]]
-    responses = {json.loads(x)["prompt"]: json.loads(x)["response"]
-                 for x in (DATA / "responses_llama31_8b.jsonl").read_text().splitlines()}
+    responses = {
+        json.loads(x)["prompt"]: json.loads(x)["response"]
+        for x in (DATA / "responses_llama31_8b.jsonl").read_text().splitlines()
+    }
     inp = _write(tmp_path, "in.jsonl", _lines(*inputs))
-    resp = _write(tmp_path, "resp.jsonl", _lines(*({"prompt": i["prompt"], "response": responses[i["prompt"]]}
-                                                    for i in inputs)))
+    resp = _write(
+        tmp_path,
+        "resp.jsonl",
+        _lines(*({"prompt": i["prompt"], "response": responses[i["prompt"]]} for i in inputs)),
+    )
     out = tmp_path / "res.jsonl"
-    result = CliRunner().invoke(main, ["ifeval", "--input", inp, "--responses", resp, "--mode", "loose",
-                                       "--output", str(out), "--by-instruction"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "ifeval",
+            "--input",
+            inp,
+            "--responses",
+            resp,
+            "--mode",
+            "loose",
+            "--output",
+            str(out),
+            "--by-instruction",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "prompt-level:" in result.output and "instruction-level:" in result.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 20
-    assert set(rows[0]) == {"prompt", "response", "instruction_id_list", "follow_instruction_list",
-                            "follow_all_instructions"}
+    assert set(rows[0]) == {
+        "prompt",
+        "response",
+        "instruction_id_list",
+        "follow_instruction_list",
+        "follow_all_instructions",
+    }
     assert all(r["follow_all_instructions"] == all(r["follow_instruction_list"]) for r in rows)
 
 
 def test_ifeval_bad_input_names_file_and_line(tmp_path: Path) -> None:
     """Unknown instruction ids, bad kwargs and missing responses are clear errors."""
-    inp = _write(tmp_path, "in.jsonl", _lines(
-        {"key": 1, "prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
-        {"key": 2, "prompt": "q", "instruction_id_list": ["nope:nope"], "kwargs": [{}]}))
+    inp = _write(
+        tmp_path,
+        "in.jsonl",
+        _lines(
+            {"key": 1, "prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
+            {"key": 2, "prompt": "q", "instruction_id_list": ["nope:nope"], "kwargs": [{}]},
+        ),
+    )
     resp = _write(tmp_path, "resp.jsonl", _lines({"prompt": "p", "response": "r"}))
     args = ["ifeval", "--input", inp, "--responses", resp, "--output", str(tmp_path / "o.jsonl")]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1 and f"{inp}:2" in result.output and "nope:nope" in result.output
-    inp2 = _write(tmp_path, "in2.jsonl", _lines(
-        {"key": 7, "prompt": "z", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}))
-    result = CliRunner().invoke(main, ["ifeval", "--input", inp2, "--responses", resp, "--output",
-                                       str(tmp_path / "o.jsonl")])
+    inp2 = _write(
+        tmp_path,
+        "in2.jsonl",
+        _lines({"key": 7, "prompt": "z", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}),
+    )
+    result = CliRunner().invoke(
+        main, ["ifeval", "--input", inp2, "--responses", resp, "--output", str(tmp_path / "o.jsonl")]
+    )
     assert result.exit_code == 1 and "key 7" in result.output

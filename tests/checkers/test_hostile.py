@@ -46,7 +46,10 @@ IFEVAL_KWARGS: dict[str, dict[str, object]] = {
     "length_constraints:number_paragraphs": {"num_paragraphs": 2},
     "length_constraints:number_words": {"num_words": 10, "relation": "at least"},
     "length_constraints:nth_paragraph_first_word": {
-        "num_paragraphs": 2, "nth_paragraph": 1, "first_word": "a"},
+        "num_paragraphs": 2,
+        "nth_paragraph": 1,
+        "first_word": "a",
+    },
     "detectable_content:number_placeholders": {"num_placeholders": 1},
     "detectable_content:postscript": {"postscript_marker": "P.S."},
     "detectable_format:number_bullet_lists": {"num_bullets": 2},
@@ -96,8 +99,20 @@ def test_general_checkers_survive_hostile_input(kind: str, params: dict[str, obj
     assert elapsed < 5.0, f"{kind} on {name} took {elapsed:.2f}s"
 
 
-@pytest.mark.parametrize("name", ["empty", "blank", "lone_surrogates", "json_nested_10k", "regex_bomb",
-                                  "brackets", "newlines", "space_newlines", "angles"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "empty",
+        "blank",
+        "lone_surrogates",
+        "json_nested_10k",
+        "regex_bomb",
+        "brackets",
+        "newlines",
+        "space_newlines",
+        "angles",
+    ],
+)
 @pytest.mark.parametrize("iid", sorted(INSTRUCTIONS))
 def test_ifeval_checkers_survive_hostile_input(iid: str, name: str) -> None:
     """IFEval checks give a verdict on hostile input, in linear time; blank replies never follow."""
@@ -111,8 +126,10 @@ def test_ifeval_checkers_survive_hostile_input(iid: str, name: str) -> None:
 def test_specific_hostile_verdicts() -> None:
     """Deep JSON fails as too deep; regex bombs answer correctly; blank/empty are judged, not crashed."""
     assert _run("valid_json", {}, HOSTILE["json_nested_10k"])[:2] == ("fail", "json_too_deep")
-    assert _run("json_schema", {"schema": SCHEMA}, HOSTILE["json_nested_10k_objects"])[:2] == \
-        ("fail", "json_too_deep")
+    assert _run("json_schema", {"schema": SCHEMA}, HOSTILE["json_nested_10k_objects"])[:2] == (
+        "fail",
+        "json_too_deep",
+    )
     model = {"model": "handoffmon.config:ScopeConfig"}
     assert _run("pydantic_model", model, HOSTILE["json_nested_10k"])[0] == "fail"
     assert _run("regex_must_match", {"pattern": r"(a+)+$"}, HOSTILE["regex_bomb"])[0] == "fail"

@@ -28,8 +28,12 @@ def _agreement(mode: Mode) -> tuple[Counter[str], Counter[str]]:
     for inp, ours in zip(inputs, run(inputs, responses, mode), strict=True):
         ref = reference[inp.prompt]
         assert list(ours.instruction_id_list) == ref["instruction_id_list"]
-        pairs = zip(ours.instruction_id_list, ours.follow_instruction_list, ref["follow_instruction_list"],
-                    strict=True)
+        pairs = zip(
+            ours.instruction_id_list,
+            ours.follow_instruction_list,
+            ref["follow_instruction_list"],
+            strict=True,
+        )
         for iid, mine, theirs in pairs:
             if inp.key in RANDOM_KEYS and iid == "keywords:letter_frequency":
                 continue
@@ -39,8 +43,10 @@ def _agreement(mode: Mode) -> tuple[Counter[str], Counter[str]]:
 
 
 def _table(mode: str, agree: Counter[str], total: Counter[str]) -> str:
-    lines = [f"\nIFEval {mode}: agreement with the reference verifier per instruction id",
-             f"{'instruction id':48} {'agree':>5} / {'n':>3}   rate"]
+    lines = [
+        f"\nIFEval {mode}: agreement with the reference verifier per instruction id",
+        f"{'instruction id':48} {'agree':>5} / {'n':>3}   rate",
+    ]
     for iid in sorted(total):
         flag = "  (langdetect)" if iid in LANGDETECT_IDS else ""
         lines.append(f"{iid:48} {agree[iid]:>5} / {total[iid]:>3}  {agree[iid] / total[iid]:6.1%}{flag}")
@@ -57,8 +63,10 @@ def test_instruction_level_agreement_with_reference(mode: Mode) -> None:
     core_rate = sum(agree[i] for i in core) / sum(total[i] for i in core)
     lang_rate = sum(agree[i] for i in LANGDETECT_IDS) / sum(total[i] for i in LANGDETECT_IDS)
     all_rate = sum(agree.values()) / sum(total.values())
-    print(f"{mode}: non-langdetect {core_rate:.2%} (n={sum(total[i] for i in core)}), "
-          f"langdetect {lang_rate:.2%} (n={sum(total[i] for i in LANGDETECT_IDS)}), all {all_rate:.2%}")
+    print(
+        f"{mode}: non-langdetect {core_rate:.2%} (n={sum(total[i] for i in core)}), "
+        f"langdetect {lang_rate:.2%} (n={sum(total[i] for i in LANGDETECT_IDS)}), all {all_rate:.2%}"
+    )
     assert core_rate >= REQUIRED
     assert all_rate >= REQUIRED
     # the reference's langdetect is unseeded: a few ambiguous texts may go either way

@@ -18,8 +18,9 @@ def ref_placeholders(v: str) -> int:
 
 
 def ref_bullets(v: str) -> int:
-    return len(re.findall(r"^\s*\*[^\*].*$", v, flags=re.MULTILINE)) + \
-        len(re.findall(r"^\s*-.*$", v, flags=re.MULTILINE))
+    return len(re.findall(r"^\s*\*[^\*].*$", v, flags=re.MULTILINE)) + len(
+        re.findall(r"^\s*-.*$", v, flags=re.MULTILINE)
+    )
 
 
 def ref_title(v: str) -> bool:

@@ -8,8 +8,11 @@ from pydantic import BaseModel
 from handoffmon.checkers import CheckContext, ParamError, default_registry
 
 REG = default_registry()
-SCHEMA = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"},
-                                                                  "age": {"type": "integer"}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+}
 
 
 class Person(BaseModel):

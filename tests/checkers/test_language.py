@@ -26,8 +26,10 @@ def test_allowed_languages() -> None:
 def test_not_applicable_when_short_or_unsure() -> None:
     """Too short, or below the confidence threshold → not_applicable, never a guess."""
     assert run("ok thanks", languages=["en"]) == ("not_applicable", "too_short")
-    assert run("1234 5678 9012 3456 7890 !!!", languages=["en"], min_chars=5) == \
-        ("not_applicable", "low_confidence")
+    assert run("1234 5678 9012 3456 7890 !!!", languages=["en"], min_chars=5) == (
+        "not_applicable",
+        "low_confidence",
+    )
     assert run(EN, languages=["en"], min_confidence=1.0)[0] == "not_applicable"
 
 
@@ -36,11 +38,14 @@ def test_candidates_restrict_the_detector() -> None:
     assert run(EN, languages=["en"], candidates=["en", "de"])[0] == "pass"
 
 
-@pytest.mark.parametrize(("params", "key"), [
-    ({"languages": ["xx"]}, "languages"),
-    ({"languages": ["en"], "candidates": ["de", "fr"]}, "candidates"),
-    ({"languages": ["en"], "min_confidence": 2}, "min_confidence"),
-])
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [
+        ({"languages": ["xx"]}, "languages"),
+        ({"languages": ["en"], "candidates": ["de", "fr"]}, "candidates"),
+        ({"languages": ["en"], "min_confidence": 2}, "min_confidence"),
+    ],
+)
 def test_bad_params(params: dict[str, object], key: str) -> None:
     """Unknown codes and impossible settings fail at build naming the key."""
     with pytest.raises(ParamError) as e:

@@ -31,8 +31,23 @@ def test_split_sentences_equals_nltk_punkt_with_same_parameters() -> None:
     tokenizer = punkt.PunktSentenceTokenizer(params)
     texts = [json.loads(line)["response"] for line in DATA.read_text(encoding="utf-8").splitlines()]
     rng = random.Random(0)
-    alphabet = [*'aB. ?!"\')(\n*-1e.g', "Mr.", " The", " it", "U.S.", "...", " J.", " 3.", "etc.",
-                " Sales", " smith", " Smith", " B.", " jan.", " However"]
+    alphabet = [
+        *"aB. ?!\"')(\n*-1e.g",
+        "Mr.",
+        " The",
+        " it",
+        "U.S.",
+        "...",
+        " J.",
+        " 3.",
+        "etc.",
+        " Sales",
+        " smith",
+        " Smith",
+        " B.",
+        " jan.",
+        " However",
+    ]
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(5000)]
     mismatches = [t for t in texts if tokenizer.tokenize(t) != sentences.split_sentences(t)]
     assert mismatches == []
@@ -46,8 +61,21 @@ def test_word_tokens_equal_nltk_word_tokenize() -> None:
     tokenizer = destructive.NLTKWordTokenizer()
     texts = [json.loads(line)["response"] for line in DATA.read_text(encoding="utf-8").splitlines()]
     rng = random.Random(1)
-    alphabet = [*"AB ab,.:;'\"!?&-*()[]<>1\n`«“‘„»”’\u2013", "N'T", "'S", "CANNOT", "DON'T", "I'M",
-                "U.S.", "--", "...", "AT&T", " gonna", " 'TIS", "''"]
+    alphabet = [
+        *"AB ab,.:;'\"!?&-*()[]<>1\n`«“‘„»”’\u2013",
+        "N'T",
+        "'S",
+        "CANNOT",
+        "DON'T",
+        "I'M",
+        "U.S.",
+        "--",
+        "...",
+        "AT&T",
+        " gonna",
+        " 'TIS",
+        "''",
+    ]
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(5000)]
     for text in texts:
         expected = [tok for s in sentences.split_sentences(text) for tok in tokenizer.tokenize(s)]

@@ -19,14 +19,24 @@ def verdicts(results: tuple) -> dict[str, str]:  # type: ignore[type-arg]
     return {r.rule: r.verdict for r in results}
 
 
-@pytest.mark.parametrize(("cfg", "key", "fragment"), [
-    (rule("r1", "no_such_checker"), "rules['r1'].check", "unknown checker"),
-    (rule("r2", "regex_must_match", {"pattern": "(unclosed"}), "rules['r2'].params.pattern", "invalid regex"),
-    (rule("r3", "length", {"unit": "words", "min": "ten"}), "rules['r3'].params.min", "integer"),
-    (rule("r4", "valid_json", {"strict": True}), "rules['r4'].params.strict", "unknown parameter"),
-    (rule("r5", "ifeval:length_constraints:number_words", {"num_words": 3}),
-     "rules['r5'].params.relation", "required"),
-])
+@pytest.mark.parametrize(
+    ("cfg", "key", "fragment"),
+    [
+        (rule("r1", "no_such_checker"), "rules['r1'].check", "unknown checker"),
+        (
+            rule("r2", "regex_must_match", {"pattern": "(unclosed"}),
+            "rules['r2'].params.pattern",
+            "invalid regex",
+        ),
+        (rule("r3", "length", {"unit": "words", "min": "ten"}), "rules['r3'].params.min", "integer"),
+        (rule("r4", "valid_json", {"strict": True}), "rules['r4'].params.strict", "unknown parameter"),
+        (
+            rule("r5", "ifeval:length_constraints:number_words", {"num_words": 3}),
+            "rules['r5'].params.relation",
+            "required",
+        ),
+    ],
+)
 def test_bad_rules_fail_at_load_naming_rule_and_key(cfg: RuleConfig, key: str, fragment: str) -> None:
     """Unknown checker, invalid regex, bad or unknown params: RuleError with rule, key and file."""
     with pytest.raises(RuleError) as e:
@@ -38,8 +48,9 @@ def test_bad_rules_fail_at_load_naming_rule_and_key(cfg: RuleConfig, key: str, f
 
 def test_config_rules_compile_through_from_config() -> None:
     """Rules from a validated HandoffmonConfig compile; names keep config order."""
-    cfg = config_from_mapping({"rules": [{"name": "j", "check": "valid_json"},
-                                         {"name": "c", "check": "no_commas"}]})
+    cfg = config_from_mapping(
+        {"rules": [{"name": "j", "check": "valid_json"}, {"name": "c", "check": "no_commas"}]}
+    )
     rs = RuleSet.from_config(cfg.rules, source="x.yaml")
     assert rs.names == ("j", "c")
     assert verdicts(rs.evaluate("[1]", CheckContext())) == {"j": "pass", "c": "pass"}
@@ -47,13 +58,15 @@ def test_config_rules_compile_through_from_config() -> None:
 
 def test_scope_selects_by_group_route_tag_and_depth() -> None:
     """Empty selectors match all; tags match any-of; depth range is inclusive."""
-    rs = RuleSet.from_config([
-        rule("all", "no_commas"),
-        rule("group", "no_commas", model_groups=["gpt"]),
-        rule("route", "no_commas", routes=["/chat"]),
-        rule("tag", "no_commas", tags=["legal", "medical"]),
-        rule("deep", "no_commas", min_depth=3, max_depth=4),
-    ])
+    rs = RuleSet.from_config(
+        [
+            rule("all", "no_commas"),
+            rule("group", "no_commas", model_groups=["gpt"]),
+            rule("route", "no_commas", routes=["/chat"]),
+            rule("tag", "no_commas", tags=["legal", "medical"]),
+            rule("deep", "no_commas", min_depth=3, max_depth=4),
+        ]
+    )
     assert set(verdicts(rs.evaluate("x", CheckContext()))) == {"all"}
     ctx = CheckContext(model_group="gpt", route="/chat", tags=frozenset({"medical"}), depth=3)
     assert set(verdicts(rs.evaluate("x", ctx))) == {"all", "group", "route", "tag", "deep"}
@@ -64,29 +77,46 @@ def test_scope_selects_by_group_route_tag_and_depth() -> None:
 def test_request_rules_parse_and_evaluate() -> None:
     """metadata={"handoffmon": {"rules": [...]}} yields RuleConfigs evaluated after configured rules."""
     rs = RuleSet.from_config([rule("cfg", "no_commas")])
-    meta = {"handoffmon": {"rules": [
-        {"name": "words", "check": "ifeval:length_constraints:number_words",
-         "params": {"relation": "less than", "num_words": 4}},
-        {"name": "late", "check": "no_commas", "scope": {"min_depth": 2}},
-    ]}}
+    meta = {
+        "handoffmon": {
+            "rules": [
+                {
+                    "name": "words",
+                    "check": "ifeval:length_constraints:number_words",
+                    "params": {"relation": "less than", "num_words": 4},
+                },
+                {"name": "late", "check": "no_commas", "scope": {"min_depth": 2}},
+            ]
+        }
+    }
     extra = rs.parse_request_rules(meta)
     assert [r.name for r in extra] == ["words", "late"]
     out = rs.evaluate("one two three", CheckContext(), extra)
     assert [r.rule for r in out] == ["cfg", "words"]
-    assert verdicts(rs.evaluate("one two three four", CheckContext(depth=2), extra)) == \
-        {"cfg": "pass", "words": "fail", "late": "pass"}
+    assert verdicts(rs.evaluate("one two three four", CheckContext(depth=2), extra)) == {
+        "cfg": "pass",
+        "words": "fail",
+        "late": "pass",
+    }
     assert rs.parse_request_rules(None) == () and rs.parse_request_rules({"other": 1}) == ()
 
 
-@pytest.mark.parametrize(("meta", "key"), [
-    ({"handoffmon": {"rules": [{"name": "x", "check": "nope"}]}}, "metadata.handoffmon.rules['x'].check"),
-    ({"handoffmon": {"rules": [{"name": "x", "check": "length", "params": {"unit": "words"}}]}},
-     "metadata.handoffmon.rules['x'].params.min"),
-    ({"handoffmon": {"rules": [{"check": "no_commas"}]}}, "metadata.handoffmon.rules[0].name"),
-    ({"handoffmon": {"rules": "no_commas"}}, "metadata.handoffmon.rules"),
-    ({"handoffmon": {"rules": [{"name": "cfg", "check": "no_commas"}]}},
-     "metadata.handoffmon.rules['cfg'].name"),
-])
+@pytest.mark.parametrize(
+    ("meta", "key"),
+    [
+        ({"handoffmon": {"rules": [{"name": "x", "check": "nope"}]}}, "metadata.handoffmon.rules['x'].check"),
+        (
+            {"handoffmon": {"rules": [{"name": "x", "check": "length", "params": {"unit": "words"}}]}},
+            "metadata.handoffmon.rules['x'].params.min",
+        ),
+        ({"handoffmon": {"rules": [{"check": "no_commas"}]}}, "metadata.handoffmon.rules[0].name"),
+        ({"handoffmon": {"rules": "no_commas"}}, "metadata.handoffmon.rules"),
+        (
+            {"handoffmon": {"rules": [{"name": "cfg", "check": "no_commas"}]}},
+            "metadata.handoffmon.rules['cfg'].name",
+        ),
+    ],
+)
 def test_bad_request_rules_raise_rule_error(meta: dict[str, object], key: str) -> None:
     """Bad per-request rules raise RuleError naming the metadata key (a configured name cannot be reused)."""
     rs = RuleSet.from_config([rule("cfg", "no_commas")])
@@ -134,6 +164,7 @@ def _registry_with(name: str, fn: object) -> object:
 
 def test_raising_checker_yields_error_verdict() -> None:
     """A checker that raises (even RecursionError) is an error verdict; other rules still run."""
+
     def boom(reply: str, ctx: CheckContext) -> CheckOutcome:
         raise ZeroDivisionError
 
@@ -146,6 +177,7 @@ def test_raising_checker_yields_error_verdict() -> None:
 
 def test_over_budget_checker_yields_error_verdict() -> None:
     """A check slower than the budget is an error (detected after it returns)."""
+
     def slow(reply: str, ctx: CheckContext) -> CheckOutcome:
         time.sleep(0.03)
         return CheckOutcome("pass")
@@ -177,6 +209,8 @@ def test_stateful_rule_round_trip() -> None:
     rs = RuleSet.from_config([rule("flip", "answer_flip")])
     (t1,) = rs.evaluate("<answer>A</answer>", CheckContext(depth=1))
     assert t1.verdict == "not_applicable" and t1.extracted == "a"
-    (t2,) = rs.evaluate("<answer>B</answer>", CheckContext(depth=2, user_message="Are you sure?",
-                                                           previous={"flip": t1.extracted}))
+    (t2,) = rs.evaluate(
+        "<answer>B</answer>",
+        CheckContext(depth=2, user_message="Are you sure?", previous={"flip": t1.extracted}),
+    )
     assert (t2.verdict, t2.extracted) == ("fail", "b")

@@ -10,22 +10,25 @@ from handoffmon.checkers.ifeval.sentences import count_sentences, split_sentence
 from handoffmon.checkers.ifeval.words import count_capital_words, word_tokens
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("Hello world. How are you?", ["Hello world.", "How are you?"]),
-    ("Mr. Smith went to Washington. He arrived.", ["Mr. Smith went to Washington.", "He arrived."]),
-    ("I live in the U.S. It is big.", ["I live in the U.S.", "It is big."]),
-    ("Pi is 3.14 roughly. Yes.", ["Pi is 3.14 roughly.", "Yes."]),
-    ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
-    ("Use tools, e.g. this one. And that.", ["Use tools, e.g.", "this one.", "And that."]),  # 'e.g' is no
-    ("Dr. Who left at 5 p.m. The rain came.", ["Dr. Who left at 5 p.m.", "The rain came."]),  # starter
-    ("Dr. Who left at 5 p.m. Then rain.", ["Dr. Who left at 5 p.m. Then rain."]),  # 'then': no evidence
-    ("What?! Really.", ["What?!", "Really."]),
-    ("Wait... what happened", ["Wait... what happened"]),
-    ("1. First item\n2. Second item", ["1.", "First item\n2.", "Second item"]),
-    ("Title\n\nBody text here. More text.", ["Title\n\nBody text here.", "More text."]),
-    ("(See the note.) Next one.", ["(See the note.)", "Next one."]),
-    ("J. Smith wrote it.", ["J. Smith wrote it."]),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Hello world. How are you?", ["Hello world.", "How are you?"]),
+        ("Mr. Smith went to Washington. He arrived.", ["Mr. Smith went to Washington.", "He arrived."]),
+        ("I live in the U.S. It is big.", ["I live in the U.S.", "It is big."]),
+        ("Pi is 3.14 roughly. Yes.", ["Pi is 3.14 roughly.", "Yes."]),
+        ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+        ("Use tools, e.g. this one. And that.", ["Use tools, e.g.", "this one.", "And that."]),  # 'e.g' is no
+        ("Dr. Who left at 5 p.m. The rain came.", ["Dr. Who left at 5 p.m.", "The rain came."]),  # starter
+        ("Dr. Who left at 5 p.m. Then rain.", ["Dr. Who left at 5 p.m. Then rain."]),  # 'then': no evidence
+        ("What?! Really.", ["What?!", "Really."]),
+        ("Wait... what happened", ["Wait... what happened"]),
+        ("1. First item\n2. Second item", ["1.", "First item\n2.", "Second item"]),
+        ("Title\n\nBody text here. More text.", ["Title\n\nBody text here.", "More text."]),
+        ("(See the note.) Next one.", ["(See the note.)", "Next one."]),
+        ("J. Smith wrote it.", ["J. Smith wrote it."]),
+    ],
+)
 def test_punkt_english_behaviour(text: str, expected: list[str]) -> None:
     """NLTK English Punkt's splits (checked against nltk itself): abbreviations, initials, numbers,
     quotes, newlines."""
@@ -48,8 +51,21 @@ def test_linear_time_on_long_unbroken_input() -> None:
 
 def test_word_tokens_split_contractions_and_punctuation() -> None:
     """nltk word_tokenize: sentence-final period, contractions, '&', quotes, dashes, brackets split off."""
-    assert word_tokens("I'M HERE. DON'T GO, WELL-KNOWN AT&T?") == \
-        ["I", "'M", "HERE", ".", "DO", "N'T", "GO", ",", "WELL-KNOWN", "AT", "&", "T", "?"]
+    assert word_tokens("I'M HERE. DON'T GO, WELL-KNOWN AT&T?") == [
+        "I",
+        "'M",
+        "HERE",
+        ".",
+        "DO",
+        "N'T",
+        "GO",
+        ",",
+        "WELL-KNOWN",
+        "AT",
+        "&",
+        "T",
+        "?",
+    ]
     assert word_tokens("'TIS “QUOTED” -- (X)") == ["'", "TIS", "“", "QUOTED", "”", "--", "(", "X", ")"]
     assert count_capital_words("I'M HERE. DON'T GO") == 6
     assert count_capital_words("CANNOT stop") == 2

@@ -27,12 +27,15 @@ def test_regex_must_match_and_must_not_match() -> None:
     assert verdict("regex_must_not_match", "So SORRY!", pattern=r"(?i)\bsorry\b") == "fail"
 
 
-@pytest.mark.parametrize(("pattern", "fragment"), [
-    ("(a", "invalid regex"),
-    (r"(\w)\1", "backreference"),
-    ("(?<=a)b", "lookbehind"),
-    ("a(?=b)", "lookahead"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "fragment"),
+    [
+        ("(a", "invalid regex"),
+        (r"(\w)\1", "backreference"),
+        ("(?<=a)b", "lookbehind"),
+        ("a(?=b)", "lookahead"),
+    ],
+)
 def test_bad_or_unsupported_regex_fails_at_build(pattern: str, fragment: str) -> None:
     """Invalid patterns and constructs RE2 cannot run fail at build, naming the 'pattern' key."""
     with pytest.raises(ParamError) as e:

@@ -35,15 +35,26 @@ def ifeval_specs() -> list[CheckerSpec]:
     """One strict and one loose spec per instruction id."""
     specs = []
     for iid, builder in INSTRUCTIONS.items():
-        specs.append(CheckerSpec(STRICT_PREFIX + iid, _factory(builder, "strict"),  # type: ignore[arg-type]
-                                 summary=f"IFEval {iid} (strict)"))
-        specs.append(CheckerSpec(LOOSE_PREFIX + iid, _factory(builder, "loose"),  # type: ignore[arg-type]
-                                 summary=f"IFEval {iid} (loose)"))
+        specs.append(
+            CheckerSpec(
+                STRICT_PREFIX + iid,
+                _factory(builder, "strict"),  # type: ignore[arg-type]
+                summary=f"IFEval {iid} (strict)",
+            )
+        )
+        specs.append(
+            CheckerSpec(
+                LOOSE_PREFIX + iid,
+                _factory(builder, "loose"),  # type: ignore[arg-type]
+                summary=f"IFEval {iid} (loose)",
+            )
+        )
     return specs
 
 
-def ifeval_rules(instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, Any] | None], *,
-                 loose: bool = False) -> tuple[RuleConfig, ...]:
+def ifeval_rules(
+    instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, Any] | None], *, loose: bool = False
+) -> tuple[RuleConfig, ...]:
     """Rules for an IFEval / Multi-IF instruction list: one rule per id, named by the id.
 
     Naming rules by instruction id makes Multi-IF's accumulation natural: a later turn that
@@ -55,7 +66,8 @@ def ifeval_rules(instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, A
         raise ValueError("instruction_ids and kwargs must have the same length")
     prefix = LOOSE_PREFIX if loose else STRICT_PREFIX
     return tuple(
-        RuleConfig(name=iid, check=prefix + iid,
-                   params={k: v for k, v in (kw or {}).items() if v is not None})
+        RuleConfig(
+            name=iid, check=prefix + iid, params={k: v for k, v in (kw or {}).items() if v is not None}
+        )
         for iid, kw in zip(instruction_ids, kwargs, strict=True)
     )

@@ -116,11 +116,15 @@ def read_inputs(path: str | Path) -> list[PromptInput]:
         where = f"{path}:{lineno}"
         ids = _field(obj, "instruction_id_list", list, where)
         kwargs = obj.get("kwargs") or [{} for _ in ids]
-        if not isinstance(kwargs, list) or len(kwargs) != len(ids) or \
-                not all(isinstance(k, dict) for k in kwargs):
+        if (
+            not isinstance(kwargs, list)
+            or len(kwargs) != len(ids)
+            or not all(isinstance(k, dict) for k in kwargs)
+        ):
             raise InputError(f"{where}: 'kwargs' must be a list of objects, one per instruction id")
-        inp = PromptInput(int(obj.get("key", lineno)), _field(obj, "prompt", str, where), tuple(ids),
-                          tuple(kwargs))
+        inp = PromptInput(
+            int(obj.get("key", lineno)), _field(obj, "prompt", str, where), tuple(ids), tuple(kwargs)
+        )
         _validate(inp, where)
         out.append(inp)
     return out

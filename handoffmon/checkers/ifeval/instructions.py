@@ -149,6 +149,7 @@ def number_words(p: Params) -> InstructionCheck:
 
 def json_format(p: Params) -> InstructionCheck:
     """``detectable_format:json_format``: the reply (fence stripped) parses as JSON."""
+
     def check(v: str) -> bool:
         body = v.strip()
         for fence in ("```json", "```Json", "```JSON", "```"):
@@ -199,6 +200,7 @@ def forbidden_words(p: Params) -> InstructionCheck:
 
 def two_responses(p: Params) -> InstructionCheck:
     """``combination:two_responses``: two different responses separated by ``******``."""
+
     def check(v: str) -> bool:
         parts = v.split("******")
         valid = []
@@ -264,6 +266,7 @@ def capital_word_frequency(p: Params) -> InstructionCheck:
 
 def quotation(p: Params) -> InstructionCheck:
     """``startend:quotation``: wrapped in double quotes."""
+
     def check(v: str) -> bool:
         s = v.strip()
         return len(s) > 1 and s[0] == '"' and s[-1] == '"'

