@@ -63,3 +63,23 @@ def test_module_instance_builds_its_monitor_lazily() -> None:
     """Importing the module (as the proxy does) builds no monitor until the first hook runs."""
     assert isinstance(handoffmon_callback, HandoffmonCallback)
     assert handoffmon_callback._monitor is None
+
+
+async def test_streamed_fallback_counts_come_from_the_stream_wrapper() -> None:
+    """A streamed reply served by fallback records the fallback deployment and count."""
+    exp = RecordingExporter()
+    router = fallback_router()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        cb = HandoffmonCallback(monitor=m)
+        data = _request([{"role": "user", "content": "hi"}], "call-s")
+        stream = await router.acompletion(model="primary", messages=data["messages"], stream=True)
+        text = "".join(
+            [
+                c.choices[0].delta.content or ""
+                async for c in cb.async_post_call_streaming_iterator_hook(None, stream, data)
+            ]
+        )
+        m.flush(10)
+    assert text == BACKUP_REPLY
+    rec = exp.results[0].record
+    assert (rec.author, rec.deployment_id, rec.fallbacks, rec.streamed) == ("model-b", "dep-b", 1, True)
