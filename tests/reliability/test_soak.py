@@ -158,7 +158,9 @@ class ServeProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "handoffmon", "serve", "--upstream", upstream]
         args += ["--port", str(self.port), "--config", str(path)]
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        # HANDOFFMON_* variables are config overrides for serve; the soak's own knob is not one
+        env = {k: v for k, v in os.environ.items() if k != "HANDOFFMON_SOAK_S"}
+        env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
         self.stderr = tmp / f"serve-{self.port}.err"
         with self.stderr.open("wb") as err:
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
