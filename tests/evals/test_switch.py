@@ -18,8 +18,8 @@ from handoffmon.sim.fleet import DEFAULT_RULES, Fleet, SimModel
 
 RULES = DEFAULT_RULES[:4]
 NAMES = ("m-a", "m-b", "m-c")
-PI = (-0.12, 0.0, 0.12)  # planted prefix influence (sums to zero)
-SIGMA = (0.10, 0.0, -0.10)  # planted suffix susceptibility
+PI = (-0.15, 0.0, 0.15)  # planted prefix influence (sums to zero)
+SIGMA = (0.15, 0.0, -0.15)  # planted suffix susceptibility
 RESAMPLES, SEED = 1000, 11
 RULE_DEFS = [
     {"name": "reply_in_spanish", "check": "language", "params": {"languages": ["es"]}},
@@ -34,9 +34,9 @@ def _fleet() -> Fleet:
         SimModel(
             name=n,
             group=n,
-            base={r.name: 0.8 for r in RULES},
+            base={r.name: 0.7 for r in RULES},
             p_tf=0.1,
-            p_ft=0.3,
+            p_ft=0.25,
             influence=pi,
             susceptibility=sg,
         )
