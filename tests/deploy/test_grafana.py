@@ -78,14 +78,20 @@ def test_dashboard_covers_every_required_view() -> None:
         assert metric in exprs, metric
 
 
-def test_panel_ids_are_unique_and_panels_fit_the_grid() -> None:
-    """Grafana needs unique panel ids; gridPos must lie within the 24-column grid."""
+def test_panel_ids_are_unique_and_panels_fit_the_grid_without_overlap() -> None:
+    """Grafana needs unique panel ids; gridPos must lie within the 24-column grid and no two
+    panels may cover the same cell (Grafana would shove them around)."""
     panels = dashboard()["panels"]
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))
+    cells: dict[tuple[int, int], str] = {}
     for p in panels:
         pos = p["gridPos"]
         assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24 and pos["h"] > 0, p["title"]
+        for x in range(pos["x"], pos["x"] + pos["w"]):
+            for y in range(pos["y"], pos["y"] + pos["h"]):
+                assert (x, y) not in cells, (p["title"], cells.get((x, y)))
+                cells[(x, y)] = p["title"]
 
 
 def test_provisioning_points_at_the_dashboard_and_the_alerting_datasource_uid() -> None:
