@@ -47,12 +47,12 @@ def test_known_cases() -> None:
 def test_scanners_are_linear_on_hostile_input() -> None:
     """200,000 '[' / newlines / '<' — quadratic for the regexes — take well under a second."""
     n = 200_000
-    start = time.perf_counter()
+    start = time.process_time()
     assert count_placeholders("[" * n) == 0
     assert count_bullets("\n" * n + "x") == 0
     assert count_bullets(" \n" * n) == 0
     assert not has_title("<" * n + "x")
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 @settings(max_examples=1500, deadline=None)

@@ -176,16 +176,32 @@ def test_raising_checker_yields_error_verdict() -> None:
 
 
 def test_over_budget_checker_yields_error_verdict() -> None:
-    """A check slower than the budget is an error (detected after it returns)."""
+    """A check that burns more CPU than the budget is an error (detected after it returns)."""
 
     def slow(reply: str, ctx: CheckContext) -> CheckOutcome:
-        time.sleep(0.03)
+        end = time.thread_time() + 0.03
+        while time.thread_time() < end:
+            pass
         return CheckOutcome("pass")
 
     reg = _registry_with("slow", slow)
     rs = RuleSet.from_config([rule("s", "slow")], registry=reg, budget_s=0.01)  # type: ignore[arg-type]
     (res,) = rs.evaluate("x", CheckContext())
     assert (res.verdict, res.reason) == ("error", "over_budget")
+    assert res.duration_s >= 0.03
+
+
+def test_waiting_is_not_charged_to_the_budget() -> None:
+    """Wall time spent not running (GIL, busy host; simulated by sleep) is not over budget."""
+
+    def waits(reply: str, ctx: CheckContext) -> CheckOutcome:
+        time.sleep(0.03)
+        return CheckOutcome("pass")
+
+    reg = _registry_with("waits", waits)
+    rs = RuleSet.from_config([rule("w", "waits")], registry=reg, budget_s=0.01)  # type: ignore[arg-type]
+    (res,) = rs.evaluate("x", CheckContext())
+    assert res.verdict == "pass"
     assert res.duration_s >= 0.03
 
 

@@ -43,10 +43,10 @@ def test_empty_and_blank() -> None:
 
 def test_linear_time_on_long_unbroken_input() -> None:
     """No quadratic blow-up on 200 KB without spaces or with many periods (the old Punkt ReDoS)."""
-    start = time.perf_counter()
+    start = time.process_time()
     assert count_sentences("a" * 200_000 + ". B") == 2
     assert count_sentences("." * 200_000) == 1
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_word_tokens_split_contractions_and_punctuation() -> None:
