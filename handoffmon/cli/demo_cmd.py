@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +40,18 @@ def _serving_exporters(port: int, holder: dict[str, Any]) -> Any:
     return build
 
 
-async def _keep_driving(world: Any, stop: asyncio.Event, deadline: float | None) -> None:
-    """Run further batches of fresh conversations until ``stop`` is set or the deadline passes."""
+async def _keep_driving(world: Any, stop: asyncio.Event, duration_s: float | None) -> None:
+    """Run further batches of fresh conversations until a signal arrives or ``duration_s`` passes."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if duration_s is not None:
+        loop.call_later(duration_s, stop.set)
     start = world.settings.conversations
     batch = max(world.settings.concurrency * 2, 20)
-    while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+    while not stop.is_set():
         await world.driver.run(batch, start=start, stop=stop)
         start += batch
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
 
 
 def _serve(world: Any, holder: dict[str, Any], duration_s: float | None, refit_interval_s: float) -> None:
@@ -67,9 +64,8 @@ def _serve(world: Any, holder: dict[str, Any], duration_s: float | None, refit_i
         f"\nserving {holder['server'].url} with live traffic {until} (refit every {refit_interval_s:.0f} s)",
         err=True,
     )
-    deadline = None if duration_s is None else time.monotonic() + duration_s
     try:
-        asyncio.run(_keep_driving(world, asyncio.Event(), deadline))
+        asyncio.run(_keep_driving(world, asyncio.Event(), duration_s))
     finally:
         periodic.stop()
         periodic.run_once()

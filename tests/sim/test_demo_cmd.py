@@ -45,9 +45,9 @@ def test_small_demo_with_serve_exits_zero_writes_outputs_and_serves_live_metrics
         "--serve",
         str(port),
         "--duration",
-        "8",
+        "5",
         "--refit-interval",
-        "2",
+        "1",
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -51,7 +51,7 @@ def quiet_fleet() -> Iterator:
     yield dataclasses.replace(base, models=models)
 
 
-def _run(fleet, seed: int, conversations: int = 12, concurrency: int = 6):
+def _run(fleet, seed: int, conversations: int = 8, concurrency: int = 4):
     provider = SimProvider(fleet, seed=seed, record=True)
     router = build_router(fleet, provider)
     try:
@@ -63,12 +63,12 @@ def _run(fleet, seed: int, conversations: int = 12, concurrency: int = 6):
 
 
 def test_same_seed_reproduces_every_reply_whatever_the_concurrency(quiet_fleet) -> None:
-    """Same seed → the same set of (author, prefix, depth, text), with 6 or 2 conversations in flight."""
-    s1, p1 = _run(quiet_fleet, seed=5, concurrency=6)
+    """Same seed → the same set of (author, prefix, depth, text), with 4 or 2 conversations in flight."""
+    s1, p1 = _run(quiet_fleet, seed=5, concurrency=4)
     s2, p2 = _run(quiet_fleet, seed=5, concurrency=2)
     key = sorted((t.author, t.prefix or "", t.depth, t.text) for t in p1.truth)
     assert key == sorted((t.author, t.prefix or "", t.depth, t.text) for t in p2.truth)
-    assert s1.turns == s2.turns == len(p1.truth) and s1.conversations == 12
+    assert s1.turns == s2.turns == len(p1.truth) and s1.conversations == 8
     _, p3 = _run(quiet_fleet, seed=6)
     assert {t.text for t in p3.truth} != {t.text for t in p1.truth}
 
