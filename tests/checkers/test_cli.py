@@ -155,3 +155,18 @@ def test_ifeval_bad_input_names_file_and_line(tmp_path: Path) -> None:
         main, ["ifeval", "--input", inp2, "--responses", resp, "--output", str(tmp_path / "o.jsonl")]
     )
     assert result.exit_code == 1 and "key 7" in result.output
+
+
+def test_config_check_compiles_rules(tmp_path: Path) -> None:
+    """`handoffmon config check` compiles rules through RuleSet: a bad regex names rule and key."""
+    good = _write(tmp_path, "good.yaml", RULES)
+    result = CliRunner().invoke(main, ["config", "check", good])
+    assert result.exit_code == 0 and "2 rule(s)" in result.output
+    bad = _write(
+        tmp_path,
+        "bad.yaml",
+        "rules:\n  - name: r\n    check: regex_must_match\n    params: {pattern: '(?=x)'}\n",
+    )
+    result = CliRunner().invoke(main, ["config", "check", bad])
+    assert result.exit_code == 1
+    assert "rules['r'].params.pattern" in result.output and "lookahead" in result.output

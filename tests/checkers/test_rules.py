@@ -230,3 +230,21 @@ def test_stateful_rule_round_trip() -> None:
         CheckContext(depth=2, user_message="Are you sure?", previous={"flip": t1.extracted}),
     )
     assert (t2.verdict, t2.extracted) == ("fail", "b")
+
+
+def test_evaluate_is_thread_safe_with_request_rules() -> None:
+    """Many threads evaluating (and compiling per-request rules) concurrently agree with one thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rs = RuleSet.from_config([rule("c", "no_commas"), rule("kw", "keywords_present", {"keywords": ["cat"]})])
+    extras = [(rule(f"r{i}", "length", {"unit": "words", "max": i}),) for i in range(20)]
+    replies = [f"the cat, {'word ' * i}" for i in range(20)]
+
+    def one(i: int) -> tuple[tuple[str, str], ...]:
+        out = rs.evaluate(replies[i], CheckContext(), extras[i])
+        return tuple((r.rule, r.verdict) for r in out)
+
+    expected = [one(i) for i in range(20)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(5):
+            assert list(pool.map(one, range(20))) == expected
