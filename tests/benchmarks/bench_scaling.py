@@ -78,7 +78,7 @@ def attribution(quick: bool) -> list[Row]:
     from tests.benchmarks.bench_attribution import _measure
 
     turns_list = (1, 10, 50, 100, 500) if quick else (1, 2, 5, 10, 20, 50, 100, 200, 500)
-    rows = []
+    rows: list[Row] = []
     for turns in turns_list:
         reps = max(60, (300 if quick else 2000) // max(1, turns // 10))
         p50, p99, chars = _measure(turns, reps)
@@ -117,7 +117,7 @@ def refit_models(quick: bool) -> list[Row]:
 
     buckets = DepthBuckets()
     refit(synth_counts(plant(3, 2, np.random.default_rng(0)), np.random.default_rng(0)), buckets=buckets)
-    rows = []
+    rows: list[Row] = []
     for k in (5, 10, 20, 50) if quick else (5, 10, 20, 30, 50, 75, 100):
         rng = np.random.default_rng(k)
         counts = synth_counts(plant(k, 10, rng), rng, n_trans=200)
@@ -228,7 +228,7 @@ def store_memory(quick: bool) -> list[Row]:
     server = _private_redis()
     if server is not None:
         measure["redis"] = lambda n: _redis_store_bytes(n, server.url)
-    rows = []
+    rows: list[Row] = []
     try:
         for name, fn in measure.items():
             for n in sizes:
@@ -295,14 +295,15 @@ def checkers(quick: bool) -> list[Row]:
     sizes = (100, 1_000, 10_000, 100_000) if quick else (100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
     pack = RuleSet.from_config(default_rule_pack(languages=()), budget_s=10.0)
     ctx = CheckContext()
-    rows = []
+    rows: list[Row] = []
     for size in sizes:
         count = 20 if size >= 30_000 else 50
         replies = _replies(size, count)
         repeat = 1 if quick or size >= 10_000 else 3
         as_json = [json.dumps({"answer": r[: max(1, size - 14)]}) for r in replies]  # valid documents, ≈ size
         for label, kind, params in SIZE_CHECKERS:
-            p50, p99 = bench_checker(kind, params, as_json if kind == "valid_json" else replies, repeat)
+            res = bench_checker(kind, params, as_json if kind == "valid_json" else replies, repeat)
+            p50, p99 = res[0], res[1]  # newer bench_checkers also returns mean CPU µs
             rows.append({"checker": label, "chars": size, "p50_us": p50, "p99_us": p99})
         samples = []
         for r in replies:

@@ -75,7 +75,7 @@ def machine_facts() -> dict[str, Any]:
     """CPU, cores, memory, OS, Python, package and tool versions, load average, niceness."""
     import psutil
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
@@ -105,7 +105,7 @@ def run_suites(names: list[str], quick: bool) -> tuple[list[Row], list[dict[str,
         load0 = os.getloadavg()
         t0 = time.perf_counter()
         print(f"[{dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {name} …", flush=True)
-        error = None
+        error: str | None = None
         try:
             got = SUITES[name](quick)
         except Exception as exc:  # the runner reports a broken benchmark and carries on

@@ -88,7 +88,8 @@ class KillableRedis(RedisServer):
 
 async def test_redis_sigkill_and_restart_under_concurrent_wrapper_traffic() -> None:
     """Redis SIGKILLed mid-traffic: calls answered fast, no turn lost; attribution resumes after restart."""
-    with KillableRedis() as server:
+    server = KillableRedis()
+    with server:
         store = {"backend": "redis", "url": server.url, "timeout_s": 0.2, "key_prefix": "hm-fault:"}
         m = Monitor(
             config_from_mapping(
@@ -148,8 +149,8 @@ def _bad_rules() -> RuleSet:
     rules = [
         RuleConfig(name="boom", check="boom"),
         RuleConfig(name="slow", check="slow"),
-        RuleConfig(**SHORT),
-    ]  # type: ignore[arg-type]
+        RuleConfig.model_validate(SHORT),
+    ]
     return RuleSet.from_config(rules, registry=reg, budget_s=0.02)
 
 
