@@ -28,7 +28,7 @@ import pytest
 
 from handoffmon.sim.fleet import default_fleet
 from tests.conftest import free_port, port_open, require_binary
-from tests.deploy.shipped import RULES, dashboard, load_yaml, panel_targets, substitute
+from tests.deploy.shipped import GRAFANA_ALERTS, RULES, dashboard, load_yaml, panel_targets, substitute
 from tests.promserver import PromServer, prometheus_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -249,3 +249,21 @@ def test_dashboard_variables_resolve_to_label_values(refit_scraped: Stack) -> No
         assert values, var["name"]
         if var["name"] == "fit_rule":
             assert var["current"]["value"] in values
+
+
+def test_grafana_alert_queries_run_and_select_the_risky_pair(refit_scraped: Stack) -> None:
+    """Every Grafana-managed rule's query A runs on the real Prometheus, and the
+    HandoffPairRisky one returns a series for the planted risky prefix model (what Grafana's
+    `is_number(last(A))` condition turns into a firing instance)."""
+    prom = refit_scraped.prom
+    rules = load_yaml(GRAFANA_ALERTS)["groups"][0]["rules"]
+    queries = {r["title"]: next(d for d in r["data"] if d["refId"] == "A")["model"]["expr"] for r in rules}
+    for expr in queries.values():
+        prom.query(expr)  # raises on a parse or evaluation error
+
+    def risky_selected() -> bool:
+        return any(
+            s["metric"]["prefix_model"] == RISKY_PREFIX for s in prom.query(queries["HandoffPairRisky"])
+        )
+
+    assert prom.wait_for(risky_selected, ALERT_TIMEOUT_S)
