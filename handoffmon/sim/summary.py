@@ -41,7 +41,8 @@ def depth_table(fit: RuleFit, truth: Truth) -> str:
     models = list(truth.models)
     buckets = next(iter(fit.curves.values())).buckets if fit.curves else ()
     lines = [
-        "Adherence by depth (all rules; %): observed per bucket, Markov stationary [planted]",
+        f"Adherence by depth (all rules; %; · = under {MIN_SHOWN} checks): observed per bucket, "
+        "Markov stationary [planted, mean over rules]",
         "  model   " + "".join(f"{b:>7}" for b in buckets) + "   stationary",
     ]
     for m in models:
