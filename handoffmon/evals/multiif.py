@@ -120,7 +120,7 @@ def to_script(conv: MultiIFConversation, *, runs: int = 1, source: str = "multi-
 
 def load_multiif(path: str | Path, *, runs: int = 1, limit: int | None = None) -> list[DriftScript]:
     """Every conversation of the CSV as a ``DriftScript`` (the first ``limit`` when given)."""
-    out = []
+    out: list[DriftScript] = []
     for conv in read_multiif(path):
         if limit is not None and len(out) >= limit:
             break

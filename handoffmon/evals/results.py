@@ -106,7 +106,7 @@ class EvalResult:
             raise InputError(f"{source}: unsupported {SCHEMA} version {data.get('version')!r}")
         try:
             curves = tuple(
-                CurvePoint(**{k: (math.nan if v is None else v) for k, v in c.items()})
+                CurvePoint(**{k: (math.nan if v is None else v) for k, v in c.items()})  # type: ignore[arg-type]
                 for c in data["curves"]
             )
             return cls(

@@ -266,9 +266,10 @@ def shapes_from_counts(
     confidence: float = 0.95,
     history_tokens: dict[str, Any] | None = None,
 ) -> Shapes:
-    """The shapes of production ``Counts``."""
-    labels = {k.depth_bucket for k in counts.checks} | {k.depth_bucket for k in counts.turns}
-    buckets = buckets or (DepthBuckets.from_labels(sorted(labels)) if labels else DepthBuckets())
+    """The shapes of production ``Counts`` (buckets inferred from the labels when not given)."""
+    from handoffmon.sources.spec import infer_buckets
+
+    buckets = buckets or infer_buckets(counts)
     if counts.session_lengths:
         sessions = percentiles_from_histogram(counts.session_lengths)
     else:
@@ -401,9 +402,14 @@ def export_shapes(spec: str, *, confidence: float = 0.95, buckets: DepthBuckets 
     from handoffmon.sources.spec import load_source
 
     loaded = load_source(spec)
-    tokens = None
+    tokens: dict[str, Any] | None = None
     if spec.startswith(("prometheus://", "http://", "https://")):
-        tokens = prometheus_history_tokens(spec)
+        from handoffmon.sources import SourceError
+
+        try:
+            tokens = prometheus_history_tokens(spec)
+        except SourceError as exc:  # the shapes are still useful without token percentiles
+            tokens = {"unavailable": str(exc)[:200]}
     return shapes_from_counts(
         loaded.counts, source=loaded.label, buckets=buckets, confidence=confidence, history_tokens=tokens
     )

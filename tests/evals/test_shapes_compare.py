@@ -233,3 +233,31 @@ def test_cli_shapes_export_from_refit_json_and_compare_exit_status(tmp_path: Pat
     assert "TOO CLEAN fast_decay @ 17-32" in res.output and "TOO CLEAN matched" not in res.output
     doc = json.loads((tmp_path / "cmp.json").read_text())
     assert doc["schema"] == "handoffmon.eval_compare" and doc["missing_pairs"]
+
+
+def test_shapes_from_cells_csv_derive_pairs_and_sessions_from_checks(
+    tmp_path: Path, production: tuple
+) -> None:
+    """A cells CSV has no turn counters: per-cell turns are the largest rule's checks, so pairs match."""
+    from handoffmon.sources.csv import write_cells_csv
+
+    counts = production[2]
+    write_cells_csv(counts, tmp_path / "cells.csv")
+    shapes = export_shapes(str(tmp_path / "cells.csv"))
+    from_turns = {(p["prefix_model"], p["model"]): p["turns"] for p in production[0].handoff_pairs}
+    assert {(p["prefix_model"], p["model"]): p["turns"] for p in shapes.handoff_pairs} == from_turns
+    assert shapes.session_lengths["method"] == "turns_by_depth"
+    assert shapes.shape("fast_decay").n == production[0].shape("fast_decay").n  # type: ignore[union-attr]
+
+
+def test_shapes_from_prometheus_api(tmp_path: Path) -> None:
+    """prometheus:// goes through the Prometheus source; missing history-token data is noted, not fatal."""
+    from tests.sources.fakeprom import fake_prometheus
+
+    with fake_prometheus() as (url, seen):
+        shapes = export_shapes(url)
+    json_rule = shapes.shape("json")
+    assert json_rule is not None and json_rule.n[shapes.buckets.index("3-4")] == 10
+    assert [(p["prefix_model"], p["model"], p["turns"]) for p in shapes.handoff_pairs] == [("a", "b", 10)]
+    assert "unavailable" in shapes.history_tokens
+    assert any("histogram_quantile" in q.get("query", "") for q in seen)

@@ -169,3 +169,60 @@ def test_matrix_html_report_draws_the_delta_heatmap(matrix: dict) -> None:
     assert page.startswith("<!doctype html>") and page.count('class="chart heatmap"') == 1
     assert all(f">{m}</text>" in page for m in NAMES)
     assert "m-a → m-c: Δ" in page and "paired BCa" in page
+
+
+def test_cli_switch_matrix_resumes_from_cache_and_matches_stats_switch_matrix(tmp_path: Path) -> None:
+    """CLI on the simulator: a rerun generates nothing; its --scores CSV gives the same `stats` analysis."""
+    import json
+
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "evals" / "sim_support.yaml"
+    args = [
+        "eval",
+        "switch-matrix",
+        str(script),
+        "--router",
+        "sim:2",
+        "--models",
+        "sim-00,sim-01",
+        "--runs",
+        "3",
+        "--score",
+        "mean",
+        "--cache",
+        str(tmp_path / "cache"),
+        "--out",
+        str(tmp_path / "m.json"),
+        "--scores",
+        str(tmp_path / "s.csv"),
+        "--seed",
+        "1",
+        "--no-progress",
+    ]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert "prefixes generated 6, reused 6; cells generated 12, cached 0" in first.output
+    again = CliRunner().invoke(main, args)
+    assert "prefixes generated 0, reused 0; cells generated 0, cached 12" in again.output
+    stats_out = CliRunner().invoke(
+        main,
+        [
+            "stats",
+            "switch-matrix",
+            "--scores",
+            str(tmp_path / "s.csv"),
+            "--out",
+            str(tmp_path / "st.json"),
+            "--seed",
+            "1",
+        ],
+    )
+    assert stats_out.exit_code == 0, stats_out.output
+    ours = json.loads((tmp_path / "m.json").read_text())
+    theirs = json.loads((tmp_path / "st.json").read_text())
+    key = ("prefix_model", "model", "n", "delta", "ci_low", "ci_high")
+    assert [[p[k] for k in key] for p in ours["pairs"]] == [[p[k] for k in key] for p in theirs["pairs"]]
+    assert ours["n_episodes"] == 3 and len(ours["cells"]) == 4
