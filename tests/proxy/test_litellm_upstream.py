@@ -83,7 +83,7 @@ def proxy(litellm_url: str) -> Iterator[Proxy]:
 
 
 def test_authors_fallbacks_and_handoffs_through_real_litellm(proxy: Proxy) -> None:
-    """Groups chat-a, chat-flaky (falls back to chat-b), chat-a: authors a, b, a; two handoffs; 1 fallback."""
+    """chat-a, chat-flaky (falls back to chat-b), chat-a, chat-b streamed: authors a, b, a, b; 1 fallback."""
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=MASTER_KEY, max_retries=0)
     messages: list[dict[str, str]] = []
     plan = [("chat-a", "model-a"), ("chat-flaky", "model-b"), ("chat-a", "model-a")]
@@ -94,6 +94,16 @@ def test_authors_fallbacks_and_handoffs_through_real_litellm(proxy: Proxy) -> No
         text = raw.parse().choices[0].message.content or ""
         assert text == reply_text(served_by, depth)
         messages.append({"role": "assistant", "content": text})
+    # a fourth turn streamed through both proxies: LiteLLM re-chunks the SSE, handoffmon rebuilds it
+    messages.append({"role": "user", "content": "litellm question 4"})
+    with client.chat.completions.with_streaming_response.create(
+        model="chat-b",
+        messages=messages,  # type: ignore[arg-type]
+        stream=True,
+    ) as resp:
+        assert resp.headers["x-litellm-model-name"] == "openai/model-b"
+        text = "".join(c.choices[0].delta.content or "" for c in resp.parse() if c.choices)
+    assert text == reply_text("model-b", 4)
     client.close()
     assert proxy.monitor.flush(10)
     snap = proxy.monitor.snapshot()
@@ -102,6 +112,7 @@ def test_authors_fallbacks_and_handoffs_through_real_litellm(proxy: Proxy) -> No
         ("model-a", "none", b(1), "false"): 1,
         ("model-b", "model-a", b(2), "true"): 1,
         ("model-a", "model-b", b(3), "true"): 1,
+        ("model-b", "model-a", b(4), "true"): 1,
     }
     assert snap.attributions.get("unknown", 0) == 0
     assert proxy.registry.get_sample_value("handoffmon_fallbacks_total", {"model": "model-b"}) == 1
