@@ -38,7 +38,8 @@ DEMO_ARGS = ["--size", "0.3", "--seed", "3", "--refit-interval", "2", "--no-prog
 STARTUP_TIMEOUT_S = 90.0
 ALERT_TIMEOUT_S = 120.0
 SCRAPE_GRACE_S = 10.0
-RISKY_PREFIX = "ember"
+RISKY_PREFIX = min(default_fleet().models, key=lambda m: m.influence).name
+"""The model planted with the most harmful prefix influence (``ember`` in the demo fleet)."""
 HEALTHY_MIN_PLANTED_DELTA = -0.03
 """Pairs whose planted Δ = μ + π_A + σ_B is at least this are healthy: they must never fire."""
 
