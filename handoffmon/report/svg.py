@@ -12,6 +12,8 @@ NEG = (192, 57, 43)
 POS = (37, 99, 180)
 """Colour of helpful effects (positive Δ)."""
 MID = (247, 247, 245)
+SPARSE_N = 30
+"""Depth buckets with fewer checked turns are drawn faded (wide, noisy intervals)."""
 PALETTE = ("#2563b4", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057", "#5c940d")
 """Series colours (models)."""
 
@@ -251,6 +253,8 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
         if not finite(v) or n == 0:
             continue
         x = sx(i)
+        sparse = ' opacity="0.35"' if n < SPARSE_N else ""
+        out.append(f"<g{sparse}>")
         if finite(lo) and finite(hi):
             out.append(
                 f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{sy(lo):.1f}" y2="{sy(hi):.1f}" class="ci" '
@@ -261,6 +265,7 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
             f"<title>{escape(series.name)} depth {escape(buckets[i])}: {pct(v, 1)} "
             f"[{pct(lo, 1)}, {pct(hi, 1)}], n={n}</title></circle>"
         )
+        out.append("</g>")
     out.append("</svg>")
     return "".join(out)
 

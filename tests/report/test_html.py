@@ -141,3 +141,25 @@ def test_report_loads_in_headless_chromium_without_console_errors(
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1400, 2000) and len(data) > 50_000  # a rendered page, not a blank one
+
+
+def test_empty_and_two_model_refits_render_without_errors() -> None:
+    """A refit of no counts renders a page with the pooled tab only; a 2-model fleet renders every tab."""
+    from handoffmon.counts import Counts
+    from handoffmon.sim.fleet import make_fleet
+
+    empty = render_report(refit(Counts(), buckets=DepthBuckets(), now=0.0))
+    assert empty.count('<section class="rule') == 1 and "all rules" in empty
+    small = refit(simulate_counts(make_fleet(2), 30, seed=1), buckets=DepthBuckets(), now=0.0)
+    html = render_report(small)
+    assert html.count('<section class="rule') == len(small.rules)
+
+
+def test_sparse_depth_buckets_are_faded(result: RefitResult) -> None:
+    """Buckets with fewer than 30 checked turns are drawn at reduced opacity, the others are not."""
+    from handoffmon.report.svg import SPARSE_N
+
+    fit = result.rules[ALL_RULES]
+    html = render_report(result).split('id="rule-1"')[0]
+    sparse = sum(1 for c in fit.curves.values() for n in c.n if 0 < n < SPARSE_N)
+    assert sparse > 0 and html.count('<g opacity="0.35">') == sparse
