@@ -77,7 +77,7 @@ def _serve(world: Any, holder: dict[str, Any], duration_s: float | None, refit_i
     type=click.FloatRange(min=0.01),
     default=1.0,
     show_default=True,
-    help="Scale of the simulated traffic (1.0 ≈ 600 conversations, ~4,700 turns).",
+    help="Scale of the simulated traffic (1.0 ≈ 600 conversations, ~4,600 turns).",
 )
 @click.option("--seed", type=int, default=7, show_default=True, help="Seeds the fleet, traffic and replies.")
 @click.option(

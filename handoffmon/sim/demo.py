@@ -29,7 +29,7 @@ from handoffmon.sim.rules import rule_configs
 from handoffmon.sim.truth import Truth
 
 BASE_CONVERSATIONS = 600
-"""Conversations at ``size=1`` (≈ 4,700 turns): the smallest run whose π/σ recovery stays
+"""Conversations at ``size=1`` (≈ 4,600 turns on average): the smallest run whose π/σ recovery stays
 above Pearson 0.9 across seeds with the default fleet."""
 
 
