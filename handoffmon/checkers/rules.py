@@ -119,6 +119,7 @@ class RuleSet:
         registry: CheckerRegistry | None = None,
         budget_s: float = 0.05,
         max_request_rules: int = 32,
+        max_request_rule_bytes: int = 2048,
         cache_size: int = 1024,
     ) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
@@ -126,6 +127,7 @@ class RuleSet:
         self.registry = registry if registry is not None else default_registry()
         self.budget_s = budget_s
         self.max_request_rules = max_request_rules
+        self.max_request_rule_bytes = max_request_rule_bytes
         self._cache_size = cache_size
         self._cache: OrderedDict[str, Rule | RuleError] = OrderedDict()
         self._lock = threading.Lock()
@@ -215,17 +217,28 @@ class RuleSet:
         return cfg
 
     def _compiled(self, cfg: RuleConfig, where: str = "") -> Rule | RuleError:
-        """Compile a per-request rule once; cached (LRU) by its canonical JSON."""
+        """Compile a per-request rule once; cached (LRU) by its canonical JSON.
+
+        Rules larger than ``max_request_rule_bytes`` (canonical JSON) are refused: a client
+        must not be able to make the background worker compile huge keyword lists or
+        schemas on every request.
+        """
         key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, default=str)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        try:
-            result: Rule | RuleError = self.compile(
-                cfg, where=where or f"metadata.{METADATA_KEY}.rules[{cfg.name!r}]", source=REQUEST_SOURCE
+        where = where or f"metadata.{METADATA_KEY}.rules[{cfg.name!r}]"
+        if len(key) > self.max_request_rule_bytes:
+            return RuleError(
+                f"rule is {len(key)} bytes as JSON; per-request rules are limited to "
+                f"{self.max_request_rule_bytes}",
+                key=where,
+                source=REQUEST_SOURCE,
             )
+        try:
+            result: Rule | RuleError = self.compile(cfg, where=where, source=REQUEST_SOURCE)
         except RuleError as exc:
             result = exc
         with self._lock:

@@ -133,6 +133,27 @@ def test_too_many_request_rules_rejected() -> None:
         rs.parse_request_rules(many)
 
 
+def test_oversized_request_rule_rejected() -> None:
+    """A per-request rule over max_request_rule_bytes is refused before anything is compiled."""
+    rs = RuleSet(max_request_rule_bytes=200)
+    big = {
+        "handoffmon": {
+            "rules": [
+                {
+                    "name": "k",
+                    "check": "keywords_absent",
+                    "params": {"keywords": [f"word{i}" for i in range(50)]},
+                }
+            ]
+        }
+    }
+    with pytest.raises(RuleError) as e:
+        rs.parse_request_rules(big)
+    assert "limited to 200" in str(e.value) and e.value.key == "metadata.handoffmon.rules['k']"
+    out = rs.evaluate("x", CheckContext(), [RuleConfig.model_validate(big["handoffmon"]["rules"][0])])
+    assert [(r.verdict, r.reason) for r in out] == [("error", "invalid_rule")]
+
+
 def test_accumulate_multi_if_style() -> None:
     """Rules declared at turn k apply at turns >= k; redeclaring a name replaces it in place."""
     t1 = (rule("a", "no_commas"),)
