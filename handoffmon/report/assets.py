@@ -17,6 +17,7 @@ header .meta{margin:0;color:#c9d4ea;font-size:13px}
  font:inherit;cursor:pointer}
 .tab.active{background:var(--accent);border-color:var(--accent);color:#fff}
 .hidden{display:none}
+.note.warn{color:#9a3412;margin-top:10px}
 .kpis{display:flex;gap:12px;flex-wrap:wrap;margin:0 0 14px}
 .kpi{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:10px 16px;min-width:170px;
  box-shadow:0 1px 2px rgba(16,24,40,.04)}

@@ -53,6 +53,17 @@ def _heatmap(fit: RuleFit, models: list[str]) -> str:
         svg.heatmap(models, models, cells, scale)
         + f'<div class="legend-row">{svg.legend_scale(scale)}<span class="hint">★ interval excludes 0 · '
         "(parentheses) = never observed, fitted μ + π<sub>A</sub> + σ<sub>B</sub> shown</span></div>"
+        + _sparse_note(fit)
+    )
+
+
+def _sparse_note(fit: RuleFit) -> str:
+    """Say why the matrix is empty when no pair has enough checked turns yet."""
+    if any(p.observed for p in fit.pairs):
+        return ""
+    return (
+        '<p class="note warn">No handoff pair has reached the minimum number of checked turns yet; '
+        "Δ and π/σ appear once more traffic has been recorded.</p>"
     )
 
 
@@ -174,6 +185,25 @@ def _truth_card(fit: RuleFit, truth: Mapping[str, Any] | None) -> str:
     )
 
 
+def _risk_table(fit: RuleFit, z: float, top: int = 6) -> str:
+    """The riskiest handoff paths by fitted μ + π_A + σ_B, including pairs never observed."""
+    ranked = sorted((p for p in fit.pairs if svg.finite(p.risk)), key=lambda p: p.risk)[:top]
+    if not ranked:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(p.prefix_model)} → {escape(p.model)}</td>"
+        f"<td><b>{svg.pct(p.risk, 1, True)}</b> <span class='ci'>± {svg.pct(z * p.risk_se, 1)}</span></td>"
+        f"<td>{svg.pct(p.delta, 1, True) if p.observed else 'not yet observed'}</td><td>{p.n}</td></tr>"
+        for p in ranked
+    )
+    return (
+        '<div class="card"><h2>Riskiest handoff paths</h2><p class="sub">fitted risk μ + π<sub>A</sub> + '
+        "σ<sub>B</sub> (pp), also for pairs that have not occurred yet, e.g. an untried fallback</p>"
+        '<table class="markov"><tr><th>path</th><th>fitted risk</th><th>observed Δ</th><th>n</th></tr>'
+        f"{rows}</table></div>"
+    )
+
+
 def _kpis(fit: RuleFit) -> str:
     observed = [p for p in fit.pairs if p.observed]
     sig = [p for p in observed if p.significant]
@@ -222,8 +252,9 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
   </div>
   <div class="card"><h2>Adherence by conversation depth</h2>{_curves(fit, models, result.buckets)}</div>
   <div class="grid two">
-    <div class="card"><h2>Handoffs by pair</h2><p class="sub">checked turns where A wrote the previous turn
-      and B this one</p>{svg.bubbles(models, models, _handoff_counts(fit))}</div>
+    <div><div class="card"><h2>Handoffs by pair</h2><p class="sub">checked turns where A wrote the previous
+      turn and B this one</p>{svg.bubbles(models, models, _handoff_counts(fit))}</div>
+      {_risk_table(fit, z)}</div>
     <div><div class="card"><h2>Markov decay (same-author turns)</h2>
       <p class="sub">two-state chain of pass/fail across turns; stationary = p<sub>FT</sub> /
       (p<sub>TF</sub> + p<sub>FT</sub>)</p>{_markov_table(fit, models, truth, rule)}</div>

@@ -163,3 +163,17 @@ def test_sparse_depth_buckets_are_faded(result: RefitResult) -> None:
     html = render_report(result).split('id="rule-1"')[0]
     sparse = sum(1 for c in fit.curves.values() for n in c.n if 0 < n < SPARSE_N)
     assert sparse > 0 and html.count('<g opacity="0.35">') == sparse
+
+
+def test_riskiest_paths_include_pairs_never_observed_and_empty_matrix_says_why(result: RefitResult) -> None:
+    """The risk table lists the lowest fitted risks (observed or not); an empty refit explains itself."""
+    from handoffmon.counts import Counts
+
+    fit = result.rules[ALL_RULES]
+    section = render_report(result).split('id="rule-0"')[1].split("</section>")[0]
+    table = section.split("Riskiest handoff paths")[1].split("</table>")[0]
+    worst = min((p for p in fit.pairs if p.risk == p.risk), key=lambda p: p.risk)
+    assert f"{worst.prefix_model} → {worst.model}</td><td><b>{100 * worst.risk:+.1f}" in table
+    assert "No handoff pair has reached" not in section
+    empty = render_report(refit(Counts(), buckets=DepthBuckets(), now=0.0))
+    assert "No handoff pair has reached" in empty
