@@ -1,7 +1,7 @@
 """The fleet as a litellm custom provider: sync, async and streaming, with injected failures.
 
 The provider keeps its own bookkeeping, separate from handoffmon's attribution: after
-each reply it stores ``sha1(history + reply) → (author, depth, intended verdicts)``, so
+each reply it stores ``xxh3_128(history + reply) → (author, depth, intended verdicts)``, so
 the next request of that conversation (whose history ends with that reply) finds who
 wrote the previous turn and applies the planted π/σ. Randomness is derived from
 ``(seed, history, deployment, attempt)``, so a run is reproducible whatever order the
