@@ -45,19 +45,23 @@ def load_rules_file(path: str | Path, *, budget_s: float = 0.05) -> RuleSet:
 
 
 def _read_rules_data(path: Path) -> Any:
-    import tomllib
-    import yaml
-
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read rules file: {exc.strerror}", source=str(path)) from exc
+    if path.suffix.lower() == ".toml":
+        import tomllib  # Python 3.11+, as for config files
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"not valid TOML: {exc}", source=str(path)) from exc
+    import yaml
+
     try:
-        return tomllib.loads(text) if path.suffix.lower() == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(
-            f"not valid {'TOML' if path.suffix.lower() == '.toml' else 'YAML'}: {exc}", source=str(path)
-        ) from exc
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", source=str(path)) from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,3 +170,16 @@ def test_config_check_compiles_rules(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["config", "check", bad])
     assert result.exit_code == 1
     assert "rules['r'].params.pattern" in result.output and "lookahead" in result.output
+
+
+def test_check_accepts_toml_rules_and_reports_bad_yaml(tmp_path: Path) -> None:
+    """Rules may be TOML; unparsable YAML is an error naming the file."""
+    toml_rules = _write(tmp_path, "rules.toml", '[[rules]]\nname = "c"\ncheck = "no_commas"\n')
+    replies = _write(tmp_path, "r.jsonl", _lines({"reply": "a, b"}, {"reply": "ab"}))
+    result = CliRunner().invoke(main, ["check", "--rules", toml_rules, "--input", replies, "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)["rules"]
+    assert (row["rule"], row["pass"], row["fail"]) == ("c", 1, 1)
+    bad = _write(tmp_path, "bad.yaml", "rules: [unclosed\n")
+    result = CliRunner().invoke(main, ["check", "--rules", bad, "--input", replies])
+    assert result.exit_code == 1 and "bad.yaml" in result.output and "not valid YAML" in result.output
