@@ -36,7 +36,11 @@ def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) ->
 def _target(router: str | None, seed: int, latency_s: float, *, matrix: bool) -> tuple[Any, Any]:
     """(responder, name resolver) for --router / plain litellm."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
     from handoffmon.evals import models as m
+
+    litellm.suppress_debug_info = True  # a CLI process: keep retried errors' debug dumps off stderr
 
     if router and (router == "sim" or router.startswith("sim:")):
         from handoffmon.sim.fleet import default_fleet, make_fleet
@@ -185,7 +189,7 @@ def switch_matrix_cmd(
             [resolve(n) for n in names],
             cache_dir,
             switch_at=switch_at,
-            score=score,
+            score=score,  # type: ignore[arg-type]
             settings=settings,
             task=task,
         )  # type: ignore[arg-type]
