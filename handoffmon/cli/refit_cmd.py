@@ -84,6 +84,7 @@ def publish_gauges(
     type=click.Path(dir_okay=False),
     help="also write the refit gauges in Prometheus text format (node_exporter textfile collector)",
 )
+@click.option("--compact", is_flag=True, help="write JSON without indentation (about half the size)")
 @click.option(
     "--pushgateway", help="also push the refit gauges to this Pushgateway (host:port), job handoffmon_refit"
 )
@@ -97,6 +98,7 @@ def refit(
     confidence: float | None,
     ridge: float | None,
     metrics_file: str | None,
+    compact: bool,
     pushgateway: str | None,
 ) -> None:
     """Refit handoff effects, π/σ, risk and Markov decay from SOURCE counts into --out JSON.
@@ -123,7 +125,7 @@ def refit(
         result = run(
             loaded.counts, buckets=buckets, settings=settings, source=loaded.label, window_s=loaded.window_s
         )
-        write_text_atomic(out, result.to_json())
+        write_text_atomic(out, result.to_json(indent=None if compact else 2))
         if metrics_file or pushgateway:
             publish_gauges(result, cfg, metrics_file=metrics_file, pushgateway=pushgateway)
     except (HandoffmonError, ValueError, OSError) as exc:

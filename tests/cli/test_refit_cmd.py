@@ -17,17 +17,18 @@ from tests.sources.replica import synthetic_turns
 
 
 def test_refit_from_csv_writes_versioned_json(tmp_path: Path) -> None:
-    """cells.csv + transitions.csv → refit.json with every rule plus 'all'; --min-n applies."""
+    """cells.csv + transitions.csv → refit.json with every rule plus 'all'; --min-n and --compact apply."""
     rng = np.random.default_rng(0)
     counts = synth_counts(plant(4, 2, rng), rng, n_pair=100, n_trans=50)
     write_cells_csv(counts, tmp_path / "cells.csv")
     write_transitions_csv(counts, tmp_path / "t.csv")
     out = tmp_path / "refit.json"
     args = ["refit", "--source", str(tmp_path / "cells.csv"), "--transitions", str(tmp_path / "t.csv")]
-    res = CliRunner().invoke(main, [*args, "--out", str(out), "--min-n", "40"])
+    res = CliRunner().invoke(main, [*args, "--out", str(out), "--min-n", "40", "--compact"])
     assert res.exit_code == 0, res.output
     result = RefitResult.from_json(out.read_text())
     assert set(result.rules) == {"r0", "r1", "all"} and result.min_n == 40
+    assert out.read_text().count("\n") == 1  # --compact: one line
     assert result.buckets == ("1", "2", "3-4", "5-8", "9-16", "17-32", "33+")
     assert result.rules["r0"].markov["m00"].n_transitions == 100
     assert "observed pair(s)" in res.output
