@@ -58,6 +58,25 @@ def _num(x: Any) -> str:
     return f"{x:.4f}" if isinstance(x, (int, float)) and math.isfinite(x) else "–"
 
 
+def _pressure_table(result: EvalResult) -> str:
+    """Table of the pressure-script Markov fits ('' when there are none)."""
+    pressure = "".join(
+        f"<tr><td>{escape(f['script'])}</td><td>{escape(f['model'])}</td>"
+        f"<td>{_pct(f['first_turn_accuracy'])}</td><td>{_pct(f['stationary'])} "
+        f"[{_pct(f['stationary_ci'][0])}, {_pct(f['stationary_ci'][1])}]</td>"
+        f"<td>{_pct(f['p_tf'])}</td><td>{_pct(f['p_ft'])}</td><td>{_num(f['log_loss'])}</td>"
+        f"<td>{_num(f['mse'])}</td><td>{f['n_train']}/{f['n_val']}</td></tr>"
+        for f in result.pressure
+    )
+    return (
+        '<table class="markov"><thead><tr><th>pressure script</th><th>model</th><th>turn-1 acc.</th>'
+        "<th>stationary acc.</th><th>p<sub>TF</sub></th><th>p<sub>FT</sub></th><th>log loss</th>"
+        f"<th>MSE</th><th>train/val runs</th></tr></thead><tbody>{pressure}</tbody></table>"
+        if pressure
+        else ""
+    )
+
+
 def eval_report(result: EvalResult, *, title: str = "handoffmon — drift eval") -> str:
     """One page: per rule and model, adherence by checkpoint depth with Wilson intervals."""
     from handoffmon.report import svg
@@ -82,21 +101,7 @@ def eval_report(result: EvalResult, *, title: str = "handoffmon — drift eval")
         f"<td>{escape(', '.join(s['rules']))}</td></tr>"
         for s in result.scripts
     )
-    pressure = "".join(
-        f"<tr><td>{escape(f['script'])}</td><td>{escape(f['model'])}</td>"
-        f"<td>{_pct(f['first_turn_accuracy'])}</td><td>{_pct(f['stationary'])} "
-        f"[{_pct(f['stationary_ci'][0])}, {_pct(f['stationary_ci'][1])}]</td>"
-        f"<td>{_pct(f['p_tf'])}</td><td>{_pct(f['p_ft'])}</td><td>{_num(f['log_loss'])}</td>"
-        f"<td>{_num(f['mse'])}</td><td>{f['n_train']}/{f['n_val']}</td></tr>"
-        for f in result.pressure
-    )
-    pressure_table = (
-        '<table class="markov"><thead><tr><th>pressure script</th><th>model</th><th>turn-1 acc.</th>'
-        "<th>stationary acc.</th><th>p<sub>TF</sub></th><th>p<sub>FT</sub></th><th>log loss</th>"
-        f"<th>MSE</th><th>train/val runs</th></tr></thead><tbody>{pressure}</tbody></table>"
-        if pressure
-        else ""
-    )
+    pressure_table = _pressure_table(result)
     verdicts = " · ".join(f"{escape(k)} {v}" for k, v in sorted(result.verdicts.items()))
     created = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(result.created_at))
     return f"""<!doctype html>

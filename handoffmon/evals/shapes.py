@@ -289,6 +289,34 @@ def shapes_from_counts(
     )
 
 
+def _refit_rule_shapes(name: str, fit: Any, labels: tuple[str, ...], z: float) -> list[RuleShape]:
+    """One rule of a refit: per-model shapes rebuilt from its curves (passes = adherence × n) plus ``*``."""
+    out: list[RuleShape] = []
+    pooled_p, pooled_f = [0] * len(labels), [0] * len(labels)
+    for model, curve in sorted(fit.curves.items()):
+        p, f = [0] * len(labels), [0] * len(labels)
+        for b, n, a in zip(curve.buckets, curve.n, curve.adherence, strict=True):
+            i = labels.index(b)
+            p[i] = round(a * n) if n and math.isfinite(a) else 0
+            f[i] = n - p[i]
+            pooled_p[i] += p[i]
+            pooled_f[i] += f[i]
+        shape = _rule_shape(name, model, p, f, None, z)
+        mk = fit.markov.get(model)
+        if mk is not None:
+            markov = {
+                "p_tf": mk.p_tf,
+                "p_ft": mk.p_ft,
+                "stationary": mk.stationary,
+                "half_life_turns": mk.half_life_turns,
+                "n_transitions": float(mk.n_transitions),
+            }
+            shape = RuleShape(**{**shape.__dict__, "markov": markov})
+        out.append(shape)
+    out.append(_rule_shape(name, POOLED, pooled_p, pooled_f, None, z))
+    return out
+
+
 def shapes_from_refit(result: Any, *, source: str) -> Shapes:
     """Shapes from a ``RefitResult`` (refit.json): curves and Markov fits as refitted.
 
@@ -299,38 +327,13 @@ def shapes_from_refit(result: Any, *, source: str) -> Shapes:
     from handoffmon.refit.result import ALL_RULES
 
     buckets = DepthBuckets.from_labels(result.buckets) if result.buckets else DepthBuckets()
-    labels = buckets.labels
     z = _z(result.confidence)
-    shapes: list[RuleShape] = []
-    for name, fit in sorted(result.rules.items()):
-        if name == ALL_RULES:
-            continue
-        pooled_p, pooled_f = [0] * len(labels), [0] * len(labels)
-        for model, curve in sorted(fit.curves.items()):
-            idx = [labels.index(b) for b in curve.buckets]
-            p, f = [0] * len(labels), [0] * len(labels)
-            for i, n, a in zip(idx, curve.n, curve.adherence, strict=True):
-                p[i] = round(a * n) if n and math.isfinite(a) else 0
-                f[i] = n - p[i]
-                pooled_p[i] += p[i]
-                pooled_f[i] += f[i]
-            shape = _rule_shape(name, model, p, f, None, z)
-            mk = fit.markov.get(model)
-            if mk is not None:
-                shape = RuleShape(
-                    **{
-                        **shape.__dict__,
-                        "markov": {
-                            "p_tf": mk.p_tf,
-                            "p_ft": mk.p_ft,
-                            "stationary": mk.stationary,
-                            "half_life_turns": mk.half_life_turns,
-                            "n_transitions": float(mk.n_transitions),
-                        },
-                    }
-                )
-            shapes.append(shape)
-        shapes.append(_rule_shape(name, POOLED, pooled_p, pooled_f, None, z))
+    shapes = [
+        s
+        for name, fit in sorted(result.rules.items())
+        if name != ALL_RULES
+        for s in _refit_rule_shapes(name, fit, buckets.labels, z)
+    ]
     by_bucket: Counter[str] = Counter()
     pairs: Counter[tuple[str, str]] = Counter()
     overall = result.rules.get(ALL_RULES)
@@ -345,15 +348,9 @@ def shapes_from_refit(result: Any, *, source: str) -> Shapes:
     pair_list = tuple(
         {"prefix_model": a, "model": b, "turns": n, "share": n / total} for (a, b), n in pairs.most_common()
     )
+    sessions = percentiles_from_turns(by_bucket, buckets)
     return Shapes(
-        time.time(),
-        source,
-        labels,
-        tuple(shapes),
-        percentiles_from_turns(by_bucket, buckets),
-        {},
-        pair_list,
-        result.confidence,
+        time.time(), source, buckets.labels, tuple(shapes), sessions, {}, pair_list, result.confidence
     )
 
 

@@ -97,5 +97,10 @@ def test_pressure_script_end_to_end_through_the_runner(tmp_path: Path) -> None:
         se = (hi - lo) / (2 * 1.96)
         assert abs(est - planted) <= 3 * se, (est, planted, se)  # one seeded sample: a 3-SE band
     assert math.isfinite(fit.log_loss) and 0 < fit.mse < 0.25
-    (doc,) = json.loads(build_result(rows, [script], "p.sqlite").to_json())["pressure"]
+    result = build_result(rows, [script], "p.sqlite")
+    (doc,) = json.loads(result.to_json())["pressure"]
     assert doc["n_train"] == 160 and doc["stationary"] == pytest.approx(fit.stationary)
+    from handoffmon.evals.html import eval_report
+
+    page = eval_report(result)
+    assert "<th>stationary acc.</th>" in page and f"{100 * fit.stationary:.1f}%" in page
