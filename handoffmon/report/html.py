@@ -178,7 +178,7 @@ def _truth_card(fit: RuleFit, truth: Mapping[str, Any] | None) -> str:
                 f"estimated {svg.pct(p.delta, 1, True)} pp"
             )
             points.append((planted, p.delta, tip, p.significant))
-    chart = svg.scatter(points, x_label="planted μ + π_A + σ_B", y_label="estimated Δ(A→B)")
+    chart = svg.scatter(points, x_label="planted μ + π(A) + σ(B)", y_label="estimated Δ(A→B)")
     return (
         f'<div class="card"><h2>Recovered vs planted</h2><p class="sub">every observed pair; dashed line = '
         f"perfect recovery; red = significant</p>{chart}</div>"
@@ -239,6 +239,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
     models = _models(fit)
     z = _z(result.confidence)
     hidden = "" if idx == 0 else " hidden"
+    unit = "checks (turns × rules)" if rule == ALL_RULES else "checked turns"
     return f"""
 <section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}">
   {_kpis(fit)}
@@ -252,7 +253,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
   </div>
   <div class="card"><h2>Adherence by conversation depth</h2>{_curves(fit, models, result.buckets)}</div>
   <div class="grid two">
-    <div><div class="card"><h2>Handoffs by pair</h2><p class="sub">checked turns where A wrote the previous
+    <div><div class="card"><h2>Handoffs by pair</h2><p class="sub">{unit} where A wrote the previous
       turn and B this one</p>{svg.bubbles(models, models, _handoff_counts(fit))}</div>
       {_risk_table(fit, z)}</div>
     <div><div class="card"><h2>Markov decay (same-author turns)</h2>
