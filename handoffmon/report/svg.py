@@ -290,7 +290,7 @@ def bubbles(rows: Sequence[str], cols: Sequence[str], counts: dict[tuple[str, st
             r = 3 + 22 * math.sqrt(n / peak)
             out.append(
                 f'<g><circle cx="{cx}" cy="{cy}" r="{r:.1f}" class="bubble"/>'
-                f"<title>{escape(row)} → {escape(col)}: {n} checked handoff turns</title>"
+                f"<title>{escape(row)} → {escape(col)}: n = {n}</title>"
                 + (_t(cx, cy + 4, str(n), cls="bubble-label", anchor="middle") if r > 12 else "")
                 + "</g>"
             )
