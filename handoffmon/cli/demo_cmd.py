@@ -87,7 +87,13 @@ def _serve(world: Any, holder: dict[str, Any], duration_s: float | None, refit_i
     show_default=True,
     help="Fleet size (6 = the hand-planted fleet with one risky model).",
 )
-@click.option("--rules", type=click.IntRange(1, 5), default=4, show_default=True, help="Rules to check.")
+@click.option(
+    "--rules",
+    type=click.IntRange(1, 6),
+    default=4,
+    show_default=True,
+    help="Rules to check (5: + keyword, 6: + JSON envelope).",
+)
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 512),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-RULE_KINDS = ("language", "no_commas", "answer_tag", "max_words", "keyword")
+RULE_KINDS = ("language", "no_commas", "answer_tag", "max_words", "keyword", "json")
 """Reply features the writer can make pass or fail on purpose."""
 
 
@@ -165,6 +165,7 @@ DEFAULT_RULES: tuple[SimRule, ...] = (
     SimRule("answer_tag", "answer_tag", tf_scale=1.0),
     SimRule("max_60_words", "max_words", tf_scale=0.8, params={"max_words": 60}),
     SimRule("mention_ticket", "keyword", tf_scale=1.2, params={"keyword": "ticket"}),
+    SimRule("json_envelope", "json", tf_scale=0.7),
 )
 
 # name, group, influence π, susceptibility σ, p_tf, p_ft, base level, 429 rate, timeout rate
@@ -199,7 +200,7 @@ def default_fleet(n_rules: int = 4, *, seed: int = 7) -> Fleet:
     """The demo fleet: six models, one deliberately risky (``ember``: π = −0.17).
 
     Args:
-        n_rules: how many of ``DEFAULT_RULES`` to use (1-5).
+        n_rules: how many of ``DEFAULT_RULES`` to use (1-6).
         seed: seeds the small per-rule jitter of the base adherence.
     """
     if not 1 <= n_rules <= len(DEFAULT_RULES):

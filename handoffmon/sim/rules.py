@@ -7,6 +7,14 @@ from typing import Any
 from handoffmon.config import RuleConfig
 from handoffmon.sim.fleet import Fleet, SimRule
 
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["reply"],
+    "properties": {"reply": {"type": "string"}},
+    "additionalProperties": False,
+}
+"""Shape the ``json`` rule asks for: ``{"reply": "..."}``."""
+
 
 def rule_config(rule: SimRule) -> RuleConfig:
     """The handoffmon rule that checks what the writer varies for ``rule``."""
@@ -19,8 +27,10 @@ def rule_config(rule: SimRule) -> RuleConfig:
         check, params = "answer_tag", {}
     elif rule.kind == "max_words":
         check, params = "length", {"unit": "words", "max": int(rule.params.get("max_words", 60))}  # type: ignore[call-overload]
-    else:
+    elif rule.kind == "keyword":
         check, params = "keywords_present", {"keywords": [str(rule.params.get("keyword", "ticket"))]}
+    else:
+        check, params = "json_schema", {"schema": REPLY_SCHEMA}
     return RuleConfig(name=rule.name, check=check, params=params)
 
 

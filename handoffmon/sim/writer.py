@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -106,7 +107,21 @@ class ReplyWriter:
         if add_commas:
             body = self._with_commas(body or [bank[int(order[0])]], lang, rng)
         sentences = [body[0], *fixed[:-1], *body[1:], fixed[-1]] if body else fixed
-        return " ".join(sentences)
+        return self._envelope(" ".join(sentences), intent, rng)
+
+    def _envelope(self, text: str, intent: Mapping[str, bool], rng: np.random.Generator) -> str:
+        """With a ``json`` rule: ``{"reply": text}``, or a broken/prose/wrong-key variant to fail it."""
+        rule = self._rule("json")
+        if rule is None:
+            return text
+        if intent.get(rule.name, True):
+            return json.dumps({"reply": text}, ensure_ascii=False)
+        variant = int(rng.integers(3))
+        if variant == 0:
+            return '{"reply": "' + text + '"'  # unterminated object
+        if variant == 1:
+            return text  # plain prose
+        return json.dumps({"message": text}, ensure_ascii=False)  # valid JSON, wrong shape
 
     @staticmethod
     def _with_commas(body: list[str], lang: str, rng: np.random.Generator) -> list[str]:
