@@ -7,9 +7,11 @@
     checkpoint rows whose depth falls in that bucket are pooled (over scripts, runs and
     models, or one model with ``model=``) and compared with production adherence in
     the bucket (pooled over models) by a one-sided two-proportion z-test (pooled
-    variance), H1: production < eval. A (rule, bucket) is flagged when p < ``alpha``
-    and the gap is at least ``min_gap`` (so a tiny gap on huge production counts is
-    not flagged). Buckets holding no eval checkpoint are not compared.
+    variance), H1: production < eval. The p-values are Holm-adjusted over every (rule,
+    bucket) compared, since one report makes many tests. A (rule, bucket) is flagged
+    when the adjusted p < ``alpha`` and the gap is at least ``min_gap`` (so a tiny gap
+    on huge production counts is not flagged). Buckets holding no eval checkpoint are
+    not compared.
 (c) Missing pairs: production handoff pairs with at least ``min_share`` of handoff
     turns that are not a cell of the eval's switch matrix.
 """
@@ -110,6 +112,18 @@ def _eval_by_bucket(
     return {k: [v[0], v[1], *sorted(depths[k])] for k, v in acc.items()}
 
 
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1; NaN stays NaN)."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m = len(order)
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for k, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p))
+        adjusted[i] = running
+    return adjusted
+
+
 def too_clean(
     shapes: Shapes,
     evals: Sequence[EvalResult],
@@ -118,9 +132,12 @@ def too_clean(
     min_gap: float = 0.05,
     model: str | None = None,
 ) -> list[TooClean]:
-    """Every comparable (rule, bucket), flagged where production is significantly below the eval."""
+    """Every comparable (rule, bucket), flagged where production is significantly below the eval.
+
+    ``p_value`` is Holm-adjusted over all the (rule, bucket) comparisons made.
+    """
     buckets = DepthBuckets.from_labels(shapes.buckets)
-    out = []
+    raw = []
     for (rule, bucket), (ex, en, *depths) in sorted(_eval_by_bucket(evals, buckets, model).items()):
         prod = shapes.shape(rule, POOLED)
         if prod is None or bucket not in shapes.buckets:
@@ -130,10 +147,12 @@ def too_clean(
         if pn == 0:
             continue
         z, p = two_proportion_test(px, pn, ex, en)
-        gap = ex / en - px / pn
-        flagged = bool(math.isfinite(p) and p < alpha and gap >= min_gap)
-        out.append(TooClean(rule, bucket, tuple(depths), en, ex / en, pn, px / pn, gap, z, p, flagged))
-    return out
+        raw.append((rule, bucket, tuple(depths), en, ex / en, pn, px / pn, ex / en - px / pn, z, p))
+    adjusted = holm([r[-1] for r in raw])
+    return [
+        TooClean(*r[:-1], p_adj, bool(math.isfinite(p_adj) and p_adj < alpha and r[7] >= min_gap))
+        for r, p_adj in zip(raw, adjusted, strict=True)
+    ]
 
 
 def matrix_pairs(matrices: Iterable[Any]) -> set[tuple[str, str]]:

@@ -14,7 +14,7 @@ from handoffmon.cli import main
 from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError
-from handoffmon.evals.compare import compare, two_proportion_test
+from handoffmon.evals.compare import compare, holm, two_proportion_test
 from handoffmon.evals.results import build_result
 from handoffmon.evals.script import script_from_dict
 from handoffmon.evals.shapes import Shapes, export_shapes, shapes_from_counts
@@ -143,6 +143,14 @@ def test_two_proportion_test_matches_the_textbook_formula() -> None:
     pooled = 0.5
     expected = (0.4 - 0.6) / np.sqrt(pooled * pooled * (2 / 100))
     assert z == pytest.approx(expected) and p == pytest.approx(norm.cdf(expected))
+
+
+def test_holm_adjustment_matches_the_step_down_definition() -> None:
+    """Holm: sorted p × (m − rank), running maximum, capped at 1; NaN entries are skipped."""
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    out = holm([0.5, float("nan"), 0.4])
+    assert out[0] == pytest.approx(0.8) and np.isnan(out[1]) and out[2] == pytest.approx(0.8)
+    assert holm([0.9, 0.8]) == [1.0, 1.0]
 
 
 def test_session_length_percentiles_and_suggested_checkpoints(production: tuple) -> None:
