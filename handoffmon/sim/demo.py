@@ -76,7 +76,6 @@ class DemoWorld:
     monitor: Any
     client: Any
     driver: Driver
-    started: float = field(default_factory=time.perf_counter)
 
 
 @dataclass(frozen=True)
