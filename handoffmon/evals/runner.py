@@ -132,6 +132,12 @@ class Runner:
     async def replay(self, script: DriftScript, model: str, run: int, tick: Callable[[int], None]) -> None:
         """Replay one run, continuing after the turns already stored."""
         stored = self.store.stored_turns(script.id, model, run)
+        for t in stored:
+            if t.turn > script.length or t.user != script.turns[t.turn - 1].user:
+                raise ValueError(
+                    f"turn {t.turn} stored in the database differs from the script now; "
+                    "use a new --db or a new script id"
+                )
         messages = base_messages(script)
         for t in stored:
             messages += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.reply}]

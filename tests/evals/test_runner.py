@@ -189,6 +189,18 @@ def test_retries_then_success_and_a_failed_run_stays_resumable(tmp_path: Path) -
     assert {r.author for r in rows} == {"fake-m"}
 
 
+def test_changed_script_is_not_resumed_onto_old_turns(tmp_path: Path) -> None:
+    """A run whose stored user turns no longer match the script fails (reported) instead of mixing the two."""
+    with ResultStore(tmp_path / "x.sqlite") as store:
+        asyncio.run(Runner(FlakyModel(), store, RunSettings(runs=1)).run([script_from_dict(SCRIPT)], "m"))
+        edited = script_from_dict(
+            {**SCRIPT, "turns": [{"user": "changed", "checkpoint": True}, *SCRIPT["turns"][1:]]}
+        )
+        summary = asyncio.run(Runner(FlakyModel(), store, RunSettings(runs=1)).run([edited], "m"))
+    assert summary.turns_generated == 0 and len(summary.failed) == 1
+    assert "differs from the script" in summary.failed[0][2]
+
+
 def test_curves_are_checkpoint_pass_shares_with_wilson_intervals(tmp_path: Path) -> None:
     """Curve points count only checkpoint rows, pass/(pass+fail), with the closed-form Wilson interval."""
     script = script_from_dict(SCRIPT)
