@@ -23,6 +23,7 @@ from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, TurnContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.checkers import RuleSet
+    from handoffmon.refit.periodic import PeriodicRefit
 
 _log = logging.getLogger("handoffmon.pipeline")
 
@@ -93,6 +94,7 @@ class Monitor:
         )
         self._dispatch: list[ExporterDispatch] = []
         self._observers: tuple[MonitorObserver, ...] = ()
+        self._refit: PeriodicRefit | None = None
         self._pool = self._build_pool(start)
         for exporter in exporters:
             self.add_exporter(exporter)
@@ -321,6 +323,27 @@ class Monitor:
                 exporter, queue_size=self.config.pipeline.export_queue_size, on_error=self.count_error
             )
         )
+        if hasattr(exporter, "publish_refit"):
+            self._start_refit()
+
+    def _start_refit(self) -> None:
+        """Start the periodic refit once something can publish its gauges.
+
+        Runs every ``refit.interval_s`` (0 disables it) on a daemon thread; without an
+        exporter that publishes refits (Prometheus, OTel) there is nobody to hand the
+        result to, so no thread is started.
+        """
+        if self._refit is not None or self._closed or self.config.refit.interval_s <= 0:
+            return
+        from handoffmon.refit.periodic import PeriodicRefit
+
+        self._refit = PeriodicRefit.for_monitor(self)
+        self._refit.start()
+
+    @property
+    def refit(self) -> PeriodicRefit | None:
+        """The periodic refit (``None`` until an exporter that publishes refits is added)."""
+        return self._refit
 
     @property
     def exporters(self) -> tuple[Exporter, ...]:
@@ -359,6 +382,8 @@ class Monitor:
             return
         self._closed = True
         atexit.unregister(self._atexit)
+        if self._refit is not None:
+            self._refit.stop()
         budget = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
         if not self._pool.close(budget):
