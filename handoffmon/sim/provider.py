@@ -129,13 +129,17 @@ class SimProvider(CustomLLM):  # type: ignore[misc]
         attempt = self._attempt(key, model)
         u = np.random.default_rng(_seed_from(self.seed, "fail", key, model, attempt)).random()
         if u < spec.rate_limit_rate:
-            self.stats[f"rate_limit:{model}"] += 1
+            self._count(f"rate_limit:{model}")
             raise RateLimitError(
                 message=f"simulated rate limit on {model}", llm_provider="handoffsim", model=model
             )
         if u < spec.rate_limit_rate + spec.timeout_rate:
-            self.stats[f"timeout:{model}"] += 1
+            self._count(f"timeout:{model}")
             raise Timeout(message=f"simulated timeout on {model}", model=model, llm_provider="handoffsim")
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.stats[key] += 1
 
     def reply(self, model: str, messages: Sequence[Mapping[str, Any]]) -> str:
         """Write the reply of ``model`` to ``messages`` (or raise an injected failure)."""
