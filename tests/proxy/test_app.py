@@ -370,3 +370,14 @@ def test_absurdly_nested_json_is_forwarded_not_a_crash(proxy: Proxy, upstream: U
     r = httpx.post(f"{proxy.url}/v1/chat/completions", content=body)
     assert r.status_code == 400  # the upstream's answer, not a proxy 500
     assert _unmonitored(proxy, "bad_json") == before + 1
+
+
+@pytest.mark.parametrize("header", ["X-Conversation-Id", "x-litellm-session-id"])
+def test_conversation_id_headers_key_the_conversation_state(proxy: Proxy, header: str) -> None:
+    """X-Conversation-Id or LiteLLM's session header becomes the id the monitor keys state by."""
+    cid = f"conv-{header.lower()}"
+    body = {"model": "g", "messages": [{"role": "user", "content": f"hello via {header}"}]}
+    assert httpx.post(f"{proxy.url}/v1/chat/completions", json=body, headers={header: cid}).status_code == 200
+    assert proxy.monitor.flush(10)
+    assert proxy.monitor.store.get_state(cid) is not None
+    assert proxy.monitor.store.get_state("conv-never-sent") is None
