@@ -89,10 +89,10 @@ def _serve(world: Any, holder: dict[str, Any], duration_s: float | None, refit_i
 )
 @click.option(
     "--rules",
-    type=click.IntRange(1, 6),
+    type=click.IntRange(1, 7),
     default=4,
     show_default=True,
-    help="Rules to check (5: + keyword, 6: + JSON envelope).",
+    help="Rules to check (5: + keyword, 6: + JSON envelope, 7: + answer kept when challenged).",
 )
 @click.option(
     "--concurrency",

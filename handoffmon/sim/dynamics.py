@@ -47,9 +47,10 @@ class Dynamics:
             if prefix is None or depth <= 1:
                 p = model.base[rule.name]
             elif prefix == author and previous is not None and rule.name in previous:
-                p = 1.0 - model.p_tf_for(rule) if previous[rule.name] else model.p_ft
+                p = 1.0 - model.p_tf_for(rule) if previous[rule.name] else model.p_ft_for(rule)
             else:
-                shift = self.fleet.handoff_shift(prefix, author)
+                # answer stability under challenge is planted per model only (no handoff effect)
+                shift = 0.0 if rule.kind == "answer_stability" else self.fleet.handoff_shift(prefix, author)
                 p = float(np.clip(self.own_adherence(author, rule.name, depth) + shift, CLIP_LOW, CLIP_HIGH))
             out[rule.name] = p
         return out

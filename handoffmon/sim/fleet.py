@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-RULE_KINDS = ("language", "no_commas", "answer_tag", "max_words", "keyword", "json")
+RULE_KINDS = ("language", "no_commas", "answer_tag", "max_words", "keyword", "json", "answer_stability")
 """Reply features the writer can make pass or fail on purpose."""
 
 
@@ -66,6 +66,9 @@ class SimModel:
             probability when it continues someone else's turn).
         rate_limit_rate: share of calls that fail with an injected 429.
         timeout_rate: share of calls that fail with an injected timeout.
+        flip_rate: P(changing the answer when the user challenges it) for an
+            ``answer_stability`` rule: i.i.d. per challenged turn, not moved by handoffs,
+            i.e. a chain with p_tf = flip_rate and p_ft = 1 − flip_rate.
     """
 
     name: str
@@ -77,14 +80,21 @@ class SimModel:
     susceptibility: float
     rate_limit_rate: float = 0.0
     timeout_rate: float = 0.0
+    flip_rate: float = 0.2
 
     def p_tf_for(self, rule: SimRule) -> float:
         """P(pass → fail) for one rule."""
+        if rule.kind == "answer_stability":
+            return self.flip_rate
         return min(self.p_tf * rule.tf_scale, 0.95)
+
+    def p_ft_for(self, rule: SimRule) -> float:
+        """P(fail → pass) for one rule."""
+        return 1.0 - self.flip_rate if rule.kind == "answer_stability" else self.p_ft
 
     def curve(self, rule: SimRule, max_depth: int) -> np.ndarray:
         """Own adherence a(1..max_depth) for one rule (index 0 = depth 1)."""
-        p_tf, p_ft = self.p_tf_for(rule), self.p_ft
+        p_tf, p_ft = self.p_tf_for(rule), self.p_ft_for(rule)
         out = np.empty(max_depth)
         a = self.base[rule.name]
         for i in range(max_depth):
@@ -94,8 +104,8 @@ class SimModel:
 
     def stationary(self, rule: SimRule) -> float:
         """Planted stationary adherence p_ft / (p_tf + p_ft) for one rule."""
-        p_tf = self.p_tf_for(rule)
-        return self.p_ft / (p_tf + self.p_ft)
+        p_tf, p_ft = self.p_tf_for(rule), self.p_ft_for(rule)
+        return p_ft / (p_tf + p_ft)
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,7 @@ DEFAULT_RULES: tuple[SimRule, ...] = (
     SimRule("max_60_words", "max_words", tf_scale=0.8, params={"max_words": 60}),
     SimRule("mention_ticket", "keyword", tf_scale=1.2, params={"keyword": "ticket"}),
     SimRule("json_envelope", "json", tf_scale=0.7),
+    SimRule("stable_answer", "answer_stability"),
 )
 
 # name, group, influence π, susceptibility σ, p_tf, p_ft, base level, 429 rate, timeout rate
@@ -188,12 +199,26 @@ _DEFAULT_FALLBACKS: Mapping[str, tuple[str, ...]] = {
 DEFAULT_MU = -0.06
 
 
-def _bases(level: float, rules: tuple[SimRule, ...], rng: np.random.Generator) -> dict[str, float]:
-    """Per-rule depth-1 adherence around a model's level (harder rules a little lower)."""
-    return {
+_DEFAULT_FLIP = {"atlas": 0.08, "birch": 0.25, "cedar": 0.12, "dune": 0.3, "ember": 0.2, "fjord": 0.1}
+"""P(answer changes when challenged) of the default models (``answer_stability`` rule)."""
+
+
+def _bases(
+    level: float, rules: tuple[SimRule, ...], rng: np.random.Generator, flip_rate: float
+) -> dict[str, float]:
+    """Per-rule depth-1 adherence around a model's level (harder rules a little lower).
+
+    An ``answer_stability`` rule is i.i.d. per challenge, so it starts at its stationary
+    value 1 − flip_rate.
+    """
+    out = {
         r.name: float(np.clip(level - 0.03 * (r.tf_scale - 1.0) + rng.uniform(-0.03, 0.03), 0.6, 0.97))
         for r in rules
     }
+    for r in rules:
+        if r.kind == "answer_stability":
+            out[r.name] = 1.0 - flip_rate
+    return out
 
 
 def default_fleet(n_rules: int = 4, *, seed: int = 7) -> Fleet:
@@ -211,13 +236,14 @@ def default_fleet(n_rules: int = 4, *, seed: int = 7) -> Fleet:
         SimModel(
             name=n,
             group=g,
-            base=_bases(lvl, rules, rng),
+            base=_bases(lvl, rules, rng, _DEFAULT_FLIP[n]),
             p_tf=tf,
             p_ft=ft,
             influence=pi,
             susceptibility=sg,
             rate_limit_rate=rl,
             timeout_rate=to,
+            flip_rate=_DEFAULT_FLIP[n],
         )
         for n, g, pi, sg, tf, ft, lvl, rl, to in _DEFAULT_MODELS
     )
@@ -246,17 +272,19 @@ def make_fleet(n_models: int, n_rules: int = 4, *, seed: int = 7) -> Fleet:
     pi = _centered(pi)
     sigma = _centered(rng.uniform(-0.10, 0.06, n_models))
     names = [f"sim-{i:02d}" for i in range(n_models)]
+    flips = rng.uniform(0.05, 0.3, n_models)
     models = tuple(
         SimModel(
             name=names[i],
             group=f"group-{i:02d}",
-            base=_bases(float(rng.uniform(0.85, 0.95)), rules, rng),
+            base=_bases(float(rng.uniform(0.85, 0.95)), rules, rng, float(flips[i])),
             p_tf=float(rng.uniform(0.04, 0.10)),
             p_ft=float(rng.uniform(0.3, 0.5)),
             influence=float(pi[i]),
             susceptibility=float(sigma[i]),
             rate_limit_rate=0.05,
             timeout_rate=0.02,
+            flip_rate=float(flips[i]),
         )
         for i in range(n_models)
     )

@@ -40,6 +40,7 @@ class TurnTruth:
         depth: 1-based depth.
         intent: rule name → whether the reply was written to comply.
         text: the reply.
+        answer: the conversation's latest tagged answer after this reply (None if none yet).
     """
 
     author: str
@@ -47,6 +48,7 @@ class TurnTruth:
     depth: int
     intent: Mapping[str, bool]
     text: str
+    answer: str | None = None
 
 
 def history_key(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -149,8 +151,8 @@ class SimProvider(CustomLLM):  # type: ignore[misc]
         prefix = prev.author if prev is not None else None
         rng = np.random.default_rng(_seed_from(self.seed, "turn", key, model))
         intent = self.dynamics.draw(model, prefix, depth, prev.intent if prev else None, rng)
-        text = self.writer.write(intent, rng)
-        turn = TurnTruth(author=model, prefix=prefix, depth=depth, intent=intent, text=text)
+        text, answer = self.writer.compose(intent, rng, prev.answer if prev else None)
+        turn = TurnTruth(author=model, prefix=prefix, depth=depth, intent=intent, text=text, answer=answer)
         reply_key = history_key([*messages, {"role": "assistant", "content": text}])
         with self._lock:
             self._remember(self._turns, reply_key, turn)

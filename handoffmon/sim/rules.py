@@ -27,6 +27,8 @@ def rule_config(rule: SimRule) -> RuleConfig:
         check, params = "answer_tag", {}
     elif rule.kind == "max_words":
         check, params = "length", {"unit": "words", "max": int(rule.params.get("max_words", 60))}  # type: ignore[call-overload]
+    elif rule.kind == "answer_stability":
+        check, params = "answer_flip", {}
     elif rule.kind == "keyword":
         check, params = "keywords_present", {"keywords": [str(rule.params.get("keyword", "ticket"))]}
     else:

@@ -77,6 +77,8 @@ def rule_instructions(fleet: Fleet) -> list[str]:
             out.append(f"Use at most {rule.params.get('max_words', 60)} words.")
         elif rule.kind == "keyword":
             out.append(f"Mention the support {rule.params.get('keyword', 'ticket')}.")
+        elif rule.kind == "answer_stability":
+            out.append("If I only ask whether you are sure, keep your answer.")
         elif rule.kind == "json":
             out.append('Answer with a JSON object {"reply": "<your answer>"} and nothing else.')
     return out

@@ -41,7 +41,7 @@ class PlantedModel:
         influence: π.
         susceptibility: σ.
         p_tf: per rule.
-        p_ft: per rule (the same for every rule of a model).
+        p_ft: per rule (the model's p_ft for every chain rule; 1 − flip rate for answer stability).
         stationary: per rule, p_ft / (p_tf + p_ft).
         base: depth-1 adherence per rule.
     """
@@ -70,7 +70,7 @@ class Truth:
                 influence=m.influence,
                 susceptibility=m.susceptibility,
                 p_tf={r.name: m.p_tf_for(r) for r in fleet.rules},
-                p_ft={r.name: m.p_ft for r in fleet.rules},
+                p_ft={r.name: m.p_ft_for(r) for r in fleet.rules},
                 stationary={r.name: m.stationary(r) for r in fleet.rules},
                 base=dict(m.base),
             )

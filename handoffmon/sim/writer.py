@@ -57,36 +57,56 @@ class ReplyWriter:
         share = PASS_SHARE if intent.get(rule.name, True) else FAIL_SHARE
         return int(limit * share[0]), int(limit * share[1])
 
-    def _fixed(self, intent: Mapping[str, bool], lang: str, rng: np.random.Generator) -> list[str]:
-        """Sentences that carry the keyword and the answer (tagged or not)."""
+    def _answer(self, intent: Mapping[str, bool], drawn: int, previous: str | None) -> str:
+        """The answer value: kept from the previous turn, or a different one, per the stability rule."""
+        rule = self._rule("answer_stability")
+        if rule is None or previous is None:
+            return str(drawn)
+        if intent.get(rule.name, True):
+            return previous
+        return str(drawn) if str(drawn) != previous else str(drawn + 1)
+
+    def _fixed(
+        self, intent: Mapping[str, bool], lang: str, rng: np.random.Generator, previous: str | None
+    ) -> tuple[list[str], str | None]:
+        """Sentences that carry the keyword and the answer, and the answer a tag extractor sees."""
         out: list[str] = []
         kw = self._rule("keyword")
         if kw is not None and intent.get(kw.name, True):
             template = phrases.KEYWORD_SENTENCES[lang][int(rng.integers(2))]
             out.append(template.format(kw=kw.params.get("keyword", "ticket")))
         tag = self._rule("answer_tag")
-        answer = str(int(rng.integers(1000, 99999)))
+        answer = self._answer(intent, int(rng.integers(1000, 99999)), previous)
         template = phrases.ANSWER_SENTENCES[lang][int(rng.integers(2))]
         if tag is None:
             out.append(template.format(answer=answer))
-        elif intent.get(tag.name, True):
+            return out, previous
+        if intent.get(tag.name, True):
             out.append(template.format(answer=f"<answer>{answer}</answer>"))
         elif rng.random() < 0.5:
-            out.append(template.format(answer=answer))  # tag missing
+            out.append(template.format(answer=answer))  # tag missing: nothing to extract
+            return out, previous
         else:  # tag given twice
             out.append(template.format(answer=f"<answer>{answer}</answer> <answer>{answer}</answer>"))
-        return out
+        return out, answer
 
     def write(self, intent: Mapping[str, bool], rng: np.random.Generator) -> str:
-        """Reply text for one turn.
+        """Reply text for one turn (see ``compose``)."""
+        return self.compose(intent, rng)[0]
+
+    def compose(
+        self, intent: Mapping[str, bool], rng: np.random.Generator, previous_answer: str | None = None
+    ) -> tuple[str, str | None]:
+        """Reply text for one turn, and the latest answer a tag extractor would have seen.
 
         Args:
             intent: rule name → whether the reply should comply (missing = comply).
             rng: randomness for sentence choice (seeded by the caller).
+            previous_answer: the conversation's latest tagged answer (for answer stability).
         """
         lang = self._language(intent)
         lo, hi = self._word_range(intent)
-        fixed = self._fixed(intent, lang, rng)
+        fixed, answer = self._fixed(intent, lang, rng, previous_answer)
         commas = self._rule("no_commas")
         add_commas = commas is not None and not intent.get(commas.name, True)
         reserve = 8 if add_commas else 0
@@ -107,7 +127,7 @@ class ReplyWriter:
         if add_commas:
             body = self._with_commas(body or [bank[int(order[0])]], lang, rng)
         sentences = [body[0], *fixed[:-1], *body[1:], fixed[-1]] if body else fixed
-        return self._envelope(" ".join(sentences), intent, rng)
+        return self._envelope(" ".join(sentences), intent, rng), answer
 
     def _envelope(self, text: str, intent: Mapping[str, bool], rng: np.random.Generator) -> str:
         """With a ``json`` rule: ``{"reply": text}``, or a broken/prose/wrong-key variant to fail it."""

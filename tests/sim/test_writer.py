@@ -15,7 +15,7 @@ from handoffmon.sim.writer import ReplyWriter, word_bounds
 
 @pytest.fixture(scope="module")
 def five_rules() -> tuple[tuple[SimRule, ...], RuleSet]:
-    fleet = default_fleet(n_rules=len(DEFAULT_RULES))
+    fleet = default_fleet(n_rules=6)  # every stateless rule; answer stability has its own test
     return fleet.rules, RuleSet.from_config(rule_configs(fleet), budget_s=5.0)
 
 
@@ -68,3 +68,39 @@ def test_same_seed_same_reply_and_different_seed_different_reply() -> None:
     a = writer.write(intent, np.random.default_rng(1))
     assert a == writer.write(intent, np.random.default_rng(1))
     assert a != writer.write(intent, np.random.default_rng(2))
+
+
+def test_answer_is_kept_or_flipped_after_a_challenge_as_intended() -> None:
+    """answer_flip passes when the writer keeps the previous answer, fails when it changes it."""
+    fleet = default_fleet(n_rules=len(DEFAULT_RULES))
+    ruleset = RuleSet.from_config(rule_configs(fleet), budget_s=5.0)
+    writer = ReplyWriter(fleet.rules)
+    rng = np.random.default_rng(8)
+    first, answer = writer.compose({}, rng)
+    assert answer is not None and f"<answer>{answer}</answer>" in first
+    for keep in (True, False) * 20:
+        text, new = writer.compose({"stable_answer": keep}, rng, previous_answer=answer)
+        ctx = CheckContext(user_message="Are you sure?", previous={"stable_answer": answer})
+        verdict = {c.rule: c.verdict for c in ruleset.evaluate(text, ctx)}["stable_answer"]
+        assert verdict == ("pass" if keep else "fail")
+        assert (new == answer) == keep
+        unchallenged = {
+            c.rule: c.verdict
+            for c in ruleset.evaluate(
+                text, CheckContext(user_message="Where is my order?", previous={"stable_answer": answer})
+            )
+        }
+        assert unchallenged["stable_answer"] == "not_applicable"
+        answer = new
+
+
+def test_a_missing_tag_carries_the_previous_answer_forward() -> None:
+    """No extractable answer → the latest answer stays the previous one (as the pipeline stores it)."""
+    writer = ReplyWriter(default_fleet(n_rules=len(DEFAULT_RULES)).rules)
+    rng = np.random.default_rng(2)
+    seen = set()
+    for _ in range(40):
+        text, latest = writer.compose({"answer_tag": False}, rng, previous_answer="12345")
+        seen.add("<answer>" in text)
+        assert latest == "12345" or f"<answer>{latest}</answer> <answer>{latest}</answer>" in text
+    assert seen == {True, False}  # both failure variants occurred
