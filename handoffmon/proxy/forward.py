@@ -244,20 +244,24 @@ class Forwarder:
         acc = ChatStreamAccumulator() if turn is not None and 200 <= status < 300 else None
         if acc is None and turn is not None:
             self._skip("upstream_status")
-        encoded = _encoding(headers)
+        if acc is not None and _encoding(headers) is not None:
+            self._skip("bad_reply")  # a compressed event stream: forwarded, not read
+            acc = None
         await send({"type": "http.response.start", "status": status, "headers": headers})
+        pending = acc is not None and turn is not None
         completed = False
         try:
             async for chunk in resp.content.iter_any():
-                if acc is not None and not encoded:
+                if pending and acc is not None and turn is not None:
                     acc.feed(chunk)
+                    if acc.done:  # "[DONE]" is in this chunk: record before the client can see it
+                        pending = not self._finish_stream(turn, headers, acc, True)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             completed = True
         except (asyncio.TimeoutError, aiohttp.ClientError):
             self._metrics.upstream_error("stream")
         finally:
-            if acc is not None and turn is not None:
-                acc.close()
+            if pending and acc is not None and turn is not None:  # no [DONE]: ended or cut off
                 self._finish_stream(turn, headers, acc, completed)
         watch.done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -281,13 +285,16 @@ class Forwarder:
 
     def _finish_stream(
         self, turn: _Turn, headers: list[tuple[bytes, bytes]], acc: ChatStreamAccumulator, completed: bool
-    ) -> None:
+    ) -> bool:
+        """Hand a streamed reply to the monitor (a cut-off one has no finish reason); always True."""
+        acc.close()
         if acc.events == 0:
             self._skip("bad_reply")
-            return
+            return True
         inp, out = usage_tokens(acc.usage)
         finish_reason = acc.finish_reason if completed else None
         self._finish(turn, from_headers(headers), acc.message(), acc.model, True, inp, out, finish_reason)
+        return True
 
     def _finish(
         self,
