@@ -36,6 +36,9 @@ def serve(
             raise ConfigError("no upstream: pass --upstream URL or set proxy.upstream", key="proxy.upstream")
         from handoffmon.proxy.server import serve as run
 
+        where = f"http://{config.proxy.host}:{config.proxy.port}/v1"
+        upstream_url, backend = config.proxy.upstream, config.store.backend
+        click.echo(f"handoffmon serve: {where} -> {upstream_url} (store: {backend})", err=True)
         run(config, log_level=log_level)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
