@@ -41,6 +41,8 @@ class TurnTruth:
         intent: rule name → whether the reply was written to comply.
         text: the reply.
         answer: the conversation's latest tagged answer after this reply (None if none yet).
+        previous: the intent of the previous turn the simulator chained from (None at depth 1
+            or when the history was not one it produced).
     """
 
     author: str
@@ -49,6 +51,7 @@ class TurnTruth:
     intent: Mapping[str, bool]
     text: str
     answer: str | None = None
+    previous: Mapping[str, bool] | None = None
 
 
 def history_key(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -152,7 +155,15 @@ class SimProvider(CustomLLM):  # type: ignore[misc]
         rng = np.random.default_rng(_seed_from(self.seed, "turn", key, model))
         intent = self.dynamics.draw(model, prefix, depth, prev.intent if prev else None, rng)
         text, answer = self.writer.compose(intent, rng, prev.answer if prev else None)
-        turn = TurnTruth(author=model, prefix=prefix, depth=depth, intent=intent, text=text, answer=answer)
+        turn = TurnTruth(
+            author=model,
+            prefix=prefix,
+            depth=depth,
+            intent=intent,
+            text=text,
+            answer=answer,
+            previous=prev.intent if prev else None,
+        )
         reply_key = history_key([*messages, {"role": "assistant", "content": text}])
         with self._lock:
             self._remember(self._turns, reply_key, turn)

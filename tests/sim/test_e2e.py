@@ -65,6 +65,25 @@ def test_checkers_judge_every_reply_exactly_as_the_simulator_intended(demo_run) 
     assert outcome.counts.total_turns == outcome.stats.turns == len(world.provider.truth)
 
 
+def test_same_author_transitions_equal_the_simulators_chain_steps(demo_run) -> None:
+    """The pipeline's no-handoff transitions are exactly the simulator's same-author chain steps."""
+    world, outcome = demo_run
+
+    def verdict(ok: bool) -> str:
+        return "pass" if ok else "fail"
+
+    steps: Counter[tuple[str, str, str, str]] = Counter()
+    for t in world.provider.truth:
+        if t.prefix == t.author and t.previous is not None:
+            for rule, ok in t.intent.items():
+                steps[(rule, t.author, verdict(t.previous[rule]), verdict(ok))] += 1
+    recorded: Counter[tuple[str, str, str, str]] = Counter()
+    for key, n in outcome.counts.transitions.items():
+        if key.handoff == "false":
+            recorded[(key.rule, key.model, key.from_verdict, key.to_verdict)] += n
+    assert recorded == steps and sum(steps.values()) > 5000
+
+
 def test_handoffs_come_from_routing_changes_and_router_fallbacks(demo_run) -> None:
     """Injected failures caused real fallbacks; handoffmon attributed the resulting handoffs itself."""
     world, outcome = demo_run
