@@ -34,7 +34,12 @@ def _serving_exporters(port: int, holder: dict[str, Any]) -> Any:
         from handoffmon.exporters.serving import start_metrics_server
 
         exporters = build_exporters(config)
-        holder["server"] = start_metrics_server(prometheus_exporter(exporters).registry, port)
+        try:
+            holder["server"] = start_metrics_server(prometheus_exporter(exporters).registry, port)
+        except OSError as exc:
+            raise click.ClickException(
+                f"--serve {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror}"
+            ) from exc
         return exporters
 
     return build

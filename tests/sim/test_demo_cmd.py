@@ -76,3 +76,31 @@ def test_small_demo_with_serve_exits_zero_writes_outputs_and_serves_live_metrics
     assert refit_seen
     initial = int(re.search(r"([0-9,]+) turns through a litellm.Router", out).group(1).replace(",", ""))
     assert max(samples) > initial > 0  # live traffic kept flowing after the initial run, while served
+
+
+def test_serve_on_a_busy_port_fails_with_a_clear_message(tmp_path: Path) -> None:
+    """--serve on a port already in use exits 1 naming the port, without a traceback."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        cmd = [
+            sys.executable,
+            "-m",
+            "handoffmon",
+            "demo",
+            "--serve",
+            str(port),
+            "--size",
+            "0.01",
+            "--no-progress",
+            "--out-dir",
+            str(tmp_path),
+        ]
+        res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 1
+    assert f"--serve {port}: cannot listen on 127.0.0.1:{port}" in res.stderr
+    assert "Traceback" not in res.stderr
