@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from handoffmon.attribution.names import ModelNames
+from handoffmon.types import TurnContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.pipeline.monitor import Monitor
 
 # LiteLLM puts these in ``_hidden_params["additional_headers"]`` (Router) and sends them
 # as HTTP response headers (LiteLLM Proxy).
@@ -164,3 +168,40 @@ def first_message(response: Any) -> dict[str, Any] | None:
     if function_call:
         out["function_call"] = function_call
     return out
+
+
+def finish_from_response(
+    monitor: Monitor,
+    ctx: TurnContext,
+    response: Any,
+    served: ServedBy,
+    *,
+    latency_s: float | None,
+    fallback_author: str | None = None,
+) -> None:
+    """Hand a completed (non-streamed) response to ``monitor.finish``.
+
+    Args:
+        monitor: the monitor recording the turn.
+        ctx: the turn's context from ``monitor.begin``.
+        response: a chat completion (litellm ``ModelResponse`` or OpenAI SDK object).
+        served: where it came from (``served_by_response`` or ``served_by_headers``).
+        latency_s: wall time of the call (``None``: the monitor measures from ``ctx``).
+        fallback_author: author to use when the response names no deployment or model.
+    """
+    usage = usage_of(response)
+    author = raw_author(monitor.names, served.deployment_id, served.model_name) or fallback_author
+    monitor.finish(
+        ctx,
+        first_message(response),
+        authors=(author,) if author else (),
+        deployment_id=served.deployment_id,
+        fallbacks=served.fallbacks,
+        retries=served.retries,
+        latency_s=latency_s,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        finish_reason=usage.finish_reason,
+        provider=served.provider,
+        response_model=served.response_model,
+    )

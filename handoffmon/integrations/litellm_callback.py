@@ -23,10 +23,10 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from handoffmon.config import HandoffmonConfig, load_config
 from handoffmon.integrations.authorship import (
+    finish_from_response,
     first_message,
     raw_author,
     served_by_response,
-    usage_of,
 )
 from handoffmon.integrations.streaming import StreamAccumulator, StreamOutcome
 from handoffmon.pipeline.monitor import Monitor
@@ -147,22 +147,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         if ctx is None or first_message(response) is None:
             return None
         try:
-            served = served_by_response(response)
-            usage = usage_of(response)
-            author = raw_author(self.monitor.names, served.deployment_id, served.model_name)
-            self.monitor.finish(
-                ctx,
-                first_message(response),
-                authors=(author,) if author else (),
-                deployment_id=served.deployment_id,
-                fallbacks=served.fallbacks,
-                retries=served.retries,
-                latency_s=self._latency(data),
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                finish_reason=usage.finish_reason,
-                provider=served.provider,
-                response_model=served.response_model,
+            finish_from_response(
+                self.monitor, ctx, response, served_by_response(response), latency_s=self._latency(data)
             )
         except Exception:
             _log.warning("handoffmon could not read a proxy response", exc_info=True)

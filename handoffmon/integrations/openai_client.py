@@ -10,10 +10,9 @@ from typing import Any
 
 from handoffmon.integrations.authorship import (
     ServedBy,
-    first_message,
+    finish_from_response,
     raw_author,
     served_by_headers,
-    usage_of,
 )
 from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
 from handoffmon.pipeline.monitor import Monitor
@@ -72,19 +71,13 @@ class _Turns:
         try:
             model = getattr(response, "model", None)
             served = served_by_headers(headers, response_model=model if isinstance(model, str) else None)
-            usage = usage_of(response)
-            self.monitor.finish(
+            finish_from_response(
+                self.monitor,
                 ctx,
-                first_message(response),
-                authors=self.author(served, served.response_model),
-                deployment_id=served.deployment_id,
-                fallbacks=served.fallbacks,
-                retries=served.retries,
+                response,
+                served,
                 latency_s=time.perf_counter() - t0,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                finish_reason=usage.finish_reason,
-                response_model=served.response_model,
+                fallback_author=served.response_model,
             )
         except Exception:
             _log.warning("handoffmon could not read a completion", exc_info=True)

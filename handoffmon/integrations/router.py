@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from handoffmon.integrations.authorship import (
-    first_message,
+    finish_from_response,
     raw_author,
     served_by_response,
-    usage_of,
 )
 from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
 from handoffmon.pipeline.monitor import Monitor
@@ -112,22 +111,7 @@ class RouterWrapper:
     def _finish(self, ctx: TurnContext, response: Any, latency_s: float) -> None:
         try:
             served = served_by_response(response)
-            usage = usage_of(response)
-            author = raw_author(self._monitor.names, served.deployment_id, served.model_name)
-            self._monitor.finish(
-                ctx,
-                first_message(response),
-                authors=(author,) if author else (),
-                deployment_id=served.deployment_id,
-                fallbacks=served.fallbacks,
-                retries=served.retries,
-                latency_s=latency_s,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                finish_reason=usage.finish_reason,
-                provider=served.provider,
-                response_model=served.response_model,
-            )
+            finish_from_response(self._monitor, ctx, response, served, latency_s=latency_s)
         except Exception:
             _log.warning("handoffmon could not read a router response", exc_info=True)
             self._monitor.count_error("integration")
