@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import time
 import uuid
@@ -14,12 +15,12 @@ from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.dispatch import ExporterDispatch
-from handoffmon.pipeline.reply import count_assistant, last_user_text, reply_text
+from handoffmon.pipeline.reply import last_user_text, reply_text
 from handoffmon.pipeline.request_meta import turn_metadata
 from handoffmon.pipeline.turn import PendingTurn, TurnProcessor
 from handoffmon.pipeline.worker import WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver
-from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, TurnContext
+from handoffmon.types import UNKNOWN_MODEL, TurnContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.checkers import RuleSet
@@ -174,28 +175,21 @@ class Monitor:
         metadata: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
     ) -> TurnContext:
+        """The attribution's fail-open context, under a fresh id so no state is shared."""
+        from handoffmon.attribution import degraded_context
+
         try:
-            depth = count_assistant(messages) + 1
             user = last_user_text(messages)
         except Exception:
-            depth, user = 1, ""
-        return TurnContext(
+            user = ""
+        ctx = degraded_context(
+            messages,
             conversation_id=f"degraded-{uuid.uuid4().hex}",
-            conversation_id_source="derived",
-            depth=depth,
-            history_chars=0,
-            history_tokens=0,
-            prefix_model=NO_PREFIX if depth == 1 else UNKNOWN_MODEL,
-            prefix_purity=1.0 if depth == 1 else 0.0,
-            prefix_authors=0,
-            attributions=(),
-            history_fingerprint=0,
             requested_model=requested_model,
             metadata=turn_metadata(metadata, None, trace=False),
             started_at=time.monotonic(),
-            user_message=user,
-            degraded=True,
         )
+        return dataclasses.replace(ctx, conversation_id_source="derived", user_message=user)
 
     def finish(
         self,
