@@ -6,11 +6,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
-
-from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +27,6 @@ def test_small_demo_with_serve_exits_zero_writes_outputs_and_serves_live_metrics
     """A small seeded demo: summary beside the planted truth, three files, and a /metrics endpoint
     whose turn counter keeps growing with live traffic and which carries the refit gauges; exits 0
     after --duration."""
-    port = free_port()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     cmd = [
         sys.executable,
@@ -43,28 +41,37 @@ def test_small_demo_with_serve_exits_zero_writes_outputs_and_serves_live_metrics
         "--out-dir",
         str(tmp_path),
         "--serve",
-        str(port),
+        "0",
         "--duration",
-        "5",
+        "6",
         "--refit-interval",
         "1",
     ]
+    # port 0: the OS picks a free port (no race with other processes); the demo prints its URL
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err_lines: list[str] = []
+    reader = threading.Thread(target=lambda: err_lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
     try:
-        url = f"http://127.0.0.1:{port}/metrics"
         samples: list[float] = []
         refit_seen = False
         deadline = time.monotonic() + 150
         while proc.poll() is None and time.monotonic() < deadline:
+            url = next((ln.split()[1] for ln in list(err_lines) if ln.startswith("metrics: ")), None)
             try:
-                text = _scrape(url)
+                text = _scrape(url) if url else ""
             except OSError:
+                text = ""
+            if not text:
                 time.sleep(0.5)
                 continue
             samples.append(_turns_total(text))
             refit_seen = refit_seen or "handoffmon_prefix_influence{" in text
             time.sleep(1.0)
-        out, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        out = proc.stdout.read()  # the summary is a few KB: it fit in the pipe while we polled
+        reader.join(timeout=10)
+        err = "".join(err_lines)
     finally:
         if proc.poll() is None:
             proc.kill()
