@@ -183,8 +183,12 @@ async def test_raising_and_over_budget_checkers_under_proxy_traffic() -> None:
     assert snap.monitor_errors == {"check": 128}
 
 
+SLOW_S = 3.0
+"""The slow upstream's delay: long enough that 20 fast requests fit in it on a loaded CI host."""
+
+
 async def test_slow_upstream_holds_up_neither_other_requests_nor_monitoring() -> None:
-    """8 requests answered after 1.5 s in flight: 20 fast requests meanwhile return at once; 28 counted."""
+    """8 requests answered after 3 s in flight: 20 fast requests meanwhile return at once; 28 counted."""
     with upstream_thread() as (url, _), running_proxy(proxy_config(url)) as p:
         async with httpx.AsyncClient(base_url=p.url, timeout=30) as client:
 
@@ -197,15 +201,15 @@ async def test_slow_upstream_holds_up_neither_other_requests_nor_monitoring() ->
                 assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
                 return time.perf_counter() - t0
 
-            slow = [asyncio.create_task(ask(i, 1.5)) for i in range(8)]
+            slow = [asyncio.create_task(ask(i, SLOW_S)) for i in range(8)]
             await asyncio.sleep(0.2)
             fast = [await ask(i, 0.0) for i in range(20)]
             still_waiting = sum(not t.done() for t in slow)
             slow_s = await asyncio.gather(*slow)
         assert still_waiting == 8, "the fast requests did not overlap the slow ones"
-        assert min(slow_s) >= 1.5
+        assert min(slow_s) >= SLOW_S
         # sequential fast requests finished while the slow ones were still waiting upstream
-        assert sum(fast) < 1.5, f"20 fast requests took {sum(fast):.2f}s behind slow ones"
+        assert sum(fast) < SLOW_S, f"20 fast requests took {sum(fast):.2f}s behind slow ones"
         assert p.monitor.flush(30)
         snap = p.monitor.snapshot()
     _no_loss(snap, 28)
