@@ -89,7 +89,7 @@ class Attributor:
         on_error: called with (stage, exception) when the store fails in ``attribute``
             or attribution fails as a whole; ``errors`` counts the same events.
         min_content_chars: shorter replies get a content key bound to the preceding message.
-        text_cache_chars: bound of the folded-text cache.
+        text_cache_bytes: estimated memory bound of the folded-text cache.
         monotonic: clock for ``TurnContext.started_at``.
     """
 
@@ -103,7 +103,7 @@ class Attributor:
         pending_max: int = 100_000,
         on_error: OnError | None = None,
         min_content_chars: int = DEFAULT_MIN_CONTENT_CHARS,
-        text_cache_chars: int = 8_000_000,
+        text_cache_bytes: int = 16_000_000,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -115,7 +115,7 @@ class Attributor:
         self._monotonic = monotonic
         self._on_error = on_error
         self._pending = PendingOverlay(pending_max)
-        self._texts = TextCache(text_cache_chars)
+        self._texts = TextCache(text_cache_bytes)
         # Interned MessageAttribution records: constructing a frozen dataclass costs ~0.5 µs,
         # and every request re-attributes the same prefix. Values are immutable, so sharing is safe.
         self._made: dict[tuple[object, ...], MessageAttribution] = {}

@@ -102,17 +102,23 @@ class TextCache:
 
     Safe because strings are immutable and folding is a pure function. Clients resend
     every message on every later turn, so folding runs about once per message. Bounded
-    by the total characters held; when full it is cleared (cheap, and refills in a turn).
-    Strings longer than ``max_chars / 64`` are never cached (they would flush the rest).
+    by an estimate of the memory held — each entry costs its characters plus
+    ``ENTRY_OVERHEAD_BYTES`` (the key object, the value tuple and the dict slot), so many
+    short messages cannot outgrow the bound; when full it is cleared (cheap, and refills
+    in a turn). Strings longer than ``max_bytes / 64`` are never cached (they would
+    flush the rest).
 
     Args:
-        max_chars: characters of keys held before the cache is cleared.
+        max_bytes: estimated bytes held before the cache is cleared.
     """
+
+    ENTRY_OVERHEAD_BYTES = 300
+    """Measured with tracemalloc: ~49 B str header + 64 B tuple + 32 B int + 41 B bytes + dict slot."""
 
     __slots__ = ("_chars", "entries", "max_chars")
 
-    def __init__(self, max_chars: int = 8_000_000) -> None:
-        self.max_chars = max_chars
+    def __init__(self, max_bytes: int = 16_000_000) -> None:
+        self.max_chars = max_bytes
         self.entries: dict[str, tuple[int, int, bytes]] = {}
         """Read-only for callers (the attributor's hot loop probes it directly)."""
         self._chars = 0
@@ -124,7 +130,7 @@ class TextCache:
             if hit is not None:
                 return hit
             value = _text_entry(fold(content))
-            size = len(content)
+            size = len(content) + self.ENTRY_OVERHEAD_BYTES
             if size <= self.max_chars >> 6:
                 if self._chars + size > self.max_chars:
                     self.entries.clear()

@@ -100,18 +100,44 @@ def test_short_content_fingerprint_depends_on_context_long_does_not() -> None:
     assert content_fingerprint(5, 40, 100, 32) == content_fingerprint(5, 40, 200, 32) == 5
 
 
-def test_text_cache_is_bounded_by_characters() -> None:
-    """The folded-text cache never holds more than max_chars characters of keys."""
-    cache = TextCache(max_chars=64_000)
+def test_text_cache_is_bounded_by_estimated_bytes() -> None:
+    """The folded-text cache never holds more than max_bytes of keys plus per-entry overhead."""
+    cache = TextCache(max_bytes=64_000)
     for i in range(200):
-        cache.text(f"message number {i} " + "x" * 900)
-        assert sum(len(k) for k in cache.entries) <= 64_000
+        cache.text(f"message number {i} " + "x" * 500)
+        held = sum(len(k) + TextCache.ENTRY_OVERHEAD_BYTES for k in cache.entries)
+        assert held <= 64_000
     assert 0 < len(cache) < 200
 
 
 def test_text_cache_skips_huge_strings_but_digests_them() -> None:
-    """A string over max_chars/64 is digested like any other but not kept."""
-    cache = TextCache(max_chars=64_000)
+    """A string over max_bytes/64 is digested like any other but not kept."""
+    cache = TextCache(max_bytes=64_000)
     huge = "word " * 1000
     assert cache.text(huge) == cache.text(" ".join(huge.split()))[:3]
     assert huge not in cache.entries
+
+
+def test_text_cache_bound_holds_for_many_short_messages() -> None:
+    """The cache's byte estimate covers what its entries really cost (tracemalloc), so
+    many short messages stay within ``max_bytes`` instead of only their characters."""
+    import sys
+    import tracemalloc
+
+    keys = [f"message number {i:08d} with some words" for i in range(20_000)]
+    cache = TextCache(max_bytes=10**9)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for k in keys:
+        cache.text(k)
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    # the cache keeps the key strings alive, so they count against it too
+    real_per_entry = (grown + sum(sys.getsizeof(k) for k in keys)) / len(keys)
+    estimated_per_entry = len(keys[0]) + TextCache.ENTRY_OVERHEAD_BYTES
+    assert real_per_entry <= estimated_per_entry, (real_per_entry, estimated_per_entry)
+
+    small = TextCache(max_bytes=1_000_000)
+    for k in keys:
+        small.text(k)
+    assert len(small) * estimated_per_entry <= 1_000_000
