@@ -182,12 +182,17 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """``HANDOFFMON_STORE__BACKEND=sqlite`` → ``{"store": {"backend": "sqlite"}}``.
 
     Values are parsed as JSON when they parse (numbers, booleans, lists), else kept as text.
+    Only variables whose first segment names a top-level config key are read, so other
+    ``HANDOFFMON_*`` variables (a test's ``HANDOFFMON_SOAK_S``) are not config; a bad key
+    inside a known section (``HANDOFFMON_STORE__BACKEDN``) still fails fast.
     """
     out: dict[str, Any] = {}
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or name == f"{ENV_PREFIX}CONFIG":
             continue
         path = name[len(ENV_PREFIX) :].lower().split(ENV_NESTED)
+        if path[0] not in HandoffmonConfig.model_fields:
+            continue
         try:
             value: Any = json.loads(raw)
         except ValueError:

@@ -80,3 +80,12 @@ def test_config_check_command(tmp_path: Path) -> None:
     fail = runner.invoke(main, ["config", "check", str(bad)])
     assert fail.exit_code == 1
     assert "store.ttl_s" in fail.output
+
+
+def test_env_reads_only_config_sections(tmp_path: Path) -> None:
+    """HANDOFFMON_* variables that name no config section are ignored; typos inside a
+    known section still fail naming the key."""
+    cfg = load_config(None, environ={"HANDOFFMON_SOAK_S": "60", "HANDOFFMON_STORE__TTL_S": "5"})
+    assert cfg.store.ttl_s == 5
+    with pytest.raises(ConfigError, match=r"store\.backedn"):
+        load_config(None, environ={"HANDOFFMON_STORE__BACKEDN": "sqlite"})
