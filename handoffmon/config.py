@@ -47,6 +47,10 @@ class AttributionConfig(_Section):
     conversation_header: str = "x-conversation-id"
     content_fallback: bool = True
     """Attribute by content-only fingerprint when the chain breaks."""
+    text_cache_bytes: int = Field(default=16_000_000, gt=0)
+    """Estimated memory bound of the folded-text cache (messages are resent every turn)."""
+    pending_max: int = Field(default=100_000, gt=0)
+    """Replies held in-process until persisted (and chain-verified replies remembered)."""
 
 
 class PipelineConfig(_Section):

@@ -92,6 +92,8 @@ class Monitor:
             content_fallback=config.attribution.content_fallback,
             clock=clock,
             on_error=self._attribution_error,
+            text_cache_bytes=config.attribution.text_cache_bytes,
+            pending_max=config.attribution.pending_max,
         )
         self._dispatch: list[ExporterDispatch] = []
         self._observers: tuple[MonitorObserver, ...] = ()
