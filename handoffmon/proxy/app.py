@@ -10,7 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError
+from handoffmon.exporters.serving import render
 from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
 from handoffmon.proxy.metrics import ProxyMetrics, StoreStatsCollector
 from handoffmon.proxy.upstream import SessionFactory, Upstream
@@ -91,7 +92,13 @@ async def _metrics(request: Request) -> Response:
     state = _state(request)
     if not _authorized(state, request):
         return _unauthorized()
-    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+    # the exporters' renderer: OpenMetrics (with exemplars) when Prometheus asks for it, gzip
+    # when accepted, ``?name[]=`` filtering — the same exposition as the library-mode server
+    h = request.headers
+    _, headers, body = render(
+        state.registry, h.get("accept", ""), h.get("accept-encoding", ""), request.url.query
+    )
+    return Response(body, headers=dict(headers))
 
 
 async def _admin_flush(request: Request) -> Response:

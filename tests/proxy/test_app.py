@@ -279,6 +279,12 @@ def test_metrics_health_and_token(upstream: Upstream) -> None:
             in r.text
         )
         assert "sk-user-key" not in r.text
+        om = httpx.get(
+            f"{p.url}/metrics",
+            headers={"authorization": "Bearer s3cret", "accept": "application/openmetrics-text"},
+        )
+        assert om.headers["content-type"].startswith("application/openmetrics-text")
+        assert om.text.rstrip().endswith("# EOF")
         assert httpx.get(f"{p.url}/healthz").status_code == 200
         assert httpx.get(f"{p.url}/readyz").json()["status"] == "ready"
 
