@@ -23,7 +23,7 @@ class DepthBuckets:
     def __post_init__(self) -> None:
         if not self.edges or self.edges[0] != 1:
             raise ValueError("depth bucket edges must start at 1")
-        if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
             raise ValueError("depth bucket edges must be strictly increasing")
 
     @property

@@ -59,7 +59,7 @@ def test_rule_error_names_rule(tmp_path: Path) -> None:
 def test_unparseable_file(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text("store: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml"):
         load_config(f, environ={})
 
 

@@ -13,7 +13,18 @@ def test_default_labels() -> None:
 
 @pytest.mark.parametrize(
     ("depth", "label"),
-    [(0, "1"), (1, "1"), (2, "2"), (3, "3-4"), (4, "3-4"), (5, "5-8"), (16, "9-16"), (32, "17-32"), (33, "33+"), (10**6, "33+")],
+    [
+        (0, "1"),
+        (1, "1"),
+        (2, "2"),
+        (3, "3-4"),
+        (4, "3-4"),
+        (5, "5-8"),
+        (16, "9-16"),
+        (32, "17-32"),
+        (33, "33+"),
+        (10**6, "33+"),
+    ],
 )
 def test_bucket_boundaries(depth: int, label: str) -> None:
     assert DepthBuckets().bucket(depth) == label

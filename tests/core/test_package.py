@@ -15,7 +15,7 @@ HEAVY = ("litellm", "scipy", "starlette", "uvicorn", "aiohttp", "redis", "fastap
 
 def test_import_is_light() -> None:
     """`import handoffmon` in a fresh interpreter pulls in none of the heavy stacks."""
-    code = "import sys, handoffmon; print(' '.join(m for m in %r if m in sys.modules))" % (HEAVY,)
+    code = f"import sys, handoffmon; print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 

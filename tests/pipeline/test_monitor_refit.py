@@ -29,7 +29,10 @@ def test_periodic_refit_publishes_gauges_through_prometheus_exporter() -> None:
             time.sleep(0.05)
         assert m.refit.stats.failures == 0, m.refit.stats.last_error
         assert m.refit.stats.last_success_at is not None
-        assert _gauge(registry, "handoffmon_refit_last_success_timestamp_seconds") == m.refit.stats.last_success_at
+        assert (
+            _gauge(registry, "handoffmon_refit_last_success_timestamp_seconds")
+            == m.refit.stats.last_success_at
+        )
     finally:
         m.close()
     assert m.refit._thread is None  # close() stopped it
