@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from handoffmon.attribution.names import ModelNames
-from handoffmon.types import TurnContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.pipeline.monitor import Monitor
+    from handoffmon.pipeline.turn import Described, TurnHandle
 
 # LiteLLM puts these in ``_hidden_params["additional_headers"]`` (Router) and sends them
 # as HTTP response headers (LiteLLM Proxy).
@@ -170,38 +170,63 @@ def first_message(response: Any) -> dict[str, Any] | None:
     return out
 
 
+def describe_response(
+    names: ModelNames, response: Any, served: ServedBy | None, fallback_author: str | None
+) -> Described:
+    """Author, deployment, fallbacks and usage of a (non-streamed) response.
+
+    Args:
+        names: canonical model names (to pick the raw author, see ``raw_author``).
+        response: a chat completion (litellm ``ModelResponse`` or OpenAI SDK object).
+        served: where it came from; ``None`` reads the response's ``_hidden_params``.
+        fallback_author: author to use when nothing names a deployment or model.
+    """
+    from handoffmon.pipeline.turn import Described
+
+    if served is None:
+        served = served_by_response(response)
+    usage = usage_of(response)
+    author = raw_author(names, served.deployment_id, served.model_name) or fallback_author
+    return Described(
+        (author,) if author else (),
+        served.deployment_id,
+        served.fallbacks,
+        served.retries,
+        served.provider,
+        served.response_model,
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.finish_reason,
+    )
+
+
 def finish_from_response(
     monitor: Monitor,
-    ctx: TurnContext,
+    ctx: TurnHandle,
     response: Any,
-    served: ServedBy,
+    served: ServedBy | None,
     *,
     latency_s: float | None,
     fallback_author: str | None = None,
 ) -> None:
-    """Hand a completed (non-streamed) response to ``monitor.finish``.
+    """Hand a completed (non-streamed) response to the monitor.
+
+    The reply message is copied now; who served it (``describe_response``) is read on the
+    attribution thread for a captured turn, so a LiteLLM response costs the request path
+    one message copy.
 
     Args:
         monitor: the monitor recording the turn.
-        ctx: the turn's context from ``monitor.begin``.
+        ctx: the turn's handle from ``monitor.capture`` (or ``monitor.begin``).
         response: a chat completion (litellm ``ModelResponse`` or OpenAI SDK object).
-        served: where it came from (``served_by_response`` or ``served_by_headers``).
+        served: where it came from (``served_by_headers``); ``None``: from ``_hidden_params``.
         latency_s: wall time of the call (``None``: the monitor measures from ``ctx``).
         fallback_author: author to use when the response names no deployment or model.
     """
-    usage = usage_of(response)
-    author = raw_author(monitor.names, served.deployment_id, served.model_name) or fallback_author
-    monitor.finish(
+    monitor.finish_described(
         ctx,
         first_message(response),
-        authors=(author,) if author else (),
-        deployment_id=served.deployment_id,
-        fallbacks=served.fallbacks,
-        retries=served.retries,
+        describe_response,
+        (monitor.names, response, served, fallback_author),
         latency_s=latency_s,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        finish_reason=usage.finish_reason,
-        provider=served.provider,
-        response_model=served.response_model,
     )

@@ -30,7 +30,7 @@ from handoffmon.integrations.authorship import (
 )
 from handoffmon.integrations.streaming import StreamAccumulator, StreamOutcome
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.types import TurnContext
+from handoffmon.pipeline.turn import TurnHandle
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -124,12 +124,12 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         start = self._starts.pop(call_id, None) if isinstance(call_id, str) else None
         return None if start is None else time.monotonic() - start
 
-    def _begin(self, data: Mapping[str, Any]) -> TurnContext | None:
+    def _begin(self, data: Mapping[str, Any]) -> TurnHandle | None:
         messages = data.get("messages")
         if not isinstance(messages, list):
             return None  # not a chat completion (embeddings, responses, ...)
         try:
-            return self.monitor.begin(
+            return self.monitor.capture(
                 messages,
                 requested_model=data.get("model") if isinstance(data.get("model"), str) else None,
                 metadata=_proxy_metadata(data),
@@ -174,9 +174,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if ctx is not None:
                 self._stream_done(ctx, request_data, response, acc.outcome(completed=completed))
 
-    def _stream_done(
-        self, ctx: TurnContext, data: Mapping[str, Any], stream: Any, out: StreamOutcome
-    ) -> None:
+    def _stream_done(self, ctx: TurnHandle, data: Mapping[str, Any], stream: Any, out: StreamOutcome) -> None:
         try:
             served = served_by_response(stream)
             ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())

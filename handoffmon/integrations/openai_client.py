@@ -16,7 +16,7 @@ from handoffmon.integrations.authorship import (
 )
 from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.types import TurnContext
+from handoffmon.pipeline.turn import TurnHandle
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -49,10 +49,10 @@ class _Turns:
     def __init__(self, monitor: Monitor) -> None:
         self.monitor = monitor
 
-    def begin(self, kwargs: Mapping[str, Any]) -> TurnContext | None:
+    def begin(self, kwargs: Mapping[str, Any]) -> TurnHandle | None:
         try:
             headers = kwargs.get("extra_headers")
-            return self.monitor.begin(
+            return self.monitor.capture(
                 kwargs.get("messages") or (),
                 requested_model=kwargs.get("model"),
                 metadata=_call_metadata(kwargs),
@@ -67,7 +67,7 @@ class _Turns:
         author = raw_author(self.monitor.names, served.deployment_id, served.model_name) or fallback_model
         return (author,) if author else ()
 
-    def finish(self, ctx: TurnContext, response: Any, headers: Mapping[str, Any] | None, t0: float) -> None:
+    def finish(self, ctx: TurnHandle, response: Any, headers: Mapping[str, Any] | None, t0: float) -> None:
         try:
             model = getattr(response, "model", None)
             served = served_by_headers(headers, response_model=model if isinstance(model, str) else None)
@@ -84,7 +84,7 @@ class _Turns:
             self.monitor.count_error("integration")
 
     def stream_done(
-        self, ctx: TurnContext, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
+        self, ctx: TurnHandle, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
     ) -> None:
         try:
             served = served_by_headers(headers, response_model=out.response_model)

@@ -14,7 +14,7 @@ from handoffmon.integrations.authorship import (
 )
 from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.types import TurnContext
+from handoffmon.pipeline.turn import TurnHandle
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -95,9 +95,9 @@ class RouterWrapper:
 
     # -- monitoring ---------------------------------------------------------------------
 
-    def _begin(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> TurnContext | None:
+    def _begin(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> TurnHandle | None:
         try:
-            return self._monitor.begin(
+            return self._monitor.capture(
                 messages,
                 requested_model=model,
                 metadata=request_metadata(kwargs),
@@ -108,15 +108,14 @@ class RouterWrapper:
             self._monitor.count_error("integration")
             return None
 
-    def _finish(self, ctx: TurnContext, response: Any, latency_s: float) -> None:
+    def _finish(self, ctx: TurnHandle, response: Any, latency_s: float) -> None:
         try:
-            served = served_by_response(response)
-            finish_from_response(self._monitor, ctx, response, served, latency_s=latency_s)
+            finish_from_response(self._monitor, ctx, response, None, latency_s=latency_s)
         except Exception:
             _log.warning("handoffmon could not read a router response", exc_info=True)
             self._monitor.count_error("integration")
 
-    def _stream_done(self, ctx: TurnContext, t0: float, out: StreamOutcome, inner: Any) -> None:
+    def _stream_done(self, ctx: TurnHandle, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:
             served = served_by_response(inner)  # the router repoints these to the fallback
             ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())

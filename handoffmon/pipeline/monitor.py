@@ -17,7 +17,7 @@ from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.reply import last_user_text, reply_text
 from handoffmon.pipeline.request_meta import turn_metadata
-from handoffmon.pipeline.turn import PendingTurn, TurnProcessor
+from handoffmon.pipeline.turn import Capture, Described, PendingTurn, TurnProcessor
 from handoffmon.pipeline.worker import WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver
 from handoffmon.types import UNKNOWN_MODEL, TurnContext
@@ -72,7 +72,11 @@ class Monitor:
         self._normalize = normalize_messages
         self._capture_content = config.telemetry.capture_content
         self._trace = config.telemetry.otel
+        self._header_name = config.attribution.conversation_header
         self._closed = False
+        self.attribution_overflows = 0
+        """Captured turns whose reply was recorded on the request path (and the turn dropped)
+        because the attribution queue was full."""
         self.names = ModelNames(config.attribution.canonical_models)
         if store is None:
             from handoffmon.stores import make_store
@@ -99,6 +103,16 @@ class Monitor:
         self._observers: tuple[MonitorObserver, ...] = ()
         self._refit: PeriodicRefit | None = None
         self._pool = self._build_pool(start)
+        # The attribution stage: one thread, so replies are recorded in the order the
+        # application received them and each history is attributed after its predecessor.
+        self._front: WorkerPool[PendingTurn] = WorkerPool(
+            self._attribute_queued,
+            workers=1,
+            queue_size=config.pipeline.attribution_queue_size,
+            on_error=self._pipeline_error,
+            name="handoffmon-attribution",
+            start=start,
+        )
         for exporter in exporters:
             self.add_exporter(exporter)
         self._atexit = _atexit_closer(self)
@@ -152,23 +166,92 @@ class Monitor:
         t0 = time.perf_counter()
         try:
             conversation_id = self._caller_id(
-                headers=headers, metadata=metadata, header_name=self.config.attribution.conversation_header
+                headers=headers, metadata=metadata, header_name=self._header_name
             )
             meta = turn_metadata(metadata, headers, trace=self._trace)
-            ctx = self.attributor.attribute(
-                messages, conversation_id=conversation_id, requested_model=requested_model, metadata=meta
-            )
-            # The context is fresh and not yet shared: fill the two monitor-side fields in
-            # place (dataclasses.replace would cost several µs on the hot path).
-            object.__setattr__(ctx, "user_message", last_user_text(messages))
-            if self._capture_content:
-                object.__setattr__(ctx, "input_messages", tuple(self._normalize(messages)))
-            object.__setattr__(ctx, "attribution_s", time.perf_counter() - t0)
-            return ctx
+            return self._attributed(messages, requested_model, conversation_id, meta, None, t0)
         except Exception:
             _log.warning("handoffmon attribution failed; turn continues unattributed", exc_info=True)
             self.count_error("attribution")
             return self._degraded(messages, requested_model, metadata, headers)
+
+    def capture(
+        self,
+        messages: Sequence[Any],
+        *,
+        requested_model: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Capture | TurnContext:
+        """The request-path half of :meth:`begin`: keep the history, attribute it later.
+
+        What the integrations call. Costs a list copy and a metadata lookup whatever the
+        history's length; the history is attributed on the attribution thread after
+        :meth:`finish` (in order, before the reply is recorded), so depth, prefix model
+        and handoff are the same as with :meth:`begin`. Pass the result to
+        :meth:`finish`. Never raises.
+
+        Args:
+            messages: the request's chat messages (dicts or SDK objects).
+            requested_model: the model or group the application asked for.
+            metadata: request metadata (see :meth:`begin`).
+            headers: request headers (conversation id header, ``traceparent``).
+
+        Returns:
+            A ``Capture``; a degraded ``TurnContext`` if even that failed.
+        """
+        t0 = time.perf_counter()
+        try:
+            conversation_id = (
+                self._caller_id(headers=headers, metadata=metadata, header_name=self._header_name)
+                if headers or metadata
+                else None
+            )
+            meta = (
+                turn_metadata(metadata, headers, trace=self._trace)
+                if headers or metadata or self._trace
+                else {}
+            )
+            return Capture(
+                list(messages),
+                requested_model,
+                conversation_id,
+                meta,
+                time.monotonic(),
+                time.perf_counter() - t0,
+            )
+        except Exception:
+            _log.warning("handoffmon could not capture a request; turn continues unattributed", exc_info=True)
+            self.count_error("attribution")
+            return self._degraded(messages, requested_model, metadata, headers)
+
+    def _attributed(
+        self,
+        messages: Sequence[Any],
+        requested_model: str | None,
+        conversation_id: str | None,
+        meta: dict[str, Any],
+        started_at: float | None,
+        t0: float,
+    ) -> TurnContext:
+        """Attribute a history and fill the monitor-side fields of its context.
+
+        ``attribution_s`` is the time since ``t0`` (perf_counter) when it is done.
+        """
+        ctx = self.attributor.attribute(
+            messages,
+            conversation_id=conversation_id,
+            requested_model=requested_model,
+            metadata=meta,
+            started_at=started_at,
+        )
+        # The context is fresh and not yet shared: fill the monitor-side fields in place
+        # (dataclasses.replace would cost several µs).
+        object.__setattr__(ctx, "user_message", last_user_text(messages))
+        if self._capture_content:
+            object.__setattr__(ctx, "input_messages", tuple(self._normalize(messages)))
+        object.__setattr__(ctx, "attribution_s", time.perf_counter() - t0)
+        return ctx
 
     def _degraded(
         self,
@@ -195,7 +278,7 @@ class Monitor:
 
     def finish(
         self,
-        ctx: TurnContext,
+        ctx: TurnContext | Capture,
         reply: Any,
         *,
         authors: Sequence[str],
@@ -213,17 +296,34 @@ class Monitor:
         """Record the reply (so the next request can attribute it) and queue the rest.
 
         Never blocks and never raises. ``authors`` are raw names (deployment ids or
-        provider model names) and are canonicalized here.
+        provider model names) and are canonicalized. With a ``TurnContext`` from
+        :meth:`begin` the reply is recorded here; with a ``Capture`` from :meth:`capture`
+        the turn goes to the attribution thread, which attributes the history and then
+        records the reply — unless its queue is full: then the reply is recorded here (so
+        later turns still attribute it) and the turn is dropped and counted.
         """
         t0 = time.perf_counter()
         try:
-            canon = tuple(self.names.canonical(a) for a in authors if a) or (UNKNOWN_MODEL,)
-            recorded = None
-            try:
-                recorded = self.attributor.record(ctx, reply, canon)
-            except Exception:
-                _log.warning("handoffmon could not record a reply", exc_info=True)
-                self.count_error("record")
+            if type(ctx) is Capture:
+                turn = self._captured_turn(ctx, reply, streamed, latency_s)
+                turn.apply(
+                    Described(
+                        tuple(authors),
+                        deployment_id,
+                        fallbacks,
+                        retries,
+                        provider,
+                        response_model,
+                        input_tokens,
+                        output_tokens,
+                        finish_reason,
+                    )
+                )
+                self._submit_captured(turn, t0)
+                return
+            assert isinstance(ctx, TurnContext)
+            canon = self._canonical(authors)
+            recorded = self._record(ctx, reply, canon)
             if latency_s is None:
                 latency_s = max(0.0, time.monotonic() - ctx.started_at) if ctx.started_at else 0.0
             turn = PendingTurn(
@@ -243,13 +343,162 @@ class Monitor:
                 response_model=response_model,
                 finished_at=self._clock(),
                 finish_s=time.perf_counter() - t0,
+                begin_s=ctx.attribution_s,
             )
-            key = recorded.conversation_id if recorded is not None else ctx.conversation_id
-            if not self._pool.submit(turn, key):
-                self._count_drop()
+            self._queue(turn)
         except Exception:
             _log.warning("handoffmon finish failed", exc_info=True)
             self.count_error("record")
+
+    def finish_described(
+        self,
+        ctx: TurnContext | Capture,
+        reply: Any,
+        describe: Callable[..., Described],
+        args: tuple[Any, ...],
+        *,
+        latency_s: float | None = None,
+        streamed: bool = False,
+    ) -> None:
+        """:meth:`finish`, with who served the reply read later: ``describe(*args)``.
+
+        For a captured turn, ``describe`` runs on the attribution thread, so reading the
+        response's metadata (deployment, fallbacks, usage) costs the request path
+        nothing; it must only read what it is given. ``reply`` is taken now (the
+        application may edit its response afterwards). Never blocks and never raises;
+        a ``describe`` that raises leaves the turn's author ``unknown`` and counts
+        ``monitor_errors{stage="integration"}``.
+        """
+        t0 = time.perf_counter()
+        try:
+            if type(ctx) is Capture:
+                turn = self._captured_turn(ctx, reply, streamed, latency_s)
+                turn.describe, turn.describe_args = describe, args
+                self._submit_captured(turn, t0)
+                return
+            d = self._described(describe, args)
+            self.finish(ctx, reply, **d._asdict(), streamed=streamed, latency_s=latency_s)
+        except Exception:
+            _log.warning("handoffmon finish failed", exc_info=True)
+            self.count_error("record")
+
+    def _described(self, describe: Callable[..., Described], args: tuple[Any, ...]) -> Described:
+        try:
+            return describe(*args)
+        except Exception:
+            _log.warning("handoffmon could not read who served a reply", exc_info=True)
+            self.count_error("integration")
+            return Described()
+
+    def _captured_turn(
+        self, cap: Capture, reply: Any, streamed: bool, latency_s: float | None
+    ) -> PendingTurn:
+        if latency_s is None:
+            latency_s = max(0.0, time.monotonic() - cap.started_at)
+        return PendingTurn(
+            None,
+            None,
+            "",
+            (),
+            None,
+            0,
+            0,
+            streamed,
+            latency_s,
+            None,
+            None,
+            None,
+            None,
+            None,
+            self._clock(),
+            0.0,
+            cap.begin_s,
+            cap,
+            reply,
+        )
+
+    def _submit_captured(self, turn: PendingTurn, t0: float) -> None:
+        """Queue a captured turn for the attribution thread; see :meth:`_overflow` if it is full."""
+        turn.finish_s = time.perf_counter() - t0
+        if not self._front.submit(turn):
+            self._overflow(turn)
+
+    def _overflow(self, turn: PendingTurn) -> None:
+        """The attribution queue is full (or closed): record the reply here, drop the turn.
+
+        Attributing the history now would look up replies still waiting in the queue and
+        find them missing, so the history is only hashed (no lookup): the reply is filed
+        under its chain and content keys — later turns attribute it as usual — and the
+        turn itself is counted as dropped, like a turn the full check queue turns away.
+        """
+        self.attribution_overflows += 1
+        cap = turn.capture
+        assert cap is not None
+        try:
+            ctx = self.attributor.attribute(
+                cap.messages,
+                conversation_id=cap.conversation_id,
+                requested_model=cap.requested_model,
+                started_at=cap.started_at,
+                lookup=False,
+            )
+            if turn.describe is not None:
+                turn.apply(self._described(turn.describe, turn.describe_args))
+            self._record(ctx, turn.reply, self._canonical(turn.authors))
+        finally:
+            self._count_drop()
+
+    def _canonical(self, authors: Sequence[str]) -> tuple[str, ...]:
+        return tuple(self.names.canonical(a) for a in authors if a) or (UNKNOWN_MODEL,)
+
+    def _record(self, ctx: TurnContext, reply: Any, canon: tuple[str, ...]) -> Any:
+        try:
+            return self.attributor.record(ctx, reply, canon)
+        except Exception:
+            _log.warning("handoffmon could not record a reply", exc_info=True)
+            self.count_error("record")
+            return None
+
+    def _queue(self, turn: PendingTurn) -> None:
+        """Hand an attributed turn to the checking pipeline (or count it dropped)."""
+        assert turn.ctx is not None
+        key = turn.recorded.conversation_id if turn.recorded is not None else turn.ctx.conversation_id
+        if not self._pool.submit(turn, key):
+            self._count_drop()
+
+    # -- attribution stage ----------------------------------------------------------------
+
+    def _attribute_queued(self, turn: PendingTurn) -> None:
+        """The attribution thread's handler: every turn it takes is queued or counted."""
+        try:
+            self._attribute_turn(turn)
+        except Exception as exc:  # pragma: no cover - _attribute_turn fails open itself
+            self._pipeline_error(exc)
+            self._count_drop()
+
+    def _attribute_turn(self, turn: PendingTurn) -> None:
+        """Attribute a captured turn's history, record its reply, queue it for the checks."""
+        cap, reply = turn.capture, turn.reply
+        assert cap is not None
+        t0 = time.perf_counter()
+        try:
+            ctx = self._attributed(
+                cap.messages, cap.requested_model, cap.conversation_id, cap.metadata, cap.started_at, t0
+            )
+        except Exception:
+            _log.warning("handoffmon attribution failed; turn continues unattributed", exc_info=True)
+            self.count_error("attribution")
+            ctx = self._degraded(cap.messages, cap.requested_model, cap.metadata, None)
+        if turn.describe is not None:
+            turn.apply(self._described(turn.describe, turn.describe_args))
+            turn.describe, turn.describe_args = None, ()
+        canon = self._canonical(turn.authors)
+        turn.ctx = ctx
+        turn.recorded = self._record(ctx, reply, canon)
+        turn.authors = canon
+        turn.reply_text = reply_text(reply)
+        turn.capture = turn.reply = None  # the history and reply objects are not needed any more
+        self._queue(turn)
 
     # -- background ---------------------------------------------------------------------
 
@@ -304,6 +553,7 @@ class Monitor:
 
     def start(self) -> None:
         """Start the worker threads (when built with ``start=False``)."""
+        self._front.start()
         self._pool.start()
 
     def add_exporter(self, exporter: Exporter) -> None:
@@ -352,20 +602,28 @@ class Monitor:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Monitor health: errors by stage, dropped turns, turns queued or in progress."""
+        """Monitor health: errors by stage, dropped turns, turns queued or in progress, and
+        ``attribution_overflows``: dropped turns whose reply was recorded on the request path
+        because the attribution queue was full."""
         snap = self.aggregates.snapshot()
         return {
             "monitor_errors": dict(snap.monitor_errors),
             "dropped": snap.dropped,
-            "pending": self._pool.pending(),
+            "pending": self._front.pending() + self._pool.pending(),
+            "attribution_overflows": self.attribution_overflows,
         }
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until queued turns are processed and handed to exporters; False on timeout."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        ok = self._pool.flush(timeout_s)
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        ok = self._front.flush(timeout_s)
+        ok = self._pool.flush(left()) and ok
         for d in self._dispatch:
-            ok = d.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ok
+            ok = d.flush(left()) and ok
         return ok
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -382,7 +640,8 @@ class Monitor:
             self._refit.stop()
         budget = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
-        if not self._pool.close(budget):
+        front_ok = self._front.close(budget)  # drains into the pool
+        if not (self._pool.close(max(0.0, deadline - time.monotonic())) and front_ok):
             _log.warning("handoffmon pipeline did not drain within %.1fs", budget)
             self.count_error("pipeline")
         for d in self._dispatch:

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from handoffmon.config import RuleConfig
 from handoffmon.depth import DepthBuckets
@@ -24,15 +24,74 @@ if TYPE_CHECKING:  # pragma: no cover
 _log = logging.getLogger("handoffmon.pipeline")
 
 
+class Capture:
+    """What ``Monitor.capture`` keeps of a request so its history can be attributed later.
+
+    A snapshot, not a copy of the content: the message list is copied (applications
+    append the reply to theirs) but the messages are shared. Everything attribution needs
+    from the caller's side (its conversation id, the kept metadata, the current
+    OpenTelemetry span) is read here, on the request path.
+
+    Attributes:
+        messages: the request's messages (a new list of the same message objects).
+        requested_model: the model or group the application asked for.
+        conversation_id: the caller's conversation id, if it sent one.
+        metadata: the kept request metadata (``request_meta.turn_metadata``).
+        started_at: monotonic clock when the call started.
+        begin_s: time the capture took (request-path overhead, for telemetry).
+    """
+
+    __slots__ = ("begin_s", "conversation_id", "messages", "metadata", "requested_model", "started_at")
+
+    def __init__(
+        self,
+        messages: list[Any],
+        requested_model: str | None,
+        conversation_id: str | None,
+        metadata: dict[str, Any],
+        started_at: float,
+        begin_s: float = 0.0,
+    ) -> None:
+        self.messages = messages
+        self.requested_model = requested_model
+        self.conversation_id = conversation_id
+        self.metadata = metadata
+        self.started_at = started_at
+        self.begin_s = begin_s
+
+    def __repr__(self) -> str:  # no message content in reprs (they reach logs)
+        return f"Capture(messages={len(self.messages)}, requested_model={self.requested_model!r})"
+
+
+class Described(NamedTuple):
+    """Who served a reply and what it cost, as ``Monitor.finish`` takes it (see ``finish_described``)."""
+
+    authors: tuple[str, ...] = ()
+    deployment_id: str | None = None
+    fallbacks: int = 0
+    retries: int = 0
+    provider: str | None = None
+    response_model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+TurnHandle = Capture | TurnContext
+"""What ``Monitor.capture`` / ``Monitor.begin`` return and ``Monitor.finish`` takes."""
+
+
 @dataclass(slots=True)
 class PendingTurn:
     """What ``Monitor.finish`` queues for the background pipeline.
 
     Not frozen on purpose: a frozen dataclass's ``__init__`` costs several µs more on the
-    request path; nothing mutates it after ``finish``.
+    request path. A turn that was only captured (``ctx`` is ``None``) is completed by the
+    attribution stage — ``ctx``, ``recorded``, ``reply_text`` and canonical ``authors``
+    filled in, ``capture`` and ``reply`` released — before the rest of the pipeline sees it.
     """
 
-    ctx: TurnContext
+    ctx: TurnContext | None
     recorded: Any
     reply_text: str
     authors: tuple[str, ...]
@@ -48,6 +107,23 @@ class PendingTurn:
     response_model: str | None
     finished_at: float = 0.0
     finish_s: float = 0.0
+    begin_s: float = 0.0
+    capture: Capture | None = None
+    reply: Any = None
+    describe: Callable[..., Described] | None = None
+    describe_args: tuple[Any, ...] = ()
+
+    def apply(self, d: Described) -> None:
+        """Take the serving fields from ``d`` (authors still raw)."""
+        self.authors = d.authors
+        self.deployment_id = d.deployment_id
+        self.fallbacks = d.fallbacks
+        self.retries = d.retries
+        self.provider = d.provider
+        self.response_model = d.response_model
+        self.input_tokens = d.input_tokens
+        self.output_tokens = d.output_tokens
+        self.finish_reason = d.finish_reason
 
 
 def _str_list(value: object) -> tuple[str, ...]:
@@ -98,13 +174,16 @@ class TurnProcessor:
         """Process one turn end to end, then report the stage overheads."""
         t0 = time.perf_counter()
         self._process(turn)
-        if self._observe is not None:
+        if self._observe is not None and turn.ctx is not None:
+            self._observe("begin", turn.begin_s)
             self._observe("attribution", turn.ctx.attribution_s)
             self._observe("finish", turn.finish_s)
             self._observe("background", time.perf_counter() - t0)
 
     def _process(self, turn: PendingTurn) -> None:
         ctx = turn.ctx
+        if ctx is None:  # the attribution stage always completes a captured turn first
+            raise ValueError("turn reached the pipeline unattributed")
         final_id = getattr(turn.recorded, "conversation_id", None)
         if final_id and final_id != ctx.conversation_id:  # a depth-1 derived id is fixed at record()
             ctx = dataclasses.replace(ctx, conversation_id=final_id)

@@ -177,7 +177,9 @@ class Forwarder:
             metadata = {**(metadata or {}), "litellm_session_id": req["litellm_session_id"]}
         model = req.get("model") if isinstance(req.get("model"), str) else None
         assert self._monitor is not None
-        ctx = self._monitor.begin(req["messages"], requested_model=model, metadata=metadata, headers=headers)
+        ctx = self._monitor.capture(
+            req["messages"], requested_model=model, metadata=metadata, headers=headers
+        )
         return _Turn(ctx, time.monotonic())
 
     def _conversation_headers(self, raw: list[tuple[bytes, bytes]]) -> dict[str, str]:

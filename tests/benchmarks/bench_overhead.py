@@ -9,8 +9,10 @@ earlier reply already recorded, so attribution walks the full chain):
 1. a zero-latency router with litellm's call surface (isolates handoffmon's cost);
 2. a real ``litellm.Router`` with ``mock_response`` (the cost in context).
 
-Added latency = wrapped − direct at the same percentile. The background worker runs
-(checking one rule per turn) while measuring, as in production.
+Added latency = wrapped − direct at the same percentile. The attribution thread and the
+background worker (checking one rule per turn) run while measuring, as in production;
+each row also prints how many wrapped calls overflowed the attribution queue (recorded
+on the request path and dropped: back to back, a zero-latency router outruns them).
 """
 
 from __future__ import annotations
@@ -87,13 +89,21 @@ def _side_by_side(
     return d_times, w_times
 
 
-def _report(label: str, d: list[float], w: list[float]) -> None:
+def _report(label: str, d: list[float], w: list[float], overflows: int | None = None) -> None:
     d50, d99, w50, w99 = _pct(d, 0.5), _pct(d, 0.99), _pct(w, 0.5), _pct(w, 0.99)
     print(
         f"{label:<30} direct p50 {d50 * 1e6:9.1f} µs p99 {d99 * 1e6:9.1f} µs | "
         f"wrapped p50 {w50 * 1e6:9.1f} µs p99 {w99 * 1e6:9.1f} µs | "
         f"added p50 {(w50 - d50) * 1e6:7.1f} µs p99 {(w99 - d99) * 1e6:7.1f} µs | ratio p50 {w50 / d50:6.2f}"
+        + ("" if overflows is None else f" | overflowed {overflows}/{len(w)}")
     )
+
+
+def _overflows(m: Monitor, since: list[int]) -> int:
+    """Attribution-queue overflows since the last call (``since`` holds the previous total)."""
+    now = m.attribution_overflows
+    n, since[0] = now - since[0], now
+    return n
 
 
 def bench_zero(reps: int, pace_s: float) -> None:
@@ -104,13 +114,14 @@ def bench_zero(reps: int, pace_s: float) -> None:
         rng = random.Random(1)
         histories = [_history(wrapped, "g", rng) for _ in range(50)]
         m.flush(30)
+        seen = [m.attribution_overflows]
         d, w = _side_by_side(
             lambda msgs: router.completion(model="g", messages=msgs),
             lambda msgs: wrapped.completion(model="g", messages=msgs),
             histories,
             reps,
         )
-        _report("zero-latency, back to back", d, w)
+        _report("zero-latency, back to back", d, w, _overflows(m, seen))
         m.flush(30)
         d, w = _side_by_side(
             lambda msgs: router.completion(model="g", messages=msgs),
@@ -119,7 +130,7 @@ def bench_zero(reps: int, pace_s: float) -> None:
             reps // 4,
             pace_s,
         )
-        _report(f"zero-latency, paced {pace_s * 1e3:.1f} ms", d, w)
+        _report(f"zero-latency, paced {pace_s * 1e3:.1f} ms", d, w, _overflows(m, seen))
         m.flush(30)
         d, w = _side_by_side(
             lambda msgs: router.completion(model="g", messages=msgs),
@@ -128,7 +139,7 @@ def bench_zero(reps: int, pace_s: float) -> None:
             reps // 2,
             timer=time.thread_time,
         )
-        _report("zero-latency, thread CPU time", d, w)
+        _report("zero-latency, thread CPU time", d, w, _overflows(m, seen))
         m.flush(30)
         loop = asyncio.new_event_loop()
         d, w = _side_by_side(
@@ -138,7 +149,7 @@ def bench_zero(reps: int, pace_s: float) -> None:
             reps,
         )
         loop.close()
-        _report("zero-latency, acompletion", d, w)
+        _report("zero-latency, acompletion", d, w, _overflows(m, seen))
         print(f"  monitor: {m.stats}")
 
 

@@ -190,6 +190,17 @@ def overhead(quick: bool) -> list[Row]:
             ),
         )
         m.flush(30)
+        add(
+            "zero-latency router, 20 turns, completion() 1 ms apart",
+            *_side_by_side(
+                lambda msgs: router.completion(model="g", messages=msgs),
+                lambda msgs: wrapped.completion(model="g", messages=msgs),
+                histories,
+                reps // 4,
+                pace_s=0.001,
+            ),
+        )
+        m.flush(30)
         loop = asyncio.new_event_loop()
         add(
             "zero-latency router, 20 turns, acompletion()",

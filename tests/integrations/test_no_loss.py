@@ -35,7 +35,13 @@ async def test_ten_thousand_turns_from_eight_tasks_are_all_counted() -> None:
     # workers fall behind depends on the machine's load. The queue holds the whole run so
     # this test pins loss and accounting; drops under a full queue are pinned elsewhere.
     m = monitor(
-        make_config(pipeline={"workers": 2, "queue_size": 2 * TASKS * CONVERSATIONS_PER_TASK * TURNS})
+        make_config(
+            pipeline={
+                "workers": 2,
+                "queue_size": 2 * TASKS * CONVERSATIONS_PER_TASK * TURNS,
+                "attribution_queue_size": 2 * TASKS * CONVERSATIONS_PER_TASK * TURNS,
+            }
+        )
     )
     wrapped = wrap(router, monitor=m)
     await asyncio.gather(*(_task(wrapped, t) for t in range(TASKS)))

@@ -10,7 +10,7 @@ from handoffmon.config import HandoffmonConfig, config_from_mapping
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import Authorship
 from handoffmon.stores.memory import MemoryStore
-from handoffmon.types import TurnContext, TurnResult
+from handoffmon.types import TurnResult
 
 SHORT_RULE = {"name": "short", "check": "length", "params": {"unit": "words", "max": 5}}
 
@@ -40,14 +40,20 @@ def run_conversation(
     *,
     metadata: Sequence[Mapping[str, Any] | None] | None = None,
     user: str = "hello",
-) -> list[TurnContext]:
-    """Drive one conversation through begin/finish; returns each turn's context."""
+    capture: bool = False,
+) -> list[Any]:
+    """Drive one conversation through begin/finish; returns each turn's context.
+
+    With ``capture``, through ``capture``/``finish`` instead (the handles returned are
+    ``Capture`` objects; the attribution thread builds the contexts).
+    """
     history: list[dict[str, Any]] = [{"role": "user", "content": user}]
     contexts = []
     for i, author in enumerate(authors):
         reply = replies[i] if replies is not None else f"reply {i} from {author}"
         meta = metadata[i] if metadata is not None else None
-        ctx = m.begin(history, requested_model="group", metadata=meta)
+        start = m.capture if capture else m.begin
+        ctx = start(history, requested_model="group", metadata=meta)
         contexts.append(ctx)
         m.finish(ctx, {"role": "assistant", "content": reply}, authors=[author])
         history = [*history, {"role": "assistant", "content": reply}]

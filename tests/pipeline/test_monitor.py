@@ -269,7 +269,7 @@ def test_atexit_hook_drains_an_unclosed_monitor() -> None:
     """The process-exit hook closes a monitor nobody closed, so queued turns still get counted."""
     m = monitor(start=False)
     run_conversation(m, ["a", "a"])
-    assert m.stats == {"monitor_errors": {}, "dropped": 0, "pending": 2}
+    assert m.stats == {"monitor_errors": {}, "dropped": 0, "pending": 2, "attribution_overflows": 0}
     m._atexit()  # what atexit runs at interpreter exit
     assert m.closed
     assert m.snapshot().total_turns == 2

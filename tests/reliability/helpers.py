@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -137,8 +138,14 @@ def recent_turns(samples: list[Sample], window_s: float) -> list[tuple[Sample, i
 def write_report(name: str, report: dict[str, Any], samples: list[Sample]) -> Path:
     """Write the soak's report and samples as JSON under bench-results/ (gitignored)."""
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"soak-{name}-{round(report['duration_s'])}s.json"
-    doc = {**report, "load_average": os.getloadavg(), "samples": [asdict(s) for s in samples]}
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    path = RESULTS / f"soak-{name}-{round(report['duration_s'])}s-{py}.json"
+    doc = {
+        **report,
+        "python": sys.version.split()[0],
+        "load_average": os.getloadavg(),
+        "samples": [asdict(s) for s in samples],
+    }
     path.write_text(json.dumps(doc, indent=1, default=str))
     print(json.dumps(report, indent=1, default=str))
     return path

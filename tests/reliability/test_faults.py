@@ -275,7 +275,8 @@ APP = textwrap.dedent(
     reg.register("slowish", lambda p: lambda reply, ctx: (time.sleep(0.002), passed(True, ""))[1])
     rules = RuleSet.from_config([RuleConfig(name="slowish", check="slowish")], registry=reg, budget_s=1.0)
     cfg = config_from_mapping({"store": {"backend": "sqlite", "path": sys.argv[1]},
-                               "pipeline": {"shutdown_timeout_s": 120, "queue_size": 100000},
+                               "pipeline": {"shutdown_timeout_s": 120, "queue_size": 100000,
+                                            "attribution_queue_size": 100000},
                                "telemetry": {"log_turns": False}, "refit": {"interval_s": 0}})
     monitor = Monitor(cfg, rules=rules)
     client = wrap(ZeroLatencyRouter({"g": ("dep-1", "openai/m1")}), monitor=monitor)
