@@ -92,7 +92,7 @@ def _side_by_side(
 def _report(label: str, d: list[float], w: list[float], overflows: int | None = None) -> None:
     d50, d99, w50, w99 = _pct(d, 0.5), _pct(d, 0.99), _pct(w, 0.5), _pct(w, 0.99)
     print(
-        f"{label:<30} direct p50 {d50 * 1e6:9.1f} µs p99 {d99 * 1e6:9.1f} µs | "
+        f"{label:<40} direct p50 {d50 * 1e6:9.1f} µs p99 {d99 * 1e6:9.1f} µs | "
         f"wrapped p50 {w50 * 1e6:9.1f} µs p99 {w99 * 1e6:9.1f} µs | "
         f"added p50 {(w50 - d50) * 1e6:7.1f} µs p99 {(w99 - d99) * 1e6:7.1f} µs | ratio p50 {w50 / d50:6.2f}"
         + ("" if overflows is None else f" | overflowed {overflows}/{len(w)}")
@@ -107,7 +107,7 @@ def _overflows(m: Monitor, since: list[int]) -> int:
 
 
 def bench_zero(reps: int, pace_s: float) -> None:
-    """Zero-latency router: sync back to back, sync paced, and async."""
+    """Zero-latency router: sync and async, back to back (saturated) and paced."""
     router = ZeroLatencyRouter({"g": ("dep-1", "openai/m1")})
     with Monitor(config_from_mapping(CONFIG)) as m:
         wrapped = wrap(router, monitor=m)
@@ -115,41 +115,28 @@ def bench_zero(reps: int, pace_s: float) -> None:
         histories = [_history(wrapped, "g", rng) for _ in range(50)]
         m.flush(30)
         seen = [m.attribution_overflows]
-        d, w = _side_by_side(
-            lambda msgs: router.completion(model="g", messages=msgs),
-            lambda msgs: wrapped.completion(model="g", messages=msgs),
-            histories,
-            reps,
-        )
-        _report("zero-latency, back to back", d, w, _overflows(m, seen))
-        m.flush(30)
-        d, w = _side_by_side(
-            lambda msgs: router.completion(model="g", messages=msgs),
-            lambda msgs: wrapped.completion(model="g", messages=msgs),
-            histories,
-            reps // 4,
-            pace_s,
-        )
-        _report(f"zero-latency, paced {pace_s * 1e3:.1f} ms", d, w, _overflows(m, seen))
-        m.flush(30)
-        d, w = _side_by_side(
-            lambda msgs: router.completion(model="g", messages=msgs),
-            lambda msgs: wrapped.completion(model="g", messages=msgs),
-            histories,
-            reps // 2,
-            timer=time.thread_time,
-        )
-        _report("zero-latency, thread CPU time", d, w, _overflows(m, seen))
-        m.flush(30)
         loop = asyncio.new_event_loop()
-        d, w = _side_by_side(
+        sync = (
+            lambda msgs: router.completion(model="g", messages=msgs),
+            lambda msgs: wrapped.completion(model="g", messages=msgs),
+        )
+        async_ = (
             lambda msgs: loop.run_until_complete(router.acompletion(model="g", messages=msgs)),
             lambda msgs: loop.run_until_complete(wrapped.acompletion(model="g", messages=msgs)),
-            histories,
-            reps,
         )
+        paced = f"paced {pace_s * 1e3:.1f} ms"
+        scenarios: list[tuple[str, tuple[Callable[[Any], Any], Callable[[Any], Any]], int, float, Any]] = [
+            ("zero-latency, back to back", sync, reps, 0.0, time.perf_counter),
+            (f"zero-latency, {paced}", sync, reps // 4, pace_s, time.perf_counter),
+            (f"zero-latency, {paced}, thread CPU", sync, reps // 4, pace_s, time.thread_time),
+            ("zero-latency, acompletion", async_, reps, 0.0, time.perf_counter),
+            (f"zero-latency, acompletion {paced}", async_, reps // 4, pace_s, time.perf_counter),
+        ]
+        for label, (direct, wrapped_call), n, pace, timer in scenarios:
+            d, w = _side_by_side(direct, wrapped_call, histories, n, pace, timer=timer)
+            _report(label, d, w, _overflows(m, seen))
+            m.flush(30)
         loop.close()
-        _report("zero-latency, acompletion", d, w, _overflows(m, seen))
         print(f"  monitor: {m.stats}")
 
 

@@ -125,3 +125,19 @@ def test_capture_repr_carries_no_content() -> None:
         assert isinstance(cap, Capture)
         assert "secret" not in repr(cap) and "messages=1" in repr(cap)
         m.finish(cap, "ok", authors=["a"])
+
+
+def test_capture_takes_the_callers_span_on_the_request_path() -> None:
+    """The current OTel span is read at capture time; the background context carries it."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    exp = RecordingExporter()
+    tracer = TracerProvider().get_tracer("t")
+    with monitor(make_config(telemetry={"otel": True}), exporters=[exp], start=False) as m:
+        with tracer.start_as_current_span("request") as span:
+            cap = m.capture([{"role": "user", "content": "x"}], requested_model="g")
+            trace_id = format(span.get_span_context().trace_id, "032x")
+        m.finish(cap, "ok", authors=["a"])  # after the span ended, on purpose
+        m.start()
+        assert m.flush(10)
+    assert str(exp.results[0].context.metadata["traceparent"]).split("-")[1] == trace_id
