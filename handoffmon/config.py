@@ -60,7 +60,8 @@ class PipelineConfig(_Section):
     workers: int = Field(default=1, ge=1)
     attribution_queue_size: int = Field(default=1_000, gt=0)
     """Captured turns waiting for the attribution thread. Each holds its request's message
-    list, so this bounds memory; when full, ``finish`` attributes on the request path."""
+    list, so this bounds memory; when full, turns are dropped (shed, never attributed on
+    the request path)."""
     check_budget_s: float = Field(default=0.05, gt=0)
     """Per-check time budget; a checker over budget yields an ``error`` verdict."""
     shutdown_timeout_s: float = Field(default=10.0, ge=0)

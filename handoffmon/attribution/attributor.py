@@ -134,7 +134,6 @@ class Attributor:
         requested_model: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         started_at: float | None = None,
-        lookup: bool = True,
     ) -> TurnContext:
         """Attribute every assistant message of a request history. Never raises.
 
@@ -149,15 +148,12 @@ class Attributor:
             metadata: request metadata, carried on the context.
             started_at: monotonic time the call started (default: now); set when the
                 history is attributed after the call, in the background.
-            lookup: ``False`` skips the store: every earlier message is ``unknown`` and the
-                depth is counted, but the context still chains, so ``record`` files the
-                reply under the right keys (the overload path, see ``Monitor.finish``).
         """
         started = self._monotonic() if started_at is None else started_at
         meta: Mapping[str, object] = dict(metadata) if metadata else {}  # the app may mutate its dict
         try:
             scan = self._scan(messages)
-            found: list[Authorship | None] = self._lookup(scan) if lookup else [None] * (2 * len(scan.chains))
+            found = self._lookup(scan)
             return self._context(scan, found, conversation_id, requested_model, meta, started)
         except Exception as exc:
             self._fail("attribution", exc)

@@ -18,7 +18,7 @@ from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.reply import last_user_text, reply_text
 from handoffmon.pipeline.request_meta import turn_metadata
 from handoffmon.pipeline.turn import Capture, Described, PendingTurn, TurnProcessor
-from handoffmon.pipeline.worker import WorkerPool
+from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver
 from handoffmon.types import UNKNOWN_MODEL, TurnContext
 
@@ -75,8 +75,7 @@ class Monitor:
         self._header_name = config.attribution.conversation_header
         self._closed = False
         self.attribution_overflows = 0
-        """Captured turns whose reply was recorded on the request path (and the turn dropped)
-        because the attribution queue was full."""
+        """Captured turns dropped because the attribution queue was full."""
         self.names = ModelNames(config.attribution.canonical_models)
         if store is None:
             from handoffmon.stores import make_store
@@ -105,9 +104,8 @@ class Monitor:
         self._pool = self._build_pool(start)
         # The attribution stage: one thread, so replies are recorded in the order the
         # application received them and each history is attributed after its predecessor.
-        self._front: WorkerPool[PendingTurn] = WorkerPool(
+        self._front: DequeWorker[PendingTurn] = DequeWorker(
             self._attribute_queued,
-            workers=1,
             queue_size=config.pipeline.attribution_queue_size,
             on_error=self._pipeline_error,
             name="handoffmon-attribution",
@@ -299,8 +297,8 @@ class Monitor:
         provider model names) and are canonicalized. With a ``TurnContext`` from
         :meth:`begin` the reply is recorded here; with a ``Capture`` from :meth:`capture`
         the turn goes to the attribution thread, which attributes the history and then
-        records the reply — unless its queue is full: then the reply is recorded here (so
-        later turns still attribute it) and the turn is dropped and counted.
+        records the reply — unless its queue is full: then the turn is dropped and counted
+        (and its reply stays unknown to later turns).
         """
         t0 = time.perf_counter()
         try:
@@ -424,29 +422,18 @@ class Monitor:
             self._overflow(turn)
 
     def _overflow(self, turn: PendingTurn) -> None:
-        """The attribution queue is full (or closed): record the reply here, drop the turn.
+        """The attribution queue is full (or closed): shed the turn, count it dropped.
 
-        Attributing the history now would look up replies still waiting in the queue and
-        find them missing, so the history is only hashed (no lookup): the reply is filed
-        under its chain and content keys — later turns attribute it as usual — and the
-        turn itself is counted as dropped, like a turn the full check queue turns away.
+        Overload sheds monitoring work instead of adding it to the request path: the turn
+        is neither checked nor recorded, so a later request of its conversation sees this
+        reply as ``unknown`` (counted in the attribution methods). Attributing it here
+        instead would cost the full history hash on the request path exactly when the
+        process is saturated.
         """
         self.attribution_overflows += 1
-        cap = turn.capture
-        assert cap is not None
-        try:
-            ctx = self.attributor.attribute(
-                cap.messages,
-                conversation_id=cap.conversation_id,
-                requested_model=cap.requested_model,
-                started_at=cap.started_at,
-                lookup=False,
-            )
-            if turn.describe is not None:
-                turn.apply(self._described(turn.describe, turn.describe_args))
-            self._record(ctx, turn.reply, self._canonical(turn.authors))
-        finally:
-            self._count_drop()
+        turn.capture = turn.reply = None
+        turn.describe_args = ()
+        self._count_drop()
 
     def _canonical(self, authors: Sequence[str]) -> tuple[str, ...]:
         return tuple(self.names.canonical(a) for a in authors if a) or (UNKNOWN_MODEL,)
@@ -603,8 +590,7 @@ class Monitor:
     @property
     def stats(self) -> dict[str, Any]:
         """Monitor health: errors by stage, dropped turns, turns queued or in progress, and
-        ``attribution_overflows``: dropped turns whose reply was recorded on the request path
-        because the attribution queue was full."""
+        ``attribution_overflows``: turns dropped because the attribution queue was full."""
         snap = self.aggregates.snapshot()
         return {
             "monitor_errors": dict(snap.monitor_errors),

@@ -6,6 +6,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -147,3 +148,106 @@ class WorkerPool(Generic[T]):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             t.join(remaining)
         return not any(t.is_alive() for t in self._threads)
+
+
+class DequeWorker(Generic[T]):
+    """One thread draining a bounded deque: ``submit`` takes no lock while the thread is busy.
+
+    For the attribution stage, where every request submits: a ``queue.Queue`` takes its
+    mutex on every put, and when the worker thread is descheduled holding that mutex, the
+    request thread blocks on it and then waits for the GIL (a lock convoy that costs
+    hundreds of µs under saturation). ``deque.append`` / ``popleft`` are atomic; the
+    wake-up event is only touched when the worker has gone idle.
+
+    Args:
+        handler: processes one item; exceptions are passed to ``on_error``.
+        queue_size: bound of the deque (``submit`` returns False beyond it).
+        on_error: called with any exception ``handler`` raised.
+        name: thread name.
+        start: start the thread now (else :meth:`start`; items queue up meanwhile).
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[T], None],
+        *,
+        queue_size: int,
+        on_error: Callable[[BaseException], None],
+        name: str = "handoffmon-worker",
+        start: bool = True,
+    ) -> None:
+        self._handler = handler
+        self._on_error = on_error
+        self._max = queue_size
+        self._items: deque[T] = deque()
+        self._wake = threading.Event()
+        self._busy = False
+        self._closed = False
+        self._started = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the thread (idempotent)."""
+        if self._started:
+            return
+        self._started = True
+        self._thread.start()
+
+    def submit(self, item: T, key: str = "") -> bool:
+        """Enqueue without blocking; False when full or closed."""
+        if self._closed or len(self._items) >= self._max:
+            return False
+        self._items.append(item)
+        if not self._wake.is_set():
+            self._wake.set()
+        return True
+
+    def pending(self) -> int:
+        """Items queued or in progress."""
+        return len(self._items) + self._busy
+
+    def _run(self) -> None:
+        items = self._items
+        while True:
+            self._busy = True  # before popleft: an item in flight is always counted as pending
+            try:
+                item = items.popleft()
+            except IndexError:
+                self._busy = False
+                self._wake.clear()
+                if items:  # appended between popleft and clear: its submit saw the event set
+                    continue
+                if self._closed:
+                    return
+                self._wake.wait()
+                continue
+            try:
+                self._handler(item)
+            except Exception as exc:  # the stage must keep running whatever the handler does
+                try:
+                    self._on_error(exc)
+                except Exception:  # pragma: no cover - error accounting itself failed
+                    _log.exception("handoffmon error handler failed")
+            finally:
+                self._busy = False
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every queued item has been processed; False on timeout."""
+        if not self._started:
+            return self.pending() == 0
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self.pending():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.0005)
+        return True
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Stop accepting items, drain the deque and join the thread; False on timeout."""
+        self.start()  # a never-started worker still drains what it queued
+        self._closed = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
