@@ -424,9 +424,9 @@ class Monitor:
         """Queue a captured turn for the attribution thread; see :meth:`_overflow` if it is full."""
         turn.finish_s = time.perf_counter() - t0
         if not self._front.submit(turn):
-            self._overflow(turn)
+            self._overflow()
 
-    def _overflow(self, turn: PendingTurn) -> None:
+    def _overflow(self) -> None:
         """The attribution queue is full (or closed): shed the turn, count it dropped.
 
         Overload sheds monitoring work instead of adding it to the request path: the turn
@@ -436,8 +436,6 @@ class Monitor:
         process is saturated.
         """
         self.attribution_overflows += 1
-        turn.capture = turn.reply = None
-        turn.describe_args = ()
         self._count_drop()
 
     def _canonical(self, authors: Sequence[str]) -> tuple[str, ...]:

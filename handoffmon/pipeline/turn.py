@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _log = logging.getLogger("handoffmon.pipeline")
 
 
-class Capture:
+class Capture(NamedTuple):
     """What ``Monitor.capture`` keeps of a request so its history can be attributed later.
 
     A snapshot, not a copy of the content: the message list is copied (applications
@@ -41,23 +41,12 @@ class Capture:
         begin_s: time the capture took (request-path overhead, for telemetry).
     """
 
-    __slots__ = ("begin_s", "conversation_id", "messages", "metadata", "requested_model", "started_at")
-
-    def __init__(
-        self,
-        messages: list[Any],
-        requested_model: str | None,
-        conversation_id: str | None,
-        metadata: dict[str, Any],
-        started_at: float,
-        begin_s: float = 0.0,
-    ) -> None:
-        self.messages = messages
-        self.requested_model = requested_model
-        self.conversation_id = conversation_id
-        self.metadata = metadata
-        self.started_at = started_at
-        self.begin_s = begin_s
+    messages: list[Any]
+    requested_model: str | None
+    conversation_id: str | None
+    metadata: dict[str, Any]
+    started_at: float
+    begin_s: float = 0.0
 
     def __repr__(self) -> str:  # no message content in reprs (they reach logs)
         return f"Capture(messages={len(self.messages)}, requested_model={self.requested_model!r})"

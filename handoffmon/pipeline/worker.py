@@ -195,7 +195,7 @@ class DequeWorker(Generic[T]):
         self._started = True
         self._thread.start()
 
-    def submit(self, item: T, key: str = "") -> bool:
+    def submit(self, item: T) -> bool:
         """Enqueue without blocking; False when full or closed."""
         if self._closed or len(self._items) >= self._max:
             return False
