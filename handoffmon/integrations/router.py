@@ -14,7 +14,7 @@ from handoffmon.integrations.authorship import (
 )
 from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.pipeline.turn import TurnHandle
+from handoffmon.pipeline.turn import Described, TurnHandle
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -117,34 +117,42 @@ class RouterWrapper:
 
     def _stream_done(self, ctx: TurnHandle, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:
-            served = served_by_response(inner)  # the router repoints these to the fallback
-            ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())
-            authors = []
-            for dep in ids:
-                name = self._deployment_model(dep) or (
-                    served.model_name if dep == served.deployment_id else None
-                )
-                author = raw_author(self._monitor.names, dep, name)
-                if author:
-                    authors.append(author)
-            self._monitor.finish(
+            self._monitor.finish_described(
                 ctx,
                 out.reply,
-                authors=authors,
-                deployment_id=ids[-1] if ids else served.deployment_id,
-                fallbacks=served.fallbacks,
-                retries=served.retries,
-                streamed=True,
+                self._describe_stream,
+                (out, inner),
                 latency_s=time.perf_counter() - t0,
-                input_tokens=out.input_tokens,
-                output_tokens=out.output_tokens,
-                finish_reason=out.finish_reason,
-                provider=served.provider,
-                response_model=out.response_model or served.response_model,
+                streamed=True,
             )
         except Exception:
             _log.warning("handoffmon could not finish a streamed turn", exc_info=True)
             self._monitor.count_error("integration")
+
+    def _describe_stream(self, out: StreamOutcome, inner: Any) -> Described:
+        """Who served a finished stream (on the attribution thread for a captured turn).
+
+        A mid-stream fallback gives the turn one author per deployment that produced text.
+        """
+        served = served_by_response(inner)  # the router repoints these to the fallback
+        ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())
+        authors = []
+        for dep in ids:
+            name = self._deployment_model(dep) or (served.model_name if dep == served.deployment_id else None)
+            author = raw_author(self._monitor.names, dep, name)
+            if author:
+                authors.append(author)
+        return Described(
+            tuple(authors),
+            ids[-1] if ids else served.deployment_id,
+            served.fallbacks,
+            served.retries,
+            served.provider,
+            out.response_model or served.response_model,
+            out.input_tokens,
+            out.output_tokens,
+            out.finish_reason,
+        )
 
     def _deployment_model(self, deployment_id: str) -> str | None:
         """The provider model string of a router deployment (cached)."""

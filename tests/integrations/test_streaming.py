@@ -95,3 +95,46 @@ async def test_async_stream_reports_once() -> None:
     await stream.aclose()
     assert text == "abc"
     assert [(o.reply["content"], o.deployment_ids) for o in seen] == [("abc", ("d",))]
+
+
+_DEPLOYMENTS = {"dep-a": "openai/model-a", "dep-b": "openai/model-b"}
+
+
+class _TwoDeploymentRouter:
+    """A router whose stream continues on a second deployment (what a mid-stream fallback yields)."""
+
+    def completion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
+        return iter(
+            [Chunk({"content": "first half "}, "dep-a"), Chunk({"content": "second"}, "dep-b", "stop")]
+        )
+
+    def get_deployment(self, model_id: str) -> Any:
+        class _Params:
+            model = _DEPLOYMENTS[model_id]
+
+        class _Deployment:
+            litellm_params = _Params()
+
+        return _Deployment()
+
+
+def test_router_wrapper_records_both_authors_of_a_continued_stream() -> None:
+    """Through RouterWrapper: both deployments' models are the turn's authors, the later one its author."""
+    from handoffmon.integrations.router import RouterWrapper
+    from tests.pipeline.helpers import RecordingExporter, monitor
+
+    exp = RecordingExporter()
+    with monitor(exporters=[exp]) as m:
+        wrapped = RouterWrapper(_TwoDeploymentRouter(), m)
+        chunks = list(
+            wrapped.completion(model="g", messages=[{"role": "user", "content": "hi"}], stream=True)
+        )
+        assert len(chunks) == 2
+        assert m.flush(10)
+    (result,) = exp.results
+    assert result.record.authors == ("openai/model-a", "openai/model-b")
+    assert (result.record.author, result.record.deployment_id, result.record.streamed) == (
+        "openai/model-b",
+        "dep-b",
+        True,
+    )
