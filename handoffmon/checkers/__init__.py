@@ -11,8 +11,8 @@ from handoffmon.checkers.base import (
     CheckOutcome,
     ParamError,
     Params,
-    default_registry,
 )
+from handoffmon.checkers.builtin import default_registry
 from handoffmon.checkers.rules import METADATA_KEY, Rule, RuleSet, Scope
 
 __all__ = [

@@ -289,10 +289,3 @@ class CheckerRegistry:
     def copy(self) -> CheckerRegistry:
         """An independent registry with the same kinds."""
         return CheckerRegistry(self._specs.values())
-
-
-def default_registry() -> CheckerRegistry:
-    """A fresh registry holding every built-in checker (general, stateful and IFEval)."""
-    from handoffmon.checkers.builtin import builtin_specs
-
-    return CheckerRegistry(builtin_specs())

@@ -1,9 +1,9 @@
-"""The built-in checker kinds, as registry specs."""
+"""The built-in checker kinds, as registry specs, and ``default_registry()`` holding them."""
 
 from __future__ import annotations
 
 from handoffmon.checkers import answer, json_checks, language, length, text
-from handoffmon.checkers.base import CheckerSpec
+from handoffmon.checkers.base import CheckerRegistry, CheckerSpec
 
 
 def general_specs() -> list[CheckerSpec]:
@@ -34,3 +34,12 @@ def builtin_specs() -> list[CheckerSpec]:
     from handoffmon.checkers.ifeval.adapter import ifeval_specs
 
     return [*general_specs(), *ifeval_specs()]
+
+
+def default_registry() -> CheckerRegistry:
+    """A fresh registry holding every built-in checker (general, stateful and IFEval).
+
+    Lives here, not in ``base``: the built-ins import ``base``, so ``base`` importing them
+    back made the checkers one import cycle.
+    """
+    return CheckerRegistry(builtin_specs())

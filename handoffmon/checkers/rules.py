@@ -19,8 +19,8 @@ from handoffmon.checkers.base import (
     CheckOutcome,
     ParamError,
     UnknownChecker,
-    default_registry,
 )
+from handoffmon.checkers.builtin import default_registry
 from handoffmon.checkers.safe_regex import clean_text
 from handoffmon.config import RuleConfig, ScopeConfig
 from handoffmon.errors import RuleError

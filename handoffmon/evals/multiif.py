@@ -160,7 +160,7 @@ class Support:
 
 def checker_support(conversations: list[MultiIFConversation]) -> Support:
     """Try to build ``ifeval:<id>`` with each use's kwargs through the default registry."""
-    from handoffmon.checkers.base import default_registry
+    from handoffmon.checkers import default_registry
 
     registry = default_registry()
     s = Support()
