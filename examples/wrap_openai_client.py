@@ -62,8 +62,7 @@ def main() -> None:
     config = config_from_mapping(
         {"attribution": {"canonical_models": {"openai/gpt-a": "a", "openai/gpt-b": "b"}}}
     )
-    monitor = handoffmon.Monitor(config)
-    wrapped = handoffmon.wrap(client, monitor=monitor)
+    wrapped = handoffmon.wrap(client, config)  # handoffmon's series join prometheus_client's registry
 
     messages = [{"role": "user", "content": "Hi"}]
     for i in range(5):
@@ -76,8 +75,8 @@ def main() -> None:
         print(f"turn {i + 1}: {text}")
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
 
-    monitor.close()
-    counts = monitor.snapshot()
+    wrapped.runtime.close()  # drains the queue; also runs at exit
+    counts = wrapped.monitor.snapshot()
     print(
         f"recorded {counts.total_turns} turns; attributions of earlier messages: {dict(counts.attributions)}"
     )

@@ -74,8 +74,9 @@ def main() -> None:
             "rules": [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}],
         }
     )
-    monitor = handoffmon.Monitor(config, exporters=[PrintExporter()])
-    client = handoffmon.wrap(router, monitor=monitor)  # same call surface as the router
+    # the runtime exports to Prometheus (prometheus_client's registry) as usual, and to PrintExporter
+    runtime = handoffmon.build_runtime(config, exporters=[PrintExporter()])
+    client = handoffmon.wrap(router, runtime=runtime)  # same call surface as the router
 
     messages = [{"role": "user", "content": "Hello!"}]
     plan = ["fast", "fast", "primary", "primary", "fast"]
@@ -87,8 +88,8 @@ def main() -> None:
             text = client.completion(model=group, messages=messages).choices[0].message.content
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"Question {i + 2}"}]
 
-    monitor.close()  # drains the background queue (exporters print as turns finish)
-    counts = monitor.snapshot()
+    runtime.close()  # drains the background queue (exporters print as turns finish)
+    counts = runtime.monitor.snapshot()
     print(
         f"turns counted: {counts.total_turns}, handoff turns: "
         f"{sum(n for k, n in counts.turns.items() if k.handoff == 'true')}, dropped: {counts.dropped}"

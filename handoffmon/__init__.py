@@ -16,20 +16,27 @@ from handoffmon.errors import ConfigError, HandoffmonError
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.integrations import wrap
     from handoffmon.pipeline.monitor import Monitor
+    from handoffmon.runtime import Runtime, build_runtime, shared_runtime
 
 __all__ = [
     "ConfigError",
     "HandoffmonConfig",
     "HandoffmonError",
     "Monitor",
+    "Runtime",
     "__version__",
+    "build_runtime",
     "load_config",
+    "shared_runtime",
     "wrap",
 ]
 
 _LAZY = {
     "Monitor": ("handoffmon.pipeline.monitor", "Monitor"),
     "wrap": ("handoffmon.integrations", "wrap"),
+    "Runtime": ("handoffmon.runtime", "Runtime"),
+    "build_runtime": ("handoffmon.runtime", "build_runtime"),
+    "shared_runtime": ("handoffmon.runtime", "shared_runtime"),
 }
 
 

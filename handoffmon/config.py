@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from handoffmon.depth import DEFAULT_EDGES, DepthBuckets
 from handoffmon.errors import ConfigError
@@ -105,6 +105,14 @@ class TelemetryConfig(_Section):
     """Opt-in: put prompt/reply text on spans (never on metrics or logs)."""
     log_turns: bool = True
     log_format: Literal["json", "console"] = "json"
+    metrics_port: int | None = Field(default=None, ge=0, lt=65536)
+    """Also serve handoffmon's series at ``http://metrics_host:metrics_port/metrics`` (0 picks a
+    free port). Unset: they are only registered in the application's Prometheus registry."""
+    metrics_host: str = "127.0.0.1"
+    """Listen address of the ``metrics_port`` server (loopback unless set, e.g. ``0.0.0.0``)."""
+    metrics_token: str | None = None
+    """Bearer token required on every ``/metrics`` handoffmon serves itself (the
+    ``metrics_port`` server, and ``handoffmon serve``'s ``/metrics`` and ``/admin/*``)."""
 
 
 class RefitConfig(_Section):
@@ -126,7 +134,16 @@ class ProxyConfig(_Section):
     port: int = Field(default=4100, gt=0, lt=65536)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     upstream_timeout_s: float = Field(default=600.0, gt=0)
-    metrics_token: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "metrics_token" in data:
+            raise ValueError(
+                "proxy.metrics_token moved to telemetry.metrics_token "
+                "(one token for every /metrics endpoint handoffmon serves)"
+            )
+        return data
 
 
 class HandoffmonConfig(_Section):

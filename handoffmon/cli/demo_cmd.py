@@ -26,25 +26,6 @@ def _progress(total_turns: int, enabled: bool) -> Any:
     )
 
 
-def _serving_exporters(port: int, holder: dict[str, Any]) -> Any:
-    """Exporter factory for ``--serve``: Prometheus on a fresh registry, served on ``port``."""
-
-    def build(config: Any) -> list[Any]:
-        from handoffmon.exporters import build_exporters, prometheus_exporter
-        from handoffmon.exporters.serving import start_metrics_server
-
-        exporters = build_exporters(config)
-        try:
-            holder["server"] = start_metrics_server(prometheus_exporter(exporters).registry, port)
-        except OSError as exc:
-            raise click.ClickException(
-                f"--serve {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror}"
-            ) from exc
-        return exporters
-
-    return build
-
-
 async def _keep_driving(world: Any, stop: asyncio.Event, duration_s: float | None) -> None:
     """Run further batches of fresh conversations until a signal arrives or ``duration_s`` passes."""
     loop = asyncio.get_running_loop()
@@ -59,21 +40,18 @@ async def _keep_driving(world: Any, stop: asyncio.Event, duration_s: float | Non
         start += batch
 
 
-def _serve(world: Any, holder: dict[str, Any], duration_s: float | None, refit_interval_s: float) -> None:
-    from handoffmon.refit.periodic import PeriodicRefit
-
-    periodic = PeriodicRefit.for_monitor(world.monitor, interval_s=refit_interval_s)
-    periodic.start()
+def _serve(world: Any, duration_s: float | None, refit_interval_s: float) -> None:
+    server = world.runtime.metrics_server
     until = "until Ctrl-C" if duration_s is None else f"for {duration_s:.0f} s"
     click.echo(
-        f"\nserving {holder['server'].url} with live traffic {until} (refit every {refit_interval_s:.0f} s)",
+        f"\nserving {server.url} with live traffic {until} (refit every {refit_interval_s:.0f} s)",
         err=True,
     )
     try:
         asyncio.run(_keep_driving(world, asyncio.Event(), duration_s))
     finally:
-        periodic.stop()
-        periodic.run_once()
+        world.monitor.flush(world.config.pipeline.shutdown_timeout_s)
+        world.runtime.refit_now()
 
 
 @click.command("demo")
@@ -152,32 +130,41 @@ def demo(
     estimates; the HTML report is written to OUT_DIR/handoffmon-report.html.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from handoffmon.errors import ConfigError
     from handoffmon.sim.demo import DemoSettings, build_world, close_world, run_initial, write_outputs
     from handoffmon.sim.summary import render_summary
 
     settings = DemoSettings(size=size, seed=seed, models=models, rules=rules, concurrency=concurrency)
     expected_turns = round(settings.conversations * settings.policy.mean_length())
     bar = _progress(expected_turns, progress)
-    holder: dict[str, Any] = {}
-    exporters = _serving_exporters(serve_port, holder) if serve_port is not None else None
-    world = build_world(settings, exporters=exporters, on_turn=lambda: bar.update(1))
     try:
-        if "server" in holder:
-            click.echo(f"metrics: {holder['server'].url}", err=True)
+        world = build_world(
+            settings,
+            metrics_port=serve_port,
+            refit_interval_s=refit_interval if serve_port is not None else 0.0,
+            on_turn=lambda: bar.update(1),
+        )
+    except ConfigError as exc:
+        bar.close()
+        reason = getattr(exc.__cause__, "strerror", None) or str(exc)
+        raise click.ClickException(
+            f"--serve {serve_port}: cannot listen on 127.0.0.1:{serve_port}: {reason}"
+        ) from exc
+    try:
+        if world.runtime.metrics_server is not None:
+            click.echo(f"metrics: {world.runtime.metrics_server.url}", err=True)
         outcome = run_initial(world)
         bar.close()
         world.driver.on_turn = None
         if serve_port is not None:
             from handoffmon.exporters import refit_publisher
 
-            refit_publisher(world.monitor.exporters)(outcome.result)
+            refit_publisher(world.runtime.exporters)(outcome.result)
         paths = write_outputs(outcome, world, Path(out_dir))
         click.echo(render_summary(outcome, world.truth))
         click.echo(f"\nreport: {paths['report']}   refit: {paths['refit']}   truth: {paths['truth']}")
         if serve_port is not None:
-            _serve(world, holder, duration, refit_interval)
+            _serve(world, duration, refit_interval)
     finally:
         bar.close()
         close_world(world)
-        if "server" in holder:
-            holder["server"].close()

@@ -35,6 +35,7 @@ def build_exporters(
     registry: CollectorRegistry | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
+    logger_provider: Any = None,
     logger: Any = None,
 ) -> list[Exporter]:
     """The exporters ``config.telemetry`` asks for, sharing one label guard.
@@ -53,6 +54,7 @@ def build_exporters(
         registry: Prometheus registry for the metrics.
         tracer_provider: OpenTelemetry tracer provider.
         meter_provider: OpenTelemetry meter provider.
+        logger_provider: OpenTelemetry logger provider (``gen_ai.evaluation.result`` events).
         logger: destination of per-turn log events.
 
     Returns:
@@ -70,12 +72,17 @@ def build_exporters(
 
         reg = registry if registry is not None else CollectorRegistry()
         out.append(PrometheusExporter.from_config(config, reg, guard=guard))
-    if telemetry.otel or tracer_provider is not None or meter_provider is not None:
+    providers = (tracer_provider, meter_provider, logger_provider)
+    if telemetry.otel or any(p is not None for p in providers):
         from handoffmon.exporters.otel import OTelExporter
 
         out.append(
             OTelExporter.from_config(
-                config, tracer_provider=tracer_provider, meter_provider=meter_provider, guard=guard
+                config,
+                tracer_provider=tracer_provider,
+                meter_provider=meter_provider,
+                logger_provider=logger_provider,
+                guard=guard,
             )
         )
     if telemetry.log_turns:
@@ -95,8 +102,8 @@ def prometheus_exporter(exporters: list[Exporter]) -> Any:
 def refit_publisher(exporters: Sequence[object]) -> Callable[[RefitResult], bool]:
     """One callable that hands a refit to every ``RefitPublisher`` among ``exporters``.
 
-    Pass it as ``PeriodicRefit(..., publish=refit_publisher(monitor.exporters))``. The
-    returned function never raises and returns True when every publisher succeeded.
+    The runtime's periodic refit publishes through it. The returned function never
+    raises and returns True when every publisher succeeded.
     """
     targets = [e for e in exporters if isinstance(e, RefitPublisher)]
 

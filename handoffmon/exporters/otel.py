@@ -191,6 +191,7 @@ class OTelExporter:
         *,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        logger_provider: Any = None,
         guard: LabelGuard | None = None,
     ) -> OTelExporter:
         """Build from ``telemetry.capture_content`` and the label caps."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import HandoffmonConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.runtime import Runtime
 
 __all__ = ["wrap"]
 
@@ -23,40 +26,50 @@ def _is_openai_client(target: Any) -> bool:
     return callable(getattr(completions, "create", None))
 
 
-def _monitor(config: HandoffmonConfig | None) -> Any:
-    from handoffmon.config import load_config
-    from handoffmon.pipeline.monitor import Monitor
-
-    return Monitor(config if config is not None else load_config())
-
-
-def wrap(target: Any, config: HandoffmonConfig | None = None, *, monitor: Any = None) -> Any:
+def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtime | None = None) -> Any:
     """Put handoffmon around a router or client without changing how it is called.
+
+    With no ``runtime``, the wrapper records into the process's shared runtime
+    (``handoffmon.shared_runtime``): built from ``config`` on first use, it registers
+    handoffmon's series in prometheus_client's global registry (so the application's
+    ``/metrics`` shows them), serves them on ``telemetry.metrics_port`` when set, runs the
+    periodic refit, and drains at exit. Wrapping several routers or clients with the same
+    config shares that runtime.
 
     Args:
         target: a ``litellm.Router`` (or anything with litellm-style ``completion`` /
             ``acompletion``), or an ``openai.OpenAI`` / ``openai.AsyncOpenAI`` client.
-        config: configuration for a new monitor (ignored when ``monitor`` is given);
-            ``None`` loads ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*`` variables, else defaults.
-        monitor: an existing :class:`~handoffmon.pipeline.monitor.Monitor` to record into
-            (e.g. one shared by several wrapped clients).
+        config: configuration for the shared runtime; ``None`` loads
+            ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*`` variables, else defaults.
+        runtime: record into this runtime instead (``handoffmon.build_runtime(...)``).
 
     Returns:
-        A wrapper with the target's call surface; its ``monitor`` attribute is the monitor
-        (close it — or let process exit close it — to drain the pipeline).
+        A wrapper with the target's call surface; ``.runtime`` and ``.monitor`` on it.
 
     Raises:
         TypeError: ``target`` is neither a router nor an OpenAI-compatible client.
+        ValueError: both ``config`` and ``runtime`` were given.
+        ConfigError: the config is unusable, or another config already owns the registry.
     """
+    if config is not None and runtime is not None:
+        raise ValueError("handoffmon.wrap: pass config= or runtime=, not both")
     if _is_router(target):
         from handoffmon.integrations.router import RouterWrapper
 
-        return RouterWrapper(target, monitor if monitor is not None else _monitor(config))
+        rt = runtime if runtime is not None else _shared(config)
+        return RouterWrapper(target, rt.monitor, runtime=rt)
     if _is_openai_client(target):
         from handoffmon.integrations.openai_client import OpenAIClientWrapper
 
-        return OpenAIClientWrapper(target, monitor if monitor is not None else _monitor(config))
+        rt = runtime if runtime is not None else _shared(config)
+        return OpenAIClientWrapper(target, rt.monitor, runtime=rt)
     raise TypeError(
         f"handoffmon.wrap: cannot wrap {type(target).__name__}: expected a litellm.Router "
         "(completion/acompletion) or an OpenAI-compatible client (chat.completions.create)"
     )
+
+
+def _shared(config: HandoffmonConfig | None) -> Runtime:
+    from handoffmon.runtime import shared_runtime
+
+    return shared_runtime(config)

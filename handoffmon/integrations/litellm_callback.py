@@ -6,8 +6,8 @@ In the proxy's ``config.yaml``::
       callbacks: ["handoffmon.integrations.litellm_callback.handoffmon_callback"]
 
 and point ``HANDOFFMON_CONFIG`` at a handoffmon config file (optional). The proxy
-imports this module by name and uses the module-level instance, which builds its
-:class:`~handoffmon.pipeline.monitor.Monitor` on first use.
+imports this module by name and uses the module-level instance, which builds the
+process's shared :class:`~handoffmon.runtime.Runtime` on first use.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from litellm.integrations.custom_logger import CustomLogger
 
-from handoffmon.config import HandoffmonConfig, load_config
+from handoffmon.config import HandoffmonConfig
 from handoffmon.integrations.authorship import (
     finish_from_response,
     first_message,
@@ -31,6 +31,9 @@ from handoffmon.integrations.authorship import (
 from handoffmon.integrations.streaming import StreamAccumulator, StreamOutcome
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.turn import TurnHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -76,38 +79,40 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
 
     Args:
         config: configuration; ``None`` loads ``$HANDOFFMON_CONFIG`` (and ``HANDOFFMON_*``
-            env) when the monitor is first needed.
-        monitor: an existing monitor (overrides ``config``).
-        monitor_factory: builds the monitor lazily (tests inject one).
+            env) when the runtime is first needed.
+        runtime: record into this runtime instead of the process's shared one.
     """
 
-    def __init__(
-        self,
-        config: HandoffmonConfig | None = None,
-        *,
-        monitor: Monitor | None = None,
-        monitor_factory: Callable[[], Monitor] | None = None,
-    ) -> None:
+    def __init__(self, config: HandoffmonConfig | None = None, *, runtime: Runtime | None = None) -> None:
         super().__init__()
         self._config = config
-        self._monitor = monitor
-        self._factory = monitor_factory
+        self._runtime = runtime
         self._lock = threading.Lock()
         self._starts: OrderedDict[str, float] = OrderedDict()  # litellm_call_id -> monotonic start
 
     @property
-    def monitor(self) -> Monitor:
-        """The monitor, built on first use."""
-        m = self._monitor
-        if m is None:
+    def runtime(self) -> Runtime:
+        """The runtime, built on first use: ``shared_runtime(config)``.
+
+        Shared with any ``wrap`` in the same process; its series go to prometheus_client's
+        global registry, which LiteLLM's own ``/metrics`` serves when its ``prometheus``
+        callback is on (else set ``telemetry.metrics_port``), and its periodic refit runs
+        in the proxy process.
+        """
+        rt = self._runtime
+        if rt is None:
             with self._lock:
-                if self._monitor is None:
-                    if self._factory is not None:
-                        self._monitor = self._factory()
-                    else:
-                        self._monitor = Monitor(self._config if self._config is not None else load_config())
-                m = self._monitor
-        return m
+                if self._runtime is None:
+                    from handoffmon.runtime import shared_runtime
+
+                    self._runtime = shared_runtime(self._config)
+                rt = self._runtime
+        return rt
+
+    @property
+    def monitor(self) -> Monitor:
+        """The runtime's monitor."""
+        return self.runtime.monitor
 
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any

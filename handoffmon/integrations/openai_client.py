@@ -6,7 +6,7 @@ import inspect
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handoffmon.integrations.authorship import (
     ServedBy,
@@ -17,6 +17,9 @@ from handoffmon.integrations.authorship import (
 from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.turn import TurnHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -186,17 +189,24 @@ class OpenAIClientWrapper:
     Args:
         client: ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or a look-alike).
         monitor: the monitor that records turns.
+        runtime: the runtime that owns ``monitor`` (``wrap`` passes it), if any.
     """
 
-    def __init__(self, client: Any, monitor: Monitor) -> None:
+    def __init__(self, client: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
         self._client = client
         self._monitor = monitor
+        self._runtime = runtime
         turns = _Turns(monitor)
         inner = client.chat.completions
         completions = (
             _AsyncCompletions(inner, turns) if _is_async_client(client) else _SyncCompletions(inner, turns)
         )
         self.chat = _Chat(client.chat, completions)
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The runtime owning the monitor (``None`` for a bare monitor)."""
+        return self._runtime
 
     @property
     def monitor(self) -> Monitor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handoffmon.integrations.authorship import (
     finish_from_response,
@@ -15,6 +15,9 @@ from handoffmon.integrations.authorship import (
 from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.turn import Described, TurnHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -47,12 +50,19 @@ class RouterWrapper:
     Args:
         router: the router (or any object with litellm-style ``completion``/``acompletion``).
         monitor: the monitor that records turns.
+        runtime: the runtime that owns ``monitor`` (``wrap`` passes it), if any.
     """
 
-    def __init__(self, router: Any, monitor: Monitor) -> None:
+    def __init__(self, router: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
         self._router = router
         self._monitor = monitor
+        self._runtime = runtime
         self._dep_names: dict[str, str | None] = {}
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The runtime owning the monitor (``None`` for a bare monitor)."""
+        return self._runtime
 
     @property
     def monitor(self) -> Monitor:

@@ -24,7 +24,6 @@ from handoffmon.types import UNKNOWN_MODEL, TurnContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.checkers import RuleSet
-    from handoffmon.refit.periodic import PeriodicRefit
 
 _log = logging.getLogger("handoffmon.pipeline")
 
@@ -100,7 +99,6 @@ class Monitor:
         )
         self._dispatch: list[ExporterDispatch] = []
         self._observers: tuple[MonitorObserver, ...] = ()
-        self._refit: PeriodicRefit | None = None
         self._pool = self._build_pool(start)
         # The attribution stage: one thread, so replies are recorded in the order the
         # application received them and each history is attributed after its predecessor.
@@ -559,27 +557,6 @@ class Monitor:
                 exporter, queue_size=self.config.pipeline.export_queue_size, on_error=self.count_error
             )
         )
-        if hasattr(exporter, "publish_refit"):
-            self._start_refit()
-
-    def _start_refit(self) -> None:
-        """Start the periodic refit once something can publish its gauges.
-
-        Runs every ``refit.interval_s`` (0 disables it) on a daemon thread; without an
-        exporter that publishes refits (Prometheus, OTel) there is nobody to hand the
-        result to, so no thread is started.
-        """
-        if self._refit is not None or self._closed or self.config.refit.interval_s <= 0:
-            return
-        from handoffmon.refit.periodic import PeriodicRefit
-
-        self._refit = PeriodicRefit.for_monitor(self)
-        self._refit.start()
-
-    @property
-    def refit(self) -> PeriodicRefit | None:
-        """The periodic refit (``None`` until an exporter that publishes refits is added)."""
-        return self._refit
 
     @property
     def exporters(self) -> tuple[Exporter, ...]:
@@ -625,8 +602,6 @@ class Monitor:
             return
         self._closed = True
         atexit.unregister(self._atexit)
-        if self._refit is not None:
-            self._refit.stop()
         budget = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
         front_ok = self._front.close(budget)  # drains into the pool

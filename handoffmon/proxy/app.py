@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,10 +16,13 @@ from starlette.routing import Route
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError
-from handoffmon.exporters.serving import render
+from handoffmon.exporters.serving import render, token_ok
 from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
-from handoffmon.proxy.metrics import ProxyMetrics, StoreStatsCollector
+from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import SessionFactory, Upstream
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.proxy")
 
@@ -29,44 +30,29 @@ PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS
 
 
 class ProxyState:
-    """What the routes share: config, monitor, upstream, registry, readiness."""
+    """What the routes share: config, runtime (monitor, registry), upstream, readiness."""
 
     def __init__(
-        self,
-        config: HandoffmonConfig,
-        monitor: Any,
-        upstream: Upstream,
-        registry: CollectorRegistry,
-        owns_monitor: bool,
+        self, config: HandoffmonConfig, runtime: Runtime, upstream: Upstream, owns_runtime: bool
     ) -> None:
         self.config = config
-        self.monitor = monitor
+        self.runtime = runtime
+        self.monitor = runtime.monitor
+        self.registry = runtime.registry
         self.upstream = upstream
-        self.registry = registry
-        self.owns_monitor = owns_monitor
+        self.owns_runtime = owns_runtime
         self.ready = False
-        self.metrics = ProxyMetrics(registry)
-
-
-def _build_monitor(config: HandoffmonConfig, registry: CollectorRegistry) -> Any:
-    """A Monitor on ``config`` exporting into ``registry`` (imports the pipeline lazily)."""
-    from handoffmon.exporters import build_exporters
-    from handoffmon.pipeline.monitor import Monitor
-
-    return Monitor(config, exporters=build_exporters(config, registry=registry))
+        self.metrics = ProxyMetrics(runtime.registry)
 
 
 def _authorized(state: ProxyState, request: Request) -> bool:
-    token = state.config.proxy.metrics_token
-    if not token:
-        return True
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+    return token_ok(request.headers.get("authorization"), state.config.telemetry.metrics_token)
 
 
 def _unauthorized() -> Response:
-    body = error_body("bearer token required (proxy.metrics_token)", "unauthorized", "authentication_error")
+    body = error_body(
+        "bearer token required (telemetry.metrics_token)", "unauthorized", "authentication_error"
+    )
     return Response(body, 401, media_type="application/json", headers={"www-authenticate": "Bearer"})
 
 
@@ -159,20 +145,20 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
 def create_app(
     config: HandoffmonConfig,
     *,
-    monitor: Any | None = None,
+    runtime: Runtime | None = None,
     upstream_session_factory: SessionFactory | None = None,
-    registry: CollectorRegistry | None = None,
 ) -> Starlette:
     """Build the proxy app.
 
     Args:
         config: ``proxy.upstream`` must be set; ``proxy.*`` limits, ``store``,
             ``attribution`` and ``telemetry`` are honoured.
-        monitor: a running ``Monitor``; built from ``config`` (with exporters into
-            ``registry``) and closed at shutdown when not given. An injected monitor is
-            flushed, not closed, at shutdown.
+        runtime: a runtime to monitor with; by default ``build_runtime(config,
+            registry=None)`` — the same construction as ``wrap`` and the LiteLLM callback,
+            with its series kept private and served at this app's ``/metrics`` — started
+            at startup and closed (drained) at shutdown. An injected runtime is flushed,
+            not closed, at shutdown.
         upstream_session_factory: builds the pooled ``aiohttp.ClientSession``.
-        registry: Prometheus registry served at ``/metrics`` (a fresh one by default).
 
     Raises:
         ConfigError: ``proxy.upstream`` is missing or not an http(s) URL.
@@ -187,14 +173,12 @@ def create_app(
         )
     except ValueError as exc:
         raise ConfigError(str(exc), key="proxy.upstream") from exc
-    registry = registry if registry is not None else CollectorRegistry()
-    owns = monitor is None
-    monitor = monitor if monitor is not None else _build_monitor(config, registry)
-    state = ProxyState(config, monitor, upstream, registry, owns)
-    store_stats = getattr(getattr(monitor, "store", None), "stats", None)
-    if callable(store_stats):
-        registry.register(StoreStatsCollector(store_stats))
+    owns = runtime is None
+    if runtime is None:
+        from handoffmon.runtime import build_runtime
 
+        runtime = build_runtime(config, registry=None, start=False)
+    state = ProxyState(config, runtime, upstream, owns)
     app = Starlette(
         routes=_routes(state), lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed}
     )
@@ -204,10 +188,12 @@ def create_app(
 
 
 def _lifespan(state: ProxyState) -> Any:
-    """Open the upstream pool at startup; at shutdown close it and drain the monitor."""
+    """Start the runtime and open the upstream pool; at shutdown close the pool and drain."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if state.owns_runtime:
+            state.runtime.start()
         await state.upstream.start()
         state.ready = True
         try:
@@ -221,12 +207,12 @@ def _lifespan(state: ProxyState) -> Any:
 
 
 def _drain(state: ProxyState) -> None:
-    """Shutdown: process every queued turn (close our monitor; flush an injected one)."""
+    """Shutdown: process every queued turn (close our runtime; flush an injected one)."""
     budget = state.config.pipeline.shutdown_timeout_s
     try:
-        if state.owns_monitor:
-            state.monitor.close(budget)
+        if state.owns_runtime:
+            state.runtime.close(budget)
         else:
-            state.monitor.flush(budget)
+            state.runtime.flush(budget)
     except Exception:  # fail-open even at shutdown: log and let the process exit
         _log.warning("handoffmon serve: draining the monitor failed", exc_info=True)

@@ -73,9 +73,14 @@ class DemoWorld:
     config: HandoffmonConfig
     provider: Any
     router: Any
-    monitor: Any
+    runtime: Any
     client: Any
     driver: Driver
+
+    @property
+    def monitor(self) -> Any:
+        """The runtime's monitor."""
+        return self.runtime.monitor
 
 
 @dataclass(frozen=True)
@@ -90,41 +95,77 @@ class DemoOutcome:
     injected: dict[str, int]
 
 
-def demo_config(fleet: Fleet, provider_name: str, settings: DemoSettings) -> HandoffmonConfig:
-    """Embedded defaults (memory store) plus the demo's rules and canonical model names."""
+def demo_config(
+    fleet: Fleet,
+    provider_name: str,
+    settings: DemoSettings,
+    *,
+    metrics_port: int | None = None,
+    refit_interval_s: float = 0.0,
+) -> HandoffmonConfig:
+    """Embedded defaults (memory store) plus the demo's rules and canonical model names.
+
+    Args:
+        fleet: the simulated fleet (rules and canonical names come from it).
+        provider_name: litellm custom provider the fleet is served through.
+        settings: the run's knobs.
+        metrics_port: serve /metrics there (``telemetry.metrics_port``), if given.
+        refit_interval_s: the runtime's periodic refit (0 = only the demo's own refits).
+    """
     from handoffmon.sim.router import canonical_models
 
     return HandoffmonConfig(
         rules=rule_configs(fleet),
         attribution=AttributionConfig(canonical_models=canonical_models(fleet, provider_name)),
         pipeline=PipelineConfig(check_budget_s=settings.check_budget_s),
-        telemetry=TelemetryConfig(log_turns=False),
-        refit=RefitConfig(interval_s=0),
+        telemetry=TelemetryConfig(log_turns=False, metrics_port=metrics_port),
+        refit=RefitConfig(interval_s=refit_interval_s),
     )
 
 
 def build_world(
-    settings: DemoSettings, *, exporters: Any = None, on_turn: Callable[[], None] | None = None
+    settings: DemoSettings,
+    *,
+    metrics_port: int | None = None,
+    refit_interval_s: float = 0.0,
+    on_turn: Callable[[], None] | None = None,
 ) -> DemoWorld:
-    """Build fleet, provider, Router, monitor and wrapper (litellm is imported here).
+    """Build fleet, provider, Router, runtime and wrapper (litellm is imported here).
+
+    The runtime is built by ``build_runtime`` like every other entry point's, with its
+    series kept private (shown on ``metrics_port`` when given).
 
     Args:
         settings: the run's knobs.
-        exporters: callable ``config → list of exporters`` (``--serve``), or None.
+        metrics_port: serve /metrics on this loopback port (``demo --serve``).
+        refit_interval_s: seconds between the runtime's periodic refits (0 = none).
         on_turn: progress callback per reply.
+
+    Raises:
+        ConfigError: ``metrics_port`` cannot be bound.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.integrations import wrap
-    from handoffmon.pipeline.monitor import Monitor
+    from handoffmon.runtime import build_runtime
     from handoffmon.sim.provider import SimProvider
-    from handoffmon.sim.router import build_router
+    from handoffmon.sim.router import build_router, unregister_provider
 
     fleet = make_fleet(settings.models, settings.rules, seed=settings.seed)
     provider = SimProvider(fleet, seed=settings.seed)
     router = build_router(fleet, provider)
-    config = demo_config(fleet, provider.provider_name or "", settings)
-    monitor = Monitor(config, exporters=exporters(config) if exporters else ())
-    client = wrap(router, monitor=monitor)
+    config = demo_config(
+        fleet,
+        provider.provider_name or "",
+        settings,
+        metrics_port=metrics_port,
+        refit_interval_s=refit_interval_s,
+    )
+    try:
+        runtime = build_runtime(config, registry=None)
+    except Exception:
+        unregister_provider(provider.provider_name or "")
+        raise
+    client = wrap(router, runtime=runtime)
     driver = Driver(
         client,
         fleet,
@@ -133,7 +174,7 @@ def build_world(
         concurrency=settings.concurrency,
         on_turn=on_turn,
     )
-    return DemoWorld(settings, fleet, Truth.of(fleet), config, provider, router, monitor, client, driver)
+    return DemoWorld(settings, fleet, Truth.of(fleet), config, provider, router, runtime, client, driver)
 
 
 def refit_world(world: DemoWorld) -> tuple[Counts, RefitResult]:
@@ -204,8 +245,8 @@ def write_outputs(outcome: DemoOutcome, world: DemoWorld, out_dir: Path) -> dict
 
 
 def close_world(world: DemoWorld) -> None:
-    """Close the monitor and unregister the simulated provider from litellm."""
+    """Close the runtime (drains the monitor) and unregister the simulated provider from litellm."""
     from handoffmon.sim.router import unregister_provider
 
-    world.monitor.close()
+    world.runtime.close()
     unregister_provider(world.provider.provider_name or "")

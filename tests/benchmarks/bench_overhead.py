@@ -30,7 +30,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from handoffmon.config import config_from_mapping
-from handoffmon.integrations import wrap
+from handoffmon.integrations.router import RouterWrapper
 from handoffmon.pipeline.monitor import Monitor
 from tests.integrations.zero_router import ZeroLatencyRouter
 
@@ -110,7 +110,7 @@ def bench_zero(reps: int, pace_s: float) -> None:
     """Zero-latency router: sync and async, back to back (saturated) and paced."""
     router = ZeroLatencyRouter({"g": ("dep-1", "openai/m1")})
     with Monitor(config_from_mapping(CONFIG)) as m:
-        wrapped = wrap(router, monitor=m)
+        wrapped = RouterWrapper(router, m)
         rng = random.Random(1)
         histories = [_history(wrapped, "g", rng) for _ in range(50)]
         m.flush(30)
@@ -154,7 +154,7 @@ def bench_litellm(reps: int) -> None:
         ]
     )
     with Monitor(config_from_mapping(CONFIG)) as m:
-        wrapped = wrap(router, monitor=m)
+        wrapped = RouterWrapper(router, m)
         rng = random.Random(2)
         histories = [_history(wrapped, "g", rng) for _ in range(5)]
         m.flush(30)

@@ -151,7 +151,7 @@ def checkers(quick: bool) -> list[Row]:
 def overhead(quick: bool) -> list[Row]:
     """Wrapper vs direct router, alternating calls on the same 20-turn histories (bench_overhead)."""
     from handoffmon.config import config_from_mapping
-    from handoffmon.integrations import wrap
+    from handoffmon.integrations.router import RouterWrapper
     from handoffmon.pipeline.monitor import Monitor
     from tests.benchmarks.bench_overhead import CONFIG, _history, _pct, _side_by_side
     from tests.integrations.zero_router import ZeroLatencyRouter
@@ -177,7 +177,7 @@ def overhead(quick: bool) -> list[Row]:
 
     router = ZeroLatencyRouter({"g": ("dep-1", "openai/m1")})
     with Monitor(config_from_mapping(CONFIG)) as m:
-        wrapped = wrap(router, monitor=m)
+        wrapped = RouterWrapper(router, m)
         histories = [_history(wrapped, "g", random.Random(1)) for _ in range(50)]
         m.flush(30)
         add(
@@ -220,7 +220,7 @@ def _litellm_overhead(reps: int, add: Callable[[str, list[float], list[float]], 
     from litellm.router import Router
 
     from handoffmon.config import config_from_mapping
-    from handoffmon.integrations import wrap
+    from handoffmon.integrations.router import RouterWrapper
     from handoffmon.pipeline.monitor import Monitor
     from tests.benchmarks.bench_overhead import CONFIG, _history, _side_by_side
 
@@ -234,7 +234,7 @@ def _litellm_overhead(reps: int, add: Callable[[str, list[float], list[float]], 
         ]
     )
     with Monitor(config_from_mapping(CONFIG)) as m:
-        wrapped = wrap(router, monitor=m)
+        wrapped = RouterWrapper(router, m)
         histories = [_history(wrapped, "g", random.Random(2)) for _ in range(5)]
         m.flush(30)
         add(

@@ -27,8 +27,11 @@ def test_public_names_pinned() -> None:
         "HandoffmonConfig",
         "HandoffmonError",
         "Monitor",
+        "Runtime",
         "__version__",
+        "build_runtime",
         "load_config",
+        "shared_runtime",
         "wrap",
     ]
 

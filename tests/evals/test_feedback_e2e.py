@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from handoffmon.integrations.router import RouterWrapper
 from handoffmon.sim.fleet import Fleet, make_fleet
 
 FAST_RULE = "no_commas"
@@ -28,7 +29,6 @@ def _quiet_fleet(fast_scale: float | None = None) -> Fleet:
 
 def _production_counts(fleet: Fleet, conversations: int) -> object:
     from handoffmon.config import HandoffmonConfig, PipelineConfig, RefitConfig, TelemetryConfig
-    from handoffmon.integrations import wrap
     from handoffmon.pipeline.monitor import Monitor
     from handoffmon.sim.driver import Driver, TrafficPolicy
     from handoffmon.sim.provider import SimProvider
@@ -46,7 +46,7 @@ def _production_counts(fleet: Fleet, conversations: int) -> object:
     monitor = Monitor(config)
     try:
         driver = Driver(
-            wrap(router, monitor=monitor),
+            RouterWrapper(router, monitor),
             fleet,
             seed=3,
             policy=TrafficPolicy(switch_rate=0.0, stream_share=0.0, max_turns=24),

@@ -6,7 +6,7 @@ from typing import Any
 
 from handoffmon.integrations.litellm_callback import HandoffmonCallback, handoffmon_callback
 from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router
-from tests.pipeline.helpers import RecordingExporter, make_config, monitor
+from tests.pipeline.helpers import RecordingExporter, make_config, runtime
 
 CONFIG = make_config(attribution={"canonical_models": CANONICAL})
 
@@ -26,8 +26,8 @@ async def test_hooks_record_fallback_author_latency_and_caller_id() -> None:
     """Non-streamed then streamed turns: author after fallback, caller conversation id, depth, latency."""
     exp = RecordingExporter()
     router = fallback_router()
-    with monitor(CONFIG, exporters=[exp]) as m:
-        cb = HandoffmonCallback(monitor=m)
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
         messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
         data = _request(messages, "call-1")
         await cb.async_pre_call_hook(None, None, data, "acompletion")
@@ -52,25 +52,25 @@ async def test_hooks_record_fallback_author_latency_and_caller_id() -> None:
 
 async def test_non_chat_calls_are_ignored() -> None:
     """Embeddings and other calls without chat messages record nothing and raise nothing."""
-    with monitor(CONFIG) as m:
-        cb = HandoffmonCallback(monitor=m)
+    with runtime(CONFIG) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
         await cb.async_post_call_success_hook({"model": "e", "input": ["x"]}, None, object())
         m.flush(10)
         assert m.snapshot().total_turns == 0
 
 
-def test_module_instance_builds_its_monitor_lazily() -> None:
-    """Importing the module (as the proxy does) builds no monitor until the first hook runs."""
+def test_module_instance_builds_its_runtime_lazily() -> None:
+    """Importing the module (as the proxy does) builds no runtime until the first hook runs."""
     assert isinstance(handoffmon_callback, HandoffmonCallback)
-    assert handoffmon_callback._monitor is None
+    assert handoffmon_callback._runtime is None
 
 
 async def test_streamed_fallback_counts_come_from_the_stream_wrapper() -> None:
     """A streamed reply served by fallback records the fallback deployment and count."""
     exp = RecordingExporter()
     router = fallback_router()
-    with monitor(CONFIG, exporters=[exp]) as m:
-        cb = HandoffmonCallback(monitor=m)
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
         data = _request([{"role": "user", "content": "hi"}], "call-s")
         stream = await router.acompletion(model="primary", messages=data["messages"], stream=True)
         text = "".join(

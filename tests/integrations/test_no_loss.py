@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from handoffmon.integrations import wrap
+from handoffmon.integrations.router import RouterWrapper
 from tests.integrations.zero_router import ZeroLatencyRouter
 from tests.pipeline.helpers import make_config, monitor
 
@@ -43,7 +43,7 @@ async def test_ten_thousand_turns_from_eight_tasks_are_all_counted() -> None:
             }
         )
     )
-    wrapped = wrap(router, monitor=m)
+    wrapped = RouterWrapper(router, m)
     await asyncio.gather(*(_task(wrapped, t) for t in range(TASKS)))
     m.close(60)
     snap = m.snapshot()

@@ -8,7 +8,6 @@ import httpx
 import openai
 import pytest
 
-from handoffmon.integrations import wrap
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from tests.integrations.openai_mock import Upstream
 from tests.pipeline.helpers import RecordingExporter, make_config, monitor
@@ -53,7 +52,7 @@ async def test_three_turns_authorship_and_depth(mode: str) -> None:
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
         client = _async_client(upstream) if mode.startswith("a") else _sync_client(upstream)
-        wrapped = wrap(client, monitor=m)
+        wrapped = OpenAIClientWrapper(client, m)
         messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
         for i in range(3):
             response, text = await _turn(wrapped, mode, messages)
@@ -76,7 +75,7 @@ async def test_plain_openai_upstream_uses_the_response_model() -> None:
     """Without LiteLLM headers the author is the model the provider reported."""
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
-        wrapped = wrap(_sync_client(Upstream(headers={})), monitor=m)
+        wrapped = OpenAIClientWrapper(_sync_client(Upstream(headers={})), m)
         wrapped.chat.completions.create(model="gpt-b", messages=[{"role": "user", "content": "x"}])
         m.flush(10)
     rec = exp.results[0].record
@@ -87,7 +86,7 @@ def test_client_surface_passes_through() -> None:
     """Everything but chat.completions.create is the client's own (models, base_url, raw responses)."""
     client = _sync_client(Upstream())
     with monitor(CONFIG) as m:
-        wrapped = wrap(client, monitor=m)
+        wrapped = OpenAIClientWrapper(client, m)
         assert isinstance(wrapped, OpenAIClientWrapper)
         assert wrapped.base_url == client.base_url
         assert wrapped.models is client.models

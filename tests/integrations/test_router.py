@@ -50,7 +50,7 @@ async def test_fallback_author_is_the_deployment_that_served(mode: str) -> None:
     router = fallback_router()
     spy = Spy(router)
     with monitor(CONFIG, exporters=[exp]) as m:
-        wrapped = wrap(router, monitor=m)
+        wrapped = RouterWrapper(router, m)
         text = await _call(wrapped, mode, "primary", [{"role": "user", "content": "hi"}])
         m.flush(10)
     assert text == BACKUP_REPLY
@@ -67,7 +67,7 @@ async def test_ten_turn_conversation_depth_prefix_handoff(mode: str) -> None:
     """Ten turns whose author changes at 4 (fallback) and 7: depth, prefix, handoff and counts exact."""
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
-        wrapped = wrap(fallback_router(), monitor=m)
+        wrapped = RouterWrapper(fallback_router(), m)
         messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
         for i, group in enumerate(GROUPS_4_7):
             text = await _call(wrapped, mode, group, messages, metadata={"conversation_id": f"conv-{mode}"})
@@ -126,7 +126,7 @@ async def test_faults_return_the_routers_exact_response(kind: str, mode: str) ->
     router = fallback_router()
     spy = Spy(router)
     m, hung = _faulty_monitor(kind)
-    wrapped = wrap(router, monitor=m)
+    wrapped = RouterWrapper(router, m)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
     for _ in range(3):
         if mode == "sync":
@@ -156,7 +156,7 @@ def test_router_error_propagates_unchanged_and_records_nothing() -> None:
     import litellm
 
     with monitor(CONFIG) as m:
-        wrapped = wrap(fallback_router(), monitor=m)
+        wrapped = RouterWrapper(fallback_router(), m)
         with pytest.raises(litellm.RateLimitError):
             wrapped.completion(model="primary", messages=[{"role": "user", "content": "x"}], fallbacks=[])
         m.flush(10)
@@ -167,7 +167,7 @@ async def test_stream_cut_off_is_still_recorded() -> None:
     """A consumer that stops after one chunk and drops the stream still produces a (partial) turn."""
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
-        wrapped = wrap(fallback_router(), monitor=m)
+        wrapped = RouterWrapper(fallback_router(), m)
         stream = wrapped.completion(model="primary", messages=[{"role": "user", "content": "x"}], stream=True)
         first = next(iter(stream))
         del stream
@@ -188,7 +188,7 @@ def test_other_attributes_pass_through() -> None:
     """Everything but completion/acompletion is the router's own attribute."""
     router = fallback_router()
     with monitor(CONFIG) as m:
-        wrapped = wrap(router, monitor=m)
+        wrapped = RouterWrapper(router, m)
         assert isinstance(wrapped, RouterWrapper)
         assert wrapped.model_list is router.model_list
         assert sorted(wrapped.get_model_names()) == ["alpha", "backup", "primary"]
@@ -196,19 +196,21 @@ def test_other_attributes_pass_through() -> None:
 
 
 def test_wrap_without_config_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """wrap(router) with no config or monitor builds one from HANDOFFMON_* variables."""
+    """wrap(router) with no config or runtime builds the shared runtime from HANDOFFMON_* variables."""
     monkeypatch.setenv("HANDOFFMON_PIPELINE__QUEUE_SIZE", "123")
+    monkeypatch.setenv("HANDOFFMON_REFIT__INTERVAL_S", "0")
     wrapped = wrap(fallback_router())
     try:
         assert wrapped.monitor.config.pipeline.queue_size == 123
+        assert wrapped.runtime is not None and wrapped.monitor is wrapped.runtime.monitor
     finally:
-        wrapped.monitor.close()
+        wrapped.runtime.close()
 
 
 def test_wrap_rejects_unknown_targets() -> None:
     """wrap() of something that is neither a router nor a client raises TypeError naming it."""
     with pytest.raises(TypeError, match="int"):
-        wrap(3, monitor=monitor())
+        wrap(3)
 
 
 class _Unreadable:
@@ -234,7 +236,7 @@ def test_unreadable_response_is_returned_and_counted() -> None:
     """A response the wrapper cannot read reaches the app as is; monitor_errors{integration} counts it."""
     router = _OddRouter()
     with monitor(CONFIG) as m:
-        wrapped = wrap(router, monitor=m)
+        wrapped = RouterWrapper(router, m)
         assert wrapped.completion(model="x", messages=[{"role": "user", "content": "q"}]) is router.last
         m.flush(10)
         assert m.snapshot().monitor_errors == {"integration": 1}

@@ -9,6 +9,7 @@ from typing import Any
 from handoffmon.config import HandoffmonConfig, config_from_mapping
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import Authorship
+from handoffmon.runtime import Runtime, build_runtime
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.types import TurnResult
 
@@ -31,6 +32,13 @@ def monitor(config: HandoffmonConfig | None = None, **kwargs: Any) -> Monitor:
     """A monitor on a fresh memory store."""
     kwargs.setdefault("store", MemoryStore())
     return Monitor(config if config is not None else make_config(), **kwargs)
+
+
+def runtime(config: HandoffmonConfig | None = None, **kwargs: Any) -> Runtime:
+    """A started runtime on a fresh memory store whose series stay private (``registry=None``)."""
+    kwargs.setdefault("store", MemoryStore())
+    kwargs.setdefault("registry", None)
+    return build_runtime(config if config is not None else make_config(), **kwargs)
 
 
 def run_conversation(

@@ -51,8 +51,7 @@ def proxy_config(upstream_url: str, **sections: Any) -> HandoffmonConfig:
 @contextmanager
 def running_proxy(config: HandoffmonConfig) -> Iterator[Proxy]:
     """``create_app(config)`` served by uvicorn (the serve options) on a free loopback port."""
-    registry = CollectorRegistry()
-    app = create_app(config, registry=registry)
+    app = create_app(config)
     options = {k: v for k, v in uvicorn_options(config).items()}
     with ServerThread(app, free_port(), **options) as srv:
-        yield Proxy(srv.url, config, app.state.proxy.monitor, registry)
+        yield Proxy(srv.url, config, app.state.proxy.monitor, app.state.proxy.runtime.registry)

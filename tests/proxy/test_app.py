@@ -258,8 +258,8 @@ def test_client_disconnect_mid_stream_cancels_upstream(proxy: Proxy, upstream: U
 
 
 def test_metrics_health_and_token(upstream: Upstream) -> None:
-    """/metrics needs the bearer token when proxy.metrics_token is set; /healthz and /readyz never do."""
-    cfg = proxy_config(upstream.url, proxy={"metrics_token": "s3cret"})
+    """/metrics needs the bearer token when telemetry.metrics_token is set; /healthz and /readyz never do."""
+    cfg = proxy_config(upstream.url, telemetry={"metrics_token": "s3cret"})
     with running_proxy(cfg) as p:
         httpx.post(
             f"{p.url}/v1/chat/completions",

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from handoffmon.proxy.metrics import ProxyMetrics, StoreStatsCollector
+from handoffmon.exporters.store_failures import StoreStatsCollector
+from handoffmon.proxy.metrics import ProxyMetrics
 from tests.proxy.conftest import Upstream, proxy_config, running_proxy
 from tests.proxy.mock_upstream import reply_text, schedule
 

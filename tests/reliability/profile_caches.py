@@ -16,7 +16,7 @@ import tracemalloc
 import uuid
 
 from handoffmon.config import config_from_mapping
-from handoffmon.integrations import wrap
+from handoffmon.integrations.router import RouterWrapper
 from handoffmon.pipeline.monitor import Monitor
 from tests.integrations.zero_router import ZeroLatencyRouter
 
@@ -34,7 +34,7 @@ def main() -> None:
         {"rules": [RULE], "store": {"max_conversations": 50}, "telemetry": {"log_turns": False}}
     )
     with Monitor(config) as m:
-        client = wrap(ZeroLatencyRouter({"g": ("dep-1", "openai/m1")}), monitor=m)
+        client = RouterWrapper(ZeroLatencyRouter({"g": ("dep-1", "openai/m1")}), m)
         base = tracemalloc.get_traced_memory()[0]
         turns = 0
         for c in range(args.conversations):

@@ -24,17 +24,17 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry
 
 from handoffmon.checkers import RuleSet, default_registry
 from handoffmon.checkers.base import passed
 from handoffmon.config import RuleConfig, config_from_mapping
 from handoffmon.counts import Counts
-from handoffmon.integrations import wrap
+from handoffmon.integrations.router import RouterWrapper
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.proxy.app import create_app
 from handoffmon.proxy.server import uvicorn_options
+from handoffmon.runtime import build_runtime
 from tests.conftest import free_port
 from tests.integrations.zero_router import ZeroLatencyRouter
 from tests.pipeline.helpers import RaisingExporter, RecordingExporter
@@ -101,7 +101,7 @@ async def test_redis_sigkill_and_restart_under_concurrent_wrapper_traffic() -> N
                 }
             )
         )
-        wrapped, sent = wrap(_router(), monitor=m), [0]
+        wrapped, sent = RouterWrapper(_router(), m), [0]
         await _conversations(wrapped, 8, 6, "before", sent)
         assert m.flush(30)
         assert m.snapshot().attributions.get("unknown", 0) == 0
@@ -160,8 +160,9 @@ async def test_raising_and_over_budget_checkers_under_proxy_traffic() -> None:
     """serve with a raising and an over-budget checker: 64 concurrent requests answered; verdicts kept."""
     with upstream_thread() as (url, _):
         config = proxy_config(url)
-        m = Monitor(config, rules=_bad_rules())
-        app = create_app(config, monitor=m, registry=CollectorRegistry())
+        rt = build_runtime(config, registry=None, rules=_bad_rules())
+        m = rt.monitor
+        app = create_app(config, runtime=rt)
         with ServerThread(app, free_port(), **uvicorn_options(config)) as srv:
             async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
 
@@ -172,7 +173,7 @@ async def test_raising_and_over_budget_checkers_under_proxy_traffic() -> None:
                     return str(r.json()["choices"][0]["message"]["content"])
 
                 replies = await asyncio.gather(*(ask(i) for i in range(64)))
-        m.close(30)
+        rt.close(30)
     assert replies == [reply_text(schedule(1), 1)] * 64
     snap = m.snapshot()
     _no_loss(snap, 64)
@@ -244,7 +245,7 @@ async def test_failing_exporters_under_wrapper_traffic() -> None:
         ),
         exporters=[otel, RaisingExporter(), good],
     )
-    wrapped, sent = wrap(_router(), monitor=m), [0]
+    wrapped, sent = RouterWrapper(_router(), m), [0]
     t0 = time.perf_counter()
     await _conversations(wrapped, 8, 25, "exporters", sent)
     traffic_s = time.perf_counter() - t0
@@ -267,7 +268,7 @@ APP = textwrap.dedent(
     from handoffmon.checkers import RuleSet, default_registry
     from handoffmon.checkers.base import passed
     from handoffmon.config import RuleConfig, config_from_mapping
-    from handoffmon.integrations import wrap
+    from handoffmon.integrations.router import RouterWrapper
     from handoffmon.pipeline.monitor import Monitor
     from tests.integrations.zero_router import ZeroLatencyRouter
 
@@ -279,7 +280,7 @@ APP = textwrap.dedent(
                                             "attribution_queue_size": 100000},
                                "telemetry": {"log_turns": False}, "refit": {"interval_s": 0}})
     monitor = Monitor(cfg, rules=rules)
-    client = wrap(ZeroLatencyRouter({"g": ("dep-1", "openai/m1")}), monitor=monitor)
+    client = RouterWrapper(ZeroLatencyRouter({"g": ("dep-1", "openai/m1")}), monitor)
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))  # the usual graceful-stop flag
     sent, c = 0, 0

@@ -70,7 +70,7 @@ def _wrapper_world(seed: int) -> tuple[Any, Any, Any, Any]:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.config import config_from_mapping
     from handoffmon.exporters import build_exporters
-    from handoffmon.integrations import wrap
+    from handoffmon.integrations.router import RouterWrapper
     from handoffmon.pipeline.monitor import Monitor
     from handoffmon.sim.fleet import default_fleet
     from handoffmon.sim.provider import SimProvider
@@ -102,7 +102,7 @@ def _wrapper_world(seed: int) -> tuple[Any, Any, Any, Any]:
         }
     )
     monitor = Monitor(config, exporters=build_exporters(config))
-    return monitor, wrap(router, monitor=monitor), fleet, provider
+    return monitor, RouterWrapper(router, monitor), fleet, provider
 
 
 async def _drive_until(driver: Any, deadline: float, batch: int = 100) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from handoffmon.integrations import wrap
+from handoffmon.integrations.router import RouterWrapper
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.sim.demo import DemoSettings, demo_config
 from handoffmon.sim.fleet import default_fleet
@@ -19,7 +19,7 @@ def test_threads_on_sync_completion_are_attributed_and_checked_like_the_simulato
     provider = SimProvider(fleet, seed=9, record=True)
     router = build_router(fleet, provider)
     monitor = Monitor(demo_config(fleet, provider.provider_name or "", DemoSettings()))
-    client = wrap(router, monitor=monitor)
+    client = RouterWrapper(router, monitor)
     groups = fleet.groups
 
     def conversation(i: int) -> None:

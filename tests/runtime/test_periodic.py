@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import pytest
 
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
-from handoffmon.refit.periodic import PeriodicRefit
 from handoffmon.refit.result import RefitResult
+from handoffmon.runtime.periodic import PeriodicRefit
 from tests.refit.synth import plant, synth_counts
 
 
@@ -31,7 +30,7 @@ def test_run_once_publishes_a_result_stamped_by_the_clock() -> None:
 
 
 def test_failures_are_counted_never_raised() -> None:
-    """A failing snapshot or publisher is counted with its error; the caller sees None."""
+    """A failing snapshot or publisher is counted with its error and reported to on_error; None returned."""
 
     def broken() -> Counts:
         raise RuntimeError("store down")
@@ -39,8 +38,10 @@ def test_failures_are_counted_never_raised() -> None:
     def bad_publish(_: RefitResult) -> None:
         raise ValueError("gauge error")
 
-    job = PeriodicRefit(broken, lambda r: None, 60, buckets=DepthBuckets())
+    reported: list[BaseException] = []
+    job = PeriodicRefit(broken, lambda r: None, 60, buckets=DepthBuckets(), on_error=reported.append)
     assert job.run_once() is None
+    assert [str(e) for e in reported] == ["store down"]
     counts = _counts()
     job2 = PeriodicRefit(lambda: counts, bad_publish, 60, buckets=DepthBuckets())
     assert job2.run_once() is None
@@ -67,32 +68,6 @@ def test_thread_refits_every_interval_until_stopped() -> None:
         job.stop()
     n = job.stats.runs
     assert n >= 2 and not any(t.name == "handoffmon-refit" and t.is_alive() for t in threading.enumerate())
-
-
-def test_for_monitor_refits_the_monitor_and_fills_the_prometheus_refit_gauges() -> None:
-    """Inside a running monitor: its aggregates are refit with its config and every refit
-    gauge exporter is updated (here a real PrometheusExporter on a fresh registry)."""
-    from prometheus_client import CollectorRegistry
-
-    from handoffmon.config import HandoffmonConfig
-    from handoffmon.exporters.prometheus import PrometheusExporter
-    from handoffmon.pipeline.monitor import Monitor
-    from tests.sources.replica import synthetic_turns
-
-    registry = CollectorRegistry()
-    config = HandoffmonConfig.model_validate({"refit": {"min_n": 10, "interval_s": 30}})
-    with Monitor(config, exporters=[PrometheusExporter(registry)], start=False) as monitor:
-        for turn in synthetic_turns(7, 2000):
-            monitor.aggregates.add_turn(turn)
-        job = PeriodicRefit.for_monitor(monitor, clock=lambda: 50.0)
-        assert job.interval_s == 30
-        result = job.run_once()
-        assert result is not None and job.stats.failures == 0 and result.min_n == 10
-        fit = result.rules["all"]
-        assert registry.get_sample_value(
-            "handoffmon_prefix_influence", {"model": "m1", "rule": "all"}
-        ) == pytest.approx(fit.models["m1"].prefix_influence)
-        assert registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds") == 50.0
 
 
 def test_publisher_returning_false_counts_as_failure() -> None:

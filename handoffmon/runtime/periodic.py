@@ -1,4 +1,8 @@
-"""``PeriodicRefit``: a daemon thread that refits a counts snapshot every ``interval_s``."""
+"""``PeriodicRefit``: a daemon thread that refits a counts snapshot every ``interval_s``.
+
+The schedule belongs to the runtime (``Runtime`` builds one from ``refit.*``); the refit
+itself (``handoffmon.refit.refit``) stays pure: counts in, result out.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from handoffmon.config import RefitConfig
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit.result import RefitResult
-
-if TYPE_CHECKING:  # pragma: no cover
-    from handoffmon.pipeline.monitor import Monitor
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ class RefitStats:
 class PeriodicRefit:
     """Refit ``snapshot()`` every ``interval_s`` seconds and hand the result to ``publish``.
 
-    Failures (in the snapshot, the refit or the publisher) are counted and logged,
-    never raised: a broken refit must not take the monitor down.
+    Failures (in the snapshot, the refit or the publisher) are counted, logged and passed
+    to ``on_error``, never raised: a broken refit must not take the monitor down.
 
     Args:
         snapshot: returns the current ``Counts`` (e.g. the local aggregates' snapshot).
@@ -46,6 +46,8 @@ class PeriodicRefit:
         settings: refit settings (``min_n``, ``confidence``, ``ridge``).
         clock: wall clock for ``created_at`` (injected for tests).
         source: label recorded in each result.
+        on_error: called with the exception of every failed run (the runtime counts
+            ``monitor_errors{stage="refit"}`` with it).
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class PeriodicRefit:
         settings: RefitConfig | None = None,
         clock: Callable[[], float] = time.time,
         source: str = "local",
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._publish = publish
@@ -66,6 +69,7 @@ class PeriodicRefit:
         self._settings = settings or RefitConfig()
         self._clock = clock
         self._source = source
+        self._on_error = on_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -76,41 +80,6 @@ class PeriodicRefit:
         self._last_error: str | None = None
         self.last_result: RefitResult | None = None
 
-    @classmethod
-    def for_monitor(
-        cls,
-        monitor: Monitor,
-        publish: Callable[[RefitResult], object] | None = None,
-        *,
-        interval_s: float | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> PeriodicRefit:
-        """A refit of ``monitor``'s aggregates with its config (``refit.*``, depth buckets).
-
-        Args:
-            monitor: the running monitor; its ``snapshot`` is refit.
-            publish: receives each result; default: every exporter of the monitor that
-                publishes refits (Prometheus/OTel gauges), looked up at each refit so
-                exporters added later are included.
-            interval_s: overrides ``refit.interval_s``.
-            clock: wall clock for ``created_at``.
-        """
-        if publish is None:
-            from handoffmon.exporters import refit_publisher
-
-            def publish(result: RefitResult) -> object:
-                return refit_publisher(monitor.exporters)(result)
-
-        cfg = monitor.config
-        return cls(
-            monitor.snapshot,
-            publish,
-            cfg.refit.interval_s if interval_s is None else interval_s,
-            buckets=cfg.buckets,
-            settings=cfg.refit,
-            clock=clock,
-        )
-
     @property
     def stats(self) -> RefitStats:
         """Runs, failures and the last outcome."""
@@ -118,6 +87,11 @@ class PeriodicRefit:
             return RefitStats(
                 self._runs, self._failures, self._last_success_at, self._last_duration_s, self._last_error
             )
+
+    @property
+    def running(self) -> bool:
+        """Whether the background thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
 
     def run_once(self) -> RefitResult | None:
         """Snapshot, refit and publish once; returns the result or None on failure."""
@@ -135,11 +109,7 @@ class PeriodicRefit:
             if self._publish(result) is False:
                 raise RuntimeError("publisher reported failure")
         except Exception as exc:  # fail-open: counted and logged, never raised
-            with self._lock:
-                self._runs += 1
-                self._failures += 1
-                self._last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("handoffmon refit failed: %s", exc, exc_info=True)
+            self._failed(exc)
             return None
         with self._lock:
             self._runs += 1
@@ -149,11 +119,23 @@ class PeriodicRefit:
             self.last_result = result
         return result
 
+    def _failed(self, exc: Exception) -> None:
+        with self._lock:
+            self._runs += 1
+            self._failures += 1
+            self._last_error = f"{type(exc).__name__}: {exc}"
+        log.warning("handoffmon refit failed: %s", exc, exc_info=True)
+        if self._on_error is not None:
+            try:
+                self._on_error(exc)
+            except Exception:  # pragma: no cover - error accounting itself failed
+                log.exception("handoffmon refit error handler failed")
+
     def start(self) -> None:
         """Start the background thread (idempotent). The first refit runs after one interval."""
         if self.interval_s <= 0:
             raise ValueError("PeriodicRefit.interval_s must be > 0 to start")
-        if self._thread is not None and self._thread.is_alive():
+        if self.running:
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="handoffmon-refit", daemon=True)

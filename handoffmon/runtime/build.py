@@ -1,0 +1,160 @@
+"""``build_runtime``: the one way every entry point (wrap, LiteLLM callback, serve, demo) builds a runtime."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from handoffmon.config import HandoffmonConfig, load_config
+from handoffmon.errors import ConfigError
+from handoffmon.exporters import build_exporters, refit_publisher
+from handoffmon.exporters.store_failures import StoreStatsCollector
+from handoffmon.pipeline.monitor import Monitor
+from handoffmon.protocols import AttributionStore, Exporter
+from handoffmon.runtime.periodic import PeriodicRefit
+from handoffmon.runtime.runtime import Runtime
+
+if TYPE_CHECKING:  # pragma: no cover
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from handoffmon.checkers import RuleSet
+
+__all__ = ["build_runtime", "shared_runtime"]
+
+
+def build_runtime(
+    config: HandoffmonConfig | None = None,
+    *,
+    registry: CollectorRegistry | None = REGISTRY,
+    store: AttributionStore | None = None,
+    rules: RuleSet | None = None,
+    exporters: Sequence[Exporter] = (),
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    logger_provider: Any = None,
+    logger: Any = None,
+    clock: Callable[[], float] = time.time,
+    start: bool = True,
+) -> Runtime:
+    """Build store, rules, exporters, monitor and refit schedule from ``config``.
+
+    Handoffmon's Prometheus series live in a registry of their own (``runtime.registry``),
+    shown inside ``registry`` — by default prometheus_client's global ``REGISTRY``, so an
+    application's existing ``/metrics`` shows them, as Python libraries do — and on
+    ``telemetry.metrics_port`` when that is set.
+
+    Args:
+        config: configuration; ``None`` loads ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*``.
+        registry: the application's registry to show handoffmon's series in; ``None``
+            keeps them private (``handoffmon serve`` renders ``runtime.registry`` itself).
+        store: attribution store (default: built from ``config.store``).
+        rules: rule set (default: built from ``config.rules``).
+        exporters: extra exporters, after the ones ``config.telemetry`` turns on.
+        tracer_provider: OpenTelemetry tracer provider (default: the API's global one).
+        meter_provider: OpenTelemetry meter provider (default: the API's global one).
+        logger_provider: OpenTelemetry logger provider for evaluation events (default:
+            the API's global one).
+        logger: destination of per-turn log lines (``telemetry.log_turns``).
+        clock: wall clock of the pipeline and the refit.
+        start: start it now (else call ``runtime.start()``; turns queue up meanwhile).
+
+    Raises:
+        ConfigError: a store, rule or port in ``config`` is unusable (names the key).
+        HandoffmonError: ``registry`` already shows another runtime's series.
+    """
+    config = config if config is not None else load_config()
+    own = CollectorRegistry()
+    built = build_exporters(
+        config,
+        registry=own,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        logger_provider=logger_provider,
+        logger=logger,
+    )
+    if store is None:
+        store = _store(config)
+    monitor = Monitor(
+        config, store=store, rules=rules, exporters=[*built, *exporters], clock=clock, start=False
+    )
+    store_stats = getattr(monitor.store, "stats", None)
+    if config.telemetry.prometheus and callable(store_stats):
+        own.register(StoreStatsCollector(store_stats))
+    refit = None
+    if config.refit.interval_s > 0:
+        refit = PeriodicRefit(
+            monitor.snapshot,
+            lambda result: refit_publisher(monitor.exporters)(result),
+            config.refit.interval_s,
+            buckets=config.buckets,
+            settings=config.refit,
+            clock=clock,
+            on_error=lambda exc: monitor.count_error("refit"),
+        )
+    runtime = Runtime(config, monitor, registry=own, expose_in=registry, refit=refit, on_close=_forget)
+    if start:
+        try:
+            runtime.start()
+        except Exception:
+            runtime.close()  # nothing was queued yet: returns at once
+            raise
+    return runtime
+
+
+def _store(config: HandoffmonConfig) -> AttributionStore:
+    from handoffmon.errors import StoreError
+    from handoffmon.stores import make_store
+
+    try:
+        return make_store(config.store)
+    except StoreError as exc:
+        raise ConfigError(f"cannot open the {config.store.backend} store: {exc}", key="store") from exc
+
+
+_shared: dict[int, Runtime] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_runtime(
+    config: HandoffmonConfig | None = None, *, registry: CollectorRegistry = REGISTRY
+) -> Runtime:
+    """The process's runtime for ``registry`` (by default the global ``REGISTRY``), built once.
+
+    ``wrap`` and the LiteLLM Proxy callback use it, so several wrapped routers and clients
+    in one process record into one monitor and show one set of series. The registry is
+    process-global state by nature (prometheus_client's convention); this keeps exactly
+    one handoffmon runtime per registry. A closed runtime is replaced on the next call.
+
+    Args:
+        config: configuration; ``None`` loads ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*``.
+        registry: the application's registry the runtime shows its series in.
+
+    Raises:
+        ConfigError: a runtime with a different configuration already uses ``registry``.
+    """
+    config = config if config is not None else load_config()
+    with _shared_lock:
+        runtime = _shared.get(id(registry))
+        if runtime is not None and not runtime.closed:
+            if runtime.config != config:
+                raise ConfigError(
+                    "a handoffmon runtime with a different configuration already exports into "
+                    "this Prometheus registry; pass it as runtime= to share it, or give this "
+                    "one its own registry= (or registry=None)"
+                )
+            return runtime
+        runtime = build_runtime(config, registry=registry)
+        _shared[id(registry)] = runtime
+        return runtime
+
+
+def _forget(runtime: Runtime) -> None:
+    with _shared_lock:
+        for key, value in list(_shared.items()):
+            if value is runtime:
+                del _shared[key]

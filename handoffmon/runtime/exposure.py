@@ -1,0 +1,71 @@
+"""Where handoffmon's own registry is shown: in the application's registry, on ``metrics_port``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from handoffmon.config import TelemetryConfig
+from handoffmon.errors import ConfigError, HandoffmonError
+from handoffmon.exporters.serving import MetricsServer, start_metrics_server
+
+
+class NestedRegistry(Collector):
+    """handoffmon's registry as one collector of the application's registry.
+
+    ``describe`` names every family, so the application's registry detects clashes and
+    ``?name[]=`` filtering finds them even when it was built without ``auto_describe``;
+    unregistering this one object removes every handoffmon series at close.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        """Every family of handoffmon's registry, read at scrape time."""
+        return self.registry.collect()
+
+    def describe(self) -> Iterable[Metric]:
+        """The families (names only matter), read once at registration."""
+        return list(self.registry.collect())
+
+
+def expose(own: CollectorRegistry, into: CollectorRegistry) -> NestedRegistry:
+    """Register ``own`` inside ``into`` (e.g. ``prometheus_client.REGISTRY``).
+
+    Raises:
+        HandoffmonError: ``into`` already shows handoffmon series (another runtime
+            exports there; share it instead of building a second one).
+    """
+    nested = NestedRegistry(own)
+    try:
+        into.register(nested)
+    except ValueError as exc:  # prometheus_client's DuplicateTimeseries
+        raise HandoffmonError(
+            "this Prometheus registry already shows handoffmon series from another runtime: "
+            "share that runtime (handoffmon.shared_runtime / wrap(..., runtime=)) or pass "
+            f"registry=None to keep this one's series private ({exc})"
+        ) from exc
+    return nested
+
+
+def serve_port(own: CollectorRegistry, telemetry: TelemetryConfig) -> MetricsServer | None:
+    """Serve ``own`` on ``telemetry.metrics_host:metrics_port`` when a port is set.
+
+    Raises:
+        ConfigError: the port cannot be bound (names ``telemetry.metrics_port``).
+    """
+    if telemetry.metrics_port is None:
+        return None
+    try:
+        return start_metrics_server(
+            own, telemetry.metrics_port, telemetry.metrics_host, token=telemetry.metrics_token
+        )
+    except OSError as exc:
+        where = f"{telemetry.metrics_host}:{telemetry.metrics_port}"
+        raise ConfigError(
+            f"cannot serve /metrics on {where}: {exc.strerror}", key="telemetry.metrics_port"
+        ) from exc

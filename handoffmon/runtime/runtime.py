@@ -1,0 +1,168 @@
+"""``Runtime``: the one object owning a monitor's life — exporters, /metrics, refit, close/drain."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+
+from handoffmon.config import HandoffmonConfig
+from handoffmon.exporters.serving import MetricsServer
+from handoffmon.pipeline.monitor import Monitor
+from handoffmon.protocols import Exporter
+from handoffmon.runtime import exposure, signals
+from handoffmon.runtime.periodic import PeriodicRefit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.refit.result import RefitResult
+
+_log = logging.getLogger("handoffmon.runtime")
+
+
+class Runtime:
+    """A running monitor and everything around it; build it with ``build_runtime``.
+
+    ``start`` starts the pipeline threads and the periodic refit, registers handoffmon's
+    registry inside the application's Prometheus registry and serves it on
+    ``telemetry.metrics_port`` when set; ``close`` undoes all of it after draining the
+    queued turns. Both are idempotent. An unclosed runtime is closed at interpreter exit,
+    and on SIGTERM when nothing else in the process handles that signal.
+
+    Args:
+        config: the configuration everything was built from.
+        monitor: the pipeline (request-path protocol and background stages).
+        registry: handoffmon's own Prometheus registry (its series live only here).
+        expose_in: the application's registry to show ``registry`` in (``None``: private).
+        refit: the periodic refit (``None`` when ``refit.interval_s`` is 0).
+        on_close: called once after ``close`` (``shared_runtime`` forgets the runtime).
+    """
+
+    def __init__(
+        self,
+        config: HandoffmonConfig,
+        monitor: Monitor,
+        *,
+        registry: CollectorRegistry,
+        expose_in: CollectorRegistry | None,
+        refit: PeriodicRefit | None,
+        on_close: Callable[[Runtime], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.monitor = monitor
+        self.registry = registry
+        self._expose_in = expose_in
+        self._nested: exposure.NestedRegistry | None = None
+        self.refit = refit
+        self.metrics_server: MetricsServer | None = None
+        self._on_close = on_close
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self._atexit = _atexit_closer(self)
+
+    @property
+    def exporters(self) -> tuple[Exporter, ...]:
+        """The exporters every finished turn goes to."""
+        return self.monitor.exporters
+
+    @property
+    def started(self) -> bool:
+        """Whether ``start`` ran (and ``close`` has not)."""
+        return self._started and not self._closed
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
+
+    def start(self) -> Runtime:
+        """Start everything (idempotent); returns the runtime.
+
+        Raises:
+            HandoffmonError: the application's registry already shows handoffmon series.
+            ConfigError: ``telemetry.metrics_port`` cannot be bound.
+        """
+        with self._lock:
+            if self._started or self._closed:
+                return self
+            if self._expose_in is not None and self.config.telemetry.prometheus:
+                self._nested = exposure.expose(self.registry, self._expose_in)
+            try:
+                self.metrics_server = exposure.serve_port(self.registry, self.config.telemetry)
+            except Exception:
+                self._unexpose()
+                raise
+            self.monitor.start()
+            if self.refit is not None:
+                self.refit.start()
+            self._started = True
+        atexit.register(self._atexit)
+        signals.drain_on_sigterm(self)
+        return self
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until queued turns reached the exporters; False on timeout."""
+        return self.monitor.flush(timeout_s)
+
+    def refit_now(self) -> RefitResult | None:
+        """Run the refit once now and publish it (``None`` without a schedule or on failure)."""
+        return self.refit.run_once() if self.refit is not None else None
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop the refit, drain the pipeline, stop serving and unregister; idempotent.
+
+        Args:
+            timeout_s: budget for draining; defaults to ``pipeline.shutdown_timeout_s``.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self._atexit)
+        signals.forget(self)
+        if self.refit is not None:
+            self.refit.stop()
+        started = time.monotonic()
+        self.monitor.close(timeout_s)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+        self._unexpose()
+        _log.debug("handoffmon runtime closed in %.3fs", time.monotonic() - started)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def _unexpose(self) -> None:
+        if self._nested is not None and self._expose_in is not None:
+            with contextlib.suppress(KeyError):  # the application removed it already
+                self._expose_in.unregister(self._nested)
+            self._nested = None
+
+    def __enter__(self) -> Runtime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "started" if self._started else "built"
+        port = f", metrics={self.metrics_server.url}" if self.metrics_server is not None else ""
+        return f"Runtime({state}, store={self.config.store.backend}{port})"
+
+
+def _atexit_closer(runtime: Runtime) -> Callable[[], None]:
+    """An atexit hook that closes the runtime if it is still alive (holds only a weakref)."""
+    ref = weakref.ref(runtime)
+
+    def close() -> None:
+        rt = ref()
+        if rt is not None:
+            rt.close()
+
+    return close

@@ -1,0 +1,162 @@
+"""The Runtime: built from config, shown in the app's registry, served on metrics_port, refit, closed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from handoffmon.errors import ConfigError, HandoffmonError
+from handoffmon.runtime import Runtime, build_runtime, shared_runtime
+from tests.pipeline.helpers import RecordingExporter, make_config, run_conversation, runtime
+from tests.sources.replica import synthetic_turns
+
+
+def _wait(cond: object, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_series_appear_in_the_application_registry_and_leave_at_close() -> None:
+    """build_runtime(registry=app) shows handoffmon's families in app; close() unregisters them."""
+    app = CollectorRegistry()
+    rt = runtime(make_config(telemetry={"log_turns": False}), registry=app)
+    run_conversation(rt.monitor, ["a", "b"])
+    assert rt.flush(10)
+    labels = {"model": "b", "prefix_model": "a", "depth_bucket": "2"}
+    assert app.get_sample_value("handoffmon_turns_total", labels) == 1.0
+    assert app.get_sample_value("handoffmon_turns_total", labels) == rt.registry.get_sample_value(
+        "handoffmon_turns_total", labels
+    )
+    filtered = generate_latest(app.restricted_registry(["handoffmon_turns_total"])).decode()
+    assert 'handoffmon_turns_total{depth_bucket="2",model="b",prefix_model="a"} 1.0' in filtered
+    rt.close()
+    assert app.get_sample_value("handoffmon_turns_total", labels) is None
+    assert rt.closed and rt.monitor.closed
+
+
+def test_second_runtime_in_one_registry_is_refused_with_the_fix_named() -> None:
+    """Two runtimes cannot show their series in one registry: the second fails before starting threads."""
+    app = CollectorRegistry()
+    with runtime(registry=app), pytest.raises(HandoffmonError, match="share that runtime"):
+        runtime(registry=app)
+
+
+def test_shared_runtime_is_one_per_registry_and_config() -> None:
+    """shared_runtime: same config → the same object; another config → ConfigError; closed → rebuilt."""
+    app = CollectorRegistry()
+    cfg = make_config(refit={"interval_s": 0})
+    first = shared_runtime(cfg, registry=app)
+    try:
+        assert shared_runtime(make_config(refit={"interval_s": 0}), registry=app) is first
+        with pytest.raises(ConfigError, match="different configuration"):
+            shared_runtime(make_config(refit={"interval_s": 5}), registry=app)
+        first.close()
+        second = shared_runtime(cfg, registry=app)
+        assert second is not first and not second.closed
+        second.close()
+    finally:
+        first.close()
+
+
+def test_periodic_refit_is_scheduled_by_the_runtime_and_publishes_gauges() -> None:
+    """refit.interval_s > 0: the runtime's refit thread publishes the refit gauges; close() stops it."""
+    config = make_config(refit={"interval_s": 0.2, "min_n": 1}, telemetry={"log_turns": False})
+    rt = runtime(config)
+    try:
+        for i in range(6):
+            run_conversation(rt.monitor, ["a", "a", "b", "b"], user=f"user {i}")
+        assert rt.flush(10)
+        assert rt.refit is not None and rt.refit.running
+        _wait(lambda: rt.refit is not None and rt.refit.stats.runs > 0)
+        assert rt.refit.stats.failures == 0, rt.refit.stats.last_error
+        assert (
+            rt.registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds")
+            == rt.refit.stats.last_success_at
+        )
+    finally:
+        rt.close()
+    assert not rt.refit.running
+
+
+def test_refit_of_real_counts_fills_the_influence_gauges() -> None:
+    """refit_now() refits the monitor's aggregates with its config and publishes π to Prometheus."""
+    config = make_config(refit={"interval_s": 30, "min_n": 10}, telemetry={"log_turns": False})
+    with runtime(config, clock=lambda: 50.0, start=False) as rt:
+        for turn in synthetic_turns(7, 2000):
+            rt.monitor.aggregates.add_turn(turn)
+        result = rt.refit_now()
+        assert result is not None and result.min_n == 10
+        pi = result.rules["all"].models["m1"].prefix_influence
+        assert rt.registry.get_sample_value(
+            "handoffmon_prefix_influence", {"model": "m1", "rule": "all"}
+        ) == pytest.approx(pi)
+        assert rt.registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds") == 50.0
+
+
+def test_no_refit_schedule_when_disabled() -> None:
+    """refit.interval_s = 0: no refit thread, refit_now() returns None."""
+    with runtime(make_config(refit={"interval_s": 0})) as rt:
+        assert rt.refit is None and rt.refit_now() is None
+
+
+def test_failed_refit_counts_a_refit_error() -> None:
+    """A refit whose publisher fails counts monitor_errors{stage="refit"} (exported like any stage)."""
+
+    class BrokenGauges(RecordingExporter):
+        def publish_refit(self, result: object) -> bool:
+            return False
+
+    config = make_config(refit={"interval_s": 60}, telemetry={"log_turns": False})
+    with runtime(config, exporters=[BrokenGauges()]) as rt:
+        assert rt.refit_now() is None
+        assert rt.monitor.snapshot().monitor_errors == {"refit": 1}
+        assert rt.registry.get_sample_value("handoffmon_monitor_errors_total", {"stage": "refit"}) == 1.0
+
+
+def test_metrics_port_serves_the_series_with_the_bearer_token() -> None:
+    """telemetry.metrics_port (0 = any free port) serves /metrics on loopback, guarded by metrics_token."""
+    config = make_config(telemetry={"metrics_port": 0, "metrics_token": "s3cret", "log_turns": False})
+    with runtime(config) as rt:
+        run_conversation(rt.monitor, ["a"])
+        assert rt.flush(10)
+        server = rt.metrics_server
+        assert server is not None and server.addr == "127.0.0.1"
+        assert httpx.get(server.url).status_code == 401
+        r = httpx.get(server.url, headers={"authorization": "Bearer s3cret"})
+        assert r.status_code == 200
+        assert 'handoffmon_turns_total{depth_bucket="1",model="a",prefix_model="none"} 1.0' in r.text
+        url = server.url
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url, timeout=1)
+
+
+def test_metrics_port_taken_fails_fast_naming_the_key() -> None:
+    """A port that cannot be bound is a ConfigError naming telemetry.metrics_port; nothing keeps running."""
+    with runtime(make_config(telemetry={"metrics_port": 0})) as first:
+        assert first.metrics_server is not None
+        taken = first.metrics_server.port
+        before = set(threading.enumerate())
+        with pytest.raises(ConfigError, match=r"telemetry\.metrics_port"):
+            runtime(make_config(telemetry={"metrics_port": taken}))
+        time.sleep(0.1)  # threads of the failed runtime would still be alive: close() joins them
+        leaked = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("handoffmon")]
+        assert leaked == []
+
+
+def test_close_drains_queued_turns_and_is_idempotent() -> None:
+    """Turns queued before start are processed by close(); a second close() is a no-op."""
+    exp = RecordingExporter()
+    rt = build_runtime(make_config(), registry=None, exporters=[exp], start=False)
+    assert isinstance(rt, Runtime) and not rt.started
+    run_conversation(rt.monitor, ["a", "a", "b"])
+    rt.start()
+    rt.close()
+    rt.close()
+    assert len(exp.results) == 3 and exp.shut
+    assert rt.monitor.snapshot().total_turns == 3
