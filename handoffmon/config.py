@@ -37,6 +37,10 @@ class StoreConfig(_Section):
     """Redis key prefix."""
     timeout_s: float = Field(default=0.05, gt=0)
     """Redis socket timeout: past it the store fails open (attribution becomes unknown)."""
+    backoff_after: int = Field(default=3, ge=1)
+    """Consecutive store failures (any backend) after which the store is skipped for a while."""
+    backoff_s: float = Field(default=1.0, gt=0)
+    """How long the store is skipped after ``backoff_after`` failures (then probed again)."""
 
 
 class AttributionConfig(_Section):

@@ -26,7 +26,40 @@ class RuleError(ConfigError):
 
 
 class StoreError(HandoffmonError):
-    """An attribution or aggregate store failed (translated from the backend's error)."""
+    """An attribution or aggregate store failed (translated from the backend's error).
+
+    ``kind`` is the ``handoffmon_store_failures_total{kind}`` label the store guard counts
+    it under.
+    """
+
+    kind = "errors"
+
+
+class StoreTimeout(StoreError):
+    """The store did not answer in time (Redis past ``store.timeout_s``, SQLite busy past its wait)."""
+
+    kind = "timeouts"
+
+
+class StoreSkipped(StoreError):
+    """The store guard did not call the backend: it is backing off after repeated failures."""
+
+    kind = "skipped"
+
+
+class CorruptValue(StoreError):
+    """The store answered, but some values could not be decoded.
+
+    Attributes:
+        partial: the answer with the unreadable values as ``None`` (a list for
+            ``get_many``, ``None`` for ``get_state``); the store guard returns it.
+    """
+
+    kind = "corrupt"
+
+    def __init__(self, message: str, *, partial: object = None) -> None:
+        super().__init__(message)
+        self.partial = partial
 
 
 class CheckerTimeout(HandoffmonError):

@@ -36,7 +36,10 @@ class AttributionStore(Protocol):
     """Fingerprint → authorship, plus small per-conversation state blobs.
 
     Batch calls so a networked store (Redis) costs O(1) round trips per request.
-    Implementations must be safe to call from several threads.
+    Implementations must be safe to call from several threads, and raise ``StoreError``
+    (``StoreTimeout``, ``CorruptValue`` with the readable part) when the backend fails;
+    the pipeline runs every store behind ``stores.GuardedStore``, which counts those
+    failures and fails open.
     """
 
     def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:

@@ -83,7 +83,7 @@ class TurnContext:
             fingerprint is chained from it.
         requested_model: the model or group the application asked for.
         metadata: request metadata handoffmon reads (rules, tags, route); never content.
-        started_at: monotonic clock at the start of the call.
+        started_at: ``time.perf_counter()`` at the start of the call (a monotonic clock).
         user_message: text of the request's last user message, for checkers that compare
             the reply with the prompt; kept in memory only, never exported or logged.
         degraded: attribution failed internally; the context is a fail-open placeholder
@@ -150,6 +150,8 @@ class TurnRecord:
         finished_at: wall-clock seconds (``time.time()``) when the reply finished (end of
             the stream); 0.0 = unknown. Exporters date spans from it (the span starts
             ``latency_s`` earlier); with 0.0 they use the export time.
+        response_id: the completion's id (``chatcmpl-…``), when the response carried one;
+            OpenTelemetry evaluation events carry it as ``gen_ai.response.id``.
     """
 
     author: str
@@ -168,6 +170,7 @@ class TurnRecord:
     provider: str | None = None
     response_model: str | None = None
     finished_at: float = 0.0
+    response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from handoffmon.attribution.attributor import Attributor, OnError, RecordedReply, degraded_context
-from handoffmon.attribution.conversation import (
-    caller_conversation_id,
-    derived_conversation_id,
-)
+from handoffmon.attribution.conversation import derived_conversation_id
 from handoffmon.attribution.names import ModelNames
 from handoffmon.attribution.normalize import normalize_message, normalize_messages
 from handoffmon.attribution.pending import merge_authorship
@@ -16,7 +13,6 @@ __all__ = [
     "ModelNames",
     "OnError",
     "RecordedReply",
-    "caller_conversation_id",
     "degraded_context",
     "derived_conversation_id",
     "merge_authorship",

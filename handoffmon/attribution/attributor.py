@@ -31,6 +31,7 @@ from handoffmon.attribution.fingerprint import (
 )
 from handoffmon.attribution.names import ModelNames
 from handoffmon.attribution.pending import PendingOverlay, merge_authorship
+from handoffmon.errors import StoreError
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.types import (
     NO_PREFIX,
@@ -143,7 +144,7 @@ class Attributor:
 
         Args:
             messages: the request's messages (dicts or OpenAI/LiteLLM objects).
-            conversation_id: the caller's id (see ``caller_conversation_id``), if any.
+            conversation_id: the caller's id (``ingress.caller_conversation_id``), if any.
             requested_model: the model or group the application asked for.
             metadata: request metadata, carried on the context.
             started_at: monotonic time the call started (default: now); set when the
@@ -252,7 +253,9 @@ class Attributor:
     ) -> tuple[list[Authorship | None], bool]:
         try:
             got = self.store.get_many(missing)
-        except Exception as exc:  # any store failure: fail open to what the overlay knows
+        except StoreError:  # counted by the store guard: fail open to what the overlay knows
+            return found, False
+        except Exception as exc:  # a store that does not translate its errors
             self._fail("attribution", exc)
             return found, False
         if len(missing) == len(keys):

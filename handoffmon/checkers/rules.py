@@ -271,7 +271,9 @@ class RuleSet:
                 yields an ``error`` verdict with reason ``invalid_rule``.
         """
         text = clean_text(reply if isinstance(reply, str) else "" if reply is None else str(reply))
-        results = [rule.run(text, ctx) for rule in self.rules if self._applies(rule, ctx)]
+        results: list[CheckResult] = []
+        for rule in self.rules:
+            self._run_if_applies(rule, text, ctx, results)
         for cfg in extra_rules:
             name = getattr(cfg, "name", None)
             if name in self.names:
@@ -279,13 +281,21 @@ class RuleSet:
             compiled = self._compiled(cfg) if isinstance(cfg, RuleConfig) else None
             if not isinstance(compiled, Rule):
                 results.append(CheckResult(str(name or "invalid"), "error", "invalid_rule"))
-            elif self._applies(compiled, ctx):
-                results.append(compiled.run(text, ctx))
+            else:
+                self._run_if_applies(compiled, text, ctx, results)
         return tuple(results)
 
     @staticmethod
-    def _applies(rule: Rule, ctx: CheckContext) -> bool:
+    def _run_if_applies(rule: Rule, text: str, ctx: CheckContext, out: list[CheckResult]) -> None:
+        """Run ``rule`` when its scope covers the turn; a scope that raises is an ``error`` verdict.
+
+        A malformed context must not break evaluation, nor hide the rule: the error
+        verdict is counted like a checker error (``monitor_errors{stage="check"}``).
+        """
         try:
-            return rule.scope.applies(ctx)
-        except Exception:  # a malformed context must not break evaluation: skip the rule
-            return False
+            applies = rule.scope.applies(ctx)
+        except Exception:
+            out.append(CheckResult(rule.name, "error", "scope_error"))
+            return
+        if applies:
+            out.append(rule.run(text, ctx))

@@ -13,6 +13,7 @@ process's shared :class:`~handoffmon.runtime.Runtime` on first use.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -22,15 +23,17 @@ from typing import TYPE_CHECKING, Any
 from litellm.integrations.custom_logger import CustomLogger
 
 from handoffmon.config import HandoffmonConfig
-from handoffmon.integrations.authorship import (
-    finish_from_response,
-    first_message,
-    raw_author,
+from handoffmon.ingress import (
+    ChunkFolder,
+    RequestParser,
+    StreamOutcome,
+    describe_response,
+    describe_stream,
+    reply_message,
     served_by_response,
 )
-from handoffmon.integrations.streaming import StreamAccumulator, StreamOutcome
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.pipeline.turn import TurnHandle
+from handoffmon.pipeline.records import Capture, Deferred
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
@@ -39,34 +42,6 @@ _log = logging.getLogger("handoffmon.integrations")
 
 MAX_IN_FLIGHT = 100_000
 """Bound on remembered call start times (entries of calls that failed are evicted oldest first)."""
-
-
-def _proxy_headers(data: Mapping[str, Any]) -> Mapping[str, str] | None:
-    """Request headers the proxy keeps with the request data."""
-    psr = data.get("proxy_server_request")
-    if isinstance(psr, Mapping) and isinstance(psr.get("headers"), Mapping):
-        return psr["headers"]  # type: ignore[no-any-return]
-    meta = data.get("metadata")
-    if isinstance(meta, Mapping) and isinstance(meta.get("headers"), Mapping):
-        return meta["headers"]  # type: ignore[no-any-return]
-    return None
-
-
-def _proxy_metadata(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The caller's metadata (``metadata`` / ``litellm_metadata``) plus ``litellm_session_id``."""
-    out: dict[str, Any] = {}
-    for key in ("litellm_metadata", "metadata"):
-        meta = data.get(key)
-        if isinstance(meta, Mapping):
-            user_meta = meta.get("requester_metadata")
-            if isinstance(user_meta, Mapping):
-                out.update(user_meta)
-            for k in ("handoffmon", "tags", "route", "conversation_id", "session_id"):
-                if k in meta and k not in out:
-                    out[k] = meta[k]
-    if data.get("litellm_session_id") is not None:
-        out.setdefault("litellm_session_id", data["litellm_session_id"])
-    return out
 
 
 class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
@@ -88,6 +63,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         self._config = config
         self._runtime = runtime
         self._lock = threading.Lock()
+        self._parser: RequestParser | None = None
         self._starts: OrderedDict[str, float] = OrderedDict()  # litellm_call_id -> monotonic start
 
     @property
@@ -129,17 +105,13 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         start = self._starts.pop(call_id, None) if isinstance(call_id, str) else None
         return None if start is None else time.monotonic() - start
 
-    def _begin(self, data: Mapping[str, Any]) -> TurnHandle | None:
-        messages = data.get("messages")
-        if not isinstance(messages, list):
-            return None  # not a chat completion (embeddings, responses, ...)
+    def _begin(self, data: Mapping[str, Any]) -> Capture | None:
         try:
-            return self.monitor.capture(
-                messages,
-                requested_model=data.get("model") if isinstance(data.get("model"), str) else None,
-                metadata=_proxy_metadata(data),
-                headers=_proxy_headers(data),
-            )
+            monitor = self.monitor
+            if self._parser is None:
+                self._parser = RequestParser.from_config(monitor.config)
+            request = self._parser.litellm_proxy(data)
+            return None if request is None else monitor.capture(request)  # None: not a chat call
         except Exception:
             _log.warning("handoffmon could not start a proxy turn", exc_info=True)
             return None
@@ -147,13 +119,20 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     async def async_post_call_success_hook(
         self, data: dict[str, Any], user_api_key_dict: Any, response: Any
     ) -> Any:
-        """A non-streamed chat completion finished: attribute, record and queue it."""
-        ctx = self._begin(data)
-        if ctx is None or first_message(response) is None:
+        """A non-streamed chat completion finished: queue it for attribution and checks."""
+        cap = self._begin(data)
+        if cap is None:
             return None
         try:
-            finish_from_response(
-                self.monitor, ctx, response, served_by_response(response), latency_s=self._latency(data)
+            reply = reply_message(response)
+            if reply is None:
+                return None
+            monitor = self.monitor
+            monitor.finish(
+                cap,
+                reply,
+                Deferred(describe_response, (monitor.names, response, None)),
+                latency_s=self._latency(data),
             )
         except Exception:
             _log.warning("handoffmon could not read a proxy response", exc_info=True)
@@ -164,46 +143,31 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
     ) -> AsyncGenerator[Any, None]:
         """Pass a streamed reply through unchanged; finish the turn when it ends or is cut off."""
-        ctx = self._begin(request_data)
-        acc = StreamAccumulator()
+        cap = self._begin(request_data)
+        folder = ChunkFolder()
         completed = False
         try:
             async for chunk in response:
-                try:
-                    acc.feed(chunk)
-                except Exception:
-                    _log.debug("handoffmon could not read a chunk", exc_info=True)
+                folder.feed(chunk)  # total: never raises into the stream
                 yield chunk
             completed = True
         finally:
-            if ctx is not None:
-                self._stream_done(ctx, request_data, response, acc.outcome(completed=completed))
+            if cap is not None:
+                self._stream_done(cap, request_data, response, folder.outcome(completed=completed))
 
-    def _stream_done(self, ctx: TurnHandle, data: Mapping[str, Any], stream: Any, out: StreamOutcome) -> None:
+    def _stream_done(self, cap: Capture, data: Mapping[str, Any], stream: Any, out: StreamOutcome) -> None:
         try:
-            served = served_by_response(stream)
-            ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())
-            authors = [
-                a
-                for a in (
-                    raw_author(self.monitor.names, d, _deployment_model(d) or served.model_name) for d in ids
-                )
-                if a
-            ]
-            self.monitor.finish(
-                ctx,
+            monitor = self.monitor
+            if out.odd:
+                monitor.count_error("parse", out.odd)
+            monitor.finish(
+                cap,
                 out.reply,
-                authors=authors,
-                deployment_id=ids[-1] if ids else None,
-                fallbacks=served.fallbacks,
-                retries=served.retries,
-                streamed=True,
+                Deferred(
+                    describe_stream, (monitor.names, out, served_by_response(stream), _deployment_model)
+                ),
                 latency_s=self._latency(data),
-                input_tokens=out.input_tokens,
-                output_tokens=out.output_tokens,
-                finish_reason=out.finish_reason,
-                provider=served.provider,
-                response_model=out.response_model,
+                streamed=True,
             )
         except Exception:
             _log.warning("handoffmon could not finish a proxy stream", exc_info=True)
@@ -212,10 +176,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
 
 def _deployment_model(deployment_id: str) -> str | None:
     """Provider model string of a proxy deployment (the proxy's router), if it can be found."""
-    try:
-        from litellm.proxy.proxy_server import llm_router
-    except Exception:
-        return None
+    server = sys.modules.get("litellm.proxy.proxy_server")  # only inside a running proxy
+    llm_router = getattr(server, "llm_router", None)
     if llm_router is None:
         return None
     try:

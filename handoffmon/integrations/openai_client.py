@@ -8,15 +8,17 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from handoffmon.integrations.authorship import (
-    ServedBy,
-    finish_from_response,
-    raw_author,
+from handoffmon.ingress import (
+    RequestParser,
+    StreamOutcome,
+    describe_response,
+    describe_stream,
+    reply_message,
     served_by_headers,
 )
-from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
+from handoffmon.integrations.streaming import AsyncStream, SyncStream
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.pipeline.turn import TurnHandle
+from handoffmon.pipeline.records import Capture, Deferred
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
@@ -32,78 +34,47 @@ def _is_async_client(client: Any) -> bool:
     return isinstance(client, openai.AsyncOpenAI) or type(client).__name__.startswith("Async")
 
 
-def _call_metadata(kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``metadata`` (OpenAI param) merged with ``extra_body.metadata`` (LiteLLM Proxy style)."""
-    out: dict[str, Any] = {}
-    body = kwargs.get("extra_body")
-    if isinstance(body, Mapping):
-        if isinstance(body.get("metadata"), Mapping):
-            out.update(body["metadata"])
-        if body.get("litellm_session_id") is not None:
-            out.setdefault("litellm_session_id", body["litellm_session_id"])
-    if isinstance(kwargs.get("metadata"), Mapping):
-        out.update(kwargs["metadata"])
-    return out or None
-
-
 class _Turns:
-    """Begin/finish plumbing shared by the sync and async ``create``."""
+    """Capture/finish plumbing shared by the sync and async ``create``."""
 
     def __init__(self, monitor: Monitor) -> None:
         self.monitor = monitor
+        self.parser = RequestParser.from_config(monitor.config)
 
-    def begin(self, kwargs: Mapping[str, Any]) -> TurnHandle | None:
+    def begin(self, kwargs: Mapping[str, Any]) -> Capture | None:
         try:
-            headers = kwargs.get("extra_headers")
-            return self.monitor.capture(
-                kwargs.get("messages") or (),
-                requested_model=kwargs.get("model"),
-                metadata=_call_metadata(kwargs),
-                headers=headers if isinstance(headers, Mapping) else None,
-            )
-        except Exception:
+            return self.monitor.capture(self.parser.openai_call(kwargs))
+        except Exception:  # the parser is total; this guards the plumbing
             _log.warning("handoffmon could not start a turn", exc_info=True)
             self.monitor.count_error("integration")
             return None
 
-    def author(self, served: ServedBy, fallback_model: str | None) -> tuple[str, ...]:
-        author = raw_author(self.monitor.names, served.deployment_id, served.model_name) or fallback_model
-        return (author,) if author else ()
-
-    def finish(self, ctx: TurnHandle, response: Any, headers: Mapping[str, Any] | None, t0: float) -> None:
+    def finish(self, cap: Capture, response: Any, headers: Mapping[str, Any] | None, t0: float) -> None:
         try:
-            model = getattr(response, "model", None)
-            served = served_by_headers(headers, response_model=model if isinstance(model, str) else None)
-            finish_from_response(
-                self.monitor,
-                ctx,
-                response,
-                served,
+            served = served_by_headers(headers)
+            self.monitor.finish(
+                cap,
+                reply_message(response),
+                Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
-                fallback_author=served.response_model,
             )
         except Exception:
             _log.warning("handoffmon could not read a completion", exc_info=True)
             self.monitor.count_error("integration")
 
     def stream_done(
-        self, ctx: TurnHandle, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
+        self, cap: Capture, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
     ) -> None:
         try:
-            served = served_by_headers(headers, response_model=out.response_model)
+            if out.odd:
+                self.monitor.count_error("parse", out.odd)
+            served = served_by_headers(headers)
             self.monitor.finish(
-                ctx,
+                cap,
                 out.reply,
-                authors=self.author(served, out.response_model),
-                deployment_id=served.deployment_id,
-                fallbacks=served.fallbacks,
-                retries=served.retries,
-                streamed=True,
+                Deferred(describe_stream, (self.monitor.names, out, served)),
                 latency_s=time.perf_counter() - t0,
-                input_tokens=out.input_tokens,
-                output_tokens=out.output_tokens,
-                finish_reason=out.finish_reason,
-                response_model=out.response_model,
+                streamed=True,
             )
         except Exception:
             _log.warning("handoffmon could not finish a streamed completion", exc_info=True)
@@ -184,7 +155,8 @@ class OpenAIClientWrapper:
 
     Authorship comes from LiteLLM response headers when the client talks to a LiteLLM
     Proxy (``x-litellm-model-id``, ``x-litellm-model-name``, attempted fallbacks and
-    retries, read through ``with_raw_response``), else from the response's ``model``.
+    retries, read through ``with_raw_response``), else from the response's ``model``
+    (``ingress.author``, the rule every adapter shares).
 
     Args:
         client: ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or a look-alike).

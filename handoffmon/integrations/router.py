@@ -1,4 +1,4 @@
-"""``wrap(litellm.Router)``: same call surface, each turn attributed and monitored (composition)."""
+"""``wrap(litellm.Router)``: same call surface, each turn monitored (composition, not a subclass)."""
 
 from __future__ import annotations
 
@@ -7,37 +7,26 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from handoffmon.integrations.authorship import (
-    finish_from_response,
-    raw_author,
+from handoffmon.ingress import (
+    RequestParser,
+    StreamOutcome,
+    describe_response,
+    describe_stream,
+    reply_message,
     served_by_response,
 )
-from handoffmon.integrations.streaming import AsyncStream, StreamOutcome, SyncStream
+from handoffmon.integrations.streaming import AsyncStream, SyncStream
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.pipeline.turn import Described, TurnHandle
+from handoffmon.pipeline.records import Capture, Deferred
 
 if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.ingress import Outcome
     from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
 
-
-def request_metadata(kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The metadata handoffmon reads from LiteLLM call kwargs (``metadata`` + ``litellm_session_id``)."""
-    meta = kwargs.get("metadata")
-    session = kwargs.get("litellm_session_id")
-    if session is None and not isinstance(meta, Mapping):
-        return None
-    out = dict(meta) if isinstance(meta, Mapping) else {}
-    if session is not None:
-        out.setdefault("litellm_session_id", session)
-    return out
-
-
-def request_headers(kwargs: Mapping[str, Any]) -> Mapping[str, str] | None:
-    """Headers the application attached to the call (``extra_headers`` or ``headers``)."""
-    h = kwargs.get("extra_headers") or kwargs.get("headers")
-    return h if isinstance(h, Mapping) else None
+MAX_DEPLOYMENT_NAMES = 10_000
+"""Bound on the cache of deployment id → provider model string."""
 
 
 class RouterWrapper:
@@ -45,7 +34,8 @@ class RouterWrapper:
 
     Every other attribute passes through to the router. Responses (and streamed chunks)
     are returned unchanged; monitoring failures are counted, never raised. A router
-    error propagates unchanged (no reply, so no turn is recorded).
+    error propagates unchanged (no reply, so no turn is recorded). Who served a reply is
+    read from the response's ``_hidden_params`` on the attribution thread.
 
     Args:
         router: the router (or any object with litellm-style ``completion``/``acompletion``).
@@ -57,6 +47,7 @@ class RouterWrapper:
         self._router = router
         self._monitor = monitor
         self._runtime = runtime
+        self._parser = RequestParser.from_config(monitor.config)
         self._dep_names: dict[str, str | None] = {}
 
     @property
@@ -81,57 +72,59 @@ class RouterWrapper:
 
     def completion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.completion`` with monitoring; ``stream=True`` returns a wrapped iterator."""
-        ctx = self._begin(model, messages, kwargs)
+        cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
         response = self._router.completion(model=model, messages=messages, **kwargs)
-        if ctx is None:
+        if cap is None:
             return response
         if kwargs.get("stream"):
-            return SyncStream(response, lambda out, inner: self._stream_done(ctx, t0, out, inner))
-        self._finish(ctx, response, time.perf_counter() - t0)
+            return SyncStream(response, lambda out, inner: self._stream_done(cap, t0, out, inner))
+        self._finish(cap, response, time.perf_counter() - t0)
         return response
 
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.acompletion`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
-        ctx = self._begin(model, messages, kwargs)
+        cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
         response = await self._router.acompletion(model=model, messages=messages, **kwargs)
-        if ctx is None:
+        if cap is None:
             return response
         if kwargs.get("stream"):
-            return AsyncStream(response, lambda out, inner: self._stream_done(ctx, t0, out, inner))
-        self._finish(ctx, response, time.perf_counter() - t0)
+            return AsyncStream(response, lambda out, inner: self._stream_done(cap, t0, out, inner))
+        self._finish(cap, response, time.perf_counter() - t0)
         return response
 
     # -- monitoring ---------------------------------------------------------------------
 
-    def _begin(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> TurnHandle | None:
+    def _capture(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> Capture | None:
         try:
-            return self._monitor.capture(
-                messages,
-                requested_model=model,
-                metadata=request_metadata(kwargs),
-                headers=request_headers(kwargs),
-            )
-        except Exception:  # Monitor.begin does not raise; this guards the argument plumbing
+            return self._monitor.capture(self._parser.router_call(model, messages, kwargs))
+        except Exception:  # the parser is total; this guards the plumbing
             _log.warning("handoffmon could not start a turn", exc_info=True)
             self._monitor.count_error("integration")
             return None
 
-    def _finish(self, ctx: TurnHandle, response: Any, latency_s: float) -> None:
+    def _finish(self, cap: Capture, response: Any, latency_s: float) -> None:
         try:
-            finish_from_response(self._monitor, ctx, response, None, latency_s=latency_s)
+            reply = reply_message(response)
+            self._monitor.finish(
+                cap,
+                reply,
+                Deferred(describe_response, (self._monitor.names, response, None)),
+                latency_s=latency_s,
+            )
         except Exception:
             _log.warning("handoffmon could not read a router response", exc_info=True)
             self._monitor.count_error("integration")
 
-    def _stream_done(self, ctx: TurnHandle, t0: float, out: StreamOutcome, inner: Any) -> None:
+    def _stream_done(self, cap: Capture, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:
-            self._monitor.finish_described(
-                ctx,
+            if out.odd:
+                self._monitor.count_error("parse", out.odd)
+            self._monitor.finish(
+                cap,
                 out.reply,
-                self._describe_stream,
-                (out, inner),
+                Deferred(self._describe_stream, (out, inner)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
             )
@@ -139,43 +132,22 @@ class RouterWrapper:
             _log.warning("handoffmon could not finish a streamed turn", exc_info=True)
             self._monitor.count_error("integration")
 
-    def _describe_stream(self, out: StreamOutcome, inner: Any) -> Described:
-        """Who served a finished stream (on the attribution thread for a captured turn).
-
-        A mid-stream fallback gives the turn one author per deployment that produced text.
-        """
-        served = served_by_response(inner)  # the router repoints these to the fallback
-        ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())
-        authors = []
-        for dep in ids:
-            name = self._deployment_model(dep) or (served.model_name if dep == served.deployment_id else None)
-            author = raw_author(self._monitor.names, dep, name)
-            if author:
-                authors.append(author)
-        return Described(
-            tuple(authors),
-            ids[-1] if ids else served.deployment_id,
-            served.fallbacks,
-            served.retries,
-            served.provider,
-            out.response_model or served.response_model,
-            out.input_tokens,
-            out.output_tokens,
-            out.finish_reason,
-        )
+    def _describe_stream(self, out: StreamOutcome, inner: Any) -> Outcome:
+        """Who served a finished stream (on the attribution thread); the router repoints the
+        stream wrapper's ``_hidden_params`` to the fallback deployment."""
+        return describe_stream(self._monitor.names, out, served_by_response(inner), self._deployment_model)
 
     def _deployment_model(self, deployment_id: str) -> str | None:
-        """The provider model string of a router deployment (cached)."""
+        """The provider model string of a router deployment (cached, bounded)."""
         if deployment_id in self._dep_names:
             return self._dep_names[deployment_id]
         name: str | None = None
         try:
             dep = self._router.get_deployment(model_id=deployment_id)
-            params = getattr(dep, "litellm_params", None)
-            model = getattr(params, "model", None)
+            model = getattr(getattr(dep, "litellm_params", None), "model", None)
             name = model if isinstance(model, str) else None
         except Exception:
             name = None
-        if len(self._dep_names) < 10_000:
+        if len(self._dep_names) < MAX_DEPLOYMENT_NAMES:
             self._dep_names[deployment_id] = name
         return name

@@ -1,135 +1,14 @@
-"""Streamed replies: accumulate chunks (text, tool calls, per-chunk deployment) and report once at the end."""
+"""Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``), report once at the end."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from handoffmon.integrations.authorship import hidden_params
+from handoffmon.ingress import ChunkFolder, StreamOutcome
 
 _log = logging.getLogger("handoffmon.integrations")
-
-
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamOutcome:
-    """A finished (or cut-off) stream.
-
-    Attributes:
-        reply: the assistant message as a client would resend it (``role``, ``content``,
-            ``tool_calls``), for recording and checking.
-        deployment_ids: deployment ids that produced content, in order, consecutive
-            duplicates merged (two for a mid-stream fallback continuation).
-        response_model: last model string a chunk reported.
-        finish_reason: last finish reason seen.
-        input_tokens: usage from the final chunk, when sent.
-        output_tokens: usage from the final chunk, when sent.
-        completed: the stream ended normally (False = error or the consumer stopped early).
-        chunks: number of chunks seen.
-    """
-
-    reply: dict[str, Any]
-    deployment_ids: tuple[str, ...]
-    response_model: str | None
-    finish_reason: str | None
-    input_tokens: int | None
-    output_tokens: int | None
-    completed: bool
-    chunks: int
-
-
-class StreamAccumulator:
-    """Folds chat-completion chunks (OpenAI or LiteLLM shape) into one reply."""
-
-    __slots__ = ("_finish", "_ids", "_in", "_model", "_n", "_out", "_text", "_tools")
-
-    def __init__(self) -> None:
-        self._text: list[str] = []
-        self._tools: dict[int, dict[str, Any]] = {}
-        self._ids: list[str] = []
-        self._model: str | None = None
-        self._finish: str | None = None
-        self._in: int | None = None
-        self._out: int | None = None
-        self._n = 0
-
-    def feed(self, chunk: Any) -> None:
-        """Take one chunk; never raises on odd shapes."""
-        self._n += 1
-        model = _get(chunk, "model")
-        if isinstance(model, str) and model:
-            self._model = model
-        usage = _get(chunk, "usage")
-        if usage is not None:
-            pt, ct = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
-            self._in = pt if isinstance(pt, int) else self._in
-            self._out = ct if isinstance(ct, int) else self._out
-        choices = _get(chunk, "choices") or ()
-        if not choices:
-            return
-        choice = choices[0]
-        finish = _get(choice, "finish_reason")
-        if isinstance(finish, str):
-            self._finish = finish
-        delta = _get(choice, "delta")
-        if delta is None:
-            return
-        produced = self._take_delta(delta)
-        if produced:
-            dep = hidden_params(chunk).get("model_id")
-            if isinstance(dep, str) and dep and (not self._ids or self._ids[-1] != dep):
-                self._ids.append(dep)
-
-    def _take_delta(self, delta: Any) -> bool:
-        produced = False
-        content = _get(delta, "content")
-        if isinstance(content, str) and content:
-            self._text.append(content)
-            produced = True
-        for call in _get(delta, "tool_calls") or ():
-            produced = True
-            idx = _get(call, "index")
-            slot = self._tools.setdefault(idx if isinstance(idx, int) else len(self._tools), {})
-            if _get(call, "id"):
-                slot["id"] = _get(call, "id")
-            fn = _get(call, "function")
-            if fn is not None:
-                if _get(fn, "name"):
-                    slot["name"] = _get(fn, "name")
-                args = _get(fn, "arguments")
-                if isinstance(args, str):
-                    slot["arguments"] = slot.get("arguments", "") + args
-        return produced
-
-    def outcome(self, *, completed: bool) -> StreamOutcome:
-        """The accumulated reply."""
-        reply: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) if self._text else None}
-        if self._tools:
-            reply["tool_calls"] = [
-                {
-                    "id": t.get("id", ""),
-                    "type": "function",
-                    "function": {"name": t.get("name", ""), "arguments": t.get("arguments", "")},
-                }
-                for _, t in sorted(self._tools.items())
-            ]
-        return StreamOutcome(
-            reply=reply,
-            deployment_ids=tuple(self._ids),
-            response_model=self._model,
-            finish_reason=self._finish,
-            input_tokens=self._in,
-            output_tokens=self._out,
-            completed=completed,
-            chunks=self._n,
-        )
 
 
 OnDone = Callable[[StreamOutcome, Any], None]
@@ -137,25 +16,22 @@ OnDone = Callable[[StreamOutcome, Any], None]
 
 
 class _Base:
-    """Shared state: the wrapped stream, the accumulator and the one-shot completion callback."""
+    """Shared state: the wrapped stream, the chunk folder and the one-shot completion callback."""
 
     def __init__(self, inner: Any, on_done: OnDone) -> None:
         self._inner = inner
-        self._acc = StreamAccumulator()
+        self._folder = ChunkFolder()
         self._on_done: OnDone | None = on_done
 
     def _feed(self, chunk: Any) -> None:
-        try:
-            self._acc.feed(chunk)
-        except Exception:  # accounting must never break the application's stream
-            _log.debug("handoffmon could not read a stream chunk", exc_info=True)
+        self._folder.feed(chunk)  # total: never raises into the application's stream
 
     def _done(self, completed: bool) -> None:
         cb, self._on_done = self._on_done, None
         if cb is None:
             return
         try:
-            cb(self._acc.outcome(completed=completed), self._inner)
+            cb(self._folder.outcome(completed=completed), self._inner)
         except Exception:
             _log.warning("handoffmon stream completion failed", exc_info=True)
 

@@ -107,14 +107,12 @@ async def _admin_stats(request: Request) -> Response:
 
 
 def _routes(state: ProxyState) -> list[Route]:
-    proxy, attribution = state.config.proxy, state.config.attribution
+    proxy = state.config.proxy
     chat = Forwarder(
         state.upstream,
         state.metrics,
         max_body_bytes=proxy.max_body_bytes,
         monitor=state.monitor,
-        conversation_header=attribution.conversation_header,
-        canonical=attribution.canonical_models,
         route="chat_completions",
     )
     passthrough = Forwarder(state.upstream, state.metrics, max_body_bytes=proxy.max_body_bytes)

@@ -7,16 +7,26 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from handoffmon.proxy.authorship import SESSION_HEADER, UpstreamAuthorship, from_headers, usage_tokens
+from handoffmon.ingress import (
+    RequestParser,
+    describe_response,
+    describe_stream,
+    reply_message,
+    served_by_headers,
+)
+from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
-from handoffmon.proxy.sse import ChatStreamAccumulator
+from handoffmon.proxy.sse import SSEChunks
 from handoffmon.proxy.upstream import Upstream, request_headers, response_headers
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.pipeline.monitor import Monitor
 
 _log = logging.getLogger("handoffmon.proxy")
 
@@ -79,7 +89,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 class _Turn:
     """A monitored chat completion in flight."""
 
-    ctx: Any
+    capture: Capture
     started: float
 
 
@@ -127,17 +137,14 @@ class Forwarder:
         metrics: ProxyMetrics,
         *,
         max_body_bytes: int,
-        monitor: Any | None = None,
-        conversation_header: str = "x-conversation-id",
-        canonical: Mapping[str, str] | None = None,
+        monitor: Monitor | None = None,
         route: str = "passthrough",
     ) -> None:
         self._upstream = upstream
         self._metrics = metrics
         self._limit = max_body_bytes
         self._monitor = monitor
-        self._conv_header = conversation_header.lower().encode("latin-1")
-        self._canonical = dict(canonical or {})
+        self._parser = RequestParser.from_config(monitor.config) if monitor is not None else None
         self._route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -164,28 +171,16 @@ class Forwarder:
 
     def _begin(self, scope: Scope, body: bytes) -> _Turn | None:
         try:
-            req = json.loads(body)
+            doc = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
             self._skip("bad_json")
             return None
-        if not isinstance(req, dict) or not isinstance(req.get("messages"), list):
+        assert self._monitor is not None and self._parser is not None
+        request = self._parser.http_body(doc, scope["headers"])  # conversation headers only
+        if request is None:
             self._skip("no_messages")
             return None
-        headers = self._conversation_headers(scope["headers"])
-        metadata = req.get("metadata") if isinstance(req.get("metadata"), dict) else None
-        if isinstance(req.get("litellm_session_id"), str):
-            metadata = {**(metadata or {}), "litellm_session_id": req["litellm_session_id"]}
-        model = req.get("model") if isinstance(req.get("model"), str) else None
-        assert self._monitor is not None
-        ctx = self._monitor.capture(
-            req["messages"], requested_model=model, metadata=metadata, headers=headers
-        )
-        return _Turn(ctx, time.monotonic())
-
-    def _conversation_headers(self, raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-        """Only the conversation-id headers go to the monitor (never auth headers)."""
-        wanted = (self._conv_header, SESSION_HEADER)
-        return {k.lower().decode("latin-1"): v.decode("latin-1") for k, v in raw if k.lower() in wanted}
+        return _Turn(self._monitor.capture(request), time.monotonic())
 
     def _skip(self, reason: str) -> None:
         self._metrics.unmonitored(reason)
@@ -243,28 +238,28 @@ class Forwarder:
         turn: _Turn | None,
         watch: _DisconnectWatch,
     ) -> None:
-        acc = ChatStreamAccumulator() if turn is not None and 200 <= status < 300 else None
-        if acc is None and turn is not None:
+        sse = SSEChunks() if turn is not None and 200 <= status < 300 else None
+        if sse is None and turn is not None:
             self._skip("upstream_status")
-        if acc is not None and _encoding(headers) is not None:
+        if sse is not None and _encoding(headers) is not None:
             self._skip("bad_reply")  # a compressed event stream: forwarded, not read
-            acc = None
+            sse = None
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        pending = acc is not None and turn is not None
+        pending = sse is not None and turn is not None
         completed = False
         try:
             async for chunk in resp.content.iter_any():
-                if pending and acc is not None and turn is not None:
-                    acc.feed(chunk)
-                    if acc.done:  # "[DONE]" is in this chunk: record before the client can see it
-                        pending = not self._finish_stream(turn, headers, acc, True)
+                if pending and sse is not None and turn is not None:
+                    sse.feed(chunk)
+                    if sse.done:  # "[DONE]" is in this chunk: record before the client can see it
+                        pending = not self._finish_stream(turn, headers, sse, True)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             completed = True
         except (asyncio.TimeoutError, aiohttp.ClientError):
             self._metrics.upstream_error("stream")
         finally:
-            if pending and acc is not None and turn is not None:  # no [DONE]: ended or cut off
-                self._finish_stream(turn, headers, acc, completed)
+            if pending and sse is not None and turn is not None:  # no [DONE]: ended or cut off
+                self._finish_stream(turn, headers, sse, completed)
         watch.done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._metrics.request(self._route, status)
@@ -275,55 +270,44 @@ class Forwarder:
             return
         try:
             doc = json.loads(_decoded(headers, data))
-            choice = doc["choices"][0]
-            message = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError, RecursionError, zlib.error):
+        except (ValueError, RecursionError, zlib.error):
             self._skip("bad_reply")
             return
-        who = from_headers(headers)
-        body_model = doc.get("model") if isinstance(doc.get("model"), str) else None
-        inp, out = usage_tokens(doc.get("usage"))
-        self._finish(turn, who, message, body_model, False, inp, out, choice.get("finish_reason"))
+        reply = reply_message(doc)
+        if not isinstance(reply, dict):
+            self._skip("bad_reply")
+            return
+        assert self._monitor is not None
+        monitor = self._monitor
+        served = served_by_headers(headers)
+        monitor.finish(
+            turn.capture,
+            reply,
+            Deferred(describe_response, (monitor.names, doc, served)),
+            latency_s=time.monotonic() - turn.started,
+        )
 
     def _finish_stream(
-        self, turn: _Turn, headers: list[tuple[bytes, bytes]], acc: ChatStreamAccumulator, completed: bool
+        self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, completed: bool
     ) -> bool:
-        """Hand a streamed reply to the monitor (a cut-off one has no finish reason); always True."""
-        acc.close()
-        if acc.events == 0:
+        """Hand a streamed reply to the monitor; always True (the turn is finished)."""
+        sse.close()
+        if sse.events == 0:
             self._skip("bad_reply")
             return True
-        inp, out = usage_tokens(acc.usage)
-        finish_reason = acc.finish_reason if completed else None
-        self._finish(turn, from_headers(headers), acc.message(), acc.model, True, inp, out, finish_reason)
-        return True
-
-    def _finish(
-        self,
-        turn: _Turn,
-        who: UpstreamAuthorship,
-        message: Any,
-        body_model: str | None,
-        streamed: bool,
-        input_tokens: int | None,
-        output_tokens: int | None,
-        finish_reason: Any,
-    ) -> None:
         assert self._monitor is not None
-        self._monitor.finish(
-            turn.ctx,
-            message,
-            authors=who.authors(body_model, self._canonical),
-            deployment_id=who.deployment_id,
-            fallbacks=who.fallbacks,
-            retries=who.retries,
-            streamed=streamed,
+        monitor = self._monitor
+        out = sse.outcome(completed=completed)
+        if out.odd:
+            monitor.count_error("parse", out.odd)
+        monitor.finish(
+            turn.capture,
+            out.reply,
+            Deferred(describe_stream, (monitor.names, out, served_by_headers(headers))),
             latency_s=time.monotonic() - turn.started,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            finish_reason=finish_reason if isinstance(finish_reason, str) else None,
-            response_model=body_model,
+            streamed=True,
         )
+        return True
 
 
 def _encoding(headers: list[tuple[bytes, bytes]]) -> bytes | None:

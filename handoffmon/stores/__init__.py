@@ -1,4 +1,4 @@
-"""Attribution stores behind ``protocols.AttributionStore``: memory (default), SQLite, Redis."""
+"""Attribution stores behind ``protocols.AttributionStore``: memory (default), SQLite, Redis; the guard."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING
 
 from handoffmon.config import StoreConfig
 from handoffmon.protocols import AttributionStore
+from handoffmon.stores.guard import GuardedStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.stores.memory import MemoryStore
     from handoffmon.stores.sqlite import SQLiteStore
 
-__all__ = ["AttributionStore", "MemoryStore", "SQLiteStore", "make_store"]
+__all__ = ["AttributionStore", "GuardedStore", "MemoryStore", "SQLiteStore", "make_store"]
 
 
 def make_store(config: StoreConfig) -> AttributionStore:

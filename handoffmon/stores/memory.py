@@ -7,6 +7,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
+from handoffmon.errors import StoreError
 from handoffmon.protocols import Authorship
 
 
@@ -49,10 +50,20 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._keys: dict[str, tuple[Authorship, str, float]] = {}
         self._groups: OrderedDict[str, _Group] = OrderedDict()
+        self._closed = False
         self.evicted = 0
 
+    def _open(self) -> None:
+        if self._closed:
+            raise StoreError("memory store is closed")
+
     def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
-        """Look up keys; a hit marks its conversation as recently used."""
+        """Look up keys; a hit marks its conversation as recently used.
+
+        Raises:
+            StoreError: the store was closed.
+        """
+        self._open()
         now = self._clock()
         horizon = now - self.ttl_s
         out: list[Authorship | None] = []
@@ -74,6 +85,7 @@ class MemoryStore:
 
     def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
         """Record keys (overwriting), then evict past the cap and sweep expired groups."""
+        self._open()
         now = self._clock()
         with self._lock:
             for key, value in items:
@@ -88,6 +100,7 @@ class MemoryStore:
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A copy of the conversation's state, or ``None``."""
+        self._open()
         with self._lock:
             group = self._groups.get(conversation_id)
             if group is None or group.state is None:
@@ -100,13 +113,15 @@ class MemoryStore:
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Replace the conversation's state."""
+        self._open()
         now = self._clock()
         with self._lock:
             self._group(conversation_id, now).state = dict(state)
             self._trim(now)
 
     def close(self) -> None:
-        """Forget everything."""
+        """Forget everything; later calls raise ``StoreError``."""
+        self._closed = True
         with self._lock:
             self._keys.clear()
             self._groups.clear()

@@ -1,16 +1,14 @@
-"""Redis attribution store: pipelined O(1)-round-trip batches, TTL on keys, fail-open with recovery."""
+"""Redis attribution store: pipelined O(1)-round-trip batches, key TTLs; failures raised as ``StoreError``."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from handoffmon.config import StoreConfig
-from handoffmon.errors import StoreError
+from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import Authorship
 
 try:  # redis is an optional extra; fail with a message that names it
@@ -21,10 +19,8 @@ try:  # redis is an optional extra; fail with a message that names it
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the Redis store needs redis-py: pip install 'handoffmon[redis]'") from exc
 
-OPS = ("get", "put", "get_state", "put_state")
-"""Operations whose failures are counted (``RedisStore.stats()`` keys ``<op>_errors``)."""
-
-_FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueError)
+_FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+T = TypeVar("T")
 
 
 def encode_authorship(value: Authorship) -> str:
@@ -33,72 +29,67 @@ def encode_authorship(value: Authorship) -> str:
     return json.dumps(fields, separators=(",", ":"))
 
 
-def decode_authorship(raw: bytes | str | None) -> Authorship | None:
-    """Inverse of :func:`encode_authorship`; ``None`` for a missing or unreadable value."""
-    if raw is None:
-        return None
+def decode_authorship(raw: bytes | str) -> Authorship:
+    """Inverse of :func:`encode_authorship`.
+
+    Raises:
+        ValueError: the value is not one ``encode_authorship`` wrote.
+    """
     try:
         authors, depth, created_at, *rest = json.loads(raw)
         conversation_id = str(rest[0]) if rest else ""
+        if not isinstance(authors, list):
+            raise ValueError("authors is not a list")
         return Authorship(tuple(str(a) for a in authors), int(depth), float(created_at), conversation_id)
-    except (ValueError, TypeError):
-        return None
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not an attribution value: {exc}") from exc
+
+
+def decode_many(raws: Sequence[bytes | str | None]) -> list[Authorship | None]:
+    """Decode an ``MGET`` answer.
+
+    Raises:
+        CorruptValue: some values are unreadable (``partial`` holds the rest, those as ``None``).
+    """
+    out: list[Authorship | None] = []
+    bad = 0
+    for raw in raws:
+        if raw is None:
+            out.append(None)
+            continue
+        try:
+            out.append(decode_authorship(raw))
+        except ValueError:
+            out.append(None)
+            bad += 1
+    if bad:
+        raise CorruptValue(f"Redis store: {bad} unreadable attribution values", partial=out)
+    return out
 
 
 def decode_state(raw: bytes | str | None) -> Mapping[str, object] | None:
-    """A conversation's state blob, or ``None`` when missing or unreadable."""
+    """A conversation's state blob, or ``None`` when missing.
+
+    Raises:
+        CorruptValue: the blob is not a JSON mapping.
+    """
     if raw is None:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    except ValueError as exc:
+        raise CorruptValue("Redis store: unreadable conversation state") from exc
+    if not isinstance(value, dict):
+        raise CorruptValue("Redis store: conversation state is not a mapping")
+    return value
 
 
-class _Breaker:
-    """After ``trip_after`` consecutive failures, skip Redis for ``retry_after_s``.
-
-    One slow reply (a busy host) costs one lookup, not a second of attribution; a dead or
-    hung Redis costs at most ``trip_after`` failed calls per pause. The first call after
-    the pause probes Redis again; any success closes the breaker.
-    """
-
-    def __init__(self, retry_after_s: float, trip_after: int, clock: Callable[[], float]) -> None:
-        self._retry_after_s = retry_after_s
-        self._trip_after = max(1, trip_after)
-        self._clock = clock
-        self._open_until = 0.0
-        self._failures = 0
-
-    def allows(self) -> bool:
-        return self._clock() >= self._open_until
-
-    def trip(self) -> None:
-        self._failures += 1
-        if self._failures >= self._trip_after:
-            self._failures = 0
-            self._open_until = self._clock() + self._retry_after_s
-
-    def reset(self) -> None:
-        self._failures = 0
-        self._open_until = 0.0
-
-
-class _Stats:
-    """Thread-safe failure counters, read by ``stats()`` (and the proxy's metrics)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {f"{op}_{kind}": 0 for op in OPS for kind in ("errors", "skipped")}
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self._counts[name] = self._counts.get(name, 0) + n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
+def translate(op: str, exc: BaseException) -> StoreError:
+    """A redis-py failure as the ``StoreError`` the store guard counts (timeouts apart)."""
+    message = f"Redis {op} failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, (redis.TimeoutError, TimeoutError)):
+        return StoreTimeout(message)
+    return StoreError(message)
 
 
 class _Keys:
@@ -115,29 +106,8 @@ class _Keys:
         return f"{self.prefix}s:{conversation_id}"
 
 
-class _Guard:
-    """Breaker plus counters: decides whether to call Redis and records the outcome."""
-
-    def __init__(self, retry_after_s: float, trip_after: int, clock: Callable[[], float]) -> None:
-        self.breaker = _Breaker(retry_after_s, trip_after, clock)
-        self.stats = _Stats()
-
-    def allows(self, op: str) -> bool:
-        if self.breaker.allows():
-            return True
-        self.stats.add(f"{op}_skipped")
-        return False
-
-    def failed(self, op: str) -> None:
-        self.breaker.trip()
-        self.stats.add(f"{op}_errors")
-
-    def succeeded(self) -> None:
-        self.breaker.reset()
-
-
 def _from_url(cls: Any, config: StoreConfig) -> Any:
-    """A client with short timeouts and no silent retries (fail open at once instead)."""
+    """A client with short timeouts and no silent retries (fail at once; the guard backs off)."""
     try:
         return cls.from_url(
             config.url,
@@ -151,57 +121,37 @@ def _from_url(cls: Any, config: StoreConfig) -> Any:
 
 
 class RedisStore:
-    """Attribution store on Redis, shared by many ``handoffmon serve`` replicas.
+    """Attribution store on Redis, shared by many replicas.
 
     Every batch is one round trip (``MGET`` or a non-transactional pipeline of
-    ``SET … PX``). Keys expire ``ttl_s`` after their last write. The store never raises
-    on the request path: when Redis is unreachable or slow (past ``timeout_s``),
-    ``get_many`` returns all-``None`` (the monitor then counts those messages as
-    ``unknown``), writes are dropped, and every failure is counted in :meth:`stats`.
-    After ``trip_after`` consecutive failures Redis is skipped for ``retry_after_s`` (also
-    counted), then probed again, so attribution resumes by itself when Redis comes back.
+    ``SET … PX``). Keys expire ``ttl_s`` after their last write. When Redis is
+    unreachable, slow (past ``store.timeout_s``) or answers with values it cannot decode,
+    the store raises ``StoreError`` (``StoreTimeout``, ``CorruptValue``); the pipeline runs
+    every store behind ``GuardedStore``, which counts, backs off and fails open.
 
     Args:
         config: the ``store`` section (``url``, ``ttl_s``, ``key_prefix``, ``timeout_s``).
         client: an existing ``redis.Redis`` to use instead of one built from ``url``.
-        retry_after_s: how long to skip Redis once the breaker trips.
-        trip_after: consecutive failures that trip the breaker.
-        clock: monotonic time source (tests pass a fake).
     """
 
-    def __init__(
-        self,
-        config: StoreConfig | None = None,
-        *,
-        client: redis.Redis | None = None,
-        retry_after_s: float = 1.0,
-        trip_after: int = 3,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, config: StoreConfig | None = None, *, client: redis.Redis | None = None) -> None:
         cfg = config or StoreConfig(backend="redis")
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
         self._client = client or _from_url(redis.Redis, cfg)
-        self._guard = _Guard(retry_after_s, trip_after, clock)
 
-    def _run(self, op: str, call: Callable[[], Any]) -> tuple[bool, Any]:
-        if not self._guard.allows(op):
-            return False, None
+    @staticmethod
+    def _run(op: str, call: Callable[[], T]) -> T:
         try:
-            result = call()
-        except _FAILURES:
-            self._guard.failed(op)
-            return False, None
-        self._guard.succeeded()
-        return True, result
+            return call()
+        except _FAILURES as exc:
+            raise translate(op, exc) from exc
 
     def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
-        """Look up fingerprints in one ``MGET``; all ``None`` when Redis is unavailable."""
+        """Look up fingerprints in one ``MGET``."""
         if not keys:
             return []
-        ok, raw = self._run("get", lambda: self._client.mget([self._keys.attribution(k) for k in keys]))
-        if not ok:
-            return [None] * len(keys)
-        return [decode_authorship(r) for r in raw]
+        raw = self._run("get", lambda: self._client.mget([self._keys.attribution(k) for k in keys]))
+        return decode_many(raw)
 
     def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
         """Record fingerprints (overwriting, TTL refreshed) in one pipelined round trip."""
@@ -217,24 +167,16 @@ class RedisStore:
         self._run("put", call)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
-        """A conversation's state, or ``None`` (also when Redis is unavailable)."""
-        _, raw = self._run("get_state", lambda: self._client.get(self._keys.state(conversation_id)))
-        return decode_state(raw)
+        """A conversation's state, or ``None``."""
+        return decode_state(
+            self._run("get_state", lambda: self._client.get(self._keys.state(conversation_id)))
+        )
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
-        """Replace a conversation's state (JSON), TTL refreshed; dropped when Redis is down."""
+        """Replace a conversation's state (JSON), TTL refreshed."""
         payload = json.dumps(state, separators=(",", ":"), default=str)
         key = self._keys.state(conversation_id)
         self._run("put_state", lambda: self._client.set(key, payload, px=self._keys.ttl_ms))
-
-    def stats(self) -> dict[str, int]:
-        """Failure counters: ``<op>_errors`` (Redis failed) and ``<op>_skipped`` (breaker open)."""
-        return self._guard.stats.snapshot()
-
-    @property
-    def available(self) -> bool:
-        """False while the store is skipping Redis after a failure."""
-        return self._guard.breaker.allows()
 
     def ping(self) -> bool:
         """Whether Redis answers now (for readiness probes); never raises."""
@@ -250,45 +192,30 @@ class RedisStore:
 
 
 class AsyncRedisStore:
-    """The same store for asyncio code (``redis.asyncio``): same keys, semantics and counters.
+    """The same store for asyncio code (``redis.asyncio``): same keys, same ``StoreError`` failures.
 
     Both stores read and write the same keys, so a sync and an async process can share
-    attribution. Methods are coroutines; they never raise on Redis failures.
+    attribution. Methods are coroutines. handoffmon's own pipeline uses ``RedisStore``.
     """
 
-    def __init__(
-        self,
-        config: StoreConfig | None = None,
-        *,
-        client: aredis.Redis | None = None,
-        retry_after_s: float = 1.0,
-        trip_after: int = 3,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, config: StoreConfig | None = None, *, client: aredis.Redis | None = None) -> None:
         cfg = config or StoreConfig(backend="redis")
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
         self._client = client or _from_url(aredis.Redis, cfg)
-        self._guard = _Guard(retry_after_s, trip_after, clock)
 
-    async def _run(self, op: str, call: Callable[[], Any]) -> tuple[bool, Any]:
-        if not self._guard.allows(op):
-            return False, None
+    @staticmethod
+    async def _run(op: str, call: Callable[[], Any]) -> Any:
         try:
-            result = await call()
-        except _FAILURES:
-            self._guard.failed(op)
-            return False, None
-        self._guard.succeeded()
-        return True, result
+            return await call()
+        except _FAILURES as exc:
+            raise translate(op, exc) from exc
 
     async def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
         """See :meth:`RedisStore.get_many`."""
         if not keys:
             return []
-        ok, raw = await self._run("get", lambda: self._client.mget([self._keys.attribution(k) for k in keys]))
-        if not ok:
-            return [None] * len(keys)
-        return [decode_authorship(r) for r in raw]
+        raw = await self._run("get", lambda: self._client.mget([self._keys.attribution(k) for k in keys]))
+        return decode_many(raw)
 
     async def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
         """See :meth:`RedisStore.put_many`."""
@@ -305,7 +232,7 @@ class AsyncRedisStore:
 
     async def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """See :meth:`RedisStore.get_state`."""
-        _, raw = await self._run("get_state", lambda: self._client.get(self._keys.state(conversation_id)))
+        raw = await self._run("get_state", lambda: self._client.get(self._keys.state(conversation_id)))
         return decode_state(raw)
 
     async def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
@@ -313,10 +240,6 @@ class AsyncRedisStore:
         payload = json.dumps(state, separators=(",", ":"), default=str)
         key = self._keys.state(conversation_id)
         await self._run("put_state", lambda: self._client.set(key, payload, px=self._keys.ttl_ms))
-
-    def stats(self) -> dict[str, int]:
-        """See :meth:`RedisStore.stats`."""
-        return self._guard.stats.snapshot()
 
     async def close(self) -> None:
         """Release the connection pool."""

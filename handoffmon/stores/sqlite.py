@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from handoffmon.errors import StoreError
+from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import Authorship
 
 _SCHEMA = """
@@ -32,13 +32,23 @@ CREATE TABLE IF NOT EXISTS handoffmon_conversation_state (
 _CHUNK = 500  # bound on SQL variables per statement (SQLite's default limit is 999+)
 
 
+def _authorship(authors: str, depth: int, created_at: float, cid: str) -> Authorship:
+    """A stored row as ``Authorship``; ``ValueError``/``TypeError`` when it cannot be read."""
+    names = json.loads(authors)
+    if not isinstance(names, list):
+        raise ValueError("authors is not a list")
+    return Authorship(tuple(str(a) for a in names), int(depth), float(created_at), str(cid))
+
+
 class SQLiteStore:
     """``AttributionStore`` in a SQLite file that survives restarts.
 
     One connection per thread; WAL journaling lets readers in other processes proceed
     while one writes; ``busy_timeout_s`` absorbs writer contention. Rows carry an expiry
     (``ttl_s`` after the write); expired rows are ignored on read and purged every
-    ``purge_every_s``. Every ``sqlite3`` failure is raised as ``StoreError``.
+    ``purge_every_s``. Every ``sqlite3`` failure is raised as ``StoreError``
+    (``StoreTimeout`` when the database stayed locked, ``CorruptValue`` for rows that
+    cannot be decoded).
 
     Args:
         path: database file (created with its directory).
@@ -114,13 +124,24 @@ class SQLiteStore:
                 raise
             finally:
                 cur.close()
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreTimeout(f"SQLite store {self.path}: {exc}") from exc
+            raise StoreError(f"SQLite store {self.path}: {exc}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path}: {exc}") from exc
 
     def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
-        """Look up keys; expired rows read as ``None``."""
+        """Look up keys; expired rows read as ``None``.
+
+        Raises:
+            CorruptValue: some rows could not be decoded (``partial`` has them as ``None``).
+            StoreTimeout: the database stayed locked past ``busy_timeout_s``.
+            StoreError: any other SQLite failure.
+        """
         now = self._clock()
         rows: dict[str, Authorship] = {}
+        bad = 0
         with self._cursor() as cur:
             for start in range(0, len(keys), _CHUNK):
                 chunk = list(keys[start : start + _CHUNK])
@@ -131,8 +152,19 @@ class SQLiteStore:
                     (*chunk, now),
                 )
                 for key, authors, depth, created_at, cid in cur.fetchall():
-                    rows[key] = Authorship(tuple(json.loads(authors)), depth, created_at, cid)
-        return [rows.get(k) for k in keys]
+                    try:
+                        names = json.loads(authors)
+                        if not isinstance(names, list):
+                            raise ValueError("authors is not a list")
+                        rows[key] = Authorship(
+                            tuple(str(a) for a in names), int(depth), float(created_at), cid
+                        )
+                    except (ValueError, TypeError):
+                        bad += 1
+        found = [rows.get(k) for k in keys]
+        if bad:
+            raise CorruptValue(f"SQLite store {self.path}: {bad} unreadable attribution rows", partial=found)
+        return found
 
     def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
         """Record keys (overwriting) in one transaction."""
@@ -159,8 +191,13 @@ class SQLiteStore:
             row = cur.fetchone()
         if row is None:
             return None
-        value = json.loads(row[0])
-        return value if isinstance(value, dict) else None
+        try:
+            value = json.loads(row[0])
+        except ValueError as exc:
+            raise CorruptValue(f"SQLite store {self.path}: unreadable conversation state") from exc
+        if not isinstance(value, dict):
+            raise CorruptValue(f"SQLite store {self.path}: conversation state is not a mapping")
+        return value
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Replace the conversation's state (must be JSON-serializable)."""

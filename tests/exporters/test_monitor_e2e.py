@@ -22,6 +22,7 @@ from handoffmon.config import HandoffmonConfig
 from handoffmon.exporters import build_exporters, prometheus_exporter
 from handoffmon.exporters.logs import StructlogExporter
 from handoffmon.exporters.serving import start_metrics_server
+from handoffmon.ingress import Outcome, RequestParser
 from handoffmon.pipeline.monitor import Monitor
 from tests.exporters.turns import L, chk, only, parse_exposition, tr
 
@@ -66,8 +67,12 @@ def monitor(config: HandoffmonConfig, telemetry: Telemetry) -> Iterator[Monitor]
 
 def turn(m: Monitor, conv: str, history: list[dict[str, Any]], reply: str, author: str, **kw: Any) -> list:
     """One request through the monitor; returns the history including the reply."""
-    ctx = m.begin(history, requested_model="chat-group", headers={"x-conversation-id": conv})
-    m.finish(ctx, {"role": "assistant", "content": reply}, authors=[author], latency_s=0.2, **kw)
+    request = RequestParser.from_config(m.config).parse(
+        history, "chat-group", headers={"x-conversation-id": conv}
+    )
+    m.finish(
+        m.capture(request), {"role": "assistant", "content": reply}, Outcome((author,), **kw), latency_s=0.2
+    )
     return [*history, {"role": "assistant", "content": reply}]
 
 

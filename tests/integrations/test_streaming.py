@@ -1,10 +1,11 @@
-"""Stream accumulation: text, tool calls, per-chunk deployments (mid-stream fallback), cut-off reporting."""
+"""Stream wrappers over the chunk folder: text, tool calls, per-chunk deployments, cut-off reporting."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from handoffmon.integrations.streaming import AsyncStream, StreamAccumulator, StreamOutcome, SyncStream
+from handoffmon.ingress import ChunkFolder, StreamOutcome
+from handoffmon.integrations.streaming import AsyncStream, SyncStream
 
 
 class Chunk:
@@ -18,7 +19,7 @@ class Chunk:
 
 def test_text_and_tool_calls_accumulate_as_a_resendable_message() -> None:
     """Content pieces join; tool-call fragments merge by index into OpenAI's message shape."""
-    acc = StreamAccumulator()
+    acc = ChunkFolder()
     acc.feed(Chunk({"role": "assistant", "content": "Hel"}))
     acc.feed(Chunk({"content": "lo"}))
     acc.feed(
@@ -36,7 +37,7 @@ def test_text_and_tool_calls_accumulate_as_a_resendable_message() -> None:
 
 def test_mid_stream_fallback_continuation_gives_two_authors() -> None:
     """Chunks produced by two deployments (a continuation after a mid-stream failure) → both, in order."""
-    acc = StreamAccumulator()
+    acc = ChunkFolder()
     acc.feed(Chunk({"content": "first half "}, "dep-a"))
     acc.feed(Chunk({"content": "more "}, "dep-a"))
     acc.feed(Chunk({"content": ""}, "dep-x"))  # produced nothing: not an author

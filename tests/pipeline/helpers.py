@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from handoffmon.config import HandoffmonConfig, config_from_mapping
+from handoffmon.ingress import Outcome, Request, RequestParser
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import Authorship
 from handoffmon.runtime import Runtime, build_runtime
@@ -41,6 +42,19 @@ def runtime(config: HandoffmonConfig | None = None, **kwargs: Any) -> Runtime:
     return build_runtime(config if config is not None else make_config(), **kwargs)
 
 
+def request(m: Monitor, messages: Sequence[Any], **kwargs: Any) -> Request:
+    """``messages`` parsed as the adapters do (``RequestParser`` built from the monitor's config)."""
+    kwargs.setdefault("model", "group")
+    model = kwargs.pop("model")
+    return RequestParser.from_config(m.config).parse(messages, model, **kwargs)
+
+
+def turn(m: Monitor, messages: Sequence[Any], reply: Any, author: str | None, **kwargs: Any) -> None:
+    """One turn through the request-path protocol: ``capture`` then ``finish``."""
+    cap = m.capture(request(m, messages, **kwargs))
+    m.finish(cap, reply, Outcome(authors=(author,) if author else ()))
+
+
 def run_conversation(
     m: Monitor,
     authors: Sequence[str],
@@ -48,25 +62,15 @@ def run_conversation(
     *,
     metadata: Sequence[Mapping[str, Any] | None] | None = None,
     user: str = "hello",
-    capture: bool = False,
-) -> list[Any]:
-    """Drive one conversation through begin/finish; returns each turn's context.
-
-    With ``capture``, through ``capture``/``finish`` instead (the handles returned are
-    ``Capture`` objects; the attribution thread builds the contexts).
-    """
+) -> None:
+    """Drive one conversation through ``capture``/``finish`` (read results from an exporter)."""
     history: list[dict[str, Any]] = [{"role": "user", "content": user}]
-    contexts = []
     for i, author in enumerate(authors):
         reply = replies[i] if replies is not None else f"reply {i} from {author}"
         meta = metadata[i] if metadata is not None else None
-        start = m.capture if capture else m.begin
-        ctx = start(history, requested_model="group", metadata=meta)
-        contexts.append(ctx)
-        m.finish(ctx, {"role": "assistant", "content": reply}, authors=[author])
+        turn(m, history, {"role": "assistant", "content": reply}, author, metadata=meta)
         history = [*history, {"role": "assistant", "content": reply}]
         history.append({"role": "user", "content": f"next {i}"})
-    return contexts
 
 
 class RecordingExporter:

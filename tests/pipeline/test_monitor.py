@@ -9,6 +9,7 @@ from typing import Any
 from handoffmon.checkers import RuleSet, default_registry
 from handoffmon.config import RuleConfig
 from handoffmon.counts import CheckKey, TransitionKey, TurnKey
+from handoffmon.ingress import Outcome
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.types import TurnResult
@@ -20,7 +21,9 @@ from tests.pipeline.helpers import (
     RecordingExporter,
     make_config,
     monitor,
+    request,
     run_conversation,
+    turn,
 )
 
 AUTHORS_4_7 = ["a"] * 3 + ["b"] * 3 + ["a"] * 4
@@ -31,9 +34,10 @@ def test_ten_turns_with_changes_at_4_and_7() -> None:
     """Depth, prefix model and handoff flags are right at every turn, and aggregates count exactly."""
     exp = RecordingExporter()
     with monitor(exporters=[exp]) as m:
-        contexts = run_conversation(m, AUTHORS_4_7)
+        run_conversation(m, AUTHORS_4_7)
         assert m.flush(10)
         snap = m.snapshot()
+    contexts = [r.context for r in exp.results]
     assert [c.depth for c in contexts] == list(range(1, 11))
     assert [c.prefix_model for c in contexts] == ["none", "a", "a", "a", "b", "b", "b", "a", "a", "a"]
     handoffs = [r.record.handoff for r in exp.results]
@@ -104,8 +108,7 @@ def test_extracted_answer_reaches_the_next_turn() -> None:
     m = monitor(make_config(rules=[rule.model_dump()]), exporters=[exp])
     history: list[dict[str, str]] = [{"role": "user", "content": "2+2?"}]
     for reply, user_next in (("<answer>4</answer>", "are you sure?"), ("<answer>5</answer>", "thanks")):
-        ctx = m.begin(history)
-        m.finish(ctx, reply, authors=["a"])
+        turn(m, history, reply, "a")
         history += [{"role": "assistant", "content": reply}, {"role": "user", "content": user_next}]
     m.close()
     assert [r.checks[0].verdict for r in exp.results] == ["not_applicable", "fail"]
@@ -139,21 +142,27 @@ def test_raising_checker_gives_error_verdict_and_counts() -> None:
 
 
 def test_store_failures_fail_open_and_are_counted() -> None:
-    """A store that raises on every call: begin still returns, turns are counted, errors by stage.
+    """A store that raises on every call: every turn is still counted, failures are counted once.
 
-    Replies recorded by this process stay attributable from the in-process overlay while the
-    store is down; a history the overlay does not know hits the store and counts an error.
+    The guard counts each failed call as monitor_errors{store} (and by op in its stats),
+    backs off after three in a row (``skipped``), and the callers fail open: replies this
+    process recorded stay attributable from the in-process overlay, a history the overlay
+    does not know is ``unknown``.
     """
     store = BrokenStore(fail=["get_many", "put_many", "get_state", "put_state"])
-    with monitor(store=store) as m:
-        contexts = run_conversation(m, ["a", "b", "b"])
-        foreign = m.begin([{"role": "user", "content": "q"}, {"role": "assistant", "content": "never seen"}])
+    exp = RecordingExporter()
+    with monitor(store=store, exporters=[exp]) as m:
+        run_conversation(m, ["a", "b", "b"])
+        turn(m, [{"role": "user", "content": "q"}, {"role": "assistant", "content": "never seen"}], "r", "c")
         m.flush(10)
         snap = m.snapshot()
-    assert [(c.depth, c.prefix_model) for c in contexts] == [(1, "none"), (2, "a"), (3, "b")]
-    assert (foreign.depth, foreign.prefix_model) == (2, "unknown")
-    assert snap.total_turns == 3
-    assert snap.monitor_errors == {"attribution": 1, "persist": 3, "state": 6}  # state: load + save
+        stats = m.store.stats()
+    contexts = [r.context for r in exp.results]
+    assert [(c.depth, c.prefix_model) for c in contexts] == [(1, "none"), (2, "a"), (3, "b"), (2, "unknown")]
+    assert snap.total_turns == 4
+    failed = sum(n for k, n in stats.items() if not k.endswith("_skipped"))
+    assert failed >= 3 and snap.monitor_errors == {"store": failed}
+    assert sum(n for k, n in stats.items() if k.endswith("_skipped")) >= 1  # the guard backed off
 
 
 def test_full_queue_drops_and_counts_without_blocking() -> None:
@@ -242,27 +251,36 @@ def test_sqlite_backend_restart_loses_nothing(tmp_path: Path) -> None:
     cfg = make_config(store={"backend": "sqlite", "path": str(tmp_path / "hm.db")})
     history = [{"role": "user", "content": "hi"}]
     with Monitor(cfg) as m1:
-        ctx = m1.begin(history)
-        m1.finish(ctx, "first reply", authors=["a"])
+        turn(m1, history, "first reply", "a")
     history += [{"role": "assistant", "content": "first reply"}, {"role": "user", "content": "more"}]
-    with Monitor(cfg) as m2:
-        ctx = m2.begin(history)
-        assert (ctx.depth, ctx.prefix_model) == (2, "a")
-        m2.finish(ctx, "second reply", authors=["b"])
+    exp = RecordingExporter()
+    with Monitor(cfg, exporters=[exp]) as m2:
+        turn(m2, history, "second reply", "b")
+    assert [(r.context.depth, r.context.prefix_model) for r in exp.results] == [(2, "a")]
     counts = load_counts_sqlite(tmp_path / "hm.db")
     assert counts.turns == {TurnKey("a", "none", "1", "false"): 1, TurnKey("b", "a", "2", "true"): 1}
     assert sum(counts.transitions.values()) == 1  # the last verdict survived the restart
 
 
 def test_finish_never_raises_on_garbage() -> None:
-    """finish with an unreadable reply and odd authors counts an error instead of raising."""
+    """finish with an unreadable reply and odd authors: the turn is counted, author unknown."""
     with monitor() as m:
-        ctx = m.begin([{"role": "user", "content": "x"}])
-        m.finish(ctx, object(), authors=["", None])  # type: ignore[list-item]
+        cap = m.capture(request(m, [{"role": "user", "content": "x"}]))
+        m.finish(cap, object(), Outcome(authors=("", None)))  # type: ignore[arg-type]
         m.flush(10)
         snap = m.snapshot()
     assert snap.total_turns == 1
     assert next(iter(snap.turns)).model == "unknown"
+
+
+def test_unreadable_history_is_counted_as_a_degraded_turn() -> None:
+    """messages that are not a list: the turn still counts, with a depth-1 degraded context."""
+    exp = RecordingExporter()
+    with monitor(exporters=[exp]) as m:
+        turn(m, "not a message list", "reply", "a")  # type: ignore[arg-type]
+        assert m.flush(10)
+    (result,) = exp.results
+    assert result.context.degraded and result.context.depth == 1 and result.record.author == "a"
 
 
 def test_atexit_hook_drains_an_unclosed_monitor() -> None:
@@ -281,8 +299,7 @@ def test_close_is_idempotent_and_unregisters_atexit() -> None:
     m.close()
     m.close()
     assert m.closed
-    ctx = m.begin([{"role": "user", "content": "late"}])
-    m.finish(ctx, "late reply", authors=["a"])
+    turn(m, [{"role": "user", "content": "late"}], "late reply", "a")
     assert m.snapshot().dropped == 1
 
 
@@ -302,26 +319,37 @@ def test_capture_content_puts_text_on_the_result_only() -> None:
 def test_context_keeps_only_the_metadata_handoffmon_reads() -> None:
     """Arbitrary caller metadata is dropped; rules, tags, route, ids and a traceparent header stay."""
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    with monitor() as m:
-        ctx = m.begin(
+    exp = RecordingExporter()
+    with monitor(exporters=[exp]) as m:
+        turn(
+            m,
             [{"role": "user", "content": "x"}],
+            "ok",
+            "a",
             metadata={"user_email": "a@b.c", "tags": ["t"], "route": "r", "conversation_id": "c1"},
             headers={"TraceParent": tp},
         )
-    assert dict(ctx.metadata) == {"tags": ["t"], "route": "r", "conversation_id": "c1", "traceparent": tp}
+        assert m.flush(10)
+    meta = dict(exp.results[0].context.metadata)
+    assert meta == {"tags": ["t"], "route": "r", "conversation_id": "c1", "traceparent": tp}
 
 
 def test_otel_current_span_becomes_the_turn_traceparent() -> None:
-    """With telemetry.otel the caller's current span context is captured for background spans."""
+    """With telemetry.otel the caller's current span is read at capture time, on the request path."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
     tracer = TracerProvider().get_tracer("t")
-    with monitor(make_config(telemetry={"otel": True})) as m, tracer.start_as_current_span("request") as span:
-        ctx = m.begin([{"role": "user", "content": "x"}])
-        trace_id = format(span.get_span_context().trace_id, "032x")
-    assert str(ctx.metadata["traceparent"]).split("-")[1] == trace_id
-    assert trace.get_current_span() is not span
+    exp = RecordingExporter()
+    with monitor(make_config(telemetry={"otel": True}), exporters=[exp], start=False) as m:
+        with tracer.start_as_current_span("request") as span:
+            cap = m.capture(request(m, [{"role": "user", "content": "x"}]))
+            trace_id = format(span.get_span_context().trace_id, "032x")
+        m.finish(cap, "ok", Outcome(authors=("a",)))  # after the span ended, on purpose
+        assert trace.get_current_span() is not span
+        m.start()
+        assert m.flush(10)
+    assert str(exp.results[0].context.metadata["traceparent"]).split("-")[1] == trace_id
 
 
 def test_results_carry_no_message_text() -> None:

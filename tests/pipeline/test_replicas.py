@@ -10,7 +10,7 @@ import pytest
 from handoffmon.counts import TransitionKey
 from handoffmon.pipeline.monitor import Monitor
 from tests.conftest import require_redis
-from tests.pipeline.helpers import make_config
+from tests.pipeline.helpers import RecordingExporter, make_config, turn
 
 pytestmark = pytest.mark.integration
 
@@ -19,17 +19,16 @@ def test_turns_alternating_between_replicas_share_authorship_and_state() -> None
     """Turn 1 on replica A, turn 2 on B, turn 3 on A: depths, prefixes and transitions are continuous."""
     require_redis()
     cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
-    a, b = Monitor(cfg), Monitor(cfg)
+    exp = RecordingExporter()
+    a, b = Monitor(cfg, exporters=[exp]), Monitor(cfg, exporters=[exp])
     history: list[dict[str, Any]] = [{"role": "user", "content": "hello replicas"}]
-    contexts = []
     for replica, author, reply in ((a, "m1", "ok"), (b, "m2", "ok again"), (a, "m1", "fine")):
-        ctx = replica.begin(history)
-        contexts.append(ctx)
-        replica.finish(ctx, reply, authors=[author])
+        turn(replica, history, reply, author)
         replica.flush(10)  # the reply is persisted to Redis before the next request
         history += [{"role": "assistant", "content": reply}, {"role": "user", "content": "next"}]
     a.close()
     b.close()
+    contexts = [r.context for r in exp.results]
     assert [(c.depth, c.prefix_model) for c in contexts] == [(1, "none"), (2, "m1"), (3, "m2")]
     assert len({c.conversation_id for c in contexts[1:]}) == 1
     # B's transition comes from A's verdict at turn 1 and A's from B's at turn 2 (state in Redis)

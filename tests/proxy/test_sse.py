@@ -1,10 +1,10 @@
-"""ChatStreamAccumulator: rebuilds the reply from SSE bytes however they are split."""
+"""SSEChunks: serve's SSE framing feeds the shared chunk folder, however the bytes are split."""
 
 from __future__ import annotations
 
 import json
 
-from handoffmon.proxy.sse import ChatStreamAccumulator
+from handoffmon.proxy.sse import SSEChunks
 
 
 def _events(*chunks: dict) -> bytes:  # type: ignore[type-arg]
@@ -26,23 +26,24 @@ STREAM = _events(
 def test_every_split_point_gives_the_same_reply() -> None:
     """Splitting the byte stream at any offset (even inside UTF-8) yields the same message."""
     for cut in range(len(STREAM) + 1):
-        acc = ChatStreamAccumulator()
+        acc = SSEChunks()
         acc.feed(STREAM[:cut])
         acc.feed(STREAM[cut:])
         acc.close()
-        assert acc.message() == {"role": "assistant", "content": "Héllo"}, cut
-        assert (acc.finish_reason, acc.model, acc.done) == ("stop", "m-1", True)
-        assert acc.usage == {"prompt_tokens": 7, "completion_tokens": 2}
+        out = acc.outcome(completed=True)
+        assert out.reply == {"role": "assistant", "content": "Héllo"}, cut
+        assert (out.finish_reason, out.response_model, acc.done) == ("stop", "m-1", True)
+        assert (out.input_tokens, out.output_tokens, out.odd) == (7, 2, 0)
 
 
 def test_crlf_line_endings_and_missing_final_blank_line() -> None:
     """CRLF-delimited events and a last event without a trailing blank line are still read."""
     raw = STREAM.replace(b"\n", b"\r\n").rstrip(b"\r\n")
-    acc = ChatStreamAccumulator()
+    acc = SSEChunks()
     for i in range(0, len(raw), 7):
         acc.feed(raw[i : i + 7])
     acc.close()
-    assert acc.text == "Héllo" and acc.done
+    assert acc.outcome(completed=True).reply["content"] == "Héllo" and acc.done
 
 
 def test_tool_call_deltas_are_merged_by_index() -> None:
@@ -79,22 +80,24 @@ def test_tool_call_deltas_are_merged_by_index() -> None:
         },
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
     )
-    acc = ChatStreamAccumulator()
+    acc = SSEChunks()
     acc.feed(raw)
-    assert acc.message() == {
+    out = acc.outcome(completed=True)
+    assert out.reply == {
         "role": "assistant",
         "content": None,
         "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get", "arguments": '{"a": 1}'}}
         ],
     }
-    assert acc.finish_reason == "tool_calls"
+    assert out.finish_reason == "tool_calls"
 
 
 def test_garbage_events_are_counted_not_raised() -> None:
     """Non-JSON data lines and comments are skipped; bad ones counted."""
-    acc = ChatStreamAccumulator()
+    acc = SSEChunks()
     acc.feed(
         b': keep-alive\n\ndata: {not json\n\nevent: x\ndata: {"choices": [{"delta": {"content": "ok"}}]}\n\n'
     )
-    assert acc.bad_events == 1 and acc.text == "ok"
+    out = acc.outcome(completed=True)
+    assert acc.bad_events == 1 and out.odd == 1 and out.reply["content"] == "ok"

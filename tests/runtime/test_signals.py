@@ -18,6 +18,7 @@ SCRIPT = textwrap.dedent(
     import sys, time
     from handoffmon.checkers import RuleSet, default_registry
     from handoffmon.config import RuleConfig, config_from_mapping
+    from handoffmon.ingress import Outcome, RequestParser
     from handoffmon.runtime import build_runtime
 
     def slow(params):
@@ -35,9 +36,10 @@ SCRIPT = textwrap.dedent(
         "refit": {"interval_s": 0},
     })
     rt = build_runtime(cfg, registry=None, rules=rules)
+    parser = RequestParser()
     for i in range(10):
-        cap = rt.monitor.capture([{"role": "user", "content": f"conversation {i}"}], requested_model="g")
-        rt.monitor.finish(cap, {"role": "assistant", "content": "ok"}, authors=["a"])
+        cap = rt.monitor.capture(parser.parse([{"role": "user", "content": f"conversation {i}"}], "g"))
+        rt.monitor.finish(cap, {"role": "assistant", "content": "ok"}, Outcome(authors=("a",)))
     print("queued", flush=True)
     time.sleep(60)
     """

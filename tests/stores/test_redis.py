@@ -1,4 +1,4 @@
-"""RedisStore / AsyncRedisStore against a real Redis: batching, TTL, fail-open, recovery."""
+"""RedisStore / AsyncRedisStore against a real Redis: batching, TTL; failures raised, guarded, recovered."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 import redis
 
 from handoffmon.config import StoreConfig
+from handoffmon.errors import CorruptValue, StoreError, StoreSkipped, StoreTimeout
 from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.redis import AsyncRedisStore, RedisStore
 from tests.conftest import free_port, require_redis
 from tests.stores.redis_server import RedisServer
@@ -26,7 +28,12 @@ COLLISION = Authorship((), 3, 1002.0)
 
 
 def _cfg(**kw: Any) -> StoreConfig:
-    base: dict[str, Any] = {"backend": "redis", "key_prefix": f"hm-test:{uuid.uuid4().hex}:"}
+    # 1 s: these tests pin behaviour, not fail-open speed, on a possibly busy host
+    base: dict[str, Any] = {
+        "backend": "redis",
+        "key_prefix": f"hm-test:{uuid.uuid4().hex}:",
+        "timeout_s": 1.0,
+    }
     base.update(kw)
     return StoreConfig(**base)
 
@@ -125,45 +132,79 @@ def test_key_prefix_isolates_tenants() -> None:
     b.close()
 
 
-def test_fail_open_when_redis_is_unreachable() -> None:
-    """Nothing listening: all-None reads, swallowed writes, counted; 3 failures in a row trip the breaker."""
+def test_unreachable_redis_raises_and_the_guard_counts_and_backs_off() -> None:
+    """Nothing listening: RedisStore raises StoreError; behind the guard each failure is counted, three
+    in a row trip the breaker (later calls are skipped, not attempted), and it probes again later."""
     clock = FakeClock()
-    s = RedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0"), clock=clock)
+    raw = RedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05))
+    with pytest.raises(StoreError, match="Redis get failed"):
+        raw.get_many(["a"])
+    s = GuardedStore(raw, clock=clock)
     t0 = time.perf_counter()
-    assert s.get_many(["a", "b"]) == [None, None]
-    s.put_many([("a", A1)])
+    with pytest.raises(StoreError):
+        s.get_many(["a", "b"])
+    with pytest.raises(StoreError):
+        s.put_many([("a", A1)])
     assert s.available  # two failures: still trying
-    assert s.get_state("c") is None  # third failure trips the breaker
+    with pytest.raises(StoreError):
+        s.get_state("c")  # third failure trips the breaker
     assert not s.available
-    s.put_state("c", {"x": 1})  # skipped, not attempted
-    assert s.get_many(["a"]) == [None]
+    with pytest.raises(StoreSkipped):
+        s.put_state("c", {"x": 1})  # skipped, not attempted
+    with pytest.raises(StoreSkipped):
+        s.get_many(["a"])
     assert time.perf_counter() - t0 < 0.3
     stats = s.stats()
     assert (stats["get_errors"], stats["put_errors"], stats["get_state_errors"]) == (1, 1, 1)
     assert stats["put_state_skipped"] == 1 and stats["get_skipped"] == 1
     clock.now += 1.5  # past retry_after_s: the next call probes Redis again (and fails again)
-    s.put_many([("a", A1)])
+    with pytest.raises(StoreError):
+        s.put_many([("a", A1)])
     assert s.stats()["put_errors"] == 2
 
 
 def test_one_failure_does_not_trip_the_breaker() -> None:
-    """A single slow/failed call among successes costs one lookup, not a second of attribution."""
+    """A single slow call among successes costs one lookup (counted as a timeout), not a pause."""
     require_redis()
     clock = FakeClock()
-    s = RedisStore(_cfg(), clock=clock)
+    inner = RedisStore(_cfg())
+    s = GuardedStore(inner, clock=clock)
     s.put_many([("k", A1)])
-    real = s._client
+    real = inner._client
 
     class Boom:
         def mget(self, keys: Any) -> None:
             raise redis.TimeoutError("slow")
 
-    s._client = Boom()  # type: ignore[assignment]
-    assert s.get_many(["k"]) == [None]
-    s._client = real
+    inner._client = Boom()  # type: ignore[assignment]
+    with pytest.raises(StoreTimeout):
+        s.get_many(["k"])
+    inner._client = real
     assert s.available
     assert s.get_many(["k"]) == [A1]
-    assert s.stats()["get_errors"] == 1 and s.stats()["get_skipped"] == 0
+    assert s.stats()["get_timeouts"] == 1 and s.stats()["get_skipped"] == 0
+    s.close()
+
+
+def test_corrupt_values_read_as_missing_and_are_counted() -> None:
+    """Garbage under the store's keys: RedisStore raises CorruptValue with the readable part; the
+    guard returns that part (None for the bad key) and counts kind=corrupt without backing off."""
+    require_redis()
+    cfg = _cfg()
+    inner = RedisStore(cfg)
+    inner.put_many([("good", A1)])
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    raw.set(f"{cfg.key_prefix}a:bad", b"\xff not json")
+    raw.set(f"{cfg.key_prefix}s:conv", b"[1, 2]")
+    with pytest.raises(CorruptValue) as err:
+        inner.get_many(["good", "bad"])
+    assert err.value.partial == [A1, None]
+    s = GuardedStore(inner)
+    assert s.get_many(["good", "bad", "missing"]) == [A1, None, None]
+    assert s.get_state("conv") is None
+    assert (s.stats()["get_corrupt"], s.stats()["get_state_corrupt"]) == (1, 1) and s.available
+    raw.delete(f"{cfg.key_prefix}a:bad", f"{cfg.key_prefix}a:good", f"{cfg.key_prefix}s:conv")
+    raw.close()
     s.close()
 
 
@@ -190,18 +231,20 @@ def _silent_server() -> tuple[socket.socket, threading.Event]:
 
 
 def test_hung_redis_costs_at_most_trip_after_timeouts() -> None:
-    """A Redis that never replies: each call gives up after store.timeout_s; after 3, no waiting at all."""
+    """A Redis that never replies: each call times out after store.timeout_s; after 3, no waiting at all."""
     srv, stop = _silent_server()
     port = srv.getsockname()[1]
-    s = RedisStore(_cfg(url=f"redis://127.0.0.1:{port}/0", timeout_s=0.05))
+    s = GuardedStore(RedisStore(_cfg(url=f"redis://127.0.0.1:{port}/0", timeout_s=0.05)))
     for _ in range(3):
         t0 = time.perf_counter()
-        assert s.get_many(["a"]) == [None]
+        with pytest.raises(StoreTimeout):
+            s.get_many(["a"])
         assert 0.04 <= time.perf_counter() - t0 < 0.5
     t0 = time.perf_counter()
-    assert s.get_many(["a"]) == [None]  # breaker open: no wait
+    with pytest.raises(StoreSkipped):
+        s.get_many(["a"])  # breaker open: no wait
     assert time.perf_counter() - t0 < 0.01
-    assert s.stats()["get_errors"] == 3 and s.stats()["get_skipped"] == 1
+    assert s.stats()["get_timeouts"] == 3 and s.stats()["get_skipped"] == 1
     stop.set()
     srv.close()
 
@@ -210,11 +253,12 @@ def test_recovers_when_redis_comes_back() -> None:
     """Stop a private redis-server mid-use, then restart it: the store resumes by itself."""
     clock = FakeClock()
     with RedisServer() as server:
-        s = RedisStore(_cfg(url=server.url), clock=clock)
+        s = GuardedStore(RedisStore(_cfg(url=server.url)), clock=clock)
         s.put_many([("k", A1)])
         assert s.get_many(["k"]) == [A1]
         server.stop()
-        assert s.get_many(["k"]) == [None]
+        with pytest.raises(StoreError):
+            s.get_many(["k"])
         assert s.stats()["get_errors"] == 1
         server.start()
         clock.now += 1.5
@@ -260,11 +304,11 @@ async def test_async_store_round_trip_and_shares_keys_with_sync() -> None:
     sync.close()
 
 
-async def test_async_store_fails_open() -> None:
-    """AsyncRedisStore with no server: Nones, swallowed writes, counted."""
-    asy = AsyncRedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0"))
-    assert await asy.get_many(["a"]) == [None]
-    await asy.put_many([("a", A1)])
-    stats = asy.stats()
-    assert stats["get_errors"] == 1 and stats["put_errors"] == 1
+async def test_async_store_raises_store_errors() -> None:
+    """AsyncRedisStore with no server raises StoreError, like the sync store (callers fail open)."""
+    asy = AsyncRedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05))
+    with pytest.raises(StoreError):
+        await asy.get_many(["a"])
+    with pytest.raises(StoreError):
+        await asy.put_many([("a", A1)])
     await asy.close()

@@ -1,0 +1,251 @@
+"""The stream-chunk folder: chat-completion chunks (SDK objects or JSON dicts) into one reply.
+
+OpenAI streaming semantics: only choice 0 is folded (the one a chat client continues);
+``delta.content`` pieces are concatenated; a tool call is keyed by ``index`` — its ``id``,
+``type`` and ``function.name`` arrive once (a repeat replaces, never appends) while
+``function.arguments`` pieces are appended. The folder is total: whatever a chunk holds,
+``feed`` never raises; parts it cannot fold are skipped and counted in ``odd`` (the
+adapter counts them as ``monitor_errors{stage="parse"}``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from handoffmon.ingress.fields import get, hidden_params
+
+MAX_TOOL_CALLS = 128
+"""Tool-call slots per reply; calls at further indexes are skipped (and counted odd)."""
+
+
+class StreamOutcome(NamedTuple):
+    """A finished (or cut-off) stream.
+
+    Attributes:
+        reply: the assistant message as a client would resend it (``role``, ``content`` —
+            ``None`` when no text arrived — and ``tool_calls``), for recording and checking.
+        deployment_ids: deployments that produced content, in order, consecutive duplicates
+            merged (two for a mid-stream fallback continuation; LiteLLM chunks only).
+        response_model: last model string a chunk reported.
+        response_id: the completion id the chunks carried.
+        finish_reason: last finish reason seen.
+        input_tokens: usage from the final chunk, when sent.
+        output_tokens: usage from the final chunk, when sent.
+        completed: the stream ended normally (False = error or the consumer stopped early).
+        chunks: chunks seen.
+        odd: chunks (or parts of them) that could not be folded and were skipped.
+    """
+
+    reply: dict[str, Any]
+    deployment_ids: tuple[str, ...]
+    response_model: str | None
+    response_id: str | None
+    finish_reason: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    completed: bool
+    chunks: int
+    odd: int
+
+
+class _Call:
+    __slots__ = ("args", "id", "name", "type")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.type = "function"
+        self.name = ""
+        self.args: list[str] = []
+
+
+def _is_index(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+class ChunkFolder:
+    """Folds chat-completion chunks into one reply; see the module docstring for the rules."""
+
+    __slots__ = (
+        "_calls",
+        "_finish",
+        "_id",
+        "_ids",
+        "_in",
+        "_model",
+        "_out",
+        "_role",
+        "_text",
+        "chunks",
+        "odd",
+    )
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, _Call] = {}
+        self._ids: list[str] = []
+        self._role = "assistant"
+        self._model: str | None = None
+        self._id: str | None = None
+        self._finish: str | None = None
+        self._in: int | None = None
+        self._out: int | None = None
+        self.chunks = 0
+        self.odd = 0
+
+    def feed(self, chunk: Any) -> None:
+        """Take one chunk. Never raises; what cannot be folded is skipped and counted in ``odd``."""
+        self.chunks += 1
+        try:
+            if not self._chunk(chunk):
+                self.odd += 1
+        except Exception:  # a shape nobody anticipated: skip the chunk, keep the stream
+            self.odd += 1
+
+    def _chunk(self, chunk: Any) -> bool:
+        """Fold one chunk; False when some part of it was skipped."""
+        if chunk is None or isinstance(chunk, (str, bytes, int, float)):
+            return False
+        model = get(chunk, "model")
+        if type(model) is str and model:
+            self._model = model
+        rid = get(chunk, "id")
+        if type(rid) is str and rid:
+            self._id = rid
+        ok = self._usage(get(chunk, "usage"))
+        choices = get(chunk, "choices")
+        if choices is None:
+            return ok
+        if not isinstance(choices, (list, tuple)):
+            return False
+        for choice in choices:
+            if isinstance(choice, (str, bytes, int, float)) or choice is None:
+                ok = False
+                continue
+            index = get(choice, "index")
+            if index is not None and not _is_index(index):
+                ok = False
+            elif not index:  # choice 0 (or a provider that leaves the index out)
+                ok = self._choice(choice, chunk) and ok
+        return ok
+
+    def _usage(self, usage: Any) -> bool:
+        if usage is None:
+            return True
+        pt, ct = get(usage, "prompt_tokens"), get(usage, "completion_tokens")
+        if type(pt) is int:
+            self._in = pt
+        if type(ct) is int:
+            self._out = ct
+        return True
+
+    def _choice(self, choice: Any, chunk: Any) -> bool:
+        finish = get(choice, "finish_reason")
+        if type(finish) is str and finish:
+            self._finish = finish
+        delta = get(choice, "delta")
+        if delta is None:
+            return True
+        if isinstance(delta, (str, bytes, int, float, list, tuple)):
+            return False
+        role = get(delta, "role")
+        if type(role) is str and role:
+            self._role = role
+        ok, produced = self._content(get(delta, "content"))
+        calls = get(delta, "tool_calls")
+        if calls is not None:
+            if isinstance(calls, (list, tuple)):
+                for call in calls:
+                    folded = self._call(call)
+                    ok = ok and folded
+                    produced = produced or folded
+            else:
+                ok = False
+        if produced:
+            dep = hidden_params(chunk).get("model_id")
+            if type(dep) is str and dep and (not self._ids or self._ids[-1] != dep):
+                self._ids.append(dep)
+        return ok
+
+    def _content(self, content: Any) -> tuple[bool, bool]:
+        """(folded cleanly, produced text)."""
+        if content is None:
+            return True, False
+        if type(content) is str:
+            if content:
+                self._text.append(content)
+            return True, bool(content)
+        if isinstance(content, (list, tuple)):  # content parts
+            ok, produced = True, False
+            for part in content:
+                if type(part) is str:
+                    text: Any = part
+                elif get(part, "type") == "text":
+                    text = get(part, "text")
+                else:
+                    continue  # non-text parts carry no reply text
+                if type(text) is str:
+                    if text:
+                        self._text.append(text)
+                        produced = True
+                else:
+                    ok = False
+            return ok, produced
+        return False, False
+
+    def _call(self, call: Any) -> bool:
+        """Fold one tool-call delta; False when it cannot be placed (no usable ``index``)."""
+        if call is None or isinstance(call, (str, bytes, int, float, list, tuple)):
+            return False
+        index = get(call, "index")
+        if not _is_index(index):
+            return False
+        slot = self._calls.get(index)
+        if slot is None:
+            if len(self._calls) >= MAX_TOOL_CALLS:
+                return False
+            slot = self._calls[index] = _Call()
+        cid = get(call, "id")
+        if type(cid) is str and cid:
+            slot.id = cid
+        kind = get(call, "type")
+        if type(kind) is str and kind:
+            slot.type = kind
+        fn = get(call, "function")
+        if fn is None:
+            return True
+        if isinstance(fn, (str, bytes, int, float, list, tuple)):
+            return False
+        name = get(fn, "name")
+        if type(name) is str and name:
+            slot.name = name  # arrives once; a provider repeating it must not double it
+        args = get(fn, "arguments")
+        if type(args) is str:
+            slot.args.append(args)
+        elif args is not None:
+            return False
+        return True
+
+    def outcome(self, *, completed: bool) -> StreamOutcome:
+        """The folded reply so far."""
+        reply: dict[str, Any] = {"role": self._role, "content": "".join(self._text) if self._text else None}
+        if self._calls:
+            reply["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": c.type,
+                    "function": {"name": c.name, "arguments": "".join(c.args)},
+                }
+                for _, c in sorted(self._calls.items())
+            ]
+        return StreamOutcome(
+            reply=reply,
+            deployment_ids=tuple(self._ids),
+            response_model=self._model,
+            response_id=self._id,
+            finish_reason=self._finish,
+            input_tokens=self._in,
+            output_tokens=self._out,
+            completed=completed,
+            chunks=self.chunks,
+            odd=self.odd,
+        )

@@ -1,0 +1,76 @@
+"""Caller conversation ids: every header and metadata key a client may carry one in, in one order."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+CALLER_HEADERS = ("x-conversation-id", "x-litellm-session-id")
+"""Headers read (case-insensitively) after the configured one."""
+
+CALLER_METADATA_KEYS = ("conversation_id", "session_id", "litellm_session_id", "gen_ai.conversation.id")
+"""Metadata keys read, in order (LiteLLM ``metadata``, OTel ``gen_ai.conversation.id``)."""
+
+SESSION_KEY = "litellm_session_id"
+"""LiteLLM's request parameter (and metadata key) for the session."""
+
+MAX_ID_CHARS = 256
+"""Longer caller ids are truncated (they end up in logs and exemplars)."""
+
+
+def clean_id(value: Any) -> str | None:
+    """A caller id as text: stripped, truncated to ``MAX_ID_CHARS``; ``None`` when blank."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else str(value).strip()
+    return text[:MAX_ID_CHARS] or None
+
+
+def header(headers: Mapping[str, Any], name: str) -> Any:
+    """A header's value, its name matched case-insensitively (``None`` when absent)."""
+    value = headers.get(name)
+    if value is None:
+        lower = name.lower()
+        value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == lower), None)
+    return value
+
+
+def caller_conversation_id(
+    *,
+    headers: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    header_name: str = "x-conversation-id",
+    session_id: Any = None,
+) -> str | None:
+    """The conversation id the caller sent, if any.
+
+    Order: the configured header, ``X-Conversation-Id``, ``x-litellm-session-id`` (all
+    case-insensitive); then ``metadata`` keys ``conversation_id``, ``session_id``,
+    ``litellm_session_id``, ``gen_ai.conversation.id``; then the same keys inside a nested
+    ``metadata["metadata"]``. ``session_id`` is LiteLLM's ``litellm_session_id`` request
+    parameter: it takes the ``litellm_session_id`` place, ahead of a metadata key of that
+    name (LiteLLM groups its own logs by the parameter, so handoffmon does too).
+
+    Args:
+        headers: request headers.
+        metadata: request or LiteLLM metadata.
+        header_name: configured header (``attribution.conversation_header``).
+        session_id: the ``litellm_session_id`` request parameter, if sent.
+    """
+    if headers:
+        for name in (header_name, *CALLER_HEADERS):
+            found = clean_id(header(headers, name))
+            if found:
+                return found
+    session = clean_id(session_id)
+    sources = (metadata, metadata.get("metadata")) if metadata else ()
+    for i, source in enumerate(sources):
+        if not isinstance(source, Mapping):
+            continue
+        for key in CALLER_METADATA_KEYS:
+            if key == SESSION_KEY and session and i == 0:
+                return session
+            found = clean_id(source.get(key))
+            if found:
+                return found
+    return session

@@ -1,0 +1,140 @@
+"""The attribution stage: one thread turns ``Finished`` replies into ``Attributed`` turns, in order.
+
+One thread on purpose: replies are recorded in the order the application received them
+and each history is attributed after its predecessor's reply was recorded, so depth,
+prefix model and handoff come out as if attribution had run on the request path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from handoffmon.attribution import Attributor, ModelNames, degraded_context, normalize_messages
+from handoffmon.ingress import Outcome, Request
+from handoffmon.pipeline.errors import ErrorSink
+from handoffmon.pipeline.records import Attributed, Deferred, Finished
+from handoffmon.pipeline.reply import last_user_text, reply_text
+from handoffmon.types import UNKNOWN_MODEL, TurnContext
+
+_UNKNOWN = (UNKNOWN_MODEL,)
+
+
+class AttributionStage:
+    """Attributes a captured history, reads who served the reply, records the reply.
+
+    Args:
+        attributor: fingerprints histories and replies.
+        names: canonical model names.
+        errors: the pipeline's error sink.
+        submit: hands the ``Attributed`` turn on (to the checks); False when it was dropped.
+        capture_content: keep the normalized messages for ``TurnResult.content``.
+    """
+
+    def __init__(
+        self,
+        *,
+        attributor: Attributor,
+        names: ModelNames,
+        errors: ErrorSink,
+        submit: Callable[[Attributed, str], bool],
+        capture_content: bool = False,
+    ) -> None:
+        self._attributor = attributor
+        self._names = names
+        self._errors = errors
+        self._submit = submit
+        self._capture_content = capture_content
+
+    def handle(self, item: Finished) -> None:
+        """Attribute, describe, record and hand on one turn (fail-open at every step)."""
+        request = item.capture.request
+        ctx = self.context(request)
+        outcome = item.outcome
+        if type(outcome) is Deferred:
+            outcome = self._describe(outcome)
+        assert isinstance(outcome, Outcome)
+        authors = tuple(self._names.canonical(a) for a in outcome.authors if a) or _UNKNOWN
+        recorded = self._record(ctx, item.reply, authors)
+        turn = Attributed(
+            ctx,
+            recorded,
+            self._text(item.reply),
+            outcome._replace(authors=authors),
+            item.streamed,
+            item.latency_s,
+            item.finished_at,
+            item.capture.begin_s,
+            item.finish_s,
+        )
+        key = recorded.conversation_id if recorded is not None else ctx.conversation_id
+        if not self._submit(turn, key):
+            self._errors.drop()
+
+    def context(self, request: Request) -> TurnContext:
+        """The attributed context of a request (degraded, under a fresh id, if that failed)."""
+        t0 = time.perf_counter()
+        if request.messages is not None:
+            try:
+                return self._attributed(request, t0)
+            except Exception as exc:
+                self._errors.failed("attribution", exc)
+        return self._degraded(request)
+
+    def _attributed(self, request: Request, t0: float) -> TurnContext:
+        messages = request.messages
+        assert messages is not None
+        ctx = self._attributor.attribute(
+            messages,
+            conversation_id=request.conversation_id,
+            requested_model=request.requested_model,
+            metadata=request.metadata,
+            started_at=request.received_at,
+        )
+        # The context is fresh and not yet shared: fill the monitor-side fields in place
+        # (dataclasses.replace would cost several µs).
+        object.__setattr__(ctx, "user_message", last_user_text(messages))
+        if self._capture_content:
+            object.__setattr__(ctx, "input_messages", tuple(normalize_messages(messages)))
+        object.__setattr__(ctx, "attribution_s", time.perf_counter() - t0)
+        return ctx
+
+    def _degraded(self, request: Request) -> TurnContext:
+        """The fail-open context, under a fresh id so no state is shared."""
+        messages = request.messages if request.messages is not None else ()
+        try:
+            user = last_user_text(messages)
+        except Exception:
+            user = ""
+        ctx = degraded_context(
+            messages,
+            conversation_id=f"degraded-{uuid.uuid4().hex}",
+            requested_model=request.requested_model,
+            metadata=request.metadata,
+            started_at=request.received_at,
+        )
+        return dataclasses.replace(ctx, conversation_id_source="derived", user_message=user)
+
+    def _describe(self, deferred: Deferred) -> Outcome:
+        try:
+            return deferred.describe(*deferred.args)
+        except Exception as exc:
+            self._errors.failed("integration", exc)
+            return Outcome()
+
+    def _record(self, ctx: TurnContext, reply: Any, authors: tuple[str, ...]) -> Any:
+        try:
+            return self._attributor.record(ctx, reply, authors)
+        except Exception as exc:
+            self._errors.failed("record", exc)
+            return None
+
+    def _text(self, reply: Any) -> str:
+        try:
+            return reply_text(reply)
+        except Exception as exc:
+            self._errors.failed("record", exc)
+            return ""

@@ -1,0 +1,219 @@
+"""The check stage: persist authorship, run the rules, fold conversation state, count, export.
+
+Runs on the worker threads behind the bounded, conversation-sharded queue; every step
+fails open and is counted in the shared ``ErrorSink`` under its stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from handoffmon.config import RuleConfig
+from handoffmon.depth import DepthBuckets
+from handoffmon.errors import RuleError, StoreError
+from handoffmon.pipeline.aggregates import Aggregates
+from handoffmon.pipeline.errors import ErrorSink
+from handoffmon.pipeline.records import Attributed
+from handoffmon.pipeline.state import ConversationState
+from handoffmon.protocols import AttributionStore
+from handoffmon.types import CheckResult, TurnContent, TurnContext, TurnRecord, TurnResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.attribution import Attributor
+    from handoffmon.checkers import RuleSet
+
+_log = logging.getLogger("handoffmon.pipeline")
+
+
+def _str_list(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return ()
+
+
+class CheckStage:
+    """Turns an ``Attributed`` turn into a ``TurnResult``: persist, state, rules, checks, counts.
+
+    Args:
+        attributor: persists recorded authorship.
+        store: per-conversation state (behind the store guard, which counts its failures).
+        rules: the configured rule set.
+        aggregates: counters to update.
+        buckets: depth buckets.
+        emit: hands the finished ``TurnResult`` to the exporters.
+        errors: the pipeline's error sink.
+        capture_content: carry the message text to ``TurnResult.content`` (opt-in).
+    """
+
+    def __init__(
+        self,
+        *,
+        attributor: Attributor,
+        store: AttributionStore,
+        rules: RuleSet,
+        aggregates: Aggregates,
+        buckets: DepthBuckets,
+        emit: Callable[[TurnResult], None],
+        errors: ErrorSink,
+        capture_content: bool = False,
+    ) -> None:
+        self._attributor = attributor
+        self._store = store
+        self._rules = rules
+        self._aggregates = aggregates
+        self._buckets = buckets
+        self._emit = emit
+        self._errors = errors
+        self._capture_content = capture_content
+
+    def process(self, turn: Attributed) -> None:
+        """Process one turn end to end, then report the stage overheads."""
+        t0 = time.perf_counter()
+        self._process(turn)
+        observe = self._errors.observe
+        observe("begin", turn.begin_s)
+        observe("attribution", turn.ctx.attribution_s)
+        observe("finish", turn.finish_s)
+        observe("background", time.perf_counter() - t0)
+
+    def _process(self, turn: Attributed) -> None:
+        ctx = turn.ctx
+        final_id = getattr(turn.recorded, "conversation_id", None)
+        if final_id and final_id != ctx.conversation_id:  # a depth-1 derived id is fixed at record()
+            ctx = dataclasses.replace(ctx, conversation_id=final_id)
+        self._persist(turn)
+        author = turn.outcome.authors[-1]
+        state = self._load_state(ctx)
+        if not ctx.degraded and ctx.depth > state.depth:
+            self._aggregates.move_session(state.depth, ctx.depth)
+        state = self._declare(state, ctx)
+        checks = self._check(turn, ctx, state)
+        state, transitions = state.advance(ctx.depth, checks)
+        self._save_state(ctx, state)
+        record = self._record(turn, ctx, author)
+        content = None
+        if self._capture_content and ctx.input_messages:
+            content = TurnContent(ctx.input_messages, turn.reply_text)
+        if ctx.user_message or ctx.input_messages:
+            # text stays out of what exporters see, except as opt-in ``content``
+            ctx = dataclasses.replace(ctx, user_message="", input_messages=())
+        result = TurnResult(
+            context=ctx,
+            record=record,
+            depth_bucket=self._buckets.bucket(ctx.depth),
+            checks=checks,
+            transitions=transitions,
+            attribution_methods=tuple(a.method for a in ctx.attributions),
+            content=content,
+        )
+        self._aggregates.add_turn(result)
+        self._emit(result)
+
+    def _persist(self, turn: Attributed) -> None:
+        if turn.recorded is None:
+            return
+        try:
+            self._attributor.persist(turn.recorded)
+        except StoreError:  # counted by the store guard; the overlay keeps the reply meanwhile
+            pass
+        except Exception as exc:
+            self._errors.failed("persist", exc)
+
+    def _load_state(self, ctx: TurnContext) -> ConversationState:
+        if ctx.degraded:
+            return ConversationState()
+        try:
+            return ConversationState.from_mapping(self._store.get_state(ctx.conversation_id))
+        except StoreError:  # counted by the store guard: continue with a fresh state
+            return ConversationState()
+        except Exception as exc:
+            self._errors.failed("state", exc)
+            return ConversationState()
+
+    def _save_state(self, ctx: TurnContext, state: ConversationState) -> None:
+        if ctx.degraded:
+            return
+        try:
+            self._store.put_state(ctx.conversation_id, state.to_mapping())
+        except StoreError:  # counted by the store guard
+            pass
+        except Exception as exc:
+            self._errors.failed("state", exc)
+
+    def _declare(self, state: ConversationState, ctx: TurnContext) -> ConversationState:
+        if not ctx.metadata:
+            return state
+        try:
+            declared = self._rules.parse_request_rules(ctx.metadata)
+        except RuleError as exc:
+            _log.warning("handoffmon ignored invalid request rules: %s", exc)
+            self._errors.count("rules")
+            return state
+        except Exception as exc:
+            self._errors.failed("rules", exc)
+            return state
+        if not declared:
+            return state
+        return state.declare(tuple(r.model_dump(mode="json") for r in declared), ctx.depth)
+
+    def _active_rules(self, state: ConversationState, depth: int) -> tuple[RuleConfig, ...]:
+        out = []
+        for raw in state.active_rules(depth):
+            try:
+                out.append(RuleConfig.model_validate(raw))
+            except Exception:
+                self._errors.count("rules")
+        return tuple(out)
+
+    def _check(self, turn: Attributed, ctx: TurnContext, state: ConversationState) -> tuple[CheckResult, ...]:
+        from handoffmon.checkers import CheckContext
+
+        meta: Mapping[str, object] = ctx.metadata or {}
+        try:
+            cctx = CheckContext(
+                turn=ctx,
+                model_group=ctx.requested_model,
+                route=str(meta["route"]) if meta.get("route") is not None else None,
+                tags=frozenset(_str_list(meta.get("tags"))),
+                user_message=ctx.user_message,
+                previous=dict(state.previous),
+                depth=ctx.depth,
+            )
+            checks = tuple(
+                self._rules.evaluate(turn.reply_text, cctx, extra_rules=self._active_rules(state, ctx.depth))
+            )
+        except Exception as exc:
+            self._errors.failed("check", exc)
+            return ()
+        errors = sum(1 for c in checks if c.verdict == "error")
+        if errors:
+            self._errors.count("check", errors)
+        return checks
+
+    def _record(self, turn: Attributed, ctx: TurnContext, author: str) -> TurnRecord:
+        out = turn.outcome
+        return TurnRecord(
+            author=author,
+            authors=out.authors,
+            deployment_id=out.deployment_id,
+            requested_model=ctx.requested_model,
+            fallbacks=out.fallbacks,
+            retries=out.retries,
+            latency_s=turn.latency_s,
+            reply_chars=len(turn.reply_text),
+            streamed=turn.streamed,
+            handoff=ctx.handoff_for(author),
+            input_tokens=out.input_tokens,
+            output_tokens=out.output_tokens,
+            finish_reason=out.finish_reason,
+            provider=out.provider,
+            response_model=out.response_model,
+            finished_at=turn.finished_at,
+            response_id=out.response_id,
+        )

@@ -1,0 +1,162 @@
+"""``GuardedStore``: the one fail-open wrapper every attribution store runs behind, in every mode.
+
+Backends raise ``StoreError`` (``StoreTimeout``, ``CorruptValue``, ...). The guard counts
+every failure by operation and kind — exported as ``handoffmon_store_failures_total{op,
+kind}`` by the runtime whichever entry point built it (wrap, LiteLLM callback, serve) —
+reports it to the pipeline's error sink (``monitor_errors{stage="store"}``), and stops
+calling a backend that failed ``trip_after`` times in a row for ``retry_after_s``
+(``kind="skipped"``), so a dead or hung Redis costs at most a few timeouts per pause.
+
+Failures are re-raised as ``StoreError`` so each caller takes its own fail-open path
+(an unknown attribution, a fresh conversation state, a reply kept in the in-process
+overlay until the store is back); a ``CorruptValue`` is not raised: the readable part of
+the answer is returned, the unreadable values as ``None``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from handoffmon.errors import CorruptValue, StoreError, StoreSkipped
+from handoffmon.protocols import AttributionStore, Authorship
+
+OPS = ("get", "put", "get_state", "put_state")
+"""Operations counted (``stats()`` keys are ``<op>_<kind>``)."""
+
+KINDS = ("errors", "timeouts", "corrupt", "skipped")
+"""Failure kinds: backend error, no answer in time, undecodable value, not tried (backing off)."""
+
+T = TypeVar("T")
+
+
+class _Breaker:
+    """After ``trip_after`` consecutive failures, skip the backend for ``retry_after_s``.
+
+    The first call after the pause probes the backend again; any success closes the breaker.
+    """
+
+    def __init__(self, retry_after_s: float, trip_after: int, clock: Callable[[], float]) -> None:
+        self._retry_after_s = retry_after_s
+        self._trip_after = max(1, trip_after)
+        self._clock = clock
+        self._open_until = 0.0
+        self._failures = 0
+
+    def allows(self) -> bool:
+        return self._clock() >= self._open_until
+
+    def trip(self) -> None:
+        self._failures += 1
+        if self._failures >= self._trip_after:
+            self._failures = 0
+            self._open_until = self._clock() + self._retry_after_s
+
+    def reset(self) -> None:
+        if self._failures or self._open_until:
+            self._failures = 0
+            self._open_until = 0.0
+
+
+class GuardedStore:
+    """An ``AttributionStore`` that counts, reports and backs off from its backend's failures.
+
+    Args:
+        inner: the backend (memory, SQLite, Redis or any ``AttributionStore``).
+        on_failure: called with the op and kind of every failure (not for skipped calls).
+        retry_after_s: how long to skip the backend once the breaker trips.
+        trip_after: consecutive failures that trip the breaker.
+        clock: monotonic time source (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        inner: AttributionStore,
+        *,
+        on_failure: Callable[[str, str], None] | None = None,
+        retry_after_s: float = 1.0,
+        trip_after: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self._on_failure = on_failure
+        self._breaker = _Breaker(retry_after_s, trip_after, clock)
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {f"{op}_{kind}": 0 for op in OPS for kind in KINDS}
+
+    def _call(self, op: str, fn: Callable[[], T]) -> T:
+        if not self._breaker.allows():
+            self._count(op, StoreSkipped.kind)
+            raise StoreSkipped(f"store {op} skipped: backing off after repeated failures")
+        try:
+            result = fn()
+        except CorruptValue as exc:  # the backend answered: not a reason to back off
+            self._breaker.reset()
+            self._failed(op, exc.kind)
+            return exc.partial  # type: ignore[return-value]
+        except StoreError as exc:
+            self._breaker.trip()
+            self._failed(op, exc.kind)
+            raise
+        except Exception as exc:  # a backend that does not translate its errors
+            self._breaker.trip()
+            self._failed(op, StoreError.kind)
+            raise StoreError(f"store {op} failed: {type(exc).__name__}: {exc}") from exc
+        self._breaker.reset()
+        return result
+
+    def _count(self, op: str, kind: str) -> None:
+        key = f"{op}_{kind}"
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def _failed(self, op: str, kind: str) -> None:
+        self._count(op, kind)
+        if self._on_failure is not None:
+            with contextlib.suppress(Exception):  # error accounting must not turn into an error
+                self._on_failure(op, kind)
+
+    # -- AttributionStore ---------------------------------------------------------------
+
+    def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
+        """The backend's answer; ``StoreError`` when it failed (unreadable values → ``None``)."""
+        if not keys:
+            return []
+        result = self._call("get", lambda: self.inner.get_many(keys))
+        return result if result is not None else [None] * len(keys)
+
+    def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
+        """Write through; ``StoreError`` when the backend failed."""
+        if items:
+            self._call("put", lambda: self.inner.put_many(items))
+
+    def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
+        """The backend's answer; ``StoreError`` when it failed (unreadable state → ``None``)."""
+        return self._call("get_state", lambda: self.inner.get_state(conversation_id))
+
+    def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
+        """Write through; ``StoreError`` when the backend failed."""
+        self._call("put_state", lambda: self.inner.put_state(conversation_id, state))
+
+    def close(self) -> None:
+        """Close the backend."""
+        self.inner.close()
+
+    # -- health ---------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Failure counters ``<op>_<kind>`` (``kind`` in ``KINDS``)."""
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def available(self) -> bool:
+        """False while the guard is skipping the backend after repeated failures."""
+        return self._breaker.allows()
+
+    def __getattr__(self, name: str) -> Any:
+        # backend extras (ping, purge, key_count, ...) stay reachable
+        return getattr(self.inner, name)

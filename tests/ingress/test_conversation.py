@@ -1,0 +1,52 @@
+"""Pins where caller conversation ids are read from, and in which order."""
+
+from __future__ import annotations
+
+from handoffmon.ingress import caller_conversation_id
+
+
+def test_header_is_case_insensitive() -> None:
+    """X-Conversation-Id is found whatever its capitalization."""
+    assert caller_conversation_id(headers={"X-Conversation-ID": " abc "}) == "abc"
+
+
+def test_configured_header_wins() -> None:
+    """The configured header is read before the standard ones."""
+    headers = {"x-conversation-id": "std", "X-Chat": "mine"}
+    assert caller_conversation_id(headers=headers, header_name="x-chat") == "mine"
+
+
+def test_litellm_session_header() -> None:
+    """LiteLLM's session header identifies the conversation."""
+    assert caller_conversation_id(headers={"x-litellm-session-id": "s1"}) == "s1"
+
+
+def test_metadata_keys_in_order() -> None:
+    """conversation_id, session_id, litellm_session_id, gen_ai.conversation.id, nested metadata."""
+    assert caller_conversation_id(metadata={"session_id": "s", "conversation_id": "c"}) == "c"
+    assert caller_conversation_id(metadata={"litellm_session_id": "l"}) == "l"
+    assert caller_conversation_id(metadata={"gen_ai.conversation.id": "o"}) == "o"
+    assert caller_conversation_id(metadata={"metadata": {"session_id": "nested"}}) == "nested"
+
+
+def test_headers_before_metadata_and_none_when_absent() -> None:
+    """Headers take precedence; with nothing given there is no caller id."""
+    assert caller_conversation_id(headers={"x-conversation-id": "h"}, metadata={"session_id": "m"}) == "h"
+    assert caller_conversation_id(headers={"x-other": "1"}, metadata={"user": "u"}) is None
+    assert caller_conversation_id() is None
+
+
+def test_session_parameter_takes_the_litellm_session_id_place() -> None:
+    """LiteLLM's litellm_session_id parameter beats a metadata key of that name, not the keys before it."""
+    assert caller_conversation_id(metadata={"litellm_session_id": "meta"}, session_id="param") == "param"
+    assert caller_conversation_id(metadata={"session_id": "s"}, session_id="param") == "s"
+    assert caller_conversation_id(metadata={"gen_ai.conversation.id": "o"}, session_id="param") == "param"
+    assert caller_conversation_id(session_id="param") == "param"
+    assert caller_conversation_id(headers={"x-conversation-id": "h"}, session_id="param") == "h"
+
+
+def test_blank_and_oversized_ids() -> None:
+    """Blank ids are ignored; very long ids are truncated to 256 characters."""
+    assert caller_conversation_id(headers={"x-conversation-id": "  "}, metadata={"session_id": "m"}) == "m"
+    long_id = caller_conversation_id(headers={"x-conversation-id": "x" * 1000})
+    assert long_id is not None and len(long_id) == 256
