@@ -44,6 +44,11 @@ def dashboard() -> dict[str, Any]:
     return data
 
 
+def panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, rows' nested panels included."""
+    return [p for panel in dash["panels"] for p in [panel, *panel.get("panels", [])]]
+
+
 def panel_targets(dash: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, expr) of every query target, rows' nested panels included."""
     out: list[tuple[str, str]] = []
@@ -53,8 +58,12 @@ def panel_targets(dash: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-# What a Grafana user would get with every variable at its default / "All".
+# What a Grafana user would get with every variable at its default / "All", looking at the
+# deployment job="prod" (a target with no namespace/cluster label: those variables are empty).
 TEMPLATE_VALUES = {
+    "job": "prod",
+    "namespace": "",
+    "cluster": "",
     "rule": ".*",
     "model": ".*",
     "fit_rule": "all",
