@@ -16,7 +16,8 @@ holds and zero for single-depth buckets.
 Turns of one conversation inside a bucket are dependent (the same chain), so the
 bucket's binomial variance is inflated by the chain's design effect for a run of k
 consecutive turns, 1 + 2 Σ_{j<k} (1 − j/k) ρ^j with lag-one correlation
-ρ = 1 − p_TF − p_FT.
+ρ = 1 − p_TF − p_FT, k being the turns a conversation that reaches the bucket spends
+in it (Σ w / w at the bucket's first depth).
 """
 
 from __future__ import annotations
@@ -116,4 +117,5 @@ def production_at_depth(
     weights = depth_weights(buckets, n, label)
     mean = sum(w * curve[d - 1] for d, w in weights.items()) / sum(weights.values())
     shift = curve[depth - 1] - mean
-    return AtDepth(raw + shift, shift, design_effect(p_tf, p_ft, width), True)
+    run = sum(weights.values()) / weights[depths[0]]  # turns per conversation that reaches the bucket
+    return AtDepth(raw + shift, shift, design_effect(p_tf, p_ft, round(run)), True)

@@ -235,7 +235,9 @@ def test_cli_shapes_export_from_refit_json_and_compare_exit_status(tmp_path: Pat
         ],
     )
     assert res.exit_code == 3, res.output
-    assert "TOO CLEAN fast_decay · m1 @ depth 20 (17-32)" in res.output and "TOO CLEAN matched" not in res.output
+    assert (
+        "TOO CLEAN fast_decay · m1 @ depth 20 (17-32)" in res.output and "TOO CLEAN matched" not in res.output
+    )
     doc = json.loads((tmp_path / "cmp.json").read_text())
     assert doc["schema"] == "handoffmon.eval_compare" and doc["missing_pairs"]
 
