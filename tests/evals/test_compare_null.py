@@ -1,4 +1,4 @@
-"""eval compare under a planted null: production and eval run the same chain, so flags happen at the nominal rate.
+"""eval compare under a planted null: production and eval share one chain; flags at the nominal rate.
 
 A checkpoint at depth 9 sits at the shallow end of production's 9–16 bucket. With a
 slowly decaying chain the bucket mean is well below a(9), and comparing the two directly

@@ -109,7 +109,8 @@ def _paired(scores: list, a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
 def test_delta_and_paired_bca_match_a_direct_scipy_computation(matrix: dict) -> None:
     """Δ(A→B) = mean_e[s(A→B) − s(B→B)] exactly; its interval equals scipy's paired BCa on the same resamples.
 
-    With one script the episodes are resampled directly (no script level). The refit draws one resample matrix for the cell means, then one for the deltas; the
+    With one script the episodes are resampled directly (no script level). The refit draws
+    one resample matrix for the cell means, then one for the deltas; the
     direct computation skips the first draw and gives scipy the generator state of the second.
     """
     scores = [s for s in matrix["scores"] if s.episode.startswith("task-0#")]  # one script: flat bootstrap
