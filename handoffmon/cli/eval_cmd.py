@@ -278,7 +278,7 @@ def switch_matrix_cmd(
         if scores:
             _write(scores, scores_csv(cells).rstrip("\n"))
         if html:
-            from handoffmon.evals.html import matrix_report
+            from handoffmon.evals.matrix_page import matrix_report
 
             _write(html, matrix_report(result))
     except (HandoffmonError, ValueError) as exc:

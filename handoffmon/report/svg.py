@@ -67,8 +67,14 @@ class HeatCell:
 def heatmap(
     rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[str, str], HeatCell], scale: float
 ) -> str:
-    """Square heatmap, rows = prefix models, columns = suffix models; diagonal shown as baseline."""
-    cw, ch, left, top = 74, 46, 96, 58
+    """Square heatmap, rows = prefix models, columns = suffix models; diagonal shown as baseline.
+
+    Columns and the row-label margin widen with the longest model name (about 7 px a
+    character at the tick font), so long names never overlap or run off the chart.
+    """
+    cw = max(74, 7 * max((len(c) for c in cols), default=0) + 16)
+    ch, top = 46, 58
+    left = max(96, 7 * max((len(r) for r in rows), default=0) + 24)
     w, h = left + cw * len(cols) + 10, top + ch * len(rows) + 10
     out = [f'<svg class="chart heatmap" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">']
     out.append(

@@ -165,7 +165,7 @@ def test_earlier_switch_hands_over_after_turn_t(tmp_path: Path, matrix: dict) ->
 
 def test_matrix_html_report_draws_the_delta_heatmap(matrix: dict) -> None:
     """The report renderer's page for the matrix: one heatmap, every model, the worst cell's tooltip."""
-    from handoffmon.evals.html import matrix_report
+    from handoffmon.evals.matrix_page import matrix_report
 
     page = matrix_report(matrix["result"])
     assert page.startswith("<!doctype html>") and page.count('class="chart heatmap"') == 1
