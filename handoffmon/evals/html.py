@@ -228,6 +228,8 @@ def _ticks(panel: Panel, x_max: int) -> list[int]:
 
 
 CSS_EXTRA = """
+.curves.overlays{grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:10px}
+.overlay-card{overflow:visible}svg.overlay{width:100%;height:auto;display:block}
 .overlay .band-ci{fill:rgba(217,72,15,.14)}.overlay .band-line{stroke:#d9480f;stroke-width:2}
 .overlay .band.flagged .band-ci{fill:rgba(201,42,42,.22);stroke:#c92a2a;stroke-dasharray:3 2}
 .overlay .eval-ci{stroke:#2563b4;stroke-width:2;opacity:.55}.overlay .eval-pt{fill:#2563b4}

@@ -27,18 +27,25 @@ def _quiet_fleet(fast_scale: float | None = None) -> Fleet:
 
 
 def _production_counts(fleet: Fleet, conversations: int) -> object:
-    from handoffmon.config import HandoffmonConfig, PipelineConfig, RefitConfig, TelemetryConfig
+    from handoffmon.config import (
+        AttributionConfig,
+        HandoffmonConfig,
+        PipelineConfig,
+        RefitConfig,
+        TelemetryConfig,
+    )
     from handoffmon.integrations import wrap
     from handoffmon.pipeline.monitor import Monitor
     from handoffmon.sim.driver import Driver, TrafficPolicy
     from handoffmon.sim.provider import SimProvider
-    from handoffmon.sim.router import build_router, unregister_provider
+    from handoffmon.sim.router import build_router, canonical_models, unregister_provider
     from handoffmon.sim.rules import rule_configs
 
     provider = SimProvider(fleet, seed=3)
     router = build_router(fleet, provider)
     config = HandoffmonConfig(
         rules=rule_configs(fleet),
+        attribution=AttributionConfig(canonical_models=canonical_models(fleet, provider.provider_name or "")),
         pipeline=PipelineConfig(check_budget_s=5.0),
         telemetry=TelemetryConfig(log_turns=False, prometheus=False),
         refit=RefitConfig(interval_s=0),
