@@ -9,6 +9,7 @@ with ``no_commas`` planted to decay 8× faster than in the fleet the eval talks 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -108,9 +109,7 @@ def test_eval_page_in_chromium_overlays_production_on_a_depth_axis(loop: dict[st
         assert s["bands"] >= 1  # production overlaid for every author production has
         pts = sorted((p["depth"], p["x"]) for p in s["points"] if p["x"] is not None)
         if len(pts) >= 3:  # a linear depth axis: pixels per turn are the same between any checkpoints
-            steps = {
-                round((x2 - x1) / (d2 - d1), 1) for (d1, x1), (d2, x2) in zip(pts, pts[1:], strict=False)
-            }
+            steps = {round((x2 - x1) / (d2 - d1), 1) for (d1, x1), (d2, x2) in itertools.pairwise(pts)}
             assert max(steps) - min(steps) < 0.3, (s["rule"], s["model"], pts)
         flagged = [p for p in s["points"] if p["flagged"]]
         assert bool(flagged) == ((s["rule"], s["model"]) == (FAST_RULE, "sim-00"))
