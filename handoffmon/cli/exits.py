@@ -29,7 +29,7 @@ MEANING: dict[ExitCode, str] = {
     ExitCode.OK: "success: the output was written and holds data",
     ExitCode.ERROR: "bad input or configuration, an unreadable source, an output that could not be written",
     ExitCode.USAGE: "click's usage error (unknown option, missing argument); never used for anything else",
-    ExitCode.FLAGGED: '`eval compare`: at least one (rule, depth bucket) is flagged "too clean"',
+    ExitCode.FLAGGED: '`eval compare`: at least one (rule, model, checkpoint depth) is flagged "too clean"',
     ExitCode.NO_DATA: (
         "ran, but had nothing to work on: an empty source (e.g. a Prometheus whose targets went "
         "stale), a `--model` with no rows, zero compared cells"
