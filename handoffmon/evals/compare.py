@@ -26,6 +26,7 @@ Nothing to compare is an error (``NoDataError``), never an empty all-clear.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -166,8 +167,10 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def _one(shapes: Shapes, buckets: DepthBuckets, rule: str, author: str, depth: int, ex: int, en: int) -> Any:
-    """The raw comparison tuple of one (rule, author, depth), or None when production has no data."""
+def _one(
+    shapes: Shapes, buckets: DepthBuckets, rule: str, author: str, depth: int, ex: int, en: int
+) -> TooClean | None:
+    """The unadjusted comparison of one (rule, author, depth), or None when production has no data."""
     prod = shapes.shape(rule, author)
     if prod is None:
         return None
@@ -180,9 +183,10 @@ def _one(shapes: Shapes, buckets: DepthBuckets, rule: str, author: str, depth: i
     markov = prod.markov or (pooled.markov if pooled is not None else {})
     at = production_at_depth(buckets, prod.n, prod.adherence, depth, markov)
     z, p = adjusted_one_sided_test(px, pn, ex, en, shift=at.shift, deff=at.design_effect)
-    bucket_adh = px / pn
-    return (rule, author, depth, bucket, en, ex / en, pn, bucket_adh, at.adherence, at.shift, at.matched,
-            ex / en - at.adherence, z, p)  # fmt: skip
+    return TooClean(
+        rule, author, depth, bucket, en, ex / en, pn, px / pn, at.adherence, at.shift, at.matched,
+        ex / en - at.adherence, z, p, math.nan, False,
+    )  # fmt: skip
 
 
 def too_clean(
@@ -202,9 +206,13 @@ def too_clean(
         one = _one(shapes, buckets, rule, author, depth, ex, en)
         if one is not None:
             raw.append(one)
-    adjusted = holm([r[-1] for r in raw])
+    adjusted = holm([r.p_value for r in raw])
     return [
-        TooClean(*r, p_adj, bool(r[10] and math.isfinite(p_adj) and p_adj < alpha and r[11] >= min_gap))
+        dataclasses.replace(
+            r,
+            p_adjusted=p_adj,
+            flagged=bool(r.depth_matched and math.isfinite(p_adj) and p_adj < alpha and r.gap >= min_gap),
+        )
         for r, p_adj in zip(raw, adjusted, strict=True)
     ]
 
