@@ -298,7 +298,7 @@ class SwitchMatrixResult:
 
     ``fit.pairs`` carry the paired-bootstrap Δ intervals (not observational: every
     episode ran under every cell), raw and Benjamini–Hochberg adjusted p-values;
-    ``significant`` = adjusted p < ``fdr``. The JSON document puts ``mu``, ``r2``,
+    ``significant`` = adjusted p ≤ ``fdr``. The JSON document puts ``mu``, ``r2``,
     ``models`` and ``pairs`` at the top level like a ``RuleFit``, plus ``cells``.
 
     Attributes:

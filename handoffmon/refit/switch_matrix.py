@@ -20,6 +20,7 @@ import numpy as np
 from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.bootstrap import bca_means, cluster_bca_means
 from handoffmon.refit.decomposition import decompose
+from handoffmon.refit.multiplicity import bh_adjust
 from handoffmon.refit.result import CellMean, PairEffect, RuleFit, SwitchMatrixResult
 from handoffmon.refit.threads import single_threaded_blas
 
@@ -84,21 +85,6 @@ def _bca_grouped(
     return n, est, lo, hi, se, p
 
 
-def _bh(p_values: np.ndarray) -> np.ndarray:
-    """Benjamini–Hochberg adjusted p-values; NaN entries are left out and stay NaN.
-
-    A private stand-in for the NaN-aware wrapper the refit is getting
-    (``handoffmon.refit.multiplicity``); both are ``scipy.stats.false_discovery_control``.
-    """
-    from scipy.stats import false_discovery_control
-
-    out = np.full(p_values.shape, np.nan)
-    ok = np.isfinite(p_values)
-    if ok.any():
-        out[ok] = false_discovery_control(p_values[ok], method="bh")
-    return out
-
-
 def episode_clusters(episodes: Iterable[str]) -> np.ndarray:
     """Cluster (script) of every episode id ``<script>#<run>``; ids without ``#`` are their own script."""
     return np.array([e.rsplit("#", 1)[0] for e in episodes])
@@ -128,7 +114,7 @@ def switch_matrix(
         ridge: decomposition ridge strength.
         min_n: minimum paired episodes for a pair's Δ to be reported.
         fdr: Benjamini–Hochberg false-discovery rate over the reported pairs;
-            ``significant`` = adjusted p < ``fdr``. Degenerate pairs (every δ equal) have
+            ``significant`` = adjusted p ≤ ``fdr``. Degenerate pairs (every δ equal) have
             no interval, no p-value and are never significant.
         source: label recorded in the result.
         rule: label for the pairs' ``rule`` field.
@@ -145,7 +131,7 @@ def switch_matrix(
     )
     reported = (~np.eye(k, dtype=bool)) & (n_d >= max(min_n, 2))
     p_raw = np.where(reported, d_p, np.nan)
-    p_adj = _bh(p_raw.ravel()).reshape(k, k)
+    p_adj = bh_adjust(p_raw)
     with single_threaded_blas():
         dec = decompose(
             np.where(reported, d, np.nan),
@@ -184,7 +170,7 @@ def switch_matrix(
 
 def _with_p(pair: PairEffect, p_raw: float, p_adj: float, fdr: float) -> PairEffect:
     """The pair with its p-values; significant only under the false-discovery control."""
-    sig = bool(pair.observed and np.isfinite(p_adj) and p_adj < fdr)
+    sig = bool(pair.observed and np.isfinite(p_adj) and p_adj <= fdr)
     return dataclasses.replace(pair, p_value=float(p_raw), p_adjusted=float(p_adj), significant=sig)
 
 
