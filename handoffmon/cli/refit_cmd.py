@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from handoffmon.errors import HandoffmonError
+from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.errors import HandoffmonError, NoDataError
 
 if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client import CollectorRegistry
@@ -150,7 +150,8 @@ def refit(
     Without --config the depth buckets are read off the bucket labels in the counts.
     With many replicas, run this as a job against Prometheus and publish the gauges
     with --metrics-file or --pushgateway (each replica's own periodic refit would only
-    see its local counts).
+    see its local counts). Exit status 4 when the source holds no checks: nothing is
+    written, so a stale refit.json keeps aging and RefitStale fires.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.config import RefitConfig, load_config
@@ -160,6 +161,8 @@ def refit(
     try:
         cfg = load_config(config_path) if config_path else None
         loaded = load_source(source, transitions=transitions, window=window)
+        if not loaded.counts.checks:
+            raise NoDataError(f"{loaded.label}: no checks to refit (empty store or stale scrape target)")
         buckets = cfg.buckets if cfg else infer_buckets(loaded.counts)
         overrides = {"min_n": min_n, "confidence": confidence, "ridge": ridge}
         base = cfg.refit if cfg else None
@@ -175,15 +178,14 @@ def refit(
                 result, cfg, metrics_file=metrics_file, pushgateway=pushgateway, push_labels=push_labels
             )
     except (HandoffmonError, ValueError, OSError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        if pushgateway:
+        if pushgateway:  # a refit with no data failed too: RefitFailing must see it
             import time
 
             try:
                 push_failure(pushgateway, push_labels, time.time())
             except (HandoffmonError, OSError) as push_exc:
                 click.echo(f"error: could not push the failure: {push_exc}", err=True)
-        sys.exit(1)
+        fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)
     fit = result.rules["all"]
     observed = [p for p in fit.pairs if p.observed]
     click.echo(
