@@ -12,25 +12,12 @@ from collections.abc import Sequence
 
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.protocols import MonitorObserver
+from handoffmon.types import MONITOR_STAGES
 
 _log = logging.getLogger("handoffmon.pipeline")
 
-STAGES = (
-    "parse",
-    "integration",
-    "attribution",
-    "record",
-    "store",
-    "persist",
-    "state",
-    "rules",
-    "check",
-    "pipeline",
-    "export",
-    "aggregates",
-    "refit",
-)
-"""Stages ``monitor_errors`` is counted by."""
+STAGES = MONITOR_STAGES
+"""Stages ``monitor_errors`` is counted by (``types.MONITOR_STAGES``: exported at 0 from the start)."""
 
 
 class ErrorSink:

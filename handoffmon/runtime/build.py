@@ -94,7 +94,7 @@ def build_runtime(
             buckets=config.buckets,
             settings=config.refit,
             clock=clock,
-            on_error=lambda exc: monitor.count_error("refit"),
+            on_failure=lambda: monitor.count_error("refit"),
         )
     runtime = Runtime(config, monitor, registry=own, expose_in=registry, refit=refit, on_close=_forget)
     if start:

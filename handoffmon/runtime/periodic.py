@@ -6,6 +6,7 @@ itself (``handoffmon.refit.refit``) stays pure: counts in, result out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -35,7 +36,7 @@ class PeriodicRefit:
     """Refit ``snapshot()`` every ``interval_s`` seconds and hand the result to ``publish``.
 
     Failures (in the snapshot, the refit or the publisher) are counted, logged and passed
-    to ``on_error``, never raised: a broken refit must not take the monitor down.
+    to ``on_failure``, never raised: a broken refit must not take the monitor down.
 
     Args:
         snapshot: returns the current ``Counts`` (e.g. the local aggregates' snapshot).
@@ -46,8 +47,8 @@ class PeriodicRefit:
         settings: refit settings (``min_n``, ``confidence``, ``ridge``).
         clock: wall clock for ``created_at`` (injected for tests).
         source: label recorded in each result.
-        on_error: called with the exception of every failed run (the runtime counts
-            ``monitor_errors{stage="refit"}`` with it).
+        on_failure: called (never raising into the loop) after each failed refit; the
+            runtime counts it as ``handoffmon_monitor_errors_total{stage="refit"}``.
     """
 
     def __init__(
@@ -60,7 +61,7 @@ class PeriodicRefit:
         settings: RefitConfig | None = None,
         clock: Callable[[], float] = time.time,
         source: str = "local",
-        on_error: Callable[[BaseException], None] | None = None,
+        on_failure: Callable[[], object] | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._publish = publish
@@ -69,7 +70,7 @@ class PeriodicRefit:
         self._settings = settings or RefitConfig()
         self._clock = clock
         self._source = source
-        self._on_error = on_error
+        self._on_failure = on_failure
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -125,11 +126,9 @@ class PeriodicRefit:
             self._failures += 1
             self._last_error = f"{type(exc).__name__}: {exc}"
         log.warning("handoffmon refit failed: %s", exc, exc_info=True)
-        if self._on_error is not None:
-            try:
-                self._on_error(exc)
-            except Exception:  # pragma: no cover - error accounting itself failed
-                log.exception("handoffmon refit error handler failed")
+        if self._on_failure is not None:
+            with contextlib.suppress(Exception):  # error accounting must not break the loop
+                self._on_failure()
 
     def start(self) -> None:
         """Start the background thread (idempotent). The first refit runs after one interval."""

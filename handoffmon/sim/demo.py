@@ -129,6 +129,8 @@ def build_world(
     metrics_port: int | None = None,
     refit_interval_s: float = 0.0,
     on_turn: Callable[[], None] | None = None,
+    fleet: Fleet | None = None,
+    registry: Any = None,
 ) -> DemoWorld:
     """Build fleet, provider, Router, runtime and wrapper (litellm is imported here).
 
@@ -140,6 +142,8 @@ def build_world(
         metrics_port: serve /metrics on this loopback port (``demo --serve``).
         refit_interval_s: seconds between the runtime's periodic refits (0 = none).
         on_turn: progress callback per reply.
+        fleet: a hand-planted fleet (default: ``make_fleet(settings.models, settings.rules)``).
+        registry: a Prometheus registry to show the runtime's series in (default: private).
 
     Raises:
         ConfigError: ``metrics_port`` cannot be bound.
@@ -150,7 +154,7 @@ def build_world(
     from handoffmon.sim.provider import SimProvider
     from handoffmon.sim.router import build_router, unregister_provider
 
-    fleet = make_fleet(settings.models, settings.rules, seed=settings.seed)
+    fleet = fleet or make_fleet(settings.models, settings.rules, seed=settings.seed)
     provider = SimProvider(fleet, seed=settings.seed)
     router = build_router(fleet, provider)
     config = demo_config(
@@ -161,7 +165,7 @@ def build_world(
         refit_interval_s=refit_interval_s,
     )
     try:
-        runtime = build_runtime(config, registry=None)
+        runtime = build_runtime(config, registry=registry)
     except Exception:
         unregister_provider(provider.provider_name or "")
         raise

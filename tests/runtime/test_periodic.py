@@ -30,7 +30,7 @@ def test_run_once_publishes_a_result_stamped_by_the_clock() -> None:
 
 
 def test_failures_are_counted_never_raised() -> None:
-    """A failing snapshot or publisher is counted with its error and reported to on_error; None returned."""
+    """A failing snapshot or publisher is counted with its error and reported to on_failure; None returned."""
 
     def broken() -> Counts:
         raise RuntimeError("store down")
@@ -38,10 +38,12 @@ def test_failures_are_counted_never_raised() -> None:
     def bad_publish(_: RefitResult) -> None:
         raise ValueError("gauge error")
 
-    reported: list[BaseException] = []
-    job = PeriodicRefit(broken, lambda r: None, 60, buckets=DepthBuckets(), on_error=reported.append)
+    reported: list[int] = []
+    job = PeriodicRefit(
+        broken, lambda r: None, 60, buckets=DepthBuckets(), on_failure=lambda: reported.append(1)
+    )
     assert job.run_once() is None
-    assert [str(e) for e in reported] == ["store down"]
+    assert reported == [1]
     counts = _counts()
     job2 = PeriodicRefit(lambda: counts, bad_publish, 60, buckets=DepthBuckets())
     assert job2.run_once() is None
@@ -75,3 +77,23 @@ def test_publisher_returning_false_counts_as_failure() -> None:
     counts = _counts()
     job = PeriodicRefit(lambda: counts, lambda r: False, 60, buckets=DepthBuckets())
     assert job.run_once() is None and job.stats.failures == 1
+
+
+def test_failed_refit_is_counted_as_monitor_error_stage_refit() -> None:
+    """A refit that raises is exported as `handoffmon_monitor_errors_total{stage="refit"}`
+    (RefitFailing and the dashboard read it) and never raises into the caller."""
+    from prometheus_client import generate_latest
+
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.runtime import build_runtime
+
+    with build_runtime(HandoffmonConfig(refit={"interval_s": 60}), registry=None, start=False) as rt:
+        periodic = rt.refit
+        assert periodic is not None
+        periodic._snapshot = lambda: (_ for _ in ()).throw(RuntimeError("store gone"))  # type: ignore[method-assign]
+        assert rt.refit_now() is None
+        assert periodic.run_once() is None
+        rt.flush()
+        text = generate_latest(rt.registry).decode()
+    assert 'handoffmon_monitor_errors_total{stage="refit"} 2.0' in text
+    assert periodic.stats.failures == 2
