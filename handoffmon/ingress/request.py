@@ -79,14 +79,14 @@ def _current_traceparent() -> str | None:
 
 def _span_traceparent(span: Any) -> str | None:
     """The traceparent of an OpenTelemetry span object (LiteLLM's ``litellm_parent_otel_span``)."""
-    get = getattr(span, "get_span_context", None)
-    if not callable(get):
+    if not callable(getattr(span, "get_span_context", None)):
         return None
-    ctx = get()
-    if not getattr(ctx, "is_valid", False):
-        return None
-    flags = int(getattr(ctx, "trace_flags", 0)) & 0xFF
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{flags:02x}"
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent")
 
 
 class RequestParser:

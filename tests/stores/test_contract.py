@@ -1,12 +1,15 @@
 """The AttributionStore contract, run against every backend built by ``make_store`` (memory, SQLite, Redis).
 
-Backend-specific behaviour (LRU eviction, SQLite purging, Redis fail-open) is tested in
-each backend's own module; this module pins what the attributor and the pipeline rely
-on from any store.
+Backend-specific behaviour (LRU eviction, SQLite purging) is tested in each backend's own
+module; this module pins what the attributor and the pipeline rely on from any store —
+including how it fails: down, timed out, holding a corrupt value — and that the store guard
+counts those failures the same way whatever the backend.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from handoffmon.config import StoreConfig
+from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import AttributionStore, Authorship
-from handoffmon.stores import make_store
-from tests.conftest import require_redis
-from tests.stores.helpers import run_in_threads
+from handoffmon.stores import GuardedStore, make_store
+from handoffmon.stores.redis import RedisStore
+from handoffmon.stores.sqlite import SQLiteStore
+from tests.conftest import free_port, require_redis
+from tests.stores.helpers import run_in_threads, silent_server
 
 BACKENDS = ["memory", "sqlite", "redis"]
 
@@ -126,3 +132,115 @@ def test_threads_share_a_store(store: AttributionStore) -> None:
             assert store.get_state(f"c{t}") == {"i": i}
 
     assert run_in_threads(work, 8) == []
+
+
+# -- failures: every backend raises StoreError, the guard counts them alike ----------------------
+
+OPS = {
+    "get": lambda s: s.get_many(["k1", "k2"]),
+    "put": lambda s: s.put_many([("k1", A1)]),
+    "get_state": lambda s: s.get_state("c1"),
+    "put_state": lambda s: s.put_state("c1", {"n": 1}),
+}
+
+FAILURES = [
+    # memory cannot time out or hold undecodable values (in-process objects): it can only be closed
+    ("memory", "down", ("get", "put", "get_state", "put_state")),
+    ("sqlite", "down", ("get", "put", "get_state", "put_state")),
+    ("sqlite", "timeout", ("put", "put_state")),  # WAL readers are never blocked by a writer
+    ("redis", "down", ("get", "put", "get_state", "put_state")),
+    ("redis", "timeout", ("get", "put", "get_state", "put_state")),
+]
+KIND = {"down": (StoreError, "errors"), "timeout": (StoreTimeout, "timeouts")}
+
+
+@contextlib.contextmanager
+def _failing(backend: str, failure: str, tmp_path: Path) -> Iterator[AttributionStore]:
+    """A backend in the given failure state (its own, or a private server/socket; never the shared Redis)."""
+    if backend == "memory":
+        store = _build("memory", tmp_path)
+        store.close()
+        yield store
+    elif backend == "sqlite" and failure == "down":
+        store = _build("sqlite", tmp_path)
+        store.close()
+        yield store
+    elif backend == "sqlite":
+        store = SQLiteStore(tmp_path / "locked.db", busy_timeout_s=0.05)
+        holder = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # another writer holds the lock past the busy timeout
+        try:
+            yield store
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+            store.close()
+    elif failure == "down":
+        store = RedisStore(
+            StoreConfig(backend="redis", url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05)
+        )
+        yield store
+    else:
+        with silent_server() as port:
+            yield RedisStore(StoreConfig(backend="redis", url=f"redis://127.0.0.1:{port}/0", timeout_s=0.05))
+
+
+@pytest.mark.parametrize(("backend", "failure", "ops"), FAILURES, ids=[f"{b}-{f}" for b, f, _ in FAILURES])
+def test_backend_failures_raise_store_errors_and_are_counted_alike(
+    backend: str, failure: str, ops: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Down or timed out: each backend raises the same StoreError kind; behind GuardedStore each is
+    counted under <op>_<kind> and reported to the pipeline, whichever backend it was."""
+    error, kind = KIND[failure]
+    reported: list[tuple[str, str]] = []
+    with _failing(backend, failure, tmp_path) as raw:
+        for op in ops:
+            with pytest.raises(error):
+                OPS[op](raw)
+        guarded = GuardedStore(raw, on_failure=lambda op, k: reported.append((op, k)), trip_after=100)
+        for op in ops:
+            with pytest.raises(error):
+                OPS[op](guarded)
+        stats = guarded.stats()
+    assert {op: stats[f"{op}_{kind}"] for op in ops} == dict.fromkeys(ops, 1)
+    assert reported == [(op, kind) for op in ops]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_corrupt_values_raise_with_the_readable_part_and_the_guard_returns_it(
+    backend: str, tmp_path: Path
+) -> None:
+    """An undecodable value: CorruptValue carries the rest of the answer; the guard returns it (the bad
+    key as None), counts kind=corrupt and does not back off (the backend answered)."""
+    store = _build(backend, tmp_path)
+    store.put_many([("good", A1)])
+    _corrupt(store, backend, tmp_path)
+    with pytest.raises(CorruptValue) as err:
+        store.get_many(["good", "bad", "missing"])
+    assert err.value.partial == [A1, None, None]
+    with pytest.raises(CorruptValue):
+        store.get_state("conv")
+    guarded = GuardedStore(store, trip_after=1)
+    assert guarded.get_many(["good", "bad"]) == [A1, None]
+    assert guarded.get_state("conv") is None
+    assert (guarded.stats()["get_corrupt"], guarded.stats()["get_state_corrupt"]) == (1, 1)
+    assert guarded.available and guarded.get_many(["good"]) == [A1]
+    guarded.put_many([("bad", A2)])  # the next write repairs the key
+    assert guarded.get_many(["bad"]) == [A2]
+    store.close()
+
+
+def _corrupt(store: AttributionStore, backend: str, tmp_path: Path) -> None:
+    if backend == "sqlite":
+        conn = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+        conn.execute("INSERT INTO handoffmon_attribution VALUES ('bad', 'not json', 1, 1.0, 'c', 9e99)")
+        conn.execute("INSERT INTO handoffmon_conversation_state VALUES ('conv', '{broken', 9e99)")
+        conn.close()
+        return
+    import redis
+
+    prefix = store._keys.prefix  # type: ignore[attr-defined]
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    raw.set(f"{prefix}a:bad", b"\xff not json", px=60_000)
+    raw.set(f"{prefix}s:conv", b"[1, 2]", px=60_000)
+    raw.close()

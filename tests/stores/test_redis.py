@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
@@ -18,6 +17,7 @@ from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.redis import AsyncRedisStore, RedisStore
 from tests.conftest import free_port, require_redis
+from tests.stores.helpers import silent_server
 from tests.stores.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -208,32 +208,13 @@ def test_corrupt_values_read_as_missing_and_are_counted() -> None:
     s.close()
 
 
-def _silent_server() -> tuple[socket.socket, threading.Event]:
-    """A TCP listener that accepts and never answers (a hung Redis)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    stop = threading.Event()
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        srv.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])
-            except OSError:
-                continue
-        for c in held:
-            c.close()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return srv, stop
-
-
 def test_hung_redis_costs_at_most_trip_after_timeouts() -> None:
     """A Redis that never replies: each call times out after store.timeout_s; after 3, no waiting at all."""
-    srv, stop = _silent_server()
-    port = srv.getsockname()[1]
+    with silent_server() as port:
+        _hung_redis_backs_off(port)
+
+
+def _hung_redis_backs_off(port: int) -> None:
     s = GuardedStore(RedisStore(_cfg(url=f"redis://127.0.0.1:{port}/0", timeout_s=0.05)))
     for _ in range(3):
         t0 = time.perf_counter()
@@ -245,8 +226,6 @@ def test_hung_redis_costs_at_most_trip_after_timeouts() -> None:
         s.get_many(["a"])  # breaker open: no wait
     assert time.perf_counter() - t0 < 0.01
     assert s.stats()["get_timeouts"] == 3 and s.stats()["get_skipped"] == 1
-    stop.set()
-    srv.close()
 
 
 def test_recovers_when_redis_comes_back() -> None:

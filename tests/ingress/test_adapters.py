@@ -1,0 +1,506 @@
+"""One table, four adapters: the router wrapper, the OpenAI client wrapper, the LiteLLM callback and serve.
+
+Every case goes through every adapter the way that adapter meets it in production (a
+router's response objects, the OpenAI SDK over HTTP, LiteLLM Proxy's hook arguments,
+raw bytes through ``handoffmon serve``), and must come out the same: the reply handoffmon
+recorded is the message a client resends (checked by attributing the next turn by its
+chain fingerprint — a doubled tool-call name or a lost argument would break the chain),
+the reply text the checkers saw, the author, odd chunks counted as parse errors, and the
+conversation id read from every source each adapter supports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from handoffmon.integrations.litellm_callback import HandoffmonCallback
+from handoffmon.integrations.openai_client import OpenAIClientWrapper
+from handoffmon.integrations.router import RouterWrapper
+from handoffmon.proxy.app import create_app
+from handoffmon.proxy.server import uvicorn_options
+from handoffmon.runtime import Runtime
+from handoffmon.types import TurnResult
+from tests.conftest import free_port
+from tests.pipeline.helpers import RecordingExporter, make_config, runtime
+from tests.proxy.mock_upstream import ServerThread
+
+DEP, MODEL = "dep-x", "openai/gpt-x"
+"""Who serves every reply: a deployment id and its provider model string (the expected author)."""
+
+HEADERS = {"x-litellm-model-id": DEP, "x-litellm-model-name": MODEL, "x-litellm-attempted-fallbacks": "1"}
+HIDDEN = {"model_id": DEP, "litellm_model_name": MODEL, "additional_headers": HEADERS}
+
+TOOL_REPLY = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+    ],
+}
+
+
+def _chunk(delta: Any = None, *, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "delta": {} if delta is None else delta, "finish_reason": finish}
+    return {
+        "id": "chatcmpl-9",
+        "object": "chat.completion.chunk",
+        "model": "gpt-x-2024",
+        "choices": [choice],
+        **extra,
+    }
+
+
+@dataclass(frozen=True)
+class Case:
+    """A reply as the upstream sends it, and what every adapter must make of it.
+
+    Attributes:
+        message: the non-streamed reply message (``None``: only streamed).
+        chunks: the streamed reply as chunk dicts (``None``: only non-streamed).
+        resent: the assistant message a client sends back next turn.
+        text_chars: length of the reply text the checkers see.
+        odd: chunks that cannot be folded (each counted as monitor_errors{stage="parse"}).
+    """
+
+    message: dict[str, Any] | None
+    chunks: list[dict[str, Any]] | None
+    resent: dict[str, Any]
+    text_chars: int
+    odd: int = 0
+
+
+CASES: dict[str, Case] = {
+    "text": Case(
+        {"role": "assistant", "content": "Hello there"},
+        [
+            _chunk({"role": "assistant", "content": ""}),
+            _chunk({"content": "Hello"}),
+            _chunk({"content": " there"}),
+            _chunk(finish="stop"),
+        ],
+        {"role": "assistant", "content": "Hello there"},
+        11,
+    ),
+    "tool_calls": Case(
+        TOOL_REPLY,
+        [
+            _chunk(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": ""},
+                        }
+                    ],
+                }
+            ),
+            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+            # a provider that repeats the name must not double it (it arrives once; a repeat replaces)
+            _chunk(
+                {"tool_calls": [{"index": 0, "function": {"name": "get_weather", "arguments": '"Paris"}'}}]}
+            ),
+            _chunk(finish="tool_calls"),
+        ],
+        TOOL_REPLY,
+        0,
+    ),
+    "content_parts": Case(
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "two"}],
+        },
+        None,
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "two"}],
+        },
+        len("part one\ntwo"),
+    ),
+    "null_content": Case(
+        {"role": "assistant", "content": None},
+        [_chunk({"role": "assistant"}), _chunk(finish="stop")],
+        {"role": "assistant", "content": None},
+        0,
+    ),
+    "odd_chunks": Case(
+        None,
+        [
+            _chunk({"role": "assistant", "content": "Hi"}),
+            _chunk({"tool_calls": [{"index": None, "function": {"name": "f", "arguments": "{}"}}]}),
+            _chunk({"tool_calls": [{"index": "x", "function": {"arguments": "{}"}}]}),
+            _chunk({"tool_calls": 5}),
+            {"id": "chatcmpl-9", "model": "gpt-x-2024", "choices": 1},
+            _chunk(" not a delta"),
+            _chunk({"content": " you"}),
+            _chunk(finish="stop"),
+        ],
+        {"role": "assistant", "content": "Hi you"},
+        6,
+        odd=5,
+    ),
+}
+
+STREAMED = [(name, s) for name, c in CASES.items() for s in (False, True) if (c.chunks if s else c.message)]
+
+ID_SOURCES = (
+    "configured_header",
+    "conversation_header",
+    "session_header",
+    "metadata_conversation_id",
+    "metadata_session_id",
+    "session_param",
+    "metadata_otel",
+)
+
+
+def _completion(message: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-9",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-x-2024",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+    }
+
+
+def _sse(chunks: list[dict[str, Any]]) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+# -- id carriers: where each adapter's callers put a conversation id --------------------------
+
+
+def _metadata_key(source: str) -> str | None:
+    return {
+        "metadata_conversation_id": "conversation_id",
+        "metadata_session_id": "session_id",
+        "metadata_otel": "gen_ai.conversation.id",
+    }.get(source)
+
+
+def _header(source: str) -> str | None:
+    return {
+        "configured_header": "X-Chat-Id",
+        "conversation_header": "X-Conversation-Id",
+        "session_header": "x-litellm-session-id",
+    }.get(source)
+
+
+@dataclass
+class Call:
+    """One request in adapter-neutral terms."""
+
+    messages: list[dict[str, Any]]
+    stream: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    session: str | None = None
+
+    @classmethod
+    def of(cls, messages: list[dict[str, Any]], stream: bool, source: str | None, cid: str) -> Call:
+        call = cls(messages, stream)
+        if source is None:
+            return call
+        if (key := _metadata_key(source)) is not None:
+            call.metadata[key] = cid
+        elif (name := _header(source)) is not None:
+            call.headers[name] = cid
+        else:
+            call.session = cid
+        return call
+
+
+# -- the four adapters ----------------------------------------------------------------------------
+
+
+class _Stream:
+    """A router/LiteLLM stream object: iterable, async-iterable, with ``_hidden_params``."""
+
+    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+        self._chunks = chunks
+        self._hidden_params = HIDDEN
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._chunks)
+
+    async def __aiter__(self) -> Any:
+        for c in self._chunks:
+            yield c
+
+
+class _ScriptedRouter:
+    """A litellm-style router answering the current case (responses carry ``_hidden_params``)."""
+
+    case: Case
+
+    def completion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
+        if kwargs.get("stream"):
+            assert self.case.chunks is not None
+            return _Stream(self.case.chunks)
+        assert self.case.message is not None
+        return {**_completion(self.case.message), "_hidden_params": HIDDEN}
+
+    async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
+        return self.completion(model, messages, **kwargs)
+
+
+class Adapter:
+    name: str
+    rt: Runtime
+
+    def send(self, case: Case, call: Call) -> None:
+        raise NotImplementedError
+
+
+class RouterAdapter(Adapter):
+    name = "router"
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.router = _ScriptedRouter()
+        self.wrapped = RouterWrapper(self.router, rt.monitor)
+
+    def send(self, case: Case, call: Call) -> None:
+        self.router.case = case
+        kwargs: dict[str, Any] = {"stream": call.stream} if call.stream else {}
+        if call.metadata:
+            kwargs["metadata"] = call.metadata
+        if call.headers:
+            kwargs["extra_headers"] = call.headers
+        if call.session is not None:
+            kwargs["litellm_session_id"] = call.session
+        out = self.wrapped.completion(model="g", messages=call.messages, **kwargs)
+        if call.stream:
+            list(out)
+
+
+class OpenAIAdapter(Adapter):
+    name = "openai"
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.case: Case | None = None
+        transport = httpx.MockTransport(self._answer)
+        client = openai.OpenAI(
+            api_key="k", base_url="http://proxy.invalid/v1", http_client=httpx.Client(transport=transport)
+        )
+        self.wrapped = OpenAIClientWrapper(client, rt.monitor)
+
+    def _answer(self, request: httpx.Request) -> httpx.Response:
+        assert self.case is not None
+        if json.loads(request.content).get("stream"):
+            assert self.case.chunks is not None
+            headers = {**HEADERS, "content-type": "text/event-stream"}
+            return httpx.Response(200, headers=headers, content=_sse(self.case.chunks))
+        assert self.case.message is not None
+        return httpx.Response(200, headers=HEADERS, json=_completion(self.case.message))
+
+    def send(self, case: Case, call: Call) -> None:
+        self.case = case
+        kwargs: dict[str, Any] = {"model": "g", "messages": call.messages, "stream": call.stream}
+        if call.metadata:
+            kwargs["extra_body"] = {"metadata": call.metadata}
+        if call.session is not None:
+            kwargs.setdefault("extra_body", {})["litellm_session_id"] = call.session
+        if call.headers:
+            kwargs["extra_headers"] = call.headers
+        out = self.wrapped.chat.completions.create(**kwargs)
+        if call.stream:
+            list(out)
+
+
+class CallbackAdapter(Adapter):
+    name = "litellm_callback"
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.cb = HandoffmonCallback(runtime=rt)
+        self.n = 0
+
+    def send(self, case: Case, call: Call) -> None:
+        self.n += 1
+        data: dict[str, Any] = {
+            "model": "g",
+            "messages": call.messages,
+            "litellm_call_id": f"call-{self.n}",
+            # LiteLLM Proxy keeps the caller's metadata as requester_metadata
+            "metadata": {"requester_metadata": dict(call.metadata), "user_api_key": "hashed"},
+            "proxy_server_request": {"headers": {"authorization": "Bearer sk-x", **call.headers}},
+        }
+        if call.session is not None:
+            data["litellm_session_id"] = call.session
+        asyncio.run(self._send(case, call, data))
+
+    async def _send(self, case: Case, call: Call, data: dict[str, Any]) -> None:
+        await self.cb.async_pre_call_hook(None, None, data, "acompletion")
+        if call.stream:
+            assert case.chunks is not None
+            [
+                c
+                async for c in self.cb.async_post_call_streaming_iterator_hook(
+                    None, _Stream(case.chunks), data
+                )
+            ]
+        else:
+            assert case.message is not None
+            response = _HiddenDict({**_completion(case.message)})
+            await self.cb.async_post_call_success_hook(data, None, response)
+
+
+class _HiddenDict(dict):  # type: ignore[type-arg]
+    """A JSON completion with LiteLLM's ``_hidden_params`` attribute, as the proxy's response has."""
+
+    _hidden_params = HIDDEN
+
+
+class _ScriptedUpstream:
+    """ASGI upstream answering the current case with LiteLLM's headers."""
+
+    case: Case
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        hdrs = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+        if json.loads(body).get("stream"):
+            assert self.case.chunks is not None
+            payload, ctype = _sse(self.case.chunks), b"text/event-stream"
+        else:
+            assert self.case.message is not None
+            payload, ctype = json.dumps(_completion(self.case.message)).encode(), b"application/json"
+        start = [(b"content-type", ctype), (b"content-length", str(len(payload)).encode()), *hdrs]
+        await send({"type": "http.response.start", "status": 200, "headers": start})
+        await send({"type": "http.response.body", "body": payload})
+
+
+class ServeAdapter(Adapter):
+    name = "serve"
+
+    def __init__(self, rt: Runtime, url: str, upstream: _ScriptedUpstream) -> None:
+        self.rt = rt
+        self.url = url
+        self.upstream = upstream
+
+    def send(self, case: Case, call: Call) -> None:
+        self.upstream.case = case
+        body: dict[str, Any] = {"model": "g", "messages": call.messages, "stream": call.stream}
+        if call.metadata:
+            body["metadata"] = call.metadata
+        if call.session is not None:
+            body["litellm_session_id"] = call.session
+        r = httpx.post(f"{self.url}/v1/chat/completions", json=body, headers=call.headers, timeout=30)
+        assert r.status_code == 200, r.text
+
+
+CONFIG = make_config(attribution={"conversation_header": "x-chat-id"}, telemetry={"log_turns": False})
+
+
+@pytest.fixture(scope="module")
+def adapters() -> Iterator[dict[str, tuple[Adapter, RecordingExporter]]]:
+    exporters = {name: RecordingExporter() for name in ("router", "openai", "litellm_callback", "serve")}
+    rts = {name: runtime(CONFIG, exporters=[exp]) for name, exp in exporters.items()}
+    upstream = _ScriptedUpstream()
+    with ServerThread(upstream, free_port()) as up:
+        cfg = make_config(
+            attribution={"conversation_header": "x-chat-id"},
+            telemetry={"log_turns": False},
+            proxy={"upstream": up.url},
+        )
+        app = create_app(cfg, runtime=rts["serve"])
+        with ServerThread(app, free_port(), **uvicorn_options(cfg)) as srv:
+            built: list[Adapter] = [
+                RouterAdapter(rts["router"]),
+                OpenAIAdapter(rts["openai"]),
+                CallbackAdapter(rts["litellm_callback"]),
+                ServeAdapter(rts["serve"], srv.url, upstream),
+            ]
+            yield {a.name: (a, exporters[a.name]) for a in built}
+    for rt in rts.values():
+        rt.close()
+
+
+ADAPTERS = ("router", "openai", "litellm_callback", "serve")
+
+
+def _results(adapter: Adapter, exp: RecordingExporter, n: int) -> list[TurnResult]:
+    assert adapter.rt.flush(10)
+    return exp.results[-n:]
+
+
+@pytest.mark.parametrize(("case_name", "stream"), STREAMED)
+@pytest.mark.parametrize("adapter_name", ADAPTERS)
+def test_every_adapter_records_the_reply_a_client_resends(
+    adapters: dict[str, tuple[Adapter, RecordingExporter]], adapter_name: str, case_name: str, stream: bool
+) -> None:
+    """Same reply through every adapter: the next turn attributes it by chain to the same author;
+    the checkers saw the same text; odd chunks were skipped, folded around and counted."""
+    adapter, exp = adapters[adapter_name]
+    case = CASES[case_name]
+    errors_before = adapter.rt.monitor.snapshot().monitor_errors.get("parse", 0)
+    first = [{"role": "user", "content": f"{adapter_name} {case_name} {stream}"}]
+    adapter.send(case, Call(first, stream))
+    second = [*first, case.resent, {"role": "user", "content": "and then?"}]
+    adapter.send(CASES["text"], Call(second, False))
+    one, two = _results(adapter, exp, 2)
+    assert one.record.author == MODEL and one.record.reply_chars == case.text_chars
+    assert one.record.streamed is stream and one.record.fallbacks == 1
+    assert one.record.deployment_id == DEP
+    assert one.record.response_id == "chatcmpl-9"
+    assert [(a.author, a.method) for a in two.context.attributions] == [(MODEL, "chain")]
+    assert (two.context.depth, two.context.prefix_model) == (2, MODEL)
+    parse_errors = adapter.rt.monitor.snapshot().monitor_errors.get("parse", 0) - errors_before
+    assert parse_errors == case.odd
+
+
+@pytest.mark.parametrize("source", ID_SOURCES)
+@pytest.mark.parametrize("adapter_name", ADAPTERS)
+def test_every_adapter_reads_the_conversation_id_from_every_source(
+    adapters: dict[str, tuple[Adapter, RecordingExporter]], adapter_name: str, source: str
+) -> None:
+    """Configured header, X-Conversation-Id, x-litellm-session-id, metadata conversation_id /
+    session_id / gen_ai.conversation.id and LiteLLM's litellm_session_id: one id, every adapter."""
+    adapter, exp = adapters[adapter_name]
+    cid = f"conv-{adapter_name}-{source}"
+    adapter.send(CASES["text"], Call.of([{"role": "user", "content": cid}], False, source, cid))
+    (result,) = _results(adapter, exp, 1)
+    assert (result.context.conversation_id, result.context.conversation_id_source) == (cid, "caller")
+
+
+@pytest.mark.parametrize("adapter_name", ADAPTERS)
+def test_session_parameter_beats_a_metadata_key_of_the_same_name(
+    adapters: dict[str, tuple[Adapter, RecordingExporter]], adapter_name: str
+) -> None:
+    """litellm_session_id sent both ways: the request parameter wins in every adapter."""
+    adapter, exp = adapters[adapter_name]
+    call = Call([{"role": "user", "content": f"both {adapter_name}"}], False)
+    call.metadata["litellm_session_id"] = "from-metadata"
+    call.session = f"param-{adapter_name}"
+    adapter.send(CASES["text"], call)
+    (result,) = _results(adapter, exp, 1)
+    assert result.context.conversation_id == f"param-{adapter_name}"

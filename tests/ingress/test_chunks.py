@@ -1,0 +1,158 @@
+"""ChunkFolder: OpenAI streaming semantics, and total — no chunk shape makes it raise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from handoffmon.ingress import ChunkFolder
+
+
+def _fold(*chunks: Any) -> Any:
+    folder = ChunkFolder()
+    for c in chunks:
+        folder.feed(c)
+    return folder.outcome(completed=True)
+
+
+def _delta(delta: Any, index: Any = 0, **choice: Any) -> dict[str, Any]:
+    return {"choices": [{"index": index, "delta": delta, **choice}]}
+
+
+def test_tool_calls_fold_by_index_name_once_arguments_appended() -> None:
+    """Two parallel tool calls interleaved: each keeps its id and name; arguments join in order."""
+    out = _fold(
+        _delta(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": ""}}
+                ]
+            }
+        ),
+        _delta(
+            {
+                "tool_calls": [
+                    {"index": 1, "id": "b", "type": "function", "function": {"name": "g", "arguments": "["}}
+                ]
+            }
+        ),
+        _delta({"tool_calls": [{"index": 0, "function": {"arguments": '{"x":'}}]}),
+        _delta({"tool_calls": [{"index": 1, "function": {"name": "g", "arguments": "1]"}}]}),
+        _delta({"tool_calls": [{"index": 0, "function": {"arguments": " 1}"}}]}),
+    )
+    assert out.reply["content"] is None
+    assert [
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in out.reply["tool_calls"]
+    ] == [
+        ("a", "f", '{"x": 1}'),
+        ("b", "g", "[1]"),
+    ]
+    assert out.odd == 0
+
+
+def test_only_choice_zero_is_folded() -> None:
+    """A second choice (n=2) is not mixed into the reply, and is not an error."""
+    out = _fold(
+        {"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "X"}}]},
+        {"choices": [{"index": 1, "delta": {"content": "Y"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "b"}}]},
+    )
+    assert out.reply["content"] == "ab" and out.odd == 0
+
+
+def test_content_parts_usage_id_model_and_finish_reason() -> None:
+    """List-of-parts deltas give their text; usage, id, model and finish reason are kept."""
+    out = _fold(
+        {
+            "id": "c-1",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": [{"type": "text", "text": "hi"}]}}],
+        },
+        {"choices": [{"index": 0, "delta": {"content": [{"type": "image_url", "image_url": {}}, " there"]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+        {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}},
+    )
+    assert out.reply["content"] == "hi there"
+    assert (out.response_id, out.response_model, out.finish_reason) == ("c-1", "m", "length")
+    assert (out.input_tokens, out.output_tokens, out.chunks, out.odd) == (5, 2, 4, 0)
+
+
+def test_odd_chunks_are_skipped_and_counted() -> None:
+    """index null, "x" or negative, tool_calls: 5, choices: 1, non-dict deltas/chunks: skipped and counted."""
+    odd = [
+        _delta({"tool_calls": [{"index": None, "function": {"name": "f"}}]}),
+        _delta({"tool_calls": [{"index": "x", "function": {"arguments": "{}"}}]}),
+        _delta({"tool_calls": [{"index": -1, "function": {"arguments": "{}"}}]}),
+        _delta({"tool_calls": 5}),
+        {"choices": 1},
+        {"choices": [1]},
+        _delta("text"),
+        _delta({"content": 42}),
+        _delta({"tool_calls": [{"index": 0, "function": {"arguments": 7}}]}),
+        _delta({"content": "x"}, index="0"),
+        "data: not a chunk",
+        None,
+    ]
+    out = _fold(_delta({"content": "ok"}), *odd)
+    assert out.reply == {
+        "role": "assistant",
+        "content": "ok",
+        "tool_calls": [{"id": "", "type": "function", "function": {"name": "", "arguments": ""}}],
+    }
+    assert out.odd == len(odd) and out.chunks == len(odd) + 1
+
+
+def test_tool_call_slots_are_bounded() -> None:
+    """A stream naming thousands of tool-call indexes keeps at most MAX_TOOL_CALLS of them."""
+    from handoffmon.ingress.chunks import MAX_TOOL_CALLS
+
+    chunks = [
+        _delta({"tool_calls": [{"index": i, "function": {"arguments": "x"}}]})
+        for i in range(MAX_TOOL_CALLS + 50)
+    ]
+    out = _fold(*chunks)
+    assert len(out.reply["tool_calls"]) == MAX_TOOL_CALLS and out.odd == 50
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "choices",
+                    "delta",
+                    "index",
+                    "tool_calls",
+                    "function",
+                    "name",
+                    "arguments",
+                    "content",
+                    "usage",
+                    "id",
+                    "model",
+                    "role",
+                    "type",
+                    "text",
+                    "finish_reason",
+                    "_hidden_params",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(JSON, max_size=6))
+def test_folder_is_total(chunks: list[Any]) -> None:
+    """Whatever JSON a stream carries, feed() and outcome() never raise."""
+    out = _fold(*chunks)
+    assert out.chunks == len(chunks) and 0 <= out.odd <= len(chunks)
+    assert out.reply["role"] is not None
