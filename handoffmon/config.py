@@ -104,7 +104,11 @@ class TelemetryConfig(_Section):
     exemplars: bool = False
     """Attach conversation ids as exemplars (OpenMetrics only)."""
     otel: bool = False
-    """Emit spans/metrics through the application's (or given) OTel providers."""
+    """Emit events/metrics through the application's (or given) OTel providers."""
+    otel_span: Literal["join", "own"] = "join"
+    """``join``: no span of handoffmon's own; evaluations (``gen_ai.evaluation.result``) and a
+    ``handoffmon.turn`` event go out through the OTel logs API in the caller's trace, with
+    ``gen_ai.response.id``. ``own``: one ``chat`` span per turn (stacks with no GenAI tracing)."""
     capture_content: bool = False
     """Opt-in: put prompt/reply text on spans (never on metrics or logs)."""
     log_turns: bool = True

@@ -1,4 +1,4 @@
-"""OpenTelemetry exporter: a GenAI ``chat`` span per turn with evaluation events, and the same counters."""
+"""OpenTelemetry exporter: evaluations as GenAI events in the caller's trace (or an own span); counters."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import threading
 import time
 from collections import Counter as _Tally
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from opentelemetry import metrics, trace
+from opentelemetry import _logs, metrics, trace
+from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -29,6 +30,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCOPE = "handoffmon"
 EVALUATION_EVENT = "gen_ai.evaluation.result"
+"""The GenAI evaluation event (semantic conventions, development status): a log record, not a span event."""
+TURN_EVENT = "handoffmon.turn"
+"""handoffmon's own event per turn when it joins the caller's trace instead of adding a span."""
 
 # GenAI semantic conventions (development status), spelled out: the Python semconv
 # package marks these constants deprecated since they moved to their own repository.
@@ -36,6 +40,7 @@ OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
 CONVERSATION_ID = "gen_ai.conversation.id"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
@@ -105,6 +110,7 @@ def span_attributes(result: TurnResult) -> dict[str, Any]:
         OUTPUT_TOKENS: rec.output_tokens,
         FINISH_REASONS: [rec.finish_reason] if rec.finish_reason else None,
         "handoffmon.deployment_id": rec.deployment_id,
+        RESPONSE_ID: rec.response_id,
     }
     attrs.update({k: v for k, v in optional.items() if v is not None})
     return attrs
@@ -123,8 +129,15 @@ def content_attributes(content: TurnContent, finish_reason: str | None) -> dict[
     return {INPUT_MESSAGES: json.dumps(inputs), OUTPUT_MESSAGES: json.dumps([output])}
 
 
-def evaluation_attributes(check: CheckResult, previous: str | None) -> dict[str, Any]:
-    """Attributes of one ``gen_ai.evaluation.result`` event (score 1/0 for pass/fail only)."""
+def evaluation_attributes(
+    check: CheckResult, previous: str | None, result: TurnResult | None = None
+) -> dict[str, Any]:
+    """Attributes of one ``gen_ai.evaluation.result`` event (score 1/0 for pass/fail only).
+
+    With the turn's ``result``: ``gen_ai.response.id`` when the response carried one (so the
+    event correlates with the caller's GenAI span even without a parent), and the turn's
+    handoff context (depth, author, prefix model, handoff) to slice evaluations by.
+    """
     attrs: dict[str, Any] = {
         EVAL_NAME: check.rule,
         EVAL_LABEL: check.verdict,
@@ -138,17 +151,35 @@ def evaluation_attributes(check: CheckResult, previous: str | None) -> dict[str,
         attrs[ERROR_TYPE] = check.reason or "checker_error"
     if previous is not None:
         attrs["handoffmon.evaluation.previous_label"] = previous
+    if result is not None:
+        rec, ctx = result.record, result.context
+        if rec.response_id:
+            attrs[RESPONSE_ID] = rec.response_id
+        attrs[CONVERSATION_ID] = ctx.conversation_id
+        attrs["handoffmon.depth"] = ctx.depth
+        attrs["handoffmon.author"] = rec.author
+        attrs["handoffmon.prefix_model"] = ctx.prefix_model
+        attrs["handoffmon.handoff"] = LabelGuard.handoff(rec.handoff)
     return attrs
 
 
 class OTelExporter:
-    """Emits one span per turn and handoffmon's counters through OpenTelemetry.
+    """Exports each turn and handoffmon's counters through OpenTelemetry, the way GenAI stacks run it.
 
-    Spans follow the GenAI conventions (``chat {request_model}``, kind CLIENT, dated
-    from the turn's own finish time and latency, since they are emitted later, from the
-    background); each verdict is a ``gen_ai.evaluation.result`` span event. A W3C
-    ``traceparent`` in the turn's metadata becomes the span's parent. Message text is
-    added only with ``capture_content=True`` and only to spans.
+    ``span="join"`` (default, for stacks that already trace the LLM call — LiteLLM's OTel
+    callback, OpenLLMetry, the OpenAI instrumentor): no span of its own. Each verdict is a
+    ``gen_ai.evaluation.result`` event and the turn's attributes a ``handoffmon.turn``
+    event, both log records through the OTel logs API (span events are being deprecated),
+    parented to the caller's span captured with the request (its ``traceparent``: the
+    current span, the ``traceparent`` header, or LiteLLM's parent span) and carrying
+    ``gen_ai.response.id`` when the response had one, which is how a backend joins them to
+    the caller's GenAI span when no parent was captured.
+
+    ``span="own"`` (stacks with no GenAI instrumentation): one CLIENT span per turn,
+    ``chat {request_model}``, with the GenAI and ``handoffmon.*`` attributes, dated from
+    the turn's finish time and latency and parented to the same ``traceparent``; the
+    evaluation events are parented to it. Message text only with ``capture_content=True``
+    and only on that span.
 
     Instruments carry the Prometheus names without ``_total`` (``handoffmon_turns``,
     ``handoffmon_checks``, ...) and the same bounded attributes; refit gauges are
@@ -158,8 +189,10 @@ class OTelExporter:
         tracer_provider: the application's provider; None = the OTel API's current
             global one (this class never installs a provider).
         meter_provider: likewise for metrics.
+        logger_provider: likewise for the events (the OTel logs API).
         guard: label guard for metric attributes (share the Prometheus exporter's).
-        capture_content: opt in to message text on spans.
+        capture_content: opt in to message text on own spans.
+        span: ``join`` the caller's trace, or emit an ``own`` span per turn.
     """
 
     def __init__(
@@ -167,16 +200,21 @@ class OTelExporter:
         *,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        logger_provider: Any = None,
         guard: LabelGuard | None = None,
         capture_content: bool = False,
+        span: Literal["join", "own"] = "join",
     ) -> None:
         self.guard = guard or LabelGuard()
         self._capture = capture_content
+        self._own_span = span == "own"
         self._providers = (
             tracer_provider or trace.get_tracer_provider(),
             meter_provider or metrics.get_meter_provider(),
+            logger_provider or _logs.get_logger_provider(),
         )
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+        self._events = _logs.get_logger(SCOPE, __version__, logger_provider=logger_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
         self._instruments(meter)
         self._refit: dict[str, Series] = {}
@@ -194,12 +232,14 @@ class OTelExporter:
         logger_provider: Any = None,
         guard: LabelGuard | None = None,
     ) -> OTelExporter:
-        """Build from ``telemetry.capture_content`` and the label caps."""
+        """Build from ``telemetry.otel_span``, ``telemetry.capture_content`` and the label caps."""
         return cls(
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
+            logger_provider=logger_provider,
             guard=guard or LabelGuard.from_config(config),
             capture_content=config.telemetry.capture_content,
+            span=config.telemetry.otel_span,
         )
 
     def _instruments(self, meter: metrics.Meter) -> None:
@@ -239,9 +279,18 @@ class OTelExporter:
     # -- Exporter ---------------------------------------------------------------------
 
     def export(self, result: TurnResult) -> bool:
-        """Emit the turn's span and count it; returns False (and logs) on failure."""
+        """Emit the turn's events (and own span) and count it; returns False (and logs) on failure."""
         try:
-            self._span(result)
+            parent = self._parent(result)
+            end = span_times(result)[1]
+            if self._own_span:
+                parent = self._span(result, parent)
+            else:
+                self._emit(TURN_EVENT, span_attributes(result), parent, end)
+            previous = {t.rule: t.from_verdict for t in result.transitions}
+            for check in result.checks:
+                attrs = evaluation_attributes(check, previous.get(check.rule), result)
+                self._emit(EVALUATION_EVENT, attrs, parent, end)
             self._count(result)
             return True
         except Exception as exc:
@@ -254,7 +303,8 @@ class OTelExporter:
             return None
         return self._propagator.extract({"traceparent": traceparent})
 
-    def _span(self, result: TurnResult) -> None:
+    def _span(self, result: TurnResult, parent: Context | None) -> Context:
+        """The own ``chat`` span, ended; returns its context for the evaluation events."""
         start, end = span_times(result)
         attrs = span_attributes(result)
         if self._capture and result.content is not None:
@@ -262,14 +312,24 @@ class OTelExporter:
         request_model = attrs.get(REQUEST_MODEL)
         name = f"chat {request_model}" if request_model else "chat"
         span = self._tracer.start_span(
-            name, context=self._parent(result), kind=SpanKind.CLIENT, attributes=attrs, start_time=start
+            name, context=parent, kind=SpanKind.CLIENT, attributes=attrs, start_time=start
         )
-        previous = {t.rule: t.from_verdict for t in result.transitions}
-        for check in result.checks:
-            span.add_event(
-                EVALUATION_EVENT, evaluation_attributes(check, previous.get(check.rule)), timestamp=end
-            )
         span.end(end_time=end)
+        return trace.set_span_in_context(span)
+
+    def _emit(
+        self, name: str, attributes: dict[str, Any], context: Context | None, timestamp_ns: int
+    ) -> None:
+        # a LogRecord rather than emit(**fields): the keyword form is newer than the record's
+        # event_name and context (opentelemetry-api >= 1.35)
+        record = LogRecord(
+            timestamp=timestamp_ns,
+            context=context,
+            severity_number=SeverityNumber.INFO,
+            attributes=attributes,
+            event_name=name,
+        )
+        self._events.emit(record)
 
     def _count(self, result: TurnResult) -> None:
         g, ctx, rec = self.guard, result.context, result.record
@@ -307,7 +367,7 @@ class OTelExporter:
             self._fallbacks.add(rec.fallbacks, {"model": model})
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Flush the providers' span processors and metric readers (the Monitor calls this at close).
+        """Flush the providers' span/log processors and metric readers (the Monitor calls this at close).
 
         Providers without ``force_flush`` (the API's no-op and proxy ones) count as flushed.
         """

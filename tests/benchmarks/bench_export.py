@@ -91,7 +91,10 @@ def build(exemplars: bool = False) -> tuple[dict[str, Callable[[TurnResult], obj
     tp = TracerProvider()
     tp.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=65536))
     otel = OTelExporter(
-        tracer_provider=tp, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), guard=guard
+        tracer_provider=tp,
+        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
+        guard=guard,
+        span="own",
     )
     logger = logging.getLogger("bench.turns")
     logger.propagate = False

@@ -20,7 +20,13 @@ def test_capture_content_puts_messages_on_spans_only_when_enabled(capture: bool)
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(spans))
     config = make_config(
-        telemetry={"capture_content": capture, "otel": True, "prometheus": False, "log_turns": False},
+        telemetry={
+            "capture_content": capture,
+            "otel": True,
+            "otel_span": "own",
+            "prometheus": False,
+            "log_turns": False,
+        },
         refit={"interval_s": 0},
     )
     with monitor(config, exporters=build_exporters(config, tracer_provider=tp)) as m:

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -36,6 +38,9 @@ class Telemetry:
         self.spans = InMemorySpanExporter()
         tp = TracerProvider()
         tp.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.events = InMemoryLogRecordExporter()
+        lp = LoggerProvider()
+        lp.add_log_record_processor(SimpleLogRecordProcessor(self.events))
         self.reader = InMemoryMetricReader()
         self.log = io.StringIO()
         self.exporters = build_exporters(
@@ -43,6 +48,7 @@ class Telemetry:
             registry=CollectorRegistry(),
             tracer_provider=tp,
             meter_provider=MeterProvider(metric_readers=[self.reader]),
+            logger_provider=lp,
         )
         self.exporters[-1] = StructlogExporter(fmt=config.telemetry.log_format, stream=self.log)
         self.prometheus = prometheus_exporter(self.exporters)
@@ -50,7 +56,7 @@ class Telemetry:
 
 @pytest.fixture
 def config() -> HandoffmonConfig:
-    return HandoffmonConfig(rules=RULES, telemetry={"otel": True, "exemplars": True})
+    return HandoffmonConfig(rules=RULES, telemetry={"otel": True, "otel_span": "own", "exemplars": True})
 
 
 @pytest.fixture
@@ -166,10 +172,11 @@ def test_canaries_in_prompts_and_replies_never_leave_the_process(
         "metrics": generate_latest(registry).decode(),
         "openmetrics": generate_openmetrics(registry).decode(),
         "spans": "\n".join(span.to_json() for span in spans),
+        "otel events": "\n".join(r.to_json() for r in telemetry.events.get_finished_logs()),
         "otel metrics": telemetry.reader.get_metrics_data().to_json(),
         "turn logs": telemetry.log.getvalue(),
         "captured logs": "\n".join(f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records),
     }
-    assert all(conv_tag in surfaces[name] for name in ("openmetrics", "spans", "turn logs"))  # exemplars
+    assert all(conv_tag in surfaces[name] for name in ("openmetrics", "spans", "otel events", "turn logs"))
     leaks = {name for name, text in surfaces.items() if canary in text}
     assert leaks == set()

@@ -1,4 +1,4 @@
-"""OTelExporter: GenAI span attributes and evaluation events, counters, no global providers, OTLP/HTTP."""
+"""OTelExporter: own GenAI span or joining the caller's trace, evaluation events as log records, counters."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from opentelemetry import metrics, trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -35,10 +37,36 @@ def reader() -> InMemoryMetricReader:
 
 
 @pytest.fixture
-def exporter(spans: InMemorySpanExporter, reader: InMemoryMetricReader) -> OTelExporter:
+def logs() -> InMemoryLogRecordExporter:
+    return InMemoryLogRecordExporter()
+
+
+def _providers(
+    spans: InMemorySpanExporter, logs: InMemoryLogRecordExporter, reader: InMemoryMetricReader | None = None
+) -> dict[str, Any]:
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(spans))
-    return OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(metric_readers=[reader]))
+    lp = LoggerProvider()
+    lp.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    readers = [reader] if reader is not None else []
+    return {
+        "tracer_provider": tp,
+        "meter_provider": MeterProvider(metric_readers=readers),
+        "logger_provider": lp,
+    }
+
+
+@pytest.fixture
+def exporter(
+    spans: InMemorySpanExporter, logs: InMemoryLogRecordExporter, reader: InMemoryMetricReader
+) -> OTelExporter:
+    """An exporter emitting its own span per turn (span="own")."""
+    return OTelExporter(**_providers(spans, logs, reader), span="own")
+
+
+def events(logs: InMemoryLogRecordExporter, name: str) -> list[Any]:
+    """The log records of one event name."""
+    return [r.log_record for r in logs.get_finished_logs() if r.log_record.event_name == name]
 
 
 def points(reader: InMemoryMetricReader, name: str) -> dict[tuple[tuple[str, Any], ...], Any]:
@@ -109,29 +137,42 @@ def test_turn_span_follows_genai_conventions(exporter: OTelExporter, spans: InMe
 
 
 def test_each_verdict_is_a_genai_evaluation_event(
-    exporter: OTelExporter, spans: InMemorySpanExporter
+    exporter: OTelExporter, spans: InMemorySpanExporter, logs: InMemoryLogRecordExporter
 ) -> None:
-    """gen_ai.evaluation.result events: name, label, 1/0 score for pass/fail only, error.type on errors."""
+    """gen_ai.evaluation.result log records parented to the turn span: name, label, 1/0 score for
+    pass/fail only, error.type on errors, gen_ai.response.id, and the turn's handoff context."""
     result = make_result(
         depth=2,
         prefix_model="gpt-4o",
         checks=[("json", "pass"), ("lang", "fail"), ("len", "not_applicable"), ("re", "error")],
         transitions=[("lang", "pass", "fail")],
         reasons={"lang": "expected de, got en", "re": "timeout"},
+        response_id="chatcmpl-77",
     )
     exporter.export(result)
     (span,) = spans.get_finished_spans()
-    events = {e.attributes["gen_ai.evaluation.name"]: dict(e.attributes) for e in span.events}
-    assert {e.name for e in span.events} == {"gen_ai.evaluation.result"}
-    assert all(e.timestamp == span.end_time for e in span.events)
-    base = {"handoffmon.evaluation.duration_s": 0.001}
-    assert events["json"] == {
+    assert span.events == ()  # span events are being deprecated: none
+    records = events(logs, "gen_ai.evaluation.result")
+    assert len(records) == 4
+    assert all((r.trace_id, r.span_id) == (span.context.trace_id, span.context.span_id) for r in records)
+    assert all(r.timestamp == span.end_time for r in records)
+    by_rule = {r.attributes["gen_ai.evaluation.name"]: dict(r.attributes) for r in records}
+    base = {
+        "handoffmon.evaluation.duration_s": 0.001,
+        "gen_ai.response.id": "chatcmpl-77",
+        "gen_ai.conversation.id": result.context.conversation_id,
+        "handoffmon.depth": 2,
+        "handoffmon.author": result.record.author,
+        "handoffmon.prefix_model": "gpt-4o",
+        "handoffmon.handoff": "false",  # gpt-4o after gpt-4o
+    }
+    assert by_rule["json"] == {
         **base,
         "gen_ai.evaluation.name": "json",
         "gen_ai.evaluation.score.label": "pass",
         "gen_ai.evaluation.score.value": 1.0,
     }
-    assert events["lang"] == {
+    assert by_rule["lang"] == {
         **base,
         "gen_ai.evaluation.name": "lang",
         "gen_ai.evaluation.score.label": "fail",
@@ -139,18 +180,50 @@ def test_each_verdict_is_a_genai_evaluation_event(
         "gen_ai.evaluation.explanation": "expected de, got en",
         "handoffmon.evaluation.previous_label": "pass",
     }
-    assert events["len"] == {
+    assert by_rule["len"] == {
         **base,
         "gen_ai.evaluation.name": "len",
         "gen_ai.evaluation.score.label": "not_applicable",
     }
-    assert events["re"] == {
+    assert by_rule["re"] == {
         **base,
         "gen_ai.evaluation.name": "re",
         "gen_ai.evaluation.score.label": "error",
         "gen_ai.evaluation.explanation": "timeout",
         "error.type": "timeout",
     }
+
+
+def test_join_mode_adds_no_span_and_parents_events_to_the_callers_span(
+    spans: InMemorySpanExporter, logs: InMemoryLogRecordExporter
+) -> None:
+    """span="join": no span of handoffmon's; a handoffmon.turn event with the turn's attributes and the
+    evaluation events, all in the caller's trace under the caller's span (from the traceparent)."""
+    exp = OTelExporter(**_providers(spans, logs))
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    result = make_result(metadata={"traceparent": tp}, checks=[("json", "fail")], response_id="chatcmpl-5")
+    assert exp.export(result)
+    assert spans.get_finished_spans() == ()
+    (turn,) = events(logs, "handoffmon.turn")
+    (evaluation,) = events(logs, "gen_ai.evaluation.result")
+    for record in (turn, evaluation):
+        assert (record.trace_id, record.span_id) == (0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7)
+    assert turn.attributes["handoffmon.depth"] == result.context.depth
+    assert turn.attributes["gen_ai.response.id"] == "chatcmpl-5"
+    assert turn.attributes["handoffmon.prefix_model"] == result.context.prefix_model
+    assert evaluation.attributes["gen_ai.response.id"] == "chatcmpl-5"
+    assert evaluation.attributes["gen_ai.evaluation.score.label"] == "fail"
+
+
+def test_join_mode_without_a_parent_still_correlates_by_response_id(
+    spans: InMemorySpanExporter, logs: InMemoryLogRecordExporter
+) -> None:
+    """No trace context captured: the events carry no trace, only gen_ai.response.id to join on."""
+    exp = OTelExporter(**_providers(spans, logs))
+    exp.export(make_result(checks=[("json", "pass")], response_id="chatcmpl-6"))
+    (evaluation,) = events(logs, "gen_ai.evaluation.result")
+    assert evaluation.trace_id == 0 and evaluation.attributes["gen_ai.response.id"] == "chatcmpl-6"
+    assert spans.get_finished_spans() == ()
 
 
 def test_counters_mirror_prometheus_names_and_labels(
@@ -228,8 +301,10 @@ def test_content_only_with_opt_in(spans: InMemorySpanExporter) -> None:
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(spans))
     content = sample_content("what is 2+2?", "4")
-    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider()).export(make_result(content=content))
-    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), capture_content=True).export(
+    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), span="own").export(
+        make_result(content=content)
+    )
+    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), capture_content=True, span="own").export(
         make_result(content=content)
     )
     off, on = spans.get_finished_spans()
@@ -248,7 +323,7 @@ def test_never_installs_global_providers() -> None:
     before_t, before_m = trace.get_tracer_provider(), metrics.get_meter_provider()
     exp = OTelExporter()  # falls back to the (proxy) global providers
     assert exp.export(make_result(checks=[("json", "pass")]))
-    exp2 = OTelExporter(tracer_provider=TracerProvider(), meter_provider=MeterProvider())
+    exp2 = OTelExporter(tracer_provider=TracerProvider(), meter_provider=MeterProvider(), span="own")
     assert exp2.export(make_result())
     assert trace.get_tracer_provider() is before_t
     assert metrics.get_meter_provider() is before_m
@@ -293,9 +368,12 @@ def otlp_receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
 
 
 def test_otlp_http_export_decodes_as_genai_span_and_counters(otlp_receiver: tuple[str, dict]) -> None:
-    """Real OTLP/HTTP exporters post protobuf that decodes to our span, event and handoffmon_turns sum."""
+    """Real OTLP/HTTP exporters post protobuf that decodes to our span, the evaluation event as a log
+    record under that span (event_name set), and the handoffmon_turns sum."""
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -307,7 +385,11 @@ def test_otlp_http_export_decodes_as_genai_span_and_counters(otlp_receiver: tupl
         OTLPMetricExporter(endpoint=f"{url}/v1/metrics", timeout=5), export_interval_millis=3_600_000
     )
     mp = MeterProvider(metric_readers=[metric_reader])
-    exp = OTelExporter(tracer_provider=tp, meter_provider=mp)
+    lp = LoggerProvider()
+    lp.add_log_record_processor(
+        SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{url}/v1/logs", timeout=5))
+    )
+    exp = OTelExporter(tracer_provider=tp, meter_provider=mp, logger_provider=lp, span="own")
     exp.export(
         make_result(conversation_id="otlp-1", depth=2, prefix_model="gpt-4o", checks=[("json", "fail")])
     )
@@ -315,6 +397,7 @@ def test_otlp_http_export_decodes_as_genai_span_and_counters(otlp_receiver: tupl
     assert mp.force_flush(10_000)
     tp.shutdown()
     mp.shutdown()
+    lp.shutdown()
 
     req = ExportTraceServiceRequest()
     span_msgs = []
@@ -327,9 +410,16 @@ def test_otlp_http_export_decodes_as_genai_span_and_counters(otlp_receiver: tupl
     assert attrs["gen_ai.operation.name"].string_value == "chat"
     assert attrs["handoffmon.depth"].int_value == 2
     assert attrs["handoffmon.handoff"].string_value == "false"
-    (event,) = first.events
+    assert list(first.events) == []
+    lreq = ExportLogsServiceRequest()
+    records = []
+    for body in bodies["/v1/logs"]:
+        lreq.ParseFromString(body)
+        records += [r for rl in lreq.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+    (event,) = records
     ev = {a.key: a.value for a in event.attributes}
-    assert event.name == "gen_ai.evaluation.result"
+    assert event.event_name == "gen_ai.evaluation.result"
+    assert (event.trace_id, event.span_id) == (first.trace_id, first.span_id)
     assert ev["gen_ai.evaluation.score.label"].string_value == "fail"
     assert ev["gen_ai.evaluation.score.value"].double_value == 0.0
 
@@ -355,7 +445,7 @@ def test_force_flush_drains_the_applications_batch_processor_without_shutting_it
 
     tp = TracerProvider()
     tp.add_span_processor(BatchSpanProcessor(spans, schedule_delay_millis=3_600_000))
-    exp = OTelExporter(tracer_provider=tp, meter_provider=MeterProvider())
+    exp = OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), span="own")
     exp.export(make_result())
     assert spans.get_finished_spans() == ()
     assert exp.force_flush(5.0)

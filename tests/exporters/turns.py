@@ -41,6 +41,7 @@ def make_result(
     reasons: dict[str, str] | None = None,
     content: TurnContent | None = None,
     metadata: dict[str, object] | None = None,
+    response_id: str | None = None,
 ) -> TurnResult:
     """One turn as the pipeline would hand it to exporters."""
     methods = tuple(methods) or tuple("chain" for _ in range(depth - 1))
@@ -81,6 +82,7 @@ def make_result(
         provider=provider,
         response_model=f"{author}-2024",
         finished_at=FINISHED_AT,
+        response_id=response_id,
     )
     reasons = reasons or {}
     return TurnResult(

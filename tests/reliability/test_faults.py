@@ -231,7 +231,7 @@ def _dead_otlp_exporter(port: int) -> Any:
     otlp = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1)
     tp.add_span_processor(BatchSpanProcessor(otlp, schedule_delay_millis=50, export_timeout_millis=1000))
     mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    return OTelExporter(tracer_provider=tp, meter_provider=mp), tp
+    return OTelExporter(tracer_provider=tp, meter_provider=mp, span="own"), tp
 
 
 async def test_failing_exporters_under_wrapper_traffic() -> None:
