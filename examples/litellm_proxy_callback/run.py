@@ -2,14 +2,16 @@
 
 Run: ``python examples/litellm_proxy_callback/run.py`` (needs ``litellm[proxy]``; offline).
 It copies ``config.yaml`` and ``handoffmon.yaml`` into a temporary directory, starts
-``litellm --config config.yaml`` there on a free loopback port, plays a 4-turn
-conversation (one turn streamed, two served by fallback) and reads the aggregates the
-proxy's handoffmon wrote to ``handoffmon.db``.
+``litellm --config config.yaml`` there on a free loopback port with a fresh master key,
+plays a 4-turn conversation (one turn streamed, two served by fallback), reads the
+aggregates the proxy's handoffmon wrote to ``handoffmon.db`` and prints the handoffmon
+series on the proxy's own ``/metrics``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -24,7 +26,7 @@ import openai
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 
 HERE = Path(__file__).resolve().parent
-MASTER_KEY = "sk-handoffmon-example"
+MASTER_KEY = f"sk-{secrets.token_hex(16)}"
 
 
 def _free_port() -> int:
@@ -75,6 +77,7 @@ def main() -> None:
             **os.environ,
             "HANDOFFMON_CONFIG": str(Path(tmp) / "handoffmon.yaml"),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_MASTER_KEY": MASTER_KEY,
         }
         proc = subprocess.Popen(
             [litellm_bin, "--config", "config.yaml", "--host", "127.0.0.1", "--port", str(port)],
@@ -93,6 +96,7 @@ def main() -> None:
                     break
                 time.sleep(0.1)
                 counts = load_counts_sqlite(Path(tmp) / "handoffmon.db")
+            metrics = httpx.get(f"{url}/metrics/", timeout=10).text
         finally:
             proc.terminate()
             proc.wait(15)
@@ -104,6 +108,10 @@ def main() -> None:
         )
     for key, n in sorted(counts.checks.items(), key=lambda kv: kv[0].depth_bucket):
         print(f"  check {key.rule} on {key.model} at depth {key.depth_bucket}: {key.verdict} x{n}")
+    print("on the proxy's /metrics:")
+    for line in metrics.splitlines():
+        if line.startswith("handoffmon_turns_total"):
+            print(f"  {line}")
 
 
 if __name__ == "__main__":

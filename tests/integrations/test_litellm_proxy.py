@@ -1,9 +1,16 @@
-"""The real LiteLLM Proxy (subprocess on loopback) with handoffmon registered in its config.yaml."""
+"""The real LiteLLM Proxy (subprocess on loopback) with handoffmon registered in its config.yaml.
+
+One proxy (the shipped example: LiteLLM's prometheus callback and handoffmon's) serves
+three tests: authorship recorded by the callback, handoffmon's series and refit on the
+proxy's own /metrics, and the same conversations giving the same series through wrap,
+this callback and ``handoffmon serve``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -27,7 +34,8 @@ pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "litellm_proxy_callback"
 """The shipped example's config.yaml / handoffmon.yaml: the documented lines are what is tested."""
-MASTER_KEY = yaml.safe_load((EXAMPLE / "config.yaml").read_text())["general_settings"]["master_key"]
+MASTER_KEY = f"sk-{secrets.token_hex(16)}"
+"""Generated per run (the example reads it from LITELLM_MASTER_KEY; LiteLLM refuses well-known keys)."""
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +51,9 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
     env = {
         **os.environ,
         "HANDOFFMON_CONFIG": str(tmp / "handoffmon.yaml"),
+        "HANDOFFMON_REFIT__INTERVAL_S": "1",  # the runtime's periodic refit, in the proxy process
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MASTER_KEY": MASTER_KEY,
     }
     log = open(tmp / "proxy.log", "wb")  # noqa: SIM115 - closed after the process ends
     proc = subprocess.Popen(
@@ -117,3 +127,177 @@ def test_proxy_records_authorship_and_depth_for_a_four_turn_conversation(proxy: 
     for k, n in counts.checks.items():
         verdicts[k.model, k.verdict] = verdicts.get((k.model, k.verdict), 0) + n
     assert verdicts == {(c, "pass"): 2, (b, "fail"): 2}
+
+
+# -- handoffmon's series on LiteLLM's /metrics; the same series in every mode ------------------------
+
+
+def _series(text: str, family: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Non-zero samples of one family from an exposition (label sets sorted)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == family and s.value:
+                out[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def _delta(after: dict[Any, float], before: dict[Any, float]) -> dict[Any, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+
+
+def _metrics(url: str, headers: dict[str, str] | None = None) -> str:
+    r = httpx.get(f"{url}/metrics", headers=headers, follow_redirects=True, timeout=10)
+    assert r.status_code == 200, r.text[:500]
+    return r.text
+
+
+def _total(text: str) -> float:
+    return sum(_series(text, "handoffmon_turns_total").values())
+
+
+def test_handoffmon_series_and_refit_on_the_proxys_own_metrics(proxy: tuple[str, Path]) -> None:
+    """LiteLLM's prometheus callback and handoffmon's in one config.yaml: /metrics shows LiteLLM's series
+    and handoffmon's turns, checks, store failures and refit gauges (the refit runs in the proxy)."""
+    url, _ = proxy
+    client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
+    client.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "metrics please"}])
+    deadline = time.monotonic() + 30
+    text = ""
+    while time.monotonic() < deadline:
+        text = _metrics(url)
+        if _total(text) > 0 and "handoffmon_refit_last_success_timestamp_seconds " in text:
+            break
+        time.sleep(0.3)
+    assert any(line.startswith("litellm_") for line in text.splitlines())
+    assert _total(text) > 0 and _series(text, "handoffmon_checks_total")
+    assert "handoffmon_refit_last_success_timestamp_seconds " in text
+    assert 'handoffmon_store_failures_total{kind="errors",op="get"} 0.0' in text
+
+
+PLANS = [
+    [("alpha", False), ("primary", False), ("alpha", True), ("primary", True)],
+    [("primary", True), ("primary", False), ("alpha", False)],
+    [("alpha", True), ("alpha", False), ("primary", False), ("alpha", True)],
+]
+"""Three conversations (11 turns): alpha is model-c, primary falls back to model-b; some streamed."""
+
+
+def _converse(send: Any, tag: str) -> int:
+    """Drive PLANS through ``send(group, messages, stream) -> text``; returns the turns sent."""
+    turns = 0
+    for i, plan in enumerate(PLANS):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"conversation {i} ({tag}) starts"}]
+        for j, (group, stream) in enumerate(plan):
+            text = send(group, messages, stream)
+            assert text == (ALPHA_REPLY if group == "alpha" else BACKUP_REPLY)
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"then {j}"}]
+            turns += 1
+    return turns
+
+
+def _openai_send(client: openai.OpenAI) -> Any:
+    def send(group: str, messages: list[dict[str, Any]], stream: bool) -> str:
+        if stream:
+            chunks = client.chat.completions.create(model=group, messages=messages, stream=True)
+            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return client.chat.completions.create(model=group, messages=messages).choices[0].message.content or ""
+
+    return send
+
+
+def _handoffmon_config(tmp: Path) -> dict[str, Any]:
+    """The example's handoffmon.yaml (rules, canonical names) on a memory store, without turn logs."""
+    data: dict[str, Any] = yaml.safe_load((EXAMPLE / "handoffmon.yaml").read_text())
+    data["store"] = {"backend": "memory"}
+    data["telemetry"] = {"log_turns": False}
+    data["refit"] = {"interval_s": 0}
+    return data
+
+
+def _via_wrap(tmp: Path) -> dict[str, dict[Any, float]]:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from handoffmon.config import config_from_mapping
+    from handoffmon.integrations import wrap
+    from handoffmon.runtime import build_runtime
+
+    litellm_cfg = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
+    from litellm import Router
+
+    router = Router(model_list=litellm_cfg["model_list"], **litellm_cfg["router_settings"])
+    rt = build_runtime(config_from_mapping(_handoffmon_config(tmp)), registry=CollectorRegistry())
+    wrapped = wrap(router, runtime=rt)
+
+    def send(group: str, messages: list[dict[str, Any]], stream: bool) -> str:
+        if stream:
+            return "".join(
+                c.choices[0].delta.content or ""
+                for c in wrapped.completion(model=group, messages=messages, stream=True)
+            )
+        return str(wrapped.completion(model=group, messages=messages).choices[0].message.content)
+
+    _converse(send, "wrap")
+    rt.close()
+    text = generate_latest(rt.registry).decode()
+    return {f: _series(text, f) for f in ("handoffmon_turns_total", "handoffmon_checks_total")}
+
+
+def _via_proxy(url: str) -> dict[str, dict[Any, float]]:
+    before = _metrics(url)
+    sent = _converse(_openai_send(openai.OpenAI(base_url=url, api_key=MASTER_KEY)), "proxy")
+    deadline = time.monotonic() + 30
+    after = _metrics(url)
+    while _total(after) - _total(before) < sent and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after = _metrics(url)
+    return {
+        f: _delta(_series(after, f), _series(before, f))
+        for f in ("handoffmon_turns_total", "handoffmon_checks_total")
+    }
+
+
+def _via_serve(upstream: str, tmp: Path) -> dict[str, dict[Any, float]]:
+    cfg = tmp / "serve.yaml"
+    cfg.write_text(yaml.safe_dump(_handoffmon_config(tmp)))
+    port = free_port()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env.pop("HANDOFFMON_CONFIG", None)
+    args = [sys.executable, "-m", "handoffmon", "serve", "--upstream", upstream, "--port", str(port)]
+    proc = subprocess.Popen([*args, "--config", str(cfg)], env=env, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "handoffmon serve did not start"
+            time.sleep(0.1)
+        _converse(_openai_send(openai.OpenAI(base_url=f"{url}/v1", api_key=MASTER_KEY)), "serve")
+        assert httpx.post(f"{url}/admin/flush", timeout=30).json() == {"flushed": True}
+        text = _metrics(url)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    return {f: _series(text, f) for f in ("handoffmon_turns_total", "handoffmon_checks_total")}
+
+
+@pytest.mark.e2e
+def test_same_conversations_give_the_same_series_in_wrap_callback_and_serve(
+    proxy: tuple[str, Path], tmp_path: Path
+) -> None:
+    """Three conversations through wrap(litellm.Router), the LiteLLM Proxy callback and handoffmon serve
+    (in front of that proxy): identical handoffmon_turns_total and handoffmon_checks_total series."""
+    url, _ = proxy
+    wrapped = _via_wrap(tmp_path)
+    proxied = _via_proxy(url)
+    served = _via_serve(url, tmp_path)
+    turns = wrapped["handoffmon_turns_total"]
+    assert sum(turns.values()) == sum(len(p) for p in PLANS)
+    assert turns[(("depth_bucket", "2"), ("model", "model-b"), ("prefix_model", "model-c"))] == 1
+    assert proxied == wrapped
+    assert served == wrapped
