@@ -20,7 +20,7 @@ def shapes() -> None:
     "--source",
     default="sqlite:///handoffmon.sqlite",
     show_default=True,
-    help="sqlite:///PATH, prometheus://HOST:PORT, refit.json or cells.csv",
+    help="sqlite:///PATH, prometheus://HOST:PORT, refit.json, cells.csv or a turn log (.jsonl/.csv/.parquet)",
 )
 @click.option("--out", required=True, help="shapes.json ('-' for stdout)")
 @click.option(
