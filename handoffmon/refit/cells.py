@@ -160,6 +160,7 @@ def build_cells(
     )
     rule_tot = np.bincount(raw.rule[keep], raw.values[keep], minlength=len(f.names))
     seen_models = set(raw.model[keep].tolist()) | set(raw.prefix[keep].tolist())
+    seen_models |= {f.code(t.model) for t in counts.transitions}
     model_ids = _top(f, seen_models - f.specials(), model_tot, max_models)
     trans_rules = {f.code(t.rule) for t in counts.transitions}
     rule_ids = _top(f, set(raw.rule[keep].tolist()) | trans_rules, rule_tot, max_rules)

@@ -75,6 +75,18 @@ def sum_zero_basis(k: int) -> np.ndarray:
     return np.asarray(helmert(k, full=False).T, dtype=float)
 
 
+def weighted_zero_basis(weights: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of {x : Σ wᵢxᵢ = 0} (K × (K − 1)); equal weights give the same space as Helmert."""
+    w = np.asarray(weights, dtype=float)
+    if len(w) < 2:
+        return np.zeros((len(w), 0))
+    if not np.all(w > 0):
+        w = np.where(w > 0, w, w[w > 0].min() if np.any(w > 0) else 1.0)
+    from scipy.linalg import null_space
+
+    return np.asarray(null_space((w / np.linalg.norm(w))[None, :]))
+
+
 BlockCov = Callable[[int, np.ndarray], np.ndarray]
 """(suffix b, prefix indices a of b's fitted pairs) → covariance matrix of those Δ(a→b)."""
 
@@ -86,6 +98,7 @@ def decompose(
     ridge: float,
     *,
     block_cov: BlockCov | None = None,
+    turns: np.ndarray | None = None,
 ) -> Decomposition:
     """Fit μ, π, σ from a (K, K) matrix of Δ over the ``mask``-ed off-diagonal pairs.
 
@@ -100,6 +113,11 @@ def decompose(
             common error lands in σ_B; with ``block_cov`` the fit is generalized least
             squares (whitened per suffix block) and σ's standard errors include it.
             None = independent Δ with variances ``var`` (weighted least squares).
+        turns: (K, K) turns behind each Δ. Given, the constraints weight each model by its
+            turns in that role (Σ n_a π_a = Σ n_b σ_b = 0): π and σ are relative to the
+            traffic-weighted average, and a model seen in a handful of turns (a canary)
+            barely moves the reference, so it cannot widen anyone else's interval. None =
+            equal weights (Σπ = Σσ = 0).
     """
     k = delta.shape[0]
     a, b = np.nonzero(mask)
@@ -108,7 +126,12 @@ def decompose(
         return _empty(k)
     prefixes = np.unique(a)
     suffixes = np.unique(b)
-    qa, qb = sum_zero_basis(len(prefixes)), sum_zero_basis(len(suffixes))
+    if turns is None:
+        qa, qb = sum_zero_basis(len(prefixes)), sum_zero_basis(len(suffixes))
+    else:
+        used = np.where(mask, turns, 0.0)
+        qa = weighted_zero_basis(used.sum(axis=1)[prefixes])
+        qb = weighted_zero_basis(used.sum(axis=0)[suffixes])
     p = 1 + qa.shape[1] + qb.shape[1]
     pi_map = np.zeros((k, p))
     pi_map[prefixes, 1 : 1 + qa.shape[1]] = qa

@@ -81,6 +81,8 @@ def _run(
             pooled.transitions,
         )
         fits[ALL_RULES] = fitter.fit(ALL_RULES, pooled)
+    else:
+        fits[ALL_RULES] = RuleFit(ALL_RULES, float("nan"), float("nan"), float("nan"), float("nan"), 0)
     return RefitResult(
         created_at=time.time() if now is None else float(now),
         source=source,
@@ -129,7 +131,7 @@ class _RuleFitter:
     def fit(self, rule: str, inp: _FitInput) -> RuleFit:
         s = self.settings
         dt = deltas(inp.sums, inp.clusters, self.z, s.min_n, s.fdr)
-        dec = decompose(dt.delta, dt.var, dt.reported, s.ridge, block_cov=_block(dt))
+        dec = decompose(dt.delta, dt.var, dt.reported, s.ridge, block_cov=_block(dt), turns=dt.n_used.astype(float))
         into = (dt.into.delta, dt.into.ci_low, dt.into.ci_high, dt.into.n)
         markov = self._markov(rule, inp, dt)
         return RuleFit(

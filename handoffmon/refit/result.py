@@ -359,7 +359,7 @@ class SwitchMatrixResult:
     confidence: float
     fit: RuleFit
     cells: list[CellMean]
-    version: int = SCHEMA_VERSION
+    version: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; the fit's fields are flattened to the top level."""
@@ -378,20 +378,18 @@ class SwitchMatrixResult:
         data = dict(data)
         fit_keys = {f.name for f in dataclasses.fields(RuleFit)} - {"cells"}
         data["fit"] = {k: data.pop(k) for k in list(data) if k in fit_keys}
-        return _load_versioned(cls, data, source, schema="handoffmon.switch_matrix")
+        return _load_versioned(cls, data, source, schema="handoffmon.switch_matrix", known=1)
 
 
 _T = typing.TypeVar("_T")
 
 
-def _load_versioned(cls: type[_T], data: Any, source: str, schema: str = SCHEMA) -> _T:
+def _load_versioned(cls: type[_T], data: Any, source: str, schema: str = SCHEMA, known: int = SCHEMA_VERSION) -> _T:
     if not isinstance(data, dict) or data.get("schema") != schema:
         raise InputError(f"{source}: not a {schema} document")
     version = data.get("version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise InputError(
-            f"{source}: unsupported {schema} version {version!r} (reader knows ≤ {SCHEMA_VERSION})"
-        )
+    if not isinstance(version, int) or version > known:
+        raise InputError(f"{source}: unsupported {schema} version {version!r} (reader knows ≤ {known})")
     body = {k: v for k, v in data.items() if k != "schema"}
     try:
         return typing.cast(_T, _decode(cls, body))
