@@ -1,4 +1,4 @@
-"""Depth buckets: configurable edges, default 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24, 25-32, 33-48, 49-64, 65-96, 97+."""
+"""Depth buckets: configurable edges, default 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24 … 65-96, 97+."""
 
 from __future__ import annotations
 

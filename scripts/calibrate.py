@@ -22,7 +22,9 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     null = calibrate(standard_population(), replicates=args.null, conversations=3000, seed=args.seed)
-    harm = calibrate(standard_population(harmful=HARMFUL), replicates=args.harm, conversations=8000, seed=args.seed + 1)
+    harm = calibrate(
+        standard_population(harmful=HARMFUL), replicates=args.harm, conversations=8000, seed=args.seed + 1
+    )
     out = {
         "null": {"replicates": null.replicates, "pairs": null.null_pairs, "false_rate": null.false_rate,
                  "refits_with_false_pair": null.familywise, "coverage": null.coverage},

@@ -75,7 +75,7 @@ def publish_gauges(
     "--source",
     "source",
     required=True,
-    help="sqlite:///PATH, prometheus://HOST:PORT, cells.csv, or a turn log: turns.jsonl, turns.csv, turns.parquet",
+    help="sqlite:///PATH, prometheus://HOST:PORT, cells.csv or a turn log (.jsonl, .csv, .parquet)",
 )
 @click.option("--transitions", type=click.Path(dir_okay=False), help="transitions.csv to merge in")
 @click.option("--window", help="Prometheus duration for increase(), e.g. 1h (default: counter totals)")
@@ -122,7 +122,9 @@ def refit(
 
     try:
         cfg = load_config(config_path) if config_path else None
-        loaded = load_source(source, transitions=transitions, window=window, buckets=cfg.buckets if cfg else None)
+        loaded = load_source(
+            source, transitions=transitions, window=window, buckets=cfg.buckets if cfg else None
+        )
         buckets = cfg.buckets if cfg else infer_buckets(loaded.counts)
         overrides = {"min_n": min_n, "confidence": confidence, "prior_sd_pp": prior_sd_pp, "fdr": fdr}
         base = cfg.refit if cfg else None

@@ -97,7 +97,8 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
     GaugeSpec(
         "handoffmon_refit_r2",
         ("rule",),
-        "Refit: weighted R^2 of Delta ~ mu + pi + sigma, adjusted for the fit's effective degrees of freedom.",
+        "Refit: weighted R^2 of Delta ~ mu + pi + sigma, adjusted for the fit's effective "
+        "degrees of freedom.",
     ),
     GaugeSpec(
         "handoffmon_refit_last_success_timestamp_seconds", (), "UNIX time of the last successful refit."

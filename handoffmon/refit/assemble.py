@@ -71,7 +71,7 @@ def pair_effects(rule: str, models: tuple[str, ...], arr: PairArrays, dec: Decom
             p,
             q,
             de,
-        )  # fmt: skip
+        )
         for a, b, (n, d, se, lo, hi, s, r, rse, rep, cov, res, p, q, de) in zip(
             a_idx.tolist(), b_idx.tolist(), rows, strict=True
         )

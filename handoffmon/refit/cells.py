@@ -285,7 +285,7 @@ def _top(f: _Factors, ids: set[int], totals: np.ndarray, cap: int) -> list[int]:
 
 def _entries(raw: _Raw, depth: _Raw, maps: tuple[np.ndarray, ...], n_buckets: int) -> Entries:
     """One entry per cell (pass and fail keys of a cell summed), with its depth sum."""
-    r_map, p_map, m_map, b_map = maps
+    r_map, p_map, m_map, _ = maps
     shape = (int(r_map.max()) + 2, int(p_map.max()) + 2, int(m_map.max()) + 2, n_buckets)
 
     def flat(t: _Raw) -> tuple[np.ndarray, np.ndarray]:

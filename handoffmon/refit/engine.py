@@ -131,7 +131,9 @@ class _RuleFitter:
     def fit(self, rule: str, inp: _FitInput) -> RuleFit:
         s = self.settings
         dt = deltas(inp.sums, inp.clusters, self.z, s.min_n, s.fdr)
-        dec = decompose(dt.delta, dt.var, dt.reported, s.ridge, block_cov=_block(dt), turns=dt.n_used.astype(float))
+        dec = decompose(
+            dt.delta, dt.var, dt.reported, s.ridge, block_cov=_block(dt), turns=dt.n_used.astype(float)
+        )
         into = (dt.into.delta, dt.into.ci_low, dt.into.ci_high, dt.into.n)
         markov = self._markov(rule, inp, dt)
         return RuleFit(
@@ -210,7 +212,7 @@ class _RuleFitter:
                 tuple(lo[i].tolist()),
                 tuple(hi[i].tolist()),
                 tuple(fitted[i].tolist()),
-            )  # fmt: skip
+            )
             for i, m in enumerate(self.cells.models)
             if n[i].sum() > 0
         }

@@ -61,7 +61,8 @@ def newcombe_p(
     """Two-sided p-value dual to ``newcombe``: 2(1 − Φ(z*)) with z* the level where a bound hits 0.
 
     The bound facing 0 moves monotonically towards the estimate as z shrinks, so z* is
-    found by bisection on [0, 40] (all arrays at once; 28 halvings: z within 2e-7). Δ = 0 gives p = 1; NaN inputs
+    found by bisection on [0, 40] (all arrays at once; 28 halvings: z within 2e-7). Δ = 0
+    gives p = 1; NaN inputs
     give NaN.
     """
     from scipy.special import ndtr

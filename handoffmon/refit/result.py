@@ -384,7 +384,9 @@ class SwitchMatrixResult:
 _T = typing.TypeVar("_T")
 
 
-def _load_versioned(cls: type[_T], data: Any, source: str, schema: str = SCHEMA, known: int = SCHEMA_VERSION) -> _T:
+def _load_versioned(
+    cls: type[_T], data: Any, source: str, schema: str = SCHEMA, known: int = SCHEMA_VERSION
+) -> _T:
     if not isinstance(data, dict) or data.get("schema") != schema:
         raise InputError(f"{source}: not a {schema} document")
     version = data.get("version")

@@ -50,9 +50,20 @@ def counts_from_rows(rows: TurnRows, buckets: DepthBuckets | None = None) -> Cou
     checks: Counter[CheckKey] = Counter()
     base: Counter[CheckKey] = Counter()
     stats: Counter[CellStatKey] = Counter()
-    keys = list(zip(rows.rule.tolist(), rows.model.tolist(), pname.tolist(), bucket.tolist(), rows.verdict.tolist(), strict=True))
+    keys = list(
+        zip(
+            rows.rule.tolist(),
+            rows.model.tolist(),
+            pname.tolist(),
+            bucket.tolist(),
+            rows.verdict.tolist(),
+            strict=True,
+        )
+    )
     diag = rows.prefix == rows.model
-    for (r, m, p, b, v), is_clean, is_diag, d, ok in zip(keys, clean.tolist(), diag.tolist(), rows.depth.tolist(), checked.tolist(), strict=True):
+    for (r, m, p, b, v), is_clean, is_diag, d, ok in zip(
+        keys, clean.tolist(), diag.tolist(), rows.depth.tolist(), checked.tolist(), strict=True
+    ):
         key = CheckKey(rules[r], names[m], p, b, VERDICT_NAMES[v])  # type: ignore[arg-type]
         checks[key] += 1
         if is_clean:
@@ -74,8 +85,8 @@ def _cluster_sums(rows: TurnRows, pname: np.ndarray, use: np.ndarray, stats: Cou
     for pooled in (False, True):
         yc: Counter[tuple[str, str, str, int]] = Counter()
         nc: Counter[tuple[str, str, str, int]] = Counter()
-        for r, m, p, c, v in zip(rows.rule[use].tolist(), rows.model[use].tolist(), pname[use].tolist(),
-                                 rows.conversation[use].tolist(), rows.verdict[use].tolist(), strict=True):  # fmt: skip
+        cols = (rows.rule[use], rows.model[use], pname[use], rows.conversation[use], rows.verdict[use])
+        for r, m, p, c, v in zip(*(col.tolist() for col in cols), strict=True):
             key = (POOLED_RULE if pooled else rows.rules[r], rows.names[m], p, c)
             nc[key] += 1
             yc[key] += v == 0
@@ -96,7 +107,9 @@ def _transitions(rows: TurnRows) -> dict[TransitionKey, int]:
     for i in np.nonzero(same)[0].tolist():
         j = i + 1
         hand = "true" if h[j] else "false"
-        out[TransitionKey(rows.rules[r[j]], rows.names[m[j]], hand, VERDICT_NAMES[v[i]], VERDICT_NAMES[v[j]])] += 1  # type: ignore[arg-type]
+        out[
+            TransitionKey(rows.rules[r[j]], rows.names[m[j]], hand, VERDICT_NAMES[v[i]], VERDICT_NAMES[v[j]])
+        ] += 1  # type: ignore[arg-type]
     return dict(out)
 
 
@@ -104,7 +117,9 @@ def _turns(rows: TurnRows, pname: np.ndarray, bucket: np.ndarray) -> dict[TurnKe
     first = np.unique(np.stack([rows.conversation, rows.depth]), axis=1, return_index=True)[1]
     out: Counter[TurnKey] = Counter()
     for i in first.tolist():
-        out[TurnKey(rows.names[rows.model[i]], pname[i], bucket[i], "true" if rows.handoff[i] else "false")] += 1
+        out[
+            TurnKey(rows.names[rows.model[i]], pname[i], bucket[i], "true" if rows.handoff[i] else "false")
+        ] += 1
     return dict(out)
 
 

@@ -155,7 +155,10 @@ class TurnRows:
                 "verdict": VERDICT_NAMES[v],
             }
             for c, d, m, p, r, v in zip(
-                *(a.tolist() for a in (self.conversation, self.depth, self.model, self.prefix, self.rule, self.verdict)),
+                *(
+                    a.tolist()
+                    for a in (self.conversation, self.depth, self.model, self.prefix, self.rule, self.verdict)
+                ),
                 strict=True,
             )
         ]
@@ -212,7 +215,9 @@ def simulate(pop: Population, conversations: int, *, seed: int | np.random.Gener
         shift = np.where(depth > 1, shift, 0.0)
         shock[act] = shift
         if depth > 1:
-            e[act] = pop.turn_rho * e[act] + np.sqrt(1 - pop.turn_rho**2) * rng.normal(0.0, pop.turn_sd, len(act))
+            e[act] = pop.turn_rho * e[act] + np.sqrt(1 - pop.turn_rho**2) * rng.normal(
+                0.0, pop.turn_sd, len(act)
+            )
         mean = base[author] - decay[author] * (depth - 1)
         for key, val in (("c", act), ("d", np.full(len(act), depth)), ("m", author), ("p", prev),
                          ("s", shift), ("mean", mean), ("h", handoff), ("e", u[act] + e[act])):  # fmt: skip
@@ -222,7 +227,9 @@ def simulate(pop: Population, conversations: int, *, seed: int | np.random.Gener
     return _rows(pop, {k_: np.concatenate(v) if v else np.zeros(0) for k_, v in out.items()}, rng)
 
 
-def _partners(start: np.ndarray, route_w: np.ndarray, suffix_only: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _partners(
+    start: np.ndarray, route_w: np.ndarray, suffix_only: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """A ping-pong partner per conversation: another model that can route and is not suffix-only."""
     w = np.where(suffix_only, 0.0, route_w)
     out = np.full(len(start), -1)
@@ -305,7 +312,9 @@ def expected_delta(rows: TurnRows, *, rule: int | None = None) -> np.ndarray:
     sel = rows.handoff & (rows.verdict < 2) & (rows.prefix >= 0)
     if rule is not None:
         sel &= rows.rule == rule
-    gap = clipped_mean(rows.mean[sel] + rows.shift[sel], rows.noise_var) - clipped_mean(rows.mean[sel], rows.noise_var)
+    gap = clipped_mean(rows.mean[sel] + rows.shift[sel], rows.noise_var) - clipped_mean(
+        rows.mean[sel], rows.noise_var
+    )
     flat = rows.prefix[sel] * k + rows.model[sel]
     total = np.bincount(flat, weights=gap, minlength=k * k)
     count = np.bincount(flat, minlength=k * k)

@@ -57,12 +57,14 @@ def _reader(path: Path) -> tuple[str, int, str]:
 
 
 def _load(con: Any, path: Path) -> None:
-    """Create table ``turns`` from the file after checking every row; ``InputError`` naming the first bad one."""
+    """Create table ``turns`` from the file after checking every row; the first bad one is an error."""
     import duckdb
 
     source, offset, unit = _reader(path)
     try:
-        con.execute(f"CREATE TEMP TABLE raw AS SELECT row_number() OVER () AS handoffmon_row, * FROM {source}")
+        con.execute(
+            f"CREATE TEMP TABLE raw AS SELECT row_number() OVER () AS handoffmon_row, * FROM {source}"
+        )
     except duckdb.Error as exc:
         raise InputError(f"{path}: not a readable turn log: {str(exc).splitlines()[0]}") from exc
     have = {r[0] for r in con.execute("DESCRIBE raw").fetchall()}
@@ -81,12 +83,16 @@ def _load(con: Any, path: Path) -> None:
         (f"{text['verdict']} NOT IN ({verdicts})", "verdict", f"not one of {', '.join(VERDICTS)}"),
     ]  # fmt: skip
     for cond, column, what in checks:
-        bad = con.execute(f"SELECT handoffmon_row, {text[column]} FROM raw WHERE {cond} ORDER BY 1 LIMIT 1").fetchone()
+        bad = con.execute(
+            f"SELECT handoffmon_row, {text[column]} FROM raw WHERE {cond} ORDER BY 1 LIMIT 1"
+        ).fetchone()
         if bad is not None:
             raise InputError(f"{path}: {unit} {bad[0] + offset}, column {column!r}: {bad[1]!r} is {what}")
     con.execute(
         "CREATE TEMP TABLE turns AS SELECT "
-        + ", ".join(f"{text[c]} AS {c}" if c != "depth" else f"CAST({text[c]} AS BIGINT) AS depth" for c in COLUMNS)
+        + ", ".join(
+            f"{text[c]} AS {c}" if c != "depth" else f"CAST({text[c]} AS BIGINT) AS depth" for c in COLUMNS
+        )
         + ", handoffmon_row FROM raw"
     )
     dup = con.execute(
@@ -95,7 +101,8 @@ def _load(con: Any, path: Path) -> None:
     ).fetchone()
     if dup is not None:
         raise InputError(
-            f"{path}: {unit} {dup[1] + offset} repeats conversation, depth and rule of {unit} {dup[0] + offset}"
+            f"{path}: {unit} {dup[1] + offset} repeats conversation, depth and rule "
+            f"of {unit} {dup[0] + offset}"
         )
     if con.execute("SELECT count(*) FROM turns").fetchone()[0] == 0:
         raise InputError(f"{path}: no rows")
@@ -103,7 +110,10 @@ def _load(con: Any, path: Path) -> None:
 
 def _buckets(con: Any, buckets: DepthBuckets) -> None:
     edges = buckets.edges
-    rows = [(lo, edges[i + 1] - 1 if i + 1 < len(edges) else None, buckets.labels[i]) for i, lo in enumerate(edges)]
+    rows = [
+        (lo, edges[i + 1] - 1 if i + 1 < len(edges) else None, buckets.labels[i])
+        for i, lo in enumerate(edges)
+    ]
     con.execute("CREATE TEMP TABLE handoffmon_buckets (lo BIGINT, hi BIGINT, label VARCHAR)")
     con.executemany("INSERT INTO handoffmon_buckets VALUES (?, ?, ?)", rows)
 

@@ -92,7 +92,7 @@ def test_prior_sd_shrinks_a_sparse_model_visibly() -> None:
     """Ridge 400 (5 pp prior SD): a model in one noisy pair is pulled well toward 0, a model in
     many precise pairs is not."""
     k = 5
-    mu, pi, sigma, delta = _planted(k, seed=8)
+    *_, delta = _planted(k, seed=8)
     var = np.full((k, k), 1e-4)
     var[4, :] = 4e-3  # model 4 as prefix: ~60 turns per pair
     mask = ~np.eye(k, dtype=bool)

@@ -49,7 +49,9 @@ def test_handoffs_at_the_deep_end_of_buckets_do_not_bias_delta() -> None:
 
 def _correlated_rules(rules: int) -> Counts:
     """Population whose R rules are the same check (identical verdicts): one turn, R copies."""
-    pop = Population(models=(PopModel("a"), PopModel("b")), rules=("r0",), rule_offsets=(0.0,), handoff_rate=0.2)
+    pop = Population(
+        models=(PopModel("a"), PopModel("b")), rules=("r0",), rule_offsets=(0.0,), handoff_rate=0.2
+    )
     rows = simulate(pop, 1500, seed=4)
     counts = counts_from_rows(rows, BUCKETS)
     if rules == 1:
@@ -88,7 +90,8 @@ def test_pooled_fit_clusters_turns_not_checks() -> None:
 def test_cluster_sums_widen_intervals_when_conversations_differ() -> None:
     """Strong per-conversation difficulty: clustered design effect > 1 and a wider interval
     than the same counts without cluster sums."""
-    pop = Population(models=(PopModel("a", base=0.8), PopModel("b", base=0.8)), conversation_sd=0.15, turn_rho=0.9,
+    models = (PopModel("a", base=0.8), PopModel("b", base=0.8))
+    pop = Population(models=models, conversation_sd=0.15, turn_rho=0.9,
                      handoff_rate=0.15, pingpong_share=0.3)  # fmt: skip
     counts = counts_from_rows(simulate(pop, 800, seed=2), BUCKETS)
     clustered = refit(counts, buckets=BUCKETS, now=0).rules["rule_a"].pair("a", "b")

@@ -14,7 +14,6 @@ from handoffmon.refit import ALL_RULES, refit
 from handoffmon.refit.threads import single_threaded_blas
 from tests.refit.synth import plant, synth_counts
 
-
 B7 = DepthBuckets((1, 2, 3, 5, 9, 17, 33))
 """The 7 buckets ``tests.refit.synth`` plants by default."""
 

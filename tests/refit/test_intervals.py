@@ -14,12 +14,16 @@ def test_wilson_matches_statsmodels() -> None:
     sm = pytest.importorskip("statsmodels.stats.proportion")
     x, n = np.array([0, 3, 29, 30, 1900]), np.array([30, 30, 30, 30, 2000])
     lo, hi = wilson(x, n, z_value(0.95))
-    ref = np.array([sm.proportion_confint(a, b, alpha=0.05, method="wilson") for a, b in zip(x, n, strict=True)])
+    ref = np.array(
+        [sm.proportion_confint(a, b, alpha=0.05, method="wilson") for a, b in zip(x, n, strict=True)]
+    )
     np.testing.assert_allclose(lo, ref[:, 0], atol=1e-12)
     np.testing.assert_allclose(hi, ref[:, 1], atol=1e-12)
 
 
-@pytest.mark.parametrize(("x1", "n1", "x2", "n2"), [(28, 30, 1900, 2000), (30, 30, 1990, 2000), (5, 40, 9, 41), (56, 70, 48, 80)])
+@pytest.mark.parametrize(
+    ("x1", "n1", "x2", "n2"), [(28, 30, 1900, 2000), (30, 30, 1990, 2000), (5, 40, 9, 41), (56, 70, 48, 80)]
+)
 def test_newcombe_matches_statsmodels(x1: int, n1: int, x2: int, n2: int) -> None:
     """Newcombe's hybrid score interval equals statsmodels' confint_proportions_2indep(method='newcomb')."""
     sm = pytest.importorskip("statsmodels.stats.proportion")

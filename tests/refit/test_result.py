@@ -21,9 +21,7 @@ from handoffmon.refit.result import (
 def _result() -> RefitResult:
     nan = float("nan")
     pair = PairEffect("r", "a", "b", 0, nan, nan, nan, nan, False, 0.01, 0.02, False)
-    markov = MarkovFit(
-        "b", "r", 0.0, (0.0, 0.1), 0.0, (0.0, 0.2), nan, (nan, nan), math.inf, 0.3, 0.1, 40
-    )
+    markov = MarkovFit("b", "r", 0.0, (0.0, 0.1), 0.0, (0.0, 0.2), nan, (nan, nan), math.inf, 0.3, 0.1, 40)
     fit = RuleFit(
         "r", -0.01, 0.005, 0.7, 0.6, 3, {"a": ModelScores(0.1, 0.01, -0.1, 0.02, 300)}, [pair], {"b": markov}
     )

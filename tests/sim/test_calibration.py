@@ -9,6 +9,7 @@ at that replicate count (a correct method fails them with probability < 0.2%). T
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -79,8 +80,8 @@ def test_a_20_turn_canary_moves_no_other_models_se(min_n: int) -> None:
     canary = pop.names.index("canary")
     touched = np.unique(rows.conversation[rows.model == canary])
     keep = ~np.isin(rows.conversation, touched)
-    without = type(rows)(**{**rows.__dict__, **{f: getattr(rows, f)[keep] for f in (
-        "conversation", "depth", "model", "prefix", "rule", "verdict", "shift", "mean", "handoff")}})  # fmt: skip
+    columns = ("conversation", "depth", "model", "prefix", "rule", "verdict", "shift", "mean", "handoff")
+    without = replace(rows, **{f: getattr(rows, f)[keep] for f in columns})
     with_c, without_c = _se_by_model(pop, rows, min_n), _se_by_model(pop, without, min_n)
     for m, (pi_se, sigma_se) in without_c.items():
         if m == "canary" or not np.isfinite(sigma_se):

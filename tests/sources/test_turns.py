@@ -16,7 +16,9 @@ from handoffmon.sources.turns import COLUMNS, aggregation_sql, read_turns
 
 pytest.importorskip("duckdb")
 
-GOOD = '{"conversation_id": "c", "depth": 1, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "pass"}'
+GOOD = json.dumps(
+    {"conversation_id": "c", "depth": 1, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "pass"}
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +29,16 @@ def logs(tmp_path_factory):  # type: ignore[no-untyped-def]
     jsonl = tmp / "turns.jsonl"
     jsonl.write_text("".join(json.dumps({**r, "latency_ms": 12}) + "\n" for r in records))
     csv = tmp / "turns.csv"
-    csv.write_text(",".join(COLUMNS) + "\n" + "".join(",".join(str(r[c]) for c in COLUMNS) + "\n" for r in records))
+    csv.write_text(
+        ",".join(COLUMNS) + "\n" + "".join(",".join(str(r[c]) for c in COLUMNS) + "\n" for r in records)
+    )
     import duckdb
 
     parquet = tmp / "turns.parquet"
-    duckdb.sql(f"COPY (SELECT * FROM read_json('{jsonl}', format='newline_delimited')) TO '{parquet}' (FORMAT parquet)")
+    duckdb.sql(
+        f"COPY (SELECT * FROM read_json('{jsonl}', format='newline_delimited')) "
+        f"TO '{parquet}' (FORMAT parquet)"
+    )
     return rows, jsonl, csv, parquet
 
 
@@ -65,7 +72,10 @@ def test_refit_from_turn_log_is_clustered_and_clean(logs) -> None:  # type: igno
     [
         (GOOD.replace('"depth": 1', '"depth": 0'), r"line 2, column 'depth': '0' is not a positive integer"),
         (GOOD.replace('"pass"', '"ok"'), r"line 2, column 'verdict': 'ok' is not one of"),
-        (GOOD.replace('"conversation_id": "c"', '"conversation_id": ""'), r"line 2, column 'conversation_id'"),
+        (
+            GOOD.replace('"conversation_id": "c"', '"conversation_id": ""'),
+            r"line 2, column 'conversation_id'",
+        ),
         (GOOD.replace('"pass"', '"fail"'), r"line 2 repeats conversation, depth and rule of line 1"),
     ],
 )
