@@ -8,9 +8,10 @@ rule at a time, (K + 2) × K × D with K ≤ ``max_models``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import TypeVar
 
 import numpy as np
 
@@ -18,6 +19,8 @@ from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, POOLED_RULE, Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit.intervals import wilson, z_value
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
+
+_Key = TypeVar("_Key", bound=tuple[str, ...])
 
 __all__ = ["HANDOFF_STATES", "CellArrays", "RuleArrays", "build_cells", "wilson", "z_value"]
 
@@ -242,11 +245,11 @@ class _Factors:
     def specials(self) -> set[int]:
         return {self.code(s) for s in _SPECIALS}
 
-    def column(self, keys: list[tuple[str, ...]], i: int) -> np.ndarray:
+    def column(self, keys: Sequence[tuple[str, ...]], i: int) -> np.ndarray:
         get = self.factor.__getitem__
         return np.fromiter(map(get, map(itemgetter(i), keys)), dtype=np.int64, count=len(keys))
 
-    def table(self, table: Mapping[tuple[str, ...], int]) -> _Raw:
+    def table(self, table: Mapping[_Key, int]) -> _Raw:
         keys = list(table)
         values = np.fromiter(table.values(), dtype=np.float64, count=len(keys))
         cols = [self.column(keys, i) for i in range(5)]

@@ -207,6 +207,7 @@ def _block_inverses(
         else:
             by_size.setdefault(len(rows), []).append(rows)
     for blocks in by_size.values():
+        assert block_cov is not None  # only filled when block_cov is given
         covs = np.stack([block_cov(int(b[rows[0]]), a[rows]) for rows in blocks])
         for rows, cinv in zip(blocks, _batched_inverse(covs), strict=True):
             out.append((rows, cinv if cinv is not None else np.diag(1.0 / var[a[rows], b[rows]])))

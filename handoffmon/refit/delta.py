@@ -27,6 +27,7 @@ are extra strata) and applies the design effect of the cluster sums pooled over 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class PairSums:
     into_neff_h: np.ndarray
 
     def __add__(self, other: PairSums) -> PairSums:
-        out = {}
+        out: dict[str, Any] = {}
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
             out[f.name] = None if a is None or b is None else a + b
@@ -170,7 +171,7 @@ def _omega(nh_v: np.ndarray, coef: tuple[np.ndarray, np.ndarray, np.ndarray] | N
     if coef is None:
         return nh_v
     c_dn, c_same, c_up = coef
-    omega = nh_v * c_same
+    omega: np.ndarray = nh_v * c_same
     omega[..., 1:] += (nh_v * c_up)[..., :-1]
     omega[..., :-1] += (nh_v * c_dn)[..., 1:]
     return omega
@@ -240,7 +241,8 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
     g, y2, yn, n2 = (clusters[:k, :, i] for i in range(4))
     deff_h = design_effect(g, y2, yn, n2, s.x_all, s.n)
     deff_b = np.broadcast_to(
-        design_effect(*(c[diag, diag] for c in (g, y2, yn, n2)), s.base_x, s.base_n), (k, k)
+        design_effect(g[diag, diag], y2[diag, diag], yn[diag, diag], n2[diag, diag], s.base_x, s.base_n),
+        (k, k),
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         p_h, p_b = s.x_h / s.n_used, s.x_b / s.n_used

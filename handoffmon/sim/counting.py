@@ -35,17 +35,23 @@ def clean_mask(rows: TurnRows) -> np.ndarray:
     breaks = (rows.model != m1) | ((rows.prefix >= 0) & (rows.prefix != m1))
     f = np.full(len(first), np.iinfo(np.int64).max)
     np.minimum.at(f, c[breaks], rows.depth[breaks])
-    return (rows.prefix == rows.model) & (rows.depth < f[c])
+    return np.asarray((rows.prefix == rows.model) & (rows.depth < f[c]))
 
 
-def counts_from_rows(rows: TurnRows, buckets: DepthBuckets | None = None) -> Counts:
-    """Aggregate turn rows the way the turn-log source's SQL does."""
+def counts_from_rows(
+    rows: TurnRows, buckets: DepthBuckets | None = None, *, clean_baseline: bool = True
+) -> Counts:
+    """Aggregate turn rows the way the turn-log source's SQL does.
+
+    ``clean_baseline=False`` reproduces the contaminated baseline that came before it
+    (every same-author turn is baseline), only to measure what the clean one fixes.
+    """
     buckets = buckets or DepthBuckets()
     names, rules = rows.names, rows.rules
     labels = np.array([buckets.bucket(d) for d in range(int(rows.depth.max(initial=1)) + 1)], dtype=object)
     pname = np.array([*names, NO_PREFIX], dtype=object)[np.where(rows.prefix < 0, len(names), rows.prefix)]
     bucket = labels[rows.depth]
-    clean = clean_mask(rows)
+    clean = clean_mask(rows) if clean_baseline else rows.prefix == rows.model
     checked = rows.verdict < 2
     checks: Counter[CheckKey] = Counter()
     base: Counter[CheckKey] = Counter()

@@ -248,9 +248,9 @@ def _route(
 ) -> np.ndarray:  # fmt: skip
     """Author of this turn for the active conversations."""
     if depth == 1:
-        return start[act].copy()
+        return np.array(start[act])
     prev = cur[act]
-    author = prev.copy()
+    author: np.ndarray = prev.copy()
     rate = pop.handoff_rate * (pop.bucket_end_boost if depth in ends else 1.0)
     p = 1.0 - np.exp(-rate * odds[act])  # confounded: odds scale the hazard
     switch = rng.random(len(act)) < p
@@ -298,7 +298,10 @@ def clipped_mean(mean: np.ndarray, var: float) -> np.ndarray:
 
     sd = np.sqrt(var)
     a, b = (P_LOW - mean) / sd, (P_HIGH - mean) / sd
-    phi = lambda x: np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)  # noqa: E731
+
+    def phi(x: np.ndarray) -> np.ndarray:
+        return np.asarray(np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi))
+
     inside = mean * (ndtr(b) - ndtr(a)) + sd * (phi(a) - phi(b))
     return np.asarray(P_LOW * ndtr(a) + inside + P_HIGH * (1 - ndtr(b)))
 
