@@ -100,4 +100,4 @@ def test_simulated_production_with_a_faster_decaying_rule_is_flagged_against_the
     c = compare(shapes, [result])
     flagged = {(r.rule, r.depth_bucket) for r in c.flagged}
     assert {r for r, _ in flagged} == {FAST_RULE}, c.rules
-    assert (FAST_RULE, "9-16") in flagged
+    assert (FAST_RULE, "13-16") in flagged
