@@ -33,15 +33,15 @@ def author_of(response: Any, names: ModelNames, fallback: str) -> str:
     """The canonical author of a litellm response, named exactly as production names it.
 
     The serving deployment comes from ``response._hidden_params`` (after the router's
-    fallbacks) and goes through the same ``raw_author`` choice and ``ModelNames``
+    fallbacks) and goes through the same author rule (``ingress.author``) and ``ModelNames``
     (``attribution.canonical_models``) as the monitor, so eval rows and production
     counts join on one name. ``fallback`` (the requested model) is used only when the
     response names nothing.
     """
-    from handoffmon.integrations.authorship import raw_author, served_by_response
+    from handoffmon.ingress import author, served_by_response
 
     served = served_by_response(response)
-    raw = raw_author(names, served.deployment_id, served.model_name) or served.response_model
+    raw = author(names, served.deployment_id, served.model_name, served.response_model)
     return names.canonical(raw or fallback)
 
 

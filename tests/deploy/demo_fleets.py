@@ -67,12 +67,15 @@ FLEETS: dict[str, Callable[[], Fleet]] = {"one-problem": one_problem_fleet, "hea
 
 
 @contextmanager
-def demo_world(fleet: Fleet, registry: Any, *, seed: int = SEED) -> Iterator[Any]:
-    """The demo pipeline over ``fleet``, its runtime's series shown in ``registry``."""
+def demo_world(
+    fleet: Fleet, registry: Any, *, seed: int = SEED, refit_interval_s: float = 0.0
+) -> Iterator[Any]:
+    """The demo pipeline over ``fleet``, its runtime's series shown in ``registry`` (and, with
+    ``refit_interval_s``, its periodic refit publishing the gauges there)."""
     from handoffmon.sim.demo import DemoSettings, build_world, close_world
 
     settings = DemoSettings(models=len(fleet.models), rules=len(fleet.rules), seed=seed, concurrency=16)
-    world = build_world(settings, fleet=fleet, registry=registry)
+    world = build_world(settings, fleet=fleet, registry=registry, refit_interval_s=refit_interval_s)
     try:
         yield world
     finally:

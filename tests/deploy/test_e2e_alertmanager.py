@@ -88,16 +88,16 @@ def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) ->
     from prometheus_client import CollectorRegistry
 
     from handoffmon.exporters.serving import start_metrics_server
-    from handoffmon.refit.periodic import PeriodicRefit
     from tests.deploy.demo_fleets import demo_world, one_problem_fleet
     from tests.promserver import prometheus_server
 
     require_binary("prometheus")
     registry = CollectorRegistry()
     rules = shortened_rules(tmp_path / "handoffmon-rules.yml")
-    with demo_world(one_problem_fleet(), registry) as world, start_metrics_server(registry, 0) as metrics:
-        periodic = PeriodicRefit.for_monitor(world.monitor, interval_s=5)
-        periodic.start()
+    with (
+        demo_world(one_problem_fleet(), registry, refit_interval_s=5) as world,  # the runtime refits
+        start_metrics_server(registry, 0) as metrics,
+    ):
         import asyncio
         import threading
 
@@ -130,4 +130,3 @@ def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) ->
         finally:
             loop.call_soon_threadsafe(stop.set)
             driver.join(timeout=60)
-            periodic.stop()
