@@ -117,7 +117,7 @@ def _store(config: HandoffmonConfig) -> AttributionStore:
 
 
 _shared: dict[int, Runtime] = {}
-_shared_lock = threading.Lock()
+_shared_lock = threading.RLock()  # close() inside shared_runtime calls _forget
 
 
 def shared_runtime(
@@ -128,7 +128,8 @@ def shared_runtime(
     ``wrap`` and the LiteLLM Proxy callback use it, so several wrapped routers and clients
     in one process record into one monitor and show one set of series. The registry is
     process-global state by nature (prometheus_client's convention); this keeps exactly
-    one handoffmon runtime per registry. A closed runtime is replaced on the next call.
+    one handoffmon runtime per registry. A closed runtime (or one whose monitor was
+    closed directly) is replaced on the next call.
 
     Args:
         config: configuration; ``None`` loads ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*``.
@@ -140,6 +141,8 @@ def shared_runtime(
     config = config if config is not None else load_config()
     with _shared_lock:
         runtime = _shared.get(id(registry))
+        if runtime is not None and runtime.monitor.closed and not runtime.closed:
+            runtime.close(0)  # its monitor was closed directly (wrapped.monitor.close()): retire it
         if runtime is not None and not runtime.closed:
             if runtime.config != config:
                 raise ConfigError(

@@ -66,7 +66,7 @@ def run_production(fleet: Fleet, workdir: Path, conversations: int) -> Path:
         policy = TrafficPolicy(switch_rate=0.0, stream_share=0.0, max_turns=24)
         asyncio.run(Driver(wrapped, fleet, seed=3, policy=policy, concurrency=16).run(conversations))
     finally:
-        wrapped.monitor.close()
+        wrapped.runtime.close()
         unregister_provider(provider.provider_name or "")
     return db
 
