@@ -36,12 +36,15 @@ def litellm_otel() -> Iterator[InMemorySpanExporter]:
     from litellm.integrations.opentelemetry import OpenTelemetry, OpenTelemetryConfig
 
     spans = InMemorySpanExporter()
-    saved = list(litellm.callbacks)
-    litellm.callbacks = [OpenTelemetry(config=OpenTelemetryConfig(exporter=spans, skip_set_global=True))]
+    otel = OpenTelemetry(config=OpenTelemetryConfig(exporter=spans, skip_set_global=True))
+    litellm.callbacks = [*litellm.callbacks, otel]
     try:
         yield spans
     finally:
-        litellm.callbacks = saved
+        # litellm copies callbacks into its success/failure lists on the first call: remove it from
+        # every list, or every later litellm call in this process keeps recording spans into memory
+        litellm.logging_callback_manager.remove_callback_from_all_lists(otel)
+        assert otel not in litellm.logging_callback_manager.get_all_callbacks()
 
 
 def _wait(cond: Any, timeout_s: float = 15.0) -> None:
