@@ -58,8 +58,18 @@ class _Call:
         self.args: list[str] = []
 
 
+_NOT_OBJECTS = (str, bytes, int, float, list, tuple)
+"""Values that cannot be a chunk, choice, delta, tool call or function object."""
+
+
 def _is_index(value: object) -> bool:
     return type(value) is int and value >= 0
+
+
+def _text(obj: Any, name: str) -> str | None:
+    """``obj.name`` when it is a non-empty string."""
+    value = get(obj, name)
+    return value if type(value) is str and value else None
 
 
 class ChunkFolder:
@@ -103,14 +113,10 @@ class ChunkFolder:
 
     def _chunk(self, chunk: Any) -> bool:
         """Fold one chunk; False when some part of it was skipped."""
-        if chunk is None or isinstance(chunk, (str, bytes, int, float)):
+        if chunk is None or isinstance(chunk, _NOT_OBJECTS):
             return False
-        model = get(chunk, "model")
-        if type(model) is str and model:
-            self._model = model
-        rid = get(chunk, "id")
-        if type(rid) is str and rid:
-            self._id = rid
+        self._model = _text(chunk, "model") or self._model
+        self._id = _text(chunk, "id") or self._id
         ok = self._usage(get(chunk, "usage"))
         choices = get(chunk, "choices")
         if choices is None:
@@ -118,7 +124,7 @@ class ChunkFolder:
         if not isinstance(choices, (list, tuple)):
             return False
         for choice in choices:
-            if isinstance(choice, (str, bytes, int, float)) or choice is None:
+            if choice is None or isinstance(choice, _NOT_OBJECTS):
                 ok = False
                 continue
             index = get(choice, "index")
@@ -139,17 +145,13 @@ class ChunkFolder:
         return True
 
     def _choice(self, choice: Any, chunk: Any) -> bool:
-        finish = get(choice, "finish_reason")
-        if type(finish) is str and finish:
-            self._finish = finish
+        self._finish = _text(choice, "finish_reason") or self._finish
         delta = get(choice, "delta")
         if delta is None:
             return True
-        if isinstance(delta, (str, bytes, int, float, list, tuple)):
+        if isinstance(delta, _NOT_OBJECTS):
             return False
-        role = get(delta, "role")
-        if type(role) is str and role:
-            self._role = role
+        self._role = _text(delta, "role") or self._role
         ok, produced = self._content(get(delta, "content"))
         calls = get(delta, "tool_calls")
         if calls is not None:
@@ -194,7 +196,7 @@ class ChunkFolder:
 
     def _call(self, call: Any) -> bool:
         """Fold one tool-call delta; False when it cannot be placed (no usable ``index``)."""
-        if call is None or isinstance(call, (str, bytes, int, float, list, tuple)):
+        if call is None or isinstance(call, _NOT_OBJECTS):
             return False
         index = get(call, "index")
         if not _is_index(index):
@@ -204,20 +206,14 @@ class ChunkFolder:
             if len(self._calls) >= MAX_TOOL_CALLS:
                 return False
             slot = self._calls[index] = _Call()
-        cid = get(call, "id")
-        if type(cid) is str and cid:
-            slot.id = cid
-        kind = get(call, "type")
-        if type(kind) is str and kind:
-            slot.type = kind
+        slot.id = _text(call, "id") or slot.id
+        slot.type = _text(call, "type") or slot.type
         fn = get(call, "function")
         if fn is None:
             return True
-        if isinstance(fn, (str, bytes, int, float, list, tuple)):
+        if isinstance(fn, _NOT_OBJECTS):
             return False
-        name = get(fn, "name")
-        if type(name) is str and name:
-            slot.name = name  # arrives once; a provider repeating it must not double it
+        slot.name = _text(fn, "name") or slot.name  # arrives once; a repeat replaces, never appends
         args = get(fn, "arguments")
         if type(args) is str:
             slot.args.append(args)

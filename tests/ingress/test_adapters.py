@@ -30,7 +30,7 @@ from handoffmon.runtime import Runtime
 from handoffmon.types import TurnResult
 from tests.conftest import free_port
 from tests.pipeline.helpers import RecordingExporter, make_config, runtime
-from tests.proxy.mock_upstream import ServerThread
+from tests.proxy.mock_upstream import ServerThread, read_request
 
 DEP, MODEL = "dep-x", "openai/gpt-x"
 """Who serves every reply: a deployment id and its provider model string (the expected author)."""
@@ -376,17 +376,9 @@ class _ScriptedUpstream:
     case: Case
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        body = await read_request(scope, receive, send)
+        if body is None:
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
         hdrs = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
         if json.loads(body).get("stream"):
             assert self.case.chunks is not None

@@ -34,6 +34,21 @@ def reply_text(model: str, depth: int) -> str:
     return f"Turn {depth} answer from {model}. " + "Some content here, with words. " * 3
 
 
+async def read_request(scope: dict[str, Any], receive: Any, send: Any) -> bytes | None:
+    """An ASGI request's whole body; ``None`` after answering a lifespan scope (startup/shutdown)."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return None
+    body = b""
+    while True:
+        msg = await receive()
+        body += msg.get("body", b"")
+        if not msg.get("more_body"):
+            return body
+
+
 @dataclass
 class Seen:
     """One request the mock received."""
@@ -52,17 +67,9 @@ class MockUpstream:
     completed_streams: int = 0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        body = await read_request(scope, receive, send)
+        if body is None:
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.seen.append(Seen(scope["path"], headers, body))
         if scope["path"] == "/v1/models" and scope["method"] == "GET":
