@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from handoffmon._extras import requires_extra
 from handoffmon.errors import HandoffmonError
 
 _ROUTER_HELP = "litellm Router config (YAML with model_list), or 'sim' / 'sim:K' for the offline simulator"
@@ -36,7 +37,8 @@ def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) ->
 def _target(router: str | None, seed: int, latency_s: float, *, matrix: bool) -> tuple[Any, Any]:
     """(responder, name resolver) for --router / plain litellm."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    with requires_extra("evals", "handoffmon eval"):
+        import litellm
 
     from handoffmon.evals import models as m
 

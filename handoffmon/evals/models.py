@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from handoffmon._extras import requires_extra
 from handoffmon.errors import ConfigError
 
 Messages = Sequence[Mapping[str, Any]]
@@ -45,7 +46,8 @@ class LitellmResponder:
     params: dict[str, Any] = field(default_factory=dict)
 
     async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply:
-        import litellm
+        with requires_extra("evals", "handoffmon eval run against litellm models"):
+            import litellm
 
         resp = await litellm.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
         return Reply(_text(resp), _author(resp, model))
@@ -84,7 +86,8 @@ def router_from_config(path: str | Path) -> Any:
     settings = data.get("router_settings") or {}
     if not isinstance(settings, dict):
         raise ConfigError("must be a mapping", key="router_settings", source=source)
-    from litellm.router import Router
+    with requires_extra("evals", "an eval run through a litellm Router"):
+        from litellm.router import Router
 
     try:
         return Router(model_list=data["model_list"], **settings)

@@ -19,7 +19,10 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
-from litellm.integrations.custom_logger import CustomLogger
+from handoffmon._extras import requires_extra
+
+with requires_extra("litellm", "the LiteLLM Proxy callback"):
+    from litellm.integrations.custom_logger import CustomLogger
 
 from handoffmon.config import HandoffmonConfig, load_config
 from handoffmon.integrations.authorship import (

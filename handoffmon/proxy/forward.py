@@ -11,7 +11,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
+from handoffmon._extras import requires_extra
+
+with requires_extra("proxy", "handoffmon serve"):
+    import aiohttp
 
 from handoffmon.proxy.authorship import SESSION_HEADER, UpstreamAuthorship, from_headers, usage_tokens
 from handoffmon.proxy.metrics import ProxyMetrics
@@ -207,7 +210,7 @@ class Forwarder:
                     await self._stream(resp, status, out_headers, send, turn, watch)
                     return
                 data = await resp.read()
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        except (TimeoutError, aiohttp.ServerTimeoutError):
             await self._upstream_error(
                 send, 504, "timeout", "upstream did not answer within proxy.upstream_timeout_s"
             )
@@ -260,7 +263,7 @@ class Forwarder:
                         pending = not self._finish_stream(turn, headers, acc, True)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             completed = True
-        except (asyncio.TimeoutError, aiohttp.ClientError):
+        except (TimeoutError, aiohttp.ClientError):
             self._metrics.upstream_error("stream")
         finally:
             if pending and acc is not None and turn is not None:  # no [DONE]: ended or cut off

@@ -9,17 +9,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from handoffmon._extras import requires_extra
 from handoffmon.config import StoreConfig
 from handoffmon.errors import StoreError
 from handoffmon.protocols import Authorship
 
-try:  # redis is an optional extra; fail with a message that names it
+with requires_extra("redis", "the Redis store"):
     import redis
     import redis.asyncio as aredis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the Redis store needs redis-py: pip install 'handoffmon[redis]'") from exc
 
 OPS = ("get", "put", "get_state", "put_state")
 """Operations whose failures are counted (``RedisStore.stats()`` keys ``<op>_errors``)."""
