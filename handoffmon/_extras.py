@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from handoffmon.errors import HandoffmonError
+from handoffmon.errors import MissingExtraError
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "litellm": ("litellm",),
@@ -18,15 +18,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 """Extra (``pyproject.toml`` ``[project.optional-dependencies]``) → top-level modules it installs."""
 
 
-class MissingExtraError(HandoffmonError, ImportError):
-    """An optional dependency is not installed; the message names the extra that provides it."""
-
-
 def _provided_by(missing: str, modules: tuple[str, ...]) -> bool:
     """Whether the module that failed to import is (part of) one the extra provides."""
-    return any(
-        missing == m or missing.startswith(m + ".") or m.startswith(missing + ".") for m in modules
-    )
+    return any(missing == m or missing.startswith(m + ".") or m.startswith(missing + ".") for m in modules)
 
 
 @contextmanager

@@ -29,6 +29,10 @@ class StoreError(HandoffmonError):
     """An attribution or aggregate store failed (translated from the backend's error)."""
 
 
+class MissingExtraError(HandoffmonError, ImportError):
+    """An optional dependency is not installed; the message names the extra that provides it."""
+
+
 class CheckerTimeout(HandoffmonError):
     """A checker exceeded its time budget."""
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from handoffmon._extras import MissingExtraError
 from handoffmon._version import __version__
+from handoffmon.errors import MissingExtraError
 
 # name -> "module:attribute" of a click command or group. One line per subcommand.
 LAZY_COMMANDS: dict[str, str] = {

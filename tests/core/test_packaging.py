@@ -117,7 +117,7 @@ def test_every_module_imports_or_names_its_extra() -> None:
         """
         import importlib, json, pkgutil
         import handoffmon
-        from handoffmon._extras import MissingExtraError
+        from handoffmon.errors import MissingExtraError
         result = {}
         for info in pkgutil.walk_packages(handoffmon.__path__, "handoffmon."):
             if info.name.endswith("__main__"):
