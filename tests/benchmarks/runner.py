@@ -32,7 +32,6 @@ PACKAGES = (
     "starlette",
     "google-re2",
     "xxhash",
-    "matplotlib",
     "psutil",
 )
 

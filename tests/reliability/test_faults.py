@@ -35,12 +35,13 @@ from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.proxy.app import create_app
 from handoffmon.proxy.server import uvicorn_options
+from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
 from tests.integrations.zero_router import ZeroLatencyRouter
-from tests.pipeline.helpers import RaisingExporter, RecordingExporter
+from tests.pipeline.helpers import RaisingExporter
 from tests.proxy.conftest import proxy_config, running_proxy
 from tests.proxy.mock_upstream import ServerThread, reply_text, schedule
-from tests.reliability.test_soak import ServeProcess, Traffic, serve_config, upstream_thread
+from tests.reliability.proxy_traffic import ServeProcess, Traffic, serve_config, upstream_thread
 from tests.stores.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,6 +300,7 @@ APP = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~50 s: a backlog of thousands of turns is built up, then drained
 def test_sigterm_during_wrapper_traffic_drains_the_backlog_into_sqlite(tmp_path: Path) -> None:
     """An app SIGTERMed with a backlog queued: at exit every returned turn is in the SQLite aggregates."""
     script, db = tmp_path / "app.py", tmp_path / "hm.db"
