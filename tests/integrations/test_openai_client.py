@@ -10,8 +10,9 @@ import pytest
 
 from handoffmon.integrations import wrap
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
+from handoffmon.testing import RecordingExporter
 from tests.integrations.openai_mock import Upstream
-from tests.pipeline.helpers import RecordingExporter, make_config, monitor
+from tests.pipeline.helpers import make_config, monitor
 
 CONFIG = make_config(attribution={"canonical_models": {"openai/gpt-b": "model-b"}})
 

@@ -6,8 +6,8 @@ import threading
 from typing import Any
 
 from handoffmon.pipeline.turn import Capture, Described
-from tests.pipeline.helpers import RecordingExporter, make_config, monitor, run_conversation
-from tests.pipeline.test_monitor import AUTHORS_4_7
+from handoffmon.testing import RecordingExporter
+from tests.pipeline.helpers import AUTHORS_4_7, make_config, monitor, run_conversation
 
 
 def _facts(results: list[Any]) -> list[tuple[Any, ...]]:

@@ -1,19 +1,9 @@
-"""Shared test helpers for stores: a settable clock and a thread runner that surfaces errors."""
+"""Shared test helpers for stores: a thread runner that surfaces errors."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-
-
-class FakeClock:
-    """A clock tests move by hand (``clock.now += 10``)."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run_in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:

@@ -15,6 +15,7 @@ import redis
 from handoffmon.config import StoreConfig
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.redis import AsyncRedisStore, RedisStore
+from handoffmon.testing import FakeClock
 from tests.conftest import free_port, require_redis
 from tests.stores.redis_server import RedisServer
 
@@ -29,16 +30,6 @@ def _cfg(**kw: Any) -> StoreConfig:
     base: dict[str, Any] = {"backend": "redis", "key_prefix": f"hm-test:{uuid.uuid4().hex}:"}
     base.update(kw)
     return StoreConfig(**base)
-
-
-class FakeClock:
-    """Monotonic clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class CountingConnection(redis.Connection):
