@@ -18,13 +18,15 @@ ENV_NESTED = "__"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # attribute docstrings become field descriptions: the configuration reference is generated from them
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class StoreConfig(_Section):
     """Where attributions and per-conversation state live."""
 
     backend: Literal["memory", "sqlite", "redis"] = "memory"
+    """``memory`` (one process, LRU + TTL), ``sqlite`` (one host, survives restarts), ``redis``."""
     path: str = "handoffmon.db"
     """SQLite file (backend ``sqlite``); aggregates are kept in the same file."""
     url: str = "redis://127.0.0.1:6379/0"
@@ -45,6 +47,7 @@ class AttributionConfig(_Section):
     canonical_models: dict[str, str] = Field(default_factory=dict)
     """Deployment id or provider model name → canonical model name."""
     conversation_header: str = "x-conversation-id"
+    """Request header carrying the caller's conversation id (case-insensitive)."""
     content_fallback: bool = True
     """Attribute by content-only fingerprint when the chain breaks."""
     text_cache_bytes: int = Field(default=16_000_000, gt=0)
@@ -57,7 +60,9 @@ class PipelineConfig(_Section):
     """The background queue that runs checkers and updates aggregates."""
 
     queue_size: int = Field(default=10_000, gt=0)
+    """Turns waiting for the check workers; when full, turns are dropped and counted."""
     workers: int = Field(default=1, ge=1)
+    """Check worker threads (a conversation's turns always go to the same one)."""
     attribution_queue_size: int = Field(default=1_000, gt=0)
     """Captured turns waiting for the attribution thread. Each holds its request's message
     list, so this bounds memory; when full, turns are dropped (shed, never attributed on
@@ -65,6 +70,7 @@ class PipelineConfig(_Section):
     check_budget_s: float = Field(default=0.05, gt=0)
     """Per-check time budget; a checker over budget yields an ``error`` verdict."""
     shutdown_timeout_s: float = Field(default=10.0, ge=0)
+    """How long ``close()`` (and the exit hook) waits for the queues to drain."""
     export_queue_size: int = Field(default=10_000, gt=0)
     """Results buffered per exporter (each has its own thread); when full, results are
     dropped for that exporter and counted as ``monitor_errors{stage="export"}``."""
@@ -74,25 +80,35 @@ class ScopeConfig(_Section):
     """Which turns a rule applies to (all fields optional; empty = any)."""
 
     model_groups: list[str] = Field(default_factory=list)
+    """Requested model groups the rule applies to (empty: all)."""
     routes: list[str] = Field(default_factory=list)
+    """Values of the request metadata ``route`` (empty: all)."""
     tags: list[str] = Field(default_factory=list)
+    """Request metadata ``tags``: the rule applies if any of these is present (empty: all)."""
     min_depth: int = Field(default=1, ge=1)
+    """First depth checked (inclusive)."""
     max_depth: int | None = Field(default=None, ge=1)
+    """Last depth checked (inclusive; null: no limit)."""
 
 
 class RuleConfig(_Section):
     """One named rule: a checker with parameters and a scope."""
 
     name: str = Field(min_length=1, max_length=100)
+    """Unique; the ``rule`` label in metrics."""
     check: str = Field(min_length=1)
+    """A registered checker (``length``, ``json_schema``, ``ifeval:<instruction id>``, …)."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """The checker's parameters; unknown or ill-typed ones fail at load."""
     scope: ScopeConfig = Field(default_factory=ScopeConfig)
+    """Which turns the rule applies to."""
 
 
 class TelemetryConfig(_Section):
     """Prometheus, OpenTelemetry and log output."""
 
     prometheus: bool = True
+    """Export Prometheus metrics."""
     max_models: int = Field(default=50, gt=0)
     """Distinct model label values before new names collapse into ``other``."""
     max_rules: int = Field(default=100, gt=0)
@@ -104,7 +120,9 @@ class TelemetryConfig(_Section):
     capture_content: bool = False
     """Opt-in: put prompt/reply text on spans (never on metrics or logs)."""
     log_turns: bool = True
+    """One structured log event per turn (logger ``handoffmon.turns``)."""
     log_format: Literal["json", "console"] = "json"
+    """Rendering of the per-turn log events."""
 
 
 class RefitConfig(_Section):
@@ -115,28 +133,38 @@ class RefitConfig(_Section):
     min_n: int = Field(default=30, ge=1)
     """Cells with fewer checked turns are not reported."""
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    """Level of the reported intervals."""
     ridge: float = Field(default=1.0, ge=0)
+    """Shrinkage of π and σ toward 0, strong for models seen in few pairs, negligible otherwise."""
 
 
 class ProxyConfig(_Section):
     """``handoffmon serve``."""
 
     upstream: str | None = None
+    """Upstream OpenAI-compatible base URL, with or without ``/v1`` (``--upstream``)."""
     host: str = "127.0.0.1"
+    """Listen address (``--host``)."""
     port: int = Field(default=4100, gt=0, lt=65536)
+    """Listen port (``--port``)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """Larger request bodies are answered 413 and not forwarded."""
     upstream_timeout_s: float = Field(default=600.0, gt=0)
+    """No upstream byte for this long: 504 (mid-stream: the stream ends)."""
     metrics_token: str | None = None
+    """Bearer token required on ``/metrics`` and ``/admin/*`` (null: open)."""
 
 
 class HandoffmonConfig(_Section):
     """Root configuration. Every field has a default: an empty file is valid."""
 
     depth_buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_EDGES))
+    """Lower bounds of the depth buckets, increasing from 1 (``[1, 2, 3, 5]`` → ``1, 2, 3-4, 5+``)."""
     store: StoreConfig = Field(default_factory=StoreConfig)
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     rules: list[RuleConfig] = Field(default_factory=list)
+    """Rules checked on every applicable reply (see ``rules[]`` below)."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     refit: RefitConfig = Field(default_factory=RefitConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)

@@ -18,7 +18,7 @@ RULES_TEST = DEPLOY / "prometheus" / "handoffmon-rules.test.yml"
 PROM_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "handoffmon.json"
 GRAFANA_ALERTS = DEPLOY / "grafana" / "alerting" / "handoffmon-alerts.yml"
-README = ROOT / "README.md"
+RUNBOOK = ROOT / "docs" / "operations" / "alerting.md"
 
 
 def from_rules_tool() -> ModuleType:
@@ -78,9 +78,6 @@ def substitute(expr: str, values: dict[str, str] = TEMPLATE_VALUES) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", repl, expr)
 
 
-def readme_section(name: str) -> str:
-    """The text between a README section's markers."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index(f"<!-- section:{name} -->")
-    end = text.index(f"<!-- /section:{name} -->")
-    return text[start:end]
+def runbook() -> str:
+    """The alert runbook page of the docs."""
+    return RUNBOOK.read_text(encoding="utf-8")

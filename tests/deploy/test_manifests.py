@@ -147,5 +147,5 @@ def test_dockerfile_installs_the_package_and_runs_serve() -> None:
     text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
     assert '".[proxy,redis]"' in text
     assert 'ENTRYPOINT ["handoffmon"]' in text and '"serve"' in text
-    for copied in ("pyproject.toml", "README.md", "handoffmon"):
+    for copied in ("pyproject.toml", "README.md", "LICENSE", "handoffmon"):
         assert (ROOT / copied).exists()

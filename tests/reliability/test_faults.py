@@ -1,6 +1,6 @@
 """Fault matrix under concurrent traffic: the request path stays up and nothing already accepted is lost.
 
-Complements the single-fault tests elsewhere (see the README's fault-matrix table):
+Complements the single-fault tests elsewhere (see docs/operations/reliability.md, the fault matrix):
 tests/pipeline/test_monitor.py (raising/failing/hanging exporters and checkers, a broken
 store, a full queue, one at a time on a monitor), tests/stores/test_redis.py (Redis
 unreachable, hung, back), tests/proxy/test_multi_replica.py (Redis stopped and restarted

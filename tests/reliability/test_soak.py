@@ -54,7 +54,7 @@ STREAM_SHARE = 0.2 if sys.version_info >= (3, 12) else 0.0
 """Share of the wrapper soak's calls that stream. None before Python 3.12: there, litellm's
 ``CustomStreamWrapper.__del__`` sets ContextVars from inside cyclic GC, which trips CPython
 gh-148891 (a use-after-free in ``ContextVar.set`` fixed only by 3.12's GC) and segfaults the
-process within seconds to minutes — with or without handoffmon (README, "Known issues").
+process within seconds to minutes — with or without handoffmon (docs/operations/known-issues.md).
 Streaming through the wrapper is covered by the integration tests; the 30-minute soak
 with streams runs on 3.12."""
 
