@@ -1,29 +1,26 @@
-"""The Python example in the README's demo section runs and writes a report naming the risky model."""
+"""The report example on docs/getting-started/demo.md runs and writes a report naming the risky model."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import os
-import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
+
+from tests.docs.snippets import claimed
+
+PAGE = "docs/getting-started/demo.md"
 
 
-def test_readme_demo_section_python_example_runs(tmp_path: Path) -> None:
+def test_demo_page_report_example_names_the_planted_risky_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The example writes sim-report.html and prints the planted risky prefix (ember) as most harmful."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("<!-- section:demo -->")[1].split("<!-- /section:demo -->")[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 1
+    (block,) = claimed(PAGE, "tests/report/test_docs_example.py")
+    monkeypatch.chdir(tmp_path)
     out = io.StringIO()
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        with contextlib.redirect_stdout(out):
-            exec(compile(blocks[0], "README.md:demo", "exec"), {"__name__": "readme_example"})
-    finally:
-        os.chdir(cwd)
+    with contextlib.redirect_stdout(out):
+        exec(compile(block.code, block.id, "exec"), {"__name__": "docs_example"})
     assert out.getvalue().strip() == "ember"
     assert (tmp_path / "sim-report.html").read_text(encoding="utf-8").startswith("<!doctype html>")
