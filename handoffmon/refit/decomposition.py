@@ -1,6 +1,6 @@
 """Δ(A→B) ≈ μ + π_A + σ_B: weighted ridge least squares with sum-to-zero constraints.
 
-Choices (see the README ``refit`` section):
+Choices (see docs/concepts/statistics.md):
 
 * weights 1/var(Δ): precise pairs count more; and because every Δ(·→B) shares the
   baseline B→B, the Δ of one suffix are correlated: with their covariance given, the

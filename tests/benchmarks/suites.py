@@ -31,7 +31,7 @@ class Row:
         ratio: a ratio measured side by side in the same run (None when there is none).
         ratio_of: what the ratio divides (e.g. ``wrapped / direct p50``).
         note: extra facts (RPS, sample counts, counters).
-        headline: shown in the printed/README table (all rows go to the JSON).
+        headline: shown in the printed and docs tables (all rows go to the JSON).
     """
 
     bench: str
