@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 
-_FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.S | re.M)
+_FENCE = re.compile(r"^([ \t]*)```(\w+)[^\n]*\n(.*?)^[ \t]*```", re.S | re.M)
 _MARK = re.compile(r"<!-- test: (.+?) -->\s*$")
 
 
@@ -52,7 +53,8 @@ def blocks(path: Path) -> list[Block]:
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         mark = _MARK.search(before)
         rel = path.relative_to(ROOT).as_posix()
-        out.append(Block(rel, line, m.group(1), m.group(2), mark.group(1) if mark else None))
+        code = textwrap.dedent(m.group(3)) if m.group(1) else m.group(3)
+        out.append(Block(rel, line, m.group(2), code, mark.group(1) if mark else None))
     return out
 
 
