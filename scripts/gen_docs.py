@@ -122,16 +122,18 @@ def configuration_block() -> str:
 
 
 def _families(registry: Any) -> list[tuple[str, str, tuple[str, ...], str]]:
-    """(exposed name, type, label names, help) of every metric a registry holds, in registration order."""
+    """(exposed name, type, label names, help) of every family a registry exposes now.
+
+    Label names are read off the samples (public API only), so every family must have at
+    least one sample: exercise the exporter first.
+    """
     out = []
-    for collector in list(registry._collector_to_names):  # the registry keeps no public collector list
-        labels = tuple(getattr(collector, "_labelnames", ()))
-        describe = getattr(collector, "describe", None)
-        for family in (describe() if describe else None) or collector.collect():
-            if not labels and family.samples:
-                labels = tuple(k for k in family.samples[0].labels if k != "le")
-            name = f"{family.name}_total" if family.type == "counter" else family.name
-            out.append((name, family.type, labels, family.documentation))
+    for family in registry.collect():
+        if not family.samples:
+            raise SystemExit(f"{family.name} has no sample: exercise it in scripts/gen_docs.py")
+        labels = max((tuple(k for k in s.labels if k != "le") for s in family.samples), key=len)
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        out.append((name, family.type, labels, family.documentation))
     return out
 
 
@@ -144,14 +146,26 @@ def _metrics_table(rows: list[tuple[str, str, tuple[str, ...], str]]) -> list[st
 
 
 def monitor_metrics_block() -> str:
-    """Every series a monitor's Prometheus exporter registers."""
+    """Every series a monitor's Prometheus exporter exposes after a turn, its own health and a refit."""
     from prometheus_client import CollectorRegistry
 
+    from handoffmon.depth import DepthBuckets
     from handoffmon.exporters.prometheus import PrometheusExporter
+    from handoffmon.refit import refit
+    from handoffmon.sim import default_fleet
+    from handoffmon.sim.offline import simulate_counts
+    from handoffmon.testing import make_turn_result
 
-    registry = CollectorRegistry()
-    PrometheusExporter(registry, multiprocess=False)
-    return "\n".join(_metrics_table(_families(registry)))
+    exporter = PrometheusExporter(CollectorRegistry(), multiprocess=False)
+    turn = make_turn_result(
+        depth=2, prefix_model="a", checks=[("r", "pass")], transitions=[("r", "pass", "pass")], fallbacks=1
+    )
+    exporter.export(turn)
+    exporter.observe_overhead("begin", 1e-5)
+    exporter.count_error("export")
+    exporter.count_drop()
+    exporter.publish_refit(refit(simulate_counts(default_fleet(), 100, seed=3), buckets=DepthBuckets()))
+    return "\n".join(_metrics_table(_families(exporter.registry)))
 
 
 def proxy_metrics_block() -> str:
