@@ -283,7 +283,7 @@ def benchmark_block() -> str:
     loads = [s["load_before"][0] for s in doc["suites"]] + [doc["machine_after"]["load_average"][0]]
     commit = str(m.get("git", {}).get("commit") or "?")[:10]
     facts = (
-        f"Source: [`{path.name}`](benchmarks/{path.name}), started {doc['started_utc']} on "
+        f"Source: [`{path.name}`](benchmarks/{path.name}), on "
         f"{m['cpu_model']}, {m['logical_cores']} logical cores, {m['memory_gib']} GiB, Python {m['python']}, "
         f"litellm {m['packages'].get('litellm')}, commit `{commit}`; 1-minute load average "
         f"{min(loads):.1f}–{max(loads):.1f} during the run; {doc['wall_s']:.0f} s wall"
