@@ -14,6 +14,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp"),
     "demo": ("litellm", "tqdm"),
     "evals": ("litellm", "tqdm"),
+    "turns": ("duckdb",),
 }
 """Extra (``pyproject.toml`` ``[project.optional-dependencies]``) → top-level modules it installs."""
 
