@@ -19,14 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handoffmon.checkers.request_rules import NAME, RESERVED_NAMES, RequestRulePolicy, canonical_json
+from handoffmon.checkers.request_rules import NAME, RESERVED_NAMES, canonical_json
 from handoffmon.config import DEFAULT_REQUEST_CHECKERS
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.types import TurnResult
 from tests.pipeline.helpers import RecordingExporter, make_config, monitor
 
 CANARY = f"hm_fuzz_canary_{uuid.uuid4().hex}"
-POLICY = RequestRulePolicy()
+ALLOWED_EXACT = {c for c in DEFAULT_REQUEST_CHECKERS if not c.endswith("*")}
+ALLOWED_PREFIXES = tuple(c[:-1] for c in DEFAULT_REQUEST_CHECKERS if c.endswith("*"))
 CONFIG_LIMITS = {
     "max_per_request": 8,
     "max_per_conversation": 12,
@@ -120,9 +121,21 @@ hostile = st.fixed_dictionaries(
         "scope": st.dictionaries(st.sampled_from(["min_depth", "tags", "bogus"]), json_value, max_size=2),
     },
 )
-rule = st.one_of(plausible, plausible, hostile, json_value)
+attack = st.fixed_dictionaries(  # well-formed, so only the allowlist stands in the way
+    {
+        "name": valid_names,
+        "check": st.sampled_from(["pydantic_model", "json_schema", "language"]),
+        "params": st.one_of(
+            st.fixed_dictionaries({"model": st.sampled_from(IMPORTS)}),
+            st.fixed_dictionaries({"schema": st.fixed_dictionaries({"pattern": st.sampled_from(BOMBS)})}),
+            st.fixed_dictionaries({"languages": st.just(["en"])}),
+        ),
+    }
+)
+rule = st.one_of(plausible, plausible, attack, hostile, json_value)
 declaration = st.one_of(
     st.lists(plausible, max_size=6),
+    st.lists(st.one_of(plausible, attack), min_size=1, max_size=3),
     st.lists(rule, max_size=12),
     json_value,
 )
@@ -151,14 +164,14 @@ def fuzzed(canary: Path) -> Iterator[tuple[Monitor, RecordingExporter]]:
 
 
 def _bad_by_construction(raw: Any) -> bool:
-    """Declarations every policy must refuse: something that is not a rule, a code-importing
-    checker, or a name outside the charset."""
+    """Declarations the default policy must refuse: something that is not a rule, a checker
+    kind outside the default allowlist, or a name outside the charset."""
     if raw is None:
         return False
     if not isinstance(raw, list):
         return not (isinstance(raw, dict) and not raw)  # {} and [] etc. are "nothing declared"
     for item in raw:
-        if not isinstance(item, dict) or item.get("check") in ("pydantic_model", "PYDANTIC_MODEL"):
+        if not isinstance(item, dict) or item.get("check") in ("pydantic_model", "json_schema", "language"):
             return True
         name = item.get("name")
         if not isinstance(name, str) or NAME.fullmatch(name) is None or name.lower() in RESERVED_NAMES:
@@ -173,7 +186,8 @@ def _check_state(state: Any) -> None:
     names = {"short"}
     for r in declared:
         assert NAME.fullmatch(r["name"]) and r["name"].lower() not in RESERVED_NAMES
-        assert POLICY.allows(r["check"])
+        assert r["check"] in ALLOWED_EXACT or r["check"].startswith(ALLOWED_PREFIXES)
+        assert r["check"] not in ("pydantic_model", "json_schema", "language")
         names.add(r["name"])
     assert set(state["last"]) <= names and set(state["previous"]) <= names
     assert len(json.dumps(state)) < 4 * CONFIG_LIMITS["max_conversation_bytes"]
@@ -206,28 +220,25 @@ def _run(m: Monitor, exp: RecordingExporter, canary: Path, turns: list[Any]) -> 
     assert not canary.exists() and CANARY not in sys.modules
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(turns=conversation)
-def test_hostile_declarations_leave_state_bounded_and_checks_intact(
-    fuzzed: tuple[Monitor, RecordingExporter], canary: Path, turns: list[Any]
-) -> None:
-    """A bounded run in the default suite (~40 conversations)."""
-    _run(*fuzzed, canary, turns)
+def _property(examples: int, doc: str) -> Any:
+    """The test over ``examples`` generated conversations."""
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(turns=conversation)
+    def check(fuzzed: tuple[Monitor, RecordingExporter], canary: Path, turns: list[Any]) -> None:
+        _run(*fuzzed, canary, turns)
+
+    check.__doc__ = doc
+    return check
 
 
-@pytest.mark.slow
-@settings(
-    max_examples=2000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+test_hostile_declarations_leave_state_bounded_and_checks_intact = _property(
+    40, "A bounded run in the default suite (~40 conversations)."
 )
-@given(turns=conversation)
-def test_hostile_declarations_long_run(
-    fuzzed: tuple[Monitor, RecordingExporter], canary: Path, turns: list[Any]
-) -> None:
-    """The same properties over 2,000 conversations (``-m slow``)."""
-    _run(*fuzzed, canary, turns)
+test_hostile_declarations_long_run = pytest.mark.slow(
+    _property(2000, "The same properties over 2,000 conversations (``-m slow``, ~35 s).")
+)
