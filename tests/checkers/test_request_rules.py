@@ -173,10 +173,7 @@ def test_conversation_limits_count_what_it_already_declared() -> None:
     """A conversation keeps at most max_per_conversation names and max_conversation_bytes;
     redeclaring one of its names (Multi-IF) does not count twice."""
     rs = RuleSet(request=RequestRulePolicy(max_per_request=4, max_per_conversation=5))
-    declared = [
-        stored_form(r)
-        for r in rs.parse_request_rules(meta(*[no_commas(f"r{i}") for i in range(4)]))
-    ]
+    declared = [stored_form(r) for r in rs.parse_request_rules(meta(*[no_commas(f"r{i}") for i in range(4)]))]
     assert len(rs.parse_request_rules(meta(no_commas("r0"), no_commas("r4")), declared=declared)) == 2
     assert rejected(rs, meta(no_commas("r4"), no_commas("r5")), declared=declared) == "conversation_full"
     tight = RuleSet(request=RequestRulePolicy(max_conversation_bytes=120))  # one such rule is ~75 B
