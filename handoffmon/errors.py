@@ -35,3 +35,11 @@ class CheckerTimeout(HandoffmonError):
 
 class InputError(HandoffmonError):
     """Input a command was given is malformed (file, column, JSON line)."""
+
+
+class NoDataError(HandoffmonError):
+    """A command's input turned out empty (no counts, no rows for a model, nothing compared).
+
+    Empty results are errors, never a silent success: the CLI exits with
+    ``ExitCode.NO_DATA`` (``handoffmon.cli.exits``).
+    """

@@ -15,6 +15,25 @@ Verdict = Literal["pass", "fail", "not_applicable", "error"]
 
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "not_applicable", "error")
 
+ATTRIBUTION_METHODS: tuple[AttributionMethod, ...] = ("chain", "content", "unknown")
+"""How an earlier assistant message was attributed (``handoffmon_attributions_total{method}``)."""
+
+MONITOR_STAGES: tuple[str, ...] = (
+    "attribution",
+    "record",
+    "persist",
+    "state",
+    "rules",
+    "check",
+    "pipeline",
+    "export",
+    "aggregates",
+    "integration",
+    "refit",
+)
+"""Stages that count their own failures (``handoffmon_monitor_errors_total{stage}``); exported at 0
+from the start so dashboards and ``rate()`` show 0, not "No data"."""
+
 NO_PREFIX = "none"
 """Prefix model of a depth-1 turn (nothing was written before it)."""
 

@@ -95,13 +95,20 @@ def write_config(
     scrape_interval: str = "1s",
     evaluation_interval: str = "1s",
     job: str = "handoffmon",
+    scrape_configs: Sequence[dict[str, Any]] | None = None,
+    alertmanagers: Sequence[str] = (),
 ) -> Path:
-    """A minimal prometheus.yml scraping ``targets`` as one job."""
-    config = {
+    """A minimal prometheus.yml scraping ``targets`` as one job (or ``scrape_configs`` as given),
+    sending alerts to ``alertmanagers`` (``host:port``) when any."""
+    config: dict[str, Any] = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
         "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}],
+        "scrape_configs": list(scrape_configs)
+        if scrape_configs is not None
+        else [{"job_name": job, "static_configs": [{"targets": list(targets)}]}],
     }
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
 
@@ -115,6 +122,8 @@ def prometheus_server(
     scrape_interval: str = "1s",
     evaluation_interval: str = "1s",
     start_timeout_s: float = 30.0,
+    scrape_configs: Sequence[dict[str, Any]] | None = None,
+    alertmanagers: Sequence[str] = (),
 ) -> Iterator[PromServer]:
     """Start Prometheus on a free loopback port with a temp TSDB; stop it on exit.
 
@@ -125,6 +134,8 @@ def prometheus_server(
         scrape_interval: global scrape interval.
         evaluation_interval: rule evaluation interval.
         start_timeout_s: how long to wait for ``/-/ready``.
+        scrape_configs: full scrape configs instead of one job over ``targets``.
+        alertmanagers: Alertmanager ``host:port`` addresses to send alerts to.
     """
     binary = require_binary("prometheus")
     port = free_port()
@@ -134,6 +145,8 @@ def prometheus_server(
         rule_files,
         scrape_interval=scrape_interval,
         evaluation_interval=evaluation_interval,
+        scrape_configs=scrape_configs,
+        alertmanagers=alertmanagers,
     )
     data_dir = tmp_path / "tsdb"
     log_path = tmp_path / "prometheus.log"

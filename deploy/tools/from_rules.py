@@ -1,7 +1,13 @@
 """Derive the Grafana alert provisioning and the k8s PrometheusRule from the Prometheus rules.
 
-Usage: ``python deploy/tools/from_rules.py`` rewrites both generated files from
-``deploy/prometheus/handoffmon-rules.yml`` (tests fail while they disagree).
+Usage: ``python -m deploy.tools.from_rules`` (from the repository root) rewrites both
+generated files from ``deploy/prometheus/handoffmon-rules.yml`` (tests fail while they
+disagree). ``--identity-labels job,env --out-dir DIR`` writes the rules file and both
+generated files for another list of identity labels into DIR instead.
+
+Identity labels: the shipped rules aggregate ``by (job, namespace, cluster, …)`` and match
+``on (job, namespace, cluster, …)``; that exact sequence is the identity list, and
+``relabel`` swaps it for another one everywhere (rules, Grafana alerts, PrometheusRule).
 
 Grafana: each Prometheus alert becomes one Grafana-managed rule with the same PromQL:
 
@@ -19,8 +25,10 @@ PrometheusRule: ``spec.groups`` is the rules file's ``groups`` unchanged.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +38,8 @@ DEPLOY = Path(__file__).resolve().parents[1]
 DEFAULT_RULES = DEPLOY / "prometheus" / "handoffmon-rules.yml"
 GRAFANA_OUT = DEPLOY / "grafana" / "alerting" / "handoffmon-alerts.yml"
 PROMETHEUSRULE_OUT = DEPLOY / "k8s" / "prometheusrule.yaml"
+IDENTITY_LABELS: tuple[str, ...] = ("job", "namespace", "cluster")
+"""The target labels every rule keeps (what tells two deployments apart)."""
 DATASOURCE_UID = "handoffmon-prometheus"
 FOLDER = "handoffmon"
 GRAFANA_HEADER = (
@@ -45,6 +55,17 @@ PROMETHEUSRULE_HEADER = (
     "# when these labels match your Prometheus' ruleSelector.\n"
 )
 _VALUE = re.compile(r"\$value\b")
+
+
+def relabel(text: str, labels: Sequence[str]) -> str:
+    """``text`` with the identity list ``job, namespace, cluster`` replaced by ``labels``.
+
+    Raises:
+        ValueError: ``labels`` is empty or holds an invalid label name.
+    """
+    if not labels or not all(re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", x) for x in labels):
+        raise ValueError(f"identity labels must be Prometheus label names, got {list(labels)!r}")
+    return text.replace(", ".join(IDENTITY_LABELS), ", ".join(labels))
 
 
 def _template(text: str) -> str:
@@ -140,6 +161,8 @@ def prometheus_rule(rules: dict[str, Any]) -> dict[str, Any]:
         "kind": "PrometheusRule",
         "metadata": {
             "name": "handoffmon",
+            # kube-prometheus-stack's ruleSelector matches `release: <Helm release>`;
+            # deploy/k8s/kustomization.yaml adds that label (set your release name there).
             "labels": {"app.kubernetes.io/name": "handoffmon", "role": "alert-rules"},
         },
         "spec": {"groups": rules["groups"]},
@@ -165,10 +188,26 @@ def render_prometheus_rule(rules_path: Path = DEFAULT_RULES) -> str:
     return _dump(PROMETHEUSRULE_HEADER, prometheus_rule(_load(rules_path)))
 
 
-def main() -> int:
-    """Rewrite both generated files from the shipped rules; returns the exit code."""
-    GRAFANA_OUT.write_text(render_grafana(), encoding="utf-8")
-    PROMETHEUSRULE_OUT.write_text(render_prometheus_rule(), encoding="utf-8")
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite the generated files (or write a relabelled set to ``--out-dir``); exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--identity-labels", help="comma-separated identity labels (default: job,namespace,cluster)"
+    )
+    parser.add_argument("--out-dir", type=Path, help="write the relabelled rules and generated files here")
+    args = parser.parse_args(argv)
+    if args.identity_labels is None:
+        GRAFANA_OUT.write_text(render_grafana(), encoding="utf-8")
+        PROMETHEUSRULE_OUT.write_text(render_prometheus_rule(), encoding="utf-8")
+        return 0
+    if args.out_dir is None:
+        parser.error("--identity-labels needs --out-dir (the shipped files keep the default list)")
+    labels = [x.strip() for x in args.identity_labels.split(",") if x.strip()]
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    rules = args.out_dir / DEFAULT_RULES.name
+    rules.write_text(relabel(DEFAULT_RULES.read_text(encoding="utf-8"), labels), encoding="utf-8")
+    (args.out_dir / GRAFANA_OUT.name).write_text(render_grafana(rules), encoding="utf-8")
+    (args.out_dir / PROMETHEUSRULE_OUT.name).write_text(render_prometheus_rule(rules), encoding="utf-8")
     return 0
 
 

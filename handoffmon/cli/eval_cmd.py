@@ -7,18 +7,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from handoffmon.errors import HandoffmonError
+from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.errors import HandoffmonError, NoDataError
 
 _ROUTER_HELP = "litellm Router config (YAML with model_list), or 'sim' / 'sim:K' for the offline simulator"
 
 
-def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(1)
+def _fail(exc: Exception) -> NoReturn:
+    fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)
 
 
 def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) -> list[Any]:
@@ -33,15 +33,25 @@ def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) ->
     return scripts
 
 
-def _target(router: str | None, seed: int, latency_s: float, *, matrix: bool) -> tuple[Any, Any]:
-    """(responder, name resolver) for --router / plain litellm."""
+def _target(
+    router: str | None, seed: int, latency_s: float, config: str | None, *, matrix: bool
+) -> tuple[Any, Any]:
+    """(responder, name resolver) for --router / plain litellm.
+
+    Authors are canonicalized with ``attribution.canonical_models`` of ``config`` (the
+    monitor's config file), so eval rows name models as production does; the simulator
+    brings its own mapping.
+    """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
+    from handoffmon.attribution.names import ModelNames
+    from handoffmon.config import load_config
     from handoffmon.evals import models as m
 
     litellm.suppress_debug_info = True  # a CLI process: keep retried errors' debug dumps off stderr
 
+    names = ModelNames(load_config(config).attribution.canonical_models) if config else ModelNames()
     if router and (router == "sim" or router.startswith("sim:")):
         from handoffmon.sim.fleet import default_fleet, make_fleet
 
@@ -50,8 +60,8 @@ def _target(router: str | None, seed: int, latency_s: float, *, matrix: bool) ->
         tg = m.sim_target(fleet, seed=seed, latency_s=latency_s, fallbacks=not matrix, failures=True)
         return tg.responder, tg.group_of
     if router:
-        return m.RouterResponder(m.router_from_config(router)), str
-    return m.LitellmResponder(), str
+        return m.RouterResponder(m.router_from_config(router), names=names), str
+    return m.LitellmResponder(names=names), str
 
 
 def _settings(runs: int | None, concurrency: int, retries: int, seed: int, progress: bool) -> Any:
@@ -89,6 +99,12 @@ _common = [
         "--sim-latency", default=0.0, show_default=True, type=float, help="simulator seconds per call"
     ),
     click.option("--progress/--no-progress", default=True, show_default=True),
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(exists=True, dir_okay=False),
+        help="the monitor's config: attribution.canonical_models names authors as production does",
+    ),
 ]
 
 
@@ -102,9 +118,15 @@ def _with_common(f: Any) -> Any:
 @click.argument("scripts", nargs=-1, type=click.Path(exists=True))
 @click.option("--model", required=True, help="litellm model, or the Router model group")
 @click.option("--db", default="eval.sqlite", show_default=True, help="results database (rerun resumes)")
-@click.option("--out", help="eval JSON (curves with Wilson intervals)")
+@click.option("--out", help="eval JSON (curves with Wilson intervals; '-' for stdout)")
 @click.option("--jsonl", help="export every row as JSONL")
 @click.option("--html", help="HTML report of the curves")
+@click.option(
+    "--shapes",
+    "shapes_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="production shapes.json to overlay on the HTML report (joined on the author)",
+)
 @_with_common
 def run_cmd(
     scripts: tuple[str, ...],
@@ -113,16 +135,23 @@ def run_cmd(
     out: str | None,
     jsonl: str | None,
     html: str | None,
+    shapes_path: str | None,
     **kw: Any,
 ) -> None:
-    """Replay SCRIPTS N times against --model; rows land in --db; a rerun skips finished turns."""
+    """Replay SCRIPTS N times against --model; rows land in --db; a rerun skips finished turns.
+
+    Every row records the requested --model and the author that answered (after the
+    router's fallbacks). Exit status 5 when some runs failed (rerun to resume).
+    """
     from handoffmon.evals.results import build_result
     from handoffmon.evals.runner import Runner
     from handoffmon.evals.store import ResultStore
 
     try:
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
-        responder, resolve = _target(kw["router"], kw["seed"], kw["sim_latency"], matrix=False)
+        responder, resolve = _target(
+            kw["router"], kw["seed"], kw["sim_latency"], kw["config_path"], matrix=False
+        )
         settings = _settings(kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"])
         with ResultStore(db, label=" ".join(sys.argv[1:])[:500]) as store:
             summary = asyncio.run(Runner(responder, store, settings).run(loaded, resolve(model)))
@@ -132,20 +161,37 @@ def run_cmd(
         if out:
             _write(out, result.to_json())
         if html:
-            from handoffmon.evals.html import eval_report
-
-            _write(html, eval_report(result))
+            _write(html, _eval_page(result, shapes_path))
     except HandoffmonError as exc:
         _fail(exc)
+    authors = ", ".join(f"{m} -> {', '.join(per)}" for m, per in result.authors.items()) or "none"
     click.echo(
         f"eval run: {summary.jobs} run(s), {summary.turns_generated} turn(s) generated, "
         f"{summary.turns_resumed} resumed, {summary.retries} retried call(s), "
-        f"{len(summary.failed)} failed run(s) -> {db}",
+        f"{len(summary.failed)} failed run(s); answered by {authors} -> {db}",
         err=True,
     )
     for script, run, err in summary.failed[:10]:
         click.echo(f"  failed {script}#{run}: {err}", err=True)
-    sys.exit(2 if summary.failed else 0)
+    sys.exit(int(ExitCode.RUN_FAILED if summary.failed else ExitCode.OK))
+
+
+def _eval_page(result: Any, shapes_path: str | None) -> str:
+    """The eval HTML, with production overlaid (and compare's flags) when shapes are given."""
+    from handoffmon.evals.html import eval_report
+
+    if shapes_path is None:
+        return eval_report(result)
+    from handoffmon.evals.compare import compare
+
+    shapes = _read_shapes(shapes_path)
+    return eval_report(result, shapes=shapes, comparison=compare(shapes, [result]))
+
+
+def _read_shapes(path: str) -> Any:
+    from handoffmon.evals.shapes import Shapes
+
+    return Shapes.from_json(Path(path).read_text(encoding="utf-8"), source=path)
 
 
 @eval_group.command("switch-matrix")
@@ -159,6 +205,16 @@ def run_cmd(
 )
 @click.option("--score", type=click.Choice(["all", "mean"]), default="all", show_default=True)
 @click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
+@click.option(
+    "--min-n", default=20, show_default=True, type=click.IntRange(min=2), help="min paired episodes"
+)
+@click.option(
+    "--fdr",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Benjamini-Hochberg false-discovery rate of 'significant'",
+)
 @click.option("--html", help="HTML report with the Δ heatmap")
 @_with_common
 def switch_matrix_cmd(
@@ -170,10 +226,16 @@ def switch_matrix_cmd(
     switch_at: int | None,
     score: str,
     resamples: int,
+    min_n: int,
+    fdr: float,
     html: str | None,
     **kw: Any,
 ) -> None:
-    """K×K prefix→suffix cells; prefixes cached on disk by (task, episode, prefix model)."""
+    """K×K prefix→suffix cells; prefixes cached on disk by (task, episode, prefix model).
+
+    Cells are named by the author that answered each requested model (the names
+    production uses); exit status 5 when model calls failed (rerun resumes from the cache).
+    """
     from handoffmon.evals.switch import SwitchMatrixRun, analyse, episodes_of, scores_csv
 
     try:
@@ -181,7 +243,9 @@ def switch_matrix_cmd(
         names = [m.strip() for m in models.split(",") if m.strip()]
         if len(names) < 2:
             raise click.UsageError("--models needs at least two models")
-        responder, resolve = _target(kw["router"], kw["seed"], kw["sim_latency"], matrix=True)
+        responder, resolve = _target(
+            kw["router"], kw["seed"], kw["sim_latency"], kw["config_path"], matrix=True
+        )
         settings = _settings(kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"])
         task = "multi-if" if kw["multi_if"] and not scripts else "drift"
         sm = SwitchMatrixRun(
@@ -192,23 +256,41 @@ def switch_matrix_cmd(
             score=score,  # type: ignore[arg-type]
             settings=settings,
             task=task,
-        )  # type: ignore[arg-type]
-        cells = asyncio.run(sm.run(episodes_of(loaded, kw["runs"])))
-        result = analyse(cells, resamples=resamples, seed=kw["seed"], source=",".join(scripts) or "multi-if")
+        )
+        try:
+            cells = asyncio.run(sm.run(episodes_of(loaded, kw["runs"])))
+        except Exception as exc:  # a provider error after retries: finished cells stay cached
+            fail(f"switch matrix stopped: {type(exc).__name__}: {exc}"[:500], ExitCode.RUN_FAILED)
+        result = analyse(
+            cells,
+            resamples=resamples,
+            seed=kw["seed"],
+            min_n=min_n,
+            fdr=fdr,
+            source=",".join(scripts) or "multi-if",
+        )
+        if not any(p.observed for p in result.fit.pairs):
+            raise NoDataError(
+                f"no pair reached --min-n {min_n} paired episodes ({result.n_episodes} episode(s)); "
+                "add runs or scripts"
+            )
         _write(out, result.to_json())
         if scores:
             _write(scores, scores_csv(cells).rstrip("\n"))
         if html:
-            from handoffmon.evals.html import matrix_report
+            from handoffmon.evals.matrix_page import matrix_report
 
             _write(html, matrix_report(result))
     except (HandoffmonError, ValueError) as exc:
         _fail(exc)
     st = sm.stats
+    sig = sum(p.significant for p in result.fit.pairs)
     click.echo(
-        f"switch matrix: {len(names)} models, {result.n_episodes} episodes; prefixes generated "
+        f"switch matrix: {len(names)} models answered by {', '.join(result.authors.values())}, "
+        f"{result.n_episodes} episodes in {result.clusters} script(s); prefixes generated "
         f"{st.prefix_generated}, reused {st.prefix_hits}; cells generated {st.suffix_generated}, "
-        f"cached {st.suffix_hits}; mu={result.fit.mu:.4f} r2={result.fit.r2:.3f} -> {out}",
+        f"cached {st.suffix_hits}; {result.off_author_episodes} off-author episode cell(s) dropped; "
+        f"{sig} significant pair(s) at FDR {fdr}; mu={result.fit.mu:.4f} r2={result.fit.r2:.3f} -> {out}",
         err=True,
     )
 
@@ -219,8 +301,9 @@ def switch_matrix_cmd(
 @click.option("--alpha", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--min-gap", default=0.05, show_default=True, type=click.FloatRange(0, 1))
 @click.option("--min-share", default=0.01, show_default=True, type=click.FloatRange(0, 1))
-@click.option("--model", help="compare only this eval model's rows (default: all pooled)")
-@click.option("--out", help="comparison JSON ('-' for stdout)")
+@click.option("--model", help="compare only this author (eval rows and production counts)")
+@click.option("--out", help="comparison JSON ('-' for stdout; the text report then goes to stderr)")
+@click.option("--html", help="eval HTML report with production overlaid and flagged checkpoints marked")
 def compare_cmd(
     shapes_path: str,
     results: tuple[str, ...],
@@ -229,18 +312,20 @@ def compare_cmd(
     min_share: float,
     model: str | None,
     out: str | None,
+    html: str | None,
 ) -> None:
     """Production SHAPES vs eval RESULTS (eval run JSON and/or switch-matrix JSON files).
 
-    Exit status 3 when a rule is flagged "too clean".
+    Both sides are joined on the author (the deployment that answered, canonical name).
+    Exit status 3 when a rule is flagged "too clean", 4 when nothing could be compared
+    (unknown --model, no production data for it, no shared rule or depth).
     """
     from handoffmon.evals.compare import compare, render_text
     from handoffmon.evals.results import EvalResult
-    from handoffmon.evals.shapes import Shapes
     from handoffmon.refit.result import SwitchMatrixResult
 
     try:
-        shapes = Shapes.from_json(Path(shapes_path).read_text(encoding="utf-8"), source=shapes_path)
+        shapes = _read_shapes(shapes_path)
         evals, matrices = [], []
         for path in results:
             try:
@@ -254,7 +339,13 @@ def compare_cmd(
         c = compare(shapes, evals, matrices, alpha=alpha, min_gap=min_gap, min_share=min_share, model=model)
         if out:
             _write(out, json.dumps(c.to_dict(), indent=2, allow_nan=False))
+        if html:
+            if len(evals) != 1:
+                raise HandoffmonError("--html needs exactly one eval run result among RESULTS")
+            from handoffmon.evals.html import eval_report
+
+            _write(html, eval_report(evals[0], shapes=shapes, comparison=c))
     except HandoffmonError as exc:
         _fail(exc)
-    click.echo(render_text(c))
-    sys.exit(3 if c.flagged else 0)
+    click.echo(render_text(c), err=out == "-")
+    sys.exit(int(ExitCode.FLAGGED if c.flagged else ExitCode.OK))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from handoffmon.errors import HandoffmonError
+from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.errors import HandoffmonError, NoDataError
 
 if TYPE_CHECKING:  # pragma: no cover
     from prometheus_client import CollectorRegistry
@@ -49,14 +49,34 @@ def refit_registry(result: RefitResult, config: HandoffmonConfig | None = None) 
     return registry
 
 
+REFIT_FAILURE_GAUGE = "handoffmon_refit_last_failure_timestamp_seconds"
+
+
+def _push_key(labels: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """``--push-label KEY=VALUE`` pairs → (job, grouping key); job defaults to ``handoffmon``."""
+    key: dict[str, str] = {}
+    for item in labels:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise HandoffmonError(f"--push-label {item!r}: expected KEY=VALUE")
+        key[name] = value
+    return key.pop("job", "handoffmon"), key
+
+
 def publish_gauges(
     result: RefitResult,
     config: HandoffmonConfig | None,
     *,
     metrics_file: str | None = None,
     pushgateway: str | None = None,
+    push_labels: tuple[str, ...] = (),
 ) -> None:
     """Write the refit gauges to a textfile-collector file and/or push them to a Pushgateway.
+
+    The push replaces the group ``job``/``push_labels`` (PUT) on a private registry, so the
+    Pushgateway holds exactly this refit. Scrape it with ``honor_labels: true``: the pushed
+    ``job`` (default ``handoffmon``, the deployment's scrape job) and labels such as
+    ``namespace`` are then the series' identity, which the alert rules join on.
 
     Raises:
         OSError: the file cannot be written or the Pushgateway is unreachable/refuses.
@@ -67,7 +87,22 @@ def publish_gauges(
     if metrics_file:
         write_to_textfile(metrics_file, registry)
     if pushgateway:
-        push_to_gateway(pushgateway, job="handoffmon_refit", registry=registry, timeout=10)
+        job, key = _push_key(push_labels)
+        push_to_gateway(pushgateway, job=job, grouping_key=key, registry=registry, timeout=10)
+
+
+def push_failure(pushgateway: str, push_labels: tuple[str, ...], at: float) -> None:
+    """Record a failed refit in the Pushgateway group without touching its last success.
+
+    POST (``pushadd``) replaces only this gauge, so the success gauges of the last good refit
+    stay and RefitFailing compares the two timestamps.
+    """
+    from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
+
+    registry = CollectorRegistry()
+    Gauge(REFIT_FAILURE_GAUGE, "UNIX time of the last failed refit.", registry=registry).set(at)
+    job, key = _push_key(push_labels)
+    pushadd_to_gateway(pushgateway, job=job, grouping_key=key, registry=registry, timeout=10)
 
 
 @click.command("refit")
@@ -86,7 +121,15 @@ def publish_gauges(
 )
 @click.option("--compact", is_flag=True, help="write JSON without indentation (about half the size)")
 @click.option(
-    "--pushgateway", help="also push the refit gauges to this Pushgateway (host:port), job handoffmon_refit"
+    "--pushgateway",
+    help="also push the refit gauges to this Pushgateway (host:port); a failed refit pushes its time",
+)
+@click.option(
+    "--push-label",
+    "push_labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Pushgateway grouping label (repeatable); job=… sets the job (default: handoffmon)",
 )
 def refit(
     source: str,
@@ -100,13 +143,15 @@ def refit(
     metrics_file: str | None,
     compact: bool,
     pushgateway: str | None,
+    push_labels: tuple[str, ...],
 ) -> None:
     """Refit handoff effects, π/σ, risk and Markov decay from SOURCE counts into --out JSON.
 
     Without --config the depth buckets are read off the bucket labels in the counts.
     With many replicas, run this as a job against Prometheus and publish the gauges
     with --metrics-file or --pushgateway (each replica's own periodic refit would only
-    see its local counts).
+    see its local counts). Exit status 4 when the source holds no checks: nothing is
+    written, so a stale refit.json keeps aging and RefitStale fires.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.config import RefitConfig, load_config
@@ -116,6 +161,8 @@ def refit(
     try:
         cfg = load_config(config_path) if config_path else None
         loaded = load_source(source, transitions=transitions, window=window)
+        if not loaded.counts.checks:
+            raise NoDataError(f"{loaded.label}: no checks to refit (empty store or stale scrape target)")
         buckets = cfg.buckets if cfg else infer_buckets(loaded.counts)
         overrides = {"min_n": min_n, "confidence": confidence, "ridge": ridge}
         base = cfg.refit if cfg else None
@@ -127,10 +174,18 @@ def refit(
         )
         write_text_atomic(out, result.to_json(indent=None if compact else 2))
         if metrics_file or pushgateway:
-            publish_gauges(result, cfg, metrics_file=metrics_file, pushgateway=pushgateway)
+            publish_gauges(
+                result, cfg, metrics_file=metrics_file, pushgateway=pushgateway, push_labels=push_labels
+            )
     except (HandoffmonError, ValueError, OSError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        if pushgateway:  # a refit with no data failed too: RefitFailing must see it
+            import time
+
+            try:
+                push_failure(pushgateway, push_labels, time.time())
+            except (HandoffmonError, OSError) as push_exc:
+                click.echo(f"error: could not push the failure: {push_exc}", err=True)
+        fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)
     fit = result.rules["all"]
     observed = [p for p in fit.pairs if p.observed]
     click.echo(

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
-from handoffmon.errors import HandoffmonError
+from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.config import StoreConfig
+from handoffmon.errors import HandoffmonError, NoDataError
+
+DEFAULT_SOURCE = f"sqlite://{StoreConfig().path}"
+"""The SQLite file a monitor with ``store.backend: sqlite`` writes by default (relative to the cwd)."""
 
 
 @click.group("shapes")
@@ -18,16 +22,20 @@ def shapes() -> None:
 @shapes.command("export")
 @click.option(
     "--source",
-    default="sqlite:///handoffmon.sqlite",
+    default=DEFAULT_SOURCE,
     show_default=True,
-    help="sqlite:///PATH, prometheus://HOST:PORT, refit.json or cells.csv",
+    help="sqlite://PATH (sqlite:///abs/path.db), prometheus://HOST:PORT, refit.json or cells.csv",
 )
 @click.option("--out", required=True, help="shapes.json ('-' for stdout)")
 @click.option(
     "--confidence", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True)
 )
 def export(source: str, out: str, confidence: float) -> None:
-    """Write versioned production shapes (schema handoffmon.shapes/1) to --out."""
+    """Write versioned production shapes (schema handoffmon.shapes/1) to --out.
+
+    Exit status 4 when the source holds no checks (e.g. a Prometheus whose targets went
+    stale): nothing is written then.
+    """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.cli.refit_cmd import write_text_atomic
     from handoffmon.evals.shapes import export_shapes
@@ -35,9 +43,10 @@ def export(source: str, out: str, confidence: float) -> None:
     try:
         result = export_shapes(source, confidence=confidence)
         write_text_atomic(out, result.to_json())
+    except NoDataError as exc:
+        fail(str(exc), ExitCode.NO_DATA)
     except (HandoffmonError, ValueError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc))
     rules = {r.rule for r in result.rules}
     s = result.session_lengths
     click.echo(

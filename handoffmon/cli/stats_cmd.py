@@ -25,9 +25,22 @@ def stats() -> None:
     "--confidence", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True)
 )
 @click.option("--ridge", default=1.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--min-n", default=2, show_default=True, type=click.IntRange(min=2), help="min paired episodes")
+@click.option(
+    "--min-n", default=20, show_default=True, type=click.IntRange(min=2), help="min paired episodes"
+)
+@click.option(
+    "--fdr", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Benjamini-Hochberg false-discovery rate of 'significant'",
+)  # fmt: skip
 def switch_matrix_cmd(
-    scores: str, out: str, resamples: int, seed: int | None, confidence: float, ridge: float, min_n: int
+    scores: str,
+    out: str,
+    resamples: int,
+    seed: int | None,
+    confidence: float,
+    ridge: float,
+    min_n: int,
+    fdr: float,
 ) -> None:
     """Paired BCa Δ per cell, BCa cell means and the π/σ decomposition of a switch matrix."""
     from handoffmon.cli.refit_cmd import write_text_atomic
@@ -43,6 +56,7 @@ def switch_matrix_cmd(
             confidence=confidence,
             ridge=ridge,
             min_n=min_n,
+            fdr=fdr,
             source=scores,
         )
         write_text_atomic(out, result.to_json())

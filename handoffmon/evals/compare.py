@@ -1,23 +1,32 @@
 """``eval compare``: production shapes vs eval results (checkpoint depths, too-clean scripts, missing pairs).
 
+Both sides are joined on the **author**: the canonical name of the deployment that
+answered (after the router's fallbacks), which is what production counts are keyed by
+and what eval rows record beside the requested model or group.
+
 (a) Checkpoint depths: the production session-length percentiles p50/p75/p90/p95 are
     suggested as checkpoint depths; scripts whose longest checkpoint is below p90 are
     noted as shorter than most production sessions.
-(b) "Scripts too clean": for each rule and production depth bucket, the eval's
-    checkpoint rows whose depth falls in that bucket are pooled (over scripts, runs and
-    models, or one model with ``model=``) and compared with production adherence in
-    the bucket (pooled over models) by a one-sided two-proportion z-test (pooled
-    variance), H1: production < eval. The p-values are Holm-adjusted over every (rule,
-    bucket) compared, since one report makes many tests. A (rule, bucket) is flagged
-    when the adjusted p < ``alpha`` and the gap is at least ``min_gap`` (so a tiny gap
-    on huge production counts is not flagged). Buckets holding no eval checkpoint are
-    not compared.
+(b) "Scripts too clean": for each rule, author and eval checkpoint depth d, the eval's
+    checkpoint rows at d (pooled over scripts and runs) are compared with the same
+    author's production adherence moved to depth d within its bucket
+    (``depth_match``). One-sided test, H1: production < eval, on Agresti–Caffo
+    adjusted proportions (add one pass and one fail to each side) with production's
+    variance inflated by its chain's design effect. p-values are Holm-adjusted over
+    every comparison of the report; a comparison is flagged when the adjusted p <
+    ``alpha`` and the gap is at least ``min_gap``. A multi-depth bucket without a
+    production Markov fit (a cells CSV) cannot be matched in depth: it is reported,
+    never flagged.
 (c) Missing pairs: production handoff pairs with at least ``min_share`` of handoff
-    turns that are not a cell of the eval's switch matrix.
+    turns that are not a cell of the eval's switch matrix (matrix cells are named by
+    their authors as well).
+
+Nothing to compare is an error (``NoDataError``), never an empty all-clear.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -25,24 +34,56 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from handoffmon.depth import DepthBuckets
+from handoffmon.errors import NoDataError
+from handoffmon.evals.depth_match import production_at_depth
 from handoffmon.evals.results import EvalResult
 from handoffmon.evals.shapes import POOLED, Shapes
+
+JOIN_NOTE = (
+    "joined on the author: the deployment that answered each turn (after router fallbacks), "
+    "named as production names it (attribution.canonical_models)"
+)
 
 
 @dataclass(frozen=True)
 class TooClean:
-    """One (rule, depth bucket) where production adheres significantly less than the eval."""
+    """One (rule, author, checkpoint depth): eval adherence vs production at that depth.
+
+    Attributes:
+        rule: rule name.
+        model: the author both sides are joined on.
+        depth: the eval checkpoint depth.
+        depth_bucket: production's bucket holding ``depth``.
+        eval_n: eval checks (runs) at the checkpoint.
+        eval_adherence: eval pass share.
+        production_n: production checks in the bucket.
+        production_bucket_adherence: production pass share over the whole bucket.
+        production_adherence: production moved to ``depth`` (bucket + ``depth_shift``).
+        depth_shift: the within-bucket adjustment (0 for single-depth buckets).
+        depth_matched: False when the bucket spans several depths and no Markov fit
+            was available to match them (then never flagged).
+        gap: eval_adherence − production_adherence.
+        z: test statistic.
+        p_value: raw one-sided p-value.
+        p_adjusted: Holm-adjusted over the whole report.
+        flagged: p_adjusted < alpha, gap ≥ min_gap and depth_matched.
+    """
 
     rule: str
+    model: str
+    depth: int
     depth_bucket: str
-    eval_depths: tuple[int, ...]
     eval_n: int
     eval_adherence: float
     production_n: int
+    production_bucket_adherence: float
     production_adherence: float
+    depth_shift: float
+    depth_matched: bool
     gap: float
     z: float
     p_value: float
+    p_adjusted: float
     flagged: bool
 
 
@@ -58,11 +99,15 @@ class Comparison:
     missing_pairs: tuple[dict[str, Any], ...]
     alpha: float
     min_gap: float
+    joined_on: str = "author"
+    model: str | None = None
+    eval_authors: tuple[str, ...] = ()
+    production_models: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def flagged(self) -> tuple[TooClean, ...]:
-        """The (rule, bucket) entries flagged as too clean."""
+        """The comparisons flagged as too clean."""
         return tuple(r for r in self.rules if r.flagged)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,21 +117,25 @@ class Comparison:
             {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
             for r in d["rules"]
         ]
-        return {"schema": "handoffmon.eval_compare", "version": 1, **d}
+        return {"schema": "handoffmon.eval_compare", "version": 2, **d}
 
 
-def two_proportion_test(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]:
-    """One-sided pooled z-test of p1 < p2: (z, p-value); (nan, nan) when undefined."""
+def adjusted_one_sided_test(
+    x_low: int, n_low: float, x_high: int, n_high: int, *, shift: float = 0.0, deff: float = 1.0
+) -> tuple[float, float]:
+    """One-sided test of p_low + shift < p_high: (z, p-value), Agresti–Caffo adjusted.
+
+    ``deff`` inflates the variance of the low side (clustered production turns).
+    (nan, nan) when either side is empty.
+    """
     from scipy.stats import norm
 
-    if n1 == 0 or n2 == 0:
+    if n_low <= 0 or n_high <= 0:
         return math.nan, math.nan
-    pooled = (x1 + x2) / (n1 + n2)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
-    if se == 0:
-        return math.nan, 1.0
-    z = (x1 / n1 - x2 / n2) / se
-    return z, float(norm.cdf(z))
+    p1, p2 = (x_low + 1) / (n_low + 2), (x_high + 1) / (n_high + 2)
+    var = deff * p1 * (1 - p1) / (n_low + 2) + p2 * (1 - p2) / (n_high + 2)
+    z = (p2 - (p1 + shift)) / math.sqrt(var)
+    return z, float(norm.sf(z))
 
 
 def suggest_checkpoints(sessions: dict[str, Any]) -> tuple[int, ...]:
@@ -95,21 +144,15 @@ def suggest_checkpoints(sessions: dict[str, Any]) -> tuple[int, ...]:
     return tuple(sorted(v for v in vals if v >= 1))
 
 
-def _eval_by_bucket(
-    evals: Sequence[EvalResult], buckets: DepthBuckets, model: str | None
-) -> dict[Any, list[int]]:
-    """(rule, bucket) → [passes, n, depths…] from the eval's per-script checkpoint curves."""
-    acc: dict[Any, list[int]] = defaultdict(lambda: [0, 0])
-    depths: dict[Any, set[int]] = defaultdict(set)
+def eval_by_author(evals: Sequence[EvalResult]) -> dict[tuple[str, str, int], tuple[int, int]]:
+    """(rule, author, depth) → (passes, n) from the pooled-over-scripts checkpoint curves."""
+    acc: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
     for res in evals:
         for c in res.curves:
-            if c.script == POOLED or (model is not None and c.model != model) or c.n == 0:
-                continue
-            key = (c.rule, buckets.bucket(c.depth))
-            acc[key][0] += c.passes
-            acc[key][1] += c.n
-            depths[key].add(c.depth)
-    return {k: [v[0], v[1], *sorted(depths[k])] for k, v in acc.items()}
+            if c.script == POOLED and c.n > 0:
+                acc[(c.rule, c.author, c.depth)][0] += c.passes
+                acc[(c.rule, c.author, c.depth)][1] += c.n
+    return {k: (v[0], v[1]) for k, v in acc.items()}
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -124,6 +167,28 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def _one(
+    shapes: Shapes, buckets: DepthBuckets, rule: str, author: str, depth: int, ex: int, en: int
+) -> TooClean | None:
+    """The unadjusted comparison of one (rule, author, depth), or None when production has no data."""
+    prod = shapes.shape(rule, author)
+    if prod is None:
+        return None
+    bucket = buckets.bucket(depth)
+    i = shapes.buckets.index(bucket)
+    pn, px = prod.n[i], prod.passes[i]
+    if pn == 0:
+        return None
+    pooled = shapes.shape(rule, POOLED)
+    markov = prod.markov or (pooled.markov if pooled is not None else {})
+    at = production_at_depth(buckets, prod.n, prod.adherence, depth, markov)
+    z, p = adjusted_one_sided_test(px, pn, ex, en, shift=at.shift, deff=at.design_effect)
+    return TooClean(
+        rule, author, depth, bucket, en, ex / en, pn, px / pn, at.adherence, at.shift, at.matched,
+        ex / en - at.adherence, z, p, math.nan, False,
+    )  # fmt: skip
+
+
 def too_clean(
     shapes: Shapes,
     evals: Sequence[EvalResult],
@@ -132,35 +197,59 @@ def too_clean(
     min_gap: float = 0.05,
     model: str | None = None,
 ) -> list[TooClean]:
-    """Every comparable (rule, bucket), flagged where production is significantly below the eval.
-
-    ``p_value`` is Holm-adjusted over all the (rule, bucket) comparisons made.
-    """
+    """Every (rule, author, checkpoint depth) both sides have, flagged where production is below the eval."""
     buckets = DepthBuckets.from_labels(shapes.buckets)
     raw = []
-    for (rule, bucket), (ex, en, *depths) in sorted(_eval_by_bucket(evals, buckets, model).items()):
-        prod = shapes.shape(rule, POOLED)
-        if prod is None or bucket not in shapes.buckets:
+    for (rule, author, depth), (ex, en) in sorted(eval_by_author(evals).items()):
+        if model is not None and author != model:
             continue
-        i = shapes.buckets.index(bucket)
-        px, pn = prod.passes[i], prod.n[i]
-        if pn == 0:
-            continue
-        z, p = two_proportion_test(px, pn, ex, en)
-        raw.append((rule, bucket, tuple(depths), en, ex / en, pn, px / pn, ex / en - px / pn, z, p))
-    adjusted = holm([r[-1] for r in raw])
+        one = _one(shapes, buckets, rule, author, depth, ex, en)
+        if one is not None:
+            raw.append(one)
+    adjusted = holm([r.p_value for r in raw])
     return [
-        TooClean(*r[:-1], p_adj, bool(math.isfinite(p_adj) and p_adj < alpha and r[7] >= min_gap))
+        dataclasses.replace(
+            r,
+            p_adjusted=p_adj,
+            flagged=bool(r.depth_matched and math.isfinite(p_adj) and p_adj < alpha and r.gap >= min_gap),
+        )
         for r, p_adj in zip(raw, adjusted, strict=True)
     ]
 
 
 def matrix_pairs(matrices: Iterable[Any]) -> set[tuple[str, str]]:
-    """Off-diagonal (prefix, suffix) cells of switch-matrix results."""
+    """Off-diagonal (prefix, suffix) cells of switch-matrix results (named by author)."""
     pairs = set()
     for m in matrices:
         pairs |= {(c.prefix_model, c.model) for c in m.cells if c.prefix_model != c.model}
     return pairs
+
+
+def production_models(shapes: Shapes) -> tuple[str, ...]:
+    """Models (authors) production has shapes for."""
+    return tuple(sorted({r.model for r in shapes.rules if r.model != POOLED}))
+
+
+def _check_model(model: str, evals: Sequence[EvalResult], shapes: Shapes, authors: set[str]) -> None:
+    """``NoDataError`` naming what exists when ``model`` is not an author on both sides."""
+    prod = set(production_models(shapes))
+    if model in authors and model in prod:
+        return
+    requested = {m: per for r in evals for m, per in r.authors.items()}
+    if model in requested and model not in authors:
+        who = ", ".join(f"{a} ({n} turns)" for a, n in requested[model].items())
+        raise NoDataError(
+            f"--model {model!r} is a requested model or group; compare joins on the author that "
+            f"answered: its turns were answered by {who}"
+        )
+    have = (
+        f"eval authors: {', '.join(sorted(authors)) or 'none'}; "
+        f"production models: {', '.join(sorted(prod)) or 'none'}"
+    )
+    if model not in authors and model not in prod:
+        raise NoDataError(f"unknown model {model!r} ({have})")
+    side = "the eval" if model not in authors else "production"
+    raise NoDataError(f"--model {model!r} has no data in {side} ({have})")
 
 
 def compare(
@@ -173,56 +262,79 @@ def compare(
     min_share: float = 0.01,
     model: str | None = None,
 ) -> Comparison:
-    """All three comparisons (see the module docstring)."""
-    suggested = suggest_checkpoints(shapes.session_lengths)
-    max_depth = max((max(s["checkpoints"]) for r in evals for s in r.scripts if s["checkpoints"]), default=0)
-    p90 = shapes.session_lengths.get("p90")
-    short = tuple(
-        sorted(
-            {
-                s["id"]
-                for r in evals
-                for s in r.scripts
-                if p90 is not None and s["checkpoints"] and max(s["checkpoints"]) < p90
-            }
+    """All three comparisons (see the module docstring).
+
+    Raises:
+        NoDataError: production has no shapes, ``model`` is unknown or absent on one
+            side, or eval results were given and no (rule, author, depth) could be compared.
+    """
+    if not shapes.rules:
+        raise NoDataError(f"the shapes from {shapes.source} hold no production checks")
+    authors = {a for r in evals for a in r.author_names} | {c.author for r in evals for c in r.curves}
+    if model is not None:
+        _check_model(model, evals, shapes, authors)
+    rules = tuple(too_clean(shapes, evals, alpha=alpha, min_gap=min_gap, model=model))
+    if evals and not rules:
+        raise NoDataError(
+            "no (rule, author, depth) of the eval has production data to compare with "
+            f"(eval authors: {', '.join(sorted(authors)) or 'none'}; production models: "
+            f"{', '.join(production_models(shapes))}); {JOIN_NOTE}"
         )
-    )
-    notes = []
+    notes = [JOIN_NOTE]
+    unmatched = sorted({(r.rule, r.depth_bucket) for r in rules if not r.depth_matched})
+    if unmatched:
+        notes.append(
+            "no production Markov fit to match depths within "
+            + ", ".join(f"{r} @ {b}" for r, b in unmatched)
+            + ": compared with the bucket as a whole and never flagged"
+        )
     covered = matrix_pairs(matrices)
     if not matrices:
         notes.append("no switch-matrix result given: every frequent production pair is listed as missing")
     missing = tuple(
         p
         for p in shapes.handoff_pairs
-        if p["share"] >= min_share and (p["prefix_model"], p["model"]) not in covered
+        if p["share"] >= min_share
+        and (p["prefix_model"], p["model"]) not in covered
+        and (model is None or model in (p["prefix_model"], p["model"]))
     )
+    p90 = shapes.session_lengths.get("p90")
+    scripts = [s for r in evals for s in r.scripts if s["checkpoints"]]
     return Comparison(
-        suggested,
+        suggest_checkpoints(shapes.session_lengths),
         dict(shapes.session_lengths),
-        max_depth,
-        short,
-        tuple(too_clean(shapes, evals, alpha=alpha, min_gap=min_gap, model=model)),
+        max((max(s["checkpoints"]) for s in scripts), default=0),
+        tuple(sorted({s["id"] for s in scripts if p90 is not None and max(s["checkpoints"]) < p90})),
+        rules,
         missing,
         alpha,
         min_gap,
-        tuple(notes),
+        model=model,
+        eval_authors=tuple(sorted(authors)),
+        production_models=production_models(shapes),
+        notes=tuple(notes),
     )
 
 
 def render_text(c: Comparison) -> str:
     """A short human-readable report."""
     lines = [
+        f"compared {len(c.rules)} (rule, model, depth) cell(s), joined on the author"
+        + (f", model {c.model}" if c.model else "")
+        + f": eval authors {', '.join(c.eval_authors) or 'none'}; production models "
+        f"{', '.join(c.production_models) or 'none'}",
         "(a) suggested checkpoint depths from production session lengths: "
         f"{', '.join(map(str, c.suggested_checkpoints)) or 'n/a'} "
-        f"(eval's deepest checkpoint: {c.eval_max_depth})"
+        f"(eval's deepest checkpoint: {c.eval_max_depth})",
     ]
     if c.short_scripts:
         lines.append(f"    scripts shorter than production p90: {', '.join(c.short_scripts)}")
     lines.append(f"(b) production significantly below eval (alpha={c.alpha}, gap>={c.min_gap}):")
     for r in c.flagged:
         lines.append(
-            f"    TOO CLEAN {r.rule} @ {r.depth_bucket}: eval {r.eval_adherence:.3f} (n={r.eval_n}) vs "
-            f"production {r.production_adherence:.3f} (n={r.production_n}), p={r.p_value:.2g}"
+            f"    TOO CLEAN {r.rule} · {r.model} @ depth {r.depth} ({r.depth_bucket}): eval "
+            f"{r.eval_adherence:.3f} (n={r.eval_n}) vs production {r.production_adherence:.3f} "
+            f"(n={r.production_n}), p_adj={r.p_adjusted:.2g}"
         )
     if not c.flagged:
         lines.append("    none")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from handoffmon.attribution.names import ModelNames
 from handoffmon.errors import ConfigError
 
 Messages = Sequence[Mapping[str, Any]]
@@ -28,9 +29,20 @@ class Responder(Protocol):
     async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply: ...
 
 
-def _author(response: Any, fallback: str) -> str:
-    hidden = getattr(response, "_hidden_params", None) or {}
-    return str(hidden.get("model_id") or getattr(response, "model", None) or fallback)
+def author_of(response: Any, names: ModelNames, fallback: str) -> str:
+    """The canonical author of a litellm response, named exactly as production names it.
+
+    The serving deployment comes from ``response._hidden_params`` (after the router's
+    fallbacks) and goes through the same ``raw_author`` choice and ``ModelNames``
+    (``attribution.canonical_models``) as the monitor, so eval rows and production
+    counts join on one name. ``fallback`` (the requested model) is used only when the
+    response names nothing.
+    """
+    from handoffmon.integrations.authorship import raw_author, served_by_response
+
+    served = served_by_response(response)
+    raw = raw_author(names, served.deployment_id, served.model_name) or served.response_model
+    return names.canonical(raw or fallback)
 
 
 def _text(response: Any) -> str:
@@ -40,27 +52,32 @@ def _text(response: Any) -> str:
 
 @dataclass
 class LitellmResponder:
-    """``litellm.acompletion(model=…)``; ``params`` (temperature, max_tokens, …) go to every call."""
+    """``litellm.acompletion(model=…)``; ``params`` (temperature, max_tokens, …) go to every call.
+
+    ``names`` canonicalizes authors as the monitor does (``attribution.canonical_models``).
+    """
 
     params: dict[str, Any] = field(default_factory=dict)
+    names: ModelNames = field(default_factory=ModelNames)
 
     async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply:
         import litellm
 
         resp = await litellm.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
-        return Reply(_text(resp), _author(resp, model))
+        return Reply(_text(resp), author_of(resp, self.names, model))
 
 
 @dataclass
 class RouterResponder:
-    """``router.acompletion(model=<group>)``; the author is the deployment id that served it."""
+    """``router.acompletion(model=<group>)``; the author is the deployment that served it, canonicalized."""
 
     router: Any
     params: dict[str, Any] = field(default_factory=dict)
+    names: ModelNames = field(default_factory=ModelNames)
 
     async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply:
         resp = await self.router.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
-        return Reply(_text(resp), _author(resp, model))
+        return Reply(_text(resp), author_of(resp, self.names, model))
 
 
 def router_from_config(path: str | Path) -> Any:
@@ -131,9 +148,16 @@ class SimTarget:
     fleet: Any
 
     @property
+    def names(self) -> ModelNames:
+        """Canonical names of the fleet's deployments (what a monitor of this fleet is configured with)."""
+        from handoffmon.sim.router import canonical_models
+
+        return ModelNames(canonical_models(self.fleet, self.provider.provider_name or ""))
+
+    @property
     def responder(self) -> RouterResponder:
-        """A responder over the simulated router."""
-        return RouterResponder(self.router)
+        """A responder over the simulated router, naming authors as the fleet's monitor does."""
+        return RouterResponder(self.router, names=self.names)
 
     def group_of(self, name: str) -> str:
         """Router group of a model given by name or group."""

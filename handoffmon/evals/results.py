@@ -7,14 +7,16 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from handoffmon.errors import InputError
 from handoffmon.evals.store import Row
 
 SCHEMA = "handoffmon.eval"
-VERSION = 1
+VERSION = 2
+"""2: curve points carry the ``author`` that answered; ``authors`` maps each requested model to
+its authors' turn counts. Version-1 documents are read with author = requested model."""
 
 
 @dataclass(frozen=True)
@@ -22,10 +24,14 @@ class CurvePoint:
     """Adherence of one rule at one checkpoint depth (over runs).
 
     ``script`` is ``"*"`` for the curve pooled over scripts (same rule, same depth).
+    ``model`` is what the runs requested (a model or router group); ``author`` the
+    canonical name of the deployment that answered (after fallbacks), the name
+    production counts use and ``eval compare`` joins on.
     """
 
     script: str
     model: str
+    author: str
     rule: str
     depth: int
     n: int
@@ -49,23 +55,34 @@ def wilson_interval(passes: int, n: int, confidence: float = 0.95) -> tuple[floa
 
 
 def adherence_curves(rows: Iterable[Row], confidence: float = 0.95) -> list[CurvePoint]:
-    """Pass share per (script, model, rule, depth) over checkpoint rows, plus pooled ``*`` curves.
+    """Pass share per (script, model, author, rule, depth) over checkpoint rows, plus pooled ``*`` curves.
 
     ``not_applicable`` and ``error`` verdicts are left out of n, as in production.
     """
-    tally: dict[tuple[str, str, str, int], Counter[str]] = defaultdict(Counter)
+    tally: dict[tuple[str, str, str, str, int], Counter[str]] = defaultdict(Counter)
     for r in rows:
         if r.checkpoint:
-            tally[(r.script, r.model, r.rule, r.turn)][r.verdict] += 1
-            tally[("*", r.model, r.rule, r.turn)][r.verdict] += 1
+            tally[(r.script, r.model, r.author, r.rule, r.turn)][r.verdict] += 1
+            tally[("*", r.model, r.author, r.rule, r.turn)][r.verdict] += 1
     out = []
-    for (script, model, rule, depth), c in sorted(tally.items()):
+    for (script, model, author, rule, depth), c in sorted(tally.items()):
         n = c["pass"] + c["fail"]
         lo, hi = wilson_interval(c["pass"], n, confidence)
-        out.append(
-            CurvePoint(script, model, rule, depth, n, c["pass"], c["pass"] / n if n else math.nan, lo, hi)
-        )
+        share = c["pass"] / n if n else math.nan
+        out.append(CurvePoint(script, model, author, rule, depth, n, c["pass"], share, lo, hi))
     return out
+
+
+def authors_of(rows: Iterable[Row]) -> dict[str, dict[str, int]]:
+    """Requested model → {author: turns it answered} (one count per turn, not per rule)."""
+    seen: set[tuple[str, str, int, int]] = set()
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in rows:
+        key = (r.script, r.model, r.run, r.turn)
+        if key not in seen:
+            seen.add(key)
+            out[r.model][r.author] += 1
+    return {m: dict(c.most_common()) for m, c in sorted(out.items())}
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,13 @@ class EvalResult:
     version: int = VERSION
     pressure: tuple[dict[str, Any], ...] = ()
     """Markov fits of pressure scripts (``pressure.PressureFit`` as dicts)."""
+    authors: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Requested model → {author: turns} (see ``authors_of``)."""
+
+    @property
+    def author_names(self) -> tuple[str, ...]:
+        """Every author that answered a turn, sorted."""
+        return tuple(sorted({a for per in self.authors.values() for a in per}))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN → null)."""
@@ -106,7 +130,7 @@ class EvalResult:
             raise InputError(f"{source}: unsupported {SCHEMA} version {data.get('version')!r}")
         try:
             curves = tuple(
-                CurvePoint(**{k: (math.nan if v is None else v) for k, v in c.items()})  # type: ignore[arg-type]
+                CurvePoint(**{k: (math.nan if v is None else v) for k, v in _v1_author(c).items()})  # type: ignore[arg-type]
                 for c in data["curves"]
             )
             return cls(
@@ -119,6 +143,7 @@ class EvalResult:
                 data.get("confidence", 0.95),
                 data["version"],
                 tuple(data.get("pressure", ())),
+                dict(data.get("authors") or {}),
             )
         except (KeyError, TypeError) as exc:
             raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
@@ -154,7 +179,13 @@ def build_result(
         dict(verdicts),
         confidence,
         pressure=tuple(asdict(f) for f in fit_all(r for r in mine if r.script in pressure_ids)),
+        authors=authors_of(mine),
     )
+
+
+def _v1_author(point: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 curve point had no author: the requested model stands in for it."""
+    return point if "author" in point else {**point, "author": point.get("model")}
 
 
 def _nan_to_none(obj: Any) -> Any:

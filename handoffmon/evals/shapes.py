@@ -17,7 +17,7 @@ from typing import Any
 
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
-from handoffmon.errors import InputError
+from handoffmon.errors import InputError, NoDataError
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
 SCHEMA = "handoffmon.shapes"
@@ -385,7 +385,11 @@ def prometheus_history_tokens(base_url: str, *, timeout_s: float = 10.0) -> dict
 
 
 def export_shapes(spec: str, *, confidence: float = 0.95, buckets: DepthBuckets | None = None) -> Shapes:
-    """Shapes from a ``--source``: ``refit.json``, ``sqlite:///…``, ``prometheus://…`` or ``cells.csv``."""
+    """Shapes from a ``--source``: ``refit.json``, ``sqlite://…``, ``prometheus://…`` or ``cells.csv``.
+
+    Raises:
+        NoDataError: the source holds no checks (an empty store, a stale Prometheus target).
+    """
     from pathlib import Path
 
     if spec.lower().endswith(".json"):
@@ -395,7 +399,10 @@ def export_shapes(spec: str, *, confidence: float = 0.95, buckets: DepthBuckets 
             text = Path(spec).read_text(encoding="utf-8")
         except OSError as exc:
             raise InputError(f"{spec}: cannot read: {exc.strerror}") from exc
-        return shapes_from_refit(RefitResult.from_json(text, source=spec), source=spec)
+        shapes = shapes_from_refit(RefitResult.from_json(text, source=spec), source=spec)
+        if not shapes.rules:
+            raise NoDataError(f"{spec}: the refit holds no rule curves to export")
+        return shapes
     from handoffmon.sources.spec import load_source
 
     loaded = load_source(spec)
@@ -407,6 +414,9 @@ def export_shapes(spec: str, *, confidence: float = 0.95, buckets: DepthBuckets 
             tokens = prometheus_history_tokens(spec)
         except SourceError as exc:  # the shapes are still useful without token percentiles
             tokens = {"unavailable": str(exc)[:200]}
-    return shapes_from_counts(
+    shapes = shapes_from_counts(
         loaded.counts, source=loaded.label, buckets=buckets, confidence=confidence, history_tokens=tokens
     )
+    if not shapes.rules:
+        raise NoDataError(f"{loaded.label}: no checked turns (pass or fail) to export")
+    return shapes

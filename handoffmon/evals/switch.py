@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,13 +96,18 @@ class DiskCache:
 
 @dataclass(frozen=True)
 class CellScore:
-    """The final-turn score of one episode in one cell."""
+    """The final-turn score of one episode in one cell.
+
+    ``prefix_model``/``suffix_model`` are what the cell requested; ``authors`` the
+    canonical author of every turn, the first ``split`` of them the prefix's.
+    """
 
     episode: str
     prefix_model: str
     suffix_model: str
     score: float
     authors: tuple[str, ...]
+    split: int = 0
 
 
 class SwitchMatrixRun:
@@ -231,7 +237,7 @@ class SwitchMatrixRun:
             self.stats.suffix_hits += 1
         turns = [*stored["prefix"], *stored["suffix"]]
         score = self._score(ep, [t["reply"] for t in turns])
-        return CellScore(ep.id, a, b, score, tuple(t["author"] for t in turns))
+        return CellScore(ep.id, a, b, score, tuple(t["author"] for t in turns), len(stored["prefix"]))
 
     async def run(self, episodes: Sequence[Episode]) -> list[CellScore]:
         """Every episode in every cell (K×K); the prefix of (episode, A) is generated once."""
@@ -244,6 +250,34 @@ def episodes_of(scripts: Sequence[DriftScript], runs: int | None = None) -> list
     return [Episode(s, r) for s in scripts for r in range(runs or s.runs)]
 
 
+def author_map(scores: Sequence[CellScore]) -> dict[str, str]:
+    """Requested model → the author that wrote most of the turns requested from it.
+
+    Raises:
+        ValueError: two requested models were answered by one author (their cells
+            would be the same cells of the matrix).
+    """
+    tally: dict[str, Counter[str]] = defaultdict(Counter)
+    for s in scores:
+        tally[s.prefix_model].update(s.authors[: s.split])
+        tally[s.suffix_model].update(s.authors[s.split :])
+    out = {m: (c.most_common(1)[0][0] if c else m) for m, c in sorted(tally.items())}
+    by_author: dict[str, list[str]] = defaultdict(list)
+    for m, a in out.items():
+        by_author[a].append(m)
+    clash = {a: ms for a, ms in by_author.items() if len(ms) > 1}
+    if clash:
+        said = "; ".join(f"{', '.join(ms)} -> {a}" for a, ms in clash.items())
+        raise ValueError(f"several requested models were answered by the same author ({said})")
+    return out
+
+
+def _on_author(s: CellScore, authors: dict[str, str]) -> bool:
+    """Whether every turn of the episode was written by the author its cell names."""
+    a, b = authors[s.prefix_model], authors[s.suffix_model]
+    return all(x == a for x in s.authors[: s.split]) and all(x == b for x in s.authors[s.split :])
+
+
 def analyse(
     scores: Sequence[CellScore],
     *,
@@ -251,30 +285,56 @@ def analyse(
     seed: int | None = 0,
     confidence: float = 0.95,
     ridge: float = 1.0,
+    min_n: int = 20,
+    fdr: float = 0.05,
     source: str = "eval switch-matrix",
 ) -> Any:
-    """Paired BCa Δ per cell, BCa cell means and π/σ from the refit engine (NaN scores dropped)."""
+    """Paired BCa Δ per cell, BCa cell means and π/σ from the refit engine, named by author.
+
+    Cells are renamed from the requested model or group to its author (``author_map``),
+    the name production uses; an episode whose turns a fallback gave to another author
+    is dropped from its cell and counted in ``off_author_episodes``. NaN scores (no
+    rule decided at the final turn) are dropped.
+    """
+    import dataclasses
     import math
 
     from handoffmon.refit.switch_matrix import ScoreTable, switch_matrix
 
-    rows = [(s.episode, s.prefix_model, s.suffix_model, s.score) for s in scores if not math.isnan(s.score)]
+    authors = author_map(scores)
+    kept = [s for s in scores if _on_author(s, authors)]
+    rows = [
+        (s.episode, authors[s.prefix_model], authors[s.suffix_model], s.score)
+        for s in kept
+        if not math.isnan(s.score)
+    ]
     table = ScoreTable.from_rows(rows)
-    return switch_matrix(
+    result = switch_matrix(
         table,
         resamples=resamples,
         seed=seed,
         confidence=confidence,
         ridge=ridge,
+        min_n=min_n,
+        fdr=fdr,
         source=source,
         rule="final_turn",
     )
+    return dataclasses.replace(result, authors=authors, off_author_episodes=len(scores) - len(kept))
 
 
 def scores_csv(scores: Sequence[CellScore]) -> str:
-    """``episode,prefix_model,suffix_model,score`` (the ``stats switch-matrix`` input format)."""
+    """``episode,prefix_model,suffix_model,score`` (the ``stats switch-matrix`` input format).
+
+    Named by author and without off-author episodes, like the matrix ``analyse`` builds.
+    """
+    authors = author_map(scores)
     lines = ["episode,prefix_model,suffix_model,score"]
-    lines += [f"{s.episode},{s.prefix_model},{s.suffix_model},{s.score!r}" for s in scores]
+    lines += [
+        f"{s.episode},{authors[s.prefix_model]},{authors[s.suffix_model]},{s.score!r}"
+        for s in scores
+        if _on_author(s, authors)
+    ]
     return "\n".join(lines) + "\n"
 
 

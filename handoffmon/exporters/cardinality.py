@@ -106,7 +106,15 @@ class LabelGuard:
         self._models = _Admitter(max_models, always=ALWAYS_ALLOWED)
         self._rules = _Admitter(max_rules, seed=rules, always=frozenset({OTHER, ALL_RULES}))
         self._stages = _Admitter(MAX_STAGES, always=frozenset({OTHER}))
-        self._caps = {"model": max_models, "rule": max_rules, "stage": MAX_STAGES}
+        # Requested model groups get their own values under the same cap, so group names
+        # never crowd serving-model names out of the ``model`` label.
+        self._requested = _Admitter(max_models, always=ALWAYS_ALLOWED)
+        self._caps = {
+            "model": max_models,
+            "requested_model": max_models,
+            "rule": max_rules,
+            "stage": MAX_STAGES,
+        }
 
     @classmethod
     def from_config(cls, config: HandoffmonConfig) -> LabelGuard:
@@ -127,16 +135,25 @@ class LabelGuard:
     @property
     def version(self) -> int:
         """Grows whenever a new value is admitted (exporters refresh ``usage`` then)."""
-        return self._models.version + self._rules.version + self._stages.version
+        return self._models.version + self._rules.version + self._stages.version + self._requested.version
 
     def usage(self) -> dict[str, tuple[int, int]]:
-        """Per label (``model``, ``rule``, ``stage``): (admitted values, cap)."""
-        adm = {"model": self._models, "rule": self._rules, "stage": self._stages}
+        """Per label (``model``, ``requested_model``, ``rule``, ``stage``): (admitted values, cap)."""
+        adm = {
+            "model": self._models,
+            "requested_model": self._requested,
+            "rule": self._rules,
+            "stage": self._stages,
+        }
         return {k: (a.counted, self._caps[k]) for k, a in adm.items()}
 
     def model(self, name: str | None) -> str:
         """Label for a model name (``None``/empty → ``unknown``; over the cap → ``other``)."""
         return self._map(self._models, name)
+
+    def requested_model(self, name: str | None) -> str:
+        """Label for the model or group a request asked for (``telemetry.max_models`` cap of its own)."""
+        return self._map(self._requested, name)
 
     def rule(self, name: str) -> str:
         """Label for a rule name (over the cap → ``other``)."""

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections import Counter as _Tally
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from handoffmon._version import __version__
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.cardinality import LabelGuard
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
-from handoffmon.types import TurnResult
+from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.config import HandoffmonConfig
@@ -63,8 +68,8 @@ class _Counters:
     build_info: Gauge
 
 
-def _counters(registry: CollectorRegistry) -> _Counters:
-    r = registry
+def _counters() -> _Counters:
+    r = None  # unregistered: OwnMetrics serves them (without ``_created``)
     return _Counters(
         turns=Counter(
             "handoffmon_turns",
@@ -95,8 +100,8 @@ def _counters(registry: CollectorRegistry) -> _Counters:
         ),
         fallbacks=Counter(
             "handoffmon_fallbacks",
-            "Router fallbacks taken before the serving model replied.",
-            ("model",),
+            "Router fallbacks taken before model served a request for requested_model.",
+            ("requested_model", "model"),
             registry=r,
         ),
         errors=Counter(
@@ -146,12 +151,57 @@ def _counters(registry: CollectorRegistry) -> _Counters:
     )
 
 
-def _refit_gauges(registry: CollectorRegistry) -> dict[str, Gauge]:
+def _refit_gauges() -> dict[str, Gauge]:
     # mostrecent: under PROMETHEUS_MULTIPROC_DIR the last process that published wins.
     return {
-        spec.name: Gauge(spec.name, spec.help, spec.labels, multiprocess_mode="mostrecent", registry=registry)
+        spec.name: Gauge(spec.name, spec.help, spec.labels, multiprocess_mode="mostrecent", registry=None)
         for spec in REFIT_GAUGES
     }
+
+
+class OwnMetrics(Collector):
+    """A registry entry serving handoffmon's metric objects without their ``_created`` samples.
+
+    prometheus_client gives every counter, histogram and summary child a ``<name>_created``
+    sample unless its process-global switch (``disable_created_metrics()`` or
+    ``PROMETHEUS_DISABLE_CREATED_SERIES``) is flipped. handoffmon lives in other people's
+    processes and must not flip it, so its metrics are created unregistered and registered
+    through this view, which drops ``_created`` from handoffmon's families only (the
+    application's own metrics keep whatever the switch says). Under
+    ``PROMETHEUS_MULTIPROC_DIR`` the multiprocess collector serves the files instead (and
+    writes no ``_created`` either).
+
+    Args:
+        metrics: the metric objects (created with ``registry=None``).
+    """
+
+    def __init__(self, metrics: Iterable[MetricWrapperBase]) -> None:
+        self._metrics = tuple(metrics)
+
+    def describe(self) -> Iterator[Metric]:
+        """The families' names (the registry uses them to refuse duplicates)."""
+        for metric in self._metrics:
+            yield from metric.describe()
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family's samples except ``*_created``."""
+        for metric in self._metrics:
+            for family in metric.collect():
+                if family.type in ("counter", "histogram", "summary"):
+                    family = copy.copy(family)
+                    family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+                yield family
+
+
+def register_metrics(registry: CollectorRegistry, metrics: Iterable[MetricWrapperBase]) -> OwnMetrics:
+    """Register unregistered ``metrics`` on ``registry`` through an ``OwnMetrics`` view.
+
+    Raises:
+        ValueError: ``registry`` already serves one of the names.
+    """
+    view = OwnMetrics(metrics)
+    registry.register(view)
+    return view
 
 
 class PrometheusExporter:
@@ -188,15 +238,19 @@ class PrometheusExporter:
         self.guard = guard or LabelGuard()
         self.multiprocess = (MULTIPROC_ENV in os.environ) if multiprocess is None else multiprocess
         self._exemplars = exemplars and not self.multiprocess
+        self._m = _counters()
+        self._refit = _refit_gauges()
         try:
-            self._m = _counters(registry)
-            self._refit = _refit_gauges(registry)
+            own = [getattr(self._m, f.name) for f in fields(self._m)]
+            register_metrics(registry, [*own, *self._refit.values()])
         except ValueError as exc:
             raise HandoffmonError(
                 "this Prometheus registry already holds handoffmon metrics; give each "
                 "PrometheusExporter its own CollectorRegistry"
             ) from exc
         self._m.build_info.labels(__version__).set(1)
+        self._init_known_labels()
+        self._verdict_sets: set[tuple[str, str, str, str]] = set()
         self._published: dict[str, set[tuple[str, ...]]] = {name: set() for name in self._refit}
         self._refit_lock = threading.Lock()
         self._guard_version = -1
@@ -232,6 +286,8 @@ class PrometheusExporter:
         m.turns.labels(model, prefix, bucket).inc(1, exemplar=ex)
         for check in result.checks:
             rule = g.rule(check.rule)
+            if (rule, model, prefix, bucket) not in self._verdict_sets:
+                self._init_verdicts(rule, model, prefix, bucket)
             m.checks.labels(rule, model, prefix, bucket, g.verdict(check.verdict)).inc(1, exemplar=ex)
             m.check_seconds.labels(rule).inc(max(check.duration_s, 0.0))
         handoff = g.handoff(rec.handoff)
@@ -240,12 +296,29 @@ class PrometheusExporter:
                 g.rule(tr.rule), model, handoff, g.verdict(tr.from_verdict), g.verdict(tr.to_verdict)
             ).inc()
         for method, n in _Tally(result.attribution_methods).items():
-            m.attributions.labels(method if method in ("chain", "content") else "unknown").inc(n)
+            m.attributions.labels(method if method in ATTRIBUTION_METHODS else "unknown").inc(n)
         if rec.fallbacks > 0:
-            m.fallbacks.labels(model).inc(rec.fallbacks)
+            requested = g.requested_model(rec.requested_model or ctx.requested_model)
+            m.fallbacks.labels(requested, model).inc(rec.fallbacks)
         m.history_tokens.labels(bucket).observe(ctx.history_tokens)
         if g.version != self._guard_version:
             self._sync_label_usage()
+
+    def _init_known_labels(self) -> None:
+        """Children whose label values are known up front start at 0 (no "No data" panels)."""
+        for stage in MONITOR_STAGES:
+            self._m.errors.labels(self.guard.stage(stage))
+        for method in ATTRIBUTION_METHODS:
+            self._m.attributions.labels(method)
+
+    def _init_verdicts(self, rule: str, model: str, prefix: str, bucket: str) -> None:
+        """Create every verdict of a new (rule, model, prefix, bucket) cell at 0.
+
+        Bounded: the four labels are capped by the guard, so the set is too.
+        """
+        for verdict in VERDICTS:
+            self._m.checks.labels(rule, model, prefix, bucket, verdict)
+        self._verdict_sets.add((rule, model, prefix, bucket))
 
     def _sync_label_usage(self) -> None:
         self._guard_version = self.guard.version

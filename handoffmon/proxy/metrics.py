@@ -8,6 +8,8 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from handoffmon.exporters.prometheus import register_metrics
+
 ROUTES = ("chat_completions", "passthrough", "other")
 UNMONITORED_REASONS = ("bad_json", "no_messages", "upstream_status", "bad_reply")
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream")
@@ -35,25 +37,27 @@ class ProxyMetrics:
             "handoffmon_proxy_requests",
             "Requests answered by handoffmon serve, by route and status class.",
             ["route", "status_class"],
-            registry=registry,
+            registry=None,
         )
         self._unmonitored = Counter(
             "handoffmon_proxy_unmonitored_requests",
             "Chat completions forwarded unchanged but not monitored, by reason.",
             ["reason"],
-            registry=registry,
+            registry=None,
         )
         self._upstream = Counter(
             "handoffmon_proxy_upstream_errors",
             "Upstream failures, by kind.",
             ["kind"],
-            registry=registry,
+            registry=None,
         )
         self.disconnects = Counter(
             "handoffmon_proxy_client_disconnects",
             "Clients that disconnected before the response was complete.",
-            registry=registry,
+            registry=None,
         )
+        # served without ``_created`` samples, like the exporter's own metrics
+        register_metrics(registry, [self._requests, self._unmonitored, self._upstream, self.disconnects])
         classes = [f"{c}xx" for c in range(1, 6)]
         self._req_children = {(r, c): self._requests.labels(r, c) for r in ROUTES for c in classes}
         self._unmon_children = {r: self._unmonitored.labels(r) for r in UNMONITORED_REASONS}

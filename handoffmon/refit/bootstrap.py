@@ -31,6 +31,8 @@ class BCaResult:
     se: np.ndarray
     z0: np.ndarray
     acceleration: np.ndarray
+    p_value: np.ndarray
+    """Two-sided p-value of mean = 0, studentized by the bootstrap SE (NaN for degenerate rows)."""
 
 
 def resample_indices(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -76,21 +78,73 @@ def bca_means(
         rng: generator or seed; the same seed as given to scipy reproduces its resamples.
 
     Returns:
-        ``BCaResult``. Degenerate rows (all values equal) get the interval [θ̂, θ̂];
-        where the BCa levels are undefined the percentile interval is used.
+        ``BCaResult``. Degenerate rows (all values equal: no variation to resample) get
+        no interval (NaN bounds and p-value), as scipy does; where the BCa levels are
+        undefined the percentile interval is used.
     """
-    from scipy.special import ndtr, ndtri
-
     data = np.atleast_2d(np.asarray(data, dtype=float))
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     idx = resample_indices(data.shape[-1], resamples, gen)
-    theta_b = bootstrap_means(data, idx)
+    return _bca(data, bootstrap_means(data, idx), jackknife_acceleration(data), confidence)
+
+
+def cluster_bca_means(
+    data: np.ndarray,
+    clusters: np.ndarray,
+    *,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    rng: np.random.Generator | int | None = None,
+) -> BCaResult:
+    """BCa intervals for row means when columns (episodes) come in clusters (scripts).
+
+    Two-stage bootstrap: draw G clusters with replacement, then, inside each drawn
+    cluster, its n_g episodes with replacement; the statistic is the mean over every
+    drawn episode. m draws of cluster g put Multinomial(m·n_g, 1/n_g) copies on its
+    episodes, so each resample is a weight vector and all rows are averaged in one
+    matrix product. The acceleration comes from the leave-one-cluster-out jackknife.
+
+    Args:
+        data: (C, n) one row per cell, one column per episode (no NaN).
+        clusters: (n,) cluster label of every column; G ≥ 2 distinct labels.
+        resamples: bootstrap resamples B.
+        confidence: two-sided level.
+        rng: generator or seed.
+    """
+    data = np.atleast_2d(np.asarray(data, dtype=float))
+    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    labels, inverse = np.unique(np.asarray(clusters), return_inverse=True)
+    g = len(labels)
+    picks = np.zeros((resamples, g), dtype=np.int64)
+    np.add.at(picks, (np.arange(resamples)[:, None], gen.integers(0, g, (resamples, g))), 1)
+    weights = np.zeros((resamples, data.shape[-1]))
+    for k in range(g):
+        cols = np.flatnonzero(inverse == k)
+        weights[:, cols] = gen.multinomial(picks[:, k] * len(cols), np.full(len(cols), 1.0 / len(cols)))
+    theta_b = (data @ weights.T) / weights.sum(axis=1)
+    return _bca(data, theta_b, _cluster_acceleration(data, inverse, g), confidence)
+
+
+def _cluster_acceleration(data: np.ndarray, inverse: np.ndarray, g: int) -> np.ndarray:
+    """BCa acceleration from the leave-one-cluster-out jackknife of the pooled mean."""
+    sums = np.stack([data[:, inverse == k].sum(axis=-1) for k in range(g)], axis=-1)  # (C, G)
+    counts = np.bincount(inverse, minlength=g).astype(float)
+    theta_i = (sums.sum(axis=-1, keepdims=True) - sums) / (counts.sum() - counts)
+    u = theta_i.mean(axis=-1, keepdims=True) - theta_i
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(np.sum(u**3, axis=-1) / (6.0 * np.sum(u**2, axis=-1) ** 1.5))
+
+
+def _bca(data: np.ndarray, theta_b: np.ndarray, a_hat: np.ndarray, confidence: float) -> BCaResult:
+    """BCa interval, SE and p-value of H0: mean = 0 from a bootstrap distribution ``theta_b`` (C, B)."""
+    from scipy.special import ndtr, ndtri
+
+    resamples = theta_b.shape[-1]
     theta = data.mean(axis=-1)
     below = np.count_nonzero(theta_b < theta[:, None], axis=-1)
     below_eq = np.count_nonzero(theta_b <= theta[:, None], axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         z0 = ndtri((below + below_eq) / (2.0 * resamples))
-        a_hat = jackknife_acceleration(data)
         alpha = (1.0 - confidence) / 2.0
         levels = []
         for z_a in (float(ndtri(alpha)), float(ndtri(1.0 - alpha))):
@@ -99,14 +153,32 @@ def bca_means(
             levels.append(np.where(np.isfinite(level), level, ndtr(z_a)))
     lo, hi = _row_quantiles(theta_b, np.stack(levels, axis=-1))
     flat = np.ptp(data, axis=-1) == 0
+    nan = np.full_like(theta, np.nan)
+    se = theta_b.std(axis=-1, ddof=1)
     return BCaResult(
         estimate=theta,
-        ci_low=np.where(flat, theta, lo),
-        ci_high=np.where(flat, theta, hi),
-        se=theta_b.std(axis=-1, ddof=1),
+        ci_low=np.where(flat, nan, lo),
+        ci_high=np.where(flat, nan, hi),
+        se=se,
         z0=z0,
         acceleration=a_hat,
+        p_value=np.where(flat, nan, _studentized_p_value(theta, se, data.shape[-1])),
     )
+
+
+def _studentized_p_value(theta: np.ndarray, se: np.ndarray, n: int) -> np.ndarray:
+    """Two-sided p-value of H0: mean = 0 from t = θ̂ / SE_boot on n − 1 degrees of freedom.
+
+    Not read off the bootstrap tail: far in the tail (where a multiplicity correction
+    looks, 0.05/20 = 0.0025) B = 1000 resamples hold a handful of values and the BCa
+    extrapolation is noisy, which made raw p < 0.0025 three times too frequent under the
+    null; the studentized statistic is calibrated there (measured: 0.0033 vs 0.0025).
+    """
+    from scipy.stats import t
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stat = np.abs(theta) / se
+    return np.asarray(np.where(se > 0, 2.0 * t.sf(stat, max(n - 1, 1)), np.nan))
 
 
 def _row_quantiles(values: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

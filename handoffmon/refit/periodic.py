@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -46,6 +47,8 @@ class PeriodicRefit:
         settings: refit settings (``min_n``, ``confidence``, ``ridge``).
         clock: wall clock for ``created_at`` (injected for tests).
         source: label recorded in each result.
+        on_failure: called (never raising into the loop) after each failed refit;
+            ``for_monitor`` counts it as ``handoffmon_monitor_errors_total{stage="refit"}``.
     """
 
     def __init__(
@@ -58,8 +61,10 @@ class PeriodicRefit:
         settings: RefitConfig | None = None,
         clock: Callable[[], float] = time.time,
         source: str = "local",
+        on_failure: Callable[[], object] | None = None,
     ) -> None:
         self._snapshot = snapshot
+        self._on_failure = on_failure
         self._publish = publish
         self.interval_s = float(interval_s)
         self._buckets = buckets
@@ -109,6 +114,7 @@ class PeriodicRefit:
             buckets=cfg.buckets,
             settings=cfg.refit,
             clock=clock,
+            on_failure=lambda: monitor.count_error("refit"),
         )
 
     @property
@@ -140,6 +146,9 @@ class PeriodicRefit:
                 self._failures += 1
                 self._last_error = f"{type(exc).__name__}: {exc}"
             log.warning("handoffmon refit failed: %s", exc, exc_info=True)
+            if self._on_failure is not None:
+                with contextlib.suppress(Exception):
+                    self._on_failure()
             return None
         with self._lock:
             self._runs += 1

@@ -49,6 +49,8 @@ class PairEffect:
         coverage: share of the handoff cell's checked turns in depth buckets where the
             baseline had data (strata without a baseline are dropped).
         residual: delta − risk for pairs used in the decomposition, else NaN.
+        p_value: raw two-sided p-value of Δ = 0 (NaN where no test was made).
+        p_adjusted: Benjamini–Hochberg adjusted p-value over the rule's tested pairs.
     """
 
     rule: str
@@ -65,6 +67,8 @@ class PairEffect:
     observed: bool
     coverage: float = NAN
     residual: float = NAN
+    p_value: float = NAN
+    p_adjusted: float = NAN
 
 
 @dataclass(frozen=True)
@@ -293,8 +297,18 @@ class SwitchMatrixResult:
     """Offline switch matrix: paired BCa Δ per cell, BCa cell means, decomposition.
 
     ``fit.pairs`` carry the paired-bootstrap Δ intervals (not observational: every
-    episode ran under every cell). The JSON document puts ``mu``, ``r2``, ``models``
-    and ``pairs`` at the top level like a ``RuleFit``, plus ``cells``.
+    episode ran under every cell), raw and Benjamini–Hochberg adjusted p-values;
+    ``significant`` = adjusted p ≤ ``fdr``. The JSON document puts ``mu``, ``r2``,
+    ``models`` and ``pairs`` at the top level like a ``RuleFit``, plus ``cells``.
+
+    Attributes:
+        clusters: scripts resampled as the top level of the bootstrap (1 = episodes only).
+        min_n: paired episodes a pair needs to be reported.
+        fdr: false-discovery rate of ``significant``.
+        authors: requested model or group → the author that answered it; models and
+            pairs are named by author, the names production uses.
+        off_author_episodes: episode cells dropped because a router fallback made
+            another author write part of them.
     """
 
     created_at: float
@@ -306,6 +320,11 @@ class SwitchMatrixResult:
     fit: RuleFit
     cells: list[CellMean]
     version: int = SCHEMA_VERSION
+    clusters: int = 1
+    min_n: int = 20
+    fdr: float = 0.05
+    authors: dict[str, str] = field(default_factory=dict)
+    off_author_episodes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; the fit's fields are flattened to the top level."""

@@ -67,13 +67,20 @@ class HeatCell:
 def heatmap(
     rows: Sequence[str], cols: Sequence[str], cells: dict[tuple[str, str], HeatCell], scale: float
 ) -> str:
-    """Square heatmap, rows = prefix models, columns = suffix models; diagonal shown as baseline."""
-    cw, ch, left, top = 74, 46, 96, 58
-    w, h = left + cw * len(cols) + 10, top + ch * len(rows) + 10
+    """Square heatmap, rows = prefix models, columns = suffix models; diagonal shown as baseline.
+
+    Columns and the row-label margin widen with the longest model name (about 7 px a
+    character at the tick font), so long names never overlap or run off the chart.
+    """
+    cw = max(74, 7 * max((len(c) for c in cols), default=0) + 16)
+    ch, top = 46, 58
+    left = max(96, 7 * max((len(r) for r in rows), default=0) + 24)
+    title_x = left + cw * len(cols) / 2
+    w, h = max(left + cw * len(cols) + 10, round(title_x + 145)), top + ch * len(rows) + 10  # axis title fits
     out = [f'<svg class="chart heatmap" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">']
     out.append(
         _t(
-            left + cw * len(cols) / 2,
+            title_x,
             16,
             "suffix model B (continues the conversation) →",
             cls="axis-title",
@@ -157,8 +164,12 @@ class Bar:
 
 
 def interval_bars(bars: Sequence[Bar], *, title: str, span: float | None = None) -> str:
-    """Horizontal bars from zero with interval whiskers; optional diamond markers (truth)."""
-    bh, left, width, top = 30, 86, 300, 30
+    """Horizontal bars from zero with interval whiskers; optional diamond markers (truth).
+
+    The label margin widens with the longest label (about 7 px a character).
+    """
+    bh, width, top = 30, 300, 30
+    left = max(86, 7 * max((len(b.label) for b in bars), default=0) + 16)
     finite_vals = [abs(v) for b in bars for v in (b.value, b.low, b.high, b.reference or 0.0) if finite(v)]
     m = span or max([0.02, *finite_vals]) * 1.1
     h = top + bh * len(bars) + 26

@@ -104,7 +104,11 @@ def demo_config(fleet: Fleet, provider_name: str, settings: DemoSettings) -> Han
 
 
 def build_world(
-    settings: DemoSettings, *, exporters: Any = None, on_turn: Callable[[], None] | None = None
+    settings: DemoSettings,
+    *,
+    exporters: Any = None,
+    on_turn: Callable[[], None] | None = None,
+    fleet: Fleet | None = None,
 ) -> DemoWorld:
     """Build fleet, provider, Router, monitor and wrapper (litellm is imported here).
 
@@ -112,6 +116,7 @@ def build_world(
         settings: the run's knobs.
         exporters: callable ``config → list of exporters`` (``--serve``), or None.
         on_turn: progress callback per reply.
+        fleet: a hand-planted fleet (default: ``make_fleet(settings.models, settings.rules)``).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.integrations import wrap
@@ -119,7 +124,7 @@ def build_world(
     from handoffmon.sim.provider import SimProvider
     from handoffmon.sim.router import build_router
 
-    fleet = make_fleet(settings.models, settings.rules, seed=settings.seed)
+    fleet = fleet or make_fleet(settings.models, settings.rules, seed=settings.seed)
     provider = SimProvider(fleet, seed=settings.seed)
     router = build_router(fleet, provider)
     config = demo_config(fleet, provider.provider_name or "", settings)

@@ -102,8 +102,8 @@ def test_metrics_file_holds_the_refit_gauges_in_text_format(tmp_path: Path) -> N
     assert not any(name.startswith("handoffmon_checks") for name, _ in samples)  # only refit gauges
 
 
-def test_pushgateway_receives_the_gauges_under_job_handoffmon_refit(tmp_path: Path) -> None:
-    """--pushgateway PUTs the text exposition to /metrics/job/handoffmon_refit."""
+def test_pushgateway_receives_the_gauges_under_job_handoffmon(tmp_path: Path) -> None:
+    """--pushgateway PUTs the text exposition to /metrics/job/handoffmon (the scrape job)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -129,7 +129,7 @@ def test_pushgateway_receives_the_gauges_under_job_handoffmon_refit(tmp_path: Pa
         server.shutdown()
         server.server_close()
     assert res.exit_code == 0, res.output
-    assert got and got[0][:2] == ("PUT", "/metrics/job/handoffmon_refit")
+    assert got and got[0][:2] == ("PUT", "/metrics/job/handoffmon")
     assert b"handoffmon_handoff_risk{" in got[0][2]
 
 

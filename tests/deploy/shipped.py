@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -18,18 +17,15 @@ RULES_TEST = DEPLOY / "prometheus" / "handoffmon-rules.test.yml"
 PROM_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "handoffmon.json"
 GRAFANA_ALERTS = DEPLOY / "grafana" / "alerting" / "handoffmon-alerts.yml"
-README = ROOT / "README.md"
+ALERTMANAGER_CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
+ALERTING_DOC = ROOT / "docs" / "operations" / "alerting.md"
 
 
 def from_rules_tool() -> ModuleType:
-    """deploy/tools/from_rules.py, imported from its path (deploy/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "handoffmon_deploy_from_rules", DEPLOY / "tools" / "from_rules.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """deploy/tools/from_rules.py (``deploy`` is a package of the repository, not installed)."""
+    from deploy.tools import from_rules
+
+    return from_rules
 
 
 def load_yaml(path: Path) -> Any:
@@ -48,6 +44,11 @@ def dashboard() -> dict[str, Any]:
     return data
 
 
+def panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, rows' nested panels included."""
+    return [p for panel in dash["panels"] for p in [panel, *panel.get("panels", [])]]
+
+
 def panel_targets(dash: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, expr) of every query target, rows' nested panels included."""
     out: list[tuple[str, str]] = []
@@ -57,8 +58,12 @@ def panel_targets(dash: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-# What a Grafana user would get with every variable at its default / "All".
+# What a Grafana user would get with every variable at its default / "All", looking at the
+# deployment job="prod" (a target with no namespace/cluster label: those variables are empty).
 TEMPLATE_VALUES = {
+    "job": "prod",
+    "namespace": "",
+    "cluster": "",
     "rule": ".*",
     "model": ".*",
     "fit_rule": "all",
@@ -78,9 +83,6 @@ def substitute(expr: str, values: dict[str, str] = TEMPLATE_VALUES) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", repl, expr)
 
 
-def readme_section(name: str) -> str:
-    """The text between a README section's markers."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index(f"<!-- section:{name} -->")
-    end = text.index(f"<!-- /section:{name} -->")
-    return text[start:end]
+def alert_names() -> list[str]:
+    """Names of the shipped alerts, in file order."""
+    return [str(a["alert"]) for a in alert_rules()]

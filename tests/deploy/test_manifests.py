@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -87,7 +88,11 @@ def test_k8s_manifests_have_the_required_kinds_and_fields() -> None:
     """Deployment, Service, ConfigMap, ServiceMonitor and a refit CronJob, each with the
     fields a cluster would reject them without; labels and ports line up."""
     docs = _k8s_docs()
-    kinds = {d["kind"]: d for d in docs}
+    kinds = {
+        d["kind"]: d
+        for d in docs
+        if d["metadata"]["name"] in ("handoffmon", "handoffmon-config", "handoffmon-refit")
+    }
     assert {"Deployment", "Service", "ConfigMap", "ServiceMonitor", "CronJob"} <= set(kinds)
     for d in docs:
         assert d["apiVersion"] and d["metadata"]["name"], d
@@ -112,6 +117,13 @@ def test_k8s_manifests_have_the_required_kinds_and_fields() -> None:
     assert args[0] == "refit"
     assert args[args.index("--source") + 1].startswith("prometheus://")
     assert "--out" in args
+    pushed = {args[i + 1] for i, a in enumerate(args) if a == "--push-label"}
+    assert "job=handoffmon" in pushed and "namespace=$(POD_NAMESPACE)" in pushed
+    gateway = args[args.index("--pushgateway") + 1].split(":")[0]
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert ("Service", gateway) in by_name
+    gw_monitor = by_name[("ServiceMonitor", "handoffmon-pushgateway")]
+    assert gw_monitor["spec"]["endpoints"][0]["honorLabels"] is True
     mounted = pod["spec"]["volumes"][0]["configMap"]["name"]
     assert mounted == kinds["ConfigMap"]["metadata"]["name"]
 
@@ -149,3 +161,114 @@ def test_dockerfile_installs_the_package_and_runs_serve() -> None:
     assert 'ENTRYPOINT ["handoffmon"]' in text and '"serve"' in text
     for copied in ("pyproject.toml", "README.md", "handoffmon"):
         assert (ROOT / copied).exists()
+
+
+def _workloads() -> list[tuple[str, dict[str, Any]]]:
+    """(name, pod spec) of every Deployment and CronJob."""
+    out = []
+    for d in _k8s_docs():
+        if d["kind"] == "Deployment":
+            out.append((d["metadata"]["name"], d["spec"]["template"]["spec"]))
+        elif d["kind"] == "CronJob":
+            out.append((d["metadata"]["name"], d["spec"]["jobTemplate"]["spec"]["template"]["spec"]))
+    return out
+
+
+def test_images_are_pinned_and_never_latest_with_always() -> None:
+    """Every image has a fixed tag (handoffmon's comes from kustomize `images:` = the package
+    version); no `latest`, no `imagePullPolicy: Always`."""
+    from handoffmon._version import __version__
+
+    kust = load_yaml(K8S / "kustomization.yaml")
+    pins = {i["name"]: i for i in kust["images"]}
+    assert pins["handoffmon"]["newTag"] == __version__
+    for name, pod in _workloads():
+        for c in pod["containers"]:
+            image = c["image"]
+            assert c.get("imagePullPolicy") == "IfNotPresent", (name, c["name"])
+            assert "latest" not in image, (name, image)
+            assert image in pins or re.fullmatch(r"[\w./-]+:[\w.-]+", image), (name, image)
+
+
+def test_uid_10001_pods_have_fsgroup_so_volumes_are_writable() -> None:
+    """The handoffmon pods (serve and the refit job writing to a PVC) set fsGroup."""
+    for name, pod in _workloads():
+        ctx = pod.get("securityContext", {})
+        assert ctx.get("runAsNonRoot") is True, name
+        if ctx.get("runAsUser") == 10001:
+            assert ctx.get("fsGroup") == 10001, name
+
+
+def test_release_label_selects_servicemonitors_and_rules_in_kube_prometheus_stack() -> None:
+    """kustomize's `labels` transformer adds `release` (kube-prometheus-stack's default selector)
+    to ServiceMonitors and the PrometheusRule without touching any selector."""
+    kust = load_yaml(K8S / "kustomization.yaml")
+    (entry,) = kust["labels"]
+    assert "release" in entry["pairs"]
+    assert entry["includeSelectors"] is False and entry["includeTemplates"] is False
+    kinds = {d["kind"] for d in _k8s_docs()}
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+
+
+def test_metrics_need_a_bearer_token_from_a_secret_and_prometheus_sends_it() -> None:
+    """The serve pods listen on 0.0.0.0, so /metrics requires proxy.metrics_token (from the
+    handoffmon-metrics Secret), and the ServiceMonitor authenticates with the same Secret."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _k8s_docs()}
+    pod = docs[("Deployment", "handoffmon")]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    ref = env["HANDOFFMON_PROXY__METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]
+    endpoint = docs[("ServiceMonitor", "handoffmon")]["spec"]["endpoints"][0]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    assert endpoint["authorization"]["credentials"] == {"name": ref["name"], "key": ref["key"]}
+    cm = docs[("ConfigMap", "handoffmon-config")]
+    assert yaml.safe_load(cm["data"]["handoffmon.yaml"])["proxy"]["host"] == "0.0.0.0"
+
+
+def test_redis_is_shipped_where_the_configmap_points() -> None:
+    """store.url redis://redis:6379 resolves to the shipped Redis Service and its pods."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _k8s_docs()}
+    cm = yaml.safe_load(docs[("ConfigMap", "handoffmon-config")]["data"]["handoffmon.yaml"])
+    assert cm["store"]["url"].startswith("redis://redis:6379")
+    svc = docs[("Service", "redis")]
+    dep = docs[("Deployment", "redis")]
+    assert svc["spec"]["ports"][0]["port"] == 6379
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_compose_litellm_config_fails_over_in_a_real_router() -> None:
+    """deploy/litellm/config.yaml loads into a real litellm.Router (model_list + router_settings,
+    as the proxy does) and a share of `general` requests is served by `backup` after a
+    fallback, so the local stack shows fallback handoffs; the rest is served by `general`."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    config = load_yaml(DEPLOY / "litellm" / "config.yaml")
+    router = litellm.Router(model_list=config["model_list"], **config["router_settings"])
+    served: dict[str, int] = {}
+    for i in range(40):
+        resp = router.completion(model="general", messages=[{"role": "user", "content": f"ticket {i}"}])
+        model_id = resp._hidden_params["model_id"]
+        served[model_id] = served.get(model_id, 0) + 1
+        if model_id == "backup-mock":
+            headers = resp._hidden_params.get("additional_headers") or {}
+            assert int(headers.get("x-litellm-attempted-fallbacks") or 0) >= 1
+    assert set(served) == {"general-mock", "backup-mock"}, served
+    assert 5 <= served["backup-mock"] <= 35, served
+
+
+def test_compose_declares_the_v2_requirement_and_ships_alertmanager() -> None:
+    """Top-level `name:` needs Compose v2 (v1 rejects it): the file says so; Alertmanager runs the
+    shipped config and Prometheus sends to it; host ports are bound to loopback."""
+    text = (DEPLOY / "docker-compose.yml").read_text(encoding="utf-8")
+    assert "Compose v2" in text
+    compose = load_yaml(DEPLOY / "docker-compose.yml")
+    assert compose["name"] == "handoffmon"
+    am = compose["services"]["alertmanager"]
+    assert "./alertmanager/alertmanager.yml:/etc/alertmanager/alertmanager.yml:ro" in am["volumes"]
+    targets = load_yaml(PROM_CONFIG)["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert targets == ["alertmanager:9093"]
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)

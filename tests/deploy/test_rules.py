@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import require_binary
-from tests.deploy.shipped import RULES, RULES_TEST, alert_rules, load_yaml, readme_section
+from tests.deploy.shipped import ALERTING_DOC, RULES, RULES_TEST, alert_rules, from_rules_tool, load_yaml
 
 EXPECTED_ALERTS = {
     "HandoffPairRisky",
@@ -20,7 +20,13 @@ EXPECTED_ALERTS = {
     "AttributionCoverageFalling",
     "MonitorErrors",
     "QueueDrops",
+    "RouterFallbacksFrequent",
+    "ProxyUpstreamErrors",
+    "RefitFailing",
+    "StoreFailures",
+    "LabelCapPressure",
 }
+IDENTITY = "job, namespace, cluster"
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -61,23 +67,23 @@ def test_promtool_unit_tests_catch_a_broken_threshold(tmp_path) -> None:  # type
 
 
 def test_the_expected_alerts_are_shipped() -> None:
-    """The eight handoff-risk and health alerts the README documents exist, once each."""
+    """The handoff-risk, routing, refit and health alerts the docs describe exist, once each."""
     names = [a["alert"] for a in alert_rules()]
     assert sorted(names) == sorted(EXPECTED_ALERTS)
 
 
 @pytest.mark.parametrize("alert", alert_rules(), ids=lambda a: a["alert"])
-def test_every_alert_has_for_severity_texts_and_a_runbook_anchor_in_the_readme(alert: dict) -> None:  # type: ignore[type-arg]
+def test_every_alert_has_for_severity_texts_and_a_runbook_in_the_alerting_doc(alert: dict) -> None:  # type: ignore[type-arg]
     """Each alert waits (`for:`), has a severity, summary, description and a runbook URL whose
-    anchor is a heading of the README's alerts section."""
+    anchor is a heading of docs/operations/alerting.md."""
     assert re.fullmatch(r"\d+[smh]", str(alert["for"])), alert.get("for")
     assert alert["labels"]["severity"] in {"info", "warning", "critical"}
     ann = alert["annotations"]
     assert ann["summary"].strip() and ann["description"].strip()
     anchor = ann["runbook_url"].rsplit("#", 1)[1]
     assert anchor == alert["alert"].lower()
-    section = readme_section("alerts")
-    assert f"### {alert['alert']}\n" in section
+    assert "docs/operations/alerting.md#" in ann["runbook_url"]
+    assert f"### {alert['alert']}\n" in ALERTING_DOC.read_text(encoding="utf-8")
 
 
 def test_every_alert_has_a_firing_and_a_non_firing_case() -> None:
@@ -98,3 +104,28 @@ def test_pair_alerts_name_the_model_pair_in_summary_and_description() -> None:
             for key in ("summary", "description"):
                 text = alert["annotations"][key]
                 assert "$labels.prefix_model" in text and "$labels.model" in text, (alert["alert"], key)
+
+
+def test_every_aggregation_and_match_keeps_the_identity_labels() -> None:
+    """Every `by (...)` and `on (...)` clause in the rules starts with job, namespace, cluster,
+    so two deployments are never summed or matched together (`ignoring`/`group_left` keep
+    them by construction)."""
+    text = RULES.read_text(encoding="utf-8")
+    clauses = re.findall(r"\b(by|on) \(([^)]*)\)", text)
+    assert len(clauses) > 40
+    bad = [f"{kw} ({labels})" for kw, labels in clauses if not labels.startswith(IDENTITY)]
+    assert not bad, bad
+    assert "without (" not in text
+
+
+def test_identity_labels_can_be_swapped_and_the_result_still_passes_promtool(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`from_rules --identity-labels job,env` rewrites every clause; promtool accepts the result."""
+    tool = from_rules_tool()
+    assert tool.main(["--identity-labels", "job,env", "--out-dir", str(tmp_path)]) == 0
+    text = (tmp_path / RULES.name).read_text(encoding="utf-8")
+    assert IDENTITY not in text and text.count("by (job, env,") >= 20
+    assert "job, env" in (tmp_path / "prometheusrule.yaml").read_text(encoding="utf-8")
+    proc = _promtool("check", "rules", str(tmp_path / RULES.name))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with pytest.raises(ValueError):
+        tool.relabel(text, ["bad-label"])

@@ -223,12 +223,13 @@ def test_curves_are_checkpoint_pass_shares_with_wilson_intervals(tmp_path: Path)
 
 
 def test_eval_html_report_has_one_curve_per_rule_and_model(tmp_path: Path) -> None:
-    """The eval page draws a Wilson-interval curve for each (rule, model) and lists the script."""
+    """The eval page draws a chart for each (rule, author) on a depth axis and lists the script."""
     from handoffmon.evals.html import eval_report
 
     script = script_from_dict(SCRIPT)
     with ResultStore(tmp_path / "h.sqlite") as store:
         asyncio.run(Runner(FlakyModel(), store, RunSettings(backoff_s=0)).run([script], "m"))
         page = eval_report(build_result(list(store.rows()), [script], "h.sqlite"))
-    assert page.count('class="chart curve"') == 2
-    assert "es · m" in page and "no_commas · m" in page and "<td>fake</td>" in page
+    assert page.count('class="chart overlay"') == 2 and page.count('data-x-axis="depth"') == 2
+    assert "es · fake-m" in page and "no_commas · fake-m" in page and "<td>fake</td>" in page
+    assert "m → fake-m" in page  # requested model → the author that answered

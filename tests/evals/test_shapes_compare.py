@@ -14,7 +14,7 @@ from handoffmon.cli import main
 from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError
-from handoffmon.evals.compare import compare, holm, two_proportion_test
+from handoffmon.evals.compare import adjusted_one_sided_test, compare, holm
 from handoffmon.evals.results import build_result
 from handoffmon.evals.script import script_from_dict
 from handoffmon.evals.shapes import Shapes, export_shapes, shapes_from_counts
@@ -114,35 +114,32 @@ def production() -> tuple[Shapes, list[int], Counts]:
 
 
 def test_compare_flags_the_fast_decaying_rule_at_depth_and_not_the_matched_one(production: tuple) -> None:
-    """Planted production p_TF 0.25 vs eval 0.04: flagged at the deep buckets; the matched rule never."""
+    """Planted production p_TF 0.25 vs eval 0.04: flagged at the deep checkpoints; the matched rule never."""
     shapes = production[0]
     rows, script = eval_rows()
     result = build_result(rows, [script], "mem")
     c = compare(shapes, [result])
-    flagged = {(r.rule, r.depth_bucket) for r in c.flagged}
+    flagged = {(r.rule, r.depth) for r in c.flagged}
     assert {r for r, _ in flagged} == {"fast_decay"}
-    assert {("fast_decay", "3-4"), ("fast_decay", "9-16"), ("fast_decay", "17-32")} <= flagged
-    assert ("fast_decay", "1") not in flagged  # same depth-1 adherence: no difference at the start
+    assert {("fast_decay", 4), ("fast_decay", 10), ("fast_decay", 20)} <= flagged
+    assert ("fast_decay", 1) not in flagged  # same depth-1 adherence: no difference at the start
     matched = [r for r in c.rules if r.rule == "matched"]
-    assert {r.depth_bucket for r in matched} == {"1", "3-4", "9-16", "17-32"} and not any(
-        r.flagged for r in matched
-    )
-    deep = next(r for r in c.rules if (r.rule, r.depth_bucket) == ("fast_decay", "17-32"))
-    assert (
-        deep.eval_depths == (20,)
-        and deep.eval_n == 150
-        and deep.production_adherence < 0.6 < deep.eval_adherence
-    )
+    assert {r.depth for r in matched} == set(CHECKPOINTS) and not any(r.flagged for r in matched)
+    assert {r.model for r in c.rules} == {"m1"}  # joined on the author: m1's production only
+    deep = next(r for r in c.rules if (r.rule, r.depth) == ("fast_decay", 20))
+    assert deep.depth_bucket == "17-32" and deep.eval_n == 150 and deep.depth_matched
+    assert deep.production_adherence < 0.6 < deep.eval_adherence
 
 
-def test_two_proportion_test_matches_the_textbook_formula() -> None:
-    """One-sided pooled z-test: z = (p1 − p2)/sqrt(p(1−p)(1/n1 + 1/n2)), p-value = Φ(z)."""
+def test_adjusted_one_sided_test_matches_the_agresti_caffo_formula() -> None:
+    """z = (p̃2 − p̃1 − shift)/sqrt(deff·p̃1(1−p̃1)/(n1+2) + p̃2(1−p̃2)/(n2+2)), p = 1 − Φ(z)."""
     from scipy.stats import norm
 
-    z, p = two_proportion_test(40, 100, 60, 100)
-    pooled = 0.5
-    expected = (0.4 - 0.6) / np.sqrt(pooled * pooled * (2 / 100))
-    assert z == pytest.approx(expected) and p == pytest.approx(norm.cdf(expected))
+    z, p = adjusted_one_sided_test(40, 100, 60, 100, shift=0.01, deff=2.0)
+    p1, p2 = 41 / 102, 61 / 102
+    expected = (p2 - p1 - 0.01) / np.sqrt(2 * p1 * (1 - p1) / 102 + p2 * (1 - p2) / 102)
+    assert z == pytest.approx(expected) and p == pytest.approx(norm.sf(expected))
+    assert np.isnan(adjusted_one_sided_test(0, 0, 3, 4)[1])
 
 
 def test_holm_adjustment_matches_the_step_down_definition() -> None:
@@ -238,7 +235,9 @@ def test_cli_shapes_export_from_refit_json_and_compare_exit_status(tmp_path: Pat
         ],
     )
     assert res.exit_code == 3, res.output
-    assert "TOO CLEAN fast_decay @ 17-32" in res.output and "TOO CLEAN matched" not in res.output
+    assert (
+        "TOO CLEAN fast_decay · m1 @ depth 20 (17-32)" in res.output and "TOO CLEAN matched" not in res.output
+    )
     doc = json.loads((tmp_path / "cmp.json").read_text())
     assert doc["schema"] == "handoffmon.eval_compare" and doc["missing_pairs"]
 

@@ -109,11 +109,13 @@ def _paired(scores: list, a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
 def test_delta_and_paired_bca_match_a_direct_scipy_computation(matrix: dict) -> None:
     """Δ(A→B) = mean_e[s(A→B) − s(B→B)] exactly; its interval equals scipy's paired BCa on the same resamples.
 
-    The refit draws one resample matrix for the cell means, then one for the deltas; the
+    With one script the episodes are resampled directly (no script level). The refit draws
+    one resample matrix for the cell means, then one for the deltas; the
     direct computation skips the first draw and gives scipy the generator state of the second.
     """
-    scores, result = matrix["scores"], matrix["result"]
-    n = 60
+    scores = [s for s in matrix["scores"] if s.episode.startswith("task-0#")]  # one script: flat bootstrap
+    result = analyse(scores, resamples=RESAMPLES, seed=SEED)
+    n = 30
     rng = np.random.default_rng(SEED)
     rng.integers(0, n, (RESAMPLES, n))  # the cell-mean draw
     checked = 0
@@ -163,7 +165,7 @@ def test_earlier_switch_hands_over_after_turn_t(tmp_path: Path, matrix: dict) ->
 
 def test_matrix_html_report_draws_the_delta_heatmap(matrix: dict) -> None:
     """The report renderer's page for the matrix: one heatmap, every model, the worst cell's tooltip."""
-    from handoffmon.evals.html import matrix_report
+    from handoffmon.evals.matrix_page import matrix_report
 
     page = matrix_report(matrix["result"])
     assert page.startswith("<!doctype html>") and page.count('class="chart heatmap"') == 1
@@ -200,6 +202,8 @@ def test_cli_switch_matrix_resumes_from_cache_and_matches_stats_switch_matrix(tm
         str(tmp_path / "s.csv"),
         "--seed",
         "1",
+        "--min-n",
+        "2",
         "--no-progress",
     ]
     first = CliRunner().invoke(main, args)
@@ -218,6 +222,8 @@ def test_cli_switch_matrix_resumes_from_cache_and_matches_stats_switch_matrix(tm
             str(tmp_path / "st.json"),
             "--seed",
             "1",
+            "--min-n",
+            "2",
         ],
     )
     assert stats_out.exit_code == 0, stats_out.output

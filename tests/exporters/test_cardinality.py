@@ -15,6 +15,7 @@ from handoffmon.depth import DepthBuckets
 from handoffmon.exporters.cardinality import MAX_LABEL_CHARS, MAX_STAGES, OTHER, LabelGuard
 from handoffmon.exporters.otel import OTelExporter
 from handoffmon.exporters.prometheus import PrometheusExporter
+from handoffmon.types import VERDICTS
 from tests.exporters.turns import make_result, only, parse_exposition
 
 
@@ -46,7 +47,7 @@ def test_5000_garbage_models_stay_within_cap_plus_other() -> None:
     assert len(turns) == cap + 1
     assert OTHER in models and len(models - {OTHER}) == cap
     assert turns[(("depth_bucket", "1"), ("model", OTHER), ("prefix_model", "none"))] == 5000 - cap
-    assert len(only(series, "handoffmon_checks_total")) == cap + 1
+    assert len(only(series, "handoffmon_checks_total")) == (cap + 1) * len(VERDICTS)  # all verdicts from 0
     assert all(len(m) <= MAX_LABEL_CHARS for m in models)
 
     data = reader.get_metrics_data()

@@ -23,7 +23,7 @@ from handoffmon.exporters import build_exporters, prometheus_exporter
 from handoffmon.exporters.logs import StructlogExporter
 from handoffmon.exporters.serving import start_metrics_server
 from handoffmon.pipeline.monitor import Monitor
-from tests.exporters.turns import L, chk, only, parse_exposition, tr
+from tests.exporters.turns import L, chk, counted, only, parse_exposition, tr
 
 RULES = [{"name": "json", "check": "valid_json"}, {"name": "nocomma", "check": "no_commas"}]
 
@@ -111,7 +111,7 @@ def test_scripted_conversation_through_monitor_gives_exact_series(
         L(model="gpt", prefix_model="unknown", depth_bucket="2"): 1,
     }
 
-    assert only(s, "handoffmon_checks_total") == {
+    assert counted(s, "handoffmon_checks_total") == {
         chk("json", "gpt", "none", "1", "pass"): 1,
         chk("nocomma", "gpt", "none", "1", "pass"): 1,
         chk("json", "gpt", "gpt", "2", "fail"): 1,
@@ -132,8 +132,12 @@ def test_scripted_conversation_through_monitor_gives_exact_series(
         tr("json", "gpt", "unknown", "pass", "fail"): 1,
         tr("nocomma", "gpt", "unknown", "fail", "pass"): 1,
     }
-    assert only(s, "handoffmon_attributions_total") == {L(method="chain"): 3, L(method="unknown"): 1}
-    assert only(s, "handoffmon_fallbacks_total") == {L(model="claude"): 1}
+    assert only(s, "handoffmon_attributions_total") == {
+        L(method="chain"): 3,
+        L(method="content"): 0,  # initialised: known methods start at 0
+        L(method="unknown"): 1,
+    }
+    assert only(s, "handoffmon_fallbacks_total") == {L(requested_model="chat-group", model="claude"): 1}
     # the pipeline pushed its stage overheads (MonitorObserver): one observation per turn and stage
     assert only(s, "handoffmon_overhead_seconds_count")[L(stage="background")] == 5
     assert len(telemetry.spans.get_finished_spans()) == 5

@@ -16,7 +16,16 @@ from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import start_metrics_server
 from handoffmon.protocols import Exporter, MonitorObserver
 from tests.exporters.refits import make_refit
-from tests.exporters.turns import L, chk, make_result, only, parse_exposition, scripted_conversation, tr
+from tests.exporters.turns import (
+    L,
+    chk,
+    counted,
+    make_result,
+    only,
+    parse_exposition,
+    scripted_conversation,
+    tr,
+)
 
 
 @pytest.fixture
@@ -51,7 +60,7 @@ def test_scrape_after_scripted_conversation_has_exact_series(exporter: Prometheu
         L(model="llama", prefix_model="unknown", depth_bucket="2"): 1,
     }
 
-    assert only(series, "handoffmon_checks_total") == {
+    assert counted(series, "handoffmon_checks_total") == {
         chk("json", "gpt", "none", "1", "pass"): 2,
         chk("lang", "gpt", "none", "1", "pass"): 1,
         chk("lang", "gpt", "none", "1", "fail"): 1,
@@ -77,7 +86,7 @@ def test_scrape_after_scripted_conversation_has_exact_series(exporter: Prometheu
         L(method="content"): 1,
         L(method="unknown"): 1,
     }
-    assert only(series, "handoffmon_fallbacks_total") == {L(model="claude"): 1}
+    assert only(series, "handoffmon_fallbacks_total") == {L(requested_model="gpt-group", model="claude"): 1}
     assert only(series, "handoffmon_history_tokens_count") == {
         L(depth_bucket="1"): 3,
         L(depth_bucket="2"): 2,
@@ -101,7 +110,7 @@ def test_health_api_counts_errors_drops_and_overhead_buckets(exporter: Prometheu
     exporter.count_drop()
     exporter.count_drop(4)
     series = scrape(exporter)
-    assert only(series, "handoffmon_monitor_errors_total") == {L(stage="store"): 2, L(stage="check"): 1}
+    assert counted(series, "handoffmon_monitor_errors_total") == {L(stage="store"): 2, L(stage="check"): 1}
     assert only(series, "handoffmon_queue_dropped_total") == {(): 5}
     buckets = only(series, "handoffmon_overhead_seconds_bucket")
     assert buckets[L(stage="attribution", le="2.5e-05")] == 0  # 30 µs is above 25 µs
@@ -146,7 +155,7 @@ def test_out_of_contract_values_are_bounded(exporter: PrometheusExporter) -> Non
     )
     assert exporter.export(result)
     series = scrape(exporter)
-    assert set(only(series, "handoffmon_checks_total")) == {
+    assert set(counted(series, "handoffmon_checks_total")) == {
         L(rule="json", model="gpt-4o", prefix_model="none", depth_bucket="5-8", verdict="error")
     }
 
@@ -238,3 +247,80 @@ def test_label_usage_gauges_show_cap_pressure() -> None:
     assert only(s, "handoffmon_label_limit")[L(label="model")] == 3
     assert only(s, "handoffmon_label_values")[L(label="rule")] == 1
     assert only(s, "handoffmon_turns_total")[L(model="other", prefix_model="none", depth_bucket="1")] == 1
+
+
+def test_no_created_series_and_the_application_keeps_its_own() -> None:
+    """handoffmon's counters and histograms expose no `_created` sample, while an application
+    counter in the same registry keeps prometheus_client's default (the global switch is untouched)."""
+    from prometheus_client import Counter
+    from prometheus_client import metrics as client_metrics
+
+    registry = CollectorRegistry()
+    app_counter = Counter("app_requests", "The application's own counter.", registry=registry)
+    app_counter.inc()
+    exp = PrometheusExporter(registry, multiprocess=False)
+    for result in scripted_conversation():
+        exp.export(result)
+    exp.observe_overhead("background", 0.001)
+    text = generate_latest(registry).decode()
+    assert "app_requests_created" in text
+    assert client_metrics._use_created is True  # the process-wide default is still on
+    handoffmon_created = [ln for ln in text.splitlines() if ln.startswith("handoffmon_") and "_created" in ln]
+    assert handoffmon_created == []
+    assert "handoffmon_turns_total{" in text and "handoffmon_overhead_seconds_bucket{" in text
+    openmetrics = generate_openmetrics(registry).decode()
+    assert "handoffmon_checks_created" not in openmetrics and "handoffmon_checks_total{" in openmetrics
+
+
+def test_known_label_values_start_at_zero(exporter: PrometheusExporter) -> None:
+    """Stages and attribution methods exist at 0 before any event; a new check cell creates
+    every verdict, so `rate(...{verdict="error"})` is 0 rather than absent."""
+    from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS
+
+    s = scrape(exporter)
+    assert only(s, "handoffmon_monitor_errors_total") == {L(stage=st): 0 for st in MONITOR_STAGES}
+    assert only(s, "handoffmon_attributions_total") == {L(method=m): 0 for m in ATTRIBUTION_METHODS}
+    exporter.export(make_result(author="gpt", checks=[("json", "pass")]))
+    checks = only(scrape(exporter), "handoffmon_checks_total")
+    cell = {"rule": "json", "model": "gpt", "prefix_model": "none", "depth_bucket": "1"}
+    assert checks == {L(**cell, verdict=v): (1 if v == "pass" else 0) for v in VERDICTS}
+
+
+def test_every_monitor_stage_in_the_package_is_initialised() -> None:
+    """Each literal stage the package counts (`count_error("x")`, `_on_error("x")`, `_fail("x", …)`) is in
+    MONITOR_STAGES, so no stage's panel starts as "No data"."""
+    import re
+    from pathlib import Path
+
+    import handoffmon
+    from handoffmon.types import MONITOR_STAGES
+
+    root = Path(handoffmon.__file__).parent
+    used = {
+        m.group(1)
+        for path in root.rglob("*.py")
+        for m in re.finditer(
+            r"(?:count_error|_on_error|_fail)\(\s*\"([a-z_]+)\"", path.read_text(encoding="utf-8")
+        )
+    }
+    assert {"attribution", "check", "export", "refit"} <= used
+    assert used <= set(MONITOR_STAGES)
+
+
+def test_fallbacks_carry_requested_and_serving_model_under_a_cap() -> None:
+    """`handoffmon_fallbacks_total{requested_model, model}`; requested groups beyond
+    `max_models` become `other` without taking serving-model slots."""
+    exp = PrometheusExporter(CollectorRegistry(), guard=LabelGuard(max_models=2), multiprocess=False)
+    for group in ("g1", "g2", "g3", "g3"):
+        exp.export(make_result(author="gpt", requested_model=group, fallbacks=1))
+    exp.export(make_result(author="claude", requested_model="g1", fallbacks=2))
+    s = scrape(exp)
+    assert only(s, "handoffmon_fallbacks_total") == {
+        L(requested_model="g1", model="gpt"): 1,
+        L(requested_model="g2", model="gpt"): 1,
+        L(requested_model="other", model="gpt"): 2,
+        L(requested_model="g1", model="claude"): 2,
+    }
+    assert only(s, "handoffmon_label_values")[L(label="requested_model")] == 2
+    assert only(s, "handoffmon_label_limit")[L(label="requested_model")] == 2
+    assert only(s, "handoffmon_label_values")[L(label="model")] == 2

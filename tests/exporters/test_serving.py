@@ -25,7 +25,7 @@ from handoffmon.exporters.serving import (
     multiprocess_registry,
     start_metrics_server,
 )
-from tests.exporters.turns import L, make_result, only, parse_exposition
+from tests.exporters.turns import L, counted, make_result, only, parse_exposition
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,7 +99,7 @@ async def test_asgi_app_mounted_in_starlette_with_token(exporter: PrometheusExpo
         assert (await client.get("/metrics/")).status_code == 401
         resp = await client.get("/metrics/", headers={"Authorization": "Bearer t0k"})
         assert resp.status_code == 200
-        assert only(parse_exposition(resp.text), "handoffmon_checks_total") == {
+        assert counted(parse_exposition(resp.text), "handoffmon_checks_total") == {
             L(rule="json", model="gpt", prefix_model="none", depth_bucket="1", verdict="pass"): 1
         }
         assert (await client.post("/metrics/", headers={"Authorization": "Bearer t0k"})).status_code == 405
@@ -124,10 +124,10 @@ def test_multiprocess_two_writers_summed_by_one_collector(tmp_path: Path) -> Non
         L(model="gpt", prefix_model="none", depth_bucket="1"): 3,
         L(model="claude", prefix_model="none", depth_bucket="1"): 4,
     }
-    checks = only(s, "handoffmon_checks_total")
+    checks = counted(s, "handoffmon_checks_total")
     assert checks[L(rule="json", model="gpt", prefix_model="none", depth_bucket="1", verdict="fail")] == 2
     assert checks[L(rule="json", model="claude", prefix_model="none", depth_bucket="1", verdict="pass")] == 2
-    assert only(s, "handoffmon_monitor_errors_total") == {L(stage="check"): 2}
+    assert counted(s, "handoffmon_monitor_errors_total") == {L(stage="check"): 2}
     assert only(s, "handoffmon_overhead_seconds_count") == {L(stage="attribution"): 2}
     # mostrecent: the second process published last
     assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1800000501.0}

@@ -179,6 +179,11 @@ def only(series: Series, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     return {labels: v for (n, labels), v in series.items() if n == name}
 
 
+def counted(series: Series, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The non-zero samples of one sample name (children initialised at 0 left out)."""
+    return {labels: v for labels, v in only(series, name).items() if v != 0}
+
+
 def L(**labels: str) -> tuple[tuple[str, str], ...]:
     """A sorted label tuple for lookups into ``parse_exposition`` output."""
     return tuple(sorted(labels.items()))

@@ -47,10 +47,11 @@ def test_closed_form_jackknife_acceleration_matches_explicit_leave_one_out() -> 
     np.testing.assert_allclose(jackknife_acceleration(x), want, rtol=1e-10)
 
 
-def test_constant_cells_get_a_point_interval() -> None:
-    """All-equal scores (scipy returns NaN with a warning) give [θ̂, θ̂] here."""
+def test_constant_cells_get_no_interval_and_no_p_value() -> None:
+    """All-equal scores (δ = 1, 1, 1, …) carry no sampling variation: no interval, no test (scipy: NaN)."""
     res = bca_means(np.ones((2, 30)), resamples=200, rng=0)
-    assert res.ci_low.tolist() == [1.0, 1.0] and res.ci_high.tolist() == [1.0, 1.0]
+    assert res.estimate.tolist() == [1.0, 1.0]
+    assert np.isnan(res.ci_low).all() and np.isnan(res.ci_high).all() and np.isnan(res.p_value).all()
 
 
 def test_bca_interval_covers_true_mean_at_nominal_rate() -> None:

@@ -100,3 +100,25 @@ def test_publisher_returning_false_counts_as_failure() -> None:
     counts = _counts()
     job = PeriodicRefit(lambda: counts, lambda r: False, 60, buckets=DepthBuckets())
     assert job.run_once() is None and job.stats.failures == 1
+
+
+def test_failed_refit_is_counted_as_monitor_error_stage_refit() -> None:
+    """A refit that raises is exported as `handoffmon_monitor_errors_total{stage="refit"}`
+    (RefitFailing and the dashboard read it) and never raises into the caller."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.exporters.prometheus import PrometheusExporter
+    from handoffmon.pipeline.monitor import Monitor
+    from handoffmon.refit.periodic import PeriodicRefit
+
+    registry = CollectorRegistry()
+    with Monitor(HandoffmonConfig(), exporters=[PrometheusExporter(registry)], start=False) as monitor:
+        periodic = PeriodicRefit.for_monitor(monitor, interval_s=60)
+        periodic._snapshot = lambda: (_ for _ in ()).throw(RuntimeError("store gone"))  # type: ignore[method-assign]
+        assert periodic.run_once() is None
+        assert periodic.run_once() is None
+        monitor.flush()
+        text = generate_latest(registry).decode()
+    assert 'handoffmon_monitor_errors_total{stage="refit"} 2.0' in text
+    assert periodic.stats.failures == 2

@@ -1,0 +1,1 @@
+"""Shipped deployment files and their generators (not installed with handoffmon)."""

@@ -1,0 +1,1 @@
+"""Deploy-time tools: rules → Grafana alerts / PrometheusRule, the dashboard generator."""

@@ -1,0 +1,71 @@
+"""Exit codes in one place, distinct from click's usage error; defaults that agree; reserved rule names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+from handoffmon.cli.exits import ExitCode, table_markdown
+from handoffmon.config import StoreConfig
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "guides" / "feedback-loop.md"
+
+
+def test_exit_codes_are_distinct_and_two_stays_click_usage() -> None:
+    """Every code once; 2 is what click itself returns for a usage error, and nothing else uses it."""
+    assert len({int(c) for c in ExitCode}) == len(ExitCode)
+    res = CliRunner().invoke(main, ["eval", "compare", "--no-such-option"])
+    assert res.exit_code == ExitCode.USAGE == 2
+
+
+def test_the_docs_carry_the_exit_code_table_verbatim() -> None:
+    """docs/guides/feedback-loop.md holds table_markdown() as generated, so the two cannot drift."""
+    assert table_markdown() in DOCS.read_text(encoding="utf-8")
+
+
+def test_eval_run_exits_5_when_runs_fail_not_click_usage_2(tmp_path: Path) -> None:
+    """A model litellm cannot route fails every run: exit RUN_FAILED with the failures on stderr."""
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        yaml.safe_dump(
+            {"id": "s", "runs": 1, "rules": [{"name": "r", "check": "no_commas"}], "turns": [{"user": "hi"}]}
+        )
+    )
+    res = CliRunner().invoke(
+        main,
+        ["eval", "run", str(script), "--model", "no-provider-model-xyz", "--db", str(tmp_path / "e.sqlite"),
+         "--retries", "0", "--no-progress"],
+    )  # fmt: skip
+    assert res.exit_code == ExitCode.RUN_FAILED == 5, res.output
+    assert "1 failed run(s)" in res.stderr and "failed s#0" in res.stderr
+
+
+def test_shapes_export_default_source_is_the_monitors_default_store(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The default --source is the relative file a sqlite monitor writes (store.path), not at /."""
+    from handoffmon.cli.shapes_cmd import DEFAULT_SOURCE, export
+
+    assert DEFAULT_SOURCE == f"sqlite://{StoreConfig().path}" == "sqlite://handoffmon.db"
+    assert next(p for p in export.params if p.name == "source").default == DEFAULT_SOURCE
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["shapes", "export", "--out", "s.json"])
+    assert res.exit_code == ExitCode.ERROR and "handoffmon.db" in res.stderr  # missing file: named, relative
+
+
+def test_config_check_rejects_reserved_rule_names(tmp_path: Path) -> None:
+    """A rule named 'all' (the refit's pooled fit) or '*' fails config check naming key and file."""
+    for name in ("all", "*"):
+        cfg = tmp_path / f"c{len(name)}.yaml"
+        cfg.write_text(
+            yaml.safe_dump(
+                {"rules": [{"name": "ok", "check": "no_commas"}, {"name": name, "check": "no_commas"}]}
+            )
+        )
+        res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+        assert res.exit_code == ExitCode.ERROR, res.output
+        assert str(cfg) in res.stderr and "rules[1].name" in res.stderr and "reserved" in res.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"rules": [{"name": "all_caps", "check": "no_commas"}]}))
+    assert CliRunner().invoke(main, ["config", "check", str(good)]).exit_code == ExitCode.OK

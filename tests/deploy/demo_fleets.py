@@ -1,0 +1,112 @@
+"""Two-model demo fleets for the alerting tests, and the recorder of their /metrics snapshots.
+
+* ``one_problem_fleet``: ONE planted problem, the handoff ``atlas → birch``
+  (Δ = μ + π_atlas + σ_birch = −0.16); the reverse pair is healthy (Δ = +0.04).
+* ``healthy_fleet``: the same models and rules, nothing planted (Δ = 0 both ways).
+
+``python -m tests.deploy.demo_fleets`` runs each through the real demo pipeline
+(simulated fleet → real ``litellm.Router`` → handoffmon wrapper → checkers → refit →
+``PrometheusExporter``) and writes the exposition text to ``tests/deploy/data/``; the
+default tests replay those snapshots (``tests/deploy/replay.py``), and the slow test in
+``test_e2e_alertmanager.py`` re-runs the live traffic to show the snapshot's outcome is what
+real demo traffic gives.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from handoffmon.sim.fleet import DEFAULT_RULES, Fleet, SimModel
+
+DATA = Path(__file__).resolve().parent / "data"
+SNAPSHOTS = {"one-problem": DATA / "demo-one-problem.prom", "healthy": DATA / "demo-healthy.prom"}
+RISKY_PAIR = ("atlas", "birch")
+RULES = DEFAULT_RULES[:4]
+CONVERSATIONS = 500
+SEED = 11
+
+
+def _model(name: str, group: str, influence: float, susceptibility: float) -> SimModel:
+    return SimModel(
+        name=name,
+        group=group,
+        base={r.name: 0.92 for r in RULES},
+        p_tf=0.05,
+        p_ft=0.45,
+        influence=influence,
+        susceptibility=susceptibility,
+        rate_limit_rate=0.02,
+        timeout_rate=0.01,
+        flip_rate=0.1,
+    )
+
+
+def one_problem_fleet() -> Fleet:
+    """atlas → birch hurts adherence by 16 points; birch → atlas is healthy (+4)."""
+    return Fleet(
+        models=(_model("atlas", "general", -0.06, 0.04), _model("birch", "backup", 0.06, -0.04)),
+        rules=RULES,
+        mu=-0.06,
+        fallbacks={"general": ("backup",), "backup": ("general",)},
+    )
+
+
+def healthy_fleet() -> Fleet:
+    """The same two models with no planted handoff effect."""
+    fleet = one_problem_fleet()
+    models = tuple(replace(m, influence=0.0, susceptibility=0.0) for m in fleet.models)
+    return replace(fleet, models=models, mu=0.0)
+
+
+FLEETS: dict[str, Callable[[], Fleet]] = {"one-problem": one_problem_fleet, "healthy": healthy_fleet}
+
+
+@contextmanager
+def demo_world(fleet: Fleet, registry: Any, *, seed: int = SEED) -> Iterator[Any]:
+    """The demo pipeline over ``fleet`` with a ``PrometheusExporter`` on ``registry``."""
+    from handoffmon.exporters import build_exporters
+    from handoffmon.sim.demo import DemoSettings, build_world, close_world
+
+    settings = DemoSettings(models=len(fleet.models), rules=len(fleet.rules), seed=seed, concurrency=16)
+    world = build_world(
+        settings, fleet=fleet, exporters=lambda config: build_exporters(config, registry=registry)
+    )
+    try:
+        yield world
+    finally:
+        close_world(world)
+
+
+def record(name: str, conversations: int = CONVERSATIONS) -> str:
+    """Drive ``conversations`` through the named fleet, refit, publish; the exposition text."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from handoffmon.exporters import refit_publisher
+    from handoffmon.sim.demo import refit_world
+
+    registry = CollectorRegistry()
+    with demo_world(FLEETS[name](), registry) as world:
+        asyncio.run(world.driver.run(conversations))
+        _, result = refit_world(world)
+        assert refit_publisher(world.monitor.exporters)(result)
+        return generate_latest(registry).decode()
+
+
+def main() -> int:
+    """Rewrite both snapshots."""
+    DATA.mkdir(exist_ok=True)
+    for name, path in SNAPSHOTS.items():
+        path.write_text(record(name), encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

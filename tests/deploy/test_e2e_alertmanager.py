@@ -1,0 +1,133 @@
+"""End to end: demo traffic with ONE planted problem → Prometheus (shipped rules) → Alertmanager
+(shipped config) → a webhook that gets exactly one grouped notification for it.
+
+The default test replays the recorded demo snapshots (``tests/deploy/conftest.py``); the slow
+test drives live demo traffic of the same fleet and shows the same single notification.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import require_binary
+from tests.deploy.conftest import ReplayStack, shortened_rules
+from tests.deploy.demo_fleets import RISKY_PAIR
+from tests.deploy.servers import alertmanager, alertmanager_test_config, webhook_receiver
+from tests.deploy.shipped import ALERTMANAGER_CONFIG, load_yaml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+NOTIFY_TIMEOUT_S = 90.0
+QUIET_AFTER_S = 12.0
+"""Watch this long after the first notification (> the test's group_interval of 10 s): a
+changed group or a second group would notify again within it."""
+
+
+def _wait_for_notifications(webhook: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not webhook.notifications and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert webhook.notifications, "no notification reached the webhook"
+    time.sleep(QUIET_AFTER_S)
+
+
+def _assert_one_grouped_notification(notifications: list[dict[str, Any]], job: str) -> dict[str, Any]:
+    assert len(notifications) == 1, [n["groupLabels"] for n in notifications]
+    (note,) = notifications
+    prefix, model = RISKY_PAIR
+    assert note["status"] == "firing"
+    assert note["groupLabels"] == {"job": job, "prefix_model": prefix, "model": model}
+    names = {a["labels"]["alertname"] for a in note["alerts"]}
+    assert names == {"HandoffPairRisky"}
+    for alert in note["alerts"]:
+        labels = alert["labels"]
+        assert (labels["prefix_model"], labels["model"], labels["job"]) == (prefix, model, job)
+        assert alert["annotations"]["runbook_url"].endswith("alerting.md#handoffpairrisky")
+    # inhibition: the pooled fit speaks for the pair, per-rule alerts are muted
+    assert {a["labels"]["rule"] for a in note["alerts"]} == {"all"}
+    return note
+
+
+@pytest.mark.timeout(180)
+def test_one_planted_problem_gives_exactly_one_grouped_notification(replay_stack: ReplayStack) -> None:
+    """Demo traffic with one planted risky handoff (atlas → birch) and a healthy staging
+    deployment: the webhook gets one notification, grouped on the pair and the deployment,
+    holding the pooled HandoffPairRisky alert(s); Alertmanager holds the per-rule alerts as
+    inhibited, so the 'many alert instances' are still visible there but page once."""
+    _wait_for_notifications(replay_stack.webhook, NOTIFY_TIMEOUT_S)
+    _assert_one_grouped_notification(replay_stack.webhook.notifications, "prod")
+    alerts = replay_stack.am.get_json("/api/v2/alerts")
+    per_rule = [a for a in alerts if a["labels"].get("rule") not in (None, "all")]
+    assert per_rule, "the per-rule HandoffPairRisky alerts should reach Alertmanager"
+    assert all(a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"] for a in per_rule)
+    assert {a["labels"]["job"] for a in alerts} == {"prod"}, "the healthy staging deployment alerted"
+
+
+def test_prometheus_alerts_are_only_the_planted_pair_in_prod(replay_stack: ReplayStack) -> None:
+    """Every alert Prometheus holds carries the deployment's job label: prod's planted pair and
+    nothing for staging, although both run the same models and rules."""
+    prom = replay_stack.prom
+    assert prom.wait_for(lambda: any(a["state"] == "firing" for a in prom.alerts()), NOTIFY_TIMEOUT_S)
+    for alert in prom.alerts():
+        labels = alert["labels"]
+        assert labels["job"] == "prod", labels
+        assert labels["alertname"] == "HandoffPairRisky", labels
+        assert (labels["prefix_model"], labels["model"]) == RISKY_PAIR, labels
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) -> None:
+    """Live: the one-problem fleet through the real demo pipeline, served on /metrics with a
+    periodic refit, scraped by Prometheus with the shipped rules, routed by the shipped
+    Alertmanager config: one notification for atlas → birch (what the snapshot replays)."""
+    from prometheus_client import CollectorRegistry
+
+    from handoffmon.exporters.serving import start_metrics_server
+    from handoffmon.refit.periodic import PeriodicRefit
+    from tests.deploy.demo_fleets import demo_world, one_problem_fleet
+    from tests.promserver import prometheus_server
+
+    require_binary("prometheus")
+    registry = CollectorRegistry()
+    rules = shortened_rules(tmp_path / "handoffmon-rules.yml")
+    with demo_world(one_problem_fleet(), registry) as world, start_metrics_server(registry, 0) as metrics:
+        periodic = PeriodicRefit.for_monitor(world.monitor, interval_s=5)
+        periodic.start()
+        import asyncio
+        import threading
+
+        stop = asyncio.Event()
+        loop = asyncio.new_event_loop()
+
+        def drive() -> None:
+            loop.run_until_complete(world.driver.run(100_000, stop=stop))
+
+        driver = threading.Thread(target=drive, daemon=True)
+        driver.start()
+        try:
+            with (
+                webhook_receiver() as webhook,
+                alertmanager(
+                    tmp_path, alertmanager_test_config(load_yaml(ALERTMANAGER_CONFIG), webhook.url)
+                ) as am,
+                prometheus_server(
+                    tmp_path,
+                    [],
+                    [rules],
+                    scrape_configs=[
+                        {"job_name": "live", "static_configs": [{"targets": [f"127.0.0.1:{metrics.port}"]}]}
+                    ],
+                    alertmanagers=[am.address],
+                ),
+            ):
+                _wait_for_notifications(webhook, 400.0)
+                _assert_one_grouped_notification(webhook.notifications, "live")
+        finally:
+            loop.call_soon_threadsafe(stop.set)
+            driver.join(timeout=60)
+            periodic.stop()

@@ -1,0 +1,72 @@
+"""Headless Chromium layout checks of a report page: overlapping labels, empty cards, chart geometry."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PROBE = """
+<script>
+(function(){
+  function box(e){var r=e.getBoundingClientRect();
+    return {x:r.left,y:r.top,w:r.width,h:r.height,t:e.textContent};}
+  function overlaps(a,b){return a.x<b.x+b.w-0.5&&b.x<a.x+a.w-0.5&&a.y<b.y+b.h-0.5&&b.y<a.y+a.h-0.5;}
+  var out={svgs:[],emptyCards:[],cards:[]};
+  document.querySelectorAll('.card').forEach(function(c){
+    var h=c.querySelector('h2');var title=h?h.textContent:'';
+    out.cards.push(title);
+    var data=c.querySelectorAll('td,li,p:not(.sub),svg circle,svg rect,svg line,svg path').length;
+    if(data===0){out.emptyCards.push(title||c.className);}
+  });
+  document.querySelectorAll('svg.chart').forEach(function(s){
+    var sb=s.getBoundingClientRect();
+    var ticks=[].slice.call(s.querySelectorAll('text')).map(box).filter(function(b){return b.w>0;});
+    var clash=[];
+    for(var i=0;i<ticks.length;i++)for(var j=i+1;j<ticks.length;j++)
+      if(overlaps(ticks[i],ticks[j]))clash.push([ticks[i].t,ticks[j].t]);
+    var outside=ticks.filter(function(b){return b.x<sb.left-0.5||b.x+b.w>sb.right+0.5;})
+      .map(function(b){return b.t;});
+    var pts=[].slice.call(s.querySelectorAll('g.checkpoint')).map(function(g){
+      var c=g.querySelector('circle.eval-pt');var r=c?c.getBoundingClientRect():null;
+      return {depth:+g.dataset.depth,x:r?r.left+r.width/2:null,flagged:g.classList.contains('flagged')};});
+    out.svgs.push({cls:s.getAttribute('class'),rule:s.dataset.rule||null,model:s.dataset.model||null,
+      xAxis:s.dataset.xAxis||null,clash:clash,outside:outside,points:pts,
+      bands:s.querySelectorAll('g.band').length,flaggedBands:s.querySelectorAll('g.band.flagged').length});
+  });
+  var pre=document.createElement('pre');pre.id='layout-probe';pre.textContent=JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+def chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless Debian Chromium with the flags this machine's closed network needs."""
+    cmd = [
+        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--window-size=1400,2000", *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+
+
+def probe(binary: str, page: Path, workdir: Path) -> dict[str, Any]:
+    """Render ``page`` (a copy with the probe script appended) and return what the probe measured."""
+    probed = workdir / f"probed-{page.name}"
+    probed.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8"
+    )
+    dom = chromium(binary, workdir / f"profile-{page.stem}", "--dump-dom", probed.as_uri())
+    found = re.search(r'<pre id="layout-probe">(.*?)</pre>', dom.stdout, re.S)
+    assert found, dom.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))  # type: ignore[no-any-return]
+
+
+def screenshot(binary: str, page: Path, shot: Path) -> bytes:
+    """A PNG of the page (and the bytes, to check it is a rendered page)."""
+    chromium(binary, shot.parent / f"profile-shot-{page.stem}", f"--screenshot={shot}", page.as_uri())
+    return shot.read_bytes()

@@ -1,0 +1,103 @@
+"""Turn-log source: DuckDB SQL equals the numpy reference; JSONL, CSV and Parquet agree; bad rows named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from handoffmon.errors import InputError
+from handoffmon.sim.calibration import standard_population
+from handoffmon.sim.counting import counts_from_rows
+from handoffmon.sim.population import simulate
+from handoffmon.sources.spec import load_source
+from handoffmon.sources.turns import COLUMNS, aggregation_sql, read_turns
+
+pytest.importorskip("duckdb")
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):  # type: ignore[no-untyped-def]
+    rows = simulate(standard_population(rules=2), 400, seed=3)
+    tmp = tmp_path_factory.mktemp("turns")
+    records = rows.records()
+    jsonl = tmp / "turns.jsonl"
+    jsonl.write_text("".join(json.dumps({**r, "latency_ms": 12}) + "\n" for r in records))
+    csv = tmp / "turns.csv"
+    csv.write_text(",".join(COLUMNS) + "\n" + "".join(",".join(str(r[c]) for c in COLUMNS) + "\n" for r in records))
+    import duckdb
+
+    parquet = tmp / "turns.parquet"
+    duckdb.sql(f"COPY (SELECT * FROM read_json('{jsonl}', format='newline_delimited')) TO '{parquet}' (FORMAT parquet)")
+    return rows, jsonl, csv, parquet
+
+
+def test_sql_aggregation_equals_the_numpy_reference(logs) -> None:  # type: ignore[no-untyped-def]
+    """Every counter (checks, clean baseline, depth and cluster sums, transitions, turns,
+    sessions) is identical to sim.counting's, key for key."""
+    rows, jsonl, _, _ = logs
+    got, want = read_turns(jsonl), counts_from_rows(rows)
+    for table in ("checks", "baseline_checks", "cell_stats", "transitions", "turns", "session_lengths"):
+        assert dict(getattr(got, table)) == dict(getattr(want, table)), table
+
+
+def test_formats_agree_and_spec_routes_them(logs) -> None:  # type: ignore[no-untyped-def]
+    """JSONL, CSV (detected by its conversation_id header) and Parquet give the same counts."""
+    _, jsonl, csv, parquet = logs
+    counts = [load_source(str(p)).counts for p in (jsonl, csv, parquet)]
+    assert counts[0] == counts[1] == counts[2]
+
+
+def test_refit_from_turn_log_is_clustered_and_clean(logs) -> None:  # type: ignore[no-untyped-def]
+    """The refit says what it used: clustered intervals, clean baseline, depth adjustment."""
+    from handoffmon.depth import DepthBuckets
+    from handoffmon.refit import refit
+
+    result = refit(read_turns(logs[1]), buckets=DepthBuckets(), now=0)
+    assert result.clustered and result.clean_baseline and result.depth_adjusted
+
+
+@pytest.mark.parametrize(
+    ("line", "pattern"),
+    [
+        ('{"conversation_id": "c", "depth": 0, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "pass"}',
+         r"line 2, column 'depth': '0' is not a positive integer"),
+        ('{"conversation_id": "c", "depth": 2, "model": "a", "prefix_model": "a", "rule": "r", "verdict": "ok"}',
+         r"line 2, column 'verdict': 'ok' is not one of"),
+        ('{"conversation_id": "", "depth": 2, "model": "a", "prefix_model": "a", "rule": "r", "verdict": "pass"}',
+         r"line 2, column 'conversation_id': '' is empty value"),
+        ('{"conversation_id": "c", "depth": 1, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "fail"}',
+         r"line 2 repeats conversation, depth and rule of line 1"),
+    ],
+)  # fmt: skip
+def test_bad_rows_name_file_and_line(tmp_path: Path, line: str, pattern: str) -> None:
+    good = '{"conversation_id": "c", "depth": 1, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "pass"}'
+    path = tmp_path / "t.jsonl"
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(InputError, match=pattern) as err:
+        read_turns(path)
+    assert str(path) in str(err.value)
+
+
+def test_csv_line_numbers_count_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(",".join(COLUMNS) + "\nc,1,a,none,r,pass\nc,x,a,a,r,pass\n")
+    with pytest.raises(InputError, match=r"t\.csv: line 3, column 'depth'"):
+        read_turns(path)
+
+
+def test_missing_columns_and_empty_files_are_errors(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("conversation_id,depth,model\nc,1,a\n")
+    with pytest.raises(InputError, match="missing column"):
+        read_turns(path)
+    path.write_text(",".join(COLUMNS) + "\n")
+    with pytest.raises(InputError, match="no rows"):
+        read_turns(path)
+
+
+def test_docs_show_the_sql_the_code_runs() -> None:
+    """docs/guides/turn-logs.md embeds turns.sql verbatim."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "turn-logs.md").read_text()
+    assert aggregation_sql().strip() in doc
