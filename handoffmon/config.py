@@ -203,7 +203,24 @@ class RefitConfig(_Section):
     min_n: int = Field(default=30, ge=1)
     """Cells with fewer checked turns are not reported."""
     confidence: float = Field(default=0.95, gt=0, lt=1)
-    ridge: float = Field(default=1.0, ge=0)
+    prior_sd_pp: float = Field(default=5.0, gt=0)
+    """Prior SD of each prefix influence π and suffix susceptibility σ, in percentage
+    points (the decomposition's ridge, 1/(prior_sd_pp/100)²): 5 pp pulls a model seen in
+    one 50-turn pair about halfway to 0 and leaves models with thousands of turns alone."""
+    fdr: float = Field(default=0.05, gt=0, lt=1)
+    """False-discovery rate of ``significant`` (Benjamini–Hochberg across a rule's pairs)."""
+    markov_min_transitions: int = Field(default=30, ge=1)
+    """Transitions needed out of pass and out of fail before a Markov chain is published."""
+    max_models: int = Field(default=200, ge=2)
+    """Models in the fit (most checked turns first); the rest are reported as excluded.
+    Bounds the refit's memory ((K+2)·K·buckets per rule) whatever clients send."""
+    max_rules: int = Field(default=100, ge=1)
+    """Rules in the fit (most checked turns first); the rest are reported as excluded."""
+
+    @property
+    def ridge(self) -> float:
+        """The decomposition's ridge penalty in Δ units: 1 / (prior_sd_pp / 100)²."""
+        return float(1.0 / (self.prior_sd_pp / 100.0) ** 2)
 
 
 class ProxyConfig(_Section):

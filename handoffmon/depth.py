@@ -1,4 +1,4 @@
-"""Depth buckets: configurable edges, default 1, 2, 3-4, 5-8, 9-16, 17-32, 33+."""
+"""Depth buckets: configurable edges, default 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24 … 65-96, 97+."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DEFAULT_EDGES: tuple[int, ...] = (1, 2, 3, 5, 9, 17, 33)
-"""Lower bounds of the default buckets."""
+DEFAULT_EDGES: tuple[int, ...] = (1, 2, 3, 5, 9, 13, 17, 25, 33, 49, 65, 97)
+"""Lower bounds of the default buckets. Deep buckets are at most half as wide as their
+lower bound: with one open ``33+`` bucket, handoffs bunched at depth ≥ 40 were compared
+with a baseline mostly at 33-40 (bias −0.018, false `significant` rate 0.28); the refit
+also adjusts within buckets from per-cell depth sums."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""``handoffmon refit``: one-shot refit from SQLite, Prometheus or CSV counts, written as JSON."""
+"""``handoffmon refit``: one-shot refit from SQLite, Prometheus, CSV counts or turn logs, written as JSON."""
 
 from __future__ import annotations
 
@@ -106,14 +106,20 @@ def push_failure(pushgateway: str, push_labels: tuple[str, ...], at: float) -> N
 
 
 @click.command("refit")
-@click.option("--source", "source", required=True, help="sqlite:///PATH, prometheus://HOST:PORT or FILE.csv")
+@click.option(
+    "--source",
+    "source",
+    required=True,
+    help="sqlite:///PATH, prometheus://HOST:PORT, cells.csv or a turn log (.jsonl, .csv, .parquet)",
+)
 @click.option("--transitions", type=click.Path(dir_okay=False), help="transitions.csv to merge in")
 @click.option("--window", help="Prometheus duration for increase(), e.g. 1h (default: counter totals)")
 @click.option("--out", required=True, help="output JSON file ('-' for stdout)")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config file (buckets, refit)")
 @click.option("--min-n", type=int, help="override refit.min_n")
 @click.option("--confidence", type=float, help="override refit.confidence")
-@click.option("--ridge", type=float, help="override refit.ridge")
+@click.option("--prior-sd-pp", type=float, help="override refit.prior_sd_pp (decomposition prior SD, pp)")
+@click.option("--fdr", type=float, help="override refit.fdr (Benjamini-Hochberg level of 'significant')")
 @click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
@@ -139,7 +145,8 @@ def refit(
     config_path: str | None,
     min_n: int | None,
     confidence: float | None,
-    ridge: float | None,
+    prior_sd_pp: float | None,
+    fdr: float | None,
     metrics_file: str | None,
     compact: bool,
     pushgateway: str | None,
@@ -160,11 +167,13 @@ def refit(
 
     try:
         cfg = load_config(config_path) if config_path else None
-        loaded = load_source(source, transitions=transitions, window=window)
+        loaded = load_source(
+            source, transitions=transitions, window=window, buckets=cfg.buckets if cfg else None
+        )
         if not loaded.counts.checks:
             raise NoDataError(f"{loaded.label}: no checks to refit (empty store or stale scrape target)")
         buckets = cfg.buckets if cfg else infer_buckets(loaded.counts)
-        overrides = {"min_n": min_n, "confidence": confidence, "ridge": ridge}
+        overrides = {"min_n": min_n, "confidence": confidence, "prior_sd_pp": prior_sd_pp, "fdr": fdr}
         base = cfg.refit if cfg else None
         settings = RefitConfig.model_validate(
             {**(base.model_dump() if base else {}), **{k: v for k, v in overrides.items() if v is not None}}
@@ -191,6 +200,6 @@ def refit(
     click.echo(
         f"refit: {len(result.rules) - 1} rule(s), {len(fit.models)} model(s), "
         f"{len(observed)} observed pair(s), {sum(p.significant for p in observed)} significant; "
-        f"mu={fit.mu:.4f} r2={fit.r2:.3f} -> {out}",
+        f"mu={fit.mu:.4f} adjusted r2={fit.r2_adjusted:.3f} -> {out}",
         err=True,
     )

@@ -24,7 +24,10 @@ def shapes() -> None:
     "--source",
     default=DEFAULT_SOURCE,
     show_default=True,
-    help="sqlite://PATH (sqlite:///abs/path.db), prometheus://HOST:PORT, refit.json or cells.csv",
+    help=(
+        "sqlite://PATH (sqlite:///abs/path.db), prometheus://HOST:PORT, refit.json, cells.csv "
+        "or a turn log (.jsonl/.csv/.parquet)"
+    ),
 )
 @click.option("--out", required=True, help="shapes.json ('-' for stdout)")
 @click.option(

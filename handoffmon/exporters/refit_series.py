@@ -29,12 +29,14 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
     GaugeSpec(
         "handoffmon_prefix_influence",
         ("model", "rule"),
-        "Refit: prefix influence pi of a model (how its turns move the next author's adherence).",
+        "Refit: prefix influence pi of a model, relative to the average prefix (pi sums to zero); "
+        "absent when the model was never a prefix in a fitted pair.",
     ),
     GaugeSpec(
         "handoffmon_suffix_susceptibility",
         ("model", "rule"),
-        "Refit: suffix susceptibility sigma (how a model's adherence moves after a handoff to it).",
+        "Refit: suffix susceptibility sigma, relative to the average suffix (sigma sums to zero; "
+        "alert on handoffmon_handoff_delta_into instead); absent when not estimable.",
     ),
     GaugeSpec(
         "handoffmon_prefix_influence_stderr",
@@ -44,7 +46,13 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
     GaugeSpec(
         "handoffmon_suffix_susceptibility_stderr",
         ("model", "rule"),
-        "Refit: standard error of the suffix susceptibility sigma (alerts use sigma + 1.96 se < 0).",
+        "Refit: standard error of the suffix susceptibility sigma.",
+    ),
+    GaugeSpec(
+        "handoffmon_handoff_delta_into",
+        ("model", "rule", "bound"),
+        "Refit: Delta of every handoff into a model (any prefix) against its clean same-author "
+        "baseline at the same depths (absolute), with its interval bounds (lower, upper).",
     ),
     GaugeSpec(
         "handoffmon_handoff_risk",
@@ -52,14 +60,21 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
         "Refit: fitted handoff risk mu + pi_prefix + sigma_model, also for unobserved pairs.",
     ),
     GaugeSpec(
+        "handoffmon_handoff_risk_stderr",
+        ("prefix_model", "model", "rule"),
+        "Refit: standard error of the fitted handoff risk.",
+    ),
+    GaugeSpec(
         "handoffmon_handoff_delta",
         ("prefix_model", "model", "rule", "bound"),
-        "Refit: depth-adjusted handoff effect Delta(A->B) (observational) and its interval bounds.",
+        "Refit: depth-adjusted handoff effect Delta(A->B) (observational) and its conversation-clustered "
+        "interval bounds.",
     ),
     GaugeSpec(
         "handoffmon_handoff_significant",
         ("prefix_model", "model", "rule"),
-        "Refit: 1 if the Delta(A->B) interval excludes 0, else 0 (observed pairs only).",
+        "Refit: 1 if Delta(A->B) is significant after Benjamini-Hochberg across the rule's pairs "
+        "(refit.fdr), else 0 (observed pairs only).",
     ),
     GaugeSpec(
         "handoffmon_handoff_checked_turns",
@@ -69,7 +84,9 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
     GaugeSpec(
         "handoffmon_stationary_adherence",
         ("model", "rule", "after_handoff"),
-        "Refit: Markov long-run adherence p_FT/(p_TF+p_FT); after_handoff=true|false|all.",
+        "Refit: Markov long-run adherence p_FT/(p_TF+p_FT) of the chain fitted on all transitions "
+        "(after_handoff=all), on transitions into same-author turns (false), or into handoff turns "
+        "(true: the long-run level of a chain in which every turn is a handoff).",
     ),
     GaugeSpec(
         "handoffmon_adherence_half_life_turns",
@@ -77,13 +94,18 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
         "Refit: turns for adherence to move halfway to its stationary value (+Inf: never).",
     ),
     GaugeSpec("handoffmon_refit_mu", ("rule",), "Refit: mu, the average handoff effect over ordered pairs."),
-    GaugeSpec("handoffmon_refit_r2", ("rule",), "Refit: weighted R^2 of Delta ~ mu + pi + sigma."),
+    GaugeSpec(
+        "handoffmon_refit_r2",
+        ("rule",),
+        "Refit: weighted R^2 of Delta ~ mu + pi + sigma, adjusted for the fit's effective "
+        "degrees of freedom.",
+    ),
     GaugeSpec(
         "handoffmon_refit_last_success_timestamp_seconds", (), "UNIX time of the last successful refit."
     ),
 )
 
-_AFTER_HANDOFF = (("all", "markov"), ("true", "markov_after_handoff"), ("false", "markov_no_handoff"))
+_AFTER_HANDOFF = (("all", "markov"), ("true", "markov_handoff_turns"), ("false", "markov_same_author"))
 
 
 def _put(series: Series, key: tuple[str, ...], value: float) -> None:
@@ -105,7 +127,7 @@ class _Builder:
 
     def add_rule(self, rule: str, fit: RuleFit) -> None:
         _put(self.out["handoffmon_refit_mu"], (rule,), fit.mu)
-        _put(self.out["handoffmon_refit_r2"], (rule,), fit.r2)
+        _put(self.out["handoffmon_refit_r2"], (rule,), fit.r2_adjusted)
         for name, scores in fit.models.items():
             m = self.model(name)
             if m is not None:
@@ -114,11 +136,16 @@ class _Builder:
                 _put(self.out["handoffmon_prefix_influence_stderr"], (m, rule), scores.prefix_influence_se)
                 se = scores.suffix_susceptibility_se
                 _put(self.out["handoffmon_suffix_susceptibility_stderr"], (m, rule), se)
+                into = self.out["handoffmon_handoff_delta_into"]
+                _put(into, (m, rule, "estimate"), scores.into_delta)
+                _put(into, (m, rule, "lower"), scores.into_ci_low)
+                _put(into, (m, rule, "upper"), scores.into_ci_high)
         for pair in fit.pairs:
             a, b = self.model(pair.prefix_model), self.model(pair.model)
             if a is None or b is None:
                 continue
             _put(self.out["handoffmon_handoff_risk"], (a, b, rule), pair.risk)
+            _put(self.out["handoffmon_handoff_risk_stderr"], (a, b, rule), pair.risk_se)
             if pair.observed and not math.isnan(pair.delta):
                 delta = self.out["handoffmon_handoff_delta"]
                 _put(delta, (a, b, rule, "estimate"), pair.delta)

@@ -59,7 +59,7 @@ def refit(
     Args:
         counts: aggregate counters (local snapshot, Prometheus or CSV).
         buckets: the depth buckets the counts were recorded with.
-        settings: ``min_n``, ``confidence`` and ``ridge`` (defaults: ``RefitConfig()``).
+        settings: ``min_n``, ``confidence``, ``prior_sd_pp``, ``fdr``, … (defaults: ``RefitConfig()``).
         source: label recorded in the result.
         now: creation time (UNIX seconds); ``time.time()`` when None.
         window_s: time window the counts cover, if known.

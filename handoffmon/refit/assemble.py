@@ -12,7 +12,11 @@ from handoffmon.refit.result import ModelScores, PairEffect
 
 @dataclass(frozen=True)
 class PairArrays:
-    """(K, K) arrays [prefix, suffix] describing every ordered pair's Δ estimate."""
+    """(K, K) arrays [prefix, suffix] describing every ordered pair's Δ estimate.
+
+    ``significant`` None = the interval excludes 0 (no multiplicity control: callers that
+    test many pairs pass BH-based flags, see ``refit.multiplicity``).
+    """
 
     n: np.ndarray
     delta: np.ndarray
@@ -21,39 +25,77 @@ class PairArrays:
     ci_high: np.ndarray
     reported: np.ndarray
     coverage: np.ndarray
+    p_value: np.ndarray | None = None
+    p_adjusted: np.ndarray | None = None
+    significant: np.ndarray | None = None
+    design_effect: np.ndarray | None = None
 
 
 def pair_effects(rule: str, models: tuple[str, ...], arr: PairArrays, dec: Decomposition) -> list[PairEffect]:
-    """One ``PairEffect`` per ordered pair of distinct models (observed or not).
+    """One ``PairEffect`` per ordered pair of distinct models that is reported or has a risk.
 
-    ``significant`` means the interval excludes 0 and is only ever set for reported pairs.
+    Pairs with neither a Δ nor an estimable risk (a model not identified in that role)
+    are left out: they carry no number.
     """
-    cols = (arr.n, arr.delta, arr.se, arr.ci_low, arr.ci_high, dec.risk, dec.risk_se)
-    n, delta, se, lo, hi, risk, risk_se = (c.tolist() for c in cols)
-    rep, cov, res = arr.reported.tolist(), arr.coverage.tolist(), dec.residual.tolist()
-    out = []
-    for a, pa in enumerate(models):
-        for b, mb in enumerate(models):
-            if a == b:
-                continue
-            sig = bool(rep[a][b] and (lo[a][b] > 0 or hi[a][b] < 0))
-            out.append(
-                PairEffect(
-                    rule, pa, mb, int(n[a][b]), delta[a][b], se[a][b], lo[a][b], hi[a][b], sig,
-                    risk[a][b], risk_se[a][b], bool(rep[a][b]), cov[a][b], res[a][b],
-                )
-            )  # fmt: skip
-    return out
+    k = len(models)
+    nan = np.full((k, k), np.nan)
+    sig = arr.significant
+    if sig is None:
+        sig = arr.reported & ((arr.ci_low > 0) | (arr.ci_high < 0))
+    keep = (arr.reported | np.isfinite(dec.risk) | (arr.n > 0)) & ~np.eye(k, dtype=bool)
+    a_idx, b_idx = np.nonzero(keep)
+    cols = (
+        arr.n, arr.delta, arr.se, arr.ci_low, arr.ci_high, sig, dec.risk, dec.risk_se, arr.reported,
+        arr.coverage, dec.residual,
+        nan if arr.p_value is None else arr.p_value,
+        nan if arr.p_adjusted is None else arr.p_adjusted,
+        nan if arr.design_effect is None else arr.design_effect,
+    )  # fmt: skip
+    rows = zip(*(np.asarray(c)[a_idx, b_idx].tolist() for c in cols), strict=True)
+    return [
+        PairEffect(
+            rule,
+            models[a],
+            models[b],
+            int(n),
+            d,
+            se,
+            lo,
+            hi,
+            bool(s and rep),
+            r,
+            rse,
+            bool(rep),
+            cov,
+            res,
+            p,
+            q,
+            de,
+        )
+        for a, b, (n, d, se, lo, hi, s, r, rse, rep, cov, res, p, q, de) in zip(
+            a_idx.tolist(), b_idx.tolist(), rows, strict=True
+        )
+    ]
 
 
 def model_scores(
-    models: tuple[str, ...], dec: Decomposition, n_used: np.ndarray, reported: np.ndarray
+    models: tuple[str, ...],
+    dec: Decomposition,
+    n_used: np.ndarray,
+    reported: np.ndarray,
+    into: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, ModelScores]:
-    """π/σ with SEs per model; ``n`` = checked turns of reported pairs the model is in."""
+    """π/σ with SEs per model; ``n`` = checked turns of reported pairs the model is in.
+
+    ``into`` = (delta, ci_low, ci_high, n) of all handoffs into each model, when known.
+    """
     used = np.where(reported, n_used, 0)
     n_model = used.sum(axis=0) + used.sum(axis=1)
-    cols = (dec.pi, dec.pi_se, dec.sigma, dec.sigma_se)
-    rows = zip(*(c.tolist() for c in cols), n_model.tolist(), strict=True)
+    k = len(models)
+    into_cols = into or (np.full(k, np.nan), np.full(k, np.nan), np.full(k, np.nan), np.zeros(k))
+    cols = (dec.pi, dec.pi_se, dec.sigma, dec.sigma_se, n_model, *into_cols)
+    rows = zip(*(np.asarray(c).tolist() for c in cols), strict=True)
     return {
-        m: ModelScores(p, pse, s, sse, int(n)) for m, (p, pse, s, sse, n) in zip(models, rows, strict=True)
+        m: ModelScores(p, pse, s, sse, int(n), d, lo, hi, int(nn))
+        for m, (p, pse, s, sse, n, d, lo, hi, nn) in zip(models, rows, strict=True)
     }

@@ -1,43 +1,199 @@
-"""Depth-stratified handoff effect Δ(A→B) with delta-method standard errors.
+"""Handoff effect Δ(A→B): depth-stratified, depth-adjusted within buckets, conversation-clustered.
 
-Production Δ is **observational**: which conversations get handed off (router
-fallbacks, rate limits, long sessions) is not randomized, so Δ(A→B) only removes the
-confounding that runs through conversation depth. It compares, within each depth
-bucket, the adherence of turns by B after A with turns by B after B, and averages the
-differences with the handoff cell's depth mix as weights (the effect "on the handoffs
-that actually happened").
+Production Δ is **observational**: which conversations get handed off is not
+randomized, so Δ(A→B) removes only the confounding that runs through depth. Per depth
+bucket d it compares the handoff cell's pass rate p_AB,d with B's **clean baseline**
+(same-author turns whose history holds no other model's text) evaluated at the handoff
+cell's mean depth in that bucket, and averages over buckets with the handoff cell's
+depth mix w_d = n_AB,d / n (the effect on the handoffs that happened):
 
-The variance treats checks as independent Bernoulli trials. Turns of one conversation
-in the same cell are correlated (and, pooled over rules, so are the checks of one
-turn), so intervals are somewhat optimistic for long conversations.
+* **within-bucket depth adjustment** — the baseline at the handoff cell's mean depth
+  m_AB,d is interpolated linearly between the baseline's bucket means (m_BB,j, p_BB,j) of
+  bucket d and its neighbour on the side of m_AB,d (extrapolated from the nearest segment
+  at the ends). Without depth sums (old sources) the bucket's own baseline is used. The
+  baseline side is then Σ_j Ω_j p_BB,j / n with weights Ω_j = Σ_d n_AB,d c_dj, so Δ stays
+  a linear contrast of bucket proportions;
+* **variance** — Σ_d n_AB,d² v_AB,d / n² + Σ_j Ω_j² v_BB,j / n², each arm multiplied by its
+  cell's design effect (``intervals.design_effect``, from per-conversation cluster sums);
+* **interval** — Newcombe's hybrid score interval on effective counts: the handoff arm
+  n*_h = n / deff_h, the baseline arm n*_b = n² / (Σ_j Ω_j² / n_BB,j) / deff_b (Kish);
+* **p-value** dual to that interval; ``significant`` after Benjamini–Hochberg per rule.
+
+Per-rule results are sums (``PairSums``) so the pooled fit adds them over rules (rules
+are extra strata) and applies the design effect of the cluster sums pooled over rules
+(a turn's checks of several rules are one cluster, never independent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
+
+from handoffmon.refit.cells import RuleArrays
+from handoffmon.refit.intervals import binomial_var, design_effect, newcombe, newcombe_p
+from handoffmon.refit.multiplicity import bh_adjust
+
+BLOCK_COV_MAX_MODELS = 150
+"""Above this many models the decomposition weights pairs independently (the K³ shared-
+baseline covariance would dominate memory and time)."""
+
+
+@dataclass(frozen=True)
+class PairSums:
+    """Additive sums for every ordered pair [prefix a, suffix b] (K, K), and into-B totals (K,).
+
+    Attributes:
+        n: checked turns of the handoff cell in all buckets.
+        n_used: in buckets where the baseline has data.
+        n_base: baseline turns in the buckets the contrast uses.
+        x_h: passes of the handoff cell in used buckets.
+        x_b: Σ_j Ω_j p_BB,j (the depth-matched baseline times n_used).
+        var_h: Σ_d n_d² v_AB,d.
+        var_b: Σ_j Ω_j² v_BB,j.
+        inv_nb: Σ_j Ω_j² / n_BB,j.
+        block: (K, K, K) [b, a, a'] Σ_j Ω_abj Ω_a'bj v_BB,j, or None above ``BLOCK_COV_MAX_MODELS``.
+        x_all: passes of the handoff cell in all buckets (with ``n``: its pass rate).
+        base_x: (K,) passes of B's clean baseline, all buckets.
+        base_n: (K,) its checked turns.
+        into_*: the same sums for "every handoff into B" (prefix = any model), shape (K,).
+    """
+
+    n: np.ndarray
+    x_all: np.ndarray
+    base_x: np.ndarray
+    base_n: np.ndarray
+    n_used: np.ndarray
+    n_base: np.ndarray
+    x_h: np.ndarray
+    x_b: np.ndarray
+    var_h: np.ndarray
+    var_b: np.ndarray
+    inv_nb: np.ndarray
+    block: np.ndarray | None
+    into_n_used: np.ndarray
+    into_x_h: np.ndarray
+    into_x_b: np.ndarray
+    into_var_h: np.ndarray
+    into_var_b: np.ndarray
+    into_inv_nb: np.ndarray
+    into_neff_h: np.ndarray
+
+    def __add__(self, other: PairSums) -> PairSums:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            out[f.name] = None if a is None or b is None else a + b
+        return PairSums(**out)
+
+
+def pair_sums(arr: RuleArrays, deff_h: np.ndarray, *, adjust_depth: bool = True) -> PairSums:
+    """Sums of one rule. ``deff_h`` (K, K) only weights the into-B handoff arm's effective n."""
+    k = arr.base_passes.shape[0]
+    xh, nh = arr.passes[:k], arr.passes[:k] + arr.fails[:k]
+    xb, nb = arr.base_passes, arr.base_passes + arr.base_fails
+    valid = (nh > 0) & (nb[None] > 0)
+    nh_v = np.where(valid, nh, 0.0)
+    coef = _depth_coefficients(arr, nh, nb, valid) if adjust_depth else None
+    omega = _omega(nh_v, coef)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pb = np.where(nb > 0, xb / nb, 0.0)
+        inv_b = np.where(nb > 0, 1.0 / nb, 0.0)
+    vb, vh = binomial_var(xb, nb), binomial_var(xh, nh)
+    n_used = nh_v.sum(-1)
+    used_b = (omega != 0).astype(float)
+    off = ~np.eye(k, dtype=bool)
+    off3 = off[..., None]
+    into_omega = np.where(off3, omega, 0.0).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        neff = np.where(off & (deff_h > 0), n_used / deff_h, 0.0)
+    x_used = np.where(valid, xh, 0.0).sum(-1)
+    var_h = (nh_v**2 * vh).sum(-1)
+    block = None
+    if k <= BLOCK_COV_MAX_MODELS:
+        block = np.einsum("abj,cbj,bj->bac", omega, omega, vb, optimize=True)
+    return PairSums(
+        n=nh.sum(-1),
+        x_all=xh.sum(-1),
+        base_x=xb.sum(-1),
+        base_n=nb.sum(-1),
+        n_used=n_used,
+        n_base=(used_b * nb[None]).sum(-1),
+        x_h=x_used,
+        x_b=(omega * pb[None]).sum(-1),
+        var_h=var_h,
+        var_b=(omega**2 * vb[None]).sum(-1),
+        inv_nb=(omega**2 * inv_b[None]).sum(-1),
+        block=block,
+        into_n_used=np.where(off, n_used, 0.0).sum(0),
+        into_x_h=np.where(off, x_used, 0.0).sum(0),
+        into_x_b=(into_omega * pb).sum(-1),
+        into_var_h=np.where(off, var_h, 0.0).sum(0),
+        into_var_b=(into_omega**2 * vb).sum(-1),
+        into_inv_nb=(into_omega**2 * inv_b).sum(-1),
+        into_neff_h=np.nan_to_num(neff).sum(0),
+    )
+
+
+def _depth_coefficients(
+    arr: RuleArrays, nh: np.ndarray, nb: np.ndarray, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Interpolation weights of the baseline buckets (d−1, d, d+1) for each handoff stratum.
+
+    Returns (c_down, c_same, c_up), each (K, K, D), or None when the counts carry no depth sums.
+    """
+    k = nb.shape[0]
+    if not np.any(arr.depth[:k]) or not np.any(arr.base_depth):
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mh = arr.depth[:k] / nh
+        mb = np.where(nb > 0, arr.base_depth / nb, np.nan)
+    mb_up = np.concatenate([mb[:, 1:], np.full((k, 1), np.nan)], axis=1)[None]
+    mb_dn = np.concatenate([np.full((k, 1), np.nan), mb[:, :-1]], axis=1)[None]
+    mb_d = mb[None]
+    has_up, has_dn = np.isfinite(mb_up), np.isfinite(mb_dn)
+    go_up = has_up & ((mh >= mb_d) | ~has_dn)
+    go_dn = ~go_up & has_dn
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t_up = (mh - mb_d) / (mb_up - mb_d)
+        t_dn = (mb_d - mh) / (mb_d - mb_dn)
+    ok = valid & np.isfinite(mh) & np.isfinite(mb_d)
+    go_up &= ok & np.isfinite(t_up)
+    go_dn &= ok & np.isfinite(t_dn)
+    c_up = np.where(go_up, t_up, 0.0)
+    c_dn = np.where(go_dn, t_dn, 0.0)
+    return c_dn, 1.0 - c_up - c_dn, c_up
+
+
+def _omega(nh_v: np.ndarray, coef: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """Ω[a, b, j] = Σ_d n_ab,d c_dj: weight of baseline bucket j in pair (a, b)'s contrast."""
+    if coef is None:
+        return nh_v
+    c_dn, c_same, c_up = coef
+    omega: np.ndarray = nh_v * c_same
+    omega[..., 1:] += (nh_v * c_up)[..., :-1]
+    omega[..., :-1] += (nh_v * c_dn)[..., 1:]
+    return omega
 
 
 @dataclass(frozen=True)
 class DeltaTable:
-    """Δ for every ordered pair (prefix a, suffix b) of one or more rules.
-
-    All arrays have shape (R, K, K) indexed [rule, prefix a, suffix b]; entries with
-    ``reported`` False (diagonal, too few turns, no common depth bucket) are NaN.
+    """Δ of every ordered pair (K, K) of one fit; NaN where not ``reported``.
 
     Attributes:
-        n: checked turns of the handoff cell in all buckets.
-        n_used: checked turns of the handoff cell in buckets the baseline also has.
-        n_base: checked turns of the baseline B→B in those buckets.
-        delta: Σ_d w_d (p̂_AB,d − p̂_BB,d) with w_d = n_AB,d / n_used.
-        var: Σ_d w_d² (v_AB,d + v_BB,d), the delta-method variance (weights fixed).
+        n, n_used, n_base: turns (see ``PairSums``).
+        delta: P_h − P_b.
+        var: clustered variance of ``delta``.
+        ci_low, ci_high: Newcombe interval on effective counts.
+        p_value: raw two-sided p-value (dual to the interval).
+        p_adjusted: Benjamini–Hochberg adjusted over the reported pairs of the fit.
+        significant: ``p_adjusted`` ≤ fdr.
+        deff_h, deff_b: design effects applied to the handoff and baseline arms.
         coverage: n_used / n.
-        reported: the pair passed ``min_n`` on both sides.
-        weights: (R, K, K, S) stratum weights w_d of each pair.
-        base_var: (R, K, S) variance of the baseline B→B adherence per stratum.
-        handoff_var: (R, K, K) the part of ``var`` from the handoff cell alone.
+        reported: off-diagonal, n_used ≥ min_n and n_base ≥ min_n.
+        block_cov: covariance of the Δ sharing a suffix (for the GLS), or None.
+        into: per suffix B, Δ of every handoff into B (``IntoTable``).
     """
 
     n: np.ndarray
@@ -45,103 +201,104 @@ class DeltaTable:
     n_base: np.ndarray
     delta: np.ndarray
     var: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    p_value: np.ndarray
+    p_adjusted: np.ndarray
+    significant: np.ndarray
+    deff_h: np.ndarray
+    deff_b: np.ndarray
     coverage: np.ndarray
     reported: np.ndarray
-    weights: np.ndarray
-    base_var: np.ndarray
-    handoff_var: np.ndarray
-
-    def block_cov(self, rule: int = 0) -> Callable[[int, np.ndarray], np.ndarray]:
-        """Covariance of Δ(a→b) over prefixes a for one suffix b (for the decomposition).
-
-        Cov(Δ_ab, Δ_a'b) = Σ_d w_ab,d w_a'b,d v_bb,d (the shared baseline), plus the
-        handoff cell's own variance on the diagonal.
-        """
-
-        def cov(b: int, a: np.ndarray) -> np.ndarray:
-            w = self.weights[rule, a, b]
-            shared = (w * self.base_var[rule, b]) @ w.T
-            return np.asarray(shared + np.diag(self.handoff_var[rule, a, b]))
-
-        return cov
+    block_cov: np.ndarray | None
+    into: IntoTable
 
 
-def binomial_var(x: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Variance of a proportion, p̃(1 − p̃)/n with p̃ = (x + ½)/(n + 1).
+@dataclass(frozen=True)
+class IntoTable:
+    """Δ of all handoffs into each model B (prefix = any model), arrays (K,)."""
 
-    The ½-shrunk p̃ (a Jeffreys-style correction) keeps the variance positive for
-    strata at 0% or 100% adherence, which are common for strict rules; without it a
-    stratum with 30/30 passes would claim zero uncertainty and dominate the WLS weights.
-    """
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pt = (x + 0.5) / (n + 1.0)
-        return np.where(n > 0, pt * (1.0 - pt) / n, 0.0)
+    n: np.ndarray
+    delta: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    reported: np.ndarray
 
 
-def stratified_delta(
-    passes: np.ndarray,
-    fails: np.ndarray,
-    min_n: int,
-    *,
-    depth_adjusted: bool = True,
-) -> DeltaTable:
-    """Δ(A→B) for all ordered pairs of models, per rule.
+def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) -> DeltaTable:
+    """Finalize ``PairSums`` into Δ, intervals, p-values and BH significance.
 
     Args:
-        passes: (R, P, K, S) pass counts, prefix axis P ≥ K whose first K entries are
-            the suffix models in the same order; S = strata (depth buckets).
-        fails: same shape, fail counts.
-        min_n: minimum checked turns in the handoff cell *and* in its baseline (in the
-            strata used) for a pair to be reported.
-        depth_adjusted: False collapses all strata into one, giving the naive
-            depth-unadjusted contrast (kept for comparison; confounded by depth).
-
-    Returns:
-        A ``DeltaTable``. Strata where the baseline has no checked turn are dropped and
-        the weights renormalized (``coverage`` says how much of the cell was kept).
+        s: the fit's sums.
+        clusters: (K + 2, K, 4) cluster sums (G, Σy², Σyn, Σn²); the diagonal holds the clean
+            baselines'.
+        z: normal quantile of the interval.
+        min_n: minimum checked turns in the handoff cell and in its baseline.
+        fdr: Benjamini–Hochberg level for ``significant``.
     """
-    if not depth_adjusted:
-        passes = passes.sum(axis=-1, keepdims=True)
-        fails = fails.sum(axis=-1, keepdims=True)
-    k = passes.shape[2]
-    xh = passes[:, :k].astype(float)
-    nh = xh + fails[:, :k]
+    k = s.n.shape[0]
     diag = np.arange(k)
-    xb = passes[:, diag, diag, :].astype(float)[:, None, :, :]
-    nb = xb + fails[:, diag, diag, :][:, None, :, :]
-    valid = (nh > 0) & (nb > 0)
-    n_all = nh.sum(axis=-1)
-    n_used = np.where(valid, nh, 0.0).sum(axis=-1)
-    n_base = np.where(valid, nb, 0.0).sum(axis=-1)
+    g, y2, yn, n2 = (clusters[:k, :, i] for i in range(4))
+    deff_h = design_effect(g, y2, yn, n2, s.x_all, s.n)
+    deff_b = np.broadcast_to(
+        design_effect(g[diag, diag], y2[diag, diag], yn[diag, diag], n2[diag, diag], s.base_x, s.base_n),
+        (k, k),
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
-        w = np.where(valid, nh, 0.0) / n_used[..., None]
-        diff = np.where(valid, xh / nh - xb / nb, 0.0)
-        delta = (w * diff).sum(axis=-1)
-        vb = binomial_var(xb, nb)
-        var_h = (w * w * binomial_var(xh, nh)).sum(axis=-1)
-        var = var_h + (w * w * vb).sum(axis=-1)
-        coverage = n_used / n_all
-    off_diag = ~np.eye(k, dtype=bool)[None]
-    reported = off_diag & (n_used >= min_n) & (n_base >= min_n)
+        p_h, p_b = s.x_h / s.n_used, s.x_b / s.n_used
+        var = (deff_h * s.var_h + deff_b * s.var_b) / s.n_used**2
+        nstar_h = s.n_used / deff_h
+        nstar_b = s.n_used**2 / s.inv_nb / deff_b
+        coverage = s.n_used / s.n
+    reported = ~np.eye(k, dtype=bool) & (s.n_used >= min_n) & (s.n_base >= min_n) & (s.inv_nb > 0)
+    lo, hi = newcombe(p_h, nstar_h, p_b, nstar_b, z)
+    p = np.where(reported, newcombe_p(p_h, nstar_h, p_b, nstar_b), np.nan)
+    q = bh_adjust(p)
+    nan = np.nan
     return DeltaTable(
-        n=n_all.astype(np.int64),
-        n_used=n_used.astype(np.int64),
-        n_base=n_base.astype(np.int64),
-        delta=np.where(reported, delta, np.nan),
-        var=np.where(reported, var, np.nan),
-        coverage=np.where(n_all > 0, coverage, np.nan),
+        n=s.n.astype(np.int64),
+        n_used=s.n_used.astype(np.int64),
+        n_base=s.n_base.astype(np.int64),
+        delta=np.where(reported, p_h - p_b, nan),
+        var=np.where(reported, var, nan),
+        ci_low=np.where(reported, lo, nan),
+        ci_high=np.where(reported, hi, nan),
+        p_value=p,
+        p_adjusted=q,
+        significant=np.isfinite(q) & (q <= fdr),
+        deff_h=deff_h,
+        deff_b=deff_b,
+        coverage=np.where(s.n > 0, coverage, nan),
         reported=reported,
-        weights=np.nan_to_num(w),
-        base_var=vb[:, 0],
-        handoff_var=np.nan_to_num(var_h),
+        block_cov=_block_cov(s, deff_h, deff_b),
+        into=_into(s, deff_b[0] if k else np.zeros(0), z, min_n),
     )
 
 
-def pool_rules(arr: np.ndarray) -> np.ndarray:
-    """(R, P, K, D) → (1, P, K, R·D): rules become extra strata for the pooled fit.
+def _block_cov(s: PairSums, deff_h: np.ndarray, deff_b: np.ndarray) -> np.ndarray | None:
+    """[b, a, a'] covariance of Δ(a→b) and Δ(a'→b): shared baseline plus own variance."""
+    if s.block is None:
+        return None
+    k = s.n.shape[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.where(s.n_used > 0, 1.0 / s.n_used, 0.0)  # [a, b]
+        sb = scale.T  # [b, a]
+        cov = s.block * deff_b[0][:, None, None] * sb[:, :, None] * sb[:, None, :]
+        own = (deff_h * s.var_h * scale**2).T
+    cov[:, np.arange(k), np.arange(k)] += own
+    return np.asarray(cov)
 
-    Pooling this way compares A→B with B→B within the same rule *and* depth bucket,
-    so a pair that happens to be checked mostly on a hard rule is not penalized.
-    """
-    r, p, k, d = arr.shape
-    return np.moveaxis(arr, 0, -1).reshape(1, p, k, d * r)
+
+def _into(s: PairSums, deff_b: np.ndarray, z: float, min_n: int) -> IntoTable:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_h, p_b = s.into_x_h / s.into_n_used, s.into_x_b / s.into_n_used
+        nstar_b = s.into_n_used**2 / s.into_inv_nb / deff_b
+    lo, hi = newcombe(p_h, s.into_neff_h, p_b, nstar_b, z)
+    ok = (s.into_n_used >= min_n) & (s.into_inv_nb > 0)
+    return IntoTable(
+        n=s.into_n_used.astype(np.int64),
+        delta=np.where(ok, p_h - p_b, np.nan),
+        ci_low=np.where(ok, lo, np.nan),
+        ci_high=np.where(ok, hi, np.nan),
+        reported=ok,
+    )

@@ -10,11 +10,11 @@ import numpy as np
 from handoffmon.config import RefitConfig
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
-from handoffmon.errors import InputError
 from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
-from handoffmon.refit.cells import CellArrays, build_cells, wilson, z_value
-from handoffmon.refit.decomposition import Decomposition, decompose
-from handoffmon.refit.delta import DeltaTable, pool_rules, stratified_delta
+from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
+from handoffmon.refit.decomposition import decompose
+from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
+from handoffmon.refit.intervals import design_effect, wilson, z_value
 from handoffmon.refit.markov import MarkovArrays, curve_losses, fit_markov, implied_curve
 from handoffmon.refit.result import (
     ALL_RULES,
@@ -22,21 +22,23 @@ from handoffmon.refit.result import (
     CellAdherence,
     DepthCurve,
     MarkovFit,
-    PairEffect,
     RefitResult,
     RuleFit,
 )
 from handoffmon.refit.threads import single_threaded_blas
 
+_TURNS = (("all", None), ("handoff", 0), ("same_author", 1))
+"""MarkovFit.turns → index on the handoff axis of the transitions (None = summed)."""
+
 
 @dataclass(frozen=True)
-class _RuleInput:
-    """Arrays for one fit: Δ strata, by-depth counts and transitions."""
+class _FitInput:
+    """What one fit (a rule, or ``all``) needs: Δ sums, cluster sums and by-depth counts."""
 
-    strata_passes: np.ndarray  # (1, P, K, S)
-    strata_fails: np.ndarray
-    depth_passes: np.ndarray  # (P, K, D)
-    depth_fails: np.ndarray
+    sums: PairSums
+    clusters: np.ndarray  # (K + 2, K, 4)
+    passes: np.ndarray  # (P, K, D), every prefix
+    fails: np.ndarray
     transitions: np.ndarray  # (K, 3, 2, 2)
 
 
@@ -62,31 +64,25 @@ def _run(
     now: float | None,
     window_s: float | None,
 ) -> RefitResult:
-    cells = build_cells(counts, buckets)
-    if ALL_RULES in cells.rules:
-        raise InputError(
-            f"rule name {ALL_RULES!r} is reserved for the fit pooled over rules; rename the rule"
-        )
+    cells = build_cells(counts, buckets, max_models=settings.max_models, max_rules=settings.max_rules)
     fitter = _RuleFitter(cells, buckets, settings)
     fits: dict[str, RuleFit] = {}
+    pooled: _FitInput | None = None
     for i, rule in enumerate(cells.rules):
-        sl = slice(i, i + 1)
-        fits[rule] = fitter.fit(
-            rule,
-            _RuleInput(
-                cells.passes[sl], cells.fails[sl], cells.passes[i], cells.fails[i], cells.transitions[i]
-            ),
+        inp = fitter.rule_input(cells.rule_arrays(i))
+        fits[rule] = fitter.fit(rule, inp)
+        pooled = inp if pooled is None else _add(pooled, inp)
+    if pooled is not None:
+        pooled = _FitInput(
+            pooled.sums,
+            cells.cluster_array(len(cells.rules)),
+            pooled.passes,
+            pooled.fails,
+            pooled.transitions,
         )
-    fits[ALL_RULES] = fitter.fit(
-        ALL_RULES,
-        _RuleInput(
-            pool_rules(cells.passes),
-            pool_rules(cells.fails),
-            cells.passes.sum(axis=0),
-            cells.fails.sum(axis=0),
-            cells.transitions.sum(axis=0),
-        ),
-    )
+        fits[ALL_RULES] = fitter.fit(ALL_RULES, pooled)
+    else:
+        fits[ALL_RULES] = RuleFit(ALL_RULES, float("nan"), float("nan"), float("nan"), float("nan"), 0)
     return RefitResult(
         created_at=time.time() if now is None else float(now),
         source=source,
@@ -95,9 +91,22 @@ def _run(
         rules=fits,
         confidence=settings.confidence,
         min_n=settings.min_n,
-        ridge=settings.ridge,
+        prior_sd_pp=settings.prior_sd_pp,
         buckets=buckets.labels,
         window_s=window_s,
+        fdr=settings.fdr,
+        markov_min_transitions=settings.markov_min_transitions,
+        clustered=cells.clustered,
+        clean_baseline=cells.clean_baseline,
+        depth_adjusted=cells.depth_sums,
+        excluded_models=cells.excluded_models,
+        excluded_rules=cells.excluded_rules,
+    )
+
+
+def _add(a: _FitInput, b: _FitInput) -> _FitInput:
+    return _FitInput(
+        a.sums + b.sums, a.clusters, a.passes + b.passes, a.fails + b.fails, a.transitions + b.transitions
     )
 
 
@@ -110,12 +119,23 @@ class _RuleFitter:
         self.settings = settings
         self.z = z_value(settings.confidence)
 
-    def fit(self, rule: str, inp: _RuleInput) -> RuleFit:
-        dt = stratified_delta(inp.strata_passes, inp.strata_fails, self.settings.min_n)
-        dec = decompose(
-            dt.delta[0], dt.var[0], dt.reported[0], self.settings.ridge, block_cov=dt.block_cov(0)
+    def rule_input(self, arr: RuleArrays) -> _FitInput:
+        k = len(self.cells.models)
+        g, y2, yn, n2 = (arr.clusters[:k, :, i] for i in range(4))
+        deff_h = design_effect(
+            g, y2, yn, n2, arr.passes[:k].sum(-1), (arr.passes[:k] + arr.fails[:k]).sum(-1)
         )
-        markov, after, no_handoff, curves = self._dynamics(rule, inp)
+        sums = pair_sums(arr, deff_h, adjust_depth=self.cells.depth_sums)
+        return _FitInput(sums, arr.clusters, arr.passes, arr.fails, arr.transitions)
+
+    def fit(self, rule: str, inp: _FitInput) -> RuleFit:
+        s = self.settings
+        dt = deltas(inp.sums, inp.clusters, self.z, s.min_n, s.fdr)
+        dec = decompose(
+            dt.delta, dt.var, dt.reported, s.ridge, block_cov=_block(dt), turns=dt.n_used.astype(float)
+        )
+        into = (dt.into.delta, dt.into.ci_low, dt.into.ci_high, dt.into.n)
+        markov = self._markov(rule, inp, dt)
         return RuleFit(
             rule=rule,
             mu=dec.mu,
@@ -123,85 +143,61 @@ class _RuleFitter:
             r2=dec.r2,
             r2_unweighted=dec.r2_unweighted,
             n_pairs=dec.n_pairs,
-            models=model_scores(self.cells.models, dec, dt.n_used[0], dt.reported[0]),
-            pairs=self._pairs(rule, dt, dec),
-            markov=markov,
-            markov_after_handoff=after,
-            markov_no_handoff=no_handoff,
-            curves=curves,
-            cells=self._cells(rule, inp),
+            models=model_scores(self.cells.models, dec, dt.n_used, dt.reported, into),
+            pairs=pair_effects(rule, self.cells.models, _pair_arrays(dt), dec),
+            markov=markov["all"][0],
+            markov_handoff_turns=markov["handoff"][0],
+            markov_same_author=markov["same_author"][0],
+            curves=self._curves(rule, inp, markov["all"][1]),
+            cells=self._cells(rule, inp) if rule == ALL_RULES else [],
+            r2_adjusted=dec.r2_adjusted,
+            dispersion=dec.dispersion,
         )
 
-    def _pairs(self, rule: str, dt: DeltaTable, dec: Decomposition) -> list[PairEffect]:
-        se = np.sqrt(dt.var[0])
-        arr = PairArrays(
-            dt.n[0], dt.delta[0], se, dt.delta[0] - self.z * se, dt.delta[0] + self.z * se,
-            dt.reported[0], dt.coverage[0],
-        )  # fmt: skip
-        return pair_effects(rule, self.cells.models, arr, dec)
-
-    def _cells(self, rule: str, inp: _RuleInput) -> list[CellAdherence]:
-        x, n = inp.depth_passes, inp.depth_passes + inp.depth_fails  # (P, K, D)
+    def _cells(self, rule: str, inp: _FitInput) -> list[CellAdherence]:
+        x, n = inp.passes, inp.passes + inp.fails  # (P, K, D)
+        a_idx, b_idx = np.nonzero(n.sum(axis=-1))
+        x, n = x[a_idx, b_idx], n[a_idx, b_idx]
         lo, hi = wilson(x, n, self.z)
         with np.errstate(invalid="ignore", divide="ignore"):
             adh = np.where(n > 0, x / n, np.nan)
         prefixes, models = self.cells.prefixes, self.cells.models
-        nl, al, ll, hl = (arr.tolist() for arr in (n, adh, lo, hi))  # one conversion, not one per cell
+        rows = zip(a_idx.tolist(), b_idx.tolist(), *(v.tolist() for v in (n, adh, lo, hi)), strict=True)
         return [
-            CellAdherence(
-                prefixes[a],
-                models[b],
-                rule,
-                tuple(nl[a][b]),
-                tuple(al[a][b]),
-                tuple(ll[a][b]),
-                tuple(hl[a][b]),
-            )
-            for a, b in zip(*np.nonzero(n.sum(axis=-1)), strict=True)
+            CellAdherence(prefixes[a], models[b], rule, tuple(map(int, nl)), tuple(al), tuple(ll), tuple(hl))
+            for a, b, nl, al, ll, hl in rows
         ]
 
-    def _dynamics(
-        self, rule: str, inp: _RuleInput
-    ) -> tuple[dict[str, MarkovFit], dict[str, MarkovFit], dict[str, MarkovFit], dict[str, DepthCurve]]:
-        k = len(self.cells.models)
-        p, f = inp.depth_passes.astype(float), inp.depth_fails.astype(float)
-        diag = np.arange(k)
-        # observed by depth (K, D): all prefixes; same author or none; other models
-        obs_all = (p.sum(axis=0), (p + f).sum(axis=0))
-        same_p = p[diag, diag] + p[self.cells.none_index]
-        same_n = same_p + f[diag, diag] + f[self.cells.none_index]
-        other_p = p[:k].sum(axis=0) - p[diag, diag]
-        other_n = other_p + f[:k].sum(axis=0) - f[diag, diag]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            initial = obs_all[0][:, 0] / obs_all[1][:, 0] if obs_all[0].shape[1] else np.full(k, np.nan)
-        t = inp.transitions
-        pooled, pooled_curve = self._markov(rule, None, t.sum(axis=1), initial, obs_all)
-        after, _ = self._markov(rule, True, t[:, 0], initial, (other_p, other_n))
-        no_h, _ = self._markov(rule, False, t[:, 1], initial, (same_p, same_n))
-        return pooled, after, no_h, self._curves(rule, obs_all, pooled_curve)
+    def _observed(self, inp: _FitInput) -> tuple[np.ndarray, np.ndarray]:
+        """(K, D) passes and checked turns of each model over every prefix."""
+        p, f = inp.passes.sum(axis=0), inp.fails.sum(axis=0)
+        return p, p + f
 
     def _markov(
-        self,
-        rule: str,
-        after_handoff: bool | None,
-        trans: np.ndarray,
-        initial: np.ndarray,
-        observed: tuple[np.ndarray, np.ndarray],
-    ) -> tuple[dict[str, MarkovFit], np.ndarray]:
-        ma = fit_markov(trans, self.z)
-        curve = implied_curve(initial, ma.p_tf, ma.p_ft, self.buckets.edges)
-        ll, mse = curve_losses(curve, *observed)
-        fits = {
-            m: _markov_fit(m, rule, after_handoff, ma, i, float(initial[i]), float(ll[i]), float(mse[i]))
-            for i, m in enumerate(self.cells.models)
-            if ma.n_transitions[i] > 0
-        }
-        return fits, curve
+        self, rule: str, inp: _FitInput, dt: DeltaTable
+    ) -> dict[str, tuple[dict[str, MarkovFit], np.ndarray]]:
+        k = len(self.cells.models)
+        x, n = self._observed(inp)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            initial = x[:, 0] / n[:, 0] if n.shape[1] else np.full(k, np.nan)
+        deff = dt.deff_b[0] if k else np.zeros(0)
+        out = {}
+        for name, h in _TURNS:
+            trans = inp.transitions.sum(axis=1) if h is None else inp.transitions[:, h]
+            ma = fit_markov(trans, self.z, deff=deff, min_from=self.settings.markov_min_transitions)
+            curve = implied_curve(initial, ma.p_tf, ma.p_ft, self.buckets.edges)
+            ll, mse = curve_losses(curve, x, n)
+            t = trans.astype(np.int64)
+            fits = {
+                m: _markov_fit(m, rule, name, ma, i, float(initial[i]), float(ll[i]), float(mse[i]), t[i])
+                for i, m in enumerate(self.cells.models)
+                if np.isfinite(ma.p_tf[i]) and np.isfinite(ma.p_ft[i])
+            }
+            out[name] = (fits, curve)
+        return out
 
-    def _curves(
-        self, rule: str, observed: tuple[np.ndarray, np.ndarray], fitted: np.ndarray
-    ) -> dict[str, DepthCurve]:
-        x, n = observed
+    def _curves(self, rule: str, inp: _FitInput, fitted: np.ndarray) -> dict[str, DepthCurve]:
+        x, n = self._observed(inp)
         lo, hi = wilson(x, n, self.z)
         with np.errstate(invalid="ignore", divide="ignore"):
             adh = np.where(n > 0, x / n, np.nan)
@@ -222,13 +218,32 @@ class _RuleFitter:
         }
 
 
+def _pair_arrays(dt: DeltaTable) -> PairArrays:
+    return PairArrays(
+        dt.n, dt.delta, np.sqrt(dt.var), dt.ci_low, dt.ci_high, dt.reported, dt.coverage,
+        dt.p_value, dt.p_adjusted, dt.significant, dt.deff_h,
+    )  # fmt: skip
+
+
+def _block(dt: DeltaTable):  # type: ignore[no-untyped-def]
+    """The decomposition's per-suffix covariance callback, or None (independent pairs)."""
+    cov = dt.block_cov
+    if cov is None:
+        return None
+
+    def block(b: int, a: np.ndarray) -> np.ndarray:
+        return np.asarray(cov[b][np.ix_(a, a)])
+
+    return block
+
+
 def _markov_fit(
-    model: str, rule: str, after: bool | None, ma: MarkovArrays, i: int, initial: float, ll: float, mse: float
-) -> MarkovFit:
+    model: str, rule: str, turns: str, ma: MarkovArrays, i: int, initial: float, ll: float, mse: float,
+    trans: np.ndarray,
+) -> MarkovFit:  # fmt: skip
     return MarkovFit(
         model=model,
         rule=rule,
-        after_handoff=after,
         p_tf=float(ma.p_tf[i]),
         p_tf_ci=(float(ma.p_tf_lo[i]), float(ma.p_tf_hi[i])),
         p_ft=float(ma.p_ft[i]),
@@ -240,4 +255,7 @@ def _markov_fit(
         mse=mse,
         n_transitions=int(ma.n_transitions[i]),
         initial=initial,
+        turns=turns,
+        n_from_pass=int(trans[0].sum()),
+        n_from_fail=int(trans[1].sum()),
     )

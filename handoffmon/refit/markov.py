@@ -7,8 +7,16 @@ Given the from-state the to-states are binomial, so the MLEs get Wilson interval
 
 * stationary adherence s = p_FT / (p_TF + p_FT); NaN when p_TF + p_FT = 0 (the
   chain never moves and its long run is just its start) or when a from-state was
-  never observed. Interval: on the logit scale, logit s = log p_FT − log p_TF, with
-  the log-proportion variances 1/x − 1/n (½ added to x and n so zeros stay finite).
+  never observed. Interval: on the logit scale around the estimate, logit s = log p_FT −
+  log p_TF, with the log-proportion variances 1/x − 1/n (½ added to x and n so zeros
+  stay finite; the interval is widened to contain the estimate when a zero count puts
+  it at 0 or 1), so the estimate is never outside its interval.
+* published only with at least ``min_from`` transitions out of each state (pass and
+  fail): below that p_TF or p_FT is a handful of events and the stationary value is
+  NaN, 0 or 1 in a large share of fits.
+* clustering: consecutive verdicts of one conversation are not independent trials, so
+  counts are divided by a design effect (the model's clean-baseline cell's, from the
+  same cluster sums as Δ) before the Wilson and logit intervals.
 * implied curve a(d) = s + (a₁ − s)·λ^(d−1), λ = 1 − p_TF − p_FT, started at the
   observed depth-1 adherence a₁; each bucket's value is the curve averaged over the
   bucket's depths (the open last bucket "lo+" is averaged over lo … 2·lo − 1).
@@ -23,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from handoffmon.refit.cells import wilson
+from handoffmon.refit.intervals import wilson
 
 _EPS = 1e-9
 
@@ -45,21 +53,36 @@ class MarkovArrays:
     n_transitions: np.ndarray
 
 
-def fit_markov(trans: np.ndarray, z: float) -> MarkovArrays:
-    """Estimate chains from (K, 2, 2) counts [model, from (pass, fail), to (pass, fail)]."""
+def fit_markov(
+    trans: np.ndarray, z: float, *, deff: np.ndarray | None = None, min_from: int = 0
+) -> MarkovArrays:
+    """Estimate chains from (K, 2, 2) counts [model, from (pass, fail), to (pass, fail)].
+
+    Args:
+        trans: transition counts.
+        z: normal quantile of the intervals.
+        deff: (K,) design effects dividing the counts for the intervals (None = 1).
+        min_from: models with fewer transitions out of pass or out of fail get NaN
+            everywhere (``published`` is False).
+    """
     t = trans.astype(float)
     n_p = t[:, 0].sum(axis=-1)
     n_f = t[:, 1].sum(axis=-1)
     x_tf = t[:, 0, 1]
     x_ft = t[:, 1, 0]
+    scale = np.ones(len(t)) if deff is None else 1.0 / np.maximum(np.asarray(deff, dtype=float), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         p_tf = np.where(n_p > 0, x_tf / n_p, np.nan)
         p_ft = np.where(n_f > 0, x_ft / n_f, np.nan)
         total = p_tf + p_ft
         stationary = np.where(total > 0, p_ft / total, np.nan)
-        lo, hi = stationary_interval(x_tf, n_p, x_ft, n_f, z)
-    tf_lo, tf_hi = wilson(x_tf, n_p, z)
-    ft_lo, ft_hi = wilson(x_ft, n_f, z)
+        lo, hi = stationary_interval(x_tf * scale, n_p * scale, x_ft * scale, n_f * scale, z, p_tf, p_ft)
+    lo, hi = np.minimum(lo, stationary), np.maximum(hi, stationary)
+    tf_lo, tf_hi = wilson(x_tf * scale, n_p * scale, z)
+    ft_lo, ft_hi = wilson(x_ft * scale, n_f * scale, z)
+    published = (n_p >= max(min_from, 1)) & (n_f >= max(min_from, 1))
+    p_tf, p_ft, stationary = (np.where(published, v, np.nan) for v in (p_tf, p_ft, stationary))
+    tf_lo, tf_hi, ft_lo, ft_hi = (np.where(published, v, np.nan) for v in (tf_lo, tf_hi, ft_lo, ft_hi))
     defined = np.isfinite(stationary)
     return MarkovArrays(
         p_tf=p_tf,
@@ -77,13 +100,23 @@ def fit_markov(trans: np.ndarray, z: float) -> MarkovArrays:
 
 
 def stationary_interval(
-    x_tf: np.ndarray, n_p: np.ndarray, x_ft: np.ndarray, n_f: np.ndarray, z: float
+    x_tf: np.ndarray,
+    n_p: np.ndarray,
+    x_ft: np.ndarray,
+    n_f: np.ndarray,
+    z: float,
+    p_tf: np.ndarray | None = None,
+    p_ft: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Logit-scale delta-method interval of p_FT / (p_TF + p_FT)."""
+    """Logit-scale delta-method interval of p_FT / (p_TF + p_FT), centred at the estimate
+    (log p_FT − log p_TF) where both are > 0, else at the ½-corrected value."""
     a, na = x_ft + 0.5, n_f + 0.5
     b, nb = x_tf + 0.5, n_p + 0.5
     with np.errstate(invalid="ignore", divide="ignore"):
         centre = np.log(a / na) - np.log(b / nb)
+        if p_tf is not None and p_ft is not None:
+            mle = np.log(p_ft) - np.log(p_tf)
+            centre = np.where(np.isfinite(mle), mle, centre)
         se = np.sqrt(np.maximum(1 / a - 1 / na + 1 / b - 1 / nb, 0.0))
     return _expit(centre - z * se), _expit(centre + z * se)
 

@@ -1,4 +1,4 @@
-"""Refit results: frozen records and their versioned JSON document (schema ``handoffmon.refit/1``)."""
+"""Refit results: frozen records and their versioned JSON document (schema ``handoffmon.refit/2``)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,27 @@ from typing import Any, Union
 from handoffmon.errors import InputError
 
 SCHEMA = "handoffmon.refit"
-SCHEMA_VERSION = 1
-"""Bump on any incompatible change of the JSON layout; readers accept versions ≤ this."""
+SCHEMA_VERSION = 2
+"""Bump on any incompatible change of the JSON layout; readers accept versions ≤ this.
+
+2: conversation-clustered Newcombe intervals, raw and BH-adjusted p-values, clean
+baseline, within-bucket depth adjustment, identified-only decomposition (null π/σ for
+models not seen in a role), ``prior_sd_pp`` instead of ``ridge``, adjusted R², Δ into
+each model, Markov fits split by ``turns`` (``markov_handoff_turns`` /
+``markov_same_author``) and published only above ``markov_min_transitions``."""
+
+SWITCH_MATRIX_VERSION = 2
+"""Schema version of ``handoffmon.switch_matrix`` documents (2: author join, BH, script clusters)."""
+
 
 ALL_RULES = "all"
 """Key of the pooled-over-rules fit in ``RefitResult.rules``."""
 
 OBSERVATIONAL_NOTE = (
     "Production handoff effects are observational: turns were not randomized to "
-    "prefix models, so delta(A->B) compares cell A->B with the B->B baseline within "
-    "depth buckets only; other differences between handed-off and ordinary "
-    "conversations (topic, length, user) are not adjusted for."
+    "prefix models, so delta(A->B) compares cell A->B with B's clean B->B baseline at "
+    "the same depths only; other differences between handed-off and ordinary "
+    "conversations (topic, difficulty, user) are not adjusted for."
 )
 
 NAN = float("nan")
@@ -38,19 +48,24 @@ class PairEffect:
         prefix_model: author of the previous turn (A).
         model: author of the turn (B, the suffix).
         n: checked turns (pass + fail) in the handoff cell A→B; 0 when never observed.
-        delta: depth-stratified Δ(A→B) = adherence(A→B) − adherence(B→B); NaN if unobserved.
-        se: standard error of ``delta``.
-        ci_low: lower bound of the ``confidence`` interval for Δ.
+        delta: depth-adjusted Δ(A→B) = adherence(A→B) − B's clean baseline at the same
+            depths; NaN if not reported.
+        se: conversation-clustered standard error of ``delta``.
+        ci_low: lower bound of the ``confidence`` interval for Δ (Newcombe hybrid score
+            on design-effect-adjusted counts).
         ci_high: upper bound.
-        significant: the interval excludes 0.
+        significant: the Benjamini–Hochberg adjusted p-value is ≤ ``RefitResult.fdr``
+            (false-discovery control across the rule's reported pairs).
         risk: fitted μ + π_A + σ_B (defined for every pair of known models).
         risk_se: standard error of ``risk`` from the decomposition's covariance.
         observed: the pair passed ``min_n`` and has a Δ estimate.
         coverage: share of the handoff cell's checked turns in depth buckets where the
             baseline had data (strata without a baseline are dropped).
         residual: delta − risk for pairs used in the decomposition, else NaN.
-        p_value: raw two-sided p-value of Δ = 0 (NaN where no test was made).
+        p_value: raw two-sided p-value of Δ = 0 (dual to the interval; NaN where no test
+            was made).
         p_adjusted: Benjamini–Hochberg adjusted p-value over the rule's tested pairs.
+        design_effect: clustered / binomial variance of the handoff cell (≥ 1).
     """
 
     rule: str
@@ -69,20 +84,31 @@ class PairEffect:
     residual: float = NAN
     p_value: float = NAN
     p_adjusted: float = NAN
+    design_effect: float = NAN
 
 
 @dataclass(frozen=True)
 class ModelScores:
-    """One model's decomposition terms (ridge-shrunk, sum-to-zero over models).
+    """One model's decomposition terms and its absolute "handoffs into it" effect.
+
+    π and σ are **relative**: ridge-shrunk and summing to zero over the models identified
+    in that role, so a negative σ means "worse after a handoff than the average model",
+    not "worse after a handoff". They are NaN (null in JSON, no gauge) for a model not
+    seen in that role in any fitted pair: not estimable. What pages is absolute:
+    ``into_delta``, the Δ of all handoffs into this model against its clean baseline.
 
     Attributes:
         prefix_influence: π — how this model's turns move the adherence of whoever
-            continues after it (positive helps).
+            continues after it, relative to the average prefix (positive helps).
         prefix_influence_se: standard error of π.
         suffix_susceptibility: σ — how this model's adherence moves when it continues
-            someone else's conversation (positive = it does better after a handoff).
+            someone else's conversation, relative to the average suffix.
         suffix_susceptibility_se: standard error of σ.
         n: checked turns in the observed off-diagonal cells involving this model.
+        into_delta: Δ of every handoff into this model (any prefix) vs its clean baseline.
+        into_ci_low: lower bound of its interval.
+        into_ci_high: upper bound.
+        into_n: checked handoff turns into this model behind ``into_delta``.
     """
 
     prefix_influence: float
@@ -90,6 +116,10 @@ class ModelScores:
     suffix_susceptibility: float
     suffix_susceptibility_se: float
     n: int
+    into_delta: float = NAN
+    into_ci_low: float = NAN
+    into_ci_high: float = NAN
+    into_n: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,8 +129,10 @@ class MarkovFit:
     Attributes:
         model: author of the later turn of each transition.
         rule: rule name or ``"all"``.
-        after_handoff: True = transitions into a handoff turn, False = into a
-            same-author turn, None = pooled (includes handoff ``unknown``).
+        turns: which transitions were counted: ``all`` (pooled, includes handoff
+            ``unknown``), ``handoff`` (into a handoff turn: the chain of a hypothetical
+            conversation in which *every* turn is a handoff — its ``stationary`` is that
+            chain's long-run level, not "adherence after a handoff") or ``same_author``.
         p_tf: P(fail at next check | pass now).
         p_tf_ci: Wilson interval of ``p_tf``.
         p_ft: P(pass at next check | fail now).
@@ -113,11 +145,12 @@ class MarkovFit:
         log_loss: mean binomial cross-entropy of the implied curve vs observed checks.
         mse: mean squared error (Brier) of the curve's probability vs every observed check.
         n_transitions: pass/fail transitions used.
+        n_from_pass: transitions out of pass.
+        n_from_fail: transitions out of fail.
     """
 
     model: str
     rule: str
-    after_handoff: bool | None
     p_tf: float
     p_tf_ci: tuple[float, float]
     p_ft: float
@@ -129,6 +162,9 @@ class MarkovFit:
     mse: float
     n_transitions: int
     initial: float = NAN
+    turns: str = "all"
+    n_from_pass: int = 0
+    n_from_fail: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,14 +226,17 @@ class RuleFit:
         r2: weighted (1/var) R² of the decomposition over the observed pairs.
         r2_unweighted: ordinary R² over the same pairs.
         n_pairs: observed off-diagonal pairs the decomposition was fitted on.
-        models: per model π/σ.
-        pairs: every ordered pair of distinct known models (observed or not).
+        models: per model π/σ (null where not estimable) and Δ into the model.
+        pairs: every ordered pair of distinct models in the fit (observed or not).
         markov: pooled Markov fit per model.
-        markov_after_handoff: fit from transitions into handoff turns.
-        markov_no_handoff: fit from transitions into same-author turns.
+        markov_handoff_turns: fit from transitions into handoff turns (see ``MarkovFit.turns``).
+        markov_same_author: fit from transitions into same-author turns.
         curves: observed/fitted depth curve per model.
         cells: adherence by depth of every cell with checked turns (incl. ``none`` and
-            ``unknown`` prefixes).
+            ``unknown`` prefixes), pooled over rules: filled in the ``all`` fit only (per
+            rule they would grow as rules × K², per-model curves are in ``curves``).
+        r2_adjusted: R² adjusted for the decomposition's effective degrees of freedom.
+        dispersion: overdispersion φ ≥ 1 applied to the decomposition's covariance.
     """
 
     rule: str
@@ -209,10 +248,12 @@ class RuleFit:
     models: dict[str, ModelScores] = field(default_factory=dict)
     pairs: list[PairEffect] = field(default_factory=list)
     markov: dict[str, MarkovFit] = field(default_factory=dict)
-    markov_after_handoff: dict[str, MarkovFit] = field(default_factory=dict)
-    markov_no_handoff: dict[str, MarkovFit] = field(default_factory=dict)
+    markov_handoff_turns: dict[str, MarkovFit] = field(default_factory=dict)
+    markov_same_author: dict[str, MarkovFit] = field(default_factory=dict)
     curves: dict[str, DepthCurve] = field(default_factory=dict)
     cells: list[CellAdherence] = field(default_factory=list)
+    r2_adjusted: float = NAN
+    dispersion: float = 1.0
 
     @property
     def residuals(self) -> dict[str, float]:
@@ -239,10 +280,17 @@ class RefitResult:
         rules: fits by rule name, including ``"all"``.
         confidence: interval level used.
         min_n: minimum checked turns for a pair/cell to be reported.
-        ridge: ridge strength of the decomposition.
+        prior_sd_pp: prior SD of π and σ in percentage points (the decomposition's ridge).
         buckets: depth bucket labels used.
         window_s: time window the counts cover (Prometheus ``increase``), if any.
         version: schema version of this document.
+        fdr: Benjamini–Hochberg level behind ``PairEffect.significant``.
+        markov_min_transitions: transitions needed out of each state to publish a chain.
+        clustered: intervals are conversation-clustered (the source had cluster sums).
+        clean_baseline: the baseline holds only clean same-author turns (else all of them).
+        depth_adjusted: within-bucket depth adjustment applied (the source had depth sums).
+        excluded_models: models beyond ``refit.max_models``, left out of the fit.
+        excluded_rules: rules beyond ``refit.max_rules``, left out of the fit.
     """
 
     created_at: float
@@ -252,10 +300,17 @@ class RefitResult:
     rules: dict[str, RuleFit]
     confidence: float = 0.95
     min_n: int = 30
-    ridge: float = 1.0
+    prior_sd_pp: float = 5.0
     buckets: tuple[str, ...] = ()
     window_s: float | None = None
     version: int = SCHEMA_VERSION
+    fdr: float = 0.05
+    markov_min_transitions: int = 30
+    clustered: bool = False
+    clean_baseline: bool = False
+    depth_adjusted: bool = False
+    excluded_models: tuple[str, ...] = ()
+    excluded_rules: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN/inf become null/"inf")."""
@@ -319,7 +374,7 @@ class SwitchMatrixResult:
     confidence: float
     fit: RuleFit
     cells: list[CellMean]
-    version: int = SCHEMA_VERSION
+    version: int = SWITCH_MATRIX_VERSION
     clusters: int = 1
     min_n: int = 20
     fdr: float = 0.05
@@ -343,20 +398,22 @@ class SwitchMatrixResult:
         data = dict(data)
         fit_keys = {f.name for f in dataclasses.fields(RuleFit)} - {"cells"}
         data["fit"] = {k: data.pop(k) for k in list(data) if k in fit_keys}
-        return _load_versioned(cls, data, source, schema="handoffmon.switch_matrix")
+        return _load_versioned(
+            cls, data, source, schema="handoffmon.switch_matrix", known=SWITCH_MATRIX_VERSION
+        )
 
 
 _T = typing.TypeVar("_T")
 
 
-def _load_versioned(cls: type[_T], data: Any, source: str, schema: str = SCHEMA) -> _T:
+def _load_versioned(
+    cls: type[_T], data: Any, source: str, schema: str = SCHEMA, known: int = SCHEMA_VERSION
+) -> _T:
     if not isinstance(data, dict) or data.get("schema") != schema:
         raise InputError(f"{source}: not a {schema} document")
     version = data.get("version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise InputError(
-            f"{source}: unsupported {schema} version {version!r} (reader knows ≤ {SCHEMA_VERSION})"
-        )
+    if not isinstance(version, int) or version > known:
+        raise InputError(f"{source}: unsupported {schema} version {version!r} (reader knows ≤ {known})")
     body = {k: v for k, v in data.items() if k != "schema"}
     try:
         return typing.cast(_T, _decode(cls, body))

@@ -140,7 +140,7 @@ def _markov_table(fit: RuleFit, models: list[str], truth: Mapping[str, Any] | No
     )
     rows = []
     for m in models:
-        mk = fit.markov_no_handoff.get(m) or fit.markov.get(m)
+        mk = fit.markov_same_author.get(m) or fit.markov.get(m)
         if mk is None:
             continue
         planted = ""

@@ -40,7 +40,7 @@ class Recovery:
         pearson_pi: correlation of planted and estimated π.
         pearson_sigma: correlation of planted and estimated σ.
         pearson_delta: correlation of planted μ + π_A + σ_B with the observed Δ(A→B).
-        stationary: per (model, rule) checks from ``markov_no_handoff``.
+        stationary: per (model, rule) checks from ``markov_same_author``.
     """
 
     models: tuple[str, ...]
@@ -88,7 +88,7 @@ def _stationary_checks(result: RefitResult, truth: Truth) -> tuple[StationaryChe
         if fit is None:
             continue
         for model, planted in truth.models.items():
-            mf = fit.markov_no_handoff.get(model)
+            mf = fit.markov_same_author.get(model)
             if mf is None or math.isnan(mf.stationary):
                 continue
             lo, hi = mf.stationary_ci

@@ -49,7 +49,7 @@ def depth_table(fit: RuleFit, truth: Truth) -> str:
         c = fit.curves.get(m)
         if c is None:
             continue
-        mk = fit.markov_no_handoff.get(m)
+        mk = fit.markov_same_author.get(m)
         planted = sum(truth.models[m].stationary.values()) / len(truth.rules)
         stat = f"{_pc(mk.stationary)} [{_pc(planted).strip()}]" if mk else "–"
         cells = "".join(

@@ -7,17 +7,19 @@ How the planted values map to what the refit estimates:
   ``μ + π_A + σ_B`` whenever no clipping happens (the default fleet never clips). π and
   σ are planted with zero sum, the refit's identifiability constraint, so they compare
   directly with ``ModelScores.prefix_influence`` / ``suffix_susceptibility``.
-* **Attenuation of σ** — the refit's baseline is B's *observed* same-author adherence,
+* **Attenuation of σ (before the clean baseline)** — a baseline of *all* of B's same-author turns,
   which includes turns shortly after an earlier handoff into B whose shifted verdict is
   still decaying back (factor ``1 − p_tf − p_ft`` per turn). That adds
   ``−c_B (μ + π̄ + σ_B)`` to every Δ(·→B), with c_B ≈ h λ / (1 − λ (1 − h)) for handoff
   share h and λ = 1 − p_tf − p_ft: about 0.3 at the demo's 35% handoff turns. The
   estimated σ is a shrunk, shifted copy of the planted one (the default demo measured a
-  slope of 0.70 for σ and 0.88 for π, the latter from the refit's ridge alone). A linear
+  slope of 0.70 for σ and 0.88 for π, the latter from the refit's ridge alone). The refit
+  now reads B's **clean** baseline (same-author turns whose history holds no other
+  model's text, ``Counts.baseline_checks``), which removes this term. A linear
   shrink leaves Pearson correlation unchanged, which is why recovery is scored by
   Pearson and levels are not compared exactly.
 * **Markov** — same-author transitions follow each model's chain exactly, so the
-  refit's ``markov_no_handoff[model]`` for a rule estimates ``p_tf[m, r]``, ``p_ft[m]`` and
+  refit's ``markov_same_author[model]`` for a rule estimates ``p_tf[m, r]``, ``p_ft[m]`` and
   ``stationary = p_ft / (p_tf + p_ft)`` without bias.
 """
 

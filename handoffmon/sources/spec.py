@@ -1,4 +1,4 @@
-"""Resolve a ``--source`` spec (sqlite:///PATH, prometheus://HOST:PORT, http(s)://…, FILE.csv)."""
+"""Resolve a ``--source`` spec (sqlite:///PATH, prometheus://HOST:PORT, http(s)://…, cells.csv, turn logs)."""
 
 from __future__ import annotations
 
@@ -36,14 +36,32 @@ def infer_buckets(counts: Counts) -> DepthBuckets:
     return DepthBuckets(tuple(sorted(edges)))
 
 
+def is_turn_log(spec: str) -> bool:
+    """A turn-level log: ``.jsonl``/``.ndjson``/``.parquet``, or a ``.csv`` whose header has
+    ``conversation_id`` (a cells CSV has none)."""
+    path = Path(spec)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson", ".parquet"):
+        return True
+    if suffix != ".csv" or not path.is_file():
+        return False
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        header = fh.readline()
+    return "conversation_id" in {h.strip() for h in header.split(",")}
+
+
 def load_source(
     spec: str,
     *,
     transitions: str | None = None,
     window: str | None = None,
     timeout_s: float = 10.0,
+    buckets: DepthBuckets | None = None,
 ) -> Loaded:
     """Read counts from ``spec``; ``transitions`` (a CSV) is merged in when given.
+
+    Turn logs (``turns.jsonl``, ``turns.csv``, ``turns.parquet``) are aggregated with
+    ``buckets`` (default: the default depth buckets).
 
     Raises:
         SourceError: unknown spec or a ``window`` for a source that has no time axis.
@@ -62,12 +80,19 @@ def load_source(
 
         src = PrometheusSource(spec, window=window, timeout_s=timeout_s)
         loaded = Loaded(src.snapshot(), src.base_url, src.window_s)
+    elif is_turn_log(spec):
+        from handoffmon.sources.turns import read_turns
+
+        loaded = Loaded(read_turns(spec, buckets), spec)
     elif Path(spec).suffix.lower() == ".csv":
         from handoffmon.sources.csv import read_cells_csv
 
         loaded = Loaded(read_cells_csv(spec), spec)
     else:
-        raise SourceError(f"unknown source {spec!r}: use sqlite:///PATH, prometheus://HOST:PORT or FILE.csv")
+        raise SourceError(
+            f"unknown source {spec!r}: use sqlite:///PATH, prometheus://HOST:PORT, "
+            "cells.csv or a turn log (.jsonl, .csv, .parquet)"
+        )
     if transitions:
         from handoffmon.sources.csv import read_transitions_csv
 

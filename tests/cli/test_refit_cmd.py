@@ -29,8 +29,16 @@ def test_refit_from_csv_writes_versioned_json(tmp_path: Path) -> None:
     result = RefitResult.from_json(out.read_text())
     assert set(result.rules) == {"r0", "r1", "all"} and result.min_n == 40
     assert out.read_text().count("\n") == 1  # --compact: one line
-    assert result.buckets == ("1", "2", "3-4", "5-8", "9-16", "17-32", "33+")
-    assert result.rules["r0"].markov["m00"].n_transitions == 100
+    # the buckets come from the data (synth_counts uses the first 7 default edges), not the 12 defaults
+    assert result.buckets == ("1", "2", "3-4", "5-8", "9-12", "13-16", "17+")
+    # chains are published only with >= 30 (refit.markov_min_transitions) transitions out of each state
+    out_of: dict[tuple[str, str], int] = {}
+    for key, c in counts.transitions.items():
+        if key.rule == "r0":
+            out_of[key.model, key.from_verdict] = out_of.get((key.model, key.from_verdict), 0) + c
+    published = {m for m in ("m00", "m01", "m02", "m03") if min(out_of[m, "pass"], out_of[m, "fail"]) >= 30}
+    assert set(result.rules["r0"].markov) == published and 0 < len(published) < 4
+    assert all(result.rules["r0"].markov[m].n_transitions == 100 for m in published)
     assert "observed pair(s)" in res.output
 
 

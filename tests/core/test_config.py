@@ -15,7 +15,7 @@ from handoffmon.errors import ConfigError
 def test_defaults_without_file() -> None:
     cfg = load_config(None, environ={})
     assert cfg.store.backend == "memory"
-    assert cfg.buckets.labels[-1] == "33+"
+    assert cfg.buckets.labels[-1] == "97+"
 
 
 def test_yaml_and_env_override(tmp_path: Path) -> None:

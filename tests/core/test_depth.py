@@ -8,7 +8,9 @@ from handoffmon.depth import DepthBuckets
 
 
 def test_default_labels() -> None:
-    assert DepthBuckets().labels == ("1", "2", "3-4", "5-8", "9-16", "17-32", "33+")
+    assert DepthBuckets().labels == (
+        "1", "2", "3-4", "5-8", "9-12", "13-16", "17-24", "25-32", "33-48", "49-64", "65-96", "97+",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -20,10 +22,10 @@ def test_default_labels() -> None:
         (3, "3-4"),
         (4, "3-4"),
         (5, "5-8"),
-        (16, "9-16"),
-        (32, "17-32"),
-        (33, "33+"),
-        (10**6, "33+"),
+        (16, "13-16"),
+        (32, "25-32"),
+        (33, "33-48"),
+        (10**6, "97+"),
     ],
 )
 def test_bucket_boundaries(depth: int, label: str) -> None:

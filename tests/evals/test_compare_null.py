@@ -21,7 +21,7 @@ from handoffmon.evals.shapes import shapes_from_counts
 from handoffmon.evals.store import Row
 from handoffmon.types import NO_PREFIX
 
-BUCKETS = DepthBuckets()
+BUCKETS = DepthBuckets((1, 2, 3, 5, 9, 17, 33))  # a wide 9-16 bucket: the case issue 16 measured
 CHAIN = (0.95, 0.03, 0.03)  # depth-1 adherence, p_TF, p_FT: slow decay towards 0.5
 DEPTH = 9
 RULE, MODEL = "r", "m1"

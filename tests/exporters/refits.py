@@ -35,7 +35,7 @@ def markov(model: str, rule: str, stationary: float, half_life: float, after: bo
     return MarkovFit(
         model=model,
         rule=rule,
-        after_handoff=after,
+        turns={None: "all", True: "handoff", False: "same_author"}[after],
         p_tf=0.1,
         p_tf_ci=(0.05, 0.15),
         p_ft=0.3,
@@ -61,16 +61,17 @@ def rule_fit(rule: str, *, with_claude_pair: bool = True) -> RuleFit:
         mu=-0.05,
         mu_se=0.01,
         r2=0.7 if rule == "all" else NAN,
+        r2_adjusted=0.7 if rule == "all" else NAN,
         r2_unweighted=0.6,
         n_pairs=2,
         models={
-            "gpt": ModelScores(-0.06, 0.02, 0.03, 0.02, 300),
-            "claude": ModelScores(0.06, 0.02, -0.03, 0.02, 300),
+            "gpt": ModelScores(-0.06, 0.02, 0.03, 0.02, 300, 0.02, -0.01, 0.05, 150),
+            "claude": ModelScores(0.06, 0.02, -0.03, 0.02, 300, -0.12, -0.2, -0.04, 150),
         },
         pairs=pairs,
         markov={"gpt": markov("gpt", rule, 0.75, 3.5, None)},
-        markov_after_handoff={"claude": markov("claude", rule, 0.5, math.inf, True)},
-        markov_no_handoff={"claude": markov("claude", rule, 0.8, 2.0, False)},
+        markov_handoff_turns={"claude": markov("claude", rule, 0.5, math.inf, True)},
+        markov_same_author={"claude": markov("claude", rule, 0.8, 2.0, False)},
     )
 
 

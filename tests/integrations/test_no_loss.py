@@ -62,7 +62,7 @@ async def test_ten_thousand_turns_from_eight_tasks_are_all_counted() -> None:
         "2": conversations,
         "3-4": 2 * conversations,
         "5-8": 4 * conversations,
-        "9-16": 2 * conversations,
+        "9-12": 2 * conversations,
     }
     assert snap.session_lengths == {TURNS: conversations}
     handoffs = sum(n for k, n in snap.turns.items() if k.handoff == "true")

@@ -89,7 +89,7 @@ async def test_ten_turn_conversation_depth_prefix_handoff(mode: str) -> None:
         TurnKey(b, b, "5-8", "false"): 2,
         TurnKey(c, b, "5-8", "true"): 1,
         TurnKey(c, c, "5-8", "false"): 1,
-        TurnKey(c, c, "9-16", "false"): 2,
+        TurnKey(c, c, "9-12", "false"): 2,
     }
     # the ≤5-word rule passes alpha's "ok" and fails backup's long reply
     verdicts = [r.checks[0].verdict for r in exp.results]

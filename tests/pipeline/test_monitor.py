@@ -48,7 +48,7 @@ def test_ten_turns_with_changes_at_4_and_7() -> None:
         TurnKey("b", "b", "5-8", "false"): 2,
         TurnKey("a", "b", "5-8", "true"): 1,
         TurnKey("a", "a", "5-8", "false"): 1,
-        TurnKey("a", "a", "9-16", "false"): 2,
+        TurnKey("a", "a", "9-12", "false"): 2,
     }
     # every earlier assistant message of every request was attributed by the chain
     assert snap.attributions == {"chain": sum(range(10))}

@@ -84,7 +84,9 @@ def synth_counts(
         n_first: depth-1 turns per (rule, model).
         n_trans: transitions per (rule, model, handoff state).
     """
-    labels = (buckets or DepthBuckets()).labels
+    from handoffmon.depth import DEFAULT_EDGES
+
+    labels = (buckets or DepthBuckets(DEFAULT_EDGES[: planted.base.shape[-1]])).labels
     k, d = len(planted.models), len(labels)
     same, hand = depth_mixes(k, d, np.random.default_rng(12345))
     checks: dict[CheckKey, int] = {}

@@ -39,16 +39,17 @@ def test_build_cells_counts_only_pass_and_fail() -> None:
     cells = build_cells(counts, DepthBuckets())
     assert cells.models == ("a", "b")
     assert cells.prefixes == ("a", "b", "none", "unknown")
-    assert cells.passes.sum() == 6 and cells.fails.sum() == 2
-    assert cells.passes[0, 0, 1, 2] == 5 and cells.fails[0, 0, 1, 2] == 2
-    assert cells.passes[0, cells.none_index, 1, 0] == 1
+    assert cells.checks.passes.sum() == 6 and cells.checks.fails.sum() == 2
+    arr = cells.rule_arrays(0)
+    assert arr.passes[0, 1, 2] == 5 and arr.fails[0, 1, 2] == 2
+    assert arr.passes[cells.none_index, 1, 0] == 1
 
 
 def test_build_cells_rebuckets_finer_labels_by_lower_bound() -> None:
     """Counts recorded with finer edges (label "4") land in the configured "3-4" bucket."""
     counts = Counts(checks={CheckKey("r", "b", "b", "4", "pass"): 3})
     cells = build_cells(counts, DepthBuckets())
-    assert cells.passes[0, 0, 0, DepthBuckets().index("3-4")] == 3
+    assert cells.rule_arrays(0).passes[0, 0, DepthBuckets().index("3-4")] == 3
 
 
 def test_build_cells_transitions_axis_order() -> None:

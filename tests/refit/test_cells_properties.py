@@ -40,7 +40,7 @@ def test_totals_are_preserved_per_verdict(checks: dict, transitions: dict) -> No
     real = lambda m: m not in ("none", "unknown")  # noqa: E731
     want_pass = sum(v for k, v in checks.items() if k.verdict == "pass" and real(k.model))
     want_fail = sum(v for k, v in checks.items() if k.verdict == "fail" and real(k.model))
-    assert int(cells.passes.sum()) == want_pass and int(cells.fails.sum()) == want_fail
+    assert int(cells.checks.passes.sum()) == want_pass and int(cells.checks.fails.sum()) == want_fail
     pf = ("pass", "fail")
     want_t = sum(
         v for k, v in transitions.items() if k.from_verdict in pf and k.to_verdict in pf and real(k.model)

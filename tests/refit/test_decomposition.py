@@ -74,16 +74,35 @@ def test_ridge_shrinks_sparse_models_more_than_well_observed_ones() -> None:
     assert others.min() > 0.95
 
 
-def test_unobserved_prefix_model_leaves_pi_uncertain_not_falsely_precise() -> None:
-    """A model never seen as prefix leaves the π level unidentified: its SE stays
-    prior-sized (the ridge is what pins it), while σ stays precise."""
+def test_a_model_never_seen_as_prefix_is_not_estimable_and_moves_no_one() -> None:
+    """A model never seen as prefix gets π = NaN (no gauge) and no risk as a prefix; the other
+    models' π SEs are what they are without it (suffix-only models do not widen anything)."""
     k = 4
     _, _, _, delta = _planted(k, seed=5)
     mask = ~np.eye(k, dtype=bool)
     mask[3, :] = False
     dec = decompose(delta, np.full((k, k), 1e-4), mask, ridge=4.0)
-    assert dec.pi_se[3] > 0.1
-    assert dec.sigma_se.max() < 0.01
+    assert np.isnan(dec.pi[3]) and np.isnan(dec.pi_se[3])
+    assert np.all(np.isnan(dec.risk[3]))
+    assert np.isfinite(dec.sigma[3]) and dec.sigma_se.max() < 0.01
+    assert dec.pi_se[:3].max() < 0.01
+
+
+def test_prior_sd_shrinks_a_sparse_model_visibly() -> None:
+    """Ridge 400 (5 pp prior SD): a model in one noisy pair is pulled well toward 0, a model in
+    many precise pairs is not."""
+    k = 5
+    *_, delta = _planted(k, seed=8)
+    var = np.full((k, k), 1e-4)
+    var[4, :] = 4e-3  # model 4 as prefix: ~60 turns per pair
+    mask = ~np.eye(k, dtype=bool)
+    mask[4, 1:] = False  # and only one such pair
+    delta = delta.copy()
+    delta[4, 0] += 0.08
+    free = decompose(delta, var, mask, ridge=0.0)
+    shrunk = decompose(delta, var, mask, ridge=400.0)
+    assert abs(shrunk.pi[4]) < 0.75 * abs(free.pi[4])
+    assert shrunk.pi[0] == pytest.approx(free.pi[0], abs=0.01)
 
 
 def test_no_pairs_gives_nan_fit() -> None:

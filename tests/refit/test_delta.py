@@ -1,88 +1,104 @@
-"""Depth-stratified Δ: the estimator, its minimum counts and its interval calibration."""
+"""Δ(A→B): within-bucket depth adjustment, clustered intervals, the pooled fit's turn clustering."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from handoffmon.counts import CELL_TOTAL, CellStatKey, CheckKey, Counts
 from handoffmon.depth import DepthBuckets
-from handoffmon.refit.cells import build_cells, z_value
-from handoffmon.refit.delta import binomial_var, pool_rules, stratified_delta
-from tests.refit.synth import plant, synth_counts
+from handoffmon.refit import refit
+from handoffmon.sim.counting import counts_from_rows
+from handoffmon.sim.population import PopModel, Population, simulate
+
+BUCKETS = DepthBuckets((1, 2, 3, 5, 9, 17, 33))
 
 
-def _arrays(cells: dict[tuple[int, int, int], tuple[int, int]], k: int = 2, d: int = 3) -> tuple:
-    """(1, K+2, K, D) pass/fail arrays from {(prefix, suffix, bucket): (passes, n)}."""
-    p = np.zeros((1, k + 2, k, d), dtype=np.int64)
-    f = np.zeros_like(p)
-    for (a, b, s), (x, n) in cells.items():
-        p[0, a, b, s], f[0, a, b, s] = x, n - x
-    return p, f
+def _bunched_counts(n: int = 200_000) -> Counts:
+    """Adherence 0.95 − 0.01·(d − 1) (no handoff effect); baseline spread over each bucket,
+    handoffs all at the bucket's last depth."""
+    checks: dict[CheckKey, int] = {}
+    stats: dict[CellStatKey, int] = {}
+    rng = np.random.default_rng(0)
+    for lo, hi in ((3, 4), (5, 8), (9, 16), (17, 32)):
+        for prefix, depths in (("b", range(lo, hi + 1)), ("a", [hi])):
+            tot_n = tot_x = tot_d = 0
+            for d in depths:
+                m = n // len(depths) if prefix == "b" else n // 10
+                x = int(rng.binomial(m, 0.95 - 0.01 * (d - 1)))
+                tot_n, tot_x, tot_d = tot_n + m, tot_x + x, tot_d + d * m
+            label = BUCKETS.bucket(lo)
+            checks[CheckKey("r", "b", prefix, label, "pass")] = tot_x
+            checks[CheckKey("r", "b", prefix, label, "fail")] = tot_n - tot_x
+            stats[CellStatKey("r", "b", prefix, label, "depth")] = tot_d
+    # a's own cell keeps it in the model list
+    checks[CheckKey("r", "a", "none", "1", "pass")] = 100
+    return Counts(checks=checks, cell_stats=stats)
 
 
-def test_delta_is_the_handoff_weighted_difference_within_buckets() -> None:
-    """Δ = Σ_d w_d (p_AB,d − p_BB,d) with w from the handoff cell, by hand."""
-    p, f = _arrays(
-        {
-            (0, 1, 1): (30, 40),  # A→B, bucket 1: 0.75
-            (0, 1, 2): (60, 120),  # A→B, bucket 2: 0.5
-            (1, 1, 1): (90, 100),  # B→B: 0.9
-            (1, 1, 2): (35, 50),  # B→B: 0.7
-        }
+def test_handoffs_at_the_deep_end_of_buckets_do_not_bias_delta() -> None:
+    """With per-cell depth sums the baseline is read at the handoffs' mean depth: Δ ≈ 0."""
+    counts = _bunched_counts()
+    adjusted = refit(counts, buckets=BUCKETS, now=0).rules["r"].pair("a", "b")
+    plain = refit(Counts(checks=counts.checks), buckets=BUCKETS, now=0).rules["r"].pair("a", "b")
+    assert adjusted is not None and plain is not None
+    assert plain.delta < -0.03  # the bucket's deep end decays: unadjusted Δ is biased
+    assert abs(adjusted.delta) < 0.004
+    assert adjusted.ci_low <= 0 <= adjusted.ci_high
+
+
+def _correlated_rules(rules: int) -> Counts:
+    """Population whose R rules are the same check (identical verdicts): one turn, R copies."""
+    pop = Population(
+        models=(PopModel("a"), PopModel("b")), rules=("r0",), rule_offsets=(0.0,), handoff_rate=0.2
     )
-    dt = stratified_delta(p, f, min_n=10)
-    want = (40 * (0.75 - 0.9) + 120 * (0.5 - 0.7)) / 160
-    assert dt.delta[0, 0, 1] == pytest.approx(want)
-    var = (40 / 160) ** 2 * (binomial_var(30, 40) + binomial_var(90, 100))
-    var += (120 / 160) ** 2 * (binomial_var(60, 120) + binomial_var(35, 50))
-    assert dt.var[0, 0, 1] == pytest.approx(var)
-    assert dt.coverage[0, 0, 1] == 1.0
-    assert not dt.reported[0, 1, 0] and not dt.reported[0, 1, 1]
+    rows = simulate(pop, 1500, seed=4)
+    counts = counts_from_rows(rows, BUCKETS)
+    if rules == 1:
+        return counts
+
+    def copy(table):  # type: ignore[no-untyped-def]
+        out = {}
+        for key, v in table.items():
+            for i in range(rules):
+                new = key._replace(rule=f"r{i}") if key.rule != "all" else key
+                out[new] = out.get(new, 0) + v if key.rule == "all" else v
+        return out
+
+    stats = {}
+    for key, v in counts.cell_stats.items():
+        if key.rule == "all":  # one turn = one cluster member with R checks: y, n scale by R
+            scale = {"conversations": 1, "y2": rules**2, "yn": rules**2, "n2": rules**2}.get(key.stat, rules)
+            stats[key] = v * scale
+        else:
+            for i in range(rules):
+                stats[key._replace(rule=f"r{i}")] = v
+    return Counts(checks=copy(counts.checks), baseline_checks=copy(counts.baseline_checks), cell_stats=stats)
 
 
-def test_strata_without_baseline_are_dropped_and_coverage_reported() -> None:
-    """A handoff bucket the baseline never saw is dropped; weights renormalize; coverage < 1."""
-    p, f = _arrays({(0, 1, 1): (30, 40), (0, 1, 2): (10, 60), (1, 1, 1): (80, 100)})
-    dt = stratified_delta(p, f, min_n=10)
-    assert dt.delta[0, 0, 1] == pytest.approx(0.75 - 0.8)
-    assert dt.coverage[0, 0, 1] == pytest.approx(40 / 100)
-    assert dt.n[0, 0, 1] == 100 and dt.n_used[0, 0, 1] == 40
+def test_pooled_fit_clusters_turns_not_checks() -> None:
+    """Three identical rules carry no more information than one: the pooled interval is as
+    wide as the single rule's (treating checks as independent would shrink it by √3)."""
+    one = refit(_correlated_rules(1), buckets=BUCKETS, now=0).rules["all"].pair("a", "b")
+    three = refit(_correlated_rules(3), buckets=BUCKETS, now=0).rules["all"].pair("a", "b")
+    assert one is not None and three is not None
+    assert three.delta == pytest.approx(one.delta, abs=1e-9)
+    width1, width3 = one.ci_high - one.ci_low, three.ci_high - three.ci_low
+    assert width3 == pytest.approx(width1, rel=0.1)
 
 
-def test_pairs_below_min_n_are_not_reported() -> None:
-    """min_n applies to the handoff cell and to its baseline in the strata used."""
-    p, f = _arrays({(0, 1, 1): (20, 29), (1, 1, 1): (80, 100), (1, 0, 1): (20, 40), (0, 0, 1): (10, 20)})
-    dt = stratified_delta(p, f, min_n=30)
-    assert not dt.reported[0, 0, 1] and np.isnan(dt.delta[0, 0, 1])  # handoff n = 29
-    assert not dt.reported[0, 1, 0]  # baseline n = 20
-    assert stratified_delta(p, f, min_n=20).reported[0, 1, 0]
-
-
-def test_pool_rules_makes_rule_times_depth_strata() -> None:
-    """Pooling over rules keeps rule × depth as strata, so no count is lost or mixed."""
-    arr = np.arange(2 * 3 * 2 * 4).reshape(2, 3, 2, 4)
-    pooled = pool_rules(arr)
-    assert pooled.shape == (1, 3, 2, 8)
-    assert pooled.sum() == arr.sum()
-    assert sorted(pooled[0, 1, 0].tolist()) == sorted(arr[:, 1, 0].ravel().tolist())
-
-
-def test_delta_intervals_cover_planted_delta_at_nominal_rate() -> None:
-    """Over 240 simulated replicates the 95% intervals cover the planted Δ 92–98% of the time.
-
-    Small cells on purpose (60 handoff turns per pair spread over 6 depth buckets) so
-    the normal approximation is stressed; 12 pairs per replicate.
-    """
-    rng = np.random.default_rng(20261129)
-    planted = plant(4, 1, rng)
-    truth = planted.mu + planted.pi[:, None] + planted.sigma[None, :]
-    z = z_value(0.95)
-    hits = []
-    for _ in range(240):
-        counts = synth_counts(planted, rng, n_pair=60, n_diag=600, n_first=50, n_trans=5)
-        cells = build_cells(counts, DepthBuckets())
-        dt = stratified_delta(cells.passes, cells.fails, 30)
-        ok = dt.reported[0]
-        hits.append((np.abs(dt.delta[0] - truth) <= z * np.sqrt(dt.var[0]))[ok])
-    coverage = np.concatenate(hits).mean()
-    assert 0.92 <= coverage <= 0.98, coverage
+def test_cluster_sums_widen_intervals_when_conversations_differ() -> None:
+    """Strong per-conversation difficulty: clustered design effect > 1 and a wider interval
+    than the same counts without cluster sums."""
+    models = (PopModel("a", base=0.8), PopModel("b", base=0.8))
+    pop = Population(models=models, conversation_sd=0.15, turn_rho=0.9,
+                     handoff_rate=0.15, pingpong_share=0.3)  # fmt: skip
+    counts = counts_from_rows(simulate(pop, 800, seed=2), BUCKETS)
+    clustered = refit(counts, buckets=BUCKETS, now=0).rules["rule_a"].pair("a", "b")
+    stats = {k: v for k, v in counts.cell_stats.items() if k.depth_bucket != CELL_TOTAL}
+    naive = refit(Counts(checks=counts.checks, baseline_checks=counts.baseline_checks, cell_stats=stats),
+                  buckets=BUCKETS, now=0).rules["rule_a"].pair("a", "b")  # fmt: skip
+    assert clustered is not None and naive is not None
+    assert clustered.design_effect > 1.5
+    assert clustered.ci_high - clustered.ci_low > naive.ci_high - naive.ci_low
+    assert clustered.se > naive.se

@@ -11,19 +11,19 @@ from handoffmon.config import RefitConfig
 from handoffmon.counts import CheckKey, Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit import ALL_RULES, refit
-from handoffmon.refit.cells import build_cells
-from handoffmon.refit.decomposition import decompose
-from handoffmon.refit.delta import pool_rules, stratified_delta
 from handoffmon.refit.threads import single_threaded_blas
 from tests.refit.synth import plant, synth_counts
+
+B7 = DepthBuckets((1, 2, 3, 5, 9, 17, 33))
+"""The 7 buckets ``tests.refit.synth`` plants by default."""
 
 
 @pytest.fixture(scope="module")
 def planted_refit():  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(42)
     planted = plant(9, 3, rng)
-    counts = synth_counts(planted, rng)
-    return planted, counts, refit(counts, buckets=DepthBuckets(), now=1000.0)
+    counts = synth_counts(planted, rng, buckets=B7)
+    return planted, counts, refit(counts, buckets=B7, now=1000.0)
 
 
 def _vec(fit, field: str, models: tuple[str, ...]) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -47,22 +47,21 @@ def test_recovers_planted_pi_and_sigma_under_depth_confounding(planted_refit) ->
 
 
 def test_depth_unadjusted_estimator_has_larger_error(planted_refit) -> None:  # type: ignore[no-untyped-def]
-    """The same data through a depth-unadjusted Δ (all buckets pooled) is biased:
+    """The same data refitted with one depth bucket (no depth adjustment) is biased:
     its Δ error is several times larger and its π/σ errors are larger too."""
-    planted, counts, _ = planted_refit
-    cells = build_cells(counts, DepthBuckets())
+    planted, counts, result = planted_refit
     truth = planted.mu + planted.pi[:, None] + planted.sigma[None, :]
-    off = ~np.eye(len(planted.models), dtype=bool)
     errors = {}
-    for adjusted in (True, False):
-        dt = stratified_delta(pool_rules(cells.passes), pool_rules(cells.fails), 30, depth_adjusted=adjusted)
-        dec = decompose(dt.delta[0], dt.var[0], dt.reported[0], 1.0)
-        errors[adjusted] = (
-            np.sqrt(np.mean((dt.delta[0] - truth)[off] ** 2)),
-            np.sqrt(np.mean((dec.pi - planted.pi) ** 2)),
-            np.sqrt(np.mean((dec.sigma - planted.sigma) ** 2)),
+    for name, res in (("adjusted", result), ("raw", refit(counts, buckets=DepthBuckets((1,)), now=0))):
+        fit = res.rules[ALL_RULES]
+        d_err = [p.delta - truth[planted.models.index(p.prefix_model), planted.models.index(p.model)]
+                 for p in fit.pairs if p.observed]  # fmt: skip
+        errors[name] = (
+            np.sqrt(np.mean(np.square(d_err))),
+            np.sqrt(np.mean((_vec(fit, "prefix_influence", planted.models) - planted.pi) ** 2)),
+            np.sqrt(np.mean((_vec(fit, "suffix_susceptibility", planted.models) - planted.sigma) ** 2)),
         )
-    (d_adj, pi_adj, s_adj), (d_raw, pi_raw, s_raw) = errors[True], errors[False]
+    (d_adj, pi_adj, s_adj), (d_raw, pi_raw, s_raw) = errors["adjusted"], errors["raw"]
     assert d_raw > 3 * d_adj
     assert pi_raw > pi_adj and s_raw > s_adj
 
@@ -75,7 +74,9 @@ def test_every_ordered_pair_has_a_risk_and_observed_ones_a_delta(planted_refit) 
     for p in fit.pairs:
         assert np.isfinite(p.risk) and p.risk_se > 0
         assert p.observed and p.ci_low < p.delta < p.ci_high
-        assert p.significant == (p.ci_low > 0 or p.ci_high < 0)
+        assert p.p_adjusted >= p.p_value
+        assert p.significant == (p.p_adjusted <= result.fdr)
+        assert not p.significant or p.ci_low > 0 or p.ci_high < 0  # BH never flags what the interval keeps
         assert p.residual == pytest.approx(p.delta - p.risk)
 
 
@@ -83,9 +84,9 @@ def test_unobserved_pair_gets_risk_but_no_delta() -> None:
     """A pair with no handoff turns is reported with observed=False, NaN Δ and a finite risk."""
     rng = np.random.default_rng(3)
     planted = plant(4, 1, rng)
-    counts = synth_counts(planted, rng, n_trans=20)
+    counts = synth_counts(planted, rng, n_trans=20, buckets=B7)
     checks = {k: v for k, v in counts.checks.items() if not (k.prefix_model == "m00" and k.model == "m01")}
-    result = refit(Counts(checks=checks, transitions=counts.transitions), buckets=DepthBuckets())
+    result = refit(Counts(checks=checks, transitions=counts.transitions), buckets=B7)
     pair = result.rules["r0"].pair("m00", "m01")
     assert pair is not None and not pair.observed and pair.n == 0
     assert np.isnan(pair.delta) and np.isfinite(pair.risk)
@@ -97,7 +98,7 @@ def test_result_is_marked_observational_and_json_has_documented_layout(planted_r
     _, _, result = planted_refit
     assert result.observational and "observational" in result.note
     doc = json.loads(result.to_json())
-    assert doc["schema"] == "handoffmon.refit" and doc["version"] == 1
+    assert doc["schema"] == "handoffmon.refit" and doc["version"] == 2
     for rule in ("r0", "r1", "r2", "all"):
         body = doc["rules"][rule]
         assert {"mu", "r2", "models", "pairs", "markov"} <= body.keys()
@@ -119,8 +120,8 @@ def test_result_is_marked_observational_and_json_has_documented_layout(planted_r
 def test_min_n_setting_hides_small_pairs() -> None:
     """Raising min_n above the cell sizes leaves every pair unobserved (risk NaN: nothing to fit)."""
     rng = np.random.default_rng(5)
-    counts = synth_counts(plant(3, 1, rng), rng, n_pair=50, n_trans=5)
-    result = refit(counts, buckets=DepthBuckets(), settings=RefitConfig(min_n=1000))
+    counts = synth_counts(plant(3, 1, rng), rng, n_pair=50, n_trans=5, buckets=B7)
+    result = refit(counts, buckets=B7, settings=RefitConfig(min_n=1000))
     assert not any(p.observed for p in result.rules["r0"].pairs)
     assert result.rules["r0"].n_pairs == 0 and np.isnan(result.rules["r0"].mu)
 
@@ -140,7 +141,7 @@ def test_depth_curve_reports_observed_adherence_with_wilson_bounds() -> None:
         CheckKey("r", "b", "a", "3-4", "pass"): 2,
         CheckKey("r", "b", "b", "3-4", "fail"): 2,
     }
-    curve = refit(Counts(checks=checks), buckets=DepthBuckets()).rules["r"].curves["b"]
+    curve = refit(Counts(checks=checks), buckets=B7).rules["r"].curves["b"]
     assert curve.n[:3] == (10, 0, 4)
     assert curve.adherence[0] == pytest.approx(0.9) and curve.adherence[2] == pytest.approx(0.5)
     assert curve.ci_low[0] < 0.9 < curve.ci_high[0]
@@ -156,10 +157,8 @@ def test_a_rule_named_all_is_refused() -> None:
 
 
 def _replicate_fit(planted, rng):  # type: ignore[no-untyped-def]
-    counts = synth_counts(planted, rng, n_pair=150, n_diag=3000, n_first=50, n_trans=5)
-    cells = build_cells(counts, DepthBuckets())
-    dt = stratified_delta(cells.passes, cells.fails, 30)
-    return decompose(dt.delta[0], dt.var[0], dt.reported[0], 1.0, block_cov=dt.block_cov(0))
+    counts = synth_counts(planted, rng, n_pair=150, n_diag=3000, n_first=50, n_trans=5, buckets=B7)
+    return refit(counts, buckets=B7, settings=RefitConfig(prior_sd_pp=100), now=0).rules["r0"]
 
 
 def test_decomposition_intervals_are_calibrated_with_the_shared_baseline_modelled() -> None:
@@ -173,9 +172,16 @@ def test_decomposition_intervals_are_calibrated_with_the_shared_baseline_modelle
     risk_hits, sigma_hits = [], []
     with single_threaded_blas():  # as refit() does; threaded BLAS on tiny matrices crawls on busy hosts
         fits = [_replicate_fit(planted, rng) for _ in range(200)]
-    for dec in fits:
-        risk_hits.append((np.abs(dec.risk - truth) <= 1.96 * dec.risk_se)[off])
-        sigma_hits.append(np.abs(dec.sigma - planted.sigma) <= 1.96 * dec.sigma_se)
+    for fit in fits:
+        risk = np.full((6, 6), np.nan)
+        risk_se = np.full((6, 6), np.nan)
+        for p in fit.pairs:
+            a, b = planted.models.index(p.prefix_model), planted.models.index(p.model)
+            risk[a, b], risk_se[a, b] = p.risk, p.risk_se
+        risk_hits.append((np.abs(risk - truth) <= 1.96 * risk_se)[off])
+        sigma = _vec(fit, "suffix_susceptibility", planted.models)
+        sigma_se = _vec(fit, "suffix_susceptibility_se", planted.models)
+        sigma_hits.append(np.abs(sigma - planted.sigma) <= 1.96 * sigma_se)
     assert 0.92 <= np.mean(risk_hits) <= 0.98
     assert 0.92 <= np.mean(sigma_hits) <= 0.98
 
@@ -193,13 +199,12 @@ def test_cell_adherence_by_depth_with_wilson_intervals() -> None:
         CheckKey("r1", "b", "none", "1", "pass"): 5,
         CheckKey("r1", "b", "a", "2", "not_applicable"): 7,
     }
-    result = refit(Counts(checks=checks), buckets=DepthBuckets())
-    cells = {(c.prefix_model, c.model): c for c in result.rules["r1"].cells}
+    result = refit(Counts(checks=checks), buckets=B7)
+    assert result.rules["r1"].cells == []  # per rule: curves only (cells grow as rules × K²)
+    cells = {(c.prefix_model, c.model): c for c in result.rules["all"].cells}
     assert set(cells) == {("a", "b"), ("none", "b")}
     ab = cells[("a", "b")]
-    assert ab.n == (0, 0, 10, 0, 0, 0, 0) and ab.adherence[2] == pytest.approx(0.8)
-    lo, hi = wilson(np.array([8]), np.array([10]), z_value(0.95))
+    assert ab.n == (0, 0, 12, 0, 0, 0, 0) and ab.adherence[2] == pytest.approx(0.75)
+    lo, hi = wilson(np.array([9]), np.array([12]), z_value(0.95))
     assert (ab.ci_low[2], ab.ci_high[2]) == pytest.approx((lo[0], hi[0]))
-    pooled = {(c.prefix_model, c.model): c for c in result.rules["all"].cells}[("a", "b")]
-    assert pooled.n[2] == 12 and pooled.adherence[2] == pytest.approx(9 / 12)
-    assert json.loads(result.to_json())["rules"]["r1"]["cells"][0]["rule"] == "r1"
+    assert json.loads(result.to_json())["rules"]["all"]["cells"][0]["rule"] == "all"

@@ -109,10 +109,12 @@ def test_refit_splits_markov_by_handoff_and_pools_unknown_only_in_the_total() ->
     }
     checks = {CheckKey("r", "m", "none", "1", "pass"): 90, CheckKey("r", "m", "none", "1", "fail"): 10}
     fit = refit(Counts(checks=checks, transitions=t), buckets=DepthBuckets()).rules["r"]
-    assert fit.markov_after_handoff["m"].p_tf == pytest.approx(0.3)
-    assert fit.markov_after_handoff["m"].after_handoff is True
-    assert math.isnan(fit.markov_after_handoff["m"].p_ft)
-    assert fit.markov_no_handoff["m"].p_tf == pytest.approx(0.1)
+    # no transition out of fail into a handoff turn: below markov_min_transitions, not published
+    assert "m" not in fit.markov_handoff_turns
+    same = fit.markov_same_author["m"]
+    assert same.p_tf == pytest.approx(0.1) and same.turns == "same_author"
+    assert (same.n_from_pass, same.n_from_fail) == (100, 100)
+    assert same.stationary_ci[0] <= same.stationary <= same.stationary_ci[1]
     pooled = fit.markov["m"]
     assert pooled.p_tf == pytest.approx(60 / 300) and pooled.n_transitions == 400
     assert pooled.stationary == pytest.approx(0.4 / (0.2 + 0.4))

@@ -21,9 +21,7 @@ from handoffmon.refit.result import (
 def _result() -> RefitResult:
     nan = float("nan")
     pair = PairEffect("r", "a", "b", 0, nan, nan, nan, nan, False, 0.01, 0.02, False)
-    markov = MarkovFit(
-        "b", "r", None, 0.0, (0.0, 0.1), 0.0, (0.0, 0.2), nan, (nan, nan), math.inf, 0.3, 0.1, 40
-    )
+    markov = MarkovFit("b", "r", 0.0, (0.0, 0.1), 0.0, (0.0, 0.2), nan, (nan, nan), math.inf, 0.3, 0.1, 40)
     fit = RuleFit(
         "r", -0.01, 0.005, 0.7, 0.6, 3, {"a": ModelScores(0.1, 0.01, -0.1, 0.02, 300)}, [pair], {"b": markov}
     )
@@ -46,8 +44,8 @@ def test_nan_becomes_null_and_inf_a_string_and_both_round_trip() -> None:
 def test_newer_versions_and_other_documents_are_refused() -> None:
     """A reader refuses versions it does not know and documents of another schema."""
     doc = _result().to_dict()
-    with pytest.raises(InputError, match="version 2"):
-        RefitResult.from_dict({**doc, "version": 2}, source="x.json")
+    with pytest.raises(InputError, match="version 3"):
+        RefitResult.from_dict({**doc, "version": 3}, source="x.json")
     with pytest.raises(InputError, match=r"not a handoffmon\.refit"):
         RefitResult.from_dict({"schema": "other"})
     with pytest.raises(InputError, match="line 1"):

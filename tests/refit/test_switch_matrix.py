@@ -74,7 +74,7 @@ def test_matrix_json_has_pairs_models_and_cells_and_round_trips() -> None:
     rows, _, _ = _scores(k=3, e=30, seed=4)
     res = switch_matrix(ScoreTable.from_rows(rows), resamples=200, seed=0, now=5.0)
     doc = json.loads(res.to_json())
-    assert doc["schema"] == "handoffmon.switch_matrix" and doc["version"] == 1
+    assert doc["schema"] == "handoffmon.switch_matrix" and doc["version"] == 2
     assert {"mu", "r2", "models", "pairs", "cells", "resamples", "seed"} <= doc.keys()
     assert len(doc["cells"]) == 9 and len(doc["pairs"]) == 6
     back = SwitchMatrixResult.from_dict(doc)

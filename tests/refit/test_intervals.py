@@ -1,0 +1,105 @@
+"""Score intervals, design effect and dual p-values against statsmodels and direct computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from handoffmon.counts import cluster_increments
+from handoffmon.refit.intervals import design_effect, newcombe, newcombe_p, wilson, z_value
+
+
+def test_wilson_matches_statsmodels() -> None:
+    """Wilson bounds equal statsmodels' proportion_confint(method='wilson')."""
+    sm = pytest.importorskip("statsmodels.stats.proportion")
+    x, n = np.array([0, 3, 29, 30, 1900]), np.array([30, 30, 30, 30, 2000])
+    lo, hi = wilson(x, n, z_value(0.95))
+    ref = np.array(
+        [sm.proportion_confint(a, b, alpha=0.05, method="wilson") for a, b in zip(x, n, strict=True)]
+    )
+    np.testing.assert_allclose(lo, ref[:, 0], atol=1e-12)
+    np.testing.assert_allclose(hi, ref[:, 1], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("x1", "n1", "x2", "n2"), [(28, 30, 1900, 2000), (30, 30, 1990, 2000), (5, 40, 9, 41), (56, 70, 48, 80)]
+)
+def test_newcombe_matches_statsmodels(x1: int, n1: int, x2: int, n2: int) -> None:
+    """Newcombe's hybrid score interval equals statsmodels' confint_proportions_2indep(method='newcomb')."""
+    sm = pytest.importorskip("statsmodels.stats.proportion")
+    lo, hi = newcombe(np.array(x1 / n1), np.array(n1), np.array(x2 / n2), np.array(n2), z_value(0.95))
+    ref = sm.confint_proportions_2indep(x1, n1, x2, n2, method="newcomb", compare="diff", alpha=0.05)
+    assert float(lo) == pytest.approx(ref[0], abs=1e-10)
+    assert float(hi) == pytest.approx(ref[1], abs=1e-10)
+
+
+def test_newcombe_published_example() -> None:
+    """Newcombe (1998) Table II example (e): 56/70 vs 48/80 → 0.0524 to 0.3339 (method 10)."""
+    lo, hi = newcombe(np.array(56 / 70), np.array(70), np.array(48 / 80), np.array(80), z_value(0.95))
+    assert float(lo) == pytest.approx(0.0524, abs=5e-5)
+    assert float(hi) == pytest.approx(0.3339, abs=5e-5)
+
+
+def test_p_value_is_dual_to_the_interval() -> None:
+    """p < 0.05 exactly when the 95% interval excludes 0; at p the interval just touches 0."""
+    rng = np.random.default_rng(1)
+    n1, n2 = rng.integers(20, 400, 200), rng.integers(20, 2000, 200)
+    p1, p2 = rng.binomial(n1, 0.9) / n1, rng.binomial(n2, 0.92) / n2
+    p = newcombe_p(p1, n1, p2, n2)
+    lo, hi = newcombe(p1, n1, p2, n2, z_value(0.95))
+    excludes = (lo > 0) | (hi < 0)
+    far = np.abs(p - 0.05) > 1e-6
+    assert np.array_equal((p < 0.05)[far], excludes[far])
+    from scipy.special import ndtri
+
+    zs = ndtri(1 - p / 2)
+    lo_p, hi_p = newcombe(p1, n1, p2, n2, zs)
+    touching = np.where(p1 > p2, lo_p, hi_p)
+    inner = (p > 1e-8) & (p < 1)
+    np.testing.assert_allclose(touching[inner], 0, atol=1e-6)
+
+
+def test_wald_undercovers_where_newcombe_holds() -> None:
+    """n = 30 vs 2,000 at p = 0.95 (the issue's case): Newcombe covers ≥ 0.93, Wald does not."""
+    rng = np.random.default_rng(7)
+    reps = 4000
+    x1, x2 = rng.binomial(30, 0.95, reps), rng.binomial(2000, 0.95, reps)
+    p1, p2 = x1 / 30, x2 / 2000
+    lo, hi = newcombe(p1, np.full(reps, 30), p2, np.full(reps, 2000), z_value(0.95))
+    cover = np.mean((lo <= 0) & (hi >= 0))
+    se = np.sqrt(p1 * (1 - p1) / 30 + p2 * (1 - p2) / 2000)
+    wald = np.mean(np.abs(p1 - p2) <= 1.96 * se)
+    assert cover >= 0.93
+    assert wald < 0.90
+
+
+def test_design_effect_equals_the_direct_sandwich() -> None:
+    """Counter increments summed over checks give the same variance as (y_c, n_c) per conversation."""
+    rng = np.random.default_rng(3)
+    g = 40
+    y, n = np.zeros(g, dtype=int), rng.integers(1, 30, g)
+    difficulty = rng.uniform(0.6, 1.0, g)
+    sums = np.zeros(4)
+    for c in range(g):
+        yc = 0
+        for i in range(n[c]):
+            passed = bool(rng.random() < difficulty[c])
+            sums += cluster_increments(yc, i, passed)
+            yc += passed
+        y[c] = yc
+    assert sums.tolist() == [g, (y**2).sum(), (y * n).sum(), (n**2).sum()]
+    x, total = y.sum(), n.sum()
+    p = x / total
+    v_cl = g / (g - 1) * np.sum((y - p * n) ** 2) / total**2
+    pt = (x + 0.5) / (total + 1)
+    expected = max(v_cl / (pt * (1 - pt) / total), 1.0)
+    assert float(design_effect(*sums, x, total)) == pytest.approx(expected)
+    assert float(design_effect(*sums, x, total)) > 1.5  # heterogeneous conversations cluster
+
+
+def test_design_effect_edge_cases() -> None:
+    """No cluster sums → 1; one conversation → n (one effective turn); never below 1."""
+    assert float(design_effect(0, 0, 0, 0, 10, 20)) == 1.0
+    assert float(design_effect(1, 100, 200, 400, 10, 20)) == 20.0
+    # every conversation exactly at the mean: sandwich below binomial, floored at 1
+    assert float(design_effect(10, 10 * 81, 10 * 90, 10 * 100, 90, 100)) == 1.0
