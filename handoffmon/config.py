@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from handoffmon.depth import DEFAULT_EDGES, DepthBuckets
 from handoffmon.errors import ConfigError
@@ -104,6 +104,94 @@ class RuleConfig(_Section):
     """Which turns the rule applies to."""
 
 
+DEFAULT_REQUEST_CHECKERS: tuple[str, ...] = (
+    "regex_must_match",
+    "regex_must_not_match",
+    "keywords_present",
+    "keywords_absent",
+    "starts_with",
+    "ends_with",
+    "letter_case",
+    "no_commas",
+    "length",
+    "valid_json",
+    "answer_tag",
+    "answer_flip",
+    "ifeval:*",
+    "ifeval_loose:*",
+)
+"""Checkers a request may declare by default: linear-time (RE2, literal matching), no model
+to load, nothing imported. ``json_schema`` (Python ``re`` in ``pattern``), ``language``
+(a ~115 MB model) and user-registered kinds must be allowed explicitly."""
+
+CONFIG_ONLY_CHECKERS: frozenset[str] = frozenset({"pydantic_model"})
+"""Checkers no request may declare whatever the allowlist says (they import code)."""
+
+
+class RequestRulesConfig(_Section):
+    """Rules requests declare in ``metadata.handoffmon.rules`` (they accumulate per conversation).
+
+    A declaration that breaks a limit is rejected whole, with a reason in the log, and counted
+    as ``monitor_errors{stage="rules"}``; the turn is still checked by the configured rules.
+    """
+
+    enabled: bool = True
+    """False: every declaration is rejected (and counted)."""
+    max_per_request: int = Field(default=16, ge=1)
+    """Rules one request may declare."""
+    max_per_conversation: int = Field(default=32, ge=1)
+    """Distinct declared rule names one conversation may accumulate."""
+    max_rule_bytes: int = Field(default=1024, ge=64)
+    """Size of one rule as compact JSON."""
+    max_conversation_bytes: int = Field(default=4096, ge=64)
+    """Size of all of a conversation's declared rules as compact JSON (bounds its stored state)."""
+    max_names: int = Field(default=256, ge=1)
+    """Distinct declared rule names one process accepts (bounds metric labels and the refit);
+    past it, declarations that bring a new name are rejected."""
+    allowed_checkers: list[str] = Field(default_factory=lambda: list(DEFAULT_REQUEST_CHECKERS))
+    """Checker kinds a request may use: exact names, or a prefix ending in ``*`` (``ifeval:*``)."""
+    cache_size: int = Field(default=256, ge=1)
+    """Compiled request rules kept (LRU, shared by all conversations)."""
+
+    @field_validator("allowed_checkers")
+    @classmethod
+    def _no_code_importing_checkers(cls, v: list[str]) -> list[str]:
+        for name in v:
+            prefix = name[:-1] if name.endswith("*") else None
+            if not name or prefix == "":
+                raise ValueError("entries are checker names or prefixes such as 'ifeval:*', not '*' or ''")
+            for banned in CONFIG_ONLY_CHECKERS:
+                if name == banned or (prefix is not None and banned.startswith(prefix)):
+                    raise ValueError(f"{name!r} allows {banned!r}, which imports code: configured rules only")
+        return v
+
+    @model_validator(mode="after")
+    def _request_fits_conversation(self) -> RequestRulesConfig:
+        if self.max_per_request > self.max_per_conversation:
+            raise ValueError("max_per_request must not exceed max_per_conversation")
+        if self.max_rule_bytes > self.max_conversation_bytes:
+            raise ValueError("max_rule_bytes must not exceed max_conversation_bytes")
+        return self
+
+
+class RuleStateConfig(_Section):
+    """How values stateful checkers extract (answer_flip's last answer) are kept between turns.
+
+    Conversation state may live in Redis or SQLite: by default only a keyed fingerprint
+    (BLAKE2b) of each value is stored, enough to tell "same answer" from "changed".
+    """
+
+    hash_key: str | None = Field(default=None, min_length=16)
+    """Secret for the fingerprints. Unset: a random key per process, so a value stored by
+    another replica or before a restart reads as "no previous value" (never as a change).
+    Set it (e.g. ``HANDOFFMON_RULE_STATE__HASH_KEY``) when replicas share a Redis store or
+    a SQLite store outlives the process."""
+    text_ttl_s: float = Field(default=0.0, ge=0)
+    """Opt-in: also keep the value itself, readable by checkers for this many seconds after
+    it was extracted (0 = never store text). Expired text is dropped at the conversation's
+    next state write; an idle conversation's state expires after ``store.ttl_s``."""
+
+
 class TelemetryConfig(_Section):
     """Prometheus, OpenTelemetry and log output."""
 
@@ -181,6 +269,8 @@ class HandoffmonConfig(_Section):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     rules: list[RuleConfig] = Field(default_factory=list)
     """Rules checked on every applicable reply (see ``rules[]`` below)."""
+    request_rules: RequestRulesConfig = Field(default_factory=RequestRulesConfig)
+    rule_state: RuleStateConfig = Field(default_factory=RuleStateConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     refit: RefitConfig = Field(default_factory=RefitConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)

@@ -216,6 +216,37 @@ def cli_block() -> str:
     return "\n".join(lines).rstrip()
 
 
+# -- checkers -------------------------------------------------------------------------------
+
+
+def checkers_block() -> str:
+    """Every registered checker with its factory's docstring; the IFEval instruction ids."""
+    import inspect
+
+    from handoffmon.checkers import default_registry
+
+    registry = default_registry()
+    lines = ["| check | what it verifies, and its params |", "|---|---|"]
+    ifeval = []
+    for name in registry.names():
+        if name.startswith("ifeval_loose:"):
+            continue
+        if name.startswith("ifeval:"):
+            ifeval.append(name.removeprefix("ifeval:"))
+            continue
+        spec = registry.spec(name)
+        doc = _cell(inspect.getdoc(spec.factory) or spec.summary).replace("```json", "`` ```json ``")
+        lines.append(f"| `{name}`{' (stateful)' if spec.stateful else ''} | {doc} |")
+    lines += [
+        "",
+        f"**IFEval**: `ifeval:<id>` (strict) and `ifeval_loose:<id>` for each of the {len(ifeval)} "
+        "instruction ids, with the reference's keyword arguments ([the IFEval family](ifeval.md)):",
+        "",
+        ", ".join(f"`{i}`" for i in ifeval) + ".",
+    ]
+    return "\n".join(lines)
+
+
 # -- refit.json -----------------------------------------------------------------------------
 
 
@@ -298,6 +329,7 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
     "reference/configuration.md": {"config": configuration_block},
     "reference/metrics.md": {"monitor-metrics": monitor_metrics_block, "proxy-metrics": proxy_metrics_block},
     "reference/cli.md": {"cli": cli_block},
+    "guides/checkers.md": {"checkers": checkers_block},
     "reference/refit-json.md": {"refit-json": refit_json_block},
     "operations/performance.md": {"benchmarks": benchmark_block},
 }

@@ -82,11 +82,7 @@ class Monitor:
 
             store = make_store(config.store)
         self.store: AttributionStore = store
-        self.rules = (
-            rules
-            if rules is not None
-            else RuleSet.from_config(config.rules, budget_s=config.pipeline.check_budget_s)
-        )
+        self.rules = rules if rules is not None else RuleSet.for_monitor(config)
         sqlite_path = config.store.path if config.store.backend == "sqlite" else None
         self.aggregates = aggregates if aggregates is not None else Aggregates(sqlite_path)
         self.attributor = Attributor(

@@ -130,6 +130,7 @@ def checkers(quick: bool) -> list[Row]:
                 extra={"5KB_p50_us": l50, "5KB_p99_us": l99},
             )
         )
+    rows.extend(_language_versus_old(short, long, repeat))
     for name, replies in (("500 ch", short), ("5 KB", long)):
         out: tuple[Any, ...] = bench_pack(replies, with_language=False, seconds=seconds)
         wall, cpu, n = (
@@ -145,6 +146,31 @@ def checkers(quick: bool) -> list[Row]:
                 note=f"{cpu / n:,.0f} replies/CPU-s; {wall:,.0f} checks/wall-s",
             )
         )
+    return rows
+
+
+def _language_versus_old(short: list[str], long: list[str], repeat: int) -> list[Row]:
+    """Language identification now vs before (py3langid's classify; langdetect alone), call by call."""
+    from tests.benchmarks.bench_checkers import LANGUAGE_PAIRS, bench_versus_old
+
+    rows = []
+    for label, kind, params, old in LANGUAGE_PAIRS:
+        for name, replies in (("500-char", short), ("5 KB", long)):
+            new50, old50, differ = bench_versus_old(kind, params, old(), replies, max(1, repeat // 2))
+            rows.append(
+                Row(
+                    "checkers",
+                    f"{label} vs the old implementation, {name} reply",
+                    new50,
+                    None,
+                    "µs",
+                    new50 / old50,
+                    "new ÷ old p50, alternating passes",
+                    f"old p50 {old50:,.1f} µs; verdicts differing {differ}/{len(replies)}",
+                    headline=name == "500-char",
+                    extra={"old_p50_us": old50, "verdicts_differing": differ},
+                )
+            )
     return rows
 
 
