@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,38 +165,16 @@ def test_match_reads_one_of_two_jobs_from_a_real_prometheus(tmp_path: Path) -> N
             assert prom.wait_for(scraped, timeout_s=30), prom.log_tail()
             prod = PrometheusSource(prom.url, match='{job="prod"}').snapshot()
             everything = PrometheusSource(prom.url).snapshot()
-            runner = CliRunner()
-            res = runner.invoke(
-                main,
-                [
-                    "refit",
-                    "--source",
-                    f"prometheus://{prom.url[len('http://') :]}",
-                    "--match",
-                    '{job="prod"}',
-                    "--out",
-                    str(tmp_path / "refit.json"),
-                ],
-            )
+            source = f"prometheus://{prom.url[len('http://') :]}"
+
+            def cli(*args: str, match: str, out: str) -> Any:
+                return CliRunner().invoke(main, [*args, "--match", match, "--out", str(tmp_path / out)])
+
+            res = cli("refit", "--source", source, match='{job="prod"}', out="refit.json")
             assert res.exit_code == 0, res.output
-            shapes = runner.invoke(
-                main,
-                [
-                    "shapes",
-                    "export",
-                    "--source",
-                    prom.url,
-                    "--match",
-                    '{job="staging"}',
-                    "--out",
-                    str(tmp_path / "shapes.json"),
-                ],
-            )
+            shapes = cli("shapes", "export", "--source", prom.url, match='{job="staging"}', out="shapes.json")
             assert shapes.exit_code == 0, shapes.output
-            nothing = runner.invoke(
-                main,
-                ["refit", "--source", prom.url, "--match", '{job="dev"}', "--out", str(tmp_path / "x.json")],
-            )
+            nothing = cli("refit", "--source", prom.url, match='{job="dev"}', out="x.json")
     finally:
         for proc in procs:
             proc.communicate(timeout=10)
