@@ -286,7 +286,8 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         coverage = s.n_used / s.n
     reported = ~np.eye(k, dtype=bool) & (s.n_used >= min_n) & (s.n_base >= min_n) & (s.inv_nb > 0)
     lo, hi = newcombe(p_h, nstar_h, p_b, nstar_b, z)
-    p = np.where(reported, newcombe_p(p_h, nstar_h, p_b, nstar_b), np.nan)
+    p = np.full((k, k), np.nan)
+    p[reported] = newcombe_p(p_h[reported], nstar_h[reported], p_b[reported], nstar_b[reported])
     q = bh_adjust(p)
     nan = np.nan
     return DeltaTable(
