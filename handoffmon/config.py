@@ -18,13 +18,15 @@ ENV_NESTED = "__"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # attribute docstrings become field descriptions: the configuration reference is generated from them
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class StoreConfig(_Section):
     """Where attributions and per-conversation state live."""
 
     backend: Literal["memory", "sqlite", "redis"] = "memory"
+    """``memory`` (one process, LRU + TTL), ``sqlite`` (one host, survives restarts), ``redis``."""
     path: str = "handoffmon.db"
     """SQLite file (backend ``sqlite``); aggregates are kept in the same file."""
     url: str = "redis://127.0.0.1:6379/0"
@@ -49,6 +51,7 @@ class AttributionConfig(_Section):
     canonical_models: dict[str, str] = Field(default_factory=dict)
     """Deployment id or provider model name → canonical model name."""
     conversation_header: str = "x-conversation-id"
+    """Request header carrying the caller's conversation id (case-insensitive)."""
     content_fallback: bool = True
     """Attribute by content-only fingerprint when the chain breaks."""
     text_cache_bytes: int = Field(default=16_000_000, gt=0)
@@ -61,7 +64,9 @@ class PipelineConfig(_Section):
     """The background queue that runs checkers and updates aggregates."""
 
     queue_size: int = Field(default=10_000, gt=0)
+    """Turns waiting for the check workers; when full, turns are dropped and counted."""
     workers: int = Field(default=1, ge=1)
+    """Check worker threads (a conversation's turns always go to the same one)."""
     attribution_queue_size: int = Field(default=1_000, gt=0)
     """Captured turns waiting for the attribution thread. Each holds its request's message
     list, so this bounds memory; when full, turns are dropped (shed, never attributed on
@@ -69,6 +74,7 @@ class PipelineConfig(_Section):
     check_budget_s: float = Field(default=0.05, gt=0)
     """Per-check time budget; a checker over budget yields an ``error`` verdict."""
     shutdown_timeout_s: float = Field(default=10.0, ge=0)
+    """How long ``close()`` (and the exit hook) waits for the queues to drain."""
     export_queue_size: int = Field(default=10_000, gt=0)
     """Results buffered per exporter (each has its own thread); when full, results are
     dropped for that exporter and counted as ``monitor_errors{stage="export"}``."""
@@ -78,25 +84,123 @@ class ScopeConfig(_Section):
     """Which turns a rule applies to (all fields optional; empty = any)."""
 
     model_groups: list[str] = Field(default_factory=list)
+    """Requested model groups the rule applies to (empty: all)."""
     routes: list[str] = Field(default_factory=list)
+    """Values of the request metadata ``route`` (empty: all)."""
     tags: list[str] = Field(default_factory=list)
+    """Request metadata ``tags``: the rule applies if any of these is present (empty: all)."""
     min_depth: int = Field(default=1, ge=1)
+    """First depth checked (inclusive)."""
     max_depth: int | None = Field(default=None, ge=1)
+    """Last depth checked (inclusive; null: no limit)."""
 
 
 class RuleConfig(_Section):
     """One named rule: a checker with parameters and a scope."""
 
     name: str = Field(min_length=1, max_length=100)
+    """Unique; the ``rule`` label in metrics."""
     check: str = Field(min_length=1)
+    """A registered checker (``length``, ``json_schema``, ``ifeval:<instruction id>``, …)."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """The checker's parameters; unknown or ill-typed ones fail at load."""
     scope: ScopeConfig = Field(default_factory=ScopeConfig)
+    """Which turns the rule applies to."""
+
+
+DEFAULT_REQUEST_CHECKERS: tuple[str, ...] = (
+    "regex_must_match",
+    "regex_must_not_match",
+    "keywords_present",
+    "keywords_absent",
+    "starts_with",
+    "ends_with",
+    "letter_case",
+    "no_commas",
+    "length",
+    "valid_json",
+    "answer_tag",
+    "answer_flip",
+    "ifeval:*",
+    "ifeval_loose:*",
+)
+"""Checkers a request may declare by default: linear-time (RE2, literal matching), no model
+to load, nothing imported. ``json_schema`` (Python ``re`` in ``pattern``), ``language``
+(a ~115 MB model) and user-registered kinds must be allowed explicitly."""
+
+CONFIG_ONLY_CHECKERS: frozenset[str] = frozenset({"pydantic_model"})
+"""Checkers no request may declare whatever the allowlist says (they import code)."""
+
+
+class RequestRulesConfig(_Section):
+    """Rules requests declare in ``metadata.handoffmon.rules`` (they accumulate per conversation).
+
+    A declaration that breaks a limit is rejected whole, with a reason in the log, and counted
+    as ``monitor_errors{stage="rules"}``; the turn is still checked by the configured rules.
+    """
+
+    enabled: bool = True
+    """False: every declaration is rejected (and counted)."""
+    max_per_request: int = Field(default=16, ge=1)
+    """Rules one request may declare."""
+    max_per_conversation: int = Field(default=32, ge=1)
+    """Distinct declared rule names one conversation may accumulate."""
+    max_rule_bytes: int = Field(default=1024, ge=64)
+    """Size of one rule as compact JSON."""
+    max_conversation_bytes: int = Field(default=4096, ge=64)
+    """Size of all of a conversation's declared rules as compact JSON (bounds its stored state)."""
+    max_names: int = Field(default=256, ge=1)
+    """Distinct declared rule names one process accepts (bounds metric labels and the refit);
+    past it, declarations that bring a new name are rejected."""
+    allowed_checkers: list[str] = Field(default_factory=lambda: list(DEFAULT_REQUEST_CHECKERS))
+    """Checker kinds a request may use: exact names, or a prefix ending in ``*`` (``ifeval:*``)."""
+    cache_size: int = Field(default=256, ge=1)
+    """Compiled request rules kept (LRU, shared by all conversations)."""
+
+    @field_validator("allowed_checkers")
+    @classmethod
+    def _no_code_importing_checkers(cls, v: list[str]) -> list[str]:
+        for name in v:
+            prefix = name[:-1] if name.endswith("*") else None
+            if not name or prefix == "":
+                raise ValueError("entries are checker names or prefixes such as 'ifeval:*', not '*' or ''")
+            for banned in CONFIG_ONLY_CHECKERS:
+                if name == banned or (prefix is not None and banned.startswith(prefix)):
+                    raise ValueError(f"{name!r} allows {banned!r}, which imports code: configured rules only")
+        return v
+
+    @model_validator(mode="after")
+    def _request_fits_conversation(self) -> RequestRulesConfig:
+        if self.max_per_request > self.max_per_conversation:
+            raise ValueError("max_per_request must not exceed max_per_conversation")
+        if self.max_rule_bytes > self.max_conversation_bytes:
+            raise ValueError("max_rule_bytes must not exceed max_conversation_bytes")
+        return self
+
+
+class RuleStateConfig(_Section):
+    """How values stateful checkers extract (answer_flip's last answer) are kept between turns.
+
+    Conversation state may live in Redis or SQLite: by default only a keyed fingerprint
+    (BLAKE2b) of each value is stored, enough to tell "same answer" from "changed".
+    """
+
+    hash_key: str | None = Field(default=None, min_length=16)
+    """Secret for the fingerprints. Unset: a random key per process, so a value stored by
+    another replica or before a restart reads as "no previous value" (never as a change).
+    Set it (e.g. ``HANDOFFMON_RULE_STATE__HASH_KEY``) when replicas share a Redis store or
+    a SQLite store outlives the process."""
+    text_ttl_s: float = Field(default=0.0, ge=0)
+    """Opt-in: also keep the value itself, readable by checkers for this many seconds after
+    it was extracted (0 = never store text). Expired text is dropped at the conversation's
+    next state write; an idle conversation's state expires after ``store.ttl_s``."""
 
 
 class TelemetryConfig(_Section):
     """Prometheus, OpenTelemetry and log output."""
 
     prometheus: bool = True
+    """Export Prometheus metrics."""
     max_models: int = Field(default=50, gt=0)
     """Distinct model label values before new names collapse into ``other``."""
     max_rules: int = Field(default=100, gt=0)
@@ -112,7 +216,9 @@ class TelemetryConfig(_Section):
     capture_content: bool = False
     """Opt-in: put prompt/reply text on spans (never on metrics or logs)."""
     log_turns: bool = True
+    """One structured log event per turn (logger ``handoffmon.turns``)."""
     log_format: Literal["json", "console"] = "json"
+    """Rendering of the per-turn log events."""
     metrics_port: int | None = Field(default=None, ge=0, lt=65536)
     """Also serve handoffmon's series at ``http://metrics_host:metrics_port/metrics`` (0 picks a
     free port). Unset: they are only registered in the application's Prometheus registry."""
@@ -131,6 +237,7 @@ class RefitConfig(_Section):
     min_n: int = Field(default=30, ge=1)
     """Cells with fewer checked turns are not reported."""
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    """Level of the reported intervals."""
     prior_sd_pp: float = Field(default=5.0, gt=0)
     """Prior SD of each prefix influence π and suffix susceptibility σ, in percentage
     points (the decomposition's ridge, 1/(prior_sd_pp/100)²): 5 pp pulls a model seen in
@@ -155,10 +262,15 @@ class ProxyConfig(_Section):
     """``handoffmon serve``."""
 
     upstream: str | None = None
+    """Upstream OpenAI-compatible base URL, with or without ``/v1`` (``--upstream``)."""
     host: str = "127.0.0.1"
+    """Listen address (``--host``)."""
     port: int = Field(default=4100, gt=0, lt=65536)
+    """Listen port (``--port``)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """Larger request bodies are answered 413 and not forwarded."""
     upstream_timeout_s: float = Field(default=600.0, gt=0)
+    """No upstream byte for this long: 504 (mid-stream: the stream ends)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -175,10 +287,14 @@ class HandoffmonConfig(_Section):
     """Root configuration. Every field has a default: an empty file is valid."""
 
     depth_buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_EDGES))
+    """Lower bounds of the depth buckets, increasing from 1 (``[1, 2, 3, 5]`` → ``1, 2, 3-4, 5+``)."""
     store: StoreConfig = Field(default_factory=StoreConfig)
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     rules: list[RuleConfig] = Field(default_factory=list)
+    """Rules checked on every applicable reply (see ``rules[]`` below)."""
+    request_rules: RequestRulesConfig = Field(default_factory=RequestRulesConfig)
+    rule_state: RuleStateConfig = Field(default_factory=RuleStateConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     refit: RefitConfig = Field(default_factory=RefitConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)

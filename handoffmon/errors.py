@@ -62,6 +62,10 @@ class CorruptValue(StoreError):
         self.partial = partial
 
 
+class MissingExtraError(HandoffmonError, ImportError):
+    """An optional dependency is not installed; the message names the extra that provides it."""
+
+
 class CheckerTimeout(HandoffmonError):
     """A checker exceeded its time budget."""
 

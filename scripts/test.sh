@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The README's test command: create .venv, install handoffmon with its dev extra, run pytest.
+# The README's test command: create .venv, install handoffmon with the dev extra (every
+# integration + test tools), type-check with mypy (strict, incremental cache in .mypy_cache),
+# then run pytest. Arguments go to pytest: `bash scripts/test.sh -m slow` runs the slow tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev]'
-.venv/bin/python -m pytest "$@"
+.venv/bin/mypy
+exec .venv/bin/python -m pytest "$@"

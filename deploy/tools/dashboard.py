@@ -96,7 +96,7 @@ def _variables(q: Queries) -> list[object]:
     for name, metric, label, multi in (
         ("rule", "handoffmon_checks_total", "rule", True),
         ("model", "handoffmon_turns_total", "model", True),
-        ("fit_rule", "handoffmon_refit_r2", "rule", False),
+        ("fit_rule", "handoffmon_refit_mu", "rule", False),  # R² is absent for K = 2
     ):
         var = (
             dashboard.QueryVariable(name)

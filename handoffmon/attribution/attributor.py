@@ -78,7 +78,7 @@ class _Scan:
 
 
 class Attributor:
-    """Attributes request histories and records replies (see the README, "Attribution").
+    """Attributes request histories and records replies (see docs/concepts/attribution.md).
 
     Args:
         store: where fingerprints live.

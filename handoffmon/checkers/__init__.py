@@ -13,9 +13,12 @@ from handoffmon.checkers.base import (
     Params,
 )
 from handoffmon.checkers.builtin import default_registry
+from handoffmon.checkers.extracted import CLEAR, ExtractedMemory, FingerprintMemory
+from handoffmon.checkers.request_rules import RequestRulePolicy, RequestRuleRejected
 from handoffmon.checkers.rules import METADATA_KEY, Rule, RuleSet, Scope
 
 __all__ = [
+    "CLEAR",
     "METADATA_KEY",
     "CheckContext",
     "CheckFn",
@@ -23,8 +26,12 @@ __all__ = [
     "Checker",
     "CheckerRegistry",
     "CheckerSpec",
+    "ExtractedMemory",
+    "FingerprintMemory",
     "ParamError",
     "Params",
+    "RequestRulePolicy",
+    "RequestRuleRejected",
     "Rule",
     "RuleSet",
     "Scope",

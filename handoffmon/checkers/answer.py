@@ -4,9 +4,9 @@ State contract (what the pipeline stores for stateful checkers):
     After each turn, for every rule whose ``CheckResult.extracted`` is not ``None``, store
     ``extracted`` under (conversation, rule name), replacing the older value; a ``None``
     leaves the stored value unchanged. At the next turn pass the stored values as
-    ``CheckContext.previous`` (rule name → value). Values are at most ``MAX_EXTRACTED``
-    characters; they are reply content, so they live only in conversation state (same TTL)
-    and are never exported.
+    ``CheckContext.previous`` (rule name → stored form). Values are at most ``MAX_EXTRACTED``
+    characters of reply content: the rule runner stores a keyed fingerprint of them
+    (``checkers.extracted``; text only by opt-in, with a TTL), and they are never exported.
 """
 
 from __future__ import annotations
@@ -141,12 +141,12 @@ def answer_flip(p: Params) -> CheckFn:
         if raw is None or not raw.strip():
             return CheckOutcome("not_applicable", "no_answer")
         current = normalize_answer(raw) if normalize else raw.strip()[:MAX_EXTRACTED]
-        previous = ctx.previous_value
-        if previous is None:
+        kept = ctx.previous_matches(current)
+        if kept is None:
             return CheckOutcome("not_applicable", "no_previous_answer", current)
         if challenges.search(clean_text(ctx.user_message)) is None:
             return CheckOutcome("not_applicable", "no_challenge", current)
-        if current == previous:
+        if kept:
             return CheckOutcome(PASS.verdict, "answer_kept", current)
         return CheckOutcome("fail", "answer_flipped", current)
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from handoffmon.checkers.extracted import CLEAR, ExtractedMemory
 from handoffmon.types import TurnContext
 
 CheckVerdict = Literal["pass", "fail", "not_applicable"]
@@ -27,10 +28,13 @@ class CheckContext:
         tags: request metadata tags (scope ``tags``).
         user_message: text of the last user message (challenge detection); defaults to
             ``turn.user_message`` when a turn is given.
-        previous: rule name → the value that rule extracted at this conversation's previous
-            turn (``CheckResult.extracted``); see ``answer_flip``.
+        previous: rule name → what the store kept of the value that rule extracted at this
+            conversation's previous turn (``CheckResult.extracted``); read it through
+            :meth:`previous_matches` / :attr:`previous_value`; see ``answer_flip``.
         depth: 1-based depth of the reply; taken from ``turn.depth`` when ``turn`` is given.
         rule: name of the rule being evaluated (set by the rule runner for stateful checkers).
+        memory: how ``previous`` values are stored (set by the rule set: keyed fingerprints
+            in the pipeline, values in clear offline).
     """
 
     turn: TurnContext | None = None
@@ -41,6 +45,7 @@ class CheckContext:
     previous: Mapping[str, str] = field(default_factory=dict)
     depth: int = 1
     rule: str = ""
+    memory: ExtractedMemory = CLEAR
 
     def __post_init__(self) -> None:
         if self.turn is None:
@@ -52,8 +57,13 @@ class CheckContext:
 
     @property
     def previous_value(self) -> str | None:
-        """What this rule extracted at the previous turn (``None`` when nothing was stored)."""
-        return self.previous.get(self.rule)
+        """What this rule extracted at the previous turn, as text; ``None`` when nothing was
+        stored or only a fingerprint was (the default in the pipeline: use :meth:`previous_matches`)."""
+        return self.memory.recall(self.previous.get(self.rule))
+
+    def previous_matches(self, value: str) -> bool | None:
+        """Whether this rule extracted ``value`` at the previous turn; ``None`` when unknown."""
+        return self.memory.same(self.rule, self.previous.get(self.rule), value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +73,8 @@ class CheckOutcome:
     Attributes:
         verdict: pass, fail or not_applicable.
         reason: short machine-friendly reason; never reply content.
-        extracted: value to remember for the next turn (stateful checkers), else ``None``.
+        extracted: value to remember for the next turn (stateful checkers), else ``None``;
+            the rule runner turns it into its stored form (``CheckContext.memory``).
     """
 
     verdict: CheckVerdict

@@ -1,45 +1,29 @@
-"""Reply language with py3langid (model shipped in its wheel; loaded once, lazily, on first use)."""
+"""Reply language: py3langid's model (shipped in its wheel), loaded once and lazily, scored vectorized."""
 
 from __future__ import annotations
 
-import functools
-import threading
-from typing import Any
-
 from handoffmon.checkers.base import PASS, CheckContext, CheckFn, CheckOutcome, ParamError, Params
-
-_LOAD_LOCK = threading.Lock()
-
-
-@functools.lru_cache(maxsize=16)
-def _identifier(candidates: tuple[str, ...]) -> Any:
-    """A normalized-probability identifier, restricted to ``candidates`` (``()`` = all languages).
-
-    Cached: the model is read-only, so one copy per candidate set serves every rule and thread.
-    """
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-    with _LOAD_LOCK:
-        ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        if candidates:
-            ident.set_languages(list(candidates))
-    return ident
 
 
 def warm() -> None:
     """Load the language model now (e.g. at start-up) instead of on the first checked reply."""
-    _identifier(())
+    from handoffmon.checkers.langid_model import full_identifier
+
+    full_identifier()
 
 
 def known_languages() -> tuple[str, ...]:
     """ISO 639-1 codes the model can answer."""
-    return tuple(_identifier(()).labels)
+    from handoffmon.checkers.langid_model import full_identifier
+
+    return full_identifier().labels
 
 
 def detect(text: str, candidates: tuple[str, ...] = ()) -> tuple[str, float]:
-    """(language code, probability) of ``text``."""
-    lang, prob = _identifier(candidates).classify(text)
-    return str(lang), float(prob)
+    """(language code, probability) of ``text``, choosing among ``candidates`` (``()`` = all)."""
+    from handoffmon.checkers.langid_model import identifier
+
+    return identifier(candidates).classify(text)
 
 
 def language(p: Params) -> CheckFn:
@@ -52,6 +36,8 @@ def language(p: Params) -> CheckFn:
         min_chars: shorter replies (stripped) → not_applicable (default 20).
         max_chars: only the first max_chars characters are examined (default 2000).
     """
+    from handoffmon.checkers.langid_model import identifier
+
     allowed = frozenset(p.str_list("languages"))
     candidates = tuple(sorted(p.str_list("candidates", ())))
     min_conf = p.float("min_confidence", 0.5, lo=0.0, hi=1.0)
@@ -64,13 +50,13 @@ def language(p: Params) -> CheckFn:
             raise ParamError(key, f"unknown language code(s) {unknown}; known: {', '.join(sorted(known))}")
     if candidates and not allowed & set(candidates):
         raise ParamError("candidates", "no allowed language is among the candidates")
-    _identifier(candidates)
+    classify = identifier(candidates).classify
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = reply.strip()[:max_chars]
         if len(text) < min_chars:
             return CheckOutcome("not_applicable", "too_short")
-        lang, prob = detect(text, candidates)
+        lang, prob = classify(text)
         if prob < min_conf:
             return CheckOutcome("not_applicable", "low_confidence")
         return PASS if lang in allowed else CheckOutcome("fail", f"language:{lang}")

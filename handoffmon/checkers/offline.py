@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 
 from handoffmon.checkers.base import CheckContext
 from handoffmon.checkers.ifeval.evaluate import read_jsonl
+from handoffmon.checkers.request_rules import DEFAULT_POLICY, stored_form
 from handoffmon.checkers.rules import RuleSet
 from handoffmon.config import RuleConfig
 from handoffmon.errors import ConfigError, InputError, RuleError
@@ -41,7 +43,10 @@ def load_rules_file(path: str | Path, *, budget_s: float = 0.05) -> RuleSet:
             err = exc.errors()[0]
             loc = ".".join(str(x) for x in err["loc"])
             raise RuleError(err["msg"], key=f"{where}.{loc}" if loc else where, source=source) from exc
-    return RuleSet.from_config(rules, source=source, budget_s=budget_s)
+    # request rules in replayed lines get production's default limits, except the process-wide
+    # name table: a file of many conversations is not a client flooding a server
+    offline = replace(DEFAULT_POLICY, max_names=sys.maxsize)
+    return RuleSet.from_config(rules, source=source, budget_s=budget_s, request=offline)
 
 
 def _read_rules_data(path: Path) -> Any:
@@ -152,7 +157,8 @@ def replay(rules: RuleSet, lines: Iterable[ReplyLine], path: str = "<input>") ->
     """Evaluate every line; ``InputError`` naming file and line for bad per-request rules.
 
     Lines sharing a ``conversation_id`` carry state forward as the pipeline does: extracted
-    values become the next line's ``previous`` and per-request rules accumulate.
+    values become the next line's ``previous`` and per-request rules accumulate, within the
+    rule set's ``request_rules`` limits.
     """
     tally = Tally()
     per_line = []
@@ -164,7 +170,9 @@ def replay(rules: RuleSet, lines: Iterable[ReplyLine], path: str = "<input>") ->
             else _Conversation()
         )
         try:
-            new_rules = rules.parse_request_rules(line.metadata)
+            new_rules = rules.parse_request_rules(
+                line.metadata, declared=[stored_form(r) for r in conv.rules]
+            )
         except RuleError as exc:
             raise InputError(f"{path}:{line.lineno}: {exc}") from exc
         conv.rules = RuleSet.accumulate(conv.rules, new_rules)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from handoffmon.checkers.base import (
     CheckContext,
@@ -21,15 +19,25 @@ from handoffmon.checkers.base import (
     UnknownChecker,
 )
 from handoffmon.checkers.builtin import default_registry
+from handoffmon.checkers.extracted import CLEAR, ExtractedMemory, FingerprintMemory
+from handoffmon.checkers.request_rules import (
+    DEFAULT_POLICY,
+    METADATA_KEY,
+    REQUEST_SOURCE,
+    RequestRuleGate,
+    RequestRulePolicy,
+)
 from handoffmon.checkers.safe_regex import clean_text
 from handoffmon.config import RuleConfig, ScopeConfig
 from handoffmon.errors import RuleError
 from handoffmon.types import CheckResult
 
-METADATA_KEY = "handoffmon"
-"""Request metadata namespace: ``metadata={"handoffmon": {"rules": [...]}}``."""
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.config import HandoffmonConfig
 
-REQUEST_SOURCE = "<request metadata>"
+__all__ = ["METADATA_KEY", "REQUEST_SOURCE", "Rule", "RuleSet", "Scope"]
+
+_log = logging.getLogger("handoffmon.checkers")
 _VALID_VERDICTS = frozenset({"pass", "fail", "not_applicable"})
 
 
@@ -103,13 +111,23 @@ class Rule:
         # CPU time never exceeds wall time: read the CPU clock again only when it could matter
         if duration > self.budget_s and time.thread_time() - cpu_start > self.budget_s:
             return CheckResult(self.name, "error", "over_budget", duration)
-        return CheckResult(self.name, out.verdict, out.reason, duration, out.extracted)
+        extracted = None if out.extracted is None else ctx.memory.remember(self.name, str(out.extracted))
+        return CheckResult(self.name, out.verdict, out.reason, duration, extracted)
 
 
 class RuleSet:
     """The configured rules plus compiled per-request rules; evaluates every applicable one.
 
     Thread-safe: rules are immutable and the per-request compile cache is locked.
+
+    Args:
+        rules: compiled configured rules.
+        registry: checker kinds (default: the built-ins).
+        budget_s: per-check time budget.
+        request: limits on rules requests declare (``request_rules`` config); the default
+            is the config's default.
+        memory: how values stateful checkers extract are stored between turns; values in
+            clear by default (offline runs), keyed fingerprints in the pipeline.
     """
 
     def __init__(
@@ -118,19 +136,22 @@ class RuleSet:
         *,
         registry: CheckerRegistry | None = None,
         budget_s: float = 0.05,
-        max_request_rules: int = 32,
-        max_request_rule_bytes: int = 2048,
-        cache_size: int = 1024,
+        request: RequestRulePolicy = DEFAULT_POLICY,
+        memory: ExtractedMemory = CLEAR,
     ) -> None:
-        self.rules: tuple[Rule, ...] = tuple(rules)
-        self.names: tuple[str, ...] = tuple(r.name for r in self.rules)
         self.registry = registry if registry is not None else default_registry()
         self.budget_s = budget_s
-        self.max_request_rules = max_request_rules
-        self.max_request_rule_bytes = max_request_rule_bytes
-        self._cache_size = cache_size
+        self.memory = memory
+        self._cache_size = request.cache_size
         self._cache: OrderedDict[str, Rule | RuleError] = OrderedDict()
         self._lock = threading.Lock()
+        self._request = request
+        self._set_rules(tuple(rules))
+
+    def _set_rules(self, rules: tuple[Rule, ...]) -> None:
+        self.rules = rules
+        self.names: tuple[str, ...] = tuple(r.name for r in rules)
+        self._gate = RequestRuleGate(self._request, frozenset(self.names), self._compiled)
 
     @classmethod
     def from_config(
@@ -140,9 +161,11 @@ class RuleSet:
         source: str = "<config>",
         budget_s: float = 0.05,
         registry: CheckerRegistry | None = None,
+        request: RequestRulePolicy = DEFAULT_POLICY,
+        memory: ExtractedMemory = CLEAR,
     ) -> RuleSet:
         """Compile configured rules; raises ``RuleError`` naming the rule, the key and ``source``."""
-        rs = cls(registry=registry, budget_s=budget_s)
+        rs = cls(registry=registry, budget_s=budget_s, request=request, memory=memory)
         compiled: list[Rule] = []
         seen: set[str] = set()
         for cfg in rules:
@@ -150,9 +173,32 @@ class RuleSet:
                 raise RuleError("duplicate rule name", key=f"rules[{cfg.name!r}].name", source=source)
             seen.add(cfg.name)
             compiled.append(rs.compile(cfg, where=f"rules[{cfg.name!r}]", source=source))
-        rs.rules = tuple(compiled)
-        rs.names = tuple(r.name for r in compiled)
+        rs._set_rules(tuple(compiled))
         return rs
+
+    @classmethod
+    def for_monitor(cls, config: HandoffmonConfig, *, source: str = "<config>") -> RuleSet:
+        """The pipeline's rule set: configured rules, the ``request_rules`` limits and the
+        ``rule_state`` fingerprints (keyed; text only by opt-in)."""
+        state = config.rule_state
+        key = state.hash_key.encode("utf-8") if state.hash_key is not None else None
+        if key is None and config.store.backend != "memory":
+            _log.warning(
+                "handoffmon: rule_state.hash_key is not set, so answers stored by another replica "
+                "or before a restart cannot be compared (answer_flip reads them as no previous answer)"
+            )
+        return cls.from_config(
+            config.rules,
+            source=source,
+            budget_s=config.pipeline.check_budget_s,
+            request=RequestRulePolicy.from_config(config.request_rules),
+            memory=FingerprintMemory(key, text_ttl_s=state.text_ttl_s),
+        )
+
+    @property
+    def request_rejections(self) -> dict[str, int]:
+        """Rejected request-rule declarations so far, by reason code (``request_rules.CODES``)."""
+        return dict(self._gate.rejections)
 
     def compile(self, cfg: RuleConfig, *, where: str = "rules", source: str = "<config>") -> Rule:
         """Build one rule; raises ``RuleError`` with key ``<where>.check`` or ``<where>.params.<key>``."""
@@ -170,73 +216,32 @@ class RuleSet:
             raise RuleError(f"rule {cfg.name!r}: {exc}", key=key, source=source) from exc
         return Rule(cfg.name, checker, Scope.from_config(cfg.scope), self.budget_s)
 
-    def parse_request_rules(self, metadata: Mapping[str, Any] | None) -> tuple[RuleConfig, ...]:
+    def parse_request_rules(
+        self, metadata: Mapping[str, Any] | None, *, declared: Sequence[Mapping[str, Any]] = ()
+    ) -> tuple[RuleConfig, ...]:
         """Per-request rules from ``metadata={"handoffmon": {"rules": [{name, check, params, scope?}]}}``.
 
-        Every rule is compiled (and cached) so bad ones fail here. Raises ``RuleError``.
+        Checked against the ``request_rules`` limits (``declared``: the conversation's rules
+        so far) and compiled (cached), all or nothing. Raises ``RequestRuleRejected`` (a
+        ``RuleError``) with a reason code.
         """
-        if not metadata or not isinstance(metadata, Mapping):
-            return ()
-        section = metadata.get(METADATA_KEY)
-        if section is None:
-            return ()
-        if not isinstance(section, Mapping):
-            raise RuleError("must be a mapping", key=f"metadata.{METADATA_KEY}", source=REQUEST_SOURCE)
-        raw = section.get("rules")
-        if raw is None:
-            return ()
-        base = f"metadata.{METADATA_KEY}.rules"
-        if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
-            raise RuleError("must be a list of rules", key=base, source=REQUEST_SOURCE)
-        if len(raw) > self.max_request_rules:
-            raise RuleError(
-                f"at most {self.max_request_rules} rules per request", key=base, source=REQUEST_SOURCE
-            )
-        return tuple(self._parse_one(item, i, base) for i, item in enumerate(raw))
+        return self._gate.parse(metadata, declared)
 
-    def _parse_one(self, item: Any, index: int, base: str) -> RuleConfig:
-        label = item.get("name") if isinstance(item, Mapping) else None
-        where = f"{base}[{label!r}]" if isinstance(label, str) and label else f"{base}[{index}]"
-        try:
-            cfg = RuleConfig.model_validate(item)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise RuleError(
-                err["msg"], key=f"{where}.{loc}" if loc else where, source=REQUEST_SOURCE
-            ) from exc
-        if cfg.name in self.names:
-            raise RuleError(
-                f"rule name {cfg.name!r} is already a configured rule",
-                key=f"{where}.name",
-                source=REQUEST_SOURCE,
-            )
-        result = self._compiled(cfg, where)
-        if isinstance(result, RuleError):
-            raise result
-        return cfg
+    def declared_rule(self, raw: Mapping[str, Any]) -> RuleConfig:
+        """A conversation's declared rule read back from its stored state, held to the same
+        limits as a request's; raises ``RequestRuleRejected``."""
+        return self._gate.admit_stored(raw)
 
     def _compiled(self, cfg: RuleConfig, where: str = "") -> Rule | RuleError:
-        """Compile a per-request rule once; cached (LRU) by its canonical JSON.
-
-        Rules larger than ``max_request_rule_bytes`` (canonical JSON) are refused: a client
-        must not be able to make the background worker compile huge keyword lists or
-        schemas on every request.
-        """
-        key = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, default=str)
+        """Compile a per-request rule once; cached (LRU) by its JSON (pydantic's serializer:
+        ~1 µs, where sorting keys would cost ~6; a client reordering params only costs a miss)."""
+        key = cfg.model_dump_json()
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
         where = where or f"metadata.{METADATA_KEY}.rules[{cfg.name!r}]"
-        if len(key) > self.max_request_rule_bytes:
-            return RuleError(
-                f"rule is {len(key)} bytes as JSON; per-request rules are limited to "
-                f"{self.max_request_rule_bytes}",
-                key=where,
-                source=REQUEST_SOURCE,
-            )
         try:
             result: Rule | RuleError = self.compile(cfg, where=where, source=REQUEST_SOURCE)
         except RuleError as exc:
@@ -271,6 +276,8 @@ class RuleSet:
                 yields an ``error`` verdict with reason ``invalid_rule``.
         """
         text = clean_text(reply if isinstance(reply, str) else "" if reply is None else str(reply))
+        if ctx.memory is not self.memory:
+            ctx = replace(ctx, memory=self.memory)
         results: list[CheckResult] = []
         for rule in self.rules:
             self._run_if_applies(rule, text, ctx, results)

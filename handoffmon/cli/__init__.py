@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from handoffmon._version import __version__
+from handoffmon.errors import MissingExtraError
 
 # name -> "module:attribute" of a click command or group. One line per subcommand.
 LAZY_COMMANDS: dict[str, str] = {
@@ -36,6 +37,13 @@ class LazyGroup(click.Group):
             cmd: Any = getattr(importlib.import_module(module), attr)
             return cmd  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; a missing optional dependency ends it with the pip line to fix it."""
+        try:
+            return super().invoke(ctx)
+        except MissingExtraError as exc:
+            raise click.ClickException(str(exc)) from exc
 
 
 @click.group(cls=LazyGroup)

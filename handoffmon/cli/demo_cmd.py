@@ -11,9 +11,12 @@ from typing import Any
 
 import click
 
+from handoffmon._extras import requires_extra
+
 
 def _progress(total_turns: int, enabled: bool) -> Any:
-    from tqdm import tqdm
+    with requires_extra("demo", "handoffmon demo"):
+        from tqdm import tqdm
 
     return tqdm(
         total=total_turns,

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 import click
 
+from handoffmon._extras import requires_extra
 from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.errors import HandoffmonError, NoDataError
 
@@ -43,7 +44,8 @@ def _target(
     brings its own mapping.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    with requires_extra("evals", "handoffmon eval"):
+        import litellm
 
     from handoffmon.attribution.names import ModelNames
     from handoffmon.config import load_config

@@ -105,6 +105,14 @@ def push_failure(pushgateway: str, push_labels: tuple[str, ...], at: float) -> N
     pushadd_to_gateway(pushgateway, job=job, grouping_key=key, registry=registry, timeout=10)
 
 
+MATCH_OPTION = click.option(
+    "--match",
+    metavar="SELECTOR",
+    help='Prometheus source only: label selector of the deployment to read, e.g. {job="prod",namespace="llm"}'
+    " (default: every series, all deployments summed)",
+)
+
+
 @click.command("refit")
 @click.option(
     "--source",
@@ -113,6 +121,7 @@ def push_failure(pushgateway: str, push_labels: tuple[str, ...], at: float) -> N
     help="sqlite:///PATH, prometheus://HOST:PORT, cells.csv or a turn log (.jsonl, .csv, .parquet)",
 )
 @click.option("--transitions", type=click.Path(dir_okay=False), help="transitions.csv to merge in")
+@MATCH_OPTION
 @click.option("--window", help="Prometheus duration for increase(), e.g. 1h (default: counter totals)")
 @click.option("--out", required=True, help="output JSON file ('-' for stdout)")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config file (buckets, refit)")
@@ -141,6 +150,7 @@ def refit(
     source: str,
     transitions: str | None,
     window: str | None,
+    match: str | None,
     out: str,
     config_path: str | None,
     min_n: int | None,
@@ -168,7 +178,11 @@ def refit(
     try:
         cfg = load_config(config_path) if config_path else None
         loaded = load_source(
-            source, transitions=transitions, window=window, buckets=cfg.buckets if cfg else None
+            source,
+            transitions=transitions,
+            window=window,
+            match=match,
+            buckets=cfg.buckets if cfg else None,
         )
         if not loaded.counts.checks:
             raise NoDataError(f"{loaded.label}: no checks to refit (empty store or stale scrape target)")

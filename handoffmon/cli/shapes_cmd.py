@@ -7,6 +7,7 @@ import os
 import click
 
 from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.cli.refit_cmd import MATCH_OPTION
 from handoffmon.config import StoreConfig
 from handoffmon.errors import HandoffmonError, NoDataError
 
@@ -29,11 +30,12 @@ def shapes() -> None:
         "or a turn log (.jsonl/.csv/.parquet)"
     ),
 )
+@MATCH_OPTION
 @click.option("--out", required=True, help="shapes.json ('-' for stdout)")
 @click.option(
     "--confidence", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True)
 )
-def export(source: str, out: str, confidence: float) -> None:
+def export(source: str, match: str | None, out: str, confidence: float) -> None:
     """Write versioned production shapes (schema handoffmon.shapes/1) to --out.
 
     Exit status 4 when the source holds no checks (e.g. a Prometheus whose targets went
@@ -44,7 +46,7 @@ def export(source: str, out: str, confidence: float) -> None:
     from handoffmon.evals.shapes import export_shapes
 
     try:
-        result = export_shapes(source, confidence=confidence)
+        result = export_shapes(source, confidence=confidence, match=match)
         write_text_atomic(out, result.to_json())
     except NoDataError as exc:
         fail(str(exc), ExitCode.NO_DATA)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from handoffmon._extras import requires_extra
 from handoffmon.attribution.names import ModelNames
 from handoffmon.errors import ConfigError
 
@@ -61,7 +62,8 @@ class LitellmResponder:
     names: ModelNames = field(default_factory=ModelNames)
 
     async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply:
-        import litellm
+        with requires_extra("evals", "handoffmon eval run against litellm models"):
+            import litellm
 
         resp = await litellm.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
         return Reply(_text(resp), author_of(resp, self.names, model))
@@ -101,7 +103,8 @@ def router_from_config(path: str | Path) -> Any:
     settings = data.get("router_settings") or {}
     if not isinstance(settings, dict):
         raise ConfigError("must be a mapping", key="router_settings", source=source)
-    from litellm.router import Router
+    with requires_extra("evals", "an eval run through a litellm Router"):
+        from litellm.router import Router
 
     try:
         return Router(model_list=data["model_list"], **settings)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from handoffmon._extras import requires_extra
 from handoffmon.checkers.base import CheckContext
 from handoffmon.checkers.rules import RuleSet
 from handoffmon.evals.models import Messages, Reply, Responder
@@ -209,6 +210,7 @@ class _NoBar:
 def _progress(total: int, enabled: bool, label: str) -> Any:
     if not enabled:
         return _NoBar()
-    from tqdm import tqdm
+    with requires_extra("evals", "the eval progress bar"):
+        from tqdm import tqdm
 
     return tqdm(total=total, desc=label, unit="turn", dynamic_ncols=True)

@@ -354,8 +354,11 @@ def shapes_from_refit(result: Any, *, source: str) -> Shapes:
     )
 
 
-def prometheus_history_tokens(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
-    """Percentiles of ``handoffmon_history_tokens`` over all depth buckets (histogram_quantile).
+def prometheus_history_tokens(
+    base_url: str, *, match: str | None = None, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """Percentiles of ``handoffmon_history_tokens`` over all depth buckets (histogram_quantile),
+    restricted to the series ``match`` selects (``{job="prod"}``; None = all).
 
     Returns ``{}`` when the histogram has no data; raises ``SourceError`` when unreachable.
     """
@@ -364,11 +367,13 @@ def prometheus_history_tokens(base_url: str, *, timeout_s: float = 10.0) -> dict
     import urllib.request
 
     from handoffmon.sources import SourceError
+    from handoffmon.sources.prometheus import parse_match, select
 
+    buckets = select("handoffmon_history_tokens_bucket", parse_match(match))
     url = base_url.replace("prometheus://", "http://", 1).rstrip("/") + "/api/v1/query"
     out: dict[str, Any] = {}
     for q in PERCENTILES:
-        query = f"histogram_quantile({q / 100}, sum by (le) (handoffmon_history_tokens_bucket))"
+        query = f"histogram_quantile({q / 100}, sum by (le) ({buckets}))"
         try:
             with urllib.request.urlopen(
                 f"{url}?{urllib.parse.urlencode({'query': query})}", timeout=timeout_s
@@ -384,8 +389,12 @@ def prometheus_history_tokens(base_url: str, *, timeout_s: float = 10.0) -> dict
     return out
 
 
-def export_shapes(spec: str, *, confidence: float = 0.95, buckets: DepthBuckets | None = None) -> Shapes:
+def export_shapes(
+    spec: str, *, confidence: float = 0.95, buckets: DepthBuckets | None = None, match: str | None = None
+) -> Shapes:
     """Shapes from a ``--source``: ``refit.json``, ``sqlite://…``, ``prometheus://…`` or ``cells.csv``.
+
+    ``match`` restricts a Prometheus source to one deployment (``{job="prod"}``).
 
     Raises:
         NoDataError: the source holds no checks (an empty store, a stale Prometheus target).
@@ -405,13 +414,13 @@ def export_shapes(spec: str, *, confidence: float = 0.95, buckets: DepthBuckets 
         return shapes
     from handoffmon.sources.spec import load_source
 
-    loaded = load_source(spec)
+    loaded = load_source(spec, match=match)
     tokens: dict[str, Any] | None = None
     if spec.startswith(("prometheus://", "http://", "https://")):
         from handoffmon.sources import SourceError
 
         try:
-            tokens = prometheus_history_tokens(spec)
+            tokens = prometheus_history_tokens(spec, match=match)
         except SourceError as exc:  # the shapes are still useful without token percentiles
             tokens = {"unavailable": str(exc)[:200]}
     shapes = shapes_from_counts(

@@ -200,7 +200,7 @@ def multiprocess_registry(path: str | None = None) -> CollectorRegistry:
     """A registry that sums every process's metrics from ``PROMETHEUS_MULTIPROC_DIR``.
 
     Serve this one (not a per-process registry) under gunicorn and similar pre-fork
-    servers. See the README's multiprocess section for the limits (no exemplars, refit
+    servers. See docs/guides/telemetry.md (pre-fork servers) for the limits (no exemplars, refit
     gauges are ``mostrecent``, vanished refit series become NaN).
 
     Args:

@@ -20,7 +20,10 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from litellm.integrations.custom_logger import CustomLogger
+from handoffmon._extras import requires_extra
+
+with requires_extra("litellm", "the LiteLLM Proxy callback"):
+    from litellm.integrations.custom_logger import CustomLogger
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.ingress import (

@@ -150,7 +150,7 @@ class CheckStage:
         if not ctx.metadata:
             return state
         try:
-            declared = self._rules.parse_request_rules(ctx.metadata)
+            declared = self._rules.parse_request_rules(ctx.metadata, declared=state.declared)
         except RuleError as exc:
             _log.warning("handoffmon ignored invalid request rules: %s", exc)
             self._errors.count("rules")
@@ -160,13 +160,14 @@ class CheckStage:
             return state
         if not declared:
             return state
-        return state.declare(tuple(r.model_dump(mode="json") for r in declared), ctx.depth)
+        stored = tuple(r.model_dump(mode="json", exclude_defaults=True) for r in declared)
+        return state.declare(stored, ctx.depth)
 
     def _active_rules(self, state: ConversationState, depth: int) -> tuple[RuleConfig, ...]:
         out = []
         for raw in state.active_rules(depth):
             try:
-                out.append(RuleConfig.model_validate(raw))
+                out.append(self._rules.declared_rule(raw))
             except Exception:
                 self._errors.count("rules")
         return tuple(out)

@@ -96,11 +96,7 @@ class Monitor:
                 trip_after=config.store.backoff_after,
             )
         )
-        self.rules = (
-            rules
-            if rules is not None
-            else RuleSet.from_config(config.rules, budget_s=config.pipeline.check_budget_s)
-        )
+        self.rules = rules if rules is not None else RuleSet.for_monitor(config)
         self.attributor = Attributor(
             self.store,
             names=self.names,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,8 +30,10 @@ class ConversationState:
     Attributes:
         depth: deepest turn processed so far.
         declared_rules: per-request rules (as ``RuleConfig`` dumps) with the depth they were
-            first declared at; a rule declared at turn k applies at every turn ≥ k.
-        previous: rule name → value its checker extracted at the last checked turn.
+            first declared at; a rule declared at turn k applies at every turn ≥ k. Their
+            number and size are bounded by ``request_rules`` (``RuleSet.parse_request_rules``).
+        previous: rule name → stored form of the value its checker extracted at the last
+            checked turn (a keyed fingerprint unless text was opted in: ``checkers.extracted``).
         last: rule name → last pass/fail verdict (feeds transitions).
     """
 
@@ -55,13 +58,18 @@ class ConversationState:
             last={str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
         )
 
-    def to_mapping(self) -> dict[str, object]:
-        """JSON-serializable form for ``AttributionStore.put_state``."""
+    def to_mapping(self, now_s: float | None = None) -> dict[str, object]:
+        """JSON-serializable form for ``AttributionStore.put_state``; opted-in answer text
+        past its expiry (wall clock ``now_s``, default now) is dropped, its fingerprint kept."""
+        from handoffmon.checkers.extracted import without_expired_text
+
+        now = time.time() if now_s is None else now_s
+        previous = {k: without_expired_text(v, now) for k, v in self.previous.items()}
         return {
             "v": STATE_VERSION,
             "depth": self.depth,
             "rules": [[d, dict(r)] for d, r in self.declared_rules],
-            "previous": dict(self.previous),
+            "previous": {k: v for k, v in previous.items() if v is not None},
             "last": {k: [v.verdict, v.depth] for k, v in self.last.items()},
         }
 
@@ -79,6 +87,11 @@ class ConversationState:
             first = merged[name][0] if name in merged else depth
             merged[name] = (first, dict(r))
         return replace(self, declared_rules=tuple(merged.values()))
+
+    @property
+    def declared(self) -> tuple[Mapping[str, Any], ...]:
+        """The declared rules (``RuleConfig`` dumps), in declaration order."""
+        return tuple(r for _, r in self.declared_rules)
 
     def active_rules(self, depth: int) -> tuple[Mapping[str, Any], ...]:
         """Declared rules that apply at ``depth`` (declared at or before it)."""

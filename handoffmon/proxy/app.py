@@ -9,10 +9,13 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from handoffmon._extras import requires_extra
+
+with requires_extra("proxy", "handoffmon serve"):
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError

@@ -11,7 +11,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
+from handoffmon._extras import requires_extra
+
+with requires_extra("proxy", "handoffmon serve"):
+    import aiohttp
 
 from handoffmon.ingress import (
     RequestParser,
@@ -202,7 +205,7 @@ class Forwarder:
                     await self._stream(resp, status, out_headers, send, turn, watch)
                     return
                 data = await resp.read()
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        except (TimeoutError, aiohttp.ServerTimeoutError):
             await self._upstream_error(
                 send, 504, "timeout", "upstream did not answer within proxy.upstream_timeout_s"
             )
@@ -255,7 +258,7 @@ class Forwarder:
                         pending = not self._finish_stream(turn, headers, sse, True)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             completed = True
-        except (asyncio.TimeoutError, aiohttp.ClientError):
+        except (TimeoutError, aiohttp.ClientError):
             self._metrics.upstream_error("stream")
         finally:
             if pending and sse is not None and turn is not None:  # no [DONE]: ended or cut off

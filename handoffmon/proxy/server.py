@@ -7,6 +7,7 @@ import logging
 import os
 from typing import Any
 
+from handoffmon._extras import requires_extra
 from handoffmon.config import HandoffmonConfig
 
 _log = logging.getLogger("handoffmon.proxy")
@@ -32,7 +33,8 @@ def uvicorn_options(config: HandoffmonConfig) -> dict[str, Any]:
 
 def serve(config: HandoffmonConfig, *, log_level: str = "warning") -> None:
     """Serve ``create_app(config)`` until SIGTERM/SIGINT; returns after the monitor drained."""
-    import uvicorn
+    with requires_extra("proxy", "handoffmon serve"):
+        import uvicorn
 
     from handoffmon.proxy.app import create_app
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
-import aiohttp
-from yarl import URL
+from handoffmon._extras import requires_extra
+
+with requires_extra("proxy", "handoffmon serve"):
+    import aiohttp
+    from yarl import URL
 
 HOP_BY_HOP = frozenset(
     {

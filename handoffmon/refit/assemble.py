@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from handoffmon.refit.decomposition import Decomposition
-from handoffmon.refit.result import ModelScores, PairEffect
+from handoffmon.refit.result import ModelScores, PairEffect, PairTable
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,9 @@ class PairArrays:
     design_effect: np.ndarray | None = None
 
 
-def pair_effects(rule: str, models: tuple[str, ...], arr: PairArrays, dec: Decomposition) -> list[PairEffect]:
-    """One ``PairEffect`` per ordered pair of distinct models that is reported or has a risk.
+def pair_effects(rule: str, models: tuple[str, ...], arr: PairArrays, dec: Decomposition) -> PairTable:
+    """One ``PairEffect`` per ordered pair of distinct models that is reported or has a risk,
+    built when first read (``PairTable``).
 
     Pairs with neither a Δ nor an estimable risk (a model not identified in that role)
     are left out: they carry no number.
@@ -44,38 +45,45 @@ def pair_effects(rule: str, models: tuple[str, ...], arr: PairArrays, dec: Decom
         sig = arr.reported & ((arr.ci_low > 0) | (arr.ci_high < 0))
     keep = (arr.reported | np.isfinite(dec.risk) | (arr.n > 0)) & ~np.eye(k, dtype=bool)
     a_idx, b_idx = np.nonzero(keep)
-    cols = (
-        arr.n, arr.delta, arr.se, arr.ci_low, arr.ci_high, sig, dec.risk, dec.risk_se, arr.reported,
-        arr.coverage, dec.residual,
-        nan if arr.p_value is None else arr.p_value,
-        nan if arr.p_adjusted is None else arr.p_adjusted,
-        nan if arr.design_effect is None else arr.design_effect,
+    cols = tuple(
+        np.asarray(c)[a_idx, b_idx]
+        for c in (
+            arr.n, arr.delta, arr.se, arr.ci_low, arr.ci_high, sig, dec.risk, dec.risk_se, arr.reported,
+            arr.coverage, dec.residual,
+            nan if arr.p_value is None else arr.p_value,
+            nan if arr.p_adjusted is None else arr.p_adjusted,
+            nan if arr.design_effect is None else arr.design_effect,
+        )
     )  # fmt: skip
-    rows = zip(*(np.asarray(c)[a_idx, b_idx].tolist() for c in cols), strict=True)
-    return [
-        PairEffect(
-            rule,
-            models[a],
-            models[b],
-            int(n),
-            d,
-            se,
-            lo,
-            hi,
-            bool(s and rep),
-            r,
-            rse,
-            bool(rep),
-            cov,
-            res,
-            p,
-            q,
-            de,
-        )
-        for a, b, (n, d, se, lo, hi, s, r, rse, rep, cov, res, p, q, de) in zip(
-            a_idx.tolist(), b_idx.tolist(), rows, strict=True
-        )
-    ]
+
+    def build() -> list[PairEffect]:
+        rows = zip(*(c.tolist() for c in cols), strict=True)
+        return [
+            PairEffect(
+                rule,
+                models[a],
+                models[b],
+                int(n),
+                d,
+                se,
+                lo,
+                hi,
+                bool(s and rep),
+                r,
+                rse,
+                bool(rep),
+                cov,
+                res,
+                p,
+                q,
+                de,
+            )
+            for a, b, (n, d, se, lo, hi, s, r, rse, rep, cov, res, p, q, de) in zip(
+                a_idx.tolist(), b_idx.tolist(), rows, strict=True
+            )
+        ]
+
+    return PairTable(build, len(a_idx))
 
 
 def model_scores(

@@ -8,9 +8,9 @@ rule at a time, (K + 2) × K × D with K ≤ ``max_models``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import chain
 from typing import TypeVar
 
 import numpy as np
@@ -162,11 +162,12 @@ def build_cells(
         raw.prefix[keep], raw.values[keep], minlength=len(f.names)
     )
     rule_tot = np.bincount(raw.rule[keep], raw.values[keep], minlength=len(f.names))
-    seen_models = set(raw.model[keep].tolist()) | set(raw.prefix[keep].tolist())
+    seen_rules = _present(raw.rule[keep])
+    seen_models = _present(raw.model[keep]) | _present(raw.prefix[keep])
     seen_models |= {f.code(t.model) for t in counts.transitions}
     model_ids = _top(f, seen_models - f.specials(), model_tot, max_models)
     trans_rules = {f.code(t.rule) for t in counts.transitions}
-    rule_ids = _top(f, set(raw.rule[keep].tolist()) | trans_rules, rule_tot, max_rules)
+    rule_ids = _top(f, seen_rules | trans_rules, rule_tot, max_rules)
     models = tuple(f.names[i] for i in model_ids)
     rules = tuple(f.names[i] for i in rule_ids)
     if POOLED_RULE in rules:
@@ -189,7 +190,6 @@ def build_cells(
         }
     )
     base = f.table(counts.baseline_checks)
-    seen_rules = set(raw.rule[keep].tolist())
     return CellArrays(
         rules=rules,
         models=models,
@@ -245,18 +245,22 @@ class _Factors:
     def specials(self) -> set[int]:
         return {self.code(s) for s in _SPECIALS}
 
-    def column(self, keys: Sequence[tuple[str, ...]], i: int) -> np.ndarray:
-        get = self.factor.__getitem__
-        return np.fromiter(map(get, map(itemgetter(i), keys)), dtype=np.int64, count=len(keys))
-
     def table(self, table: Mapping[_Key, int]) -> _Raw:
+        """Codes of every field of every key in one C-level pass over the flattened keys.
+
+        All keys have five fields, so ``chain.from_iterable`` yields them field by field and
+        one ``map`` of the shared dict's lookup codes them all (int32: the code space is the
+        distinct strings, far below 2³¹); each field is then a strided view, no copies.
+        """
         keys = list(table)
         values = np.fromiter(table.values(), dtype=np.float64, count=len(keys))
-        cols = [self.column(keys, i) for i in range(5)]
-        verdict = np.full(len(keys), -1, dtype=np.int64)
-        for name, v in _VERDICT_INDEX.items():
-            verdict[cols[4] == self.code(name)] = v
-        return _Raw(cols[0], cols[1], cols[2], cols[3], verdict, values)
+        codes = np.fromiter(
+            map(self.factor.__getitem__, chain.from_iterable(keys)), dtype=np.int32, count=5 * len(keys)
+        ).reshape(len(keys), 5)
+        verdicts = {self.code(name): v for name, v in _VERDICT_INDEX.items()}
+        lookup = np.full(len(self.names), -1, dtype=np.int8)
+        lookup[list(verdicts)] = list(verdicts.values())
+        return _Raw(codes[:, 0], codes[:, 1], codes[:, 2], codes[:, 3], lookup[codes[:, 4]], values)
 
     def remap(self, ids: list[int], extra: Mapping[str, int] | None = None) -> np.ndarray:
         """Code → position in ``ids`` (then ``extra`` names), −1 elsewhere; covers later codes too."""
@@ -279,6 +283,11 @@ class _Factors:
         return out
 
 
+def _present(codes: np.ndarray) -> set[int]:
+    """The distinct codes of a column (a bincount, not a set of a million Python ints)."""
+    return set(np.flatnonzero(np.bincount(codes)).tolist()) if len(codes) else set()
+
+
 def _top(f: _Factors, ids: set[int], totals: np.ndarray, cap: int) -> list[int]:
     """Codes of the ``cap`` names with the largest totals (ties by name), sorted by name."""
     tot = np.concatenate([totals, np.zeros(max(0, len(f.names) - len(totals)))])
@@ -292,16 +301,18 @@ def _entries(raw: _Raw, depth: _Raw, maps: tuple[np.ndarray, ...], n_buckets: in
     shape = (int(r_map.max()) + 2, int(p_map.max()) + 2, int(m_map.max()) + 2, n_buckets)
 
     def flat(t: _Raw) -> tuple[np.ndarray, np.ndarray]:
-        cols = [
-            mp[np.minimum(c, len(mp) - 1)]
-            for mp, c in zip(maps, (t.rule, t.prefix, t.model, t.bucket), strict=True)
-        ]
-        ok = np.all(np.stack(cols) >= 0, axis=0) if len(t.values) else np.zeros(0, dtype=bool)
-        return np.ravel_multi_index(tuple(c[ok] for c in cols), shape), ok
+        """Flat cell index of the keys that land in a kept cell, and which keys those are."""
+        idx = np.zeros(len(t.values), dtype=np.int64)
+        ok = t.verdict >= 0
+        for mp, c, size in zip(maps, (t.rule, t.prefix, t.model, t.bucket), shape, strict=True):
+            code = mp[np.minimum(c, len(mp) - 1)]
+            ok &= code >= 0
+            idx *= size
+            idx += code
+        return idx[ok], ok
 
     f_idx, ok = flat(raw)
-    sel = raw.verdict[ok] >= 0
-    f_idx, verdict, values = f_idx[sel], raw.verdict[ok][sel], raw.values[ok][sel]
+    verdict, values = raw.verdict[ok], raw.values[ok]
     cells, inverse = np.unique(f_idx, return_inverse=True)
     passes = np.bincount(inverse, weights=np.where(verdict == 0, values, 0.0), minlength=len(cells))
     fails = np.bincount(inverse, weights=np.where(verdict == 1, values, 0.0), minlength=len(cells))

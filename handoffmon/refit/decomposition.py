@@ -1,6 +1,6 @@
 """Δ(A→B) ≈ μ + π_A + σ_B: weighted ridge least squares with sum-to-zero constraints.
 
-Choices (see the README ``refit`` section):
+Choices (see docs/concepts/statistics.md):
 
 * weights 1/var(Δ): precise pairs count more; and because every Δ(·→B) shares the
   baseline B→B, the Δ of one suffix are correlated: with their covariance given, the
@@ -91,13 +91,34 @@ BlockCov = Callable[[int, np.ndarray], np.ndarray]
 """(suffix b, prefix indices a of b's fitted pairs) → covariance matrix of those Δ(a→b)."""
 
 
+@dataclass(frozen=True)
+class LowRankBlocks:
+    """Covariance of the Δ(a→b) sharing suffix b as diagonal plus low rank:
+    C_b[a, a'] = own[b, a]·[a = a'] + Σ_j factor[b, a, j]·factor[b, a', j].
+
+    The shared term is the common baseline B→B (rank ≤ depth buckets, × rules when pooled),
+    so C_b⁻¹ takes an r × r solve (Woodbury) instead of inverting an s × s block.
+
+    Attributes:
+        own: (K, K) [b, a] each Δ's own (handoff-side) variance.
+        factor: (K, K, r) [b, a, j] square-root factor of the shared-baseline covariance.
+    """
+
+    own: np.ndarray
+    factor: np.ndarray
+
+
+Blocks = BlockCov | LowRankBlocks
+"""A dense per-suffix covariance callback or the structured diagonal-plus-low-rank form."""
+
+
 def decompose(
     delta: np.ndarray,
     var: np.ndarray,
     mask: np.ndarray,
     ridge: float,
     *,
-    block_cov: BlockCov | None = None,
+    block_cov: Blocks | None = None,
     turns: np.ndarray | None = None,
 ) -> Decomposition:
     """Fit μ, π, σ from a (K, K) matrix of Δ over the ``mask``-ed off-diagonal pairs.
@@ -158,44 +179,52 @@ def decompose(
 
 
 def _normal_equations(
-    k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray, var: np.ndarray, block_cov: BlockCov | None
+    k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray, var: np.ndarray, block_cov: Blocks | None
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Zᵀ C⁻¹ Z, Zᵀ C⁻¹ y and yᵀ C⁻¹ y for the one-hot design Z = [1, e_a, e_b].
 
     C is block diagonal by suffix (independent pairs when ``block_cov`` is None). Working
     on the one-hot design costs O(Σ block²) instead of the O(m·p²) Gram of the dense design
-    (K = 100: 10⁶ instead of 4·10⁸ per fit). Blocks of equal size are inverted together.
+    (K = 100: 10⁶ instead of 4·10⁸ per fit). Blocks of equal size are handled together and
+    every block's terms land in one ``np.bincount`` over the flattened Gram.
     """
     n = 1 + 2 * k
-    gz = np.zeros((n, n))
-    rz = np.zeros(n)
+    g_idx: list[np.ndarray] = []
+    g_w: list[np.ndarray] = []
+    r_idx: list[np.ndarray] = []
+    r_w: list[np.ndarray] = []
     yy = 0.0
-    for rows, cinv in _block_inverses(a, b, var, block_cov):
-        ai, bi = a[rows], int(b[rows[0]])
-        one = cinv.sum(axis=1)  # C⁻¹ 1
-        cy = cinv @ y[rows]
-        s11, s1y = float(one.sum()), float(cy.sum())
-        ia, ib = 1 + ai, 1 + k + bi
-        gz[0, 0] += s11
-        gz[0, ib] += s11
-        gz[ib, 0] += s11
-        gz[ib, ib] += s11
-        np.add.at(gz[0], ia, one)
-        np.add.at(gz[:, 0], ia, one)
-        np.add.at(gz[:, ib], ia, one)
-        np.add.at(gz[ib], ia, one)
-        np.add.at(gz, (ia[:, None], ia[None, :]), cinv)
-        rz[0] += s1y
-        rz[ib] += s1y
-        np.add.at(rz, ia, cy)
-        yy += float(y[rows] @ cy)
-    return gz, rz, yy
+    for rows, cinv in _block_inverses(a, b, var, block_cov):  # rows (B, s), cinv (B, s, s)
+        ia, ib = 1 + a[rows], 1 + k + b[rows[:, 0]][:, None]  # (B, s), (B, 1)
+        one = cinv.sum(axis=2)  # C⁻¹ 1
+        cy = np.einsum("bij,bj->bi", cinv, y[rows])
+        s11, s1y = one.sum(axis=1, keepdims=True), cy.sum(axis=1, keepdims=True)
+        zero = np.zeros_like(ib)
+        g_idx += [
+            np.concatenate([zero, zero + ib, ib * n, ib * (n + 1)], axis=1),
+            np.concatenate([ia, ia * n, ia * n + ib, ib * n + ia], axis=1),
+            ia[:, :, None] * n + ia[:, None, :],
+        ]
+        g_w += [np.concatenate([s11] * 4, axis=1), np.concatenate([one] * 4, axis=1), cinv]
+        r_idx += [zero, ib, ia]
+        r_w += [s1y, s1y, cy]
+        yy += float(np.einsum("bi,bi->", y[rows], cy))
+    gz = _accumulate(g_idx, g_w, n * n).reshape(n, n)
+    return gz, _accumulate(r_idx, r_w, n), yy
+
+
+def _accumulate(idx: list[np.ndarray], weights: list[np.ndarray], size: int) -> np.ndarray:
+    if not idx:
+        return np.zeros(size)
+    flat = np.concatenate([i.ravel() for i in idx])
+    return np.bincount(flat, weights=np.concatenate([w.ravel() for w in weights]), minlength=size)
 
 
 def _block_inverses(
-    a: np.ndarray, b: np.ndarray, var: np.ndarray, block_cov: BlockCov | None
+    a: np.ndarray, b: np.ndarray, var: np.ndarray, block_cov: Blocks | None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(rows, C⁻¹) per suffix block; a block that is not positive definite keeps 1/var."""
+    """(rows, C⁻¹) per group of equal-size suffix blocks, rows (B, s) and C⁻¹ (B, s, s);
+    a block that is not positive definite keeps 1/var."""
     order = np.argsort(b, kind="stable")
     splits = np.nonzero(np.diff(b[order]))[0] + 1
     groups = np.split(order, splits)
@@ -203,15 +232,43 @@ def _block_inverses(
     by_size: dict[int, list[np.ndarray]] = {}
     for rows in groups:
         if block_cov is None or len(rows) < 2:
-            out.append((rows, np.diag(1.0 / var[a[rows], b[rows]])))
+            out.append((rows[None], np.diag(1.0 / var[a[rows], b[rows]])[None]))
         else:
             by_size.setdefault(len(rows), []).append(rows)
     for blocks in by_size.values():
         assert block_cov is not None  # only filled when block_cov is given
-        covs = np.stack([block_cov(int(b[rows[0]]), a[rows]) for rows in blocks])
-        for rows, cinv in zip(blocks, _batched_inverse(covs), strict=True):
-            out.append((rows, cinv if cinv is not None else np.diag(1.0 / var[a[rows], b[rows]])))
+        rows = np.stack(blocks)
+        inv = _group_inverse(block_cov, a[rows], b[rows[:, 0]])
+        for i, cinv in enumerate(inv):
+            if cinv is None:
+                inv[i] = np.diag(1.0 / var[a[rows[i]], b[rows[i]]])
+        out.append((rows, np.stack(inv)))  # type: ignore[arg-type]
     return out
+
+
+def _group_inverse(block_cov: Blocks, a: np.ndarray, b: np.ndarray) -> list[np.ndarray | None]:
+    """C⁻¹ of the blocks of suffixes ``b`` over prefixes ``a`` (B, s); None where not positive definite."""
+    if not isinstance(block_cov, LowRankBlocks):
+        return _batched_inverse(np.stack([block_cov(int(bi), ai) for bi, ai in zip(b, a, strict=True)]))
+    own = block_cov.own[b[:, None], a]  # (B, s)
+    w = block_cov.factor[b[:, None], a]  # (B, s, r)
+    if w.shape[2] >= w.shape[1] or not np.all(own > 0):
+        return _batched_inverse(_dense(own, w))
+    # Woodbury: (D + W Wᵀ)⁻¹ = D⁻¹ − D⁻¹W (I + Wᵀ D⁻¹ W)⁻¹ Wᵀ D⁻¹, an r × r solve per block
+    dinv = 1.0 / own
+    dw = dinv[:, :, None] * w
+    inner = np.eye(w.shape[2]) + np.einsum("bsr,bsq->brq", w, dw)
+    cinv = -dw @ np.linalg.solve(inner, np.swapaxes(dw, 1, 2))
+    diag = np.arange(own.shape[1])
+    cinv[:, diag, diag] += dinv
+    return list(cinv)
+
+
+def _dense(own: np.ndarray, w: np.ndarray) -> np.ndarray:
+    cov: np.ndarray = w @ np.swapaxes(w, 1, 2)
+    diag = np.arange(own.shape[1])
+    cov[:, diag, diag] += own
+    return cov
 
 
 def _batched_inverse(covs: np.ndarray) -> list[np.ndarray | None]:

@@ -32,12 +32,44 @@ from typing import Any
 import numpy as np
 
 from handoffmon.refit.cells import RuleArrays
+from handoffmon.refit.decomposition import LowRankBlocks
 from handoffmon.refit.intervals import binomial_var, design_effect, newcombe, newcombe_p
 from handoffmon.refit.multiplicity import bh_adjust
 
 BLOCK_COV_MAX_MODELS = 150
 """Above this many models the decomposition weights pairs independently (the K³ shared-
 baseline covariance would dominate memory and time)."""
+
+
+@dataclass(frozen=True)
+class SharedBaseline:
+    """Σ_j Ω_abj Ω_a'bj v_BB,j per suffix b, kept as its factors while their rank r is below K.
+
+    Attributes:
+        omega: (K, K, r) [b, a, j] Ω_abj, j over depth buckets (× rules once pooled), or None.
+        var: (K, r) [b, j] v_BB,j, or None.
+        dense: (K, K, K) [b, a, a'] the sum itself once r would reach K (pooled over many
+            rules), so memory stays K³ at most; else None.
+    """
+
+    omega: np.ndarray | None
+    var: np.ndarray | None
+    dense: np.ndarray | None = None
+
+    def __add__(self, other: SharedBaseline) -> SharedBaseline:
+        if self.omega is None or self.var is None or other.omega is None or other.var is None:
+            return SharedBaseline(None, None, self.to_dense() + other.to_dense())
+        if self.omega.shape[2] + other.omega.shape[2] >= self.omega.shape[0]:
+            return SharedBaseline(None, None, self.to_dense() + other.to_dense())
+        omega = np.concatenate([self.omega, other.omega], axis=2)
+        return SharedBaseline(omega, np.concatenate([self.var, other.var], axis=1))
+
+    def to_dense(self) -> np.ndarray:
+        """(K, K, K) [b, a, a'] the summed covariance term."""
+        if self.dense is not None:
+            return self.dense
+        assert self.omega is not None and self.var is not None
+        return np.asarray(np.einsum("baj,bcj,bj->bac", self.omega, self.omega, self.var, optimize=True))
 
 
 @dataclass(frozen=True)
@@ -53,7 +85,8 @@ class PairSums:
         var_h: Σ_d n_d² v_AB,d.
         var_b: Σ_j Ω_j² v_BB,j.
         inv_nb: Σ_j Ω_j² / n_BB,j.
-        block: (K, K, K) [b, a, a'] Σ_j Ω_abj Ω_a'bj v_BB,j, or None above ``BLOCK_COV_MAX_MODELS``.
+        block: the shared-baseline covariance Σ_j Ω_abj Ω_a'bj v_BB,j (``SharedBaseline``),
+            or None above ``BLOCK_COV_MAX_MODELS``.
         x_all: passes of the handoff cell in all buckets (with ``n``: its pass rate).
         base_x: (K,) passes of B's clean baseline, all buckets.
         base_n: (K,) its checked turns.
@@ -71,7 +104,7 @@ class PairSums:
     var_h: np.ndarray
     var_b: np.ndarray
     inv_nb: np.ndarray
-    block: np.ndarray | None
+    block: SharedBaseline | None
     into_n_used: np.ndarray
     into_x_h: np.ndarray
     into_x_b: np.ndarray
@@ -112,7 +145,7 @@ def pair_sums(arr: RuleArrays, deff_h: np.ndarray, *, adjust_depth: bool = True)
     var_h = (nh_v**2 * vh).sum(-1)
     block = None
     if k <= BLOCK_COV_MAX_MODELS:
-        block = np.einsum("abj,cbj,bj->bac", omega, omega, vb, optimize=True)
+        block = SharedBaseline(np.ascontiguousarray(omega.transpose(1, 0, 2)), vb)
     return PairSums(
         n=nh.sum(-1),
         x_all=xh.sum(-1),
@@ -192,7 +225,8 @@ class DeltaTable:
         deff_h, deff_b: design effects applied to the handoff and baseline arms.
         coverage: n_used / n.
         reported: off-diagonal, n_used ≥ min_n and n_base ≥ min_n.
-        block_cov: covariance of the Δ sharing a suffix (for the GLS), or None.
+        block_cov: covariance of the Δ sharing a suffix (for the GLS): diagonal plus low
+            rank, dense (K, K, K), or None.
         into: per suffix B, Δ of every handoff into B (``IntoTable``).
     """
 
@@ -210,7 +244,7 @@ class DeltaTable:
     deff_b: np.ndarray
     coverage: np.ndarray
     reported: np.ndarray
-    block_cov: np.ndarray | None
+    block_cov: np.ndarray | LowRankBlocks | None
     into: IntoTable
 
 
@@ -252,7 +286,8 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         coverage = s.n_used / s.n
     reported = ~np.eye(k, dtype=bool) & (s.n_used >= min_n) & (s.n_base >= min_n) & (s.inv_nb > 0)
     lo, hi = newcombe(p_h, nstar_h, p_b, nstar_b, z)
-    p = np.where(reported, newcombe_p(p_h, nstar_h, p_b, nstar_b), np.nan)
+    p = np.full((k, k), np.nan)
+    p[reported] = newcombe_p(p_h[reported], nstar_h[reported], p_b[reported], nstar_b[reported])
     q = bh_adjust(p)
     nan = np.nan
     return DeltaTable(
@@ -275,16 +310,21 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
     )
 
 
-def _block_cov(s: PairSums, deff_h: np.ndarray, deff_b: np.ndarray) -> np.ndarray | None:
-    """[b, a, a'] covariance of Δ(a→b) and Δ(a'→b): shared baseline plus own variance."""
+def _block_cov(s: PairSums, deff_h: np.ndarray, deff_b: np.ndarray) -> np.ndarray | LowRankBlocks | None:
+    """[b, a, a'] covariance of Δ(a→b) and Δ(a'→b): shared baseline plus own variance,
+    as diagonal plus low-rank factors, or dense (K, K, K) once pooled over many rules."""
     if s.block is None:
         return None
     k = s.n.shape[0]
     with np.errstate(invalid="ignore", divide="ignore"):
         scale = np.where(s.n_used > 0, 1.0 / s.n_used, 0.0)  # [a, b]
         sb = scale.T  # [b, a]
-        cov = s.block * deff_b[0][:, None, None] * sb[:, :, None] * sb[:, None, :]
         own = (deff_h * s.var_h * scale**2).T
+    if s.block.dense is None:
+        assert s.block.omega is not None and s.block.var is not None
+        root = np.sqrt(s.block.var * deff_b[0][:, None])  # [b, j]
+        return LowRankBlocks(own, s.block.omega * sb[:, :, None] * root[:, None, :])
+    cov = s.block.dense * deff_b[0][:, None, None] * sb[:, :, None] * sb[:, None, :]
     cov[:, np.arange(k), np.arange(k)] += own
     return np.asarray(cov)
 

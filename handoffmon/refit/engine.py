@@ -12,7 +12,7 @@ from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
-from handoffmon.refit.decomposition import decompose
+from handoffmon.refit.decomposition import LowRankBlocks, decompose
 from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
 from handoffmon.refit.intervals import design_effect, wilson, z_value
 from handoffmon.refit.markov import MarkovArrays, curve_losses, fit_markov, implied_curve
@@ -228,8 +228,8 @@ def _pair_arrays(dt: DeltaTable) -> PairArrays:
 def _block(dt: DeltaTable):  # type: ignore[no-untyped-def]
     """The decomposition's per-suffix covariance callback, or None (independent pairs)."""
     cov = dt.block_cov
-    if cov is None:
-        return None
+    if cov is None or isinstance(cov, LowRankBlocks):
+        return cov
 
     def block(b: int, a: np.ndarray) -> np.ndarray:
         return np.asarray(cov[b][np.ix_(a, a)])

@@ -7,8 +7,9 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Union, overload
 
 from handoffmon.errors import InputError
 
@@ -85,6 +86,53 @@ class PairEffect:
     p_value: float = NAN
     p_adjusted: float = NAN
     design_effect: float = NAN
+
+
+class PairTable(Sequence[PairEffect]):
+    """A fit's ``PairEffect`` records, built on first read.
+
+    A K = 100 refit has ~10⁵ pairs per document (every rule and ``all``); building them
+    is a third of the refit's CPU, and many readers (the periodic refit's gauges for a
+    few rules, ``RuleFit.pair``) never touch most of them. The records are built once,
+    on first access, by ``build`` and then kept; the sequence compares equal to a list
+    of the same records.
+    """
+
+    __slots__ = ("_build", "_len", "_rows")
+
+    def __init__(self, build: Callable[[], list[PairEffect]], length: int) -> None:
+        self._build: Callable[[], list[PairEffect]] | None = build
+        self._len = length
+        self._rows: list[PairEffect] | None = None
+
+    def _list(self) -> list[PairEffect]:
+        if self._rows is None:
+            assert self._build is not None
+            self._rows, self._build = self._build(), None
+        return self._rows
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> PairEffect: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[PairEffect]: ...
+    def __getitem__(self, i: int | slice) -> PairEffect | list[PairEffect]:
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[PairEffect]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PairTable, list)):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PairTable({self._list()!r})"
 
 
 @dataclass(frozen=True)
@@ -246,7 +294,7 @@ class RuleFit:
     r2_unweighted: float
     n_pairs: int
     models: dict[str, ModelScores] = field(default_factory=dict)
-    pairs: list[PairEffect] = field(default_factory=list)
+    pairs: Sequence[PairEffect] = field(default_factory=list)
     markov: dict[str, MarkovFit] = field(default_factory=dict)
     markov_handoff_turns: dict[str, MarkovFit] = field(default_factory=dict)
     markov_same_author: dict[str, MarkovFit] = field(default_factory=dict)
@@ -427,7 +475,7 @@ def _encode(obj: Any) -> Any:
         return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
         return {str(k): _encode(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, PairTable)):
         return [_encode(v) for v in obj]
     if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
         return obj
@@ -457,7 +505,7 @@ def _decode(hint: Any, value: Any) -> Any:
     if origin is dict:
         _, vt = typing.get_args(hint)
         return {k: _decode(vt, v) for k, v in value.items()}
-    if origin is list:
+    if origin in (list, Sequence):
         (it,) = typing.get_args(hint)
         return [_decode(it, v) for v in value]
     if origin is tuple:

@@ -21,9 +21,13 @@ from typing import Any
 
 import numpy as np
 import xxhash
-from litellm.exceptions import RateLimitError, Timeout
-from litellm.llms.custom_llm import CustomLLM
-from litellm.types.utils import GenericStreamingChunk, ModelResponse
+
+from handoffmon._extras import requires_extra
+
+with requires_extra("demo", "the simulated fleet"):
+    from litellm.exceptions import RateLimitError, Timeout
+    from litellm.llms.custom_llm import CustomLLM
+    from litellm.types.utils import GenericStreamingChunk, ModelResponse
 
 from handoffmon.sim.dynamics import Dynamics
 from handoffmon.sim.fleet import Fleet

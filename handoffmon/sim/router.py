@@ -5,8 +5,11 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-import litellm
-from litellm.router import Router
+from handoffmon._extras import requires_extra
+
+with requires_extra("demo", "the simulated fleet"):
+    import litellm
+    from litellm.router import Router
 
 from handoffmon.sim.fleet import Fleet
 from handoffmon.sim.provider import SimProvider

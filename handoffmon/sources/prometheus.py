@@ -6,6 +6,10 @@ time. With a ``window`` the query is ``increase(metric[window])`` — the counts
 last window; Prometheus extrapolates ``increase`` to the window edges, so those counts
 are rounded to integers. Without a window the raw counter totals are summed, which
 equals merging the replicas' local aggregates exactly.
+
+A ``match`` selector such as ``{job="prod",namespace="llm"}`` restricts every query to
+one deployment; without it every handoffmon a Prometheus scrapes (staging and
+production, two teams) is summed into one refit.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ ATTRIBUTIONS = "handoffmon_attributions_total"
 MONITOR_ERRORS = "handoffmon_monitor_errors_total"
 DROPPED = "handoffmon_queue_dropped_total"
 
+_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
+_SELECTOR = re.compile(rf"^\{{{_MATCHER}(?:,{_MATCHER})*,?\s*\}}$")
 _DURATION = re.compile(r"^(?:\d+(?:ms|[smhdwy]))+$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
@@ -42,6 +48,29 @@ def parse_duration(window: str) -> float:
     if not _DURATION.match(window):
         raise SourceError(f"window {window!r} is not a Prometheus duration like 5m, 1h or 7d")
     return float(sum(int(n) * _UNIT_S[u] for n, u in re.findall(r"(\d+)(ms|[smhdwy])", window)))
+
+
+def parse_match(match: str | None) -> str:
+    """The label matchers of a ``--match`` selector, checked: ``{job="prod"}`` → ``job="prod"``.
+
+    ``None`` or ``""`` → ``""`` (no selector). Raises ``SourceError`` for anything but a
+    brace-enclosed list of ``label op "value"`` matchers (a metric name is not allowed:
+    the selector applies to every handoffmon metric).
+    """
+    if not match:
+        return ""
+    text = match.strip()
+    if not _SELECTOR.match(text):
+        raise SourceError(
+            f'--match {match!r} is not a label selector like {{job="prod",namespace="llm"}} '
+            "(label matchers only, no metric name)"
+        )
+    return text[1:-1].strip().rstrip(",").strip()
+
+
+def select(metric: str, matchers: str) -> str:
+    """``metric`` with the checked ``matchers`` of :func:`parse_match` (``metric{...}``)."""
+    return f"{metric}{{{matchers}}}" if matchers else metric
 
 
 def _urllib_fetch(timeout_s: float) -> Fetch:
@@ -68,6 +97,8 @@ class PrometheusSource:
     Args:
         base_url: ``http://host:9090`` (``prometheus://host:9090`` is accepted too).
         window: a Prometheus duration (``1h``) for ``increase``; None = counter totals.
+        match: a label selector (``{job="prod",namespace="llm"}``) every query is restricted
+            to; None = every series of the metric (all deployments summed).
         timeout_s: per-query HTTP timeout.
         fetch: transport override (tests); default uses ``urllib``.
         clock: evaluation time source.
@@ -78,6 +109,7 @@ class PrometheusSource:
         base_url: str,
         *,
         window: str | None = None,
+        match: str | None = None,
         timeout_s: float = 10.0,
         fetch: Fetch | None = None,
         clock: Callable[[], float] = time.time,
@@ -87,12 +119,19 @@ class PrometheusSource:
         self.base_url = base_url.rstrip("/")
         self.window = window
         self.window_s = parse_duration(window) if window else None
+        self.matchers = parse_match(match)
         self._fetch = fetch or _urllib_fetch(timeout_s)
         self._clock = clock
 
+    @property
+    def label(self) -> str:
+        """Where the counts come from: the base URL and the selector, if any."""
+        return f"{self.base_url}{{{self.matchers}}}" if self.matchers else self.base_url
+
     def query_for(self, metric: str, by: tuple[str, ...]) -> str:
         """The PromQL summing ``metric`` over replicas by ``by``."""
-        inner = f"increase({metric}[{self.window}])" if self.window else metric
+        series = select(metric, self.matchers)
+        inner = f"increase({series}[{self.window}])" if self.window else series
         return f"sum by ({', '.join(by)}) ({inner})" if by else f"sum({inner})"
 
     def vector(self, metric: str, by: tuple[str, ...], at: float) -> list[tuple[dict[str, str], int]]:

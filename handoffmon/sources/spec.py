@@ -55,31 +55,38 @@ def load_source(
     *,
     transitions: str | None = None,
     window: str | None = None,
+    match: str | None = None,
     timeout_s: float = 10.0,
     buckets: DepthBuckets | None = None,
 ) -> Loaded:
     """Read counts from ``spec``; ``transitions`` (a CSV) is merged in when given.
 
     Turn logs (``turns.jsonl``, ``turns.csv``, ``turns.parquet``) are aggregated with
-    ``buckets`` (default: the default depth buckets).
+    ``buckets`` (default: the default depth buckets). ``match`` is a Prometheus label
+    selector (``{job="prod",namespace="llm"}``) restricting a Prometheus source to one
+    deployment.
 
     Raises:
-        SourceError: unknown spec or a ``window`` for a source that has no time axis.
+        SourceError: unknown spec, or a ``window`` or ``match`` for a source that is not
+            Prometheus, or a malformed ``match``.
         InputError: a malformed CSV file.
         StoreError: an unreadable SQLite file.
     """
-    if window and not spec.startswith(("prometheus://", "http://", "https://")):
+    is_prometheus = spec.startswith(("prometheus://", "http://", "https://"))
+    if window and not is_prometheus:
         raise SourceError("--window only applies to a Prometheus source")
+    if match and not is_prometheus:
+        raise SourceError("--match only applies to a Prometheus source")
     if spec.startswith("sqlite://"):
         from handoffmon.sources.sqlite import read_sqlite
 
         path = spec[len("sqlite://") :]
         loaded = Loaded(read_sqlite(path), f"sqlite://{path}")
-    elif spec.startswith(("prometheus://", "http://", "https://")):
+    elif is_prometheus:
         from handoffmon.sources.prometheus import PrometheusSource
 
-        src = PrometheusSource(spec, window=window, timeout_s=timeout_s)
-        loaded = Loaded(src.snapshot(), src.base_url, src.window_s)
+        src = PrometheusSource(spec, window=window, match=match, timeout_s=timeout_s)
+        loaded = Loaded(src.snapshot(), src.label, src.window_s)
     elif is_turn_log(spec):
         from handoffmon.sources.turns import read_turns
 

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from handoffmon._extras import requires_extra
 from handoffmon.counts import CELL_TOTAL, CellStatKey, CheckKey, Counts, TransitionKey, TurnKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError
@@ -38,10 +39,8 @@ def statements(sql: str | None = None) -> Iterator[tuple[str, str]]:
 
 
 def _connect() -> Any:
-    try:
+    with requires_extra("turns", "a turn-log source"):
         import duckdb
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise InputError("turn-log sources need DuckDB: pip install 'handoffmon[turns]'") from exc
     return duckdb.connect(":memory:")
 
 

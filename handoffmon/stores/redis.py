@@ -7,17 +7,16 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from handoffmon._extras import requires_extra
 from handoffmon.config import StoreConfig
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import Authorship
 
-try:  # redis is an optional extra; fail with a message that names it
+with requires_extra("redis", "the Redis store"):
     import redis
     import redis.asyncio as aredis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the Redis store needs redis-py: pip install 'handoffmon[redis]'") from exc
 
 _FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 T = TypeVar("T")

@@ -12,8 +12,9 @@ from handoffmon.attribution.conversation import PENDING_PREFIX
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.stores.sqlite import SQLiteStore
+from handoffmon.testing import FakeClock
 from tests.attribution.chat import Chat
-from tests.stores.helpers import FakeClock, run_in_threads
+from tests.stores.helpers import run_in_threads
 
 LONG_A = "Here is a detailed answer about the refund policy and how it applies to you."
 LONG_B = "The second answer goes into the exceptions to the policy, with three examples."

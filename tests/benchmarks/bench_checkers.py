@@ -10,9 +10,10 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from handoffmon.checkers import CheckContext, RuleSet, default_registry
+from handoffmon.checkers import CheckContext, CheckFn, CheckOutcome, RuleSet, default_registry
 from handoffmon.checkers.pack import default_rule_pack
 
 DATA = Path(__file__).parent.parent / "data" / "ifeval" / "responses_llama31_8b.jsonl"
@@ -103,6 +104,71 @@ def bench_checker(
     return (*_percentiles(samples), cpu_mean)
 
 
+def _py3langid_language(languages: frozenset[str]) -> CheckFn:
+    """The ``language`` checker as it was before the vectorized scorer: py3langid's own classify."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        text = reply.strip()[:2000]
+        if len(text) < 20:
+            return CheckOutcome("not_applicable", "too_short")
+        lang, prob = ident.classify(text)
+        if prob < 0.5:
+            return CheckOutcome("not_applicable", "low_confidence")
+        return CheckOutcome("pass") if lang in languages else CheckOutcome("fail", f"language:{lang}")
+
+    return check
+
+
+def _langdetect_only_response_language(language: str) -> CheckFn:
+    """``ifeval:language:response_language`` as it was: seeded langdetect decides every reply."""
+    from handoffmon.checkers.ifeval import langdetect_checks
+
+    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        found = langdetect_checks._langdetect(reply)
+        ok = found is None or found == language
+        return CheckOutcome("pass") if ok else CheckOutcome("fail", "not_followed")
+
+    return check
+
+
+LANGUAGE_PAIRS: list[tuple[str, str, dict[str, object], Callable[[], CheckFn]]] = [
+    ("language", "language", {"languages": ["en"]}, lambda: _py3langid_language(frozenset({"en"}))),
+    (
+        "ifeval:response_language",
+        "ifeval:language:response_language",
+        {"language": "en"},
+        lambda: _langdetect_only_response_language("en"),
+    ),
+]
+"""(label, checker, params, the old implementation): timed side by side, call by call."""
+
+
+def bench_versus_old(
+    kind: str, params: dict[str, object], old: CheckFn, replies: list[str], repeat: int
+) -> tuple[float, float, int]:
+    """(new p50 µs, old p50 µs, verdicts that differ): passes over all replies alternate
+    between the two (old first), so both see the same load, each with its own warm caches."""
+    new = default_registry().build(kind, params)
+    ctx = CheckContext()
+    clock = time.perf_counter
+    samples: dict[str, list[float]] = {"new": [], "old": []}
+    verdicts: dict[str, list[str]] = {"new": [], "old": []}
+    for _ in range(repeat):
+        for which, fn in (("old", old), ("new", new)):
+            for r in replies[:5]:
+                fn(r, ctx)
+            for r in replies:
+                t0 = clock()
+                out = fn(r, ctx)
+                samples[which].append(clock() - t0)
+                verdicts[which].append(out.verdict)
+    differ = sum(a != b for a, b in zip(verdicts["new"], verdicts["old"], strict=True)) // repeat
+    return statistics.median(samples["new"]) * 1e6, statistics.median(samples["old"]) * 1e6, differ
+
+
 def bench_pack(replies: list[str], *, with_language: bool, seconds: float) -> tuple[float, float, int]:
     """Checks per second of the default rule pack through RuleSet.evaluate, single thread.
 
@@ -134,6 +200,14 @@ def main() -> None:
         s50, s99, scpu = bench_checker(kind, params, short, repeat)
         l50, l99, lcpu = bench_checker(kind, params, long, max(1, repeat // 2))
         print(f"{label:34} {s50:>11.1f} {s99:>9.1f} {scpu:>8.1f} {l50:>10.1f} {l99:>9.1f} {lcpu:>8.1f}")
+    print()
+    for label, kind, params, old in LANGUAGE_PAIRS:
+        for name, replies in (("500 ch", short), ("5 KB", long)):
+            new50, old50, differ = bench_versus_old(kind, params, old(), replies, max(1, repeat // 2))
+            print(
+                f"{label + ', ' + name:34} new p50 {new50:8.1f} µs, old p50 {old50:9.1f} µs, "
+                f"new/old {new50 / old50:.3f}; verdicts differing {differ}/{len(replies)}"
+            )
     print()
     for with_language in (False, True):
         for name, replies in (("500 ch", short), ("5 KB", long)):

@@ -45,9 +45,17 @@ def _plot(
     *,
     logx: bool = True,
     logy: bool = True,
-) -> Path:
-    """Save one line per series as bench-results/scaling-<name>.png."""
-    import matplotlib
+) -> Path | None:
+    """Save one line per series as bench-results/scaling-<name>.png (skipped without matplotlib).
+
+    matplotlib is no dependency of handoffmon (not even dev): the numbers go to the runner's
+    JSON; the pictures are for whoever installed matplotlib to look at them.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"    (no matplotlib: scaling-{name}.png not drawn)", flush=True)
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

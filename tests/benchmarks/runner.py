@@ -32,7 +32,6 @@ PACKAGES = (
     "starlette",
     "google-re2",
     "xxhash",
-    "matplotlib",
     "psutil",
 )
 
@@ -104,7 +103,7 @@ def run_suites(names: list[str], quick: bool) -> tuple[list[Row], list[dict[str,
     for name in names:
         load0 = os.getloadavg()
         t0 = time.perf_counter()
-        print(f"[{dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {name} …", flush=True)
+        print(f"[{dt.datetime.now(dt.UTC):%H:%M:%S}] {name} …", flush=True)
         error: str | None = None
         try:
             got = SUITES[name](quick)
@@ -194,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     line = summary_line(facts, started, log)
     print("\n" + table + "\n\n" + line)
     args.out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     doc = {
         "started_utc": stamp,
         "parameters": {"quick": args.quick, "suites": names},

@@ -81,3 +81,15 @@ def test_only_and_skip_select_suites(fake_suites: None, tmp_path: Path) -> None:
 def test_numbers_keep_three_significant_digits(value: float | None, text: str) -> None:
     """Table cells: about three significant digits, thousands separated."""
     assert runner._fmt(value) == text
+
+
+def test_refit_target_reports_cpu_and_wall_against_the_target() -> None:
+    """The K = 100 refit row says, in the JSON, CPU and wall seconds and which meets 1 s."""
+    from tests.benchmarks.suites import _target
+
+    ok_cpu = _target(1.4, 1.6, [0.9], 1.0)
+    assert ok_cpu["cpu_p50_s"] == 0.9 and ok_cpu["wall_p50_s"] == 1.4 and ok_cpu["wall_p99_s"] == 1.6
+    assert ok_cpu["meets_target_cpu"] is True and ok_cpu["meets_target_wall"] is False
+    slow = _target(0.8, 0.95, [1.2], 1.0)
+    assert slow["meets_target_cpu"] is False and slow["meets_target_wall"] is True
+    assert _target(0.5, 0.5, [], 1.0)["meets_target_cpu"] is False

@@ -14,6 +14,9 @@ from handoffmon.checkers.ifeval.instructions import INSTRUCTIONS, LANGDETECT_IDS
 DATA = Path(__file__).parent.parent / "data" / "ifeval"
 RANDOM_KEYS = {1122, 1129}  # keywords:letter_frequency with a non-letter: the reference draws at random
 REQUIRED = 0.99
+LANGDETECT_AGREEING = {"strict": 93, "loose": 93}
+"""Of the 95 langdetect-based verdicts, how many agreed with the reference when langdetect
+alone decided (seeded); py3langid deciding when it is ≥ 99% sure must not lower it."""
 
 
 def _agreement(mode: Mode) -> tuple[Counter[str], Counter[str]]:
@@ -71,3 +74,4 @@ def test_instruction_level_agreement_with_reference(mode: Mode) -> None:
     assert all_rate >= REQUIRED
     # the reference's langdetect is unseeded: a few ambiguous texts may go either way
     assert lang_rate >= 0.95
+    assert sum(agree[i] for i in LANGDETECT_IDS) >= LANGDETECT_AGREEING[mode]

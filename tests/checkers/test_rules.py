@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from handoffmon.checkers import CheckContext, CheckOutcome, RuleSet, default_registry
+from handoffmon.checkers import CheckContext, CheckOutcome, RequestRulePolicy, RuleSet, default_registry
 from handoffmon.config import RuleConfig, config_from_mapping
 from handoffmon.errors import RuleError
 
@@ -126,16 +126,17 @@ def test_bad_request_rules_raise_rule_error(meta: dict[str, object], key: str) -
 
 
 def test_too_many_request_rules_rejected() -> None:
-    """A request cannot declare more than max_request_rules rules."""
-    rs = RuleSet(max_request_rules=2)
+    """A request cannot declare more than request_rules.max_per_request rules."""
+    rs = RuleSet(request=RequestRulePolicy(max_per_request=2))
     many = {"handoffmon": {"rules": [{"name": f"r{i}", "check": "no_commas"} for i in range(3)]}}
     with pytest.raises(RuleError):
         rs.parse_request_rules(many)
 
 
 def test_oversized_request_rule_rejected() -> None:
-    """A per-request rule over max_request_rule_bytes is refused before anything is compiled."""
-    rs = RuleSet(max_request_rule_bytes=200)
+    """A per-request rule over request_rules.max_rule_bytes is refused before anything is compiled;
+    rules handed to evaluate directly (eval scripts, validated state) are not held to it."""
+    rs = RuleSet(request=RequestRulePolicy(max_rule_bytes=200))
     big = {
         "handoffmon": {
             "rules": [
@@ -151,7 +152,7 @@ def test_oversized_request_rule_rejected() -> None:
         rs.parse_request_rules(big)
     assert "limited to 200" in str(e.value) and e.value.key == "metadata.handoffmon.rules['k']"
     out = rs.evaluate("x", CheckContext(), [RuleConfig.model_validate(big["handoffmon"]["rules"][0])])
-    assert [(r.verdict, r.reason) for r in out] == [("error", "invalid_rule")]
+    assert [(r.rule, r.verdict) for r in out] == [("k", "pass")]
 
 
 def test_accumulate_multi_if_style() -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from handoffmon.sim.fleet import default_fleet
+from handoffmon.sim.fleet import Fleet, default_fleet
 from tests.conftest import free_port, port_open, require_binary
 from tests.deploy.conftest import shortened_rules
 from tests.deploy.shipped import (
@@ -184,29 +184,38 @@ def test_planted_risky_pair_fires_and_healthy_pairs_stay_quiet(refit_scraped: St
         assert alert["annotations"]["runbook_url"].endswith("#handoffpairrisky")
 
 
-def test_planted_susceptible_model_fires_and_robust_models_stay_quiet(refit_scraped: Stack) -> None:
-    """ModelSusceptibilityNegative fires (pooled rule `all`) for the model planted with the
-    most negative σ, and never for a model planted with σ ≥ 0."""
+def _planted_into(fleet: Fleet, model: str) -> float:
+    """Planted Δ of handoffs into ``model``, averaged over the other models as prefixes (the
+    refit weights prefixes by their observed handoffs; the fleet's routing is close to even)."""
+    shifts = [fleet.handoff_shift(a, model) for a in fleet.names if a != model]
+    return sum(shifts) / len(shifts)
+
+
+def test_model_hurt_by_handoffs_fires_and_models_helped_stay_quiet(refit_scraped: Stack) -> None:
+    """HandoffsIntoModelHurt fires (pooled rule `all`) for the model whose planted Δ into it is
+    most negative, and never for a model whose planted Δ into it is ≥ 0 (absolute Δ, not σ)."""
     prom = refit_scraped.prom
     fleet = default_fleet()
-    target = min(fleet.models, key=lambda m: m.susceptibility)
-    assert target.susceptibility < -0.05
-    robust = {m.name for m in fleet.models if m.susceptibility >= 0}
+    into = {m: _planted_into(fleet, m) for m in fleet.names}
+    target = min(into, key=into.__getitem__)
+    assert into[target] < -0.05
+    helped = {m for m, d in into.items() if d >= 0}
+    assert helped, into
     seen: list[dict[str, Any]] = []
 
     def target_firing() -> bool:
-        alerts = _active(prom, "ModelSusceptibilityNegative")
+        alerts = _active(prom, "HandoffsIntoModelHurt")
         seen.extend(alerts)
         return any(
-            a["labels"]["model"] == target.name and a["labels"]["rule"] == "all" and a["state"] == "firing"
+            a["labels"]["model"] == target and a["labels"]["rule"] == "all" and a["state"] == "firing"
             for a in alerts
         )
 
     assert prom.wait_for(target_firing, ALERT_TIMEOUT_S, interval_s=1.0), sorted(
         {(a["labels"]["model"], a["labels"]["rule"], a["state"]) for a in seen}
     )
-    noisy = sorted({a["labels"]["model"] for a in seen} & robust)
-    assert not noisy, f"models planted with σ ≥ 0 alerted: {noisy}"
+    noisy = sorted({a["labels"]["model"] for a in seen} & helped)
+    assert not noisy, f"models planted with Δ into them ≥ 0 alerted: {noisy} ({into})"
 
 
 def test_every_rule_evaluates_without_error_and_recording_rules_have_data(refit_scraped: Stack) -> None:

@@ -42,6 +42,15 @@ def _serve_only(expr: str) -> bool:
     return any(s in expr for s in SERVE_ONLY)
 
 
+TWO_MODEL_UNDEFINED = ("handoffmon_refit_r2",)
+"""Gauges the refit leaves out for the recorded two-model fleets: adjusted R² has no degrees of
+freedom with two pairs and three parameters (the live six-model demo test checks they have data)."""
+
+
+def _undefined_for_two_models(expr: str) -> bool:
+    return any(s in expr for s in TWO_MODEL_UNDEFINED)
+
+
 def _by_labels(result: list[dict[str, Any]]) -> dict[tuple[tuple[str, str], ...], float]:
     return {tuple(sorted(s["metric"].items())): float(s["value"][1]) for s in result}
 
@@ -101,7 +110,7 @@ def test_every_dashboard_query_returns_data_for_one_deployment_only(ready: Repla
         staging = substitute(expr, {**VALUES, "job": "staging"})
         shared = _by_labels(ready.prom.query(prod))  # raises with Prometheus' parse error
         reference = _by_labels(ready.reference.query(prod))
-        if not shared and not _serve_only(expr):
+        if not shared and not _serve_only(expr) and not _undefined_for_two_models(expr):
             problems.append(f"no data: {title}: {prod}")
         if set(shared) != set(reference) or not all(_close(shared[k], reference[k]) for k in shared):
             # rates of a scrape taken a moment apart: retry once before calling it a leak

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from handoffmon.sources.prometheus import parse_match
 from tests.conftest import require_binary
 from tests.deploy.shipped import DEPLOY, PROM_CONFIG, ROOT, RULES, from_rules_tool, load_yaml
 
@@ -119,6 +120,9 @@ def test_k8s_manifests_have_the_required_kinds_and_fields() -> None:
     assert "--out" in args
     pushed = {args[i + 1] for i, a in enumerate(args) if a == "--push-label"}
     assert "job=handoffmon" in pushed and "namespace=$(POD_NAMESPACE)" in pushed
+    # the refit reads only this deployment's counters: the identity it pushes its gauges under
+    selector = args[args.index("--match") + 1]
+    assert parse_match(selector) == 'job="handoffmon",namespace="$(POD_NAMESPACE)"', selector
     gateway = args[args.index("--pushgateway") + 1].split(":")[0]
     by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
     assert ("Service", gateway) in by_name
@@ -159,7 +163,7 @@ def test_dockerfile_installs_the_package_and_runs_serve() -> None:
     text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
     assert '".[proxy,redis]"' in text
     assert 'ENTRYPOINT ["handoffmon"]' in text and '"serve"' in text
-    for copied in ("pyproject.toml", "README.md", "handoffmon"):
+    for copied in ("pyproject.toml", "README.md", "LICENSE", "handoffmon"):
         assert (ROOT / copied).exists()
 
 

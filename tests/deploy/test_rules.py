@@ -13,7 +13,7 @@ from tests.deploy.shipped import ALERTING_DOC, RULES, RULES_TEST, alert_rules, f
 
 EXPECTED_ALERTS = {
     "HandoffPairRisky",
-    "ModelSusceptibilityNegative",
+    "HandoffsIntoModelHurt",
     "DeepAdherenceLow",
     "FallbackStorm",
     "RefitStale",

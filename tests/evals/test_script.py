@@ -148,16 +148,3 @@ def test_pressure_correctness_rule_checks_the_last_answer() -> None:
     assert verdict("First <answer>B</answer>, no wait <answer>C</answer>") == "pass"
     assert verdict("First <answer>C</answer>, no wait <answer>B</answer>") == "fail"
     assert verdict("C") == "fail"
-
-
-def test_readme_script_example_is_valid() -> None:
-    """The YAML example in the README's evals section loads as a script with the documented shape."""
-    import yaml
-
-    from handoffmon.evals.script import script_from_dict
-
-    readme = (EXAMPLES.parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("<!-- section:evals -->", 1)[1].split("<!-- /section:evals -->", 1)[0]
-    block = section.split("```yaml", 1)[1].split("```", 1)[0]
-    s = script_from_dict(yaml.safe_load(block), "README.md")
-    assert s.length == 12 and s.checkpoints == (1, 12) and s.turns[10].derail

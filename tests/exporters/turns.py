@@ -1,102 +1,18 @@
-"""Test helpers: build TurnResults directly, a scripted multi-model conversation, scrape parsing."""
+"""Test helpers: a scripted multi-model conversation and scrape parsing (turns: handoffmon.testing)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from prometheus_client.parser import text_string_to_metric_families
 
-from handoffmon.depth import DepthBuckets
+from handoffmon.testing import make_turn_result as make_result  # the exporter tests' short name
 from handoffmon.types import (
-    CheckResult,
     Message,
-    MessageAttribution,
-    Transition,
     TurnContent,
-    TurnContext,
-    TurnRecord,
     TurnResult,
 )
 
-BUCKETS = DepthBuckets()
 FINISHED_AT = 1_800_000_000.0
-
-
-def make_result(
-    *,
-    conversation_id: str = "conv-1",
-    depth: int = 1,
-    author: str = "gpt-4o",
-    prefix_model: str = "none",
-    checks: Iterable[tuple[str, str]] = (),
-    transitions: Iterable[tuple[str, str, str]] = (),
-    methods: Iterable[str] = (),
-    fallbacks: int = 0,
-    latency_s: float = 0.5,
-    history_tokens: int = 100,
-    requested_model: str | None = "gpt-group",
-    provider: str | None = "openai",
-    input_tokens: int | None = 120,
-    output_tokens: int | None = 30,
-    reasons: dict[str, str] | None = None,
-    content: TurnContent | None = None,
-    metadata: dict[str, object] | None = None,
-    response_id: str | None = None,
-) -> TurnResult:
-    """One turn as the pipeline would hand it to exporters."""
-    methods = tuple(methods) or tuple("chain" for _ in range(depth - 1))
-    ctx = TurnContext(
-        conversation_id=conversation_id,
-        conversation_id_source="caller",
-        depth=depth,
-        history_chars=history_tokens * 4,
-        history_tokens=history_tokens,
-        prefix_model=prefix_model,
-        prefix_purity=1.0,
-        prefix_authors=0 if depth == 1 else 1,
-        attributions=tuple(
-            MessageAttribution(
-                index=2 * i + 1, author=prefix_model, authors=(prefix_model,), depth=i + 1, method=m
-            )
-            for i, m in enumerate(methods)
-        ),
-        history_fingerprint=12345,
-        requested_model=requested_model,
-        metadata=metadata or {},
-    )
-    handoff = ctx.handoff_for(author)
-    rec = TurnRecord(
-        author=author,
-        authors=(author,),
-        deployment_id=f"{author}-dep",
-        requested_model=requested_model,
-        fallbacks=fallbacks,
-        retries=0,
-        latency_s=latency_s,
-        reply_chars=42,
-        streamed=False,
-        handoff=handoff,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        finish_reason="stop",
-        provider=provider,
-        response_model=f"{author}-2024",
-        finished_at=FINISHED_AT,
-        response_id=response_id,
-    )
-    reasons = reasons or {}
-    return TurnResult(
-        context=ctx,
-        record=rec,
-        depth_bucket=BUCKETS.bucket(depth),
-        checks=tuple(
-            CheckResult(rule=r, verdict=v, reason=reasons.get(r, ""), duration_s=0.001)
-            for r, v in checks  # type: ignore[arg-type]
-        ),
-        transitions=tuple(Transition(rule=r, from_verdict=a, to_verdict=b) for r, a, b in transitions),  # type: ignore[arg-type]
-        attribution_methods=methods,  # type: ignore[arg-type]
-        content=content,
-    )
+"""``make_result``'s default ``finished_at``."""
 
 
 def scripted_conversation() -> list[TurnResult]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from handoffmon.integrations.litellm_callback import HandoffmonCallback, handoffmon_callback
+from handoffmon.testing import RecordingExporter
 from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router
-from tests.pipeline.helpers import RecordingExporter, make_config, runtime
+from tests.pipeline.helpers import make_config, runtime
 
 CONFIG = make_config(attribution={"canonical_models": CANONICAL})
 

@@ -9,8 +9,9 @@ import openai
 import pytest
 
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
+from handoffmon.testing import RecordingExporter
 from tests.integrations.openai_mock import Upstream
-from tests.pipeline.helpers import RecordingExporter, make_config, monitor
+from tests.pipeline.helpers import make_config, monitor
 
 CONFIG = make_config(attribution={"canonical_models": {"openai/gpt-b": "model-b"}})
 

@@ -11,15 +11,15 @@ from handoffmon.counts import TurnKey
 from handoffmon.integrations import wrap
 from handoffmon.integrations.router import RouterWrapper
 from handoffmon.pipeline.monitor import Monitor
+from handoffmon.testing import RecordingExporter
 from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY, CANONICAL, Spy, fallback_router
 from tests.pipeline.helpers import (
     BrokenStore,
     HangingExporter,
-    RecordingExporter,
     make_config,
     monitor,
+    raising_rules,
 )
-from tests.pipeline.test_monitor import _raising_rules
 
 CONFIG = make_config(attribution={"canonical_models": CANONICAL})
 GROUPS_4_7 = ["alpha"] * 3 + ["primary"] * 3 + ["alpha"] * 4
@@ -101,7 +101,7 @@ async def test_ten_turn_conversation_depth_prefix_handoff(mode: str) -> None:
 
 def _faulty_monitor(kind: str) -> tuple[Monitor, Any]:
     if kind == "checker":
-        return monitor(CONFIG, rules=_raising_rules()), None
+        return monitor(CONFIG, rules=raising_rules()), None
     if kind == "store":
         store = BrokenStore(fail=["get_many", "put_many", "get_state", "put_state"])
         config = make_config(

@@ -122,7 +122,8 @@ class _TwoDeploymentRouter:
 def test_router_wrapper_records_both_authors_of_a_continued_stream() -> None:
     """Through RouterWrapper: both deployments' models are the turn's authors, the later one its author."""
     from handoffmon.integrations.router import RouterWrapper
-    from tests.pipeline.helpers import RecordingExporter, monitor
+    from handoffmon.testing import RecordingExporter
+    from tests.pipeline.helpers import monitor
 
     exp = RecordingExporter()
     with monitor(exporters=[exp]) as m:

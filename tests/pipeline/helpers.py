@@ -1,4 +1,4 @@
-"""Test helpers for the pipeline: conversations, failing stores and exporters."""
+"""Test helpers for the pipeline: conversations, failing stores, exporters and checkers."""
 
 from __future__ import annotations
 
@@ -6,15 +6,20 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from handoffmon.config import HandoffmonConfig, config_from_mapping
+from handoffmon.checkers import RuleSet, default_registry
+from handoffmon.config import HandoffmonConfig, RuleConfig, config_from_mapping
 from handoffmon.ingress import Outcome, Request, RequestParser
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import Authorship
 from handoffmon.runtime import Runtime, build_runtime
 from handoffmon.stores.memory import MemoryStore
+from handoffmon.testing import RecordingExporter
 from handoffmon.types import TurnResult
 
 SHORT_RULE = {"name": "short", "check": "length", "params": {"unit": "words", "max": 5}}
+
+AUTHORS_4_7 = ["a"] * 3 + ["b"] * 3 + ["a"] * 4
+"""A 10-turn conversation whose model changes at turns 4 and 7."""
 
 
 def make_config(**sections: Any) -> HandoffmonConfig:
@@ -73,26 +78,6 @@ def run_conversation(
         history.append({"role": "user", "content": f"next {i}"})
 
 
-class RecordingExporter:
-    """Keeps every result it is given."""
-
-    def __init__(self) -> None:
-        self.results: list[TurnResult] = []
-        self.flushed = 0
-        self.shut = False
-
-    def export(self, result: TurnResult) -> bool:
-        self.results.append(result)
-        return True
-
-    def force_flush(self, timeout_s: float = 5.0) -> bool:
-        self.flushed += 1
-        return True
-
-    def shutdown(self) -> None:
-        self.shut = True
-
-
 class HangingExporter(RecordingExporter):
     """Blocks in ``export`` until released."""
 
@@ -119,6 +104,20 @@ class FailingExporter(RecordingExporter):
 
     def export(self, result: TurnResult) -> bool:
         return False
+
+
+def raising_rules() -> RuleSet:
+    """One rule, ``boom``, whose checker raises on every reply."""
+    reg = default_registry()
+
+    def factory(p: Any) -> Any:
+        def check(reply: str, ctx: Any) -> Any:
+            raise RuntimeError("checker bug")
+
+        return check
+
+    reg.register("boom", factory)
+    return RuleSet.from_config([RuleConfig(name="boom", check="boom")], registry=reg)
 
 
 class BrokenStore(MemoryStore):

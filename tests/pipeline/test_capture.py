@@ -7,7 +7,8 @@ from typing import Any
 
 from handoffmon.ingress import Outcome
 from handoffmon.pipeline.records import Capture, Deferred
-from tests.pipeline.helpers import RecordingExporter, make_config, monitor, request
+from handoffmon.testing import RecordingExporter
+from tests.pipeline.helpers import make_config, monitor, request
 
 
 def test_capture_snapshots_the_message_list() -> None:

@@ -6,28 +6,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from handoffmon.checkers import RuleSet, default_registry
 from handoffmon.config import RuleConfig
 from handoffmon.counts import CheckKey, TransitionKey, TurnKey
 from handoffmon.ingress import Outcome
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.pipeline.monitor import Monitor
+from handoffmon.testing import RecordingExporter
 from handoffmon.types import TurnResult
 from tests.pipeline.helpers import (
+    AUTHORS_4_7,
     BrokenStore,
     FailingExporter,
     HangingExporter,
     RaisingExporter,
-    RecordingExporter,
     make_config,
     monitor,
+    raising_rules,
     request,
     run_conversation,
     turn,
 )
-
-AUTHORS_4_7 = ["a"] * 3 + ["b"] * 3 + ["a"] * 4
-"""A 10-turn conversation whose model changes at turns 4 and 7."""
 
 
 def test_ten_turns_with_changes_at_4_and_7() -> None:
@@ -114,22 +112,9 @@ def test_extracted_answer_reaches_the_next_turn() -> None:
     assert [r.checks[0].verdict for r in exp.results] == ["not_applicable", "fail"]
 
 
-def _raising_rules() -> RuleSet:
-    reg = default_registry()
-
-    def factory(p: Any) -> Any:
-        def check(reply: str, ctx: Any) -> Any:
-            raise RuntimeError("checker bug")
-
-        return check
-
-    reg.register("boom", factory)
-    return RuleSet.from_config([RuleConfig(name="boom", check="boom")], registry=reg)
-
-
 def test_raising_checker_gives_error_verdict_and_counts() -> None:
     """A checker that raises yields an ``error`` verdict and monitor_errors{check}; the turn is counted."""
-    with monitor(rules=_raising_rules()) as m:
+    with monitor(rules=raising_rules()) as m:
         run_conversation(m, ["a", "a"])
         m.flush(10)
         snap = m.snapshot()
@@ -238,7 +223,7 @@ class Observer(RecordingExporter):
 def test_observer_exporters_receive_errors_drops_and_overheads() -> None:
     """MonitorObserver exporters get every counted error and drop and the stage overheads."""
     obs = Observer()
-    m = monitor(make_config(pipeline={"queue_size": 1}), exporters=[obs], rules=_raising_rules(), start=False)
+    m = monitor(make_config(pipeline={"queue_size": 1}), exporters=[obs], rules=raising_rules(), start=False)
     run_conversation(m, ["a", "a"])
     m.close(10)
     assert obs.drops == 1

@@ -62,3 +62,23 @@ def test_extracted_values_and_round_trip() -> None:
     assert back == s
     assert back.previous == {"ans": "42"}
     assert ConversationState.from_mapping({"v": 999}) == ConversationState()
+
+
+def test_opted_in_answer_text_is_dropped_from_the_stored_state_once_expired() -> None:
+    """rule_state.text_ttl_s: text past its expiry never reaches the store again; the
+    fingerprint stays (a later turn still compares), and malformed entries are dropped."""
+    from handoffmon.checkers import FingerprintMemory
+
+    now = 1_000_000.0
+    memory = FingerprintMemory(b"k" * 16, text_ttl_s=60, clock=lambda: now)
+    stored = memory.remember("ans", "canberra")
+    s, _ = ConversationState().advance(1, (_check("ans", "pass", stored), _check("bad", "pass", "tx1:junk")))
+    fresh = s.to_mapping(now_s=now + 30)["previous"]
+    assert fresh == {"ans": stored}  # type: ignore[comparison-overlap]
+    expired = s.to_mapping(now_s=now + 61)["previous"]
+    assert isinstance(expired, dict) and set(expired) == {"ans"} and "canberra" not in expired["ans"]
+    assert memory.same("ans", expired["ans"], "canberra") is True
+    assert (
+        len(s.declared) == 0
+        and s.declare(({"name": "y", "check": "no_commas"},), 2).declared[0]["name"] == "y"
+    )

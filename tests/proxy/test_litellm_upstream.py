@@ -115,4 +115,5 @@ def test_authors_fallbacks_and_handoffs_through_real_litellm(proxy: Proxy) -> No
         ("model-b", "model-a", b(4), "true"): 1,
     }
     assert snap.attributions.get("unknown", 0) == 0
-    assert proxy.registry.get_sample_value("handoffmon_fallbacks_total", {"model": "model-b"}) == 1
+    fallbacks = {"requested_model": "chat-flaky", "model": "model-b"}  # labelled by the group asked for
+    assert proxy.registry.get_sample_value("handoffmon_fallbacks_total", fallbacks) == 1

@@ -2,7 +2,7 @@
 
 A replica stores a reply's authorship on its background thread right after answering; a
 turn reaching another replica before that write could see ``unknown`` (the consistency
-window, documented in the README). Real users are seconds slower; to keep these tests
+window, docs/guides/stores.md). Real users are seconds slower; to keep these tests
 deterministic on a loaded machine, each turn waits for the answering replica's queue to
 drain (``POST /admin/flush``) before the next turn goes to the other replica.
 """

@@ -57,3 +57,20 @@ def test_residuals_and_pair_lookup() -> None:
     fit = _result().rules["r"]
     assert fit.residuals == {}
     assert fit.pair("a", "b") is not None and fit.pair("b", "a") is None
+
+
+def test_pair_table_builds_its_records_once_on_first_read() -> None:
+    """PairTable defers building the records, builds them once, and equals the list it wraps."""
+    from handoffmon.refit.result import PairEffect, PairTable
+
+    calls = []
+    rows = [PairEffect("r", "a", "b", 40, 0.1, 0.02, 0.06, 0.14, True, 0.09, 0.01, True)]
+
+    def build() -> list[PairEffect]:
+        calls.append(1)
+        return list(rows)
+
+    table = PairTable(build, 1)
+    assert len(table) == 1 and not calls
+    assert table == rows and list(table) == rows and table[0] is table[0]
+    assert calls == [1]

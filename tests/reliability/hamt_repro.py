@@ -5,7 +5,7 @@ Not a test (it crashes the interpreter it finds the bug in). Run:
 — on CPython 3.10/3.11 it segfaults in ``ContextVar.set`` within seconds (freed HAMT
 nodes are poisoned by the debug allocator); on 3.12+ it prints ``survived``. The
 finalizer here is a generator's ``finally``; in LiteLLM 1.108.7 it is
-``CustomStreamWrapper.__del__`` (see the README, "Known issues").
+``CustomStreamWrapper.__del__`` (see docs/operations/known-issues.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fault matrix under concurrent traffic: the request path stays up and nothing already accepted is lost.
 
-Complements the single-fault tests elsewhere (see the README's fault-matrix table):
+Complements the single-fault tests elsewhere (see docs/operations/reliability.md, the fault matrix):
 tests/pipeline/test_monitor.py (raising/failing/hanging exporters and checkers, a broken
 store, a full queue, one at a time on a monitor), tests/stores/test_redis.py (Redis
 unreachable, hung, back), tests/proxy/test_multi_replica.py (Redis stopped and restarted
@@ -35,12 +35,13 @@ from handoffmon.pipeline.monitor import Monitor
 from handoffmon.proxy.app import create_app
 from handoffmon.proxy.server import uvicorn_options
 from handoffmon.runtime import build_runtime
+from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
 from tests.integrations.zero_router import ZeroLatencyRouter
-from tests.pipeline.helpers import RaisingExporter, RecordingExporter
+from tests.pipeline.helpers import RaisingExporter
 from tests.proxy.conftest import proxy_config, running_proxy
 from tests.proxy.mock_upstream import ServerThread, reply_text, schedule
-from tests.reliability.test_soak import ServeProcess, Traffic, serve_config, upstream_thread
+from tests.reliability.proxy_traffic import ServeProcess, Traffic, serve_config, upstream_thread
 from tests.stores.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,6 +301,7 @@ APP = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~50 s: a backlog of thousands of turns is built up, then drained
 def test_sigterm_during_wrapper_traffic_drains_the_backlog_into_sqlite(tmp_path: Path) -> None:
     """An app SIGTERMed with a backlog queued: at exit every returned turn is in the SQLite aggregates."""
     script, db = tmp_path / "app.py", tmp_path / "hm.db"

@@ -20,23 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import free_port
-from tests.proxy.mock_upstream import MockUpstream, ServerThread
 from tests.reliability.helpers import (
     MIB,
     Sampler,
@@ -46,7 +37,10 @@ from tests.reliability.helpers import (
     warmup_s,
     write_report,
 )
+from tests.reliability.proxy_traffic import ServeProcess, Traffic, serve_config, upstream_thread
 from tests.stores.redis_server import RedisServer
+
+pytestmark = pytest.mark.slow  # 60 s each by default (HANDOFFMON_SOAK_S); CI runs them in its slow step
 
 RSS_TOLERANCE = 8 * MIB
 """Allowed post-warm-up growth of resident memory (see the module docstring)."""
@@ -60,7 +54,7 @@ STREAM_SHARE = 0.2 if sys.version_info >= (3, 12) else 0.0
 """Share of the wrapper soak's calls that stream. None before Python 3.12: there, litellm's
 ``CustomStreamWrapper.__del__`` sets ContextVars from inside cyclic GC, which trips CPython
 gh-148891 (a use-after-free in ``ContextVar.set`` fixed only by 3.12's GC) and segfaults the
-process within seconds to minutes — with or without handoffmon (README, "Known issues").
+process within seconds to minutes — with or without handoffmon (docs/operations/known-issues.md).
 Streaming through the wrapper is covered by the integration tests; the 30-minute soak
 with streams runs on 3.12."""
 
@@ -163,133 +157,6 @@ async def test_wrapper_soak_memory_flat_store_bounded_no_lost_turns() -> None:
 
 
 # -- through the proxy --------------------------------------------------------------------
-
-
-class ServeProcess:
-    """``python -m handoffmon serve`` in a subprocess."""
-
-    def __init__(self, config: dict[str, Any], upstream: str, tmp: Path) -> None:
-        path = tmp / f"serve-{uuid.uuid4().hex[:6]}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "handoffmon", "serve", "--upstream", upstream]
-        args += ["--port", str(self.port), "--config", str(path)]
-        env = dict(os.environ)
-        env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-        self.stderr = tmp / f"serve-{self.port}.err"
-        with self.stderr.open("wb") as err:
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
-
-    def wait_ready(self, timeout_s: float = 60) -> None:
-        """Until /readyz answers 200 (raises with the process's stderr if it exits)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited: {self.stderr.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("serve did not become ready")
-
-    def counters(self) -> dict[str, float]:
-        """Sum of every ``handoffmon_*`` sample by metric name, after draining the queue."""
-        assert httpx.post(f"{self.url}/admin/flush", timeout=60).json() == {"flushed": True}
-        out: dict[str, float] = {}
-        for fam in text_string_to_metric_families(httpx.get(f"{self.url}/metrics", timeout=10).text):
-            for s in fam.samples:
-                out[s.name] = out.get(s.name, 0.0) + s.value
-        return out
-
-    def stop(self, timeout_s: float = 30) -> int:
-        """SIGTERM and wait; the exit status."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-
-
-PROXY_RULES = [
-    {"name": "bullets", "check": "length", "params": {"unit": "bullets", "max": 3}},
-    {"name": "no_commas", "check": "no_commas"},
-    {"name": "mentions_turn", "check": "regex_must_match", "params": {"pattern": "(?i)turn"}},
-]
-
-
-def serve_config(store: dict[str, Any], **sections: Any) -> dict[str, Any]:
-    """A serve config: 3 rules, no turn logs, no periodic refit, the given store."""
-    cfg: dict[str, Any] = {
-        "rules": PROXY_RULES,
-        "store": store,
-        # small process caches: their steady state is reached during warm-up (see the wrapper soak)
-        "attribution": {
-            "canonical_models": {"dep-a-1": "model-a", "dep-b-1": "model-b"},
-            "text_cache_bytes": 1_000_000,
-            "pending_max": 2_000,
-        },
-        "telemetry": {"log_turns": False},
-        "refit": {"interval_s": 0},
-    }
-    cfg.update(sections)
-    return cfg
-
-
-@contextmanager
-def upstream_thread() -> Iterator[tuple[str, MockUpstream]]:
-    """The LiteLLM-like mock upstream on a loopback thread."""
-    mock = MockUpstream()
-    with ServerThread(mock, free_port()) as srv:
-        yield srv.url, mock
-
-
-class Traffic:
-    """Concurrent multi-turn conversations against a chat-completions URL, counting outcomes."""
-
-    def __init__(self, url: str, *, concurrency: int = 16, max_turns: int = 12, seed: int = 0) -> None:
-        self.url = url
-        self.concurrency = concurrency
-        self.max_turns = max_turns
-        self.rng = random.Random(seed)
-        self.ok = 0
-        self.failed = 0
-        self.conversations = 0
-
-    async def _conversation(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
-        n = self.rng.randint(1, self.max_turns)
-        tag = uuid.uuid4().hex
-        messages: list[dict[str, str]] = [{"role": "system", "content": "Answer briefly."}]
-        for d in range(1, n + 1):
-            if stop.is_set():
-                break
-            messages.append({"role": "user", "content": f"{tag} question {d}"})
-            try:
-                r = await client.post(self.url, json={"model": "g", "messages": messages})
-            except httpx.HTTPError:
-                self.failed += 1
-                return
-            if r.status_code != 200:
-                self.failed += 1
-                return
-            self.ok += 1
-            messages.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
-        self.conversations += 1
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Keep ``concurrency`` conversations going until ``stop`` is set."""
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
-
-            async def worker() -> None:
-                while not stop.is_set():
-                    await self._conversation(client, stop)
-
-            await asyncio.gather(*(worker() for _ in range(self.concurrency)))
 
 
 async def _run_for(traffic: Traffic, seconds: float, on_tick: Any = None) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from handoffmon.config import HandoffmonConfig
+from tests.docs.snippets import claimed
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -26,10 +27,10 @@ def _blocks(page: Path, lang: str) -> list[str]:
 
 def test_wrap_quickstart_shows_the_turn_in_the_registry_and_on_the_port() -> None:
     """The runnable snippet of wrap-router.md prints the REGISTRY sample and finds it on metrics_port."""
-    (code,) = [b for b in _blocks(PAGES[0], "python") if "metrics_port" in b]
+    (block,) = claimed("docs/guides/wrap-router.md", "tests/runtime/test_docs.py")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "wrap-router.md", "exec"), {})
+        exec(compile(block.code, block.id, "exec"), {})
     assert out.getvalue().split() == ["1.0", "True"]
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from handoffmon.sim.demo import DemoOutcome, DemoSettings, DemoWorld, build_world, close_world, run_initial
 
+pytestmark = pytest.mark.slow  # the default demo (600 conversations) takes 35-50 s to set up
+
 Z95 = NormalDist().inv_cdf(0.975)
 
 
@@ -125,7 +127,6 @@ def test_planted_stationary_adherence_lies_within_the_refit_intervals(demo_run) 
     assert _max_abs_z(outcome) < 3.5
 
 
-@pytest.mark.slow
 def test_larger_seeded_run_recovers_influence_and_susceptibility_closely() -> None:
     """3x the default traffic, another seed: Pearson ≥ 0.95 for π and σ; stationary still calibrated."""
     for _, outcome in _run(DemoSettings(size=3.0, seed=11)):

@@ -3,10 +3,12 @@ merged local aggregates against a real Prometheus scraping two handoffmon proces
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.refit import refit
 from handoffmon.sources import SourceError
 from handoffmon.sources.prometheus import PrometheusSource, parse_duration
+from handoffmon.sources.spec import infer_buckets, load_source
 from tests.conftest import free_port
 from tests.sources.fakeprom import fake_prometheus as fake_api
 
@@ -108,3 +111,86 @@ def test_refit_from_prometheus_equals_refit_from_merged_local_aggregates(tmp_pat
     assert remote.turns == local.turns
     kwargs = {"buckets": DepthBuckets(), "now": 0.0, "source": "x"}
     assert refit(remote, **kwargs).to_json() == refit(local, **kwargs).to_json()  # type: ignore[arg-type]
+
+
+def test_match_selects_one_deployment_in_every_query(fake_prometheus) -> None:  # type: ignore[no-untyped-def]
+    """`match` puts its label matchers on every metric, inside increase(); malformed selectors,
+    metric names and PromQL beyond matchers are refused before any query."""
+    url, seen = fake_prometheus
+    src = PrometheusSource(url, window="1h", match='{job="prod", namespace=~"llm|llm-eu"}')
+    src.snapshot()
+    queries = {p["query"] for p in seen}
+    assert 'sum(increase(handoffmon_queue_dropped_total{job="prod", namespace=~"llm|llm-eu"}[1h]))' in queries
+    assert all('{job="prod", namespace=~"llm|llm-eu"}' in q for q in queries), queries
+    assert src.label == f'{src.base_url}{{job="prod", namespace=~"llm|llm-eu"}}'
+    for bad in ('job="prod"', 'up{job="prod"}', "{}", "{job=prod}", '{job="a"} or vector(1)'):
+        with pytest.raises(SourceError, match="label selector"):
+            PrometheusSource(url, match=bad)
+    with pytest.raises(SourceError, match="only applies to a Prometheus source"):
+        load_source("cells.csv", match='{job="prod"}')
+
+
+@pytest.mark.integration
+def test_match_reads_one_of_two_jobs_from_a_real_prometheus(tmp_path: Path) -> None:
+    """Two handoffmon processes scraped as two jobs (prod, staging) by one real Prometheus:
+    `--match '{job="prod"}'` reads exactly prod's persisted counts, through PrometheusSource,
+    `handoffmon refit` and `handoffmon shapes export`; without it both deployments are summed."""
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+    from handoffmon.pipeline.aggregates import load_counts_sqlite
+    from tests.promserver import prometheus_server
+
+    jobs = {"prod": (1, free_port(), 1500), "staging": (2, free_port(), 700)}
+    procs, files = [], {}
+    try:
+        for job, (seed, port, turns) in jobs.items():
+            files[job] = tmp_path / f"{job}.sqlite"
+            cmd = [sys.executable, "-m", "tests.sources.replica", "--seed", str(seed), "--turns", str(turns)]
+            cmd += ["--port", str(port), "--sqlite", str(files[job])]
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            procs.append(proc)
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        scrape = [
+            {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+            for job, (_, port, _) in jobs.items()
+        ]
+        with prometheus_server(tmp_path, [], scrape_configs=scrape) as prom:
+
+            def scraped() -> bool:
+                total = prom.query("sum(handoffmon_turns_total)")
+                return bool(total) and float(total[0]["value"][1]) == 2200
+
+            assert prom.wait_for(scraped, timeout_s=30), prom.log_tail()
+            prod = PrometheusSource(prom.url, match='{job="prod"}').snapshot()
+            everything = PrometheusSource(prom.url).snapshot()
+            source = f"prometheus://{prom.url[len('http://') :]}"
+
+            def cli(*args: str, match: str, out: str) -> Any:
+                return CliRunner().invoke(main, [*args, "--match", match, "--out", str(tmp_path / out)])
+
+            res = cli("refit", "--source", source, match='{job="prod"}', out="refit.json")
+            assert res.exit_code == 0, res.output
+            shapes = cli("shapes", "export", "--source", prom.url, match='{job="staging"}', out="shapes.json")
+            assert shapes.exit_code == 0, shapes.output
+            nothing = cli("refit", "--source", prom.url, match='{job="dev"}', out="x.json")
+    finally:
+        for proc in procs:
+            proc.communicate(timeout=10)
+    local = {job: load_counts_sqlite(path) for job, path in files.items()}
+    assert (prod.checks, prod.transitions, prod.turns) == (
+        local["prod"].checks,
+        local["prod"].transitions,
+        local["prod"].turns,
+    )
+    both = local["prod"].merge(local["staging"])
+    assert everything.checks == both.checks and everything.checks != prod.checks
+    buckets = infer_buckets(local["prod"])  # what the CLI does without --config
+    expected = json.loads(refit(local["prod"], buckets=buckets, now=0.0, source="x").to_json())
+    written = json.loads((tmp_path / "refit.json").read_text(encoding="utf-8"))
+    assert written["source"].endswith('{job="prod"}')
+    assert written["rules"] == expected["rules"]
+    exported = json.loads((tmp_path / "shapes.json").read_text(encoding="utf-8"))
+    assert exported["source"].endswith('{job="staging"}')
+    assert nothing.exit_code == 4, nothing.output  # a selector matching nothing is no data, not success

@@ -1,4 +1,4 @@
-"""Shared test helpers for stores: a settable clock, a thread runner that surfaces errors, a hung server."""
+"""Shared test helpers for stores: a thread runner that surfaces errors, and a hung server."""
 
 from __future__ import annotations
 
@@ -6,16 +6,6 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterator
-
-
-class FakeClock:
-    """A clock tests move by hand (``clock.now += 10``)."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run_in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:

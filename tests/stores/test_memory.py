@@ -7,7 +7,8 @@ import pytest
 from handoffmon.attribution import Attributor
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.memory import MemoryStore
-from tests.stores.helpers import FakeClock, run_in_threads
+from handoffmon.testing import FakeClock
+from tests.stores.helpers import run_in_threads
 
 
 def _auth(conv: str, depth: int = 1, author: str = "gpt-4o") -> Authorship:

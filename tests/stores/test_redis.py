@@ -16,6 +16,7 @@ from handoffmon.errors import CorruptValue, StoreError, StoreSkipped, StoreTimeo
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.redis import AsyncRedisStore, RedisStore
+from handoffmon.testing import FakeClock
 from tests.conftest import free_port, require_redis
 from tests.stores.helpers import silent_server
 from tests.stores.redis_server import RedisServer
@@ -36,16 +37,6 @@ def _cfg(**kw: Any) -> StoreConfig:
     }
     base.update(kw)
     return StoreConfig(**base)
-
-
-class FakeClock:
-    """Monotonic clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class CountingConnection(redis.Connection):

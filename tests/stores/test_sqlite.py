@@ -12,7 +12,8 @@ import pytest
 from handoffmon.errors import StoreError
 from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.sqlite import SQLiteStore
-from tests.stores.helpers import FakeClock, run_in_threads
+from handoffmon.testing import FakeClock
+from tests.stores.helpers import run_in_threads
 
 A = Authorship(("gpt-4o", "claude"), 3, 12.5, "conv-1")
 

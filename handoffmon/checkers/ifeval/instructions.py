@@ -8,7 +8,9 @@ Deliberate differences from google-research ``instruction_following_eval``:
   unescaped, so ``C++`` crashes it and a hostile keyword could backtrack for ever);
   on the benchmark's own kwargs the two are identical.
 - a non-letter ``letter`` is counted as given (the reference draws a random letter).
-- langdetect is seeded; JSON nested too deep is "not JSON" instead of a crash.
+- langdetect is seeded, and asked only when py3langid is less than 99% sure (same
+  instruction-level agreement on the IFEval set, ~100× cheaper; ``langdetect_checks``);
+  JSON nested too deep is "not JSON" instead of a crash.
 - sentence counts come from a Punkt re-implementation (``sentences``), not NLTK data.
 """
 
@@ -43,6 +45,7 @@ def _relation(p: Params, key: str = "relation") -> str:
 def response_language(p: Params) -> InstructionCheck:
     """``language:response_language``: langdetect finds ``language``."""
     language = p.str("language")
+    langdetect_checks.warm()
     if language not in langdetect_checks.known_codes():
         raise ParamError("language", f"langdetect does not know language {language!r}")
     return lambda v: langdetect_checks.is_language(v, language)

@@ -1,4 +1,4 @@
-"""The three langdetect-based IFEval checks, with a private seeded detector (deterministic)."""
+"""The three langdetect-based IFEval checks: py3langid decides when sure, else a private seeded langdetect."""
 
 from __future__ import annotations
 
@@ -7,6 +7,16 @@ import threading
 from typing import Any
 
 _LOCK = threading.Lock()
+
+FAST_MIN_CONFIDENCE = 0.99
+"""py3langid's answer is taken when at least this sure (and langdetect knows the code).
+
+langdetect costs ~6 ms on a 500-character reply (seven random-walk trials); py3langid
+~60 µs. On the IFEval texts (541 responses, their 500- and 100-character heads, the
+prompts: 2,048 texts) py3langid is this sure for 1,680 of them and disagrees with seeded
+langdetect on 2 (German quoted inside English, Korean mixed with English), and the
+instruction-level agreement with the reference verifier is unchanged.
+"""
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,12 +36,14 @@ def _factory() -> Any:
 
 
 def warm() -> None:
-    """Load the language profiles now (about a second), not during the first checked reply."""
+    """Load both language models now (about two seconds), not during the first checked reply."""
+    from handoffmon.checkers.langid_model import full_identifier
+
     _factory()
+    full_identifier()
 
 
-def detect_language(text: str) -> str | None:
-    """langdetect's best language for ``text``; ``None`` when it cannot tell (no features)."""
+def _langdetect(text: str) -> str | None:
     from langdetect.lang_detect_exception import LangDetectException
 
     detector = _factory().create()
@@ -42,12 +54,23 @@ def detect_language(text: str) -> str | None:
         return None
 
 
+def detect_language(text: str) -> str | None:
+    """The language of ``text`` in langdetect's codes; ``None`` when it cannot tell (no features)."""
+    from handoffmon.checkers.langid_model import full_identifier
+
+    lang, prob = full_identifier().classify(text)
+    if prob >= FAST_MIN_CONFIDENCE and lang in known_codes():
+        return lang
+    return _langdetect(text)
+
+
 def is_language(text: str, language: str) -> bool:
     """Reference semantics: detected == language; undetectable text counts as following."""
     found = detect_language(text)
     return True if found is None else found == language
 
 
+@functools.lru_cache(maxsize=1)
 def known_codes() -> frozenset[str]:
     """Language codes langdetect knows."""
     return frozenset(_factory().get_lang_list())

@@ -1,0 +1,82 @@
+"""The docs site builds strictly, the README stays short and points into it, ADRs keep their shape."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import require
+from tests.docs.snippets import DOCS, README, ROOT
+
+README_MAX_LINES = 200
+
+
+def _nav_pages(node: object) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [p for item in node for p in _nav_pages(item)]
+    if isinstance(node, dict):
+        return [p for value in node.values() for p in _nav_pages(value)]
+    return []
+
+
+def _mkdocs_config() -> dict[str, object]:
+    # mkdocs.yml uses no custom YAML tags, so the safe loader reads it
+    data = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def test_mkdocs_build_strict(tmp_path: Path) -> None:
+    """`mkdocs build --strict` succeeds: no broken links or anchors, no page missing from the nav."""
+    installed = find_spec("mkdocs") is not None and find_spec("material") is not None
+    require(installed, "mkdocs-material not installed (dev extra)")
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "site" / "reference" / "configuration" / "index.html").is_file()
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    """Each page under docs/ appears in mkdocs.yml's nav exactly once, and every nav entry exists."""
+    nav = _nav_pages(_mkdocs_config()["nav"])
+    files = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    assert sorted(nav) == files
+
+
+def test_readme_is_short_and_its_links_resolve() -> None:
+    """The README fits on two screens, shows the two commands, and every relative link exists."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_MAX_LINES
+    assert "bash scripts/demo.sh" in text and "bash scripts/test.sh" in text
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into the docs"
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, missing
+
+
+def test_decision_records_have_context_decision_consequences() -> None:
+    """ADRs are numbered without gaps, have the three sections, and are listed in the index."""
+    records = sorted((DOCS / "decisions").glob("[0-9][0-9][0-9][0-9]-*.md"))
+    assert [int(p.name[:4]) for p in records] == list(range(1, len(records) + 1))
+    index = (DOCS / "decisions" / "index.md").read_text(encoding="utf-8")
+    for path in records:
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith(f"# {path.name[:4]}: "), path.name
+        for section in ("## Context", "## Decision", "## Consequences"):
+            assert f"\n{section}\n" in text, f"{path.name}: no {section}"
+        assert f"]({path.name})" in index, f"{path.name} missing from decisions/index.md"
