@@ -38,6 +38,72 @@ def cluster_increments(y: int, n: int, passed: bool) -> tuple[int, int, int, int
     return int(n == 0), 0, y, 2 * n + 1
 
 
+SHADOW_STATS: tuple[str, ...] = (
+    "both_pass",
+    "model_only",
+    "prefix_only",
+    "both_fail",
+    "conversations",
+    "b2",
+    "c2",
+    "bc",
+    "bn",
+    "cn",
+    "n2",
+    "handoff_arm",
+)
+"""Stats of a shadow pair cell (see ``ShadowKey``): the paired 2×2 table, cluster sums, arm.
+
+Over pairs i of one (rule, prefix model A, model B): y_B,i = B's verdict continuing A's
+prefix, y_A,i = A's verdict continuing the same prefix. ``both_pass`` = #(y_B = y_A = pass),
+``model_only`` (b) = #(B passes, A fails), ``prefix_only`` (c) = #(A passes, B fails),
+``both_fail``. Per conversation c with b_c, c_c discordant pairs among n_c pairs: G = #c,
+Σb², Σc², Σbc, Σbn, Σcn, Σn² (every increment ≥ 0, so all are monotone counters, and the
+clustered variance of the paired difference Σ(b − c)/Σn is computable from them).
+``handoff_arm`` counts the pairs whose served turn was the handoff (B served, A shadowed).
+"""
+
+SHADOW_TABLE: tuple[str, ...] = SHADOW_STATS[:4]
+SHADOW_CLUSTER: tuple[str, ...] = SHADOW_STATS[4:11]
+
+
+def shadow_increments(b: int, c: int, n: int, model_pass: bool, prefix_pass: bool) -> dict[str, int]:
+    """Increments of the shadow cluster sums when a conversation gets one more pair.
+
+    ``b``/``c``/``n`` are that conversation's discordant counts and pairs in the cell
+    *before* this pair; ``model_pass``/``prefix_pass`` are the pair's verdicts.
+    (b + δb)² − b² = δb(2b + 1); (b + δb)(c + δc) − bc = δb·c + δc·b (never both);
+    (b + δb)(n + 1) − bn = b + δb(n + 1); likewise for c; (n + 1)² − n² = 2n + 1.
+    """
+    db, dc = int(model_pass and not prefix_pass), int(prefix_pass and not model_pass)
+    cell = SHADOW_TABLE[2 * (not model_pass) + (not prefix_pass)]
+    return {
+        cell: 1,
+        "conversations": int(n == 0),
+        "b2": db * (2 * b + 1),
+        "c2": dc * (2 * c + 1),
+        "bc": db * c + dc * b,
+        "bn": b + db * (n + 1),
+        "cn": c + dc * (n + 1),
+        "n2": 2 * n + 1,
+    }
+
+
+class ShadowKey(NamedTuple):
+    """Key of ``shadow``: one stat (``SHADOW_STATS``) of the shadow pairs of a (rule, A, B) cell.
+
+    ``prefix_model`` A wrote the history; ``model`` B is the other continuation. Whichever
+    of the two was served (the handoff arm serves B, the no-handoff arm serves A), the
+    pair is (y_B, y_A) on the same prefix. With ``rule`` = ``"all"`` only the cluster
+    sums are kept (a pair's checks of several rules are one cluster).
+    """
+
+    rule: str
+    prefix_model: str
+    model: str
+    stat: str
+
+
 class CheckKey(NamedTuple):
     """Key of ``checks``: one rule's verdict on turns by ``model`` after ``prefix_model``."""
 
@@ -108,6 +174,8 @@ class Counts:
             predate it (the refit then falls back to every same-author turn).
         cell_stats: per-cell sums for clustered intervals and the depth adjustment
             (see ``CellStatKey``); empty for sources that predate them.
+        shadow: paired shadow-continuation tables and their cluster sums (see
+            ``ShadowKey``); empty unless shadow continuation ran.
     """
 
     checks: Mapping[CheckKey, int] = field(default_factory=dict)
@@ -119,6 +187,7 @@ class Counts:
     session_lengths: Mapping[int, int] = field(default_factory=dict)
     baseline_checks: Mapping[CheckKey, int] = field(default_factory=dict)
     cell_stats: Mapping[CellStatKey, int] = field(default_factory=dict)
+    shadow: Mapping[ShadowKey, int] = field(default_factory=dict)
 
     def merge(self, other: Counts) -> Counts:
         """Sum two snapshots (e.g. two replicas)."""
@@ -138,6 +207,7 @@ class Counts:
             session_lengths=add(self.session_lengths, other.session_lengths),
             baseline_checks=add(self.baseline_checks, other.baseline_checks),
             cell_stats=add(self.cell_stats, other.cell_stats),
+            shadow=add(self.shadow, other.shadow),
         )
 
     @property

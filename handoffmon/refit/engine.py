@@ -19,12 +19,15 @@ from handoffmon.refit.markov import MarkovArrays, curve_losses, fit_markov, impl
 from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
+    SWITCH_COST_NOTE,
     CellAdherence,
     DepthCurve,
     MarkovFit,
     RefitResult,
     RuleFit,
+    SwitchCost,
 )
+from handoffmon.refit.switch_costs import shadow_cells, swap, swap_roles, switch_costs
 from handoffmon.refit.threads import single_threaded_blas
 
 _TURNS = (("all", None), ("handoff", 0), ("same_author", 1))
@@ -40,6 +43,7 @@ class _FitInput:
     passes: np.ndarray  # (P, K, D), every prefix
     fails: np.ndarray
     transitions: np.ndarray  # (K, 3, 2, 2)
+    prefix_sums: PairSums | None = None  # A→B against A's baseline (shadow comparison only)
 
 
 def run_refit(
@@ -65,7 +69,7 @@ def _run(
     window_s: float | None,
 ) -> RefitResult:
     cells = build_cells(counts, buckets, max_models=settings.max_models, max_rules=settings.max_rules)
-    fitter = _RuleFitter(cells, buckets, settings)
+    fitter = _RuleFitter(cells, buckets, settings, shadow_cells(counts.shadow))
     fits: dict[str, RuleFit] = {}
     pooled: _FitInput | None = None
     for i, rule in enumerate(cells.rules):
@@ -79,6 +83,7 @@ def _run(
             pooled.passes,
             pooled.fails,
             pooled.transitions,
+            pooled.prefix_sums,
         )
         fits[ALL_RULES] = fitter.fit(ALL_RULES, pooled)
     else:
@@ -101,20 +106,30 @@ def _run(
         depth_adjusted=cells.depth_sums,
         excluded_models=cells.excluded_models,
         excluded_rules=cells.excluded_rules,
+        switch_cost_note=SWITCH_COST_NOTE if fitter.shadow else "",
     )
 
 
 def _add(a: _FitInput, b: _FitInput) -> _FitInput:
+    prefix = None if a.prefix_sums is None or b.prefix_sums is None else a.prefix_sums + b.prefix_sums
     return _FitInput(
-        a.sums + b.sums, a.clusters, a.passes + b.passes, a.fails + b.fails, a.transitions + b.transitions
-    )
+        a.sums + b.sums, a.clusters, a.passes + b.passes, a.fails + b.fails, a.transitions + b.transitions,
+        prefix,
+    )  # fmt: skip
 
 
 class _RuleFitter:
     """Fits one rule (or the pooled ``all``) against the shared model list."""
 
-    def __init__(self, cells: CellArrays, buckets: DepthBuckets, settings: RefitConfig) -> None:
+    def __init__(
+        self,
+        cells: CellArrays,
+        buckets: DepthBuckets,
+        settings: RefitConfig,
+        shadow: dict[str, dict[tuple[str, str], np.ndarray]],
+    ) -> None:
         self.cells = cells
+        self.shadow = shadow
         self.buckets = buckets
         self.settings = settings
         self.z = z_value(settings.confidence)
@@ -126,7 +141,10 @@ class _RuleFitter:
             g, y2, yn, n2, arr.passes[:k].sum(-1), (arr.passes[:k] + arr.fails[:k]).sum(-1)
         )
         sums = pair_sums(arr, deff_h, adjust_depth=self.cells.depth_sums)
-        return _FitInput(sums, arr.clusters, arr.passes, arr.fails, arr.transitions)
+        prefix = None
+        if self.shadow:  # the like-for-like observational contrast for the switch costs
+            prefix = pair_sums(swap_roles(arr), deff_h.T, adjust_depth=self.cells.depth_sums)
+        return _FitInput(sums, arr.clusters, arr.passes, arr.fails, arr.transitions, prefix)
 
     def fit(self, rule: str, inp: _FitInput) -> RuleFit:
         s = self.settings
@@ -152,7 +170,16 @@ class _RuleFitter:
             cells=self._cells(rule, inp) if rule == ALL_RULES else [],
             r2_adjusted=dec.r2_adjusted,
             dispersion=dec.dispersion,
+            switch_costs=self._switch_costs(rule, inp),
         )
+
+    def _switch_costs(self, rule: str, inp: _FitInput) -> list[SwitchCost]:
+        s = self.settings
+        observational = None
+        if inp.prefix_sums is not None:
+            observational = deltas(inp.prefix_sums, swap(inp.clusters), self.z, s.min_n, s.fdr)
+        cells = self.shadow.get(rule, {})
+        return switch_costs(rule, cells, self.cells.models, observational, z=self.z, min_n=s.min_n, fdr=s.fdr)
 
     def _cells(self, rule: str, inp: _FitInput) -> list[CellAdherence]:
         x, n = inp.passes, inp.passes + inp.fails  # (P, K, D)

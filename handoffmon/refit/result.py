@@ -88,6 +88,67 @@ class PairEffect:
     design_effect: float = NAN
 
 
+SWITCH_COST_NOTE = (
+    "switch_costs are experimental: on sampled turns a second model continued the identical "
+    "history in the background, so estimate = mean[y(B continues A's prefix) - y(A continues "
+    "A's prefix)] over paired outcomes on the same prefixes. It is compared with the "
+    "observational s(A->B) - s(A->A) (A's clean baseline, depth-adjusted), not with delta, "
+    "which measures s(A->B) - s(B->B) against B's own baseline."
+)
+
+
+@dataclass(frozen=True)
+class SwitchCost:
+    """Experimental switch cost of leaving prefix model A for model B, from shadow pairs.
+
+    Attributes:
+        rule: rule name, or ``"all"`` when pooled over rules.
+        prefix_model: A, the author of the history both continuations saw.
+        model: B, the model A's conversation would switch to.
+        n_pairs: paired outcomes (both continuations checked pass or fail).
+        estimate: mean of y_B − y_A over the pairs (B's minus A's adherence on A's
+            prefixes); negative = switching to B costs adherence.
+        ci_low: lower bound of the ``confidence`` interval (Newcombe's square-and-add
+            interval for paired proportions on conversation-clustered effective counts).
+        ci_high: upper bound.
+        significant: Benjamini–Hochberg adjusted p-value ≤ ``RefitResult.fdr`` over the
+            rule's switch costs.
+        p_value: raw two-sided p-value (dual to the interval).
+        p_adjusted: Benjamini–Hochberg adjusted p-value.
+        design_effect: clustered / multinomial variance of the paired difference (≥ 1).
+        model_adherence: B's pass rate on the pairs.
+        prefix_adherence: A's pass rate on the same pairs.
+        handoff_pairs: pairs from the handoff arm (B served, A shadowed).
+        observational: observational estimate of the same contrast, s(A→B) − s(A→A): the
+            handoff cell against A's clean baseline, depth-adjusted (NaN when either
+            cell is below ``min_n``).
+        observational_ci_low: its lower bound (as ``PairEffect.ci_low``).
+        observational_ci_high: its upper bound.
+        disagree: experimental and observational estimates differ at the interval's level
+            (z-test on their difference with the variances added, which ignores their
+            positive covariance and so flags less often than an exact test would).
+    """
+
+    rule: str
+    prefix_model: str
+    model: str
+    n_pairs: int
+    estimate: float
+    ci_low: float
+    ci_high: float
+    significant: bool
+    p_value: float = NAN
+    p_adjusted: float = NAN
+    design_effect: float = NAN
+    model_adherence: float = NAN
+    prefix_adherence: float = NAN
+    handoff_pairs: int = 0
+    observational: float = NAN
+    observational_ci_low: float = NAN
+    observational_ci_high: float = NAN
+    disagree: bool = False
+
+
 class PairTable(Sequence[PairEffect]):
     """A fit's ``PairEffect`` records, built on first read.
 
@@ -285,6 +346,8 @@ class RuleFit:
             rule they would grow as rules × K², per-model curves are in ``curves``).
         r2_adjusted: R² adjusted for the decomposition's effective degrees of freedom.
         dispersion: overdispersion φ ≥ 1 applied to the decomposition's covariance.
+        switch_costs: experimental switch costs from shadow continuation (``SwitchCost``),
+            one per (prefix model, model) with shadow pairs; empty without shadow data.
     """
 
     rule: str
@@ -302,6 +365,13 @@ class RuleFit:
     cells: list[CellAdherence] = field(default_factory=list)
     r2_adjusted: float = NAN
     dispersion: float = 1.0
+    switch_costs: list[SwitchCost] = field(default_factory=list)
+
+    def switch_cost(self, prefix_model: str, model: str) -> SwitchCost | None:
+        """The experimental switch cost of one ordered pair, if shadow pairs exist."""
+        return next(
+            (s for s in self.switch_costs if s.prefix_model == prefix_model and s.model == model), None
+        )
 
     @property
     def residuals(self) -> dict[str, float]:
@@ -339,6 +409,8 @@ class RefitResult:
         depth_adjusted: within-bucket depth adjustment applied (the source had depth sums).
         excluded_models: models beyond ``refit.max_models``, left out of the fit.
         excluded_rules: rules beyond ``refit.max_rules``, left out of the fit.
+        switch_cost_note: what ``RuleFit.switch_costs`` estimate and what they are compared
+            with (empty when the counts hold no shadow pairs).
     """
 
     created_at: float
@@ -359,6 +431,7 @@ class RefitResult:
     depth_adjusted: bool = False
     excluded_models: tuple[str, ...] = ()
     excluded_rules: tuple[str, ...] = ()
+    switch_cost_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN/inf become null/"inf")."""

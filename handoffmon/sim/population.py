@@ -23,12 +23,16 @@ conversation refit input takes tens of milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from handoffmon.depth import DepthBuckets
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.sim.shadow_arm import ShadowRows, ShadowTurns
 
 P_LOW, P_HIGH = 0.005, 0.995
 VERDICT_NAMES: tuple[str, ...] = ("pass", "fail", "not_applicable", "error")
@@ -75,6 +79,13 @@ class Population:
         canary: name of a model that only appears in about ``canary_turns`` turns.
         canary_turns: expected turns of the canary in the whole run.
         confounding: handoff odds multiply by exp(−confounding · u_c / conversation_sd).
+        depth_confounding: handoff odds also multiply by (depth / mean_length)^depth_confounding
+            (with ``confounding`` > 0: fallbacks mostly in hard, deep conversations).
+        shadow_rate: share of turns at depth ≥ 2 that get a shadow continuation
+            (``TurnRows.shadow``); drawn from a separate stream, so the served rows are the
+            same whatever the rate.
+        shadow_candidates: per model (population order), the model the no-handoff arm asks
+            to continue its conversations; default the next model in population order.
         mean_length: mean conversation length (geometric-lognormal mix below).
         max_length: cap on conversation length.
         not_applicable_rate: share of checks with verdict not_applicable (ignored by the refit).
@@ -95,6 +106,9 @@ class Population:
     canary: str | None = None
     canary_turns: float = 20.0
     confounding: float = 0.0
+    depth_confounding: float = 0.0
+    shadow_rate: float = 0.0
+    shadow_candidates: tuple[str, ...] = ()
     mean_length: float = 12.0
     max_length: int = 120
     not_applicable_rate: float = 0.02
@@ -106,6 +120,8 @@ class Population:
             object.__setattr__(self, "effects", np.zeros((k, k)))
         if len(self.rule_offsets) != len(self.rules):
             raise ValueError("rule_offsets must have one entry per rule")
+        if self.shadow_candidates and len(self.shadow_candidates) != k:
+            raise ValueError("shadow_candidates must have one entry per model")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -138,6 +154,7 @@ class TurnRows:
     mean: np.ndarray
     handoff: np.ndarray
     noise_var: float
+    shadow: ShadowRows | None = None
 
     def __len__(self) -> int:
         return len(self.depth)
@@ -175,6 +192,7 @@ def _lengths(pop: Population, n: int, rng: np.random.Generator) -> np.ndarray:
 def simulate(pop: Population, conversations: int, *, seed: int | np.random.Generator = 0) -> TurnRows:
     """Simulate ``conversations`` conversations; rows ordered by depth, then conversation."""
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    shadow = _shadow_turns(pop, rng)
     k, n = len(pop.models), conversations
     base = np.array([m.base for m in pop.models])
     decay = np.array([m.decay for m in pop.models])
@@ -192,6 +210,7 @@ def simulate(pop: Population, conversations: int, *, seed: int | np.random.Gener
     pingpong = (rng.random(n) < pop.pingpong_share) & (partner >= 0)
     ends = {lo - 1 for lo in pop.buckets.edges[1:]}
     odds = np.exp(-pop.confounding * u / max(pop.conversation_sd, 1e-9))
+    served = 0
     p_canary = pop.canary_turns / max(float(lengths.sum()), 1.0) if canary >= 0 else 0.0
     cur = np.full(n, -1)
     home = start.copy()
@@ -213,18 +232,35 @@ def simulate(pop: Population, conversations: int, *, seed: int | np.random.Gener
         handoff = (depth > 1) & (author != prev)
         shift = np.where(handoff, pop.effects[np.maximum(prev, 0), author], shock[act] * pop.carry)
         shift = np.where(depth > 1, shift, 0.0)
+        carried = shock[act] * pop.carry
         shock[act] = shift
         if depth > 1:
             e[act] = pop.turn_rho * e[act] + np.sqrt(1 - pop.turn_rho**2) * rng.normal(
                 0.0, pop.turn_sd, len(act)
             )
         mean = base[author] - decay[author] * (depth - 1)
+        if shadow is not None and depth > 1:
+            cf = shadow.counterfactual(prev, author, handoff, carried)
+            shadow.add(served, act, depth, prev, author, handoff, cf, base, decay, u[act] + e[act])
+        served += len(act)
         for key, val in (("c", act), ("d", np.full(len(act), depth)), ("m", author), ("p", prev),
                          ("s", shift), ("mean", mean), ("h", handoff), ("e", u[act] + e[act])):  # fmt: skip
             out[key].append(np.asarray(val))
         cur[act] = author
         alive[act[suffix_only[author]]] = False
-    return _rows(pop, {k_: np.concatenate(v) if v else np.zeros(0) for k_, v in out.items()}, rng)
+    rows = _rows(pop, {k_: np.concatenate(v) if v else np.zeros(0) for k_, v in out.items()}, rng)
+    if shadow is None:
+        return rows
+    return dataclasses.replace(rows, shadow=shadow.rows(pop, rows))
+
+
+def _shadow_turns(pop: Population, rng: np.random.Generator) -> ShadowTurns | None:
+    """The shadow arm's collector, on its own stream (spawned: the served stream is untouched)."""
+    if pop.shadow_rate <= 0:
+        return None
+    from handoffmon.sim.shadow_arm import ShadowTurns
+
+    return ShadowTurns(pop, rng.spawn(1)[0])
 
 
 def _partners(
@@ -252,6 +288,7 @@ def _route(
     prev = cur[act]
     author: np.ndarray = prev.copy()
     rate = pop.handoff_rate * (pop.bucket_end_boost if depth in ends else 1.0)
+    rate *= (depth / pop.mean_length) ** pop.depth_confounding
     p = 1.0 - np.exp(-rate * odds[act])  # confounded: odds scale the hazard
     switch = rng.random(len(act)) < p
     k = len(route_w)
