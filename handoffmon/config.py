@@ -258,6 +258,57 @@ class RefitConfig(_Section):
         return float(1.0 / (self.prior_sd_pp / 100.0) ** 2)
 
 
+ShadowArm = Literal["handoff", "no_handoff"]
+SHADOW_ARMS: tuple[ShadowArm, ...] = ("handoff", "no_handoff")
+
+
+class ShadowConfig(_Section):
+    """Shadow continuation: on a sampled, budgeted share of turns, a second model continues the
+    identical history in the background (never returned, never recorded as a turn).
+
+    It sends conversation content to the shadow targets: only models named in ``targets``
+    are ever asked."""
+
+    enabled: bool = False
+    """Off by default."""
+    dry_run: bool = False
+    """Decide and count what would be spent, but make no shadow call."""
+    sample_rate: float = Field(default=0.01, ge=0, le=1)
+    """Share of eligible turns (depth ≥ 2, known prefix model) considered for a shadow call."""
+    arms: list[ShadowArm] = Field(default_factory=lambda: list(SHADOW_ARMS))
+    """``handoff``: a handoff turn A→B is continued by A; ``no_handoff``: an A→A turn by a candidate B."""
+    targets: list[str] = Field(default_factory=list)
+    """Allowlist of models (canonical names) shadow calls may go to; required when enabled."""
+    candidates: dict[str, list[str]] = Field(default_factory=dict)
+    """Per model, the candidates of the no-handoff arm (default: the router's fallbacks)."""
+    calls_per_minute: float = Field(default=30.0, gt=0)
+    """Shadow calls started in any 60 s window."""
+    tokens_per_hour: int = Field(default=200_000, gt=0)
+    """Tokens (reserved at the call's upper bound, settled to the usage) in any hour."""
+    usd_per_day: float | None = Field(default=5.0, gt=0)
+    """Spend in any 24 h (litellm's cost map); ``None`` = no money cap. A target without a
+    known price is skipped while a money cap is set."""
+    pair_calls_per_hour: int = Field(default=60, gt=0)
+    """Shadow calls per ordered (prefix model, model) pair in any hour, so frequent pairs
+    leave budget for rare ones."""
+    max_output_tokens: int = Field(default=1024, gt=0)
+    """``max_tokens`` of every shadow call (bounds the reservation)."""
+    max_concurrency: int = Field(default=2, gt=0)
+    """Shadow calls in flight at once; further picks are skipped (``busy``)."""
+    timeout_s: float = Field(default=60.0, gt=0)
+    """Timeout of one shadow call."""
+    breaker_failures: int = Field(default=3, gt=0)
+    """Consecutive 429/5xx/timeouts of a target that stop its shadow traffic."""
+    breaker_cooldown_s: float = Field(default=60.0, gt=0)
+    """How long a stopped target gets no shadow traffic before one probe call."""
+
+    @model_validator(mode="after")
+    def _targets_when_enabled(self) -> ShadowConfig:
+        if self.enabled and not self.targets:
+            raise ValueError("shadow.targets must name the models shadow calls may go to when shadow.enabled")
+        return self
+
+
 class ProxyConfig(_Section):
     """``handoffmon serve``."""
 
@@ -298,6 +349,7 @@ class HandoffmonConfig(_Section):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     refit: RefitConfig = Field(default_factory=RefitConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
 
     @field_validator("depth_buckets")
     @classmethod

@@ -23,16 +23,25 @@ conversation refit input takes tens of milliseconds.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from handoffmon.depth import DepthBuckets
 
-if TYPE_CHECKING:  # pragma: no cover
-    from handoffmon.sim.shadow_arm import ShadowRows, ShadowTurns
+
+class TurnObserver(Protocol):
+    """Sees every step of ``simulate`` at depth ≥ 2 (the shadow arm's hook, ``sim.shadow_arm``)."""
+
+    def observe(
+        self, offset: int, act: np.ndarray, depth: int, prev: np.ndarray, author: np.ndarray,
+        handoff: np.ndarray, carried: np.ndarray, base: np.ndarray, decay: np.ndarray, noise: np.ndarray,
+    ) -> None:  # fmt: skip
+        """``act`` conversations' turns at ``depth`` (served rows from ``offset``): previous and
+        current author, the handoff flag, the shift a same-author turn would carry, the
+        models' base and decay, and the turn's noise u_c + e_t."""
+
 
 P_LOW, P_HIGH = 0.005, 0.995
 VERDICT_NAMES: tuple[str, ...] = ("pass", "fail", "not_applicable", "error")
@@ -81,11 +90,7 @@ class Population:
         confounding: handoff odds multiply by exp(−confounding · u_c / conversation_sd).
         depth_confounding: handoff odds also multiply by (depth / mean_length)^depth_confounding
             (with ``confounding`` > 0: fallbacks mostly in hard, deep conversations).
-        shadow_rate: share of turns at depth ≥ 2 that get a shadow continuation
-            (``TurnRows.shadow``); drawn from a separate stream, so the served rows are the
-            same whatever the rate.
-        shadow_candidates: per model (population order), the model the no-handoff arm asks
-            to continue its conversations; default the next model in population order.
+
         mean_length: mean conversation length (geometric-lognormal mix below).
         max_length: cap on conversation length.
         not_applicable_rate: share of checks with verdict not_applicable (ignored by the refit).
@@ -107,8 +112,6 @@ class Population:
     canary_turns: float = 20.0
     confounding: float = 0.0
     depth_confounding: float = 0.0
-    shadow_rate: float = 0.0
-    shadow_candidates: tuple[str, ...] = ()
     mean_length: float = 12.0
     max_length: int = 120
     not_applicable_rate: float = 0.02
@@ -120,8 +123,6 @@ class Population:
             object.__setattr__(self, "effects", np.zeros((k, k)))
         if len(self.rule_offsets) != len(self.rules):
             raise ValueError("rule_offsets must have one entry per rule")
-        if self.shadow_candidates and len(self.shadow_candidates) != k:
-            raise ValueError("shadow_candidates must have one entry per model")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -154,7 +155,6 @@ class TurnRows:
     mean: np.ndarray
     handoff: np.ndarray
     noise_var: float
-    shadow: ShadowRows | None = None
 
     def __len__(self) -> int:
         return len(self.depth)
@@ -189,10 +189,15 @@ def _lengths(pop: Population, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.clip(out, 1, pop.max_length)
 
 
-def simulate(pop: Population, conversations: int, *, seed: int | np.random.Generator = 0) -> TurnRows:
+def simulate(
+    pop: Population,
+    conversations: int,
+    *,
+    seed: int | np.random.Generator = 0,
+    observer: TurnObserver | None = None,
+) -> TurnRows:
     """Simulate ``conversations`` conversations; rows ordered by depth, then conversation."""
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    shadow = _shadow_turns(pop, rng)
     k, n = len(pop.models), conversations
     base = np.array([m.base for m in pop.models])
     decay = np.array([m.decay for m in pop.models])
@@ -239,28 +244,15 @@ def simulate(pop: Population, conversations: int, *, seed: int | np.random.Gener
                 0.0, pop.turn_sd, len(act)
             )
         mean = base[author] - decay[author] * (depth - 1)
-        if shadow is not None and depth > 1:
-            cf = shadow.counterfactual(prev, author, handoff, carried)
-            shadow.add(served, act, depth, prev, author, handoff, cf, base, decay, u[act] + e[act])
+        if observer is not None and depth > 1:
+            observer.observe(served, act, depth, prev, author, handoff, carried, base, decay, u[act] + e[act])
         served += len(act)
         for key, val in (("c", act), ("d", np.full(len(act), depth)), ("m", author), ("p", prev),
                          ("s", shift), ("mean", mean), ("h", handoff), ("e", u[act] + e[act])):  # fmt: skip
             out[key].append(np.asarray(val))
         cur[act] = author
         alive[act[suffix_only[author]]] = False
-    rows = _rows(pop, {k_: np.concatenate(v) if v else np.zeros(0) for k_, v in out.items()}, rng)
-    if shadow is None:
-        return rows
-    return dataclasses.replace(rows, shadow=shadow.rows(pop, rows))
-
-
-def _shadow_turns(pop: Population, rng: np.random.Generator) -> ShadowTurns | None:
-    """The shadow arm's collector, on its own stream (spawned: the served stream is untouched)."""
-    if pop.shadow_rate <= 0:
-        return None
-    from handoffmon.sim.shadow_arm import ShadowTurns
-
-    return ShadowTurns(pop, rng.spawn(1)[0])
+    return _rows(pop, {k_: np.concatenate(v) if v else np.zeros(0) for k_, v in out.items()}, rng)
 
 
 def _partners(

@@ -5,8 +5,8 @@ continuation with the **same** conversation difficulty u_c and turn noise e_t:
 
 * handoff arm (A wrote the history, B served): A continues, with the shift A's own turn
   would have carried (no new handoff effect);
-* no-handoff arm (A→A served): the candidate B (``Population.shadow_candidates``)
-  continues, with the planted handoff shift ``effects[A, B]``.
+* no-handoff arm (A→A served): the candidate B (``candidates``, default the next model
+  in population order) continues, with the planted handoff shift ``effects[A, B]``.
 
 That shared noise is what pairing buys. The planted switch cost of a pair is the mean,
 over its pairs, of P(B passes) − P(A passes) given the realized prefix (difficulty,
@@ -21,7 +21,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from handoffmon.counts import POOLED_RULE, SHADOW_TABLE, ShadowKey
-from handoffmon.sim.population import P_HIGH, P_LOW, Population, TurnRows
+from handoffmon.sim.population import P_HIGH, P_LOW, Population, TurnRows, simulate
+
+
+def simulate_shadowed(
+    pop: Population,
+    conversations: int,
+    *,
+    rate: float,
+    candidates: tuple[str, ...] = (),
+    seed: int = 0,
+) -> tuple[TurnRows, ShadowRows]:
+    """``population.simulate`` plus a shadow continuation of a ``rate`` share of turns at depth ≥ 2.
+
+    The shadow draws come from a spawned stream, so the served rows equal
+    ``simulate(pop, conversations, seed=seed)`` whatever the rate.
+    """
+    rng = np.random.default_rng(seed)
+    turns = ShadowTurns(pop, rate, candidates, rng.spawn(1)[0])
+    rows = simulate(pop, conversations, seed=rng, observer=turns)
+    return rows, turns.rows(pop, rows)
 
 
 @dataclass(frozen=True)
@@ -56,36 +75,33 @@ class ShadowRows:
 
 
 class ShadowTurns:
-    """Collects the sampled turns while ``population.simulate`` steps through depths."""
+    """Collects the sampled turns while ``population.simulate`` steps through depths (a
+    ``population.TurnObserver``)."""
 
-    def __init__(self, pop: Population, rng: np.random.Generator) -> None:
+    def __init__(
+        self, pop: Population, rate: float, candidates: tuple[str, ...], rng: np.random.Generator
+    ) -> None:
         k = len(pop.models)
-        self.pop, self.rng = pop, rng
-        self.candidate = (
-            np.array([pop.index(c) for c in pop.shadow_candidates])
-            if pop.shadow_candidates
-            else (np.arange(k) + 1) % k
-        )
+        if candidates and len(candidates) != k:
+            raise ValueError("candidates must have one entry per model")
+        self.pop, self.rate, self.rng = pop, rate, rng
+        default = (np.arange(k) + 1) % k
+        self.candidate = np.array([pop.index(c) for c in candidates]) if candidates else default
         self.parts: dict[str, list[np.ndarray]] = {
             key: [] for key in ("turn", "c", "d", "a", "b", "h", "cf_mean", "cf_shift", "noise")
         }
 
-    def counterfactual(
-        self, prev: np.ndarray, author: np.ndarray, handoff: np.ndarray, carried: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(model, shift) of the other continuation of each active conversation's prefix."""
+    def observe(
+        self, offset: int, act: np.ndarray, depth: int, prev: np.ndarray, author: np.ndarray,
+        handoff: np.ndarray, carried: np.ndarray, base: np.ndarray, decay: np.ndarray, noise: np.ndarray,
+    ) -> None:  # fmt: skip
+        """Sample this depth's turns and keep, for the sampled ones, the other continuation's
+        model and shift: the prefix model with its carried shift (handoff arm), or the
+        candidate with ``effects[A, candidate]`` (no-handoff arm)."""
         a = np.maximum(prev, 0)
         model = np.where(handoff, a, self.candidate[a])
-        return model, np.where(handoff, carried, self.pop.effects[a, model])
-
-    def add(
-        self, offset: int, act: np.ndarray, depth: int, prev: np.ndarray, author: np.ndarray,
-        handoff: np.ndarray, cf: tuple[np.ndarray, np.ndarray], base: np.ndarray, decay: np.ndarray,
-        noise: np.ndarray,
-    ) -> None:  # fmt: skip
-        """Sample this depth's turns (served rows start at ``offset``) and keep the sampled ones."""
-        model, shift = cf
-        keep = (self.rng.random(len(act)) < self.pop.shadow_rate) & (prev >= 0) & (model != author)
+        shift = np.where(handoff, carried, self.pop.effects[a, model])
+        keep = (self.rng.random(len(act)) < self.rate) & (prev >= 0) & (model != author)
         idx = np.nonzero(keep)[0]
         m = model[idx]
         values = {

@@ -19,7 +19,7 @@ from handoffmon.refit.intervals import z_value
 from handoffmon.refit.switch_costs import shadow_cells, switch_costs
 from handoffmon.sim.counting import counts_from_rows
 from handoffmon.sim.population import PopModel, Population, simulate
-from handoffmon.sim.shadow_arm import ShadowRows, planted_switch_costs, shadow_counts
+from handoffmon.sim.shadow_arm import ShadowRows, planted_switch_costs, shadow_counts, simulate_shadowed
 
 Z = z_value(0.95)
 POP = Population(
@@ -34,31 +34,28 @@ POP = Population(
     confounding=1.5,
     depth_confounding=1.0,
     handoff_rate=0.06,
-    shadow_rate=0.15,
 )
+RATE = 0.15
 
 
 @pytest.fixture(scope="module")
 def fitted() -> tuple[RefitResult, ShadowRows]:
-    rows = simulate(POP, 3000, seed=7)
-    assert rows.shadow is not None
-    counts = dataclasses.replace(counts_from_rows(rows), shadow=shadow_counts(rows.shadow))
-    return refit(counts, buckets=DepthBuckets()), rows.shadow
+    rows, sh = simulate_shadowed(POP, 3000, rate=RATE, seed=7)
+    counts = dataclasses.replace(counts_from_rows(rows), shadow=shadow_counts(sh))
+    return refit(counts, buckets=DepthBuckets()), sh
 
 
 def test_served_rows_do_not_depend_on_the_shadow() -> None:
     """The shadow arm draws from its own stream: served verdicts are identical with it on or off."""
-    on, off = simulate(POP, 300, seed=3), simulate(dataclasses.replace(POP, shadow_rate=0.0), 300, seed=3)
-    assert off.shadow is None and on.shadow is not None and len(on.shadow) > 100
+    (on, sh), off = simulate_shadowed(POP, 300, rate=RATE, seed=3), simulate(POP, 300, seed=3)
+    assert len(sh) > 100
     np.testing.assert_array_equal(on.verdict, off.verdict)
     np.testing.assert_array_equal(on.model, off.model)
 
 
 def test_pairs_share_the_prefix() -> None:
     """Every pair's A is the served turn's prefix model and B ≠ A; both arms occur."""
-    rows = simulate(POP, 400, seed=5)
-    sh = rows.shadow
-    assert sh is not None
+    _, sh = simulate_shadowed(POP, 400, rate=RATE, seed=5)
     assert np.all(sh.prefix != sh.model) and np.all(sh.depth >= 2)
     assert 0 < sh.handoff.sum() < len(sh)
 
@@ -106,8 +103,7 @@ def test_pairing_needs_fewer_turns_for_the_same_precision(fitted: tuple[RefitRes
 def _coverage(reps: int, conversations: int, rules: tuple[int, ...]) -> tuple[int, int]:
     hits = total = 0
     for rep in range(reps):
-        sh = simulate(POP, conversations, seed=100 + rep).shadow
-        assert sh is not None
+        _, sh = simulate_shadowed(POP, conversations, rate=RATE, seed=100 + rep)
         cells = shadow_cells(shadow_counts(sh))
         for ri in rules:
             truth = planted_switch_costs(sh, rule=ri)

@@ -1,0 +1,134 @@
+"""Shadow budgets: sliding windows that reserve an upper bound first and settle to the actual use.
+
+A call is admitted only if every window can hold its **upper bound** (tokens: the
+prompt's UTF-8 bytes — a byte-level BPE token covers at least one byte — plus
+``max_output_tokens``; money: that many tokens at the target's prices). After the call
+the reservation is settled to the reported usage, so a window never holds more than its
+limit, even with calls in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from handoffmon.config import ShadowConfig
+
+Pair = tuple[str, str]
+
+
+class SlidingWindow:
+    """Amounts admitted in the last ``window_s`` seconds, against ``limit``.
+
+    Memory is bounded by the number of admissions inside one window, which the calls-per-
+    minute window bounds for every other window of the same budget.
+    """
+
+    def __init__(self, limit: float, window_s: float) -> None:
+        self.limit, self.window_s = float(limit), float(window_s)
+        self._items: deque[list[float]] = deque()  # [time, amount]; amount mutable for settling
+        self._total = 0.0
+
+    def used(self, now: float) -> float:
+        """Amount admitted within the window ending at ``now``."""
+        while self._items and self._items[0][0] <= now - self.window_s:
+            self._total -= self._items.popleft()[1]
+        return max(self._total, 0.0)
+
+    def fits(self, amount: float, now: float) -> bool:
+        return self.used(now) + amount <= self.limit
+
+    def add(self, amount: float, now: float) -> list[float]:
+        item = [now, float(amount)]
+        self._items.append(item)
+        self._total += amount
+        return item
+
+    def settle(self, item: list[float], amount: float) -> None:
+        """Replace a reserved amount by the actual one (only if still inside the window)."""
+        if item in self._items:
+            self._total += amount - item[1]
+            item[1] = float(amount)
+
+
+@dataclass
+class Reservation:
+    """What one admitted call holds in the windows, to settle after the call."""
+
+    pair: Pair
+    tokens: float
+    usd: float
+    _items: dict[str, list[float]]
+
+
+class Budget:
+    """Calls per minute, tokens per hour, money per day and per-pair calls per hour.
+
+    Args:
+        config: the ``shadow`` section.
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(self, config: ShadowConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.calls = SlidingWindow(config.calls_per_minute, 60.0)
+        self.tokens = SlidingWindow(config.tokens_per_hour, 3600.0)
+        self.usd = SlidingWindow(config.usd_per_day or float("inf"), 86400.0)
+        self._pairs: dict[Pair, SlidingWindow] = {}
+
+    def upper_bound_tokens(self, prompt_bytes: int, messages: int) -> float:
+        """Tokens a call can use at most: prompt bytes + 4 per message (chat framing) + max output."""
+        return float(prompt_bytes + 4 * messages + self.config.max_output_tokens)
+
+    def reserve(
+        self, pair: Pair, tokens: float, prices: tuple[float, float] | None, prompt_tokens: float
+    ) -> Reservation | str:
+        """Admit a call or say which limit stops it (``budget_calls``, ``budget_tokens``,
+        ``budget_money``, ``no_price``, ``quota``).
+
+        Args:
+            pair: (prefix model, model) of the pair the call would produce.
+            tokens: the call's upper bound of tokens (``upper_bound_tokens``).
+            prices: (USD per input token, USD per output token), None if unknown.
+            prompt_tokens: the part of ``tokens`` that is input (priced at the input rate).
+        """
+        usd = 0.0
+        if self.config.usd_per_day is not None:
+            if prices is None:
+                return "no_price"
+            usd = prompt_tokens * prices[0] + (tokens - prompt_tokens) * prices[1]
+        with self._lock:
+            now = self._clock()
+            pair_window = self._pairs.get(pair)
+            if pair_window is None:
+                pair_window = SlidingWindow(self.config.pair_calls_per_hour, 3600.0)
+            checks = (("budget_calls", self.calls, 1.0), ("budget_tokens", self.tokens, tokens),
+                      ("budget_money", self.usd, usd), ("quota", pair_window, 1.0))  # fmt: skip
+            for reason, window, amount in checks:
+                if not window.fits(amount, now):
+                    return reason
+            self._pairs[pair] = pair_window
+            self._forget_idle(now)
+            items = {name: w.add(a, now) for name, w, a in (
+                ("calls", self.calls, 1.0), ("tokens", self.tokens, tokens), ("usd", self.usd, usd),
+                ("pair", pair_window, 1.0))}  # fmt: skip
+            return Reservation(pair, tokens, usd, items)
+
+    def settle(self, r: Reservation, tokens: float | None, usd: float | None) -> None:
+        """Settle a reservation to the call's reported use (None: keep the upper bound)."""
+        with self._lock:
+            if tokens is not None:
+                self.tokens.settle(r._items["tokens"], min(tokens, r.tokens))
+            if usd is not None:
+                self.usd.settle(r._items["usd"], min(usd, r.usd))
+
+    def _forget_idle(self, now: float) -> None:
+        """Drop per-pair windows with nothing inside (bounds the pair map by recent pairs)."""
+        if len(self._pairs) > 256:
+            for p in [p for p, w in self._pairs.items() if w.used(now) == 0]:
+                del self._pairs[p]

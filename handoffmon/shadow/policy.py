@@ -1,0 +1,102 @@
+"""Which finished turns get a shadow continuation, and by which model."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from handoffmon.config import ShadowConfig
+from handoffmon.shadow.breaker import Breaker
+from handoffmon.shadow.budget import Budget, Reservation
+from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
+
+
+class Decision(NamedTuple):
+    """A shadow call to make: ``target`` continues the history whose last author is ``prefix_model``.
+
+    The pair it yields is (prefix_model → model): ``model`` is B, the served author in the
+    handoff arm and ``target`` in the no-handoff arm.
+    """
+
+    arm: str
+    prefix_model: str
+    model: str
+    target: str
+    reservation: Reservation | None
+
+
+class Skip(NamedTuple):
+    """No shadow call, and why (a bounded set of reasons, usable as a metric label)."""
+
+    reason: str
+
+
+SKIP_REASONS: tuple[str, ...] = (
+    "disabled", "not_eligible", "not_sampled", "arm_off", "no_candidate", "not_allowed", "breaker_open",
+    "budget_calls", "budget_tokens", "budget_money", "no_price", "quota",
+)  # fmt: skip
+
+
+class ShadowPolicy:
+    """Decides per finished turn; thread-safe (the budget and breaker lock themselves).
+
+    Args:
+        config: the ``shadow`` section.
+        budget: the windows to reserve in.
+        breaker: per-target circuit breaker.
+        candidates: model → no-handoff candidates when ``config.candidates`` has none for it
+            (the integration's default: the router's fallbacks of that model group).
+        prices: model → (USD per input token, USD per output token) or None.
+        rng: sampling source (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        config: ShadowConfig,
+        budget: Budget,
+        breaker: Breaker,
+        *,
+        candidates: Callable[[str], Sequence[str]] = lambda _m: (),
+        prices: Callable[[str], tuple[float, float] | None] = lambda _m: None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.budget = budget
+        self.breaker = breaker
+        self._candidates = candidates
+        self._prices = prices
+        self._rng = rng or random.Random()
+        self._allowed = frozenset(config.targets)
+
+    def decide(self, prefix_model: str, author: str, prompt_bytes: int, messages: int) -> Decision | Skip:
+        """Decision for a finished turn whose history was last written by ``prefix_model``."""
+        c = self.config
+        if not c.enabled:
+            return Skip("disabled")
+        if prefix_model in (NO_PREFIX, UNKNOWN_MODEL) or author == UNKNOWN_MODEL:
+            return Skip("not_eligible")
+        if self._rng.random() >= c.sample_rate:
+            return Skip("not_sampled")
+        arm = "handoff" if author != prefix_model else "no_handoff"
+        if arm not in c.arms:
+            return Skip("arm_off")
+        if arm == "handoff":
+            target, model = prefix_model, author
+        else:
+            options = [m for m in (c.candidates.get(author) or self._candidates(author)) if m != author]
+            if not options:
+                return Skip("no_candidate")
+            allowed = [m for m in options if m in self._allowed] or options
+            target = model = allowed[self._rng.randrange(len(allowed))]
+        if target not in self._allowed:
+            return Skip("not_allowed")
+        if not self.breaker.allow(target):
+            return Skip("breaker_open")
+        tokens = self.budget.upper_bound_tokens(prompt_bytes, messages)
+        prompt = tokens - c.max_output_tokens
+        reserved = self.budget.reserve((prefix_model, model), tokens, self._prices(target), prompt)
+        if isinstance(reserved, str):
+            self.breaker.release(target)
+            return Skip(reserved)
+        return Decision(arm, prefix_model, model, target, reserved)

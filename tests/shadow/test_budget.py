@@ -1,0 +1,69 @@
+"""Shadow budget windows: every limit holds under more traffic than it allows."""
+
+from __future__ import annotations
+
+import random
+
+from handoffmon.config import ShadowConfig
+from handoffmon.shadow import Budget, Reservation
+from handoffmon.testing import FakeClock
+
+PRICES = (1e-6, 4e-6)
+
+
+def _drive(
+    budget: Budget, clock: FakeClock, seconds: float, rate_per_s: float
+) -> list[tuple[float, Reservation]]:
+    """Offer calls at ``rate_per_s`` with random prompt sizes; settle each to a random usage."""
+    rng = random.Random(1)
+    admitted = []
+    t = 0.0
+    while t < seconds:
+        clock.advance(1.0 / rate_per_s)
+        t += 1.0 / rate_per_s
+        pair = (rng.choice("abc"), rng.choice("de"))
+        tokens = budget.upper_bound_tokens(rng.randint(100, 4000), 5)
+        r = budget.reserve(pair, tokens, PRICES, tokens - 256)
+        if isinstance(r, Reservation):
+            used = rng.uniform(0.2, 1.0) * tokens
+            budget.settle(r, used, used * PRICES[1])
+            admitted.append((clock(), r))
+    return admitted
+
+
+def test_no_window_is_ever_exceeded() -> None:
+    """10 offers/s for 3 h against 20 calls/min, 60k tokens/h, $0.05/day, 15 calls/pair/h:
+    at every moment each sliding window holds at most its limit, and calls were refused."""
+    cfg = ShadowConfig(calls_per_minute=20, tokens_per_hour=60_000, usd_per_day=0.05, pair_calls_per_hour=15,
+                       max_output_tokens=256)  # fmt: skip
+    clock = FakeClock(0.0)
+    budget = Budget(cfg, clock)
+    admitted = _drive(budget, clock, 3 * 3600, 10.0)
+    assert 0 < len(admitted) < 3 * 3600 * 10
+    times = [t for t, _ in admitted]
+    for i, t in enumerate(times):
+        in_minute = sum(1 for u in times[: i + 1] if u > t - 60)
+        assert in_minute <= 20
+    assert budget.tokens.used(clock()) <= 60_000 and budget.usd.used(clock()) <= 0.05
+    per_pair: dict[tuple[str, str], list[float]] = {}
+    for t, r in admitted:
+        per_pair.setdefault(r.pair, []).append(t)
+    for ts in per_pair.values():
+        assert all(sum(1 for u in ts if t - 3600 < u <= t) <= 15 for t in ts)
+
+
+def test_settling_refunds_the_unused_reservation() -> None:
+    """A token window full of upper bounds admits again once calls report their real usage."""
+    cfg = ShadowConfig(tokens_per_hour=10_000, usd_per_day=None, max_output_tokens=1000)
+    budget = Budget(cfg, FakeClock(0.0))
+    r1 = budget.reserve(("a", "b"), 6000.0, None, 5000.0)
+    assert isinstance(r1, Reservation)
+    assert budget.reserve(("a", "b"), 6000.0, None, 5000.0) == "budget_tokens"
+    budget.settle(r1, 1500.0, None)
+    assert isinstance(budget.reserve(("a", "b"), 6000.0, None, 5000.0), Reservation)
+
+
+def test_money_cap_needs_a_price() -> None:
+    """With a money cap, a target without a known price is refused (never spent blind)."""
+    budget = Budget(ShadowConfig(usd_per_day=1.0), FakeClock(0.0))
+    assert budget.reserve(("a", "b"), 100.0, None, 50.0) == "no_price"
