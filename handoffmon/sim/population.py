@@ -302,9 +302,7 @@ def _rows(pop: Population, t: dict[str, np.ndarray], rng: np.random.Generator) -
     mean = np.repeat(t["mean"], r) + np.tile(offsets, nt)
     noise = np.repeat(t["e"], r)
     shift = np.repeat(t["s"], r)
-    prob = np.clip(mean + noise + shift, P_LOW, P_HIGH)
-    verdict = (rng.random(nt * r) >= prob).astype(np.int64)  # 0 pass, 1 fail
-    verdict[rng.random(nt * r) < pop.not_applicable_rate] = 2
+    verdict = draw_verdicts(mean + noise + shift, pop.not_applicable_rate, rng)
     return TurnRows(
         names=pop.names,
         rules=pop.rules,
@@ -319,6 +317,13 @@ def _rows(pop: Population, t: dict[str, np.ndarray], rng: np.random.Generator) -
         handoff=np.repeat(t["h"], r).astype(bool),
         noise_var=pop.conversation_sd**2 + pop.turn_sd**2,
     )
+
+
+def draw_verdicts(p: np.ndarray, not_applicable_rate: float, rng: np.random.Generator) -> np.ndarray:
+    """Verdict indexes (0 pass, 1 fail, 2 not_applicable) for pass probabilities ``p`` (clipped)."""
+    verdict: np.ndarray = (rng.random(len(p)) >= np.clip(p, P_LOW, P_HIGH)).astype(np.int64)
+    verdict[rng.random(len(p)) < not_applicable_rate] = 2
+    return verdict
 
 
 def clipped_mean(mean: np.ndarray, var: float) -> np.ndarray:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from handoffmon.counts import POOLED_RULE, SHADOW_TABLE, ShadowKey
-from handoffmon.sim.population import P_HIGH, P_LOW, Population, TurnRows, simulate
+from handoffmon.sim.population import P_HIGH, P_LOW, Population, TurnRows, draw_verdicts, simulate
 
 
 def simulate_shadowed(
@@ -123,8 +123,7 @@ class ShadowTurns:
         p_served = np.clip(served.mean[row] + noise + served.shift[row], P_LOW, P_HIGH)
         cf_mean = np.repeat(t["cf_mean"], r) + offsets[rule] + np.repeat(t["cf_shift"], r)
         p_cf = np.clip(cf_mean + noise, P_LOW, P_HIGH)
-        y_cf = (self.rng.random(len(row)) >= p_cf).astype(np.int64)
-        y_cf[self.rng.random(len(row)) < pop.not_applicable_rate] = 2
+        y_cf = draw_verdicts(p_cf, pop.not_applicable_rate, self.rng)
         y_served = served.verdict[row]
         h = np.repeat(t["h"].astype(bool), r)
         return ShadowRows(
