@@ -7,7 +7,7 @@ router's candidates, call ``RequestRouting.decide`` and apply the order.
 from __future__ import annotations
 
 from handoffmon.routing.policy import OUTCOMES, Candidate, Decision, FallbackPolicy
-from handoffmon.routing.state import DecisionCounts, TableHolder
+from handoffmon.routing.state import DecisionCounts, RoutingState, TableHolder
 from handoffmon.routing.table import PairRisk, PairRiskTable, SwitchCost
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "FallbackPolicy",
     "PairRisk",
     "PairRiskTable",
+    "RoutingState",
     "SwitchCost",
     "TableHolder",
 ]

@@ -131,12 +131,10 @@ class FallbackPolicy:
             healthy: whether a candidate group may serve now (default: all may).
         """
         own = tuple(candidates)
-        if len(own) < 2:
-            return Decision(own, "single")
-        if table is None:
-            return Decision(own, "no_table")
-        if not now - table.created_at <= self._max_age_s:  # NaN/inf-safe: not fresh means stale
-            return Decision(own, "stale")
+        early = self.precheck(table, len(own), now)
+        if early is not None:
+            return Decision(own, early)
+        assert table is not None
         if prefix_model is None or prefix_model in _NO_PREFIXES:
             return Decision(own, "no_prefix")
         out: list[Candidate] = []
@@ -149,6 +147,19 @@ class FallbackPolicy:
         if self._home and home_model and home_model not in _NO_PREFIXES:
             outcome = self._go_home(out, home_model, healthy, outcome)
         return Decision(tuple(out), outcome if out != list(own) else "unchanged")
+
+    def precheck(self, table: PairRiskTable | None, n_candidates: int, now: float) -> Outcome | None:
+        """The outcome when there is nothing to decide (``single``, ``no_table``, ``stale``), else None.
+
+        Adapters call it before paying for the prefix lookup.
+        """
+        if n_candidates < 2:
+            return "single"
+        if table is None:
+            return "no_table"
+        if not now - table.created_at <= self._max_age_s:  # NaN-safe: not fresh means stale
+            return "stale"
+        return None
 
     def _better(self, table: PairRiskTable, prefix: str, c: Candidate, b: Candidate) -> bool:
         """Whether ``c`` may move ahead of ``b``: significantly lower risk, within the caps."""

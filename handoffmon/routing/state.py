@@ -6,8 +6,9 @@ import logging
 import threading
 from collections.abc import Callable
 
+from handoffmon.config import RoutingConfig
 from handoffmon.refit.result import ALL_RULES, RefitResult
-from handoffmon.routing.policy import OUTCOMES, Outcome
+from handoffmon.routing.policy import OUTCOMES, FallbackPolicy, Outcome
 from handoffmon.routing.table import PairRiskTable
 
 _log = logging.getLogger("handoffmon.routing")
@@ -72,3 +73,28 @@ class DecisionCounts:
         """Counts by (mode, outcome)."""
         with self._lock:
             return dict(self._counts)
+
+
+class RoutingState:
+    """One runtime's routing: settings, policy, latest table and decision counters.
+
+    The runtime builds it when ``routing.enabled`` (its periodic refit publishes into
+    ``holder``); every adapter of that runtime decides with it.
+
+    Args:
+        settings: the ``routing`` section.
+        on_failure: called when a refit cannot become a table.
+    """
+
+    __slots__ = ("counts", "holder", "policy", "settings")
+
+    def __init__(self, settings: RoutingConfig, *, on_failure: Callable[[], object] | None = None) -> None:
+        self.settings = settings
+        self.policy = FallbackPolicy(settings)
+        self.holder = TableHolder(settings.rule, on_failure=on_failure)
+        self.counts = DecisionCounts()
+
+    def table_age_s(self, now: float) -> float | None:
+        """Seconds since the published table's refit (``None``: no table)."""
+        table = self.holder.table
+        return None if table is None else table.age_s(now)

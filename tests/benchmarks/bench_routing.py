@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
 
 from handoffmon.attribution import Attributor
 from handoffmon.config import RoutingConfig
@@ -28,7 +28,8 @@ from handoffmon.routing.prefix import PrefixLookup
 from handoffmon.stores.memory import MemoryStore
 from tests.benchmarks.bench_attribution import _conversation
 
-MODELS = ("m0", "m1", "m2", "m3", "m4", "m5")
+MODELS = ("model-a", "model-b", "m1", "m2", "m3", "m4")
+"""The K = 6 table's models; bench_attribution's histories are written by model-a and model-b."""
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -67,8 +68,10 @@ def measure_decide(reps: int) -> dict[str, tuple[float, float]]:
     t = table(now)
     cands = tuple(Candidate(f"g{m}", m) for m in ("m1", "m2", "m3"))
     return {
-        "decide(), 3 candidates, reorders": timed(lambda: policy.decide(t, "m0", cands, now=now), reps),
-        "decide(), no table (router order)": timed(lambda: policy.decide(None, "m0", cands, now=now), reps),
+        "decide(), 3 candidates, reorders": timed(lambda: policy.decide(t, "model-a", cands, now=now), reps),
+        "decide(), no table (router order)": timed(
+            lambda: policy.decide(None, "model-a", cands, now=now), reps
+        ),
     }
 
 
@@ -92,27 +95,32 @@ def measure_lookup(reps: int) -> dict[str, tuple[float, float]]:
 
 
 def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
-    """RouterRouting.apply on a zero-latency router with three fallbacks (enforce mode)."""
+    """RouterRouting.apply on a real ``litellm.Router`` (mock deployments) with three fallbacks, enforce."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from litellm import Router
+
     from handoffmon.integrations.router_routing import RouterRouting
-    from handoffmon.routing.state import DecisionCounts, TableHolder
-    from tests.integrations.zero_router import ZeroLatencyRouter
+    from handoffmon.routing import RoutingState
 
     attributor, docs = histories()
-    router: Any = ZeroLatencyRouter()
-    router.fallbacks = [{"g0": ["gm1", "gm2", "gm3"]}]
-    holder = TableHolder()
-    holder.table = table(time.time())
-    routing = RouterRouting(
-        router,
-        settings=RoutingConfig(enabled=True, mode="enforce", return_home=False),
-        lookup=PrefixLookup(attributor),
-        holder=holder,
-        counts=DecisionCounts(),
-        canonical=lambda name: name.removeprefix("gm") and "m" + name.removeprefix("gm"),
+    router = Router(
+        model_list=[
+            {"model_name": f"g{m}", "litellm_params": {"model": f"openai/{m}", "mock_response": "hi"}}
+            for m in MODELS
+        ],
+        fallbacks=[{"gmodel-a": ["gm1", "gm2", "gm3"]}],
     )
-    copies = [json.loads(docs[i % len(docs)]) for i in range(reps + 100)]
-    it = iter(copies)
-    return {"Router routing step (enforce), 20 turns": timed(lambda: routing.apply("g0", next(it), {}), reps)}
+    state = RoutingState(RoutingConfig(enabled=True, mode="enforce", return_home=False))
+    state.holder.table = table(time.time())
+    routing = RouterRouting(router, state, PrefixLookup(attributor), lambda name: name.rsplit("/", 1)[-1])
+    out = routing.apply("gmodel-a", json.loads(docs[0]), {})
+    assert out is not None and out["fallbacks"][0]["gmodel-a"][-1] == "gm1", "m1 is risky: tried last"
+    copies = iter([json.loads(docs[i % len(docs)]) for i in range(reps + 100)])
+    return {
+        "Router routing step (enforce), 20 turns": timed(
+            lambda: routing.apply("gmodel-a", next(copies), {}), reps
+        )
+    }
 
 
 def main() -> None:
