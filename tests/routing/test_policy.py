@@ -137,7 +137,7 @@ def test_refit_table_reorders_only_in_the_planted_direction() -> None:
     """On a refit of the default fleet, every move the policy makes agrees with the planted σ, and the
     16-pp gap between cedar (σ = −0.14) and fjord (σ = +0.02) moves fjord first for every prefix."""
     fleet = default_fleet()
-    result = refit(simulate_counts(fleet, 600, seed=11), buckets=DepthBuckets(), now=NOW)
+    result = refit(simulate_counts(fleet, 300, seed=11), buckets=DepthBuckets(), now=NOW)
     table = PairRiskTable.from_refit(result)
     policy = FallbackPolicy(RoutingConfig())
     cands = {g: tuple(Candidate(f, fleet.by_group(f).name) for f in fb) for g, fb in fleet.fallbacks.items()}
