@@ -177,19 +177,9 @@ class FallbackPolicy:
         return self._within_caps(c, b)
 
     def _within_caps(self, c: Candidate, b: Candidate) -> bool:
-        cap = self._cost_cap
-        if cap is not None:
-            if c.cost_usd_per_mtok is None or b.cost_usd_per_mtok is None:
-                return False
-            if c.cost_usd_per_mtok - b.cost_usd_per_mtok > cap:
-                return False
-        cap = self._latency_cap
-        if cap is not None:
-            if c.latency_s is None or b.latency_s is None:
-                return False
-            if c.latency_s - b.latency_s > cap:
-                return False
-        return True
+        return _within(self._cost_cap, c.cost_usd_per_mtok, b.cost_usd_per_mtok) and _within(
+            self._latency_cap, c.latency_s, b.latency_s
+        )
 
     def _go_home(
         self, out: list[Candidate], home: str, healthy: Callable[[str], bool] | None, outcome: Outcome
@@ -206,3 +196,10 @@ class FallbackPolicy:
         del out[k]
         out.insert(0, c)
         return "home"
+
+
+def _within(cap: float | None, c: float | None, b: float | None) -> bool:
+    """``c`` exceeds ``b`` by at most ``cap`` (no cap: always; a cap with an unknown side: never)."""
+    if cap is None:
+        return True
+    return c is not None and b is not None and c - b <= cap
