@@ -309,6 +309,33 @@ class ShadowConfig(_Section):
         return self
 
 
+class RoutingConfig(_Section):
+    """Risk-aware fallback ordering (``docs/guides/routing.md``): off by default."""
+
+    enabled: bool = False
+    """Order a request's router fallbacks by the refit's pair-risk table."""
+    mode: Literal["dry_run", "enforce"] = "dry_run"
+    """``dry_run`` only counts what the policy would have changed; ``enforce`` changes the order."""
+    rule: str = Field(default="all", min_length=1)
+    """Which fit's pair risks drive the order: ``all`` (pooled over rules) or one rule's name."""
+    min_effect_pp: float = Field(default=2.0, ge=0)
+    """A candidate moves ahead of an earlier one only if its handoff risk is better by at
+    least this many percentage points (and the difference is significant)."""
+    z: float = Field(default=1.96, ge=0)
+    """Significance of a risk difference: |difference| ≥ z × its (conservative) standard error."""
+    max_table_age_s: float = Field(default=3600.0, gt=0)
+    """A table older than this is stale: the router's own order is used."""
+    return_home: bool = True
+    """Prefer the conversation's original model (author of its first reply) when it is a
+    candidate and not cooling down."""
+    max_extra_cost_usd_per_mtok: float | None = Field(default=None, ge=0)
+    """A candidate may not move ahead of one that is cheaper by more than this (input +
+    output price per million tokens, litellm's cost map); ``None`` = no cap."""
+    max_extra_latency_s: float | None = Field(default=None, ge=0)
+    """A candidate may not move ahead of one that is faster by more than this (the
+    router's latency stats); ``None`` = no cap."""
+
+
 class ProxyConfig(_Section):
     """``handoffmon serve``."""
 
@@ -350,6 +377,7 @@ class HandoffmonConfig(_Section):
     refit: RefitConfig = Field(default_factory=RefitConfig)
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
 
     @field_validator("depth_buckets")
     @classmethod

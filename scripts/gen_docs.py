@@ -151,6 +151,7 @@ def monitor_metrics_block() -> str:
 
     from handoffmon.depth import DepthBuckets
     from handoffmon.exporters.prometheus import PrometheusExporter
+    from handoffmon.exporters.routing_decisions import RoutingCollector
     from handoffmon.exporters.store_failures import StoreStatsCollector
     from handoffmon.refit import refit
     from handoffmon.sim import default_fleet
@@ -168,6 +169,8 @@ def monitor_metrics_block() -> str:
     exporter.publish_refit(refit(simulate_counts(default_fleet(), 100, seed=3), buckets=DepthBuckets()))
     # the runtime registers the store guard's failure counters beside the exporter, in every mode
     exporter.registry.register(StoreStatsCollector(lambda: {"get_errors": 0}))
+    # and, with routing.enabled, the routing policy's decisions and its table's age
+    exporter.registry.register(RoutingCollector(lambda: {("dry_run", "unchanged"): 0}, lambda now: 0.0))
     return "\n".join(_metrics_table(_families(exporter.registry)))
 
 

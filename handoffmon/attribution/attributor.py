@@ -239,6 +239,14 @@ class Attributor:
                 found[n + j] = auth
         return found
 
+    def lookup(self, keys: list[str]) -> list[Authorship | None]:
+        """Authorships of store keys: replies pending in this process first, then one store
+        call; ``None`` where unknown or when the store fails (fail-open, counted by its guard).
+
+        For request-time readers (the routing policy's prefix lookup); thread-safe.
+        """
+        return self._fetch(keys)[0]
+
     def _fetch(self, keys: list[str]) -> tuple[list[Authorship | None], bool]:
         """Overlay first, then one ``get_many`` for the rest; (values, store answered)."""
         pending = self._pending

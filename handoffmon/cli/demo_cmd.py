@@ -57,6 +57,14 @@ def _serve(world: Any, duration_s: float | None, refit_interval_s: float) -> Non
         world.runtime.refit_now()
 
 
+def _compare_routing(world: Any, outcome: Any) -> Any:
+    """Both orders on as many fresh conversations as the initial run (``sim.routing_compare``)."""
+    from handoffmon.sim.routing_compare import compare_routing
+
+    click.echo("comparing fallback orders on fresh conversations (two more runs) ...", err=True)
+    return compare_routing(world.settings, world.fleet, outcome.result, world.settings.conversations)
+
+
 @click.command("demo")
 @click.option(
     "--size",
@@ -114,6 +122,12 @@ def _serve(world: Any, duration_s: float | None, refit_interval_s: float) -> Non
     show_default=True,
     help="With --serve: seconds between refits published as gauges.",
 )
+@click.option(
+    "--compare-routing",
+    is_flag=True,
+    help="Then run the same fresh conversations twice, router's fallback order vs the risk-aware "
+    "order from this run's refit, and report the adherence after fallbacks it saved.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr.")
 def demo(
     size: float,
@@ -125,6 +139,7 @@ def demo(
     serve_port: int | None,
     duration: float | None,
     refit_interval: float,
+    compare_routing: bool,
     progress: bool,
 ) -> None:
     """Simulate a fleet of models behind a real litellm Router and show what handoffmon finds.
@@ -163,8 +178,11 @@ def demo(
             from handoffmon.exporters import refit_publisher
 
             refit_publisher(world.runtime.exporters)(outcome.result)
-        paths = write_outputs(outcome, world, Path(out_dir))
+        reordering = _compare_routing(world, outcome) if compare_routing else None
+        paths = write_outputs(outcome, world, Path(out_dir), reordering=reordering)
         click.echo(render_summary(outcome, world.truth))
+        if reordering is not None:
+            click.echo(reordering.line())
         click.echo(f"\nreport: {paths['report']}   refit: {paths['refit']}   truth: {paths['truth']}")
         if serve_port is not None:
             _serve(world, duration, refit_interval)

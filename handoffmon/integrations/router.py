@@ -21,6 +21,7 @@ from handoffmon.pipeline.records import Capture, Deferred
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.ingress import Outcome
+    from handoffmon.integrations.router_routing import RouterRouting
     from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
@@ -49,6 +50,7 @@ class RouterWrapper:
         self._runtime = runtime
         self._parser = RequestParser.from_config(monitor.config)
         self._dep_names: dict[str, str | None] = {}
+        self._routing = _routing(router, monitor, runtime)
 
     @property
     def runtime(self) -> Runtime | None:
@@ -72,6 +74,8 @@ class RouterWrapper:
 
     def completion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.completion`` with monitoring; ``stream=True`` returns a wrapped iterator."""
+        if self._routing is not None:
+            kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
         response = self._router.completion(model=model, messages=messages, **kwargs)
@@ -84,6 +88,8 @@ class RouterWrapper:
 
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.acompletion`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
+        if self._routing is not None:
+            kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
         response = await self._router.acompletion(model=model, messages=messages, **kwargs)
@@ -151,3 +157,14 @@ class RouterWrapper:
         if len(self._dep_names) < MAX_DEPLOYMENT_NAMES:
             self._dep_names[deployment_id] = name
         return name
+
+
+def _routing(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterRouting | None:
+    """Risk-aware fallback ordering for this router when the runtime has it enabled."""
+    state = runtime.routing if runtime is not None else None
+    if state is None:
+        return None
+    from handoffmon.integrations.router_routing import RouterRouting
+    from handoffmon.routing.prefix import PrefixLookup
+
+    return RouterRouting(router, state, PrefixLookup(monitor.attributor), monitor.names.canonical)

@@ -11,6 +11,8 @@ from typing import Any
 from handoffmon.refit.result import ALL_RULES, RefitResult, RuleFit
 from handoffmon.report import svg
 from handoffmon.report.assets import CSS, SCRIPT
+from handoffmon.report.routing import reordering_section
+from handoffmon.routing.compare import RoutingComparison
 
 
 def _z(confidence: float) -> float:
@@ -282,6 +284,7 @@ def render_report(
     truth: Mapping[str, Any] | None = None,
     run: Mapping[str, Any] | None = None,
     title: str = "handoffmon — handoff risk report",
+    reordering: RoutingComparison | None = None,
 ) -> str:
     """One HTML page for a refit: a tab per rule (pooled ``all`` first), every chart inline.
 
@@ -290,6 +293,7 @@ def render_report(
         truth: optional planted truth (``sim.truth.Truth.to_dict()``) drawn as markers.
         run: optional key → value facts about the run (shown under the title).
         title: page title.
+        reordering: a risk-aware routing comparison, shown as "Adherence saved by reordering".
     """
     rules = (
         [ALL_RULES, *sorted(r for r in result.rules if r != ALL_RULES)]
@@ -313,6 +317,7 @@ def render_report(
 {escape(", ".join(result.buckets))} · min n {result.min_n}</p>{_run_panel(run)}</div></header>
 <main class="wrap">
 <p class="note">{escape(result.note)}</p>
+{reordering_section(reordering) if reordering is not None else ""}
 <nav class="tabs" role="tablist">{tabs}</nav>
 {sections}
 </main>

@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from opentelemetry.trace import TracerProvider
 
     from handoffmon.checkers import RuleSet
+    from handoffmon.refit.result import RefitResult
+    from handoffmon.routing import RoutingState
 
 __all__ = ["build_runtime", "shared_runtime"]
 
@@ -85,18 +87,22 @@ def build_runtime(
     store_stats = getattr(monitor.store, "stats", None)
     if config.telemetry.prometheus and callable(store_stats):
         own.register(StoreStatsCollector(store_stats))
+    routing = _routing(config, monitor, own)
+    publish_gauges = refit_publisher(monitor.exporters)
     refit = None
     if config.refit.interval_s > 0:
         refit = PeriodicRefit(
             monitor.snapshot,
-            lambda result: refit_publisher(monitor.exporters)(result),
+            lambda result: _publish(publish_gauges, routing, result),
             config.refit.interval_s,
             buckets=config.buckets,
             settings=config.refit,
             clock=clock,
             on_failure=lambda: monitor.count_error("refit"),
         )
-    runtime = Runtime(config, monitor, registry=own, expose_in=registry, refit=refit, on_close=_forget)
+    runtime = Runtime(
+        config, monitor, registry=own, expose_in=registry, refit=refit, on_close=_forget, routing=routing
+    )
     if start:
         try:
             runtime.start()
@@ -104,6 +110,29 @@ def build_runtime(
             runtime.close()  # nothing was queued yet: returns at once
             raise
     return runtime
+
+
+def _routing(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegistry) -> RoutingState | None:
+    """The routing state when ``routing.enabled`` (its counters shown in ``registry``)."""
+    if not config.routing.enabled:
+        return None
+    from handoffmon.exporters.routing_decisions import RoutingCollector
+    from handoffmon.routing import RoutingState
+
+    state = RoutingState(config.routing, on_failure=lambda: monitor.count_error("refit"))
+    if config.telemetry.prometheus:
+        registry.register(RoutingCollector(state.counts.snapshot, state.table_age_s))
+    return state
+
+
+def _publish(
+    gauges: Callable[[RefitResult], bool], routing: RoutingState | None, result: RefitResult
+) -> bool:
+    """Hand a refit to the gauges and to the routing table (both always tried)."""
+    ok = gauges(result)
+    if routing is not None:
+        ok = routing.holder.publish(result) and ok
+    return ok
 
 
 def _store(config: HandoffmonConfig) -> AttributionStore:

@@ -22,6 +22,7 @@ from handoffmon.runtime.periodic import PeriodicRefit
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.refit.result import RefitResult
+    from handoffmon.routing import RoutingState
 
 _log = logging.getLogger("handoffmon.runtime")
 
@@ -42,6 +43,8 @@ class Runtime:
         expose_in: the application's registry to show ``registry`` in (``None``: private).
         refit: the periodic refit (``None`` when ``refit.interval_s`` is 0).
         on_close: called once after ``close`` (``shared_runtime`` forgets the runtime).
+        routing: the risk-aware fallback ordering state (``None`` unless ``routing.enabled``);
+            the periodic refit publishes its table.
     """
 
     def __init__(
@@ -53,8 +56,10 @@ class Runtime:
         expose_in: CollectorRegistry | None,
         refit: PeriodicRefit | None,
         on_close: Callable[[Runtime], None] | None = None,
+        routing: RoutingState | None = None,
     ) -> None:
         self.config = config
+        self.routing = routing
         self.monitor = monitor
         self.registry = registry
         self._expose_in = expose_in

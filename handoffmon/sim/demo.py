@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,12 @@ from handoffmon.config import (
     HandoffmonConfig,
     PipelineConfig,
     RefitConfig,
+    RoutingConfig,
     TelemetryConfig,
 )
 from handoffmon.counts import Counts
 from handoffmon.refit.result import RefitResult
+from handoffmon.routing.compare import RoutingComparison
 from handoffmon.sim.driver import Driver, DriveStats, TrafficPolicy
 from handoffmon.sim.fleet import Fleet, make_fleet
 from handoffmon.sim.recovery import Recovery, recover
@@ -102,6 +104,7 @@ def demo_config(
     *,
     metrics_port: int | None = None,
     refit_interval_s: float = 0.0,
+    routing: RoutingConfig | None = None,
 ) -> HandoffmonConfig:
     """Embedded defaults (memory store) plus the demo's rules and canonical model names.
 
@@ -111,6 +114,7 @@ def demo_config(
         settings: the run's knobs.
         metrics_port: serve /metrics there (``telemetry.metrics_port``), if given.
         refit_interval_s: the runtime's periodic refit (0 = only the demo's own refits).
+        routing: the ``routing`` section (default: off).
     """
     from handoffmon.sim.router import canonical_models
 
@@ -120,6 +124,7 @@ def demo_config(
         pipeline=PipelineConfig(check_budget_s=settings.check_budget_s),
         telemetry=TelemetryConfig(log_turns=False, metrics_port=metrics_port),
         refit=RefitConfig(interval_s=refit_interval_s),
+        routing=routing if routing is not None else RoutingConfig(),
     )
 
 
@@ -131,6 +136,9 @@ def build_world(
     on_turn: Callable[[], None] | None = None,
     fleet: Fleet | None = None,
     registry: Any = None,
+    routing: RoutingConfig | None = None,
+    exporters: Sequence[Any] = (),
+    record_truth: bool = False,
 ) -> DemoWorld:
     """Build fleet, provider, Router, runtime and wrapper (litellm is imported here).
 
@@ -144,6 +152,9 @@ def build_world(
         on_turn: progress callback per reply.
         fleet: a hand-planted fleet (default: ``make_fleet(settings.models, settings.rules)``).
         registry: a Prometheus registry to show the runtime's series in (default: private).
+        routing: the ``routing`` section (default: off).
+        exporters: extra exporters for the runtime.
+        record_truth: the provider keeps a ``TurnTruth`` per reply (``provider.truth``).
 
     Raises:
         ConfigError: ``metrics_port`` cannot be bound.
@@ -155,7 +166,7 @@ def build_world(
     from handoffmon.sim.router import build_router, unregister_provider
 
     fleet = fleet or make_fleet(settings.models, settings.rules, seed=settings.seed)
-    provider = SimProvider(fleet, seed=settings.seed)
+    provider = SimProvider(fleet, seed=settings.seed, record=record_truth)
     router = build_router(fleet, provider)
     config = demo_config(
         fleet,
@@ -163,9 +174,10 @@ def build_world(
         settings,
         metrics_port=metrics_port,
         refit_interval_s=refit_interval_s,
+        routing=routing,
     )
     try:
-        runtime = build_runtime(config, registry=registry)
+        runtime = build_runtime(config, registry=registry, exporters=exporters)
     except Exception:
         unregister_provider(provider.provider_name or "")
         raise
@@ -220,8 +232,13 @@ def run_facts(outcome: DemoOutcome) -> dict[str, str]:
     }
 
 
-def write_outputs(outcome: DemoOutcome, world: DemoWorld, out_dir: Path) -> dict[str, Path]:
-    """Write the report, the refit JSON and the planted truth JSON (atomically) into ``out_dir``."""
+def write_outputs(
+    outcome: DemoOutcome, world: DemoWorld, out_dir: Path, *, reordering: RoutingComparison | None = None
+) -> dict[str, Path]:
+    """Write the report, the refit JSON and the planted truth JSON (atomically) into ``out_dir``.
+
+    ``reordering`` (``--compare-routing``) adds the report's "Adherence saved by reordering".
+    """
     import json
 
     from handoffmon.report import render_report
@@ -236,6 +253,7 @@ def write_outputs(outcome: DemoOutcome, world: DemoWorld, out_dir: Path) -> dict
                 truth=truth,
                 run=run_facts(outcome),
                 title="handoffmon demo — simulated fleet, planted truth",
+                reordering=reordering,
             ),
         ),
         "refit": (out_dir / "handoffmon-refit.json", outcome.result.to_json()),

@@ -38,6 +38,7 @@ class TrafficPolicy:
             conversation to a different model group.
         stream_share: share of calls made with ``stream=True``.
         group_weights: start-group weights (default: uniform).
+        think_s: pause before each later turn (a user reading the reply); 0 = none.
     """
 
     short_share: float = 0.4
@@ -48,6 +49,7 @@ class TrafficPolicy:
     switch_rate: float = 0.3
     stream_share: float = 0.2
     group_weights: tuple[float, ...] = ()
+    think_s: float = 0.0
 
     def length(self, rng: np.random.Generator) -> int:
         """Draw one conversation length (assistant turns)."""
@@ -173,6 +175,8 @@ class Driver:
                 break  # shutting down: leave mid-conversation, like a user closing the tab
             if depth > 1:
                 group = self._next_group(group, rng)
+                if self.policy.think_s:
+                    await asyncio.sleep(self.policy.think_s)
             messages.append({"role": "user", "content": self.scripts.user_message(depth, rng)})
             stream = bool(rng.random() < self.policy.stream_share)
             try:

@@ -540,6 +540,15 @@ def scaling(quick: bool) -> list[Row]:
     return rows
 
 
+def routing(quick: bool) -> list[Row]:
+    """Risk-aware fallback ordering on the request path: decision, prefix lookup, adapter (bench_routing)."""
+    from tests.benchmarks.bench_routing import measure_adapter, measure_decide, measure_lookup
+
+    reps = 2000 if quick else 20_000
+    measured = {**measure_decide(reps), **measure_lookup(reps // 10), **measure_adapter(reps // 10)}
+    return [Row("routing", label, p50 * 1e6, p99 * 1e6, "µs") for label, (p50, p99) in measured.items()]
+
+
 SUITES: dict[str, Suite] = {
     "attribution": attribution,
     "checkers": checkers,
@@ -548,6 +557,7 @@ SUITES: dict[str, Suite] = {
     "refit": refit,
     "proxy": proxy,
     "scaling": scaling,
+    "routing": routing,
 }
 """Every benchmark, in run order."""
 

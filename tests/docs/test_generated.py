@@ -58,6 +58,14 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
     proxy = CollectorRegistry()
     ProxyMetrics(proxy)
     proxy.register(StoreStatsCollector(lambda: {"get_errors": 1}))
+    # a runtime with routing.enabled registers the routing policy's series beside the exporter
+    from handoffmon.config import RoutingConfig
+    from handoffmon.exporters.routing_decisions import RoutingCollector
+    from handoffmon.routing import PairRiskTable, RoutingState
+
+    state = RoutingState(RoutingConfig(enabled=True))
+    state.holder.table = PairRiskTable({}, created_at=0.0)
+    proxy.register(RoutingCollector(state.counts.snapshot, state.table_age_s))
     page = (DOCS / "reference" / "metrics.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `(handoffmon_\w+)` \|", page, flags=re.M))
     assert documented == _exposed(exp.registry) | _exposed(proxy)

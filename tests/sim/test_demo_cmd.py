@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -111,3 +113,33 @@ def test_serve_on_a_busy_port_fails_with_a_clear_message(tmp_path: Path) -> None
     assert res.returncode == 1
     assert f"--serve {port}: cannot listen on 127.0.0.1:{port}" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.slow
+def test_demo_compare_routing_prints_the_line_and_reports_it(tmp_path: Path) -> None:
+    """`demo --compare-routing`: the promised stdout line and the report section."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "handoffmon",
+        "demo",
+        "--size",
+        "0.1",
+        "--seed",
+        "3",
+        "--no-progress",
+        "--out-dir",
+        str(tmp_path),
+        "--compare-routing",
+    ]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True)
+    assert re.search(
+        r"^Risk-aware ordering: adherence after fallbacks [+-]\d+\.\d pp \[[+-]\d+\.\d, [+-]\d+\.\d\] vs the "
+        r"router's order \(predicted [+-]\d+\.\d pp\), cost [+-]\d+ fallback attempts",
+        out.stdout,
+        re.M,
+    ), out.stdout
+    assert "Adherence saved by reordering" in (tmp_path / "handoffmon-report.html").read_text(
+        encoding="utf-8"
+    )

@@ -1,0 +1,52 @@
+"""``handoffmon_routing_decisions_total{mode, outcome}`` and the routing table's age, read at scrape time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+
+class RoutingCollector(Collector):
+    """Exposes the routing policy's decision counters and the age of its pair-risk table.
+
+    ``mode`` is ``dry_run`` or ``enforce``, ``outcome`` one of ``routing.OUTCOMES``: both
+    bounded. The table age is absent until a refit published a table. Reads counters
+    only; adds nothing to the request path.
+
+    Args:
+        counts: returns decisions by (mode, outcome).
+        table_age_s: returns the table's age in seconds given the time now (None: no table).
+        clock: wall clock.
+    """
+
+    def __init__(
+        self,
+        counts: Callable[[], Mapping[tuple[str, str], int]],
+        table_age_s: Callable[[float], float | None],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._counts = counts
+        self._age = table_age_s
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "handoffmon_routing_decisions",
+            "Risk-aware fallback ordering decisions by mode (dry_run, enforce) and outcome "
+            "(reordered and home changed or would have changed the router's order).",
+            labels=["mode", "outcome"],
+        )
+        for (mode, outcome), value in sorted(self._counts().items()):
+            family.add_metric([mode, outcome], value)
+        yield family
+        age = self._age(self._clock())
+        if age is not None:
+            yield GaugeMetricFamily(
+                "handoffmon_routing_table_age_seconds",
+                "Seconds since the refit behind the routing policy's pair-risk table.",
+                value=age,
+            )

@@ -1,0 +1,222 @@
+"""Risk-aware fallback order for a wrapped ``litellm.Router``: per-request ``fallbacks``.
+
+litellm reads ``kwargs.get("fallbacks", router.fallbacks)`` per call (and again on each
+nested fallback hop), so a per-request list *replaces* the router's configured one. The
+adapter therefore passes the router's whole list (or the caller's own per-call list) with
+only the requested group's entry reordered and placed first (litellm takes the first
+exact match), so every other group's fallbacks — and nested hops — behave as configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from handoffmon.routing import Candidate, RoutingState
+from handoffmon.routing.prefix import PrefixLookup
+
+_log = logging.getLogger("handoffmon.routing")
+
+FACTS_TTL_S = 60.0
+"""How long a group's candidates (models, prices, latency) are reused before re-reading the router."""
+
+MAX_CACHED = 1024
+"""Bound of the per-group caches (candidates and rewritten fallback lists)."""
+
+
+class RouterRouting:
+    """Reorders a ``litellm.Router`` request's fallbacks by the runtime's routing policy.
+
+    ``apply`` is called on the request path before the router call, only when routing is
+    enabled. It never raises: any failure counts ``outcome="error"`` and leaves the call
+    unchanged.
+
+    Args:
+        router: the ``litellm.Router``.
+        state: the runtime's routing state (settings, policy, table, counters).
+        lookup: request-time prefix lookup over the monitor's attributor.
+        canonical: deployment model string → canonical model name (``ModelNames.canonical``).
+        clock: wall clock (table staleness, cache expiry).
+    """
+
+    def __init__(
+        self,
+        router: Any,
+        state: RoutingState,
+        lookup: PrefixLookup,
+        canonical: Callable[[str], str],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._router = router
+        self._state = state
+        self._lookup = lookup
+        self._canonical = canonical
+        self._clock = clock
+        self._mode = state.settings.mode
+        self._home = state.settings.return_home
+        self._need_cost = state.settings.max_extra_cost_usd_per_mtok is not None
+        self._need_latency = state.settings.max_extra_latency_s is not None
+        self._groups: dict[str, tuple[Candidate, float]] = {}
+        self._candidates: dict[tuple[int, str], tuple[tuple[Candidate, ...], float]] = {}
+        self._rewritten: dict[tuple[int, str, tuple[str, ...]], list[Any]] = {}
+
+    def apply(self, model: Any, messages: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """The call's kwargs with ``fallbacks`` reordered, or ``None`` to call unchanged."""
+        state = self._state
+        try:
+            source = kwargs.get("fallbacks", self._router.fallbacks)
+            now = self._clock()
+            cands = self._candidates_for(model, source, now) if type(model) is str else ()
+            early = state.policy.precheck(state.holder.table, len(cands), now)
+            if early is not None:
+                state.counts.count(self._mode, early)
+                return None
+            prefix, home = self._lookup.authors(messages, home=self._home)
+            decision = state.policy.decide(
+                state.holder.table, prefix, cands, now=now, home_model=home, healthy=self._healthy
+            )
+            state.counts.count(self._mode, decision.outcome)
+            if not decision.changed or self._mode != "enforce":
+                return None
+            return {**kwargs, "fallbacks": self._rewrite(source, model, decision.groups)}
+        except Exception:
+            _log.warning("handoffmon routing failed; the router's own fallback order is used", exc_info=True)
+            state.counts.count(self._mode, "error")
+            return None
+
+    # -- candidates -------------------------------------------------------------------
+
+    def _candidates_for(self, group: str, source: Any, now: float) -> tuple[Candidate, ...]:
+        """The router's fallback groups for ``group`` as candidates (cached for the router's own list)."""
+        cacheable = source is self._router.fallbacks
+        key = (id(source), group)
+        hit = self._candidates.get(key) if cacheable else None
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        groups = fallback_groups(source, group)
+        cands = tuple(self._candidate(g, now) for g in groups)
+        if cacheable:
+            if len(self._candidates) >= MAX_CACHED:
+                self._candidates.clear()
+            self._candidates[key] = (cands, now + FACTS_TTL_S)
+        return cands
+
+    def _candidate(self, group: str, now: float) -> Candidate:
+        hit = self._groups.get(group)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        deployments = self._deployments(group)
+        models = {self._canonical(m) for m in (_model_of(d) for d in deployments) if m}
+        cand = Candidate(
+            group,
+            next(iter(models)) if len(models) == 1 else None,
+            _cost_usd_per_mtok(deployments) if self._need_cost else None,
+            self._latency_s(group) if self._need_latency else None,
+        )
+        if len(self._groups) >= MAX_CACHED:
+            self._groups.clear()
+        self._groups[group] = (cand, now + FACTS_TTL_S)
+        return cand
+
+    def _deployments(self, group: str) -> list[Any]:
+        get = getattr(self._router, "get_model_list", None)
+        found = get(model_name=group) if callable(get) else None
+        return list(found or ())
+
+    def _latency_s(self, group: str) -> float | None:
+        """Mean of the router's latency statistics for the group's deployments (latency-based
+        routing keeps them in ``router.cache`` under ``<group>_map``); ``None`` when it has none."""
+        cache = getattr(self._router, "cache", None)
+        stats = cache.get_cache(key=f"{group}_map") if cache is not None else None
+        if not isinstance(stats, Mapping):
+            return None
+        values = [
+            float(x)
+            for entry in stats.values()
+            if isinstance(entry, Mapping)
+            for x in (entry.get("latency") or ())
+            if isinstance(x, (int, float))
+        ]
+        return sum(values) / len(values) if values else None
+
+    def _healthy(self, group: str) -> bool:
+        """Whether some deployment of ``group`` is not cooling down (False when unreadable)."""
+        try:
+            ids = [i for i in (_id_of(d) for d in self._deployments(group)) if i]
+            if not ids:
+                return False
+            cooldowns = self._router.cooldown_cache.get_active_cooldowns(model_ids=ids, parent_otel_span=None)
+            return len(cooldowns) < len(ids)
+        except Exception:
+            return False
+
+    # -- the rewritten list -----------------------------------------------------------
+
+    def _rewrite(self, source: Any, group: str, order: list[str]) -> list[Any]:
+        """``source`` with ``{group: order}`` first and the group's old entry removed."""
+        key = (id(source), group, tuple(order))
+        cacheable = source is self._router.fallbacks
+        hit = self._rewritten.get(key) if cacheable else None
+        if hit is not None:
+            return hit
+        out = [
+            {group: list(order)},
+            *(e for e in source or () if not (isinstance(e, Mapping) and group in e)),
+        ]
+        if cacheable:
+            if len(self._rewritten) >= MAX_CACHED:
+                self._rewritten.clear()
+            self._rewritten[key] = out
+        return out
+
+
+def fallback_groups(fallbacks: Any, group: str) -> tuple[str, ...]:
+    """The fallback groups litellm would try for ``group`` under ``fallbacks`` (its own lookup:
+    exact, stripped and provider-prefixed names, then ``*``); ``()`` for none or a
+    non-standard format (a plain list of models), which the policy leaves alone."""
+    from litellm.router_utils.fallback_event_handlers import (
+        check_non_standard_fallback_format,
+        get_fallback_model_group,
+    )
+
+    if not fallbacks or not isinstance(fallbacks, Sequence) or check_non_standard_fallback_format(fallbacks):
+        return ()
+    found, generic = get_fallback_model_group(fallbacks=fallbacks, model_group=group)
+    if found is None and generic is not None:
+        found = fallbacks[generic]["*"]
+    return tuple(g for g in found or () if isinstance(g, str))
+
+
+def _field(d: Any, name: str) -> Any:
+    return d.get(name) if isinstance(d, Mapping) else getattr(d, name, None)
+
+
+def _model_of(deployment: Any) -> str | None:
+    model = _field(_field(deployment, "litellm_params") or {}, "model")
+    return model if isinstance(model, str) else None
+
+
+def _id_of(deployment: Any) -> str | None:
+    mid = _field(_field(deployment, "model_info") or {}, "id")
+    return str(mid) if mid is not None else None
+
+
+def _cost_usd_per_mtok(deployments: Sequence[Any]) -> float | None:
+    """Highest input + output price per million tokens among the deployments: the deployment's own
+    ``model_info`` prices, else litellm's cost map; ``None`` when any is unknown."""
+    import litellm
+
+    prices: list[float] = []
+    for d in deployments:
+        info = _field(d, "model_info") or {}
+        inp, out = _field(info, "input_cost_per_token"), _field(info, "output_cost_per_token")
+        if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
+            entry = litellm.model_cost.get(_model_of(d) or "") or {}
+            inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+        if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
+            return None
+        prices.append((float(inp) + float(out)) * 1e6)
+    return max(prices) if prices else None

@@ -1,0 +1,155 @@
+"""Risk-aware fallback order through a real ``litellm.Router`` over the simulated fleet."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+pytest.importorskip("litellm")
+
+from handoffmon import build_runtime
+from handoffmon.config import config_from_mapping
+from handoffmon.integrations import wrap
+from handoffmon.integrations.router_routing import fallback_groups
+from handoffmon.routing import PairRisk, PairRiskTable
+from handoffmon.sim.fleet import DEFAULT_RULES, Fleet, SimModel
+from handoffmon.sim.provider import SimProvider
+from handoffmon.sim.router import build_router, canonical_models, unregister_provider
+from handoffmon.sim.rules import rule_configs
+
+
+def _model(name: str, fail: float = 0.0) -> SimModel:
+    base = {r.name: 0.9 for r in DEFAULT_RULES[:1]}
+    return SimModel(name, f"g-{name}", base, 0.05, 0.4, 0.0, 0.0, rate_limit_rate=fail)
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[Any, SimProvider]]:
+    """Groups g-a, g-b, g-c and g-p; g-p always rate-limits and falls back to g-b, then g-c."""
+    fleet = Fleet(
+        models=(_model("a"), _model("b"), _model("c"), _model("p", fail=1.0)),
+        rules=DEFAULT_RULES[:1],
+        mu=0.0,
+        fallbacks={"g-p": ("g-b", "g-c"), "g-b": ("g-c",)},
+    )
+    provider = SimProvider(fleet, seed=1)
+    router = build_router(fleet, provider)
+    yield router, provider
+    unregister_provider(provider.provider_name or "")
+
+
+def _runtime(router: Any, provider: SimProvider, **routing: Any) -> Any:
+    fleet = provider.fleet
+    config = config_from_mapping(
+        {
+            "rules": [r.model_dump() for r in rule_configs(fleet)],
+            "attribution": {"canonical_models": canonical_models(fleet, provider.provider_name or "")},
+            "telemetry": {"log_turns": False},
+            "refit": {"interval_s": 0},
+            "routing": {"enabled": True, **routing},
+        }
+    )
+    return build_runtime(config, registry=None)
+
+
+RISKY_B = {("a", "b"): PairRisk(-0.15, 0.01), ("a", "c"): PairRisk(0.0, 0.01)}
+
+
+def _second_turn_author(
+    router: Any, provider: SimProvider, table_age_s: float | None, **routing: Any
+) -> tuple[str, dict[tuple[str, str], int]]:
+    """Turn 1 on g-a (author a); turn 2 asks g-p, which fails: who served it, and the decision counts."""
+    with _runtime(router, provider, **routing) as rt:
+        if table_age_s is not None:
+            rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time() - table_age_s)
+        client = wrap(router, runtime=rt)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
+        r1 = client.completion(model="g-a", messages=history)
+        history += [
+            {"role": "assistant", "content": r1.choices[0].message.content},
+            {"role": "user", "content": "y?"},
+        ]
+        rt.flush(10)
+        r2 = client.completion(model="g-p", messages=history)
+        counts = {k: v for k, v in rt.routing.counts.snapshot().items() if v}
+        return r2._hidden_params["model_id"], counts
+
+
+def test_enforce_serves_the_safer_fallback(world: tuple[Any, SimProvider]) -> None:
+    """a→b is planted risky in the table: the failed g-p request is served by c, not the router's b."""
+    author, counts = _second_turn_author(*world, 0.0, mode="enforce")
+    assert author == "c"
+    assert counts == {("enforce", "single"): 1, ("enforce", "reordered"): 1}
+
+
+def test_dry_run_counts_but_keeps_the_router_order(world: tuple[Any, SimProvider]) -> None:
+    """Dry run: the router's b serves, and the decision is counted as one it would have changed."""
+    author, counts = _second_turn_author(*world, 0.0, mode="dry_run")
+    assert author == "b"
+    assert counts[("dry_run", "reordered")] == 1
+
+
+@pytest.mark.parametrize(("age", "outcome"), [(None, "no_table"), (7200.0, "stale")])
+def test_missing_or_stale_table_keeps_the_router_order(
+    world: tuple[Any, SimProvider], age: float | None, outcome: str
+) -> None:
+    author, counts = _second_turn_author(*world, age, mode="enforce")
+    assert author == "b"
+    assert counts[("enforce", outcome)] == 1
+
+
+def test_disabled_routing_adds_nothing(world: tuple[Any, SimProvider]) -> None:
+    """routing.enabled false: no state on the runtime, no adapter on the wrapper."""
+    router, _provider = world
+    with build_runtime(config_from_mapping({"refit": {"interval_s": 0}}), registry=None) as rt:
+        assert rt.routing is None
+        assert wrap(router, runtime=rt)._routing is None
+
+
+def test_candidates_follow_litellms_own_lookup() -> None:
+    """Exact group, the generic '*' entry, a non-standard list (left alone) and no entry."""
+    fb = [{"g-p": ["g-b", "g-c"]}, {"*": ["g-z"]}]
+    assert fallback_groups(fb, "g-p") == ("g-b", "g-c")
+    assert fallback_groups(fb, "other") == ("g-z",)
+    assert fallback_groups(["g-b", "g-c"], "g-p") == ()
+    assert fallback_groups([{"g-q": ["g-b"]}], "g-p") == ()
+    assert fallback_groups(None, "g-p") == ()
+
+
+def test_rewrite_keeps_every_other_groups_fallbacks(world: tuple[Any, SimProvider]) -> None:
+    """The per-request list reorders only the requested group; nested hops see the router's entries."""
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+        client = wrap(router, runtime=rt)
+        out = client._routing._rewrite(router.fallbacks, "g-p", ["g-c", "g-b"])
+        assert out[0] == {"g-p": ["g-c", "g-b"]}
+        assert {"g-b": ["g-c"]} in out and {"g-p": ["g-b", "g-c"]} not in out
+        assert router.fallbacks == [{"g-p": ["g-b", "g-c"]}, {"g-b": ["g-c"]}]  # untouched
+
+
+def test_a_failing_adapter_fails_open_and_counts(world: tuple[Any, SimProvider]) -> None:
+    """A lookup that raises: the call goes through unchanged and outcome=error is counted."""
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+        client = wrap(router, runtime=rt)
+
+        class Broken:
+            def authors(self, *a: Any, **k: Any) -> Any:
+                raise RuntimeError("lookup broke")
+
+        client._routing._lookup = Broken()
+        history = [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "y" * 40},
+            {"role": "user", "content": "z"},
+        ]
+        reply = client.completion(model="g-p", messages=history)
+        assert reply._hidden_params["model_id"] == "b"
+        assert rt.routing.counts.snapshot()[("enforce", "error")] == 1

@@ -1,0 +1,165 @@
+"""The fallback-ordering policy: conservative reordering, fail-safe to the router's own order."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from handoffmon.config import RoutingConfig
+from handoffmon.depth import DepthBuckets
+from handoffmon.refit import refit
+from handoffmon.routing import Candidate, FallbackPolicy, PairRisk, PairRiskTable, SwitchCost
+from handoffmon.sim import default_fleet
+from handoffmon.sim.offline import simulate_counts
+
+NOW = 10_000.0
+
+
+def _table(
+    risks: dict[tuple[str, str], tuple[float, float]], created_at: float = NOW, **shadow: SwitchCost
+) -> PairRiskTable:
+    pairs = {k: PairRisk(r, se) for k, (r, se) in risks.items()}
+    for name, cost in shadow.items():
+        a, b = name.split("_")
+        pairs[(a, b)] = PairRisk(pairs.get((a, b), PairRisk(0.0, 0.0)).risk, 0.01, shadow=cost)
+    return PairRiskTable(pairs, created_at=created_at)
+
+
+def _c(
+    group: str, model: str | None = None, cost: float | None = None, latency: float | None = None
+) -> Candidate:
+    return Candidate(group, model if model is not None else group, cost, latency)
+
+
+RISKY = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01), ("a", "d"): (-0.14, 0.01)})
+B, C, D = _c("b"), _c("c"), _c("d")
+
+
+def _decide(
+    table: PairRiskTable | None, cands: list[Candidate], prefix: str | None = "a", **kw: object
+) -> tuple[list[str], str]:
+    settings = RoutingConfig(**{k: v for k, v in kw.items() if k in RoutingConfig.model_fields})
+    extra = {k: v for k, v in kw.items() if k not in RoutingConfig.model_fields}
+    d = FallbackPolicy(settings).decide(table, prefix, cands, now=extra.pop("now", NOW), **extra)  # type: ignore[arg-type]
+    return d.groups, d.outcome
+
+
+def test_significantly_safer_candidate_moves_ahead() -> None:
+    """a→b costs 15 pp, a→c nothing: c is tried first."""
+    assert _decide(RISKY, [B, C]) == (["c", "b"], "reordered")
+
+
+def test_missing_or_stale_table_is_exactly_the_router_order() -> None:
+    """No table, a table older than max_table_age_s (or from the future by NaN): the candidates as given."""
+    assert _decide(None, [B, C]) == (["b", "c"], "no_table")
+    old = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)}, created_at=NOW - 3601)
+    assert _decide(old, [B, C]) == (["b", "c"], "stale")
+    assert _decide(old, [B, C], max_table_age_s=7200) == (["c", "b"], "reordered")
+    nan = _table({("a", "b"): (-0.15, 0.01)}, created_at=float("nan"))
+    assert _decide(nan, [B, C]) == (["b", "c"], "stale")
+
+
+@pytest.mark.parametrize("prefix", [None, "none", "unknown", ""])
+def test_no_prefix_keeps_the_order(prefix: str | None) -> None:
+    """Depth 1 or an unknown previous author: no pair to look up."""
+    assert _decide(RISKY, [B, C], prefix=prefix) == (["b", "c"], "no_prefix")
+
+
+def test_single_candidate() -> None:
+    assert _decide(RISKY, [B]) == (["b"], "single")
+    assert _decide(RISKY, []) == ([], "single")
+
+
+def test_min_effect_and_significance_gate_the_move() -> None:
+    """Better by less than min_effect, or not by z standard errors: the router's order stands."""
+    small = _table({("a", "b"): (-0.015, 0.001), ("a", "c"): (0.0, 0.001)})
+    assert _decide(small, [B, C]) == (["b", "c"], "unchanged")
+    assert _decide(small, [B, C], min_effect_pp=1.0) == (["c", "b"], "reordered")
+    noisy = _table({("a", "b"): (-0.10, 0.05), ("a", "c"): (0.0, 0.05)})  # diff 10 pp, se of diff 7 pp
+    assert _decide(noisy, [B, C]) == (["b", "c"], "unchanged")
+    assert _decide(noisy, [B, C], z=1.0) == (["c", "b"], "reordered")
+
+
+def test_ties_and_insignificant_differences_keep_router_order() -> None:
+    """b and d differ by 1 pp: their relative order is the router's in every permutation; c leads."""
+    for perm in itertools.permutations([B, C, D]):
+        got, _ = _decide(RISKY, list(perm))
+        assert got[0] == "c"
+        assert [g for g in got if g != "c"] == [c.group for c in perm if c.group != "c"]
+
+
+def test_unknown_candidate_is_a_barrier() -> None:
+    """A candidate without a single known model (or pair) is never moved, nor passed."""
+    multi = Candidate("mixed", None)
+    assert _decide(RISKY, [B, multi, C]) == (["b", "mixed", "c"], "unchanged")
+    assert _decide(RISKY, [B, _c("x"), C]) == (["b", "x", "c"], "unchanged")
+    assert _decide(RISKY, [multi, B, C]) == (["mixed", "c", "b"], "reordered")
+
+
+def test_shadow_costs_compare_only_with_shadow_costs() -> None:
+    """A measured switch cost and a fitted risk are different contrasts; two shadow costs are compared."""
+    t = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)}, a_c=SwitchCost(-0.01, 0.01, 50))
+    assert _decide(t, [B, C]) == (["b", "c"], "unchanged")
+    t2 = _table({}, a_b=SwitchCost(-0.2, 0.02, 50), a_c=SwitchCost(0.0, 0.02, 50))
+    assert _decide(t2, [B, C]) == (["c", "b"], "reordered")
+
+
+def test_same_author_continuation_compares_with_either_kind() -> None:
+    """Handing the conversation back to its last author has no handoff risk: it beats a risky pair."""
+    t = _table({("a", "b"): (-0.15, 0.01)})
+    assert _decide(t, [B, _c("a")]) == (["a", "b"], "reordered")
+
+
+def test_cost_and_latency_caps() -> None:
+    """A safer candidate does not pass one cheaper/faster by more than the cap; unknown facts
+    block under a cap."""
+    b, c = _c("b", cost=1.0, latency=0.5), _c("c", cost=5.0, latency=2.0)
+    assert _decide(RISKY, [b, c]) == (["c", "b"], "reordered")
+    assert _decide(RISKY, [b, c], max_extra_cost_usd_per_mtok=3.0)[1] == "unchanged"
+    assert _decide(RISKY, [b, c], max_extra_cost_usd_per_mtok=4.0)[1] == "reordered"
+    assert _decide(RISKY, [b, c], max_extra_latency_s=1.0)[1] == "unchanged"
+    assert _decide(RISKY, [b, c], max_extra_latency_s=1.5)[1] == "reordered"
+    assert _decide(RISKY, [B, C], max_extra_latency_s=1.5)[1] == "unchanged"
+
+
+def test_return_home_when_healthy() -> None:
+    """The conversation's first author goes first when it is a healthy candidate; not when cooling down."""
+    t = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01), ("a", "h"): (-0.15, 0.01)})
+    h = _c("h")
+    assert _decide(t, [B, C, h], home_model="h") == (["h", "c", "b"], "home")
+    assert _decide(t, [B, C, h], home_model="h", healthy=lambda g: g != "h") == (["c", "b", "h"], "reordered")
+    assert _decide(t, [B, C, h], home_model="h", return_home=False) == (["c", "b", "h"], "reordered")
+    assert _decide(t, [h, B], home_model="h") == (["h", "b"], "unchanged")
+
+
+def test_refit_table_reorders_only_in_the_planted_direction() -> None:
+    """On a refit of the default fleet, every move the policy makes agrees with the planted σ, and the
+    16-pp gap between cedar (σ = −0.14) and fjord (σ = +0.02) moves fjord first for every prefix."""
+    fleet = default_fleet()
+    result = refit(simulate_counts(fleet, 300, seed=11), buckets=DepthBuckets(), now=NOW)
+    table = PairRiskTable.from_refit(result)
+    policy = FallbackPolicy(RoutingConfig())
+    cands = {g: tuple(Candidate(f, fleet.by_group(f).name) for f in fb) for g, fb in fleet.fallbacks.items()}
+    moved = 0
+    for prefix in fleet.names:
+        for cs in cands.values():
+            d = policy.decide(table, prefix, cs, now=NOW)
+            if d.changed:
+                moved += 1
+                first, displaced = d.order[0].model, cs[0].model
+                assert first is not None and displaced is not None
+                assert fleet.handoff_shift(prefix, first) > fleet.handoff_shift(prefix, displaced)
+        if prefix not in ("cedar", "fjord"):
+            d = policy.decide(table, prefix, cands["general"], now=NOW)
+            assert d.groups == ["backup", "reasoning"], prefix
+    assert moved >= 5
+
+
+def test_a_decision_costs_microseconds() -> None:
+    """decide() with three candidates: median well under 25 µs (≈ 3 µs measured; 8× margin for a
+    loaded 2-core host). tests/benchmarks/bench_routing.py has the full figures."""
+    from tests.benchmarks.bench_routing import measure_decide
+
+    (p50, _), (p50_none, _) = measure_decide(2000).values()
+    assert p50 < 25e-6 and p50_none < 25e-6
