@@ -111,10 +111,13 @@ def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) ->
         import threading
 
         stop = asyncio.Event()
-        loop = asyncio.new_event_loop()
+        # A Runner, not a bare loop: closing it cancels what litellm left on the loop (its
+        # logging worker), which would otherwise be destroyed pending during a later test.
+        runner = asyncio.Runner()
+        loop = runner.get_loop()
 
         def drive() -> None:
-            loop.run_until_complete(world.driver.run(100_000, stop=stop))
+            runner.run(world.driver.run(100_000, stop=stop))
 
         driver = threading.Thread(target=drive, daemon=True)
         driver.start()
@@ -139,3 +142,5 @@ def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) ->
         finally:
             loop.call_soon_threadsafe(stop.set)
             driver.join(timeout=60)
+            if not driver.is_alive():
+                runner.close()

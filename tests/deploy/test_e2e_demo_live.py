@@ -5,7 +5,9 @@ this live run (65-140 s) is kept for ``pytest -m slow``.
 
 The simulator's default fleet plants one risky prefix model (``ember``, π = −0.17); its
 handoff pairs must fire ``HandoffPairRisky`` while pairs whose planted effect is near zero
-stay quiet, and every PromQL query of the shipped dashboard must parse and return data.
+stay quiet, and every PromQL query of the shipped dashboard must parse and return data. The
+demo runs in wrap mode, so a real `handoffmon serve` in front of the mock upstream is scraped as
+a second target of the same job: the serve-only panels and recording rule get data too.
 
 The shipped rules are loaded unchanged except for ``for:`` durations, which are rewritten
 to a few seconds in a temporary copy: waiting 15-30 minutes is impossible in CI. Windows,
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from handoffmon.sim.fleet import Fleet, default_fleet
@@ -42,6 +45,8 @@ from tests.deploy.shipped import (
     substitute,
 )
 from tests.promserver import PromServer, prometheus_server
+from tests.proxy.conftest import proxy_config, running_proxy
+from tests.proxy.mock_upstream import MockUpstream, ServerThread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
@@ -53,6 +58,8 @@ RISKY_PREFIX = min(default_fleet().models, key=lambda m: m.influence).name
 """The model planted with the most harmful prefix influence (``ember`` in the demo fleet)."""
 HEALTHY_MIN_PLANTED_DELTA = -0.03
 """Pairs whose planted Δ = μ + π_A + σ_B is at least this are healthy: they must never fire."""
+SERVE_TURNS = 6
+"""Chat completions sent through the `serve` target (a two-model conversation with a handoff)."""
 
 
 @dataclass
@@ -94,6 +101,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
+def _converse_through(proxy_url: str) -> None:
+    """One conversation of ``SERVE_TURNS`` chat completions through `serve` (the mock
+    upstream alternates authors, so the proxy records handoffs)."""
+    messages: list[dict[str, str]] = [{"role": "system", "content": "Answer in English."}]
+    with httpx.Client(base_url=proxy_url, timeout=10.0) as client:
+        for turn in range(SERVE_TURNS):
+            messages.append({"role": "user", "content": f"Question {turn}?"})
+            r = client.post("/v1/chat/completions", json={"model": "model-a", "messages": messages})
+            assert r.status_code == 200, r.text
+            messages.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Demo serving /metrics with live traffic, Prometheus scraping it every second with the rules."""
@@ -109,8 +128,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             assert time.monotonic() < deadline, "demo never opened its /metrics port"
             time.sleep(0.2)
         rules = shortened_rules(tmp / "handoffmon-rules.yml")
-        with prometheus_server(tmp, [f"127.0.0.1:{port}"], [rules]) as prom:
-            yield Stack(prom=prom, demo=demo, demo_log=demo_log)
+        with (
+            ServerThread(MockUpstream(), free_port()) as upstream,
+            running_proxy(proxy_config(upstream.url)) as proxy,
+        ):
+            _converse_through(proxy.url)
+            targets = [f"127.0.0.1:{port}", proxy.url.removeprefix("http://")]
+            with prometheus_server(tmp, targets, [rules]) as prom:
+                yield Stack(prom=prom, demo=demo, demo_log=demo_log)
     finally:
         _stop(demo)
 
