@@ -1,4 +1,4 @@
-"""Shadow continuation's counters (calls, skips, checks, spend) and budget/breaker state, read at scrape time."""
+"""Shadow continuation's counters (calls, skips, checks, spend) and budget/breaker state, at scrape time."""
 
 from __future__ import annotations
 
@@ -55,13 +55,17 @@ class ShadowCollector(Collector):
             checks.add_metric([arm, verdict], n)
         yield checks
         pairs = CounterMetricFamily(
-            "handoffmon_shadow_pairs", "Shadow pairs recorded for the switch-cost refit, by arm.", labels=["arm"]
+            "handoffmon_shadow_pairs",
+            "Shadow pairs recorded for the switch-cost refit, by arm.",
+            labels=["arm"],
         )
         for arm, n in sorted(s.pairs.items()):
             pairs.add_metric([arm], n)
         yield pairs
         yield CounterMetricFamily(
-            "handoffmon_shadow_tokens", "Tokens used by shadow calls (dry run: their reserved bound).", value=s.tokens
+            "handoffmon_shadow_tokens",
+            "Tokens used by shadow calls (dry run: their reserved bound).",
+            value=s.tokens,
         )
         yield CounterMetricFamily(
             "handoffmon_shadow_spend_usd",

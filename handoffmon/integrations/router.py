@@ -175,7 +175,6 @@ def _routing(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterRo
     if state is None:
         return None
     from handoffmon.integrations.router_routing import RouterRouting
-    from handoffmon.integrations.router_shadow import RouterShadow
     from handoffmon.routing.prefix import PrefixLookup
 
     return RouterRouting(router, state, PrefixLookup(monitor.attributor), monitor.names.canonical)

@@ -37,7 +37,9 @@ class RouterShadow:
         clock: monotonic clock for the cache.
     """
 
-    def __init__(self, router: Any, names: ModelNames, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, router: Any, names: ModelNames, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._router = router
         self._names = names
         self._clock = clock
@@ -67,7 +69,11 @@ class RouterShadow:
         tin, tout = outcome.input_tokens, outcome.output_tokens
         tokens = float(tin + tout) if tin is not None and tout is not None else None
         price = self.prices(target)
-        usd = tin * price[0] + tout * price[1] if price is not None and tin is not None and tout is not None else None
+        usd = (
+            tin * price[0] + tout * price[1]
+            if price is not None and tin is not None and tout is not None
+            else None
+        )
         return ShadowReply(reply_text(reply_message(response)), wrote, tokens, usd)
 
     def candidates(self, model: str) -> Sequence[str]:
@@ -99,7 +105,9 @@ class RouterShadow:
             dep_id = _field(_field(dep, "model_info") or {}, "id")
             if isinstance(group, str) and isinstance(model, str):
                 # the served turns' author rule, so the names agree with attribution's
-                canonical = self._names.canonical(author(self._names, dep_id if isinstance(dep_id, str) else None, model))
+                canonical = self._names.canonical(
+                    author(self._names, dep_id if isinstance(dep_id, str) else None, model)
+                )
                 models.setdefault(group, set()).add(canonical)
                 prices.setdefault(canonical, _prices(dep, model))
         by_model: dict[str, str] = {}

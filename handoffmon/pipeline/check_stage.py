@@ -99,7 +99,9 @@ class CheckStage:
         evaluate = self._evaluator(ctx, state)
         checks = self._check(evaluate, turn.reply_text) if evaluate is not None else ()
         if turn.shadow is not None and self.shadow is not None and evaluate is not None and not ctx.degraded:
-            self._offer(ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate))
+            self._offer(
+                ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
+            )
         state, transitions = state.advance(ctx.depth, checks)
         self._save_state(ctx, state)
         record = self._record(turn, ctx, author)
@@ -209,7 +211,9 @@ class CheckStage:
         except Exception as exc:  # the runner fails open itself; this guards the plumbing
             self._errors.failed("shadow", exc)
 
-    def _check(self, evaluate: Callable[[str], tuple[CheckResult, ...]], text: str) -> tuple[CheckResult, ...]:
+    def _check(
+        self, evaluate: Callable[[str], tuple[CheckResult, ...]], text: str
+    ) -> tuple[CheckResult, ...]:
         try:
             checks = evaluate(text)
         except Exception as exc:

@@ -121,7 +121,7 @@ class Runtime:
         return self
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until queued turns reached the exporters (and their shadow calls finished); False on timeout."""
+        """Wait until queued turns reached the exporters and their shadow calls finished; False on timeout."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ok = self.monitor.flush(timeout_s)
         if self.shadow is not None:

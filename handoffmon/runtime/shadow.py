@@ -25,7 +25,15 @@ from handoffmon.shadow.turns import ShadowTurn, failure_kind, pair_verdicts, pro
 
 _log = logging.getLogger("handoffmon.shadow")
 
-CALL_OUTCOMES: tuple[str, ...] = ("ok", "rate_limited", "server_error", "timeout", "error", "wrong_author", "dry_run")
+CALL_OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "error",
+    "wrong_author",
+    "dry_run",
+)
 """``handoffmon_shadow_calls_total{outcome}``: the call's result (``dry_run``: decided, not made)."""
 
 

@@ -117,7 +117,9 @@ class ShadowPolicy:
         size = prompt_bytes() if callable(prompt_bytes) else prompt_bytes
         tokens = self.budget.upper_bound_tokens(size, messages)
         prompt = tokens - c.max_output_tokens
-        reserved = self.budget.reserve((prefix_model, model), tokens, (prices or self._prices)(target), prompt)
+        reserved = self.budget.reserve(
+            (prefix_model, model), tokens, (prices or self._prices)(target), prompt
+        )
         if isinstance(reserved, str):
             self.breaker.release(target)
             return Skip(reserved)

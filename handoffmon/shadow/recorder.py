@@ -33,8 +33,10 @@ class PairRecorder:
         self._clusters: OrderedDict[tuple[str, str, str, str], tuple[int, int, int]] = OrderedDict()
         self._max = max_clusters
 
-    def add(self, conversation: str, prefix_model: str, model: str, handoff_arm: bool, verdicts: Verdicts) -> int:
-        """Record one shadow pair's verdicts (rules with pass/fail on both sides); returns the rules counted."""
+    def add(
+        self, conversation: str, prefix_model: str, model: str, handoff_arm: bool, verdicts: Verdicts
+    ) -> int:
+        """Record one shadow pair's verdicts (rules pass/fail on both sides); returns the rules counted."""
         if not verdicts or prefix_model == model:
             return 0
         with self._lock:

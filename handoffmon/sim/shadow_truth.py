@@ -107,7 +107,9 @@ def recover_switch_costs(result: RefitResult, planted: Mapping[Cell, float]) -> 
         for rule, fit in result.rules.items()
         if rule != ALL_RULES
         for sc in fit.switch_costs
-        if (rule, sc.prefix_model, sc.model) in planted and math.isfinite(sc.ci_low) and math.isfinite(sc.ci_high)
+        if (rule, sc.prefix_model, sc.model) in planted
+        and math.isfinite(sc.ci_low)
+        and math.isfinite(sc.ci_high)
     ]
     obs = [(sc.observational, p) for sc, p in rows if math.isfinite(sc.observational)]
     return ShadowRecovery(

@@ -1,4 +1,4 @@
-"""Shadow continuation through a wrapped real ``litellm.Router`` (deployments answer with ``mock_response``)."""
+"""Shadow continuation through a wrapped real ``litellm.Router`` (deployments answer ``mock_response``)."""
 
 from __future__ import annotations
 
@@ -139,7 +139,9 @@ def test_dead_shadow_target_counts_errors_trips_the_breaker_and_leaves_traffic_u
 
 def test_budget_exhausted_stops_shadow_calls(router: Any) -> None:
     """Six eligible turns against two calls per minute: exactly two shadow calls, four skips."""
-    with _runtime(enabled=True, targets=["model-b"], candidates={"model-c": ["model-b"]}, calls_per_minute=2) as rt:
+    with _runtime(
+        enabled=True, targets=["model-b"], candidates={"model-c": ["model-b"]}, calls_per_minute=2
+    ) as rt:
         client = wrap(router, runtime=rt)
         for i in range(3):
             _converse(client, rt, ["alpha", "alpha", "alpha"], f"b{i}")

@@ -63,7 +63,9 @@ def test_demo_shadow_cli_prints_the_line_writes_switch_costs_and_reports_them(tm
     planted = {(e["rule"], e["prefix_model"], e["model"]) for e in truth["switch_costs"]}
     assert all(("all", e["prefix_model"], e["model"]) in planted for e in entries)
     assert all(math.isfinite(e["planted"]) for e in truth["switch_costs"])
-    assert "Switch cost (shadow continuation)" in (tmp_path / "handoffmon-report.html").read_text(encoding="utf-8")
+    assert "Switch cost (shadow continuation)" in (tmp_path / "handoffmon-report.html").read_text(
+        encoding="utf-8"
+    )
 
 
 def test_shadow_off_in_the_demo_config_by_default() -> None:
