@@ -155,8 +155,8 @@ def monitor_metrics_block() -> str:
     from handoffmon.exporters.shadow_calls import ShadowCollector
     from handoffmon.exporters.store_failures import StoreStatsCollector
     from handoffmon.refit import refit
-    from handoffmon.runtime.shadow import ShadowStats
     from handoffmon.shadow.recorder import PairRecorder
+    from handoffmon.shadow.stats import ShadowStats
     from handoffmon.sim import default_fleet
     from handoffmon.sim.offline import simulate_counts
     from handoffmon.testing import make_turn_result

@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:  # pragma: no cover
-    from handoffmon.runtime.shadow import ShadowStats
+    from handoffmon.shadow.stats import ShadowStats
 
 
 class ShadowCollector(Collector):

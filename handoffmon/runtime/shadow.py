@@ -14,13 +14,13 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from handoffmon.config import ShadowConfig
 from handoffmon.counts import Counts
 from handoffmon.pipeline.worker import WorkerPool
 from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy, Skip
 from handoffmon.shadow.recorder import PairRecorder
+from handoffmon.shadow.stats import ShadowStats
 from handoffmon.shadow.turns import ShadowTurn, failure_kind, pair_verdicts, prompt_bytes
 
 _log = logging.getLogger("handoffmon.shadow")
@@ -35,35 +35,6 @@ CALL_OUTCOMES: tuple[str, ...] = (
     "dry_run",
 )
 """``handoffmon_shadow_calls_total{outcome}``: the call's result (``dry_run``: decided, not made)."""
-
-
-@dataclass(frozen=True)
-class ShadowStats:
-    """Counters of a ``ShadowRunner`` (read at scrape time).
-
-    Attributes:
-        calls: (arm, outcome) → calls (``CALL_OUTCOMES``).
-        skipped: reason → turns not shadowed (``policy.SKIP_REASONS``).
-        checks: (arm, verdict) → the shadow replies' verdicts.
-        pairs: arm → pairs recorded (one per shadow reply with at least one paired rule).
-        tokens: tokens the shadow calls used (settled; dry runs: the reserved bound).
-        usd: what they cost (dry runs: the reserved bound).
-        budget_used: window → amount used now (``calls`` per minute, ``tokens`` per hour, ``usd`` per day).
-        budget_limit: window → its limit (``usd``: +Inf without a money cap).
-        breaker_open: target → 1 while its shadow traffic is stopped, else 0.
-        pending: picked turns queued or in flight.
-    """
-
-    calls: Mapping[tuple[str, str], int]
-    skipped: Mapping[str, int]
-    checks: Mapping[tuple[str, str], int]
-    pairs: Mapping[str, int]
-    tokens: float
-    usd: float
-    budget_used: Mapping[str, float]
-    budget_limit: Mapping[str, float]
-    breaker_open: Mapping[str, int]
-    pending: int
 
 
 class ShadowRunner:
