@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -27,41 +27,37 @@ class ShadowCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
-        calls = CounterMetricFamily(
+        yield _family(
+            CounterMetricFamily,
             "handoffmon_shadow_calls",
             "Shadow continuation calls by arm (handoff, no_handoff) and outcome (ok; rate_limited, "
             "server_error, timeout, error: failed; wrong_author: another model answered; dry_run: "
             "decided but not made).",
-            labels=["arm", "outcome"],
+            ("arm", "outcome"),
+            s.calls,
         )
-        for (arm, outcome), n in sorted(s.calls.items()):
-            calls.add_metric([arm, outcome], n)
-        yield calls
-        skipped = CounterMetricFamily(
+        yield _family(
+            CounterMetricFamily,
             "handoffmon_shadow_skipped",
             "Turns offered for shadow continuation that got no shadow call, by reason (not_sampled, "
             "budget_calls, budget_tokens, budget_money, quota, breaker_open, busy, ...).",
-            labels=["reason"],
+            ("reason",),
+            s.skipped,
         )
-        for reason, n in sorted(s.skipped.items()):
-            skipped.add_metric([reason], n)
-        yield skipped
-        checks = CounterMetricFamily(
+        yield _family(
+            CounterMetricFamily,
             "handoffmon_shadow_checks",
             "Rule verdicts of shadow replies by arm and verdict (never counted as served turns).",
-            labels=["arm", "verdict"],
+            ("arm", "verdict"),
+            s.checks,
         )
-        for (arm, verdict), n in sorted(s.checks.items()):
-            checks.add_metric([arm, verdict], n)
-        yield checks
-        pairs = CounterMetricFamily(
+        yield _family(
+            CounterMetricFamily,
             "handoffmon_shadow_pairs",
             "Shadow pairs recorded for the switch-cost refit, by arm.",
-            labels=["arm"],
+            ("arm",),
+            s.pairs,
         )
-        for arm, n in sorted(s.pairs.items()):
-            pairs.add_metric([arm], n)
-        yield pairs
         yield CounterMetricFamily(
             "handoffmon_shadow_tokens",
             "Tokens used by shadow calls (dry run: their reserved bound).",
@@ -73,31 +69,43 @@ class ShadowCollector(Collector):
             "the reserved bound).",
             value=s.usd,
         )
-        used = GaugeMetricFamily(
+        yield _family(
+            GaugeMetricFamily,
             "handoffmon_shadow_budget_used",
             "Shadow budget used in its sliding window now: calls (per minute), tokens (per hour), "
             "usd (per day); in-flight calls count at their upper bound.",
-            labels=["window"],
+            ("window",),
+            s.budget_used,
         )
-        limit = GaugeMetricFamily(
+        yield _family(
+            GaugeMetricFamily,
             "handoffmon_shadow_budget_limit",
             "Limit of each shadow budget window (usd: +Inf without a money cap).",
-            labels=["window"],
+            ("window",),
+            s.budget_limit,
         )
-        for window in sorted(s.budget_used):
-            used.add_metric([window], s.budget_used[window])
-            limit.add_metric([window], s.budget_limit[window])
-        yield used
-        yield limit
-        breaker = GaugeMetricFamily(
+        yield _family(
+            GaugeMetricFamily,
             "handoffmon_shadow_breaker_open",
             "1 while a shadow target's circuit breaker stops its shadow traffic (after "
             "shadow.breaker_failures consecutive 429/5xx/timeouts), else 0.",
-            labels=["target"],
+            ("target",),
+            s.breaker_open,
         )
-        for target, flag in sorted(s.breaker_open.items()):
-            breaker.add_metric([target], flag)
-        yield breaker
         yield GaugeMetricFamily(
             "handoffmon_shadow_pending", "Picked turns waiting for or in a shadow call.", value=s.pending
         )
+
+
+def _family(
+    kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    name: str,
+    doc: str,
+    labels: tuple[str, ...],
+    values: Mapping[Any, float],
+) -> Metric:
+    """One labelled family; a key is a label value, or a tuple of them for several labels."""
+    family = kind(name, doc, labels=list(labels))
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return family

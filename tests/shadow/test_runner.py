@@ -158,3 +158,29 @@ def test_dry_run_makes_no_call_but_counts_what_it_would_spend(router: Any) -> No
         assert _sample(rt, "handoffmon_shadow_calls_total", arm="no_handoff", outcome="ok") == 0
         assert _sample(rt, "handoffmon_shadow_spend_usd_total") > 0
         assert not rt.snapshot().shadow
+
+
+def test_wrap_with_config_alone_runs_shadow_continuation(router: Any) -> None:
+    """``wrap(router, config)`` builds the process's shared runtime with the shadow runner from
+    ``shadow.enabled``; its series show in prometheus_client's global registry with the monitor's."""
+    from prometheus_client import REGISTRY
+
+    config = config_from_mapping(
+        {
+            "rules": RULES,
+            "attribution": {"canonical_models": CANONICAL},
+            "telemetry": {"log_turns": False},
+            "refit": {"interval_s": 0},
+            "shadow": {"enabled": True, "sample_rate": 1.0, "targets": ["model-c"]},
+        }
+    )
+    client = wrap(router, config)
+    rt = client.runtime
+    try:
+        assert rt.shadow is not None
+        _converse(client, rt, ["alpha", "primary"], "w")
+        ok = {"arm": "handoff", "outcome": "ok"}
+        assert REGISTRY.get_sample_value("handoffmon_shadow_calls_total", ok) == 1
+        assert sum(rt.snapshot().turns.values()) == 2
+    finally:
+        rt.close()

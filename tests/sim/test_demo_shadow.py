@@ -53,7 +53,6 @@ def test_demo_shadow_cli_prints_the_line_writes_switch_costs_and_reports_them(tm
         re.M,
     )
     assert line, out.stdout
-    assert int(line[3]) > 0
     refit = json.loads((tmp_path / "handoffmon-refit.json").read_text(encoding="utf-8"))
     entries = refit["rules"]["all"]["switch_costs"]
     assert entries
@@ -63,6 +62,17 @@ def test_demo_shadow_cli_prints_the_line_writes_switch_costs_and_reports_them(tm
     planted = {(e["rule"], e["prefix_model"], e["model"]) for e in truth["switch_costs"]}
     assert all(("all", e["prefix_model"], e["model"]) in planted for e in entries)
     assert all(math.isfinite(e["planted"]) for e in truth["switch_costs"])
+    # the line compares every per-rule switch cost with an interval against its planted value
+    compared = [
+        e
+        for rule, fit in refit["rules"].items()
+        if rule != "all"
+        for e in fit["switch_costs"]
+        if e["ci_low"] is not None
+        and e["ci_high"] is not None
+        and (rule, e["prefix_model"], e["model"]) in planted
+    ]
+    assert int(line[3]) == len(compared)
     assert "Switch cost (shadow continuation)" in (tmp_path / "handoffmon-report.html").read_text(
         encoding="utf-8"
     )
