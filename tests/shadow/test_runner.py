@@ -184,3 +184,31 @@ def test_wrap_with_config_alone_runs_shadow_continuation(router: Any) -> None:
         assert sum(rt.snapshot().turns.values()) == 2
     finally:
         rt.close()
+
+
+def test_shadow_calls_run_on_handoffmon_threads_without_fallbacks_never_on_the_callers(router: Any) -> None:
+    """Every call the Router sees is recorded with its thread: the application's on the caller's
+    thread, the shadow call (marked by its metadata) on a handoffmon-shadow thread, with
+    fallbacks and retries off and max_tokens set."""
+    import threading
+
+    seen: list[tuple[str, dict[str, Any]]] = []
+    inner = router.completion
+
+    def completion(*args: Any, **kwargs: Any) -> Any:
+        seen.append((threading.current_thread().name, kwargs))
+        return inner(*args, **kwargs)
+
+    router.completion = completion
+    with _runtime(enabled=True, targets=["model-c"], max_output_tokens=77) as rt:
+        client = wrap(router, runtime=rt)
+        _converse(client, rt, ["alpha", "primary"], "t")
+    caller = threading.current_thread().name
+    shadow = [(t, kw) for t, kw in seen if (kw.get("metadata") or {}).get("handoffmon_shadow")]
+    served = [(t, kw) for t, kw in seen if not (kw.get("metadata") or {}).get("handoffmon_shadow")]
+    assert [t for t, _ in served] == [caller, caller]
+    assert len(shadow) == 1
+    thread, kw = shadow[0]
+    assert thread.startswith("handoffmon-shadow")
+    assert kw["model"] == "alpha" and kw["fallbacks"] == [] and kw["num_retries"] == 0
+    assert kw["max_tokens"] == 77
