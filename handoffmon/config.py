@@ -294,7 +294,9 @@ class ShadowConfig(_Section):
     max_output_tokens: int = Field(default=1024, gt=0)
     """``max_tokens`` of every shadow call (bounds the reservation)."""
     max_concurrency: int = Field(default=2, gt=0)
-    """Shadow calls in flight at once; further picks are skipped (``busy``)."""
+    """Shadow calls in flight at once (one background thread each)."""
+    queue_size: int = Field(default=32, gt=0)
+    """Picked turns waiting for a shadow thread; further picks are skipped (``busy``)."""
     timeout_s: float = Field(default=60.0, gt=0)
     """Timeout of one shadow call."""
     breaker_failures: int = Field(default=3, gt=0)

@@ -32,6 +32,7 @@ MONITOR_STAGES: tuple[str, ...] = (
     "refit",
     "parse",
     "store",
+    "shadow",
 )
 """Stages that count their own failures (``handoffmon_monitor_errors_total{stage}``); exported at 0
 from the start so dashboards and ``rate()`` show 0, not "No data"."""

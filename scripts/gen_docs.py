@@ -152,8 +152,11 @@ def monitor_metrics_block() -> str:
     from handoffmon.depth import DepthBuckets
     from handoffmon.exporters.prometheus import PrometheusExporter
     from handoffmon.exporters.routing_decisions import RoutingCollector
+    from handoffmon.exporters.shadow_calls import ShadowCollector
     from handoffmon.exporters.store_failures import StoreStatsCollector
     from handoffmon.refit import refit
+    from handoffmon.shadow.recorder import PairRecorder
+    from handoffmon.shadow.stats import ShadowStats
     from handoffmon.sim import default_fleet
     from handoffmon.sim.offline import simulate_counts
     from handoffmon.testing import make_turn_result
@@ -166,11 +169,23 @@ def monitor_metrics_block() -> str:
     exporter.observe_overhead("begin", 1e-5)
     exporter.count_error("export")
     exporter.count_drop()
-    exporter.publish_refit(refit(simulate_counts(default_fleet(), 100, seed=3), buckets=DepthBuckets()))
+    counts = simulate_counts(default_fleet(), 100, seed=3)
+    # shadow continuation's pairs give the switch-cost gauges
+    pairs = PairRecorder()
+    a, b = (m.name for m in default_fleet().models[:2])
+    for i in range(60):
+        pairs.add(f"c{i}", a, b, i % 2 == 0, {"r": (i % 3 != 0, i % 4 != 0)})
+    exporter.publish_refit(refit(counts.merge(pairs.counts()), buckets=DepthBuckets()))
     # the runtime registers the store guard's failure counters beside the exporter, in every mode
     exporter.registry.register(StoreStatsCollector(lambda: {"get_errors": 0}))
     # and, with routing.enabled, the routing policy's decisions and its table's age
     exporter.registry.register(RoutingCollector(lambda: {("dry_run", "unchanged"): 0}, lambda now: 0.0))
+    # and, with shadow.enabled, shadow continuation's calls, skips, checks, spend, budget and breaker
+    stats = ShadowStats(
+        {("handoff", "ok"): 0}, {"not_sampled": 0}, {("handoff", "pass"): 0}, {"handoff": 0}, 0.0, 0.0,
+        {"calls": 0.0}, {"calls": 30.0}, {"gpt-4o-mini": 0}, 0,
+    )  # fmt: skip
+    exporter.registry.register(ShadowCollector(lambda: stats))
     return "\n".join(_metrics_table(_families(exporter.registry)))
 
 

@@ -128,6 +128,15 @@ def _compare_routing(world: Any, outcome: Any) -> Any:
     help="Then run the same fresh conversations twice, router's fallback order vs the risk-aware "
     "order from this run's refit, and report the adherence after fallbacks it saved.",
 )
+@click.option(
+    "--shadow",
+    "shadow_rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Shadow continuation: this share of eligible turns is continued by a second model in the "
+    "background; the refit gets experimental switch costs, compared with the planted ones.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar on stderr.")
 def demo(
     size: float,
@@ -140,6 +149,7 @@ def demo(
     duration: float | None,
     refit_interval: float,
     compare_routing: bool,
+    shadow_rate: float,
     progress: bool,
 ) -> None:
     """Simulate a fleet of models behind a real litellm Router and show what handoffmon finds.
@@ -152,7 +162,9 @@ def demo(
     from handoffmon.sim.demo import DemoSettings, build_world, close_world, run_initial, write_outputs
     from handoffmon.sim.summary import render_summary
 
-    settings = DemoSettings(size=size, seed=seed, models=models, rules=rules, concurrency=concurrency)
+    settings = DemoSettings(
+        size=size, seed=seed, models=models, rules=rules, concurrency=concurrency, shadow_rate=shadow_rate
+    )
     expected_turns = round(settings.conversations * settings.policy.mean_length())
     bar = _progress(expected_turns, progress)
     try:
@@ -183,6 +195,8 @@ def demo(
         click.echo(render_summary(outcome, world.truth))
         if reordering is not None:
             click.echo(reordering.line())
+        if outcome.shadow is not None:
+            click.echo(outcome.shadow.line())
         click.echo(f"\nreport: {paths['report']}   refit: {paths['refit']}   truth: {paths['truth']}")
         if serve_port is not None:
             _serve(world, duration, refit_interval)

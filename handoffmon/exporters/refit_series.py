@@ -103,6 +103,23 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
     GaugeSpec(
         "handoffmon_refit_last_success_timestamp_seconds", (), "UNIX time of the last successful refit."
     ),
+    GaugeSpec(
+        "handoffmon_switch_cost",
+        ("prefix_model", "model", "rule", "bound"),
+        "Refit: experimental switch cost of leaving prefix model A for model B (B's minus A's "
+        "adherence continuing the same prefixes, from shadow pairs), with its interval bounds.",
+    ),
+    GaugeSpec(
+        "handoffmon_switch_cost_significant",
+        ("prefix_model", "model", "rule"),
+        "Refit: 1 if the switch cost is significant after Benjamini-Hochberg across the rule's "
+        "switch costs (refit.fdr), else 0.",
+    ),
+    GaugeSpec(
+        "handoffmon_switch_cost_pairs",
+        ("prefix_model", "model", "rule"),
+        "Refit: shadow pairs (both continuations checked pass or fail) behind the switch cost.",
+    ),
 )
 
 _AFTER_HANDOFF = (("all", "markov"), ("true", "markov_handoff_turns"), ("false", "markov_same_author"))
@@ -155,6 +172,16 @@ class _Builder:
                 self.out["handoffmon_handoff_checked_turns"][(a, b, rule)] = float(pair.n)
         for flag, attr in _AFTER_HANDOFF:
             self.add_markov(rule, flag, getattr(fit, attr))
+        for sc in fit.switch_costs:
+            a, b = self.model(sc.prefix_model), self.model(sc.model)
+            if a is None or b is None or math.isnan(sc.estimate):
+                continue
+            cost = self.out["handoffmon_switch_cost"]
+            _put(cost, (a, b, rule, "estimate"), sc.estimate)
+            _put(cost, (a, b, rule, "lower"), sc.ci_low)
+            _put(cost, (a, b, rule, "upper"), sc.ci_high)
+            self.out["handoffmon_switch_cost_significant"][(a, b, rule)] = 1.0 if sc.significant else 0.0
+            self.out["handoffmon_switch_cost_pairs"][(a, b, rule)] = float(sc.n_pairs)
 
     def add_markov(self, rule: str, flag: str, fits: Mapping[str, MarkovFit]) -> None:
         for name, mf in fits.items():

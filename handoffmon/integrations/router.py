@@ -18,10 +18,12 @@ from handoffmon.ingress import (
 from handoffmon.integrations.streaming import AsyncStream, SyncStream
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
+from handoffmon.shadow.turns import ShadowOffer
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.ingress import Outcome
     from handoffmon.integrations.router_routing import RouterRouting
+    from handoffmon.integrations.router_shadow import RouterShadow
     from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
@@ -51,6 +53,7 @@ class RouterWrapper:
         self._parser = RequestParser.from_config(monitor.config)
         self._dep_names: dict[str, str | None] = {}
         self._routing = _routing(router, monitor, runtime)
+        self._shadow = _shadow(router, monitor, runtime)
 
     @property
     def runtime(self) -> Runtime | None:
@@ -118,6 +121,7 @@ class RouterWrapper:
                 reply,
                 Deferred(describe_response, (self._monitor.names, response, None)),
                 latency_s=latency_s,
+                shadow=self._offer(cap),
             )
         except Exception:
             _log.warning("handoffmon could not read a router response", exc_info=True)
@@ -133,10 +137,16 @@ class RouterWrapper:
                 Deferred(self._describe_stream, (out, inner)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
+                shadow=self._offer(cap),
             )
         except Exception:
             _log.warning("handoffmon could not finish a streamed turn", exc_info=True)
             self._monitor.count_error("integration")
+
+    def _offer(self, cap: Capture) -> ShadowOffer | None:
+        """The turn's shadow offer when the runtime runs shadow continuation."""
+        messages = cap.request.messages
+        return ShadowOffer(self._shadow, messages) if self._shadow is not None and messages else None
 
     def _describe_stream(self, out: StreamOutcome, inner: Any) -> Outcome:
         """Who served a finished stream (on the attribution thread); the router repoints the
@@ -168,3 +178,12 @@ def _routing(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterRo
     from handoffmon.routing.prefix import PrefixLookup
 
     return RouterRouting(router, state, PrefixLookup(monitor.attributor), monitor.names.canonical)
+
+
+def _shadow(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterShadow | None:
+    """Shadow calls through this router when the runtime runs shadow continuation."""
+    if runtime is None or runtime.shadow is None:
+        return None
+    from handoffmon.integrations.router_shadow import RouterShadow
+
+    return RouterShadow(router, monitor.names)

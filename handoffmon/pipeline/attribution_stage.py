@@ -69,6 +69,7 @@ class AttributionStage:
             item.finished_at,
             item.capture.begin_s,
             item.finish_s,
+            item.shadow,
         )
         key = recorded.conversation_id if recorded is not None else ctx.conversation_id
         if not self._submit(turn, key):

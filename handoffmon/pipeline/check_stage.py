@@ -20,6 +20,7 @@ from handoffmon.pipeline.errors import ErrorSink
 from handoffmon.pipeline.records import Attributed
 from handoffmon.pipeline.state import ConversationState
 from handoffmon.protocols import AttributionStore
+from handoffmon.shadow.turns import ShadowTurn
 from handoffmon.types import CheckResult, TurnContent, TurnContext, TurnRecord, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,6 +72,8 @@ class CheckStage:
         self._emit = emit
         self._errors = errors
         self._capture_content = capture_content
+        self.shadow: Callable[[ShadowTurn], None] | None = None
+        """Receives checked turns that carry a shadow offer (``Monitor.set_shadow``)."""
 
     def process(self, turn: Attributed) -> None:
         """Process one turn end to end, then report the stage overheads."""
@@ -93,7 +96,12 @@ class CheckStage:
         if not ctx.degraded and ctx.depth > state.depth:
             self._aggregates.move_session(state.depth, ctx.depth)
         state = self._declare(state, ctx)
-        checks = self._check(turn, ctx, state)
+        evaluate = self._evaluator(ctx, state)
+        checks = self._check(evaluate, turn.reply_text) if evaluate is not None else ()
+        if turn.shadow is not None and self.shadow is not None and evaluate is not None and not ctx.degraded:
+            self._offer(
+                ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
+            )
         state, transitions = state.advance(ctx.depth, checks)
         self._save_state(ctx, state)
         record = self._record(turn, ctx, author)
@@ -172,7 +180,10 @@ class CheckStage:
                 self._errors.count("rules")
         return tuple(out)
 
-    def _check(self, turn: Attributed, ctx: TurnContext, state: ConversationState) -> tuple[CheckResult, ...]:
+    def _evaluator(
+        self, ctx: TurnContext, state: ConversationState
+    ) -> Callable[[str], tuple[CheckResult, ...]] | None:
+        """The turn's rules with its context: checks the served reply (and a shadow reply)."""
         from handoffmon.checkers import CheckContext
 
         meta: Mapping[str, object] = ctx.metadata or {}
@@ -186,9 +197,25 @@ class CheckStage:
                 previous=dict(state.previous),
                 depth=ctx.depth,
             )
-            checks = tuple(
-                self._rules.evaluate(turn.reply_text, cctx, extra_rules=self._active_rules(state, ctx.depth))
-            )
+        except Exception as exc:
+            self._errors.failed("check", exc)
+            return None
+        extra = self._active_rules(state, ctx.depth)
+        rules = self._rules
+        return lambda text: tuple(rules.evaluate(text, cctx, extra_rules=extra))
+
+    def _offer(self, turn: ShadowTurn) -> None:
+        assert self.shadow is not None
+        try:
+            self.shadow(turn)
+        except Exception as exc:  # the runner fails open itself; this guards the plumbing
+            self._errors.failed("shadow", exc)
+
+    def _check(
+        self, evaluate: Callable[[str], tuple[CheckResult, ...]], text: str
+    ) -> tuple[CheckResult, ...]:
+        try:
+            checks = evaluate(text)
         except Exception as exc:
             self._errors.failed("check", exc)
             return ()

@@ -20,6 +20,7 @@ from handoffmon.pipeline.errors import STAGES, ErrorSink
 from handoffmon.pipeline.records import Attributed, Capture, Deferred, Finished
 from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver
+from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
 from handoffmon.stores.guard import GuardedStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,6 +118,7 @@ class Monitor:
             errors=self.errors,
             capture_content=config.telemetry.capture_content,
         )
+        self._checks = checks
         self._pool: WorkerPool[Attributed] = WorkerPool(
             checks.process,
             workers=config.pipeline.workers,
@@ -162,6 +164,7 @@ class Monitor:
         *,
         streamed: bool = False,
         latency_s: float | None = None,
+        shadow: ShadowOffer | None = None,
     ) -> None:
         """Queue a finished reply for attribution and checks. Never blocks, never raises.
 
@@ -174,6 +177,8 @@ class Monitor:
                 ``monitor_errors{stage="integration"}``.
             streamed: the reply was streamed.
             latency_s: wall time of the call; default: since the request was parsed.
+            shadow: the integration's offer of a shadow continuation of this turn (only
+                when the runtime runs shadow continuation).
 
         When the attribution queue is full (or the monitor closed) the turn is dropped and
         counted: overload sheds monitoring work instead of adding it to the request path.
@@ -183,7 +188,7 @@ class Monitor:
             if latency_s is None:
                 latency_s = t0 - capture.request.received_at
             item = Finished(
-                capture, reply, outcome, streamed, latency_s, self._clock(), time.perf_counter() - t0
+                capture, reply, outcome, streamed, latency_s, self._clock(), time.perf_counter() - t0, shadow
             )
             if not self._front.submit(item):
                 self.attribution_overflows += 1
@@ -209,6 +214,11 @@ class Monitor:
             self.aggregates.flush()
         except Exception as exc:
             self.errors.failed("aggregates", exc)
+
+    def set_shadow(self, offer: Callable[[ShadowTurn], None] | None) -> None:
+        """Hand every checked turn that carries a shadow offer to ``offer`` (the runtime's
+        ``ShadowRunner.offer``; on a check worker thread, must not block); ``None``: stop."""
+        self._checks.shadow = offer
 
     def count_error(self, stage: str, n: int = 1) -> None:
         """Count one of handoffmon's own failures (``monitor_errors{stage}``); see ``STAGES``."""

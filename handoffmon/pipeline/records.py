@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from handoffmon.ingress import Outcome, Request
+from handoffmon.shadow.turns import ShadowOffer
 from handoffmon.types import TurnContext
 
 
@@ -52,6 +53,7 @@ class Finished(NamedTuple):
         latency_s: wall time of the call (to the end of the stream).
         finished_at: wall clock when the reply finished.
         finish_s: request-path time ``finish`` took.
+        shadow: the integration's offer of a shadow continuation (``None``: shadow off).
     """
 
     capture: Capture
@@ -61,6 +63,7 @@ class Finished(NamedTuple):
     latency_s: float
     finished_at: float
     finish_s: float
+    shadow: ShadowOffer | None = None
 
     def __repr__(self) -> str:
         return f"Finished({self.capture!r}, streamed={self.streamed})"
@@ -79,6 +82,7 @@ class Attributed(NamedTuple):
         finished_at: wall clock when the reply finished.
         begin_s: request-path time of ``capture`` (with parsing).
         finish_s: request-path time of ``finish``.
+        shadow: the integration's offer of a shadow continuation (``None``: shadow off).
     """
 
     ctx: TurnContext
@@ -90,6 +94,7 @@ class Attributed(NamedTuple):
     finished_at: float
     begin_s: float
     finish_s: float
+    shadow: ShadowOffer | None = None
 
     def __repr__(self) -> str:
         return f"Attributed(depth={self.ctx.depth}, authors={self.outcome.authors!r})"

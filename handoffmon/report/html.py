@@ -12,6 +12,7 @@ from handoffmon.refit.result import ALL_RULES, RefitResult, RuleFit
 from handoffmon.report import svg
 from handoffmon.report.assets import CSS, SCRIPT
 from handoffmon.report.routing import reordering_section
+from handoffmon.report.switch_costs import switch_cost_card
 from handoffmon.routing.compare import RoutingComparison
 
 
@@ -263,6 +264,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
       (p<sub>TF</sub> + p<sub>FT</sub>)</p>{_markov_table(fit, models, truth, rule)}</div>
       {_truth_card(fit, truth)}</div>
   </div>
+  {switch_cost_card(fit, rule, truth)}
 </section>"""
 
 

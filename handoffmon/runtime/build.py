@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.checkers import RuleSet
     from handoffmon.refit.result import RefitResult
     from handoffmon.routing import RoutingState
+    from handoffmon.runtime.shadow import ShadowRunner
 
 __all__ = ["build_runtime", "shared_runtime"]
 
@@ -88,11 +89,12 @@ def build_runtime(
     if config.telemetry.prometheus and callable(store_stats):
         own.register(StoreStatsCollector(store_stats))
     routing = _routing(config, monitor, own)
+    shadow = _shadow(config, monitor, own)
     publish_gauges = refit_publisher(monitor.exporters)
     refit = None
     if config.refit.interval_s > 0:
         refit = PeriodicRefit(
-            monitor.snapshot,
+            monitor.snapshot if shadow is None else lambda: monitor.snapshot().merge(shadow.counts()),
             lambda result: _publish(publish_gauges, routing, result),
             config.refit.interval_s,
             buckets=config.buckets,
@@ -101,7 +103,14 @@ def build_runtime(
             on_failure=lambda: monitor.count_error("refit"),
         )
     runtime = Runtime(
-        config, monitor, registry=own, expose_in=registry, refit=refit, on_close=_forget, routing=routing
+        config,
+        monitor,
+        registry=own,
+        expose_in=registry,
+        refit=refit,
+        on_close=_forget,
+        routing=routing,
+        shadow=shadow,
     )
     if start:
         try:
@@ -123,6 +132,21 @@ def _routing(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegi
     if config.telemetry.prometheus:
         registry.register(RoutingCollector(state.counts.snapshot, state.table_age_s))
     return state
+
+
+def _shadow(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegistry) -> ShadowRunner | None:
+    """The shadow runner when ``shadow.enabled`` (fed by the check stage; its counters shown in
+    ``registry``); its threads start with the runtime."""
+    if not config.shadow.enabled:
+        return None
+    from handoffmon.exporters.shadow_calls import ShadowCollector
+    from handoffmon.runtime.shadow import ShadowRunner
+
+    runner = ShadowRunner(config.shadow, on_error=lambda: monitor.count_error("shadow"), start=False)
+    monitor.set_shadow(runner.offer)
+    if config.telemetry.prometheus:
+        registry.register(ShadowCollector(lambda: runner.stats))
+    return runner
 
 
 def _publish(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from handoffmon.config import HandoffmonConfig
+from handoffmon.counts import Counts
 from handoffmon.exporters.serving import MetricsServer
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import Exporter
@@ -23,6 +24,7 @@ from handoffmon.runtime.periodic import PeriodicRefit
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.refit.result import RefitResult
     from handoffmon.routing import RoutingState
+    from handoffmon.runtime.shadow import ShadowRunner
 
 _log = logging.getLogger("handoffmon.runtime")
 
@@ -45,6 +47,8 @@ class Runtime:
         on_close: called once after ``close`` (``shared_runtime`` forgets the runtime).
         routing: the risk-aware fallback ordering state (``None`` unless ``routing.enabled``);
             the periodic refit publishes its table.
+        shadow: shadow continuation (``None`` unless ``shadow.enabled``); its pairs join the
+            counts every refit reads (``snapshot``).
     """
 
     def __init__(
@@ -57,9 +61,11 @@ class Runtime:
         refit: PeriodicRefit | None,
         on_close: Callable[[Runtime], None] | None = None,
         routing: RoutingState | None = None,
+        shadow: ShadowRunner | None = None,
     ) -> None:
         self.config = config
         self.routing = routing
+        self.shadow = shadow
         self.monitor = monitor
         self.registry = registry
         self._expose_in = expose_in
@@ -105,6 +111,8 @@ class Runtime:
                 self._unexpose()
                 raise
             self.monitor.start()
+            if self.shadow is not None:
+                self.shadow.start()
             if self.refit is not None:
                 self.refit.start()
             self._started = True
@@ -113,8 +121,17 @@ class Runtime:
         return self
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until queued turns reached the exporters; False on timeout."""
-        return self.monitor.flush(timeout_s)
+        """Wait until queued turns reached the exporters and their shadow calls finished; False on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ok = self.monitor.flush(timeout_s)
+        if self.shadow is not None:
+            ok = self.shadow.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ok
+        return ok
+
+    def snapshot(self) -> Counts:
+        """The monitor's counts, with the shadow pairs when shadow continuation runs."""
+        counts = self.monitor.snapshot()
+        return counts if self.shadow is None else counts.merge(self.shadow.counts())
 
     def refit_now(self) -> RefitResult | None:
         """Run the refit once now and publish it (``None`` without a schedule or on failure)."""
@@ -135,7 +152,10 @@ class Runtime:
         if self.refit is not None:
             self.refit.stop()
         started = time.monotonic()
-        self.monitor.close(timeout_s)
+        self.monitor.close(timeout_s)  # drains the check stage, which feeds the shadow runner
+        if self.shadow is not None:
+            left = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
+            self.shadow.close(max(0.0, left - (time.monotonic() - started)))
         if self.metrics_server is not None:
             self.metrics_server.close()
         self._unexpose()

@@ -127,6 +127,13 @@ class Budget:
             if usd is not None:
                 self.usd.settle(r._items["usd"], min(usd, r.usd))
 
+    def usage(self) -> tuple[dict[str, float], dict[str, float]]:
+        """(used now, limit) per window: ``calls`` per minute, ``tokens`` per hour, ``usd`` per day."""
+        windows = {"calls": self.calls, "tokens": self.tokens, "usd": self.usd}
+        with self._lock:
+            now = self._clock()
+            return {k: w.used(now) for k, w in windows.items()}, {k: w.limit for k, w in windows.items()}
+
     def _forget_idle(self, now: float) -> None:
         """Drop per-pair windows with nothing inside (bounds the pair map by recent pairs)."""
         if len(self._pairs) > 256:

@@ -34,8 +34,9 @@ class Skip(NamedTuple):
 
 SKIP_REASONS: tuple[str, ...] = (
     "disabled", "not_eligible", "not_sampled", "arm_off", "no_candidate", "not_allowed", "breaker_open",
-    "budget_calls", "budget_tokens", "budget_money", "no_price", "quota",
+    "budget_calls", "budget_tokens", "budget_money", "no_price", "quota", "busy",
 )  # fmt: skip
+"""``busy``: the runtime's shadow queue was full (the decision's reservation is given back)."""
 
 
 class ShadowPolicy:
@@ -69,8 +70,27 @@ class ShadowPolicy:
         self._rng = rng or random.Random()
         self._allowed = frozenset(config.targets)
 
-    def decide(self, prefix_model: str, author: str, prompt_bytes: int, messages: int) -> Decision | Skip:
-        """Decision for a finished turn whose history was last written by ``prefix_model``."""
+    def decide(
+        self,
+        prefix_model: str,
+        author: str,
+        prompt_bytes: int | Callable[[], int],
+        messages: int,
+        *,
+        candidates: Callable[[str], Sequence[str]] | None = None,
+        prices: Callable[[str], tuple[float, float] | None] | None = None,
+    ) -> Decision | Skip:
+        """Decision for a finished turn whose history was last written by ``prefix_model``.
+
+        Args:
+            prefix_model: A, author of the history's last assistant message.
+            author: who served the turn.
+            prompt_bytes: the prompt's UTF-8 bytes, or a function computing them (called
+                only for a sampled turn that reaches the budget).
+            messages: number of messages in the prompt.
+            candidates: this turn's integration's candidates (default: the policy's).
+            prices: this turn's integration's prices (default: the policy's).
+        """
         c = self.config
         if not c.enabled:
             return Skip("disabled")
@@ -84,7 +104,8 @@ class ShadowPolicy:
         if arm == "handoff":
             target, model = prefix_model, author
         else:
-            options = [m for m in (c.candidates.get(author) or self._candidates(author)) if m != author]
+            default = candidates or self._candidates
+            options = [m for m in (c.candidates.get(author) or default(author)) if m != author]
             if not options:
                 return Skip("no_candidate")
             allowed = [m for m in options if m in self._allowed] or options
@@ -93,9 +114,12 @@ class ShadowPolicy:
             return Skip("not_allowed")
         if not self.breaker.allow(target):
             return Skip("breaker_open")
-        tokens = self.budget.upper_bound_tokens(prompt_bytes, messages)
+        size = prompt_bytes() if callable(prompt_bytes) else prompt_bytes
+        tokens = self.budget.upper_bound_tokens(size, messages)
         prompt = tokens - c.max_output_tokens
-        reserved = self.budget.reserve((prefix_model, model), tokens, self._prices(target), prompt)
+        reserved = self.budget.reserve(
+            (prefix_model, model), tokens, (prices or self._prices)(target), prompt
+        )
         if isinstance(reserved, str):
             self.breaker.release(target)
             return Skip(reserved)

@@ -19,6 +19,7 @@ from handoffmon.config import (
     PipelineConfig,
     RefitConfig,
     RoutingConfig,
+    ShadowConfig,
     TelemetryConfig,
 )
 from handoffmon.counts import Counts
@@ -28,6 +29,7 @@ from handoffmon.sim.driver import Driver, DriveStats, TrafficPolicy
 from handoffmon.sim.fleet import Fleet, make_fleet
 from handoffmon.sim.recovery import Recovery, recover
 from handoffmon.sim.rules import rule_configs
+from handoffmon.sim.shadow_truth import ShadowRecovery, ShadowTruth, recover_switch_costs
 from handoffmon.sim.truth import Truth
 
 BASE_CONVERSATIONS = 600
@@ -49,6 +51,8 @@ class DemoSettings:
             busy 2-core machine the worker thread can wait for the GIL longer than the
             default 50 ms while dozens of async conversations run.
         policy: traffic shape.
+        shadow_rate: share of eligible turns continued by a second model in the background
+            (``demo --shadow``; 0 = off).
     """
 
     size: float = 1.0
@@ -58,6 +62,7 @@ class DemoSettings:
     concurrency: int = 32
     check_budget_s: float = 5.0
     policy: TrafficPolicy = field(default_factory=TrafficPolicy)
+    shadow_rate: float = 0.0
 
     @property
     def conversations(self) -> int:
@@ -78,6 +83,7 @@ class DemoWorld:
     runtime: Any
     client: Any
     driver: Driver
+    shadow_truth: ShadowTruth | None = None
 
     @property
     def monitor(self) -> Any:
@@ -95,6 +101,7 @@ class DemoOutcome:
     recovery: Recovery
     elapsed_s: float
     injected: dict[str, int]
+    shadow: ShadowRecovery | None = None
 
 
 def demo_config(
@@ -125,6 +132,27 @@ def demo_config(
         telemetry=TelemetryConfig(log_turns=False, metrics_port=metrics_port),
         refit=RefitConfig(interval_s=refit_interval_s),
         routing=routing if routing is not None else RoutingConfig(),
+        shadow=demo_shadow(fleet, settings.shadow_rate),
+    )
+
+
+def demo_shadow(fleet: Fleet, rate: float) -> ShadowConfig:
+    """Shadow continuation at ``rate`` to every fleet model, with budgets no demo run reaches
+    (the simulated models cost nothing); off at rate 0. The no-handoff arm asks the router's
+    fallbacks of the served model's group."""
+    if rate <= 0:
+        return ShadowConfig()
+    return ShadowConfig(
+        enabled=True,
+        sample_rate=rate,
+        targets=[m.name for m in fleet.models],
+        calls_per_minute=1e9,
+        tokens_per_hour=10**12,
+        usd_per_day=None,
+        pair_calls_per_hour=10**9,
+        max_concurrency=2,
+        queue_size=100_000,
+        breaker_failures=10**6,
     )
 
 
@@ -190,15 +218,21 @@ def build_world(
         concurrency=settings.concurrency,
         on_turn=on_turn,
     )
-    return DemoWorld(settings, fleet, Truth.of(fleet), config, provider, router, runtime, client, driver)
+    shadow_truth = None
+    if runtime.shadow is not None:
+        shadow_truth = ShadowTruth(provider)
+        runtime.shadow.on_pair = shadow_truth.add
+    return DemoWorld(
+        settings, fleet, Truth.of(fleet), config, provider, router, runtime, client, driver, shadow_truth
+    )
 
 
 def refit_world(world: DemoWorld) -> tuple[Counts, RefitResult]:
     """Drain the pipeline and refit its aggregates."""
     from handoffmon.refit import refit
 
-    world.monitor.flush()
-    counts = world.monitor.snapshot()
+    world.runtime.flush()
+    counts = world.runtime.snapshot()
     return counts, refit(counts, buckets=world.config.buckets, settings=world.config.refit, source="demo")
 
 
@@ -208,6 +242,9 @@ def run_initial(world: DemoWorld) -> DemoOutcome:
     stats = asyncio.run(world.driver.run(world.settings.conversations))
     counts, result = refit_world(world)
     injected = {k: v for k, v in world.provider.stats.items() if not k.startswith("reply:")}
+    shadow = None
+    if world.shadow_truth is not None:
+        shadow = recover_switch_costs(result, world.shadow_truth.planted())
     return DemoOutcome(
         stats=stats,
         counts=counts,
@@ -215,6 +252,7 @@ def run_initial(world: DemoWorld) -> DemoOutcome:
         recovery=recover(result, world.truth),
         elapsed_s=time.perf_counter() - t0,
         injected=injected,
+        shadow=shadow,
     )
 
 
@@ -222,7 +260,7 @@ def run_facts(outcome: DemoOutcome) -> dict[str, str]:
     """Headline facts for the report header."""
     s, rec = outcome.stats, outcome.recovery
     handoffs = sum(n for k, n in outcome.counts.turns.items() if k.handoff == "true")
-    return {
+    facts = {
         "conversations": f"{s.conversations:,}",
         "turns": f"{s.turns:,}",
         "handoff turns": f"{handoffs:,}",
@@ -230,6 +268,10 @@ def run_facts(outcome: DemoOutcome) -> dict[str, str]:
         "π recovery (Pearson)": f"{rec.pearson_pi:.3f}",
         "σ recovery (Pearson)": f"{rec.pearson_sigma:.3f}",
     }
+    if outcome.shadow is not None:
+        facts["switch-cost recovery (Pearson)"] = f"{outcome.shadow.pearson:.3f}"
+        facts["switch-cost coverage"] = f"{outcome.shadow.coverage:.2f}"
+    return facts
 
 
 def write_outputs(
@@ -245,6 +287,8 @@ def write_outputs(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     truth = world.truth.to_dict()
+    if world.shadow_truth is not None:
+        truth["switch_costs"] = world.shadow_truth.to_list()
     files = {
         "report": (
             out_dir / "handoffmon-report.html",

@@ -117,7 +117,7 @@ class SimProvider(CustomLLM):  # type: ignore[misc]
         while len(store) > self.max_tracked:
             store.popitem(last=False)
 
-    def _previous(self, messages: Sequence[Mapping[str, Any]]) -> tuple[int, TurnTruth | None]:
+    def previous(self, messages: Sequence[Mapping[str, Any]]) -> tuple[int, TurnTruth | None]:
         """(depth of the reply to write, the sim's record of the previous assistant turn)."""
         last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         depth = 1 + sum(1 for m in messages if m.get("role") == "assistant")
@@ -154,7 +154,7 @@ class SimProvider(CustomLLM):  # type: ignore[misc]
         """Write the reply of ``model`` to ``messages`` (or raise an injected failure)."""
         key = history_key(messages)
         self._inject_failure(key, model)
-        depth, prev = self._previous(messages)
+        depth, prev = self.previous(messages)
         prefix = prev.author if prev is not None else None
         rng = np.random.default_rng(_seed_from(self.seed, "turn", key, model))
         intent = self.dynamics.draw(model, prefix, depth, prev.intent if prev else None, rng)

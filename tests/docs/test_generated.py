@@ -54,7 +54,14 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
     exp.observe_overhead("begin", 0.1)
     exp.count_error("export")
     exp.count_drop()
-    assert exp.publish_refit(refit(simulate_counts(default_fleet(), 100, seed=3), buckets=DepthBuckets()))
+    from handoffmon.shadow.recorder import PairRecorder
+
+    pairs = PairRecorder()  # shadow pairs give the switch-cost gauges
+    a, b = (m.name for m in default_fleet().models[:2])
+    for i in range(60):
+        pairs.add(f"c{i}", a, b, i % 2 == 0, {"r": (i % 3 != 0, i % 4 != 0)})
+    counts = simulate_counts(default_fleet(), 100, seed=3).merge(pairs.counts())
+    assert exp.publish_refit(refit(counts, buckets=DepthBuckets()))
     proxy = CollectorRegistry()
     ProxyMetrics(proxy)
     proxy.register(StoreStatsCollector(lambda: {"get_errors": 1}))
@@ -66,6 +73,13 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
     state = RoutingState(RoutingConfig(enabled=True))
     state.holder.table = PairRiskTable({}, created_at=0.0)
     proxy.register(RoutingCollector(state.counts.snapshot, state.table_age_s))
+    # and with shadow.enabled the shadow runner's
+    from handoffmon.config import ShadowConfig
+    from handoffmon.exporters.shadow_calls import ShadowCollector
+    from handoffmon.runtime.shadow import ShadowRunner
+
+    runner = ShadowRunner(ShadowConfig(enabled=True, targets=["b"]), start=False)
+    proxy.register(ShadowCollector(lambda: runner.stats))
     page = (DOCS / "reference" / "metrics.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `(handoffmon_\w+)` \|", page, flags=re.M))
     assert documented == _exposed(exp.registry) | _exposed(proxy)

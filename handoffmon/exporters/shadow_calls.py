@@ -1,0 +1,111 @@
+"""Shadow continuation's counters (calls, skips, checks, spend) and budget/breaker state, at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.shadow.stats import ShadowStats
+
+
+class ShadowCollector(Collector):
+    """Exposes a ``ShadowRunner``'s ``stats``. Every label is bounded: arms, outcomes, skip
+    reasons and verdicts are fixed sets, targets are the ``shadow.targets`` allowlist.
+
+    Shadow calls are counted only here, never as served turns.
+
+    Args:
+        stats: returns the runner's ``ShadowStats``.
+    """
+
+    def __init__(self, stats: Callable[[], ShadowStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        yield _family(
+            CounterMetricFamily,
+            "handoffmon_shadow_calls",
+            "Shadow continuation calls by arm (handoff, no_handoff) and outcome (ok; rate_limited, "
+            "server_error, timeout, error: failed; wrong_author: another model answered; dry_run: "
+            "decided but not made).",
+            ("arm", "outcome"),
+            s.calls,
+        )
+        yield _family(
+            CounterMetricFamily,
+            "handoffmon_shadow_skipped",
+            "Turns offered for shadow continuation that got no shadow call, by reason (not_sampled, "
+            "budget_calls, budget_tokens, budget_money, quota, breaker_open, busy, ...).",
+            ("reason",),
+            s.skipped,
+        )
+        yield _family(
+            CounterMetricFamily,
+            "handoffmon_shadow_checks",
+            "Rule verdicts of shadow replies by arm and verdict (never counted as served turns).",
+            ("arm", "verdict"),
+            s.checks,
+        )
+        yield _family(
+            CounterMetricFamily,
+            "handoffmon_shadow_pairs",
+            "Shadow pairs recorded for the switch-cost refit, by arm.",
+            ("arm",),
+            s.pairs,
+        )
+        yield CounterMetricFamily(
+            "handoffmon_shadow_tokens",
+            "Tokens used by shadow calls (dry run: their reserved bound).",
+            value=s.tokens,
+        )
+        yield CounterMetricFamily(
+            "handoffmon_shadow_spend_usd",
+            "USD spent on shadow calls, priced from the deployments or litellm's cost map (dry run: "
+            "the reserved bound).",
+            value=s.usd,
+        )
+        yield _family(
+            GaugeMetricFamily,
+            "handoffmon_shadow_budget_used",
+            "Shadow budget used in its sliding window now: calls (per minute), tokens (per hour), "
+            "usd (per day); in-flight calls count at their upper bound.",
+            ("window",),
+            s.budget_used,
+        )
+        yield _family(
+            GaugeMetricFamily,
+            "handoffmon_shadow_budget_limit",
+            "Limit of each shadow budget window (usd: +Inf without a money cap).",
+            ("window",),
+            s.budget_limit,
+        )
+        yield _family(
+            GaugeMetricFamily,
+            "handoffmon_shadow_breaker_open",
+            "1 while a shadow target's circuit breaker stops its shadow traffic (after "
+            "shadow.breaker_failures consecutive 429/5xx/timeouts), else 0.",
+            ("target",),
+            s.breaker_open,
+        )
+        yield GaugeMetricFamily(
+            "handoffmon_shadow_pending", "Picked turns waiting for or in a shadow call.", value=s.pending
+        )
+
+
+def _family(
+    kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    name: str,
+    doc: str,
+    labels: tuple[str, ...],
+    values: Mapping[Any, float],
+) -> Metric:
+    """One labelled family; a key is a label value, or a tuple of them for several labels."""
+    family = kind(name, doc, labels=list(labels))
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return family

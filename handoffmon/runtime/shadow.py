@@ -1,0 +1,203 @@
+"""``ShadowRunner``: shadow continuation behind the check stage, on its own bounded pool of threads.
+
+A check worker hands every checked turn that carries an integration's offer to ``offer``
+(cheap: the policy's sampling, budget and breaker); a picked turn waits in a bounded
+queue for one of ``max_concurrency`` threads, which makes the call through the
+integration, checks the reply with the same rules and context as the served reply and
+records the pair. Nothing here touches the application's request: failures are counted
+and otherwise ignored, the shadow reply is never returned, attributed or stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from handoffmon.config import ShadowConfig
+from handoffmon.counts import Counts
+from handoffmon.pipeline.worker import WorkerPool
+from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy, Skip
+from handoffmon.shadow.recorder import PairRecorder
+from handoffmon.shadow.stats import ShadowStats
+from handoffmon.shadow.turns import ShadowTurn, failure_kind, pair_verdicts, prompt_bytes
+
+_log = logging.getLogger("handoffmon.shadow")
+
+CALL_OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "error",
+    "wrong_author",
+    "dry_run",
+)
+"""``handoffmon_shadow_calls_total{outcome}``: the call's result (``dry_run``: decided, not made)."""
+
+
+class ShadowRunner:
+    """Decides, calls, checks and records shadow continuations for one runtime.
+
+    Args:
+        config: the ``shadow`` section (``enabled``).
+        on_error: counts one of handoffmon's own failures (``monitor_errors{stage="shadow"}``).
+        policy: the decision policy (default: built from ``config`` with its budget and breaker).
+        start: start the threads now.
+    """
+
+    def __init__(
+        self,
+        config: ShadowConfig,
+        *,
+        on_error: Callable[[], object] = lambda: None,
+        policy: ShadowPolicy | None = None,
+        start: bool = True,
+    ) -> None:
+        self.config = config
+        self.policy = policy or ShadowPolicy(
+            config, Budget(config), Breaker(config.breaker_failures, config.breaker_cooldown_s)
+        )
+        self.recorder = PairRecorder()
+        self.on_pair: Callable[[ShadowTurn, Decision, Mapping[str, tuple[bool, bool]]], object] | None = None
+        """Called after each recorded pair (the demo computes the planted switch cost from it)."""
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._calls: Counter[tuple[str, str]] = Counter()
+        self._skipped: Counter[str] = Counter()
+        self._checks: Counter[tuple[str, str]] = Counter()
+        self._pairs: Counter[str] = Counter()
+        self._tokens = 0.0
+        self._usd = 0.0
+        self._pool: WorkerPool[tuple[ShadowTurn, Decision]] = WorkerPool(
+            self._run,
+            workers=config.max_concurrency,
+            queue_size=config.queue_size,
+            on_error=self._failed,
+            name="handoffmon-shadow",
+            start=start,
+        )
+
+    # -- on a check worker ----------------------------------------------------------------
+
+    def offer(self, turn: ShadowTurn) -> None:
+        """Decide for one checked turn and queue its shadow call. Never raises, never blocks."""
+        try:
+            self._offer(turn)
+        except Exception as exc:
+            self._failed(exc)
+
+    def _offer(self, turn: ShadowTurn) -> None:
+        source, messages = turn.offer
+        decision = self.policy.decide(
+            turn.prefix_model,
+            turn.author,
+            lambda: prompt_bytes(messages),
+            len(messages),
+            candidates=source.candidates,
+            prices=source.prices,
+        )
+        if isinstance(decision, Skip):
+            self._count(self._skipped, decision.reason)
+            return
+        if self.config.dry_run:
+            self.policy.breaker.release(decision.target)
+            r = decision.reservation
+            self._spent(r.tokens if r else 0.0, r.usd if r else 0.0)
+            self._count(self._calls, (decision.arm, "dry_run"))
+            return
+        if not self._pool.submit((turn, decision), turn.conversation_id):
+            self._give_back(decision)
+            self._count(self._skipped, "busy")
+
+    def _give_back(self, decision: Decision) -> None:
+        """Undo a decision that made no call: its tokens and money, and the breaker's probe."""
+        self.policy.breaker.release(decision.target)
+        if decision.reservation is not None:
+            self.policy.budget.settle(decision.reservation, 0.0, 0.0)
+
+    # -- on a shadow thread ---------------------------------------------------------------
+
+    def _run(self, job: tuple[ShadowTurn, Decision]) -> None:
+        turn, d = job
+        c = self.config
+        breaker, budget = self.policy.breaker, self.policy.budget
+        try:
+            reply = turn.offer.source.call(
+                d.target, turn.offer.messages, max_tokens=c.max_output_tokens, timeout_s=c.timeout_s
+            )
+        except Exception as exc:
+            kind = failure_kind(exc)
+            breaker.record(d.target, ok=kind == "error")
+            self._count(self._calls, (d.arm, kind))
+            _log.debug("handoffmon shadow call to %s failed: %s", d.target, kind)
+            return
+        breaker.record(d.target, ok=True)
+        if d.reservation is not None:
+            budget.settle(d.reservation, reply.tokens, reply.usd)
+        r = d.reservation
+        self._spent(
+            reply.tokens if reply.tokens is not None else (r.tokens if r else 0.0),
+            reply.usd if reply.usd is not None else (r.usd if r else 0.0),
+        )
+        if reply.author is not None and reply.author != d.target:
+            self._count(self._calls, (d.arm, "wrong_author"))  # another model answered: no pair
+            return
+        self._count(self._calls, (d.arm, "ok"))
+        shadow = turn.evaluate(reply.text)
+        with self._lock:
+            for check in shadow:
+                self._checks[(d.arm, check.verdict)] += 1
+        verdicts = pair_verdicts(d.arm, turn.served, shadow)
+        if self.recorder.add(turn.conversation_id, d.prefix_model, d.model, d.arm == "handoff", verdicts):
+            self._count(self._pairs, d.arm)
+            if self.on_pair is not None:
+                self.on_pair(turn, d, verdicts)
+
+    # -- accounting -----------------------------------------------------------------------
+
+    def _count(self, counter: Counter[str] | Counter[tuple[str, str]], key: object) -> None:
+        with self._lock:
+            counter[key] += 1  # type: ignore[index]
+
+    def _spent(self, tokens: float, usd: float) -> None:
+        with self._lock:
+            self._tokens += tokens
+            self._usd += usd
+
+    def _failed(self, exc: BaseException) -> None:
+        _log.warning("handoffmon shadow continuation failed", exc_info=exc)
+        try:
+            self._on_error()
+        except Exception:  # pragma: no cover - error accounting itself failed
+            _log.exception("handoffmon error handler failed")
+
+    @property
+    def stats(self) -> ShadowStats:
+        """The counters now."""
+        used, limits = self.policy.budget.usage()
+        breaker = {t: int(self.policy.breaker.is_open(t)) for t in self.config.targets}
+        with self._lock:
+            return ShadowStats(
+                dict(self._calls), dict(self._skipped), dict(self._checks), dict(self._pairs),
+                self._tokens, self._usd, used, limits, breaker, self._pool.pending(),
+            )  # fmt: skip
+
+    def counts(self) -> Counts:
+        """The shadow pairs as ``Counts`` (merged into the monitor's snapshot for the refit)."""
+        return self.recorder.counts()
+
+    # -- life -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the shadow threads (idempotent)."""
+        self._pool.start()
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until queued shadow calls finished; False on timeout."""
+        return self._pool.flush(timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Stop taking turns and finish the queued calls within ``timeout_s``; False on timeout."""
+        return self._pool.close(timeout_s)

@@ -1,0 +1,120 @@
+"""What flows into shadow continuation: an integration's offer, the checked turn, the shadow reply."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from handoffmon.types import CheckResult
+
+
+class ShadowReply(NamedTuple):
+    """A shadow call's reply.
+
+    Attributes:
+        text: the reply text (checked, then dropped; never returned or stored).
+        author: canonical model that wrote it, as the response reports (``None``: unreported).
+        tokens: tokens the call used (``None``: unreported; the reservation's bound stays).
+        usd: what it cost (``None``: unknown).
+    """
+
+    text: str
+    author: str | None
+    tokens: float | None
+    usd: float | None
+
+
+class ShadowSource(Protocol):
+    """What an integration supplies: the call itself, and the facts only it knows."""
+
+    def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
+        """Ask ``target`` (canonical model) to continue ``messages``, without fallbacks or retries."""
+        ...
+
+    def candidates(self, model: str) -> Sequence[str]:
+        """Canonical models the no-handoff arm may ask to continue ``model``'s history."""
+        ...
+
+    def prices(self, model: str) -> tuple[float, float] | None:
+        """(USD per input token, USD per output token) of ``model``, ``None`` when unknown."""
+        ...
+
+
+class ShadowOffer(NamedTuple):
+    """Attached by an integration to a finished turn (``Monitor.finish(shadow=...)``).
+
+    Attributes:
+        source: the integration that can make the shadow call.
+        messages: the request's messages (the snapshot the parser took), to continue.
+    """
+
+    source: ShadowSource
+    messages: list[Any]
+
+    def __repr__(self) -> str:  # no message content in reprs
+        return f"ShadowOffer(messages={len(self.messages)})"
+
+
+class ShadowTurn(NamedTuple):
+    """A checked turn offered for shadow continuation (built on a check worker thread).
+
+    Attributes:
+        offer: the integration's offer.
+        conversation_id: the turn's conversation (the pairs' cluster).
+        prefix_model: author of the history's last assistant message (A).
+        author: who served the turn.
+        served: the served reply's verdicts.
+        evaluate: runs the same rules, with the same context, on another reply.
+    """
+
+    offer: ShadowOffer
+    conversation_id: str
+    prefix_model: str
+    author: str
+    served: tuple[CheckResult, ...]
+    evaluate: Callable[[str], tuple[CheckResult, ...]]
+
+    def __repr__(self) -> str:
+        return f"ShadowTurn({self.prefix_model!r}→{self.author!r})"
+
+
+def prompt_bytes(messages: Sequence[Any]) -> int:
+    """UTF-8 bytes of the messages as JSON: an upper bound of their content's bytes."""
+    return sum(len(json.dumps(m, ensure_ascii=False, default=str).encode("utf-8")) for m in messages)
+
+
+def pair_verdicts(
+    arm: str, served: Sequence[CheckResult], shadow: Sequence[CheckResult]
+) -> dict[str, tuple[bool, bool]]:
+    """Rule → (B passes, A passes) for the rules both replies got pass or fail on.
+
+    The handoff arm served B and shadowed A; the no-handoff arm served A and shadowed B.
+    """
+    mine: Mapping[str, str] = {c.rule: c.verdict for c in shadow if c.verdict in ("pass", "fail")}
+    out: dict[str, tuple[bool, bool]] = {}
+    for c in served:
+        other = mine.get(c.rule)
+        if other is None or c.verdict not in ("pass", "fail"):
+            continue
+        s, o = c.verdict == "pass", other == "pass"
+        out[c.rule] = (s, o) if arm == "handoff" else (o, s)
+    return out
+
+
+FAILURE_KINDS: tuple[str, ...] = ("rate_limited", "server_error", "timeout", "error")
+"""``failure_kind`` values; all but ``error`` trip the breaker."""
+
+
+def failure_kind(exc: BaseException) -> str:
+    """Classify a failed shadow call: 429, 5xx, timeout/connection, or anything else."""
+    status = getattr(exc, "status_code", None)
+    if status == 429:
+        return "rate_limited"
+    if isinstance(status, int) and status >= 500:
+        name = type(exc).__name__.lower()
+        return "timeout" if "timeout" in name else "server_error"
+    name = type(exc).__name__.lower()
+    if isinstance(exc, (TimeoutError, ConnectionError)) or "timeout" in name or "connection" in name:
+        return "timeout"
+    return "error"
