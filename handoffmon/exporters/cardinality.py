@@ -6,8 +6,9 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from handoffmon.counts import CELL_TOTAL, POOLED_RULE, turn_cell_stats
 from handoffmon.depth import DepthBuckets
-from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, VERDICTS
+from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, VERDICTS, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.config import HandoffmonConfig
@@ -188,3 +189,38 @@ class LabelGuard:
     def rules(self) -> frozenset[str]:
         """Rule label values admitted so far."""
         return self._rules.values
+
+
+BASELINE_LABELS: tuple[str, ...] = ("rule", "model", "depth_bucket", "verdict")
+CELL_STAT_LABELS: tuple[str, ...] = ("rule", "model", "prefix_model", "depth_bucket", "stat")
+
+
+def refit_input_labels(
+    result: TurnResult, guard: LabelGuard
+) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], int]]]:
+    """Label values of a turn's clean-baseline verdicts (``BASELINE_LABELS``, one per check
+    of a clean same-author turn) and of its cell-stat increments (``CELL_STAT_LABELS``,
+    value), capped by ``guard`` like every other series (the pooled rule ``all`` and the
+    whole-cell bucket ``*`` are kept as they are)."""
+    ctx = result.context
+    model, prefix = guard.model(result.record.author), guard.model(ctx.prefix_model)
+    bucket = guard.depth_bucket(result.depth_bucket, ctx.depth)
+    baseline = (
+        [(guard.rule(c.rule), model, bucket, guard.verdict(c.verdict)) for c in result.checks]
+        if result.clean
+        else []
+    )
+    stats = [
+        (
+            (
+                POOLED_RULE if s.rule == POOLED_RULE else guard.rule(s.rule),
+                model,
+                prefix,
+                CELL_TOTAL if s.depth_bucket == CELL_TOTAL else bucket,
+                s.stat,
+            ),
+            v,
+        )
+        for s, v in turn_cell_stats(result)
+    ]
+    return baseline, stats

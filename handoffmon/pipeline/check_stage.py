@@ -94,6 +94,11 @@ class CheckStage:
             self._aggregates.move_session(state.depth, ctx.depth)
         state = self._declare(state, ctx)
         checks = self._check(turn, ctx, state)
+        # clean baseline turn: same author, and no other model's (or unattributed) text in the history
+        clean = (
+            ctx.prefix_model == author and ctx.prefix_purity >= 1.0 and ctx.prefix_authors <= 1 and not ctx.degraded
+        )
+        state, cluster = state.tally(author, ctx.prefix_model, clean, checks)
         state, transitions = state.advance(ctx.depth, checks)
         self._save_state(ctx, state)
         record = self._record(turn, ctx, author)
@@ -111,6 +116,8 @@ class CheckStage:
             transitions=transitions,
             attribution_methods=tuple(a.method for a in ctx.attributions),
             content=content,
+            clean=clean,
+            cluster=cluster,
         )
         self._aggregates.add_turn(result)
         self._emit(result)

@@ -109,6 +109,9 @@ def test_refit_from_prometheus_equals_refit_from_merged_local_aggregates(tmp_pat
     assert remote.checks == local.checks
     assert remote.transitions == local.transitions
     assert remote.turns == local.turns
+    assert remote.baseline_checks == local.baseline_checks and local.baseline_checks
+    assert remote.cell_stats == local.cell_stats
+    assert {s.stat for s in local.cell_stats} == {"depth", "conversations", "y2", "yn", "n2"}
     kwargs = {"buckets": DepthBuckets(), "now": 0.0, "source": "x"}
     assert refit(remote, **kwargs).to_json() == refit(local, **kwargs).to_json()  # type: ignore[arg-type]
 
