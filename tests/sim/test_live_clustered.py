@@ -67,7 +67,7 @@ def test_live_aggregates_equal_the_turn_level_reference_and_give_the_same_cluste
     _assert_same_refit_inputs(live, ref)
     pooled = {s for s in live.cell_stats if s.rule == "all" and s.depth_bucket == CELL_TOTAL}
     assert pooled, "pooled cluster sums missing"
-    settings = RefitConfig(min_n=20)
+    settings = RefitConfig(min_n=5)
     got = refit(live, buckets=BUCKETS, settings=settings, now=0.0)
     want = refit(ref, buckets=BUCKETS, settings=settings, now=0.0)
     assert got.clustered and want.clustered
@@ -81,7 +81,7 @@ def test_live_aggregates_equal_the_turn_level_reference_and_give_the_same_cluste
             assert p.design_effect == pytest.approx(ref_pairs[key].design_effect, rel=1e-12), key
         assert max(p.design_effect for p in pairs.values()) > 1.2
         naive_se = {(p.prefix_model, p.model): p.se for p in naive.rules[rule].pairs if p.observed}
-        assert np.mean([pairs[k].se / naive_se[k] for k in pairs]) > 1.02
+        assert np.mean([pairs[k].se / naive_se[k] for k in pairs if k in naive_se]) > 1.05
 
 
 def test_sqlite_aggregates_of_the_live_pipeline_keep_the_cluster_sums(tmp_path: Path) -> None:
