@@ -205,12 +205,12 @@ def refit_input_labels(
     ctx = result.context
     model, prefix = guard.model(result.record.author), guard.model(ctx.prefix_model)
     bucket = guard.depth_bucket(result.depth_bucket, ctx.depth)
-    baseline = (
+    baseline: list[tuple[str, ...]] = (
         [(guard.rule(c.rule), model, bucket, guard.verdict(c.verdict)) for c in result.checks]
         if result.clean
         else []
     )
-    stats = [
+    stats: list[tuple[tuple[str, ...], int]] = [
         (
             (
                 POOLED_RULE if s.rule == POOLED_RULE else guard.rule(s.rule),

@@ -96,7 +96,10 @@ class CheckStage:
         checks = self._check(turn, ctx, state)
         # clean baseline turn: same author, and no other model's (or unattributed) text in the history
         clean = (
-            ctx.prefix_model == author and ctx.prefix_purity >= 1.0 and ctx.prefix_authors <= 1 and not ctx.degraded
+            ctx.prefix_model == author
+            and ctx.prefix_purity >= 1.0
+            and ctx.prefix_authors <= 1
+            and not ctx.degraded
         )
         state, cluster = state.tally(author, ctx.prefix_model, clean, checks)
         state, transitions = state.advance(ctx.depth, checks)

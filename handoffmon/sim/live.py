@@ -32,9 +32,10 @@ LIVE_RULES: tuple[dict[str, Any], ...] = (
 
 def live_config(rows: TurnRows, buckets: DepthBuckets | None = None, **sections: Any) -> HandoffmonConfig:
     """A config whose rules are the rows' rules (at most two) and whose buckets are ``buckets``."""
-    if len(rows.rules) > len(LIVE_RULES) or tuple(rows.rules) != tuple(r["name"] for r in LIVE_RULES)[
-        : len(rows.rules)
-    ]:
+    if (
+        len(rows.rules) > len(LIVE_RULES)
+        or tuple(rows.rules) != tuple(r["name"] for r in LIVE_RULES)[: len(rows.rules)]
+    ):
         raise ValueError(f"live replay supports rules {[r['name'] for r in LIVE_RULES]}, got {rows.rules}")
     data: dict[str, Any] = {"rules": list(LIVE_RULES[: len(rows.rules)])}
     if buckets is not None:

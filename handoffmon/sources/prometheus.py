@@ -190,7 +190,9 @@ class PrometheusSource:
             for lab, v in self.vector(BASELINE_CHECKS, base_by, at)
         }
         stats_by = ("rule", "model", "prefix_model", "depth_bucket", "stat")
-        stats = {CellStatKey(*(lab[k] for k in stats_by)): v for lab, v in self.vector(CELL_STATS, stats_by, at)}
+        stats = {
+            CellStatKey(*(lab[k] for k in stats_by)): v for lab, v in self.vector(CELL_STATS, stats_by, at)
+        }
         return Counts(
             checks=checks,
             transitions=trans,

@@ -12,8 +12,8 @@ nominal on the live path too.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

@@ -60,7 +60,10 @@ CANNED = {
     ),
     "handoffmon_cell_stats_total": _vector(
         [
-            ({"rule": "json", "model": "b", "prefix_model": "a", "depth_bucket": "3-4", "stat": "depth"}, "33"),
+            (
+                {"rule": "json", "model": "b", "prefix_model": "a", "depth_bucket": "3-4", "stat": "depth"},
+                "33",
+            ),
             ({"rule": "all", "model": "b", "prefix_model": "a", "depth_bucket": "*", "stat": "y2"}, "12"),
         ]
     ),
