@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from handoffmon.counts import CELL_TOTAL, POOLED_RULE, turn_cell_stats
+from handoffmon.counts import CELL_TOTAL, turn_cell_stats
 from handoffmon.depth import DepthBuckets
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, VERDICTS, TurnResult
 
@@ -200,8 +200,7 @@ def refit_input_labels(
 ) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], int]]]:
     """Label values of a turn's clean-baseline verdicts (``BASELINE_LABELS``, one per check
     of a clean same-author turn) and of its cell-stat increments (``CELL_STAT_LABELS``,
-    value), capped by ``guard`` like every other series (the pooled rule ``all`` and the
-    whole-cell bucket ``*`` are kept as they are)."""
+    value), capped by ``guard`` like every other series (the whole-cell bucket ``*`` is kept)."""
     ctx = result.context
     model, prefix = guard.model(result.record.author), guard.model(ctx.prefix_model)
     bucket = guard.depth_bucket(result.depth_bucket, ctx.depth)
@@ -213,7 +212,7 @@ def refit_input_labels(
     stats: list[tuple[tuple[str, ...], int]] = [
         (
             (
-                POOLED_RULE if s.rule == POOLED_RULE else guard.rule(s.rule),
+                guard.rule(s.rule),  # the pooled rule ``all`` is always admitted
                 model,
                 prefix,
                 CELL_TOTAL if s.depth_bucket == CELL_TOTAL else bucket,
