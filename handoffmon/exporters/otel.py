@@ -16,10 +16,10 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from handoffmon._version import __version__
-from handoffmon.exporters.cardinality import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.prometheus import OVERHEAD_BUCKETS
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.labels import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
 from handoffmon.types import CheckResult, TurnContent, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -17,9 +17,9 @@ from prometheus_client.registry import Collector
 
 from handoffmon._version import __version__
 from handoffmon.errors import HandoffmonError
-from handoffmon.exporters.cardinality import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.labels import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
 from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -13,6 +13,7 @@ from typing import Any
 
 from handoffmon.counts import CellStatKey, CheckKey, Counts, TransitionKey, TurnKey, turn_cell_stats
 from handoffmon.errors import StoreError
+from handoffmon.labels import LabelGuard
 from handoffmon.types import TurnResult
 
 _KINDS = (
@@ -119,9 +120,12 @@ class Aggregates:
 
     Args:
         path: SQLite file, or ``None`` for memory only.
+        guard: caps the model and rule names kept (over the cap → ``other``), like the
+            exporters' labels; ``None`` keeps names as they come.
     """
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, guard: LabelGuard | None = None) -> None:
+        self._guard = guard
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
         self._totals: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
@@ -151,13 +155,20 @@ class Aggregates:
     def add_turn(self, result: TurnResult) -> None:
         """Count one finished turn: its checks (and clean-baseline checks), transitions, turn
         cell, attributions, and its cells' depth and conversation-cluster sums."""
-        rec, ctx = result.record, result.context
+        rec, ctx, g = result.record, result.context, self._guard
         handoff = handoff_label(rec.handoff)
-        stats = turn_cell_stats(result)
+        author, prefix = (
+            (g.model(rec.author), g.model(ctx.prefix_model)) if g else (rec.author, ctx.prefix_model)
+        )
+        rule = g.rule if g else str
+        stats = [
+            (CellStatKey(rule(s.rule), author, prefix, s.depth_bucket, s.stat), n)
+            for s, n in turn_cell_stats(result)
+        ]
         with self._lock:
-            self._add("turns", TurnKey(rec.author, ctx.prefix_model, result.depth_bucket, handoff))
+            self._add("turns", TurnKey(author, prefix, result.depth_bucket, handoff))
             for check in result.checks:
-                key = CheckKey(check.rule, rec.author, ctx.prefix_model, result.depth_bucket, check.verdict)
+                key = CheckKey(rule(check.rule), author, prefix, result.depth_bucket, check.verdict)
                 self._add("checks", key)
                 if result.clean:
                     self._add("baseline_checks", key)
@@ -165,7 +176,8 @@ class Aggregates:
                 self._add("cell_stats", stat, n)
             for tr in result.transitions:
                 self._add(
-                    "transitions", TransitionKey(tr.rule, rec.author, handoff, tr.from_verdict, tr.to_verdict)
+                    "transitions",
+                    TransitionKey(rule(tr.rule), author, handoff, tr.from_verdict, tr.to_verdict),
                 )
             for method in result.attribution_methods:
                 self._add("attributions", method)

@@ -10,8 +10,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, POOLED_RULE, CellStatKey, CheckKey
-from handoffmon.exporters.cardinality import LabelGuard
 from handoffmon.exporters.prometheus import PrometheusExporter
+from handoffmon.labels import LabelGuard
 from handoffmon.pipeline.aggregates import Aggregates, load_counts_sqlite
 from handoffmon.pipeline.state import MAX_CELLS, ConversationState
 from handoffmon.testing import make_turn_result
@@ -153,3 +153,26 @@ def test_sqlite_and_prometheus_carry_the_sums(tmp_path: Path) -> None:
         expected[(key.rule, model, key.prefix_model, key.depth_bucket, key.stat)] += v
     assert +exported == +expected
     assert ("all", "a", "a", "*", "n2") in exported
+
+
+def test_aggregates_keep_names_capped_like_the_exported_labels() -> None:
+    """telemetry.max_models = 2, four authors: the in-process aggregates keep a, b and `other`
+    (the turns of c and d are still counted), with the exporters' guard, whose usage gauge
+    reports the cap reached."""
+    from handoffmon.exporters.prometheus import PrometheusExporter as Prom
+    from tests.pipeline.helpers import make_config, runtime
+
+    rt = runtime(make_config(telemetry={"max_models": 2}))
+    try:
+        run_conversation(rt.monitor, ["a", "b", "c", "d", "c"])
+        assert rt.monitor.flush(10)
+        snap = rt.monitor.snapshot()
+    finally:
+        rt.close()
+    assert {k.model for k in snap.turns} == {"a", "b", "other"}
+    assert {k.prefix_model for k in snap.turns} == {"none", "a", "b", "other"}
+    assert sum(snap.turns.values()) == 5
+    assert {k.model for k in snap.cell_stats} == {"a", "b", "other"}
+    prom = next(e for e in rt.monitor.exporters if isinstance(e, Prom))
+    assert prom.guard is rt.monitor.guard
+    assert prom.guard.usage()["model"] == (2, 2)

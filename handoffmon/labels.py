@@ -1,4 +1,8 @@
-"""Label cardinality guard: caps distinct model and rule label values, buckets depth."""
+"""Label cardinality guard: caps distinct model and rule names, buckets depth.
+
+One guard serves the exporters' labels and the pipeline's in-process aggregates, so the
+names a process keeps are bounded exactly like the names it exports (cap, then ``other``).
+"""
 
 from __future__ import annotations
 
@@ -78,7 +82,8 @@ class _Admitter:
 class LabelGuard:
     """Maps raw model/rule/stage names and depths to bounded label values.
 
-    Shared by the Prometheus and OpenTelemetry exporters so both see the same labels.
+    Shared by the Prometheus and OpenTelemetry exporters and the monitor's aggregates, so
+    all of them see the same names.
     Models: the first ``max_models`` distinct names are kept, later ones become
     ``other``; ``none``, ``unknown`` and ``other`` never count. Rules: configured rule
     names are admitted first, then per-request rules up to ``max_rules``. Depth is only
