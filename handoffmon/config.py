@@ -202,9 +202,10 @@ class TelemetryConfig(_Section):
     prometheus: bool = True
     """Export Prometheus metrics."""
     max_models: int = Field(default=50, gt=0)
-    """Distinct model label values before new names collapse into ``other``."""
+    """Distinct model names (exported labels and the monitor's own aggregates) before new
+    names collapse into ``other``."""
     max_rules: int = Field(default=100, gt=0)
-    """Distinct rule label values (configured rules come first) before ``other``."""
+    """Distinct rule names (configured rules come first; labels and aggregates) before ``other``."""
     exemplars: bool = False
     """Attach conversation ids as exemplars (OpenMetrics only)."""
     otel: bool = False

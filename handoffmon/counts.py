@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from handoffmon.types import Verdict
+from handoffmon.types import TurnResult, Verdict
 
 CELL_TOTAL = "*"
 """``depth_bucket`` of the whole-cell cluster sums in ``cell_stats``."""
@@ -36,6 +36,37 @@ def cluster_increments(y: int, n: int, passed: bool) -> tuple[int, int, int, int
     if passed:
         return int(n == 0), 2 * y + 1, y + n + 1, 2 * n + 1
     return int(n == 0), 0, y, 2 * n + 1
+
+
+def in_cell(author: str, prefix_model: str, clean: bool) -> bool:
+    """A turn's checks enter its refit cell's depth and cluster sums: handoff (or other-
+    prefix) turns always, same-author turns only when clean (the diagonal is the clean
+    baseline)."""
+    return clean or prefix_model != author
+
+
+def turn_cell_stats(result: TurnResult) -> list[tuple[CellStatKey, int]]:
+    """The ``cell_stats`` increments of one finished turn (live pipeline and exporters).
+
+    Σ depth of its pass/fail checks per rule in its depth bucket (when the turn is in its
+    cell, ``in_cell``) and the conversation-cluster increments the pipeline computed from
+    the conversation's partial counts (``TurnResult.cluster``). The same definitions as
+    the turn-log source (``sources/turns.sql``), so both give the same counts.
+    """
+    ctx, author = result.context, result.record.author
+    prefix, bucket = ctx.prefix_model, result.depth_bucket
+    out: list[tuple[CellStatKey, int]] = []
+    if in_cell(author, prefix, result.clean):
+        out.extend(
+            (CellStatKey(c.rule, author, prefix, bucket, "depth"), ctx.depth)
+            for c in result.checks
+            if c.verdict in ("pass", "fail")
+        )
+    for step in result.cluster:
+        for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
+            if v:
+                out.append((CellStatKey(step.rule, author, prefix, CELL_TOTAL, stat), v))
+    return out
 
 
 SHADOW_STATS: tuple[str, ...] = (

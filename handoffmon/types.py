@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 AttributionMethod = Literal["chain", "content", "unknown"]
 """How an earlier assistant message was attributed: chained fingerprint, content-only
@@ -240,12 +240,33 @@ class Transition:
     to_verdict: Verdict
 
 
+class ClusterStep(NamedTuple):
+    """Increments of one cell's conversation-cluster sums from one turn.
+
+    The cell is (``rule``, the turn's author, its prefix model); ``rule`` is ``"all"`` for
+    the sums pooled over rules. Over conversations c with y_c passes in n_c checks of the
+    cell, the sums are G (``conversations``), Σy², Σyn, Σn²; each increment is ≥ 0
+    (``counts.cluster_increments``), so they are monotone counters.
+    """
+
+    rule: str
+    conversations: int
+    y2: int
+    yn: int
+    n2: int
+
+
 @dataclass(frozen=True, slots=True)
 class TurnResult:
     """Everything the background pipeline hands to exporters for one turn.
 
     Carries no message or reply text, except ``content`` when the operator opted in
     with ``telemetry.capture_content`` (span exporters only; ``None`` otherwise).
+
+    ``clean`` marks a clean same-author turn (its prefix is its author and no other
+    model's text is anywhere in the history: the refit's B→B baseline); ``cluster`` holds
+    the turn's increments of its cells' conversation-cluster sums (empty for turns that
+    are in no refit cell: not clean same-author turns, or no pass/fail verdict).
     """
 
     context: TurnContext
@@ -255,3 +276,5 @@ class TurnResult:
     transitions: tuple[Transition, ...]
     attribution_methods: tuple[AttributionMethod, ...]
     content: TurnContent | None = field(default=None, repr=False, compare=False)
+    clean: bool = False
+    cluster: tuple[ClusterStep, ...] = ()

@@ -15,6 +15,7 @@ register (``handoffmon/exporters/``, ``handoffmon/proxy/metrics.py``), the click
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import types
@@ -154,6 +155,7 @@ def monitor_metrics_block() -> str:
     from handoffmon.exporters.routing_decisions import RoutingCollector
     from handoffmon.exporters.shadow_calls import ShadowCollector
     from handoffmon.exporters.store_failures import StoreStatsCollector
+    from handoffmon.pipeline.state import ConversationState
     from handoffmon.refit import refit
     from handoffmon.shadow.recorder import PairRecorder
     from handoffmon.shadow.stats import ShadowStats
@@ -166,6 +168,10 @@ def monitor_metrics_block() -> str:
         depth=2, prefix_model="a", checks=[("r", "pass")], transitions=[("r", "pass", "pass")], fallbacks=1
     )
     exporter.export(turn)
+    # a clean same-author turn: the baseline verdicts and the cells' cluster sums
+    own = make_turn_result(depth=3, author="a", prefix_model="a", checks=[("r", "pass")])
+    _, cluster = ConversationState().tally("a", "a", True, own.checks)
+    exporter.export(dataclasses.replace(own, clean=True, cluster=cluster))
     exporter.observe_overhead("begin", 1e-5)
     exporter.count_error("export")
     exporter.count_drop()
@@ -293,7 +299,6 @@ def _attribute_docs(cls: type) -> dict[str, str]:
 
 def refit_json_block() -> str:
     """One table per record of the refit document, from the dataclasses' fields and docstrings."""
-    import dataclasses
 
     from handoffmon.refit import result as r
 

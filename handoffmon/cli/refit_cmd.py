@@ -37,8 +37,8 @@ def refit_registry(result: RefitResult, config: HandoffmonConfig | None = None) 
     from prometheus_client import CollectorRegistry, Gauge
 
     from handoffmon.config import HandoffmonConfig
-    from handoffmon.exporters.cardinality import LabelGuard
     from handoffmon.exporters.refit_series import REFIT_GAUGES, refit_series
+    from handoffmon.labels import LabelGuard
 
     registry = CollectorRegistry()
     series = refit_series(result, LabelGuard.from_config(config or HandoffmonConfig()))

@@ -16,10 +16,10 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from handoffmon._version import __version__
-from handoffmon.exporters.cardinality import LabelGuard
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.prometheus import OVERHEAD_BUCKETS
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.labels import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
 from handoffmon.types import CheckResult, TurnContent, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -252,6 +252,12 @@ class OTelExporter:
         self._transitions = c(
             "handoffmon_rule_transitions", "{transition}", "Consecutive verdicts of a rule."
         )
+        self._baseline_checks = c(
+            "handoffmon_baseline_checks", "{check}", "Rule verdicts on clean same-author turns."
+        )
+        self._cell_stats = c(
+            "handoffmon_cell_stats", "1", "Per-cell depth and conversation-cluster sums (refit input)."
+        )
         self._attributions = c(
             "handoffmon_attributions", "{message}", "Earlier messages attributed, by method."
         )
@@ -361,6 +367,11 @@ class OTelExporter:
                     "to_verdict": g.verdict(tr.to_verdict),
                 },
             )
+        baseline, stats = refit_input_labels(result, g)
+        for labels in baseline:
+            self._baseline_checks.add(1, dict(zip(BASELINE_LABELS, labels, strict=True)))
+        for labels, v in stats:
+            self._cell_stats.add(v, dict(zip(CELL_STAT_LABELS, labels, strict=True)))
         for method, n in _Tally(result.attribution_methods).items():
             self._attributions.add(n, {"method": method if method in ("chain", "content") else "unknown"})
         if rec.fallbacks > 0:

@@ -17,9 +17,9 @@ from prometheus_client.registry import Collector
 
 from handoffmon._version import __version__
 from handoffmon.errors import HandoffmonError
-from handoffmon.exporters.cardinality import LabelGuard
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.labels import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
 from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,6 +57,8 @@ class _Counters:
     checks: Counter
     check_seconds: Counter
     transitions: Counter
+    baseline_checks: Counter
+    cell_stats: Counter
     attributions: Counter
     fallbacks: Counter
     errors: Counter
@@ -90,6 +92,22 @@ def _counters() -> _Counters:
             "handoffmon_rule_transitions",
             "Consecutive verdicts of a rule in one conversation (Markov refit input).",
             ("rule", "model", "handoff", "from_verdict", "to_verdict"),
+            registry=r,
+        ),
+        baseline_checks=Counter(
+            "handoffmon_baseline_checks",
+            "Rule verdicts on clean same-author turns (no other model's text in the history): "
+            "the refit's no-handoff baseline.",
+            BASELINE_LABELS,
+            registry=r,
+        ),
+        cell_stats=Counter(
+            "handoffmon_cell_stats",
+            "Per-cell sums for the refit's conversation-clustered intervals: stat=depth is the sum of "
+            "depths of checked turns per depth bucket; stat=conversations|y2|yn|n2 (depth_bucket='*') "
+            "are G, sum y^2, sum y*n, sum n^2 over conversations with y passes in n checks of the cell "
+            "(rule='all': every rule together). The diagonal holds clean same-author turns only.",
+            CELL_STAT_LABELS,
             registry=r,
         ),
         attributions=Counter(
@@ -290,6 +308,11 @@ class PrometheusExporter:
                 self._init_verdicts(rule, model, prefix, bucket)
             m.checks.labels(rule, model, prefix, bucket, g.verdict(check.verdict)).inc(1, exemplar=ex)
             m.check_seconds.labels(rule).inc(max(check.duration_s, 0.0))
+        baseline, stats = refit_input_labels(result, g)
+        for labels in baseline:
+            m.baseline_checks.labels(*labels).inc()
+        for labels, v in stats:
+            m.cell_stats.labels(*labels).inc(v)
         handoff = g.handoff(rec.handoff)
         for tr in result.transitions:
             m.transitions.labels(

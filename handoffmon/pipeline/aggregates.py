@@ -1,4 +1,5 @@
-"""Aggregate counters (checks, transitions, turns, attributions, errors, drops) in memory and SQLite."""
+"""Aggregate counters (checks, transitions, turns, attributions, errors, drops, the clean
+baseline and per-cell depth and conversation-cluster sums) in memory and SQLite."""
 
 from __future__ import annotations
 
@@ -10,11 +11,29 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
+from handoffmon.counts import CellStatKey, CheckKey, Counts, TransitionKey, TurnKey, turn_cell_stats
 from handoffmon.errors import StoreError
+from handoffmon.labels import LabelGuard
 from handoffmon.types import TurnResult
 
-_KINDS = ("checks", "transitions", "turns", "attributions", "monitor_errors", "dropped", "session_lengths")
+_KINDS = (
+    "checks",
+    "transitions",
+    "turns",
+    "attributions",
+    "monitor_errors",
+    "dropped",
+    "session_lengths",
+    "baseline_checks",
+    "cell_stats",
+)
+_KEYED = {
+    "checks": CheckKey,
+    "transitions": TransitionKey,
+    "turns": TurnKey,
+    "baseline_checks": CheckKey,
+    "cell_stats": CellStatKey,
+}
 _TABLE = "handoffmon_counts"
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {_TABLE} (
@@ -34,18 +53,14 @@ def handoff_label(handoff: bool | None) -> str:
 
 
 def _encode(kind: str, key: Any) -> str:
-    if kind in ("checks", "transitions", "turns"):
+    if kind in _KEYED:
         return json.dumps(list(key), separators=(",", ":"))
     return str(key)
 
 
 def _decode(kind: str, raw: str) -> Any:
-    if kind == "checks":
-        return CheckKey(*json.loads(raw))
-    if kind == "transitions":
-        return TransitionKey(*json.loads(raw))
-    if kind == "turns":
-        return TurnKey(*json.loads(raw))
+    if kind in _KEYED:
+        return _KEYED[kind](*json.loads(raw))
     if kind == "session_lengths":
         return int(raw)
     return raw
@@ -72,6 +87,8 @@ def _counts_from_rows(rows: Iterable[tuple[str, str, int]]) -> Counts:
         monitor_errors=tables["monitor_errors"],
         dropped=sum(tables["dropped"].values()),
         session_lengths=tables["session_lengths"],
+        baseline_checks=tables["baseline_checks"],
+        cell_stats=tables["cell_stats"],
     )
 
 
@@ -103,9 +120,12 @@ class Aggregates:
 
     Args:
         path: SQLite file, or ``None`` for memory only.
+        guard: caps the model and rule names kept (over the cap → ``other``), like the
+            exporters' labels; ``None`` keeps names as they come.
     """
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, guard: LabelGuard | None = None) -> None:
+        self._guard = guard
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
         self._totals: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
@@ -133,17 +153,31 @@ class Aggregates:
             self._pending[kind][key] += n
 
     def add_turn(self, result: TurnResult) -> None:
-        """Count one finished turn: its checks, transitions, turn cell and attributions."""
-        rec, ctx = result.record, result.context
+        """Count one finished turn: its checks (and clean-baseline checks), transitions, turn
+        cell, attributions, and its cells' depth and conversation-cluster sums."""
+        rec, ctx, g = result.record, result.context, self._guard
         handoff = handoff_label(rec.handoff)
+        author, prefix = (
+            (g.model(rec.author), g.model(ctx.prefix_model)) if g else (rec.author, ctx.prefix_model)
+        )
+        rule = g.rule if g else str
+        stats = [
+            (CellStatKey(rule(s.rule), author, prefix, s.depth_bucket, s.stat), n)
+            for s, n in turn_cell_stats(result)
+        ]
         with self._lock:
-            self._add("turns", TurnKey(rec.author, ctx.prefix_model, result.depth_bucket, handoff))
+            self._add("turns", TurnKey(author, prefix, result.depth_bucket, handoff))
             for check in result.checks:
-                key = CheckKey(check.rule, rec.author, ctx.prefix_model, result.depth_bucket, check.verdict)
+                key = CheckKey(rule(check.rule), author, prefix, result.depth_bucket, check.verdict)
                 self._add("checks", key)
+                if result.clean:
+                    self._add("baseline_checks", key)
+            for stat, n in stats:
+                self._add("cell_stats", stat, n)
             for tr in result.transitions:
                 self._add(
-                    "transitions", TransitionKey(tr.rule, rec.author, handoff, tr.from_verdict, tr.to_verdict)
+                    "transitions",
+                    TransitionKey(rule(tr.rule), author, handoff, tr.from_verdict, tr.to_verdict),
                 )
             for method in result.attribution_methods:
                 self._add("attributions", method)
@@ -182,6 +216,8 @@ class Aggregates:
             monitor_errors=t["monitor_errors"],
             dropped=sum(t["dropped"].values()),
             session_lengths=t["session_lengths"],
+            baseline_checks=t["baseline_checks"],
+            cell_stats=t["cell_stats"],
         )
 
     def flush(self) -> None:

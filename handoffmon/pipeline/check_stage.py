@@ -102,6 +102,14 @@ class CheckStage:
             self._offer(
                 ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
             )
+        # clean baseline turn: same author, and no other model's (or unattributed) text in the history
+        clean = (
+            ctx.prefix_model == author
+            and ctx.prefix_purity >= 1.0
+            and ctx.prefix_authors <= 1
+            and not ctx.degraded
+        )
+        state, cluster = state.tally(author, ctx.prefix_model, clean, checks)
         state, transitions = state.advance(ctx.depth, checks)
         self._save_state(ctx, state)
         record = self._record(turn, ctx, author)
@@ -119,6 +127,8 @@ class CheckStage:
             transitions=transitions,
             attribution_methods=tuple(a.method for a in ctx.attributions),
             content=content,
+            clean=clean,
+            cluster=cluster,
         )
         self._aggregates.add_turn(result)
         self._emit(result)

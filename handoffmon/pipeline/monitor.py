@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts
 from handoffmon.ingress import Outcome, Request
+from handoffmon.labels import LabelGuard
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.attribution_stage import AttributionStage
 from handoffmon.pipeline.check_stage import CheckStage
@@ -58,6 +59,9 @@ class Monitor:
         start: start the worker threads now (else :meth:`start`; turns queue up meanwhile).
         aggregates: counters to update; SQLite-backed in ``config.store.path`` when the
             store backend is ``sqlite``, memory otherwise.
+        guard: caps the model and rule names the aggregates keep (``telemetry.max_models``
+            / ``max_rules``, then ``other``); share it with the exporters (the ``Runtime``
+            does) so kept and exported names agree. Ignored when ``aggregates`` is given.
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class Monitor:
         clock: Callable[[], float] = time.time,
         start: bool = True,
         aggregates: Aggregates | None = None,
+        guard: LabelGuard | None = None,
     ) -> None:
         from handoffmon.attribution import Attributor, ModelNames
         from handoffmon.checkers import RuleSet
@@ -80,7 +85,11 @@ class Monitor:
         self.attribution_overflows = 0
         """Captured turns dropped because the attribution queue was full."""
         sqlite_path = config.store.path if config.store.backend == "sqlite" else None
-        self.aggregates = aggregates if aggregates is not None else Aggregates(sqlite_path)
+        self.guard = guard if guard is not None else LabelGuard.from_config(config)
+        """Caps the names kept in the aggregates (the exporters' guard when shared)."""
+        if aggregates is None:
+            aggregates = Aggregates(sqlite_path, guard=self.guard)
+        self.aggregates = aggregates
         self.errors = ErrorSink(self.aggregates)
         self.names = ModelNames(config.attribution.canonical_models)
         if store is None:

@@ -7,12 +7,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from handoffmon.types import CheckResult, Transition, Verdict
+from handoffmon.counts import POOLED_RULE, cluster_increments, in_cell
+from handoffmon.types import CheckResult, ClusterStep, Transition, Verdict
 
 STATE_VERSION = 1
 
 MARKOV_VERDICTS: frozenset[str] = frozenset(("pass", "fail"))
 """Verdicts that take part in transitions; ``not_applicable`` and ``error`` are skipped."""
+
+MAX_CELLS = 256
+"""Cells (rule or ``all``, author, prefix model) whose partial counts a conversation keeps.
+
+A conversation touching more cells (many rules × many models) counts the checks of further
+cells as one-check clusters: bounded state, slightly optimistic intervals for those cells.
+"""
+
+CellId = tuple[str, str, str]
+"""(rule or ``all``, author, prefix model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +46,16 @@ class ConversationState:
         previous: rule name → stored form of the value its checker extracted at the last
             checked turn (a keyed fingerprint unless text was opted in: ``checkers.extracted``).
         last: rule name → last pass/fail verdict (feeds transitions).
+        cells: (rule or ``all``, author, prefix) → (passes, pass/fail checks) this
+            conversation contributed to the cell: what the cluster sums' increments need
+            (at most ``MAX_CELLS`` entries).
     """
 
     depth: int = 0
     declared_rules: tuple[tuple[int, Mapping[str, Any]], ...] = ()
     previous: Mapping[str, str] = field(default_factory=dict)
     last: Mapping[str, LastVerdict] = field(default_factory=dict)
+    cells: Mapping[CellId, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> ConversationState:
@@ -51,11 +66,13 @@ class ConversationState:
         last_raw: Any = data.get("last") or {}
         prev_raw: Any = data.get("previous") or {}
         depth: Any = data.get("depth", 0)
+        cells_raw: Any = data.get("cells") or []
         return cls(
             depth=int(depth),
             declared_rules=tuple((int(d), dict(r)) for d, r in rules_raw),
             previous={str(k): str(v) for k, v in dict(prev_raw).items()},
             last={str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
+            cells={(str(r), str(m), str(p)): (int(y), int(n)) for r, m, p, y, n in cells_raw},
         )
 
     def to_mapping(self, now_s: float | None = None) -> dict[str, object]:
@@ -71,6 +88,7 @@ class ConversationState:
             "rules": [[d, dict(r)] for d, r in self.declared_rules],
             "previous": {k: v for k, v in previous.items() if v is not None},
             "last": {k: [v.verdict, v.depth] for k, v in self.last.items()},
+            "cells": [[*k, y, n] for k, (y, n) in self.cells.items()],
         }
 
     def declare(self, rules: tuple[Mapping[str, Any], ...], depth: int) -> ConversationState:
@@ -121,3 +139,29 @@ class ConversationState:
             last[check.rule] = LastVerdict(check.verdict, depth)
         state = replace(self, depth=max(self.depth, depth), previous=previous, last=last)
         return state, tuple(transitions)
+
+    def tally(
+        self, author: str, prefix_model: str, clean: bool, checks: tuple[CheckResult, ...]
+    ) -> tuple[ConversationState, tuple[ClusterStep, ...]]:
+        """Fold one turn's pass/fail checks into the conversation's cell partial counts.
+
+        Returns the new state and the increments of the turn's cells' cluster sums (per
+        rule, and pooled over rules as ``all``) — none when the turn is in no refit cell
+        (``counts.in_cell``: a same-author turn that is not ``clean``). O(1) per check: the
+        conversation's (y, n) in the cell before the check give the increments of Σy², Σyn,
+        Σn² (``counts.cluster_increments``), so the sums never need a pass over conversations.
+        """
+        verdicts = [(c.rule, c.verdict == "pass") for c in checks if c.verdict in MARKOV_VERDICTS]
+        if not verdicts or not in_cell(author, prefix_model, clean):
+            return self, ()
+        cells = dict(self.cells)
+        steps: dict[str, list[int]] = {}
+        for rule, passed in [*verdicts, *((POOLED_RULE, p) for _, p in verdicts)]:
+            cell = (rule, author, prefix_model)
+            y, n = cells.get(cell, (0, 0))
+            if cell in cells or len(cells) < MAX_CELLS:
+                cells[cell] = (y + passed, n + 1)
+            acc = steps.setdefault(rule, [0, 0, 0, 0])
+            for i, v in enumerate(cluster_increments(y, n, passed)):
+                acc[i] += v
+        return replace(self, cells=cells), tuple(ClusterStep(r, *v) for r, v in steps.items())

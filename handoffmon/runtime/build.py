@@ -13,6 +13,7 @@ from handoffmon.config import HandoffmonConfig, load_config
 from handoffmon.errors import ConfigError
 from handoffmon.exporters import build_exporters, refit_publisher
 from handoffmon.exporters.store_failures import StoreStatsCollector
+from handoffmon.labels import LabelGuard
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import AttributionStore, Exporter
 from handoffmon.runtime.periodic import PeriodicRefit
@@ -72,6 +73,7 @@ def build_runtime(
     """
     config = config if config is not None else load_config()
     own = CollectorRegistry()
+    guard = LabelGuard.from_config(config)  # one cap for exported labels and kept aggregates
     built = build_exporters(
         config,
         registry=own,
@@ -79,11 +81,18 @@ def build_runtime(
         meter_provider=meter_provider,
         logger_provider=logger_provider,
         logger=logger,
+        guard=guard,
     )
     if store is None:
         store = _store(config)
     monitor = Monitor(
-        config, store=store, rules=rules, exporters=[*built, *exporters], clock=clock, start=False
+        config,
+        store=store,
+        rules=rules,
+        exporters=[*built, *exporters],
+        clock=clock,
+        start=False,
+        guard=guard,
     )
     store_stats = getattr(monitor.store, "stats", None)
     if config.telemetry.prometheus and callable(store_stats):

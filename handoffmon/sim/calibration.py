@@ -9,13 +9,15 @@ refits many independent replicates and counts what an operator would see.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from handoffmon.config import RefitConfig
+from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
-from handoffmon.sim.population import PopModel, Population, expected_delta, simulate
+from handoffmon.sim.population import PopModel, Population, TurnRows, expected_delta, simulate
 
 PLANTED_HARM = -0.15
 """Planted effect of the harmful pairs (probability units, i.e. −15 pp)."""
@@ -100,6 +102,7 @@ def calibrate(
     seed: int = 0,
     settings: RefitConfig | None = None,
     rule: str | None = None,
+    count: Callable[[TurnRows], Counts] | None = None,
 ) -> Calibration:
     """Refit ``replicates`` independent simulated windows and score the pair signals.
 
@@ -110,6 +113,8 @@ def calibrate(
         seed: base seed (replicate i uses ``[seed, i]``).
         settings: refit settings (default ``RefitConfig()``).
         rule: which fit to score; default the first rule (``"all"`` = the pooled fit).
+        count: rows → the refit's counts; default the turn-level aggregation
+            (``sim.counting.counts_from_rows``); ``sim.live`` replays them through a Monitor.
     """
     from handoffmon.refit import refit
     from handoffmon.sim.counting import counts_from_rows
@@ -122,7 +127,8 @@ def calibrate(
     for i in range(replicates):
         rows = simulate(pop, conversations, seed=np.random.default_rng([seed, i]))
         truth = expected_delta(rows, rule=None if rule == "all" else pop.rules.index(rule))
-        result = refit(counts_from_rows(rows, buckets), buckets=buckets, settings=settings, now=0.0)
+        counts = count(rows) if count is not None else counts_from_rows(rows, buckets)
+        result = refit(counts, buckets=buckets, settings=settings, now=0.0)
         false_here = 0
         for p in result.rules[rule].pairs:
             if not p.observed:

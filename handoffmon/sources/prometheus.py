@@ -7,6 +7,15 @@ last window; Prometheus extrapolates ``increase`` to the window edges, so those 
 are rounded to integers. Without a window the raw counter totals are summed, which
 equals merging the replicas' local aggregates exactly.
 
+The clean-baseline verdicts and the per-cell depth and conversation-cluster sums
+(``handoffmon_baseline_checks_total``, ``handoffmon_cell_stats_total``) are read the same
+way, so intervals from Prometheus are conversation-clustered like the local ones. Over a
+``window`` the cluster sums' increase is an approximation for conversations that straddle
+the window's start (their square grows by the cross term with their earlier checks, which
+widens the interval a little; G counts only conversations that started in the window).
+Counters from a handoffmon that predates these series are simply absent: the refit then
+treats turns as independent and says so (``clustered: false``).
+
 A ``match`` selector such as ``{job="prod",namespace="llm"}`` restricts every query to
 one deployment; without it every handoffmon a Prometheus scrapes (staging and
 production, two teams) is summed into one refit.
@@ -23,7 +32,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
+from handoffmon.counts import CellStatKey, CheckKey, Counts, TransitionKey, TurnKey
 from handoffmon.sources import SourceError
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
@@ -33,6 +42,8 @@ TURNS = "handoffmon_turns_total"
 ATTRIBUTIONS = "handoffmon_attributions_total"
 MONITOR_ERRORS = "handoffmon_monitor_errors_total"
 DROPPED = "handoffmon_queue_dropped_total"
+BASELINE_CHECKS = "handoffmon_baseline_checks_total"
+CELL_STATS = "handoffmon_cell_stats_total"
 
 _MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"^\{{{_MATCHER}(?:,{_MATCHER})*,?\s*\}}$")
@@ -173,6 +184,15 @@ class PrometheusSource:
         attributions = {lab["method"]: v for lab, v in self.vector(ATTRIBUTIONS, ("method",), at)}
         errors = {lab["stage"]: v for lab, v in self.vector(MONITOR_ERRORS, ("stage",), at)}
         dropped = sum(v for _, v in self.vector(DROPPED, (), at))
+        base_by = ("rule", "model", "depth_bucket", "verdict")
+        baseline = {
+            CheckKey(lab["rule"], lab["model"], lab["model"], lab["depth_bucket"], lab["verdict"]): v  # type: ignore[arg-type]
+            for lab, v in self.vector(BASELINE_CHECKS, base_by, at)
+        }
+        stats_by = ("rule", "model", "prefix_model", "depth_bucket", "stat")
+        stats = {
+            CellStatKey(*(lab[k] for k in stats_by)): v for lab, v in self.vector(CELL_STATS, stats_by, at)
+        }
         return Counts(
             checks=checks,
             transitions=trans,
@@ -180,6 +200,8 @@ class PrometheusSource:
             attributions=attributions,
             monitor_errors=errors,
             dropped=dropped,
+            baseline_checks=baseline,
+            cell_stats=stats,
         )
 
 

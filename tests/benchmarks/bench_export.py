@@ -28,10 +28,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from prometheus_client import CollectorRegistry, generate_latest
 
-from handoffmon.exporters.cardinality import LabelGuard
 from handoffmon.exporters.logs import StructlogExporter
 from handoffmon.exporters.otel import OTelExporter
 from handoffmon.exporters.prometheus import PrometheusExporter
+from handoffmon.labels import LabelGuard
 from handoffmon.types import TurnResult
 from tests.exporters.turns import make_result
 

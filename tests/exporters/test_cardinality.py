@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.depth import DepthBuckets
-from handoffmon.exporters.cardinality import MAX_LABEL_CHARS, MAX_STAGES, OTHER, LabelGuard
 from handoffmon.exporters.otel import OTelExporter
 from handoffmon.exporters.prometheus import PrometheusExporter
+from handoffmon.labels import MAX_LABEL_CHARS, MAX_STAGES, OTHER, LabelGuard
 from handoffmon.types import VERDICTS
 from tests.exporters.turns import make_result, only, parse_exposition
 

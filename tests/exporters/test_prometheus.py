@@ -11,9 +11,9 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from handoffmon._version import __version__
 from handoffmon.errors import HandoffmonError
-from handoffmon.exporters.cardinality import LabelGuard
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import start_metrics_server
+from handoffmon.labels import LabelGuard
 from handoffmon.protocols import Exporter, MonitorObserver
 from tests.exporters.refits import make_refit
 from tests.exporters.turns import (

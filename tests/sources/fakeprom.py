@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -54,6 +55,18 @@ CANNED = {
             ({"model": "b", "prefix_model": "unknown", "depth_bucket": "2"}, "1"),
         ]
     ),
+    "handoffmon_baseline_checks_total": _vector(
+        [({"rule": "json", "model": "b", "depth_bucket": "2", "verdict": "pass"}, "4")]
+    ),
+    "handoffmon_cell_stats_total": _vector(
+        [
+            (
+                {"rule": "json", "model": "b", "prefix_model": "a", "depth_bucket": "3-4", "stat": "depth"},
+                "33",
+            ),
+            ({"rule": "all", "model": "b", "prefix_model": "a", "depth_bucket": "*", "stat": "y2"}, "12"),
+        ]
+    ),
     "handoffmon_attributions_total": _vector([({"method": "chain"}, "9")]),
     "handoffmon_monitor_errors_total": _vector([({"stage": "checker"}, "2")]),
     "handoffmon_queue_dropped_total": _vector([({}, "5")]),
@@ -70,7 +83,8 @@ def fake_prometheus() -> Iterator[tuple[str, list[dict[str, str]]]]:
             url = urllib.parse.urlparse(self.path)
             params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
             seen.append(params)
-            metric = next((m for m in CANNED if m in params.get("query", "")), None)
+            query = params.get("query", "")
+            metric = next((m for m in CANNED if re.search(rf"(?<![a-z_]){m}(?![a-z_])", query)), None)
             if url.path != "/api/v1/query" or metric is None:
                 body, code = {"status": "error", "errorType": "bad_data", "error": "unknown"}, 400
             else:

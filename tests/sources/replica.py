@@ -17,6 +17,7 @@ from handoffmon.depth import DepthBuckets
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import start_metrics_server
 from handoffmon.pipeline.aggregates import Aggregates
+from handoffmon.pipeline.state import ConversationState
 from handoffmon.types import CheckResult, Transition, TurnContext, TurnRecord, TurnResult
 
 MODELS = ("m0", "m1", "m2", "m3")
@@ -28,6 +29,7 @@ def synthetic_turns(seed: int, n: int):  # type: ignore[no-untyped-def]
     """Deterministic TurnResults: depths 1–40, handoffs more likely deep, some unknown prefixes."""
     rng = np.random.default_rng(seed)
     buckets = DepthBuckets()
+    states: dict[str, ConversationState] = {}
     for i in range(n):
         depth = int(rng.integers(1, 41))
         author = MODELS[int(rng.integers(len(MODELS)))]
@@ -39,7 +41,8 @@ def synthetic_turns(seed: int, n: int):  # type: ignore[no-untyped-def]
             prefix = MODELS[int(rng.integers(len(MODELS)))]
         else:
             prefix = author
-        ctx = TurnContext(f"c{seed}-{i}", "caller", depth, 100 * depth, 25 * depth, prefix, 1.0, 1, (), i)
+        cid = f"c{seed}-{i // 4}"  # four turns per conversation: cluster sums see clusters
+        ctx = TurnContext(cid, "caller", depth, 100 * depth, 25 * depth, prefix, 1.0, 1, (), i)
         handoff = ctx.handoff_for(author)
         rec = TurnRecord(author, (author,), None, None, 0, 0, 0.1, 50, False, handoff)
         verdicts = rng.choice(VERDICT_CHOICES, size=len(RULES), p=(0.6, 0.3, 0.07, 0.03))
@@ -50,7 +53,11 @@ def synthetic_turns(seed: int, n: int):  # type: ignore[no-untyped-def]
             trans = tuple(
                 Transition(r, str(p), str(v)) for r, p, v in zip(RULES, prev, verdicts, strict=True)
             )  # type: ignore[arg-type]
-        yield TurnResult(ctx, rec, buckets.bucket(depth), checks, trans, ("chain",))
+        clean = prefix == author and bool(rng.random() < 0.7)
+        states[cid], cluster = states.get(cid, ConversationState()).tally(author, prefix, clean, checks)
+        yield TurnResult(
+            ctx, rec, buckets.bucket(depth), checks, trans, ("chain",), clean=clean, cluster=cluster
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

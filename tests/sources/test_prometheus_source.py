@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from handoffmon.counts import CheckKey, TransitionKey, TurnKey
+from handoffmon.counts import CellStatKey, CheckKey, TransitionKey, TurnKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.refit import refit
@@ -42,6 +42,11 @@ def test_snapshot_parses_vectors_into_counts(fake_prometheus) -> None:  # type: 
     }
     assert counts.transitions == {TransitionKey("json", "b", "true", "pass", "fail"): 4}
     assert counts.turns == {TurnKey("b", "a", "3-4", "true"): 10, TurnKey("b", "unknown", "2", "unknown"): 1}
+    assert counts.baseline_checks == {CheckKey("json", "b", "b", "2", "pass"): 4}
+    assert counts.cell_stats == {
+        CellStatKey("json", "b", "a", "3-4", "depth"): 33,
+        CellStatKey("all", "b", "a", "*", "y2"): 12,
+    }
     assert (
         counts.attributions == {"chain": 9}
         and counts.monitor_errors == {"checker": 2}
@@ -109,6 +114,9 @@ def test_refit_from_prometheus_equals_refit_from_merged_local_aggregates(tmp_pat
     assert remote.checks == local.checks
     assert remote.transitions == local.transitions
     assert remote.turns == local.turns
+    assert remote.baseline_checks == local.baseline_checks and local.baseline_checks
+    assert remote.cell_stats == local.cell_stats
+    assert {s.stat for s in local.cell_stats} == {"depth", "conversations", "y2", "yn", "n2"}
     kwargs = {"buckets": DepthBuckets(), "now": 0.0, "source": "x"}
     assert refit(remote, **kwargs).to_json() == refit(local, **kwargs).to_json()  # type: ignore[arg-type]
 

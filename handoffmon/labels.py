@@ -1,4 +1,8 @@
-"""Label cardinality guard: caps distinct model and rule label values, buckets depth."""
+"""Label cardinality guard: caps distinct model and rule names, buckets depth.
+
+One guard serves the exporters' labels and the pipeline's in-process aggregates, so the
+names a process keeps are bounded exactly like the names it exports (cap, then ``other``).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from handoffmon.counts import CELL_TOTAL, turn_cell_stats
 from handoffmon.depth import DepthBuckets
-from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, VERDICTS
+from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, VERDICTS, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.config import HandoffmonConfig
@@ -77,7 +82,8 @@ class _Admitter:
 class LabelGuard:
     """Maps raw model/rule/stage names and depths to bounded label values.
 
-    Shared by the Prometheus and OpenTelemetry exporters so both see the same labels.
+    Shared by the Prometheus and OpenTelemetry exporters and the monitor's aggregates, so
+    all of them see the same names.
     Models: the first ``max_models`` distinct names are kept, later ones become
     ``other``; ``none``, ``unknown`` and ``other`` never count. Rules: configured rule
     names are admitted first, then per-request rules up to ``max_rules``. Depth is only
@@ -188,3 +194,37 @@ class LabelGuard:
     def rules(self) -> frozenset[str]:
         """Rule label values admitted so far."""
         return self._rules.values
+
+
+BASELINE_LABELS: tuple[str, ...] = ("rule", "model", "depth_bucket", "verdict")
+CELL_STAT_LABELS: tuple[str, ...] = ("rule", "model", "prefix_model", "depth_bucket", "stat")
+
+
+def refit_input_labels(
+    result: TurnResult, guard: LabelGuard
+) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], int]]]:
+    """Label values of a turn's clean-baseline verdicts (``BASELINE_LABELS``, one per check
+    of a clean same-author turn) and of its cell-stat increments (``CELL_STAT_LABELS``,
+    value), capped by ``guard`` like every other series (the whole-cell bucket ``*`` is kept)."""
+    ctx = result.context
+    model, prefix = guard.model(result.record.author), guard.model(ctx.prefix_model)
+    bucket = guard.depth_bucket(result.depth_bucket, ctx.depth)
+    baseline: list[tuple[str, ...]] = (
+        [(guard.rule(c.rule), model, bucket, guard.verdict(c.verdict)) for c in result.checks]
+        if result.clean
+        else []
+    )
+    stats: list[tuple[tuple[str, ...], int]] = [
+        (
+            (
+                guard.rule(s.rule),  # the pooled rule ``all`` is always admitted
+                model,
+                prefix,
+                CELL_TOTAL if s.depth_bucket == CELL_TOTAL else bucket,
+                s.stat,
+            ),
+            v,
+        )
+        for s, v in turn_cell_stats(result)
+    ]
+    return baseline, stats
