@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -26,9 +26,9 @@ class Upstream:
 @dataclass
 class Proxy:
     url: str
-    config: HandoffmonConfig
-    monitor: Any
-    registry: CollectorRegistry
+    config: HandoffmonConfig = field(repr=False)
+    monitor: Any = field(repr=False)
+    registry: CollectorRegistry = field(repr=False)
 
 
 @pytest.fixture(scope="module")

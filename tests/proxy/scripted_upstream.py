@@ -38,13 +38,16 @@ class UpstreamCut(Exception):
     """Raised by the scripted upstream to break a response off."""
 
 
-@dataclass
 class ScriptedUpstream:
-    """The ASGI app."""
+    """The ASGI app (a plain class: its repr stays short in hypothesis reports)."""
 
-    scripts: dict[str, Script] = field(default_factory=dict)
-    seen: list[list[tuple[bytes, bytes]]] = field(default_factory=list)
-    _ids: Any = field(default_factory=itertools.count)
+    def __init__(self) -> None:
+        self.scripts: dict[str, Script] = {}
+        self.seen: list[list[tuple[bytes, bytes]]] = []
+        self._ids = itertools.count()
+
+    def __repr__(self) -> str:
+        return f"ScriptedUpstream({len(self.scripts)} scripts)"
 
     def add(self, script: Script) -> str:
         """Register a script; returns its id (send it as ``x-script``)."""
