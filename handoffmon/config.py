@@ -342,7 +342,7 @@ class ProxyConfig(_Section):
     upstream: str | None = None
     """Upstream OpenAI-compatible base URL, with or without ``/v1`` (``--upstream``)."""
     host: str = "127.0.0.1"
-    """Listen address (``--host``)."""
+    """Listen address (``--host``); beyond loopback ``serve`` requires ``telemetry.metrics_token``."""
     port: int = Field(default=4100, gt=0, lt=65536)
     """Listen port (``--port``)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
