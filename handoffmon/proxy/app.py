@@ -162,7 +162,10 @@ def _routes(state: ProxyState) -> list[Route]:
         max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
     )
     passthrough = Forwarder(
-        state.upstream, state.metrics, max_body_bytes=proxy.max_body_bytes, client_timeout_s=proxy.client_timeout_s
+        state.upstream,
+        state.metrics,
+        max_body_bytes=proxy.max_body_bytes,
+        client_timeout_s=proxy.client_timeout_s,
     )
     return [
         Route("/healthz", _healthz, methods=["GET"]),

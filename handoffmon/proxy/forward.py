@@ -324,7 +324,9 @@ class Forwarder:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._metrics.request(self._route, status)
 
-    def _parse_chunk(self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, chunk: bytes) -> bool:
+    def _parse_chunk(
+        self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, chunk: bytes
+    ) -> bool:
         """Feed one upstream chunk to the parser; False once the turn is finished or parsing failed."""
         try:
             sse.feed(chunk)

@@ -7,7 +7,14 @@ from prometheus_client import CollectorRegistry, Counter
 from handoffmon.exporters.prometheus import register_metrics
 
 ROUTES = ("chat_completions", "passthrough", "other")
-UNMONITORED_REASONS = ("bad_json", "no_messages", "upstream_status", "bad_reply", "too_large", "truncated")
+UNMONITORED_REASONS = (
+    "bad_json",
+    "no_messages",
+    "upstream_status",
+    "bad_reply",
+    "too_large",
+    "truncated",
+)
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream")
 
 
@@ -26,7 +33,8 @@ class ProxyMetrics:
         decoded — and ``truncated`` — the upstream broke the stream off, the client's
         response was aborted and no turn recorded).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
-        ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the client's response is aborted too).
+        ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
+        client's response is aborted too).
         ``handoffmon_proxy_client_disconnects_total``: clients that left before the end.
     """
 

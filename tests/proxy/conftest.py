@@ -15,6 +15,7 @@ from handoffmon.proxy.app import create_app
 from handoffmon.proxy.server import uvicorn_options
 from tests.conftest import free_port
 from tests.proxy.mock_upstream import MockUpstream, ServerThread
+from tests.proxy.scripted_upstream import ScriptedUpstream
 
 
 @dataclass
@@ -37,6 +38,14 @@ def upstream() -> Iterator[Upstream]:
     mock = MockUpstream()
     with ServerThread(mock, free_port()) as srv:
         yield Upstream(srv.url, mock)
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[tuple[ScriptedUpstream, str]]:
+    """The scripted upstream (``tests/proxy/scripted_upstream.py``) and its URL, per test module."""
+    app = ScriptedUpstream()
+    with ServerThread(app, free_port()) as srv:
+        yield app, srv.url
 
 
 def proxy_config(upstream_url: str, **sections: Any) -> HandoffmonConfig:

@@ -22,7 +22,9 @@ class Script:
 
     pieces: list[bytes]
     status: int = 200
-    headers: list[tuple[bytes, bytes]] = field(default_factory=lambda: [(b"content-type", b"text/event-stream")])
+    headers: list[tuple[bytes, bytes]] = field(
+        default_factory=lambda: [(b"content-type", b"text/event-stream")]
+    )
     cut: bool = False
 
 

@@ -4,7 +4,7 @@ Each example is sent to a real upstream (the scripted uvicorn app) directly and 
 running ``serve``; the client must see the same status, the same headers (apart from
 ``date``/``server``), the same body bytes — or, when the upstream breaks the stream off,
 the same failure — and the upstream must receive the same headers, minus hop-by-hop ones.
-The default run is small (``HANDOFFMON_FUZZ_EXAMPLES``, default 25: a few seconds);
+The default run is small (``HANDOFFMON_FUZZ_EXAMPLES``, default 50: a few seconds);
 ``python -m tests.benchmarks.fuzz_serve`` runs it long.
 """
 
@@ -21,16 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handoffmon.proxy.upstream import HOP_BY_HOP
-from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
-from tests.proxy.mock_upstream import ServerThread
 from tests.proxy.scripted_upstream import Script, ScriptedUpstream
 
-EXAMPLES = int(os.environ.get("HANDOFFMON_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("HANDOFFMON_FUZZ_EXAMPLES", "50"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
-    derandomize=EXAMPLES <= 25,  # the default CI run is reproducible; the long run explores
+    derandomize=EXAMPLES <= 50,  # the default CI run is reproducible; the long run explores
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -40,7 +38,9 @@ scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 2**40), st.floats(allow_nan=False), st.text(max_size=12)
 )
 json_values = st.recursive(
-    scalars, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3), max_leaves=8
+    scalars,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=8,
 )
 
 
@@ -55,7 +55,9 @@ tool_call = st.fixed_dictionaries(
         "id": _maybe(st.text(max_size=8)),
         "type": _maybe(st.just("function")),
         "function": _maybe(
-            st.fixed_dictionaries({}, optional={"name": _maybe(st.text(max_size=6)), "arguments": _maybe(st.text(max_size=10))})
+            st.fixed_dictionaries(
+                {}, optional={"name": _maybe(st.text(max_size=6)), "arguments": _maybe(st.text(max_size=10))}
+            )
         ),
     },
 )
@@ -69,7 +71,11 @@ delta = st.fixed_dictionaries(
 )
 choice = st.fixed_dictionaries(
     {},
-    optional={"index": _maybe(st.integers(0, 2)), "delta": _maybe(delta), "finish_reason": _maybe(st.just("stop"))},
+    optional={
+        "index": _maybe(st.integers(0, 2)),
+        "delta": _maybe(delta),
+        "finish_reason": _maybe(st.just("stop")),
+    },
 )
 chunk = st.fixed_dictionaries(
     {},
@@ -82,7 +88,10 @@ chunk = st.fixed_dictionaries(
 )
 raw_event = st.one_of(
     st.builds(lambda t: f"data: {t}\n\n".encode(), st.text(max_size=30)),  # not JSON (or JSON non-objects)
-    st.builds(lambda t: f": {t}\n\n".encode(), st.text(alphabet=st.characters(blacklist_categories=["Cc", "Cs"]), max_size=10)),
+    st.builds(
+        lambda t: f": {t}\n\n".encode(),
+        st.text(alphabet=st.characters(blacklist_categories=["Cc", "Cs"]), max_size=10),
+    ),
     st.binary(max_size=40),  # anything, framing included
     st.just(b"data: [DONE]\n\n"),
 )
@@ -109,7 +118,9 @@ def json_replies(draw: st.DrawFn) -> Script:
     status = draw(st.sampled_from([200, 200, 200, 400, 429, 500]))
     doc = draw(
         st.one_of(
-            st.fixed_dictionaries({"choices": st.lists(_maybe(st.fixed_dictionaries({"message": _maybe(delta)})), max_size=2)}),
+            st.fixed_dictionaries(
+                {"choices": st.lists(_maybe(st.fixed_dictionaries({"message": _maybe(delta)})), max_size=2)}
+            ),
             json_values,
         )
     )
@@ -122,13 +133,29 @@ def json_replies(draw: st.DrawFn) -> Script:
     return Script([body], status=status, headers=headers)
 
 
-header_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12).map(lambda s: f"x-f-{s}")
+header_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12).map(
+    lambda s: f"x-f-{s}"
+)
 header_values = st.text(
-    alphabet=st.characters(blacklist_categories=["Cc", "Cs", "Zl", "Zp"], blacklist_characters="\x7f"), max_size=30
+    alphabet=st.characters(blacklist_categories=["Cc", "Cs", "Zl", "Zp"], blacklist_characters="\x7f"),
+    max_size=30,
 ).map(str.strip)
 request_bodies = st.one_of(
     st.fixed_dictionaries(
-        {"model": st.text(max_size=8), "messages": st.lists(_maybe(st.fixed_dictionaries({"role": _maybe(st.sampled_from(["user", "assistant"])), "content": _maybe(st.text(max_size=20))})), max_size=4)},
+        {
+            "model": st.text(max_size=8),
+            "messages": st.lists(
+                _maybe(
+                    st.fixed_dictionaries(
+                        {
+                            "role": _maybe(st.sampled_from(["user", "assistant"])),
+                            "content": _maybe(st.text(max_size=20)),
+                        }
+                    )
+                ),
+                max_size=4,
+            ),
+        },
         optional={"stream": st.booleans(), "metadata": json_values},
     ).map(lambda d: json.dumps(d).encode()),
     json_values.map(lambda v: json.dumps(v).encode()),
@@ -136,13 +163,6 @@ request_bodies = st.one_of(
 )
 
 # -- fixtures ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[tuple[ScriptedUpstream, str]]:
-    app = ScriptedUpstream()
-    with ServerThread(app, free_port()) as srv:
-        yield app, srv.url
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +188,9 @@ def _call(c: httpx.Client, url: str, body: bytes, headers: list[tuple[bytes, byt
     try:
         with c.stream("POST", f"{url}/v1/chat/completions", content=body, headers=headers) as r:
             data = b"".join(r.iter_raw())
-            kept = sorted((k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _IGNORED_DOWN)
+            kept = sorted(
+                (k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _IGNORED_DOWN
+            )
             return r.status_code, kept, data
     except httpx.TransportError as exc:
         return "broken", type(exc)
@@ -176,21 +198,6 @@ def _call(c: httpx.Client, url: str, body: bytes, headers: list[tuple[bytes, byt
 
 def _seen(app: ScriptedUpstream) -> list[tuple[bytes, bytes]]:
     return sorted((k, v) for k, v in app.seen[-1] if k.decode() not in _IGNORED_UP)
-
-
-def _compare(
-    scripted: tuple[ScriptedUpstream, str], proxy: Proxy, c: httpx.Client, script: Script, body: bytes, headers: list[tuple[str, str]]
-) -> None:
-    app, url = scripted
-    sid = app.add(script)
-    sent = [(k.encode(), v.encode()) for k, v in [*headers, ("x-script", sid)]]  # UTF-8 bytes on the wire
-    direct = _call(c, url, body, sent)
-    seen_direct = _seen(app)
-    proxied = _call(c, proxy.url, body, sent)
-    seen_proxied = _seen(app)
-    del app.scripts[sid]
-    assert proxied == direct
-    assert seen_proxied == seen_direct
 
 
 def _healthy(proxy: Proxy) -> None:
@@ -204,22 +211,32 @@ def _healthy(proxy: Proxy) -> None:
 
 
 @FUZZ
-@given(script=streams(), body=request_bodies, headers=st.lists(st.tuples(header_names, header_values), max_size=4))
-def test_generated_streams_are_identical_through_serve(
-    scripted: tuple[ScriptedUpstream, str], proxy: Proxy, client: httpx.Client, script: Script, body: bytes, headers: list[tuple[str, str]]
+@given(
+    script=st.one_of(streams(), json_replies()),
+    body=request_bodies,
+    headers=st.lists(st.tuples(header_names, header_values), max_size=4),
+)
+def test_generated_traffic_is_identical_through_serve(
+    scripted: tuple[ScriptedUpstream, str],
+    proxy: Proxy,
+    client: httpx.Client,
+    script: Script,
+    body: bytes,
+    headers: list[tuple[str, str]],
 ) -> None:
-    """Any event stream (odd chunks, garbage, split anywhere, CRLF, no [DONE], cut off) with any
-    request body and headers: the client's view and the upstream's view equal a direct call."""
-    _compare(scripted, proxy, client, script, body, headers)
-
-
-@FUZZ
-@given(script=json_replies(), body=request_bodies, headers=st.lists(st.tuples(header_names, header_values), max_size=4))
-def test_generated_replies_are_identical_through_serve(
-    scripted: tuple[ScriptedUpstream, str], proxy: Proxy, client: httpx.Client, script: Script, body: bytes, headers: list[tuple[str, str]]
-) -> None:
-    """Any non-streamed reply (status, headers, bytes) to any request body: identical through serve."""
-    _compare(scripted, proxy, client, script, body, headers)
+    """Any event stream (odd chunks, garbage, split anywhere, CRLF, no [DONE], cut off) or
+    non-streamed reply (any status, headers, bytes), with any request body and headers: the
+    client's view and the upstream's view equal a direct call."""
+    app, url = scripted
+    sid = app.add(script)
+    sent = [(k.encode(), v.encode()) for k, v in [*headers, ("x-script", sid)]]  # UTF-8 bytes on the wire
+    direct = _call(client, url, body, sent)
+    seen_direct = _seen(app)
+    proxied = _call(client, proxy.url, body, sent)
+    seen_proxied = _seen(app)
+    del app.scripts[sid]
+    assert proxied == direct
+    assert seen_proxied == seen_direct
 
 
 def test_after_the_fuzz_only_parse_errors_were_counted(proxy: Proxy) -> None:

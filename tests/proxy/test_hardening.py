@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import socket
 import threading
 import time
@@ -23,7 +22,6 @@ from handoffmon.proxy.server import check_exposure
 from handoffmon.proxy.sse import SSEChunks
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
-from tests.proxy.mock_upstream import ServerThread
 from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse
 
 CHAT = "/v1/chat/completions"
@@ -42,13 +40,6 @@ ODD_CHUNKS: dict[str, Any] = {
     "choices_1": {**BASE, "choices": 1},
     "not_json": b"data: {not json\n\n",
 }
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[tuple[ScriptedUpstream, str]]:
-    app = ScriptedUpstream()
-    with ServerThread(app, free_port()) as srv:
-        yield app, srv.url
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +73,13 @@ def _both(url: str, proxy: Proxy, sid: str, **kw: Any) -> tuple[httpx.Response, 
     return direct, proxied
 
 
+def _sdk_stream(client: openai.OpenAI, sid: str) -> Any:
+    """A streamed chat completion through the real OpenAI SDK, answered by script ``sid``."""
+    return client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True, extra_headers={"x-script": sid}
+    )
+
+
 @pytest.mark.parametrize("name", sorted(ODD_CHUNKS))
 def test_odd_chunk_passes_through_and_the_sdk_gets_the_whole_stream(
     name: str, scripted: tuple[ScriptedUpstream, str], proxy: Proxy
@@ -94,9 +92,7 @@ def test_odd_chunk_passes_through_and_the_sdk_gets_the_whole_stream(
     got: dict[str, Any] = {}
     for label, base in (("direct", url), ("proxied", proxy.url)):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
-        stream = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, extra_headers={"x-script": sid}
-        )
+        stream = _sdk_stream(client, sid)
         try:
             got[label] = [c.id for c in stream]
         except Exception as exc:  # the SDK's own verdict on the chunk (non-JSON data): same both ways
@@ -127,7 +123,10 @@ def test_a_parser_that_raises_never_touches_the_bytes(
     direct, proxied = _both(url, proxy, sid)
     assert (proxied.status_code, proxied.content) == (direct.status_code, direct.content)
     assert _parse_errors(proxy) == before_parse + 1
-    assert _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "bad_reply"}) == before_bad + 1
+    assert (
+        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "bad_reply"})
+        == before_bad + 1
+    )
 
 
 def test_upstream_cut_off_aborts_the_client_response_and_records_no_turn(
@@ -146,10 +145,8 @@ def test_upstream_cut_off_aborts_the_client_response_and_records_no_turn(
             httpx.post(f"{base}{CHAT}", json=BODY, headers={"x-script": sid}, timeout=10)
         errors[label] = type(info.value)
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
-        stream = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, extra_headers={"x-script": sid}
-        )
-        with pytest.raises(Exception) as sdk:  # noqa: PT011 - the same type both ways is the assertion
+        stream = _sdk_stream(client, sid)
+        with pytest.raises(Exception) as sdk:
             list(stream)
         errors[f"sdk-{label}"] = type(sdk.value)
         client.close()
@@ -157,7 +154,10 @@ def test_upstream_cut_off_aborts_the_client_response_and_records_no_turn(
     assert errors["sdk-proxied"] is errors["sdk-direct"]
     assert _turns(proxy) == before_turns
     assert _sample(proxy, "handoffmon_proxy_upstream_errors_total", {"kind": "stream"}) == before_cut + 2
-    assert _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "truncated"}) == before_trunc + 2
+    assert (
+        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "truncated"})
+        == before_trunc + 2
+    )
     assert httpx.get(f"{proxy.url}/readyz").status_code == 200
 
 
@@ -180,7 +180,9 @@ def test_gzip_bomb_reply_passes_compressed_and_is_not_decompressed_whole(
             with c.stream("POST", f"{base}{CHAT}", json=body, headers={"x-script": sid}) as r:
                 raw[label] = b"".join(r.iter_raw())
     assert raw["proxied"] == raw["direct"] == bomb
-    assert _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "too_large"}) == before + 1
+    assert (
+        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "too_large"}) == before + 1
+    )
 
 
 def test_connection_named_headers_are_hop_by_hop_and_utf8_bytes_arrive_unchanged(
@@ -234,7 +236,9 @@ def _complete(resp: bytes) -> bool:
     return False
 
 
-def test_oversized_headers_get_431_and_are_not_forwarded(scripted: tuple[ScriptedUpstream, str], proxy: Proxy) -> None:
+def test_oversized_headers_get_431_and_are_not_forwarded(
+    scripted: tuple[ScriptedUpstream, str], proxy: Proxy
+) -> None:
     """One 40 KB header, and 2 MB of headers streamed in pieces, over max_header_bytes (16 KiB): 431,
     the connection closed, the upstream never sees them; the proxy keeps serving."""
     app, _ = scripted
@@ -339,11 +343,13 @@ def test_beyond_loopback_needs_a_token_naming_key_and_file(tmp_path: Any) -> Non
     assert "telemetry.metrics_token" in result.output and str(cfg) in result.output
     for host, token in (("127.0.0.1", None), ("::1", None), ("0.0.0.0", "t")):
         check_exposure(proxy_config("http://u", proxy={"host": host}, telemetry={"metrics_token": token}))
-    with pytest.raises(ConfigError, match="telemetry.metrics_token"):
+    with pytest.raises(ConfigError, match=r"telemetry\.metrics_token"):
         check_exposure(proxy_config("http://u", proxy={"host": "10.0.0.5"}))
 
 
-def test_readyz_answers_503_while_draining_and_requests_still_flow(scripted: tuple[ScriptedUpstream, str]) -> None:
+def test_readyz_answers_503_while_draining_and_requests_still_flow(
+    scripted: tuple[ScriptedUpstream, str],
+) -> None:
     """SIGTERM to `handoffmon serve`: for proxy.drain_delay_s /readyz answers 503 "draining" (not
     unreachable) while proxied requests are still served; then the process exits cleanly."""
     import os
@@ -374,7 +380,9 @@ def test_readyz_answers_503_while_draining_and_requests_still_flow(scripted: tup
                     break
             except httpx.TransportError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.stderr.read() if proc.stderr else ""
+            )
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
