@@ -345,13 +345,27 @@ class ProxyConfig(_Section):
     upstream: str | None = None
     """Upstream OpenAI-compatible base URL, with or without ``/v1`` (``--upstream``)."""
     host: str = "127.0.0.1"
-    """Listen address (``--host``)."""
+    """Listen address (``--host``); beyond loopback ``serve`` requires ``telemetry.metrics_token``."""
     port: int = Field(default=4100, gt=0, lt=65536)
     """Listen port (``--port``)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     """Larger request bodies are answered 413 and not forwarded."""
     upstream_timeout_s: float = Field(default=600.0, gt=0)
-    """No upstream byte for this long: 504 (mid-stream: the stream ends)."""
+    """No upstream byte for this long: 504 (mid-stream: the client's response is aborted)."""
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Request line plus headers larger than this are answered 431 and not forwarded."""
+    client_timeout_s: float = Field(default=30.0, gt=0)
+    """A client that takes longer than this to send its headers, or pauses this long
+    inside its body, is answered 408 and disconnected (slow or half-open clients)."""
+    max_monitored_reply_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """Replies larger than this (after undoing gzip/deflate on a copy) are forwarded
+    unchanged but not monitored; bounds what a compressed reply can cost in memory."""
+    metrics_render_timeout_s: float = Field(default=10.0, gt=0)
+    """``/metrics`` is rendered on a worker thread; a render slower than this answers 503
+    (counted as ``monitor_errors{stage="export"}``) while proxied requests keep flowing."""
+    drain_delay_s: float = Field(default=3.0, ge=0)
+    """On SIGTERM, ``/readyz`` answers 503 for this long while requests are still served
+    (load balancers stop sending), then the graceful shutdown starts."""
 
     @model_validator(mode="before")
     @classmethod

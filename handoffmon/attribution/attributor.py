@@ -186,7 +186,8 @@ class Attributor:
                 type(raw) is dict
                 and len(raw) == 2
                 and type(content := raw.get("content")) is str
-                and (role := raw.get("role"))
+                and type(role := raw.get("role")) is str  # a list/dict role: raw_digest's str()
+                and role
             ):
                 d, n, b = cached(content) or text(content)
             else:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from handoffmon._extras import requires_extra
@@ -45,7 +46,42 @@ class ProxyState:
         self.upstream = upstream
         self.owns_runtime = owns_runtime
         self.ready = False
+        self.draining = False
         self.metrics = ProxyMetrics(runtime.registry)
+        self.renderer = MetricsRenderer(runtime.registry, config.proxy.metrics_render_timeout_s)
+
+
+class MetricsRenderer:
+    """Renders ``/metrics`` on one worker thread, never on the event loop, within a time bound.
+
+    With tens of thousands of series a render takes seconds; on the loop it would stall
+    every proxied request. One thread renders at a time (a scrape arriving meanwhile
+    waits for the running render first); a scrape whose render does not finish within
+    ``timeout_s`` gets ``None`` (answered 503) and the render finishes in the background.
+    """
+
+    def __init__(self, registry: Any, timeout_s: float) -> None:
+        self._registry = registry
+        self._timeout = timeout_s
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="handoffmon-metrics")
+        self._running: asyncio.Future[Any] | None = None
+
+    async def render(self, accept: str, accept_encoding: str, query: str) -> tuple[Any, ...] | None:
+        """``(status, headers, body)`` of :func:`render`, or ``None`` past the time bound."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        try:
+            while self._running is not None and not self._running.done():
+                await asyncio.wait_for(asyncio.shield(self._running), deadline - loop.time())
+            fut = loop.run_in_executor(self._executor, render, self._registry, accept, accept_encoding, query)
+            self._running = fut
+            result: tuple[Any, ...] = await asyncio.wait_for(asyncio.shield(fut), deadline - loop.time())
+        except TimeoutError:
+            return None
+        return result
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _authorized(state: ProxyState, request: Request) -> bool:
@@ -72,8 +108,9 @@ async def _readyz(request: Request) -> Response:
     state = _state(request)
     store = getattr(state.monitor, "store", None)
     store_ok = bool(getattr(store, "available", True))
-    ready = state.ready and state.upstream.started
-    body = {"status": "ready" if ready else "not_ready", "store": "ok" if store_ok else "failing_open"}
+    ready = state.ready and state.upstream.started and not state.draining
+    status = "ready" if ready else ("draining" if state.draining else "not_ready")
+    body = {"status": status, "store": "ok" if store_ok else "failing_open"}
     return JSONResponse(body, 200 if ready else 503)
 
 
@@ -84,9 +121,13 @@ async def _metrics(request: Request) -> Response:
     # the exporters' renderer: OpenMetrics (with exemplars) when Prometheus asks for it, gzip
     # when accepted, ``?name[]=`` filtering — the same exposition as the library-mode server
     h = request.headers
-    _, headers, body = render(
-        state.registry, h.get("accept", ""), h.get("accept-encoding", ""), request.url.query
-    )
+    out = await state.renderer.render(h.get("accept", ""), h.get("accept-encoding", ""), request.url.query)
+    if out is None:
+        state.monitor.count_error("export")
+        limit = state.config.proxy.metrics_render_timeout_s
+        msg = f"rendering /metrics took longer than proxy.metrics_render_timeout_s ({limit} s)"
+        return Response(error_body(msg, "render_timeout"), 503, media_type="application/json")
+    _, headers, body = out
     return Response(body, headers=dict(headers))
 
 
@@ -117,8 +158,15 @@ def _routes(state: ProxyState) -> list[Route]:
         max_body_bytes=proxy.max_body_bytes,
         monitor=state.monitor,
         route="chat_completions",
+        client_timeout_s=proxy.client_timeout_s,
+        max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
     )
-    passthrough = Forwarder(state.upstream, state.metrics, max_body_bytes=proxy.max_body_bytes)
+    passthrough = Forwarder(
+        state.upstream,
+        state.metrics,
+        max_body_bytes=proxy.max_body_bytes,
+        client_timeout_s=proxy.client_timeout_s,
+    )
     return [
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/readyz", _readyz, methods=["GET"]),
@@ -201,6 +249,7 @@ def _lifespan(state: ProxyState) -> Any:
             yield
         finally:
             state.ready = False
+            state.renderer.close()
             await state.upstream.close()
             await asyncio.to_thread(_drain, state)
 

@@ -26,7 +26,7 @@ from handoffmon.ingress import (
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.sse import SSEChunks
-from handoffmon.proxy.upstream import Upstream, request_headers, response_headers
+from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_headers, response_headers
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.pipeline.monitor import Monitor
@@ -63,12 +63,17 @@ class ClientGone(Exception):
     """The client disconnected before its request body was complete."""
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+class ClientTooSlow(Exception):
+    """The client paused inside its request body for longer than ``proxy.client_timeout_s``."""
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int, idle_timeout_s: float | None = None) -> bytes:
     """The whole request body.
 
     Raises:
         BodyTooLarge: early (by Content-Length) or while reading.
         ClientGone: the client disconnected mid-body.
+        ClientTooSlow: no body bytes for ``idle_timeout_s``.
     """
     for k, v in scope["headers"]:
         if k == b"content-length" and v.isdigit() and int(v) > limit:
@@ -76,7 +81,10 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
-        msg = await receive()
+        try:
+            msg = await asyncio.wait_for(receive(), idle_timeout_s)
+        except TimeoutError:
+            raise ClientTooSlow from None
         if msg["type"] == "http.disconnect":
             raise ClientGone
         chunk = msg.get("body", b"")
@@ -142,29 +150,45 @@ class Forwarder:
         max_body_bytes: int,
         monitor: Monitor | None = None,
         route: str = "passthrough",
+        client_timeout_s: float | None = None,
+        max_monitored_reply_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self._upstream = upstream
         self._metrics = metrics
         self._limit = max_body_bytes
+        self._client_timeout = client_timeout_s
+        self._reply_cap = max_monitored_reply_bytes
         self._monitor = monitor
         self._parser = RequestParser.from_config(monitor.config) if monitor is not None else None
         self._route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            body = await read_body(scope, receive, self._limit)
+            body = await read_body(scope, receive, self._limit, self._client_timeout)
         except BodyTooLarge:
             self._metrics.request(self._route, 413)
             msg = f"request body exceeds proxy.max_body_bytes ({self._limit} bytes)"
             await send_json(send, 413, error_body(msg, "body_too_large"), [(b"connection", b"close")])
             return
+        except ClientTooSlow:
+            self._metrics.request(self._route, 408)
+            msg = f"request body stalled for proxy.client_timeout_s ({self._client_timeout} s)"
+            await send_json(send, 408, error_body(msg, "client_timeout"), [(b"connection", b"close")])
+            return
         except ClientGone:
             self._metrics.disconnects.inc()
+            return
+        try:
+            headers = request_headers(scope["headers"])
+        except UnforwardableHeader as exc:
+            self._metrics.request(self._route, 400)
+            msg = f"request header {exc.name!r} is not UTF-8: it cannot be forwarded unchanged"
+            await send_json(send, 400, error_body(msg, "header_not_utf8", "invalid_request_error"))
             return
         turn = self._begin(scope, body) if self._monitor is not None else None
         watch = _DisconnectWatch(receive)
         try:
-            await self._forward(scope, body, send, turn, watch)
+            await self._forward(scope, body, headers, send, turn, watch)
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
@@ -179,21 +203,36 @@ class Forwarder:
             self._skip("bad_json")
             return None
         assert self._monitor is not None and self._parser is not None
-        request = self._parser.http_body(doc, scope["headers"])  # conversation headers only
+        try:
+            request = self._parser.http_body(doc, scope["headers"])  # conversation headers only
+        except Exception:  # the parser is total; should it ever raise, the request still goes out
+            self._parse_failed()
+            return None
         if request is None:
             self._skip("no_messages")
             return None
         return _Turn(self._monitor.capture(request), time.monotonic())
 
+    def _parse_failed(self) -> None:
+        """Monitoring a turn raised: the traffic is unaffected, the turn is counted unmonitored."""
+        assert self._monitor is not None
+        self._monitor.count_error("parse")
+        self._skip("bad_reply")
+
     def _skip(self, reason: str) -> None:
         self._metrics.unmonitored(reason)
 
     async def _forward(
-        self, scope: Scope, body: bytes, send: Send, turn: _Turn | None, watch: _DisconnectWatch
+        self,
+        scope: Scope,
+        body: bytes,
+        headers: list[tuple[str, str]],
+        send: Send,
+        turn: _Turn | None,
+        watch: _DisconnectWatch,
     ) -> None:
         path = scope.get("raw_path") or scope["path"].encode()
         path_s = path.decode("latin-1") if isinstance(path, bytes) else path
-        headers = request_headers(scope["headers"])
         try:
             async with self._upstream.request(
                 scope["method"], path_s, scope["query_string"], headers, body
@@ -221,7 +260,10 @@ class Forwarder:
         if turn is not None:
             # before the body goes out (costs tens of µs): once a client holds the reply the
             # monitor has it too, so /admin/flush and the next turn on any replica see it
-            self._finish_json(turn, status, out_headers, data)
+            try:
+                self._finish_json(turn, status, out_headers, data)
+            except Exception:  # monitoring is on the side: the reply goes out regardless
+                self._parse_failed()
         await send({"type": "http.response.start", "status": status, "headers": out_headers})
         watch.done = True
         await send({"type": "http.response.body", "body": data})
@@ -241,6 +283,14 @@ class Forwarder:
         turn: _Turn | None,
         watch: _DisconnectWatch,
     ) -> None:
+        """Pass the body through chunk by chunk; an event stream is also parsed, on the side.
+
+        Parsing never touches or delays the bytes: the first exception it raises stops
+        parsing for this reply (``monitor_errors{stage="parse"}``, unmonitored
+        ``bad_reply``) and the stream carries on. An upstream that breaks off (connection
+        reset, incomplete chunked body, read timeout) makes the client's response break
+        off too, and the turn is not recorded: the client did not receive a reply.
+        """
         sse = SSEChunks() if turn is not None and 200 <= status < 300 else None
         if sse is None and turn is not None:
             self._skip("upstream_status")
@@ -249,31 +299,67 @@ class Forwarder:
             sse = None
         await send({"type": "http.response.start", "status": status, "headers": headers})
         pending = sse is not None and turn is not None
-        completed = False
         try:
             async for chunk in resp.content.iter_any():
                 if pending and sse is not None and turn is not None:
-                    sse.feed(chunk)
-                    if sse.done:  # "[DONE]" is in this chunk: record before the client can see it
-                        pending = not self._finish_stream(turn, headers, sse, True)
+                    pending = self._parse_chunk(turn, headers, sse, chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            completed = True
         except (TimeoutError, aiohttp.ClientError):
+            # aborted while the response is incomplete: uvicorn closes the connection without
+            # the final chunk, so the client sees the same cut-off a direct call would
             self._metrics.upstream_error("stream")
-        finally:
-            if pending and sse is not None and turn is not None:  # no [DONE]: ended or cut off
-                self._finish_stream(turn, headers, sse, completed)
+            if pending:
+                self._skip("truncated")
+            self._metrics.request(self._route, status)
+            watch.done = True
+            _log.warning("handoffmon serve: the upstream broke off a response; aborting the client's")
+            return
+        except BaseException:  # client gone (cancelled): the client saw a partial reply
+            if pending and sse is not None and turn is not None:
+                self._finish_stream_safely(turn, headers, sse, False)
+            raise
+        if pending and sse is not None and turn is not None:  # ended without [DONE]
+            self._finish_stream_safely(turn, headers, sse, True)
         watch.done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._metrics.request(self._route, status)
+
+    def _parse_chunk(
+        self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, chunk: bytes
+    ) -> bool:
+        """Feed one upstream chunk to the parser; False once the turn is finished or parsing failed."""
+        try:
+            sse.feed(chunk)
+            if sse.done:  # "[DONE]" is in this chunk: record before the client can see it
+                return not self._finish_stream(turn, headers, sse, True)
+            return True
+        except Exception:
+            self._parse_failed()
+            return False
+
+    def _finish_stream_safely(
+        self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, completed: bool
+    ) -> None:
+        try:
+            self._finish_stream(turn, headers, sse, completed)
+        except Exception:
+            self._parse_failed()
 
     def _finish_json(self, turn: _Turn, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
         if not 200 <= status < 300:
             self._skip("upstream_status")
             return
         try:
-            doc = json.loads(_decoded(headers, data))
-        except (ValueError, RecursionError, zlib.error):
+            decoded = _decoded(headers, data, self._reply_cap)
+        except ReplyTooLarge:
+            self._skip("too_large")
+            return
+        except (ValueError, zlib.error):
+            self._skip("bad_reply")
+            return
+        try:
+            doc = json.loads(decoded)
+        except (ValueError, RecursionError):
             self._skip("bad_reply")
             return
         reply = reply_message(doc)
@@ -320,13 +406,31 @@ def _encoding(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
-def _decoded(headers: list[tuple[bytes, bytes]], data: bytes) -> bytes:
-    """The body for the monitor: gzip/deflate undone on a copy; other encodings raise ValueError."""
+class ReplyTooLarge(Exception):
+    """The (decoded) reply exceeds ``proxy.max_monitored_reply_bytes``: not monitored."""
+
+
+def _decoded(headers: list[tuple[bytes, bytes]], data: bytes, cap: int) -> bytes:
+    """The body for the monitor: gzip/deflate undone on a copy, at most ``cap`` bytes of output.
+
+    Raises:
+        ReplyTooLarge: the body, or what it decompresses to, is larger than ``cap``
+            (a 200 KB gzip reply can expand to hundreds of MiB: never decompressed whole).
+        ValueError: an encoding other than gzip/deflate.
+        zlib.error: a corrupt compressed body.
+    """
     enc = _encoding(headers)
     if enc is None:
+        if len(data) > cap:
+            raise ReplyTooLarge
         return data
     if enc in (b"gzip", b"x-gzip"):
-        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
-    if enc == b"deflate":
-        return zlib.decompress(data)
-    raise ValueError(f"unsupported content-encoding {enc!r}")
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif enc == b"deflate":
+        d = zlib.decompressobj()
+    else:
+        raise ValueError(f"unsupported content-encoding {enc!r}")
+    out = d.decompress(data, cap + 1)
+    if len(out) > cap:
+        raise ReplyTooLarge
+    return out

@@ -7,7 +7,14 @@ from prometheus_client import CollectorRegistry, Counter
 from handoffmon.exporters.prometheus import register_metrics
 
 ROUTES = ("chat_completions", "passthrough", "other")
-UNMONITORED_REASONS = ("bad_json", "no_messages", "upstream_status", "bad_reply")
+UNMONITORED_REASONS = (
+    "bad_json",
+    "no_messages",
+    "upstream_status",
+    "bad_reply",
+    "too_large",
+    "truncated",
+)
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream")
 
 
@@ -22,9 +29,12 @@ class ProxyMetrics:
         ``handoffmon_proxy_requests_total{route, status_class}``: answered requests.
         ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions
         forwarded without monitoring (``bad_json``, ``no_messages``, ``upstream_status``,
-        ``bad_reply``).
+        ``bad_reply``, ``too_large`` — over ``proxy.max_monitored_reply_bytes`` once
+        decoded — and ``truncated`` — the upstream broke the stream off, the client's
+        response was aborted and no turn recorded).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
-        ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream).
+        ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
+        client's response is aborted too).
         ``handoffmon_proxy_client_disconnects_total``: clients that left before the end.
     """
 

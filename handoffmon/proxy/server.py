@@ -5,12 +5,129 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import time
 from typing import Any
 
 from handoffmon._extras import requires_extra
 from handoffmon.config import HandoffmonConfig
+from handoffmon.errors import ConfigError
 
 _log = logging.getLogger("handoffmon.proxy")
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def check_exposure(config: HandoffmonConfig, source: str | None = None) -> None:
+    """Refuse to listen beyond loopback while ``/metrics`` and ``/admin/*`` are open to anyone.
+
+    Raises:
+        ConfigError: ``proxy.host`` is not a loopback address and ``telemetry.metrics_token``
+            is unset (the message names the key and ``source``, the config file).
+    """
+    host = config.proxy.host.strip("[]")
+    if config.telemetry.metrics_token or host in LOOPBACK_HOSTS or host.startswith("127."):
+        return
+    raise ConfigError(
+        f"proxy.host is {config.proxy.host!r} (beyond loopback): /metrics and /admin/* would be open "
+        "to the network; set a bearer token (HANDOFFMON_TELEMETRY__METRICS_TOKEN) or bind 127.0.0.1",
+        key="telemetry.metrics_token",
+        source=source,
+    )
+
+
+def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
+    """An ``HttpToolsProtocol`` subclass for ``uvicorn.Config(http=...)`` with head limits."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
+        """Per-connection limits uvicorn's httptools protocol lacks: head size and head time.
+
+        ``max_header_bytes`` bounds request line plus headers (answered 431, never forwarded;
+        at most one socket read past the limit is buffered); ``timeout_s`` bounds the time
+        from connection (or from the first byte of a keep-alive request) until the headers
+        are complete (answered 408): half-open and slowloris clients cannot hold connections.
+        """
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._head_open = True
+            self._head_bytes = 0
+            self._head_timer: Any = self.loop.call_later(timeout_s, self._head_timeout)
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_open:
+                if self._head_bytes > max_header_bytes:
+                    return self._refuse(431, "request header fields too large")
+                self._head_bytes += len(data)
+                if self._head_timer is None:  # first bytes of a keep-alive connection's next request
+                    self._head_timer = self.loop.call_later(timeout_s, self._head_timeout)
+            super().data_received(data)
+
+        def on_url(self, url: bytes) -> None:
+            super().on_url(url)
+            self._count(len(url))
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def _count(self, n: int) -> None:
+            self._parsed = getattr(self, "_parsed", 0) + n
+            if self._parsed > max_header_bytes:
+                self._head_bytes = max_header_bytes + 1
+                raise _HeadTooLarge  # aborts parsing; send_400_response answers 431
+
+        def on_message_begin(self) -> None:
+            self._parsed = 0
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._head_open = False
+            self._stop_timer()
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._head_open, self._head_bytes = True, 0
+
+        def send_400_response(self, msg: str) -> None:
+            if self._head_bytes > max_header_bytes:
+                return self._refuse(431, "request header fields too large")
+            super().send_400_response(msg)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_timer()
+            super().connection_lost(exc)
+
+        def _stop_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self._head_open and not self.transport.is_closing():
+                self._refuse(408, "request headers not received within proxy.client_timeout_s")
+
+        def _refuse(self, status: int, msg: str) -> None:
+            self._head_open = False
+            self._stop_timer()
+            if self.transport.is_closing():
+                return
+            reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+            body = msg.encode()
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, reason, len(body), body)
+            )
+            self.transport.close()
+
+    return GuardedHttpToolsProtocol
+
+
+class _HeadTooLarge(Exception):
+    pass
 
 
 def uvicorn_options(config: HandoffmonConfig) -> dict[str, Any]:
@@ -28,11 +145,53 @@ def uvicorn_options(config: HandoffmonConfig) -> dict[str, Any]:
         "date_header": False,
         "timeout_graceful_shutdown": max(1, int(config.pipeline.shutdown_timeout_s)),
         "timeout_keep_alive": 75,
+        "http": guarded_protocol(config.proxy.max_header_bytes, config.proxy.client_timeout_s),
     }
 
 
-def serve(config: HandoffmonConfig, *, log_level: str = "warning") -> None:
-    """Serve ``create_app(config)`` until SIGTERM/SIGINT; returns after the monitor drained."""
+class _NoAbortNoise(logging.Filter):
+    """uvicorn logs an aborted response as an application error; serve aborts on purpose
+    (the upstream broke off) and counts it in ``handoffmon_proxy_upstream_errors_total``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "ASGI callable returned without completing response."
+
+
+def draining_server(cfg: Any, state: Any, delay_s: float) -> Any:
+    """A ``uvicorn.Server`` that, on SIGTERM, first answers ``/readyz`` 503 for ``delay_s``
+    while still serving, then shuts down gracefully (a second signal: at once)."""
+    import signal
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):  # type: ignore[misc]
+        _drain_at: float | None = None
+        _drain_sig = 0
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if sig == signal.SIGTERM and delay_s > 0 and self._drain_at is None and not self.should_exit:
+                state.draining = True
+                self._drain_sig = sig
+                self._drain_at = time.monotonic() + delay_s
+                return
+            super().handle_exit(sig, frame)
+
+        async def on_tick(self, counter: int) -> bool:
+            if self._drain_at is not None and time.monotonic() >= self._drain_at and not self.should_exit:
+                super().handle_exit(self._drain_sig, None)
+            result: bool = await super().on_tick(counter)
+            return result
+
+    return DrainingServer(cfg)
+
+
+def serve(config: HandoffmonConfig, *, log_level: str = "warning", source: str | None = None) -> None:
+    """Serve ``create_app(config)`` until SIGTERM/SIGINT; returns after the monitor drained.
+
+    Raises:
+        ConfigError: see :func:`check_exposure` (``source`` names the config file).
+    """
+    check_exposure(config, source)
     with requires_extra("proxy", "handoffmon serve"):
         import uvicorn
 
@@ -48,4 +207,5 @@ def serve(config: HandoffmonConfig, *, log_level: str = "warning") -> None:
         app, host=config.proxy.host, port=config.proxy.port, log_level=log_level, **uvicorn_options(config)
     )
     _log.info("handoffmon serve on %s:%d -> %s", config.proxy.host, config.proxy.port, config.proxy.upstream)
-    uvicorn.Server(cfg).run()
+    logging.getLogger("uvicorn.error").addFilter(_NoAbortNoise())
+    draining_server(cfg, app.state.proxy, config.proxy.drain_delay_s).run()

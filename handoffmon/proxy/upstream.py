@@ -51,17 +51,57 @@ def split_base(upstream: str) -> tuple[str, str]:
     return f"{parts.scheme}://{parts.netloc}", path
 
 
-def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    """Client request headers to send upstream: all but hop-by-hop, ``host``, ``content-length``.
+class UnforwardableHeader(ValueError):
+    """A request header value that is not UTF-8: the upstream client cannot send its bytes unchanged."""
 
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _connection_named(raw: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Header names listed in ``Connection:`` (also hop-by-hop, RFC 9110 §7.6.1)."""
+    named = {
+        token.strip().lower()
+        for k, v in raw
+        if k.lower() == b"connection"
+        for token in v.split(b",")
+        if token.strip()
+    }
+    return frozenset(named)
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """Client request headers to send upstream: all but hop-by-hop (incl. those named in
+    ``Connection:``), ``host``, ``content-length``.
+
+    Values are decoded as UTF-8, which is how the upstream client encodes them again, so
+    the bytes the upstream receives are the bytes the client sent (non-ASCII included).
     Auth headers (``authorization``, ``api-key``, ``x-api-key``) are forwarded as they are.
+
+    Raises:
+        UnforwardableHeader: a value is not valid UTF-8 (it could not be sent unchanged).
     """
-    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw if k.lower() not in _NOT_FORWARDED_UP]
+    raw = list(raw)
+    drop = _NOT_FORWARDED_UP | _connection_named(raw)
+    out: list[tuple[str, str]] = []
+    for k, v in raw:
+        if k.lower() in drop:
+            continue
+        name = k.decode("latin-1")
+        try:
+            out.append((name, v.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise UnforwardableHeader(name) from None
+    return out
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """Upstream response headers to send to the client, byte-exact, minus hop-by-hop."""
-    return [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP]
+    """Upstream response headers to send to the client, byte-exact, minus hop-by-hop
+    (incl. those named in ``Connection:``)."""
+    raw = list(raw)
+    drop = HOP_BY_HOP | _connection_named(raw)
+    return [(k, v) for k, v in raw if k.lower() not in drop]
 
 
 def default_session_factory(timeout_s: float, *, pool_size: int = 256) -> SessionFactory:

@@ -487,3 +487,14 @@ def test_identical_histories_answered_by_different_models_are_not_misattributed(
     two.turn("hi", "Hello! How can I help you today?", "claude")
     assert [a.author for a in one.ask("x").attributions] == ["unknown"]
     assert [a.author for a in two.ask("y").attributions] == ["unknown"]
+
+
+@pytest.mark.parametrize("role", [["user"], {"r": 1}, 7])
+def test_non_string_roles_are_attributed_not_degraded(attributor: Attributor, role: object) -> None:
+    """A role that is a list, dict or number (found by the serve fuzz suite: ``role in
+    UNCHAINED_ROLES`` raised on unhashable roles) takes the generic path: no failure, not degraded."""
+    errors: list[str] = []
+    attributor._on_error = lambda stage, exc: errors.append(stage)
+    ctx = attributor.attribute([{"role": role, "content": "hello there"}, {"role": "user", "content": "x"}])
+    assert errors == []
+    assert not ctx.degraded

@@ -31,6 +31,7 @@ def test_promtool_check_config_accepts_the_example_prometheus_config(tmp_path: P
     promtool = require_binary("promtool")
     for name in (PROM_CONFIG.name, "handoffmon-rules.yml"):
         shutil.copy(PROM_CONFIG.parent / name, tmp_path / name)
+    (tmp_path / "handoffmon-token").write_text("s3cret\n")  # compose mounts the secret there
     proc = subprocess.run(
         [promtool, "check", "config", str(tmp_path / PROM_CONFIG.name)],
         capture_output=True,
@@ -215,12 +216,13 @@ def test_release_label_selects_servicemonitors_and_rules_in_kube_prometheus_stac
 
 
 def test_metrics_need_a_bearer_token_from_a_secret_and_prometheus_sends_it() -> None:
-    """The serve pods listen on 0.0.0.0, so /metrics requires proxy.metrics_token (from the
-    handoffmon-metrics Secret), and the ServiceMonitor authenticates with the same Secret."""
+    """The serve pods listen on 0.0.0.0, so /metrics requires telemetry.metrics_token (from the
+    handoffmon-metrics Secret; serve refuses to start without it), and the ServiceMonitor
+    authenticates with the same Secret."""
     docs = {(d["kind"], d["metadata"]["name"]): d for d in _k8s_docs()}
     pod = docs[("Deployment", "handoffmon")]["spec"]["template"]["spec"]
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
-    ref = env["HANDOFFMON_PROXY__METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]
+    ref = env["HANDOFFMON_TELEMETRY__METRICS_TOKEN"]["valueFrom"]["secretKeyRef"]
     endpoint = docs[("ServiceMonitor", "handoffmon")]["spec"]["endpoints"][0]
     assert endpoint["authorization"]["type"] == "Bearer"
     assert endpoint["authorization"]["credentials"] == {"name": ref["name"], "key": ref["key"]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from handoffmon.proxy.app import create_app
 from handoffmon.proxy.server import uvicorn_options
 from tests.conftest import free_port
 from tests.proxy.mock_upstream import MockUpstream, ServerThread
+from tests.proxy.scripted_upstream import ScriptedUpstream
 
 
 @dataclass
@@ -26,9 +27,9 @@ class Upstream:
 @dataclass
 class Proxy:
     url: str
-    config: HandoffmonConfig
-    monitor: Any
-    registry: CollectorRegistry
+    config: HandoffmonConfig = field(repr=False)
+    monitor: Any = field(repr=False)
+    registry: CollectorRegistry = field(repr=False)
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,14 @@ def upstream() -> Iterator[Upstream]:
     mock = MockUpstream()
     with ServerThread(mock, free_port()) as srv:
         yield Upstream(srv.url, mock)
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[tuple[ScriptedUpstream, str]]:
+    """The scripted upstream (``tests/proxy/scripted_upstream.py``) and its URL, per test module."""
+    app = ScriptedUpstream()
+    with ServerThread(app, free_port()) as srv:
+        yield app, srv.url
 
 
 def proxy_config(upstream_url: str, **sections: Any) -> HandoffmonConfig:
