@@ -21,6 +21,7 @@ EXPECTED_ALERTS = {
     "MonitorErrors",
     "QueueDrops",
     "RouterFallbacksFrequent",
+    "RoutingTableStale",
     "ProxyUpstreamErrors",
     "RefitFailing",
     "StoreFailures",
