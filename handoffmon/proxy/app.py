@@ -23,6 +23,7 @@ from handoffmon.exporters.serving import render, token_ok
 from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import SessionFactory, Upstream
+from handoffmon.routing.body import body_routing
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
@@ -117,6 +118,7 @@ def _routes(state: ProxyState) -> list[Route]:
         max_body_bytes=proxy.max_body_bytes,
         monitor=state.monitor,
         route="chat_completions",
+        routing=body_routing(state.runtime.routing, state.monitor),
     )
     passthrough = Forwarder(state.upstream, state.metrics, max_body_bytes=proxy.max_body_bytes)
     return [

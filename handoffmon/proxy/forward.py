@@ -30,6 +30,7 @@ from handoffmon.proxy.upstream import Upstream, request_headers, response_header
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.pipeline.monitor import Monitor
+    from handoffmon.routing.body import BodyRouting
 
 _log = logging.getLogger("handoffmon.proxy")
 
@@ -131,7 +132,8 @@ class Forwarder:
 
     Monitoring never blocks or alters traffic: bodies that are not JSON chat requests,
     error statuses and undecodable replies are forwarded unchanged and only counted in
-    ``handoffmon_proxy_unmonitored_requests_total{reason}``.
+    ``handoffmon_proxy_unmonitored_requests_total{reason}``. With ``routing`` (``routing.enabled``)
+    the one change it may make is the order of the ``fallbacks`` a chat request carries.
     """
 
     def __init__(
@@ -142,8 +144,10 @@ class Forwarder:
         max_body_bytes: int,
         monitor: Monitor | None = None,
         route: str = "passthrough",
+        routing: BodyRouting | None = None,
     ) -> None:
         self._upstream = upstream
+        self._routing = routing
         self._metrics = metrics
         self._limit = max_body_bytes
         self._monitor = monitor
@@ -161,6 +165,8 @@ class Forwarder:
         except ClientGone:
             self._metrics.disconnects.inc()
             return
+        if self._routing is not None:  # risk-aware order of the fallbacks the request carries
+            body = self._routing.rewrite(body) or body
         turn = self._begin(scope, body) if self._monitor is not None else None
         watch = _DisconnectWatch(receive)
         try:

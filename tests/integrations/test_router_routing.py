@@ -87,6 +87,21 @@ def test_enforce_serves_the_safer_fallback(world: tuple[Any, SimProvider]) -> No
     assert counts == {("enforce", "single"): 1, ("enforce", "reordered"): 1}
 
 
+def test_enforce_reorders_a_per_call_plain_list(world: tuple[Any, SimProvider]) -> None:
+    """The caller's own client-side list (fallbacks=["g-b", "g-c"]) is reordered the same way."""
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+        client = wrap(router, runtime=rt)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
+        r1 = client.completion(model="g-a", messages=history)
+        history += [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "y?"}]
+        rt.flush(10)
+        r2 = client.completion(model="g-p", messages=history, fallbacks=["g-b", "g-c"])
+        assert r2._hidden_params["model_id"] == "c"
+        assert rt.routing.counts.snapshot()[("enforce", "reordered")] == 1
+
+
 def test_dry_run_counts_but_keeps_the_router_order(world: tuple[Any, SimProvider]) -> None:
     """Dry run: the router's b serves, and the decision is counted as one it would have changed."""
     author, counts = _second_turn_author(*world, 0.0, mode="dry_run")
@@ -112,11 +127,13 @@ def test_disabled_routing_adds_nothing(world: tuple[Any, SimProvider]) -> None:
 
 
 def test_candidates_follow_litellms_own_lookup() -> None:
-    """Exact group, the generic '*' entry, a non-standard list (left alone) and no entry."""
+    """Exact group, the generic '*' entry, a client-side plain list (tried in order for any group),
+    parameter dicts (left alone) and no entry."""
     fb = [{"g-p": ["g-b", "g-c"]}, {"*": ["g-z"]}]
     assert fallback_groups(fb, "g-p") == ("g-b", "g-c")
     assert fallback_groups(fb, "other") == ("g-z",)
-    assert fallback_groups(["g-b", "g-c"], "g-p") == ()
+    assert fallback_groups(["g-b", "g-c"], "g-p") == ("g-b", "g-c")
+    assert fallback_groups([{"model": "g-b", "temperature": 0.1}], "g-p") == ()
     assert fallback_groups([{"g-q": ["g-b"]}], "g-p") == ()
     assert fallback_groups(None, "g-p") == ()
 

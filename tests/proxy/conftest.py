@@ -29,6 +29,7 @@ class Proxy:
     config: HandoffmonConfig
     monitor: Any
     registry: CollectorRegistry
+    runtime: Any = None
 
 
 @pytest.fixture(scope="module")
@@ -54,4 +55,5 @@ def running_proxy(config: HandoffmonConfig) -> Iterator[Proxy]:
     app = create_app(config)
     options = {k: v for k, v in uvicorn_options(config).items()}
     with ServerThread(app, free_port(), **options) as srv:
-        yield Proxy(srv.url, config, app.state.proxy.monitor, app.state.proxy.runtime.registry)
+        state = app.state.proxy
+        yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime)
