@@ -124,7 +124,9 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 from handoffmon.routing.prefix import PrefixLookup
 
                 monitor = self.monitor
-                adapter = RouterRouting(router, state, PrefixLookup(monitor.attributor), monitor.names.canonical)
+                adapter = RouterRouting(
+                    router, state, PrefixLookup(monitor.attributor), monitor.names.canonical
+                )
                 self._routing = adapter
             adapter.apply_body(data)
         except Exception:

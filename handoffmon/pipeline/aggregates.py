@@ -151,7 +151,14 @@ class Aggregates:
     def add_counts(self, counts: Counts) -> None:
         """Add a whole snapshot (seeding a file, merging another source); written by the next flush."""
         with self._lock:
-            for kind in ("checks", "transitions", "turns", "attributions", "monitor_errors", "session_lengths"):
+            for kind in (
+                "checks",
+                "transitions",
+                "turns",
+                "attributions",
+                "monitor_errors",
+                "session_lengths",
+            ):
                 for key, n in getattr(counts, kind).items():
                     if n:
                         self._add(kind, key, n)

@@ -42,7 +42,7 @@ class BodyRouting:
         clock: wall clock (table staleness).
     """
 
-    __slots__ = ("_canonical", "_cands", "_clock", "_lookup", "_state")
+    __slots__ = ("_cands", "_canonical", "_clock", "_lookup", "_state")
 
     def __init__(
         self,
@@ -78,7 +78,9 @@ class BodyRouting:
             doc["fallbacks"] = reordered(fallbacks, model, decision.groups)
             return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
         except Exception:
-            _log.warning("handoffmon routing failed; the request's fallbacks are forwarded as sent", exc_info=True)
+            _log.warning(
+                "handoffmon routing failed; the request's fallbacks are forwarded as sent", exc_info=True
+            )
             state.counts.count(state.settings.mode, "error")
             return None
 

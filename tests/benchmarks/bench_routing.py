@@ -151,7 +151,9 @@ def measure_proxy_hook(reps: int) -> dict[str, tuple[float, float]]:
     bodies = iter(
         [{"model": "gmodel-a", "messages": json.loads(docs[i % len(docs)])} for i in range(reps + 100)]
     )
-    return {"LiteLLM Proxy hook step (enforce), 20 turns": timed(lambda: routing.apply_body(next(bodies)), reps)}
+    return {
+        "LiteLLM Proxy hook step (enforce), 20 turns": timed(lambda: routing.apply_body(next(bodies)), reps)
+    }
 
 
 def measure_serve_body(reps: int) -> dict[str, tuple[float, float]]:
@@ -164,7 +166,13 @@ def measure_serve_body(reps: int) -> dict[str, tuple[float, float]]:
     state.holder.table = table(time.time())
     routing = BodyRouting(state, PrefixLookup(attributor), lambda name: name[1:])  # "gm1" -> "m1"
     with_fb = [
-        json.dumps({"model": "gmodel-a", "messages": json.loads(d), "fallbacks": [{"gmodel-a": ["gm1", "gm2", "gm3"]}]}).encode()
+        json.dumps(
+            {
+                "model": "gmodel-a",
+                "messages": json.loads(d),
+                "fallbacks": [{"gmodel-a": ["gm1", "gm2", "gm3"]}],
+            }
+        ).encode()
         for d in docs
     ]
     without = [json.dumps({"model": "gmodel-a", "messages": json.loads(d)}).encode() for d in docs]
@@ -174,7 +182,9 @@ def measure_serve_body(reps: int) -> dict[str, tuple[float, float]]:
     i = iter(range(10**9))
     return {
         "serve body rewrite (enforce), 20 turns": timed(lambda: routing.rewrite(with_fb[next(i) % n]), reps),
-        "serve body without fallbacks (untouched)": timed(lambda: routing.rewrite(without[next(i) % n]), reps),
+        "serve body without fallbacks (untouched)": timed(
+            lambda: routing.rewrite(without[next(i) % n]), reps
+        ),
     }
 
 

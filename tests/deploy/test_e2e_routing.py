@@ -48,7 +48,9 @@ def test_routing_panels_and_the_stale_table_alert_on_real_series(tmp_path: Path)
         scrape = [{"job_name": "prod", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]
         with prometheus_server(tmp_path, [], [RULES], scrape_configs=scrape) as prom:
             decisions, age = _routing_targets().values()
-            assert prom.wait_for(lambda: bool(prom.query("handoffmon_routing_decisions_total")), 30), prom.log_tail()
+            assert prom.wait_for(lambda: bool(prom.query("handoffmon_routing_decisions_total")), 30), (
+                prom.log_tail()
+            )
             deadline = time.monotonic() + 30
 
             def reordered_rate() -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,11 +32,24 @@ CONFIG = {
     "model_list": [
         {
             "model_name": "primary",
-            "litellm_params": {"model": "openai/gpt-a", "api_key": "unused", "mock_response": "litellm.RateLimitError"},
+            "litellm_params": {
+                "model": "openai/gpt-a",
+                "api_key": "unused",
+                "mock_response": "litellm.RateLimitError",
+            },
         },
-        {"model_name": "backup", "litellm_params": {"model": "openai/gpt-b", "api_key": "unused", "mock_response": BACKUP}},
-        {"model_name": "backup2", "litellm_params": {"model": "openai/gpt-d", "api_key": "unused", "mock_response": BACKUP2}},
-        {"model_name": "alpha", "litellm_params": {"model": "openai/gpt-c", "api_key": "unused", "mock_response": ALPHA}},
+        {
+            "model_name": "backup",
+            "litellm_params": {"model": "openai/gpt-b", "api_key": "unused", "mock_response": BACKUP},
+        },
+        {
+            "model_name": "backup2",
+            "litellm_params": {"model": "openai/gpt-d", "api_key": "unused", "mock_response": BACKUP2},
+        },
+        {
+            "model_name": "alpha",
+            "litellm_params": {"model": "openai/gpt-c", "api_key": "unused", "mock_response": ALPHA},
+        },
     ],
     "router_settings": {"fallbacks": [{"primary": ["backup", "backup2"]}], "num_retries": 0},
     "litellm_settings": {
@@ -127,7 +139,10 @@ def test_a_model_c_history_falls_back_to_the_safer_model_d(routed_proxy: str) ->
     client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
     before = _decisions(routed_proxy).get("reordered", 0.0)
     history = _after_alpha(client, "non-streamed")
-    assert client.chat.completions.create(model="primary", messages=history).choices[0].message.content == BACKUP2
+    assert (
+        client.chat.completions.create(model="primary", messages=history).choices[0].message.content
+        == BACKUP2
+    )
     history = _after_alpha(client, "streamed")
     chunks = client.chat.completions.create(model="primary", messages=history, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == BACKUP2
@@ -138,7 +153,9 @@ def test_without_a_prefix_the_router_order_stands(routed_proxy: str) -> None:
     """Depth 1 (nobody wrote the history): backup (the router's first fallback) serves; ``no_prefix``."""
     client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
     before = _decisions(routed_proxy).get("no_prefix", 0.0)
-    reply = client.chat.completions.create(model="primary", messages=[{"role": "user", "content": "first turn"}])
+    reply = client.chat.completions.create(
+        model="primary", messages=[{"role": "user", "content": "first turn"}]
+    )
     assert reply.choices[0].message.content == BACKUP
     assert _decisions(routed_proxy)["no_prefix"] - before == 1
 
@@ -157,5 +174,9 @@ def test_routing_series_are_on_the_proxys_metrics(routed_proxy: str) -> None:
     """Every (mode, outcome) is exposed from the start; the table age is a fresh, non-negative number."""
     text = _metrics(routed_proxy)
     assert 'handoffmon_routing_decisions_total{mode="dry_run",outcome="stale"} 0.0' in text
-    (age,) = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("handoffmon_routing_table_age_seconds ")]
+    (age,) = [
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("handoffmon_routing_table_age_seconds ")
+    ]
     assert 0 <= age < 60

@@ -95,7 +95,10 @@ def test_enforce_reorders_a_per_call_plain_list(world: tuple[Any, SimProvider]) 
         client = wrap(router, runtime=rt)
         history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
         r1 = client.completion(model="g-a", messages=history)
-        history += [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "y?"}]
+        history += [
+            {"role": "assistant", "content": r1.choices[0].message.content},
+            {"role": "user", "content": "y?"},
+        ]
         rt.flush(10)
         r2 = client.completion(model="g-p", messages=history, fallbacks=["g-b", "g-c"])
         assert r2._hidden_params["model_id"] == "c"

@@ -41,7 +41,11 @@ def _history(p: Proxy, tag: str) -> list[dict[str, Any]]:
     history = [{"role": "user", "content": f"hello {tag}"}]
     r = httpx.post(f"{p.url}/v1/chat/completions", json={"model": "model-a", "messages": history}, timeout=30)
     assert r.json()["choices"][0]["message"]["content"] == reply_text("model-a", 1)
-    return [*history, {"role": "assistant", "content": reply_text("model-a", 1)}, {"role": "user", "content": "on"}]
+    return [
+        *history,
+        {"role": "assistant", "content": reply_text("model-a", 1)},
+        {"role": "user", "content": "on"},
+    ]
 
 
 def _forwarded(p: Proxy, upstream: Upstream, body: bytes) -> bytes:
@@ -63,7 +67,9 @@ def _publish(p: Proxy, age_s: float = 0.0) -> None:
     p.runtime.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time() - age_s)
 
 
-def test_the_router_shaped_fallbacks_are_reordered_and_the_rest_kept(serve: Proxy, upstream: Upstream) -> None:
+def test_the_router_shaped_fallbacks_are_reordered_and_the_rest_kept(
+    serve: Proxy, upstream: Upstream
+) -> None:
     """{g-p: [g-b, g-c]} → {g-p: [g-c, g-b]}; another group's entry and every other field unchanged."""
     _publish(serve)
     history = _history(serve, "router shape")
@@ -76,7 +82,9 @@ def test_the_router_shaped_fallbacks_are_reordered_and_the_rest_kept(serve: Prox
     }
     sent = json.loads(_forwarded(serve, upstream, json.dumps(doc).encode()))
     assert sent["fallbacks"] == [{"g-p": ["g-c", "g-b"]}, {"g-b": ["g-c"]}]
-    assert {k: v for k, v in sent.items() if k != "fallbacks"} == {k: v for k, v in doc.items() if k != "fallbacks"}
+    assert {k: v for k, v in sent.items() if k != "fallbacks"} == {
+        k: v for k, v in doc.items() if k != "fallbacks"
+    }
     assert _decisions(serve) == {("enforce", "reordered"): 1}
 
 
