@@ -173,3 +173,33 @@ def test_a_failing_adapter_fails_open_and_counts(world: tuple[Any, SimProvider])
         reply = client.completion(model="g-p", messages=history)
         assert reply._hidden_params["model_id"] == "b"
         assert rt.routing.counts.snapshot()[("enforce", "error")] == 1
+
+
+def test_proxy_body_source_is_the_bodys_then_the_keys_then_the_routers(
+    world: tuple[Any, SimProvider],
+) -> None:
+    """apply_body (the LiteLLM Proxy hook): the body's own list wins, then the key/team
+    ``router_settings_override`` fallbacks, then the router's; the body is rewritten in place."""
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+        client = wrap(router, runtime=rt)
+        r1 = client.completion(model="g-a", messages=[{"role": "user", "content": "hola"}])
+        history = [
+            {"role": "user", "content": "hola"},
+            {"role": "assistant", "content": r1.choices[0].message.content},
+            {"role": "user", "content": "y?"},
+        ]
+        rt.flush(10)
+        adapter = client._routing
+        routers = {"model": "g-p", "messages": history}
+        assert adapter.apply_body(routers)
+        assert routers["fallbacks"][0] == {"g-p": ["g-c", "g-b"]} and {"g-b": ["g-c"]} in routers["fallbacks"]
+        keys = {
+            "model": "g-p",
+            "messages": history,
+            "router_settings_override": {"fallbacks": [{"g-p": ["g-b", "g-c"]}]},
+        }
+        assert adapter.apply_body(keys) and keys["fallbacks"] == [{"g-p": ["g-c", "g-b"]}]
+        own = {"model": "g-p", "messages": history, "fallbacks": ["g-c", "g-b"]}
+        assert not adapter.apply_body(own) and own["fallbacks"] == ["g-c", "g-b"]  # already safest: kept
