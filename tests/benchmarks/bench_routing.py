@@ -24,6 +24,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from handoffmon.attribution import Attributor
 from handoffmon.config import RoutingConfig
@@ -98,8 +99,9 @@ def measure_lookup(reps: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
-    """RouterRouting.apply on a real ``litellm.Router`` (mock deployments) with three fallbacks, enforce."""
+def router_routing() -> tuple[Any, list[str]]:
+    """A ``RouterRouting`` (enforce) on a real ``litellm.Router`` (mock deployments) with three
+    fallbacks for ``gmodel-a``, the K = 6 table published; and the histories' JSON."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from litellm import Router
 
@@ -116,7 +118,12 @@ def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
     )
     state = RoutingState(RoutingConfig(enabled=True, mode="enforce", return_home=False))
     state.holder.table = table(time.time())
-    routing = RouterRouting(router, state, PrefixLookup(attributor), lambda name: name.rsplit("/", 1)[-1])
+    return RouterRouting(router, state, PrefixLookup(attributor), lambda name: name.rsplit("/", 1)[-1]), docs
+
+
+def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
+    """RouterRouting.apply (the wrapped Router's step) on fresh copies of 20-turn histories."""
+    routing, docs = router_routing()
     out = routing.apply("gmodel-a", json.loads(docs[0]), {})
     assert out is not None and out["fallbacks"][0]["gmodel-a"][-1] == "gm1", "m1 is risky: tried last"
     copies = iter([json.loads(docs[i % len(docs)]) for i in range(reps + 100)])
@@ -128,24 +135,8 @@ def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
 
 
 def measure_proxy_hook(reps: int) -> dict[str, tuple[float, float]]:
-    """RouterRouting.apply_body (the LiteLLM Proxy pre-call hook's step) on request bodies, enforce."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from litellm import Router
-
-    from handoffmon.integrations.router_routing import RouterRouting
-    from handoffmon.routing import RoutingState
-
-    attributor, docs = histories()
-    router = Router(
-        model_list=[
-            {"model_name": f"g{m}", "litellm_params": {"model": f"openai/{m}", "mock_response": "hi"}}
-            for m in MODELS
-        ],
-        fallbacks=[{"gmodel-a": ["gm1", "gm2", "gm3"]}],
-    )
-    state = RoutingState(RoutingConfig(enabled=True, mode="enforce", return_home=False))
-    state.holder.table = table(time.time())
-    routing = RouterRouting(router, state, PrefixLookup(attributor), lambda name: name.rsplit("/", 1)[-1])
+    """RouterRouting.apply_body (the LiteLLM Proxy pre-call hook's step) on request bodies."""
+    routing, docs = router_routing()
     body = {"model": "gmodel-a", "messages": json.loads(docs[0])}
     assert routing.apply_body(body) and body["fallbacks"][0]["gmodel-a"][-1] == "gm1", "m1 is risky: last"
     bodies = iter(

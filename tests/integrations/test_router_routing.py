@@ -60,6 +60,18 @@ def _runtime(router: Any, provider: SimProvider, **routing: Any) -> Any:
 RISKY_B = {("a", "b"): PairRisk(-0.15, 0.01), ("a", "c"): PairRisk(0.0, 0.01)}
 
 
+def _after_a(client: Any, rt: Any) -> list[dict[str, Any]]:
+    """Turn 1 on g-a (author a), recorded; the history for turn 2."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
+    r1 = client.completion(model="g-a", messages=history)
+    history += [
+        {"role": "assistant", "content": r1.choices[0].message.content},
+        {"role": "user", "content": "y?"},
+    ]
+    rt.flush(10)
+    return history
+
+
 def _second_turn_author(
     router: Any, provider: SimProvider, table_age_s: float | None, **routing: Any
 ) -> tuple[str, dict[tuple[str, str], int]]:
@@ -68,13 +80,7 @@ def _second_turn_author(
         if table_age_s is not None:
             rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time() - table_age_s)
         client = wrap(router, runtime=rt)
-        history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
-        r1 = client.completion(model="g-a", messages=history)
-        history += [
-            {"role": "assistant", "content": r1.choices[0].message.content},
-            {"role": "user", "content": "y?"},
-        ]
-        rt.flush(10)
+        history = _after_a(client, rt)
         r2 = client.completion(model="g-p", messages=history)
         counts = {k: v for k, v in rt.routing.counts.snapshot().items() if v}
         return r2._hidden_params["model_id"], counts
@@ -93,13 +99,7 @@ def test_enforce_reorders_a_per_call_plain_list(world: tuple[Any, SimProvider]) 
     with _runtime(router, provider, mode="enforce") as rt:
         rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
         client = wrap(router, runtime=rt)
-        history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
-        r1 = client.completion(model="g-a", messages=history)
-        history += [
-            {"role": "assistant", "content": r1.choices[0].message.content},
-            {"role": "user", "content": "y?"},
-        ]
-        rt.flush(10)
+        history = _after_a(client, rt)
         r2 = client.completion(model="g-p", messages=history, fallbacks=["g-b", "g-c"])
         assert r2._hidden_params["model_id"] == "c"
         assert rt.routing.counts.snapshot()[("enforce", "reordered")] == 1
@@ -184,13 +184,7 @@ def test_proxy_body_source_is_the_bodys_then_the_keys_then_the_routers(
     with _runtime(router, provider, mode="enforce") as rt:
         rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
         client = wrap(router, runtime=rt)
-        r1 = client.completion(model="g-a", messages=[{"role": "user", "content": "hola"}])
-        history = [
-            {"role": "user", "content": "hola"},
-            {"role": "assistant", "content": r1.choices[0].message.content},
-            {"role": "user", "content": "y?"},
-        ]
-        rt.flush(10)
+        history = _after_a(client, rt)
         adapter = client._routing
         routers = {"model": "g-p", "messages": history}
         assert adapter.apply_body(routers)
