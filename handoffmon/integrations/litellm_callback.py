@@ -131,7 +131,9 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             adapter.apply_body(data)
         except Exception:
             _log.warning("handoffmon routing could not run in the proxy", exc_info=True)
-            self.monitor.count_error("integration")
+            rt = self._runtime  # None when building it failed: nothing to count into
+            if rt is not None:
+                rt.monitor.count_error("integration")
 
     def _latency(self, data: Mapping[str, Any]) -> float | None:
         call_id = data.get("litellm_call_id")

@@ -66,6 +66,9 @@ class BodyRouting:
         state = self._state
         try:
             doc = json.loads(body)
+        except (ValueError, RecursionError):  # not JSON: the forwarder counts it (bad_json)
+            return None
+        try:
             if not isinstance(doc, dict):
                 return None
             model, messages, fallbacks = doc.get("model"), doc.get("messages"), doc.get("fallbacks")

@@ -132,3 +132,20 @@ def test_dry_run_counts_what_it_would_change_and_forwards_unchanged(serve: Proxy
     body = json.dumps({"model": "g-p", "messages": history, "fallbacks": ["g-b", "g-c"]}).encode()
     assert _forwarded(serve, upstream, body) == body
     assert _decisions(serve) == {("dry_run", "reordered"): 1}
+
+
+def test_a_body_that_is_not_json_is_forwarded_and_not_counted_as_a_routing_error(
+    serve: Proxy, upstream: Upstream
+) -> None:
+    """Broken JSON mentioning "fallbacks": the exact bytes go upstream; routing counts nothing."""
+    _publish(serve)
+    body = b'{"model": "g-p", "fallbacks": ["g-b", '
+    n = len(upstream.mock.seen)
+    httpx.post(
+        f"{serve.url}/v1/chat/completions",
+        content=body,
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+    assert upstream.mock.seen[n].body == body
+    assert _decisions(serve) == {}
