@@ -327,24 +327,51 @@ def latest_benchmark() -> Path:
     return files[-1]
 
 
-def benchmark_block() -> str:
-    """The runner's table and its facts line, from the newest checked-in runner JSON."""
-    from tests.benchmarks.runner import markdown_table
-    from tests.benchmarks.suites import Row
+def benchmark_sources() -> list[tuple[Path, dict[str, Any], list[str]]]:
+    """(file, runner JSON, benchmarks taken from it): each benchmark's rows come from the newest
+    checked-in run that has it, so a partial run (``--only routing``) updates its own rows only."""
+    latest_benchmark()  # fails clearly when there is none
+    owner: dict[str, Path] = {}
+    docs: dict[Path, dict[str, Any]] = {}
+    for path in sorted(BENCH_DIR.glob("*.json")):
+        docs[path] = json.loads(path.read_text(encoding="utf-8"))
+        for row in docs[path]["rows"]:
+            owner[row["bench"]] = path
+    out = []
+    for path, doc in docs.items():
+        benches = [b for b in dict.fromkeys(r["bench"] for r in doc["rows"]) if owner[b] == path]
+        if benches:
+            out.append((path, doc, benches))
+    return out
 
-    path = latest_benchmark()
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    rows = [Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__}) for r in doc["rows"]]
+
+def _facts(path: Path, doc: dict[str, Any], benches: list[str], partial: bool) -> str:
     m = doc["machine"]
     loads = [s["load_before"][0] for s in doc["suites"]] + [doc["machine_after"]["load_average"][0]]
     commit = str(m.get("git", {}).get("commit") or "?")[:10]
-    facts = (
-        f"Source: [`{path.name}`](benchmarks/{path.name}), on "
+    which = f" ({', '.join(benches)})" if partial else ""
+    return (
+        f"Source{which}: [`{path.name}`](benchmarks/{path.name}), on "
         f"{m['cpu_model']}, {m['logical_cores']} logical cores, {m['memory_gib']} GiB, Python {m['python']}, "
         f"litellm {m['packages'].get('litellm')}, commit `{commit}`; 1-minute load average "
         f"{min(loads):.1f}–{max(loads):.1f} during the run; {doc['wall_s']:.0f} s wall"
         f"{' (`--quick`)' if doc['parameters'].get('quick') else ''}."
     )
+
+
+def benchmark_block() -> str:
+    """The runner's table and its facts lines, each benchmark from the newest checked-in run of it."""
+    from tests.benchmarks.runner import markdown_table
+    from tests.benchmarks.suites import Row
+
+    sources = benchmark_sources()
+    rows = [
+        Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__})
+        for _, doc, benches in sources
+        for r in doc["rows"]
+        if r["bench"] in benches
+    ]
+    facts = "\n\n".join(_facts(p, d, b, len(sources) > 1) for p, d, b in sources)
     return f"{markdown_table(rows)}\n\n{facts}"
 
 

@@ -308,6 +308,10 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         f"sum by (route, status_class) (rate({q.m('handoffmon_proxy_requests_total')}[$__rate_interval]))"
     )
     upstream = f"sum by (kind) (rate({q.m('handoffmon_proxy_upstream_errors_total')}[$__rate_interval]))"
+    decisions = (
+        f"sum by (mode, outcome) (rate({q.m('handoffmon_routing_decisions_total')}[$__rate_interval]))"
+    )
+    table_age = f"max({q.m('handoffmon_routing_table_age_seconds')})"
     return (
         d.with_row(dashboard.Row("Routing: fallbacks and the proxy").id(30))
         .with_panel(
@@ -340,6 +344,26 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 _target(requests, "{{route}} {{status_class}}", "A"),
                 _target(upstream, "upstream error: {{kind}}", "B"),
             )
+        )
+        .with_panel(
+            _ts(
+                34,
+                "Risk-aware routing decisions per second (reordered / home changed the fallback order)",
+                "ops",
+                16,
+                8,
+                _target(decisions, "{{mode}}: {{outcome}}"),
+            )
+        )
+        .with_panel(
+            stat.Panel()
+            .id(35)
+            .title("Routing pair-risk table age (RoutingTableStale at 1 h)")
+            .datasource(DS)
+            .unit("s")
+            .span(8)
+            .height(8)
+            .with_target(_target(table_age, "table age", "A", True))
         )
     )
 

@@ -39,6 +39,7 @@ from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 
 if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.integrations.router_routing import RouterRouting
     from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
@@ -68,6 +69,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         self._lock = threading.Lock()
         self._parser: RequestParser | None = None
         self._starts: OrderedDict[str, float] = OrderedDict()  # litellm_call_id -> monotonic start
+        self._routing: RouterRouting | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -96,12 +98,42 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
     ) -> None:
-        """Note when the proxy started the call (for the turn's latency); changes nothing."""
+        """Note when the proxy started the call (for the turn's latency); with ``routing``
+        enabled, reorder a chat request's fallbacks in ``data`` (the proxy passes it on to its
+        router). Nothing else is changed."""
         call_id = data.get("litellm_call_id")
         if isinstance(call_id, str):
             self._starts[call_id] = time.monotonic()
             while len(self._starts) > MAX_IN_FLIGHT:  # calls that never finished
                 self._starts.popitem(last=False)
+        if type(data.get("model")) is str and isinstance(data.get("messages"), list):
+            self._route(data)
+
+    def _route(self, data: dict[str, Any]) -> None:
+        """Risk-aware fallback order for one proxy request (``RouterRouting.apply_body``)."""
+        try:
+            state = self.runtime.routing
+            if state is None:
+                return
+            router = _proxy_router()
+            if router is None:  # not inside a running proxy: nothing to read candidates from
+                return
+            adapter = self._routing
+            if adapter is None or adapter.router is not router:  # first call, or the proxy reloaded
+                from handoffmon.integrations.router_routing import RouterRouting
+                from handoffmon.routing.prefix import PrefixLookup
+
+                monitor = self.monitor
+                adapter = RouterRouting(
+                    router, state, PrefixLookup(monitor.attributor), monitor.names.canonical
+                )
+                self._routing = adapter
+            adapter.apply_body(data)
+        except Exception:
+            _log.warning("handoffmon routing could not run in the proxy", exc_info=True)
+            rt = self._runtime  # None when building it failed: nothing to count into
+            if rt is not None:
+                rt.monitor.count_error("integration")
 
     def _latency(self, data: Mapping[str, Any]) -> float | None:
         call_id = data.get("litellm_call_id")
@@ -177,10 +209,15 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             self.monitor.count_error("integration")
 
 
+def _proxy_router() -> Any:
+    """The running proxy's ``litellm.Router`` (``None`` outside a proxy or before it loaded its config)."""
+    server = sys.modules.get("litellm.proxy.proxy_server")  # only inside a running proxy
+    return getattr(server, "llm_router", None)
+
+
 def _deployment_model(deployment_id: str) -> str | None:
     """Provider model string of a proxy deployment (the proxy's router), if it can be found."""
-    server = sys.modules.get("litellm.proxy.proxy_server")  # only inside a running proxy
-    llm_router = getattr(server, "llm_router", None)
+    llm_router = _proxy_router()
     if llm_router is None:
         return None
     try:

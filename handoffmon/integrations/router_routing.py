@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from handoffmon.routing import Candidate, RoutingState
+from handoffmon.routing.fallbacks import is_plain, reordered
 from handoffmon.routing.prefix import PrefixLookup
 
 _log = logging.getLogger("handoffmon.routing")
@@ -50,13 +51,14 @@ class RouterRouting:
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self.router = router
+        """The router whose fallbacks and deployments are read."""
         self._router = router
         self._state = state
         self._lookup = lookup
         self._canonical = canonical
         self._clock = clock
         self._mode = state.settings.mode
-        self._home = state.settings.return_home
         self._need_cost = state.settings.max_extra_cost_usd_per_mtok is not None
         self._need_latency = state.settings.max_extra_latency_s is not None
         self._groups: dict[str, tuple[Candidate, float]] = {}
@@ -70,22 +72,32 @@ class RouterRouting:
             source = kwargs.get("fallbacks", self._router.fallbacks)
             now = self._clock()
             cands = self._candidates_for(model, source, now) if type(model) is str else ()
-            early = state.policy.precheck(state.holder.table, len(cands), now)
-            if early is not None:
-                state.counts.count(self._mode, early)
-                return None
-            prefix, home = self._lookup.authors(messages, home=self._home)
-            decision = state.policy.decide(
-                state.holder.table, prefix, cands, now=now, home_model=home, healthy=self._healthy
-            )
-            state.counts.count(self._mode, decision.outcome)
-            if not decision.changed or self._mode != "enforce":
+            decision = state.route(cands, messages, self._lookup, now=now, healthy=self._healthy)
+            if not decision.changed or not state.enforcing:
                 return None
             return {**kwargs, "fallbacks": self._rewrite(source, model, decision.groups)}
         except Exception:
             _log.warning("handoffmon routing failed; the router's own fallback order is used", exc_info=True)
             state.counts.count(self._mode, "error")
             return None
+
+    def apply_body(self, body: dict[str, Any]) -> bool:
+        """A LiteLLM Proxy request body: reorder its ``fallbacks`` in place; True when changed.
+
+        The source list is the body's own ``fallbacks``, else the key's or team's
+        ``router_settings`` fallbacks the proxy would apply (``router_settings_override``),
+        else the router's. Never raises (as ``apply``).
+        """
+        kwargs: dict[str, Any] = body
+        if "fallbacks" not in body:
+            override = body.get("router_settings_override")
+            if isinstance(override, Mapping) and override.get("fallbacks") is not None:
+                kwargs = {"fallbacks": override["fallbacks"]}
+        out = self.apply(body.get("model"), body.get("messages"), kwargs)
+        if out is None:
+            return False
+        body["fallbacks"] = out["fallbacks"]
+        return True
 
     # -- candidates -------------------------------------------------------------------
 
@@ -156,16 +168,13 @@ class RouterRouting:
     # -- the rewritten list -----------------------------------------------------------
 
     def _rewrite(self, source: Any, group: str, order: list[str]) -> list[Any]:
-        """``source`` with ``{group: order}`` first and the group's old entry removed."""
+        """``source`` with the group's candidates in ``order`` (``routing.fallbacks.reordered``)."""
         key = (id(source), group, tuple(order))
         cacheable = source is self._router.fallbacks
         hit = self._rewritten.get(key) if cacheable else None
         if hit is not None:
             return hit
-        out = [
-            {group: list(order)},
-            *(e for e in source or () if not (isinstance(e, Mapping) and group in e)),
-        ]
+        out = reordered(source, group, order)
         if cacheable:
             if len(self._rewritten) >= MAX_CACHED:
                 self._rewritten.clear()
@@ -174,14 +183,17 @@ class RouterRouting:
 
 
 def fallback_groups(fallbacks: Any, group: str) -> tuple[str, ...]:
-    """The fallback groups litellm would try for ``group`` under ``fallbacks`` (its own lookup:
-    exact, stripped and provider-prefixed names, then ``*``); ``()`` for none or a
-    non-standard format (a plain list of models), which the policy leaves alone."""
+    """The fallback groups litellm would try for ``group`` under ``fallbacks``: a plain list of
+    group names itself (client-side fallbacks, tried in order), else litellm's own lookup
+    (exact, stripped and provider-prefixed names, then ``*``); ``()`` for none or another
+    non-standard format (parameter dicts), which the policy leaves alone."""
     from litellm.router_utils.fallback_event_handlers import (
         check_non_standard_fallback_format,
         get_fallback_model_group,
     )
 
+    if is_plain(fallbacks):
+        return tuple(fallbacks)
     if not fallbacks or not isinstance(fallbacks, Sequence) or check_non_standard_fallback_format(fallbacks):
         return ()
     found, generic = get_fallback_model_group(fallbacks=fallbacks, model_group=group)

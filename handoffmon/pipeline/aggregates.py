@@ -182,6 +182,23 @@ class Aggregates:
             for method in result.attribution_methods:
                 self._add("attributions", method)
 
+    def add_counts(self, counts: Counts) -> None:
+        """Add a whole snapshot (seeding a file, merging another source); written by the next flush."""
+        with self._lock:
+            for kind in (
+                "checks",
+                "transitions",
+                "turns",
+                "attributions",
+                "monitor_errors",
+                "session_lengths",
+            ):
+                for key, n in getattr(counts, kind).items():
+                    if n:
+                        self._add(kind, key, n)
+            if counts.dropped:
+                self._add("dropped", "", counts.dropped)
+
     def count_error(self, stage: str, n: int = 1) -> None:
         """Count handoffmon's own failure at ``stage``."""
         with self._lock:

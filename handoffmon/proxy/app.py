@@ -24,6 +24,7 @@ from handoffmon.exporters.serving import render, token_ok
 from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import SessionFactory, Upstream
+from handoffmon.routing.body import body_routing
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
@@ -160,6 +161,7 @@ def _routes(state: ProxyState) -> list[Route]:
         route="chat_completions",
         client_timeout_s=proxy.client_timeout_s,
         max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
+        routing=body_routing(state.runtime.routing, state.monitor),
     )
     passthrough = Forwarder(
         state.upstream,

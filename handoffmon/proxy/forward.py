@@ -30,6 +30,7 @@ from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_hea
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.pipeline.monitor import Monitor
+    from handoffmon.routing.body import BodyRouting
 
 _log = logging.getLogger("handoffmon.proxy")
 
@@ -139,7 +140,8 @@ class Forwarder:
 
     Monitoring never blocks or alters traffic: bodies that are not JSON chat requests,
     error statuses and undecodable replies are forwarded unchanged and only counted in
-    ``handoffmon_proxy_unmonitored_requests_total{reason}``.
+    ``handoffmon_proxy_unmonitored_requests_total{reason}``. With ``routing`` (``routing.enabled``)
+    the one change it may make is the order of the ``fallbacks`` a chat request carries.
     """
 
     def __init__(
@@ -152,8 +154,10 @@ class Forwarder:
         route: str = "passthrough",
         client_timeout_s: float | None = None,
         max_monitored_reply_bytes: int = 16 * 1024 * 1024,
+        routing: BodyRouting | None = None,
     ) -> None:
         self._upstream = upstream
+        self._routing = routing
         self._metrics = metrics
         self._limit = max_body_bytes
         self._client_timeout = client_timeout_s
@@ -185,6 +189,8 @@ class Forwarder:
             msg = f"request header {exc.name!r} is not UTF-8: it cannot be forwarded unchanged"
             await send_json(send, 400, error_body(msg, "header_not_utf8", "invalid_request_error"))
             return
+        if self._routing is not None:  # risk-aware order of the fallbacks the request carries
+            body = self._routing.rewrite(body) or body
         turn = self._begin(scope, body) if self._monitor is not None else None
         watch = _DisconnectWatch(receive)
         try:

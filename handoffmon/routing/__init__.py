@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from handoffmon.routing.policy import OUTCOMES, Candidate, Decision, FallbackPolicy
 from handoffmon.routing.state import DecisionCounts, RoutingState, TableHolder
-from handoffmon.routing.table import PairRisk, PairRiskTable, SwitchCost
+from handoffmon.routing.table import PairRisk, PairRiskTable, ShadowCost
 
 __all__ = [
     "OUTCOMES",
@@ -19,6 +19,6 @@ __all__ = [
     "PairRisk",
     "PairRiskTable",
     "RoutingState",
-    "SwitchCost",
+    "ShadowCost",
     "TableHolder",
 ]

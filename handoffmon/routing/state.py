@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import RoutingConfig
 from handoffmon.refit.result import ALL_RULES, RefitResult
-from handoffmon.routing.policy import OUTCOMES, FallbackPolicy, Outcome
+from handoffmon.routing.policy import OUTCOMES, Candidate, Decision, FallbackPolicy, Outcome
 from handoffmon.routing.table import PairRiskTable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.routing.prefix import PrefixLookup
 
 _log = logging.getLogger("handoffmon.routing")
 
@@ -93,6 +97,37 @@ class RoutingState:
         self.policy = FallbackPolicy(settings)
         self.holder = TableHolder(settings.rule, on_failure=on_failure)
         self.counts = DecisionCounts()
+
+    def route(
+        self,
+        candidates: Sequence[Candidate],
+        messages: Sequence[Any],
+        lookup: PrefixLookup,
+        *,
+        now: float,
+        healthy: Callable[[str], bool] | None = None,
+    ) -> Decision:
+        """One request's decision, counted: every adapter's step between reading the candidates
+        and applying the order (the prefix lookup is skipped when there is nothing to decide).
+
+        Raises whatever the lookup raises; adapters count that as ``error`` and fail open.
+        """
+        table = self.holder.table
+        early = self.policy.precheck(table, len(candidates), now)
+        if early is not None:
+            decision = Decision(tuple(candidates), early)
+        else:
+            prefix, home = lookup.authors(messages, home=self.settings.return_home)
+            decision = self.policy.decide(
+                table, prefix, candidates, now=now, home_model=home, healthy=healthy
+            )
+        self.counts.count(self.settings.mode, decision.outcome)
+        return decision
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether decisions change the order (``mode: enforce``), not only count."""
+        return self.settings.mode == "enforce"
 
     def table_age_s(self, now: float) -> float | None:
         """Seconds since the published table's refit (``None``: no table)."""

@@ -15,12 +15,14 @@ NAN = float("nan")
 
 
 @dataclass(frozen=True, slots=True)
-class SwitchCost:
-    """Experimental switch cost of one ordered pair from shadow continuation (issue 22).
+class ShadowCost:
+    """The table's slot for a pair's shadow switch cost: the policy's view of a refit ``SwitchCost``.
 
-    Same key as the table: (prefix model A, candidate B). ``estimate`` is adherence of B
-    continuing A's history minus A continuing it (paired, same prefix), in proportion
-    units like ``PairEffect.delta``.
+    Reduced from ``handoffmon.refit.result.SwitchCost`` (the refit's full record, with
+    interval, p-values and the observational comparison) to what a decision weighs, with
+    the interval turned into a standard error. Same key as the table: (prefix model A,
+    candidate B). ``estimate`` is adherence of B continuing A's history minus A
+    continuing it (paired, same prefix), in proportion units like ``PairEffect.delta``.
 
     Attributes:
         estimate: the paired difference.
@@ -57,7 +59,7 @@ class PairRisk:
     ci_low: float = NAN
     ci_high: float = NAN
     significant: bool = False
-    shadow: SwitchCost | None = None
+    shadow: ShadowCost | None = None
 
 
 SAME_AUTHOR = PairRisk(0.0, 0.0)
@@ -122,7 +124,7 @@ class PairRiskTable:
         result: RefitResult,
         *,
         rule: str = ALL_RULES,
-        switch_costs: Mapping[tuple[str, str], SwitchCost] | None = None,
+        switch_costs: Mapping[tuple[str, str], ShadowCost] | None = None,
     ) -> PairRiskTable:
         """The table of one fit of ``result`` (pooled ``all`` by default).
 
@@ -161,19 +163,19 @@ class PairRiskTable:
         return cls(pairs, created_at=result.created_at, rule=rule, source=result.source)
 
 
-def shadow_costs(entries: Iterable[Any], *, confidence: float = 0.95) -> dict[tuple[str, str], SwitchCost]:
-    """``SwitchCost`` by pair from issue 22's ``switch_costs`` entries (objects or dicts with
+def shadow_costs(entries: Iterable[Any], *, confidence: float = 0.95) -> dict[tuple[str, str], ShadowCost]:
+    """``ShadowCost`` by pair from the refit's ``switch_costs`` entries (objects or dicts with
     ``prefix_model``, ``model``, ``n_pairs``, ``estimate``, ``ci_low``, ``ci_high``, ``significant``);
     the SE is the interval's half-width over the normal quantile."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    out: dict[tuple[str, str], SwitchCost] = {}
+    out: dict[tuple[str, str], ShadowCost] = {}
     for e in entries:
         get = e.get if isinstance(e, Mapping) else lambda k, e=e: getattr(e, k, None)
         lo, hi, est = get("ci_low"), get("ci_high"), get("estimate")
         if est is None or lo is None or hi is None:
             continue
         se = (float(hi) - float(lo)) / (2 * z)
-        out[(str(get("prefix_model")), str(get("model")))] = SwitchCost(
+        out[(str(get("prefix_model")), str(get("model")))] = ShadowCost(
             float(est), se, int(get("n_pairs") or 0), bool(get("significant"))
         )
     return out

@@ -8,7 +8,11 @@ Run: ``.venv/bin/python -m tests.benchmarks.bench_routing [--reps N]``.
    ``json.loads`` copies) against a memory store holding every earlier reply: the last
    author, and the last and first (``return_home``);
 3. the wrapped Router's routing step (``RouterRouting.apply``: candidates, lookup,
-   decision, per-request fallbacks) on the same histories.
+   decision, per-request fallbacks) on the same histories, and the LiteLLM Proxy hook's
+   step (``RouterRouting.apply_body`` on the request body);
+4. ``handoffmon serve``'s body rewrite (``BodyRouting.rewrite``: parse, lookup, decision,
+   re-encode) on the same histories as JSON bytes, and a body without ``fallbacks``
+   (forwarded untouched).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from handoffmon.attribution import Attributor
 from handoffmon.config import RoutingConfig
@@ -94,8 +99,9 @@ def measure_lookup(reps: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
-    """RouterRouting.apply on a real ``litellm.Router`` (mock deployments) with three fallbacks, enforce."""
+def router_routing() -> tuple[Any, list[str]]:
+    """A ``RouterRouting`` (enforce) on a real ``litellm.Router`` (mock deployments) with three
+    fallbacks for ``gmodel-a``, the K = 6 table published; and the histories' JSON."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from litellm import Router
 
@@ -112,7 +118,12 @@ def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
     )
     state = RoutingState(RoutingConfig(enabled=True, mode="enforce", return_home=False))
     state.holder.table = table(time.time())
-    routing = RouterRouting(router, state, PrefixLookup(attributor), lambda name: name.rsplit("/", 1)[-1])
+    return RouterRouting(router, state, PrefixLookup(attributor), lambda name: name.rsplit("/", 1)[-1]), docs
+
+
+def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
+    """RouterRouting.apply (the wrapped Router's step) on fresh copies of 20-turn histories."""
+    routing, docs = router_routing()
     out = routing.apply("gmodel-a", json.loads(docs[0]), {})
     assert out is not None and out["fallbacks"][0]["gmodel-a"][-1] == "gm1", "m1 is risky: tried last"
     copies = iter([json.loads(docs[i % len(docs)]) for i in range(reps + 100)])
@@ -123,12 +134,59 @@ def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
     }
 
 
+def measure_proxy_hook(reps: int) -> dict[str, tuple[float, float]]:
+    """RouterRouting.apply_body (the LiteLLM Proxy pre-call hook's step) on request bodies."""
+    routing, docs = router_routing()
+    body = {"model": "gmodel-a", "messages": json.loads(docs[0])}
+    assert routing.apply_body(body) and body["fallbacks"][0]["gmodel-a"][-1] == "gm1", "m1 is risky: last"
+    bodies = iter(
+        [{"model": "gmodel-a", "messages": json.loads(docs[i % len(docs)])} for i in range(reps + 100)]
+    )
+    return {
+        "LiteLLM Proxy hook step (enforce), 20 turns": timed(lambda: routing.apply_body(next(bodies)), reps)
+    }
+
+
+def measure_serve_body(reps: int) -> dict[str, tuple[float, float]]:
+    """BodyRouting.rewrite on 20-turn chat bodies with fallbacks (reordered), and without (untouched)."""
+    from handoffmon.routing import RoutingState
+    from handoffmon.routing.body import BodyRouting
+
+    attributor, docs = histories()
+    state = RoutingState(RoutingConfig(enabled=True, mode="enforce", return_home=False))
+    state.holder.table = table(time.time())
+    routing = BodyRouting(state, PrefixLookup(attributor), lambda name: name[1:])  # "gm1" -> "m1"
+    with_fb = [
+        json.dumps(
+            {
+                "model": "gmodel-a",
+                "messages": json.loads(d),
+                "fallbacks": [{"gmodel-a": ["gm1", "gm2", "gm3"]}],
+            }
+        ).encode()
+        for d in docs
+    ]
+    without = [json.dumps({"model": "gmodel-a", "messages": json.loads(d)}).encode() for d in docs]
+    out = routing.rewrite(with_fb[0])
+    assert out is not None and json.loads(out)["fallbacks"][0]["gmodel-a"][-1] == "gm1", "m1 is risky: last"
+    n = len(docs)
+    i = iter(range(10**9))
+    return {
+        "serve body rewrite (enforce), 20 turns": timed(lambda: routing.rewrite(with_fb[next(i) % n]), reps),
+        "serve body without fallbacks (untouched)": timed(
+            lambda: routing.rewrite(without[next(i) % n]), reps
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=20_000)
     args = parser.parse_args()
     rows = {**measure_decide(args.reps), **measure_lookup(args.reps // 10)}
     rows.update(measure_adapter(args.reps // 10))
+    rows.update(measure_proxy_hook(args.reps // 10))
+    rows.update(measure_serve_body(args.reps // 10))
     for label, (p50, p99) in rows.items():
         print(f"{label:45s} p50 {p50 * 1e6:7.2f} µs   p99 {p99 * 1e6:7.2f} µs")
 

@@ -541,11 +541,24 @@ def scaling(quick: bool) -> list[Row]:
 
 
 def routing(quick: bool) -> list[Row]:
-    """Risk-aware fallback ordering on the request path: decision, prefix lookup, adapter (bench_routing)."""
-    from tests.benchmarks.bench_routing import measure_adapter, measure_decide, measure_lookup
+    """Risk-aware fallback ordering on the request path: decision, prefix lookup, and each adapter's
+    step — wrapped Router, LiteLLM Proxy hook, serve's body rewrite (bench_routing)."""
+    from tests.benchmarks.bench_routing import (
+        measure_adapter,
+        measure_decide,
+        measure_lookup,
+        measure_proxy_hook,
+        measure_serve_body,
+    )
 
     reps = 2000 if quick else 20_000
-    measured = {**measure_decide(reps), **measure_lookup(reps // 10), **measure_adapter(reps // 10)}
+    measured = {
+        **measure_decide(reps),
+        **measure_lookup(reps // 10),
+        **measure_adapter(reps // 10),
+        **measure_proxy_hook(reps // 10),
+        **measure_serve_body(reps // 10),
+    }
     return [Row("routing", label, p50 * 1e6, p99 * 1e6, "µs") for label, (p50, p99) in measured.items()]
 
 

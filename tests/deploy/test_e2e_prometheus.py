@@ -38,8 +38,13 @@ VALUES = {**TEMPLATE_VALUES, "__rate_interval": "20s"}
 both servers have filled, rates of the linearly replayed counters agree exactly."""
 
 
+ROUTING_ONLY = ("handoffmon_routing_",)
+"""Series exported only with ``routing.enabled`` (off in the recorded demo): their panels must parse
+and run here; ``test_e2e_routing`` checks them on a runtime with routing on."""
+
+
 def _serve_only(expr: str) -> bool:
-    return any(s in expr for s in SERVE_ONLY)
+    return any(s in expr for s in (*SERVE_ONLY, *ROUTING_ONLY))
 
 
 TWO_MODEL_UNDEFINED = ("handoffmon_refit_r2",)

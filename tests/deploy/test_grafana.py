@@ -30,6 +30,7 @@ PANEL_TOPICS = {
     "store failures": ("store failures",),
     "label cap": ("Label cap",),
     "refit failures and staleness": ("Refit age and failed",),
+    "routing decisions and table age": ("Risk-aware routing decisions", "pair-risk table age"),
 }
 IDENTITY = ("job", "namespace", "cluster")
 SELECTOR = re.compile(r"\b(handoffmon_[a-z0-9_]+)(\{[^}]*\})?")
@@ -123,6 +124,8 @@ def test_dashboard_covers_every_required_view() -> None:
         "handoffmon_store_failures_total",
         "handoffmon_label_values",
         "handoffmon_label_limit",
+        "handoffmon_routing_decisions_total",
+        "handoffmon_routing_table_age_seconds",
     ):
         assert metric in exprs, metric
     assert "requested_model" in exprs

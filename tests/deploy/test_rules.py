@@ -22,6 +22,7 @@ EXPECTED_ALERTS = {
     "MonitorErrors",
     "QueueDrops",
     "RouterFallbacksFrequent",
+    "RoutingTableStale",
     "ProxyUpstreamErrors",
     "RefitFailing",
     "StoreFailures",

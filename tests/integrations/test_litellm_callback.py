@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import pytest
 
 from handoffmon.integrations.litellm_callback import HandoffmonCallback, handoffmon_callback
 from handoffmon.testing import RecordingExporter
@@ -84,3 +87,23 @@ async def test_streamed_fallback_counts_come_from_the_stream_wrapper() -> None:
     assert text == BACKUP_REPLY
     rec = exp.results[0].record
     assert (rec.author, rec.deployment_id, rec.fallbacks, rec.streamed) == ("model-b", "dep-b", 1, True)
+
+
+def test_pre_call_hook_fails_open_when_the_runtime_cannot_be_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routing in the pre-call hook builds the runtime; if that raises, the request goes on unchanged."""
+    from handoffmon.integrations import litellm_callback as mod
+
+    cb = mod.HandoffmonCallback()
+
+    def broken(config: Any = None) -> Any:
+        raise RuntimeError("bad config")
+
+    monkeypatch.setattr("handoffmon.runtime.shared_runtime", broken)
+    data: dict[str, Any] = {
+        "model": "g",
+        "messages": [{"role": "user", "content": "x"}],
+        "litellm_call_id": "c1",
+    }
+    before = dict(data)
+    assert asyncio.run(cb.async_pre_call_hook(None, None, data, "completion")) is None
+    assert data == before

@@ -34,27 +34,19 @@ pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "litellm_proxy_callback"
 """The shipped example's config.yaml / handoffmon.yaml: the documented lines are what is tested."""
+START_TIMEOUT_S = 240.0
+"""Importing the proxy stack takes seconds idle and minutes on a loaded 2-core machine."""
 MASTER_KEY = f"sk-{secrets.token_hex(16)}"
 """Generated per run (the example reads it from LITELLM_MASTER_KEY; LiteLLM refuses well-known keys)."""
 
 
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A LiteLLM Proxy subprocess; yields (base URL, handoffmon SQLite file)."""
+@contextlib.contextmanager
+def running_proxy(tmp: Path, env: dict[str, str]) -> Iterator[str]:
+    """A LiteLLM Proxy subprocess on ``tmp/config.yaml`` (cwd ``tmp``); yields its base URL."""
     litellm_bin = Path(sys.executable).with_name("litellm")
     require(litellm_bin.exists(), "litellm CLI (litellm[proxy]) not installed")
-    tmp = tmp_path_factory.mktemp("proxy")
-    db = tmp / "handoffmon.db"  # handoffmon.yaml's relative store.path, under the proxy's cwd
-    for name in ("config.yaml", "handoffmon.yaml"):
-        shutil.copy(EXAMPLE / name, tmp / name)
     port = free_port()
-    env = {
-        **os.environ,
-        "HANDOFFMON_CONFIG": str(tmp / "handoffmon.yaml"),
-        "HANDOFFMON_REFIT__INTERVAL_S": "1",  # the runtime's periodic refit, in the proxy process
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_MASTER_KEY": MASTER_KEY,
-    }
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": MASTER_KEY, **env}
     log = open(tmp / "proxy.log", "wb")  # noqa: SIM115 - closed after the process ends
     proc = subprocess.Popen(
         [str(litellm_bin), "--config", str(tmp / "config.yaml"), "--host", "127.0.0.1", "--port", str(port)],
@@ -65,7 +57,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             assert proc.poll() is None, (tmp / "proxy.log").read_text()[-3000:]
             try:
@@ -73,9 +65,9 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
                     break
             except httpx.HTTPError:
                 pass
-            assert time.monotonic() < deadline, "LiteLLM Proxy did not start in 90 s"
+            assert time.monotonic() < deadline, f"LiteLLM Proxy did not start in {START_TIMEOUT_S:.0f} s"
             time.sleep(0.3)
-        yield url, db
+        yield url
     finally:
         proc.terminate()
         try:
@@ -84,6 +76,21 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
             proc.kill()
             proc.wait(5)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A LiteLLM Proxy subprocess; yields (base URL, handoffmon SQLite file)."""
+    tmp = tmp_path_factory.mktemp("proxy")
+    db = tmp / "handoffmon.db"  # handoffmon.yaml's relative store.path, under the proxy's cwd
+    for name in ("config.yaml", "handoffmon.yaml"):
+        shutil.copy(EXAMPLE / name, tmp / name)
+    env = {
+        "HANDOFFMON_CONFIG": str(tmp / "handoffmon.yaml"),
+        "HANDOFFMON_REFIT__INTERVAL_S": "1",  # the runtime's periodic refit, in the proxy process
+    }
+    with running_proxy(tmp, env) as url:
+        yield url, db
 
 
 def _wait_counts(db: Path, turns: int, timeout_s: float = 30.0) -> Counts:

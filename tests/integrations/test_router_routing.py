@@ -60,6 +60,18 @@ def _runtime(router: Any, provider: SimProvider, **routing: Any) -> Any:
 RISKY_B = {("a", "b"): PairRisk(-0.15, 0.01), ("a", "c"): PairRisk(0.0, 0.01)}
 
 
+def _after_a(client: Any, rt: Any) -> list[dict[str, Any]]:
+    """Turn 1 on g-a (author a), recorded; the history for turn 2."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
+    r1 = client.completion(model="g-a", messages=history)
+    history += [
+        {"role": "assistant", "content": r1.choices[0].message.content},
+        {"role": "user", "content": "y?"},
+    ]
+    rt.flush(10)
+    return history
+
+
 def _second_turn_author(
     router: Any, provider: SimProvider, table_age_s: float | None, **routing: Any
 ) -> tuple[str, dict[tuple[str, str], int]]:
@@ -68,13 +80,7 @@ def _second_turn_author(
         if table_age_s is not None:
             rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time() - table_age_s)
         client = wrap(router, runtime=rt)
-        history: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
-        r1 = client.completion(model="g-a", messages=history)
-        history += [
-            {"role": "assistant", "content": r1.choices[0].message.content},
-            {"role": "user", "content": "y?"},
-        ]
-        rt.flush(10)
+        history = _after_a(client, rt)
         r2 = client.completion(model="g-p", messages=history)
         counts = {k: v for k, v in rt.routing.counts.snapshot().items() if v}
         return r2._hidden_params["model_id"], counts
@@ -85,6 +91,18 @@ def test_enforce_serves_the_safer_fallback(world: tuple[Any, SimProvider]) -> No
     author, counts = _second_turn_author(*world, 0.0, mode="enforce")
     assert author == "c"
     assert counts == {("enforce", "single"): 1, ("enforce", "reordered"): 1}
+
+
+def test_enforce_reorders_a_per_call_plain_list(world: tuple[Any, SimProvider]) -> None:
+    """The caller's own client-side list (fallbacks=["g-b", "g-c"]) is reordered the same way."""
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+        client = wrap(router, runtime=rt)
+        history = _after_a(client, rt)
+        r2 = client.completion(model="g-p", messages=history, fallbacks=["g-b", "g-c"])
+        assert r2._hidden_params["model_id"] == "c"
+        assert rt.routing.counts.snapshot()[("enforce", "reordered")] == 1
 
 
 def test_dry_run_counts_but_keeps_the_router_order(world: tuple[Any, SimProvider]) -> None:
@@ -112,11 +130,13 @@ def test_disabled_routing_adds_nothing(world: tuple[Any, SimProvider]) -> None:
 
 
 def test_candidates_follow_litellms_own_lookup() -> None:
-    """Exact group, the generic '*' entry, a non-standard list (left alone) and no entry."""
+    """Exact group, the generic '*' entry, a client-side plain list (tried in order for any group),
+    parameter dicts (left alone) and no entry."""
     fb = [{"g-p": ["g-b", "g-c"]}, {"*": ["g-z"]}]
     assert fallback_groups(fb, "g-p") == ("g-b", "g-c")
     assert fallback_groups(fb, "other") == ("g-z",)
-    assert fallback_groups(["g-b", "g-c"], "g-p") == ()
+    assert fallback_groups(["g-b", "g-c"], "g-p") == ("g-b", "g-c")
+    assert fallback_groups([{"model": "g-b", "temperature": 0.1}], "g-p") == ()
     assert fallback_groups([{"g-q": ["g-b"]}], "g-p") == ()
     assert fallback_groups(None, "g-p") == ()
 
@@ -153,3 +173,27 @@ def test_a_failing_adapter_fails_open_and_counts(world: tuple[Any, SimProvider])
         reply = client.completion(model="g-p", messages=history)
         assert reply._hidden_params["model_id"] == "b"
         assert rt.routing.counts.snapshot()[("enforce", "error")] == 1
+
+
+def test_proxy_body_source_is_the_bodys_then_the_keys_then_the_routers(
+    world: tuple[Any, SimProvider],
+) -> None:
+    """apply_body (the LiteLLM Proxy hook): the body's own list wins, then the key/team
+    ``router_settings_override`` fallbacks, then the router's; the body is rewritten in place."""
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+        client = wrap(router, runtime=rt)
+        history = _after_a(client, rt)
+        adapter = client._routing
+        routers = {"model": "g-p", "messages": history}
+        assert adapter.apply_body(routers)
+        assert routers["fallbacks"][0] == {"g-p": ["g-c", "g-b"]} and {"g-b": ["g-c"]} in routers["fallbacks"]
+        keys = {
+            "model": "g-p",
+            "messages": history,
+            "router_settings_override": {"fallbacks": [{"g-p": ["g-b", "g-c"]}]},
+        }
+        assert adapter.apply_body(keys) and keys["fallbacks"] == [{"g-p": ["g-c", "g-b"]}]
+        own = {"model": "g-p", "messages": history, "fallbacks": ["g-c", "g-b"]}
+        assert not adapter.apply_body(own) and own["fallbacks"] == ["g-c", "g-b"]  # already safest: kept

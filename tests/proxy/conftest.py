@@ -30,6 +30,7 @@ class Proxy:
     config: HandoffmonConfig = field(repr=False)
     monitor: Any = field(repr=False)
     registry: CollectorRegistry = field(repr=False)
+    runtime: Any = field(default=None, repr=False)
 
 
 @pytest.fixture(scope="module")
@@ -63,4 +64,5 @@ def running_proxy(config: HandoffmonConfig) -> Iterator[Proxy]:
     app = create_app(config)
     options = {k: v for k, v in uvicorn_options(config).items()}
     with ServerThread(app, free_port(), **options) as srv:
-        yield Proxy(srv.url, config, app.state.proxy.monitor, app.state.proxy.runtime.registry)
+        state = app.state.proxy
+        yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime)

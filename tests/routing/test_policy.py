@@ -9,7 +9,7 @@ import pytest
 from handoffmon.config import RoutingConfig
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit import refit
-from handoffmon.routing import Candidate, FallbackPolicy, PairRisk, PairRiskTable, SwitchCost
+from handoffmon.routing import Candidate, FallbackPolicy, PairRisk, PairRiskTable, ShadowCost
 from handoffmon.sim import default_fleet
 from handoffmon.sim.offline import simulate_counts
 
@@ -17,7 +17,7 @@ NOW = 10_000.0
 
 
 def _table(
-    risks: dict[tuple[str, str], tuple[float, float]], created_at: float = NOW, **shadow: SwitchCost
+    risks: dict[tuple[str, str], tuple[float, float]], created_at: float = NOW, **shadow: ShadowCost
 ) -> PairRiskTable:
     pairs = {k: PairRisk(r, se) for k, (r, se) in risks.items()}
     for name, cost in shadow.items():
@@ -99,9 +99,9 @@ def test_unknown_candidate_is_a_barrier() -> None:
 
 def test_shadow_costs_compare_only_with_shadow_costs() -> None:
     """A measured switch cost and a fitted risk are different contrasts; two shadow costs are compared."""
-    t = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)}, a_c=SwitchCost(-0.01, 0.01, 50))
+    t = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)}, a_c=ShadowCost(-0.01, 0.01, 50))
     assert _decide(t, [B, C]) == (["b", "c"], "unchanged")
-    t2 = _table({}, a_b=SwitchCost(-0.2, 0.02, 50), a_c=SwitchCost(0.0, 0.02, 50))
+    t2 = _table({}, a_b=ShadowCost(-0.2, 0.02, 50), a_c=ShadowCost(0.0, 0.02, 50))
     assert _decide(t2, [B, C]) == (["c", "b"], "reordered")
 
 

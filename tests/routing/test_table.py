@@ -10,7 +10,7 @@ from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError
 from handoffmon.refit import refit
 from handoffmon.refit.result import RefitResult
-from handoffmon.routing import PairRiskTable, SwitchCost
+from handoffmon.routing import PairRiskTable, ShadowCost
 from handoffmon.routing.table import SAME_AUTHOR, shadow_costs
 from handoffmon.sim import default_fleet
 from handoffmon.sim.offline import simulate_counts
@@ -56,8 +56,8 @@ def test_shadow_cost_takes_the_pair_slot(result: RefitResult) -> None:
     """A measured switch cost is the pair's score (kind ``shadow``); pairs without one keep the fitted risk;
     a shadow-only pair (never in the refit) is still scored."""
     costs = {
-        ("atlas", "cedar"): SwitchCost(-0.12, 0.02, 80, True),
-        ("atlas", "zed"): SwitchCost(0.01, 0.03, 40),
+        ("atlas", "cedar"): ShadowCost(-0.12, 0.02, 80, True),
+        ("atlas", "zed"): ShadowCost(0.01, 0.03, 40),
     }
     table = PairRiskTable.from_refit(result, switch_costs=costs)
     assert table.score("atlas", "cedar") == (-0.12, 0.02, "shadow")
@@ -67,7 +67,7 @@ def test_shadow_cost_takes_the_pair_slot(result: RefitResult) -> None:
 
 
 def test_shadow_costs_from_issue_22_entries() -> None:
-    """``switch_costs`` entries (dicts or objects) become SwitchCost with SE = half-width / z."""
+    """``switch_costs`` entries (dicts or objects) become ShadowCost with SE = half-width / z."""
     entries = [
         {
             "prefix_model": "a",

@@ -1,0 +1,104 @@
+"""Risk-aware order in a forwarded request body: ``handoffmon serve`` rewrites its ``fallbacks``.
+
+``serve`` sits in front of a LiteLLM Proxy and sees no router, so only what the request
+itself carries can be reordered: a body without ``fallbacks`` is forwarded byte for byte
+(and not even parsed here). See ``docs/guides/routing.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from handoffmon.routing.fallbacks import entry_groups, reordered
+from handoffmon.routing.policy import Candidate
+from handoffmon.routing.prefix import PrefixLookup
+from handoffmon.routing.state import RoutingState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.pipeline.monitor import Monitor
+
+_log = logging.getLogger("handoffmon.routing")
+
+MAX_CANDIDATES_CACHED = 1024
+"""Bound of the group → candidate cache."""
+
+
+class BodyRouting:
+    """Reorders the ``fallbacks`` of a chat completion body by the runtime's routing policy.
+
+    Each fallback group's model is its canonical name (``attribution.canonical_models``;
+    a group name the refit never saw is never moved). Prices, latencies and health are
+    unknown here: with a cost or latency cap set nothing moves, and ``return_home``
+    treats the original model as healthy (the upstream router skips it if it is not).
+
+    Args:
+        state: the runtime's routing state.
+        lookup: request-time prefix lookup over the monitor's attributor.
+        canonical: group name → canonical model name (``ModelNames.canonical``).
+        clock: wall clock (table staleness).
+    """
+
+    __slots__ = ("_cands", "_canonical", "_clock", "_lookup", "_state")
+
+    def __init__(
+        self,
+        state: RoutingState,
+        lookup: PrefixLookup,
+        canonical: Callable[[str], str],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._state = state
+        self._lookup = lookup
+        self._canonical = canonical
+        self._clock = clock
+        self._cands: dict[str, Candidate] = {}
+
+    def rewrite(self, body: bytes) -> bytes | None:
+        """``body`` with its fallbacks reordered, or ``None`` to forward it unchanged. Never raises;
+        a failure counts ``outcome="error"``."""
+        if b'"fallbacks"' not in body:  # the common case costs one substring search
+            return None
+        state = self._state
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):  # not JSON: the forwarder counts it (bad_json)
+            return None
+        try:
+            if not isinstance(doc, dict):
+                return None
+            model, messages, fallbacks = doc.get("model"), doc.get("messages"), doc.get("fallbacks")
+            if type(model) is not str or not isinstance(messages, list) or fallbacks is None:
+                return None
+            cands = tuple(self._candidate(g) for g in entry_groups(fallbacks, model))
+            decision = state.route(cands, messages, self._lookup, now=self._clock())
+            if not decision.changed or not state.enforcing:
+                return None
+            doc["fallbacks"] = reordered(fallbacks, model, decision.groups)
+            return json.dumps(doc, separators=(",", ":")).encode()  # ASCII escapes: ~30% faster
+        except Exception:
+            _log.warning(
+                "handoffmon routing failed; the request's fallbacks are forwarded as sent", exc_info=True
+            )
+            state.counts.count(state.settings.mode, "error")
+            return None
+
+    def _candidate(self, group: str) -> Candidate:
+        hit = self._cands.get(group)
+        if hit is None:
+            hit = Candidate(group, self._canonical(group))
+            if len(self._cands) >= MAX_CANDIDATES_CACHED:
+                self._cands.clear()
+            self._cands[group] = hit
+        return hit
+
+
+def body_routing(state: RoutingState | None, monitor: Monitor) -> BodyRouting | None:
+    """The body rewriter for a runtime's routing state (``None`` when routing is disabled)."""
+    if state is None:
+        return None
+    return BodyRouting(state, PrefixLookup(monitor.attributor), monitor.names.canonical)

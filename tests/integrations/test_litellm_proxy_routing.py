@@ -1,0 +1,182 @@
+"""Risk-aware fallback order inside a real LiteLLM Proxy: the handoffmon callback's pre-call hook.
+
+The proxy (subprocess, mock_response deployments) starts on a SQLite file seeded with
+planted counts in which handing model-c's conversations to model-b costs 35 points and to
+model-d nothing; its in-process refit publishes the table, and a request for ``primary``
+(which always rate-limits) must then fall back to ``backup2`` (model-d) instead of the
+router's first fallback ``backup`` (model-b) — only when the history was written by model-c.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from handoffmon.counts import CheckKey, Counts, TurnKey
+from handoffmon.pipeline.aggregates import Aggregates
+from tests.integrations.test_litellm_proxy import MASTER_KEY, _series, running_proxy
+
+pytestmark = pytest.mark.integration
+
+BACKUP = "the backup deployment answers with this long reply"
+BACKUP2 = "backup two answers"
+ALPHA = "ok"
+
+CONFIG = {
+    "model_list": [
+        {
+            "model_name": "primary",
+            "litellm_params": {
+                "model": "openai/gpt-a",
+                "api_key": "unused",
+                "mock_response": "litellm.RateLimitError",
+            },
+        },
+        {
+            "model_name": "backup",
+            "litellm_params": {"model": "openai/gpt-b", "api_key": "unused", "mock_response": BACKUP},
+        },
+        {
+            "model_name": "backup2",
+            "litellm_params": {"model": "openai/gpt-d", "api_key": "unused", "mock_response": BACKUP2},
+        },
+        {
+            "model_name": "alpha",
+            "litellm_params": {"model": "openai/gpt-c", "api_key": "unused", "mock_response": ALPHA},
+        },
+    ],
+    "router_settings": {"fallbacks": [{"primary": ["backup", "backup2"]}], "num_retries": 0},
+    "litellm_settings": {
+        "callbacks": ["prometheus", "handoffmon.integrations.litellm_callback.handoffmon_callback"],
+        "require_auth_for_metrics_endpoint": False,
+    },
+    "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
+}
+HANDOFFMON = {
+    "store": {"backend": "sqlite", "path": "handoffmon.db"},
+    "attribution": {
+        "canonical_models": {"openai/gpt-b": "model-b", "openai/gpt-c": "model-c", "openai/gpt-d": "model-d"}
+    },
+    "rules": [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}],
+    "telemetry": {"log_turns": False, "prometheus": True},
+    "refit": {"interval_s": 1},
+    "routing": {"enabled": True, "mode": "enforce", "return_home": False},
+}
+
+
+def _metrics(url: str) -> str:
+    """The proxy's /metrics (a generous timeout: the first render is slow on a loaded machine)."""
+    r = httpx.get(f"{url}/metrics", follow_redirects=True, timeout=120)
+    assert r.status_code == 200, r.text[:500]
+    return r.text
+
+
+def planted(n: int = 400) -> Counts:
+    """c→b: adherence 50% against b's 91% baseline (risk ≈ −35 pp); c→d: as d's baseline."""
+    checks: dict[CheckKey, int] = {}
+    turns: dict[TurnKey, int] = {}
+
+    def add(model: str, prefix: str, bucket: str, passes: int, fails: int, handoff: str) -> None:
+        checks[CheckKey("brief", model, prefix, bucket, "pass")] = passes
+        checks[CheckKey("brief", model, prefix, bucket, "fail")] = fails
+        turns[TurnKey(model, prefix, bucket, handoff)] = passes + fails
+
+    for m in ("model-b", "model-c", "model-d"):
+        add(m, "none", "1", n, n // 10, "false")
+        add(m, m, "2", n, n // 10, "false")
+    add("model-b", "model-c", "2", n // 2, n // 2, "true")
+    add("model-d", "model-c", "2", n, n // 10, "true")
+    add("model-c", "model-b", "2", n, n // 10, "true")
+    add("model-c", "model-d", "2", n, n // 10, "true")
+    return Counts(checks=checks, turns=turns)
+
+
+@pytest.fixture(scope="module")
+def routed_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The proxy with routing enforced, once its refit has published the table."""
+    tmp = tmp_path_factory.mktemp("routing-proxy")
+    (tmp / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    (tmp / "handoffmon.yaml").write_text(yaml.safe_dump(HANDOFFMON))
+    seed = Aggregates(str(tmp / "handoffmon.db"))
+    seed.add_counts(planted())
+    seed.close()
+    with running_proxy(tmp, {"HANDOFFMON_CONFIG": str(tmp / "handoffmon.yaml")}) as url:
+        client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
+        # the runtime (and its periodic refit) starts with the first call the callback sees
+        client.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "warm up"}])
+        deadline = time.monotonic() + 60
+        while "handoffmon_routing_table_age_seconds " not in _metrics(url):
+            assert time.monotonic() < deadline, "the proxy's refit published no routing table in 60 s"
+            time.sleep(0.5)
+        yield url
+
+
+def _decisions(url: str) -> dict[str, float]:
+    return {
+        dict(k)["outcome"]: v
+        for k, v in _series(_metrics(url), "handoffmon_routing_decisions_total").items()
+        if dict(k)["mode"] == "enforce"
+    }
+
+
+def _after_alpha(client: openai.OpenAI, tag: str) -> list[dict[str, Any]]:
+    """A conversation whose last reply model-c (alpha) wrote."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"conversation {tag}"}]
+    reply = client.chat.completions.create(model="alpha", messages=history).choices[0].message.content
+    assert reply == ALPHA
+    return [*history, {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}]
+
+
+def test_a_model_c_history_falls_back_to_the_safer_model_d(routed_proxy: str) -> None:
+    """After model-c wrote the history, the failing ``primary`` is served by backup2 (model-d), not the
+    router's backup (model-b); streamed too; each counted as ``reordered``."""
+    client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
+    before = _decisions(routed_proxy).get("reordered", 0.0)
+    history = _after_alpha(client, "non-streamed")
+    assert (
+        client.chat.completions.create(model="primary", messages=history).choices[0].message.content
+        == BACKUP2
+    )
+    history = _after_alpha(client, "streamed")
+    chunks = client.chat.completions.create(model="primary", messages=history, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == BACKUP2
+    assert _decisions(routed_proxy)["reordered"] - before == 2
+
+
+def test_without_a_prefix_the_router_order_stands(routed_proxy: str) -> None:
+    """Depth 1 (nobody wrote the history): backup (the router's first fallback) serves; ``no_prefix``."""
+    client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
+    before = _decisions(routed_proxy).get("no_prefix", 0.0)
+    reply = client.chat.completions.create(
+        model="primary", messages=[{"role": "user", "content": "first turn"}]
+    )
+    assert reply.choices[0].message.content == BACKUP
+    assert _decisions(routed_proxy)["no_prefix"] - before == 1
+
+
+def test_the_requests_own_fallback_list_is_reordered(routed_proxy: str) -> None:
+    """A request carrying client-side fallbacks (litellm's plain list) gets that list reordered."""
+    client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
+    history = _after_alpha(client, "own list")
+    reply = client.chat.completions.create(
+        model="primary", messages=history, extra_body={"fallbacks": ["backup", "backup2"]}
+    )
+    assert reply.choices[0].message.content == BACKUP2
+
+
+def test_routing_series_are_on_the_proxys_metrics(routed_proxy: str) -> None:
+    """Every (mode, outcome) is exposed from the start; the table age is a fresh, non-negative number."""
+    text = _metrics(routed_proxy)
+    assert 'handoffmon_routing_decisions_total{mode="dry_run",outcome="stale"} 0.0' in text
+    (age,) = [
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("handoffmon_routing_table_age_seconds ")
+    ]
+    assert 0 <= age < 60
