@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import require
-from tests.docs.snippets import DOCS, README, ROOT
+from tests.docs.snippets import DOCS, README, ROOT, pages
 
 README_MAX_LINES = 200
 
@@ -80,3 +80,13 @@ def test_decision_records_have_context_decision_consequences() -> None:
         for section in ("## Context", "## Decision", "## Consequences"):
             assert f"\n{section}\n" in text, f"{path.name}: no {section}"
         assert f"]({path.name})" in index, f"{path.name} missing from decisions/index.md"
+
+
+def test_no_page_is_a_placeholder() -> None:
+    """No HTML comment says a section is pending, a placeholder or not written yet, and no TODO,
+    TBD or FIXME is left in the README, the docs or mkdocs.yml."""
+    note = re.compile(r"<!--(?:(?!-->).)*\b(pending|placeholder|not yet|todo)\b", re.I | re.S)
+    for path in [*pages(), ROOT / "mkdocs.yml"]:
+        text = path.read_text(encoding="utf-8")
+        found = note.search(text) or re.search(r"\b(TODO|TBD|FIXME)\b", text)
+        assert found is None, f"{path.relative_to(ROOT)}: {found.group(0)[:120] if found else ''}"
