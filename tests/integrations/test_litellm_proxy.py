@@ -1,9 +1,9 @@
 """The real LiteLLM Proxy (subprocess on loopback) with handoffmon registered in its config.yaml.
 
 One proxy (the shipped example: LiteLLM's prometheus callback and handoffmon's) serves
-three tests: authorship recorded by the callback, handoffmon's series and refit on the
-proxy's own /metrics, and the same conversations giving the same series through wrap,
-this callback and ``handoffmon serve``.
+four tests: authorship recorded by the callback, handoffmon's series and refit on the
+proxy's own /metrics, the README quickstart's curl line, and the same conversations giving
+the same series through wrap, this callback and ``handoffmon serve``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import yaml
 from handoffmon.counts import Counts, TurnKey
 from handoffmon.errors import StoreError
 from handoffmon.pipeline.aggregates import load_counts_sqlite
-from tests.conftest import free_port, require
+from tests.conftest import free_port, require, require_binary
 from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY
 
 pytestmark = pytest.mark.integration
@@ -175,6 +175,38 @@ def test_handoffmon_series_and_refit_on_the_proxys_own_metrics(proxy: tuple[str,
     assert _total(text) > 0 and _series(text, "handoffmon_checks_total")
     assert "handoffmon_refit_last_success_timestamp_seconds " in text
     assert 'handoffmon_store_failures_total{kind="errors",op="get"} 0.0' in text
+
+
+def _curl(command: str, url: str) -> dict[str, float]:
+    """Run a README curl line against ``url``; its output lines as {series: value}."""
+    out = subprocess.run(
+        ["bash", "-c", command.replace("http://127.0.0.1:4000", url)], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode in (0, 1), out.stderr  # grep exits 1 when nothing matches yet
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.stdout.splitlines()}
+
+
+def test_readme_quickstart_curl_shows_the_turn(proxy: tuple[str, Path]) -> None:
+    """The README's LiteLLM Proxy quickstart: after one new conversation, its curl line prints
+    handoffmon_turns_total lines only, and the series written under it rose by exactly 1."""
+    from tests.docs.snippets import claimed, expected_output, shell_commands
+
+    require_binary("curl")
+    (block,) = claimed("README.md", "tests/integrations/test_litellm_proxy.py", "bash")
+    (curl,) = [c for c in shell_commands(block.code) if c.startswith("curl ")]
+    (documented,) = expected_output(block.code)
+    series = documented.rsplit(" ", 1)[0]
+    url, _ = proxy
+    before = _curl(curl, url).get(series, 0.0)
+    client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
+    client.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "README quickstart"}])
+    deadline = time.monotonic() + 30
+    after = _curl(curl, url)
+    while after.get(series, 0.0) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after = _curl(curl, url)
+    assert after and all(s.startswith("handoffmon_turns_total{") for s in after)
+    assert after.get(series, 0.0) == before + 1
 
 
 PLANS = [
