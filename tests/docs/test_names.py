@@ -15,7 +15,9 @@ from handoffmon.cli.refit_cmd import REFIT_FAILURE_GAUGE
 from handoffmon.config import HandoffmonConfig
 from tests.docs.snippets import DOCS, README, ROOT, pages, resolve_command
 
-GENERATED = {DOCS / "reference" / name for name in ("configuration.md", "metrics.md", "cli.md", "refit-json.md")}
+GENERATED = {
+    DOCS / "reference" / name for name in ("configuration.md", "metrics.md", "cli.md", "refit-json.md")
+}
 PROSE_PAGES = [p for p in pages() if p not in GENERATED]
 RENAMED = {"proxy.metrics_token"}
 """Keys the docs name only to say they moved (config.py refuses them with the new name)."""

@@ -180,7 +180,10 @@ def test_handoffmon_series_and_refit_on_the_proxys_own_metrics(proxy: tuple[str,
 def _curl(command: str, url: str) -> dict[str, float]:
     """Run a README curl line against ``url``; its output lines as {series: value}."""
     out = subprocess.run(
-        ["bash", "-c", command.replace("http://127.0.0.1:4000", url)], capture_output=True, text=True, timeout=30
+        ["bash", "-c", command.replace("http://127.0.0.1:4000", url)],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert out.returncode in (0, 1), out.stderr  # grep exits 1 when nothing matches yet
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.stdout.splitlines()}
