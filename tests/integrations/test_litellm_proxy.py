@@ -29,6 +29,7 @@ from handoffmon.errors import StoreError
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from tests.conftest import free_port, require, require_binary
 from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY
+from tests.proxy.conftest import serve_process
 
 pytestmark = pytest.mark.integration
 
@@ -300,24 +301,11 @@ def _via_serve(upstream: str, tmp: Path) -> dict[str, dict[Any, float]]:
     port = free_port()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("HANDOFFMON_CONFIG", None)
-    args = [sys.executable, "-m", "handoffmon", "serve", "--upstream", upstream, "--port", str(port)]
-    proc = subprocess.Popen([*args, "--config", str(cfg)], env=env, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "handoffmon serve did not start"
-            time.sleep(0.1)
+    args = ["serve", "--upstream", upstream, "--port", str(port), "--config", str(cfg)]
+    with serve_process(args, port, env) as url:
         _converse(_openai_send(openai.OpenAI(base_url=f"{url}/v1", api_key=MASTER_KEY)), "serve")
         assert httpx.post(f"{url}/admin/flush", timeout=30).json() == {"flushed": True}
         text = _metrics(url)
-    finally:
-        proc.terminate()
-        proc.wait(20)
     return {f: _series(text, f) for f in ("handoffmon_turns_total", "handoffmon_checks_total")}
 
 

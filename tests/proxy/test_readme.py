@@ -8,14 +8,12 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-import time
 
 import httpx
 
 from tests.conftest import free_port, require_binary
 from tests.docs.snippets import claimed, expected_output, shell_commands
-from tests.proxy.conftest import Upstream
+from tests.proxy.conftest import Upstream, serve_process
 from tests.proxy.mock_upstream import reply_text, schedule
 
 PAGE = "README.md"
@@ -39,21 +37,10 @@ def test_serve_quickstart_command_client_and_metrics(upstream: Upstream) -> None
     (serve,) = [c for c in shell_commands(start.code) if c.startswith("handoffmon serve")]
     (curl,) = shell_commands(curl_block.code)
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
     argv = shlex.split(serve.replace(README_UPSTREAM, upstream.url).replace("--port 4100", f"--port {port}"))
+    assert argv[0] == "handoffmon"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HANDOFFMON_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "handoffmon serve did not start in 30 s"
-            time.sleep(0.1)
+    with serve_process(argv[1:], port, env) as url:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(compile(client_block.code.replace(README_URL, url), client_block.id, "exec"), {})
@@ -65,9 +52,6 @@ def test_serve_quickstart_command_client_and_metrics(upstream: Upstream) -> None
             text=True,
             timeout=30,
         )
-    finally:
-        proc.terminate()
-        proc.wait(20)
     assert shown.returncode == 0, shown.stderr
     assert [_model_free(s) for s in shown.stdout.splitlines()] == [
         _model_free(s) for s in expected_output(curl_block.code)
