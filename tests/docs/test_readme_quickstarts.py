@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.docs.snippets import ROOT, claimed, expected_output
+from tests.docs.snippets import ROOT, claimed, expected_output, shell_commands
 
 PAGE = "README.md"
 THIS = "tests/docs/test_readme_quickstarts.py"
@@ -43,5 +43,6 @@ def test_litellm_proxy_quickstart_is_the_shipped_example_config() -> None:
     example = yaml.safe_load((ROOT / "examples" / "litellm_proxy_callback" / "config.yaml").read_text())
     assert yaml.safe_load(block.code) == {k: example[k] for k in ("litellm_settings", "general_settings")}
     (run,) = claimed(PAGE, "tests/integrations/test_litellm_proxy.py", "bash")
+    (cd,) = [c.split()[1] for c in shell_commands(run.code) if c.startswith("cd ")]
+    assert (ROOT / cd) == ROOT / "examples" / "litellm_proxy_callback"
     assert "HANDOFFMON_CONFIG=handoffmon.yaml litellm --config config.yaml" in run.code
-    assert (ROOT / "examples" / "litellm_proxy_callback" / "handoffmon.yaml").is_file()
