@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -90,3 +91,13 @@ def test_no_page_is_a_placeholder() -> None:
         text = path.read_text(encoding="utf-8")
         found = note.search(text) or re.search(r"\b(TODO|TBD|FIXME)\b", text)
         assert found is None, f"{path.relative_to(ROOT)}: {found.group(0)[:120] if found else ''}"
+
+
+def test_readme_and_install_page_name_every_extra() -> None:
+    """Each extra in pyproject.toml is named in the README and in the install page's table."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = README.read_text(encoding="utf-8")
+    install = (DOCS / "getting-started" / "install.md").read_text(encoding="utf-8")
+    for name in extras:
+        assert f"`{name}`" in readme or f"handoffmon[{name}]" in readme, f"README does not name {name}"
+        assert f"| `{name}` |" in install, f"install.md's table has no row for {name}"
