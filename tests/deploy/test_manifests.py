@@ -215,10 +215,12 @@ def test_release_label_selects_servicemonitors_and_rules_in_kube_prometheus_stac
     assert {"ServiceMonitor", "PrometheusRule"} <= kinds
 
 
-def test_metrics_need_a_bearer_token_from_a_secret_and_prometheus_sends_it() -> None:
+def test_metrics_need_a_bearer_token_from_a_secret_and_prometheus_sends_it(tmp_path: Path) -> None:
     """The serve pods listen on 0.0.0.0, so /metrics requires telemetry.metrics_token (from the
-    handoffmon-metrics Secret; serve refuses to start without it), and the ServiceMonitor
-    authenticates with the same Secret."""
+    handoffmon-metrics Secret; serve refuses to start without it), and the ServiceMonitor authenticates with the same Secret. The
+    pod's ConfigMap and environment load as one config (a moved key would stop the pod)."""
+    from handoffmon.config import load_config
+
     docs = {(d["kind"], d["metadata"]["name"]): d for d in _k8s_docs()}
     pod = docs[("Deployment", "handoffmon")]["spec"]["template"]["spec"]
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
@@ -227,7 +229,11 @@ def test_metrics_need_a_bearer_token_from_a_secret_and_prometheus_sends_it() -> 
     assert endpoint["authorization"]["type"] == "Bearer"
     assert endpoint["authorization"]["credentials"] == {"name": ref["name"], "key": ref["key"]}
     cm = docs[("ConfigMap", "handoffmon-config")]
-    assert yaml.safe_load(cm["data"]["handoffmon.yaml"])["proxy"]["host"] == "0.0.0.0"
+    path = tmp_path / "handoffmon.yaml"
+    path.write_text(cm["data"]["handoffmon.yaml"], encoding="utf-8")
+    environ = {name: e.get("value", "from-the-secret") for name, e in env.items()}
+    config = load_config(path, environ=environ)
+    assert config.proxy.host == "0.0.0.0" and config.telemetry.metrics_token == "from-the-secret"
 
 
 def test_redis_is_shipped_where_the_configmap_points() -> None:

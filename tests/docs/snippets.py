@@ -7,6 +7,10 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
+
+from handoffmon.cli import main
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
@@ -63,9 +67,19 @@ def all_blocks(lang: str) -> list[Block]:
     return [b for p in pages() for b in blocks(p) if b.lang == lang]
 
 
-def claimed(page: str, test_file: str) -> list[Block]:
-    """The python blocks of ``page`` whose marker names ``test_file`` (the test that runs them)."""
-    return [b for b in blocks(ROOT / page) if b.lang == "python" and b.mark == test_file]
+def claimed(page: str, test_file: str, lang: str = "python") -> list[Block]:
+    """The ``lang`` blocks of ``page`` whose marker names ``test_file`` (the test that runs them)."""
+    return [b for b in blocks(ROOT / page) if b.lang == lang and b.mark == test_file]
+
+
+def expected_output(code: str) -> list[str]:
+    """The output a block documents: its trailing ``# …`` comment lines, without the ``# ``."""
+    out: list[str] = []
+    for line in reversed(code.rstrip("\n").splitlines()):
+        if not line.startswith("# "):
+            break
+        out.insert(0, line[2:])
+    return out
 
 
 def shell_commands(code: str) -> list[str]:
@@ -80,3 +94,16 @@ def shell_commands(code: str) -> list[str]:
         if line and not line.startswith("#"):
             out.append(line)
     return out
+
+
+def resolve_command(argv: list[str]) -> tuple[click.Command, list[str]]:
+    """The click command a `handoffmon …` line names, and the arguments left for it."""
+    cmd: click.Command = main
+    ctx = click.Context(main, info_name="handoffmon")
+    args = argv[1:]
+    while isinstance(cmd, click.Group) and args and not args[0].startswith("-"):
+        sub = cmd.get_command(ctx, args[0])
+        assert sub is not None, f"no command {' '.join(argv[: len(argv) - len(args) + 1])!r}"
+        ctx = click.Context(sub, info_name=args[0], parent=ctx)
+        cmd, args = sub, args[1:]
+    return cmd, args

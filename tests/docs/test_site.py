@@ -6,13 +6,14 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from importlib.util import find_spec
 from pathlib import Path
 
 import yaml
 
 from tests.conftest import require
-from tests.docs.snippets import DOCS, README, ROOT
+from tests.docs.snippets import DOCS, README, ROOT, pages
 
 README_MAX_LINES = 200
 
@@ -80,3 +81,23 @@ def test_decision_records_have_context_decision_consequences() -> None:
         for section in ("## Context", "## Decision", "## Consequences"):
             assert f"\n{section}\n" in text, f"{path.name}: no {section}"
         assert f"]({path.name})" in index, f"{path.name} missing from decisions/index.md"
+
+
+def test_no_page_is_a_placeholder() -> None:
+    """No HTML comment says a section is pending, a placeholder or not written yet, and no TODO,
+    TBD or FIXME is left in the README, the docs or mkdocs.yml."""
+    note = re.compile(r"<!--(?:(?!-->).)*\b(pending|placeholder|not yet|todo)\b", re.I | re.S)
+    for path in [*pages(), ROOT / "mkdocs.yml"]:
+        text = path.read_text(encoding="utf-8")
+        found = note.search(text) or re.search(r"\b(TODO|TBD|FIXME)\b", text)
+        assert found is None, f"{path.relative_to(ROOT)}: {found.group(0)[:120] if found else ''}"
+
+
+def test_readme_and_install_page_name_every_extra() -> None:
+    """Each extra in pyproject.toml is named in the README and in the install page's table."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = README.read_text(encoding="utf-8")
+    install = (DOCS / "getting-started" / "install.md").read_text(encoding="utf-8")
+    for name in extras:
+        assert f"`{name}`" in readme or f"handoffmon[{name}]" in readme, f"README does not name {name}"
+        assert f"| `{name}` |" in install, f"install.md's table has no row for {name}"

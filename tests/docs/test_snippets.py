@@ -10,15 +10,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 import yaml
 
 from handoffmon.checkers import RuleSet
-from handoffmon.cli import main
 from handoffmon.config import HandoffmonConfig, config_from_mapping
 from tests.conftest import require_binary
-from tests.docs.snippets import ROOT, Block, all_blocks, blocks, pages, shell_commands
+from tests.docs.snippets import ROOT, Block, all_blocks, blocks, pages, resolve_command, shell_commands
 
 PAGES_WITH_PYTHON = [p for p in pages() if any(b.lang == "python" for b in blocks(p))]
 EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
@@ -56,6 +54,15 @@ def _check_mark(block: Block) -> None:
     assert block.page in test.read_text(encoding="utf-8"), f"{block.mark} does not read {block.page}"
 
 
+MARKED = [b for p in pages() for b in blocks(p) if b.mark is not None and b.lang != "python"]
+
+
+@pytest.mark.parametrize("block", MARKED, ids=lambda b: b.id)
+def test_marked_blocks_name_a_test_that_reads_the_page(block: Block) -> None:
+    """A yaml or shell block marked with a test file is claimed by a test that exists and reads it."""
+    _check_mark(block)
+
+
 def _is_config(data: object) -> bool:
     return isinstance(data, dict) and bool(data) and set(data) <= set(HandoffmonConfig.model_fields)
 
@@ -71,19 +78,6 @@ def test_yaml_snippets_parse_and_configs_validate(block: Block) -> None:
         RuleSet.from_config(cfg.rules, source=block.id)
 
 
-def _resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
-    """The click command a `handoffmon …` line names, and the arguments left for it."""
-    cmd: click.Command = main
-    ctx = click.Context(main, info_name="handoffmon")
-    args = argv[1:]
-    while isinstance(cmd, click.Group) and args and not args[0].startswith("-"):
-        sub = cmd.get_command(ctx, args[0])
-        assert sub is not None, f"no command {' '.join(argv[: len(argv) - len(args) + 1])!r}"
-        ctx = click.Context(sub, info_name=args[0], parent=ctx)
-        cmd, args = sub, args[1:]
-    return cmd, args
-
-
 @pytest.mark.parametrize("block", all_blocks("bash"), ids=lambda b: b.id)
 def test_shell_snippets_name_real_commands_options_and_extras(block: Block) -> None:
     """`handoffmon …` lines use existing commands and options; scripts exist; pip extras exist."""
@@ -94,7 +88,7 @@ def test_shell_snippets_name_real_commands_options_and_extras(block: Block) -> N
         if not argv:
             continue
         if argv[0] == "handoffmon":
-            cmd, args = _resolve(argv)
+            cmd, args = resolve_command(argv)
             known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
             for arg in args:
                 if arg.startswith("--"):

@@ -1,9 +1,9 @@
 """The real LiteLLM Proxy (subprocess on loopback) with handoffmon registered in its config.yaml.
 
 One proxy (the shipped example: LiteLLM's prometheus callback and handoffmon's) serves
-three tests: authorship recorded by the callback, handoffmon's series and refit on the
-proxy's own /metrics, and the same conversations giving the same series through wrap,
-this callback and ``handoffmon serve``.
+four tests: authorship recorded by the callback, handoffmon's series and refit on the
+proxy's own /metrics, the README quickstart's curl line, and the same conversations giving
+the same series through wrap, this callback and ``handoffmon serve``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ import yaml
 from handoffmon.counts import Counts, TurnKey
 from handoffmon.errors import StoreError
 from handoffmon.pipeline.aggregates import load_counts_sqlite
-from tests.conftest import free_port, require
+from tests.conftest import free_port, require, require_binary
 from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY
+from tests.proxy.conftest import serve_process
 
 pytestmark = pytest.mark.integration
 
@@ -184,6 +185,41 @@ def test_handoffmon_series_and_refit_on_the_proxys_own_metrics(proxy: tuple[str,
     assert 'handoffmon_store_failures_total{kind="errors",op="get"} 0.0' in text
 
 
+def _curl(command: str, url: str) -> dict[str, float]:
+    """Run a README curl line against ``url``; its output lines as {series: value}."""
+    out = subprocess.run(
+        ["bash", "-c", command.replace("http://127.0.0.1:4000", url)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode in (0, 1), out.stderr  # grep exits 1 when nothing matches yet
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.stdout.splitlines()}
+
+
+def test_readme_quickstart_curl_shows_the_turn(proxy: tuple[str, Path]) -> None:
+    """The README's LiteLLM Proxy quickstart: after one new conversation, its curl line prints
+    handoffmon_turns_total lines only, and the series written under it rose by exactly 1."""
+    from tests.docs.snippets import claimed, expected_output, shell_commands
+
+    require_binary("curl")
+    (block,) = claimed("README.md", "tests/integrations/test_litellm_proxy.py", "bash")
+    (curl,) = [c for c in shell_commands(block.code) if c.startswith("curl ")]
+    (documented,) = expected_output(block.code)
+    series = documented.rsplit(" ", 1)[0]
+    url, _ = proxy
+    before = _curl(curl, url).get(series, 0.0)
+    client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
+    client.chat.completions.create(model="alpha", messages=[{"role": "user", "content": "README quickstart"}])
+    deadline = time.monotonic() + 30
+    after = _curl(curl, url)
+    while after.get(series, 0.0) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after = _curl(curl, url)
+    assert after and all(s.startswith("handoffmon_turns_total{") for s in after)
+    assert after.get(series, 0.0) == before + 1
+
+
 PLANS = [
     [("alpha", False), ("primary", False), ("alpha", True), ("primary", True)],
     [("primary", True), ("primary", False), ("alpha", False)],
@@ -272,24 +308,11 @@ def _via_serve(upstream: str, tmp: Path) -> dict[str, dict[Any, float]]:
     port = free_port()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("HANDOFFMON_CONFIG", None)
-    args = [sys.executable, "-m", "handoffmon", "serve", "--upstream", upstream, "--port", str(port)]
-    proc = subprocess.Popen([*args, "--config", str(cfg)], env=env, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "handoffmon serve did not start"
-            time.sleep(0.1)
+    args = ["serve", "--upstream", upstream, "--port", str(port), "--config", str(cfg)]
+    with serve_process(args, port, env) as url:
         _converse(_openai_send(openai.OpenAI(base_url=f"{url}/v1", api_key=MASTER_KEY)), "serve")
         assert httpx.post(f"{url}/admin/flush", timeout=30).json() == {"flushed": True}
         text = _metrics(url)
-    finally:
-        proc.terminate()
-        proc.wait(20)
     return {f: _series(text, f) for f in ("handoffmon_turns_total", "handoffmon_checks_total")}
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -66,3 +71,30 @@ def running_proxy(config: HandoffmonConfig) -> Iterator[Proxy]:
     with ServerThread(app, free_port(), **options) as srv:
         state = app.state.proxy
         yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime)
+
+
+@contextmanager
+def serve_process(args: list[str], port: int, env: dict[str, str]) -> Iterator[str]:
+    """``python -m handoffmon <args>`` (a ``serve`` command listening on ``port``) in a subprocess;
+    yields its base URL once ``/readyz`` answers, terminates it afterwards."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "handoffmon", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "handoffmon serve did not start in 30 s"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)
