@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
 from handoffmon.refit.decomposition import Decomposition
-from handoffmon.refit.result import ModelScores, PairEffect, PairTable
+from handoffmon.refit.result import ModelScores, PairEffect, PairTable, encode_floats
+
+_PAIR_FIELDS = tuple(f.name for f in fields(PairEffect))
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,27 @@ def pair_effects(rule: str, models: tuple[str, ...], arr: PairArrays, dec: Decom
             )
         ]
 
-    return PairTable(build, len(a_idx))
+    def encoded() -> list[dict[str, Any]]:
+        # what _encode makes of build()'s records, column by column
+        n, d, se, lo, hi, s, r, rse, rep, cov, res, p, q, de = cols
+        rep_b = rep.astype(bool)
+        floats = [encode_floats(c) for c in (d, se, lo, hi)]
+        risk = [encode_floats(c) for c in (r, rse)]
+        tail = [encode_floats(c) for c in (cov, res, p, q, de)]
+        names = [models[a] for a in a_idx.tolist()], [models[b] for b in b_idx.tolist()]
+        rows = zip(
+            *names,
+            n.astype(np.int64).tolist(),
+            *floats,
+            (s.astype(bool) & rep_b).tolist(),
+            *risk,
+            rep_b.tolist(),
+            *tail,
+            strict=True,
+        )
+        return [dict(zip(_PAIR_FIELDS, (rule, *row), strict=True)) for row in rows]
+
+    return PairTable(build, len(a_idx), encoded)
 
 
 def model_scores(

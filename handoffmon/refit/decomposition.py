@@ -363,7 +363,8 @@ def _pair_se(pi_map: np.ndarray, sigma_map: np.ndarray, cov: np.ndarray) -> np.n
 
 
 def _diag_se(mapping: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    return np.asarray(np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", mapping, cov, mapping), 0.0)))
+    # diag(M C Mᵀ) as a row-wise dot of (M C) with M: one BLAS product, not an O(i·j·k) einsum loop
+    return np.asarray(np.sqrt(np.maximum(((mapping @ cov) * mapping).sum(axis=1), 0.0)))
 
 
 def _r2(y: np.ndarray, resid: np.ndarray, w: np.ndarray) -> float:

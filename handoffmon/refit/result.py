@@ -159,12 +159,25 @@ class PairTable(Sequence[PairEffect]):
     of the same records.
     """
 
-    __slots__ = ("_build", "_len", "_rows")
+    __slots__ = ("_build", "_encoded", "_len", "_rows")
 
-    def __init__(self, build: Callable[[], list[PairEffect]], length: int) -> None:
+    def __init__(
+        self,
+        build: Callable[[], list[PairEffect]],
+        length: int,
+        encoded: Callable[[], list[dict[str, Any]]] | None = None,
+    ) -> None:
         self._build: Callable[[], list[PairEffect]] | None = build
         self._len = length
         self._rows: list[PairEffect] | None = None
+        self._encoded = encoded
+
+    def encoded(self) -> list[dict[str, Any]]:
+        """The records as ``_encode`` writes them; from the columns when the table was built
+        with ``encoded`` (the JSON document of a K = 100 refit never builds the records)."""
+        if self._encoded is not None:
+            return self._encoded()
+        return [_encode(row) for row in self._list()]
 
     def _list(self) -> list[PairEffect]:
         if self._rows is None:
@@ -542,24 +555,51 @@ def _load_versioned(
         raise InputError(f"{source}: malformed {schema} document: {exc}") from exc
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+"""Field names per dataclass type (``dataclasses.fields`` is slow in a hot loop)."""
+
+
 def _encode(obj: Any) -> Any:
     """Dataclasses → dicts, tuples → lists, NaN → None, ±inf → "inf"/"-inf"."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    t = type(obj)
+    if t is float:
+        return obj if obj - obj == 0.0 else _non_finite(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return obj
+    if t is PairTable:
+        return obj.encoded()
+    names = _FIELD_NAMES.get(t)
+    if names is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(obj))
+    if names is not None:
+        return {name: _encode(getattr(obj, name)) for name in names}
     if isinstance(obj, dict):
         return {str(k): _encode(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, PairTable)):
+    if isinstance(obj, (list, tuple)):
         return [_encode(v) for v in obj]
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+    if isinstance(obj, (int, str)):  # bool and enum subclasses too
         return obj
     if isinstance(obj, float) or hasattr(obj, "__float__"):
         x = float(obj)
-        if math.isnan(x):
-            return None
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return x
+        return x if x - x == 0.0 else _non_finite(x)
     raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _non_finite(x: float) -> Any:
+    if math.isnan(x):
+        return None
+    return "inf" if x > 0 else "-inf"
+
+
+def encode_floats(values: Any) -> list[Any]:
+    """A float array as ``_encode`` writes each element (NaN → None, ±inf → "inf"/"-inf")."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    out: list[Any] = arr.tolist()
+    for i in np.flatnonzero(~np.isfinite(arr)).tolist():
+        out[i] = _non_finite(out[i])
+    return out
 
 
 def _decode(hint: Any, value: Any) -> Any:

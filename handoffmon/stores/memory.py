@@ -1,25 +1,55 @@
-"""In-memory attribution store: LRU by conversation (evicted together) with a TTL; the default."""
+"""In-memory attribution store: LRU by conversation (evicted together) with a TTL; the default.
+
+Compact layout (issue 21: ≤ 200 B per tracked turn). A tracked turn writes two keys (chain
+and content fingerprint), so there are no per-key Python objects:
+
+- keys the attributor writes (``"c:" + hex(h)``, ``"k:" + hex(h)``) are held as their
+  64-bit fingerprint plus a kind byte in packed ``array`` columns (a slab of slots);
+- an open-addressing hash table (an ``array`` of slot numbers, linear probing, load ≤ ½,
+  backward-shift deletion) finds a key's slot;
+- author tuples are interned (a handful of models), the conversation id lives once in the
+  key's group; slots of one group form a doubly linked list, so a group is evicted by
+  walking it;
+- conversation state is kept ``marshal``-ed (a deep copy in one bytes object).
+
+Keys of any other shape (tests, foreign writers) go through an exact ``dict`` index, with
+the same slot columns behind it.
+"""
 
 from __future__ import annotations
 
+import marshal
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
 from handoffmon.errors import StoreError
 from handoffmon.protocols import Authorship
 
+_FREE = 255
+"""Kind byte of a free slot."""
+_ODD = 2
+"""Kind of a key held in the exact ``dict`` index (not a canonical fingerprint key)."""
+_NO_CID = 4
+"""Kind flag: the authorship had no conversation id (the key is its own group)."""
+_KINDS = {"c:0x": 0, "k:0x": 1}
+_PREFIXES = ("c:", "k:")
+_MIN_TABLE = 64
 
-class _Group:
-    """One conversation's keys and state (or a lone key without a conversation id)."""
 
-    __slots__ = ("keys", "state", "written_at")
-
-    def __init__(self) -> None:
-        self.keys: set[str] = set()
-        self.state: dict[str, object] | None = None
-        self.written_at = 0.0
+def _fingerprint(key: str) -> tuple[int, int]:
+    """(fingerprint, kind) of a canonical ``"c:0x…"``/``"k:0x…"`` key, or (0, ``_ODD``)."""
+    kind = _KINDS.get(key[:4], _ODD)
+    if kind != _ODD and len(key) <= 20:
+        try:
+            fp = int(key[4:], 16)
+        except ValueError:
+            return 0, _ODD
+        if fp >> 64 == 0 and hex(fp) == key[2:]:  # exactly what chain_key/content_key write
+            return fp, kind
+    return 0, _ODD
 
 
 class MemoryStore:
@@ -35,6 +65,10 @@ class MemoryStore:
         clock: wall clock (tests pass a fake).
     """
 
+    cache_size = 1024
+    """Values kept built for reads (cleared when full): the keys of the conversations in
+    flight, which every turn reads again. A fixed cost (~250 KB), not one per turn."""
+
     def __init__(
         self,
         *,
@@ -48,10 +82,42 @@ class MemoryStore:
         self.ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._keys: dict[str, tuple[Authorship, str, float]] = {}
-        self._groups: OrderedDict[str, _Group] = OrderedDict()
         self._closed = False
         self.evicted = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        # slot columns
+        self._fp = array("Q")
+        self._kind = array("B")
+        self._hash = array("q")  # hash(key): the table's probe sequence and a cheap pre-check
+        self._author = array("I")
+        self._depth = array("q")
+        self._created = array("d")
+        self._written = array("d")
+        self._group_of = array("I")
+        self._prev = array("i")
+        self._next = array("i")  # also the free list
+        self._free = -1
+        self._live = 0
+        # hash table by hash(key): slot numbers, -1 = empty
+        self._table = array("i", [-1]) * _MIN_TABLE
+        self._mask = _MIN_TABLE - 1
+        # other keys' strings (their slots' fingerprint is unused)
+        self._odd_key: dict[int, str] = {}
+        # interned author tuples
+        self._author_ids: dict[tuple[str, ...], int] = {}
+        self._authors: list[tuple[str, ...]] = []
+        # groups: name → id in LRU order; per-id columns
+        self._groups: OrderedDict[str, int] = OrderedDict()
+        self._g_name: list[str] = []
+        self._g_state: list[object] = []
+        self._g_head = array("i")
+        self._g_count = array("I")
+        self._g_written = array("d")
+        self._g_free: list[int] = []
+        # slot → its value as last written or read (bounded; rebuilding one costs ~1 µs)
+        self._cache: dict[int, Authorship] = {}
 
     def _open(self) -> None:
         if self._closed:
@@ -64,24 +130,57 @@ class MemoryStore:
             StoreError: the store was closed.
         """
         self._open()
-        now = self._clock()
-        horizon = now - self.ttl_s
+        horizon = self._clock() - self.ttl_s
         out: list[Authorship | None] = []
+        append = out.append
         with self._lock:
-            touched = ""
+            # the hot loop (the attributor asks for every assistant message of a history):
+            # _find inlined. str hashes are cached on the key objects
+            table, mask, hashes, fps, kinds = self._table, self._mask, self._hash, self._fp, self._kind
+            written, group_of, cache, odd = self._written, self._group_of, self._cache, self._odd_key
+            touched = -1
             for key in keys:
-                entry = self._keys.get(key)
-                if entry is None:
-                    out.append(None)
-                elif entry[2] < horizon:
-                    self._drop_key(key, entry[1])
-                    out.append(None)
+                h = hash(key)
+                i = h & mask
+                while True:
+                    slot = table[i]
+                    if slot < 0:
+                        break
+                    if hashes[slot] == h:
+                        kind = kinds[slot] & 3
+                        if key == (odd[slot] if kind == _ODD else _PREFIXES[kind] + hex(fps[slot])):
+                            break
+                    i = (i + 1) & mask
+                if slot < 0:
+                    append(None)
+                elif written[slot] < horizon:
+                    self._drop_key(slot)
+                    append(None)
                 else:
-                    if entry[1] != touched:
-                        touched = entry[1]
-                        self._groups.move_to_end(touched)
-                    out.append(entry[0])
+                    gid = group_of[slot]
+                    if gid != touched:
+                        touched = gid
+                        self._groups.move_to_end(self._g_name[gid])
+                    value = cache.get(slot)
+                    append(value if value is not None else self._authorship(slot))
         return out
+
+    def _authorship(self, slot: int) -> Authorship:
+        """The slot's value, rebuilt from its columns and remembered in the bounded read cache."""
+        value = Authorship(
+            self._authors[self._author[slot]],
+            self._depth[slot],
+            self._created[slot],
+            "" if self._kind[slot] & _NO_CID else self._g_name[self._group_of[slot]],
+        )
+        self._remember(slot, value)
+        return value
+
+    def _remember(self, slot: int, value: Authorship) -> None:
+        cache = self._cache
+        if len(cache) >= self.cache_size:
+            cache.clear()
+        cache[slot] = value
 
     def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
         """Record keys (overwriting), then evict past the cap and sweep expired groups."""
@@ -89,42 +188,65 @@ class MemoryStore:
         now = self._clock()
         with self._lock:
             for key, value in items:
-                group_id = value.conversation_id or f"key:{key}"
-                old = self._keys.get(key)
-                if old is not None and old[1] != group_id:
-                    self._drop_key(key, old[1])
-                group = self._group(group_id, now)
-                group.keys.add(key)
-                self._keys[key] = (value, group_id, now)
+                cid = value.conversation_id
+                name = cid or f"key:{key}"
+                slot = self._find(key)
+                linked = slot >= 0
+                if linked and self._g_name[self._group_of[slot]] != name:
+                    self._unlink(slot)
+                    linked = False
+                gid = self._group(name, now)
+                if not linked:
+                    if slot < 0:
+                        slot = self._new_slot(key)
+                    self._link(slot, gid)
+                kind = self._kind[slot] & 3
+                self._kind[slot] = kind if cid else kind | _NO_CID
+                self._author[slot] = self._author_id(value.authors)
+                self._depth[slot] = value.depth
+                self._created[slot] = value.created_at
+                self._written[slot] = now
+                self._remember(slot, value)
             self._trim(now)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A copy of the conversation's state, or ``None``."""
         self._open()
         with self._lock:
-            group = self._groups.get(conversation_id)
-            if group is None or group.state is None:
+            gid = self._groups.get(conversation_id)
+            if gid is None:
                 return None
-            if group.written_at < self._clock() - self.ttl_s:
+            state = self._g_state[gid]
+            if state is None:
+                return None
+            if self._g_written[gid] < self._clock() - self.ttl_s:
                 self._drop_group(conversation_id)
                 return None
             self._groups.move_to_end(conversation_id)
-            return dict(group.state)
+        if isinstance(state, bytes):
+            loaded: dict[str, object] = marshal.loads(state)
+            return loaded
+        assert isinstance(state, dict)
+        return dict(state)
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Replace the conversation's state."""
         self._open()
         now = self._clock()
+        copy: object
+        try:
+            copy = marshal.dumps(dict(state))  # a deep copy in one object
+        except ValueError:  # not plain data (a test's object, a dict subclass): keep a copy
+            copy = dict(state)
         with self._lock:
-            self._group(conversation_id, now).state = dict(state)
+            self._g_state[self._group(conversation_id, now)] = copy
             self._trim(now)
 
     def close(self) -> None:
         """Forget everything; later calls raise ``StoreError``."""
         self._closed = True
         with self._lock:
-            self._keys.clear()
-            self._groups.clear()
+            self._reset()
 
     def __len__(self) -> int:
         """Number of tracked conversations (groups)."""
@@ -133,41 +255,227 @@ class MemoryStore:
     @property
     def key_count(self) -> int:
         """Number of stored fingerprint keys."""
-        return len(self._keys)
+        return self._live
+
+    def linked_key_count(self) -> int:
+        """Keys reachable from the groups' lists (equals ``key_count``; a consistency check)."""
+        with self._lock:
+            total = 0
+            for gid in self._groups.values():
+                slot = self._g_head[gid]
+                while slot >= 0:
+                    total += 1
+                    slot = self._next[slot]
+            return total
 
     # -- internals (lock held) ------------------------------------------------------------
 
-    def _group(self, group_id: str, now: float) -> _Group:
-        group = self._groups.get(group_id)
-        if group is None:
-            group = self._groups[group_id] = _Group()
+    def _find(self, key: str) -> int:
+        """Slot of a key, or -1."""
+        h = hash(key)
+        table, mask, hashes = self._table, self._mask, self._hash
+        i = h & mask
+        while True:
+            slot = table[i]
+            if slot < 0 or (hashes[slot] == h and self._matches(slot, key)):
+                return slot
+            i = (i + 1) & mask
+
+    def _matches(self, slot: int, key: str) -> bool:
+        """The slot holds exactly ``key`` (its hash matched)."""
+        kind = self._kind[slot] & 3
+        if kind == _ODD:
+            return self._odd_key[slot] == key
+        return key == _PREFIXES[kind] + hex(self._fp[slot])
+
+    def _new_slot(self, key: str) -> int:
+        fp, kind = _fingerprint(key)
+        slot = self._free
+        if slot >= 0:
+            self._free = self._next[slot]
+            self._fp[slot] = fp
+            self._kind[slot] = kind
+            self._hash[slot] = hash(key)
         else:
-            self._groups.move_to_end(group_id)
-        group.written_at = now
-        return group
+            slot = len(self._kind)
+            self._fp.append(fp)
+            self._kind.append(kind)
+            self._hash.append(hash(key))
+            self._author.append(0)
+            self._depth.append(0)
+            self._created.append(0.0)
+            self._written.append(0.0)
+            self._group_of.append(0)
+            self._prev.append(-1)
+            self._next.append(-1)
+        if kind == _ODD:
+            self._odd_key[slot] = key
+        self._live += 1
+        if 2 * self._live > len(self._table):
+            self._rehash(2 * len(self._table))
+        else:
+            self._insert(slot)
+        return slot
 
-    def _drop_key(self, key: str, group_id: str) -> None:
-        self._keys.pop(key, None)
-        group = self._groups.get(group_id)
-        if group is not None:
-            group.keys.discard(key)
-            if not group.keys and group.state is None:
-                del self._groups[group_id]
+    def _insert(self, slot: int) -> None:
+        table, mask = self._table, self._mask
+        i = self._hash[slot] & mask
+        while table[i] >= 0:
+            i = (i + 1) & mask
+        table[i] = slot
 
-    def _drop_group(self, group_id: str) -> None:
-        group = self._groups.pop(group_id)
-        for key in group.keys:
-            self._keys.pop(key, None)
+    def _rehash(self, size: int) -> None:
+        """Rebuild the table at ``size`` in numpy rounds (a Python loop held the lock ~1 µs
+        per key: seconds at millions of keys). Each round places, per free target position,
+        one of the keys aiming at it; the others step on. A key only ever steps over occupied
+        positions, so every key stays reachable from its home by linear probing."""
+        import numpy as np
+
+        mask = size - 1
+        live = np.flatnonzero(np.frombuffer(self._kind, dtype=np.uint8) != _FREE)
+        pos = np.frombuffer(self._hash, dtype=np.int64)[live] & mask  # = hash & mask for negatives too
+        table = np.full(size, -1, dtype=np.int32)
+        pending = np.arange(len(live))
+        while len(pending):
+            targets = pos[pending]
+            aiming = pending[table[targets] < 0]
+            _, first = np.unique(pos[aiming], return_index=True)
+            winners = aiming[first]
+            table[pos[winners]] = live[winners]
+            placed = np.zeros(len(live), dtype=bool)
+            placed[winners] = True
+            pending = pending[~placed[pending]]
+            pos[pending] = (pos[pending] + 1) & mask
+        self._table = array("i")
+        self._table.frombytes(table.tobytes())
+        self._mask = mask
+
+    def _unindex(self, slot: int) -> None:
+        """Remove a canonical key's slot from the table (backward-shift deletion)."""
+        table, mask, hashes = self._table, self._mask, self._hash
+        i = hashes[slot] & mask
+        while table[i] != slot:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            other = table[j]
+            if other < 0:
+                break
+            home = hashes[other] & mask
+            # ``other`` may move back to the hole at i unless its home lies cyclically in (i, j]
+            if (i < j and (home <= i or home > j)) or (i > j and home <= i and home > j):
+                table[i] = other
+                i = j
+        table[i] = -1
+
+    def _free_slot(self, slot: int) -> None:
+        self._cache.pop(slot, None)
+        self._unindex(slot)
+        if self._kind[slot] & 3 == _ODD:
+            del self._odd_key[slot]
+        self._kind[slot] = _FREE
+        self._next[slot] = self._free
+        self._free = slot
+        self._live -= 1
+
+    def _author_id(self, authors: tuple[str, ...]) -> int:
+        aid = self._author_ids.get(authors)
+        if aid is None:
+            if len(self._authors) >= max(1024, 2 * self._live):
+                self._compact_authors()
+            aid = self._author_ids[authors] = len(self._authors)
+            self._authors.append(authors)
+        return aid
+
+    def _compact_authors(self) -> None:
+        """Forget author tuples no live key uses (bounds the interning table)."""
+        kinds, author = self._kind, self._author
+        old = self._authors
+        self._authors, self._author_ids = [], {}
+        for slot in range(len(kinds)):
+            if kinds[slot] != _FREE:
+                names = old[author[slot]]
+                aid = self._author_ids.get(names)
+                if aid is None:
+                    aid = self._author_ids[names] = len(self._authors)
+                    self._authors.append(names)
+                author[slot] = aid
+
+    def _group(self, name: str, now: float) -> int:
+        gid = self._groups.get(name)
+        if gid is None:
+            if self._g_free:
+                gid = self._g_free.pop()
+                self._g_name[gid] = name
+            else:
+                gid = len(self._g_name)
+                self._g_name.append(name)
+                self._g_state.append(None)
+                self._g_head.append(-1)
+                self._g_count.append(0)
+                self._g_written.append(0.0)
+            self._groups[name] = gid
+        else:
+            self._groups.move_to_end(name)
+        self._g_written[gid] = now
+        return gid
+
+    def _link(self, slot: int, gid: int) -> None:
+        head = self._g_head[gid]
+        self._group_of[slot] = gid
+        self._prev[slot] = -1
+        self._next[slot] = head
+        if head >= 0:
+            self._prev[head] = slot
+        self._g_head[gid] = slot
+        self._g_count[gid] += 1
+
+    def _unlink(self, slot: int) -> None:
+        """Take a slot out of its group's list; drop the group if nothing is left in it."""
+        gid = self._group_of[slot]
+        prev, nxt = self._prev[slot], self._next[slot]
+        if prev >= 0:
+            self._next[prev] = nxt
+        else:
+            self._g_head[gid] = nxt
+        if nxt >= 0:
+            self._prev[nxt] = prev
+        self._g_count[gid] -= 1
+        if not self._g_count[gid] and self._g_state[gid] is None:
+            self._release_group(self._g_name[gid], gid)
+
+    def _drop_key(self, slot: int) -> None:
+        self._unlink(slot)
+        self._free_slot(slot)
+
+    def _drop_group(self, name: str) -> None:
+        gid = self._groups[name]
+        slot = self._g_head[gid]
+        nxt = self._next
+        while slot >= 0:
+            following = nxt[slot]
+            self._free_slot(slot)
+            slot = following
+        self._release_group(name, gid)
+
+    def _release_group(self, name: str, gid: int) -> None:
+        del self._groups[name]
+        self._g_name[gid] = ""
+        self._g_state[gid] = None
+        self._g_head[gid] = -1
+        self._g_count[gid] = 0
+        self._g_free.append(gid)
 
     def _trim(self, now: float) -> None:
         groups = self._groups
         while len(groups) > self.max_conversations:
-            group_id = next(iter(groups))
-            self._drop_group(group_id)
+            self._drop_group(next(iter(groups)))
             self.evicted += 1
         horizon = now - self.ttl_s
+        written = self._g_written
         while groups:
-            group_id, group = next(iter(groups.items()))
-            if group.written_at >= horizon:
+            name, gid = next(iter(groups.items()))
+            if written[gid] >= horizon:
                 break
-            self._drop_group(group_id)
+            self._drop_group(name)

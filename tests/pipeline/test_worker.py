@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from handoffmon.pipeline.worker import WorkerPool
+from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 
 
 def test_full_queue_refuses_without_blocking() -> None:
@@ -70,3 +70,38 @@ def test_close_times_out_on_a_stuck_handler() -> None:
     assert time.perf_counter() - t0 < 2
     gate.set()
     assert pool.submit(2) is False  # closed pools accept nothing
+
+
+def test_deque_worker_polling_takes_items_without_a_wake_up() -> None:
+    """While traffic flows the worker polls: submit only appends (no event set), and the
+    item is still handled promptly."""
+    seen: list[int] = []
+    w: DequeWorker[int] = DequeWorker(
+        seen.append, queue_size=10, on_error=lambda e: None, poll_s=0.002, linger_s=30
+    )
+    try:
+        w.submit(1)
+        assert w.flush(5)
+        time.sleep(0.01)
+        w.submit(2)
+        assert not w._wake.is_set()  # the request path paid no wake-up
+        assert w.flush(5) and seen == [1, 2]
+    finally:
+        assert w.close(5)
+
+
+def test_deque_worker_sleeps_after_lingering_and_submit_wakes_it() -> None:
+    """After ``linger_s`` without items the worker sleeps untimed; the next submit wakes it."""
+    seen: list[int] = []
+    w: DequeWorker[int] = DequeWorker(
+        seen.append, queue_size=10, on_error=lambda e: None, poll_s=0.001, linger_s=0.01
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while not w._sleeping and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert w._sleeping
+        w.submit(3)
+        assert w.flush(5) and seen == [3]
+    finally:
+        assert w.close(5)

@@ -111,7 +111,7 @@ def test_concurrent_writers_and_readers() -> None:
     errors = run_in_threads(work, 4)
     assert errors == []
     assert len(store) <= 50
-    assert store.key_count == sum(len(g.keys) for g in store._groups.values())
+    assert store.key_count == store.linked_key_count()
 
 
 def test_invalid_bounds_are_rejected() -> None:
@@ -151,3 +151,48 @@ def test_200k_turns_stay_under_10k_conversations() -> None:
     _run_turns(store, 200_000, 50_000, 4)
     assert len(store) == 10_000
     assert store.key_count <= 10_000 * 2 * 4
+
+
+def test_compact_layout_matches_a_dict_under_random_writes_and_drops() -> None:
+    """Fingerprint keys, look-alikes and other keys, rewritten, moved and expired at random:
+    every read equals the last write (a plain dict), and the slab's lists stay consistent."""
+    import random
+
+    rng = random.Random(7)
+    clock = FakeClock()
+    store = MemoryStore(ttl_s=50, clock=clock)
+    fps = [rng.getrandbits(64) for _ in range(300)] + [0, 1, 2**64 - 1]
+    keys = [f"{p}:{hex(fp)}" for fp in fps for p in ("c", "k")]
+    keys += ["c:0xABC", "c:0x0ab", "c:0x" + "f" * 17, "k:0x-1", "c:0x 1", "plain", "c:0xab"]
+    expected: dict[str, tuple[Authorship, float]] = {}
+    for step in range(6000):
+        key = rng.choice(keys)
+        if rng.random() < 0.6:
+            value = Authorship(
+                (f"m{rng.randrange(3)}",), rng.randrange(1, 9), float(step), rng.choice(["", "A", "B", "C"])
+            )
+            store.put_many([(key, value)])
+            expected[key] = (value, clock.now)
+        else:
+            live = expected.get(key)
+            want = live[0] if live and live[1] >= clock.now - 50 else None
+            assert store.get_many([key]) == [want], (step, key)
+        clock.now += rng.random()
+    assert store.key_count == store.linked_key_count()
+    probe = rng.sample(keys, 100)
+    horizon = clock.now - 50
+    assert store.get_many(probe) == [
+        expected[k][0] if k in expected and expected[k][1] >= horizon else None for k in probe
+    ]
+
+
+def test_evicted_slots_are_reused_and_the_table_stays_consistent() -> None:
+    """Past the cap whole conversations go; their slots are reused; survivors read back intact."""
+    store = MemoryStore(max_conversations=20)
+    for c in range(200):
+        store.put_many([(f"c:{hex(c * 1000 + k + 1)}", _auth(f"conv{c}", k + 1)) for k in range(5)])
+    assert len(store) == 20 and store.key_count == 100 == store.linked_key_count()
+    assert len(store._kind) <= 105  # slots of evicted conversations were reused
+    survivors = [f"c:{hex(c * 1000 + k + 1)}" for c in range(180, 200) for k in range(5)]
+    assert store.get_many(survivors) == [_auth(f"conv{c}", k + 1) for c in range(180, 200) for k in range(5)]
+    assert store.get_many(["c:0x1", "c:0x2"]) == [None, None]
