@@ -36,8 +36,8 @@ def refit_registry(result: RefitResult, config: HandoffmonConfig | None = None) 
     """
     from prometheus_client import CollectorRegistry, Gauge
 
+    from handoffmon.cardinality import LabelGuard
     from handoffmon.config import HandoffmonConfig
-    from handoffmon.exporters.cardinality import LabelGuard
     from handoffmon.exporters.refit_series import REFIT_GAUGES, refit_series
 
     registry = CollectorRegistry()

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from opentelemetry.trace import TracerProvider
     from prometheus_client import CollectorRegistry
 
+    from handoffmon.cardinality import LabelGuard
     from handoffmon.config import HandoffmonConfig
     from handoffmon.protocols import Exporter
     from handoffmon.refit.result import RefitResult
@@ -37,6 +38,7 @@ def build_exporters(
     meter_provider: MeterProvider | None = None,
     logger_provider: Any = None,
     logger: Any = None,
+    guard: LabelGuard | None = None,
 ) -> list[Exporter]:
     """The exporters ``config.telemetry`` asks for, sharing one label guard.
 
@@ -56,14 +58,15 @@ def build_exporters(
         meter_provider: OpenTelemetry meter provider.
         logger_provider: OpenTelemetry logger provider (``gen_ai.evaluation.result`` events).
         logger: destination of per-turn log events.
+        guard: the label guard to share (the runtime passes the monitor's); default: from ``config``.
 
     Returns:
         Exporters in the order Prometheus, OpenTelemetry, logs (those enabled).
     """
-    from handoffmon.exporters.cardinality import LabelGuard
+    from handoffmon.cardinality import LabelGuard
 
     telemetry = config.telemetry
-    guard = LabelGuard.from_config(config)
+    guard = guard if guard is not None else LabelGuard.from_config(config)
     out: list[Exporter] = []
     if telemetry.prometheus:
         from prometheus_client import CollectorRegistry

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from handoffmon._version import __version__
-from handoffmon.exporters.cardinality import LabelGuard
+from handoffmon.cardinality import LabelGuard
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.prometheus import OVERHEAD_BUCKETS
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from handoffmon.exporters.cardinality import OTHER, LabelGuard
+from handoffmon.cardinality import OTHER, LabelGuard
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.refit.result import MarkovFit, RefitResult, RuleFit

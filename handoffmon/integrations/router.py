@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,7 +14,7 @@ from handoffmon.ingress import (
     reply_message,
     served_by_response,
 )
-from handoffmon.integrations.streaming import AsyncStream, SyncStream
+from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 
@@ -24,7 +23,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.integrations.router_routing import RouterRouting
     from handoffmon.runtime import Runtime
 
-_log = logging.getLogger("handoffmon.integrations")
 
 MAX_DEPLOYMENT_NAMES = 10_000
 """Bound on the cache of deployment id → provider model string."""
@@ -74,6 +72,7 @@ class RouterWrapper:
 
     def completion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.completion`` with monitoring; ``stream=True`` returns a wrapped iterator."""
+        drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         cap = self._capture(model, messages, kwargs)
@@ -88,6 +87,7 @@ class RouterWrapper:
 
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.acompletion`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
+        drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         cap = self._capture(model, messages, kwargs)
@@ -105,9 +105,8 @@ class RouterWrapper:
     def _capture(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> Capture | None:
         try:
             return self._monitor.capture(self._parser.router_call(model, messages, kwargs))
-        except Exception:  # the parser is total; this guards the plumbing
-            _log.warning("handoffmon could not start a turn", exc_info=True)
-            self._monitor.count_error("integration")
+        except Exception as exc:  # the parser is total; this guards the plumbing
+            self._monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
     def _finish(self, cap: Capture, response: Any, latency_s: float) -> None:
@@ -119,9 +118,8 @@ class RouterWrapper:
                 Deferred(describe_response, (self._monitor.names, response, None)),
                 latency_s=latency_s,
             )
-        except Exception:
-            _log.warning("handoffmon could not read a router response", exc_info=True)
-            self._monitor.count_error("integration")
+        except Exception as exc:
+            self._monitor.errors.failed("integration", exc, "could not read a router response")
 
     def _stream_done(self, cap: Capture, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:
@@ -134,9 +132,8 @@ class RouterWrapper:
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
             )
-        except Exception:
-            _log.warning("handoffmon could not finish a streamed turn", exc_info=True)
-            self._monitor.count_error("integration")
+        except Exception as exc:
+            self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")
 
     def _describe_stream(self, out: StreamOutcome, inner: Any) -> Outcome:
         """Who served a finished stream (on the attribution thread); the router repoints the

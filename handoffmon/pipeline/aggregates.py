@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -10,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from handoffmon.cardinality import LabelGuard
 from handoffmon.counts import CheckKey, Counts, TransitionKey, TurnKey
 from handoffmon.errors import StoreError
 from handoffmon.types import TurnResult
@@ -94,6 +96,23 @@ def load_counts_sqlite(path: str | Path) -> Counts:
     return _counts_from_rows(rows)
 
 
+def capped_names(result: TurnResult, labels: LabelGuard) -> TurnResult:
+    """``result`` with its model and rule names mapped through ``labels`` (itself when none change)."""
+    rec, ctx = result.record, result.context
+    author, prefix = labels.model(rec.author), labels.model(ctx.prefix_model)
+    names = {c.rule for c in result.checks} | {t.rule for t in result.transitions}
+    rules = {name: labels.rule(name) for name in names}
+    if author == rec.author and prefix == ctx.prefix_model and all(k == v for k, v in rules.items()):
+        return result
+    return dataclasses.replace(
+        result,
+        record=dataclasses.replace(rec, author=author),
+        context=dataclasses.replace(ctx, prefix_model=prefix),
+        checks=tuple(dataclasses.replace(c, rule=rules[c.rule]) for c in result.checks),
+        transitions=tuple(dataclasses.replace(t, rule=rules[t.rule]) for t in result.transitions),
+    )
+
+
 class Aggregates:
     """Thread-safe counters; optionally persisted to SQLite so a restart loses nothing recorded.
 
@@ -101,11 +120,17 @@ class Aggregates:
     deltas (``value = value + delta``) by :meth:`flush`, so several processes may share a
     file. Between flushes the unwritten deltas live in memory only.
 
+    Model and rule names are capped at ingest by ``labels`` exactly as the exporters cap
+    their labels (first come, then ``other``), so the counters (and the refit reading
+    them) stay bounded whatever names clients and upstreams send.
+
     Args:
         path: SQLite file, or ``None`` for memory only.
+        labels: the cardinality guard (share the exporters' one); default caps otherwise.
     """
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, labels: LabelGuard | None = None) -> None:
+        self.labels = labels if labels is not None else LabelGuard()
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
         self._totals: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
@@ -121,6 +146,15 @@ class Aggregates:
             for kind, raw, value in rows:
                 if kind in self._totals:
                     self._totals[kind][_decode(kind, raw)] += int(value)
+            self._seed_labels()
+
+    def _seed_labels(self) -> None:
+        """Names already persisted are admitted first (most counted first): a restart keeps them."""
+        for turn, _ in self._totals["turns"].most_common():
+            self.labels.model(turn.model)
+            self.labels.model(turn.prefix_model)
+        for check, _ in self._totals["checks"].most_common():
+            self.labels.rule(check.rule)
 
     @property
     def path(self) -> str | None:
@@ -134,6 +168,7 @@ class Aggregates:
 
     def add_turn(self, result: TurnResult) -> None:
         """Count one finished turn: its checks, transitions, turn cell and attributions."""
+        result = capped_names(result, self.labels)  # before the lock: may allocate, take the guard's
         rec, ctx = result.record, result.context
         handoff = handoff_label(rec.handoff)
         with self._lock:

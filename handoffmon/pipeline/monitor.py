@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from handoffmon.cardinality import LabelGuard
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts
 from handoffmon.ingress import Outcome, Request
@@ -57,6 +58,8 @@ class Monitor:
         start: start the worker threads now (else :meth:`start`; turns queue up meanwhile).
         aggregates: counters to update; SQLite-backed in ``config.store.path`` when the
             store backend is ``sqlite``, memory otherwise.
+        labels: caps model and rule names entering the aggregates (share the exporters'
+            guard); default: ``LabelGuard.from_config(config)``.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class Monitor:
         clock: Callable[[], float] = time.time,
         start: bool = True,
         aggregates: Aggregates | None = None,
+        labels: LabelGuard | None = None,
     ) -> None:
         from handoffmon.attribution import Attributor, ModelNames
         from handoffmon.checkers import RuleSet
@@ -79,8 +83,10 @@ class Monitor:
         self.attribution_overflows = 0
         """Captured turns dropped because the attribution queue was full."""
         sqlite_path = config.store.path if config.store.backend == "sqlite" else None
-        self.aggregates = aggregates if aggregates is not None else Aggregates(sqlite_path)
-        self.errors = ErrorSink(self.aggregates)
+        if aggregates is None:
+            aggregates = Aggregates(sqlite_path, labels=labels or LabelGuard.from_config(config))
+        self.aggregates = aggregates
+        self.errors = ErrorSink(self.aggregates, log_interval_s=config.pipeline.error_log_interval_s)
         self.names = ModelNames(config.attribution.canonical_models)
         if store is None:
             from handoffmon.stores import make_store

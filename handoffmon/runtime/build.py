@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from handoffmon.cardinality import LabelGuard
 from handoffmon.config import HandoffmonConfig, load_config
 from handoffmon.errors import ConfigError
 from handoffmon.exporters import build_exporters, refit_publisher
@@ -71,6 +72,7 @@ def build_runtime(
     """
     config = config if config is not None else load_config()
     own = CollectorRegistry()
+    labels = LabelGuard.from_config(config)  # one cap on names: aggregates and exported labels
     built = build_exporters(
         config,
         registry=own,
@@ -78,11 +80,18 @@ def build_runtime(
         meter_provider=meter_provider,
         logger_provider=logger_provider,
         logger=logger,
+        guard=labels,
     )
     if store is None:
         store = _store(config)
     monitor = Monitor(
-        config, store=store, rules=rules, exporters=[*built, *exporters], clock=clock, start=False
+        config,
+        store=store,
+        rules=rules,
+        exporters=[*built, *exporters],
+        clock=clock,
+        start=False,
+        labels=labels,
     )
     store_stats = getattr(monitor.store, "stats", None)
     if config.telemetry.prometheus and callable(store_stats):

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from prometheus_client import CollectorRegistry, generate_latest
 
-from handoffmon.exporters.cardinality import LabelGuard
+from handoffmon.cardinality import LabelGuard
 from handoffmon.exporters.logs import StructlogExporter
 from handoffmon.exporters.otel import OTelExporter
 from handoffmon.exporters.prometheus import PrometheusExporter

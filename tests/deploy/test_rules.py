@@ -25,6 +25,7 @@ EXPECTED_ALERTS = {
     "RefitFailing",
     "StoreFailures",
     "LabelCapPressure",
+    "LabelCapReached",
 }
 IDENTITY = "job, namespace, cluster"
 

@@ -10,9 +10,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry, generate_latest
 
+from handoffmon.cardinality import MAX_LABEL_CHARS, MAX_STAGES, OTHER, LabelGuard
 from handoffmon.config import HandoffmonConfig
 from handoffmon.depth import DepthBuckets
-from handoffmon.exporters.cardinality import MAX_LABEL_CHARS, MAX_STAGES, OTHER, LabelGuard
 from handoffmon.exporters.otel import OTelExporter
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.types import VERDICTS

@@ -10,8 +10,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from handoffmon._version import __version__
+from handoffmon.cardinality import LabelGuard
 from handoffmon.errors import HandoffmonError
-from handoffmon.exporters.cardinality import LabelGuard
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import start_metrics_server
 from handoffmon.protocols import Exporter, MonitorObserver
@@ -247,6 +247,27 @@ def test_label_usage_gauges_show_cap_pressure() -> None:
     assert only(s, "handoffmon_label_limit")[L(label="model")] == 3
     assert only(s, "handoffmon_label_values")[L(label="rule")] == 1
     assert only(s, "handoffmon_turns_total")[L(model="other", prefix_model="none", depth_bucket="1")] == 1
+
+
+def test_names_folded_past_a_cap_are_counted_also_when_the_aggregates_folded_them() -> None:
+    """handoffmon_label_overflows_total{label} starts at 0 and counts every lookup folded into
+    `other`, by this exporter and by whoever shares its guard (the monitor's aggregates)."""
+    from handoffmon.pipeline.aggregates import Aggregates
+
+    guard = LabelGuard(max_models=2, max_rules=1)
+    exp = PrometheusExporter(CollectorRegistry(), guard=guard, multiprocess=False)
+    assert only(scrape(exp), "handoffmon_label_overflows_total") == {
+        L(label=label): 0 for label in ("model", "requested_model", "rule", "stage")
+    }
+    agg = Aggregates(labels=guard)
+    for name in ("a", "b", "c", "d"):
+        result = make_result(author=name, checks=[(f"r-{name}", "pass")])
+        agg.add_turn(result)  # c, d and r-b, r-c, r-d folded here
+        exp.export(result)  # and again here
+    overflows = only(scrape(exp), "handoffmon_label_overflows_total")
+    assert overflows[L(label="model")] == 2 * 2
+    assert overflows[L(label="rule")] == 3 * 2
+    assert overflows[L(label="model")] + overflows[L(label="rule")] == guard.overflow_total
 
 
 def test_no_created_series_and_the_application_keeps_its_own() -> None:

@@ -1,0 +1,217 @@
+"""Label cardinality guard: caps distinct model and rule label values, buckets depth.
+
+One guard caps names where they enter in-process state (the monitor's aggregates) and
+where they leave it (the Prometheus and OpenTelemetry exporters), so memory and series
+stay bounded whatever names clients and upstreams send.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from handoffmon.depth import DepthBuckets
+from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, VERDICTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.config import HandoffmonConfig
+
+ALL_RULES = "all"
+"""Rule label of values pooled over rules (refit gauges); always allowed."""
+
+OTHER = "other"
+"""Label value that absorbs every name beyond a cap."""
+
+ALWAYS_ALLOWED: frozenset[str] = frozenset({NO_PREFIX, UNKNOWN_MODEL, OTHER})
+"""Model label values that never count against ``max_models``."""
+
+MAX_LABEL_CHARS = 128
+"""Longer names are truncated before they are admitted (bounds series size too)."""
+
+MAX_STAGES = 32
+"""Distinct ``stage`` label values of the monitor's own health metrics."""
+
+
+class _Admitter:
+    """Thread-safe first-come set of at most ``cap`` values; the rest map to ``other``."""
+
+    def __init__(self, cap: int, seed: Iterable[str] = (), always: frozenset[str] = frozenset()) -> None:
+        self._cap = cap
+        self._always = always
+        self._admitted: dict[str, str] = {}
+        self._counted = 0
+        self.overflows = 0
+        """Lookups mapped to ``other`` because the cap was reached."""
+        self.version = 0
+        self._lock = threading.Lock()
+        for value in seed:
+            self._admit(value[:MAX_LABEL_CHARS])
+
+    def _admit(self, value: str) -> bool:
+        if value in self._admitted:
+            return True
+        if value in self._always:
+            self._admitted[value] = value
+            return True
+        if self._counted >= self._cap:
+            return False
+        self._admitted[value] = value
+        self._counted += 1
+        self.version += 1
+        return True
+
+    def get(self, value: str) -> str | None:
+        """The label for ``value``, or None when it overflowed (caller maps it to ``other``)."""
+        hit = self._admitted.get(value)  # lock-free fast path: dict reads are atomic
+        if hit is not None:
+            return hit
+        with self._lock:
+            if self._admit(value):
+                return value
+            self.overflows += 1
+            return None
+
+    @property
+    def counted(self) -> int:
+        """Admitted values that count against the cap."""
+        return self._counted
+
+    @property
+    def values(self) -> frozenset[str]:
+        """Admitted values (including the always-allowed ones seen so far)."""
+        with self._lock:
+            return frozenset(self._admitted)
+
+
+class LabelGuard:
+    """Maps raw model/rule/stage names and depths to bounded label values.
+
+    Shared by the Prometheus and OpenTelemetry exporters so both see the same labels.
+    Models: the first ``max_models`` distinct names are kept, later ones become
+    ``other``; ``none``, ``unknown`` and ``other`` never count. Rules: configured rule
+    names are admitted first, then per-request rules up to ``max_rules``. Depth is only
+    ever exported as a bucket label. Conversation ids are never labels.
+
+    Args:
+        max_models: cap on distinct model label values.
+        max_rules: cap on distinct rule label values.
+        rules: configured rule names (admitted first, in order).
+        buckets: the depth buckets.
+
+    Overflow is visible as series with the value ``other``, through ``usage()``
+    (admitted values vs cap per label) and ``overflows()`` (lookups mapped to ``other``),
+    which the exporters publish.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_models: int = 50,
+        max_rules: int = 100,
+        rules: Iterable[str] = (),
+        buckets: DepthBuckets | None = None,
+    ) -> None:
+        self.buckets = buckets or DepthBuckets()
+        self._bucket_labels = frozenset(self.buckets.labels)
+        self._models = _Admitter(max_models, always=ALWAYS_ALLOWED)
+        self._rules = _Admitter(max_rules, seed=rules, always=frozenset({OTHER, ALL_RULES}))
+        self._stages = _Admitter(MAX_STAGES, always=frozenset({OTHER}))
+        # Requested model groups get their own values under the same cap, so group names
+        # never crowd serving-model names out of the ``model`` label.
+        self._requested = _Admitter(max_models, always=ALWAYS_ALLOWED)
+        self._caps = {
+            "model": max_models,
+            "requested_model": max_models,
+            "rule": max_rules,
+            "stage": MAX_STAGES,
+        }
+
+    @classmethod
+    def from_config(cls, config: HandoffmonConfig) -> LabelGuard:
+        """Caps from ``telemetry.max_models`` / ``max_rules``; configured rules first."""
+        return cls(
+            max_models=config.telemetry.max_models,
+            max_rules=config.telemetry.max_rules,
+            rules=[rule.name for rule in config.rules],
+            buckets=config.buckets,
+        )
+
+    @staticmethod
+    def _map(admitter: _Admitter, raw: str | None) -> str:
+        value = (raw or UNKNOWN_MODEL)[:MAX_LABEL_CHARS]
+        label = admitter.get(value)
+        return OTHER if label is None else label
+
+    @property
+    def version(self) -> int:
+        """Grows whenever a new value is admitted (exporters refresh ``usage`` then)."""
+        return self._models.version + self._rules.version + self._stages.version + self._requested.version
+
+    def usage(self) -> dict[str, tuple[int, int]]:
+        """Per label (``model``, ``requested_model``, ``rule``, ``stage``): (admitted values, cap)."""
+        return {k: (a.counted, self._caps[k]) for k, a in self._admitters().items()}
+
+    def _admitters(self) -> dict[str, _Admitter]:
+        return {
+            "model": self._models,
+            "requested_model": self._requested,
+            "rule": self._rules,
+            "stage": self._stages,
+        }
+
+    def overflows(self) -> dict[str, int]:
+        """Per label: lookups mapped to ``other`` because its cap was reached (monotonic)."""
+        return {k: a.overflows for k, a in self._admitters().items()}
+
+    @property
+    def overflow_total(self) -> int:
+        """Sum of :meth:`overflows` (cheap: exporters compare it to resync)."""
+        return (
+            self._models.overflows
+            + self._requested.overflows
+            + self._rules.overflows
+            + self._stages.overflows
+        )
+
+    def model(self, name: str | None) -> str:
+        """Label for a model name (``None``/empty → ``unknown``; over the cap → ``other``)."""
+        return self._map(self._models, name)
+
+    def requested_model(self, name: str | None) -> str:
+        """Label for the model or group a request asked for (``telemetry.max_models`` cap of its own)."""
+        return self._map(self._requested, name)
+
+    def rule(self, name: str) -> str:
+        """Label for a rule name (over the cap → ``other``)."""
+        return self._map(self._rules, name)
+
+    def stage(self, name: str) -> str:
+        """Label for a monitoring stage (bounded by ``MAX_STAGES``)."""
+        return self._map(self._stages, name)
+
+    def depth_bucket(self, label: str, depth: int) -> str:
+        """A valid bucket label: ``label`` if it is one of ours, else the bucket of ``depth``."""
+        return label if label in self._bucket_labels else self.buckets.bucket(depth)
+
+    @staticmethod
+    def verdict(verdict: str) -> str:
+        """The verdict, or ``error`` for anything outside pass|fail|not_applicable|error."""
+        return verdict if verdict in VERDICTS else "error"
+
+    @staticmethod
+    def handoff(handoff: bool | None) -> str:
+        """``true`` / ``false`` / ``unknown`` (undecided)."""
+        if handoff is None:
+            return "unknown"
+        return "true" if handoff else "false"
+
+    @property
+    def models(self) -> frozenset[str]:
+        """Model label values admitted so far."""
+        return self._models.values
+
+    @property
+    def rules(self) -> frozenset[str]:
+        """Rule label values admitted so far."""
+        return self._rules.values
