@@ -47,7 +47,7 @@ def _assert_names_capped(report: dict[str, Any]) -> None:
     assert report["rules"] <= 100 + 1  # the cap + other
     assert report["label_usage"]["model"] == [50, 50]
     assert report["label_overflows"]["model"] > 0
-    assert report["monitor_errors"].get("rules", 0) == report["requests"] - 256  # request_rules.max_names
+    assert report["monitor_errors"].get("rules", 0) == report["turns"] - 256  # request_rules.max_names
     assert report["refits"]["runs"] >= 1 and report["refits"]["failures"] == 0
 
 
