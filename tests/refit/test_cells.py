@@ -115,7 +115,7 @@ def test_a_refit_over_5000_models_and_1000_rules_stays_under_a_memory_bound(
     max_models: int, max_rules: int, bound_mib: int
 ) -> None:
     """The refit never builds dense K² × R arrays past its caps: 10,000 keys over 5,000 model
-    names × 1,000 rule names (dense: 5,002 × 5,000 × 1,000 × D floats, about a petabyte)
+    names × 1,000 rule names (dense: 5,002 × 5,000 × 1,000 × D floats, over a terabyte)
     fit in a bounded peak because models and rules past ``refit.max_models`` / ``max_rules``
     are left out and one rule's (K + 2) × K × D arrays exist at a time."""
     counts = _name_flood_counts(10_000)
