@@ -78,6 +78,10 @@ class PipelineConfig(_Section):
     export_queue_size: int = Field(default=10_000, gt=0)
     """Results buffered per exporter (each has its own thread); when full, results are
     dropped for that exporter and counted as ``monitor_errors{stage="export"}``."""
+    error_log_interval_s: float = Field(default=60.0, ge=0)
+    """At most one log line per error kind (stage and exception type) per this many
+    seconds; the lines left out are counted in the next one (every error is still counted
+    in ``monitor_errors``). 0 logs every error."""
 
 
 class ScopeConfig(_Section):
@@ -95,17 +99,30 @@ class ScopeConfig(_Section):
     """Last depth checked (inclusive; null: no limit)."""
 
 
+RESERVED_RULE_NAMES = frozenset({"all", "other", "none", "unknown", "total"})
+"""Rule names (any case) that mean something else in metrics and refit output (``all`` =
+pooled over rules, ``other`` = names past a cardinality cap): refused everywhere."""
+
+
 class RuleConfig(_Section):
     """One named rule: a checker with parameters and a scope."""
 
     name: str = Field(min_length=1, max_length=100)
-    """Unique; the ``rule`` label in metrics."""
+    """Unique; the ``rule`` label in metrics. Not one of ``all``, ``other``, ``none``,
+    ``unknown``, ``total`` (reserved: they mean something else in metrics and refit output)."""
     check: str = Field(min_length=1)
     """A registered checker (``length``, ``json_schema``, ``ifeval:<instruction id>``, …)."""
     params: dict[str, Any] = Field(default_factory=dict)
     """The checker's parameters; unknown or ill-typed ones fail at load."""
     scope: ScopeConfig = Field(default_factory=ScopeConfig)
     """Which turns the rule applies to."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, v: str) -> str:
+        if v.lower() in RESERVED_RULE_NAMES:
+            raise ValueError(f"{v!r} is reserved (it means something else in metrics): rename the rule")
+        return v
 
 
 DEFAULT_REQUEST_CHECKERS: tuple[str, ...] = (

@@ -43,6 +43,8 @@ class _Admitter:
         self._counted = 0
         self.version = 0
         self._lock = threading.Lock()
+        self.overflows = 0
+        """Lookups mapped to ``other`` because the cap was reached."""
         for value in seed:
             self._admit(value[:MAX_LABEL_CHARS])
 
@@ -65,7 +67,10 @@ class _Admitter:
         if hit is not None:
             return hit
         with self._lock:
-            return value if self._admit(value) else None
+            if self._admit(value):
+                return value
+            self.overflows += 1
+            return None
 
     @property
     def counted(self) -> int:
@@ -95,8 +100,9 @@ class LabelGuard:
         rules: configured rule names (admitted first, in order).
         buckets: the depth buckets.
 
-    Overflow is visible as series with the value ``other`` and through ``usage()``
-    (admitted values vs cap per label), which the exporters publish.
+    Overflow is visible as series with the value ``other``, through ``usage()``
+    (admitted values vs cap per label) and ``overflows()`` (lookups mapped to ``other``),
+    which the exporters publish.
     """
 
     def __init__(
@@ -145,13 +151,29 @@ class LabelGuard:
 
     def usage(self) -> dict[str, tuple[int, int]]:
         """Per label (``model``, ``requested_model``, ``rule``, ``stage``): (admitted values, cap)."""
-        adm = {
+        return {k: (a.counted, self._caps[k]) for k, a in self._admitters().items()}
+
+    def _admitters(self) -> dict[str, _Admitter]:
+        return {
             "model": self._models,
             "requested_model": self._requested,
             "rule": self._rules,
             "stage": self._stages,
         }
-        return {k: (a.counted, self._caps[k]) for k, a in adm.items()}
+
+    def overflows(self) -> dict[str, int]:
+        """Per label: lookups mapped to ``other`` because its cap was reached (monotonic)."""
+        return {k: a.overflows for k, a in self._admitters().items()}
+
+    @property
+    def overflow_total(self) -> int:
+        """Sum of :meth:`overflows` (cheap: exporters compare it to resync)."""
+        return (
+            self._models.overflows
+            + self._requested.overflows
+            + self._rules.overflows
+            + self._stages.overflows
+        )
 
     def model(self, name: str | None) -> str:
         """Label for a model name (``None``/empty → ``unknown``; over the cap → ``other``)."""

@@ -20,7 +20,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from handoffmon.config import CONFIG_ONLY_CHECKERS, DEFAULT_REQUEST_CHECKERS, RequestRulesConfig, RuleConfig
+from handoffmon.config import (
+    CONFIG_ONLY_CHECKERS,
+    DEFAULT_REQUEST_CHECKERS,
+    RESERVED_RULE_NAMES,
+    RequestRulesConfig,
+    RuleConfig,
+)
 from handoffmon.errors import RuleError
 
 METADATA_KEY = "handoffmon"
@@ -32,9 +38,9 @@ BASE_KEY = f"metadata.{METADATA_KEY}.rules"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
 """A declared rule name: 1–64 characters of letters, digits and ``_ . : / -`` (IFEval ids fit)."""
 
-RESERVED_NAMES = frozenset({"all", "other", "none", "unknown", "total"})
+RESERVED_NAMES = RESERVED_RULE_NAMES
 """Names that mean something else in metrics and refit output (``all`` = pooled rules,
-``other`` = labels past the cardinality cap)."""
+``other`` = labels past the cardinality cap); the config model refuses them too."""
 
 MAX_DEPTH = 8
 """Deepest nesting of lists/mappings a declared rule may have."""
@@ -221,6 +227,8 @@ class RequestRuleGate:
         if isinstance(name, str) and name:
             where = f"{BASE_KEY}[{name[:64]!r}]"
         json_size(item, self.policy.max_rule_bytes, key=where)
+        if isinstance(name, str) and name.lower() in RESERVED_NAMES:  # before the model refuses it as invalid
+            raise RequestRuleRejected("reserved_name", f"{name!r} is reserved", key=f"{where}.name")
         try:
             cfg = RuleConfig.model_validate(item)
         except ValidationError as exc:
@@ -231,8 +239,6 @@ class RequestRuleGate:
             raise RequestRuleRejected(
                 "bad_name", "names are 1-64 characters of letters, digits and _ . : / -", key=f"{where}.name"
             )
-        if cfg.name.lower() in RESERVED_NAMES:
-            raise RequestRuleRejected("reserved_name", f"{cfg.name!r} is reserved", key=f"{where}.name")
         if cfg.name in self._configured:
             raise RequestRuleRejected(
                 "configured_name", f"rule name {cfg.name!r} is already a configured rule", key=f"{where}.name"

@@ -67,6 +67,7 @@ class _Counters:
     history_tokens: Histogram
     label_values: Gauge
     label_limit: Gauge
+    label_overflows: Counter
     build_info: Gauge
 
 
@@ -157,6 +158,12 @@ def _counters() -> _Counters:
             "Cap per label; values beyond it are exported as 'other'.",
             ("label",),
             multiprocess_mode="max",
+            registry=r,
+        ),
+        label_overflows=Counter(
+            "handoffmon_label_overflows",
+            "Names mapped to 'other' because a label cap was reached (in-process counters and labels).",
+            ("label",),
             registry=r,
         ),
         build_info=Gauge(
@@ -272,6 +279,8 @@ class PrometheusExporter:
         self._published: dict[str, set[tuple[str, ...]]] = {name: set() for name in self._refit}
         self._refit_lock = threading.Lock()
         self._guard_version = -1
+        self._overflows: dict[str, int] = {}
+        self._overflow_total = -1
         self._log = get_logger("handoffmon.exporters", exporter="prometheus")
         self._sync_label_usage()
 
@@ -324,7 +333,7 @@ class PrometheusExporter:
             requested = g.requested_model(rec.requested_model or ctx.requested_model)
             m.fallbacks.labels(requested, model).inc(rec.fallbacks)
         m.history_tokens.labels(bucket).observe(ctx.history_tokens)
-        if g.version != self._guard_version:
+        if g.version != self._guard_version or g.overflow_total != self._overflow_total:
             self._sync_label_usage()
 
     def _init_known_labels(self) -> None:
@@ -345,9 +354,14 @@ class PrometheusExporter:
 
     def _sync_label_usage(self) -> None:
         self._guard_version = self.guard.version
+        self._overflow_total = self.guard.overflow_total
         for label, (used, cap) in self.guard.usage().items():
             self._m.label_values.labels(label).set(used)
             self._m.label_limit.labels(label).set(cap)
+        for label, n in self.guard.overflows().items():
+            seen = self._overflows.get(label, 0)
+            self._m.label_overflows.labels(label).inc(max(0, n - seen))  # creates it at 0 too
+            self._overflows[label] = max(n, seen)
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Nothing is buffered: values are read at scrape time."""

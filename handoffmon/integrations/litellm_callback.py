@@ -169,9 +169,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 Deferred(describe_response, (monitor.names, response, None)),
                 latency_s=self._latency(data),
             )
-        except Exception:
-            _log.warning("handoffmon could not read a proxy response", exc_info=True)
-            self.monitor.count_error("integration")
+        except Exception as exc:
+            self.monitor.errors.failed("integration", exc, "could not read a proxy response")
         return None
 
     async def async_post_call_streaming_iterator_hook(
@@ -204,9 +203,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 latency_s=self._latency(data),
                 streamed=True,
             )
-        except Exception:
-            _log.warning("handoffmon could not finish a proxy stream", exc_info=True)
-            self.monitor.count_error("integration")
+        except Exception as exc:
+            self.monitor.errors.failed("integration", exc, "could not finish a proxy stream")
 
 
 def _proxy_router() -> Any:

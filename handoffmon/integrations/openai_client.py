@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -16,14 +15,12 @@ from handoffmon.ingress import (
     reply_message,
     served_by_headers,
 )
-from handoffmon.integrations.streaming import AsyncStream, SyncStream
+from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
-
-_log = logging.getLogger("handoffmon.integrations")
 
 
 def _is_async_client(client: Any) -> bool:
@@ -42,11 +39,11 @@ class _Turns:
         self.parser = RequestParser.from_config(monitor.config)
 
     def begin(self, kwargs: Mapping[str, Any]) -> Capture | None:
+        drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
             return self.monitor.capture(self.parser.openai_call(kwargs))
-        except Exception:  # the parser is total; this guards the plumbing
-            _log.warning("handoffmon could not start a turn", exc_info=True)
-            self.monitor.count_error("integration")
+        except Exception as exc:  # the parser is total; this guards the plumbing
+            self.monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
     def finish(self, cap: Capture, response: Any, headers: Mapping[str, Any] | None, t0: float) -> None:
@@ -58,9 +55,8 @@ class _Turns:
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
             )
-        except Exception:
-            _log.warning("handoffmon could not read a completion", exc_info=True)
-            self.monitor.count_error("integration")
+        except Exception as exc:
+            self.monitor.errors.failed("integration", exc, "could not read a completion")
 
     def stream_done(
         self, cap: Capture, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
@@ -76,9 +72,8 @@ class _Turns:
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
             )
-        except Exception:
-            _log.warning("handoffmon could not finish a streamed completion", exc_info=True)
-            self.monitor.count_error("integration")
+        except Exception as exc:
+            self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")
 
 
 def _raw_create(completions: Any) -> Any:

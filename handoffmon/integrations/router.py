@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,7 +14,7 @@ from handoffmon.ingress import (
     reply_message,
     served_by_response,
 )
-from handoffmon.integrations.streaming import AsyncStream, SyncStream
+from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer
@@ -26,7 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.integrations.router_shadow import RouterShadow
     from handoffmon.runtime import Runtime
 
-_log = logging.getLogger("handoffmon.integrations")
 
 MAX_DEPLOYMENT_NAMES = 10_000
 """Bound on the cache of deployment id → provider model string."""
@@ -77,6 +75,7 @@ class RouterWrapper:
 
     def completion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.completion`` with monitoring; ``stream=True`` returns a wrapped iterator."""
+        drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         cap = self._capture(model, messages, kwargs)
@@ -91,6 +90,7 @@ class RouterWrapper:
 
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         """``Router.acompletion`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
+        drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         cap = self._capture(model, messages, kwargs)
@@ -108,9 +108,8 @@ class RouterWrapper:
     def _capture(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> Capture | None:
         try:
             return self._monitor.capture(self._parser.router_call(model, messages, kwargs))
-        except Exception:  # the parser is total; this guards the plumbing
-            _log.warning("handoffmon could not start a turn", exc_info=True)
-            self._monitor.count_error("integration")
+        except Exception as exc:  # the parser is total; this guards the plumbing
+            self._monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
     def _finish(self, cap: Capture, response: Any, latency_s: float) -> None:
@@ -123,9 +122,8 @@ class RouterWrapper:
                 latency_s=latency_s,
                 shadow=self._offer(cap),
             )
-        except Exception:
-            _log.warning("handoffmon could not read a router response", exc_info=True)
-            self._monitor.count_error("integration")
+        except Exception as exc:
+            self._monitor.errors.failed("integration", exc, "could not read a router response")
 
     def _stream_done(self, cap: Capture, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:
@@ -139,9 +137,8 @@ class RouterWrapper:
                 streamed=True,
                 shadow=self._offer(cap),
             )
-        except Exception:
-            _log.warning("handoffmon could not finish a streamed turn", exc_info=True)
-            self._monitor.count_error("integration")
+        except Exception as exc:
+            self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")
 
     def _offer(self, cap: Capture) -> ShadowOffer | None:
         """The turn's shadow offer when the runtime runs shadow continuation."""

@@ -1,8 +1,20 @@
-"""Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``), report once at the end."""
+"""Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``), report once at the end.
+
+A stream the application drops without closing is reported from its finalizer, and a
+finalizer may run in any thread at any allocation, including inside a monitor lock that
+thread already holds (the cyclic collector runs finalizers wherever it is triggered). So
+the finalizer does one thing only: ``SimpleQueue.put`` (C, reentrant, lock-free) of the
+report onto :data:`_FINALIZED`. The report itself (``on_done``: counting, ``finish``) runs
+later on a normal stack: on the ``handoffmon-stream-finalizer`` thread, or at the start of
+the next wrapped call (:func:`drain_finalized`), whichever comes first.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import queue
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -14,6 +26,54 @@ _log = logging.getLogger("handoffmon.integrations")
 OnDone = Callable[[StreamOutcome, Any], None]
 """Called once when a stream ends: (outcome, the wrapped stream object)."""
 
+_FINALIZED: queue.SimpleQueue[tuple[OnDone, ChunkFolder, Any]] = queue.SimpleQueue()
+"""Reports of dropped streams, put by finalizers (the only thing a finalizer does)."""
+_drainer_pid: int | None = None
+_drainer_lock = threading.Lock()  # taken on normal stacks only (stream construction), never by a finalizer
+
+
+def _report(cb: OnDone, folder: ChunkFolder, inner: Any, completed: bool) -> None:
+    try:
+        cb(folder.outcome(completed=completed), inner)
+    except Exception:
+        _log.warning("handoffmon stream completion failed", exc_info=True)
+
+
+def drain_finalized() -> int:
+    """Report the streams dropped since the last drain, on this (normal) stack; returns how many.
+
+    Never raises. The wrappers call it at the start of every call, and the finalizer thread
+    whenever a report arrives.
+    """
+    n = 0
+    while not _FINALIZED.empty():
+        try:
+            cb, folder, inner = _FINALIZED.get_nowait()
+        except queue.Empty:
+            return n
+        _report(cb, folder, inner, completed=False)
+        n += 1
+    return n
+
+
+def _drain_forever() -> None:
+    while True:
+        cb, folder, inner = _FINALIZED.get()
+        _report(cb, folder, inner, completed=False)
+
+
+def _ensure_drainer() -> None:
+    """Start the finalizer thread once per process (again in a forked child)."""
+    global _drainer_pid
+    pid = os.getpid()
+    if _drainer_pid == pid:
+        return
+    with _drainer_lock:
+        if _drainer_pid == pid:
+            return
+        threading.Thread(target=_drain_forever, name="handoffmon-stream-finalizer", daemon=True).start()
+        _drainer_pid = pid
+
 
 class _Base:
     """Shared state: the wrapped stream, the chunk folder and the one-shot completion callback."""
@@ -22,25 +82,29 @@ class _Base:
         self._inner = inner
         self._folder = ChunkFolder()
         self._on_done: OnDone | None = on_done
+        _ensure_drainer()
 
     def _feed(self, chunk: Any) -> None:
         self._folder.feed(chunk)  # total: never raises into the application's stream
 
     def _done(self, completed: bool) -> None:
         cb, self._on_done = self._on_done, None
-        if cb is None:
-            return
-        try:
-            cb(self._folder.outcome(completed=completed), self._inner)
-        except Exception:
-            _log.warning("handoffmon stream completion failed", exc_info=True)
+        if cb is not None:
+            _report(cb, self._folder, self._inner, completed)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def __del__(self) -> None:  # consumer dropped the stream without closing it
-        if getattr(self, "_on_done", None) is not None:
-            self._done(False)
+    def __del__(self) -> None:
+        """The consumer dropped the stream without closing it: hand the report over, nothing else.
+
+        No lock, no logging, no callback here (see the module docstring): a ``put`` on a
+        ``SimpleQueue`` is safe even when this thread is inside ``put`` or holds any lock.
+        """
+        cb = self.__dict__.get("_on_done")
+        if cb is not None:
+            self._on_done = None
+            _FINALIZED.put((cb, self._folder, self._inner))
 
 
 class SyncStream(_Base):

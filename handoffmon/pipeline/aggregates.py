@@ -121,11 +121,13 @@ class Aggregates:
     Args:
         path: SQLite file, or ``None`` for memory only.
         guard: caps the model and rule names kept (over the cap → ``other``), like the
-            exporters' labels; ``None`` keeps names as they come.
+            exporters' labels (share the exporters' guard); default: the default caps. Names
+            already in the SQLite file are admitted first (most counted first), so a restart
+            keeps counting them.
     """
 
     def __init__(self, path: str | None = None, *, guard: LabelGuard | None = None) -> None:
-        self._guard = guard
+        self.guard = guard if guard is not None else LabelGuard()
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
         self._totals: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
@@ -141,6 +143,15 @@ class Aggregates:
             for kind, raw, value in rows:
                 if kind in self._totals:
                     self._totals[kind][_decode(kind, raw)] += int(value)
+            self._seed_guard()
+
+    def _seed_guard(self) -> None:
+        """Names already persisted are admitted first (most counted first): a restart keeps them."""
+        for turn, _ in self._totals["turns"].most_common():
+            self.guard.model(turn.model)
+            self.guard.model(turn.prefix_model)
+        for check, _ in self._totals["checks"].most_common():
+            self.guard.rule(check.rule)
 
     @property
     def path(self) -> str | None:
@@ -155,20 +166,20 @@ class Aggregates:
     def add_turn(self, result: TurnResult) -> None:
         """Count one finished turn: its checks (and clean-baseline checks), transitions, turn
         cell, attributions, and its cells' depth and conversation-cluster sums."""
-        rec, ctx, g = result.record, result.context, self._guard
+        # names are capped before the lock (the guard may allocate and take its own lock)
+        rec, ctx, g = result.record, result.context, self.guard
         handoff = handoff_label(rec.handoff)
-        author, prefix = (
-            (g.model(rec.author), g.model(ctx.prefix_model)) if g else (rec.author, ctx.prefix_model)
-        )
-        rule = g.rule if g else str
+        author, prefix = g.model(rec.author), g.model(ctx.prefix_model)
+        rules = {c.rule: g.rule(c.rule) for c in result.checks}
+        rules.update((t.rule, g.rule(t.rule)) for t in result.transitions if t.rule not in rules)
         stats = [
-            (CellStatKey(rule(s.rule), author, prefix, s.depth_bucket, s.stat), n)
+            (CellStatKey(rules.get(s.rule) or g.rule(s.rule), author, prefix, s.depth_bucket, s.stat), n)
             for s, n in turn_cell_stats(result)
         ]
         with self._lock:
             self._add("turns", TurnKey(author, prefix, result.depth_bucket, handoff))
             for check in result.checks:
-                key = CheckKey(rule(check.rule), author, prefix, result.depth_bucket, check.verdict)
+                key = CheckKey(rules[check.rule], author, prefix, result.depth_bucket, check.verdict)
                 self._add("checks", key)
                 if result.clean:
                     self._add("baseline_checks", key)
@@ -177,7 +188,7 @@ class Aggregates:
             for tr in result.transitions:
                 self._add(
                     "transitions",
-                    TransitionKey(rule(tr.rule), author, handoff, tr.from_verdict, tr.to_verdict),
+                    TransitionKey(rules[tr.rule], author, handoff, tr.from_verdict, tr.to_verdict),
                 )
             for method in result.attribution_methods:
                 self._add("attributions", method)

@@ -7,7 +7,6 @@ fails open and is counted in the shared ``ErrorSink`` under its stage.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -26,8 +25,6 @@ from handoffmon.types import CheckResult, TurnContent, TurnContext, TurnRecord, 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.attribution import Attributor
     from handoffmon.checkers import RuleSet
-
-_log = logging.getLogger("handoffmon.pipeline")
 
 
 def _str_list(value: object) -> tuple[str, ...]:
@@ -169,9 +166,8 @@ class CheckStage:
             return state
         try:
             declared = self._rules.parse_request_rules(ctx.metadata, declared=state.declared)
-        except RuleError as exc:
-            _log.warning("handoffmon ignored invalid request rules: %s", exc)
-            self._errors.count("rules")
+        except RuleError as exc:  # a client sends these: the log line is rate limited
+            self._errors.failed("rules", exc, "ignored invalid request rules")
             return state
         except Exception as exc:
             self._errors.failed("rules", exc)

@@ -8,7 +8,8 @@ aggregates and pushes them to every exporter that observes monitor health.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.protocols import MonitorObserver
@@ -20,16 +21,58 @@ STAGES = MONITOR_STAGES
 """Stages ``monitor_errors`` is counted by (``types.MONITOR_STAGES``: exported at 0 from the start)."""
 
 
+MAX_LOG_KINDS = 256
+"""Error kinds the log limiter tracks; further kinds share one budget."""
+
+
+class LogLimiter:
+    """At most one log line per kind per ``interval_s``; counts the lines it held back.
+
+    Lock-free (a dict read and write under the GIL): a race costs at most one extra line,
+    and nothing here can block a thread that fails while holding a lock.
+
+    Args:
+        interval_s: seconds between two lines of one kind (0: every line).
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval_s
+        self._clock = clock
+        self._kinds: dict[object, tuple[float, int]] = {}
+        self.suppressed = 0
+        """Lines held back so far (all kinds)."""
+
+    def allow(self, kind: object) -> int | None:
+        """None: stay silent (counted). Else log now: the int is the lines of this kind held back."""
+        if kind not in self._kinds and len(self._kinds) >= MAX_LOG_KINDS:
+            kind = "<other>"
+        now = self._clock()
+        last, held = self._kinds.get(kind, (float("-inf"), 0))
+        if now - last < self._interval:
+            self._kinds[kind] = (last, held + 1)
+            self.suppressed += 1
+            return None
+        self._kinds[kind] = (now, 0)
+        return held
+
+
 class ErrorSink:
     """Counts failures by stage, drops and stage overheads; never raises.
 
+    Every failure is counted; its log line is rate limited per (stage, exception type) by
+    a :class:`LogLimiter`, so a client or upstream that makes every request fail cannot
+    flood the logs.
+
     Args:
         aggregates: where ``monitor_errors`` and drops are counted.
+        log_interval_s: ``pipeline.error_log_interval_s``.
     """
 
-    def __init__(self, aggregates: Aggregates) -> None:
+    def __init__(self, aggregates: Aggregates, *, log_interval_s: float = 60.0) -> None:
         self._aggregates = aggregates
         self._observers: tuple[MonitorObserver, ...] = ()
+        self.logs = LogLimiter(log_interval_s)
 
     def observe_with(self, observers: Sequence[MonitorObserver]) -> None:
         """Push every count and overhead to ``observers`` from now on."""
@@ -48,9 +91,21 @@ class ErrorSink:
             except Exception:
                 _log.debug("handoffmon observer failed", exc_info=True)
 
-    def failed(self, stage: str, exc: BaseException) -> None:
-        """Log and count one exception from ``stage``."""
-        _log.warning("handoffmon %s failed open: %r", stage, exc)
+    def failed(self, stage: str, exc: BaseException, what: str = "failed open") -> None:
+        """Count one exception from ``stage``; log it unless its kind was logged recently.
+
+        Args:
+            stage: the monitoring stage (``monitor_errors{stage}``).
+            exc: the exception.
+            what: what failed, for the log line ("could not read a router response").
+        """
+        try:
+            held = self.logs.allow((stage, type(exc).__name__))
+            if held is not None:
+                more = f" (+{held} like it since the last line)" if held else ""
+                _log.warning("handoffmon %s %s: %r%s", stage, what, exc, more)
+        except Exception:  # pragma: no cover - logging must not break the caller
+            pass
         self.count(stage)
 
     def drop(self, n: int = 1) -> None:

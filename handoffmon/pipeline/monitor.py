@@ -90,7 +90,7 @@ class Monitor:
         if aggregates is None:
             aggregates = Aggregates(sqlite_path, guard=self.guard)
         self.aggregates = aggregates
-        self.errors = ErrorSink(self.aggregates)
+        self.errors = ErrorSink(self.aggregates, log_interval_s=config.pipeline.error_log_interval_s)
         self.names = ModelNames(config.attribution.canonical_models)
         if store is None:
             from handoffmon.stores import make_store

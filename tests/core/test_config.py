@@ -42,6 +42,16 @@ def test_error_names_key_and_file(tmp_path: Path) -> None:
     assert str(f) in str(exc.value)
 
 
+@pytest.mark.parametrize("name", ["all", "other", "None", "UNKNOWN", "total"])
+def test_reserved_rule_names_are_refused_naming_the_key(tmp_path: Path, name: str) -> None:
+    """A configured rule may not be called like the pooled fit or the cap's bucket (any case)."""
+    f = tmp_path / "bad.yaml"
+    f.write_text(f"rules:\n  - name: ok\n    check: no_commas\n  - name: {name}\n    check: no_commas\n")
+    with pytest.raises(ConfigError, match="reserved") as exc:
+        load_config(f, environ={})
+    assert "rules" in str(exc.value) and str(f) in str(exc.value)
+
+
 def test_unknown_key_rejected(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text("pipeline:\n  queue_sise: 3\n")

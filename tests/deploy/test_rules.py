@@ -27,6 +27,7 @@ EXPECTED_ALERTS = {
     "RefitFailing",
     "StoreFailures",
     "LabelCapPressure",
+    "LabelCapReached",
 }
 IDENTITY = "job, namespace, cluster"
 

@@ -249,6 +249,27 @@ def test_label_usage_gauges_show_cap_pressure() -> None:
     assert only(s, "handoffmon_turns_total")[L(model="other", prefix_model="none", depth_bucket="1")] == 1
 
 
+def test_names_folded_past_a_cap_are_counted_also_when_the_aggregates_folded_them() -> None:
+    """handoffmon_label_overflows_total{label} starts at 0 and counts every lookup folded into
+    `other`, by this exporter and by whoever shares its guard (the monitor's aggregates)."""
+    from handoffmon.pipeline.aggregates import Aggregates
+
+    guard = LabelGuard(max_models=2, max_rules=1)
+    exp = PrometheusExporter(CollectorRegistry(), guard=guard, multiprocess=False)
+    assert only(scrape(exp), "handoffmon_label_overflows_total") == {
+        L(label=label): 0 for label in ("model", "requested_model", "rule", "stage")
+    }
+    agg = Aggregates(guard=guard)
+    for name in ("a", "b", "c", "d"):
+        result = make_result(author=name, checks=[(f"r-{name}", "pass")])
+        agg.add_turn(result)  # c, d and r-b, r-c, r-d folded here
+        exp.export(result)  # and again here
+    overflows = only(scrape(exp), "handoffmon_label_overflows_total")
+    assert overflows[L(label="model")] == 2 * 2
+    assert overflows[L(label="rule")] == 3 * 2
+    assert overflows[L(label="model")] + overflows[L(label="rule")] == guard.overflow_total
+
+
 def test_no_created_series_and_the_application_keeps_its_own() -> None:
     """handoffmon's counters and histograms expose no `_created` sample, while an application
     counter in the same registry keeps prometheus_client's default (the global switch is untouched)."""

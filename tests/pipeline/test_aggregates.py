@@ -10,6 +10,7 @@ import pytest
 from handoffmon.counts import CheckKey, TransitionKey, TurnKey
 from handoffmon.errors import StoreError
 from handoffmon.pipeline.aggregates import Aggregates, load_counts_sqlite
+from handoffmon.testing import make_turn_result
 from handoffmon.types import CheckResult, MessageAttribution, Transition, TurnContext, TurnRecord, TurnResult
 
 
@@ -124,3 +125,47 @@ def test_load_counts_sqlite_missing_file_is_a_store_error(tmp_path: Path) -> Non
     """A path that does not exist raises StoreError naming it."""
     with pytest.raises(StoreError, match=r"nope\.db"):
         load_counts_sqlite(tmp_path / "nope.db")
+
+
+def test_names_are_capped_at_ingest_like_labels_and_overflows_are_counted() -> None:
+    """With caps of 3 models and 2 rules, 50 distinct authors/prefixes/rules keep at most 3
+    models (+ none/unknown/other) and 2 rules (+ other) in memory; every folded lookup counts."""
+    from handoffmon.labels import OTHER, LabelGuard
+
+    guard = LabelGuard(max_models=3, max_rules=2)
+    agg = Aggregates(guard=guard)
+    for i in range(50):
+        agg.add_turn(
+            make_turn_result(
+                author=f"m{i}",
+                prefix_model="none" if i % 2 else f"p{i}",
+                checks=[(f"r{i}", "pass")],
+                transitions=[(f"r{i}", "fail", "pass")],
+            )
+        )
+    snap = agg.snapshot()
+    models = {k.model for k in snap.turns} | {k.prefix_model for k in snap.turns}
+    rules = {k.rule for k in snap.checks} | {k.rule for k in snap.transitions}
+    assert models == {"m0", "p0", "m1", "none", OTHER}
+    assert rules == {"r0", "r1", OTHER}
+    assert snap.total_turns == 50 and sum(snap.checks.values()) == 50
+    overflows = guard.overflows()
+    assert overflows["model"] == 48 + 24  # authors m2..m49, prefixes p2..p48 (even)
+    assert overflows["rule"] == 48  # r2..r49: one lookup per name per turn
+    assert guard.overflow_total == sum(overflows.values())
+
+
+def test_names_persisted_earlier_are_admitted_first_after_a_restart(tmp_path: Path) -> None:
+    """A restart keeps counting the names its SQLite file already holds (most counted first)."""
+    from handoffmon.labels import LabelGuard
+
+    path = str(tmp_path / "agg.db")
+    first = Aggregates(path, guard=LabelGuard(max_models=2))
+    for author, n in (("a", 1), ("b", 3)):
+        for _ in range(n):
+            first.add_turn(make_turn_result(author=author))
+    first.close()
+    again = Aggregates(path, guard=LabelGuard(max_models=2))
+    again.add_turn(make_turn_result(author="new"))
+    assert {k.model for k in again.snapshot().turns} == {"a", "b", "other"}
+    again.close()

@@ -8,6 +8,7 @@ import pytest
 from handoffmon.counts import CheckKey, Counts, TransitionKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit.cells import build_cells, wilson, z_value
+from handoffmon.refit.result import RefitResult
 
 
 def test_wilson_matches_textbook_values() -> None:
@@ -67,3 +68,59 @@ def test_build_cells_transitions_axis_order() -> None:
     assert t[0, 0, 1, 1, 0] == 6
     assert t[0, 0, 2, 0, 0] == 1
     assert t.sum() == 11
+
+
+def _name_flood_counts(keys: int) -> Counts:
+    """``keys`` check keys (and transitions) over 5,000 model and 1,000 rule names."""
+    rng = np.random.default_rng(17)
+    labels = DepthBuckets().labels
+    checks: dict[CheckKey, int] = {}
+    transitions: dict[TransitionKey, int] = {}
+    for _ in range(keys):
+        rule, model, prefix = (int(x) for x in rng.integers(0, (1_000, 5_000, 5_000)))
+        bucket = labels[int(rng.integers(0, len(labels)))]
+        verdict = "pass" if rng.random() < 0.8 else "fail"
+        key = CheckKey(f"rule-{rule}", f"model-{model}", f"model-{prefix}", bucket, verdict)
+        checks[key] = int(rng.integers(1, 50))
+        transitions[TransitionKey(f"rule-{rule}", f"model-{model}", "true", "pass", verdict)] = 1
+    return Counts(checks=checks, transitions=transitions)
+
+
+def _refit_peak(counts: Counts, max_models: int, max_rules: int) -> tuple[int, RefitResult]:
+    """Peak bytes allocated by one refit (tracemalloc), after a warm-up that imports scipy."""
+    import tracemalloc
+
+    from handoffmon.config import RefitConfig
+    from handoffmon.refit.engine import run_refit
+
+    buckets = DepthBuckets()
+    settings = RefitConfig(max_models=max_models, max_rules=max_rules)
+    run_refit(Counts(checks={CheckKey("r", "a", "b", "1", "pass"): 1}), buckets=buckets, settings=settings)
+    tracemalloc.start()
+    try:
+        result = run_refit(counts, buckets=buckets, settings=settings)
+        return tracemalloc.get_traced_memory()[1], result
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("max_models", "max_rules", "bound_mib"),
+    [
+        (50, 10, 32),  # measured 5.8 MiB
+        pytest.param(200, 100, 256, marks=pytest.mark.slow),  # the defaults: measured 70 MiB
+    ],
+)
+def test_a_refit_over_5000_models_and_1000_rules_stays_under_a_memory_bound(
+    max_models: int, max_rules: int, bound_mib: int
+) -> None:
+    """The refit never builds dense K² × R arrays past its caps: 10,000 keys over 5,000 model
+    names × 1,000 rule names (dense: 5,002 × 5,000 × 1,000 × D floats, over a terabyte)
+    fit in a bounded peak because models and rules past ``refit.max_models`` / ``max_rules``
+    are left out and one rule's (K + 2) × K × D arrays exist at a time."""
+    counts = _name_flood_counts(10_000)
+    peak, result = _refit_peak(counts, max_models, max_rules)
+    seen = {k.model for k in counts.checks} | {k.prefix_model for k in counts.checks}
+    assert len(result.rules) == max_rules + 1  # + the pooled fit
+    assert len(result.excluded_models) == len(seen) - max_models
+    assert peak < bound_mib * 2**20, f"refit peak {peak / 2**20:.1f} MiB"
