@@ -203,6 +203,8 @@ class Aggregates:
                 "attributions",
                 "monitor_errors",
                 "session_lengths",
+                "baseline_checks",
+                "cell_stats",
             ):
                 for key, n in getattr(counts, kind).items():
                     if n:

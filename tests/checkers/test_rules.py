@@ -60,16 +60,16 @@ def test_scope_selects_by_group_route_tag_and_depth() -> None:
     """Empty selectors match all; tags match any-of; depth range is inclusive."""
     rs = RuleSet.from_config(
         [
-            rule("all", "no_commas"),
+            rule("everywhere", "no_commas"),
             rule("group", "no_commas", model_groups=["gpt"]),
             rule("route", "no_commas", routes=["/chat"]),
             rule("tag", "no_commas", tags=["legal", "medical"]),
             rule("deep", "no_commas", min_depth=3, max_depth=4),
         ]
     )
-    assert set(verdicts(rs.evaluate("x", CheckContext()))) == {"all"}
+    assert set(verdicts(rs.evaluate("x", CheckContext()))) == {"everywhere"}
     ctx = CheckContext(model_group="gpt", route="/chat", tags=frozenset({"medical"}), depth=3)
-    assert set(verdicts(rs.evaluate("x", ctx))) == {"all", "group", "route", "tag", "deep"}
+    assert set(verdicts(rs.evaluate("x", ctx))) == {"everywhere", "group", "route", "tag", "deep"}
     assert "deep" not in verdicts(rs.evaluate("x", CheckContext(depth=5)))
     assert "group" not in verdicts(rs.evaluate("x", CheckContext(model_group="claude")))
 

@@ -65,7 +65,7 @@ def test_config_check_rejects_reserved_rule_names(tmp_path: Path) -> None:
         )
         res = CliRunner().invoke(main, ["config", "check", str(cfg)])
         assert res.exit_code == ExitCode.ERROR, res.output
-        assert str(cfg) in res.stderr and "rules[1].name" in res.stderr and "reserved" in res.stderr
+        assert str(cfg) in res.stderr and f"rules[{name!r}].name" in res.stderr and "reserved" in res.stderr
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"rules": [{"name": "all_caps", "check": "no_commas"}]}))
     assert CliRunner().invoke(main, ["config", "check", str(good)]).exit_code == ExitCode.OK

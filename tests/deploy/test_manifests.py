@@ -217,8 +217,9 @@ def test_release_label_selects_servicemonitors_and_rules_in_kube_prometheus_stac
 
 def test_metrics_need_a_bearer_token_from_a_secret_and_prometheus_sends_it(tmp_path: Path) -> None:
     """The serve pods listen on 0.0.0.0, so /metrics requires telemetry.metrics_token (from the
-    handoffmon-metrics Secret; serve refuses to start without it), and the ServiceMonitor authenticates with the same Secret. The
-    pod's ConfigMap and environment load as one config (a moved key would stop the pod)."""
+    handoffmon-metrics Secret; serve refuses to start without it), and the ServiceMonitor
+    authenticates with the same Secret. The pod's ConfigMap and environment load as one config
+    (a moved key would stop the pod)."""
     from handoffmon.config import load_config
 
     docs = {(d["kind"], d["metadata"]["name"]): d for d in _k8s_docs()}

@@ -25,6 +25,8 @@ NOT_CONFIG_VARIABLES = {
     "CONFIG",  # the config file's path
     "STORE_BACKEND",  # docker-compose's own variable, passed on as HANDOFFMON_STORE__BACKEND
     "SOAK_S",  # the soak tests' length (tests/reliability)
+    "METRICS_TOKEN",  # docker-compose's own variable, passed on as HANDOFFMON_TELEMETRY__METRICS_TOKEN
+    "FUZZ_EXAMPLES",  # the adversarial wrapper suite's example count (tests/integrations)
 }
 NOT_METRICS = {"handoffmon_buckets", "handoffmon_rows"}
 """Tables of the turn-log SQL (guides/turn-logs.md)."""

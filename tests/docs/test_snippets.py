@@ -15,6 +15,7 @@ import yaml
 
 from handoffmon.checkers import RuleSet
 from handoffmon.config import HandoffmonConfig, config_from_mapping
+from handoffmon.runtime.build import _shared
 from tests.conftest import require_binary
 from tests.docs.snippets import ROOT, Block, all_blocks, blocks, pages, resolve_command, shell_commands
 
@@ -35,14 +36,21 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch: pytest.Mon
     """
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "__docs__"}
-    for block in blocks(page):
-        if block.lang != "python":
-            continue
-        if block.mark is not None:
-            _check_mark(block)
-            continue
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(block.code, block.id, "exec"), namespace)
+    before = set(map(id, _shared.values()))
+    try:
+        for block in blocks(page):
+            if block.lang != "python":
+                continue
+            if block.mark is not None:
+                _check_mark(block)
+                continue
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(block.code, block.id, "exec"), namespace)
+    finally:
+        # a snippet's `handoffmon.wrap(router)` exports into the global registry, as in an
+        # application; close the runtimes it built so later tests see that registry clean
+        for runtime in [r for r in _shared.values() if id(r) not in before]:
+            runtime.close(0)
 
 
 def _check_mark(block: Block) -> None:

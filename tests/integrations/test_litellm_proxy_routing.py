@@ -10,6 +10,7 @@ router's first fallback ``backup`` (model-b) — only when the history was writt
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ import openai
 import pytest
 import yaml
 
-from handoffmon.counts import CheckKey, Counts, TurnKey
+from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, POOLED_RULE, CellStatKey, CheckKey, Counts, TurnKey
 from handoffmon.pipeline.aggregates import Aggregates
 from tests.integrations.test_litellm_proxy import MASTER_KEY, _series, running_proxy
 
@@ -78,14 +79,27 @@ def _metrics(url: str) -> str:
 
 
 def planted(n: int = 400) -> Counts:
-    """c→b: adherence 50% against b's 91% baseline (risk ≈ −35 pp); c→d: as d's baseline."""
+    """c→b: adherence 50% against b's 91% baseline (risk ≈ −35 pp); c→d: as d's baseline.
+
+    Everything a file written by handoffmon holds, as if each turn were its own conversation:
+    the clean same-author baseline and the per-cell depth and cluster sums, so the proxy's
+    own traffic adds to consistent sums."""
     checks: dict[CheckKey, int] = {}
     turns: dict[TurnKey, int] = {}
+    baseline: dict[CheckKey, int] = {}
+    stats: Counter[CellStatKey] = Counter()
 
     def add(model: str, prefix: str, bucket: str, passes: int, fails: int, handoff: str) -> None:
         checks[CheckKey("brief", model, prefix, bucket, "pass")] = passes
         checks[CheckKey("brief", model, prefix, bucket, "fail")] = fails
         turns[TurnKey(model, prefix, bucket, handoff)] = passes + fails
+        if prefix == model:  # clean: a same-author history
+            baseline[CheckKey("brief", model, prefix, bucket, "pass")] = passes
+            baseline[CheckKey("brief", model, prefix, bucket, "fail")] = fails
+        for rule in ("brief", POOLED_RULE):
+            stats[CellStatKey(rule, model, prefix, bucket, "depth")] += int(bucket) * (passes + fails)
+            for stat, v in zip(CLUSTER_STATS, (passes + fails, passes, passes, passes + fails), strict=True):
+                stats[CellStatKey(rule, model, prefix, CELL_TOTAL, stat)] += v
 
     for m in ("model-b", "model-c", "model-d"):
         add(m, "none", "1", n, n // 10, "false")
@@ -94,7 +108,7 @@ def planted(n: int = 400) -> Counts:
     add("model-d", "model-c", "2", n, n // 10, "true")
     add("model-c", "model-b", "2", n, n // 10, "true")
     add("model-c", "model-d", "2", n, n // 10, "true")
-    return Counts(checks=checks, turns=turns)
+    return Counts(checks=checks, turns=turns, baseline_checks=baseline, cell_stats=dict(stats))
 
 
 @pytest.fixture(scope="module")
