@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union, overload
 
+import orjson
+
 from handoffmon.errors import InputError
 
 SCHEMA = "handoffmon.refit"
@@ -452,7 +454,7 @@ class RefitResult:
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The versioned JSON document."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return _dumps(self.to_dict(), indent)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> RefitResult:
@@ -524,7 +526,7 @@ class SwitchMatrixResult:
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The versioned JSON document."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return _dumps(self.to_dict(), indent)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> SwitchMatrixResult:
@@ -583,6 +585,23 @@ def _encode(obj: Any) -> Any:
         x = float(obj)
         return x if x - x == 0.0 else _non_finite(x)
     raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _dumps(doc: dict[str, Any], indent: int | None) -> str:
+    """The document as JSON text, written by orjson (a K = 100 refit's 50 MB document: 0.15 s
+    instead of ``json.dumps``' 1.6 s compact, 5 s indented).
+
+    Same keys, order and values as ``json.dumps`` (``json.loads`` reads it back equal);
+    different bytes: non-ASCII stays UTF-8 instead of ``\\u`` escapes, exponents are
+    written ``1e-7`` (``json``: ``1e-07``), compact output has no spaces after ``,``/``:``,
+    and ``indent`` is 2 or None (orjson indents by two only). ``_encode`` has already
+    mapped NaN/±inf to null/"inf" (orjson would write null for any it missed, where
+    ``allow_nan=False`` raised), so the guard is ``_encode``'s, tested in test_result.
+    """
+    if indent not in (None, 2):
+        raise ValueError(f"indent must be 2 or None, got {indent!r}")
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent == 2 else 0)
+    return orjson.dumps(doc, option=option).decode()
 
 
 def _non_finite(x: float) -> Any:

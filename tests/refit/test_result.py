@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -74,3 +75,20 @@ def test_pair_table_builds_its_records_once_on_first_read() -> None:
     assert len(table) == 1 and not calls
     assert table == rows and list(table) == rows and table[0] is table[0]
     assert calls == [1]
+
+
+def test_json_text_reads_back_as_the_dict_in_both_layouts() -> None:
+    """orjson writes the document: compact and indented text parse to exactly ``to_dict``
+    (same key order too), non-ASCII names stay readable UTF-8, other indents are refused."""
+    base = _result()
+    result = dataclasses.replace(base, source="zürich-東京", rules={"règle": base.rules["r"]})
+    doc = result.to_dict()
+    for indent in (None, 2):
+        text = result.to_json(indent=indent)
+        back = json.loads(text)
+        assert back == doc
+        assert list(back["rules"]["règle"]) == list(doc["rules"]["règle"])
+        assert "zürich-東京" in text
+    assert "\n  " in result.to_json() and "\n" not in result.to_json(indent=None)
+    with pytest.raises(ValueError, match="indent"):
+        result.to_json(indent=4)
