@@ -6,9 +6,8 @@ import copy
 import os
 import threading
 from collections import Counter as _Tally
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram

@@ -47,7 +47,9 @@ class PairRecorder:
                 self._cluster(out, rule, conversation, prefix_model, model, b_pass, a_pass, table=True)
                 if handoff_arm:
                     _bump(out, ShadowKey(rule, prefix_model, model, "handoff_arm"), 1)
-                self._cluster(out, POOLED_RULE, conversation, prefix_model, model, b_pass, a_pass, table=False)
+                self._cluster(
+                    out, POOLED_RULE, conversation, prefix_model, model, b_pass, a_pass, table=False
+                )
         return out
 
     def _cluster(

@@ -15,8 +15,9 @@ the window's start (their square grows by the cross term with their earlier chec
 widens the interval a little; G counts only conversations that started in the window).
 Shadow continuation's pairs (``handoffmon_shadow_pair_stats_total``: paired tables and
 their cluster sums) are read the same way, so the refit's ``switch_costs`` from Prometheus
-equal the in-process ones. Counters from a handoffmon that predates these series are simply absent: the refit then
-treats turns as independent and says so (``clustered: false``).
+equal the in-process ones. Counters from a handoffmon that predates these series are
+simply absent: the refit then treats turns as independent and says so (``clustered:
+false``) and has no switch costs.
 
 A ``match`` selector such as ``{job="prod",namespace="llm"}`` restricts every query to
 one deployment; without it every handoffmon a Prometheus scrapes (staging and

@@ -84,7 +84,9 @@ def test_refit_from_sqlite_and_prometheus_gives_the_in_process_switch_costs(tmp_
             cli_out = {}
             for name, source in (("sqlite", f"sqlite://{db}"), ("prometheus", prom.url)):
                 out = tmp_path / f"{name}.json"
-                res = CliRunner().invoke(main, ["refit", "--source", source, "--min-n", "1", "--out", str(out)])
+                res = CliRunner().invoke(
+                    main, ["refit", "--source", source, "--min-n", "1", "--out", str(out)]
+                )
                 assert res.exit_code == 0, res.output
                 cli_out[name] = json.loads(out.read_text(encoding="utf-8"))
     pair = ("model-c", "model-b")
@@ -99,7 +101,9 @@ def test_refit_from_sqlite_and_prometheus_gives_the_in_process_switch_costs(tmp_
     assert persisted.shadow == local.shadow
     assert remote.shadow == local.shadow
     expected = json.loads(
-        refit(local, buckets=infer_buckets(local), now=0.0, source="x", settings=RefitConfig(min_n=1)).to_json()
+        refit(
+            local, buckets=infer_buckets(local), now=0.0, source="x", settings=RefitConfig(min_n=1)
+        ).to_json()
     )
     costs = _switch_costs(expected)
     assert costs["brief"][0]["n_pairs"] == 8 and costs["brief"][0]["estimate"] < 0
