@@ -26,8 +26,8 @@ NOT_CONFIG_VARIABLES = {
     "STORE_BACKEND",  # docker-compose's own variable, passed on as HANDOFFMON_STORE__BACKEND
     "SOAK_S",  # the soak tests' length (tests/reliability)
 }
-NOT_METRICS = {"handoffmon_buckets", "handoffmon_rows"}
-"""Tables of the turn-log SQL (guides/turn-logs.md)."""
+NOT_METRICS = {"handoffmon_buckets", "handoffmon_rows", "handoffmon_shadow"}
+"""Tables of the turn-log SQL (guides/turn-logs.md); the shadow calls' metadata key (guides/shadow.md)."""
 
 _SQL = re.compile(r"^```sql\n.*?^```", re.S | re.M)
 _CODE = re.compile(r"`([^`\n]+)`")
