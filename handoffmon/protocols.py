@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from handoffmon.types import TurnResult
-
-if TYPE_CHECKING:  # pragma: no cover
-    from handoffmon.counts import ShadowKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +115,8 @@ class ShadowPairObserver(Protocol):
     aggregates, so a refit from Prometheus or SQLite reads the same pairs. Must not raise.
     """
 
-    def count_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
-        """Add one shadow pair's increments to the exported counters."""
+    def count_shadow(self, increments: Mapping[Any, int]) -> None:
+        """Add one shadow pair's increments (``counts.ShadowKey`` → n) to the exported counters."""
         ...
 
 
