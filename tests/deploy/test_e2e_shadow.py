@@ -17,13 +17,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 pytest.importorskip("litellm")
 
 from handoffmon import build_runtime
-from handoffmon.config import config_from_mapping
 from handoffmon.integrations import wrap
 from tests.conftest import free_port
 from tests.deploy.shipped import TEMPLATE_VALUES, dashboard, panel_targets, substitute
 from tests.promserver import prometheus_server
-from tests.shadow.test_persisted import RULES
-from tests.shadow.test_runner import CANONICAL, _converse, _router
+from tests.shadow.test_persisted import shadow_config
+from tests.shadow.test_runner import _converse, _router
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -41,22 +40,7 @@ def test_every_shadow_panel_query_returns_data_for_its_deployment_only(tmp_path:
     """Shadow calls, skips, pair checks, budget, breakers and the refit's switch costs reach every
     shadow panel for job=prod while traffic flows, and nothing for job=staging."""
     port = free_port()
-    config = config_from_mapping(
-        {
-            "rules": RULES,
-            "attribution": {"canonical_models": CANONICAL},
-            "telemetry": {"log_turns": False, "metrics_port": port},
-            "refit": {"interval_s": 3600, "min_n": 1},
-            "shadow": {
-                "enabled": True,
-                "sample_rate": 1.0,
-                "calls_per_minute": 1000,
-                "pair_calls_per_hour": 1000,
-                "targets": ["model-b", "model-c"],
-                "candidates": {"model-c": ["model-b"]},
-            },
-        }
-    )
+    config = shadow_config(metrics_port=port, refit={"interval_s": 3600, "min_n": 1})
     targets = _shadow_targets()
     assert len(targets) >= 9, targets
     with build_runtime(config, registry=None) as rt:

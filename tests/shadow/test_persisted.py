@@ -34,6 +34,28 @@ RULES = [
 ]
 
 
+def shadow_config(*, metrics_port: int, refit: dict[str, Any] | None = None, **extra: Any) -> Any:
+    """Rules over three table cells, shadow on for every eligible turn (handoff arm back to model-c,
+    no-handoff arm to model-b), handoffmon's series on ``metrics_port``."""
+    return config_from_mapping(
+        {
+            "rules": RULES,
+            "attribution": {"canonical_models": CANONICAL},
+            "telemetry": {"log_turns": False, "metrics_port": metrics_port},
+            "refit": refit or {"interval_s": 0},
+            "shadow": {
+                "enabled": True,
+                "sample_rate": 1.0,
+                "calls_per_minute": 1000,
+                "pair_calls_per_hour": 1000,
+                "targets": ["model-b", "model-c"],
+                "candidates": {"model-c": ["model-b"]},
+            },
+            **extra,
+        }
+    )
+
+
 def _switch_costs(doc: dict[str, Any]) -> dict[str, Any]:
     return {rule: fit["switch_costs"] for rule, fit in doc["rules"].items()}
 
@@ -47,23 +69,7 @@ def test_refit_from_sqlite_and_prometheus_gives_the_in_process_switch_costs(tmp_
     from tests.promserver import prometheus_server
 
     db, port = tmp_path / "handoffmon.sqlite", free_port()
-    config = config_from_mapping(
-        {
-            "rules": RULES,
-            "attribution": {"canonical_models": CANONICAL},
-            "store": {"backend": "sqlite", "path": str(db)},
-            "telemetry": {"log_turns": False, "metrics_port": port},
-            "refit": {"interval_s": 0},
-            "shadow": {
-                "enabled": True,
-                "sample_rate": 1.0,
-                "calls_per_minute": 1000,
-                "pair_calls_per_hour": 1000,
-                "targets": ["model-b", "model-c"],
-                "candidates": {"model-c": ["model-b"]},
-            },
-        }
-    )
+    config = shadow_config(store={"backend": "sqlite", "path": str(db)}, metrics_port=port)
     with build_runtime(config, registry=None) as rt:
         client = wrap(_router(), runtime=rt)
         for i in range(4):
