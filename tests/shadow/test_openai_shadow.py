@@ -3,6 +3,7 @@ faked with an httpx transport that answers as the requested model)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from typing import Any
@@ -16,7 +17,7 @@ import openai
 
 from handoffmon import build_runtime
 from handoffmon.config import config_from_mapping
-from handoffmon.counts import ShadowKey
+from handoffmon.counts import Counts, ShadowKey
 from handoffmon.integrations import wrap
 
 RULES = [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}]
@@ -68,25 +69,28 @@ def _runtime() -> Any:
     return build_runtime(config, registry=None)
 
 
-def test_sync_client_continues_a_no_handoff_turn_with_the_candidate() -> None:
-    """model-c twice: the candidate model-b is asked, on a shadow thread, with the shadow header and
-    through the client itself (no third turn); its long reply fails where model-c's passed."""
-    endpoint = Endpoint()
-    client = openai.OpenAI(
-        api_key="k",
-        base_url="http://llm/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(endpoint)),
-    )
+async def _two_turns(client: Any) -> Counts:
+    """Two turns asking model-c through the wrapped client; the runtime's counts after them."""
     with _runtime() as rt:
         wrapped = wrap(client, runtime=rt)
         messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
         for i in range(2):
             reply = wrapped.chat.completions.create(model="model-c", messages=messages)
+            reply = await reply if inspect.isawaitable(reply) else reply
             assert reply.choices[0].message.content == "ok"
             messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"more {i}"}]
             assert rt.flush(20)
-        counts = rt.snapshot()
-        caller = threading.current_thread().name
+        counts: Counts = rt.snapshot()
+        return counts
+
+
+async def test_sync_client_continues_a_no_handoff_turn_with_the_candidate() -> None:
+    """model-c twice: the candidate model-b is asked, on a shadow thread, with the shadow header and
+    through the client itself (no third turn); its long reply fails where model-c's passed."""
+    endpoint = Endpoint()
+    transport = httpx.Client(transport=httpx.MockTransport(endpoint))
+    counts = await _two_turns(openai.OpenAI(api_key="k", base_url="http://llm/v1", http_client=transport))
+    caller = threading.current_thread().name
     assert endpoint.seen[:2] == [("model-c", None, caller), ("model-c", None, caller)]
     (shadow,) = endpoint.seen[2:]
     assert shadow[:2] == ("model-b", "1") and shadow[2] != caller
@@ -97,18 +101,9 @@ def test_sync_client_continues_a_no_handoff_turn_with_the_candidate() -> None:
 async def test_async_client_makes_no_shadow_calls() -> None:
     """The runner's threads are no event loop: an AsyncOpenAI client is monitored without shadow calls."""
     endpoint = Endpoint()
-    client = openai.AsyncOpenAI(
-        api_key="k",
-        base_url="http://llm/v1",
-        http_client=httpx.AsyncClient(transport=httpx.MockTransport(endpoint)),
+    transport = httpx.AsyncClient(transport=httpx.MockTransport(endpoint))
+    counts = await _two_turns(
+        openai.AsyncOpenAI(api_key="k", base_url="http://llm/v1", http_client=transport)
     )
-    with _runtime() as rt:
-        wrapped = wrap(client, runtime=rt)
-        messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
-        for i in range(2):
-            await wrapped.chat.completions.create(model="model-c", messages=messages)
-            messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"more {i}"}]
-            assert rt.flush(20)
-        counts = rt.snapshot()
     assert [m for m, _, _ in endpoint.seen] == ["model-c", "model-c"]
     assert not counts.shadow and sum(counts.turns.values()) == 2
