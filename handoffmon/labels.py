@@ -220,6 +220,8 @@ class LabelGuard:
 
 BASELINE_LABELS: tuple[str, ...] = ("rule", "model", "depth_bucket", "verdict")
 CELL_STAT_LABELS: tuple[str, ...] = ("rule", "model", "prefix_model", "depth_bucket", "stat")
+SHADOW_PAIR_LABELS: tuple[str, ...] = ("rule", "prefix_model", "model", "stat")
+"""Labels of ``handoffmon_shadow_pair_stats``: the fields of ``counts.ShadowKey``, in order."""
 
 
 def refit_input_labels(

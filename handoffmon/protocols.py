@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from handoffmon.types import TurnResult
 
@@ -103,6 +103,20 @@ class MonitorObserver(Protocol):
 
     def count_drop(self, n: int = 1) -> None:
         """Count turns dropped because the background queue was full."""
+        ...
+
+
+@runtime_checkable
+class ShadowPairObserver(Protocol):
+    """Optional exporter extension: shadow pairs' counter increments (``Counts.shadow``).
+
+    ``Monitor.count_shadow`` pushes each recorded pair's increments (names already capped
+    by the shared guard) into every exporter that implements this, as it does into the
+    aggregates, so a refit from Prometheus or SQLite reads the same pairs. Must not raise.
+    """
+
+    def count_shadow(self, increments: Mapping[Any, int]) -> None:
+        """Add one shadow pair's increments (``counts.ShadowKey`` → n) to the exported counters."""
         ...
 
 

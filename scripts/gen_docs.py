@@ -157,6 +157,7 @@ def monitor_metrics_block() -> str:
     from handoffmon.exporters.store_failures import StoreStatsCollector
     from handoffmon.pipeline.state import ConversationState
     from handoffmon.refit import refit
+    from handoffmon.counts import Counts
     from handoffmon.shadow.recorder import PairRecorder
     from handoffmon.shadow.stats import ShadowStats
     from handoffmon.sim import default_fleet
@@ -176,12 +177,14 @@ def monitor_metrics_block() -> str:
     exporter.count_error("export")
     exporter.count_drop()
     counts = simulate_counts(default_fleet(), 100, seed=3)
-    # shadow continuation's pairs give the switch-cost gauges
-    pairs = PairRecorder()
+    # shadow continuation's pairs: their counters, and the switch-cost gauges
+    pairs, shadow = PairRecorder(), Counts()
     a, b = (m.name for m in default_fleet().models[:2])
     for i in range(60):
-        pairs.add(f"c{i}", a, b, i % 2 == 0, {"r": (i % 3 != 0, i % 4 != 0)})
-    exporter.publish_refit(refit(counts.merge(pairs.counts()), buckets=DepthBuckets()))
+        increments = pairs.add(f"c{i}", a, b, i % 2 == 0, {"r": (i % 3 != 0, i % 4 != 0)})
+        exporter.count_shadow(increments)
+        shadow = shadow.merge(Counts(shadow=increments))
+    exporter.publish_refit(refit(counts.merge(shadow), buckets=DepthBuckets()))
     # the runtime registers the store guard's failure counters beside the exporter, in every mode
     exporter.registry.register(StoreStatsCollector(lambda: {"get_errors": 0}))
     # and, with routing.enabled, the routing policy's decisions and its table's age

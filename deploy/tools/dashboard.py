@@ -368,6 +368,77 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
     )
 
 
+def _shadow(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
+    cost = _fit(q, "handoffmon_switch_cost", 'bound="estimate"')
+    cost_table = [
+        _target(cost, ref="A", instant=True),
+        _target(_fit(q, "handoffmon_switch_cost", 'bound="lower"'), ref="B", instant=True),
+        _target(_fit(q, "handoffmon_switch_cost", 'bound="upper"'), ref="C", instant=True),
+        _target(_fit(q, "handoffmon_switch_cost_significant"), ref="D", instant=True),
+        _target(_fit(q, "handoffmon_switch_cost_pairs"), ref="E", instant=True),
+    ]
+    calls = f"sum by (arm, outcome) (rate({q.m('handoffmon_shadow_calls_total')}[$__rate_interval]))"
+    skipped = f"sum by (reason) (rate({q.m('handoffmon_shadow_skipped_total')}[$__rate_interval]))"
+    table_sel = q.m(
+        "handoffmon_shadow_pair_stats_total",
+        'rule=~"$rule", model=~"$model", stat=~"both_pass|model_only|prefix_only|both_fail"',
+    )
+    pairs = f"sum by (prefix_model, model) (rate({table_sel}[$__rate_interval]))"
+    budget = (
+        f"max by (window) ({q.m('handoffmon_shadow_budget_used')})\n/\n"
+        f"max by (window) ({q.m('handoffmon_shadow_budget_limit')})"
+    )
+    spend = f"sum(rate({q.m('handoffmon_shadow_spend_usd_total')}[$__rate_interval])) * 86400"
+    breaker = f"max by (target) ({q.m('handoffmon_shadow_breaker_open')})"
+    return (
+        d.with_row(dashboard.Row("Shadow continuation: experimental switch cost").id(40))
+        .with_panel(
+            _table(
+                41,
+                "Switch cost (shadow pairs) with interval, significance and pairs — fit rule $fit_rule",
+                12,
+                9,
+                *cost_table,
+            )
+        )
+        .with_panel(
+            _ts(
+                42,
+                "Shadow pair checks per second by pair (prefix model → other continuation)",
+                "ops",
+                12,
+                9,
+                _target(pairs, "{{prefix_model}} → {{model}}"),
+            )
+        )
+        .with_panel(
+            _ts(
+                43,
+                "Shadow calls per second by arm and outcome",
+                "ops",
+                8,
+                8,
+                _target(calls, "{{arm}}: {{outcome}}"),
+            )
+        )
+        .with_panel(
+            _ts(44, "Turns not shadowed per second by reason", "ops", 8, 8, _target(skipped, "{{reason}}"))
+        )
+        .with_panel(
+            _ts(
+                45,
+                "Shadow budget used per window, spend (USD/day) and open breakers",
+                "percentunit",
+                8,
+                8,
+                _target(budget, "{{window}} used", "A"),
+                _target(spend, "USD per day at this rate", "B"),
+                _target(breaker, "breaker open: {{target}}", "C"),
+            )
+        )
+    )
+
+
 def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashboard.Dashboard:
     attr = q.m("handoffmon_attributions_total")
     errors = f"sum by (stage) (rate({q.m('handoffmon_monitor_errors_total')}[$__rate_interval]))"
@@ -522,7 +593,8 @@ def build(identity: Sequence[str] = IDENTITY_LABELS, rules_path: Path = DEFAULT_
         .uid(UID)
         .description(
             "Adherence by conversation depth and by model handoff pair, refit influence/susceptibility, "
-            "routing and monitoring health — one deployment at a time (identity variables)."
+            "routing, shadow continuation and monitoring health — one deployment at a time (identity "
+            "variables)."
         )
         .tags(["handoffmon", "llm"])
         .tooltip(DashboardCursorSync.CROSSHAIR)
@@ -539,7 +611,7 @@ def build(identity: Sequence[str] = IDENTITY_LABELS, rules_path: Path = DEFAULT_
     )
     for var in _variables(q):
         d = d.with_variable(var)  # type: ignore[arg-type]
-    d = _health(_routing(_models(_pairs(_adherence(d, q), q), q), q), q, alerts)
+    d = _health(_shadow(_routing(_models(_pairs(_adherence(d, q), q), q), q), q), q, alerts)
     built = d.build()
     data: dict[str, object] = json.loads(json.dumps(built, cls=JSONEncoder))
     return data

@@ -19,13 +19,20 @@ from handoffmon._version import __version__
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.prometheus import OVERHEAD_BUCKETS
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
-from handoffmon.labels import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
+from handoffmon.labels import (
+    BASELINE_LABELS,
+    CELL_STAT_LABELS,
+    SHADOW_PAIR_LABELS,
+    LabelGuard,
+    refit_input_labels,
+)
 from handoffmon.types import CheckResult, TurnContent, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from opentelemetry.context import Context
 
     from handoffmon.config import HandoffmonConfig
+    from handoffmon.counts import ShadowKey
     from handoffmon.refit.result import RefitResult
 
 SCOPE = "handoffmon"
@@ -258,6 +265,9 @@ class OTelExporter:
         self._cell_stats = c(
             "handoffmon_cell_stats", "1", "Per-cell depth and conversation-cluster sums (refit input)."
         )
+        self._shadow_pair_stats = c(
+            "handoffmon_shadow_pair_stats", "1", "Shadow pairs' paired tables and cluster sums (refit input)."
+        )
         self._attributions = c(
             "handoffmon_attributions", "{message}", "Earlier messages attributed, by method."
         )
@@ -376,6 +386,14 @@ class OTelExporter:
             self._attributions.add(n, {"method": method if method in ("chain", "content") else "unknown"})
         if rec.fallbacks > 0:
             self._fallbacks.add(rec.fallbacks, {"model": model})
+
+    def count_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
+        """Add a shadow pair's increments to ``handoffmon_shadow_pair_stats``; never raises."""
+        try:
+            for key, n in increments.items():
+                self._shadow_pair_stats.add(n, dict(zip(SHADOW_PAIR_LABELS, key, strict=True)))
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_otel", exc)
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Flush the providers' span/log processors and metric readers (the Monitor calls this at close).

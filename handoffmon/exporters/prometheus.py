@@ -6,7 +6,7 @@ import copy
 import os
 import threading
 from collections import Counter as _Tally
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -19,11 +19,18 @@ from handoffmon._version import __version__
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
-from handoffmon.labels import BASELINE_LABELS, CELL_STAT_LABELS, LabelGuard, refit_input_labels
+from handoffmon.labels import (
+    BASELINE_LABELS,
+    CELL_STAT_LABELS,
+    SHADOW_PAIR_LABELS,
+    LabelGuard,
+    refit_input_labels,
+)
 from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.config import HandoffmonConfig
+    from handoffmon.counts import ShadowKey
     from handoffmon.refit.result import RefitResult
 
 OVERHEAD_BUCKETS: tuple[float, ...] = (
@@ -59,6 +66,7 @@ class _Counters:
     transitions: Counter
     baseline_checks: Counter
     cell_stats: Counter
+    shadow_pair_stats: Counter
     attributions: Counter
     fallbacks: Counter
     errors: Counter
@@ -109,6 +117,16 @@ def _counters() -> _Counters:
             "are G, sum y^2, sum y*n, sum n^2 over conversations with y passes in n checks of the cell "
             "(rule='all': every rule together). The diagonal holds clean same-author turns only.",
             CELL_STAT_LABELS,
+            registry=r,
+        ),
+        shadow_pair_stats=Counter(
+            "handoffmon_shadow_pair_stats",
+            "Shadow continuation pairs of (rule, prefix_model A, model B) for the switch-cost refit: "
+            "stat=both_pass|model_only|prefix_only|both_fail is the paired table of B's and A's "
+            "verdicts continuing the same prefix; stat=handoff_arm the pairs whose served turn was "
+            "the handoff; stat=conversations|b2|c2|bc|bn|cn|n2 the conversation-cluster sums "
+            "(rule='all': every rule together).",
+            SHADOW_PAIR_LABELS,
             registry=r,
         ),
         attributions=Counter(
@@ -362,6 +380,16 @@ class PrometheusExporter:
             seen = self._overflows.get(label, 0)
             self._m.label_overflows.labels(label).inc(max(0, n - seen))  # creates it at 0 too
             self._overflows[label] = max(n, seen)
+
+    # -- ShadowPairObserver ------------------------------------------------------------
+
+    def count_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
+        """Add a shadow pair's increments to ``handoffmon_shadow_pair_stats_total``; never raises."""
+        try:
+            for key, n in increments.items():
+                self._m.shadow_pair_stats.labels(*key).inc(n)
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Nothing is buffered: values are read at scrape time."""

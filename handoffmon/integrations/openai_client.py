@@ -18,6 +18,7 @@ from handoffmon.ingress import (
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
+from handoffmon.shadow.turns import ShadowOffer, ShadowSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
@@ -34,9 +35,15 @@ def _is_async_client(client: Any) -> bool:
 class _Turns:
     """Capture/finish plumbing shared by the sync and async ``create``."""
 
-    def __init__(self, monitor: Monitor) -> None:
+    def __init__(self, monitor: Monitor, shadow: ShadowSource | None = None) -> None:
         self.monitor = monitor
         self.parser = RequestParser.from_config(monitor.config)
+        self.shadow = shadow
+
+    def offer(self, cap: Capture) -> ShadowOffer | None:
+        """The turn's shadow offer when the runtime runs shadow continuation (sync clients)."""
+        messages = cap.request.messages
+        return ShadowOffer(self.shadow, messages) if self.shadow is not None and messages else None
 
     def begin(self, kwargs: Mapping[str, Any]) -> Capture | None:
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
@@ -54,6 +61,7 @@ class _Turns:
                 reply_message(response),
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
+                shadow=self.offer(cap),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a completion")
@@ -71,6 +79,7 @@ class _Turns:
                 Deferred(describe_stream, (self.monitor.names, out, served)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
+                shadow=self.offer(cap),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")
@@ -151,7 +160,8 @@ class OpenAIClientWrapper:
     Authorship comes from LiteLLM response headers when the client talks to a LiteLLM
     Proxy (``x-litellm-model-id``, ``x-litellm-model-name``, attempted fallbacks and
     retries, read through ``with_raw_response``), else from the response's ``model``
-    (``ingress.author``, the rule every adapter shares).
+    (``ingress.author``, the rule every adapter shares). When the runtime runs shadow
+    continuation, a synchronous client also makes the shadow calls (``OpenAIShadow``).
 
     Args:
         client: ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or a look-alike).
@@ -163,11 +173,15 @@ class OpenAIClientWrapper:
         self._client = client
         self._monitor = monitor
         self._runtime = runtime
-        turns = _Turns(monitor)
+        is_async = _is_async_client(client)
+        shadow = None
+        if runtime is not None and runtime.shadow is not None and not is_async:
+            from handoffmon.integrations.openai_shadow import OpenAIShadow
+
+            shadow = OpenAIShadow(client, monitor.names)
+        turns = _Turns(monitor, shadow)
         inner = client.chat.completions
-        completions = (
-            _AsyncCompletions(inner, turns) if _is_async_client(client) else _SyncCompletions(inner, turns)
-        )
+        completions = _AsyncCompletions(inner, turns) if is_async else _SyncCompletions(inner, turns)
         self.chat = _Chat(client.chat, completions)
 
     @property

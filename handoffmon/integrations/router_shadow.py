@@ -64,17 +64,7 @@ class RouterShadow:
             content_policy_fallbacks=[],
             metadata=dict(SHADOW_METADATA),
         )
-        outcome = describe_response(self._names, response, None)
-        wrote = self._names.canonical(outcome.authors[-1]) if outcome.authors else None
-        tin, tout = outcome.input_tokens, outcome.output_tokens
-        tokens = float(tin + tout) if tin is not None and tout is not None else None
-        price = self.prices(target)
-        usd = (
-            tin * price[0] + tout * price[1]
-            if price is not None and tin is not None and tout is not None
-            else None
-        )
-        return ShadowReply(reply_text(reply_message(response)), wrote, tokens, usd)
+        return shadow_reply(self._names, response, None, self.prices(target))
 
     def candidates(self, model: str) -> Sequence[str]:
         """Models of the Router's fallback groups for ``model``'s group (single-model groups only)."""
@@ -125,13 +115,37 @@ def _field(d: Any, name: str) -> Any:
 
 def _prices(deployment: Any, model: str) -> tuple[float, float] | None:
     """(input, output) USD per token: the deployment's own ``model_info``, else litellm's cost map."""
-    import litellm
-
     info = _field(deployment, "model_info") or {}
     inp, out = _field(info, "input_cost_per_token"), _field(info, "output_cost_per_token")
     if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
-        entry = litellm.model_cost.get(model) or {}
-        inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+        return cost_map_prices(model)
+    return float(inp), float(out)
+
+
+def cost_map_prices(model: str) -> tuple[float, float] | None:
+    """(input, output) USD per token of ``model`` in litellm's cost map (``None``: unknown, or no litellm)."""
+    try:
+        import litellm
+    except ImportError:
+        return None
+    entry = litellm.model_cost.get(model) or {}
+    inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
     if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
         return None
     return float(inp), float(out)
+
+
+def shadow_reply(
+    names: ModelNames, response: Any, served: Any, price: tuple[float, float] | None
+) -> ShadowReply:
+    """A shadow call's reply: its text, the canonical model that wrote it, its tokens and cost."""
+    outcome = describe_response(names, response, served)
+    wrote = names.canonical(outcome.authors[-1]) if outcome.authors else None
+    tin, tout = outcome.input_tokens, outcome.output_tokens
+    tokens = float(tin + tout) if tin is not None and tout is not None else None
+    usd = (
+        tin * price[0] + tout * price[1]
+        if price is not None and tin is not None and tout is not None
+        else None
+    )
+    return ShadowReply(reply_text(reply_message(response)), wrote, tokens, usd)

@@ -1,5 +1,5 @@
 """Aggregate counters (checks, transitions, turns, attributions, errors, drops, the clean
-baseline and per-cell depth and conversation-cluster sums) in memory and SQLite."""
+baseline, per-cell depth and conversation-cluster sums, shadow pairs) in memory and SQLite."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ import json
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from handoffmon.counts import CellStatKey, CheckKey, Counts, TransitionKey, TurnKey, turn_cell_stats
+from handoffmon.counts import (
+    CellStatKey,
+    CheckKey,
+    Counts,
+    ShadowKey,
+    TransitionKey,
+    TurnKey,
+    turn_cell_stats,
+)
 from handoffmon.errors import StoreError
 from handoffmon.labels import LabelGuard
 from handoffmon.types import TurnResult
@@ -26,6 +34,7 @@ _KINDS = (
     "session_lengths",
     "baseline_checks",
     "cell_stats",
+    "shadow",
 )
 _KEYED = {
     "checks": CheckKey,
@@ -33,6 +42,7 @@ _KEYED = {
     "turns": TurnKey,
     "baseline_checks": CheckKey,
     "cell_stats": CellStatKey,
+    "shadow": ShadowKey,
 }
 _TABLE = "handoffmon_counts"
 _SCHEMA = f"""
@@ -89,6 +99,7 @@ def _counts_from_rows(rows: Iterable[tuple[str, str, int]]) -> Counts:
         session_lengths=tables["session_lengths"],
         baseline_checks=tables["baseline_checks"],
         cell_stats=tables["cell_stats"],
+        shadow=tables["shadow"],
     )
 
 
@@ -212,6 +223,13 @@ class Aggregates:
             if counts.dropped:
                 self._add("dropped", "", counts.dropped)
 
+    def add_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
+        """Add one shadow pair's counter increments (``PairRecorder.add``; names already capped)."""
+        with self._lock:
+            for key, n in increments.items():
+                if n:
+                    self._add("shadow", key, n)
+
     def count_error(self, stage: str, n: int = 1) -> None:
         """Count handoffmon's own failure at ``stage``."""
         with self._lock:
@@ -248,6 +266,7 @@ class Aggregates:
             session_lengths=t["session_lengths"],
             baseline_checks=t["baseline_checks"],
             cell_stats=t["cell_stats"],
+            shadow=t["shadow"],
         )
 
     def flush(self) -> None:

@@ -6,11 +6,11 @@ import atexit
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import HandoffmonConfig
-from handoffmon.counts import Counts
+from handoffmon.counts import Counts, ShadowKey
 from handoffmon.ingress import Outcome, Request
 from handoffmon.labels import LabelGuard
 from handoffmon.pipeline.aggregates import Aggregates
@@ -20,7 +20,7 @@ from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.errors import STAGES, ErrorSink
 from handoffmon.pipeline.records import Attributed, Capture, Deferred, Finished
 from handoffmon.pipeline.worker import DequeWorker, WorkerPool
-from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver
+from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver, ShadowPairObserver
 from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
 from handoffmon.stores.guard import GuardedStore
 
@@ -228,6 +228,14 @@ class Monitor:
         """Hand every checked turn that carries a shadow offer to ``offer`` (the runtime's
         ``ShadowRunner.offer``; on a check worker thread, must not block); ``None``: stop."""
         self._checks.shadow = offer
+
+    def count_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
+        """Count one shadow pair (``PairRecorder.add``'s increments, names capped by ``guard``)
+        into the aggregates (and SQLite) and every exporter that is a ``ShadowPairObserver``."""
+        self.aggregates.add_shadow(increments)
+        for d in self._dispatch:
+            if isinstance(d.exporter, ShadowPairObserver):
+                d.exporter.count_shadow(increments)
 
     def count_error(self, stage: str, n: int = 1) -> None:
         """Count one of handoffmon's own failures (``monitor_errors{stage}``); see ``STAGES``."""

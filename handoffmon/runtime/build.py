@@ -103,7 +103,7 @@ def build_runtime(
     refit = None
     if config.refit.interval_s > 0:
         refit = PeriodicRefit(
-            monitor.snapshot if shadow is None else lambda: monitor.snapshot().merge(shadow.counts()),
+            monitor.snapshot,
             lambda result: _publish(publish_gauges, routing, result),
             config.refit.interval_s,
             buckets=config.buckets,
@@ -151,7 +151,13 @@ def _shadow(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegis
     from handoffmon.exporters.shadow_calls import ShadowCollector
     from handoffmon.runtime.shadow import ShadowRunner
 
-    runner = ShadowRunner(config.shadow, on_error=lambda: monitor.count_error("shadow"), start=False)
+    runner = ShadowRunner(
+        config.shadow,
+        on_error=lambda: monitor.count_error("shadow"),
+        start=False,
+        guard=monitor.guard,
+        sink=monitor.count_shadow,
+    )
     monitor.set_shadow(runner.offer)
     if config.telemetry.prometheus:
         registry.register(ShadowCollector(lambda: runner.stats))

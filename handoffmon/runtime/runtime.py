@@ -47,8 +47,8 @@ class Runtime:
         on_close: called once after ``close`` (``shared_runtime`` forgets the runtime).
         routing: the risk-aware fallback ordering state (``None`` unless ``routing.enabled``);
             the periodic refit publishes its table.
-        shadow: shadow continuation (``None`` unless ``shadow.enabled``); its pairs join the
-            counts every refit reads (``snapshot``).
+        shadow: shadow continuation (``None`` unless ``shadow.enabled``); its pairs are
+            counted by the monitor (``Monitor.count_shadow``) like every other count.
     """
 
     def __init__(
@@ -129,9 +129,8 @@ class Runtime:
         return ok
 
     def snapshot(self) -> Counts:
-        """The monitor's counts, with the shadow pairs when shadow continuation runs."""
-        counts = self.monitor.snapshot()
-        return counts if self.shadow is None else counts.merge(self.shadow.counts())
+        """The monitor's counts (with the shadow pairs when shadow continuation runs)."""
+        return self.monitor.snapshot()
 
     def refit_now(self) -> RefitResult | None:
         """Run the refit once now and publish it (``None`` without a schedule or on failure)."""

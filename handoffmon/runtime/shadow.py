@@ -16,7 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from handoffmon.config import ShadowConfig
-from handoffmon.counts import Counts
+from handoffmon.counts import ShadowKey
+from handoffmon.labels import LabelGuard
 from handoffmon.pipeline.worker import WorkerPool
 from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy, Skip
 from handoffmon.shadow.recorder import PairRecorder
@@ -45,6 +46,10 @@ class ShadowRunner:
         on_error: counts one of handoffmon's own failures (``monitor_errors{stage="shadow"}``).
         policy: the decision policy (default: built from ``config`` with its budget and breaker).
         start: start the threads now.
+        guard: caps the model and rule names of the pairs (the monitor's guard, so kept and
+            exported names agree; capped before the cluster sums, so they stay exact per label).
+        sink: receives each pair's ``Counts.shadow`` increments (``Monitor.count_shadow``:
+            aggregates, SQLite, Prometheus, OTel).
     """
 
     def __init__(
@@ -54,8 +59,12 @@ class ShadowRunner:
         on_error: Callable[[], object] = lambda: None,
         policy: ShadowPolicy | None = None,
         start: bool = True,
+        guard: LabelGuard | None = None,
+        sink: Callable[[Mapping[ShadowKey, int]], object] = lambda increments: None,
     ) -> None:
         self.config = config
+        self._guard = guard if guard is not None else LabelGuard()
+        self._sink = sink
         self.policy = policy or ShadowPolicy(
             config, Budget(config), Breaker(config.breaker_failures, config.breaker_cooldown_s)
         )
@@ -150,7 +159,12 @@ class ShadowRunner:
             for check in shadow:
                 self._checks[(d.arm, check.verdict)] += 1
         verdicts = pair_verdicts(d.arm, turn.served, shadow)
-        if self.recorder.add(turn.conversation_id, d.prefix_model, d.model, d.arm == "handoff", verdicts):
+        g = self._guard
+        capped = {g.rule(rule): v for rule, v in verdicts.items()}
+        prefix, model = g.model(d.prefix_model), g.model(d.model)
+        increments = self.recorder.add(turn.conversation_id, prefix, model, d.arm == "handoff", capped)
+        if increments:
+            self._sink(increments)
             self._count(self._pairs, d.arm)
             if self.on_pair is not None:
                 self.on_pair(turn, d, verdicts)
@@ -183,10 +197,6 @@ class ShadowRunner:
                 dict(self._calls), dict(self._skipped), dict(self._checks), dict(self._pairs),
                 self._tokens, self._usd, used, limits, breaker, self._pool.pending(),
             )  # fmt: skip
-
-    def counts(self) -> Counts:
-        """The shadow pairs as ``Counts`` (merged into the monitor's snapshot for the refit)."""
-        return self.recorder.counts()
 
     # -- life -----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Shadow pairs → ``Counts.shadow`` counters (the paired tables and their conversation-cluster sums)."""
+"""Shadow pairs → ``Counts.shadow`` increments (the paired tables and their conversation-cluster sums)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from handoffmon.counts import POOLED_RULE, SHADOW_TABLE, Counts, ShadowKey, shadow_increments
+from handoffmon.counts import POOLED_RULE, SHADOW_TABLE, ShadowKey, shadow_increments
 
 MAX_CLUSTERS = 100_000
 """Bound on the per-(rule, pair, conversation) discordance state kept for the cluster sums."""
@@ -16,54 +16,64 @@ Verdicts = Mapping[str, tuple[bool, bool]]
 
 
 class PairRecorder:
-    """Counts shadow pairs the way ``sim.shadow_arm.shadow_counts`` does for simulated ones.
+    """Turns shadow pairs into ``Counts.shadow`` increments, the way ``sim.shadow_arm.shadow_counts``
+    counts simulated ones.
 
-    Per (rule, A, B) it keeps the paired 2×2 table and ``handoff_arm``; per (rule, A, B) and
-    per (``all``, A, B) the conversation-cluster sums, whose increments need each
+    Per (rule, A, B) the paired 2×2 table and ``handoff_arm``; per (rule, A, B) and per
+    (``all``, A, B) the conversation-cluster sums, whose increments need each
     conversation's discordant counts so far. That state is bounded (``max_clusters``,
     least recently used first): a conversation forgotten and seen again starts a new
     cluster, which treats its later pairs as independent of its earlier ones.
 
-    Thread-safe; ``counts`` returns a snapshot.
+    The recorder keeps no counters: the increments go where every other count goes
+    (``Monitor.count_shadow``: the aggregates, SQLite, Prometheus and OTel). Thread-safe.
     """
 
     def __init__(self, max_clusters: int = MAX_CLUSTERS) -> None:
         self._lock = threading.Lock()
-        self._counters: dict[ShadowKey, int] = {}
         self._clusters: OrderedDict[tuple[str, str, str, str], tuple[int, int, int]] = OrderedDict()
         self._max = max_clusters
 
     def add(
         self, conversation: str, prefix_model: str, model: str, handoff_arm: bool, verdicts: Verdicts
-    ) -> int:
-        """Record one shadow pair's verdicts (rules pass/fail on both sides); returns the rules counted."""
+    ) -> dict[ShadowKey, int]:
+        """Record one shadow pair's verdicts (rules pass/fail on both sides); returns its counter
+        increments (empty: nothing paired)."""
+        out: dict[ShadowKey, int] = {}
         if not verdicts or prefix_model == model:
-            return 0
+            return out
         with self._lock:
             for rule, (b_pass, a_pass) in verdicts.items():
-                self._cluster(rule, conversation, prefix_model, model, b_pass, a_pass, table=True)
+                self._cluster(out, rule, conversation, prefix_model, model, b_pass, a_pass, table=True)
                 if handoff_arm:
-                    self._bump(ShadowKey(rule, prefix_model, model, "handoff_arm"), 1)
-                self._cluster(POOLED_RULE, conversation, prefix_model, model, b_pass, a_pass, table=False)
-            return len(verdicts)
+                    _bump(out, ShadowKey(rule, prefix_model, model, "handoff_arm"), 1)
+                self._cluster(
+                    out, POOLED_RULE, conversation, prefix_model, model, b_pass, a_pass, table=False
+                )
+        return out
 
     def _cluster(
-        self, rule: str, conversation: str, a: str, b: str, b_pass: bool, a_pass: bool, *, table: bool
+        self,
+        out: dict[ShadowKey, int],
+        rule: str,
+        conversation: str,
+        a: str,
+        b: str,
+        b_pass: bool,
+        a_pass: bool,
+        *,
+        table: bool,
     ) -> None:
         key = (rule, a, b, conversation)
         bc, cc, n = self._clusters.pop(key, (0, 0, 0))
         for stat, inc in shadow_increments(bc, cc, n, b_pass, a_pass).items():
             if inc and (table or stat not in SHADOW_TABLE):
-                self._bump(ShadowKey(rule, a, b, stat), inc)
+                _bump(out, ShadowKey(rule, a, b, stat), inc)
         state = (bc + int(b_pass and not a_pass), cc + int(a_pass and not b_pass), n + 1)
         self._clusters[key] = state
         while len(self._clusters) > self._max:
             self._clusters.popitem(last=False)
 
-    def _bump(self, key: ShadowKey, inc: int) -> None:
-        self._counters[key] = self._counters.get(key, 0) + inc
 
-    def counts(self) -> Counts:
-        """The shadow counters so far, as ``Counts`` (merge into the monitor's snapshot)."""
-        with self._lock:
-            return Counts(shadow=dict(self._counters))
+def _bump(out: dict[ShadowKey, int], key: ShadowKey, inc: int) -> None:
+    out[key] = out.get(key, 0) + inc

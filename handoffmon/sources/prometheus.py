@@ -13,8 +13,11 @@ way, so intervals from Prometheus are conversation-clustered like the local ones
 ``window`` the cluster sums' increase is an approximation for conversations that straddle
 the window's start (their square grows by the cross term with their earlier checks, which
 widens the interval a little; G counts only conversations that started in the window).
-Counters from a handoffmon that predates these series are simply absent: the refit then
-treats turns as independent and says so (``clustered: false``).
+Shadow continuation's pairs (``handoffmon_shadow_pair_stats_total``: paired tables and
+their cluster sums) are read the same way, so the refit's ``switch_costs`` from Prometheus
+equal the in-process ones. Counters from a handoffmon that predates these series are
+simply absent: the refit then treats turns as independent and says so (``clustered:
+false``) and has no switch costs.
 
 A ``match`` selector such as ``{job="prod",namespace="llm"}`` restricts every query to
 one deployment; without it every handoffmon a Prometheus scrapes (staging and
@@ -32,7 +35,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from handoffmon.counts import CellStatKey, CheckKey, Counts, TransitionKey, TurnKey
+from handoffmon.counts import CellStatKey, CheckKey, Counts, ShadowKey, TransitionKey, TurnKey
+from handoffmon.labels import SHADOW_PAIR_LABELS
 from handoffmon.sources import SourceError
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
@@ -44,6 +48,7 @@ MONITOR_ERRORS = "handoffmon_monitor_errors_total"
 DROPPED = "handoffmon_queue_dropped_total"
 BASELINE_CHECKS = "handoffmon_baseline_checks_total"
 CELL_STATS = "handoffmon_cell_stats_total"
+SHADOW_PAIR_STATS = "handoffmon_shadow_pair_stats_total"
 
 _MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _SELECTOR = re.compile(rf"^\{{{_MATCHER}(?:,{_MATCHER})*,?\s*\}}$")
@@ -193,6 +198,10 @@ class PrometheusSource:
         stats = {
             CellStatKey(*(lab[k] for k in stats_by)): v for lab, v in self.vector(CELL_STATS, stats_by, at)
         }
+        shadow = {
+            ShadowKey(*(lab[k] for k in SHADOW_PAIR_LABELS)): v
+            for lab, v in self.vector(SHADOW_PAIR_STATS, SHADOW_PAIR_LABELS, at)
+        }
         return Counts(
             checks=checks,
             transitions=trans,
@@ -202,6 +211,7 @@ class PrometheusSource:
             dropped=dropped,
             baseline_checks=baseline,
             cell_stats=stats,
+            shadow=shadow,
         )
 
 

@@ -43,8 +43,13 @@ ROUTING_ONLY = ("handoffmon_routing_",)
 and run here; ``test_e2e_routing`` checks them on a runtime with routing on."""
 
 
+SHADOW_ONLY = ("handoffmon_shadow_", "handoffmon_switch_cost")
+"""Series exported only with ``shadow.enabled`` (off in the recorded demo): their panels must parse
+and run here; ``test_e2e_shadow`` checks them on a runtime with shadow continuation on."""
+
+
 def _serve_only(expr: str) -> bool:
-    return any(s in expr for s in (*SERVE_ONLY, *ROUTING_ONLY))
+    return any(s in expr for s in (*SERVE_ONLY, *ROUTING_ONLY, *SHADOW_ONLY))
 
 
 TWO_MODEL_UNDEFINED = ("handoffmon_refit_r2",)

@@ -31,6 +31,7 @@ PANEL_TOPICS = {
     "label cap": ("Label cap",),
     "refit failures and staleness": ("Refit age and failed",),
     "routing decisions and table age": ("Risk-aware routing decisions", "pair-risk table age"),
+    "shadow continuation": ("Switch cost (shadow pairs)", "Shadow calls", "Shadow budget"),
 }
 IDENTITY = ("job", "namespace", "cluster")
 SELECTOR = re.compile(r"\b(handoffmon_[a-z0-9_]+)(\{[^}]*\})?")
@@ -126,6 +127,13 @@ def test_dashboard_covers_every_required_view() -> None:
         "handoffmon_label_limit",
         "handoffmon_routing_decisions_total",
         "handoffmon_routing_table_age_seconds",
+        "handoffmon_switch_cost",
+        "handoffmon_shadow_pair_stats_total",
+        "handoffmon_shadow_calls_total",
+        "handoffmon_shadow_skipped_total",
+        "handoffmon_shadow_budget_used",
+        "handoffmon_shadow_spend_usd_total",
+        "handoffmon_shadow_breaker_open",
     ):
         assert metric in exprs, metric
     assert "requested_model" in exprs

@@ -54,13 +54,16 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
     exp.observe_overhead("begin", 0.1)
     exp.count_error("export")
     exp.count_drop()
+    from handoffmon.counts import Counts
     from handoffmon.shadow.recorder import PairRecorder
 
-    pairs = PairRecorder()  # shadow pairs give the switch-cost gauges
+    pairs = PairRecorder()  # shadow pairs give their counters and the switch-cost gauges
+    counts = simulate_counts(default_fleet(), 100, seed=3)
     a, b = (m.name for m in default_fleet().models[:2])
     for i in range(60):
-        pairs.add(f"c{i}", a, b, i % 2 == 0, {"r": (i % 3 != 0, i % 4 != 0)})
-    counts = simulate_counts(default_fleet(), 100, seed=3).merge(pairs.counts())
+        increments = pairs.add(f"c{i}", a, b, i % 2 == 0, {"r": (i % 3 != 0, i % 4 != 0)})
+        exp.count_shadow(increments)
+        counts = counts.merge(Counts(shadow=increments))
     assert exp.publish_refit(refit(counts, buckets=DepthBuckets()))
     proxy = CollectorRegistry()
     ProxyMetrics(proxy)

@@ -28,8 +28,8 @@ NOT_CONFIG_VARIABLES = {
     "METRICS_TOKEN",  # docker-compose's own variable, passed on as HANDOFFMON_TELEMETRY__METRICS_TOKEN
     "FUZZ_EXAMPLES",  # the adversarial wrapper suite's example count (tests/integrations)
 }
-NOT_METRICS = {"handoffmon_buckets", "handoffmon_rows"}
-"""Tables of the turn-log SQL (guides/turn-logs.md)."""
+NOT_METRICS = {"handoffmon_buckets", "handoffmon_rows", "handoffmon_shadow"}
+"""Tables of the turn-log SQL (guides/turn-logs.md); the shadow calls' metadata key (guides/shadow.md)."""
 
 _SQL = re.compile(r"^```sql\n.*?^```", re.S | re.M)
 _CODE = re.compile(r"`([^`\n]+)`")

@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from handoffmon.counts import ShadowKey
 from handoffmon.exporters.otel import OTelExporter
-from handoffmon.protocols import Exporter, MonitorObserver
+from handoffmon.protocols import Exporter, MonitorObserver, ShadowPairObserver
 from tests.exporters.refits import make_refit
 from tests.exporters.turns import FINISHED_AT, make_result, sample_content, scripted_conversation
 
@@ -283,6 +284,24 @@ def test_health_api_and_refit_gauges(exporter: OTelExporter, reader: InMemoryMet
     assert delta[
         (("bound", "upper"), ("model", "claude"), ("prefix_model", "gpt"), ("rule", "all"))
     ].value == (pytest.approx(-0.07))
+
+
+def test_shadow_pair_increments_mirror_the_prometheus_counter(
+    exporter: OTelExporter, reader: InMemoryMetricReader
+) -> None:
+    """A shadow pair's increments reach ``handoffmon_shadow_pair_stats`` with the Prometheus labels;
+    the exporter is the pipeline's ShadowPairObserver."""
+    assert isinstance(exporter, ShadowPairObserver)
+    exporter.count_shadow(
+        {ShadowKey("json", "gpt", "claude", "prefix_only"): 1, ShadowKey("all", "gpt", "claude", "n2"): 3}
+    )
+    exporter.count_shadow({ShadowKey("json", "gpt", "claude", "prefix_only"): 1})
+    got = {k: p.value for k, p in points(reader, "handoffmon_shadow_pair_stats").items()}
+    pair = (("model", "claude"), ("prefix_model", "gpt"))
+    assert got == {
+        (*pair, ("rule", "json"), ("stat", "prefix_only")): 2,
+        (*pair, ("rule", "all"), ("stat", "n2")): 3,
+    }
 
 
 def test_traceparent_in_metadata_parents_the_span(

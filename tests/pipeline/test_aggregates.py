@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from handoffmon.counts import CheckKey, TransitionKey, TurnKey
+from handoffmon.counts import CheckKey, ShadowKey, TransitionKey, TurnKey
 from handoffmon.errors import StoreError
 from handoffmon.pipeline.aggregates import Aggregates, load_counts_sqlite
 from handoffmon.testing import make_turn_result
@@ -169,3 +169,22 @@ def test_names_persisted_earlier_are_admitted_first_after_a_restart(tmp_path: Pa
     again.add_turn(make_turn_result(author="new"))
     assert {k.model for k in again.snapshot().turns} == {"a", "b", "other"}
     again.close()
+
+
+def test_shadow_pairs_survive_a_restart_and_two_writers_add_up(tmp_path: Path) -> None:
+    """Shadow increments are a kind like any other: flushed deltas, reloaded at start, summed by writers."""
+    path = str(tmp_path / "agg.db")
+    pair = {ShadowKey("r", "a", "b", "prefix_only"): 1, ShadowKey("all", "a", "b", "n2"): 3}
+    first, second = Aggregates(path), Aggregates(path)
+    first.add_shadow(pair)
+    first.add_shadow({ShadowKey("r", "a", "b", "prefix_only"): 2, ShadowKey("r", "a", "b", "bn"): 0})
+    second.add_shadow(pair)
+    assert first.snapshot().shadow == {
+        ShadowKey("r", "a", "b", "prefix_only"): 3,
+        ShadowKey("all", "a", "b", "n2"): 3,
+    }
+    first.close()
+    second.close()
+    expected = {ShadowKey("r", "a", "b", "prefix_only"): 4, ShadowKey("all", "a", "b", "n2"): 6}
+    assert load_counts_sqlite(path).shadow == expected
+    assert Aggregates(path).snapshot().shadow == expected

@@ -1,6 +1,9 @@
-"""The live pair recorder counts exactly what the simulator's ``shadow_counts`` counts for the same pairs."""
+"""The live pair recorder's increments sum to exactly what the simulator's ``shadow_counts`` counts
+for the same pairs."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
@@ -12,8 +15,9 @@ from handoffmon.types import CheckResult
 from tests.sim.test_shadow_arm import POP
 
 
-def _feed(recorder: PairRecorder, rows, order: np.ndarray) -> None:  # type: ignore[no-untyped-def]
-    """One ``add`` per shadow pair (its rules' rows together), in ``order``."""
+def _feed(recorder: PairRecorder, rows, order: np.ndarray) -> dict[ShadowKey, int]:  # type: ignore[no-untyped-def]
+    """One ``add`` per shadow pair (its rules' rows together), in ``order``; the summed increments."""
+    total: Counter[ShadowKey] = Counter()
     r = len(rows.rules)
     for pair in order:
         idx = range(pair * r, pair * r + r)
@@ -23,13 +27,23 @@ def _feed(recorder: PairRecorder, rows, order: np.ndarray) -> None:  # type: ign
             if rows.y_model[i] < 2 and rows.y_prefix[i] < 2
         }
         i0 = pair * r
-        recorder.add(
-            str(rows.conversation[i0]),
-            rows.names[rows.prefix[i0]],
-            rows.names[rows.model[i0]],
-            bool(rows.handoff[i0]),
-            verdicts,
+        total.update(
+            recorder.add(
+                str(rows.conversation[i0]),
+                rows.names[rows.prefix[i0]],
+                rows.names[rows.model[i0]],
+                bool(rows.handoff[i0]),
+                verdicts,
+            )
         )
+    return dict(total)
+
+
+def _sum(rec: PairRecorder, convs: tuple[str, ...]) -> Counter[ShadowKey]:
+    total: Counter[ShadowKey] = Counter()
+    for conv in convs:
+        total.update(rec.add(conv, "a", "b", False, {"r": (True, False)}))
+    return total
 
 
 def test_recorder_matches_the_simulators_counts_in_any_order() -> None:
@@ -38,24 +52,18 @@ def test_recorder_matches_the_simulators_counts_in_any_order() -> None:
     pairs = len(rows) // len(rows.rules)
     expected = {k: v for k, v in shadow_counts(rows).items() if v}
     for order in (np.arange(pairs), np.random.default_rng(1).permutation(pairs)):
-        rec = PairRecorder()
-        _feed(rec, rows, order)
-        got = rec.counts().shadow
+        got = _feed(PairRecorder(), rows, order)
         assert got == expected
     assert any(k.rule == POOLED_RULE and k.stat == "n2" for k in expected)
 
 
 def test_forgotten_conversations_start_new_clusters() -> None:
     """With room for one cluster, a conversation seen again after another counts as a new cluster."""
-    rec = PairRecorder(max_clusters=2)  # (rule, pair, conv) and (all, pair, conv)
-    for conv in ("c1", "c2", "c1"):
-        rec.add(conv, "a", "b", False, {"r": (True, False)})
-    assert rec.counts().shadow[ShadowKey("r", "a", "b", "conversations")] == 3
-    big = PairRecorder()
-    for conv in ("c1", "c2", "c1"):
-        big.add(conv, "a", "b", False, {"r": (True, False)})
-    assert big.counts().shadow[ShadowKey("r", "a", "b", "conversations")] == 2
-    assert big.counts().shadow[ShadowKey("r", "a", "b", "b2")] == 4 + 1  # c1: b=2 → 4, c2: 1
+    small = _sum(PairRecorder(max_clusters=2), ("c1", "c2", "c1"))  # (rule, pair, conv), (all, pair, conv)
+    assert small[ShadowKey("r", "a", "b", "conversations")] == 3
+    big = _sum(PairRecorder(), ("c1", "c2", "c1"))
+    assert big[ShadowKey("r", "a", "b", "conversations")] == 2
+    assert big[ShadowKey("r", "a", "b", "b2")] == 4 + 1  # c1: b=2 → 4, c2: 1
 
 
 def test_pair_verdicts_orient_the_pair_by_arm() -> None:

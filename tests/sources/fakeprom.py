@@ -67,6 +67,12 @@ CANNED = {
             ({"rule": "all", "model": "b", "prefix_model": "a", "depth_bucket": "*", "stat": "y2"}, "12"),
         ]
     ),
+    "handoffmon_shadow_pair_stats_total": _vector(
+        [
+            ({"rule": "json", "prefix_model": "a", "model": "b", "stat": "prefix_only"}, "5"),
+            ({"rule": "all", "prefix_model": "a", "model": "b", "stat": "n2"}, "0"),
+        ]
+    ),
     "handoffmon_attributions_total": _vector([({"method": "chain"}, "9")]),
     "handoffmon_monitor_errors_total": _vector([({"stage": "checker"}, "2")]),
     "handoffmon_queue_dropped_total": _vector([({}, "5")]),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from handoffmon.counts import CellStatKey, CheckKey, TransitionKey, TurnKey
+from handoffmon.counts import CellStatKey, CheckKey, ShadowKey, TransitionKey, TurnKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.refit import refit
@@ -47,6 +47,7 @@ def test_snapshot_parses_vectors_into_counts(fake_prometheus) -> None:  # type: 
         CellStatKey("json", "b", "a", "3-4", "depth"): 33,
         CellStatKey("all", "b", "a", "*", "y2"): 12,
     }
+    assert counts.shadow == {ShadowKey("json", "a", "b", "prefix_only"): 5}
     assert (
         counts.attributions == {"chain": 9}
         and counts.monitor_errors == {"checker": 2}

@@ -1,0 +1,109 @@
+"""Shadow continuation through a wrapped ``openai.OpenAI`` client (an OpenAI-compatible endpoint
+faked with an httpx transport that answers as the requested model)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("openai")
+
+import openai
+
+from handoffmon import build_runtime
+from handoffmon.config import config_from_mapping
+from handoffmon.counts import Counts, ShadowKey
+from handoffmon.integrations import wrap
+
+RULES = [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}]
+REPLIES = {"model-c": "ok", "model-b": "the other model answers with this long reply"}
+
+
+class Endpoint:
+    """Answers each request as the model it asks for; keeps (model, shadow header, thread) per request."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None, str]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        model = body["model"]
+        self.seen.append((model, request.headers.get("x-handoffmon-shadow"), threading.current_thread().name))
+        completion = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": REPLIES[model]},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+        }
+        return httpx.Response(200, json=completion)
+
+
+def _runtime() -> Any:
+    config = config_from_mapping(
+        {
+            "rules": RULES,
+            "telemetry": {"log_turns": False},
+            "refit": {"interval_s": 0},
+            "shadow": {
+                "enabled": True,
+                "sample_rate": 1.0,
+                "usd_per_day": None,
+                "targets": ["model-b"],
+                "candidates": {"model-c": ["model-b"]},
+            },
+        }
+    )
+    return build_runtime(config, registry=None)
+
+
+async def _two_turns(client: Any) -> Counts:
+    """Two turns asking model-c through the wrapped client; the runtime's counts after them."""
+    with _runtime() as rt:
+        wrapped = wrap(client, runtime=rt)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+        for i in range(2):
+            reply = wrapped.chat.completions.create(model="model-c", messages=messages)
+            reply = await reply if inspect.isawaitable(reply) else reply
+            assert reply.choices[0].message.content == "ok"
+            messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"more {i}"}]
+            assert rt.flush(20)
+        counts: Counts = rt.snapshot()
+        return counts
+
+
+async def test_sync_client_continues_a_no_handoff_turn_with_the_candidate() -> None:
+    """model-c twice: the candidate model-b is asked, on a shadow thread, with the shadow header and
+    through the client itself (no third turn); its long reply fails where model-c's passed."""
+    endpoint = Endpoint()
+    transport = httpx.Client(transport=httpx.MockTransport(endpoint))
+    counts = await _two_turns(openai.OpenAI(api_key="k", base_url="http://llm/v1", http_client=transport))
+    caller = threading.current_thread().name
+    assert endpoint.seen[:2] == [("model-c", None, caller), ("model-c", None, caller)]
+    (shadow,) = endpoint.seen[2:]
+    assert shadow[:2] == ("model-b", "1") and shadow[2] != caller
+    assert counts.shadow[ShadowKey("brief", "model-c", "model-b", "prefix_only")] == 1
+    assert sum(counts.turns.values()) == 2
+
+
+async def test_async_client_makes_no_shadow_calls() -> None:
+    """The runner's threads are no event loop: an AsyncOpenAI client is monitored without shadow calls."""
+    endpoint = Endpoint()
+    transport = httpx.AsyncClient(transport=httpx.MockTransport(endpoint))
+    counts = await _two_turns(
+        openai.AsyncOpenAI(api_key="k", base_url="http://llm/v1", http_client=transport)
+    )
+    assert [m for m, _, _ in endpoint.seen] == ["model-c", "model-c"]
+    assert not counts.shadow and sum(counts.turns.values()) == 2
