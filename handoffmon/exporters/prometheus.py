@@ -269,6 +269,10 @@ class PrometheusExporter:
         HandoffmonError: the registry already holds handoffmon metrics.
     """
 
+    export_inline = True
+    """``export`` only updates in-memory metrics (never waits on I/O): the pipeline calls it on
+    its check thread rather than through a thread of its own (see ``ExporterDispatch``)."""
+
     def __init__(
         self,
         registry: CollectorRegistry,

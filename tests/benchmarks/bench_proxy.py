@@ -175,6 +175,8 @@ class Result:
     errors: int
     cpu_us: float = 0.0
     """Server CPU time (all threads and child processes) per request at peak load."""
+    rps1: float = 0.0
+    """Closed-loop requests per second at one connection (median of the latency rounds)."""
 
     @property
     def per_core(self) -> float:
@@ -268,10 +270,11 @@ def _measure_all(
             many["rps"],
             int(sum(x["errors"] for x in rs) + many["errors"]),
             cpu_us,
+            rps1=statistics.median(x["rps"] for x in rs),
         )
         print(
             f"  measured {name}: p50 {r.p50_ms:.3f} ms, p99 {r.p99_ms:.3f} ms, {r.rps:.0f} rps, "
-            f"{cpu_us:.0f} µs CPU/request",
+            f"{cpu_us:.0f} µs CPU/request, {r.rps1:.0f} rps at 1 connection",
             flush=True,
         )
         results.append(r)
@@ -413,6 +416,35 @@ def _stop(p: subprocess.Popen[bytes]) -> None:
         p.kill()
 
 
+FLOOR = "bare pass-through, aiohttp client"
+"""The floor of issue 21: a raw ASGI pass-through on the same server stack, no monitoring."""
+
+
+def floor_checks(results: list[Result]) -> list[tuple[str, bool | None]]:
+    """Issue 21's targets for ``handoffmon serve`` (memory store) against the floor, same run."""
+    base = results[0]
+    floor = next((r for r in results if r.name == FLOOR), None)
+    hm = next((r for r in results if r.name.startswith("handoffmon serve (3")), None)
+    if floor is None or hm is None:
+        return []
+    f_add, h_add = floor.p50_ms - base.p50_ms, hm.p50_ms - base.p50_ms
+    p50_ratio = h_add / f_add if f_add > 0 else float("inf")
+    rps1 = hm.rps1 / floor.rps1 if floor.rps1 else 0.0
+    rps32 = hm.rps / floor.rps if floor.rps else 0.0
+    return [
+        (
+            f"floor: added p50 {h_add:.3f} ms = {p50_ratio:.2f}x the floor's {f_add:.3f} ms <= 1.25x",
+            p50_ratio <= 1.25,
+        ),
+        (
+            f"floor: CPU {hm.cpu_us:.0f} µs/request <= floor {floor.cpu_us:.0f} + 150 µs",
+            hm.cpu_us <= floor.cpu_us + 150,
+        ),
+        (f"floor: RPS at 1 connection {hm.rps1:.0f} = {rps1:.2f}x the floor's >= 0.8x", rps1 >= 0.8),
+        (f"floor: peak RPS {hm.rps:.0f} = {rps32:.2f}x the floor's >= 0.8x", rps32 >= 0.8),
+    ]
+
+
 def report(results: list[Result], opts: argparse.Namespace) -> bool:
     """Print the table and the target checks; True when every target is met."""
     base = results[0]
@@ -451,6 +483,7 @@ def report(results: list[Result], opts: argparse.Namespace) -> bool:
         ll = litellm[0].p50_ms - base.p50_ms
         ratio = ll / add50 if add50 > 0 else float("inf")
         checks.append((f"LiteLLM added p50 / handoffmon added p50 = {ratio:.1f} >= 10", ratio >= 10))
+    checks += floor_checks(results)
     for text, ok in checks:
         mark = {True: "ok", False: "MISS", None: "??"}[ok]
         extra = f" (unreliable: direct-hit p99 {base.p99_ms:.2f} ms, host too busy)" if ok is None else ""

@@ -452,7 +452,7 @@ def proxy(quick: bool) -> list[Row]:
     """wrk against mock, bare pass-throughs, handoffmon serve (memory, Redis), LiteLLM Proxy (bench_proxy)."""
     import shutil
 
-    from tests.benchmarks.bench_proxy import run
+    from tests.benchmarks.bench_proxy import floor_checks, run
 
     if shutil.which("wrk") is None:
         return [
@@ -480,7 +480,7 @@ def proxy(quick: bool) -> list[Row]:
             ratio, of = added / hm_added, "added p50 ÷ handoffmon's added p50"
         note = f"added p50 {added:.3f} ms, p99 {r.p99_ms - base.p99_ms:.3f} ms; peak {r.rps:,.0f} RPS"
         if getattr(r, "cpu_us", 0):
-            note += f"; server CPU {r.cpu_us:.0f} µs/request"
+            note += f"; server CPU {r.cpu_us:.0f} µs/request; {r.rps1:,.0f} RPS at 1 connection"
         rows.append(
             Row(
                 "proxy",
@@ -493,6 +493,8 @@ def proxy(quick: bool) -> list[Row]:
                 note + (f"; {r.note}" if r.note else "") + (f"; {r.errors} errors" if r.errors else ""),
             )
         )
+    for text, ok in floor_checks(results):  # issue 21: serve against the bare pass-through
+        rows.append(Row("proxy", f"[{'met' if ok else 'NOT met'}] {text}", None, None, "", headline=True))
     return rows
 
 

@@ -105,3 +105,61 @@ def test_deque_worker_sleeps_after_lingering_and_submit_wakes_it() -> None:
         assert w.flush(5) and seen == [3]
     finally:
         assert w.close(5)
+
+
+def test_on_idle_runs_when_a_shard_runs_empty_and_every_idle_every_items() -> None:
+    """The check pool flushes its aggregates through ``on_idle``: after a burst drains, and
+    every ``idle_every`` items while a backlog lasts."""
+    gate = threading.Event()
+    idles: list[int] = []
+    seen: list[int] = []
+
+    def handle(i: int) -> None:
+        gate.wait(5)
+        seen.append(i)
+
+    pool: WorkerPool[int] = WorkerPool(
+        handle, on_error=lambda e: None, on_idle=lambda: idles.append(len(seen)), idle_every=3
+    )
+    for i in range(7):
+        assert pool.submit(i)
+    gate.set()
+    assert pool.flush(5)
+    assert seen == list(range(7))
+    assert idles[:2] == [3, 6] and idles[-1] == 7
+    assert pool.close(5)
+    assert not pool.submit(8)
+
+
+def test_inline_exporter_runs_on_the_submitting_thread_and_fails_open() -> None:
+    """An ``export_inline`` exporter is called by ``submit`` itself; one that raises is counted
+    as an export error and the next turn is exported all the same."""
+    from handoffmon.pipeline.dispatch import ExporterDispatch
+
+    class Inline:
+        export_inline = True
+
+        def __init__(self) -> None:
+            self.threads: list[str] = []
+
+        def export(self, result: object) -> bool:
+            self.threads.append(threading.current_thread().name)
+            if result == "bad":
+                raise RuntimeError("boom")
+            return result != "false"
+
+        def force_flush(self, timeout_s: float = 5.0) -> bool:
+            return True
+
+        def shutdown(self) -> None:
+            pass
+
+    errors: list[str] = []
+    exp = Inline()
+    d = ExporterDispatch(exp, queue_size=4, on_error=errors.append)  # type: ignore[arg-type]
+    for r in ("ok", "bad", "false", "ok"):
+        d.submit(r)  # type: ignore[arg-type]
+    assert exp.threads == [threading.current_thread().name] * 4
+    assert errors == ["export", "export"]
+    assert d.flush(1)
+    d.close(1)
