@@ -150,6 +150,7 @@ def monitor_metrics_block() -> str:
     """Every series a monitor's Prometheus exporter exposes after a turn, its own health and a refit."""
     from prometheus_client import CollectorRegistry
 
+    from handoffmon.counts import Counts
     from handoffmon.depth import DepthBuckets
     from handoffmon.exporters.prometheus import PrometheusExporter
     from handoffmon.exporters.routing_decisions import RoutingCollector
@@ -157,7 +158,6 @@ def monitor_metrics_block() -> str:
     from handoffmon.exporters.store_failures import StoreStatsCollector
     from handoffmon.pipeline.state import ConversationState
     from handoffmon.refit import refit
-    from handoffmon.counts import Counts
     from handoffmon.shadow.recorder import PairRecorder
     from handoffmon.shadow.stats import ShadowStats
     from handoffmon.sim import default_fleet
