@@ -99,7 +99,7 @@ class ScopeConfig(_Section):
     """Last depth checked (inclusive; null: no limit)."""
 
 
-RESERVED_RULE_NAMES = frozenset({"all", "other", "none", "unknown", "total"})
+RESERVED_RULE_NAMES = frozenset({"all", "*", "other", "none", "unknown", "total"})
 """Rule names (any case) that mean something else in metrics and refit output (``all`` =
 pooled over rules, ``other`` = names past a cardinality cap): refused everywhere."""
 
@@ -108,8 +108,9 @@ class RuleConfig(_Section):
     """One named rule: a checker with parameters and a scope."""
 
     name: str = Field(min_length=1, max_length=100)
-    """Unique; the ``rule`` label in metrics. Not one of ``all``, ``other``, ``none``,
-    ``unknown``, ``total`` (reserved: they mean something else in metrics and refit output)."""
+    """Unique; the ``rule`` label in metrics. Not one of ``all``, ``*``, ``other``, ``none``,
+    ``unknown``, ``total`` (reserved: they mean something else in metrics, refit and shapes
+    output — ``all`` is the refit's pooled-over-rules fit, ``*`` the shapes' pooled entry)."""
     check: str = Field(min_length=1)
     """A registered checker (``length``, ``json_schema``, ``ifeval:<instruction id>``, …)."""
     params: dict[str, Any] = Field(default_factory=dict)
@@ -120,7 +121,7 @@ class RuleConfig(_Section):
     @field_validator("name")
     @classmethod
     def _not_reserved(cls, v: str) -> str:
-        if v.lower() in RESERVED_RULE_NAMES:
+        if v.strip().lower() in RESERVED_RULE_NAMES:
             raise ValueError(f"{v!r} is reserved (it means something else in metrics): rename the rule")
         return v
 

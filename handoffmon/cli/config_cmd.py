@@ -31,21 +31,9 @@ def check(file: str) -> None:
     )
 
 
-RESERVED_RULE_NAMES = frozenset({"all", "*"})
-"""Rule names the outputs use themselves: ``all`` is the refit's pooled-over-rules fit
-(a rule of that name breaks every refit), ``*`` the shapes' pooled-over-models entry."""
-
-
 def _check_rules(cfg: object, source: str) -> None:
-    """Reject reserved names, then compile the rules so unknown checkers and bad params fail here."""
-    for i, rule in enumerate(cfg.rules):  # type: ignore[attr-defined]
-        if rule.name.strip().lower() in RESERVED_RULE_NAMES:
-            raise ConfigError(
-                f"rule name {rule.name!r} is reserved ({', '.join(sorted(RESERVED_RULE_NAMES))}: "
-                "the refit and shapes use them for pooled results); rename the rule",
-                key=f"rules[{i}].name",
-                source=source,
-            )
+    """Compile the rules so unknown checkers and bad params fail here (reserved names are
+    refused by the config model itself)."""
     try:
         from handoffmon.checkers.rules import RuleSet
     except ImportError:  # checkers not installed in this build yet
