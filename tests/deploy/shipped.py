@@ -20,6 +20,17 @@ GRAFANA_ALERTS = DEPLOY / "grafana" / "alerting" / "handoffmon-alerts.yml"
 ALERTMANAGER_CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
 ALERTING_DOC = ROOT / "docs" / "operations" / "alerting.md"
 
+ROUTING_ONLY = ("handoffmon_routing_",)
+"""Series exported only with ``routing.enabled`` (off in the demo): their panels must parse
+and run on demo data but may be empty; ``test_e2e_routing`` checks them on a runtime with routing
+on."""
+
+
+SHADOW_ONLY = ("handoffmon_shadow_", "handoffmon_switch_cost")
+"""Series exported only with ``shadow.enabled`` (off in the demo): their panels must parse
+and run on demo data but may be empty; ``test_e2e_shadow`` checks them on a runtime with shadow
+continuation on."""
+
 
 def from_rules_tool() -> ModuleType:
     """deploy/tools/from_rules.py (``deploy`` is a package of the repository, not installed)."""

@@ -35,9 +35,21 @@ def _wait_for_notifications(webhook: Any, timeout_s: float) -> None:
     time.sleep(QUIET_AFTER_S)
 
 
+def _firing(note: dict[str, Any]) -> set[tuple[tuple[str, str], ...]]:
+    return {tuple(sorted(a["labels"].items())) for a in note["alerts"] if a["status"] == "firing"}
+
+
 def _assert_one_grouped_notification(notifications: list[dict[str, Any]], job: str) -> dict[str, Any]:
-    assert len(notifications) == 1, [n["groupLabels"] for n in notifications]
-    (note,) = notifications
+    """One page: the first notification is the only one that fires anything. On live data the
+    refit moves every few seconds and the test's ``for:`` is seconds (15-30 min when shipped), so
+    an alert of the group (a per-rule one muted by the pooled one, or one signal of the pooled
+    one) may resolve meanwhile; Alertmanager then updates the same group with it as resolved.
+    Such updates may follow — nothing that fires anew, no other group."""
+    note = notifications[0]
+    for later in notifications[1:]:
+        assert later["groupLabels"] == note["groupLabels"], [n["groupLabels"] for n in notifications]
+        assert _firing(later) <= _firing(note), (_firing(later), _firing(note))
+        assert any(a["status"] == "resolved" for a in later["alerts"]), later["alerts"]
     prefix, model = RISKY_PAIR
     assert note["status"] == "firing"
     assert note["groupLabels"] == {"job": job, "prefix_model": prefix, "model": model}

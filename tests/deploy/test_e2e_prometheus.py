@@ -17,7 +17,9 @@ import pytest
 from tests.deploy.conftest import ReplayStack
 from tests.deploy.shipped import (
     GRAFANA_ALERTS,
+    ROUTING_ONLY,
     RULES,
+    SHADOW_ONLY,
     TEMPLATE_VALUES,
     dashboard,
     load_yaml,
@@ -36,16 +38,6 @@ REL_TOL = 0.05
 VALUES = {**TEMPLATE_VALUES, "__rate_interval": "20s"}
 """A $__rate_interval of 20 scrape intervals (Grafana uses at least 4): with windows that
 both servers have filled, rates of the linearly replayed counters agree exactly."""
-
-
-ROUTING_ONLY = ("handoffmon_routing_",)
-"""Series exported only with ``routing.enabled`` (off in the recorded demo): their panels must parse
-and run here; ``test_e2e_routing`` checks them on a runtime with routing on."""
-
-
-SHADOW_ONLY = ("handoffmon_shadow_", "handoffmon_switch_cost")
-"""Series exported only with ``shadow.enabled`` (off in the recorded demo): their panels must parse
-and run here; ``test_e2e_shadow`` checks them on a runtime with shadow continuation on."""
 
 
 def _serve_only(expr: str) -> bool:
