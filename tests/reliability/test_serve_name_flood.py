@@ -3,8 +3,8 @@ conversation; the serve process's resident memory plateaus once its caps are ful
 
 `handoffmon serve` runs as a subprocess (its own RSS, read from /proc) in front of the mock
 upstream, with the small caps of ``tests/reliability/name_flood.py`` (500 conversations, 500
-pending replies, 1 MB of text) so every bounded structure fills within the first half (a refit every second imports scipy
-early). Slow: 5,000 requests take 30-60 s here.
+pending replies, 1 MB of text) so every bounded structure fills within the first half (a
+refit every second imports scipy early). Slow: 5,000 requests take 30-60 s here.
 Request ``i`` is answered by model ``model-i`` (the upstream's authorship header), declares
 rule ``rule-i`` in ``metadata.handoffmon.rules`` and continues conversation ``conv-i``. The
 second half of the run must not grow by more than the soak's tolerance, and /metrics must
