@@ -53,7 +53,6 @@ class RouterRouting:
     ) -> None:
         self.router = router
         """The router whose fallbacks and deployments are read."""
-        self._router = router
         self._state = state
         self._lookup = lookup
         self._canonical = canonical
@@ -69,7 +68,7 @@ class RouterRouting:
         """The call's kwargs with ``fallbacks`` reordered, or ``None`` to call unchanged."""
         state = self._state
         try:
-            source = kwargs.get("fallbacks", self._router.fallbacks)
+            source = kwargs.get("fallbacks", self.router.fallbacks)
             now = self._clock()
             cands = self._candidates_for(model, source, now) if type(model) is str else ()
             decision = state.route(cands, messages, self._lookup, now=now, healthy=self._healthy)
@@ -103,7 +102,7 @@ class RouterRouting:
 
     def _candidates_for(self, group: str, source: Any, now: float) -> tuple[Candidate, ...]:
         """The router's fallback groups for ``group`` as candidates (cached for the router's own list)."""
-        cacheable = source is self._router.fallbacks
+        cacheable = source is self.router.fallbacks
         key = (id(source), group)
         hit = self._candidates.get(key) if cacheable else None
         if hit is not None and hit[1] > now:
@@ -134,14 +133,14 @@ class RouterRouting:
         return cand
 
     def _deployments(self, group: str) -> list[Any]:
-        get = getattr(self._router, "get_model_list", None)
+        get = getattr(self.router, "get_model_list", None)
         found = get(model_name=group) if callable(get) else None
         return list(found or ())
 
     def _latency_s(self, group: str) -> float | None:
         """Mean of the router's latency statistics for the group's deployments (latency-based
         routing keeps them in ``router.cache`` under ``<group>_map``); ``None`` when it has none."""
-        cache = getattr(self._router, "cache", None)
+        cache = getattr(self.router, "cache", None)
         stats = cache.get_cache(key=f"{group}_map") if cache is not None else None
         if not isinstance(stats, Mapping):
             return None
@@ -160,7 +159,7 @@ class RouterRouting:
             ids = [i for i in (_id_of(d) for d in self._deployments(group)) if i]
             if not ids:
                 return False
-            cooldowns = self._router.cooldown_cache.get_active_cooldowns(model_ids=ids, parent_otel_span=None)
+            cooldowns = self.router.cooldown_cache.get_active_cooldowns(model_ids=ids, parent_otel_span=None)
             return len(cooldowns) < len(ids)
         except Exception:
             return False
@@ -170,7 +169,7 @@ class RouterRouting:
     def _rewrite(self, source: Any, group: str, order: list[str]) -> list[Any]:
         """``source`` with the group's candidates in ``order`` (``routing.fallbacks.reordered``)."""
         key = (id(source), group, tuple(order))
-        cacheable = source is self._router.fallbacks
+        cacheable = source is self.router.fallbacks
         hit = self._rewritten.get(key) if cacheable else None
         if hit is not None:
             return hit
