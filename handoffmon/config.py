@@ -300,6 +300,9 @@ class ShadowConfig(_Section):
     """Allowlist of models (canonical names) shadow calls may go to; required when enabled."""
     candidates: dict[str, list[str]] = Field(default_factory=dict)
     """Per model, the candidates of the no-handoff arm (default: the router's fallbacks)."""
+    request_models: dict[str, str] = Field(default_factory=dict)
+    """Per target (canonical name), the ``model`` a shadow request names at an OpenAI-compatible
+    endpoint (``serve``'s upstream, a wrapped OpenAI client); default: the canonical name."""
     calls_per_minute: float = Field(default=30.0, gt=0)
     """Shadow calls started in any 60 s window."""
     tokens_per_hour: int = Field(default=200_000, gt=0)

@@ -37,9 +37,11 @@ from handoffmon.ingress import (
 )
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
+from handoffmon.shadow.turns import ShadowOffer
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.integrations.router_routing import RouterRouting
+    from handoffmon.integrations.router_shadow import RouterShadow
     from handoffmon.runtime import Runtime
 
 _log = logging.getLogger("handoffmon.integrations")
@@ -56,6 +58,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     turn is finished when the stream ends or is cut off). Both run before the client has
     the whole reply, so the next turn of the conversation can always attribute it.
 
+    With ``shadow.enabled`` each finished turn is offered for shadow continuation through
+    the proxy's own router (``RouterShadow``: fallbacks and retries off), on the runtime's
+    shadow threads; those calls bypass the proxy's hooks, so they are never turns.
+
     Args:
         config: configuration; ``None`` loads ``$HANDOFFMON_CONFIG`` (and ``HANDOFFMON_*``
             env) when the runtime is first needed.
@@ -70,6 +76,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         self._parser: RequestParser | None = None
         self._starts: OrderedDict[str, float] = OrderedDict()  # litellm_call_id -> monotonic start
         self._routing: RouterRouting | None = None
+        self._shadow: RouterShadow | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -135,6 +142,21 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if rt is not None:
                 rt.monitor.count_error("integration")
 
+    def _offer(self, cap: Capture) -> ShadowOffer | None:
+        """The turn's shadow offer: through the proxy's router, when the runtime runs shadow continuation."""
+        messages = cap.request.messages
+        if self.runtime.shadow is None or not messages:
+            return None
+        router = _proxy_router()
+        if router is None:  # not inside a running proxy: no router to ask
+            return None
+        source = self._shadow
+        if source is None or source.router is not router:  # first turn, or the proxy reloaded
+            from handoffmon.integrations.router_shadow import RouterShadow
+
+            source = self._shadow = RouterShadow(router, self.monitor.names)
+        return ShadowOffer(source, messages)
+
     def _latency(self, data: Mapping[str, Any]) -> float | None:
         call_id = data.get("litellm_call_id")
         start = self._starts.pop(call_id, None) if isinstance(call_id, str) else None
@@ -168,6 +190,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 reply,
                 Deferred(describe_response, (monitor.names, response, None)),
                 latency_s=self._latency(data),
+                shadow=self._offer(cap),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a proxy response")
@@ -202,6 +225,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 ),
                 latency_s=self._latency(data),
                 streamed=True,
+                shadow=self._offer(cap),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a proxy stream")

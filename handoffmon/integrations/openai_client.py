@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from handoffmon.ingress import (
@@ -35,15 +36,18 @@ def _is_async_client(client: Any) -> bool:
 class _Turns:
     """Capture/finish plumbing shared by the sync and async ``create``."""
 
-    def __init__(self, monitor: Monitor, shadow: ShadowSource | None = None) -> None:
+    def __init__(self, monitor: Monitor, shadow: Callable[[], ShadowSource | None] | None = None) -> None:
         self.monitor = monitor
         self.parser = RequestParser.from_config(monitor.config)
         self.shadow = shadow
 
     def offer(self, cap: Capture) -> ShadowOffer | None:
-        """The turn's shadow offer when the runtime runs shadow continuation (sync clients)."""
+        """The turn's shadow offer when the runtime runs shadow continuation."""
         messages = cap.request.messages
-        return ShadowOffer(self.shadow, messages) if self.shadow is not None and messages else None
+        if self.shadow is None or not messages:
+            return None
+        source = self.shadow()
+        return ShadowOffer(source, messages) if source is not None else None
 
     def begin(self, kwargs: Mapping[str, Any]) -> Capture | None:
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
@@ -161,7 +165,8 @@ class OpenAIClientWrapper:
     Proxy (``x-litellm-model-id``, ``x-litellm-model-name``, attempted fallbacks and
     retries, read through ``with_raw_response``), else from the response's ``model``
     (``ingress.author``, the rule every adapter shares). When the runtime runs shadow
-    continuation, a synchronous client also makes the shadow calls (``OpenAIShadow``).
+    continuation, the client also makes the shadow calls (``OpenAIShadow``; an async
+    client's run on the event loop its turn was awaited on, ``AsyncOpenAIShadow``).
 
     Args:
         client: ``openai.OpenAI`` or ``openai.AsyncOpenAI`` (or a look-alike).
@@ -174,11 +179,7 @@ class OpenAIClientWrapper:
         self._monitor = monitor
         self._runtime = runtime
         is_async = _is_async_client(client)
-        shadow = None
-        if runtime is not None and runtime.shadow is not None and not is_async:
-            from handoffmon.integrations.openai_shadow import OpenAIShadow
-
-            shadow = OpenAIShadow(client, monitor.names)
+        shadow = _shadow(client, monitor, runtime, is_async)
         turns = _Turns(monitor, shadow)
         inner = client.chat.completions
         completions = _AsyncCompletions(inner, turns) if is_async else _SyncCompletions(inner, turns)
@@ -201,3 +202,26 @@ class OpenAIClientWrapper:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
+
+
+def _shadow(
+    client: Any, monitor: Monitor, runtime: Runtime | None, is_async: bool
+) -> Callable[[], ShadowSource | None] | None:
+    """Per turn, the shadow source when the runtime runs shadow continuation (``None``: it does not)."""
+    if runtime is None or runtime.shadow is None:
+        return None
+    from handoffmon.integrations.openai_shadow import AsyncOpenAIShadow, OpenAIShadow
+
+    request_models = runtime.config.shadow.request_models
+    if not is_async:
+        source = OpenAIShadow(client, monitor.names, request_models)
+        return lambda: source
+
+    def on_this_loop() -> ShadowSource | None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # finished outside a loop (a stream's finalizer): no loop to call on
+            return None
+        return AsyncOpenAIShadow(client, monitor.names, loop, request_models)
+
+    return on_this_loop

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from handoffmon.attribution import ModelNames
-from handoffmon.ingress import author, describe_response, reply_message
+from handoffmon.ingress import author
 from handoffmon.integrations.router_routing import fallback_groups
-from handoffmon.pipeline.reply import reply_text
+from handoffmon.runtime.shadow_calls import shadow_reply
 from handoffmon.shadow.turns import ShadowReply
 
 GROUPS_TTL_S = 60.0
@@ -45,6 +45,11 @@ class RouterShadow:
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: tuple[dict[str, str], dict[str, tuple[float, float] | None], float] | None = None
+
+    @property
+    def router(self) -> Any:
+        """The Router the shadow calls go through."""
+        return self._router
 
     # -- ShadowSource ---------------------------------------------------------------------
 
@@ -133,19 +138,3 @@ def cost_map_prices(model: str) -> tuple[float, float] | None:
     if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
         return None
     return float(inp), float(out)
-
-
-def shadow_reply(
-    names: ModelNames, response: Any, served: Any, price: tuple[float, float] | None
-) -> ShadowReply:
-    """A shadow call's reply: its text, the canonical model that wrote it, its tokens and cost."""
-    outcome = describe_response(names, response, served)
-    wrote = names.canonical(outcome.authors[-1]) if outcome.authors else None
-    tin, tout = outcome.input_tokens, outcome.output_tokens
-    tokens = float(tin + tout) if tin is not None and tout is not None else None
-    usd = (
-        tin * price[0] + tout * price[1]
-        if price is not None and tin is not None and tout is not None
-        else None
-    )
-    return ShadowReply(reply_text(reply_message(response)), wrote, tokens, usd)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import SessionFactory, Upstream
 from handoffmon.routing.body import body_routing
+from handoffmon.shadow.turns import ShadowSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
@@ -162,6 +163,7 @@ def _routes(state: ProxyState) -> list[Route]:
         client_timeout_s=proxy.client_timeout_s,
         max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
         routing=body_routing(state.runtime.routing, state.monitor),
+        shadow=_shadow(state),
     )
     passthrough = Forwarder(
         state.upstream,
@@ -178,6 +180,21 @@ def _routes(state: ProxyState) -> list[Route]:
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
     ]
+
+
+def _shadow(state: ProxyState) -> Callable[[Sequence[tuple[str, str]]], ShadowSource | None] | None:
+    """Shadow calls through the upstream when the runtime runs shadow continuation."""
+    if state.runtime.shadow is None:
+        return None
+    from handoffmon.proxy.shadow import shadow_sources
+
+    config = state.config
+    return shadow_sources(
+        state.upstream,
+        state.monitor.names,
+        config.shadow.request_models,
+        config.proxy.max_monitored_reply_bytes,
+    )
 
 
 async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
@@ -239,7 +256,7 @@ def create_app(
 
 
 def _lifespan(state: ProxyState) -> Any:
-    """Start the runtime and open the upstream pool; at shutdown close the pool and drain."""
+    """Start the runtime and open the upstream pool; at shutdown drain, then close the pool."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -252,8 +269,9 @@ def _lifespan(state: ProxyState) -> Any:
         finally:
             state.ready = False
             state.renderer.close()
-            await state.upstream.close()
+            # drain first: queued shadow calls still need the upstream pool and this loop
             await asyncio.to_thread(_drain, state)
+            await state.upstream.close()
 
     return lifespan
 

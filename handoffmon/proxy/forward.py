@@ -7,7 +7,7 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.sse import SSEChunks
 from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_headers, response_headers
+from handoffmon.shadow.turns import ShadowOffer, ShadowSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.pipeline.monitor import Monitor
@@ -103,6 +104,8 @@ class _Turn:
 
     capture: Capture
     started: float
+    headers: Sequence[tuple[str, str]] = ()
+    """The forwarded request headers (a shadow call takes its credentials from them)."""
 
 
 class _DisconnectWatch:
@@ -142,6 +145,8 @@ class Forwarder:
     error statuses and undecodable replies are forwarded unchanged and only counted in
     ``handoffmon_proxy_unmonitored_requests_total{reason}``. With ``routing`` (``routing.enabled``)
     the one change it may make is the order of the ``fallbacks`` a chat request carries.
+    With ``shadow`` (``shadow.enabled``) each finished turn is offered for shadow
+    continuation through the same upstream (``proxy.shadow``), on the runtime's threads.
     """
 
     def __init__(
@@ -155,8 +160,10 @@ class Forwarder:
         client_timeout_s: float | None = None,
         max_monitored_reply_bytes: int = 16 * 1024 * 1024,
         routing: BodyRouting | None = None,
+        shadow: Callable[[Sequence[tuple[str, str]]], ShadowSource | None] | None = None,
     ) -> None:
         self._upstream = upstream
+        self._shadow = shadow
         self._routing = routing
         self._metrics = metrics
         self._limit = max_body_bytes
@@ -191,7 +198,7 @@ class Forwarder:
             return
         if self._routing is not None:  # risk-aware order of the fallbacks the request carries
             body = self._routing.rewrite(body) or body
-        turn = self._begin(scope, body) if self._monitor is not None else None
+        turn = self._begin(scope, body, headers) if self._monitor is not None else None
         watch = _DisconnectWatch(receive)
         try:
             await self._forward(scope, body, headers, send, turn, watch)
@@ -202,7 +209,7 @@ class Forwarder:
         finally:
             watch.stop()
 
-    def _begin(self, scope: Scope, body: bytes) -> _Turn | None:
+    def _begin(self, scope: Scope, body: bytes, headers: Sequence[tuple[str, str]]) -> _Turn | None:
         try:
             doc = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
@@ -217,7 +224,15 @@ class Forwarder:
         if request is None:
             self._skip("no_messages")
             return None
-        return _Turn(self._monitor.capture(request), time.monotonic())
+        return _Turn(self._monitor.capture(request), time.monotonic(), headers if self._shadow else ())
+
+    def _offer(self, turn: _Turn) -> ShadowOffer | None:
+        """The turn's shadow offer when the runtime runs shadow continuation."""
+        messages = turn.capture.request.messages
+        if self._shadow is None or not messages:
+            return None
+        source = self._shadow(turn.headers)
+        return ShadowOffer(source, messages) if source is not None else None
 
     def _parse_failed(self) -> None:
         """Monitoring a turn raised: the traffic is unaffected, the turn is counted unmonitored."""
@@ -380,6 +395,7 @@ class Forwarder:
             reply,
             Deferred(describe_response, (monitor.names, doc, served)),
             latency_s=time.monotonic() - turn.started,
+            shadow=self._offer(turn),
         )
 
     def _finish_stream(
@@ -401,6 +417,7 @@ class Forwarder:
             Deferred(describe_stream, (monitor.names, out, served_by_headers(headers))),
             latency_s=time.monotonic() - turn.started,
             streamed=True,
+            shadow=self._offer(turn),
         )
         return True
 

@@ -3,6 +3,7 @@ faked with an httpx transport that answers as the requested model)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import threading
@@ -79,7 +80,7 @@ async def _two_turns(client: Any) -> Counts:
             reply = await reply if inspect.isawaitable(reply) else reply
             assert reply.choices[0].message.content == "ok"
             messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"more {i}"}]
-            assert rt.flush(20)
+            assert await asyncio.to_thread(rt.flush, 20)  # the loop stays free: async shadow calls run on it
         counts: Counts = rt.snapshot()
         return counts
 
@@ -98,12 +99,16 @@ async def test_sync_client_continues_a_no_handoff_turn_with_the_candidate() -> N
     assert sum(counts.turns.values()) == 2
 
 
-async def test_async_client_makes_no_shadow_calls() -> None:
-    """The runner's threads are no event loop: an AsyncOpenAI client is monitored without shadow calls."""
+async def test_async_client_continues_on_the_applications_event_loop() -> None:
+    """AsyncOpenAI: the candidate model-b is asked through the same client, as a task on the loop the
+    turn was awaited on (the client's connections live there), with the shadow header; no third turn."""
     endpoint = Endpoint()
     transport = httpx.AsyncClient(transport=httpx.MockTransport(endpoint))
     counts = await _two_turns(
         openai.AsyncOpenAI(api_key="k", base_url="http://llm/v1", http_client=transport)
     )
-    assert [m for m, _, _ in endpoint.seen] == ["model-c", "model-c"]
-    assert not counts.shadow and sum(counts.turns.values()) == 2
+    caller = threading.current_thread().name
+    assert endpoint.seen == [("model-c", None, caller), ("model-c", None, caller), ("model-b", "1", caller)]
+    assert counts.shadow[ShadowKey("brief", "model-c", "model-b", "prefix_only")] == 1
+    assert sum(counts.turns.values()) == 2
+
