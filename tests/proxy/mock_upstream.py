@@ -5,7 +5,8 @@ bytes) with LiteLLM Proxy's authorship headers, as JSON or SSE. Request headers 
 ``x-mock-model`` (who answers), ``x-mock-fallbacks``, ``x-mock-delay-s`` (before
 answering), ``x-mock-status`` (error status), ``x-mock-chunk-delay-s`` and
 ``x-mock-chunks`` (slow/long streams), ``x-mock-gzip`` (gzip the JSON body). A request
-for ``model-a``/``model-b`` is answered by that model. It records what it received in ``seen``.
+for ``model-a``/``model-b`` is answered by that model; ``model-dead`` always answers 503. It
+records what it received in ``seen``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import uvicorn
 
 MODELS = ("model-a", "model-b")
 DEPLOYMENTS = {"model-a": "dep-a-1", "model-b": "dep-b-1"}
+DEAD_MODEL = "model-dead"
+"""A model the upstream knows but that never answers (503): a dead shadow target."""
 
 
 def schedule(depth: int) -> str:
@@ -105,6 +108,10 @@ class MockUpstream:
             return
         depth = sum(1 for m in messages if m.get("role") == "assistant") + 1
         asked = req.get("model")
+        if asked == DEAD_MODEL:
+            err = {"error": {"message": f"{DEAD_MODEL} is down", "type": "server_error"}}
+            await _send(send, 503, json.dumps(err).encode(), [])
+            return
         model = headers.get("x-mock-model") or (asked if asked in MODELS else schedule(depth))
         cid = "chatcmpl-" + hashlib.sha256(body).hexdigest()[:24]
         extra = [

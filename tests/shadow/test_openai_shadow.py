@@ -111,4 +111,3 @@ async def test_async_client_continues_on_the_applications_event_loop() -> None:
     assert endpoint.seen == [("model-c", None, caller), ("model-c", None, caller), ("model-b", "1", caller)]
     assert counts.shadow[ShadowKey("brief", "model-c", "model-b", "prefix_only")] == 1
     assert sum(counts.turns.values()) == 2
-
