@@ -1,10 +1,14 @@
-"""Risk-aware fallback order inside a real LiteLLM Proxy: the handoffmon callback's pre-call hook.
+"""Risk-aware fallback order and shadow continuation inside a real LiteLLM Proxy (one subprocess).
 
 The proxy (subprocess, mock_response deployments) starts on a SQLite file seeded with
 planted counts in which handing model-c's conversations to model-b costs 35 points and to
 model-d nothing; its in-process refit publishes the table, and a request for ``primary``
 (which always rate-limits) must then fall back to ``backup2`` (model-d) instead of the
 router's first fallback ``backup`` (model-b) — only when the history was written by model-c.
+
+The same proxy runs shadow continuation through its own router: a handoff turn model-c →
+model-d is continued by model-c (``alpha``); a model-c → model-c turn by model-e (``dead``,
+which always answers 500 and whose router fallback must not be taken for a shadow call).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import yaml
 
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, POOLED_RULE, CellStatKey, CheckKey, Counts, TurnKey
 from handoffmon.pipeline.aggregates import Aggregates
-from tests.integrations.test_litellm_proxy import MASTER_KEY, _series, running_proxy
+from tests.integrations.test_litellm_proxy import MASTER_KEY, _delta, _series, running_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +55,20 @@ CONFIG = {
             "model_name": "alpha",
             "litellm_params": {"model": "openai/gpt-c", "api_key": "unused", "mock_response": ALPHA},
         },
+        {
+            "model_name": "dead",
+            "litellm_params": {
+                "model": "openai/gpt-e",
+                "api_key": "unused",
+                "mock_response": "litellm.InternalServerError",
+            },
+        },
     ],
-    "router_settings": {"fallbacks": [{"primary": ["backup", "backup2"]}], "num_retries": 0},
+    "router_settings": {
+        # dead's fallback serves the application, never a shadow call (shadow calls run with fallbacks off)
+        "fallbacks": [{"primary": ["backup", "backup2"]}, {"dead": ["backup"]}],
+        "num_retries": 0,
+    },
     "litellm_settings": {
         "callbacks": ["prometheus", "handoffmon.integrations.litellm_callback.handoffmon_callback"],
         "require_auth_for_metrics_endpoint": False,
@@ -62,12 +78,25 @@ CONFIG = {
 HANDOFFMON = {
     "store": {"backend": "sqlite", "path": "handoffmon.db"},
     "attribution": {
-        "canonical_models": {"openai/gpt-b": "model-b", "openai/gpt-c": "model-c", "openai/gpt-d": "model-d"}
+        "canonical_models": {
+            "openai/gpt-b": "model-b",
+            "openai/gpt-c": "model-c",
+            "openai/gpt-d": "model-d",
+            "openai/gpt-e": "model-e",
+        }
     },
     "rules": [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}],
     "telemetry": {"log_turns": False, "prometheus": True},
     "refit": {"interval_s": 1},
     "routing": {"enabled": True, "mode": "enforce", "return_home": False},
+    "shadow": {
+        "enabled": True,
+        "sample_rate": 1.0,
+        "usd_per_day": None,  # the mock deployments have no price
+        "targets": ["model-c", "model-e"],
+        "candidates": {"model-c": ["model-e"]},
+        "breaker_failures": 2,
+    },
 }
 
 
@@ -194,3 +223,76 @@ def test_routing_series_are_on_the_proxys_metrics(routed_proxy: str) -> None:
         if line.startswith("handoffmon_routing_table_age_seconds ")
     ]
     assert 0 <= age < 60
+
+
+# -- shadow continuation through the proxy's router ------------------------------------------------
+
+
+def _shadow_series(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    text = _metrics(url)
+    families = ("handoffmon_shadow_calls_total", "handoffmon_shadow_skipped_total", "handoffmon_turns_total")
+    out = {f: _series(text, f) for f in families}
+    out["pairs"] = _series(text, "handoffmon_shadow_pair_stats_total")
+    out["breaker"] = _series(text, "handoffmon_shadow_breaker_open")
+    out["pending"] = _series(text, "handoffmon_shadow_pending")
+    return out
+
+
+def _decided(series: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> float:
+    """Shadow decisions so far: calls made plus turns skipped."""
+    return sum(series["handoffmon_shadow_calls_total"].values()) + sum(
+        series["handoffmon_shadow_skipped_total"].values()
+    )
+
+
+def _wait_decided(url: str, n: float) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """The shadow series once ``n`` decisions were made and no call is pending (calls are background)."""
+    deadline = time.monotonic() + 60
+    while True:
+        series = _shadow_series(url)
+        if _decided(series) >= n and not series["pending"]:
+            return series
+        assert time.monotonic() < deadline, f"{_decided(series)} shadow decisions, waiting for {n}"
+        time.sleep(0.2)
+
+
+def _calls(series: dict[str, dict[tuple[tuple[str, str], ...], float]]) -> dict[tuple[str, str], float]:
+    return {
+        (dict(k)["arm"], dict(k)["outcome"]): v for k, v in series["handoffmon_shadow_calls_total"].items()
+    }
+
+
+def test_a_handoff_turn_is_continued_by_the_prefix_model_and_paired(routed_proxy: str) -> None:
+    """model-c wrote the history, model-d served (routing): model-c is asked through the proxy's
+    router in the background; the pair (model-c → model-d) appears on /metrics, and only the two
+    served turns are counted as turns."""
+    client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
+    before = _wait_decided(routed_proxy, 0)
+    history = _after_alpha(client, "shadowed handoff")
+    reply = client.chat.completions.create(model="primary", messages=history).choices[0].message.content
+    assert reply == BACKUP2
+    after = _wait_decided(routed_proxy, _decided(before) + 2)  # depth 1: not eligible; depth 2: a call
+    assert _delta(_calls(after), _calls(before)) == {("handoff", "ok"): 1}
+    pair = (("model", "model-d"), ("prefix_model", "model-c"), ("rule", "brief"), ("stat", "both_pass"))
+    assert _delta(after["pairs"], before["pairs"]).get(pair) == 1
+    turns = _delta(after["handoffmon_turns_total"], before["handoffmon_turns_total"])
+    assert sum(turns.values()) == 2
+
+
+def test_a_dead_shadow_target_is_stopped_and_the_replies_are_unchanged(routed_proxy: str) -> None:
+    """Four model-c turns: depths 2-4 ask model-e, whose deployment fails with 500 (its router fallback
+    is not taken: fallbacks are off for shadow calls). Two failures open its breaker; the third turn is
+    skipped; the application got model-c's reply every time."""
+    client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
+    before = _wait_decided(routed_proxy, 0)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "dead target"}]
+    for i in range(4):
+        reply = client.chat.completions.create(model="alpha", messages=history).choices[0].message.content
+        assert reply == ALPHA
+        history += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"again {i}"}]
+        _wait_decided(routed_proxy, _decided(before) + i + 1)  # one turn's shadow call at a time
+    after = _shadow_series(routed_proxy)
+    assert _delta(_calls(after), _calls(before)) == {("no_handoff", "server_error"): 2}
+    skipped = _delta(after["handoffmon_shadow_skipped_total"], before["handoffmon_shadow_skipped_total"])
+    assert skipped == {(("reason", "not_eligible"),): 1, (("reason", "breaker_open"),): 1}
+    assert after["breaker"] == {(("target", "model-e"),): 1.0}
