@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
-from handoffmon.config import HandoffmonConfig, config_from_mapping
+from handoffmon.config import AttributionConfig, HandoffmonConfig, config_from_mapping
 from handoffmon.counts import ShadowKey
 from tests.proxy.conftest import Upstream, running_proxy
 from tests.proxy.mock_upstream import DEAD_MODEL
@@ -159,3 +160,68 @@ def test_the_token_budget_is_never_exceeded(upstream: Upstream) -> None:
     )
     assert reported == stats.tokens <= limit
     assert stats.budget_used["tokens"] <= limit
+
+
+def test_the_money_budget_holds_with_cost_map_prices(upstream: Upstream) -> None:
+    """Canonical names priced by litellm's cost map (gpt-4o-mini, gpt-4o) and a money cap below one
+    gpt-4o call's upper bound: every gpt-4o shadow call is skipped as ``budget_money``, every
+    gpt-4o-mini one is made, and the spend stays within the cap."""
+    pytest.importorskip("litellm")
+    cap = 0.001
+    priced = {
+        "enabled": True,
+        "usd_per_day": cap,
+        "max_output_tokens": 100,
+        "targets": ["gpt-4o-mini", "gpt-4o"],
+        "candidates": {"gpt-4o-mini": ["gpt-4o"], "gpt-4o": ["gpt-4o-mini"]},
+        "request_models": {"gpt-4o-mini": "model-a", "gpt-4o": "model-b"},
+    }
+    config = _config(upstream.url, **priced).model_copy(
+        update={
+            "attribution": AttributionConfig(canonical_models={"dep-a-1": "gpt-4o-mini", "dep-b-1": "gpt-4o"})
+        }
+    )
+    since = len(upstream.mock.seen)
+    with running_proxy(config) as on:
+        for c in range(3):
+            # depth 2, 4, 5 would ask gpt-4o (mini → 4o, 4o → mini is the handoff arm asking mini at 3)
+            _conversation(on.url, f"money {c}", 5)
+        assert on.runtime.flush(20)
+        stats = on.runtime.shadow.stats
+    assert [m for m, _ in _shadow_requests(upstream, since)] == ["model-a"] * 3
+    assert stats.calls == {("handoff", "ok"): 3}
+    assert stats.skipped == {"not_eligible": 3, "budget_money": 9}
+    assert 0 < stats.usd <= cap and stats.budget_used["usd"] <= cap
+
+
+def test_dry_run_decides_and_counts_but_calls_nothing(upstream: Upstream) -> None:
+    """``dry_run``: the four eligible turns are decided and counted as ``dry_run`` with their reserved
+    tokens; the upstream sees no shadow request and no pair is recorded."""
+    since = len(upstream.mock.seen)
+    with running_proxy(_config(upstream.url, enabled=True, dry_run=True)) as on:
+        _conversation(on.url, "dry run", 5)
+        assert on.runtime.flush(20)
+        stats = on.runtime.shadow.stats
+        counts = on.runtime.snapshot()
+    assert _shadow_requests(upstream, since) == []
+    assert stats.calls == {("no_handoff", "dry_run"): 2, ("handoff", "dry_run"): 2}
+    assert stats.tokens > 4 * 1024 and not stats.pairs and not counts.shadow
+
+
+def test_per_pair_quotas_leave_room_for_other_pairs(upstream: Upstream) -> None:
+    """One call per ordered pair per hour: over three conversations the pairs alpha→beta (first asked
+    at depth 2: beta continues alpha's history) and beta→alpha (depth 4: beta, handoff arm) get one
+    pair each; the other ten eligible turns, alpha→beta ones too, are skipped as ``quota``."""
+    since = len(upstream.mock.seen)
+    with running_proxy(_config(upstream.url, enabled=True, pair_calls_per_hour=1)) as on:
+        for c in range(3):
+            _conversation(on.url, f"quota {c}", 5)
+        assert on.runtime.flush(20)
+        stats = on.runtime.shadow.stats
+        counts = on.runtime.snapshot()
+    assert [m for m, _ in _shadow_requests(upstream, since)] == ["model-b", "model-b"]
+    assert stats.skipped == {"not_eligible": 3, "quota": 12 - 2}
+    assert {(k.prefix_model, k.model): v for k, v in counts.shadow.items() if k.stat == "both_pass"} == {
+        ("alpha", "beta"): 1,
+        ("beta", "alpha"): 1,
+    }
