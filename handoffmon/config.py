@@ -259,8 +259,13 @@ class RefitConfig(_Section):
     """Level of the reported intervals."""
     prior_sd_pp: float = Field(default=5.0, gt=0)
     """Prior SD of each prefix influence π and suffix susceptibility σ, in percentage
-    points (the decomposition's ridge, 1/(prior_sd_pp/100)²): 5 pp pulls a model seen in
-    one 50-turn pair about halfway to 0 and leaves models with thousands of turns alone."""
+    points (the decomposition's ridge, 1/(prior_sd_pp/100)²). With ``prior: empirical``
+    (the default) the least SD assumed: the fit estimates τ_π and τ_σ from the spread of
+    the effects and never shrinks harder than this; with ``prior: fixed`` the SD itself."""
+    prior: Literal["empirical", "fixed"] = "empirical"
+    """``empirical``: the prior SDs of π and σ are fitted by marginal likelihood (floored at
+    ``prior_sd_pp``), so large true effects are not pulled toward 0 and keep interval
+    coverage; ``fixed``: ``prior_sd_pp`` as given."""
     fdr: float = Field(default=0.05, gt=0, lt=1)
     """False-discovery rate of ``significant`` (Benjamini–Hochberg across a rule's pairs)."""
     markov_min_transitions: int = Field(default=30, ge=1)

@@ -24,7 +24,7 @@ Choices (see docs/concepts/statistics.md):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,6 +48,7 @@ class Decomposition:
         n_pairs: pairs fitted.
         dispersion: φ applied to the covariance.
         r2_adjusted: weighted R² adjusted for the fit's effective degrees of freedom.
+        prior_sd: (τ_π, τ_σ) prior SDs the fit used (fixed or fitted; NaN without a ridge).
     """
 
     mu: float
@@ -64,6 +65,7 @@ class Decomposition:
     n_pairs: int
     dispersion: float
     r2_adjusted: float = float("nan")
+    prior_sd: tuple[float, float] = (float("nan"), float("nan"))
 
 
 def sum_zero_basis(k: int) -> np.ndarray:
@@ -120,6 +122,7 @@ def decompose(
     *,
     block_cov: Blocks | None = None,
     turns: np.ndarray | None = None,
+    adaptive: bool = False,
 ) -> Decomposition:
     """Fit μ, π, σ from a (K, K) matrix of Δ over the ``mask``-ed off-diagonal pairs.
 
@@ -139,6 +142,12 @@ def decompose(
             traffic-weighted average, and a model seen in a handful of turns (a canary)
             barely moves the reference, so it cannot widen anyone else's interval. None =
             equal weights (Σπ = Σσ = 0).
+        adaptive: estimate the prior SDs τ_π and τ_σ from the data (empirical Bayes:
+            ``prior_penalties``) with ``ridge`` as the largest penalty, i.e. 1/√ridge as the
+            smallest prior SD. A fixed prior that is tight next to the spread of the true
+            effects pulls every estimate toward 0 and its interval with it (coverage drops
+            where the effects are largest); estimated, the prior only shrinks as much as the
+            spread of the effects the data show allows.
     """
     k = delta.shape[0]
     a, b = np.nonzero(mask)
@@ -165,6 +174,8 @@ def decompose(
     rhs = t.T @ rz
     penalty = np.full(p, float(ridge))
     penalty[0] = 0.0
+    if adaptive and ridge > 0:
+        penalty = prior_penalties(gram, rhs, (qa.shape[1], qb.shape[1]), float(ridge))
     cov = _inverse(gram + np.diag(penalty), positive_definite=ridge > 0)
     theta = cov @ rhs
     fitted = theta[0] + (pi_map @ theta)[a] + (sigma_map @ theta)[b]
@@ -175,7 +186,48 @@ def decompose(
     cov = cov * phi
     known = (np.isin(np.arange(k), prefixes), np.isin(np.arange(k), suffixes))
     dec = _assemble(k, (pi_map, sigma_map), known, theta, cov, (a, b, y, 1.0 / var[a, b], resid), phi)
-    return _with_adjusted(dec, y, resid, 1.0 / var[a, b], df)
+    dec = _with_adjusted(dec, y, resid, 1.0 / var[a, b], df)
+    if ridge > 0:
+        sd = (_prior_sd(penalty, 1, qa.shape[1]), _prior_sd(penalty, 1 + qa.shape[1], qb.shape[1]))
+        dec = replace(dec, prior_sd=sd)
+    return dec
+
+
+def _prior_sd(penalty: np.ndarray, start: int, size: int) -> float:
+    return float(1.0 / np.sqrt(penalty[start])) if size else float("nan")
+
+
+def prior_penalties(
+    gram: np.ndarray, rhs: np.ndarray, sizes: tuple[int, int], max_penalty: float, *, iterations: int = 100
+) -> np.ndarray:
+    """Ridge penalties (0 for μ, 1/τ_π² for π, 1/τ_σ² for σ) with τ² fitted by marginal likelihood.
+
+    The prior θ_π ~ N(0, τ_π² I), θ_σ ~ N(0, τ_σ² I) on the orthonormal sum-zero
+    coordinates, with the Gaussian likelihood of the weighted normal equations; EM
+    (Dempster, Laird & Rubin 1977; the update of Harville 1977) iterates
+    τ² ← (‖θ̂‖² + tr C) / p per role, θ̂ and C the posterior mean and covariance under the
+    current τ², and converges to the maximum of the marginal likelihood. τ² is floored at
+    1/``max_penalty`` (the configured prior SD is the least spread assumed), so the
+    penalty is never larger than the fixed ridge's.
+    """
+    p_pi, p_sigma = sizes
+    blocks = (slice(1, 1 + p_pi), slice(1 + p_pi, 1 + p_pi + p_sigma))
+    penalty = np.zeros(gram.shape[0])
+    for blk in blocks:
+        penalty[blk] = max_penalty
+    for _ in range(iterations):
+        cov = _inverse(gram + np.diag(penalty), positive_definite=True)
+        theta = cov @ rhs
+        new = penalty.copy()
+        for blk, size in zip(blocks, sizes, strict=True):
+            if size:
+                tau2 = (float(theta[blk] @ theta[blk]) + float(np.trace(cov[blk, blk]))) / size
+                new[blk] = min(max_penalty, 1.0 / tau2) if tau2 > 0 else max_penalty
+        done = np.allclose(new, penalty, rtol=1e-4, atol=0.0)
+        penalty = new
+        if done:
+            break
+    return penalty
 
 
 def _normal_equations(
@@ -327,8 +379,6 @@ def _with_adjusted(
     dec: Decomposition, y: np.ndarray, resid: np.ndarray, w: np.ndarray, df: float
 ) -> Decomposition:
     """Adjusted R²: residual and total mean squares on m − df and m − 1 degrees of freedom."""
-    from dataclasses import replace
-
     m = len(y)
     if m - df < 1.0 or m < 2:
         return dec

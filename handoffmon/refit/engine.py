@@ -107,6 +107,7 @@ def _run(
         excluded_models=cells.excluded_models,
         excluded_rules=cells.excluded_rules,
         switch_cost_note=SWITCH_COST_NOTE if fitter.shadow else "",
+        prior=settings.prior,
     )
 
 
@@ -150,7 +151,13 @@ class _RuleFitter:
         s = self.settings
         dt = deltas(inp.sums, inp.clusters, self.z, s.min_n, s.fdr)
         dec = decompose(
-            dt.delta, dt.var, dt.reported, s.ridge, block_cov=_block(dt), turns=dt.n_used.astype(float)
+            dt.delta,
+            dt.var,
+            dt.reported,
+            s.ridge,
+            block_cov=_block(dt),
+            turns=dt.n_used.astype(float),
+            adaptive=s.prior == "empirical",
         )
         into = (dt.into.delta, dt.into.ci_low, dt.into.ci_high, dt.into.n)
         markov = self._markov(rule, inp, dt)
@@ -171,6 +178,8 @@ class _RuleFitter:
             r2_adjusted=dec.r2_adjusted,
             dispersion=dec.dispersion,
             switch_costs=self._switch_costs(rule, inp),
+            prior_sd_pi_pp=100.0 * dec.prior_sd[0],
+            prior_sd_sigma_pp=100.0 * dec.prior_sd[1],
         )
 
     def _switch_costs(self, rule: str, inp: _FitInput) -> list[SwitchCost]:

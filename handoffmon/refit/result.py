@@ -363,6 +363,10 @@ class RuleFit:
         dispersion: overdispersion φ ≥ 1 applied to the decomposition's covariance.
         switch_costs: experimental switch costs from shadow continuation (``SwitchCost``),
             one per (prefix model, model) with shadow pairs; empty without shadow data.
+        prior_sd_pi_pp: prior SD of π the decomposition used, in percentage points
+            (fitted by marginal likelihood with ``prior: empirical``, floored at
+            ``prior_sd_pp``; null without a ridge).
+        prior_sd_sigma_pp: the same for σ.
     """
 
     rule: str
@@ -381,6 +385,8 @@ class RuleFit:
     r2_adjusted: float = NAN
     dispersion: float = 1.0
     switch_costs: list[SwitchCost] = field(default_factory=list)
+    prior_sd_pi_pp: float = NAN
+    prior_sd_sigma_pp: float = NAN
 
     def switch_cost(self, prefix_model: str, model: str) -> SwitchCost | None:
         """The experimental switch cost of one ordered pair, if shadow pairs exist."""
@@ -413,7 +419,10 @@ class RefitResult:
         rules: fits by rule name, including ``"all"``.
         confidence: interval level used.
         min_n: minimum checked turns for a pair/cell to be reported.
-        prior_sd_pp: prior SD of π and σ in percentage points (the decomposition's ridge).
+        prior_sd_pp: prior SD of π and σ in percentage points (the decomposition's ridge;
+            the least SD with ``prior = "empirical"``).
+        prior: ``empirical`` (prior SDs fitted per rule, see ``RuleFit.prior_sd_pi_pp``) or
+            ``fixed``.
         buckets: depth bucket labels used.
         window_s: time window the counts cover (Prometheus ``increase``), if any.
         version: schema version of this document.
@@ -447,6 +456,7 @@ class RefitResult:
     excluded_models: tuple[str, ...] = ()
     excluded_rules: tuple[str, ...] = ()
     switch_cost_note: str = ""
+    prior: str = "fixed"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN/inf become null/"inf")."""
