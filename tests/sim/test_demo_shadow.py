@@ -22,10 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_demo_shadow_recovers_the_planted_switch_costs_within_their_intervals() -> None:
-    """Seeded demo, 30% of eligible turns shadowed: the per-rule switch costs' intervals hold the
+    """Seeded demo, every eligible turn shadowed: the per-rule switch costs' intervals hold the
     planted values about as often as a 95% interval should, the estimates track them, and no
-    shadow call was counted as a turn."""
-    world = build_world(DemoSettings(size=0.5, seed=7, shadow_rate=0.3))
+    shadow call was counted as a turn.
+
+    The async driver and the shadow threads share the simulator, so a seed fixes the traffic
+    but not the interleaving: at 30% shadowing (~540 pairs over 36 entries) Pearson ranged
+    0.46-0.84 over five runs of the same seed; at 100% (~1,800 pairs over 56 entries) it was
+    0.86-0.88 over three, so 0.75 leaves room for the interleaving and still fails on a
+    broken estimator (the observational contrast scores 0.33-0.40)."""
+    world = build_world(DemoSettings(size=0.5, seed=7, shadow_rate=1.0))
     try:
         outcome = run_initial(world)
         stats = world.runtime.shadow.stats
@@ -36,7 +42,8 @@ def test_demo_shadow_recovers_the_planted_switch_costs_within_their_intervals() 
     print(rec.line(), rec.pairs)
     assert rec.n >= 30
     assert rec.coverage >= 0.85
-    assert rec.pearson >= 0.6
+    assert rec.pearson >= 0.75
+    assert rec.pearson_observational < rec.pearson
     assert sum(outcome.counts.turns.values()) == outcome.stats.turns
     assert sum(n for (_, outcome_), n in stats.calls.items() if outcome_ == "ok") > 500
 
