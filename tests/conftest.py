@@ -13,6 +13,18 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto`` (scripts/test.sh): one per usable core for the default suite;
+    none (serial) when the slow tests are selected, since soaks and throughput/memory bounds
+    must have the machine to themselves. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides both."""
+    if env := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(env)
+    if "not slow" not in (config.option.markexpr or ""):
+        return 0
+    return len(os.sched_getaffinity(0))
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip (locally) or fail (under CI=true) when a needed server or binary is missing."""
     if condition:

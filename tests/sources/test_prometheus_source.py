@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from handoffmon.sources import SourceError
 from handoffmon.sources.prometheus import PrometheusSource, parse_duration
 from handoffmon.sources.spec import infer_buckets, load_source
 from tests.conftest import free_port
+from tests.promserver import PromServer
 from tests.sources.fakeprom import fake_prometheus as fake_api
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,35 +85,59 @@ def test_errors_become_source_errors() -> None:
     assert parse_duration("1h30m") == 5400.0
 
 
-@pytest.mark.integration
-def test_refit_from_prometheus_equals_refit_from_merged_local_aggregates(tmp_path: Path) -> None:
-    """Two handoffmon processes, one real Prometheus scraping both: the Prometheus source's
-    counts equal the merge of the two processes' persisted aggregates, and so do the refits."""
+@dataclass
+class TwoJobs:
+    """One real Prometheus scraping two handoffmon processes as the jobs ``prod`` and ``staging``."""
+
+    prom: PromServer
+    files: dict[str, Path]
+    """Each process's persisted aggregates (SQLite), by job."""
+
+
+JOBS = {"prod": (1, 1500), "staging": (2, 700)}
+"""job: (seed, turns) of its replica (``tests/sources/replica.py``)."""
+
+
+@pytest.fixture(scope="module")
+def two_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoJobs]:
+    """Started once for the module's two real-Prometheus tests: the replicas import handoffmon and
+    count their turns, Prometheus starts and scrapes them (several seconds each time)."""
     from tests.promserver import prometheus_server
 
-    ports, procs, files = [free_port(), free_port()], [], []
+    tmp = tmp_path_factory.mktemp("two-jobs")
+    procs, files, ports = [], {}, {}
     try:
-        for seed, port in zip((1, 2), ports, strict=True):
-            db = tmp_path / f"replica{seed}.sqlite"
-            files.append(db)
-            cmd = [sys.executable, "-m", "tests.sources.replica", "--seed", str(seed), "--turns", "1500"]
-            cmd += ["--port", str(port), "--sqlite", str(db)]
+        for job, (seed, turns) in JOBS.items():
+            files[job], ports[job] = tmp / f"{job}.sqlite", free_port()
+            cmd = [sys.executable, "-m", "tests.sources.replica", "--seed", str(seed), "--turns", str(turns)]
+            cmd += ["--port", str(ports[job]), "--sqlite", str(files[job])]
             proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             procs.append(proc)
         for proc in procs:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        local = load_counts_sqlite(files[0]).merge(load_counts_sqlite(files[1]))
-        with prometheus_server(tmp_path, [f"127.0.0.1:{p}" for p in ports]) as prom:
+        scrape = [
+            {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+            for job, port in ports.items()
+        ]
+        with prometheus_server(tmp, [], scrape_configs=scrape) as prom:
 
             def scraped() -> bool:
                 total = prom.query("sum(handoffmon_turns_total)")
-                return bool(total) and float(total[0]["value"][1]) == 3000
+                return bool(total) and float(total[0]["value"][1]) == sum(t for _, t in JOBS.values())
 
             assert prom.wait_for(scraped, timeout_s=30), prom.log_tail()
-            remote = PrometheusSource(prom.url).snapshot()
+            yield TwoJobs(prom, files)
     finally:
         for proc in procs:
             proc.communicate(timeout=10)
+
+
+@pytest.mark.integration
+def test_refit_from_prometheus_equals_refit_from_merged_local_aggregates(two_jobs: TwoJobs) -> None:
+    """Two handoffmon processes, one real Prometheus scraping both: the Prometheus source's
+    counts equal the merge of the two processes' persisted aggregates, and so do the refits."""
+    local = load_counts_sqlite(two_jobs.files["prod"]).merge(load_counts_sqlite(two_jobs.files["staging"]))
+    remote = PrometheusSource(two_jobs.prom.url).snapshot()
     assert remote.checks == local.checks
     assert remote.transitions == local.transitions
     assert remote.turns == local.turns
@@ -140,53 +166,27 @@ def test_match_selects_one_deployment_in_every_query(fake_prometheus) -> None:  
 
 
 @pytest.mark.integration
-def test_match_reads_one_of_two_jobs_from_a_real_prometheus(tmp_path: Path) -> None:
+def test_match_reads_one_of_two_jobs_from_a_real_prometheus(two_jobs: TwoJobs, tmp_path: Path) -> None:
     """Two handoffmon processes scraped as two jobs (prod, staging) by one real Prometheus:
     `--match '{job="prod"}'` reads exactly prod's persisted counts, through PrometheusSource,
     `handoffmon refit` and `handoffmon shapes export`; without it both deployments are summed."""
     from click.testing import CliRunner
 
     from handoffmon.cli import main
-    from handoffmon.pipeline.aggregates import load_counts_sqlite
-    from tests.promserver import prometheus_server
 
-    jobs = {"prod": (1, free_port(), 1500), "staging": (2, free_port(), 700)}
-    procs, files = [], {}
-    try:
-        for job, (seed, port, turns) in jobs.items():
-            files[job] = tmp_path / f"{job}.sqlite"
-            cmd = [sys.executable, "-m", "tests.sources.replica", "--seed", str(seed), "--turns", str(turns)]
-            cmd += ["--port", str(port), "--sqlite", str(files[job])]
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            procs.append(proc)
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        scrape = [
-            {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
-            for job, (_, port, _) in jobs.items()
-        ]
-        with prometheus_server(tmp_path, [], scrape_configs=scrape) as prom:
+    prom, files = two_jobs.prom, two_jobs.files
+    prod = PrometheusSource(prom.url, match='{job="prod"}').snapshot()
+    everything = PrometheusSource(prom.url).snapshot()
+    source = f"prometheus://{prom.url[len('http://') :]}"
 
-            def scraped() -> bool:
-                total = prom.query("sum(handoffmon_turns_total)")
-                return bool(total) and float(total[0]["value"][1]) == 2200
+    def cli(*args: str, match: str, out: str) -> Any:
+        return CliRunner().invoke(main, [*args, "--match", match, "--out", str(tmp_path / out)])
 
-            assert prom.wait_for(scraped, timeout_s=30), prom.log_tail()
-            prod = PrometheusSource(prom.url, match='{job="prod"}').snapshot()
-            everything = PrometheusSource(prom.url).snapshot()
-            source = f"prometheus://{prom.url[len('http://') :]}"
-
-            def cli(*args: str, match: str, out: str) -> Any:
-                return CliRunner().invoke(main, [*args, "--match", match, "--out", str(tmp_path / out)])
-
-            res = cli("refit", "--source", source, match='{job="prod"}', out="refit.json")
-            assert res.exit_code == 0, res.output
-            shapes = cli("shapes", "export", "--source", prom.url, match='{job="staging"}', out="shapes.json")
-            assert shapes.exit_code == 0, shapes.output
-            nothing = cli("refit", "--source", prom.url, match='{job="dev"}', out="x.json")
-    finally:
-        for proc in procs:
-            proc.communicate(timeout=10)
+    res = cli("refit", "--source", source, match='{job="prod"}', out="refit.json")
+    assert res.exit_code == 0, res.output
+    shapes = cli("shapes", "export", "--source", prom.url, match='{job="staging"}', out="shapes.json")
+    assert shapes.exit_code == 0, shapes.output
+    nothing = cli("refit", "--source", prom.url, match='{job="dev"}', out="x.json")
     local = {job: load_counts_sqlite(path) for job, path in files.items()}
     assert (prod.checks, prod.transitions, prod.turns) == (
         local["prod"].checks,
