@@ -53,9 +53,11 @@ class PromServer:
             raise PromQueryError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query at now; the result list (vector) or ``[scalar]`` wrapped in a list."""
-        data = self.api("query", {"query": expr})
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query at ``at`` (UNIX seconds; default now); the result list (vector) or
+        ``[scalar]`` wrapped in a list."""
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        data = self.api("query", params)
         result = data["result"]
         return result if data["resultType"] in ("vector", "matrix") else [{"value": result}]
 

@@ -51,6 +51,8 @@ class ReplayStack:
     reference: PromServer
     am: Process
     webhook: Webhook
+    started_at: float
+    """When the replayed counters began to grow (both servers were scraping by then)."""
 
 
 def _job(name: str, target: str) -> dict[str, object]:
@@ -64,8 +66,8 @@ def replay_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplaySta
     (tmp / "shared").mkdir()
     (tmp / "reference").mkdir()
     with (
-        replay_exporter(SNAPSHOTS[JOBS["prod"]]) as prod,
-        replay_exporter(SNAPSHOTS[JOBS["staging"]]) as staging,
+        replay_exporter(SNAPSHOTS[JOBS["prod"]], hold=True) as prod,
+        replay_exporter(SNAPSHOTS[JOBS["staging"]], hold=True) as staging,
         webhook_receiver() as webhook,
         alertmanager(tmp, alertmanager_test_config(load_yaml(ALERTMANAGER_CONFIG), webhook.url)) as am,
         prometheus_server(
@@ -77,4 +79,12 @@ def replay_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplaySta
         ) as prom,
         prometheus_server(tmp / "reference", [], [rules], scrape_configs=[_job("prod", prod.target)]) as ref,
     ):
-        yield ReplayStack(prom=prom, reference=ref, am=am, webhook=webhook)
+        # both servers scrape zeros until here, so both see the traffic begin at the same moment
+        # (a rate over a window longer than their uptime would otherwise differ by the uptime ratio)
+        for server in (prom, ref):
+            scraping = server.wait_for(lambda s=server: bool(s.query('up{job="prod"} == 1')), 30.0)
+            assert scraping, server.log_tail()
+        prod.start()
+        staging.start()
+        assert prod.started_at is not None
+        yield ReplayStack(prom=prom, reference=ref, am=am, webhook=webhook, started_at=prod.started_at)

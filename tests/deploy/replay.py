@@ -65,10 +65,20 @@ def render(samples: list[Sample], elapsed_s: float, replay_s: float, started_at:
 
 @dataclass
 class Replay:
-    """A running replay exporter."""
+    """A running replay exporter.
+
+    Attributes:
+        server: the HTTP server.
+        started_at: when the counters began to grow (``None``: held at 0 until ``start``).
+    """
 
     server: ThreadingHTTPServer
-    started_at: float
+    started_at: float | None
+
+    def start(self) -> None:
+        """Let the counters grow from now (a held replay serves zeros until then)."""
+        if self.started_at is None:
+            self.started_at = time.time()
 
     @property
     def target(self) -> str:
@@ -77,14 +87,23 @@ class Replay:
 
 
 @contextmanager
-def replay_exporter(snapshot: Path, replay_s: float = 30.0) -> Iterator[Replay]:
-    """Serve ``snapshot`` at ``/metrics`` on a free loopback port until the block exits."""
+def replay_exporter(snapshot: Path, replay_s: float = 30.0, *, hold: bool = False) -> Iterator[Replay]:
+    """Serve ``snapshot`` at ``/metrics`` on a free loopback port until the block exits.
+
+    With ``hold`` the counters read 0 until ``Replay.start``: servers that begin scraping at
+    different moments then hold identical histories from the start on (a ``rate`` over a
+    window longer than a server's uptime divides by the whole window, so without a common
+    zero two servers' rates differ by the ratio of their uptimes).
+    """
     samples = load_snapshot(snapshot)
-    started = time.time()
+    created = time.time()
+    replay: Replay
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = render(samples, time.time() - started, replay_s, started).encode()
+            started = replay.started_at
+            elapsed = 0.0 if started is None else time.time() - started
+            body = render(samples, elapsed, replay_s, created if started is None else started).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -98,8 +117,9 @@ def replay_exporter(snapshot: Path, replay_s: float = 30.0) -> Iterator[Replay]:
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
+    replay = Replay(server=server, started_at=None if hold else created)
     try:
-        yield Replay(server=server, started_at=started)
+        yield replay
     finally:
         server.shutdown()
         server.server_close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from typing import Any
 
 import pytest
@@ -35,6 +36,9 @@ SERVE_ONLY = ("handoffmon_proxy_", "handoffmon_store_failures_total", "handoffmo
 records must parse and run, but may be empty on demo data."""
 READY_TIMEOUT_S = 60.0
 REL_TOL = 0.05
+SETTLE_S = 40.0
+"""Seconds of replayed traffic before the comparisons: a [5m] rate then differs by at most
+1/40 = 2.5% between two servers whose last evaluation is a 1 s interval apart (< REL_TOL)."""
 VALUES = {**TEMPLATE_VALUES, "__rate_interval": "20s"}
 """A $__rate_interval of 20 scrape intervals (Grafana uses at least 4): with windows that
 both servers have filled, rates of the linearly replayed counters agree exactly."""
@@ -74,6 +78,9 @@ def ready(replay_stack: ReplayStack) -> ReplayStack:
 
     for prom in (replay_stack.prom, replay_stack.reference):
         assert prom.wait_for(lambda p=prom: has_data(p), READY_TIMEOUT_S), prom.log_tail()
+    # rates over windows longer than the traffic so far grow with time; both servers' last scrape
+    # and rule evaluation may lag by up to one 1 s interval, i.e. a relative 1/T: wait for T ≥ 40 s
+    time.sleep(max(0.0, replay_stack.started_at + SETTLE_S - time.time()))
     return replay_stack
 
 
@@ -110,13 +117,16 @@ def test_every_dashboard_query_returns_data_for_one_deployment_only(ready: Repla
     for title, expr in targets:
         prod = substitute(expr, VALUES)
         staging = substitute(expr, {**VALUES, "job": "staging"})
-        shared = _by_labels(ready.prom.query(prod))  # raises with Prometheus' parse error
-        reference = _by_labels(ready.reference.query(prod))
+        at = time.time() - 2.0  # one evaluation instant, which both servers have scraped past
+        shared = _by_labels(ready.prom.query(prod, at))  # raises with Prometheus' parse error
+        reference = _by_labels(ready.reference.query(prod, at))
         if not shared and not _serve_only(expr) and not _undefined_for_two_models(expr):
             problems.append(f"no data: {title}: {prod}")
         if set(shared) != set(reference) or not all(_close(shared[k], reference[k]) for k in shared):
             # rates of a scrape taken a moment apart: retry once before calling it a leak
-            shared, reference = _by_labels(ready.prom.query(prod)), _by_labels(ready.reference.query(prod))
+            at = time.time() - 2.0
+            shared = _by_labels(ready.prom.query(prod, at))
+            reference = _by_labels(ready.reference.query(prod, at))
             if set(shared) != set(reference) or not all(_close(shared[k], reference[k]) for k in shared):
                 problems.append(
                     f"differs from prod alone: {title}\n  shared={shared}\n  reference={reference}"
