@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from collections import Counter as _Tally
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import _logs, metrics, trace
@@ -223,6 +223,8 @@ class OTelExporter:
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
         self._events = _logs.get_logger(SCOPE, __version__, logger_provider=logger_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
+        self._meter = meter
+        self._store_stats: Callable[[], dict[str, int]] | None = None
         self._instruments(meter)
         self._refit: dict[str, Series] = {}
         self._refit_lock = threading.Lock()
@@ -280,10 +282,42 @@ class OTelExporter:
             "Time handoffmon spent per turn, by stage.",
             explicit_bucket_boundaries_advisory=list(OVERHEAD_BUCKETS),
         )
+        meter.create_observable_counter(
+            "handoffmon_label_overflows",
+            callbacks=[self._observe_overflows],
+            unit="{lookup}",
+            description="Label values mapped to 'other' because the label's cap was reached, by label.",
+        )
+        meter.create_observable_counter(
+            "handoffmon_store_failures",
+            callbacks=[self._observe_store],
+            unit="{operation}",
+            description=(
+                "Attribution store operations that failed or were skipped (fail-open), by op and kind."
+            ),
+        )
         for spec in REFIT_GAUGES:
             meter.create_observable_gauge(
                 spec.name, callbacks=[self._refit_callback(spec.name, spec.labels)], description=spec.help
             )
+
+    def observe_store(self, stats: Callable[[], dict[str, int]]) -> None:
+        """Report ``stats()`` (``{op}_{kind}`` → count, a store's ``stats``) as
+        ``handoffmon_store_failures{op, kind}`` at each collection (the runtime wires it)."""
+        self._store_stats = stats
+
+    def _observe_overflows(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(n, {"label": label}) for label, n in sorted(self.guard.overflows().items())]
+
+    def _observe_store(self, options: CallbackOptions) -> Iterable[Observation]:
+        stats = self._store_stats
+        if stats is None:
+            return []
+        out = []
+        for name, value in sorted(stats().items()):
+            op, _, kind = name.rpartition("_")
+            out.append(Observation(value, {"op": op, "kind": kind}))
+        return out
 
     def _refit_callback(self, name: str, labels: tuple[str, ...]) -> Any:
         def observe(options: CallbackOptions) -> Iterable[Observation]:

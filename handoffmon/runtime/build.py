@@ -95,8 +95,13 @@ def build_runtime(
         guard=guard,
     )
     store_stats = getattr(monitor.store, "stats", None)
-    if config.telemetry.prometheus and callable(store_stats):
-        own.register(StoreStatsCollector(store_stats))
+    if callable(store_stats):
+        if config.telemetry.prometheus:
+            own.register(StoreStatsCollector(store_stats))
+        for exporter in monitor.exporters:
+            observe_store = getattr(exporter, "observe_store", None)
+            if callable(observe_store):  # the OTel exporter: the same counter as an observable
+                observe_store(store_stats)
     routing = _routing(config, monitor, own)
     shadow = _shadow(config, monitor, own)
     publish_gauges = refit_publisher(monitor.exporters)

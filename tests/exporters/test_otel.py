@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind
 
 from handoffmon.counts import ShadowKey
 from handoffmon.exporters.otel import OTelExporter
+from handoffmon.labels import LabelGuard
 from handoffmon.protocols import Exporter, MonitorObserver, ShadowPairObserver
 from tests.exporters.refits import make_refit
 from tests.exporters.turns import FINISHED_AT, make_result, sample_content, scripted_conversation
@@ -472,3 +473,42 @@ def test_force_flush_drains_the_applications_batch_processor_without_shutting_it
     exp.shutdown()
     exp.export(make_result())
     assert tp.force_flush(5000) and len(spans.get_finished_spans()) == 2
+
+
+def test_label_overflows_are_an_observable_counter_like_prometheus(
+    spans: InMemorySpanExporter, logs: InMemoryLogRecordExporter, reader: InMemoryMetricReader
+) -> None:
+    """With a model cap of 2, the scripted conversation's third model (and later unknown names)
+    map to ``other``; handoffmon_label_overflows{label} reports the guard's own tally."""
+    guard = LabelGuard(max_models=2)
+    otel = OTelExporter(**_providers(spans, logs, reader), guard=guard)
+    for r in scripted_conversation():
+        otel.export(r)
+    overflows = {k: p.value for k, p in points(reader, "handoffmon_label_overflows").items()}
+    assert overflows[(("label", "model"),)] == guard.overflows()["model"] > 0
+    assert set(overflows) == {(("label", label),) for label in guard.overflows()}
+
+
+def test_store_failures_reach_otel_when_the_runtime_wires_a_failing_store(
+    spans: InMemorySpanExporter, logs: InMemoryLogRecordExporter, reader: InMemoryMetricReader
+) -> None:
+    """OTel-only runtime (Prometheus off) over a store whose every call raises: the turns go
+    through (fail open) and handoffmon_store_failures{op, kind} equals the store guard's stats."""
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.runtime import build_runtime
+    from tests.pipeline.helpers import BrokenStore, run_conversation
+
+    config = HandoffmonConfig.model_validate({"telemetry": {"prometheus": False, "otel": True}})
+    store = BrokenStore(fail=["get_many", "put_many", "get_state", "put_state"])
+    rt = build_runtime(config, registry=None, store=store, **_providers(spans, logs, reader))
+    try:
+        run_conversation(rt.monitor, ["a", "b", "b"])
+        assert rt.flush(10)
+        stats = rt.monitor.store.stats()
+        failures = {k: p.value for k, p in points(reader, "handoffmon_store_failures").items()}
+    finally:
+        rt.close()
+    assert sum(stats.values()) >= 3
+    expected = {(("kind", k.rpartition("_")[2]), ("op", k.rpartition("_")[0])): n for k, n in stats.items()}
+    assert failures == expected
+    assert sum(p.value for p in points(reader, "handoffmon_turns").values()) == 3
