@@ -7,7 +7,7 @@ replicas) or from CSV files, so the refit has one input type.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -45,27 +45,42 @@ def in_cell(author: str, prefix_model: str, clean: bool) -> bool:
     return clean or prefix_model != author
 
 
-def turn_cell_stats(result: TurnResult) -> list[tuple[CellStatKey, int]]:
+def turn_cell_stats(
+    result: TurnResult,
+    *,
+    model: str | None = None,
+    prefix_model: str | None = None,
+    rule: Callable[[str], str] | None = None,
+) -> list[tuple[CellStatKey, int]]:
     """The ``cell_stats`` increments of one finished turn (live pipeline and exporters).
 
     Σ depth of its pass/fail checks per rule in its depth bucket (when the turn is in its
     cell, ``in_cell``) and the conversation-cluster increments the pipeline computed from
     the conversation's partial counts (``TurnResult.cluster``). The same definitions as
     the turn-log source (``sources/turns.sql``), so both give the same counts.
+
+    ``model``, ``prefix_model`` and ``rule`` name the keys' cell when given (capped label
+    values: the caller builds each key once); whether the turn is in a cell is always
+    decided on the turn's own names.
     """
     ctx, author = result.context, result.record.author
     prefix, bucket = ctx.prefix_model, result.depth_bucket
+    key_model = author if model is None else model
+    key_prefix = prefix if prefix_model is None else prefix_model
+    name = rule if rule is not None else str
     out: list[tuple[CellStatKey, int]] = []
     if in_cell(author, prefix, result.clean):
+        depth = ctx.depth
         out.extend(
-            (CellStatKey(c.rule, author, prefix, bucket, "depth"), ctx.depth)
+            (CellStatKey(name(c.rule), key_model, key_prefix, bucket, "depth"), depth)
             for c in result.checks
             if c.verdict in ("pass", "fail")
         )
     for step in result.cluster:
+        step_rule = name(step.rule)
         for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
             if v:
-                out.append((CellStatKey(step.rule, author, prefix, CELL_TOTAL, stat), v))
+                out.append((CellStatKey(step_rule, key_model, key_prefix, CELL_TOTAL, stat), v))
     return out
 
 

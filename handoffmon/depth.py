@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_EDGES: tuple[int, ...] = (1, 2, 3, 5, 9, 13, 17, 25, 33, 49, 65, 97)
 """Lower bounds of the default buckets. Deep buckets are at most half as wide as their
@@ -22,17 +22,20 @@ class DepthBuckets:
     """
 
     edges: tuple[int, ...] = DEFAULT_EDGES
+    _labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.edges or self.edges[0] != 1:
             raise ValueError("depth bucket edges must start at 1")
         if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
             raise ValueError("depth bucket edges must be strictly increasing")
+        # bucket() runs once per turn: labels are formatted once
+        object.__setattr__(self, "_labels", tuple(self._label(i) for i in range(len(self.edges))))
 
     @property
     def labels(self) -> tuple[str, ...]:
         """Bucket labels in depth order."""
-        return tuple(self._label(i) for i in range(len(self.edges)))
+        return self._labels
 
     def _label(self, i: int) -> str:
         lo = self.edges[i]
@@ -43,8 +46,7 @@ class DepthBuckets:
 
     def bucket(self, depth: int) -> str:
         """Label of the bucket holding ``depth`` (depths below 1 count as 1)."""
-        i = bisect.bisect_right(self.edges, max(depth, 1)) - 1
-        return self._label(i)
+        return self._labels[bisect.bisect_right(self.edges, max(depth, 1)) - 1]
 
     def index(self, label: str) -> int:
         """Position of a bucket label (raises ``ValueError`` for an unknown label)."""

@@ -8,7 +8,7 @@ import threading
 from collections import Counter as _Tally
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
@@ -58,6 +58,27 @@ _EXEMPLAR_CHARS = 100  # OpenMetrics caps an exemplar's label set at 128 charact
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
+class _Children:
+    """``metric.labels(*values)``, memoized per exporter.
+
+    prometheus_client validates the values and takes the metric's lock on every ``labels``
+    call (several µs, ~30 times per turn); the per-turn counters' children are never removed
+    and the guard caps their label values, so the cache is bounded like the series.
+    """
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:  # Counter or Histogram child: .inc / .observe
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 @dataclass(frozen=True)
 class _Counters:
     turns: Counter
@@ -77,6 +98,20 @@ class _Counters:
     label_limit: Gauge
     label_overflows: Counter
     build_info: Gauge
+
+
+_PER_TURN = (
+    "turns",
+    "checks",
+    "check_seconds",
+    "baseline_checks",
+    "cell_stats",
+    "transitions",
+    "attributions",
+    "history_tokens",
+    "overhead",
+)
+"""Metrics labelled on every turn (their children are memoized: ``_Children``)."""
 
 
 def _counters() -> _Counters:
@@ -298,6 +333,7 @@ class PrometheusExporter:
         self._m.build_info.labels(__version__).set(1)
         self._init_known_labels()
         self._verdict_sets: set[tuple[str, str, str, str]] = set()
+        self._kids = {name: _Children(getattr(self._m, name)) for name in _PER_TURN}
         self._published: dict[str, set[tuple[str, ...]]] = {name: set() for name in self._refit}
         self._refit_lock = threading.Lock()
         self._guard_version = -1
@@ -327,34 +363,36 @@ class PrometheusExporter:
             return False
 
     def _count(self, result: TurnResult) -> None:
-        g, m = self.guard, self._m
+        g, m, kid = self.guard, self._m, self._kids
         ctx, rec = result.context, result.record
         model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
         bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
         ex = {"conversation_id": ctx.conversation_id[:_EXEMPLAR_CHARS]} if self._exemplars else None
-        m.turns.labels(model, prefix, bucket).inc(1, exemplar=ex)
+        kid["turns"](model, prefix, bucket).inc(1, exemplar=ex)
+        checks, check_seconds = kid["checks"], kid["check_seconds"]
         for check in result.checks:
             rule = g.rule(check.rule)
             if (rule, model, prefix, bucket) not in self._verdict_sets:
                 self._init_verdicts(rule, model, prefix, bucket)
-            m.checks.labels(rule, model, prefix, bucket, g.verdict(check.verdict)).inc(1, exemplar=ex)
-            m.check_seconds.labels(rule).inc(max(check.duration_s, 0.0))
+            checks(rule, model, prefix, bucket, g.verdict(check.verdict)).inc(1, exemplar=ex)
+            check_seconds(rule).inc(max(check.duration_s, 0.0))
         baseline, stats = refit_input_labels(result, g)
         for labels in baseline:
-            m.baseline_checks.labels(*labels).inc()
+            kid["baseline_checks"](*labels).inc()
+        cell_stats = kid["cell_stats"]
         for labels, v in stats:
-            m.cell_stats.labels(*labels).inc(v)
+            cell_stats(*labels).inc(v)
         handoff = g.handoff(rec.handoff)
         for tr in result.transitions:
-            m.transitions.labels(
+            kid["transitions"](
                 g.rule(tr.rule), model, handoff, g.verdict(tr.from_verdict), g.verdict(tr.to_verdict)
             ).inc()
         for method, n in _Tally(result.attribution_methods).items():
-            m.attributions.labels(method if method in ATTRIBUTION_METHODS else "unknown").inc(n)
+            kid["attributions"](method if method in ATTRIBUTION_METHODS else "unknown").inc(n)
         if rec.fallbacks > 0:
             requested = g.requested_model(rec.requested_model or ctx.requested_model)
             m.fallbacks.labels(requested, model).inc(rec.fallbacks)
-        m.history_tokens.labels(bucket).observe(ctx.history_tokens)
+        kid["history_tokens"](bucket).observe(ctx.history_tokens)
         if g.version != self._guard_version or g.overflow_total != self._overflow_total:
             self._sync_label_usage()
 
@@ -407,7 +445,7 @@ class PrometheusExporter:
     def observe_overhead(self, stage: str, seconds: float) -> None:
         """Observe ``seconds`` into ``handoffmon_overhead_seconds{stage}``; never raises."""
         try:
-            self._m.overhead.labels(self.guard.stage(stage)).observe(max(seconds, 0.0))
+            self._kids["overhead"](self.guard.stage(stage)).observe(max(seconds, 0.0))
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
 

@@ -171,10 +171,12 @@ class RequestParser:
 
     # -- the four adapters' shapes -------------------------------------------------------------
 
-    def router_call(self, model: Any, messages: Any, kwargs: Mapping[str, Any]) -> Request:
+    def router_call(
+        self, model: Any, messages: Any, kwargs: Mapping[str, Any], received_at: float | None = None
+    ) -> Request:
         """``Router.completion(model, messages, **kwargs)``: ``metadata``, ``litellm_session_id``,
-        ``extra_headers`` (or ``headers``)."""
-        t0 = time.perf_counter()
+        ``extra_headers`` (or ``headers``). ``received_at``: when the call began (default: now)."""
+        t0 = time.perf_counter() if received_at is None else received_at
         if not kwargs:
             return self.parse(messages, model, received_at=t0)
         h = kwargs.get("extra_headers") or kwargs.get("headers")

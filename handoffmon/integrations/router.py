@@ -29,6 +29,12 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_DEPLOYMENT_NAMES = 10_000
 """Bound on the cache of deployment id → provider model string."""
 
+_PARSED_NOW = frozenset({"stream", "metadata", "extra_headers", "headers"})
+"""Call arguments that keep the request parsed on the request path: streams, and metadata or
+headers (the application's own mappings, which it may change after the call)."""
+
+_UNREAD: Any = object()
+
 
 class RouterWrapper:
     """A ``litellm.Router`` with handoffmon around ``completion`` / ``acompletion``.
@@ -52,6 +58,9 @@ class RouterWrapper:
         self._dep_names: dict[str, str | None] = {}
         self._routing = _routing(router, monitor, runtime)
         self._shadow = _shadow(router, monitor, runtime)
+        # no shadow offer and no trace context to take from this thread: the request can be
+        # parsed, and the reply read, on the attribution thread (``_lean``)
+        self._lean = self._shadow is None and not self._parser.trace
 
     @property
     def runtime(self) -> Runtime | None:
@@ -78,6 +87,13 @@ class RouterWrapper:
         drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
+        if self._lean and type(messages) is list and _PARSED_NOW.isdisjoint(kwargs):
+            t0 = time.perf_counter()
+            snapshot = messages.copy()
+            t1 = time.perf_counter()
+            response = self._router.completion(model=model, messages=messages, **kwargs)
+            self._lean_finish(model, snapshot, kwargs, response, t0, t1)
+            return response
         cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
         response = self._router.completion(model=model, messages=messages, **kwargs)
@@ -93,6 +109,13 @@ class RouterWrapper:
         drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
+        if self._lean and type(messages) is list and _PARSED_NOW.isdisjoint(kwargs):
+            t0 = time.perf_counter()
+            snapshot = messages.copy()
+            t1 = time.perf_counter()
+            response = await self._router.acompletion(model=model, messages=messages, **kwargs)
+            self._lean_finish(model, snapshot, kwargs, response, t0, t1)
+            return response
         cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
         response = await self._router.acompletion(model=model, messages=messages, **kwargs)
@@ -124,6 +147,38 @@ class RouterWrapper:
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a router response")
+
+    def _lean_finish(
+        self, model: str, messages: list[Any], kwargs: dict[str, Any], response: Any, t0: float, t1: float
+    ) -> None:
+        """Queue a non-streamed call as it is: the reply text is the one thing taken now (the
+        application may edit its response); ``_read_call`` does the rest off the request path."""
+        t2 = time.perf_counter()
+        try:
+            msg = response.choices[0].message
+            content = msg.get("content") if type(msg) is dict else msg.content
+        except Exception:  # not the usual shape: the whole reply is read later
+            content = _UNREAD
+        self._monitor.finish_later(self._read_call, (model, messages, kwargs, response, content, t0, t1, t2))
+
+    def _read_call(
+        self,
+        model: str,
+        messages: list[Any],
+        kwargs: dict[str, Any],
+        response: Any,
+        content: Any,
+        t0: float,
+        t1: float,
+        t2: float,
+    ) -> tuple[Capture, Any, Deferred, float]:
+        """What ``_capture`` and ``_finish`` would have taken, on the attribution thread."""
+        request = self._parser.router_call(model, messages, kwargs, received_at=t0)
+        reply = reply_message(response)
+        if content is not _UNREAD and isinstance(reply, dict) and reply.get("content") is not content:
+            reply = {**reply, "content": content}  # the text as returned, not as edited since
+        outcome = Deferred(describe_response, (self._monitor.names, response, None))
+        return Capture(request, t1 - t0), reply, outcome, t2 - t1
 
     def _stream_done(self, cap: Capture, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:

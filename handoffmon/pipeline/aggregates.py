@@ -177,32 +177,39 @@ class Aggregates:
     def add_turn(self, result: TurnResult) -> None:
         """Count one finished turn: its checks (and clean-baseline checks), transitions, turn
         cell, attributions, and its cells' depth and conversation-cluster sums."""
-        # names are capped before the lock (the guard may allocate and take its own lock)
+        # every key is built (and its names capped) before the lock: the guard may take its own
         rec, ctx, g = result.record, result.context, self.guard
         handoff = handoff_label(rec.handoff)
-        author, prefix = g.model(rec.author), g.model(ctx.prefix_model)
-        rules = {c.rule: g.rule(c.rule) for c in result.checks}
-        rules.update((t.rule, g.rule(t.rule)) for t in result.transitions if t.rule not in rules)
-        stats = [
-            (CellStatKey(rules.get(s.rule) or g.rule(s.rule), author, prefix, s.depth_bucket, s.stat), n)
-            for s, n in turn_cell_stats(result)
-        ]
+        author, prefix, bucket = g.model(rec.author), g.model(ctx.prefix_model), result.depth_bucket
+        rules: dict[str, str] = {}
+
+        def rule(name: str) -> str:
+            capped = rules.get(name)
+            if capped is None:
+                capped = rules[name] = g.rule(name)
+            return capped
+
+        turn: list[tuple[str, Any, int]] = [("turns", TurnKey(author, prefix, bucket, handoff), 1)]
+        for check in result.checks:
+            key = CheckKey(rule(check.rule), author, prefix, bucket, check.verdict)
+            turn.append(("checks", key, 1))
+            if result.clean:
+                turn.append(("baseline_checks", key, 1))
+        turn.extend(
+            ("cell_stats", key, n)
+            for key, n in turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule)
+        )
+        turn.extend(
+            ("transitions", TransitionKey(rule(t.rule), author, handoff, t.from_verdict, t.to_verdict), 1)
+            for t in result.transitions
+        )
+        turn.extend(("attributions", method, 1) for method in result.attribution_methods)
         with self._lock:
-            self._add("turns", TurnKey(author, prefix, result.depth_bucket, handoff))
-            for check in result.checks:
-                key = CheckKey(rules[check.rule], author, prefix, result.depth_bucket, check.verdict)
-                self._add("checks", key)
-                if result.clean:
-                    self._add("baseline_checks", key)
-            for stat, n in stats:
-                self._add("cell_stats", stat, n)
-            for tr in result.transitions:
-                self._add(
-                    "transitions",
-                    TransitionKey(rules[tr.rule], author, handoff, tr.from_verdict, tr.to_verdict),
-                )
-            for method in result.attribution_methods:
-                self._add("attributions", method)
+            totals, pending = self._totals, self._pending if self._conn is not None else None
+            for kind, key, n in turn:
+                totals[kind][key] += n
+                if pending is not None:
+                    pending[kind][key] += n
 
     def add_counts(self, counts: Counts) -> None:
         """Add a whole snapshot (seeding a file, merging another source); written by the next flush."""

@@ -16,7 +16,7 @@ from typing import Any
 from handoffmon.attribution import Attributor, ModelNames, degraded_context, normalize_messages
 from handoffmon.ingress import Outcome, Request
 from handoffmon.pipeline.errors import ErrorSink
-from handoffmon.pipeline.records import Attributed, Deferred, Finished
+from handoffmon.pipeline.records import Attributed, Deferred, Finished, Later
 from handoffmon.pipeline.reply import last_user_text, reply_text
 from handoffmon.types import UNKNOWN_MODEL, TurnContext
 
@@ -49,8 +49,14 @@ class AttributionStage:
         self._submit = submit
         self._capture_content = capture_content
 
-    def handle(self, item: Finished) -> None:
+    def handle(self, item: Finished | Later) -> None:
         """Attribute, describe, record and hand on one turn (fail-open at every step)."""
+        if type(item) is Later:
+            built = self._build(item)
+            if built is None:
+                return
+            item = built
+        assert isinstance(item, Finished)
         request = item.capture.request
         ctx = self.context(request)
         outcome = item.outcome
@@ -74,6 +80,18 @@ class AttributionStage:
         key = recorded.conversation_id if recorded is not None else ctx.conversation_id
         if not self._submit(turn, key):
             self._errors.drop()
+
+    def _build(self, later: Later) -> Finished | None:
+        """The ``Finished`` turn of a ``Monitor.finish_later`` call (``None``: nothing to record)."""
+        try:
+            got = later.build(*later.args)
+        except Exception as exc:
+            self._errors.failed("integration", exc, "could not read a call")
+            return None
+        if got is None:
+            return None
+        capture, reply, outcome, latency_s = got
+        return Finished(capture, reply, outcome, False, latency_s, later.finished_at, later.finish_s)
 
     def context(self, request: Request) -> TurnContext:
         """The attributed context of a request (degraded, under a fresh id, if that failed)."""

@@ -106,8 +106,7 @@ class CheckStage:
             and ctx.prefix_authors <= 1
             and not ctx.degraded
         )
-        state, cluster = state.tally(author, ctx.prefix_model, clean, checks)
-        state, transitions = state.advance(ctx.depth, checks)
+        state, cluster, transitions = state.fold(ctx.depth, author, ctx.prefix_model, clean, checks)
         self._save_state(ctx, state)
         record = self._record(turn, ctx, author)
         content = None
@@ -202,6 +201,7 @@ class CheckStage:
                 user_message=ctx.user_message,
                 previous=dict(state.previous),
                 depth=ctx.depth,
+                memory=self._rules.memory,  # the rule set's own: evaluate() need not copy the context
             )
         except Exception as exc:
             self._errors.failed("check", exc)

@@ -18,7 +18,7 @@ from handoffmon.pipeline.attribution_stage import AttributionStage
 from handoffmon.pipeline.check_stage import CheckStage
 from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.errors import STAGES, ErrorSink
-from handoffmon.pipeline.records import Attributed, Capture, Deferred, Finished
+from handoffmon.pipeline.records import Attributed, Capture, Deferred, Finished, Later
 from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver, ShadowPairObserver
 from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
@@ -143,7 +143,7 @@ class Monitor:
             submit=self._pool.submit,
             capture_content=config.telemetry.capture_content,
         )
-        self._front: DequeWorker[Finished] = DequeWorker(
+        self._front: DequeWorker[Finished | Later] = DequeWorker(
             attribution.handle,
             queue_size=config.pipeline.attribution_queue_size,
             on_error=self._front_failed,
@@ -200,6 +200,28 @@ class Monitor:
                 capture, reply, outcome, streamed, latency_s, self._clock(), time.perf_counter() - t0, shadow
             )
             if not self._front.submit(item):
+                self.attribution_overflows += 1
+                self.errors.drop()
+        except Exception as exc:
+            self.errors.failed("record", exc)
+
+    def finish_later(
+        self,
+        build: Callable[..., tuple[Capture, Any, Outcome | Deferred, float] | None],
+        args: tuple[Any, ...],
+    ) -> None:
+        """The leanest request path: queue ``build(*args)`` for the attribution thread. Never
+        blocks, never raises.
+
+        ``build`` returns what :meth:`capture` and :meth:`finish` would have been given
+        (the capture, the reply, the outcome, the call's latency), or ``None``; it runs
+        on the attribution thread, in order with every other finished turn, and its
+        failures are counted under ``integration``. Non-streamed turns without a shadow
+        offer only; a full queue drops and counts the turn, as :meth:`finish` does.
+        """
+        t0 = time.perf_counter()
+        try:
+            if not self._front.submit(Later(build, args, self._clock(), time.perf_counter() - t0)):
                 self.attribution_overflows += 1
                 self.errors.drop()
         except Exception as exc:

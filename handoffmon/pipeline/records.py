@@ -69,6 +69,30 @@ class Finished(NamedTuple):
         return f"Finished({self.capture!r}, streamed={self.streamed})"
 
 
+class Later(NamedTuple):
+    """A call handed to ``Monitor.finish_later``: everything but the timing is read later.
+
+    ``build(*args)`` runs on the attribution thread and returns the turn's ``Capture``,
+    reply, outcome and latency (or ``None``: nothing to record), so the request path
+    only keeps references to what the call was given and returned.
+
+    Attributes:
+        build: reads the call (parses the request, copies the reply) on the attribution thread.
+        args: what ``build`` reads; the integration snapshots what the application may change
+            (the message list, the reply text) before queueing.
+        finished_at: wall clock when the reply finished.
+        finish_s: request-path time ``finish_later`` took.
+    """
+
+    build: Callable[..., tuple[Capture, Any, Outcome | Deferred, float] | None]
+    args: tuple[Any, ...]
+    finished_at: float
+    finish_s: float
+
+    def __repr__(self) -> str:  # no message content in reprs (they reach logs)
+        return "Later()"
+
+
 class Attributed(NamedTuple):
     """A turn after the attribution stage: handed to the checks.
 

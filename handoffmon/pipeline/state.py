@@ -68,11 +68,11 @@ class ConversationState:
         depth: Any = data.get("depth", 0)
         cells_raw: Any = data.get("cells") or []
         return cls(
-            depth=int(depth),
-            declared_rules=tuple((int(d), dict(r)) for d, r in rules_raw),
-            previous={str(k): str(v) for k, v in dict(prev_raw).items()},
-            last={str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
-            cells={(str(r), str(m), str(p)): (int(y), int(n)) for r, m, p, y, n in cells_raw},
+            int(depth),
+            tuple((int(d), dict(r)) for d, r in rules_raw),
+            {str(k): str(v) for k, v in dict(prev_raw).items()},
+            {str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
+            _cells(cells_raw),
         )
 
     def to_mapping(self, now_s: float | None = None) -> dict[str, object]:
@@ -80,8 +80,10 @@ class ConversationState:
         past its expiry (wall clock ``now_s``, default now) is dropped, its fingerprint kept."""
         from handoffmon.checkers.extracted import without_expired_text
 
-        now = time.time() if now_s is None else now_s
-        previous = {k: without_expired_text(v, now) for k, v in self.previous.items()}
+        previous: dict[str, str | None] = {}
+        if self.previous:
+            now = time.time() if now_s is None else now_s
+            previous = {k: without_expired_text(v, now) for k, v in self.previous.items()}
         return {
             "v": STATE_VERSION,
             "depth": self.depth,
@@ -125,20 +127,9 @@ class ConversationState:
         where the rule was not applicable or errored are skipped, not counted as breaks; a
         regenerated reply at the same depth replaces the last verdict without a transition).
         """
-        last = dict(self.last)
-        previous = dict(self.previous)
-        transitions: list[Transition] = []
-        for check in checks:
-            if check.extracted is not None:
-                previous[check.rule] = check.extracted
-            if check.verdict not in MARKOV_VERDICTS:
-                continue
-            before = last.get(check.rule)
-            if before is not None and before.depth < depth:
-                transitions.append(Transition(check.rule, before.verdict, check.verdict))
-            last[check.rule] = LastVerdict(check.verdict, depth)
-        state = replace(self, depth=max(self.depth, depth), previous=previous, last=last)
-        return state, tuple(transitions)
+        previous, last, transitions = self._advanced(depth, checks)
+        state = ConversationState(max(self.depth, depth), self.declared_rules, previous, last, self.cells)
+        return state, transitions
 
     def tally(
         self, author: str, prefix_model: str, clean: bool, checks: tuple[CheckResult, ...]
@@ -151,17 +142,77 @@ class ConversationState:
         conversation's (y, n) in the cell before the check give the increments of Σy², Σyn,
         Σn² (``counts.cluster_increments``), so the sums never need a pass over conversations.
         """
+        cells, steps = self._tallied(author, prefix_model, clean, checks)
+        if cells is self.cells:
+            return self, steps
+        return ConversationState(self.depth, self.declared_rules, self.previous, self.last, cells), steps
+
+    def fold(
+        self, depth: int, author: str, prefix_model: str, clean: bool, checks: tuple[CheckResult, ...]
+    ) -> tuple[ConversationState, tuple[ClusterStep, ...], tuple[Transition, ...]]:
+        """:meth:`tally` then :meth:`advance` in one step (one new state: the per-turn path)."""
+        cells, steps = self._tallied(author, prefix_model, clean, checks)
+        previous, last, transitions = self._advanced(depth, checks)
+        state = ConversationState(max(self.depth, depth), self.declared_rules, previous, last, cells)
+        return state, steps, transitions
+
+    def _advanced(
+        self, depth: int, checks: tuple[CheckResult, ...]
+    ) -> tuple[Mapping[str, str], Mapping[str, LastVerdict], tuple[Transition, ...]]:
+        last = dict(self.last)
+        extracted = {c.rule: c.extracted for c in checks if c.extracted is not None}
+        previous = {**self.previous, **extracted} if extracted else self.previous
+        transitions: list[Transition] = []
+        for check in checks:
+            verdict = check.verdict
+            if verdict not in MARKOV_VERDICTS:
+                continue
+            before = last.get(check.rule)
+            if before is not None and before.depth < depth:
+                transitions.append(Transition(check.rule, before.verdict, verdict))
+            last[check.rule] = LastVerdict(verdict, depth)
+        return previous, last, tuple(transitions)
+
+    def _tallied(
+        self, author: str, prefix_model: str, clean: bool, checks: tuple[CheckResult, ...]
+    ) -> tuple[Mapping[CellId, tuple[int, int]], tuple[ClusterStep, ...]]:
+        if not in_cell(author, prefix_model, clean):
+            return self.cells, ()
         verdicts = [(c.rule, c.verdict == "pass") for c in checks if c.verdict in MARKOV_VERDICTS]
-        if not verdicts or not in_cell(author, prefix_model, clean):
-            return self, ()
+        if not verdicts:
+            return self.cells, ()
         cells = dict(self.cells)
         steps: dict[str, list[int]] = {}
-        for rule, passed in [*verdicts, *((POOLED_RULE, p) for _, p in verdicts)]:
+        verdicts.extend([(POOLED_RULE, p) for _, p in verdicts])
+        for rule, passed in verdicts:
             cell = (rule, author, prefix_model)
-            y, n = cells.get(cell, (0, 0))
-            if cell in cells or len(cells) < MAX_CELLS:
+            got = cells.get(cell)
+            if got is not None:
+                y, n = got
                 cells[cell] = (y + passed, n + 1)
-            acc = steps.setdefault(rule, [0, 0, 0, 0])
-            for i, v in enumerate(cluster_increments(y, n, passed)):
-                acc[i] += v
-        return replace(self, cells=cells), tuple(ClusterStep(r, *v) for r, v in steps.items())
+            else:
+                y = n = 0
+                if len(cells) < MAX_CELLS:
+                    cells[cell] = (int(passed), 1)
+            g, y2, yn, n2 = cluster_increments(y, n, passed)
+            acc = steps.get(rule)
+            if acc is None:
+                steps[rule] = [g, y2, yn, n2]
+            else:
+                acc[0] += g
+                acc[1] += y2
+                acc[2] += yn
+                acc[3] += n2
+        return cells, tuple(ClusterStep(r, *v) for r, v in steps.items())
+
+
+def _cells(raw: Any) -> dict[CellId, tuple[int, int]]:
+    """Stored cells ``[[rule, author, prefix, y, n], …]``; values as stored when they are
+    already plain (the common case: one dict insert per cell), coerced otherwise."""
+    out: dict[CellId, tuple[int, int]] = {}
+    for r, m, p, y, n in raw:
+        if type(r) is str and type(m) is str and type(p) is str and type(y) is int and type(n) is int:
+            out[r, m, p] = (y, n)
+        else:
+            out[str(r), str(m), str(p)] = (int(y), int(n))
+    return out

@@ -8,6 +8,7 @@ rule at a time, (K + 2) × K × D with K ≤ ``max_models``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import chain
@@ -29,6 +30,10 @@ HANDOFF_STATES: tuple[str, ...] = ("true", "false", "unknown")
 
 _VERDICT_INDEX = {"pass": 0, "fail": 1}
 _SPECIALS = frozenset({NO_PREFIX, UNKNOWN_MODEL})
+_DENSE_CELLS_MAX = 1 << 21
+_DENSE_PER_KEY = 4
+"""Cell spaces up to this size (or 4× the keys) are summed in dense bins (3 float64 arrays of
+at most 16 MB; K = 100 models × 10 rules × 7 buckets is ~0.9·10⁶ cells), else via a sort."""
 """Prefix values that are not models."""
 
 
@@ -316,9 +321,18 @@ def _entries(raw: _Raw, depth: _Raw, maps: tuple[np.ndarray, ...], n_buckets: in
 
     f_idx, ok = flat(raw)
     verdict, values = raw.verdict[ok], raw.values[ok]
-    cells, inverse = np.unique(f_idx, return_inverse=True)
-    passes = np.bincount(inverse, weights=np.where(verdict == 0, values, 0.0), minlength=len(cells))
-    fails = np.bincount(inverse, weights=np.where(verdict == 1, values, 0.0), minlength=len(cells))
+    pass_w, fail_w = np.where(verdict == 0, values, 0.0), np.where(verdict == 1, values, 0.0)
+    space = math.prod(shape)
+    if space <= _DENSE_CELLS_MAX or space <= _DENSE_PER_KEY * len(f_idx):
+        # bins over the whole (small) cell space: linear, no sort of 10⁶ indices (np.unique's
+        # argsort); the same cells (those with a key) and the same sums, added in key order
+        cells = np.flatnonzero(np.bincount(f_idx, minlength=space))
+        passes = np.bincount(f_idx, weights=pass_w, minlength=space)[cells]
+        fails = np.bincount(f_idx, weights=fail_w, minlength=space)[cells]
+    else:
+        cells, inverse = np.unique(f_idx, return_inverse=True)
+        passes = np.bincount(inverse, weights=pass_w, minlength=len(cells))
+        fails = np.bincount(inverse, weights=fail_w, minlength=len(cells))
     depth_sum = np.zeros(len(cells))
     if len(depth.values) and len(cells):
         d_flat, d_ok = flat(depth)

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import random
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -609,10 +610,32 @@ def routing(quick: bool) -> list[Row]:
     return [Row("routing", label, p50 * 1e6, p99 * 1e6, "µs") for label, (p50, p99) in measured.items()]
 
 
+def pipeline(quick: bool) -> list[Row]:
+    """Background CPU per turn: attribution stage and check stage (with Prometheus export inline)."""
+    from tests.benchmarks.bench_pipeline import measure, quantile
+
+    got = measure(60 if quick else 300)
+    rows = []
+    for stage, label in (("attribution", "attribution stage"), ("checks", "check stage + export")):
+        xs = got[stage]
+        rows.append(
+            Row(
+                "pipeline",
+                f"{label}, thread CPU per turn (3 rules, 2 models, 10-turn conversations)",
+                quantile(xs, 0.5) * 1e6,
+                quantile(xs, 0.99) * 1e6,
+                "µs",
+                note=f"{len(xs)} turns; mean {statistics.mean(xs) * 1e6:.1f} µs",
+            )
+        )
+    return rows
+
+
 SUITES: dict[str, Suite] = {
     "attribution": attribution,
     "checkers": checkers,
     "overhead": overhead,
+    "pipeline": pipeline,
     "export": export,
     "refit": refit,
     "proxy": proxy,

@@ -99,6 +99,58 @@ async def test_ten_turn_conversation_depth_prefix_handoff(mode: str) -> None:
     assert snap.monitor_errors == {} and snap.dropped == 0
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("kwargs", [{}, {"temperature": 0.0}, {"metadata": {"conversation_id": "c-1"}}])
+async def test_turn_is_what_the_call_returned_whatever_the_app_edits_after(
+    mode: str, kwargs: dict[str, Any]
+) -> None:
+    """Read before the attribution thread runs (queued: workers not started), a turn keeps the
+    history as sent and the reply text as returned, although the app then edits its message
+    list, its metadata and the response in place (with or without metadata, which decides
+    whether the request is parsed on the request path or on the attribution thread)."""
+    exp = RecordingExporter()
+    m = monitor(CONFIG, exporters=[exp], start=False)
+    wrapped = RouterWrapper(fallback_router(), m)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    call = {k: dict(v) if isinstance(v, dict) else v for k, v in kwargs.items()}  # params are shared
+    if mode == "sync":
+        response = wrapped.completion(model="alpha", messages=messages, **call)
+    else:
+        response = await wrapped.acompletion(model="alpha", messages=messages, **call)
+    response.choices[0].message.content = "edited by the app after the call, much longer"
+    messages += [{"role": "assistant", "content": "x"}, {"role": "user", "content": "more"}]
+    if "metadata" in call:
+        call["metadata"]["conversation_id"] = "changed"
+    m.start()
+    m.flush(10)
+    m.close()
+    (result,) = exp.results
+    assert result.record.reply_chars == len(ALPHA_REPLY)
+    assert result.checks[0].verdict == "pass"  # the ≤5-word rule saw "ok", not the edit
+    assert result.context.depth == 1
+    if "metadata" in kwargs:
+        assert result.context.conversation_id == "c-1"
+    assert result.context.requested_model == "alpha" and result.record.author == "model-c"
+
+
+def test_a_call_that_cannot_be_read_later_is_counted_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When reading a queued call fails on the attribution thread, the app already has its
+    response; monitor_errors{integration} counts the turn and nothing is recorded."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(fallback_router(), m)
+
+        def broken(*args: Any) -> Any:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(wrapped, "_read_call", broken)
+        response = wrapped.completion(model="alpha", messages=[{"role": "user", "content": "q"}])
+        assert _text_of(response) == ALPHA_REPLY
+        m.flush(10)
+        assert m.snapshot().monitor_errors == {"integration": 1}
+    assert exp.results == []
+
+
 def _faulty_monitor(kind: str) -> tuple[Monitor, Any]:
     if kind == "checker":
         return monitor(CONFIG, rules=raising_rules()), None

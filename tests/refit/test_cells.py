@@ -124,3 +124,21 @@ def test_a_refit_over_5000_models_and_1000_rules_stays_under_a_memory_bound(
     assert len(result.rules) == max_rules + 1  # + the pooled fit
     assert len(result.excluded_models) == len(seen) - max_models
     assert peak < bound_mib * 2**20, f"refit peak {peak / 2**20:.1f} MiB"
+
+
+def test_dense_and_sorted_cell_sums_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small cell spaces are summed in dense bins, large ones through a sort: same cells, same sums."""
+    from handoffmon.refit import cells as cells_mod
+    from tests.refit.synth import plant, synth_counts
+
+    buckets = DepthBuckets((1, 2, 3, 5, 9, 17, 33))
+    rng = np.random.default_rng(7)
+    counts = synth_counts(plant(6, 3, rng), rng, n_trans=20, buckets=buckets)
+    dense = build_cells(counts, buckets)
+    monkeypatch.setattr(cells_mod, "_DENSE_CELLS_MAX", -1)
+    monkeypatch.setattr(cells_mod, "_DENSE_PER_KEY", 0)
+    sorted_ = build_cells(counts, buckets)
+    assert len(dense.checks.passes) > 100
+    for a, b in ((dense.checks, sorted_.checks), (dense.baseline, sorted_.baseline)):
+        for name in ("rule", "prefix", "model", "bucket", "passes", "fails", "depth"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
