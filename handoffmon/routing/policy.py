@@ -7,7 +7,6 @@ arguments, so the wrapped Router, the LiteLLM Proxy hook and ``serve`` are thin 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -83,18 +82,19 @@ _NO_PREFIXES: Final = frozenset({NO_PREFIX, UNKNOWN_MODEL, ""})
 
 
 class FallbackPolicy:
-    """Orders a request's fallback candidates by the handoff risk from its prefix model.
+    """Orders a request's fallback candidates by what the table knows of continuing its prefix model.
 
-    Candidate C moves ahead of an earlier candidate B only when (1) both pairs are in
-    the table and of the same kind (shadow switch costs are compared with shadow costs,
-    fitted risks with fitted risks; same-author continuation is 0 in both), (2) C's
-    score is better by at least ``min_effect_pp`` and by ``z`` standard errors of the
-    difference (``sqrt(se_B² + se_C²)``: conservative, it ignores the shared μ + π_A
-    terms that cancel), and (3) C is not more expensive or slower than B by more than
-    the caps. Otherwise the router's own order stands: a stable insertion sort with that
-    partial comparison. With ``return_home`` the conversation's first author goes first
-    when it is a candidate, healthy and within the caps. A missing or stale table
-    returns the router's order exactly.
+    Candidate C moves ahead of an earlier candidate B only when (1) both pairs have a
+    score of one kind (``PairRiskTable.compare``: shadow switch costs when both have one,
+    else the sharper of the observed depth-standardized adherence after the prefix model
+    and the fitted handoff risk; same-author continuation is 0 as a switch cost and as a
+    risk), (2) C's score is better by at least ``min_effect_pp`` and by ``z`` standard
+    errors of the difference (``sqrt(se_B² + se_C²)``; for risks conservative, it ignores
+    the shared μ + π_A terms that cancel), and (3) C is not more expensive or slower than
+    B by more than the caps. Otherwise the router's own order stands: a stable insertion
+    sort with that partial comparison. With ``return_home`` the conversation's first
+    author goes first when it is a candidate, healthy and within the caps. A missing or
+    stale table returns the router's order exactly.
 
     Args:
         settings: the ``routing`` configuration section.
@@ -165,14 +165,11 @@ class FallbackPolicy:
         """Whether ``c`` may move ahead of ``b``: significantly lower risk, within the caps."""
         if c.model is None or b.model is None:
             return False
-        sc = table.score(prefix, c.model)
-        sb = table.score(prefix, b.model)
-        if sc is None or sb is None:
-            return False
-        if sc[2] != sb[2] and "same" not in (sc[2], sb[2]):
-            return False  # a measured switch cost and a fitted risk are different contrasts
-        diff = sc[0] - sb[0]
-        if diff < self._min_effect or diff < self._z * math.sqrt(sc[1] * sc[1] + sb[1] * sb[1]):
+        cmp = table.compare(prefix, c.model, b.model)
+        if cmp is None:
+            return False  # no kind of score both have: different contrasts are never compared
+        diff, se, _ = cmp
+        if diff < self._min_effect or diff < self._z * se:
             return False
         return self._within_caps(c, b)
 

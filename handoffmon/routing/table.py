@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+import numpy as np
+
 from handoffmon.errors import InputError
 from handoffmon.refit.result import ALL_RULES, RefitResult
 
@@ -50,6 +52,10 @@ class PairRisk:
         ci_high: upper bound.
         significant: Δ is significant under the refit's Benjamini–Hochberg control.
         shadow: the shadow switch cost, when measured.
+        adherence: observed adherence of B's replies right after A's (the handoff cell's pass
+            share), standardized to the depth mix of all of A's handoffs (``handoff_adherence``);
+            NaN when the cell is too small or covers too little of that mix.
+        adherence_se: its conversation-clustered standard error.
     """
 
     risk: float
@@ -60,6 +66,8 @@ class PairRisk:
     ci_high: float = NAN
     significant: bool = False
     shadow: ShadowCost | None = None
+    adherence: float = NAN
+    adherence_se: float = NAN
 
 
 SAME_AUTHOR = PairRisk(0.0, 0.0)
@@ -69,10 +77,17 @@ SAME_AUTHOR = PairRisk(0.0, 0.0)
 class PairRiskTable:
     """Immutable lookup of every ordered pair's risk from one refit (built off the request path).
 
-    ``score`` is the policy's hot call: one dict lookup returning ``(value, se, kind)``
-    where ``kind`` is ``"shadow"`` for a measured switch cost and ``"risk"`` for the
-    observational fitted risk (they estimate different contrasts, so the policy only
-    compares values of one kind).
+    ``compare`` is the policy's hot call: two dict lookups and the difference of one kind of
+    score both candidates have — ``shadow`` (a measured, paired switch cost) whenever both
+    have one; else whichever of ``adherence`` (the observed adherence of the candidate's
+    replies right after the prefix model's, depth-standardized) and ``risk`` (the
+    decomposition's fitted μ + π_A + σ_B, defined for pairs never observed) has the smaller
+    standard error of the difference — chosen from the SEs, before looking at the
+    estimates. The risk pools every prefix and is the sharper one where baselines are
+    plentiful; the observed adherence needs no baseline, and is the sharper one where clean
+    baselines are thin (σ rests on them). Values of different kinds are never compared;
+    same-author continuation is 0 ± 0 as a switch cost and as a risk. ``score`` gives a
+    pair's shadow or risk score.
 
     Args:
         pairs: (prefix model, candidate model) → ``PairRisk``.
@@ -81,7 +96,7 @@ class PairRiskTable:
         source: where the refit's counts came from.
     """
 
-    __slots__ = ("_scores", "created_at", "pairs", "rule", "source")
+    __slots__ = ("_kinds", "_scores", "created_at", "pairs", "rule", "source")
 
     def __init__(
         self,
@@ -98,6 +113,33 @@ class PairRiskTable:
         self._scores: dict[tuple[str, str], tuple[float, float, str]] = {
             k: _score(v) for k, v in self.pairs.items() if _usable(v)
         }
+        self._kinds: dict[tuple[str, str], dict[str, tuple[float, float]]] = {
+            k: kinds for k, v in self.pairs.items() if (kinds := _kinds(v))
+        }
+
+    def compare(self, prefix_model: str, c: str, b: str) -> tuple[float, float, str] | None:
+        """(score of ``c`` − score of ``b``, its SE, kind) for a conversation last written by
+        ``prefix_model``, in the best kind both have (see the class); None if none is shared.
+
+        The SE is √(se_c² + se_b²): for ``risk`` it is conservative (the shared μ + π_A
+        terms cancel in the difference but their variance is counted twice); for
+        ``adherence`` the two cells hold different turns.
+        """
+        kc = _SAME_KINDS if c == prefix_model else self._kinds.get((prefix_model, c))
+        kb = _SAME_KINDS if b == prefix_model else self._kinds.get((prefix_model, b))
+        if kc is None or kb is None:
+            return None
+        sc, sb = kc.get("shadow"), kb.get("shadow")
+        if sc is not None and sb is not None:
+            return sc[0] - sb[0], math.sqrt(sc[1] * sc[1] + sb[1] * sb[1]), "shadow"
+        best: tuple[float, float, str] | None = None
+        for kind in ("adherence", "risk"):
+            sc, sb = kc.get(kind), kb.get(kind)
+            if sc is not None and sb is not None:
+                se = math.sqrt(sc[1] * sc[1] + sb[1] * sb[1])
+                if best is None or se < best[1]:
+                    best = (sc[0] - sb[0], se, kind)
+        return best
 
     def score(self, prefix_model: str, model: str) -> tuple[float, float, str] | None:
         """(value, se, kind) of handing ``prefix_model``'s conversation to ``model``; None if unknown."""
@@ -144,6 +186,7 @@ class PairRiskTable:
             if switch_costs is not None
             else shadow_costs(getattr(fit, "switch_costs", ()), confidence=result.confidence)
         )
+        observed = handoff_adherence(fit, min_n=result.min_n)
         pairs = {
             (p.prefix_model, p.model): PairRisk(
                 p.risk,
@@ -154,6 +197,7 @@ class PairRiskTable:
                 p.ci_high,
                 p.significant,
                 shadow.get((p.prefix_model, p.model)),
+                *observed.get((p.prefix_model, p.model), (NAN, NAN)),
             )
             for p in fit.pairs
         }
@@ -181,7 +225,67 @@ def shadow_costs(entries: Iterable[Any], *, confidence: float = 0.95) -> dict[tu
     return out
 
 
+MIN_DEPTH_COVERAGE = 0.8
+"""A handoff cell gets an ``adherence`` score only where its depth buckets hold at least this
+share of its prefix model's handoffs: standardizing it to that mix must not rest on buckets
+it never saw."""
+
+
+def handoff_adherence(
+    fit: Any, *, min_n: int, min_coverage: float = MIN_DEPTH_COVERAGE
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """(A, B) → (adherence, SE) of B's replies right after A's, depth-standardized.
+
+    From the fit's cells (pooled ``all`` fit: every rule's checks): for each handoff cell
+    A→B with at least ``min_n`` checks, the pass shares per depth bucket weighted by the
+    depth mix of *all* of A's handoff cells (so two candidates for A's conversations are
+    compared at the same depths, whichever depths each was handed conversations at),
+    over the buckets the cell has data in — required to hold ``min_coverage`` of that
+    mix. Variance Σ w_d² p̃(1 − p̃)/n_d (p̃ = (x + ½)/(n + 1)) times the cell's
+    conversation-clustered design effect from the refit. Fits without cells (per-rule
+    fits) give nothing.
+    """
+    deff = {(p.prefix_model, p.model): p.design_effect for p in fit.pairs}
+    cells = [c for c in fit.cells if c.prefix_model != c.model and (c.prefix_model, c.model) in deff]
+    mix: dict[str, np.ndarray] = {}
+    for c in cells:
+        n = np.asarray(c.n, dtype=float)
+        mix[c.prefix_model] = mix[c.prefix_model] + n if c.prefix_model in mix else n
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for c in cells:
+        n = np.asarray(c.n, dtype=float)
+        ref = mix[c.prefix_model]
+        have = n > 0
+        if n.sum() < min_n or ref.sum() <= 0 or ref[have].sum() < min_coverage * ref.sum():
+            continue
+        w = np.where(have, ref, 0.0) / ref[have].sum()
+        p = np.where(have, np.nan_to_num(np.asarray(c.adherence, dtype=float)), 0.0)
+        safe = np.where(have, n, 1.0)
+        pt = (p * n + 0.5) / (n + 1.0)
+        var = float(np.sum(np.where(have, w * w * pt * (1 - pt) / safe, 0.0)))
+        d = deff[(c.prefix_model, c.model)]
+        var *= d if math.isfinite(d) and d > 1.0 else 1.0
+        out[(c.prefix_model, c.model)] = (float(np.sum(w * p)), math.sqrt(var))
+    return out
+
+
+KINDS = ("shadow", "adherence", "risk")
+"""Score kinds ``PairRiskTable.compare`` may use (shadow first; then the sharper of the others)."""
+
 _SAME = (0.0, 0.0, "same")
+_SAME_KINDS: dict[str, tuple[float, float]] = {"shadow": (0.0, 0.0), "risk": (0.0, 0.0)}
+
+
+def _kinds(p: PairRisk) -> dict[str, tuple[float, float]]:
+    out: dict[str, tuple[float, float]] = {}
+    s = p.shadow
+    if s is not None and s.n_pairs > 0 and math.isfinite(s.estimate) and math.isfinite(s.se):
+        out["shadow"] = (s.estimate, s.se)
+    if math.isfinite(p.adherence) and math.isfinite(p.adherence_se):
+        out["adherence"] = (p.adherence, p.adherence_se)
+    if math.isfinite(p.risk) and math.isfinite(p.risk_se):
+        out["risk"] = (p.risk, p.risk_se)
+    return out
 
 
 def _usable(p: PairRisk) -> bool:

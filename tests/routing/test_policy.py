@@ -98,11 +98,36 @@ def test_unknown_candidate_is_a_barrier() -> None:
 
 
 def test_shadow_costs_compare_only_with_shadow_costs() -> None:
-    """A measured switch cost and a fitted risk are different contrasts; two shadow costs are compared."""
-    t = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)}, a_c=ShadowCost(-0.01, 0.01, 50))
+    """A measured switch cost and a fitted risk are different contrasts and never compared: a pair
+    with only a switch cost against one with only a risk keeps the router's order; two switch
+    costs are compared; a pair with both is compared by the kind the other pair has."""
+    shadow_only = PairRisk(float("nan"), float("nan"), shadow=ShadowCost(0.05, 0.01, 50))
+    t = PairRiskTable({("a", "b"): PairRisk(-0.15, 0.01), ("a", "c"): shadow_only}, created_at=NOW)
     assert _decide(t, [B, C]) == (["b", "c"], "unchanged")
     t2 = _table({}, a_b=ShadowCost(-0.2, 0.02, 50), a_c=ShadowCost(0.0, 0.02, 50))
     assert _decide(t2, [B, C]) == (["c", "b"], "reordered")
+    both = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)}, a_c=ShadowCost(-0.01, 0.01, 50))
+    assert _decide(both, [B, C]) == (["c", "b"], "reordered")  # risks: 0.0 vs −0.15
+
+
+def test_observed_adherence_is_compared_when_it_is_the_sharper_kind() -> None:
+    """Both pairs observed: the depth-standardized adherence (SE 0.02) outranks the fitted risks
+    (SE 0.05, which call c worse) because its difference has the smaller SE; with sharper risks
+    the risks decide."""
+
+    def pair(risk: float, risk_se: float, adh: float) -> PairRisk:
+        return PairRisk(risk, risk_se, n=200, adherence=adh, adherence_se=0.02)
+
+    t = PairRiskTable(
+        {("a", "b"): pair(0.0, 0.05, 0.70), ("a", "c"): pair(-0.01, 0.05, 0.85)}, created_at=NOW
+    )
+    assert t.compare("a", "c", "b") == pytest.approx((0.15, 0.02 * 2**0.5, "adherence"))  # type: ignore[arg-type]
+    assert _decide(t, [B, C]) == (["c", "b"], "reordered")
+    sharp = PairRiskTable(
+        {("a", "b"): pair(0.0, 0.005, 0.70), ("a", "c"): pair(-0.01, 0.005, 0.85)}, created_at=NOW
+    )
+    assert sharp.compare("a", "c", "b")[2] == "risk"  # type: ignore[index]
+    assert _decide(sharp, [B, C]) == (["b", "c"], "unchanged")
 
 
 def test_same_author_continuation_compares_with_either_kind() -> None:

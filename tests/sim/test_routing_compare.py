@@ -32,14 +32,6 @@ def test_missing_or_stale_table_runs_exactly_the_routers_traffic() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="power, not a bug (bisected 2026-12-01): with the conversation-clustered, clean-baseline "
-    "variances of issue 16 the risk SEs doubled (0.028 -> 0.059) and the policy's conservative "
-    "sqrt(se_B^2 + se_C^2) test finds no significant pair after 300 warm-up conversations (1 "
-    "reorderable (group, prefix) even after 1,800); needs the sigma-difference covariance in the "
-    "table and a larger warm-up",
-    strict=False,
-)
 def test_risk_aware_order_saves_adherence_close_to_the_planted_prediction() -> None:
     """Warm-up refit on 300 conversations of the default fleet, then 300 fresh conversations in both
     orders. The planted prediction (each run's fallback turns scored by the planted pass
