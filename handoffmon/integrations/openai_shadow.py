@@ -22,7 +22,7 @@ from typing import Any
 
 from handoffmon.attribution import ModelNames
 from handoffmon.ingress import served_by_headers
-from handoffmon.integrations.router_shadow import cost_map_prices
+from handoffmon.prices import cost_map_prices
 from handoffmon.runtime.shadow_calls import SHADOW_HEADER, call_on_loop, shadow_reply
 from handoffmon.shadow.turns import ShadowReply
 

@@ -18,6 +18,7 @@ from typing import Any
 from handoffmon.attribution import ModelNames
 from handoffmon.ingress import author
 from handoffmon.integrations.router_routing import fallback_groups
+from handoffmon.prices import cost_map_prices
 from handoffmon.runtime.shadow_calls import shadow_reply
 from handoffmon.shadow.turns import ShadowReply
 
@@ -124,17 +125,4 @@ def _prices(deployment: Any, model: str) -> tuple[float, float] | None:
     inp, out = _field(info, "input_cost_per_token"), _field(info, "output_cost_per_token")
     if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
         return cost_map_prices(model)
-    return float(inp), float(out)
-
-
-def cost_map_prices(model: str) -> tuple[float, float] | None:
-    """(input, output) USD per token of ``model`` in litellm's cost map (``None``: unknown, or no litellm)."""
-    try:
-        import litellm
-    except ImportError:
-        return None
-    entry = litellm.model_cost.get(model) or {}
-    inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
-    if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
-        return None
     return float(inp), float(out)

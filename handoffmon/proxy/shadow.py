@@ -16,6 +16,7 @@ from typing import Any
 
 from handoffmon.attribution import ModelNames
 from handoffmon.ingress import served_by_headers
+from handoffmon.prices import cost_map_prices
 from handoffmon.proxy.forward import _decoded
 from handoffmon.proxy.upstream import Upstream, response_headers
 from handoffmon.runtime.shadow_calls import SHADOW_HEADER, call_on_loop, shadow_reply
@@ -93,7 +94,7 @@ class UpstreamShadow:
 
     def prices(self, model: str) -> tuple[float, float] | None:
         """Per-token prices from litellm's cost map, by requested then canonical name (``None``: unknown)."""
-        return _cost_map_prices(self._request_models.get(model, model)) or _cost_map_prices(model)
+        return cost_map_prices(self._request_models.get(model, model)) or cost_map_prices(model)
 
 
 def shadow_sources(
@@ -110,19 +111,3 @@ def shadow_sources(
         return UpstreamShadow(upstream, names, loop, creds, request_models, reply_cap)
 
     return source
-
-
-def _cost_map_prices(model: str) -> tuple[float, float] | None:
-    """(input, output) USD per token in litellm's cost map, if litellm is installed (``serve`` runs without).
-
-    The integrations' ``cost_map_prices`` twin: the layers keep ``proxy`` and ``integrations`` apart.
-    """
-    try:
-        import litellm
-    except ImportError:
-        return None
-    entry = litellm.model_cost.get(model) or {}
-    inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
-    if not isinstance(inp, (int, float)) or not isinstance(out, (int, float)):
-        return None
-    return float(inp), float(out)
