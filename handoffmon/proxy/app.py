@@ -14,9 +14,13 @@ from handoffmon._extras import requires_extra
 
 with requires_extra("proxy", "handoffmon serve"):
     from starlette.applications import Starlette
+    from starlette.middleware.errors import ServerErrorMiddleware
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
+    from starlette.types import Receive as AsgiReceive
+    from starlette.types import Scope as AsgiScope
+    from starlette.types import Send as AsgiSend
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError
@@ -152,6 +156,34 @@ async def _admin_stats(request: Request) -> Response:
     return Response(json.dumps(stats, default=str), media_type="application/json")
 
 
+CHAT_PATH = "/v1/chat/completions"
+
+
+class ProxyApp(Starlette):
+    """Starlette, with ``POST /v1/chat/completions`` dispatched straight to its forwarder.
+
+    The hot route skips the router (a regex match per route) and the exception layers
+    (``ExceptionMiddleware`` and its per-request wrappers; the forwarder raises no
+    ``HTTPException``). It keeps ``ServerErrorMiddleware`` in front: an unexpected exception
+    is still answered 500 when no response has started, and re-raised. Every other
+    path and method goes through the full Starlette stack.
+    """
+
+    chat: Any = None
+
+    async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
+        if (
+            self.chat is not None
+            and scope["type"] == "http"
+            and scope["path"] == CHAT_PATH
+            and scope["method"] == "POST"
+        ):
+            scope["app"] = self
+            await self.chat(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
 def _routes(state: ProxyState) -> list[Route]:
     proxy = state.config.proxy
     chat = Forwarder(
@@ -177,7 +209,7 @@ def _routes(state: ProxyState) -> list[Route]:
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/admin/flush", _admin_flush, methods=["POST"]),
         Route("/admin/stats", _admin_stats, methods=["GET"]),
-        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route(CHAT_PATH, chat, methods=["POST"]),
         Route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
     ]
 
@@ -247,9 +279,9 @@ def create_app(
 
         runtime = build_runtime(config, registry=None, start=False)
     state = ProxyState(config, runtime, upstream, owns)
-    app = Starlette(
-        routes=_routes(state), lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed}
-    )
+    routes = _routes(state)
+    app = ProxyApp(routes=routes, lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed})
+    app.chat = ServerErrorMiddleware(next(r.app for r in routes if r.path == CHAT_PATH))
     app.router.default = _not_found  # type: ignore[method-assign,assignment]
     app.state.proxy = state
     return app

@@ -84,7 +84,9 @@ async def read_body(scope: Scope, receive: Receive, limit: int, idle_timeout_s: 
     size = 0
     while True:
         try:
-            msg = await asyncio.wait_for(receive(), idle_timeout_s)
+            # a timeout context, not ``wait_for``: no task per body message
+            async with asyncio.timeout(idle_timeout_s):
+                msg = await receive()
         except TimeoutError:
             raise ClientTooSlow from None
         if msg["type"] == "http.disconnect":

@@ -186,9 +186,11 @@ class Result:
     note: str = ""
 
 
-def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _start(
+    args: list[str], env: dict[str, str] | None = None, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd
     )
 
 
@@ -373,6 +375,17 @@ def run(opts: argparse.Namespace) -> list[Result]:
                 ],
                 env,
             )
+        before = os.environ.get("BENCH_PROXY_BEFORE")  # a source tree (e.g. `git archive` of main)
+        if before:  # the same serve from that tree, measured side by side (before/after ratios)
+            ports["before"] = free_port()
+            procs["before"] = _start(
+                [
+                    *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports["before"])],
+                    *["--config", str(_handoffmon_config(tmp))],
+                ],
+                {**env, "PYTHONPATH": before},
+                cwd=before,  # `-m` puts the working directory first on sys.path
+            )
         if not opts.no_litellm:
             litellm = shutil.which("litellm") or str(Path(py).with_name("litellm"))
             procs["litellm"] = _start(
@@ -395,6 +408,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
             ("handoffmon serve (3 rules checked)", "handoffmon", None),
             ("handoffmon serve, Redis store", "hm-redis", None),
             ("LiteLLM Proxy 1.108 (master key)", "litellm", "sk-bench-master"),
+            (f"handoffmon serve from BENCH_PROXY_BEFORE={before}", "before", None),
         ]
         targets = [
             (label, f"http://127.0.0.1:{ports[key]}/v1/chat/completions", auth, procs[key].pid)
