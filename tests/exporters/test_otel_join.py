@@ -35,6 +35,13 @@ def litellm_otel() -> Iterator[InMemorySpanExporter]:
     import litellm
     from litellm.integrations.opentelemetry import OpenTelemetry, OpenTelemetryConfig
 
+    # Every litellm.Router registers bound-method callbacks in litellm's global lists and the
+    # callback manager refuses new ones once a list holds MAX_CALLBACKS (30): after ~30 Routers in
+    # this process (how many depends on which test files ran here first) LiteLLM's OTel callback
+    # would be dropped with a warning. Start from empty lists and put the others back afterwards.
+    saved = {name: list(getattr(litellm, name)) for name in _CALLBACK_LISTS}
+    for name in _CALLBACK_LISTS:
+        getattr(litellm, name).clear()
     spans = InMemorySpanExporter()
     otel = OpenTelemetry(config=OpenTelemetryConfig(exporter=spans, skip_set_global=True))
     litellm.callbacks = [*litellm.callbacks, otel]
@@ -45,13 +52,35 @@ def litellm_otel() -> Iterator[InMemorySpanExporter]:
         # every list, or every later litellm call in this process keeps recording spans into memory
         litellm.logging_callback_manager.remove_callback_from_all_lists(otel)
         assert otel not in litellm.logging_callback_manager.get_all_callbacks()
+        for name, callbacks in saved.items():
+            getattr(litellm, name)[:] = callbacks
 
 
-def _wait(cond: Any, timeout_s: float = 15.0) -> None:
+_CALLBACK_LISTS = (
+    "callbacks",
+    "input_callback",
+    "success_callback",
+    "failure_callback",
+    "_async_input_callback",
+    "_async_success_callback",
+    "_async_failure_callback",
+)
+
+
+def _wait(cond: Any, timeout_s: float = 15.0, describe: Any = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
+        assert time.monotonic() < deadline, f"condition not reached: {describe() if describe else ''}"
         time.sleep(0.05)
+
+
+def _litellm_state(spans: InMemorySpanExporter) -> str:
+    """What LiteLLM wrote and holds, for a failure message (this wait failed once in CI, not since)."""
+    import litellm
+
+    finished = [(s.name, sorted(s.attributes or {})) for s in spans.get_finished_spans()]
+    lists = {name: [type(c).__name__ for c in getattr(litellm, name)] for name in _CALLBACK_LISTS}
+    return f"finished spans {finished}; litellm callback lists {lists}"
 
 
 def test_evaluations_join_the_span_litellm_already_writes(litellm_otel: InMemorySpanExporter) -> None:
@@ -78,7 +107,10 @@ def test_evaluations_join_the_span_litellm_already_writes(litellm_otel: InMemory
         wrapped = wrap(router, runtime=rt)
         reply = wrapped.completion(model="g", messages=[{"role": "user", "content": "hi"}])
         assert rt.flush(10)
-    _wait(lambda: any(s.attributes.get("gen_ai.response.id") for s in litellm_otel.get_finished_spans()))
+    _wait(
+        lambda: any(s.attributes.get("gen_ai.response.id") for s in litellm_otel.get_finished_spans()),
+        describe=lambda: _litellm_state(litellm_otel),
+    )
     (llm,) = (s for s in litellm_otel.get_finished_spans() if s.attributes.get("gen_ai.response.id"))
     assert llm.name == "litellm_request" and llm.attributes["gen_ai.operation.name"] == "chat"
     assert own_spans.get_finished_spans() == ()  # handoffmon added no span
