@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from handoffmon.errors import InputError
-from handoffmon.refit.result import ALL_RULES, RefitResult
+from handoffmon.refit.result import ALL_RULES, RefitResult, RuleFit
 
 NAN = float("nan")
 
@@ -232,7 +232,7 @@ it never saw."""
 
 
 def handoff_adherence(
-    fit: Any, *, min_n: int, min_coverage: float = MIN_DEPTH_COVERAGE
+    fit: RuleFit, *, min_n: int, min_coverage: float = MIN_DEPTH_COVERAGE
 ) -> dict[tuple[str, str], tuple[float, float]]:
     """(A, B) → (adherence, SE) of B's replies right after A's, depth-standardized.
 

@@ -9,9 +9,9 @@ import pytest
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError
 from handoffmon.refit import refit
-from handoffmon.refit.result import RefitResult
+from handoffmon.refit.result import CellAdherence, PairEffect, RefitResult, RuleFit
 from handoffmon.routing import PairRiskTable, ShadowCost
-from handoffmon.routing.table import SAME_AUTHOR, shadow_costs
+from handoffmon.routing.table import NAN, SAME_AUTHOR, handoff_adherence, shadow_costs
 from handoffmon.sim import default_fleet
 from handoffmon.sim.offline import simulate_counts
 
@@ -84,3 +84,46 @@ def test_shadow_costs_from_issue_22_entries() -> None:
     assert list(got) == [("a", "b")]
     assert got[("a", "b")].se == pytest.approx(0.03, rel=1e-5)
     assert got[("a", "b")].significant and got[("a", "b")].n_pairs == 50
+
+
+def _fit(cells: list[tuple[str, str, tuple[int, ...], tuple[float, ...]]], deff: float = 1.0) -> RuleFit:
+    """A pooled fit holding only what ``handoff_adherence`` reads: pairs (design effects) and cells."""
+    pairs = [
+        PairEffect("all", a, b, sum(n), NAN, NAN, NAN, NAN, False, NAN, NAN, True, design_effect=deff)
+        for a, b, n, _ in cells
+    ]
+    cell_rows = [CellAdherence(a, b, "all", n, adh, adh, adh) for a, b, n, adh in cells]
+    return RuleFit("all", NAN, NAN, NAN, NAN, 0, pairs=pairs, cells=cell_rows)
+
+
+def test_handoff_adherence_is_standardized_to_the_prefix_models_depth_mix() -> None:
+    """Two candidates for A's conversations, handed A's conversations at different depths: each
+    cell's pass shares are weighted by A's whole handoff mix (here 100 shallow, 100 deep), so a
+    candidate seen mostly deep is not penalized for depth; SE from p̃(1 − p̃)/n per bucket, times
+    the design effect; a cell outside 80% of the mix, or under min_n, gets no score."""
+    fit = _fit(
+        [
+            ("a", "b", (90, 10, 0), (0.9, 0.5, NAN)),  # mostly shallow
+            ("a", "c", (10, 90, 0), (0.8, 0.6, NAN)),  # mostly deep
+            ("a", "d", (0, 0, 40), (NAN, NAN, 0.7)),  # only a bucket A's mix barely has
+            ("x", "b", (20, 0, 0), (0.5, NAN, NAN)),  # below min_n
+        ],
+        deff=2.0,
+    )
+    got = handoff_adherence(fit, min_n=30)
+    assert set(got) == {("a", "b"), ("a", "c")}
+    w = (100 / 240, 100 / 240)  # A's mix over buckets both cells cover: 100, 100 (and d's 40)
+    # b and c cover the two shallow buckets = 200 / 240 = 83% of A's mix ≥ 80%; d covers 17%
+    for key, n, p in ((("a", "b"), (90, 10), (0.9, 0.5)), (("a", "c"), (10, 90), (0.8, 0.6))):
+        value, se = got[key]
+        assert value == pytest.approx((w[0] * p[0] + w[1] * p[1]) / (w[0] + w[1]))
+        var = 0.0
+        for nd, pd in zip(n, p, strict=True):
+            pt = (pd * nd + 0.5) / (nd + 1)
+            var += (0.5**2) * pt * (1 - pt) / nd
+        assert se == pytest.approx(math.sqrt(2.0 * var))
+    assert got[("a", "b")][0] == pytest.approx(0.7) and got[("a", "c")][0] == pytest.approx(0.7)
+    # the raw shares (0.86 vs 0.62) would have called b 24 pp better; at A's depths they are equal
+    table = PairRiskTable.from_refit(RefitResult(0.0, "test", True, "", {"all": fit}, min_n=30), rule="all")
+    cmp = table.compare("a", "c", "b")
+    assert cmp is not None and cmp[2] == "adherence" and cmp[0] == pytest.approx(0.0)
