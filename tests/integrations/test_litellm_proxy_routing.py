@@ -169,10 +169,25 @@ def _decisions(url: str) -> dict[str, float]:
 
 
 def _after_alpha(client: openai.OpenAI, tag: str) -> list[dict[str, Any]]:
-    """A conversation whose last reply model-c (alpha) wrote."""
+    """A conversation whose last reply model-c (alpha) wrote, once handoffmon has counted that turn.
+
+    LiteLLM runs its success callbacks after the response is on its way, so a follow-up sent
+    at once can race the recording of the reply it continues (one fresh-clone CI run routed
+    such a follow-up as ``no_prefix``); a client that pauses like a user does not race it.
+    """
+    url = str(client.base_url).rstrip("/")
+
+    def turns() -> float:
+        return sum(_series(_metrics(url), "handoffmon_turns_total").values())
+
+    before = turns()
     history: list[dict[str, Any]] = [{"role": "user", "content": f"conversation {tag}"}]
     reply = client.chat.completions.create(model="alpha", messages=history).choices[0].message.content
     assert reply == ALPHA
+    deadline = time.monotonic() + 30
+    while turns() < before + 1:
+        assert time.monotonic() < deadline, "the alpha turn was never counted"
+        time.sleep(0.05)
     return [*history, {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}]
 
 
