@@ -309,7 +309,8 @@ def _via_serve(upstream: str, tmp: Path) -> dict[str, dict[Any, float]]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("HANDOFFMON_CONFIG", None)
     args = ["serve", "--upstream", upstream, "--port", str(port), "--config", str(cfg)]
-    with serve_process(args, port, env) as url:
+    with serve_process(args, port, env) as served:
+        url = served.url
         _converse(_openai_send(openai.OpenAI(base_url=f"{url}/v1", api_key=MASTER_KEY)), "serve")
         assert httpx.post(f"{url}/admin/flush", timeout=30).json() == {"flushed": True}
         text = _metrics(url)

@@ -73,10 +73,20 @@ def running_proxy(config: HandoffmonConfig) -> Iterator[Proxy]:
         yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime)
 
 
+@dataclass(frozen=True)
+class ServeProcess:
+    """A running ``handoffmon serve`` subprocess: its base URL and process id."""
+
+    url: str
+    pid: int
+
+
 @contextmanager
-def serve_process(args: list[str], port: int, env: dict[str, str]) -> Iterator[str]:
+def serve_process(
+    args: list[str], port: int, env: dict[str, str], *, start_timeout_s: float = 30
+) -> Iterator[ServeProcess]:
     """``python -m handoffmon <args>`` (a ``serve`` command listening on ``port``) in a subprocess;
-    yields its base URL once ``/readyz`` answers, terminates it afterwards."""
+    yields its URL and pid once ``/readyz`` answers, terminates it afterwards."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "handoffmon", *args],
         env=env,
@@ -86,15 +96,15 @@ def serve_process(args: list[str], port: int, env: dict[str, str]) -> Iterator[s
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout_s
         while True:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
                     break
-            assert time.monotonic() < deadline, "handoffmon serve did not start in 30 s"
+            assert time.monotonic() < deadline, f"handoffmon serve did not start in {start_timeout_s:g} s"
             time.sleep(0.1)
-        yield url
+        yield ServeProcess(url, proc.pid)
     finally:
         proc.terminate()
-        proc.wait(20)
+        proc.wait(30)

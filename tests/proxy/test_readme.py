@@ -40,7 +40,8 @@ def test_serve_quickstart_command_client_and_metrics(upstream: Upstream) -> None
     argv = shlex.split(serve.replace(README_UPSTREAM, upstream.url).replace("--port 4100", f"--port {port}"))
     assert argv[0] == "handoffmon"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HANDOFFMON_")}
-    with serve_process(argv[1:], port, env) as url:
+    with serve_process(argv[1:], port, env) as served:
+        url = served.url
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(compile(client_block.code.replace(README_URL, url), client_block.id, "exec"), {})

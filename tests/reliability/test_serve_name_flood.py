@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -25,6 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import free_port
+from tests.proxy.conftest import serve_process
 from tests.proxy.mock_upstream import MockUpstream, ServerThread
 from tests.reliability.name_flood import SMALL
 
@@ -60,51 +58,31 @@ def test_serve_memory_plateaus_under_a_name_flood(tmp_path: Path) -> None:
     port = free_port()
     with ServerThread(MockUpstream(), free_port()) as upstream:
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HANDOFFMON_CONFIG": str(cfg)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "handoffmon", "serve", "--upstream", upstream.url, "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with httpx.Client(base_url=url, timeout=30) as client:
-                deadline = time.monotonic() + 60
-                while True:
-                    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                    try:
-                        if client.get("/readyz").status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    assert time.monotonic() < deadline, "handoffmon serve did not start in 60 s"
-                    time.sleep(0.1)
-                rss: list[float] = []
-                for i in range(REQUESTS):
-                    r = client.post(
-                        "/v1/chat/completions",
-                        headers={"x-mock-model": f"model-{i}", "x-conversation-id": f"conv-{i}"},
-                        json={
-                            "model": f"group-{i}",
-                            "messages": [
-                                {"role": "user", "content": f"conv-{i} first"},
-                                {"role": "assistant", "content": f"earlier answer of conv-{i}"},
-                                {"role": "user", "content": "and then?"},
-                            ],
-                            "metadata": {
-                                "handoffmon": {"rules": [{"name": f"rule-{i}", "check": "no_commas"}]}
-                            },
-                        },
-                    )
-                    assert r.status_code == 200, r.text[:300]
-                    if (i + 1) % (REQUESTS // 10) == 0:
-                        assert client.post("/admin/flush").status_code == 200
-                        rss.append(_rss_mib(proc.pid))
-                metrics = client.get("/metrics").text
-        finally:
-            proc.terminate()
-            proc.wait(30)
+        args = ["serve", "--upstream", upstream.url, "--port", str(port)]
+        with (
+            serve_process(args, port, env, start_timeout_s=60) as served,
+            httpx.Client(base_url=served.url, timeout=30) as client,
+        ):
+            rss: list[float] = []
+            for i in range(REQUESTS):
+                r = client.post(
+                    "/v1/chat/completions",
+                    headers={"x-mock-model": f"model-{i}", "x-conversation-id": f"conv-{i}"},
+                    json={
+                        "model": f"group-{i}",
+                        "messages": [
+                            {"role": "user", "content": f"conv-{i} first"},
+                            {"role": "assistant", "content": f"earlier answer of conv-{i}"},
+                            {"role": "user", "content": "and then?"},
+                        ],
+                        "metadata": {"handoffmon": {"rules": [{"name": f"rule-{i}", "check": "no_commas"}]}},
+                    },
+                )
+                assert r.status_code == 200, r.text[:300]
+                if (i + 1) % (REQUESTS // 10) == 0:
+                    assert client.post("/admin/flush").status_code == 200
+                    rss.append(_rss_mib(served.pid))
+            metrics = client.get("/metrics").text
     assert rss[-1] - rss[4] <= FLAT_MIB, rss
     assert _sample(metrics, "handoffmon_label_values", label="model") == _sample(
         metrics, "handoffmon_label_limit", label="model"
