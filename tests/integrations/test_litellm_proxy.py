@@ -157,7 +157,7 @@ def _delta(after: dict[Any, float], before: dict[Any, float]) -> dict[Any, float
 
 
 def _metrics(url: str, headers: dict[str, str] | None = None) -> str:
-    r = httpx.get(f"{url}/metrics", headers=headers, follow_redirects=True, timeout=10)
+    r = httpx.get(f"{url}/metrics", headers=headers, follow_redirects=True, timeout=30)
     assert r.status_code == 200, r.text[:500]
     return r.text
 
