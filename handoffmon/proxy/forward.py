@@ -83,12 +83,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int, idle_timeout_s: 
     chunks: list[bytes] = []
     size = 0
     while True:
-        try:
-            # a timeout context, not ``wait_for``: no task per body message
-            async with asyncio.timeout(idle_timeout_s):
-                msg = await receive()
-        except TimeoutError:
-            raise ClientTooSlow from None
+        msg = await (receive() if idle_timeout_s is None else _receive_within(receive, idle_timeout_s))
         if msg["type"] == "http.disconnect":
             raise ClientGone
         chunk = msg.get("body", b"")
@@ -98,6 +93,36 @@ async def read_body(scope: Scope, receive: Receive, limit: int, idle_timeout_s: 
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
+    expired.append(True)
+    task.cancel()
+
+
+async def _receive_within(receive: Receive, timeout_s: float) -> Message:
+    """``receive()`` bounded by ``timeout_s``, else :class:`ClientTooSlow`.
+
+    What ``async with asyncio.timeout(timeout_s)`` does (cancel the task when the timer
+    fires; turn that cancellation, and only that one, into the error), with one timer
+    handle instead of a ``Timeout`` object and its state machine: a body message is
+    usually already buffered, so the timer is armed and cancelled without firing.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    expired: list[bool] = []
+    handle = asyncio.get_running_loop().call_later(timeout_s, _expire, task, expired)
+    try:
+        msg = await receive()
+    except asyncio.CancelledError:
+        handle.cancel()
+        if expired and task.uncancel() == 0:
+            raise ClientTooSlow from None
+        raise
+    handle.cancel()
+    if expired:  # fired as receive() returned: the cancellation is ours, undo it
+        task.uncancel()
+    return msg
 
 
 @dataclass
@@ -262,11 +287,20 @@ class Forwarder:
             ) as resp:
                 status = resp.status
                 out_headers = response_headers(resp.raw_headers)
-                # unmonitored routes stream every body (files, audio): nothing to buffer for
-                if self._monitor is None or resp.content_type == "text/event-stream":
+                if self._monitor is not None and resp.content_type != "text/event-stream":
+                    data = await resp.read()
+                elif self._monitor is None and _small(resp):
+                    # a small, complete body (JSON replies): read whole, sent in one message
+                    try:
+                        data = await resp.read()
+                    except (TimeoutError, aiohttp.ClientError):
+                        await send({"type": "http.response.start", "status": status, "headers": out_headers})
+                        self._broke_off(False, status, watch)
+                        return
+                else:
+                    # other unmonitored bodies (files, audio) and event streams pass chunk by chunk
                     await self._stream(resp, status, out_headers, send, turn, watch)
                     return
-                data = await resp.read()
         except (TimeoutError, aiohttp.ServerTimeoutError):
             await self._upstream_error(
                 send, 504, "timeout", "upstream did not answer within proxy.upstream_timeout_s"
@@ -328,14 +362,7 @@ class Forwarder:
                     pending = self._parse_chunk(turn, headers, sse, chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (TimeoutError, aiohttp.ClientError):
-            # aborted while the response is incomplete: uvicorn closes the connection without
-            # the final chunk, so the client sees the same cut-off a direct call would
-            self._metrics.upstream_error("stream")
-            if pending:
-                self._skip("truncated")
-            self._metrics.request(self._route, status)
-            watch.done = True
-            _log.warning("handoffmon serve: the upstream broke off a response; aborting the client's")
+            self._broke_off(pending, status, watch)
             return
         except BaseException:  # client gone (cancelled): the client saw a partial reply
             if pending and sse is not None and turn is not None:
@@ -346,6 +373,19 @@ class Forwarder:
         watch.done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._metrics.request(self._route, status)
+
+    def _broke_off(self, pending: bool, status: int, watch: _DisconnectWatch) -> None:
+        """The upstream broke off a response that has started: abort the client's.
+
+        Returning without the final body message makes uvicorn close the connection, so
+        the client sees the same cut-off a direct call would.
+        """
+        self._metrics.upstream_error("stream")
+        if pending:
+            self._skip("truncated")
+        self._metrics.request(self._route, status)
+        watch.done = True
+        _log.warning("handoffmon serve: the upstream broke off a response; aborting the client's")
 
     def _parse_chunk(
         self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, chunk: bytes
@@ -422,6 +462,15 @@ class Forwarder:
             shadow=self._offer(turn),
         )
         return True
+
+
+SMALL_BODY_BYTES = 64 * 1024
+"""Un-monitored replies up to this ``Content-Length`` (and not event streams) are read whole."""
+
+
+def _small(resp: aiohttp.ClientResponse) -> bool:
+    n = resp.content_length
+    return n is not None and n <= SMALL_BODY_BYTES and resp.content_type != "text/event-stream"
 
 
 def _encoding(headers: list[tuple[bytes, bytes]]) -> bytes | None:
