@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from handoffmon._extras import requires_extra
 
 with requires_extra("proxy", "handoffmon serve"):
@@ -30,6 +32,9 @@ from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_hea
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource
 
 if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.attribution.names import ModelNames
+    from handoffmon.ingress.chunks import StreamOutcome
+    from handoffmon.ingress.served import Outcome
     from handoffmon.pipeline.monitor import Monitor
     from handoffmon.routing.body import BodyRouting
 
@@ -238,7 +243,7 @@ class Forwarder:
 
     def _begin(self, scope: Scope, body: bytes, headers: Sequence[tuple[str, str]]) -> _Turn | None:
         try:
-            doc = json.loads(body)
+            doc = loads(body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
             self._skip("bad_json")
             return None
@@ -421,7 +426,7 @@ class Forwarder:
             self._skip("bad_reply")
             return
         try:
-            doc = json.loads(decoded)
+            doc = loads(decoded)
         except (ValueError, RecursionError):
             self._skip("bad_reply")
             return
@@ -431,11 +436,10 @@ class Forwarder:
             return
         assert self._monitor is not None
         monitor = self._monitor
-        served = served_by_headers(headers)
         monitor.finish(
             turn.capture,
             reply,
-            Deferred(describe_response, (monitor.names, doc, served)),
+            Deferred(_describe_response, (monitor.names, doc, headers)),
             latency_s=time.monotonic() - turn.started,
             shadow=self._offer(turn),
         )
@@ -456,12 +460,45 @@ class Forwarder:
         monitor.finish(
             turn.capture,
             out.reply,
-            Deferred(describe_stream, (monitor.names, out, served_by_headers(headers))),
+            Deferred(_describe_stream, (monitor.names, out, headers)),
             latency_s=time.monotonic() - turn.started,
             streamed=True,
             shadow=self._offer(turn),
         )
         return True
+
+
+def _describe_response(names: ModelNames, doc: Any, headers: list[tuple[bytes, bytes]]) -> Outcome:
+    """``describe_response`` with the served-by headers read there too (attribution thread)."""
+    return describe_response(names, doc, served_by_headers(headers))
+
+
+def _describe_stream(names: ModelNames, out: StreamOutcome, headers: list[tuple[bytes, bytes]]) -> Outcome:
+    """``describe_stream`` with the served-by headers read there too (attribution thread)."""
+    return describe_stream(names, out, served_by_headers(headers))
+
+
+_DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+"""``bytes.translate`` table: digits stay, every other byte becomes a space."""
+_LONG_RUN = b"0" * 19
+
+
+def loads(data: bytes) -> Any:
+    """``json.loads(data)``, parsed by orjson whenever that gives the same objects.
+
+    orjson is 3-5x faster (a 2 KB chat request: ~3 vs ~10 us) and strict: whatever it
+    refuses (NaN/Infinity, lone surrogates, UTF-16/32 or a BOM, nesting past 1024,
+    numbers out of float range, invalid JSON) goes to ``json.loads``, which then
+    accepts or raises exactly as before. The one input orjson accepts differently,
+    integers beyond 64 bits (read as floats), needs 19 or more digits in a row: such
+    bodies go to ``json.loads`` directly.
+    """
+    if _LONG_RUN in data.translate(_DIGITS):
+        return json.loads(data)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 SMALL_BODY_BYTES = 64 * 1024
