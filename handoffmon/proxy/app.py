@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _log = logging.getLogger("handoffmon.proxy")
 
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+_PASSTHROUGH = frozenset(PASSTHROUGH_METHODS)
 
 
 class ProxyState:
@@ -160,27 +161,37 @@ CHAT_PATH = "/v1/chat/completions"
 
 
 class ProxyApp(Starlette):
-    """Starlette, with ``POST /v1/chat/completions`` dispatched straight to its forwarder.
+    """Starlette, with the forwarded routes dispatched straight to their forwarders.
 
-    The hot route skips the router (a regex match per route) and the exception layers
-    (``ExceptionMiddleware`` and its per-request wrappers; the forwarder raises no
-    ``HTTPException``). It keeps ``ServerErrorMiddleware`` in front: an unexpected exception
-    is still answered 500 when no response has started, and re-raised. Every other
-    path and method goes through the full Starlette stack.
+    ``POST /v1/chat/completions`` goes to the monitored forwarder, every other
+    ``/v1/...`` request with a pass-through method to the pass-through forwarder: the
+    routes the router would pick (``/v1/{path:path}`` matches any path under ``/v1/``
+    without a line break, and ``GET /v1/chat/completions`` falls through to it), without
+    the router (a regex match per route) and the exception layers (``ExceptionMiddleware``
+    and its per-request wrappers; the forwarders raise no ``HTTPException``). It keeps
+    ``ServerErrorMiddleware`` in front: an unexpected exception is still answered 500
+    when no response has started, and re-raised. Every other path and method (405s,
+    404s, redirects, the service endpoints, lifespan) goes through the full Starlette stack.
     """
 
     chat: Any = None
+    passthrough: Any = None
 
     async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
-        if (
-            self.chat is not None
-            and scope["type"] == "http"
-            and scope["path"] == CHAT_PATH
-            and scope["method"] == "POST"
-        ):
-            scope["app"] = self
-            await self.chat(scope, receive, send)
-            return
+        if scope["type"] == "http" and not scope.get("root_path"):
+            path: str = scope["path"]
+            if path.startswith("/v1/") and "\n" not in path:
+                method = scope["method"]
+                if path == CHAT_PATH and method == "POST":
+                    app = self.chat
+                elif method in _PASSTHROUGH:
+                    app = self.passthrough
+                else:
+                    app = None
+                if app is not None:
+                    scope["app"] = self
+                    await app(scope, receive, send)
+                    return
         await super().__call__(scope, receive, send)
 
 
@@ -282,6 +293,7 @@ def create_app(
     routes = _routes(state)
     app = ProxyApp(routes=routes, lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed})
     app.chat = ServerErrorMiddleware(next(r.app for r in routes if r.path == CHAT_PATH))
+    app.passthrough = ServerErrorMiddleware(next(r.app for r in routes if r.path == "/v1/{path:path}"))
     app.router.default = _not_found  # type: ignore[method-assign,assignment]
     app.state.proxy = state
     return app

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from handoffmon._extras import requires_extra
 
 with requires_extra("proxy", "handoffmon serve"):
@@ -30,6 +32,9 @@ from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_hea
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource
 
 if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.attribution.names import ModelNames
+    from handoffmon.ingress.chunks import StreamOutcome
+    from handoffmon.ingress.served import Outcome
     from handoffmon.pipeline.monitor import Monitor
     from handoffmon.routing.body import BodyRouting
 
@@ -83,12 +88,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int, idle_timeout_s: 
     chunks: list[bytes] = []
     size = 0
     while True:
-        try:
-            # a timeout context, not ``wait_for``: no task per body message
-            async with asyncio.timeout(idle_timeout_s):
-                msg = await receive()
-        except TimeoutError:
-            raise ClientTooSlow from None
+        msg = await (receive() if idle_timeout_s is None else _receive_within(receive, idle_timeout_s))
         if msg["type"] == "http.disconnect":
             raise ClientGone
         chunk = msg.get("body", b"")
@@ -98,6 +98,36 @@ async def read_body(scope: Scope, receive: Receive, limit: int, idle_timeout_s: 
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
+    expired.append(True)
+    task.cancel()
+
+
+async def _receive_within(receive: Receive, timeout_s: float) -> Message:
+    """``receive()`` bounded by ``timeout_s``, else :class:`ClientTooSlow`.
+
+    What ``async with asyncio.timeout(timeout_s)`` does (cancel the task when the timer
+    fires; turn that cancellation, and only that one, into the error), with one timer
+    handle instead of a ``Timeout`` object and its state machine: a body message is
+    usually already buffered, so the timer is armed and cancelled without firing.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    expired: list[bool] = []
+    handle = asyncio.get_running_loop().call_later(timeout_s, _expire, task, expired)
+    try:
+        msg = await receive()
+    except asyncio.CancelledError:
+        handle.cancel()
+        if expired and task.uncancel() == 0:
+            raise ClientTooSlow from None
+        raise
+    handle.cancel()
+    if expired:  # fired as receive() returned: the cancellation is ours, undo it
+        task.uncancel()
+    return msg
 
 
 @dataclass
@@ -213,7 +243,7 @@ class Forwarder:
 
     def _begin(self, scope: Scope, body: bytes, headers: Sequence[tuple[str, str]]) -> _Turn | None:
         try:
-            doc = json.loads(body)
+            doc = loads(body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
             self._skip("bad_json")
             return None
@@ -262,11 +292,20 @@ class Forwarder:
             ) as resp:
                 status = resp.status
                 out_headers = response_headers(resp.raw_headers)
-                # unmonitored routes stream every body (files, audio): nothing to buffer for
-                if self._monitor is None or resp.content_type == "text/event-stream":
+                if self._monitor is not None and resp.content_type != "text/event-stream":
+                    data = await resp.read()
+                elif self._monitor is None and _small(resp):
+                    # a small, complete body (JSON replies): read whole, sent in one message
+                    try:
+                        data = await resp.read()
+                    except (TimeoutError, aiohttp.ClientError):
+                        await send({"type": "http.response.start", "status": status, "headers": out_headers})
+                        self._broke_off(False, status, watch)
+                        return
+                else:
+                    # other unmonitored bodies (files, audio) and event streams pass chunk by chunk
                     await self._stream(resp, status, out_headers, send, turn, watch)
                     return
-                data = await resp.read()
         except (TimeoutError, aiohttp.ServerTimeoutError):
             await self._upstream_error(
                 send, 504, "timeout", "upstream did not answer within proxy.upstream_timeout_s"
@@ -328,14 +367,7 @@ class Forwarder:
                     pending = self._parse_chunk(turn, headers, sse, chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (TimeoutError, aiohttp.ClientError):
-            # aborted while the response is incomplete: uvicorn closes the connection without
-            # the final chunk, so the client sees the same cut-off a direct call would
-            self._metrics.upstream_error("stream")
-            if pending:
-                self._skip("truncated")
-            self._metrics.request(self._route, status)
-            watch.done = True
-            _log.warning("handoffmon serve: the upstream broke off a response; aborting the client's")
+            self._broke_off(pending, status, watch)
             return
         except BaseException:  # client gone (cancelled): the client saw a partial reply
             if pending and sse is not None and turn is not None:
@@ -346,6 +378,19 @@ class Forwarder:
         watch.done = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._metrics.request(self._route, status)
+
+    def _broke_off(self, pending: bool, status: int, watch: _DisconnectWatch) -> None:
+        """The upstream broke off a response that has started: abort the client's.
+
+        Returning without the final body message makes uvicorn close the connection, so
+        the client sees the same cut-off a direct call would.
+        """
+        self._metrics.upstream_error("stream")
+        if pending:
+            self._skip("truncated")
+        self._metrics.request(self._route, status)
+        watch.done = True
+        _log.warning("handoffmon serve: the upstream broke off a response; aborting the client's")
 
     def _parse_chunk(
         self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, chunk: bytes
@@ -381,7 +426,7 @@ class Forwarder:
             self._skip("bad_reply")
             return
         try:
-            doc = json.loads(decoded)
+            doc = loads(decoded)
         except (ValueError, RecursionError):
             self._skip("bad_reply")
             return
@@ -391,11 +436,10 @@ class Forwarder:
             return
         assert self._monitor is not None
         monitor = self._monitor
-        served = served_by_headers(headers)
         monitor.finish(
             turn.capture,
             reply,
-            Deferred(describe_response, (monitor.names, doc, served)),
+            Deferred(_describe_response, (monitor.names, doc, headers)),
             latency_s=time.monotonic() - turn.started,
             shadow=self._offer(turn),
         )
@@ -416,12 +460,54 @@ class Forwarder:
         monitor.finish(
             turn.capture,
             out.reply,
-            Deferred(describe_stream, (monitor.names, out, served_by_headers(headers))),
+            Deferred(_describe_stream, (monitor.names, out, headers)),
             latency_s=time.monotonic() - turn.started,
             streamed=True,
             shadow=self._offer(turn),
         )
         return True
+
+
+def _describe_response(names: ModelNames, doc: Any, headers: list[tuple[bytes, bytes]]) -> Outcome:
+    """``describe_response`` with the served-by headers read there too (attribution thread)."""
+    return describe_response(names, doc, served_by_headers(headers))
+
+
+def _describe_stream(names: ModelNames, out: StreamOutcome, headers: list[tuple[bytes, bytes]]) -> Outcome:
+    """``describe_stream`` with the served-by headers read there too (attribution thread)."""
+    return describe_stream(names, out, served_by_headers(headers))
+
+
+_DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+"""``bytes.translate`` table: digits stay, every other byte becomes a space."""
+_LONG_RUN = b"0" * 19
+
+
+def loads(data: bytes) -> Any:
+    """``json.loads(data)``, parsed by orjson whenever that gives the same objects.
+
+    orjson is 3-5x faster (a 2 KB chat request: ~3 vs ~10 us) and strict: whatever it
+    refuses (NaN/Infinity, lone surrogates, UTF-16/32 or a BOM, nesting past 1024,
+    numbers out of float range, invalid JSON) goes to ``json.loads``, which then
+    accepts or raises exactly as before. The one input orjson accepts differently,
+    integers beyond 64 bits (read as floats), needs 19 or more digits in a row: such
+    bodies go to ``json.loads`` directly.
+    """
+    if _LONG_RUN in data.translate(_DIGITS):
+        return json.loads(data)
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+SMALL_BODY_BYTES = 64 * 1024
+"""Un-monitored replies up to this ``Content-Length`` (and not event streams) are read whole."""
+
+
+def _small(resp: aiohttp.ClientResponse) -> bool:
+    n = resp.content_length
+    return n is not None and n <= SMALL_BODY_BYTES and resp.content_type != "text/event-stream"
 
 
 def _encoding(headers: list[tuple[bytes, bytes]]) -> bytes | None:

@@ -53,15 +53,19 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
             super().connection_made(transport)
             self._head_open = True
             self._head_bytes = 0
-            self._head_timer: Any = self.loop.call_later(timeout_s, self._head_timeout)
+            self._parsed = 0
+            self._head_since: float | None = self.loop.time()
+            self._head_timer: Any = self.loop.call_later(timeout_s, self._head_check)
 
         def data_received(self, data: bytes) -> None:
             if self._head_open:
                 if self._head_bytes > max_header_bytes:
                     return self._refuse(431, "request header fields too large")
                 self._head_bytes += len(data)
-                if self._head_timer is None:  # first bytes of a keep-alive connection's next request
-                    self._head_timer = self.loop.call_later(timeout_s, self._head_timeout)
+                if self._head_since is None:  # first bytes of a keep-alive connection's next request
+                    self._head_since = self.loop.time()
+                    if self._head_timer is None:
+                        self._head_timer = self.loop.call_later(timeout_s, self._head_check)
             super().data_received(data)
 
         def on_url(self, url: bytes) -> None:
@@ -73,7 +77,7 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
             super().on_header(name, value)
 
         def _count(self, n: int) -> None:
-            self._parsed = getattr(self, "_parsed", 0) + n
+            self._parsed += n
             if self._parsed > max_header_bytes:
                 self._head_bytes = max_header_bytes + 1
                 raise _HeadTooLarge  # aborts parsing; send_400_response answers 431
@@ -84,7 +88,7 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
 
         def on_headers_complete(self) -> None:
             self._head_open = False
-            self._stop_timer()
+            self._head_since = None  # the timer, if pending, finds no head in progress
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
@@ -105,9 +109,21 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
                 self._head_timer.cancel()
                 self._head_timer = None
 
-        def _head_timeout(self) -> None:
+        def _head_check(self) -> None:
+            """The head timer: refuse a head still incomplete ``timeout_s`` after it began.
+
+            One timer per connection, not one per request: a keep-alive request only notes
+            when its first bytes came; a timer still pending from an earlier request checks
+            against that and re-arms itself for the time left.
+            """
             self._head_timer = None
-            if self._head_open and not self.transport.is_closing():
+            since = self._head_since
+            if not self._head_open or since is None or self.transport.is_closing():
+                return
+            left = since + timeout_s - self.loop.time()
+            if left > 0:
+                self._head_timer = self.loop.call_later(left, self._head_check)
+            else:
                 self._refuse(408, "request headers not received within proxy.client_timeout_s")
 
         def _refuse(self, status: int, msg: str) -> None:

@@ -83,16 +83,19 @@ def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]
         UnforwardableHeader: a value is not valid UTF-8 (it could not be sent unchanged).
     """
     raw = list(raw)
-    drop = _NOT_FORWARDED_UP | _connection_named(raw)
+    drop = _NOT_FORWARDED_UP
+    for k, _ in raw:
+        if k.lower() == b"connection":  # rare on a keep-alive request: one more pass
+            drop = drop | _connection_named(raw)
+            break
     out: list[tuple[str, str]] = []
     for k, v in raw:
         if k.lower() in drop:
             continue
-        name = k.decode("latin-1")
         try:
-            out.append((name, v.decode("utf-8")))
+            out.append((k.decode("latin-1"), v.decode("utf-8")))
         except UnicodeDecodeError:
-            raise UnforwardableHeader(name) from None
+            raise UnforwardableHeader(k.decode("latin-1")) from None
     return out
 
 
@@ -100,7 +103,11 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, by
     """Upstream response headers to send to the client, byte-exact, minus hop-by-hop
     (incl. those named in ``Connection:``)."""
     raw = list(raw)
-    drop = HOP_BY_HOP | _connection_named(raw)
+    drop = HOP_BY_HOP
+    for k, _ in raw:
+        if k.lower() == b"connection":
+            drop = drop | _connection_named(raw)
+            break
     return [(k, v) for k, v in raw if k.lower() not in drop]
 
 
