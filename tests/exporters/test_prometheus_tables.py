@@ -7,6 +7,7 @@ multiprocess mode) are the reference: same families, samples, order, values and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -16,9 +17,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from handoffmon.config import config_from_mapping
+from handoffmon.counts import CELL_TOTAL, turn_cell_stats
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.integrations.router import RouterWrapper
-from handoffmon.labels import LabelGuard
+from handoffmon.labels import LabelGuard, refit_input_labels
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.types import TurnResult
 from tests.exporters.turns import make_result, scripted_conversation
@@ -152,3 +154,43 @@ def test_multiprocess_mode_keeps_prometheus_client_values() -> None:
         )
         == 1.0
     )
+
+
+def _reference_refit_input_labels(
+    result: TurnResult, guard: LabelGuard
+) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], int]]]:
+    """``refit_input_labels`` as it was before it built its keys directly (from ``turn_cell_stats``)."""
+    ctx = result.context
+    model, prefix = guard.model(result.record.author), guard.model(ctx.prefix_model)
+    bucket = guard.depth_bucket(result.depth_bucket, ctx.depth)
+    baseline: list[tuple[str, ...]] = (
+        [(guard.rule(c.rule), model, bucket, guard.verdict(c.verdict)) for c in result.checks]
+        if result.clean
+        else []
+    )
+    stats = [
+        (
+            (
+                guard.rule(s.rule),
+                model,
+                prefix,
+                CELL_TOTAL if s.depth_bucket == CELL_TOTAL else bucket,
+                s.stat,
+            ),
+            v,
+        )
+        for s, v in turn_cell_stats(result)
+    ]
+    return baseline, stats
+
+
+def test_refit_input_labels_match_the_cell_stats_definition() -> None:
+    """Same keys, values and order as from ``turn_cell_stats``, and the same guard lookups (caps)."""
+    results = _stream()
+    results.append(dataclasses.replace(results[5], depth_bucket="*"))
+    results.append(dataclasses.replace(results[7], depth_bucket="bogus"))
+    new, old = LabelGuard(max_models=2, max_rules=2), LabelGuard(max_models=2, max_rules=2)
+    for result in results:
+        assert refit_input_labels(result, new) == _reference_refit_input_labels(result, old)
+    assert new.overflows() == old.overflows() and new.overflow_total > 0
+    assert sum(len(refit_input_labels(r, new)[1]) for r in results) > len(results)
