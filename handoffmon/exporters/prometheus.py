@@ -9,7 +9,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter as _Tally
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -669,6 +669,22 @@ class PrometheusExporter:
                     t.overhead.observe(key, max(seconds, 0.0))
                 return
             self._kids["overhead"](self.guard.stage(stage)).observe(max(seconds, 0.0))
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
+
+    def observe_overheads(self, items: Sequence[tuple[str, float]]) -> None:
+        """:meth:`observe_overhead` for each ``(stage, seconds)``, under one lock; never raises."""
+        t = self._t
+        if t is None:
+            for stage, seconds in items:
+                self.observe_overhead(stage, seconds)
+            return
+        try:
+            stage_label = self.guard.stage
+            keyed = [((stage_label(stage),), max(seconds, 0.0)) for stage, seconds in items]
+            with t.lock:
+                for key, seconds in keyed:
+                    t.overhead.observe(key, seconds)
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
 

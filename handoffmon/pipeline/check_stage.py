@@ -76,11 +76,14 @@ class CheckStage:
         """Process one turn end to end, then report the stage overheads."""
         t0 = time.perf_counter()
         self._process(turn)
-        observe = self._errors.observe
-        observe("begin", turn.begin_s)
-        observe("attribution", turn.ctx.attribution_s)
-        observe("finish", turn.finish_s)
-        observe("background", time.perf_counter() - t0)
+        self._errors.observe_many(
+            (
+                ("begin", turn.begin_s),
+                ("attribution", turn.ctx.attribution_s),
+                ("finish", turn.finish_s),
+                ("background", time.perf_counter() - t0),
+            )
+        )
 
     def _process(self, turn: Attributed) -> None:
         ctx = turn.ctx

@@ -194,3 +194,18 @@ def test_refit_input_labels_match_the_cell_stats_definition() -> None:
         assert refit_input_labels(result, new) == _reference_refit_input_labels(result, old)
     assert new.overflows() == old.overflows() and new.overflow_total > 0
     assert sum(len(refit_input_labels(r, new)[1]) for r in results) > len(results)
+
+
+def test_observe_overheads_equals_one_observation_at_a_time() -> None:
+    """A turn's overheads in one call give the same histogram as one call per stage (both modes)."""
+    items = [("begin", 2e-6), ("attribution", 4e-5), ("finish", 1e-6), ("background", 3e-4), ("odd", -1.0)]
+    for tables in (True, False):
+        one, many = (
+            PrometheusExporter(CollectorRegistry(), multiprocess=False, _tables=tables) for _ in "ab"
+        )
+        for _ in range(3):
+            for stage, seconds in items:
+                one.observe_overhead(stage, seconds)
+            many.observe_overheads(items)
+        assert generate_latest(many.registry) == generate_latest(one.registry)
+        assert b'handoffmon_overhead_seconds_count{stage="background"} 3.0' in generate_latest(many.registry)
