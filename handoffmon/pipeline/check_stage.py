@@ -7,6 +7,7 @@ fails open and is counted in the shared ``ErrorSink`` under its stage.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -25,6 +26,22 @@ from handoffmon.types import CheckResult, TurnContent, TurnContext, TurnRecord, 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.attribution import Attributor
     from handoffmon.checkers import RuleSet
+
+
+_CTX_FIELDS = tuple(f.name for f in dataclasses.fields(TurnContext))
+_ctx_values = operator.attrgetter(*_CTX_FIELDS)
+_set = object.__setattr__
+assert not hasattr(TurnContext, "__post_init__")  # _ctx_with copies without calling __init__
+
+
+def _ctx_with(ctx: TurnContext, **changes: object) -> TurnContext:
+    """``dataclasses.replace(ctx, **changes)`` at about half its cost (twice per turn)."""
+    new = object.__new__(TurnContext)
+    for name, value in zip(_CTX_FIELDS, _ctx_values(ctx), strict=True):
+        _set(new, name, value)
+    for name, value in changes.items():
+        _set(new, name, value)
+    return new
 
 
 def _str_list(value: object) -> tuple[str, ...]:
@@ -89,7 +106,7 @@ class CheckStage:
         ctx = turn.ctx
         final_id = getattr(turn.recorded, "conversation_id", None)
         if final_id and final_id != ctx.conversation_id:  # a depth-1 derived id is fixed at record()
-            ctx = dataclasses.replace(ctx, conversation_id=final_id)
+            ctx = _ctx_with(ctx, conversation_id=final_id)
         self._persist(turn)
         author = turn.outcome.authors[-1]
         state = self._load_state(ctx)
@@ -117,7 +134,7 @@ class CheckStage:
             content = TurnContent(ctx.input_messages, turn.reply_text)
         if ctx.user_message or ctx.input_messages:
             # text stays out of what exporters see, except as opt-in ``content``
-            ctx = dataclasses.replace(ctx, user_message="", input_messages=())
+            ctx = _ctx_with(ctx, user_message="", input_messages=())
         result = TurnResult(
             context=ctx,
             record=record,
