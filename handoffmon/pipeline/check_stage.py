@@ -10,7 +10,7 @@ import dataclasses
 import operator
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import RuleConfig
 from handoffmon.depth import DepthBuckets
@@ -21,6 +21,8 @@ from handoffmon.pipeline.records import Attributed
 from handoffmon.pipeline.state import ConversationState
 from handoffmon.protocols import AttributionStore
 from handoffmon.shadow.turns import ShadowTurn
+from handoffmon.stores.guard import GuardedStore
+from handoffmon.stores.memory import MemoryStore
 from handoffmon.types import CheckResult, TurnContent, TurnContext, TurnRecord, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +44,10 @@ def _ctx_with(ctx: TurnContext, **changes: object) -> TurnContext:
     for name, value in changes.items():
         _set(new, name, value)
     return new
+
+
+STATE_CACHE = 1024
+"""Conversation states the check stage keeps built (cleared when full): those in flight."""
 
 
 def _str_list(value: object) -> tuple[str, ...]:
@@ -86,6 +92,11 @@ class CheckStage:
         self._emit = emit
         self._errors = errors
         self._capture_content = capture_content
+        # The memory store (behind the guard, as the monitor builds it) keeps state marshal-ed;
+        # the last state this stage wrote per conversation is kept built, and reused while
+        # the store still holds exactly what was written (identity of the stored object).
+        self._stored = isinstance(store, GuardedStore) and type(store.inner) is MemoryStore
+        self._states: dict[str, tuple[object, ConversationState]] = {}
         self.shadow: Callable[[ShadowTurn], None] | None = None
         """Receives checked turns that carry a shadow offer (``Monitor.set_shadow``)."""
 
@@ -163,6 +174,8 @@ class CheckStage:
         if ctx.degraded:
             return ConversationState()
         try:
+            if self._stored:
+                return self._load_stored(ctx.conversation_id)
             return ConversationState.from_mapping(self._store.get_state(ctx.conversation_id))
         except StoreError:  # counted by the store guard: continue with a fresh state
             return ConversationState()
@@ -174,11 +187,35 @@ class CheckStage:
         if ctx.degraded:
             return
         try:
-            self._store.put_state(ctx.conversation_id, state.to_mapping())
+            if self._stored:
+                self._save_stored(ctx.conversation_id, state)
+            else:
+                self._store.put_state(ctx.conversation_id, state.to_mapping())
         except StoreError:  # counted by the store guard
-            pass
+            self._states.pop(ctx.conversation_id, None)
         except Exception as exc:
+            self._states.pop(ctx.conversation_id, None)
             self._errors.failed("state", exc)
+
+    def _load_stored(self, conversation_id: str) -> ConversationState:
+        store: Any = self._store
+        stored = store.get_state_stored(conversation_id)
+        hit = self._states.get(conversation_id)
+        if hit is not None and stored is not None and hit[0] is stored:
+            return hit[1]  # what from_mapping would rebuild from it (see _save_stored)
+        return ConversationState.from_mapping(MemoryStore.state_mapping(stored))
+
+    def _save_stored(self, conversation_id: str, state: ConversationState) -> None:
+        mapping = state.to_mapping()
+        store: Any = self._store
+        stored = store.put_state_stored(conversation_id, mapping)
+        states = self._states
+        if mapping["previous"] != state.previous:  # expired text dropped: reload it as stored
+            states.pop(conversation_id, None)
+            return
+        if len(states) >= STATE_CACHE:
+            states.clear()
+        states[conversation_id] = (stored, state)
 
     def _declare(self, state: ConversationState, ctx: TurnContext) -> ConversationState:
         if not ctx.metadata:
