@@ -186,6 +186,7 @@ class MemoryStore:
         """Record keys (overwriting), then evict past the cap and sweep expired groups."""
         self._open()
         now = self._clock()
+        last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
         with self._lock:
             for key, value in items:
                 cid = value.conversation_id
@@ -195,7 +196,11 @@ class MemoryStore:
                 if linked and self._g_name[self._group_of[slot]] != name:
                     self._unlink(slot)
                     linked = False
-                gid = self._group(name, now)
+                if name == last_name and self._g_name[last_gid] == name:
+                    gid = last_gid
+                else:
+                    gid = last_gid = self._group(name, now)
+                    last_name = name
                 if not linked:
                     if slot < 0:
                         slot = self._new_slot(key)
