@@ -68,19 +68,19 @@ def turn_cell_stats(
     key_model = author if model is None else model
     key_prefix = prefix if prefix_model is None else prefix_model
     name = rule if rule is not None else str
+    make = tuple.__new__  # CellStatKey(...) without its Python-level __new__ (~20 keys per turn)
     out: list[tuple[CellStatKey, int]] = []
+    append = out.append
     if in_cell(author, prefix, result.clean):
         depth = ctx.depth
-        out.extend(
-            (CellStatKey(name(c.rule), key_model, key_prefix, bucket, "depth"), depth)
-            for c in result.checks
-            if c.verdict in ("pass", "fail")
-        )
+        for c in result.checks:
+            if c.verdict in ("pass", "fail"):
+                append((make(CellStatKey, (name(c.rule), key_model, key_prefix, bucket, "depth")), depth))
     for step in result.cluster:
         step_rule = name(step.rule)
         for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
             if v:
-                out.append((CellStatKey(step_rule, key_model, key_prefix, CELL_TOTAL, stat), v))
+                append((make(CellStatKey, (step_rule, key_model, key_prefix, CELL_TOTAL, stat)), v))
     return out
 
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from handoffmon.counts import CELL_TOTAL, turn_cell_stats
+from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.depth import DepthBuckets
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL, VERDICTS, TurnResult
 
@@ -121,6 +121,12 @@ class LabelGuard:
         # Requested model groups get their own values under the same cap, so group names
         # never crowd serving-model names out of the ``model`` label.
         self._requested = _Admitter(max_models, always=ALWAYS_ALLOWED)
+        # Fast paths (~20 lookups per turn): an admitted value is its own label and stays
+        # admitted, so a hit in the admitted dict is what ``_map`` would return, with no
+        # side effect; anything else (new, truncated, empty, overflowing) takes ``_map``.
+        self._model_hits = self._models._admitted
+        self._rule_hits = self._rules._admitted
+        self._stage_hits = self._stages._admitted
         self._caps = {
             "model": max_models,
             "requested_model": max_models,
@@ -177,7 +183,8 @@ class LabelGuard:
 
     def model(self, name: str | None) -> str:
         """Label for a model name (``None``/empty → ``unknown``; over the cap → ``other``)."""
-        return self._map(self._models, name)
+        hit = self._model_hits.get(name)  # type: ignore[arg-type]  # None: a miss
+        return hit if hit is not None else self._map(self._models, name)
 
     def requested_model(self, name: str | None) -> str:
         """Label for the model or group a request asked for (``telemetry.max_models`` cap of its own)."""
@@ -185,11 +192,13 @@ class LabelGuard:
 
     def rule(self, name: str) -> str:
         """Label for a rule name (over the cap → ``other``)."""
-        return self._map(self._rules, name)
+        hit = self._rule_hits.get(name)
+        return hit if hit is not None else self._map(self._rules, name)
 
     def stage(self, name: str) -> str:
         """Label for a monitoring stage (bounded by ``MAX_STAGES``)."""
-        return self._map(self._stages, name)
+        hit = self._stage_hits.get(name)
+        return hit if hit is not None else self._map(self._stages, name)
 
     def depth_bucket(self, label: str, depth: int) -> str:
         """A valid bucket label: ``label`` if it is one of ours, else the bucket of ``depth``."""
@@ -229,26 +238,30 @@ def refit_input_labels(
 ) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], int]]]:
     """Label values of a turn's clean-baseline verdicts (``BASELINE_LABELS``, one per check
     of a clean same-author turn) and of its cell-stat increments (``CELL_STAT_LABELS``,
-    value), capped by ``guard`` like every other series (the whole-cell bucket ``*`` is kept)."""
+    value), capped by ``guard`` like every other series (the whole-cell bucket ``*`` is kept).
+
+    The increments are ``counts.turn_cell_stats``'s, built here as label tuples directly
+    (per turn, on the exporters' path): the same keys in the same order, one guard lookup
+    per key as before (overflow counts stay per lookup)."""
     ctx = result.context
     model, prefix = guard.model(result.record.author), guard.model(ctx.prefix_model)
     bucket = guard.depth_bucket(result.depth_bucket, ctx.depth)
+    rule = guard.rule
     baseline: list[tuple[str, ...]] = (
-        [(guard.rule(c.rule), model, bucket, guard.verdict(c.verdict)) for c in result.checks]
+        [(rule(c.rule), model, bucket, guard.verdict(c.verdict)) for c in result.checks]
         if result.clean
         else []
     )
-    stats: list[tuple[tuple[str, ...], int]] = [
-        (
-            (
-                guard.rule(s.rule),  # the pooled rule ``all`` is always admitted
-                model,
-                prefix,
-                CELL_TOTAL if s.depth_bucket == CELL_TOTAL else bucket,
-                s.stat,
-            ),
-            v,
-        )
-        for s, v in turn_cell_stats(result)
-    ]
+    stats: list[tuple[tuple[str, ...], int]] = []
+    append = stats.append
+    if in_cell(result.record.author, ctx.prefix_model, result.clean):
+        depth, depth_bucket = ctx.depth, CELL_TOTAL if result.depth_bucket == CELL_TOTAL else bucket
+        for c in result.checks:
+            if c.verdict in ("pass", "fail"):
+                append(((rule(c.rule), model, prefix, depth_bucket, "depth"), depth))
+    for step in result.cluster:
+        for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
+            if v:
+                # the pooled rule ``all`` is always admitted
+                append(((rule(step.rule), model, prefix, CELL_TOTAL, stat), v))
     return baseline, stats

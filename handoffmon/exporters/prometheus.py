@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
 import threading
+import time
+from bisect import bisect_left
 from collections import Counter as _Tally
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
+from prometheus_client.utils import floatToGoString
 
 from handoffmon._version import __version__
 from handoffmon.errors import HandoffmonError
@@ -77,6 +82,133 @@ class _Children:
         if child is None:
             child = self._children[values] = self._metric.labels(*values)
         return child
+
+
+class _CounterTable:
+    """A labelled counter's values in a plain dict, served as its family at scrape time.
+
+    The per-turn counters used to be prometheus_client children: ~30 ``inc`` calls per turn,
+    each validating and taking the child's lock (issue 21). Here a turn adds to dict entries
+    under one exporter lock, and ``family`` builds the same samples prometheus_client would
+    (``<name>_total`` per label set, in creation order, float values, the last exemplar).
+    """
+
+    __slots__ = ("_labelnames", "_metric", "exemplars", "values")
+
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self._metric = metric
+        self._labelnames: tuple[str, ...] = tuple(metric._labelnames)
+        self.values: dict[tuple[str, ...], float] = {}
+        self.exemplars: dict[tuple[str, ...], Exemplar] = {}
+
+    def snapshot(self) -> tuple[list[tuple[tuple[str, ...], float]], dict[tuple[str, ...], Exemplar]]:
+        """The values and exemplars (call under the owner's lock)."""
+        return list(self.values.items()), dict(self.exemplars)
+
+    def family(
+        self, values: list[tuple[tuple[str, ...], float]], exemplars: Mapping[tuple[str, ...], Exemplar]
+    ) -> Metric:
+        """The metric family of a snapshot, as the prometheus_client counter would expose it."""
+        (out,) = self._metric.describe()
+        name, names = out.name + "_total", self._labelnames
+        for key, value in values:
+            out.add_sample(name, dict(zip(names, key, strict=True)), float(value), None, exemplars.get(key))
+        return out
+
+
+class _HistogramTable:
+    """A labelled histogram's bucket counts and sum in a plain dict (see ``_CounterTable``).
+
+    A row is the per-bucket (non-cumulative) counts followed by the sum, updated as
+    prometheus_client's ``Histogram.observe`` does: the sum always, the first bucket whose
+    bound is ≥ the amount (none for NaN).
+    """
+
+    __slots__ = ("_bounds", "_labelnames", "_les", "_metric", "values")
+
+    def __init__(self, metric: MetricWrapperBase, buckets: tuple[float, ...]) -> None:
+        self._metric = metric
+        self._labelnames: tuple[str, ...] = tuple(metric._labelnames)
+        bounds = [float(b) for b in buckets]
+        if bounds[-1] != math.inf:
+            bounds.append(math.inf)
+        self._bounds = tuple(bounds)
+        self._les = tuple(floatToGoString(b) for b in bounds)  # type: ignore[no-untyped-call]
+        self.values: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, key: tuple[str, ...], amount: float) -> None:
+        """Add one observation (call under the owner's lock)."""
+        row = self.values.get(key)
+        if row is None:
+            row = self.values[key] = [0.0] * (len(self._bounds) + 1)
+        row[-1] += amount
+        bounds = self._bounds
+        i = bisect_left(bounds, amount)
+        if i < len(bounds) and amount <= bounds[i]:
+            row[i] += 1
+
+    def snapshot(self) -> list[tuple[tuple[str, ...], list[float]]]:
+        """Copies of the rows (call under the owner's lock)."""
+        return [(key, row[:]) for key, row in self.values.items()]
+
+    def family(self, rows: list[tuple[tuple[str, ...], list[float]]]) -> Metric:
+        """The metric family of a snapshot, as the prometheus_client histogram would expose it."""
+        (out,) = self._metric.describe()
+        name, names, les = out.name, self._labelnames, self._les
+        with_sum = self._bounds[0] >= 0
+        for key, row in rows:
+            labels = list(zip(names, key, strict=True))
+            acc = 0.0
+            for le, n in zip(les, row, strict=False):
+                acc += n
+                out.add_sample(name + "_bucket", dict([*labels, ("le", le)]), acc)
+            out.add_sample(name + "_count", dict(labels), acc)
+            if with_sum:
+                out.add_sample(name + "_sum", dict(labels), row[-1])
+        return out
+
+
+class _Tables:
+    """The per-turn metrics' values, one lock for all (see ``_CounterTable``)."""
+
+    def __init__(self, m: _Counters) -> None:
+        self.lock = threading.Lock()
+        self.turns = _CounterTable(m.turns)
+        self.checks = _CounterTable(m.checks)
+        self.check_seconds = _CounterTable(m.check_seconds)
+        self.baseline_checks = _CounterTable(m.baseline_checks)
+        self.cell_stats = _CounterTable(m.cell_stats)
+        self.transitions = _CounterTable(m.transitions)
+        self.attributions = _CounterTable(m.attributions)
+        self.overhead = _HistogramTable(m.overhead, OVERHEAD_BUCKETS)
+        self.history_tokens = _HistogramTable(m.history_tokens, HISTORY_TOKEN_BUCKETS)
+        self.counters = {
+            "handoffmon_turns": self.turns,
+            "handoffmon_checks": self.checks,
+            "handoffmon_check_seconds": self.check_seconds,
+            "handoffmon_baseline_checks": self.baseline_checks,
+            "handoffmon_cell_stats": self.cell_stats,
+            "handoffmon_rule_transitions": self.transitions,
+            "handoffmon_attributions": self.attributions,
+        }
+        self.histograms = {
+            "handoffmon_overhead_seconds": self.overhead,
+            "handoffmon_history_tokens": self.history_tokens,
+        }
+
+    def family(self, name: str) -> Metric | None:
+        """The family of the metric ``name`` if a table holds it, else None."""
+        counter = self.counters.get(name)
+        if counter is not None:
+            with self.lock:
+                values, exemplars = counter.snapshot()
+            return counter.family(values, exemplars)
+        histogram = self.histograms.get(name)
+        if histogram is not None:
+            with self.lock:
+                rows = histogram.snapshot()
+            return histogram.family(rows)
+        return None
 
 
 @dataclass(frozen=True)
@@ -251,10 +383,13 @@ class OwnMetrics(Collector):
 
     Args:
         metrics: the metric objects (created with ``registry=None``).
+        tables: serves some of them from plain tables instead (``PrometheusExporter``'s
+            per-turn metrics; the metric objects then only name and describe them).
     """
 
-    def __init__(self, metrics: Iterable[MetricWrapperBase]) -> None:
+    def __init__(self, metrics: Iterable[MetricWrapperBase], tables: _Tables | None = None) -> None:
         self._metrics = tuple(metrics)
+        self._tables = tables
 
     def describe(self) -> Iterator[Metric]:
         """The families' names (the registry uses them to refuse duplicates)."""
@@ -263,7 +398,13 @@ class OwnMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Every family's samples except ``*_created``."""
+        tables = self._tables
         for metric in self._metrics:
+            if tables is not None:
+                table = tables.family(metric._name)
+                if table is not None:
+                    yield table
+                    continue
             for family in metric.collect():
                 if family.type in ("counter", "histogram", "summary"):
                     family = copy.copy(family)
@@ -271,13 +412,15 @@ class OwnMetrics(Collector):
                 yield family
 
 
-def register_metrics(registry: CollectorRegistry, metrics: Iterable[MetricWrapperBase]) -> OwnMetrics:
+def register_metrics(
+    registry: CollectorRegistry, metrics: Iterable[MetricWrapperBase], tables: _Tables | None = None
+) -> OwnMetrics:
     """Register unregistered ``metrics`` on ``registry`` through an ``OwnMetrics`` view.
 
     Raises:
         ValueError: ``registry`` already serves one of the names.
     """
-    view = OwnMetrics(metrics)
+    view = OwnMetrics(metrics, tables)
     registry.register(view)
     return view
 
@@ -315,6 +458,7 @@ class PrometheusExporter:
         guard: LabelGuard | None = None,
         exemplars: bool = False,
         multiprocess: bool | None = None,
+        _tables: bool = True,
     ) -> None:
         self.registry = registry
         self.guard = guard or LabelGuard()
@@ -322,9 +466,12 @@ class PrometheusExporter:
         self._exemplars = exemplars and not self.multiprocess
         self._m = _counters()
         self._refit = _refit_gauges()
+        # Per-turn metrics live in plain tables served at scrape time, except under
+        # PROMETHEUS_MULTIPROC_DIR, where only prometheus_client's values reach the files.
+        self._t = None if self.multiprocess or not _tables else _Tables(self._m)
         try:
             own = [getattr(self._m, f.name) for f in fields(self._m)]
-            register_metrics(registry, [*own, *self._refit.values()])
+            register_metrics(registry, [*own, *self._refit.values()], self._t)
         except ValueError as exc:
             raise HandoffmonError(
                 "this Prometheus registry already holds handoffmon metrics; give each "
@@ -356,7 +503,10 @@ class PrometheusExporter:
     def export(self, result: TurnResult) -> bool:
         """Count one turn; returns False (and logs) on failure, never raises."""
         try:
-            self._count(result)
+            if self._t is not None:
+                self._count_tables(result, self._t)
+            else:
+                self._count(result)
             return True
         except Exception as exc:
             log_error(self._log, "export_failed", "export_prometheus", exc)
@@ -396,20 +546,87 @@ class PrometheusExporter:
         if g.version != self._guard_version or g.overflow_total != self._overflow_total:
             self._sync_label_usage()
 
+    def _count_tables(self, result: TurnResult, t: _Tables) -> None:
+        """``_count`` into the plain tables: the same label values, guard calls and order."""
+        g = self.guard
+        ctx, rec = result.context, result.record
+        model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
+        bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
+        ex = (
+            Exemplar({"conversation_id": ctx.conversation_id[:_EXEMPLAR_CHARS]}, 1, time.time())
+            if self._exemplars
+            else None
+        )
+        with t.lock:
+            key: tuple[str, ...] = (model, prefix, bucket)
+            d = t.turns.values
+            d[key] = d.get(key, 0.0) + 1
+            if ex is not None:
+                t.turns.exemplars[key] = ex
+            if result.checks:
+                checks, seconds = t.checks.values, t.check_seconds.values
+                for check in result.checks:
+                    rule = g.rule(check.rule)
+                    if (rule, model, prefix, bucket) not in self._verdict_sets:
+                        self._init_verdicts(rule, model, prefix, bucket)
+                    key = (rule, model, prefix, bucket, g.verdict(check.verdict))
+                    checks[key] = checks.get(key, 0.0) + 1
+                    if ex is not None:
+                        t.checks.exemplars[key] = ex
+                    seconds[(rule,)] = seconds.get((rule,), 0.0) + max(check.duration_s, 0.0)
+            baseline, stats = refit_input_labels(result, g)
+            d = t.baseline_checks.values
+            for key in baseline:
+                d[key] = d.get(key, 0.0) + 1
+            d = t.cell_stats.values
+            for key, v in stats:
+                d[key] = d.get(key, 0.0) + v
+            if result.transitions:
+                handoff = g.handoff(rec.handoff)
+                d = t.transitions.values
+                for tr in result.transitions:
+                    key = (
+                        g.rule(tr.rule),
+                        model,
+                        handoff,
+                        g.verdict(tr.from_verdict),
+                        g.verdict(tr.to_verdict),
+                    )
+                    d[key] = d.get(key, 0.0) + 1
+            if result.attribution_methods:
+                d = t.attributions.values
+                for method, n in _Tally(result.attribution_methods).items():
+                    key = (method if method in ATTRIBUTION_METHODS else "unknown",)
+                    d[key] = d.get(key, 0.0) + n
+            t.history_tokens.observe((bucket,), ctx.history_tokens)
+        if rec.fallbacks > 0:
+            requested = g.requested_model(rec.requested_model or ctx.requested_model)
+            self._m.fallbacks.labels(requested, model).inc(rec.fallbacks)
+        if g.version != self._guard_version or g.overflow_total != self._overflow_total:
+            self._sync_label_usage()
+
     def _init_known_labels(self) -> None:
         """Children whose label values are known up front start at 0 (no "No data" panels)."""
         for stage in MONITOR_STAGES:
             self._m.errors.labels(self.guard.stage(stage))
         for method in ATTRIBUTION_METHODS:
-            self._m.attributions.labels(method)
+            if self._t is not None:
+                self._t.attributions.values[(method,)] = 0.0
+            else:
+                self._m.attributions.labels(method)
 
     def _init_verdicts(self, rule: str, model: str, prefix: str, bucket: str) -> None:
         """Create every verdict of a new (rule, model, prefix, bucket) cell at 0.
 
         Bounded: the four labels are capped by the guard, so the set is too.
         """
-        for verdict in VERDICTS:
-            self._m.checks.labels(rule, model, prefix, bucket, verdict)
+        if self._t is not None:  # under the tables' lock (``_count_tables``)
+            checks = self._t.checks.values
+            for verdict in VERDICTS:
+                checks.setdefault((rule, model, prefix, bucket, verdict), 0.0)
+        else:
+            for verdict in VERDICTS:
+                self._m.checks.labels(rule, model, prefix, bucket, verdict)
         self._verdict_sets.add((rule, model, prefix, bucket))
 
     def _sync_label_usage(self) -> None:
@@ -445,7 +662,29 @@ class PrometheusExporter:
     def observe_overhead(self, stage: str, seconds: float) -> None:
         """Observe ``seconds`` into ``handoffmon_overhead_seconds{stage}``; never raises."""
         try:
+            t = self._t
+            if t is not None:
+                key = (self.guard.stage(stage),)
+                with t.lock:
+                    t.overhead.observe(key, max(seconds, 0.0))
+                return
             self._kids["overhead"](self.guard.stage(stage)).observe(max(seconds, 0.0))
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
+
+    def observe_overheads(self, items: Sequence[tuple[str, float]]) -> None:
+        """:meth:`observe_overhead` for each ``(stage, seconds)``, under one lock; never raises."""
+        t = self._t
+        if t is None:
+            for stage, seconds in items:
+                self.observe_overhead(stage, seconds)
+            return
+        try:
+            stage_label = self.guard.stage
+            keyed = [((stage_label(stage),), max(seconds, 0.0)) for stage, seconds in items]
+            with t.lock:
+                for key, seconds in keyed:
+                    t.overhead.observe(key, seconds)
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
 

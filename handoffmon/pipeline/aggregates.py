@@ -189,27 +189,36 @@ class Aggregates:
                 capped = rules[name] = g.rule(name)
             return capped
 
-        turn: list[tuple[str, Any, int]] = [("turns", TurnKey(author, prefix, bucket, handoff), 1)]
-        for check in result.checks:
-            key = CheckKey(rule(check.rule), author, prefix, bucket, check.verdict)
-            turn.append(("checks", key, 1))
-            if result.clean:
-                turn.append(("baseline_checks", key, 1))
-        turn.extend(
-            ("cell_stats", key, n)
-            for key, n in turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule)
-        )
-        turn.extend(
-            ("transitions", TransitionKey(rule(t.rule), author, handoff, t.from_verdict, t.to_verdict), 1)
+        make = tuple.__new__  # the key NamedTuples without their Python-level __new__
+        turn = make(TurnKey, (author, prefix, bucket, handoff))
+        checks = [make(CheckKey, (rule(c.rule), author, prefix, bucket, c.verdict)) for c in result.checks]
+        cells = turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule)
+        transitions = [
+            make(TransitionKey, (rule(t.rule), author, handoff, t.from_verdict, t.to_verdict))
             for t in result.transitions
-        )
-        turn.extend(("attributions", method, 1) for method in result.attribution_methods)
+        ]
+        methods, clean = result.attribution_methods, result.clean
         with self._lock:
-            totals, pending = self._totals, self._pending if self._conn is not None else None
-            for kind, key, n in turn:
-                totals[kind][key] += n
-                if pending is not None:
-                    pending[kind][key] += n
+            tables = (self._totals,) if self._conn is None else (self._totals, self._pending)
+            for table in tables:  # straight-line updates: ~30 per turn
+                table["turns"][turn] += 1
+                if checks:
+                    counter = table["checks"]
+                    for key in checks:
+                        counter[key] += 1
+                    if clean:
+                        counter = table["baseline_checks"]
+                        for key in checks:
+                            counter[key] += 1
+                counter = table["cell_stats"]
+                for cell, n in cells:
+                    counter[cell] += n
+                counter = table["transitions"]
+                for transition in transitions:
+                    counter[transition] += 1
+                counter = table["attributions"]
+                for method in methods:
+                    counter[method] += 1
 
     def add_counts(self, counts: Counts) -> None:
         """Add a whole snapshot (seeding a file, merging another source); written by the next flush."""

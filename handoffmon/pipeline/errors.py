@@ -72,11 +72,23 @@ class ErrorSink:
     def __init__(self, aggregates: Aggregates, *, log_interval_s: float = 60.0) -> None:
         self._aggregates = aggregates
         self._observers: tuple[MonitorObserver, ...] = ()
+        self._many: tuple[Callable[[Sequence[tuple[str, float]]], None], ...] = ()
         self.logs = LogLimiter(log_interval_s)
 
     def observe_with(self, observers: Sequence[MonitorObserver]) -> None:
         """Push every count and overhead to ``observers`` from now on."""
         self._observers = tuple(observers)
+        self._many = tuple(
+            getattr(obs, "observe_overheads", None) or self._one_by_one(obs) for obs in self._observers
+        )
+
+    @staticmethod
+    def _one_by_one(obs: MonitorObserver) -> Callable[[Sequence[tuple[str, float]]], None]:
+        def observe(items: Sequence[tuple[str, float]]) -> None:
+            for stage, seconds in items:
+                obs.observe_overhead(stage, seconds)
+
+        return observe
 
     def count(self, stage: str, n: int = 1) -> None:
         """Count ``n`` failures in ``stage`` (``monitor_errors{stage}``)."""
@@ -122,5 +134,14 @@ class ErrorSink:
         for obs in self._observers:
             try:
                 obs.observe_overhead(stage, seconds)
+            except Exception:
+                _log.debug("handoffmon observer failed", exc_info=True)
+
+    def observe_many(self, items: Sequence[tuple[str, float]]) -> None:
+        """:meth:`observe` for several stages at once (a turn's four overheads): observers
+        with ``observe_overheads(items)`` take them in one call; each observer fails alone."""
+        for observe in self._many:
+            try:
+                observe(items)
             except Exception:
                 _log.debug("handoffmon observer failed", exc_info=True)

@@ -141,6 +141,18 @@ class GuardedStore:
         """Write through; ``StoreError`` when the backend failed."""
         self._call("put_state", lambda: self.inner.put_state(conversation_id, state))
 
+    def get_state_stored(self, conversation_id: str) -> object | None:
+        """``MemoryStore.get_state_stored`` through the guard (counted as ``get_state``)."""
+        inner: Any = self.inner
+        stored: object | None = self._call("get_state", lambda: inner.get_state_stored(conversation_id))
+        return stored
+
+    def put_state_stored(self, conversation_id: str, state: Mapping[str, object]) -> object:
+        """``MemoryStore.put_state_stored`` through the guard (counted as ``put_state``)."""
+        inner: Any = self.inner
+        stored: object = self._call("put_state", lambda: inner.put_state_stored(conversation_id, state))
+        return stored
+
     def close(self) -> None:
         """Close the backend."""
         self.inner.close()

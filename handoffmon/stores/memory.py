@@ -186,6 +186,7 @@ class MemoryStore:
         """Record keys (overwriting), then evict past the cap and sweep expired groups."""
         self._open()
         now = self._clock()
+        last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
         with self._lock:
             for key, value in items:
                 cid = value.conversation_id
@@ -195,7 +196,11 @@ class MemoryStore:
                 if linked and self._g_name[self._group_of[slot]] != name:
                     self._unlink(slot)
                     linked = False
-                gid = self._group(name, now)
+                if name == last_name and self._g_name[last_gid] == name:
+                    gid = last_gid
+                else:
+                    gid = last_gid = self._group(name, now)
+                    last_name = name
                 if not linked:
                     if slot < 0:
                         slot = self._new_slot(key)
@@ -211,6 +216,16 @@ class MemoryStore:
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A copy of the conversation's state, or ``None``."""
+        return self.state_mapping(self.get_state_stored(conversation_id))
+
+    def get_state_stored(self, conversation_id: str) -> object | None:
+        """The conversation's state as held (``state_mapping`` reads it), or ``None``; marks
+        the conversation recently used, like :meth:`get_state`.
+
+        The object is the one :meth:`put_state_stored` returned for the last write, so a
+        caller that kept what it wrote can tell by identity that nothing else replaced it
+        (the check stage's state cache). Never change it.
+        """
         self._open()
         with self._lock:
             gid = self._groups.get(conversation_id)
@@ -223,14 +238,25 @@ class MemoryStore:
                 self._drop_group(conversation_id)
                 return None
             self._groups.move_to_end(conversation_id)
-        if isinstance(state, bytes):
-            loaded: dict[str, object] = marshal.loads(state)
+        return state
+
+    @staticmethod
+    def state_mapping(stored: object | None) -> Mapping[str, object] | None:
+        """A fresh copy of a state as :meth:`get_state_stored` returned it."""
+        if stored is None:
+            return None
+        if isinstance(stored, bytes):
+            loaded: dict[str, object] = marshal.loads(stored)
             return loaded
-        assert isinstance(state, dict)
-        return dict(state)
+        assert isinstance(stored, dict)
+        return dict(stored)
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Replace the conversation's state."""
+        self.put_state_stored(conversation_id, state)
+
+    def put_state_stored(self, conversation_id: str, state: Mapping[str, object]) -> object:
+        """:meth:`put_state`, returning the object now held (see :meth:`get_state_stored`)."""
         self._open()
         now = self._clock()
         copy: object
@@ -241,6 +267,7 @@ class MemoryStore:
         with self._lock:
             self._g_state[self._group(conversation_id, now)] = copy
             self._trim(now)
+        return copy
 
     def close(self) -> None:
         """Forget everything; later calls raise ``StoreError``."""
