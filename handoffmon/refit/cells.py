@@ -9,7 +9,8 @@ rule at a time, (K + 2) × K × D with K ≤ ``max_models``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import TypeVar
@@ -157,18 +158,26 @@ def build_cells(
     """Turn ``counts`` into ``CellArrays`` (bucket labels mapped through their lower bound,
     so counts recorded with finer edges still land in the right coarser bucket).
 
-    Each key column is factorized in one C-level pass (``_Factor``), totals per model and
-    rule come from ``np.bincount``; a 10⁶-key snapshot converts in a few tenths of a second.
+    Key columns come coded from ``_KeyCodes`` (cached between refits: a refit of a snapshot
+    that holds the previous one's key objects in the same order codes only the new keys),
+    totals per model and rule from ``np.bincount``.
     """
-    f = _Factors()
-    raw = f.table(counts.checks)
+    with _CODES_LOCK:
+        return _build_cells(_KEY_CODES.factors(), counts, buckets, max_models, max_rules)
+
+
+def _build_cells(
+    f: _Factors, counts: Counts, buckets: DepthBuckets, max_models: int, max_rules: int
+) -> CellArrays:
+    raw = f.table(counts.checks, "checks")
     keep = raw.verdict >= 0
-    model_tot = np.bincount(raw.model[keep], raw.values[keep], minlength=len(f.names)) + np.bincount(
-        raw.prefix[keep], raw.values[keep], minlength=len(f.names)
+    kept = np.where(keep, raw.values, 0.0)  # weights instead of masked copies of the columns
+    model_tot = np.bincount(raw.model, kept, minlength=len(f.names)) + np.bincount(
+        raw.prefix, kept, minlength=len(f.names)
     )
-    rule_tot = np.bincount(raw.rule[keep], raw.values[keep], minlength=len(f.names))
-    seen_rules = _present(raw.rule[keep])
-    seen_models = _present(raw.model[keep]) | _present(raw.prefix[keep])
+    rule_tot = np.bincount(raw.rule, kept, minlength=len(f.names))
+    seen_rules = _present(raw.rule, keep)
+    seen_models = _present(raw.model, keep) | _present(raw.prefix, keep)
     seen_models |= {f.code(t.model) for t in counts.transitions}
     model_ids = _top(f, seen_models - f.specials(), model_tot, max_models)
     trans_rules = {f.code(t.rule) for t in counts.transitions}
@@ -187,14 +196,8 @@ def build_cells(
     r_map = f.remap(rule_ids)
     b_map = f.remap_buckets(buckets)
     maps = (r_map, p_map, m_map, b_map)
-    depth = f.table(
-        {
-            (s.rule, s.model, s.prefix_model, s.depth_bucket, "pass"): v
-            for s, v in counts.cell_stats.items()
-            if s.stat == "depth"
-        }
-    )
-    base = f.table(counts.baseline_checks)
+    depth = f.depth_table(counts.cell_stats)
+    base = f.table(counts.baseline_checks, "baseline_checks")
     return CellArrays(
         rules=rules,
         models=models,
@@ -237,12 +240,25 @@ class _Factor(dict):  # type: ignore[type-arg]
         return code
 
 
+@dataclass(frozen=True)
+class _Coded:
+    """One table's keys as last coded: the key objects themselves (held, so that no other
+    object can take their ids), their ids, and their (n, 5) field codes."""
+
+    keys: Sequence[tuple[str, ...]]
+    ids: np.ndarray
+    codes: np.ndarray
+
+
 class _Factors:
-    """One shared code space for every string of the counts (models, rules, buckets)."""
+    """One shared code space for every string of the counts (models, rules, buckets), and the
+    coded key columns of the last table seen in each slot (``checks``, ``baseline_checks``,
+    ``cell_stats``)."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.factor = _Factor(self.names)
+        self.coded: dict[str, _Coded] = {}
 
     def code(self, name: str) -> int:
         return int(self.factor[name])
@@ -250,25 +266,66 @@ class _Factors:
     def specials(self) -> set[int]:
         return {self.code(s) for s in _SPECIALS}
 
-    def table(self, table: Mapping[_Key, int]) -> _Raw:
+    def codes(self, table: Mapping[_Key, int], slot: str) -> np.ndarray:
+        """(n, 5) int32 codes of the keys of ``table``, in its order.
+
+        A key object seen at the same position the last time this slot was coded keeps its
+        codes (the cached entry holds every key object it coded, so an equal id is the same
+        immutable tuple); only the keys from the first difference on are coded. The
+        aggregates' snapshots keep their key objects and their order (a dict copy, new keys
+        last), so a periodic refit codes only the keys counted since the previous one: one
+        ``id`` per key (vectorized compare) instead of five string lookups per key.
+        """
+        keys = list(table)
+        n = len(keys)
+        ids = np.fromiter(map(id, keys), dtype=np.uintp, count=n)
+        last = self.coded.get(slot)
+        same = 0
+        if last is not None:
+            m = min(n, len(last.ids))
+            differ = np.flatnonzero(ids[:m] != last.ids[:m])
+            same = int(differ[0]) if differ.size else m
+            if same == n == len(last.ids):
+                self.coded[slot] = _Coded(keys, ids, last.codes)
+                return last.codes
+        tail = self._code(keys[same:])
+        codes = np.concatenate([last.codes[:same], tail]) if last is not None and same else tail
+        self.coded[slot] = _Coded(keys, ids, codes)
+        return codes
+
+    def _code(self, keys: Sequence[tuple[str, ...]]) -> np.ndarray:
         """Codes of every field of every key in one C-level pass over the flattened keys.
 
         All keys have five fields, so ``chain.from_iterable`` yields them field by field and
         one ``map`` of the shared dict's lookup codes them all (int32: the code space is the
-        distinct strings, far below 2³¹); each field is then a strided view, no copies.
-        The keys are read straight from the mapping (no list of 10⁶ keys first: ~10 % less).
-        The floor is the ~6·10⁶ field lookups themselves: a plain dict filled first, pandas'
-        hash factorization of an object array, or codes by object address were no faster.
+        distinct strings, far below 2³¹). This is the floor of a cold coding, ~6·10⁶ field
+        lookups at 1.2·10⁶ keys: a plain dict filled first, pandas' hash factorization of an
+        object array, or codes by object address were no faster.
         """
-        n = len(table)
-        values = np.fromiter(table.values(), dtype=np.float64, count=n)
-        codes = np.fromiter(
-            map(self.factor.__getitem__, chain.from_iterable(table)), dtype=np.int32, count=5 * n
+        n = len(keys)
+        return np.fromiter(
+            map(self.factor.__getitem__, chain.from_iterable(keys)), dtype=np.int32, count=5 * n
         ).reshape(n, 5)
-        verdicts = {self.code(name): v for name, v in _VERDICT_INDEX.items()}
-        lookup = np.full(len(self.names), -1, dtype=np.int8)
-        lookup[list(verdicts)] = list(verdicts.values())
-        return _Raw(codes[:, 0], codes[:, 1], codes[:, 2], codes[:, 3], lookup[codes[:, 4]], values)
+
+    def _raw(self, codes: np.ndarray, values: np.ndarray, verdict: np.ndarray | None = None) -> _Raw:
+        if verdict is None:
+            verdicts = {self.code(name): v for name, v in _VERDICT_INDEX.items()}
+            lookup = np.full(len(self.names), -1, dtype=np.int8)
+            lookup[list(verdicts)] = list(verdicts.values())
+            verdict = lookup[codes[:, 4]]
+        return _Raw(codes[:, 0], codes[:, 1], codes[:, 2], codes[:, 3], verdict, values)
+
+    def table(self, table: Mapping[_Key, int], slot: str) -> _Raw:
+        """The factorized columns of a five-field table (checks, baseline checks)."""
+        codes = self.codes(table, slot)
+        return self._raw(codes, np.fromiter(table.values(), dtype=np.float64, count=len(codes)))
+
+    def depth_table(self, cell_stats: Mapping[_Key, int]) -> _Raw:
+        """The ``depth`` stats of ``cell_stats`` as a table keyed like the checks (verdict pass)."""
+        codes = self.codes(cell_stats, "cell_stats")
+        values = np.fromiter(cell_stats.values(), dtype=np.float64, count=len(codes))
+        rows = codes[:, 4] == self.code("depth")
+        return self._raw(codes[rows], values[rows], np.zeros(int(rows.sum()), dtype=np.int8))
 
     def remap(self, ids: list[int], extra: Mapping[str, int] | None = None) -> np.ndarray:
         """Code → position in ``ids`` (then ``extra`` names), −1 elsewhere; covers later codes too."""
@@ -291,9 +348,32 @@ class _Factors:
         return out
 
 
-def _present(codes: np.ndarray) -> set[int]:
-    """The distinct codes of a column (a bincount, not a set of a million Python ints)."""
-    return set(np.flatnonzero(np.bincount(codes)).tolist()) if len(codes) else set()
+class _KeyCodes:
+    """The refit's persistent ``_Factors``, replaced by an empty one when its name space
+    outgrows ``_NAMES_MAX`` (names from many unrelated sources), so memory stays bounded:
+    the names, and per slot one table's key references, ids and codes (~36 bytes per key)."""
+
+    def __init__(self) -> None:
+        self._factors = _Factors()
+
+    def factors(self) -> _Factors:
+        if len(self._factors.names) > _NAMES_MAX:
+            self._factors = _Factors()
+        return self._factors
+
+    def clear(self) -> None:
+        """Drop every cached name and coded table (the next refit codes its keys afresh)."""
+        self._factors = _Factors()
+
+
+_NAMES_MAX = 1 << 16
+_KEY_CODES = _KeyCodes()
+_CODES_LOCK = threading.Lock()
+
+
+def _present(codes: np.ndarray, keep: np.ndarray) -> set[int]:
+    """The distinct codes of a column's kept rows (a bincount, not a set of a million Python ints)."""
+    return set(np.flatnonzero(np.bincount(codes, weights=keep)).tolist()) if len(codes) else set()
 
 
 def _top(f: _Factors, ids: set[int], totals: np.ndarray, cap: int) -> list[int]:

@@ -142,3 +142,62 @@ def test_dense_and_sorted_cell_sums_agree(monkeypatch: pytest.MonkeyPatch) -> No
     for a, b in ((dense.checks, sorted_.checks), (dense.baseline, sorted_.baseline)):
         for name in ("rule", "prefix", "model", "bucket", "passes", "fails", "depth"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def _same_cells(a: object, b: object) -> None:
+    for part in ("checks", "baseline"):
+        for name in ("rule", "prefix", "model", "bucket", "passes", "fails", "depth"):
+            np.testing.assert_array_equal(getattr(getattr(a, part), name), getattr(getattr(b, part), name))
+    for name in ("rules", "models", "excluded_models", "excluded_rules", "clean_baseline", "depth_sums"):
+        assert getattr(a, name) == getattr(b, name)
+    np.testing.assert_array_equal(a.transitions, b.transitions)  # type: ignore[attr-defined]
+
+
+def _fresh(counts: Counts, buckets: DepthBuckets) -> object:
+    """``build_cells`` with every cached key code dropped first."""
+    from handoffmon.refit import cells as cells_mod
+
+    cells_mod._KEY_CODES.clear()
+    return build_cells(counts, buckets)
+
+
+def test_cached_key_codes_give_the_cells_of_a_fresh_coding() -> None:
+    """Refits reuse the codes of key objects seen at the same position last time: a snapshot
+    that grew (new keys last, as the aggregates' copies do), shrank, was reordered or holds
+    equal but new key objects gives the same cells as coding it from scratch."""
+    from handoffmon.counts import CellStatKey
+    from tests.refit.synth import plant, synth_counts
+
+    buckets = DepthBuckets((1, 2, 3, 5, 9, 17, 33))
+    rng = np.random.default_rng(11)
+    counts = synth_counts(plant(8, 3, rng), rng, n_trans=20, buckets=buckets)
+    checks = dict(counts.checks)
+    keys = list(checks)
+    stats = {CellStatKey(k.rule, k.model, k.prefix_model, k.depth_bucket, "depth"): 3 for k in keys[::7]}
+    base = {k: v for k, v in checks.items() if k.model == k.prefix_model}
+    first = Counts(checks=dict(list(checks.items())[: len(keys) // 2]), cell_stats=stats, baseline_checks=base)
+    build_cells(first, buckets)
+    grown = Counts(checks=checks, transitions=counts.transitions, cell_stats=stats, baseline_checks=base)
+    cases = [
+        grown,  # the first half's objects in place, new keys after them
+        grown,  # nothing new
+        Counts(checks=dict(list(checks.items())[: len(keys) // 3]), baseline_checks=base),  # shrank
+        Counts(checks=dict(reversed(list(checks.items()))), cell_stats=stats),  # reordered
+        Counts(checks={CheckKey(*k): v for k, v in checks.items()}, cell_stats={}),  # equal, new objects
+        Counts(checks={**checks, CheckKey("new-rule", "m-x", "none", "1", "pass"): 4}),  # new names
+    ]
+    for case in cases:
+        cached = build_cells(case, buckets)
+        _same_cells(cached, _fresh(case, buckets))
+
+
+def test_the_code_space_is_dropped_when_it_outgrows_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names from unrelated sources accumulate only up to ``_NAMES_MAX``; then coding starts afresh."""
+    from handoffmon.refit import cells as cells_mod
+
+    monkeypatch.setattr(cells_mod, "_NAMES_MAX", 50)
+    cells_mod._KEY_CODES.clear()
+    for i in range(20):
+        counts = Counts(checks={CheckKey(f"r{i}", f"a{i}", f"b{i}", "1", "pass"): 1})
+        assert build_cells(counts, DepthBuckets()).models == (f"a{i}", f"b{i}")
+        assert len(cells_mod._KEY_CODES.factors().names) <= 50 + 10
