@@ -33,20 +33,46 @@ class _Automaton:
     row_base: Any  # intp[state] = row << 8
     feature: Any  # intp[state]
     window: int
+    one_byte: Any = None  # intp[b]: the state after byte b from the root
+    two_bytes: Any = None  # intp[b1 << 8 | b2]: the state after bytes b1, b2 from the root
 
     def features(self, data: bytes) -> tuple[Any, Any]:
-        """(distinct feature ids, their counts) in ``data``."""
+        """(distinct feature ids, their counts) in ``data``.
+
+        ``window`` vectorized steps, the first two of them one lookup in ``two_bytes``
+        (and ``one_byte`` for the one position with a single byte before it). ``take``
+        instead of fancy indexing: the indices are in range by construction.
+        """
         raw = np.frombuffer(data, dtype=np.uint8).astype(np.intp)
-        n = raw.size
+        n, window = raw.size, self.window
+        row_base, next_state = self.row_base, self.next_state
         states = np.zeros(n, dtype=np.intp)
-        for back in range(min(self.window, n) - 1, -1, -1):
+        steps = min(window, n)
+        if self.two_bytes is not None and n >= window >= 3:
+            first = window - 1  # positions ≥ first: window bytes, the first two looked up at once
+            pairs = raw[: n - first] << 8
+            pairs += raw[1 : n - first + 1]
+            states[first:] = self.two_bytes.take(pairs)
+            states[first - 1] = self.one_byte[raw[0]]
+            steps = window - 2
+        for back in range(steps - 1, -1, -1):
             tail = states[back:]
-            tail[:] = self.next_state[self.row_base[tail] + raw[: n - back]]
-        found = self.feature[states]
+            step = row_base.take(tail)
+            step += raw[: n - back]
+            tail[:] = next_state.take(step)
+        found = self.feature.take(states)
         found = found[found >= 0]
         if not found.size:
             return found, found
         return np.unique(found, return_counts=True)
+
+
+def _start_states(next_state: Any, row_base: Any) -> tuple[Any, Any]:
+    """(state after one byte from the root [b], state after two bytes [b1 << 8 | b2])."""
+    every = np.arange(256)
+    one = next_state[row_base[0] + every].astype(np.intp)
+    two = next_state[(row_base[one][:, None] + every).ravel()].astype(np.intp)
+    return one, two
 
 
 def _trie_depth(next_state: Any, row_base: Any) -> int:
@@ -79,11 +105,13 @@ class Identifier:
         data = encode(text)
         ids, counts = _cached_features(self.automaton, data)
         if ids.size:
-            scores = np.log1p(counts.astype(np.float32)) @ self.table[ids] + self.prior
+            scores = np.log1p(counts.astype(np.float32)) @ self.table.take(ids, axis=0)
+            scores += self.prior
         else:  # featureless: uniform, as py3langid (a low probability → not_applicable)
             scores = np.zeros(self.prior.size, dtype=np.float32)
         scores *= 1.0 / math.sqrt(len(data) or 1)
-        np.exp(scores - scores.max(), out=scores)
+        scores -= scores.max()
+        np.exp(scores, out=scores)
         probs = np.bincount(self.label_of_column, weights=scores, minlength=len(self.labels))
         best = int(probs.argmax())
         return self.labels[best], float(probs[best] / probs.sum())
@@ -143,6 +171,7 @@ def full_identifier() -> Identifier:
             row_base,
             np.asarray(model.tk_output, dtype=np.intp),
             _trie_depth(next_state, row_base),
+            *_start_states(next_state, row_base),
         )
         return _identifier_over(automaton, model.nb_ptc, model.nb_pc, list(model.nb_classes))
 
