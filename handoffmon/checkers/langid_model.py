@@ -64,7 +64,22 @@ class _Automaton:
         found = found[found >= 0]
         if not found.size:
             return found, found
-        return np.unique(found, return_counts=True)
+        return _distinct_counts(found)
+
+
+def _distinct_counts(found: Any) -> tuple[Any, Any]:
+    """``np.unique(found, return_counts=True)`` for a non-empty 1-d int array (sorted in
+    place), without its general-purpose bookkeeping: ~10 numpy calls fewer on a reply."""
+    found.sort()
+    n = found.size
+    edge = np.empty(n, dtype=bool)
+    edge[0] = True
+    np.not_equal(found[1:], found[:-1], out=edge[1:])
+    starts = np.flatnonzero(edge)
+    counts = np.empty(starts.size, dtype=np.intp)
+    np.subtract(starts[1:], starts[:-1], out=counts[:-1])
+    counts[-1] = n - starts[-1]
+    return found[starts], counts
 
 
 def _start_states(next_state: Any, row_base: Any) -> tuple[Any, Any]:
@@ -164,7 +179,9 @@ def full_identifier() -> Identifier:
 
     with _LOAD_LOCK:
         model = LanguageIdentifier.from_model_file(MODEL_FILE)
-        next_state = np.asarray(model.tk_nextmove)  # array.array: shared, not copied
+        # copied into numpy's own (huge-page advised) memory: the walk reads it at random, and
+        # 4 KiB pages of array.array's buffer cost a TLB miss per byte; py3langid's copy is freed
+        next_state = np.array(model.tk_nextmove, dtype=np.uint32)
         row_base = np.asarray(model.tk_row, dtype=np.intp) << 8
         automaton = _Automaton(
             next_state,

@@ -149,3 +149,16 @@ def test_two_byte_start_table_walks_as_the_byte_steps() -> None:
     for data in texts:
         got, want = fast.features(data), plain.features(data)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), data[:40]
+
+
+def test_distinct_counts_is_numpy_unique() -> None:
+    """The lean distinct/count helper returns ``np.unique(..., return_counts=True)``."""
+    from handoffmon.checkers.langid_model import _distinct_counts
+
+    rng = np.random.default_rng(5)
+    for size in (1, 2, 3, 10, 500):
+        for high in (1, 3, 100_000):
+            found = rng.integers(0, high, size).astype(np.intp)
+            want = np.unique(found, return_counts=True)
+            got = _distinct_counts(found.copy())
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
