@@ -24,7 +24,7 @@ from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
 _Key = TypeVar("_Key", bound=tuple[str, ...])
 
-__all__ = ["HANDOFF_STATES", "CellArrays", "RuleArrays", "build_cells", "wilson", "z_value"]
+__all__ = ["HANDOFF_STATES", "CellArrays", "ClusterSums", "RuleArrays", "build_cells", "wilson", "z_value"]
 
 HANDOFF_STATES: tuple[str, ...] = ("true", "false", "unknown")
 """Index order of the handoff axis of ``CellArrays.transitions``."""
@@ -91,7 +91,9 @@ class CellArrays:
         buckets: depth bucket labels in depth order.
         checks: sparse check entries (``Entries``).
         baseline: sparse entries of the clean baseline (prefix = model).
-        clusters: {(rule index or R for pooled, prefix index, model index): (G, Σy², Σyn, Σn²)}.
+        cluster_sums: sparse cluster sums, one row per (rule index or R for pooled, prefix
+            index, model index) with any: ``rule``, ``prefix``, ``model`` (E,) and ``sums``
+            (E, 4) = (G, Σy², Σyn, Σn²); ``clusters`` gives them as a dict.
         transitions: int array (R, K, 3, 2, 2).
         clean_baseline: the counts carried clean-baseline checks (else every same-author
             turn is the baseline).
@@ -107,7 +109,7 @@ class CellArrays:
     buckets: tuple[str, ...]
     checks: Entries
     baseline: Entries
-    clusters: dict[tuple[int, int, int], np.ndarray]
+    cluster_sums: ClusterSums
     transitions: np.ndarray
     clean_baseline: bool
     clustered: bool
@@ -142,14 +144,31 @@ class CellArrays:
             bp, bf, bd = passes[diag, diag], fails[diag, diag], depth[diag, diag]
         return RuleArrays(passes, fails, depth, bp, bf, bd, self.cluster_array(r), self.transitions[r])
 
+    @property
+    def clusters(self) -> dict[tuple[int, int, int], np.ndarray]:
+        """{(rule index or R for pooled, prefix index, model index): (G, Σy², Σyn, Σn²)}."""
+        c = self.cluster_sums
+        keys = zip(c.rule.tolist(), c.prefix.tolist(), c.model.tolist(), strict=True)
+        return {key: c.sums[i] for i, key in enumerate(keys)}
+
     def cluster_array(self, r: int) -> np.ndarray:
         """(K + 2, K, 4) cluster sums of rule index ``r`` (``len(rules)`` = pooled over rules)."""
         k = len(self.models)
         out = np.zeros((k + 2, k, len(CLUSTER_STATS)))
-        for (rr, p, m), v in self.clusters.items():
-            if rr == r:
-                out[p, m] = v
+        c = self.cluster_sums
+        sel = c.rule == r
+        out[c.prefix[sel], c.model[sel]] = c.sums[sel]
         return out
+
+
+@dataclass(frozen=True)
+class ClusterSums:
+    """Sparse per-cell cluster sums (see ``CellArrays.cluster_sums``)."""
+
+    rule: np.ndarray
+    prefix: np.ndarray
+    model: np.ndarray
+    sums: np.ndarray
 
 
 def build_cells(
@@ -196,8 +215,11 @@ def _build_cells(
     r_map = f.remap(rule_ids)
     b_map = f.remap_buckets(buckets)
     maps = (r_map, p_map, m_map, b_map)
-    depth = f.depth_table(counts.cell_stats)
+    stat_codes = f.codes(counts.cell_stats, "cell_stats")
+    stat_values = np.fromiter(counts.cell_stats.values(), dtype=np.float64, count=len(stat_codes))
+    depth = f.depth_table(stat_codes, stat_values)
     base = f.table(counts.baseline_checks, "baseline_checks")
+    pooled_map = f.remap(rule_ids, {POOLED_RULE: len(rules)})
     return CellArrays(
         rules=rules,
         models=models,
@@ -205,10 +227,10 @@ def _build_cells(
         buckets=buckets.labels,
         checks=_entries(raw, depth, maps, len(buckets.labels)),
         baseline=_entries(base, depth, (r_map, m_map, m_map, b_map), len(buckets.labels)),
-        clusters=_clusters(counts, {**{r: i for i, r in enumerate(rules)}, POOLED_RULE: len(rules)}, models),
+        cluster_sums=_cluster_sums(f, stat_codes, stat_values, (pooled_map, p_map, m_map)),
         transitions=_transitions(counts, rules, models),
         clean_baseline=bool(np.any(base.verdict >= 0)),
-        clustered=any(s.stat == "conversations" for s in counts.cell_stats),
+        clustered=bool(np.any(stat_codes[:, 4] == f.code("conversations"))),
         depth_sums=bool(len(depth.values)),
         excluded_models=tuple(sorted(f.names[i] for i in seen_models - set(model_ids) - f.specials())),
         excluded_rules=tuple(sorted(f.names[i] for i in seen_rules - set(rule_ids))),
@@ -320,10 +342,8 @@ class _Factors:
         codes = self.codes(table, slot)
         return self._raw(codes, np.fromiter(table.values(), dtype=np.float64, count=len(codes)))
 
-    def depth_table(self, cell_stats: Mapping[_Key, int]) -> _Raw:
-        """The ``depth`` stats of ``cell_stats`` as a table keyed like the checks (verdict pass)."""
-        codes = self.codes(cell_stats, "cell_stats")
-        values = np.fromiter(cell_stats.values(), dtype=np.float64, count=len(codes))
+    def depth_table(self, codes: np.ndarray, values: np.ndarray) -> _Raw:
+        """The ``depth`` stats of the coded ``cell_stats`` as a table keyed like the checks (verdict pass)."""
         rows = codes[:, 4] == self.code("depth")
         return self._raw(codes[rows], values[rows], np.zeros(int(rows.sum()), dtype=np.int8))
 
@@ -424,22 +444,33 @@ def _entries(raw: _Raw, depth: _Raw, maps: tuple[np.ndarray, ...], n_buckets: in
     return Entries(r, p, m, b, passes, fails, depth_sum)
 
 
-def _clusters(
-    counts: Counts, r_idx: Mapping[str, int], models: tuple[str, ...]
-) -> dict[tuple[int, int, int], np.ndarray]:
-    k = len(models)
-    m_idx = {m: i for i, m in enumerate(models)}
-    p_idx = {**m_idx, NO_PREFIX: k, UNKNOWN_MODEL: k + 1}
-    out: dict[tuple[int, int, int], np.ndarray] = {}
-    pos = {s: i for i, s in enumerate(CLUSTER_STATS)}
-    for s, v in counts.cell_stats.items():
-        if s.stat not in pos or s.depth_bucket != CELL_TOTAL:
-            continue
-        key = (r_idx.get(s.rule, -1), p_idx.get(s.prefix_model, -1), m_idx.get(s.model, -1))
-        if min(key) < 0:
-            continue
-        out.setdefault(key, np.zeros(len(CLUSTER_STATS)))[pos[s.stat]] += v
-    return out
+def _cluster_sums(
+    f: _Factors, codes: np.ndarray, values: np.ndarray, maps: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> ClusterSums:
+    """The whole-cell cluster sums (``CLUSTER_STATS`` at ``CELL_TOTAL``) of the coded ``cell_stats``
+    of kept rules (and the pooled ``all``), prefixes and models, one row per cell."""
+    stat_codes, total = [f.code(name) for name in CLUSTER_STATS], f.code(CELL_TOTAL)
+    stat = np.full(len(f.names) + 1, -1, dtype=np.int64)
+    stat[stat_codes] = np.arange(len(CLUSTER_STATS))
+    size = len(stat) - 1
+    pos = stat[np.minimum(codes[:, 4], size)]
+    ok = (pos >= 0) & (codes[:, 3] == total)
+    index = []
+    for mp, column in zip(maps, (codes[:, 0], codes[:, 2], codes[:, 1]), strict=True):
+        idx = mp[np.minimum(column, len(mp) - 1)]
+        ok &= idx >= 0
+        index.append(idx)
+    r, p, m = (i[ok] for i in index)
+    dims = (int(maps[0].max()) + 1, int(maps[1].max()) + 1, int(maps[2].max()) + 1)
+    if not len(r) or min(dims) <= 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return ClusterSums(empty, empty, empty, np.zeros((0, len(CLUSTER_STATS))))
+    flat = np.ravel_multi_index((r, p, m), dims)
+    cells, inverse = np.unique(flat, return_inverse=True)
+    sums = np.zeros((len(cells), len(CLUSTER_STATS)))
+    np.add.at(sums, (inverse, pos[ok]), values[ok])
+    rr, pp, mm = np.unravel_index(cells, dims)
+    return ClusterSums(rr, pp, mm, sums)
 
 
 def _transitions(counts: Counts, rules: tuple[str, ...], models: tuple[str, ...]) -> np.ndarray:

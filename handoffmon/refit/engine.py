@@ -198,9 +198,10 @@ class _RuleFitter:
         with np.errstate(invalid="ignore", divide="ignore"):
             adh = np.where(n > 0, x / n, np.nan)
         prefixes, models = self.cells.prefixes, self.cells.models
-        rows = zip(a_idx.tolist(), b_idx.tolist(), *(v.tolist() for v in (n, adh, lo, hi)), strict=True)
+        counts = n.astype(np.int64)  # whole counts (sums of integer weights): int() of each, at once
+        rows = zip(a_idx.tolist(), b_idx.tolist(), *(v.tolist() for v in (counts, adh, lo, hi)), strict=True)
         return [
-            CellAdherence(prefixes[a], models[b], rule, tuple(map(int, nl)), tuple(al), tuple(ll), tuple(hl))
+            CellAdherence(prefixes[a], models[b], rule, tuple(nl), tuple(al), tuple(ll), tuple(hl))
             for a, b, nl, al, ll, hl in rows
         ]
 

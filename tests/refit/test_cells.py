@@ -201,3 +201,40 @@ def test_the_code_space_is_dropped_when_it_outgrows_its_bound(monkeypatch: pytes
         counts = Counts(checks={CheckKey(f"r{i}", f"a{i}", f"b{i}", "1", "pass"): 1})
         assert build_cells(counts, DepthBuckets()).models == (f"a{i}", f"b{i}")
         assert len(cells_mod._KEY_CODES.factors().names) <= 50 + 10
+
+
+def test_cluster_sums_are_the_whole_cell_stats_of_kept_cells() -> None:
+    """Cluster sums keep CLUSTER_STATS at the whole-cell bucket of kept rules (and the pooled
+    ``all``), prefixes (models, none, unknown) and models; anything else is left out."""
+    from handoffmon.counts import CELL_STATS, CELL_TOTAL, CLUSTER_STATS, CellStatKey
+
+    rng = np.random.default_rng(23)
+    names = ["a", "b", "c", "none", "unknown", "gone"]
+    stats: dict[CellStatKey, int] = {}
+    for _ in range(400):
+        rule = ["r1", "r2", "all", "r-unknown"][int(rng.integers(0, 4))]
+        model, prefix = (names[int(i)] for i in rng.integers(0, len(names), 2))
+        bucket = CELL_TOTAL if rng.random() < 0.8 else "1"
+        stats[CellStatKey(rule, model, prefix, bucket, CELL_STATS[int(rng.integers(0, 5))])] = int(rng.integers(1, 9))
+    checks = {CheckKey(r, m, m, "1", "pass"): 1 for r in ("r1", "r2") for m in ("a", "b", "c")}
+    cells = build_cells(Counts(checks=checks, cell_stats=stats), DepthBuckets())
+    r_idx = {**{r: i for i, r in enumerate(cells.rules)}, "all": len(cells.rules)}
+    m_idx = {m: i for i, m in enumerate(cells.models)}
+    p_idx = {p: i for i, p in enumerate(cells.prefixes)}
+    want: dict[tuple[int, int, int], np.ndarray] = {}
+    for s, v in stats.items():  # the definition, key by key
+        if s.stat in CLUSTER_STATS and s.depth_bucket == CELL_TOTAL:
+            key = (r_idx.get(s.rule, -1), p_idx.get(s.prefix_model, -1), m_idx.get(s.model, -1))
+            if min(key) >= 0:
+                want.setdefault(key, np.zeros(4))[CLUSTER_STATS.index(s.stat)] += v
+    got = cells.clusters
+    assert set(got) == set(want) and len(want) > 20
+    for key, v in want.items():
+        np.testing.assert_array_equal(got[key], v)
+    for r in range(len(cells.rules) + 1):
+        arr = cells.cluster_array(r)
+        for (rr, p, m), v in want.items():
+            if rr == r:
+                np.testing.assert_array_equal(arr[p, m], v)
+        assert arr.sum() == sum(v.sum() for (rr, _, _), v in want.items() if rr == r)
+    assert cells.clustered
