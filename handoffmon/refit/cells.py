@@ -264,11 +264,9 @@ class _Factor(dict):  # type: ignore[type-arg]
 
 @dataclass(frozen=True)
 class _Coded:
-    """One table's keys as last coded: the key objects themselves (held, so that no other
-    object can take their ids), their ids, and their (n, 5) field codes."""
+    """One table's keys as last coded (the list of key objects) and their (n, 5) field codes."""
 
-    keys: Sequence[tuple[str, ...]]
-    ids: np.ndarray
+    keys: list[tuple[str, ...]]
     codes: np.ndarray
 
 
@@ -291,28 +289,29 @@ class _Factors:
     def codes(self, table: Mapping[_Key, int], slot: str) -> np.ndarray:
         """(n, 5) int32 codes of the keys of ``table``, in its order.
 
-        A key object seen at the same position the last time this slot was coded keeps its
-        codes (the cached entry holds every key object it coded, so an equal id is the same
-        immutable tuple); only the keys from the first difference on are coded. The
-        aggregates' snapshots keep their key objects and their order (a dict copy, new keys
-        last), so a periodic refit codes only the keys counted since the previous one: one
-        ``id`` per key (vectorized compare) instead of five string lookups per key.
+        When the keys are the keys this slot coded last time, or those followed by new ones
+        (or their first part), the known part keeps its codes and only the rest is coded.
+        The check is one list comparison in C: equal keys have equal fields, hence equal
+        codes, and the aggregates' snapshots (dict copies, new keys last) hand over the same
+        key objects in the same order, which compare by identity. Anything else (keys
+        reordered or removed in between) is coded afresh.
         """
-        keys = list(table)
+        keys: list[tuple[str, ...]] = list(table)
         n = len(keys)
-        ids = np.fromiter(map(id, keys), dtype=np.uintp, count=n)
         last = self.coded.get(slot)
-        same = 0
+        known = 0
         if last is not None:
-            m = min(n, len(last.ids))
-            differ = np.flatnonzero(ids[:m] != last.ids[:m])
-            same = int(differ[0]) if differ.size else m
-            if same == n == len(last.ids):
-                self.coded[slot] = _Coded(keys, ids, last.codes)
+            m = len(last.keys)
+            if m == n and keys == last.keys:
+                self.coded[slot] = _Coded(keys, last.codes)
                 return last.codes
-        tail = self._code(keys[same:])
-        codes = np.concatenate([last.codes[:same], tail]) if last is not None and same else tail
-        self.coded[slot] = _Coded(keys, ids, codes)
+            if m < n and keys[:m] == last.keys:
+                known = m
+            elif n < m and keys == last.keys[:n]:
+                known = n
+        tail = self._code(keys[known:])
+        codes = np.concatenate([last.codes[:known], tail]) if last is not None and known else tail
+        self.coded[slot] = _Coded(keys, codes)
         return codes
 
     def _code(self, keys: Sequence[tuple[str, ...]]) -> np.ndarray:
@@ -371,7 +370,7 @@ class _Factors:
 class _KeyCodes:
     """The refit's persistent ``_Factors``, replaced by an empty one when its name space
     outgrows ``_NAMES_MAX`` (names from many unrelated sources), so memory stays bounded:
-    the names, and per slot one table's key references, ids and codes (~36 bytes per key)."""
+    the names, and per slot one table's key references and codes (~28 bytes per key)."""
 
     def __init__(self) -> None:
         self._factors = _Factors()

@@ -162,9 +162,10 @@ def _fresh(counts: Counts, buckets: DepthBuckets) -> object:
 
 
 def test_cached_key_codes_give_the_cells_of_a_fresh_coding() -> None:
-    """Refits reuse the codes of key objects seen at the same position last time: a snapshot
-    that grew (new keys last, as the aggregates' copies do), shrank, was reordered or holds
-    equal but new key objects gives the same cells as coding it from scratch."""
+    """Refits reuse the codes of the keys coded last time when the snapshot starts with them
+    (or they start with it): a snapshot that grew (new keys last, as the aggregates' copies
+    do), shrank, was reordered or holds equal but new key objects gives the same cells as
+    coding it from scratch."""
     from handoffmon.counts import CellStatKey
     from tests.refit.synth import plant, synth_counts
 
