@@ -15,7 +15,7 @@ from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
 from handoffmon.refit.decomposition import LowRankBlocks, decompose
 from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
 from handoffmon.refit.intervals import design_effect, wilson, z_value
-from handoffmon.refit.markov import MarkovArrays, curve_losses, fit_markov, implied_curve
+from handoffmon.refit.markov import curve_losses, fit_markov, implied_curve
 from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,

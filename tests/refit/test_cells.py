@@ -176,7 +176,8 @@ def test_cached_key_codes_give_the_cells_of_a_fresh_coding() -> None:
     keys = list(checks)
     stats = {CellStatKey(k.rule, k.model, k.prefix_model, k.depth_bucket, "depth"): 3 for k in keys[::7]}
     base = {k: v for k, v in checks.items() if k.model == k.prefix_model}
-    first = Counts(checks=dict(list(checks.items())[: len(keys) // 2]), cell_stats=stats, baseline_checks=base)
+    half = dict(list(checks.items())[: len(keys) // 2])
+    first = Counts(checks=half, cell_stats=stats, baseline_checks=base)
     build_cells(first, buckets)
     grown = Counts(checks=checks, transitions=counts.transitions, cell_stats=stats, baseline_checks=base)
     cases = [
@@ -216,7 +217,8 @@ def test_cluster_sums_are_the_whole_cell_stats_of_kept_cells() -> None:
         rule = ["r1", "r2", "all", "r-unknown"][int(rng.integers(0, 4))]
         model, prefix = (names[int(i)] for i in rng.integers(0, len(names), 2))
         bucket = CELL_TOTAL if rng.random() < 0.8 else "1"
-        stats[CellStatKey(rule, model, prefix, bucket, CELL_STATS[int(rng.integers(0, 5))])] = int(rng.integers(1, 9))
+        stat = CELL_STATS[int(rng.integers(0, 5))]
+        stats[CellStatKey(rule, model, prefix, bucket, stat)] = int(rng.integers(1, 9))
     checks = {CheckKey(r, m, m, "1", "pass"): 1 for r in ("r1", "r2") for m in ("a", "b", "c")}
     cells = build_cells(Counts(checks=checks, cell_stats=stats), DepthBuckets())
     r_idx = {**{r: i for i, r in enumerate(cells.rules)}, "all": len(cells.rules)}
