@@ -9,7 +9,8 @@ rule at a time, (K + 2) × K × D with K ≤ ``max_models``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import TypeVar
@@ -23,7 +24,7 @@ from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
 _Key = TypeVar("_Key", bound=tuple[str, ...])
 
-__all__ = ["HANDOFF_STATES", "CellArrays", "RuleArrays", "build_cells", "wilson", "z_value"]
+__all__ = ["HANDOFF_STATES", "CellArrays", "ClusterSums", "RuleArrays", "build_cells", "wilson", "z_value"]
 
 HANDOFF_STATES: tuple[str, ...] = ("true", "false", "unknown")
 """Index order of the handoff axis of ``CellArrays.transitions``."""
@@ -90,7 +91,9 @@ class CellArrays:
         buckets: depth bucket labels in depth order.
         checks: sparse check entries (``Entries``).
         baseline: sparse entries of the clean baseline (prefix = model).
-        clusters: {(rule index or R for pooled, prefix index, model index): (G, Σy², Σyn, Σn²)}.
+        cluster_sums: sparse cluster sums, one row per (rule index or R for pooled, prefix
+            index, model index) with any: ``rule``, ``prefix``, ``model`` (E,) and ``sums``
+            (E, 4) = (G, Σy², Σyn, Σn²); ``clusters`` gives them as a dict.
         transitions: int array (R, K, 3, 2, 2).
         clean_baseline: the counts carried clean-baseline checks (else every same-author
             turn is the baseline).
@@ -106,7 +109,7 @@ class CellArrays:
     buckets: tuple[str, ...]
     checks: Entries
     baseline: Entries
-    clusters: dict[tuple[int, int, int], np.ndarray]
+    cluster_sums: ClusterSums
     transitions: np.ndarray
     clean_baseline: bool
     clustered: bool
@@ -141,14 +144,31 @@ class CellArrays:
             bp, bf, bd = passes[diag, diag], fails[diag, diag], depth[diag, diag]
         return RuleArrays(passes, fails, depth, bp, bf, bd, self.cluster_array(r), self.transitions[r])
 
+    @property
+    def clusters(self) -> dict[tuple[int, int, int], np.ndarray]:
+        """{(rule index or R for pooled, prefix index, model index): (G, Σy², Σyn, Σn²)}."""
+        c = self.cluster_sums
+        keys = zip(c.rule.tolist(), c.prefix.tolist(), c.model.tolist(), strict=True)
+        return {key: c.sums[i] for i, key in enumerate(keys)}
+
     def cluster_array(self, r: int) -> np.ndarray:
         """(K + 2, K, 4) cluster sums of rule index ``r`` (``len(rules)`` = pooled over rules)."""
         k = len(self.models)
         out = np.zeros((k + 2, k, len(CLUSTER_STATS)))
-        for (rr, p, m), v in self.clusters.items():
-            if rr == r:
-                out[p, m] = v
+        c = self.cluster_sums
+        sel = c.rule == r
+        out[c.prefix[sel], c.model[sel]] = c.sums[sel]
         return out
+
+
+@dataclass(frozen=True)
+class ClusterSums:
+    """Sparse per-cell cluster sums (see ``CellArrays.cluster_sums``)."""
+
+    rule: np.ndarray
+    prefix: np.ndarray
+    model: np.ndarray
+    sums: np.ndarray
 
 
 def build_cells(
@@ -157,18 +177,26 @@ def build_cells(
     """Turn ``counts`` into ``CellArrays`` (bucket labels mapped through their lower bound,
     so counts recorded with finer edges still land in the right coarser bucket).
 
-    Each key column is factorized in one C-level pass (``_Factor``), totals per model and
-    rule come from ``np.bincount``; a 10⁶-key snapshot converts in a few tenths of a second.
+    Key columns come coded from ``_KeyCodes`` (cached between refits: a refit of a snapshot
+    that holds the previous one's key objects in the same order codes only the new keys),
+    totals per model and rule from ``np.bincount``.
     """
-    f = _Factors()
-    raw = f.table(counts.checks)
+    with _CODES_LOCK:
+        return _build_cells(_KEY_CODES.factors(), counts, buckets, max_models, max_rules)
+
+
+def _build_cells(
+    f: _Factors, counts: Counts, buckets: DepthBuckets, max_models: int, max_rules: int
+) -> CellArrays:
+    raw = f.table(counts.checks, "checks")
     keep = raw.verdict >= 0
-    model_tot = np.bincount(raw.model[keep], raw.values[keep], minlength=len(f.names)) + np.bincount(
-        raw.prefix[keep], raw.values[keep], minlength=len(f.names)
+    kept = np.where(keep, raw.values, 0.0)  # weights instead of masked copies of the columns
+    model_tot = np.bincount(raw.model, kept, minlength=len(f.names)) + np.bincount(
+        raw.prefix, kept, minlength=len(f.names)
     )
-    rule_tot = np.bincount(raw.rule[keep], raw.values[keep], minlength=len(f.names))
-    seen_rules = _present(raw.rule[keep])
-    seen_models = _present(raw.model[keep]) | _present(raw.prefix[keep])
+    rule_tot = np.bincount(raw.rule, kept, minlength=len(f.names))
+    seen_rules = _present(raw.rule, keep)
+    seen_models = _present(raw.model, keep) | _present(raw.prefix, keep)
     seen_models |= {f.code(t.model) for t in counts.transitions}
     model_ids = _top(f, seen_models - f.specials(), model_tot, max_models)
     trans_rules = {f.code(t.rule) for t in counts.transitions}
@@ -187,14 +215,11 @@ def build_cells(
     r_map = f.remap(rule_ids)
     b_map = f.remap_buckets(buckets)
     maps = (r_map, p_map, m_map, b_map)
-    depth = f.table(
-        {
-            (s.rule, s.model, s.prefix_model, s.depth_bucket, "pass"): v
-            for s, v in counts.cell_stats.items()
-            if s.stat == "depth"
-        }
-    )
-    base = f.table(counts.baseline_checks)
+    stat_codes = f.codes(counts.cell_stats, "cell_stats")
+    stat_values = np.fromiter(counts.cell_stats.values(), dtype=np.float64, count=len(stat_codes))
+    depth = f.depth_table(stat_codes, stat_values)
+    base = f.table(counts.baseline_checks, "baseline_checks")
+    pooled_map = f.remap(rule_ids, {POOLED_RULE: len(rules)})
     return CellArrays(
         rules=rules,
         models=models,
@@ -202,10 +227,10 @@ def build_cells(
         buckets=buckets.labels,
         checks=_entries(raw, depth, maps, len(buckets.labels)),
         baseline=_entries(base, depth, (r_map, m_map, m_map, b_map), len(buckets.labels)),
-        clusters=_clusters(counts, {**{r: i for i, r in enumerate(rules)}, POOLED_RULE: len(rules)}, models),
+        cluster_sums=_cluster_sums(f, stat_codes, stat_values, (pooled_map, p_map, m_map)),
         transitions=_transitions(counts, rules, models),
         clean_baseline=bool(np.any(base.verdict >= 0)),
-        clustered=any(s.stat == "conversations" for s in counts.cell_stats),
+        clustered=bool(np.any(stat_codes[:, 4] == f.code("conversations"))),
         depth_sums=bool(len(depth.values)),
         excluded_models=tuple(sorted(f.names[i] for i in seen_models - set(model_ids) - f.specials())),
         excluded_rules=tuple(sorted(f.names[i] for i in seen_rules - set(rule_ids))),
@@ -237,12 +262,23 @@ class _Factor(dict):  # type: ignore[type-arg]
         return code
 
 
+@dataclass(frozen=True)
+class _Coded:
+    """One table's keys as last coded (the list of key objects) and their (n, 5) field codes."""
+
+    keys: list[tuple[str, ...]]
+    codes: np.ndarray
+
+
 class _Factors:
-    """One shared code space for every string of the counts (models, rules, buckets)."""
+    """One shared code space for every string of the counts (models, rules, buckets), and the
+    coded key columns of the last table seen in each slot (``checks``, ``baseline_checks``,
+    ``cell_stats``)."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.factor = _Factor(self.names)
+        self.coded: dict[str, _Coded] = {}
 
     def code(self, name: str) -> int:
         return int(self.factor[name])
@@ -250,25 +286,65 @@ class _Factors:
     def specials(self) -> set[int]:
         return {self.code(s) for s in _SPECIALS}
 
-    def table(self, table: Mapping[_Key, int]) -> _Raw:
+    def codes(self, table: Mapping[_Key, int], slot: str) -> np.ndarray:
+        """(n, 5) int32 codes of the keys of ``table``, in its order.
+
+        When the keys are the keys this slot coded last time, or those followed by new ones
+        (or their first part), the known part keeps its codes and only the rest is coded.
+        The check is one list comparison in C: equal keys have equal fields, hence equal
+        codes, and the aggregates' snapshots (dict copies, new keys last) hand over the same
+        key objects in the same order, which compare by identity. Anything else (keys
+        reordered or removed in between) is coded afresh.
+        """
+        keys: list[tuple[str, ...]] = list(table)
+        n = len(keys)
+        last = self.coded.get(slot)
+        known = 0
+        if last is not None:
+            m = len(last.keys)
+            if m == n and keys == last.keys:
+                self.coded[slot] = _Coded(keys, last.codes)
+                return last.codes
+            if m < n and keys[:m] == last.keys:
+                known = m
+            elif n < m and keys == last.keys[:n]:
+                known = n
+        tail = self._code(keys[known:])
+        codes = np.concatenate([last.codes[:known], tail]) if last is not None and known else tail
+        self.coded[slot] = _Coded(keys, codes)
+        return codes
+
+    def _code(self, keys: Sequence[tuple[str, ...]]) -> np.ndarray:
         """Codes of every field of every key in one C-level pass over the flattened keys.
 
         All keys have five fields, so ``chain.from_iterable`` yields them field by field and
         one ``map`` of the shared dict's lookup codes them all (int32: the code space is the
-        distinct strings, far below 2³¹); each field is then a strided view, no copies.
-        The keys are read straight from the mapping (no list of 10⁶ keys first: ~10 % less).
-        The floor is the ~6·10⁶ field lookups themselves: a plain dict filled first, pandas'
-        hash factorization of an object array, or codes by object address were no faster.
+        distinct strings, far below 2³¹). This is the floor of a cold coding, ~6·10⁶ field
+        lookups at 1.2·10⁶ keys: a plain dict filled first, pandas' hash factorization of an
+        object array, or codes by object address were no faster.
         """
-        n = len(table)
-        values = np.fromiter(table.values(), dtype=np.float64, count=n)
-        codes = np.fromiter(
-            map(self.factor.__getitem__, chain.from_iterable(table)), dtype=np.int32, count=5 * n
+        n = len(keys)
+        return np.fromiter(
+            map(self.factor.__getitem__, chain.from_iterable(keys)), dtype=np.int32, count=5 * n
         ).reshape(n, 5)
-        verdicts = {self.code(name): v for name, v in _VERDICT_INDEX.items()}
-        lookup = np.full(len(self.names), -1, dtype=np.int8)
-        lookup[list(verdicts)] = list(verdicts.values())
-        return _Raw(codes[:, 0], codes[:, 1], codes[:, 2], codes[:, 3], lookup[codes[:, 4]], values)
+
+    def _raw(self, codes: np.ndarray, values: np.ndarray, verdict: np.ndarray | None = None) -> _Raw:
+        if verdict is None:
+            verdicts = {self.code(name): v for name, v in _VERDICT_INDEX.items()}
+            lookup = np.full(len(self.names), -1, dtype=np.int8)
+            lookup[list(verdicts)] = list(verdicts.values())
+            verdict = lookup[codes[:, 4]]
+        return _Raw(codes[:, 0], codes[:, 1], codes[:, 2], codes[:, 3], verdict, values)
+
+    def table(self, table: Mapping[_Key, int], slot: str) -> _Raw:
+        """The factorized columns of a five-field table (checks, baseline checks)."""
+        codes = self.codes(table, slot)
+        return self._raw(codes, np.fromiter(table.values(), dtype=np.float64, count=len(codes)))
+
+    def depth_table(self, codes: np.ndarray, values: np.ndarray) -> _Raw:
+        """The ``depth`` stats of the coded ``cell_stats`` as a table keyed like the checks (verdict pass)."""
+        rows = codes[:, 4] == self.code("depth")
+        return self._raw(codes[rows], values[rows], np.zeros(int(rows.sum()), dtype=np.int8))
 
     def remap(self, ids: list[int], extra: Mapping[str, int] | None = None) -> np.ndarray:
         """Code → position in ``ids`` (then ``extra`` names), −1 elsewhere; covers later codes too."""
@@ -291,9 +367,32 @@ class _Factors:
         return out
 
 
-def _present(codes: np.ndarray) -> set[int]:
-    """The distinct codes of a column (a bincount, not a set of a million Python ints)."""
-    return set(np.flatnonzero(np.bincount(codes)).tolist()) if len(codes) else set()
+class _KeyCodes:
+    """The refit's persistent ``_Factors``, replaced by an empty one when its name space
+    outgrows ``_NAMES_MAX`` (names from many unrelated sources), so memory stays bounded:
+    the names, and per slot one table's key references and codes (~28 bytes per key)."""
+
+    def __init__(self) -> None:
+        self._factors = _Factors()
+
+    def factors(self) -> _Factors:
+        if len(self._factors.names) > _NAMES_MAX:
+            self._factors = _Factors()
+        return self._factors
+
+    def clear(self) -> None:
+        """Drop every cached name and coded table (the next refit codes its keys afresh)."""
+        self._factors = _Factors()
+
+
+_NAMES_MAX = 1 << 16
+_KEY_CODES = _KeyCodes()
+_CODES_LOCK = threading.Lock()
+
+
+def _present(codes: np.ndarray, keep: np.ndarray) -> set[int]:
+    """The distinct codes of a column's kept rows (a bincount, not a set of a million Python ints)."""
+    return set(np.flatnonzero(np.bincount(codes, weights=keep)).tolist()) if len(codes) else set()
 
 
 def _top(f: _Factors, ids: set[int], totals: np.ndarray, cap: int) -> list[int]:
@@ -344,22 +443,33 @@ def _entries(raw: _Raw, depth: _Raw, maps: tuple[np.ndarray, ...], n_buckets: in
     return Entries(r, p, m, b, passes, fails, depth_sum)
 
 
-def _clusters(
-    counts: Counts, r_idx: Mapping[str, int], models: tuple[str, ...]
-) -> dict[tuple[int, int, int], np.ndarray]:
-    k = len(models)
-    m_idx = {m: i for i, m in enumerate(models)}
-    p_idx = {**m_idx, NO_PREFIX: k, UNKNOWN_MODEL: k + 1}
-    out: dict[tuple[int, int, int], np.ndarray] = {}
-    pos = {s: i for i, s in enumerate(CLUSTER_STATS)}
-    for s, v in counts.cell_stats.items():
-        if s.stat not in pos or s.depth_bucket != CELL_TOTAL:
-            continue
-        key = (r_idx.get(s.rule, -1), p_idx.get(s.prefix_model, -1), m_idx.get(s.model, -1))
-        if min(key) < 0:
-            continue
-        out.setdefault(key, np.zeros(len(CLUSTER_STATS)))[pos[s.stat]] += v
-    return out
+def _cluster_sums(
+    f: _Factors, codes: np.ndarray, values: np.ndarray, maps: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> ClusterSums:
+    """The whole-cell cluster sums (``CLUSTER_STATS`` at ``CELL_TOTAL``) of the coded ``cell_stats``
+    of kept rules (and the pooled ``all``), prefixes and models, one row per cell."""
+    stat_codes, total = [f.code(name) for name in CLUSTER_STATS], f.code(CELL_TOTAL)
+    stat = np.full(len(f.names) + 1, -1, dtype=np.int64)
+    stat[stat_codes] = np.arange(len(CLUSTER_STATS))
+    size = len(stat) - 1
+    pos = stat[np.minimum(codes[:, 4], size)]
+    ok = (pos >= 0) & (codes[:, 3] == total)
+    index = []
+    for mp, column in zip(maps, (codes[:, 0], codes[:, 2], codes[:, 1]), strict=True):
+        idx = mp[np.minimum(column, len(mp) - 1)]
+        ok &= idx >= 0
+        index.append(idx)
+    r, p, m = (i[ok] for i in index)
+    dims = (int(maps[0].max()) + 1, int(maps[1].max()) + 1, int(maps[2].max()) + 1)
+    if not len(r) or min(dims) <= 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return ClusterSums(empty, empty, empty, np.zeros((0, len(CLUSTER_STATS))))
+    flat = np.ravel_multi_index((r, p, m), dims)
+    cells, inverse = np.unique(flat, return_inverse=True)
+    sums = np.zeros((len(cells), len(CLUSTER_STATS)))
+    np.add.at(sums, (inverse, pos[ok]), values[ok])
+    rr, pp, mm = np.unravel_index(cells, dims)
+    return ClusterSums(rr, pp, mm, sums)
 
 
 def _transitions(counts: Counts, rules: tuple[str, ...], models: tuple[str, ...]) -> np.ndarray:

@@ -15,7 +15,7 @@ from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
 from handoffmon.refit.decomposition import LowRankBlocks, decompose
 from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
 from handoffmon.refit.intervals import design_effect, wilson, z_value
-from handoffmon.refit.markov import MarkovArrays, curve_losses, fit_markov, implied_curve
+from handoffmon.refit.markov import curve_losses, fit_markov, implied_curve
 from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
@@ -198,9 +198,10 @@ class _RuleFitter:
         with np.errstate(invalid="ignore", divide="ignore"):
             adh = np.where(n > 0, x / n, np.nan)
         prefixes, models = self.cells.prefixes, self.cells.models
-        rows = zip(a_idx.tolist(), b_idx.tolist(), *(v.tolist() for v in (n, adh, lo, hi)), strict=True)
+        counts = n.astype(np.int64)  # whole counts (sums of integer weights): int() of each, at once
+        rows = zip(a_idx.tolist(), b_idx.tolist(), *(v.tolist() for v in (counts, adh, lo, hi)), strict=True)
         return [
-            CellAdherence(prefixes[a], models[b], rule, tuple(map(int, nl)), tuple(al), tuple(ll), tuple(hl))
+            CellAdherence(prefixes[a], models[b], rule, tuple(nl), tuple(al), tuple(ll), tuple(hl))
             for a, b, nl, al, ll, hl in rows
         ]
 
@@ -223,11 +224,14 @@ class _RuleFitter:
             ma = fit_markov(trans, self.z, deff=deff, min_from=self.settings.markov_min_transitions)
             curve = implied_curve(initial, ma.p_tf, ma.p_ft, self.buckets.edges)
             ll, mse = curve_losses(curve, x, n)
-            t = trans.astype(np.int64)
+            from_counts = trans.astype(np.int64).sum(axis=2)  # (K, 2): out of pass, out of fail
+            ok = (np.isfinite(ma.p_tf) & np.isfinite(ma.p_ft)).tolist()
+            cols = [v.tolist() for v in (initial, ll, mse, from_counts[:, 0], from_counts[:, 1])]
+            ma_cols = [getattr(ma, f).tolist() for f in _MARKOV_COLUMNS]
             fits = {
-                m: _markov_fit(m, rule, name, ma, i, float(initial[i]), float(ll[i]), float(mse[i]), t[i])
+                m: _markov_fit(m, rule, name, [c[i] for c in ma_cols], *(c[i] for c in cols))
                 for i, m in enumerate(self.cells.models)
-                if np.isfinite(ma.p_tf[i]) and np.isfinite(ma.p_ft[i])
+                if ok[i]
             }
             out[name] = (fits, curve)
         return out
@@ -273,25 +277,34 @@ def _block(dt: DeltaTable):  # type: ignore[no-untyped-def]
     return block
 
 
+_MARKOV_COLUMNS = (
+    "p_tf", "p_tf_lo", "p_tf_hi", "p_ft", "p_ft_lo", "p_ft_hi",
+    "stationary", "stationary_lo", "stationary_hi", "half_life", "n_transitions",
+)  # fmt: skip
+
+
 def _markov_fit(
-    model: str, rule: str, turns: str, ma: MarkovArrays, i: int, initial: float, ll: float, mse: float,
-    trans: np.ndarray,
+    model: str, rule: str, turns: str, ma: list[float], initial: float, ll: float, mse: float,
+    from_pass: int, from_fail: int,
 ) -> MarkovFit:  # fmt: skip
+    """One model's ``MarkovFit`` from its row of ``MarkovArrays`` (``_MARKOV_COLUMNS`` order,
+    already Python numbers: one ``tolist`` per column instead of ~15 scalar reads per model)."""
+    p_tf, p_tf_lo, p_tf_hi, p_ft, p_ft_lo, p_ft_hi, st, st_lo, st_hi, half_life, n_trans = ma
     return MarkovFit(
         model=model,
         rule=rule,
-        p_tf=float(ma.p_tf[i]),
-        p_tf_ci=(float(ma.p_tf_lo[i]), float(ma.p_tf_hi[i])),
-        p_ft=float(ma.p_ft[i]),
-        p_ft_ci=(float(ma.p_ft_lo[i]), float(ma.p_ft_hi[i])),
-        stationary=float(ma.stationary[i]),
-        stationary_ci=(float(ma.stationary_lo[i]), float(ma.stationary_hi[i])),
-        half_life_turns=float(ma.half_life[i]),
-        log_loss=ll,
-        mse=mse,
-        n_transitions=int(ma.n_transitions[i]),
-        initial=initial,
+        p_tf=float(p_tf),
+        p_tf_ci=(float(p_tf_lo), float(p_tf_hi)),
+        p_ft=float(p_ft),
+        p_ft_ci=(float(p_ft_lo), float(p_ft_hi)),
+        stationary=float(st),
+        stationary_ci=(float(st_lo), float(st_hi)),
+        half_life_turns=float(half_life),
+        log_loss=float(ll),
+        mse=float(mse),
+        n_transitions=int(n_trans),
+        initial=float(initial),
         turns=turns,
-        n_from_pass=int(trans[0].sum()),
-        n_from_fail=int(trans[1].sum()),
+        n_from_pass=int(from_pass),
+        n_from_fail=int(from_fail),
     )

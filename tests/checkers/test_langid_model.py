@@ -131,3 +131,34 @@ def test_repeated_text_is_walked_once_per_thread(monkeypatch: pytest.MonkeyPatch
     assert fast.classify(text) == first
     fast.classify(text + " Merci.")
     assert len(calls) == 2
+
+
+def test_two_byte_start_table_walks_as_the_byte_steps() -> None:
+    """The first two steps looked up at once (``two_bytes``/``one_byte``) give the same features
+    as walking every byte, at every length around the window (0 to window + 2 bytes) and on
+    replies, other scripts and random bytes."""
+    from dataclasses import replace
+
+    fast = full_identifier().automaton
+    assert fast.two_bytes is not None
+    plain = replace(fast, one_byte=None, two_bytes=None)
+    rng = random.Random(3)
+    texts = [encode(t) for t in _texts()[:200] + MIXED]
+    texts += [bytes(rng.randrange(256) for _ in range(n)) for n in range(fast.window + 3) for _ in range(20)]
+    texts += [b"the"[:n] for n in range(4)] + [b"\x00" * n for n in range(9)]
+    for data in texts:
+        got, want = fast.features(data), plain.features(data)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), data[:40]
+
+
+def test_distinct_counts_is_numpy_unique() -> None:
+    """The lean distinct/count helper returns ``np.unique(..., return_counts=True)``."""
+    from handoffmon.checkers.langid_model import _distinct_counts
+
+    rng = np.random.default_rng(5)
+    for size in (1, 2, 3, 10, 500):
+        for high in (1, 3, 100_000):
+            found = rng.integers(0, high, size).astype(np.intp)
+            want = np.unique(found, return_counts=True)
+            got = _distinct_counts(found.copy())
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

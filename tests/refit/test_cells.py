@@ -142,3 +142,102 @@ def test_dense_and_sorted_cell_sums_agree(monkeypatch: pytest.MonkeyPatch) -> No
     for a, b in ((dense.checks, sorted_.checks), (dense.baseline, sorted_.baseline)):
         for name in ("rule", "prefix", "model", "bucket", "passes", "fails", "depth"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def _same_cells(a: object, b: object) -> None:
+    for part in ("checks", "baseline"):
+        for name in ("rule", "prefix", "model", "bucket", "passes", "fails", "depth"):
+            np.testing.assert_array_equal(getattr(getattr(a, part), name), getattr(getattr(b, part), name))
+    for name in ("rules", "models", "excluded_models", "excluded_rules", "clean_baseline", "depth_sums"):
+        assert getattr(a, name) == getattr(b, name)
+    np.testing.assert_array_equal(a.transitions, b.transitions)  # type: ignore[attr-defined]
+
+
+def _fresh(counts: Counts, buckets: DepthBuckets) -> object:
+    """``build_cells`` with every cached key code dropped first."""
+    from handoffmon.refit import cells as cells_mod
+
+    cells_mod._KEY_CODES.clear()
+    return build_cells(counts, buckets)
+
+
+def test_cached_key_codes_give_the_cells_of_a_fresh_coding() -> None:
+    """Refits reuse the codes of the keys coded last time when the snapshot starts with them
+    (or they start with it): a snapshot that grew (new keys last, as the aggregates' copies
+    do), shrank, was reordered or holds equal but new key objects gives the same cells as
+    coding it from scratch."""
+    from handoffmon.counts import CellStatKey
+    from tests.refit.synth import plant, synth_counts
+
+    buckets = DepthBuckets((1, 2, 3, 5, 9, 17, 33))
+    rng = np.random.default_rng(11)
+    counts = synth_counts(plant(8, 3, rng), rng, n_trans=20, buckets=buckets)
+    checks = dict(counts.checks)
+    keys = list(checks)
+    stats = {CellStatKey(k.rule, k.model, k.prefix_model, k.depth_bucket, "depth"): 3 for k in keys[::7]}
+    base = {k: v for k, v in checks.items() if k.model == k.prefix_model}
+    half = dict(list(checks.items())[: len(keys) // 2])
+    first = Counts(checks=half, cell_stats=stats, baseline_checks=base)
+    build_cells(first, buckets)
+    grown = Counts(checks=checks, transitions=counts.transitions, cell_stats=stats, baseline_checks=base)
+    cases = [
+        grown,  # the first half's objects in place, new keys after them
+        grown,  # nothing new
+        Counts(checks=dict(list(checks.items())[: len(keys) // 3]), baseline_checks=base),  # shrank
+        Counts(checks=dict(reversed(list(checks.items()))), cell_stats=stats),  # reordered
+        Counts(checks={CheckKey(*k): v for k, v in checks.items()}, cell_stats={}),  # equal, new objects
+        Counts(checks={**checks, CheckKey("new-rule", "m-x", "none", "1", "pass"): 4}),  # new names
+    ]
+    for case in cases:
+        cached = build_cells(case, buckets)
+        _same_cells(cached, _fresh(case, buckets))
+
+
+def test_the_code_space_is_dropped_when_it_outgrows_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names from unrelated sources accumulate only up to ``_NAMES_MAX``; then coding starts afresh."""
+    from handoffmon.refit import cells as cells_mod
+
+    monkeypatch.setattr(cells_mod, "_NAMES_MAX", 50)
+    cells_mod._KEY_CODES.clear()
+    for i in range(20):
+        counts = Counts(checks={CheckKey(f"r{i}", f"a{i}", f"b{i}", "1", "pass"): 1})
+        assert build_cells(counts, DepthBuckets()).models == (f"a{i}", f"b{i}")
+        assert len(cells_mod._KEY_CODES.factors().names) <= 50 + 10
+
+
+def test_cluster_sums_are_the_whole_cell_stats_of_kept_cells() -> None:
+    """Cluster sums keep CLUSTER_STATS at the whole-cell bucket of kept rules (and the pooled
+    ``all``), prefixes (models, none, unknown) and models; anything else is left out."""
+    from handoffmon.counts import CELL_STATS, CELL_TOTAL, CLUSTER_STATS, CellStatKey
+
+    rng = np.random.default_rng(23)
+    names = ["a", "b", "c", "none", "unknown", "gone"]
+    stats: dict[CellStatKey, int] = {}
+    for _ in range(400):
+        rule = ["r1", "r2", "all", "r-unknown"][int(rng.integers(0, 4))]
+        model, prefix = (names[int(i)] for i in rng.integers(0, len(names), 2))
+        bucket = CELL_TOTAL if rng.random() < 0.8 else "1"
+        stat = CELL_STATS[int(rng.integers(0, 5))]
+        stats[CellStatKey(rule, model, prefix, bucket, stat)] = int(rng.integers(1, 9))
+    checks = {CheckKey(r, m, m, "1", "pass"): 1 for r in ("r1", "r2") for m in ("a", "b", "c")}
+    cells = build_cells(Counts(checks=checks, cell_stats=stats), DepthBuckets())
+    r_idx = {**{r: i for i, r in enumerate(cells.rules)}, "all": len(cells.rules)}
+    m_idx = {m: i for i, m in enumerate(cells.models)}
+    p_idx = {p: i for i, p in enumerate(cells.prefixes)}
+    want: dict[tuple[int, int, int], np.ndarray] = {}
+    for s, v in stats.items():  # the definition, key by key
+        if s.stat in CLUSTER_STATS and s.depth_bucket == CELL_TOTAL:
+            key = (r_idx.get(s.rule, -1), p_idx.get(s.prefix_model, -1), m_idx.get(s.model, -1))
+            if min(key) >= 0:
+                want.setdefault(key, np.zeros(4))[CLUSTER_STATS.index(s.stat)] += v
+    got = cells.clusters
+    assert set(got) == set(want) and len(want) > 20
+    for key, v in want.items():
+        np.testing.assert_array_equal(got[key], v)
+    for r in range(len(cells.rules) + 1):
+        arr = cells.cluster_array(r)
+        for (rr, p, m), v in want.items():
+            if rr == r:
+                np.testing.assert_array_equal(arr[p, m], v)
+        assert arr.sum() == sum(v.sum() for (rr, _, _), v in want.items() if rr == r)
+    assert cells.clustered
