@@ -238,30 +238,56 @@ def _normal_equations(
     C is block diagonal by suffix (independent pairs when ``block_cov`` is None). Working
     on the one-hot design costs O(Σ block²) instead of the O(m·p²) Gram of the dense design
     (K = 100: 10⁶ instead of 4·10⁸ per fit). Blocks of equal size are handled together and
-    every block's terms land in one ``np.bincount`` over the flattened Gram.
+    every block's terms land in one ``np.bincount`` over the flattened Gram. Blocks in the
+    diagonal-plus-low-rank form (``_LowRank``: C⁻¹ = D⁻¹ − V Vᵀ) never form C⁻¹: their
+    prefix-prefix terms are the scattered D⁻¹ plus one product −V Vᵀ of all blocks' V
+    (K × Σ r, one BLAS call instead of scattering Σ s² entries).
     """
     n = 1 + 2 * k
     g_idx: list[np.ndarray] = []
     g_w: list[np.ndarray] = []
     r_idx: list[np.ndarray] = []
     r_w: list[np.ndarray] = []
+    low: list[tuple[np.ndarray, np.ndarray]] = []  # (prefix rows (B, s), V (B, s, r))
     yy = 0.0
-    for rows, cinv in _block_inverses(a, b, var, block_cov):  # rows (B, s), cinv (B, s, s)
+    for rows, form in _block_inverses(a, b, var, block_cov):  # rows (B, s)
         ia, ib = 1 + a[rows], 1 + k + b[rows[:, 0]][:, None]  # (B, s), (B, 1)
-        one = cinv.sum(axis=2)  # C⁻¹ 1
-        cy = np.einsum("bij,bj->bi", cinv, y[rows])
+        ys = y[rows]
+        if isinstance(form, _LowRank):
+            dinv, v = form.dinv, form.v
+            vt = np.swapaxes(v, 1, 2)
+            one = dinv - (v @ vt.sum(axis=2, keepdims=True))[:, :, 0]  # C⁻¹ 1
+            cy = dinv * ys - (v @ (vt @ ys[:, :, None]))[:, :, 0]  # C⁻¹ y
+            g_idx.append(ia * (n + 1))
+            g_w.append(dinv)
+            low.append((ia, v))
+        else:
+            cinv = form
+            one = cinv.sum(axis=2)
+            cy = (cinv @ ys[:, :, None])[:, :, 0]
+            g_idx.append(ia[:, :, None] * n + ia[:, None, :])
+            g_w.append(cinv)
         s11, s1y = one.sum(axis=1, keepdims=True), cy.sum(axis=1, keepdims=True)
         zero = np.zeros_like(ib)
         g_idx += [
             np.concatenate([zero, zero + ib, ib * n, ib * (n + 1)], axis=1),
             np.concatenate([ia, ia * n, ia * n + ib, ib * n + ia], axis=1),
-            ia[:, :, None] * n + ia[:, None, :],
         ]
-        g_w += [np.concatenate([s11] * 4, axis=1), np.concatenate([one] * 4, axis=1), cinv]
+        g_w += [np.concatenate([s11] * 4, axis=1), np.concatenate([one] * 4, axis=1)]
         r_idx += [zero, ib, ia]
         r_w += [s1y, s1y, cy]
-        yy += float(np.einsum("bi,bi->", y[rows], cy))
+        yy += float(np.sum(ys * cy))
     gz = _accumulate(g_idx, g_w, n * n).reshape(n, n)
+    if low:
+        vfull = np.zeros((n, sum(v.shape[0] * v.shape[2] for _, v in low)))
+        col = 0
+        for ia, v in low:
+            bsz, _, r = v.shape
+            cols = col + np.arange(bsz)[:, None, None] * r + np.arange(r)[None, None, :]  # (B, 1, r)
+            vfull[np.broadcast_to(ia[:, :, None], v.shape), np.broadcast_to(cols, v.shape)] = v
+            col += bsz * r
+        lo, hi = 1, 1 + k
+        gz[lo:hi, lo:hi] -= vfull[lo:hi] @ vfull[lo:hi].T
     return gz, _accumulate(r_idx, r_w, n), yy
 
 
@@ -272,15 +298,23 @@ def _accumulate(idx: list[np.ndarray], weights: list[np.ndarray], size: int) -> 
     return np.bincount(flat, weights=np.concatenate([w.ravel() for w in weights]), minlength=size)
 
 
+@dataclass(frozen=True)
+class _LowRank:
+    """C⁻¹ of equal-size blocks as D⁻¹ − V Vᵀ: dinv (B, s), v (B, s, r)."""
+
+    dinv: np.ndarray
+    v: np.ndarray
+
+
 def _block_inverses(
     a: np.ndarray, b: np.ndarray, var: np.ndarray, block_cov: Blocks | None
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(rows, C⁻¹) per group of equal-size suffix blocks, rows (B, s) and C⁻¹ (B, s, s);
-    a block that is not positive definite keeps 1/var."""
+) -> list[tuple[np.ndarray, np.ndarray | _LowRank]]:
+    """(rows, C⁻¹) per group of equal-size suffix blocks, rows (B, s) and C⁻¹ (B, s, s) or
+    its ``_LowRank`` form; a block that is not positive definite keeps 1/var."""
     order = np.argsort(b, kind="stable")
     splits = np.nonzero(np.diff(b[order]))[0] + 1
     groups = np.split(order, splits)
-    out: list[tuple[np.ndarray, np.ndarray]] = []
+    out: list[tuple[np.ndarray, np.ndarray | _LowRank]] = []
     by_size: dict[int, list[np.ndarray]] = {}
     for rows in groups:
         if block_cov is None or len(rows) < 2:
@@ -291,6 +325,9 @@ def _block_inverses(
         assert block_cov is not None  # only filled when block_cov is given
         rows = np.stack(blocks)
         inv = _group_inverse(block_cov, a[rows], b[rows[:, 0]])
+        if isinstance(inv, _LowRank):
+            out.append((rows, inv))
+            continue
         for i, cinv in enumerate(inv):
             if cinv is None:
                 inv[i] = np.diag(1.0 / var[a[rows[i]], b[rows[i]]])
@@ -298,22 +335,25 @@ def _block_inverses(
     return out
 
 
-def _group_inverse(block_cov: Blocks, a: np.ndarray, b: np.ndarray) -> list[np.ndarray | None]:
-    """C⁻¹ of the blocks of suffixes ``b`` over prefixes ``a`` (B, s); None where not positive definite."""
+def _group_inverse(block_cov: Blocks, a: np.ndarray, b: np.ndarray) -> list[np.ndarray | None] | _LowRank:
+    """C⁻¹ of the blocks of suffixes ``b`` over prefixes ``a`` (B, s); None where not positive
+    definite; the ``_LowRank`` form for diagonal-plus-low-rank blocks with r < s."""
     if not isinstance(block_cov, LowRankBlocks):
         return _batched_inverse(np.stack([block_cov(int(bi), ai) for bi, ai in zip(b, a, strict=True)]))
     own = block_cov.own[b[:, None], a]  # (B, s)
     w = block_cov.factor[b[:, None], a]  # (B, s, r)
     if w.shape[2] >= w.shape[1] or not np.all(own > 0):
         return _batched_inverse(_dense(own, w))
-    # Woodbury: (D + W Wᵀ)⁻¹ = D⁻¹ − D⁻¹W (I + Wᵀ D⁻¹ W)⁻¹ Wᵀ D⁻¹, an r × r solve per block
+    # Woodbury: (D + W Wᵀ)⁻¹ = D⁻¹ − D⁻¹W (I + Wᵀ D⁻¹ W)⁻¹ Wᵀ D⁻¹ = D⁻¹ − V Vᵀ with
+    # V = D⁻¹W L⁻ᵀ, L the Cholesky factor of the r × r inner matrix (positive definite: D > 0)
     dinv = 1.0 / own
     dw = dinv[:, :, None] * w
-    inner = np.eye(w.shape[2]) + np.einsum("bsr,bsq->brq", w, dw)
-    cinv = -dw @ np.linalg.solve(inner, np.swapaxes(dw, 1, 2))
-    diag = np.arange(own.shape[1])
-    cinv[:, diag, diag] += dinv
-    return list(cinv)
+    inner = np.eye(w.shape[2]) + np.swapaxes(w, 1, 2) @ dw
+    try:
+        linv = np.linalg.inv(np.linalg.cholesky(inner))
+    except np.linalg.LinAlgError:  # rounding on an extreme block: invert the blocks outright
+        return _batched_inverse(_dense(own, w))
+    return _LowRank(dinv, dw @ np.swapaxes(linv, 1, 2))
 
 
 def _dense(own: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -392,13 +432,18 @@ def _with_adjusted(
 
 def _inverse(precision: np.ndarray, *, positive_definite: bool) -> np.ndarray:
     """Inverse of the normal matrix: Cholesky when the ridge makes it positive definite
-    (μ is pinned by any observed pair), else the pseudo-inverse (ridge = 0 may be singular)."""
+    (μ is pinned by any observed pair), else the pseudo-inverse (ridge = 0 may be singular).
+    The Cholesky inverse is LAPACK's potrf + potri (about a quarter of the flops of
+    inverting the triangular factor by a general solve and multiplying it out)."""
     if positive_definite:
-        try:
-            linv = np.linalg.inv(np.linalg.cholesky(precision))
-            return np.asarray(linv.T @ linv)
-        except np.linalg.LinAlgError:
-            pass
+        from scipy.linalg.lapack import dpotrf, dpotri
+
+        factor, info = dpotrf(precision, lower=True, clean=False)
+        if info == 0:
+            inv, info = dpotri(factor, lower=True)
+            if info == 0:
+                lower = np.tril(inv)
+                return np.asarray(lower + np.tril(inv, -1).T)
     return np.asarray(np.linalg.pinv(precision, hermitian=True))
 
 

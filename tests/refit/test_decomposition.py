@@ -134,6 +134,27 @@ def test_low_rank_blocks_fit_equals_the_dense_covariance_fit() -> None:
         np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-10, atol=1e-13)
     assert fast.mu == pytest.approx(slow.mu, rel=1e-10)
     assert fast.r2 == pytest.approx(slow.r2, rel=1e-10)
+    fast = decompose(delta, var, mask, 400.0, block_cov=LowRankBlocks(own, factor), adaptive=True)
+    slow = decompose(delta, var, mask, 400.0, block_cov=dense, adaptive=True)
+    np.testing.assert_allclose(fast.prior_sd, slow.prior_sd, rtol=1e-10)
+    np.testing.assert_allclose(fast.sigma_se, slow.sigma_se, rtol=1e-10, atol=1e-13)
+
+
+def test_normal_matrix_inverse_matches_numpy_and_falls_back_to_the_pseudo_inverse() -> None:
+    """The LAPACK Cholesky inverse (potrf + potri) is numpy's inverse, full and symmetric; a
+    singular matrix gets the pseudo-inverse."""
+    from handoffmon.refit.decomposition import _inverse
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 9))
+    spd = x.T @ x + np.eye(9)
+    got = _inverse(spd, positive_definite=True)
+    np.testing.assert_allclose(got, np.linalg.inv(spd), rtol=1e-10, atol=1e-14)
+    assert np.array_equal(got, got.T)
+    singular = np.outer(x[0], x[0])
+    np.testing.assert_allclose(
+        _inverse(singular, positive_definite=True), np.linalg.pinv(singular, hermitian=True), atol=1e-12
+    )
 
 
 def _coverage_run(tau: float, adaptive: bool, reps: int = 300) -> tuple[float, np.ndarray]:
