@@ -79,15 +79,28 @@ def newcombe_p(
     arm1 = _WilsonArm(c1, n1[live], np.where(up, -1.0, 1.0))
     arm2 = _WilsonArm(c2, n2[live], np.where(up, 1.0, -1.0))
     diff = c1 - c2
+    # Δ < 0 excludes 0 when Δ + reach < 0, i.e. −Δ − reach > 0 (negation is exact): one test
+    facing = np.where(up, diff, -diff)
     lo_z = np.zeros(len(diff))
     hi_z = np.full_like(lo_z, 40.0)
+    mid, z2, r1, r2 = (np.empty_like(lo_z) for _ in range(4))
+    excludes = np.empty(len(diff), dtype=bool)
     with np.errstate(invalid="ignore", divide="ignore"):
         for _ in range(iterations):
-            mid = (lo_z + hi_z) / 2
-            reach = np.sqrt((c1 - arm1.bound(mid)) ** 2 + (arm2.bound(mid) - c2) ** 2)
-            excludes = np.where(up, diff - reach > 0, diff + reach < 0)
-            lo_z = np.where(excludes, mid, lo_z)
-            hi_z = np.where(excludes, hi_z, mid)
+            np.add(lo_z, hi_z, out=mid)
+            mid /= 2
+            np.square(mid, out=z2)
+            np.subtract(c1, arm1.bound(mid, z2, r1), out=r1)
+            np.subtract(arm2.bound(mid, z2, r2), c2, out=r2)
+            np.square(r1, out=r1)
+            np.square(r2, out=r2)
+            r1 += r2
+            np.sqrt(r1, out=r1)  # reach
+            np.subtract(facing, r1, out=r1)
+            np.greater(r1, 0, out=excludes)
+            np.copyto(lo_z, mid, where=excludes)
+            np.logical_not(excludes, out=excludes)
+            np.copyto(hi_z, mid, where=excludes)
     out[live] = np.clip(2.0 * (1.0 - ndtr((lo_z + hi_z) / 2)), 0.0, 1.0)
     return out
 
@@ -103,12 +116,24 @@ class _WilsonArm:
             self.two_n, self.four_nn = 2 * n, 4 * n * n
             self.pq_n = self.p * (1 - self.p) / n
 
-    def bound(self, z: np.ndarray) -> np.ndarray:
-        z2 = np.square(z)
-        denom = 1.0 + z2 / self.n
-        center = (self.p + z2 / self.two_n) / denom
-        half = z * np.sqrt(self.pq_n + z2 / self.four_nn) / denom
-        return np.asarray(np.clip(center + self.side * half, 0.0, 1.0))
+    def bound(self, z: np.ndarray, z2: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The bound at ``z`` (``z2`` = z², shared by both arms; written into ``out``): the same
+        operations in the same order as ``wilson``, in place, so every bit matches."""
+        if z2 is None:
+            z2 = np.square(z)
+        center = np.divide(z2, self.two_n, out=out)
+        center += self.p
+        denom = z2 / self.n
+        denom += 1.0
+        center /= denom
+        half = z2 / self.four_nn
+        half += self.pq_n
+        np.sqrt(half, out=half)
+        np.multiply(z, half, out=half)
+        half /= denom
+        half *= self.side
+        center += half
+        return np.asarray(np.clip(center, 0.0, 1.0, out=center))
 
 
 def design_effect(

@@ -59,6 +59,33 @@ def test_p_value_is_dual_to_the_interval() -> None:
     np.testing.assert_allclose(touching[inner], 0, atol=1e-6)
 
 
+def test_p_value_bisection_takes_the_same_steps_as_the_plain_one() -> None:
+    """The in-place bisection (shared z², one test for both signs) gives bit for bit the
+    p-values of the plain loop over ``newcombe``'s bounds, NaN, ties and 0/100% included."""
+    from scipy.special import ndtr
+
+    rng = np.random.default_rng(5)
+    m = 3000
+    p1, p2 = rng.uniform(0, 1, m), rng.uniform(0, 1, m)
+    p1[:100], p2[100:200], p1[200:300], p1[300:310] = 0.0, 1.0, p2[200:300], np.nan
+    p1[310:400] = p2[310:400] + rng.normal(0, 1e-6, 90)
+    n1, n2 = np.exp(rng.uniform(-0.5, 13, m)), np.exp(rng.uniform(-0.5, 13, m))
+    n2[400:410] = 0.0
+    got = newcombe_p(p1, n1, p2, n2)
+    d = p1 - p2
+    lo_z, hi_z = np.zeros(m), np.full(m, 40.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for _ in range(28):
+            mid = (lo_z + hi_z) / 2
+            lo, hi = newcombe(p1, n1, p2, n2, mid)
+            excludes = np.where(d > 0, lo > 0, hi < 0)
+            lo_z, hi_z = np.where(excludes, mid, lo_z), np.where(excludes, hi_z, mid)
+    want = np.clip(2.0 * (1.0 - ndtr((lo_z + hi_z) / 2)), 0.0, 1.0)
+    want = np.where(d == 0, 1.0, want)
+    want = np.where(np.isfinite(d) & (n1 > 0) & (n2 > 0), want, np.nan)
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
+
+
 def test_wald_undercovers_where_newcombe_holds() -> None:
     """n = 30 vs 2,000 at p = 0.95 (the issue's case): Newcombe covers ≥ 0.93, Wald does not."""
     rng = np.random.default_rng(7)
