@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -228,11 +229,9 @@ class _RuleFitter:
             ok = (np.isfinite(ma.p_tf) & np.isfinite(ma.p_ft)).tolist()
             cols = [v.tolist() for v in (initial, ll, mse, from_counts[:, 0], from_counts[:, 1])]
             ma_cols = [getattr(ma, f).tolist() for f in _MARKOV_COLUMNS]
-            fits = {
-                m: _markov_fit(m, rule, name, [c[i] for c in ma_cols], *(c[i] for c in cols))
-                for i, m in enumerate(self.cells.models)
-                if ok[i]
-            }
+            # one row tuple per model by a single zip, not a list built per model
+            rows = zip(self.cells.models, ok, zip(*ma_cols, strict=True), *cols, strict=True)
+            fits = {m: _markov_fit(m, rule, name, row, *rest) for m, good, row, *rest in rows if good}
             out[name] = (fits, curve)
         return out
 
@@ -284,7 +283,7 @@ _MARKOV_COLUMNS = (
 
 
 def _markov_fit(
-    model: str, rule: str, turns: str, ma: list[float], initial: float, ll: float, mse: float,
+    model: str, rule: str, turns: str, ma: Sequence[float], initial: float, ll: float, mse: float,
     from_pass: int, from_fail: int,
 ) -> MarkovFit:  # fmt: skip
     """One model's ``MarkovFit`` from its row of ``MarkovArrays`` (``_MARKOV_COLUMNS`` order,
