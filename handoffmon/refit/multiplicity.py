@@ -20,14 +20,27 @@ def bh_adjust(p_values: np.ndarray) -> np.ndarray:
         Array of the same shape: ``scipy.stats.false_discovery_control(method="bh")`` of
         the finite entries, NaN elsewhere.
     """
-    from scipy.stats import false_discovery_control
-
     p = np.asarray(p_values, dtype=float)
     out = np.full(p.shape, np.nan)
     tested = np.isfinite(p)
     if tested.any():
-        out[tested] = false_discovery_control(np.clip(p[tested], 0.0, 1.0), method="bh")
+        out[tested] = _bh(np.clip(p[tested], 0.0, 1.0))
     return out
+
+
+def _bh(ps: np.ndarray) -> np.ndarray:
+    """``false_discovery_control(ps, method="bh")``'s arithmetic on a 1-d array, without its
+    array-API dispatch (~1.5 ms per call at 10⁴ p-values, 11 calls per K = 100 refit):
+    sorted p·m/i, running minimum from the largest, back in the input order, clipped."""
+    m = len(ps)
+    if m <= 1:
+        return ps
+    order = np.argsort(ps)
+    adj = ps[order] * (m / np.arange(1, m + 1, dtype=float))
+    np.minimum.accumulate(adj[::-1], out=adj[::-1])
+    out = np.empty_like(adj)
+    out[order] = adj
+    return np.clip(out, 0.0, 1.0)
 
 
 def bh_significant(p_values: np.ndarray, fdr: float) -> np.ndarray:

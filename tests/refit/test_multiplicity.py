@@ -43,3 +43,17 @@ def test_controls_fdr_under_the_global_null() -> None:
 def test_rejects_bad_fdr() -> None:
     with pytest.raises(ValueError, match="fdr"):
         bh_significant(np.array([0.1]), 0.0)
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 9900])
+def test_equals_scipy_false_discovery_control_bit_for_bit(m: int) -> None:
+    """The in-house BH is scipy's arithmetic: identical q-values, ties, 0s and 1s included."""
+    from scipy.stats import false_discovery_control
+
+    rng = np.random.default_rng(m)
+    p = rng.uniform(0, 1, m) ** 3
+    p[: m // 5] = np.round(p[: m // 5], 2)  # ties
+    p[m // 5 : m // 4] = 0.0
+    p[m // 4 : m // 3] = 1.0
+    rng.shuffle(p)
+    np.testing.assert_array_equal(bh_adjust(p), false_discovery_control(p, method="bh"))
