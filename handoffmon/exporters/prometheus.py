@@ -486,6 +486,8 @@ class PrometheusExporter:
         self._guard_version = -1
         self._overflows: dict[str, int] = {}
         self._overflow_total = -1
+        self._stage_keys: dict[str, tuple[str]] = {}
+        """``(guard.stage(stage),)`` of the stages admitted as themselves (at most ``MAX_STAGES``)."""
         self._log = get_logger("handoffmon.exporters", exporter="prometheus")
         self._sync_label_usage()
 
@@ -680,11 +682,18 @@ class PrometheusExporter:
                 self.observe_overhead(stage, seconds)
             return
         try:
-            stage_label = self.guard.stage
-            keyed = [((stage_label(stage),), max(seconds, 0.0)) for stage, seconds in items]
+            keys, keyed = self._stage_keys, []
+            for stage, seconds in items:
+                key = keys.get(stage)
+                if key is None:
+                    key = (self.guard.stage(stage),)
+                    if key[0] == stage:  # admitted as itself: later lookups would be plain hits
+                        keys[stage] = key
+                keyed.append((key, max(seconds, 0.0)))
+            observe = t.overhead.observe
             with t.lock:
                 for key, seconds in keyed:
-                    t.overhead.observe(key, seconds)
+                    observe(key, seconds)
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
 

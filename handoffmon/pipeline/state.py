@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from handoffmon.checkers.extracted import without_expired_text
 from handoffmon.counts import POOLED_RULE, in_cell
 from handoffmon.types import CheckResult, ClusterStep, Transition, Verdict
 
@@ -78,8 +79,6 @@ class ConversationState:
     def to_mapping(self, now_s: float | None = None) -> dict[str, object]:
         """JSON-serializable form for ``AttributionStore.put_state``; opted-in answer text
         past its expiry (wall clock ``now_s``, default now) is dropped, its fingerprint kept."""
-        from handoffmon.checkers.extracted import without_expired_text
-
         previous: dict[str, str | None] = {}
         if self.previous:
             now = time.time() if now_s is None else now_s
