@@ -21,6 +21,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from handoffmon._version import __version__
+from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
@@ -549,50 +550,79 @@ class PrometheusExporter:
             self._sync_label_usage()
 
     def _count_tables(self, result: TurnResult, t: _Tables) -> None:
-        """``_count`` into the plain tables: the same label values, guard calls and order."""
+        """``_count`` into the plain tables: the same label values, guard calls and order.
+
+        ``refit_input_labels`` is inlined, and every guard lookup of a model or rule name
+        starts with the guard's own first step (its admitted names, ``LabelGuard.admitted``),
+        calling the guard only for a name not found there: the same labels and the same
+        side effects (admissions, overflow counts) as calling it every time."""
         g = self.guard
+        models, rules = g.admitted()
         ctx, rec = result.context, result.record
-        model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
+        author, prefix_name = rec.author, ctx.prefix_model
+        model = models.get(author) or g.model(author)  # type: ignore[arg-type]
+        prefix = models.get(prefix_name) or g.model(prefix_name)
         bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
         ex = (
             Exemplar({"conversation_id": ctx.conversation_id[:_EXEMPLAR_CHARS]}, 1, time.time())
             if self._exemplars
             else None
         )
+        checks = result.checks
         with t.lock:
             key: tuple[str, ...] = (model, prefix, bucket)
             d = t.turns.values
             d[key] = d.get(key, 0.0) + 1
             if ex is not None:
                 t.turns.exemplars[key] = ex
-            if result.checks:
-                checks, seconds = t.checks.values, t.check_seconds.values
-                for check in result.checks:
-                    rule = g.rule(check.rule)
-                    if (rule, model, prefix, bucket) not in self._verdict_sets:
+            if checks:
+                counts, seconds, verdict_sets = t.checks.values, t.check_seconds.values, self._verdict_sets
+                for check in checks:
+                    rule = rules.get(check.rule) or g.rule(check.rule)
+                    if (rule, model, prefix, bucket) not in verdict_sets:
                         self._init_verdicts(rule, model, prefix, bucket)
-                    key = (rule, model, prefix, bucket, g.verdict(check.verdict))
-                    checks[key] = checks.get(key, 0.0) + 1
+                    verdict = check.verdict if check.verdict in VERDICTS else "error"
+                    key = (rule, model, prefix, bucket, verdict)
+                    counts[key] = counts.get(key, 0.0) + 1
                     if ex is not None:
                         t.checks.exemplars[key] = ex
-                    seconds[(rule,)] = seconds.get((rule,), 0.0) + max(check.duration_s, 0.0)
-            baseline, stats = refit_input_labels(result, g)
-            d = t.baseline_checks.values
-            for key in baseline:
-                d[key] = d.get(key, 0.0) + 1
+                    skey = (rule,)
+                    seconds[skey] = seconds.get(skey, 0.0) + max(check.duration_s, 0.0)
+            # refit_input_labels(result, g), inlined: it looks the turn's names up again
+            model2 = models.get(author) or g.model(author)  # type: ignore[arg-type]
+            prefix2 = models.get(prefix_name) or g.model(prefix_name)
+            bucket2 = g.depth_bucket(result.depth_bucket, ctx.depth)
+            if result.clean and checks:
+                d = t.baseline_checks.values
+                for check in checks:
+                    verdict = check.verdict if check.verdict in VERDICTS else "error"
+                    key = (rules.get(check.rule) or g.rule(check.rule), model2, bucket2, verdict)
+                    d[key] = d.get(key, 0.0) + 1
             d = t.cell_stats.values
-            for key, v in stats:
-                d[key] = d.get(key, 0.0) + v
+            if checks and in_cell(author, prefix_name, result.clean):  # type: ignore[arg-type]
+                depth = ctx.depth
+                cell_bucket = CELL_TOTAL if result.depth_bucket == CELL_TOTAL else bucket2
+                for check in checks:
+                    if check.verdict in ("pass", "fail"):
+                        rule = rules.get(check.rule) or g.rule(check.rule)
+                        key = (rule, model2, prefix2, cell_bucket, "depth")
+                        d[key] = d.get(key, 0.0) + depth
+            for step in result.cluster:
+                hit = rules.get(step.rule)
+                for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
+                    if v:  # one lookup per key, as refit_input_labels
+                        key = (hit or g.rule(step.rule), model2, prefix2, CELL_TOTAL, stat)
+                        d[key] = d.get(key, 0.0) + v
             if result.transitions:
                 handoff = g.handoff(rec.handoff)
                 d = t.transitions.values
                 for tr in result.transitions:
                     key = (
-                        g.rule(tr.rule),
+                        rules.get(tr.rule) or g.rule(tr.rule),
                         model,
                         handoff,
-                        g.verdict(tr.from_verdict),
-                        g.verdict(tr.to_verdict),
+                        tr.from_verdict if tr.from_verdict in VERDICTS else "error",
+                        tr.to_verdict if tr.to_verdict in VERDICTS else "error",
                     )
                     d[key] = d.get(key, 0.0) + 1
             if result.attribution_methods:
