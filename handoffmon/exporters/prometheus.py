@@ -9,6 +9,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter as _Tally
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -99,7 +100,9 @@ class _CounterTable:
     def __init__(self, metric: MetricWrapperBase) -> None:
         self._metric = metric
         self._labelnames: tuple[str, ...] = tuple(metric._labelnames)
-        self.values: dict[tuple[str, ...], float] = {}
+        # a missing key reads as 0.0 (``values[key] += n`` inserts it: the creation order);
+        # only the owner's increments and ``setdefault`` write, only ``items`` reads
+        self.values: dict[tuple[str, ...], float] = defaultdict(float)
         self.exemplars: dict[tuple[str, ...], Exemplar] = {}
 
     def snapshot(self) -> tuple[list[tuple[tuple[str, ...], float]], dict[tuple[str, ...], Exemplar]]:
@@ -572,7 +575,7 @@ class PrometheusExporter:
         with t.lock:
             key: tuple[str, ...] = (model, prefix, bucket)
             d = t.turns.values
-            d[key] = d.get(key, 0.0) + 1
+            d[key] += 1
             if ex is not None:
                 t.turns.exemplars[key] = ex
             if checks:
@@ -583,11 +586,11 @@ class PrometheusExporter:
                         self._init_verdicts(rule, model, prefix, bucket)
                     verdict = check.verdict if check.verdict in VERDICTS else "error"
                     key = (rule, model, prefix, bucket, verdict)
-                    counts[key] = counts.get(key, 0.0) + 1
+                    counts[key] += 1
                     if ex is not None:
                         t.checks.exemplars[key] = ex
                     skey = (rule,)
-                    seconds[skey] = seconds.get(skey, 0.0) + max(check.duration_s, 0.0)
+                    seconds[skey] += max(check.duration_s, 0.0)
             # refit_input_labels(result, g), inlined: it looks the turn's names up again
             model2 = models.get(author) or g.model(author)  # type: ignore[arg-type]
             prefix2 = models.get(prefix_name) or g.model(prefix_name)
@@ -597,7 +600,7 @@ class PrometheusExporter:
                 for check in checks:
                     verdict = check.verdict if check.verdict in VERDICTS else "error"
                     key = (rules.get(check.rule) or g.rule(check.rule), model2, bucket2, verdict)
-                    d[key] = d.get(key, 0.0) + 1
+                    d[key] += 1
             d = t.cell_stats.values
             if checks and in_cell(author, prefix_name, result.clean):  # type: ignore[arg-type]
                 depth = ctx.depth
@@ -606,13 +609,13 @@ class PrometheusExporter:
                     if check.verdict in ("pass", "fail"):
                         rule = rules.get(check.rule) or g.rule(check.rule)
                         key = (rule, model2, prefix2, cell_bucket, "depth")
-                        d[key] = d.get(key, 0.0) + depth
+                        d[key] += depth
             for step in result.cluster:
                 hit = rules.get(step.rule)
                 for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
                     if v:  # one lookup per key, as refit_input_labels
                         key = (hit or g.rule(step.rule), model2, prefix2, CELL_TOTAL, stat)
-                        d[key] = d.get(key, 0.0) + v
+                        d[key] += v
             if result.transitions:
                 handoff = g.handoff(rec.handoff)
                 d = t.transitions.values
@@ -624,12 +627,12 @@ class PrometheusExporter:
                         tr.from_verdict if tr.from_verdict in VERDICTS else "error",
                         tr.to_verdict if tr.to_verdict in VERDICTS else "error",
                     )
-                    d[key] = d.get(key, 0.0) + 1
+                    d[key] += 1
             if result.attribution_methods:
                 d = t.attributions.values
                 for method, n in _Tally(result.attribution_methods).items():
                     key = (method if method in ATTRIBUTION_METHODS else "unknown",)
-                    d[key] = d.get(key, 0.0) + n
+                    d[key] += n
             t.history_tokens.observe((bucket,), ctx.history_tokens)
         if rec.fallbacks > 0:
             requested = g.requested_model(rec.requested_model or ctx.requested_model)
