@@ -155,7 +155,7 @@ class CheckStage:
             depth_bucket=self._buckets.bucket(ctx.depth),
             checks=checks,
             transitions=transitions,
-            attribution_methods=tuple(a.method for a in ctx.attributions),
+            attribution_methods=tuple([a.method for a in ctx.attributions]),
             content=content,
             clean=clean,
             cluster=cluster,
@@ -283,9 +283,9 @@ class CheckStage:
         except Exception as exc:
             self._errors.failed("check", exc)
             return ()
-        errors = sum(1 for c in checks if c.verdict == "error")
+        errors = [c for c in checks if c.verdict == "error"]
         if errors:
-            self._errors.count("check", errors)
+            self._errors.count("check", len(errors))
         return checks
 
     def _record(self, turn: Attributed, ctx: TurnContext, author: str) -> TurnRecord:

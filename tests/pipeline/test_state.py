@@ -153,3 +153,24 @@ def test_tally_matches_the_reference_increments() -> None:
         finally:
             state_mod.MAX_CELLS = old_cap
     assert nonempty > 300
+
+
+def test_fast_constructors_build_what_the_dataclasses_build() -> None:
+    """The slot-setter constructors give equal, equally hashed, still frozen objects."""
+    import dataclasses
+
+    import pytest
+
+    from handoffmon.pipeline.state import LastVerdict, _last_verdict, _transition
+
+    lv, tr = _last_verdict("pass", 3), _transition("r", "pass", "fail")
+    assert (
+        type(lv) is LastVerdict and lv == LastVerdict("pass", 3) and hash(lv) == hash(LastVerdict("pass", 3))
+    )
+    assert (
+        type(tr) is Transition
+        and tr == Transition("r", "pass", "fail")
+        and repr(tr) == repr(Transition("r", "pass", "fail"))
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lv.depth = 4  # type: ignore[misc]
