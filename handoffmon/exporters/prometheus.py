@@ -151,6 +151,19 @@ class _HistogramTable:
         if i < len(bounds) and amount <= bounds[i]:
             row[i] += 1
 
+    def observe_many(self, keyed: Iterable[tuple[tuple[str, ...], float]]) -> None:
+        """:meth:`observe` for each ``(key, amount)``, in order (call under the owner's lock)."""
+        values, bounds = self.values, self._bounds
+        n = len(bounds)
+        for key, amount in keyed:
+            row = values.get(key)
+            if row is None:
+                row = values[key] = [0.0] * (n + 1)
+            row[-1] += amount
+            i = bisect_left(bounds, amount)
+            if i < n and amount <= bounds[i]:
+                row[i] += 1
+
     def snapshot(self) -> list[tuple[tuple[str, ...], list[float]]]:
         """Copies of the rows (call under the owner's lock)."""
         return [(key, row[:]) for key, row in self.values.items()]
@@ -723,10 +736,8 @@ class PrometheusExporter:
                     if key[0] == stage:  # admitted as itself: later lookups would be plain hits
                         keys[stage] = key
                 keyed.append((key, max(seconds, 0.0)))
-            observe = t.overhead.observe
             with t.lock:
-                for key, seconds in keyed:
-                    observe(key, seconds)
+                t.overhead.observe_many(keyed)
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
 

@@ -119,7 +119,7 @@ class ConversationState:
             "rules": [[d, dict(r)] for d, r in self.declared_rules],
             "previous": {k: v for k, v in previous.items() if v is not None},
             "last": {k: [v.verdict, v.depth] for k, v in self.last.items()},
-            "cells": [[*k, y, n] for k, (y, n) in self.cells.items()],
+            "cells": [[r, m, p, y, n] for (r, m, p), (y, n) in self.cells.items()],
         }
 
     def declare(self, rules: tuple[Mapping[str, Any], ...], depth: int) -> ConversationState:
