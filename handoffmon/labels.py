@@ -7,7 +7,7 @@ names a process keeps are bounded exactly like the names it exports (cap, then `
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
@@ -180,6 +180,13 @@ class LabelGuard:
             + self._rules.overflows
             + self._stages.overflows
         )
+
+    def admitted(self) -> tuple[Mapping[str, str], Mapping[str, str]]:
+        """The admitted model and rule names, live (read-only): ``admitted()[0].get(name)`` is
+        what the first step of :meth:`model` looks up (and :meth:`rule` for ``[1]``), so
+        ``hits.get(name) or guard.model(name)`` is ``guard.model(name)``, side effects
+        included, without the method call for a name already admitted."""
+        return self._model_hits, self._rule_hits
 
     def model(self, name: str | None) -> str:
         """Label for a model name (``None``/empty → ``unknown``; over the cap → ``other``)."""

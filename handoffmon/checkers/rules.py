@@ -95,10 +95,11 @@ class Rule:
         function, so an over-budget check is detected after it returns (RE2 keeps regex
         time linear; size caps keep the rest bounded). ``duration_s`` is wall time.
         """
+        checker = self.checker
         start, cpu_start = time.perf_counter(), time.thread_time()
         try:
-            c = replace(ctx, rule=self.name) if self.checker.stateful else ctx
-            out = self.checker.fn(reply, c)
+            c = replace(ctx, rule=self.name) if checker.stateful else ctx
+            out = checker.fn(reply, c)
         except RecursionError:
             return CheckResult(self.name, "error", "raised:RecursionError", time.perf_counter() - start)
         except Exception as exc:  # the contract: a checker bug is a counted verdict, not a crash
@@ -279,8 +280,15 @@ class RuleSet:
         if ctx.memory is not self.memory:
             ctx = replace(ctx, memory=self.memory)
         results: list[CheckResult] = []
-        for rule in self.rules:
-            self._run_if_applies(rule, text, ctx, results)
+        append = results.append
+        for rule in self.rules:  # _run_if_applies, inlined for the configured rules
+            try:
+                applies = rule.scope.applies(ctx)
+            except Exception:
+                append(CheckResult(rule.name, "error", "scope_error"))
+                continue
+            if applies:
+                append(rule.run(text, ctx))
         for cfg in extra_rules:
             name = getattr(cfg, "name", None)
             if name in self.names:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import re2
@@ -32,6 +33,37 @@ def clean_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     return text
+
+
+# Characters that are literal in RE2 syntax outside a character class (ASCII only).
+_LITERAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-,:;'\"!@%&=<>~/#")
+_FLAG_GROUP = frozenset("ims")
+
+
+def ascii_literal_finder(pattern: str, *, ignore_case: bool = False) -> Callable[[str], bool] | None:
+    """For a pattern that is a plain ASCII literal (after leading ``(?i)``/``(?m)``/``(?s)``
+    groups): ``found(text)``, whether it occurs in an ASCII ``text``; otherwise ``None``.
+
+    RE2's Python wrapper releases the GIL around every match, and taking it back costs a
+    busy process ~40 µs of thread CPU, against ~1 µs for ``in``. The answer is RE2's for ASCII
+    text: an ASCII literal has no ``m``/``s`` semantics, and RE2's case folding maps an ASCII
+    letter only to its ASCII pair within ASCII text (its other fold partners, the Kelvin sign
+    and long s, are not ASCII). Non-ASCII text must still go to RE2.
+    """
+    body = pattern
+    while body.startswith("(?"):
+        end = body.find(")")
+        flags = body[2:end]
+        if end < 0 or not flags or not _FLAG_GROUP.issuperset(flags):
+            return None
+        ignore_case = ignore_case or "i" in flags
+        body = body[end + 1 :]
+    if not body or not _LITERAL.issuperset(body):
+        return None
+    if ignore_case:
+        folded = body.lower()
+        return lambda text: folded in text.lower()
+    return lambda text: body in text
 
 
 def compile_safe(

@@ -13,7 +13,7 @@ from handoffmon.checkers.base import (
     Params,
     passed,
 )
-from handoffmon.checkers.safe_regex import clean_text, compile_safe
+from handoffmon.checkers.safe_regex import ascii_literal_finder, clean_text, compile_safe
 
 
 def _regex_flags(p: Params) -> dict[str, bool]:
@@ -29,12 +29,16 @@ def regex_must_match(p: Params) -> CheckFn:
 
     Params: pattern, ignore_case, multiline, dotall, min_count.
     """
-    rx = compile_safe(p.str("pattern"), key="pattern", **_regex_flags(p))
+    flags = _regex_flags(p)
+    rx = compile_safe(p.str("pattern"), key="pattern", **flags)
     min_count = p.int("min_count", 1, min_value=1)
+    found_in = ascii_literal_finder(p.str("pattern"), ignore_case=flags["ignore_case"])
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)
         if min_count == 1:
+            if found_in is not None and text.isascii():  # RE2's answer without releasing the GIL
+                return passed(found_in(text), "pattern_not_found")
             return passed(rx.search(text) is not None, "pattern_not_found")
         found = sum(1 for _ in rx.finditer(text))
         return passed(found >= min_count, f"pattern_found_{found}_times")
@@ -44,10 +48,15 @@ def regex_must_match(p: Params) -> CheckFn:
 
 def regex_must_not_match(p: Params) -> CheckFn:
     """``pattern`` (RE2 syntax) must not occur. Params: pattern, ignore_case, multiline, dotall."""
-    rx = compile_safe(p.str("pattern"), key="pattern", **_regex_flags(p))
+    flags = _regex_flags(p)
+    rx = compile_safe(p.str("pattern"), key="pattern", **flags)
+    found_in = ascii_literal_finder(p.str("pattern"), ignore_case=flags["ignore_case"])
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
-        return passed(rx.search(clean_text(reply)) is None, "forbidden_pattern_found")
+        text = clean_text(reply)
+        if found_in is not None and text.isascii():  # RE2's answer without releasing the GIL
+            return passed(not found_in(text), "forbidden_pattern_found")
+        return passed(rx.search(text) is None, "forbidden_pattern_found")
 
     return check
 

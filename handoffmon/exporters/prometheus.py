@@ -9,6 +9,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter as _Tally
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from handoffmon._version import __version__
+from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
@@ -98,7 +100,9 @@ class _CounterTable:
     def __init__(self, metric: MetricWrapperBase) -> None:
         self._metric = metric
         self._labelnames: tuple[str, ...] = tuple(metric._labelnames)
-        self.values: dict[tuple[str, ...], float] = {}
+        # a missing key reads as 0.0 (``values[key] += n`` inserts it: the creation order);
+        # only the owner's increments and ``setdefault`` write, only ``items`` reads
+        self.values: dict[tuple[str, ...], float] = defaultdict(float)
         self.exemplars: dict[tuple[str, ...], Exemplar] = {}
 
     def snapshot(self) -> tuple[list[tuple[tuple[str, ...], float]], dict[tuple[str, ...], Exemplar]]:
@@ -146,6 +150,19 @@ class _HistogramTable:
         i = bisect_left(bounds, amount)
         if i < len(bounds) and amount <= bounds[i]:
             row[i] += 1
+
+    def observe_many(self, keyed: Iterable[tuple[tuple[str, ...], float]]) -> None:
+        """:meth:`observe` for each ``(key, amount)``, in order (call under the owner's lock)."""
+        values, bounds = self.values, self._bounds
+        n = len(bounds)
+        for key, amount in keyed:
+            row = values.get(key)
+            if row is None:
+                row = values[key] = [0.0] * (n + 1)
+            row[-1] += amount
+            i = bisect_left(bounds, amount)
+            if i < n and amount <= bounds[i]:
+                row[i] += 1
 
     def snapshot(self) -> list[tuple[tuple[str, ...], list[float]]]:
         """Copies of the rows (call under the owner's lock)."""
@@ -486,6 +503,8 @@ class PrometheusExporter:
         self._guard_version = -1
         self._overflows: dict[str, int] = {}
         self._overflow_total = -1
+        self._stage_keys: dict[str, tuple[str]] = {}
+        """``(guard.stage(stage),)`` of the stages admitted as themselves (at most ``MAX_STAGES``)."""
         self._log = get_logger("handoffmon.exporters", exporter="prometheus")
         self._sync_label_usage()
 
@@ -547,57 +566,86 @@ class PrometheusExporter:
             self._sync_label_usage()
 
     def _count_tables(self, result: TurnResult, t: _Tables) -> None:
-        """``_count`` into the plain tables: the same label values, guard calls and order."""
+        """``_count`` into the plain tables: the same label values, guard calls and order.
+
+        ``refit_input_labels`` is inlined, and every guard lookup of a model or rule name
+        starts with the guard's own first step (its admitted names, ``LabelGuard.admitted``),
+        calling the guard only for a name not found there: the same labels and the same
+        side effects (admissions, overflow counts) as calling it every time."""
         g = self.guard
+        models, rules = g.admitted()
         ctx, rec = result.context, result.record
-        model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
+        author, prefix_name = rec.author, ctx.prefix_model
+        model = models.get(author) or g.model(author)  # type: ignore[arg-type]
+        prefix = models.get(prefix_name) or g.model(prefix_name)
         bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
         ex = (
             Exemplar({"conversation_id": ctx.conversation_id[:_EXEMPLAR_CHARS]}, 1, time.time())
             if self._exemplars
             else None
         )
+        checks = result.checks
         with t.lock:
             key: tuple[str, ...] = (model, prefix, bucket)
             d = t.turns.values
-            d[key] = d.get(key, 0.0) + 1
+            d[key] += 1
             if ex is not None:
                 t.turns.exemplars[key] = ex
-            if result.checks:
-                checks, seconds = t.checks.values, t.check_seconds.values
-                for check in result.checks:
-                    rule = g.rule(check.rule)
-                    if (rule, model, prefix, bucket) not in self._verdict_sets:
+            if checks:
+                counts, seconds, verdict_sets = t.checks.values, t.check_seconds.values, self._verdict_sets
+                for check in checks:
+                    rule = rules.get(check.rule) or g.rule(check.rule)
+                    if (rule, model, prefix, bucket) not in verdict_sets:
                         self._init_verdicts(rule, model, prefix, bucket)
-                    key = (rule, model, prefix, bucket, g.verdict(check.verdict))
-                    checks[key] = checks.get(key, 0.0) + 1
+                    verdict = check.verdict if check.verdict in VERDICTS else "error"
+                    key = (rule, model, prefix, bucket, verdict)
+                    counts[key] += 1
                     if ex is not None:
                         t.checks.exemplars[key] = ex
-                    seconds[(rule,)] = seconds.get((rule,), 0.0) + max(check.duration_s, 0.0)
-            baseline, stats = refit_input_labels(result, g)
-            d = t.baseline_checks.values
-            for key in baseline:
-                d[key] = d.get(key, 0.0) + 1
+                    skey = (rule,)
+                    seconds[skey] += max(check.duration_s, 0.0)
+            # refit_input_labels(result, g), inlined: it looks the turn's names up again
+            model2 = models.get(author) or g.model(author)  # type: ignore[arg-type]
+            prefix2 = models.get(prefix_name) or g.model(prefix_name)
+            bucket2 = g.depth_bucket(result.depth_bucket, ctx.depth)
+            if result.clean and checks:
+                d = t.baseline_checks.values
+                for check in checks:
+                    verdict = check.verdict if check.verdict in VERDICTS else "error"
+                    key = (rules.get(check.rule) or g.rule(check.rule), model2, bucket2, verdict)
+                    d[key] += 1
             d = t.cell_stats.values
-            for key, v in stats:
-                d[key] = d.get(key, 0.0) + v
+            if checks and in_cell(author, prefix_name, result.clean):  # type: ignore[arg-type]
+                depth = ctx.depth
+                cell_bucket = CELL_TOTAL if result.depth_bucket == CELL_TOTAL else bucket2
+                for check in checks:
+                    if check.verdict in ("pass", "fail"):
+                        rule = rules.get(check.rule) or g.rule(check.rule)
+                        key = (rule, model2, prefix2, cell_bucket, "depth")
+                        d[key] += depth
+            for step in result.cluster:
+                hit = rules.get(step.rule)
+                for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
+                    if v:  # one lookup per key, as refit_input_labels
+                        key = (hit or g.rule(step.rule), model2, prefix2, CELL_TOTAL, stat)
+                        d[key] += v
             if result.transitions:
                 handoff = g.handoff(rec.handoff)
                 d = t.transitions.values
                 for tr in result.transitions:
                     key = (
-                        g.rule(tr.rule),
+                        rules.get(tr.rule) or g.rule(tr.rule),
                         model,
                         handoff,
-                        g.verdict(tr.from_verdict),
-                        g.verdict(tr.to_verdict),
+                        tr.from_verdict if tr.from_verdict in VERDICTS else "error",
+                        tr.to_verdict if tr.to_verdict in VERDICTS else "error",
                     )
-                    d[key] = d.get(key, 0.0) + 1
+                    d[key] += 1
             if result.attribution_methods:
                 d = t.attributions.values
                 for method, n in _Tally(result.attribution_methods).items():
                     key = (method if method in ATTRIBUTION_METHODS else "unknown",)
-                    d[key] = d.get(key, 0.0) + n
+                    d[key] += n
             t.history_tokens.observe((bucket,), ctx.history_tokens)
         if rec.fallbacks > 0:
             requested = g.requested_model(rec.requested_model or ctx.requested_model)
@@ -680,11 +728,16 @@ class PrometheusExporter:
                 self.observe_overhead(stage, seconds)
             return
         try:
-            stage_label = self.guard.stage
-            keyed = [((stage_label(stage),), max(seconds, 0.0)) for stage, seconds in items]
+            keys, keyed = self._stage_keys, []
+            for stage, seconds in items:
+                key = keys.get(stage)
+                if key is None:
+                    key = (self.guard.stage(stage),)
+                    if key[0] == stage:  # admitted as itself: later lookups would be plain hits
+                        keys[stage] = key
+                keyed.append((key, max(seconds, 0.0)))
             with t.lock:
-                for key, seconds in keyed:
-                    t.overhead.observe(key, seconds)
+                t.overhead.observe_many(keyed)
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
 

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from handoffmon.counts import (
+    CELL_TOTAL,
+    CLUSTER_STATS,
     CellStatKey,
     CheckKey,
     Counts,
     ShadowKey,
     TransitionKey,
     TurnKey,
-    turn_cell_stats,
+    in_cell,
 )
 from handoffmon.errors import StoreError
 from handoffmon.labels import LabelGuard
@@ -179,22 +181,47 @@ class Aggregates:
         cell, attributions, and its cells' depth and conversation-cluster sums."""
         # every key is built (and its names capped) before the lock: the guard may take its own
         rec, ctx, g = result.record, result.context, self.guard
+        models, hits = g.admitted()  # the guard's first step: a name found there is its label
+        author_name, prefix_name = rec.author, ctx.prefix_model
         handoff = handoff_label(rec.handoff)
-        author, prefix, bucket = g.model(rec.author), g.model(ctx.prefix_model), result.depth_bucket
+        author = models.get(author_name) or g.model(author_name)  # type: ignore[arg-type]
+        prefix = models.get(prefix_name) or g.model(prefix_name)
+        bucket = result.depth_bucket
         rules: dict[str, str] = {}
 
-        def rule(name: str) -> str:
-            capped = rules.get(name)
+        def rule(name: str) -> str:  # one guard lookup per distinct name not yet admitted
+            capped = hits.get(name) or rules.get(name)
             if capped is None:
                 capped = rules[name] = g.rule(name)
             return capped
 
         make = tuple.__new__  # the key NamedTuples without their Python-level __new__
         turn = make(TurnKey, (author, prefix, bucket, handoff))
-        checks = [make(CheckKey, (rule(c.rule), author, prefix, bucket, c.verdict)) for c in result.checks]
-        cells = turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule)
+        found = result.checks
+        labels = [hits.get(c.rule) or rule(c.rule) for c in found]
+        checks = [
+            make(CheckKey, (label, author, prefix, bucket, c.verdict))
+            for label, c in zip(labels, found, strict=True)
+        ]
+        # counts.turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule), inlined
+        cells: list[tuple[CellStatKey, int]] = []
+        if found and in_cell(author_name, prefix_name, result.clean):  # type: ignore[arg-type]
+            depth = ctx.depth
+            cells = [
+                (make(CellStatKey, (label, author, prefix, bucket, "depth")), depth)
+                for label, c in zip(labels, found, strict=True)
+                if c.verdict in ("pass", "fail")
+            ]
+        for step in result.cluster:
+            step_rule = hits.get(step.rule) or rule(step.rule)
+            for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
+                if v:
+                    cells.append((make(CellStatKey, (step_rule, author, prefix, CELL_TOTAL, stat)), v))
         transitions = [
-            make(TransitionKey, (rule(t.rule), author, handoff, t.from_verdict, t.to_verdict))
+            make(
+                TransitionKey,
+                (hits.get(t.rule) or rule(t.rule), author, handoff, t.from_verdict, t.to_verdict),
+            )
             for t in result.transitions
         ]
         methods, clean = result.attribution_methods, result.clean

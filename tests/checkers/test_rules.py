@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
-from handoffmon.checkers import CheckContext, CheckOutcome, RequestRulePolicy, RuleSet, default_registry
+from handoffmon.checkers import (
+    CheckContext,
+    CheckOutcome,
+    RequestRulePolicy,
+    RuleSet,
+    Scope,
+    default_registry,
+)
 from handoffmon.config import RuleConfig, config_from_mapping
 from handoffmon.errors import RuleError
 
@@ -270,3 +278,19 @@ def test_evaluate_is_thread_safe_with_request_rules() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         for _ in range(5):
             assert list(pool.map(one, range(20))) == expected
+
+
+def test_scope_that_raises_is_an_error_verdict_and_later_rules_run() -> None:
+    """A configured rule whose scope raises on the context is ``error``/``scope_error``, in
+    its place; the rules after it still run (also for a declared rule)."""
+    rs = RuleSet.from_config([rule("a", "no_commas"), rule("b", "no_commas"), rule("c", "no_commas")])
+    broken = CheckContext(tags=None)  # type: ignore[arg-type]  # scope.tags.isdisjoint(None) raises
+    rs._set_rules(
+        (rs.rules[0], dataclasses.replace(rs.rules[1], scope=Scope(tags=frozenset({"t"}))), rs.rules[2])
+    )
+    out = rs.evaluate("x, y", broken)
+    assert [(r.rule, r.verdict, r.reason) for r in out] == [
+        ("a", "fail", "comma_found"),
+        ("b", "error", "scope_error"),
+        ("c", "fail", "comma_found"),
+    ]

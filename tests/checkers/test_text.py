@@ -89,3 +89,53 @@ def test_no_commas() -> None:
     assert verdict("no_commas", "one, two") == "fail"
     assert verdict("no_commas", "一，二") == "pass"
     assert verdict("no_commas", "一，二", include_fullwidth=True) == "fail"
+
+
+def test_ascii_literal_finder_only_for_plain_ascii_literals() -> None:
+    """The RE2-free path takes literals (after i/m/s flag groups) and nothing with syntax."""
+    from handoffmon.checkers.safe_regex import ascii_literal_finder
+
+    for pattern in ("ring", "(?i)ring", "(?im)(?s)Ring one", "a-b, c: 'd' #1"):
+        assert ascii_literal_finder(pattern) is not None, pattern
+    for pattern in ("", "(?i)", "r.ng", r"\bring", "ring$", "(?-i)ring", "(?U)ring", "(?i", "ri|ng", "ä"):
+        assert ascii_literal_finder(pattern) is None, pattern
+    found = ascii_literal_finder("(?i)RiNg")
+    assert found is not None and found("a RING.") and not found("rin g")
+    exact = ascii_literal_finder("RiNg", ignore_case=False)
+    assert exact is not None and exact("xRiNgx") and not exact("ring")
+    folded = ascii_literal_finder("RiNg", ignore_case=True)
+    assert folded is not None and folded("ring")
+
+
+@pytest.mark.parametrize("kind", ["regex_must_match", "regex_must_not_match"])
+def test_literal_fast_path_agrees_with_re2(kind: str) -> None:
+    """Same verdict as RE2 itself on ASCII and non-ASCII replies (Kelvin sign, long s, surrogates)."""
+    import random
+
+    from handoffmon.checkers.safe_regex import clean_text, compile_safe
+
+    rng = random.Random(7)
+    alphabet = "kKsSiIrRnNgG \n\t-_#:,'\"" + "".join(chr(c) for c in range(128))
+    patterns = ["ring", "(?i)ring", "(?i)K", "(?i)s", "S", "(?m)ng", "(?s)(?i)i r", "a-b", "#1:"]
+    replies = [
+        "",
+        "RING",
+        "\u212a",  # Kelvin sign: folds to k under (?i)
+        "\u017f",  # long s: folds to s under (?i)
+        "bRing\ud800",  # lone surrogate, cleaned to U+FFFD
+        "İstanbul ring",
+        "a-b #1: x",
+    ]
+    replies += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(400)]
+    replies += ["".join(rng.choice("rRiInNgG ") for _ in range(rng.randrange(8))) for _ in range(400)]
+    hits = misses = 0
+    for pattern in patterns:
+        for ignore_case in (False, True):
+            rx = compile_safe(pattern, key="pattern", ignore_case=ignore_case)
+            check = REG.build(kind, {"pattern": pattern, "ignore_case": ignore_case})
+            for reply in replies:
+                hit = rx.search(clean_text(reply)) is not None
+                hits, misses = hits + hit, misses + (not hit)
+                want = "pass" if hit == (kind == "regex_must_match") else "fail"
+                assert check(reply, CTX).verdict == want, (pattern, ignore_case, reply)
+    assert hits > 300 and misses > 300  # both outcomes exercised

@@ -209,3 +209,24 @@ def test_observe_overheads_equals_one_observation_at_a_time() -> None:
             many.observe_overheads(items)
         assert generate_latest(many.registry) == generate_latest(one.registry)
         assert b'handoffmon_overhead_seconds_count{stage="background"} 3.0' in generate_latest(many.registry)
+
+
+def test_observe_overheads_equals_one_observe_per_stage_past_the_stage_cap() -> None:
+    """Batched overheads (stage keys cached once admitted) expose and count overflows like
+    one ``observe_overhead`` per item, also for stages beyond ``MAX_STAGES``."""
+    from handoffmon.labels import MAX_STAGES
+
+    one, many = PrometheusExporter(CollectorRegistry()), PrometheusExporter(CollectorRegistry())
+    stages = [f"stage{i}" for i in range(MAX_STAGES + 8)] + ["x" * 200, "background"]
+    for rep in range(3):
+        items = [(s, 1e-5 * (i + rep)) for i, s in enumerate(stages)] + [("finish", float("nan"))]
+        for stage, seconds in items:
+            one.observe_overhead(stage, seconds)
+        many.observe_overheads(items)
+    assert many.guard.overflows() == one.guard.overflows()
+    assert many.guard.overflows()["stage"] > 0
+    for exp in (one, many):
+        exp.export(make_result(checks=[("json", "pass")]))  # publishes the overflow counts
+    text = generate_latest(many.registry).decode()
+    assert text == generate_latest(one.registry).decode()
+    assert 'stage="other"' in text

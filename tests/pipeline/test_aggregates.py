@@ -188,3 +188,66 @@ def test_shadow_pairs_survive_a_restart_and_two_writers_add_up(tmp_path: Path) -
     expected = {ShadowKey("r", "a", "b", "prefix_only"): 4, ShadowKey("all", "a", "b", "n2"): 6}
     assert load_counts_sqlite(path).shadow == expected
     assert Aggregates(path).snapshot().shadow == expected
+
+
+def _reference_add_turn(agg: Aggregates, result: TurnResult, tables: dict[str, dict[object, int]]) -> None:
+    """``Aggregates.add_turn`` as it was before its cell stats were inlined (keys through
+    ``turn_cell_stats``, every name through the memoized ``guard.rule``)."""
+    from collections import Counter
+
+    from handoffmon.counts import turn_cell_stats
+    from handoffmon.pipeline.aggregates import handoff_label
+
+    rec, ctx, g = result.record, result.context, agg.guard
+    handoff = handoff_label(rec.handoff)
+    author, prefix, bucket = g.model(rec.author), g.model(ctx.prefix_model), result.depth_bucket
+    memo: dict[str, str] = {}
+
+    def rule(name: str) -> str:
+        if name not in memo:
+            memo[name] = g.rule(name)
+        return memo[name]
+
+    checks = [CheckKey(rule(c.rule), author, prefix, bucket, c.verdict) for c in result.checks]
+    cells = turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule)
+    transitions = [
+        TransitionKey(rule(t.rule), author, handoff, t.from_verdict, t.to_verdict) for t in result.transitions
+    ]
+    t = {k: tables.setdefault(k, Counter()) for k in ("turns", "checks", "baseline_checks", "cell_stats")}
+    t["turns"][TurnKey(author, prefix, bucket, handoff)] += 1
+    for key in checks:
+        t["checks"][key] += 1
+        if result.clean:
+            t["baseline_checks"][key] += 1
+    for cell, n in cells:
+        t["cell_stats"][cell] += n
+    for key in transitions:
+        tables.setdefault("transitions", Counter())[key] += 1  # type: ignore[index]
+    for method in result.attribution_methods:
+        tables.setdefault("attributions", Counter())[method] += 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize("caps", [None, (2, 1)])
+def test_add_turn_matches_the_reference_keys_and_guard_lookups(caps: tuple[int, int] | None) -> None:
+    """A real pipeline's turns: same counts, in the same key order, and (under tight caps)
+    the same admissions and overflow counts as the reference."""
+    from handoffmon.labels import LabelGuard
+    from tests.exporters.test_prometheus_tables import _stream
+
+    def guard() -> LabelGuard:
+        return LabelGuard() if caps is None else LabelGuard(max_models=caps[0], max_rules=caps[1])
+
+    results = _stream()
+    new, ref = Aggregates(guard=guard()), Aggregates(guard=guard())
+    want: dict[str, dict[object, int]] = {}
+    for result in results:
+        new.add_turn(result)
+        _reference_add_turn(ref, result, want)
+    got = new.snapshot()
+    for kind, table in want.items():
+        assert list(getattr(got, kind).items()) == [(k, n) for k, n in table.items() if n], kind
+    assert sum(got.cell_stats.values()) > 0 and got.transitions and got.baseline_checks
+    assert new.guard.overflows() == ref.guard.overflows()
+    assert new.guard.models == ref.guard.models and new.guard.rules == ref.guard.rules
+    if caps is not None:
+        assert new.guard.overflows()["rule"] > 0 and new.guard.overflows()["model"] > 0

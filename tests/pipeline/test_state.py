@@ -82,3 +82,95 @@ def test_opted_in_answer_text_is_dropped_from_the_stored_state_once_expired() ->
         len(s.declared) == 0
         and s.declare(({"name": "y", "check": "no_commas"},), 2).declared[0]["name"] == "y"
     )
+
+
+def _reference_tallied(
+    state: ConversationState, author: str, prefix: str, clean: bool, checks: tuple[CheckResult, ...]
+) -> tuple[dict[tuple[str, str, str], tuple[int, int]], tuple[object, ...]]:
+    """``ConversationState._tallied`` as it was before its increments were inlined."""
+    from handoffmon.counts import POOLED_RULE, cluster_increments, in_cell
+    from handoffmon.pipeline.state import MARKOV_VERDICTS, MAX_CELLS
+    from handoffmon.types import ClusterStep
+
+    if not in_cell(author, prefix, clean):
+        return dict(state.cells), ()
+    verdicts = [(c.rule, c.verdict == "pass") for c in checks if c.verdict in MARKOV_VERDICTS]
+    if not verdicts:
+        return dict(state.cells), ()
+    cells = dict(state.cells)
+    steps: dict[str, list[int]] = {}
+    verdicts.extend([(POOLED_RULE, p) for _, p in verdicts])
+    for rule, passed in verdicts:
+        cell = (rule, author, prefix)
+        got = cells.get(cell)
+        if got is not None:
+            y, n = got
+            cells[cell] = (y + passed, n + 1)
+        else:
+            y = n = 0
+            if len(cells) < MAX_CELLS:
+                cells[cell] = (int(passed), 1)
+        g, y2, yn, n2 = cluster_increments(y, n, passed)
+        acc = steps.get(rule)
+        if acc is None:
+            steps[rule] = [g, y2, yn, n2]
+        else:
+            acc[0] += g
+            acc[1] += y2
+            acc[2] += yn
+            acc[3] += n2
+    return cells, tuple(ClusterStep(r, *v) for r, v in steps.items())
+
+
+def test_tally_matches_the_reference_increments() -> None:
+    """Random conversations (a rule named ``all`` too, a full cell table): same cells, in the
+    same order, and the same cluster steps, in the same order, as the reference."""
+    import random
+
+    from handoffmon.pipeline import state as state_mod
+
+    rng = random.Random(3)
+    rules, models = ("a", "b", "all", "c"), ("m1", "m2", "m3")
+    verdicts = ("pass", "fail", "not_applicable", "error")
+    nonempty = 0
+    for cap in (state_mod.MAX_CELLS, 5):
+        old_cap, state_mod.MAX_CELLS = state_mod.MAX_CELLS, cap
+        try:
+            for _ in range(40):
+                s = ConversationState()
+                for _ in range(12):
+                    author, prefix = rng.choice(models), rng.choice(models)
+                    clean = rng.random() < 0.5
+                    picked = rng.sample(rules, rng.randrange(len(rules) + 1))
+                    checks = tuple(_check(r, rng.choice(verdicts)) for r in picked)
+                    want_cells, want_steps = _reference_tallied(s, author, prefix, clean, checks)
+                    new, steps = s.tally(author, prefix, clean, checks)
+                    assert list(new.cells.items()) == list(want_cells.items())
+                    assert steps == want_steps
+                    assert all(type(v) is int for st in steps for v in st[1:])
+                    nonempty += bool(steps)
+                    s = new
+        finally:
+            state_mod.MAX_CELLS = old_cap
+    assert nonempty > 300
+
+
+def test_fast_constructors_build_what_the_dataclasses_build() -> None:
+    """The slot-setter constructors give equal, equally hashed, still frozen objects."""
+    import dataclasses
+
+    import pytest
+
+    from handoffmon.pipeline.state import LastVerdict, _last_verdict, _transition
+
+    lv, tr = _last_verdict("pass", 3), _transition("r", "pass", "fail")
+    assert (
+        type(lv) is LastVerdict and lv == LastVerdict("pass", 3) and hash(lv) == hash(LastVerdict("pass", 3))
+    )
+    assert (
+        type(tr) is Transition
+        and tr == Transition("r", "pass", "fail")
+        and repr(tr) == repr(Transition("r", "pass", "fail"))
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lv.depth = 4  # type: ignore[misc]
