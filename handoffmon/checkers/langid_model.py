@@ -33,7 +33,6 @@ import numpy as np
 
 _LOAD_LOCK = threading.Lock()
 _LOG1P_SIZE = 1 << 13  # log1p(count) looked up for counts below this, computed above
-_NEGLIGIBLE = 60.0  # softmax terms below exp(-60) of the best one are left out (< 1e-24 of the sum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,15 +159,12 @@ class Identifier:
             weights = self.log1p.take(counts) if len(data) < _LOG1P_SIZE else self._weights(counts)
             scores = np.dot(weights, self.table.take(ids, axis=0))
             scores += self.prior
-            raw = scores.tolist()
+            scores *= 1.0 / math.sqrt(len(data))
+            scores -= scores.max()
+            np.exp(scores, out=scores)
+            probs = scores.tolist()  # folded and summed as Python floats: fewer numpy calls
         else:  # featureless: uniform, as py3langid (a low probability → not_applicable)
-            raw = [0.0] * self.prior.size
-        # the length-scaled softmax in Python floats: a few numpy calls fewer, each of which
-        # costs several µs when its code has left the cache; terms below e⁻⁶⁰ of the best are 0
-        k = 1.0 / math.sqrt(len(data) or 1)
-        top = max(raw)
-        cut, exp = top - _NEGLIGIBLE / k, math.exp
-        probs = [exp((x - top) * k) if x > cut else 0.0 for x in raw]
+            probs = [1.0] * self.prior.size
         for first, later in self.aliases:
             probs[first] += probs[later]
             probs[later] = 0.0
