@@ -8,17 +8,17 @@ way), so the state after any text is the state reached from the root by its last
 from ``window`` vectorized steps instead of one Python step per byte.
 
 Cold caches (the checker runs between other pipeline work, not in a tight loop): after an
-8 MiB sweep a call costs ~2-3× its warm time, about two thirds of the extra for fetching
-back the code of each distinct numpy call and one third for the walk's and the table's
-data. So a reply is scored with few kinds of calls (``take``, ``+=``, ``put``,
-``bincount``, ``dot``) and smaller tables: the text is prefixed with ``window - 1`` NUL
-bytes (NUL leads from the root back to the root) so every position takes the same steps;
-each feature's count is found by scattering positions (no sort); and the table is kept as
-int16 holding 512 × the float16 log-probabilities, which is exact (every entry is a
-multiple of 2⁻⁹), half the float32 table's bytes, and gives the float32 products exactly
-once the weights carry the 1/512. Scores, the length-scaled softmax and the folding of aliased
-columns (``srl`` → ``sr``) follow py3langid, so labels agree and probabilities agree to
-float32 rounding.
+8 MiB sweep a call costs ~2-3× its warm time, partly for the walk's and the table's data
+(a one-call C version of the same steps, tried as a probe, loses ~80 µs too), partly for
+fetching back the code of each distinct numpy call. So a reply is scored with few kinds of
+calls (``take``, ``+=``, ``put``, ``bincount``, ``dot``) and smaller tables: the text is
+prefixed with ``window - 1`` NUL bytes (NUL leads from the root back to the root) so every
+position takes the same steps; each feature's count is found by scattering positions (no
+sort); and the table is kept as int16 holding 512 × the float16 log-probabilities, which
+is exact (every entry is a multiple of 2⁻⁹), half the float32 table's bytes, and gives the
+float32 products exactly once the weights carry the 1/512. Scores, the length-scaled
+softmax and the folding of aliased columns (``srl`` → ``sr``) follow py3langid, so labels
+agree and probabilities agree to float32 rounding.
 """
 
 from __future__ import annotations
