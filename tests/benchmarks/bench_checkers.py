@@ -169,6 +169,41 @@ def bench_versus_old(
     return statistics.median(samples["new"]) * 1e6, statistics.median(samples["old"]) * 1e6, differ
 
 
+SWEEP_BYTES = 8 << 20
+"""Bytes summed between calls in the cache-cold rows: more than L2, as other pipeline work between
+two replies would touch; it evicts the checker's code, numpy's and the model's rows."""
+
+
+def bench_cold(
+    check: CheckFn, replies: list[str], repeat: int, sweep: Callable[[], object] | None = None
+) -> tuple[float, float, float]:
+    """(cold p50, cold p99, warm p50) µs per call of ``check``: passes alternate between calls
+    back to back (warm) and calls each preceded by summing a ``SWEEP_BYTES`` buffer (cold: the
+    checker running between other work, as in the pipeline). Only the call is timed."""
+    if sweep is None:
+        import numpy as np
+
+        sweep = np.ones(SWEEP_BYTES, dtype=np.uint8).sum
+    ctx = CheckContext()
+    for r in replies[:5]:
+        check(r, ctx)
+    cold: list[float] = []
+    warm: list[float] = []
+    clock = time.perf_counter
+    for _ in range(repeat):
+        for r in replies:
+            t0 = clock()
+            check(r, ctx)
+            warm.append(clock() - t0)
+        for r in replies:
+            sweep()
+            t0 = clock()
+            check(r, ctx)
+            cold.append(clock() - t0)
+    p50, p99 = _percentiles(cold)
+    return p50, p99, statistics.median(warm) * 1e6
+
+
 def bench_pack(replies: list[str], *, with_language: bool, seconds: float) -> tuple[float, float, int]:
     """Checks per second of the default rule pack through RuleSet.evaluate, single thread.
 
@@ -208,6 +243,15 @@ def main() -> None:
                 f"{label + ', ' + name:34} new p50 {new50:8.1f} µs, old p50 {old50:9.1f} µs, "
                 f"new/old {new50 / old50:.3f}; verdicts differing {differ}/{len(replies)}"
             )
+    print()
+    for label, kind, params, old in LANGUAGE_PAIRS[:1]:
+        new_cold = bench_cold(default_registry().build(kind, params), short, max(1, repeat // 2))
+        old_cold = bench_cold(old(), short, max(1, repeat // 2))
+        print(
+            f"{label + ', 500 ch, cache-cold':34} new p50 {new_cold[0]:8.1f} µs (p99 {new_cold[1]:.1f}, warm "
+            f"{new_cold[2]:.1f}), old p50 {old_cold[0]:9.1f} µs (warm {old_cold[2]:.1f}); "
+            f"{SWEEP_BYTES >> 20} MiB swept between calls"
+        )
     print()
     for with_language in (False, True):
         for name, replies in (("500 ch", short), ("5 KB", long)):

@@ -132,6 +132,7 @@ def checkers(quick: bool) -> list[Row]:
             )
         )
     rows.extend(_language_versus_old(short, long, repeat))
+    rows.append(_language_cold(short, repeat))
     for name, replies in (("500 ch", short), ("5 KB", long)):
         out: tuple[Any, ...] = bench_pack(replies, with_language=False, seconds=seconds)
         wall, cpu, n = (
@@ -173,6 +174,28 @@ def _language_versus_old(short: list[str], long: list[str], repeat: int) -> list
                 )
             )
     return rows
+
+
+def _language_cold(short: list[str], repeat: int) -> Row:
+    """The language checker with cold caches (a buffer larger than L2 swept before each call),
+    beside its warm p50 from the same alternating passes and py3langid's cold p50."""
+    from handoffmon.checkers import default_registry
+    from tests.benchmarks.bench_checkers import LANGUAGE_PAIRS, SWEEP_BYTES, bench_cold
+
+    label, kind, params, old = LANGUAGE_PAIRS[0]
+    cold50, cold99, warm50 = bench_cold(default_registry().build(kind, params), short, max(1, repeat // 2))
+    old50 = bench_cold(old(), short, max(1, repeat // 2))[0]
+    return Row(
+        "checkers",
+        f"{label}, 500-char reply, cache-cold ({SWEEP_BYTES >> 20} MiB swept between calls)",
+        cold50,
+        cold99,
+        "µs",
+        cold50 / warm50,
+        "cold ÷ warm p50, alternating passes",
+        f"warm p50 {warm50:,.1f} µs; py3langid cold p50 {old50:,.1f} µs",
+        extra={"warm_p50_us": warm50, "old_cold_p50_us": old50},
+    )
 
 
 def overhead(quick: bool) -> list[Row]:

@@ -51,3 +51,29 @@ def test_bad_params(params: dict[str, object], key: str) -> None:
     with pytest.raises(ParamError) as e:
         REG.build("language", params)
     assert e.value.key == key
+
+
+def test_cache_cold_benchmark_times_warm_and_swept_passes() -> None:
+    """``bench_cold`` (the benchmark's cache-cold row) sweeps before every call of its cold passes
+    and never in its warm ones, and reports the two apart."""
+    import time
+
+    from handoffmon.checkers import CheckOutcome
+    from tests.benchmarks.bench_checkers import bench_cold
+
+    events: list[str] = []
+
+    def sweep() -> None:
+        events.append("sweep")
+
+    def check(reply: str, ctx: CheckContext) -> CheckOutcome:
+        if events and events[-1] == "sweep":
+            time.sleep(0.003)  # a "cold" call is slow
+        events.append(reply)
+        return CheckOutcome("pass")
+
+    replies = ["a", "b", "c"]
+    cold50, cold99, warm50 = bench_cold(check, replies, 2, sweep=sweep)
+    assert events[:3] == ["a", "b", "c"]  # warm-up, no sweep
+    assert events[3:] == ["a", "b", "c", "sweep", "a", "sweep", "b", "sweep", "c"] * 2
+    assert cold99 >= cold50 >= 3000 > warm50
