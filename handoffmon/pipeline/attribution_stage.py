@@ -69,7 +69,7 @@ class AttributionStage:
             ctx,
             recorded,
             self._text(item.reply),
-            outcome._replace(authors=authors),
+            Outcome._make((authors, *outcome[1:])),  # = _replace(authors=...), without its kwargs work
             item.streamed,
             item.latency_s,
             item.finished_at,
