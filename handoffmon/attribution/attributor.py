@@ -253,7 +253,7 @@ class Attributor:
         pending = self._pending
         if not len(pending):
             return self._get_many(keys, [None] * len(keys), keys)
-        found = [pending.get(k) for k in keys]
+        found = pending.get_many(keys)
         missing = [k for k, v in zip(keys, found, strict=True) if v is None]
         return self._get_many(missing, found, keys) if missing else (found, True)
 
@@ -375,7 +375,7 @@ class Attributor:
         if ctx.conversation_id_source == "derived" and cid.startswith(PENDING_PREFIX):
             cid = derived_conversation_id(h)
         canon = self.names.canonical_all(authors)
-        if ctx.degraded or all(a == UNKNOWN_MODEL for a in canon):
+        if ctx.degraded or canon.count(UNKNOWN_MODEL) == len(canon):
             return RecordedReply(cid, chain_key(h), ())
         auth = Authorship(canon, ctx.depth, self._clock(), cid)
         items = [(chain_key(h), auth)]
@@ -383,7 +383,10 @@ class Attributor:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
             items.append((content_key(fp), auth))
         seq = self._pending.add(items)
-        if all(a.method == "chain" for a in ctx.attributions):
+        for a in ctx.attributions:
+            if a.method != "chain":
+                break
+        else:
             self._verify(h)
         return RecordedReply(cid, items[0][0], tuple(items), seq)
 

@@ -102,7 +102,10 @@ def _lower(headers: Any) -> Mapping[str, Any]:
     if not headers:
         return EMPTY
     if isinstance(headers, Mapping):
-        if all(type(k) is str and k.islower() for k in headers):
+        for k in headers:  # already lower-case str names (the usual): as they are
+            if type(k) is not str or not k.islower():
+                break
+        else:
             return headers
         items: Iterable[tuple[Any, Any]] = headers.items()
     else:

@@ -63,7 +63,11 @@ class AttributionStage:
         if type(outcome) is Deferred:
             outcome = self._describe(outcome)
         assert isinstance(outcome, Outcome)
-        authors = tuple(self._names.canonical(a) for a in outcome.authors if a) or _UNKNOWN
+        raw = outcome.authors
+        if len(raw) == 1 and raw[0]:  # the usual single author
+            authors: tuple[str, ...] = (self._names.canonical(raw[0]),)
+        else:
+            authors = tuple(self._names.canonical(a) for a in raw if a) or _UNKNOWN
         recorded = self._record(ctx, item.reply, authors)
         turn = Attributed(
             ctx,
