@@ -212,28 +212,40 @@ class MemoryStore:
         horizon = self._clock() - self.ttl_s
         now = self._clock()
         with self._lock:
-            merged = [(key, merge(self._read(key, horizon), new)) for key, new in items]
-            self._put(merged, now)
+            slots = [self._read(key, horizon) for key, _ in items]
+            merged = [(key, merge(self._value(s), new)) for (key, new), s in zip(items, slots, strict=True)]
+            self._put(merged, now, slots)
 
-    def _read(self, key: str, horizon: float) -> Authorship | None:
-        """One key as ``get_many`` reads it (expired → dropped; a hit marks its group used)."""
+    def _read(self, key: str, horizon: float) -> int:
+        """A key's live slot as ``get_many`` reads it (-1: absent, or expired and dropped);
+        a hit marks its group used."""
         slot = self._find(key)
         if slot < 0:
-            return None
+            return -1
         if self._written[slot] < horizon:
             self._drop_key(slot)
-            return None
+            return -1
         self._groups.move_to_end(self._g_name[self._group_of[slot]])
+        return slot
+
+    def _value(self, slot: int) -> Authorship | None:
+        """The value of a slot ``_read`` returned (``None`` for -1)."""
+        if slot < 0:
+            return None
         value = self._cache.get(slot)
         return value if value is not None else self._authorship(slot)
 
-    def _put(self, items: Sequence[tuple[str, Authorship]], now: float) -> None:
-        """``put_many``'s writes (lock held)."""
+    def _put(self, items: Sequence[tuple[str, Authorship]], now: float, found: Sequence[int] = ()) -> None:
+        """``put_many``'s writes (lock held). ``found``: the keys' live slots as ``_read`` just
+        returned them (a slot stays live until the trim at the end; -1 is looked up again,
+        since an earlier item may have created it)."""
         last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
-        for key, value in items:
+        for i, (key, value) in enumerate(items):
             cid = value.conversation_id
             name = cid or f"key:{key}"
-            slot = self._find(key)
+            slot = found[i] if found else -1
+            if slot < 0:
+                slot = self._find(key)
             linked = slot >= 0
             if linked and self._g_name[self._group_of[slot]] != name:
                 self._unlink(slot)

@@ -260,3 +260,22 @@ def test_merge_many_on_a_closed_store_raises() -> None:
         guarded.merge_many([("c:0x1", _auth("c1"))], _merge)
     stats = guarded.stats()
     assert stats["get_errors"] == 1 and stats["put_errors"] == 0
+
+
+def test_merge_many_with_expired_and_repeated_keys_matches_get_then_put() -> None:
+    """An expired key is dropped and rewritten, a key given twice ends as one slot; same as get+put."""
+    clock = FakeClock(100.0)
+    one, two = MemoryStore(clock=clock, ttl_s=10), MemoryStore(clock=clock, ttl_s=10)
+    for store in (one, two):
+        store.put_many([("c:0x1", _auth("c1")), ("c:0x2", _auth("c2"))])
+    clock.advance(11)
+    for store in (one, two):
+        store.put_many([("c:0x2", _auth("c2"))])  # keeps c2 alive; c:0x1 is now expired
+    later = [("c:0x1", _auth("c1", 2)), ("c:0x1", _auth("c1", 2, "b")), ("c:0x3", _auth("c2"))]
+    one.merge_many(later, _merge)
+    existing = two.get_many([k for k, _ in later])
+    two.put_many([(k, _merge(old, new)) for (k, new), old in zip(later, existing, strict=True)])
+    assert one.key_count == two.key_count == 3 == one.linked_key_count()
+    assert list(one._groups) == list(two._groups)
+    keys = ["c:0x1", "c:0x2", "c:0x3"]
+    assert one.get_many(keys) == two.get_many(keys)
