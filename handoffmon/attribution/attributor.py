@@ -25,10 +25,10 @@ from handoffmon.attribution.fingerprint import (
     chain_key,
     content_fingerprint,
     content_key,
-    context_digest,
     raw_digest,
     role_salt,
 )
+from handoffmon.attribution.fingerprint import ROLE_SALTS as _SALTS
 from handoffmon.attribution.names import ModelNames
 from handoffmon.attribution.pending import PendingOverlay, merge_authorship
 from handoffmon.errors import StoreError
@@ -175,7 +175,7 @@ class Attributor:
         chains: list[int] = []
         contents: list[int] = []
         prev_role: object = None
-        prev_digest = 0
+        prev_bytes = b""  # the previous chained message's digest bytes
         min_chars = self.min_content_chars
         text = self._texts.text
         cached = self._texts.entries.get
@@ -200,17 +200,17 @@ class Attributor:
                 add_chain(h)
                 if n >= min_chars:
                     add_content(d)
-                else:
-                    ctx = context_digest(prev_role, prev_digest) if prev_role is not None else 0
-                    add_content(content_fingerprint(d, n, ctx, min_chars))
+                else:  # = content_fingerprint(d, n, context_digest(prev_role, prev_digest), min_chars)
+                    ctx = xxh3_64_intdigest(prev_bytes, _salt_of(prev_role)) if prev_role is not None else 0
+                    add_content(xxh3_64_intdigest(b, ctx))
             elif role == "user":
                 h = xxh3_64_intdigest(b, h ^ USER_SALT)
             elif role in UNCHAINED_ROLES:
                 continue
             else:
                 h = xxh3_64_intdigest(b, h ^ role_salt(role))
-            prev_role, prev_digest = role, d
-        tail = context_digest(prev_role, prev_digest) if prev_role is not None else 0
+            prev_role, prev_bytes = role, b
+        tail = xxh3_64_intdigest(prev_bytes, _salt_of(prev_role)) if prev_role is not None else 0
         return _Scan(h, chars, tail, indices, chains, contents)
 
     def _lookup(self, scan: _Scan) -> list[Authorship | None]:
@@ -253,7 +253,7 @@ class Attributor:
         pending = self._pending
         if not len(pending):
             return self._get_many(keys, [None] * len(keys), keys)
-        found = [pending.get(k) for k in keys]
+        found = pending.get_many(keys)
         missing = [k for k, v in zip(keys, found, strict=True) if v is None]
         return self._get_many(missing, found, keys) if missing else (found, True)
 
@@ -360,13 +360,22 @@ class Attributor:
         Returns:
             What ``persist`` writes, and the conversation's final id.
         """
-        d, n = raw_digest(_as_reply(reply), self._texts)[1:]
-        h = xxh3_64_intdigest(d.to_bytes(8, "little"), seed=ctx.history_fingerprint ^ ASSISTANT_SALT)
+        if (
+            type(reply) is dict
+            and len(reply) == 2
+            and type(content := reply.get("content")) is str
+            and "role" in reply
+        ):  # {role, content: str}: raw_digest's result, through the text cache directly
+            d, n, b = self._texts.entries.get(content) or self._texts.text(content)
+        else:
+            d, n = raw_digest(_as_reply(reply), self._texts)[1:]
+            b = d.to_bytes(8, "little")
+        h = xxh3_64_intdigest(b, seed=ctx.history_fingerprint ^ ASSISTANT_SALT)
         cid = ctx.conversation_id
         if ctx.conversation_id_source == "derived" and cid.startswith(PENDING_PREFIX):
             cid = derived_conversation_id(h)
         canon = self.names.canonical_all(authors)
-        if ctx.degraded or all(a == UNKNOWN_MODEL for a in canon):
+        if ctx.degraded or canon.count(UNKNOWN_MODEL) == len(canon):
             return RecordedReply(cid, chain_key(h), ())
         auth = Authorship(canon, ctx.depth, self._clock(), cid)
         items = [(chain_key(h), auth)]
@@ -374,7 +383,10 @@ class Attributor:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
             items.append((content_key(fp), auth))
         seq = self._pending.add(items)
-        if all(a.method == "chain" for a in ctx.attributions):
+        for a in ctx.attributions:
+            if a.method != "chain":
+                break
+        else:
             self._verify(h)
         return RecordedReply(cid, items[0][0], tuple(items), seq)
 
@@ -397,10 +409,14 @@ class Attributor:
         if not recorded.items:
             return
         keys = [k for k, _ in recorded.items]
-        existing = self.store.get_many(keys)
-        pairs = zip(recorded.items, existing, strict=True)
-        merged = [(k, merge_authorship(old, new)) for (k, new), old in pairs]
-        self.store.put_many(merged)
+        merge_many = getattr(self.store, "merge_many", None)
+        if merge_many is not None:  # the memory store (guarded or not): one locked pass
+            merge_many(recorded.items, merge_authorship)
+        else:
+            existing = self.store.get_many(keys)
+            pairs = zip(recorded.items, existing, strict=True)
+            merged = [(k, merge_authorship(old, new)) for (k, new), old in pairs]
+            self.store.put_many(merged)
         self._pending.drop(keys, recorded.seq)
 
     @property
@@ -414,6 +430,12 @@ class Attributor:
             # an error hook must not turn fail-open into fail-closed
             with contextlib.suppress(Exception):
                 self._on_error(stage, exc)
+
+
+def _salt_of(role: object) -> int:
+    """``role_salt`` with the usual roles' salts looked up inline."""
+    salt = _SALTS.get(role) if type(role) is str else None
+    return salt if salt is not None else role_salt(role)
 
 
 def _attribution(index: int, method: AttributionMethod, auth: Authorship | None) -> MessageAttribution:

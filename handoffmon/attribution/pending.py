@@ -65,6 +65,11 @@ class PendingOverlay:
         hit = self._items.get(key)
         return hit[0] if hit is not None else None
 
+    def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
+        """``get`` of every key, in order."""
+        get = self._items.get
+        return [hit[0] if (hit := get(k)) is not None else None for k in keys]
+
     def drop(self, keys: Sequence[str], seq: int) -> None:
         """Forget keys persisted by the ``add`` numbered ``seq`` (unless re-added since)."""
         with self._lock:

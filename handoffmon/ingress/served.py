@@ -22,6 +22,10 @@ H_MODEL_GROUP = "x-litellm-model-group"
 H_FALLBACKS = "x-litellm-attempted-fallbacks"
 H_RETRIES = "x-litellm-attempted-retries"
 SERVED_HEADERS = (H_MODEL_ID, H_MODEL_NAME, H_MODEL_GROUP, H_FALLBACKS, H_RETRIES)
+_SERVED_BYTES = {h.encode(): h for h in SERVED_HEADERS}
+"""Raw (ASGI) header names → served-by names: ``bytes.lower()`` of a latin-1 name matches one
+exactly when ``str.lower()`` of its decoded form does (the names are ASCII, and no other
+latin-1 letter lowers to ASCII)."""
 
 
 class ServedBy(NamedTuple):
@@ -84,10 +88,10 @@ def _int(value: object) -> int:
 
 
 def _str(value: object) -> str | None:
+    if type(value) is str:  # the usual: one type check
+        return value if value and value != "None" else None
     if value is None or value == "" or value == "None":
         return None
-    if type(value) is str:
-        return value
     if isinstance(value, bytes):
         return value.decode("latin-1") or None
     return str(value)
@@ -102,13 +106,22 @@ def _lower(headers: Any) -> Mapping[str, Any]:
     if not headers:
         return EMPTY
     if isinstance(headers, Mapping):
-        if all(type(k) is str and k.islower() for k in headers):
+        for k in headers:  # already lower-case str names (the usual): as they are
+            if type(k) is not str or not k.islower():
+                break
+        else:
             return headers
         items: Iterable[tuple[Any, Any]] = headers.items()
     else:
         items = headers
     out: dict[str, Any] = {}
+    served = _SERVED_BYTES
     for k, v in items:
+        if type(k) is bytes:  # serve's raw pairs: no decode of the names it does not read
+            name = served.get(k.lower())
+            if name is not None:
+                out[name] = v
+            continue
         name = (k.decode("latin-1") if isinstance(k, bytes) else str(k)).lower()
         if name in SERVED_HEADERS:
             out[name] = v

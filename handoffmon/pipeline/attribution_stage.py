@@ -63,13 +63,17 @@ class AttributionStage:
         if type(outcome) is Deferred:
             outcome = self._describe(outcome)
         assert isinstance(outcome, Outcome)
-        authors = tuple(self._names.canonical(a) for a in outcome.authors if a) or _UNKNOWN
+        raw = outcome.authors
+        if len(raw) == 1 and raw[0]:  # the usual single author
+            authors: tuple[str, ...] = (self._names.canonical(raw[0]),)
+        else:
+            authors = tuple(self._names.canonical(a) for a in raw if a) or _UNKNOWN
         recorded = self._record(ctx, item.reply, authors)
         turn = Attributed(
             ctx,
             recorded,
             self._text(item.reply),
-            outcome._replace(authors=authors),
+            Outcome._make((authors, *outcome[1:])),  # = _replace(authors=...), without its kwargs work
             item.streamed,
             item.latency_s,
             item.finished_at,

@@ -7,6 +7,8 @@ from typing import Any
 
 
 def _field(obj: Any, name: str) -> Any:
+    if type(obj) is dict:  # the usual message shape, without the ABC check
+        return obj.get(name)
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
@@ -14,6 +16,8 @@ def _field(obj: Any, name: str) -> Any:
 
 def content_text(content: Any) -> str:
     """Text of a message ``content``: a string, ``None``, or a list of parts (text parts joined)."""
+    if type(content) is str:
+        return content
     if content is None:
         return ""
     if isinstance(content, str):
@@ -41,7 +45,10 @@ def reply_text(reply: Any) -> str:
 def last_user_text(messages: Sequence[Any]) -> str:
     """Text of the last ``user`` message of a request ("" when there is none)."""
     for msg in reversed(messages):
-        if _field(msg, "role") == "user":
+        if type(msg) is dict:  # the usual shape, inline
+            if msg.get("role") == "user":
+                return content_text(msg.get("content"))
+        elif _field(msg, "role") == "user":
             return content_text(_field(msg, "content"))
     return ""
 

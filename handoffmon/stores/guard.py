@@ -31,6 +31,8 @@ KINDS = ("errors", "timeouts", "corrupt", "skipped")
 """Failure kinds: backend error, no answer in time, undecodable value, not tried (backing off)."""
 
 T = TypeVar("T")
+Merge = Callable[[Authorship | None, Authorship], Authorship]
+"""What ``merge_many`` writes: (stored value or ``None``, new value) → value."""
 
 
 class _Breaker:
@@ -132,6 +134,17 @@ class GuardedStore:
         """Write through; ``StoreError`` when the backend failed."""
         if items:
             self._call("put", lambda: self.inner.put_many(items))
+
+    def merge_many(self, items: Sequence[tuple[str, Authorship]], merge: Merge) -> None:
+        """``put_many`` of ``merge(stored value, new value)`` per key: one backend call when the
+        backend merges natively (``MemoryStore.native_merge``, counted as ``get``, the op that
+        fails first), else ``get_many`` then ``put_many`` through this guard."""
+        inner: Any = self.inner
+        if items and getattr(inner, "native_merge", False):
+            self._call("get", lambda: inner.merge_many(items, merge))
+            return
+        existing = self.get_many([k for k, _ in items])
+        self.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The backend's answer; ``StoreError`` when it failed (unreadable state → ``None``)."""

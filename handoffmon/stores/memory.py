@@ -37,6 +37,8 @@ _NO_CID = 4
 _KINDS = {"c:0x": 0, "k:0x": 1}
 _PREFIXES = ("c:", "k:")
 _MIN_TABLE = 64
+Merge = Callable[[Authorship | None, Authorship], Authorship]
+"""What ``merge_many`` writes: (stored value or ``None``, new value) → value."""
 
 
 def _fingerprint(key: str) -> tuple[int, int]:
@@ -186,33 +188,85 @@ class MemoryStore:
         """Record keys (overwriting), then evict past the cap and sweep expired groups."""
         self._open()
         now = self._clock()
-        last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
         with self._lock:
-            for key, value in items:
-                cid = value.conversation_id
-                name = cid or f"key:{key}"
+            self._put(items, now)
+
+    @property
+    def native_merge(self) -> bool:
+        """``merge_many`` is one locked pass (not a subclass's own ``get_many``/``put_many``)."""
+        cls = type(self)
+        return cls.get_many is MemoryStore.get_many and cls.put_many is MemoryStore.put_many
+
+    def merge_many(self, items: Sequence[tuple[str, Authorship]], merge: Merge) -> None:
+        """``put_many`` of ``merge(get_many value, new value)`` per key, in one locked pass
+        (the attributor's persist: one lock and no second probe of the table per call).
+
+        Raises:
+            StoreError: the store was closed.
+        """
+        if not self.native_merge:  # a subclass reads and writes its own way
+            existing = self.get_many([k for k, _ in items])
+            self.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
+            return
+        self._open()
+        horizon = self._clock() - self.ttl_s
+        now = self._clock()
+        with self._lock:
+            slots = [self._read(key, horizon) for key, _ in items]
+            merged = [(key, merge(self._value(s), new)) for (key, new), s in zip(items, slots, strict=True)]
+            self._put(merged, now, slots)
+
+    def _read(self, key: str, horizon: float) -> int:
+        """A key's live slot as ``get_many`` reads it (-1: absent, or expired and dropped);
+        a hit marks its group used."""
+        slot = self._find(key)
+        if slot < 0:
+            return -1
+        if self._written[slot] < horizon:
+            self._drop_key(slot)
+            return -1
+        self._groups.move_to_end(self._g_name[self._group_of[slot]])
+        return slot
+
+    def _value(self, slot: int) -> Authorship | None:
+        """The value of a slot ``_read`` returned (``None`` for -1)."""
+        if slot < 0:
+            return None
+        value = self._cache.get(slot)
+        return value if value is not None else self._authorship(slot)
+
+    def _put(self, items: Sequence[tuple[str, Authorship]], now: float, found: Sequence[int] = ()) -> None:
+        """``put_many``'s writes (lock held). ``found``: the keys' live slots as ``_read`` just
+        returned them (a slot stays live until the trim at the end; -1 is looked up again,
+        since an earlier item may have created it)."""
+        last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
+        for i, (key, value) in enumerate(items):
+            cid = value.conversation_id
+            name = cid or f"key:{key}"
+            slot = found[i] if found else -1
+            if slot < 0:
                 slot = self._find(key)
-                linked = slot >= 0
-                if linked and self._g_name[self._group_of[slot]] != name:
-                    self._unlink(slot)
-                    linked = False
-                if name == last_name and self._g_name[last_gid] == name:
-                    gid = last_gid
-                else:
-                    gid = last_gid = self._group(name, now)
-                    last_name = name
-                if not linked:
-                    if slot < 0:
-                        slot = self._new_slot(key)
-                    self._link(slot, gid)
-                kind = self._kind[slot] & 3
-                self._kind[slot] = kind if cid else kind | _NO_CID
-                self._author[slot] = self._author_id(value.authors)
-                self._depth[slot] = value.depth
-                self._created[slot] = value.created_at
-                self._written[slot] = now
-                self._remember(slot, value)
-            self._trim(now)
+            linked = slot >= 0
+            if linked and self._g_name[self._group_of[slot]] != name:
+                self._unlink(slot)
+                linked = False
+            if name == last_name and self._g_name[last_gid] == name:
+                gid = last_gid
+            else:
+                gid = last_gid = self._group(name, now)
+                last_name = name
+            if not linked:
+                if slot < 0:
+                    slot = self._new_slot(key)
+                self._link(slot, gid)
+            kind = self._kind[slot] & 3
+            self._kind[slot] = kind if cid else kind | _NO_CID
+            self._author[slot] = self._author_id(value.authors)
+            self._depth[slot] = value.depth
+            self._created[slot] = value.created_at
+            self._written[slot] = now
+            self._remember(slot, value)
+        self._trim(now)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A copy of the conversation's state, or ``None``."""

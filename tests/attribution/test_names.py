@@ -36,3 +36,19 @@ def test_canonical_all_keeps_order_and_merges_repeats() -> None:
     """Several raw authors keep their order; consecutive duplicates after mapping merge."""
     names = ModelNames({"dep-1": "gpt-4o", "dep-2": "gpt-4o"})
     assert names.canonical_all(["dep-1", "dep-2", "claude"]) == ("gpt-4o", "claude")
+
+
+def test_memoized_answers_stay_correct_and_bounded() -> None:
+    """Repeated lookups give the first answer; the memo is cleared, not grown, past its bound."""
+    names = ModelNames({"gpt-4o-2024-08-06": "gpt-4o"})
+    for _ in range(3):
+        assert names.canonical("openai/GPT-4o-2024-08-06") == "gpt-4o"
+        assert names.canonical("other/model") == "other/model"
+        assert names.canonical_all(["openai/gpt-4o-2024-08-06", "gpt-4o-2024-08-06", None]) == (
+            "gpt-4o",
+            "unknown",
+        )
+    for i in range(ModelNames.MEMO_MAX + 10):
+        assert names.canonical(f"m{i}") == f"m{i}"
+    assert len(names._memo) <= ModelNames.MEMO_MAX
+    assert names.canonical("gpt-4o-2024-08-06") == "gpt-4o"

@@ -47,3 +47,12 @@ def test_overlay_merges_collisions_and_is_bounded() -> None:
     assert overlay.get("k") is not None and overlay.get("k").authors == ()  # type: ignore[union-attr]
     overlay.add([(f"x{i}", A) for i in range(5)])
     assert len(overlay) == 3
+
+
+def test_overlay_get_many_is_get_in_order() -> None:
+    """get_many answers like get, key by key, None for keys never added or dropped."""
+    overlay = PendingOverlay()
+    seq = overlay.add([("a", A), ("b", A)])
+    assert overlay.get_many(["b", "x", "a"]) == [A, None, A]
+    overlay.drop(["a"], seq)
+    assert overlay.get_many(["a", "b"]) == [overlay.get("a"), overlay.get("b")] == [None, A]

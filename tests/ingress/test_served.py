@@ -110,3 +110,27 @@ def test_describe_stream_gives_one_author_per_deployment_that_wrote() -> None:
     models = {"dep-a": "openai/a", "dep-b": "openai/b"}
     out = describe_stream(ModelNames(), folder.outcome(completed=True), served, models.get)
     assert (out.authors, out.deployment_id, out.fallbacks) == (("openai/a", "openai/b"), "dep-b", 1)
+
+
+def test_raw_byte_header_names_match_like_their_decoded_lower_case() -> None:
+    """Raw names are matched as latin-1 text lowered: the same answer as str pairs, and a
+    non-ASCII letter that lowers to itself or another non-ASCII letter never matches."""
+    names = [
+        b"X-LITELLM-MODEL-GROUP",
+        b"x-litellm-model-\xc9d",
+        b"x-litellm-model-id\xa0",
+        b"X-LiteLLM-Model-Id",
+    ]
+    raw = [(n, f"v{i}".encode()) for i, n in enumerate(names)]
+    decoded = [(n.decode("latin-1"), v) for n, v in raw]
+    assert served_by_headers(raw) == served_by_headers(decoded)
+    assert served_by_headers(raw) == ServedBy("v3", None, "v0", 0, 0)
+
+
+def test_served_strings_none_and_empty_mean_absent() -> None:
+    """'None' and '' are absent for str values, bytes are decoded, other values become str."""
+    s = served_by_headers(
+        {"x-litellm-model-id": "", "x-litellm-model-name": "None", "x-litellm-model-group": 7}
+    )
+    assert (s.deployment_id, s.model_name, s.model_group) == (None, None, "7")
+    assert served_by_headers([(b"x-litellm-model-id", b"dep")]).deployment_id == "dep"

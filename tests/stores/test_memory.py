@@ -196,3 +196,86 @@ def test_evicted_slots_are_reused_and_the_table_stays_consistent() -> None:
     survivors = [f"c:{hex(c * 1000 + k + 1)}" for c in range(180, 200) for k in range(5)]
     assert store.get_many(survivors) == [_auth(f"conv{c}", k + 1) for c in range(180, 200) for k in range(5)]
     assert store.get_many(["c:0x1", "c:0x2"]) == [None, None]
+
+
+def _merge(old: Authorship | None, new: Authorship) -> Authorship:
+    from handoffmon.attribution.pending import merge_authorship
+
+    return merge_authorship(old, new)
+
+
+def test_merge_many_is_get_many_then_put_many() -> None:
+    """merge_many writes merge(stored, new) per key, exactly as a read then a write would."""
+    clock = FakeClock(100.0)
+    one, two = MemoryStore(clock=clock), MemoryStore(clock=clock)
+    first = [("c:0x1", _auth("c1", 1, "a")), ("k:0x2", _auth("c1", 1, "a")), ("odd", _auth(""))]
+    for store in (one, two):
+        store.put_many(first)
+    later = [
+        ("c:0x1", _auth("c1", 1, "b")),
+        ("k:0x2", _auth("c2", 1, "a")),
+        ("odd", _auth("")),
+        ("c:0x9", _auth("c3")),
+    ]
+    one.merge_many(later, _merge)
+    existing = two.get_many([k for k, _ in later])
+    two.put_many([(k, _merge(old, new)) for (k, new), old in zip(later, existing, strict=True)])
+    keys = ["c:0x1", "k:0x2", "odd", "c:0x9"]
+    assert list(one._groups) == list(two._groups) and one.key_count == two.key_count == 4
+    assert one.get_many(keys) == two.get_many(keys)
+    assert one.get_many(["c:0x1"])[0].authors == ()  # type: ignore[union-attr]  # a collision marker
+
+
+def test_merge_many_of_a_subclass_goes_through_its_own_get_and_put() -> None:
+    """A subclass overriding get_many/put_many (a test double) is not bypassed."""
+    calls: list[str] = []
+
+    class Counting(MemoryStore):
+        def get_many(self, keys):  # type: ignore[no-untyped-def]
+            calls.append("get")
+            return super().get_many(keys)
+
+        def put_many(self, items):  # type: ignore[no-untyped-def]
+            calls.append("put")
+            super().put_many(items)
+
+    store = Counting()
+    assert not store.native_merge and MemoryStore().native_merge
+    store.merge_many([("c:0x1", _auth("c1"))], _merge)
+    assert calls == ["get", "put"] and store.get_many(["c:0x1"]) == [_auth("c1")]
+
+
+def test_merge_many_on_a_closed_store_raises() -> None:
+    """A closed store fails merge_many like get_many (the guard counts it as a get)."""
+    from handoffmon.errors import StoreError
+    from handoffmon.stores.guard import GuardedStore
+
+    store = MemoryStore()
+    store.close()
+    with pytest.raises(StoreError):
+        store.merge_many([("c:0x1", _auth("c1"))], _merge)
+    guarded = GuardedStore(MemoryStore())
+    guarded.inner.close()
+    with pytest.raises(StoreError):
+        guarded.merge_many([("c:0x1", _auth("c1"))], _merge)
+    stats = guarded.stats()
+    assert stats["get_errors"] == 1 and stats["put_errors"] == 0
+
+
+def test_merge_many_with_expired_and_repeated_keys_matches_get_then_put() -> None:
+    """An expired key is dropped and rewritten, a key given twice ends as one slot; same as get+put."""
+    clock = FakeClock(100.0)
+    one, two = MemoryStore(clock=clock, ttl_s=10), MemoryStore(clock=clock, ttl_s=10)
+    for store in (one, two):
+        store.put_many([("c:0x1", _auth("c1")), ("c:0x2", _auth("c2"))])
+    clock.advance(11)
+    for store in (one, two):
+        store.put_many([("c:0x2", _auth("c2"))])  # keeps c2 alive; c:0x1 is now expired
+    later = [("c:0x1", _auth("c1", 2)), ("c:0x1", _auth("c1", 2, "b")), ("c:0x3", _auth("c2"))]
+    one.merge_many(later, _merge)
+    existing = two.get_many([k for k, _ in later])
+    two.put_many([(k, _merge(old, new)) for (k, new), old in zip(later, existing, strict=True)])
+    assert one.key_count == two.key_count == 3 == one.linked_key_count()
+    assert list(one._groups) == list(two._groups)
+    keys = ["c:0x1", "c:0x2", "c:0x3"]
+    assert one.get_many(keys) == two.get_many(keys)
