@@ -128,6 +128,11 @@ class Monitor:
             capture_content=config.telemetry.capture_content,
         )
         self._checks = checks
+        # One check worker (the default): its queue is drained by the attribution thread
+        # (after each run of turns, and every 32 turns meanwhile) instead of a thread of its
+        # own, whose polling and GIL hand-offs cost about a poll per turn under load
+        # (issue 21). Same order, same queue bound and drop accounting.
+        driven = config.pipeline.workers == 1
         self._pool: WorkerPool[Attributed] = WorkerPool(
             checks.process,
             workers=config.pipeline.workers,
@@ -135,6 +140,7 @@ class Monitor:
             on_error=lambda exc: self.errors.failed("pipeline", exc),
             on_idle=self._flush_aggregates,
             start=start,
+            driven=driven,
         )
         attribution = AttributionStage(
             attributor=self.attributor,
@@ -149,6 +155,7 @@ class Monitor:
             on_error=self._front_failed,
             name="handoffmon-attribution",
             start=start,
+            after=self._pool.drain if driven else None,
         )
         for exporter in exporters:
             self.add_exporter(exporter)

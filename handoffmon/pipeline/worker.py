@@ -33,6 +33,8 @@ class WorkerPool(Generic[T]):
         on_idle: called when a queue runs empty (and every ``idle_every`` items otherwise).
         name: thread name prefix.
         start: start the threads now (else call :meth:`start`; items queue up meanwhile).
+        driven: one queue and no thread of its own: another worker's thread calls
+            :meth:`drain` (``DequeWorker(after=pool.drain)``; see ``DequeWorker``'s ``driven``).
     """
 
     def __init__(
@@ -46,16 +48,24 @@ class WorkerPool(Generic[T]):
         idle_every: int = 1000,
         name: str = "handoffmon-worker",
         start: bool = True,
+        driven: bool = False,
     ) -> None:
         self._handler = handler
         self._on_error = on_error
         self._on_idle = on_idle
         self._idle_every = idle_every
+        if driven and workers != 1:
+            raise ValueError("a driven pool has one queue")
         per = max(1, queue_size // workers)
         self._shards: list[DequeWorker[T]] = []
         for i in range(workers):
             shard: DequeWorker[T] = DequeWorker(
-                self._handle_one(), queue_size=per, on_error=on_error, name=f"{name}-{i}", start=False
+                self._handle_one(),
+                queue_size=per,
+                on_error=on_error,
+                name=f"{name}-{i}",
+                start=False,
+                driven=driven,
             )
             self._shards.append(shard)
         self._started = False
@@ -87,6 +97,12 @@ class WorkerPool(Generic[T]):
         self._started = True
         for w in self._shards:
             w.start()
+
+    def drain(self) -> None:
+        """Handle every queued item on the calling thread (a ``driven`` pool: its driver's
+        ``after`` hook); items submitted meanwhile are handled too."""
+        for w in self._shards:
+            w.run_pending()
 
     def submit(self, item: T, key: str = "") -> bool:
         """Enqueue without blocking; False when the queue is full or the pool is closed."""
@@ -157,6 +173,11 @@ class DequeWorker(Generic[T]):
         linger_s: how long the worker keeps polling after its last item before it sleeps.
         wake_at: queued items at which ``submit`` sets the wake-up event (a polling worker
             sees it at its next poll; kept for callers that tune it).
+        driven: no thread: whoever drives it calls :meth:`run_pending` (and :meth:`close`
+            handles what is left on the closing thread).
+        after: called on this worker's thread whenever its deque runs empty and every
+            ``after_every`` items meanwhile (the attribution thread drives the check queue
+            through it), and once more before the thread ends.
     """
 
     def __init__(
@@ -170,8 +191,14 @@ class DequeWorker(Generic[T]):
         poll_s: float = 0.002,
         linger_s: float = 0.5,
         wake_at: int = 32,
+        driven: bool = False,
+        after: Callable[[], None] | None = None,
+        after_every: int = 32,
     ) -> None:
         self._handler = handler
+        self._driven = driven
+        self._after = after
+        self._after_every = after_every
         self._on_error = on_error
         self._max = queue_size
         self._items: deque[T] = deque()
@@ -188,11 +215,36 @@ class DequeWorker(Generic[T]):
             self.start()
 
     def start(self) -> None:
-        """Start the thread (idempotent)."""
+        """Start the thread (idempotent; a driven worker has none)."""
         if self._started:
             return
         self._started = True
-        self._thread.start()
+        if not self._driven:
+            self._thread.start()
+
+    def run_pending(self) -> int:
+        """Handle the queued items on the calling thread until the deque is empty; how many.
+
+        For a ``driven`` worker, called by its driver's thread only (one thread at a time)."""
+        items, handler = self._items, self._handler
+        n = 0
+        while True:
+            self._busy = True  # before popleft: an item in flight is always counted as pending
+            try:
+                item = items.popleft()
+            except IndexError:
+                self._busy = False
+                return n
+            n += 1
+            try:
+                handler(item)
+            except Exception as exc:  # the stage must keep running whatever the handler does
+                try:
+                    self._on_error(exc)
+                except Exception:  # pragma: no cover - error accounting itself failed
+                    _log.exception("handoffmon error handler failed")
+            finally:
+                self._busy = False
 
     def submit(self, item: T) -> bool:
         """Enqueue without blocking; False when full or closed."""
@@ -218,21 +270,41 @@ class DequeWorker(Generic[T]):
         self._closed = True
         self._wake.set()
 
+    def _call_after(self) -> None:
+        assert self._after is not None
+        try:
+            self._after()
+        except Exception as exc:  # the driven stage fails open itself; this guards the plumbing
+            try:
+                self._on_error(exc)
+            except Exception:  # pragma: no cover - error accounting itself failed
+                _log.exception("handoffmon error handler failed")
+
     def _run(self) -> None:
         items, wake, sleep = self._items, self._wake, time.sleep
+        after, every, since_after = self._after, self._after_every, 0
         idle_since = 0.0
         self._sleeping = False  # polling from the start
         while True:
+            if after is not None and since_after >= every:
+                since_after = 0
+                self._call_after()
             self._busy = True  # before popleft: an item in flight is always counted as pending
             try:
                 item = items.popleft()
             except IndexError:
                 self._busy = False
+                if after is not None and since_after:
+                    since_after = 0
+                    self._call_after()
+                    continue  # the hook took a while: look at the deque again
                 if wake.is_set():  # clear() takes the event's lock: only when there is something to clear
                     wake.clear()
                 if items:  # appended between popleft and clear: its submit saw the event set
                     continue
                 if self._closed:
+                    if after is not None:
+                        self._call_after()
                     return
                 now = time.monotonic()
                 if not idle_since:
@@ -250,6 +322,7 @@ class DequeWorker(Generic[T]):
                 idle_since = 0.0
                 continue
             idle_since = 0.0
+            since_after += 1
             try:
                 self._handler(item)
             except Exception as exc:  # the stage must keep running whatever the handler does
@@ -272,9 +345,15 @@ class DequeWorker(Generic[T]):
         return True
 
     def close(self, timeout_s: float | None = None) -> bool:
-        """Stop accepting items, drain the deque and join the thread; False on timeout."""
+        """Stop accepting items, drain the deque and join the thread; False on timeout.
+
+        A driven worker handles what is still queued on the calling thread (its driver
+        has stopped by then)."""
         self.start()  # a never-started worker still drains what it queued
         self._closed = True
+        if self._driven:
+            self.run_pending()
+            return True
         self._wake.set()
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
