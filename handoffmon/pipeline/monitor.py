@@ -23,6 +23,7 @@ from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver, ShadowPairObserver
 from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
 from handoffmon.stores.guard import GuardedStore
+from handoffmon.stores.memory import MemoryStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.checkers import RuleSet
@@ -128,11 +129,13 @@ class Monitor:
             capture_content=config.telemetry.capture_content,
         )
         self._checks = checks
-        # One check worker (the default): its queue is drained by the attribution thread
-        # (after each run of turns, and every 32 turns meanwhile) instead of a thread of its
-        # own, whose polling and GIL hand-offs cost about a poll per turn under load
-        # (issue 21). Same order, same queue bound and drop accounting.
-        driven = config.pipeline.workers == 1
+        # One check worker (the default) on the in-process memory store: its queue is drained
+        # by the attribution thread (after each run of turns, and every 32 turns meanwhile)
+        # instead of a thread of its own, whose polling and GIL hand-offs cost about a poll
+        # per turn under load (issue 21). Same order, same queue bound and drop accounting.
+        # A store that waits on I/O (SQLite, Redis) keeps the check thread, so attribution
+        # goes on while a check waits.
+        driven = config.pipeline.workers == 1 and isinstance(self.store.inner, MemoryStore)
         self._pool: WorkerPool[Attributed] = WorkerPool(
             checks.process,
             workers=config.pipeline.workers,

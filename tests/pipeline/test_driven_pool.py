@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 from tests.pipeline.helpers import RecordingExporter, make_config, monitor, run_conversation
 
@@ -79,6 +81,17 @@ def test_a_monitor_with_one_worker_runs_its_checks_on_the_attribution_thread() -
 def test_several_workers_keep_their_threads() -> None:
     exp = RecordingExporter()
     with monitor(make_config(pipeline={"workers": 2}), exporters=[exp]) as m:
+        run_conversation(m, ["a", "b"])
+        assert m.flush(10)
+        assert any(t.name.startswith("handoffmon-worker") for t in threading.enumerate())
+    assert len(exp.results) == 2
+
+
+def test_a_store_that_waits_on_io_keeps_the_check_thread(tmp_path: Path) -> None:
+    """SQLite (and Redis): attribution must not wait while a check waits on the store."""
+    exp = RecordingExporter()
+    config = make_config(store={"backend": "sqlite", "path": str(tmp_path / "hm.db")})
+    with Monitor(config, exporters=[exp]) as m:
         run_conversation(m, ["a", "b"])
         assert m.flush(10)
         assert any(t.name.startswith("handoffmon-worker") for t in threading.enumerate())
