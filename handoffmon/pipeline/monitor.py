@@ -130,9 +130,11 @@ class Monitor:
         )
         self._checks = checks
         # One check worker (the default) on the in-process memory store: its queue is drained
-        # by the attribution thread (after each run of turns, and every 32 turns meanwhile)
-        # instead of a thread of its own, whose polling and GIL hand-offs cost about a poll
-        # per turn under load (issue 21). Same order, same queue bound and drop accounting.
+        # by the attribution thread whenever no captured turn waits (attribution first, so a
+        # check backlog waits in the 10,000-slot check queue as it does behind a check thread,
+        # not in the attribution queue) instead of a thread of its own, whose polling and GIL
+        # hand-offs cost about a poll per turn under load (issue 21). Same order, same queue
+        # bound and drop accounting.
         # A store that waits on I/O (SQLite, Redis) keeps the check thread, so attribution
         # goes on while a check waits.
         driven = config.pipeline.workers == 1 and isinstance(self.store.inner, MemoryStore)

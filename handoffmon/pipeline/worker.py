@@ -98,11 +98,11 @@ class WorkerPool(Generic[T]):
         for w in self._shards:
             w.start()
 
-    def drain(self) -> None:
-        """Handle every queued item on the calling thread (a ``driven`` pool: its driver's
-        ``after`` hook); items submitted meanwhile are handled too."""
+    def drain(self, stop: Callable[[], bool] | None = None) -> None:
+        """Handle the queued items on the calling thread (a ``driven`` pool: its driver's
+        ``after`` hook) until none is left or ``stop()`` is true (checked before each)."""
         for w in self._shards:
-            w.run_pending()
+            w.run_pending(stop)
 
     def submit(self, item: T, key: str = "") -> bool:
         """Enqueue without blocking; False when the queue is full or the pool is closed."""
@@ -175,9 +175,13 @@ class DequeWorker(Generic[T]):
             sees it at its next poll; kept for callers that tune it).
         driven: no thread: whoever drives it calls :meth:`run_pending` (and :meth:`close`
             handles what is left on the closing thread).
-        after: called on this worker's thread whenever its deque runs empty and every
-            ``after_every`` items meanwhile (the attribution thread drives the check queue
-            through it), and once more before the thread ends.
+        after: called on this worker's thread whenever its deque runs empty (after it
+            handled items), with :meth:`has_items` as a ``stop`` to return by as soon as an
+            item waits again, and once more, with ``None``, before the thread ends. The
+            attribution thread drives the check queue through it (``pool.drain``): it
+            attributes first and checks while no turn waits, so a check backlog waits in the
+            check queue (``pipeline.queue_size``) as it does with a check thread, not in
+            its own, smaller queue.
     """
 
     def __init__(
@@ -192,13 +196,13 @@ class DequeWorker(Generic[T]):
         linger_s: float = 0.5,
         wake_at: int = 32,
         driven: bool = False,
-        after: Callable[[], None] | None = None,
-        after_every: int = 32,
+        after: Callable[[Callable[[], bool] | None], None] | None = None,
     ) -> None:
         self._handler = handler
         self._driven = driven
         self._after = after
-        self._after_every = after_every
+        # one drainer at a time: the driver, or close() on the closing thread
+        self._drain_lock = threading.Lock()
         self._on_error = on_error
         self._max = queue_size
         self._items: deque[T] = deque()
@@ -222,13 +226,20 @@ class DequeWorker(Generic[T]):
         if not self._driven:
             self._thread.start()
 
-    def run_pending(self) -> int:
-        """Handle the queued items on the calling thread until the deque is empty; how many.
+    def run_pending(self, stop: Callable[[], bool] | None = None) -> int:
+        """Handle the queued items on the calling thread until the deque is empty or
+        ``stop()`` is true (checked before each item); how many.
 
-        For a ``driven`` worker, called by its driver's thread only (one thread at a time)."""
+        For a ``driven`` worker: its driver's thread, or :meth:`close` (one at a time)."""
+        with self._drain_lock:
+            return self._run_pending(stop)
+
+    def _run_pending(self, stop: Callable[[], bool] | None) -> int:
         items, handler = self._items, self._handler
         n = 0
         while True:
+            if stop is not None and items and stop():
+                return n
             self._busy = True  # before popleft: an item in flight is always counted as pending
             try:
                 item = items.popleft()
@@ -270,10 +281,10 @@ class DequeWorker(Generic[T]):
         self._closed = True
         self._wake.set()
 
-    def _call_after(self) -> None:
+    def _call_after(self, stop: Callable[[], bool] | None) -> None:
         assert self._after is not None
         try:
-            self._after()
+            self._after(stop)
         except Exception as exc:  # the driven stage fails open itself; this guards the plumbing
             try:
                 self._on_error(exc)
@@ -282,21 +293,21 @@ class DequeWorker(Generic[T]):
 
     def _run(self) -> None:
         items, wake, sleep = self._items, self._wake, time.sleep
-        after, every, since_after = self._after, self._after_every, 0
+        after, since_after, has_items = self._after, 0, self.has_items
         idle_since = 0.0
         self._sleeping = False  # polling from the start
         while True:
-            if after is not None and since_after >= every:
-                since_after = 0
-                self._call_after()
             self._busy = True  # before popleft: an item in flight is always counted as pending
             try:
                 item = items.popleft()
             except IndexError:
                 self._busy = False
                 if after is not None and since_after:
+                    # Only this thread's items feed the hook's queue, so it is empty again
+                    # unless the hook returned for a waiting item, which is handled next
+                    # (and calls the hook again).
                     since_after = 0
-                    self._call_after()
+                    self._call_after(has_items)
                     continue  # the hook took a while: look at the deque again
                 if wake.is_set():  # clear() takes the event's lock: only when there is something to clear
                     wake.clear()
@@ -304,7 +315,7 @@ class DequeWorker(Generic[T]):
                     continue
                 if self._closed:
                     if after is not None:
-                        self._call_after()
+                        self._call_after(None)
                     return
                 now = time.monotonic()
                 if not idle_since:
@@ -352,7 +363,13 @@ class DequeWorker(Generic[T]):
         self.start()  # a never-started worker still drains what it queued
         self._closed = True
         if self._driven:
-            self.run_pending()
+            # the driver has stopped, or (its close timed out) is still draining: wait for it
+            if not self._drain_lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+                return False
+            try:
+                self._run_pending(None)
+            finally:
+                self._drain_lock.release()
             return True
         self._wake.set()
         self._thread.join(timeout_s)

@@ -10,7 +10,9 @@ from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 from tests.pipeline.helpers import RecordingExporter, make_config, monitor, run_conversation
 
 
-def _chain(queue_size: int = 100, start: bool = True) -> tuple[DequeWorker[int], WorkerPool[int], list, list]:
+def _chain(
+    queue_size: int = 1000, start: bool = True
+) -> tuple[DequeWorker[int], WorkerPool[int], list, list]:
     checked: list[tuple[int, str]] = []
     errors: list[BaseException] = []
     dropped: list[int] = []
@@ -46,13 +48,45 @@ def test_driven_pool_keeps_order_and_counts_errors_on_the_driver_thread() -> Non
 
 
 def test_driven_pool_keeps_its_bound_when_the_driver_runs_ahead() -> None:
-    """Not started: the front drains its backlog (4 < after_every) before the checks, as a
-    separate check thread that was never scheduled would have: the third and fourth drop."""
+    """Not started: the front drains its backlog before the checks, as a separate check
+    thread that was never scheduled would have: the third and fourth drop."""
     front, pool, checked, (errors, dropped) = _chain(queue_size=2, start=False)
     for i in (0, 2, 3, 4):
         assert front.submit(i)
     assert front.close(5) and pool.close(5)
     assert [i for i, _ in checked] == [0, 2] and dropped == [3, 4] and not errors
+
+
+def test_the_driver_attributes_a_waiting_turn_before_the_next_check() -> None:
+    """Attribution first: a turn that arrives during a check is attributed before the next
+    check, so a check backlog waits in the check queue (as behind a check thread of its own),
+    not in the driver's queue; close() then drains both."""
+    log: list[str] = []
+    errors: list[BaseException] = []
+
+    def check(i: int) -> None:
+        log.append(f"c{i}")
+        if i == 0:
+            assert front.submit(100)  # arrives while the driver checks
+
+    pool: WorkerPool[int] = WorkerPool(
+        check, queue_size=1000, on_error=errors.append, driven=True, start=False
+    )
+
+    def attribute(i: int) -> None:
+        log.append(f"a{i}")
+        assert pool.submit(i)
+
+    front: DequeWorker[int] = DequeWorker(
+        attribute, queue_size=1000, on_error=errors.append, name="front", after=pool.drain, start=False
+    )
+    for i in (0, 1, 2):
+        assert front.submit(i)
+    front.start()
+    pool.start()
+    assert front.flush(5) and pool.flush(5)
+    assert log == ["a0", "a1", "a2", "c0", "a100", "c1", "c2", "c100"] and not errors
+    assert front.close(5) and pool.close(5)
 
 
 class _InlineRecorder(RecordingExporter):
