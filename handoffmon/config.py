@@ -66,7 +66,8 @@ class PipelineConfig(_Section):
     queue_size: int = Field(default=10_000, gt=0)
     """Turns waiting for the check workers; when full, turns are dropped and counted."""
     workers: int = Field(default=1, ge=1)
-    """Check worker threads (a conversation's turns always go to the same one)."""
+    """Check worker threads (a conversation's turns always go to the same one); with 1 and the
+    memory store, the attribution thread runs the checks instead, while no captured turn waits."""
     attribution_queue_size: int = Field(default=1_000, gt=0)
     """Captured turns waiting for the attribution thread. Each holds its request's message
     list, so this bounds memory; when full, turns are dropped (shed, never attributed on

@@ -23,6 +23,7 @@ from handoffmon.pipeline.worker import DequeWorker, WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver, ShadowPairObserver
 from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
 from handoffmon.stores.guard import GuardedStore
+from handoffmon.stores.memory import MemoryStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.checkers import RuleSet
@@ -128,6 +129,15 @@ class Monitor:
             capture_content=config.telemetry.capture_content,
         )
         self._checks = checks
+        # One check worker (the default) on the in-process memory store: its queue is drained
+        # by the attribution thread whenever no captured turn waits (attribution first, so a
+        # check backlog waits in the 10,000-slot check queue as it does behind a check thread,
+        # not in the attribution queue) instead of a thread of its own, whose polling and GIL
+        # hand-offs cost about a poll per turn under load (issue 21). Same order, same queue
+        # bound and drop accounting.
+        # A store that waits on I/O (SQLite, Redis) keeps the check thread, so attribution
+        # goes on while a check waits.
+        driven = config.pipeline.workers == 1 and isinstance(self.store.inner, MemoryStore)
         self._pool: WorkerPool[Attributed] = WorkerPool(
             checks.process,
             workers=config.pipeline.workers,
@@ -135,6 +145,7 @@ class Monitor:
             on_error=lambda exc: self.errors.failed("pipeline", exc),
             on_idle=self._flush_aggregates,
             start=start,
+            driven=driven,
         )
         attribution = AttributionStage(
             attributor=self.attributor,
@@ -149,6 +160,7 @@ class Monitor:
             on_error=self._front_failed,
             name="handoffmon-attribution",
             start=start,
+            after=self._pool.drain if driven else None,
         )
         for exporter in exporters:
             self.add_exporter(exporter)

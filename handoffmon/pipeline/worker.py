@@ -33,6 +33,8 @@ class WorkerPool(Generic[T]):
         on_idle: called when a queue runs empty (and every ``idle_every`` items otherwise).
         name: thread name prefix.
         start: start the threads now (else call :meth:`start`; items queue up meanwhile).
+        driven: one queue and no thread of its own: another worker's thread calls
+            :meth:`drain` (``DequeWorker(after=pool.drain)``; see ``DequeWorker``'s ``driven``).
     """
 
     def __init__(
@@ -46,16 +48,24 @@ class WorkerPool(Generic[T]):
         idle_every: int = 1000,
         name: str = "handoffmon-worker",
         start: bool = True,
+        driven: bool = False,
     ) -> None:
         self._handler = handler
         self._on_error = on_error
         self._on_idle = on_idle
         self._idle_every = idle_every
+        if driven and workers != 1:
+            raise ValueError("a driven pool has one queue")
         per = max(1, queue_size // workers)
         self._shards: list[DequeWorker[T]] = []
         for i in range(workers):
             shard: DequeWorker[T] = DequeWorker(
-                self._handle_one(), queue_size=per, on_error=on_error, name=f"{name}-{i}", start=False
+                self._handle_one(),
+                queue_size=per,
+                on_error=on_error,
+                name=f"{name}-{i}",
+                start=False,
+                driven=driven,
             )
             self._shards.append(shard)
         self._started = False
@@ -87,6 +97,12 @@ class WorkerPool(Generic[T]):
         self._started = True
         for w in self._shards:
             w.start()
+
+    def drain(self, stop: Callable[[], bool] | None = None) -> None:
+        """Handle the queued items on the calling thread (a ``driven`` pool: its driver's
+        ``after`` hook) until none is left or ``stop()`` is true (checked before each)."""
+        for w in self._shards:
+            w.run_pending(stop)
 
     def submit(self, item: T, key: str = "") -> bool:
         """Enqueue without blocking; False when the queue is full or the pool is closed."""
@@ -157,6 +173,15 @@ class DequeWorker(Generic[T]):
         linger_s: how long the worker keeps polling after its last item before it sleeps.
         wake_at: queued items at which ``submit`` sets the wake-up event (a polling worker
             sees it at its next poll; kept for callers that tune it).
+        driven: no thread: whoever drives it calls :meth:`run_pending` (and :meth:`close`
+            handles what is left on the closing thread).
+        after: called on this worker's thread whenever its deque runs empty (after it
+            handled items), with :meth:`has_items` as a ``stop`` to return by as soon as an
+            item waits again, and once more, with ``None``, before the thread ends. The
+            attribution thread drives the check queue through it (``pool.drain``): it
+            attributes first and checks while no turn waits, so a check backlog waits in the
+            check queue (``pipeline.queue_size``) as it does with a check thread, not in
+            its own, smaller queue.
     """
 
     def __init__(
@@ -170,8 +195,14 @@ class DequeWorker(Generic[T]):
         poll_s: float = 0.002,
         linger_s: float = 0.5,
         wake_at: int = 32,
+        driven: bool = False,
+        after: Callable[[Callable[[], bool] | None], None] | None = None,
     ) -> None:
         self._handler = handler
+        self._driven = driven
+        self._after = after
+        # one drainer at a time: the driver, or close() on the closing thread
+        self._drain_lock = threading.Lock()
         self._on_error = on_error
         self._max = queue_size
         self._items: deque[T] = deque()
@@ -188,11 +219,43 @@ class DequeWorker(Generic[T]):
             self.start()
 
     def start(self) -> None:
-        """Start the thread (idempotent)."""
+        """Start the thread (idempotent; a driven worker has none)."""
         if self._started:
             return
         self._started = True
-        self._thread.start()
+        if not self._driven:
+            self._thread.start()
+
+    def run_pending(self, stop: Callable[[], bool] | None = None) -> int:
+        """Handle the queued items on the calling thread until the deque is empty or
+        ``stop()`` is true (checked before each item); how many.
+
+        For a ``driven`` worker: its driver's thread, or :meth:`close` (one at a time)."""
+        with self._drain_lock:
+            return self._run_pending(stop)
+
+    def _run_pending(self, stop: Callable[[], bool] | None) -> int:
+        items, handler = self._items, self._handler
+        n = 0
+        while True:
+            if stop is not None and items and stop():
+                return n
+            self._busy = True  # before popleft: an item in flight is always counted as pending
+            try:
+                item = items.popleft()
+            except IndexError:
+                self._busy = False
+                return n
+            n += 1
+            try:
+                handler(item)
+            except Exception as exc:  # the stage must keep running whatever the handler does
+                try:
+                    self._on_error(exc)
+                except Exception:  # pragma: no cover - error accounting itself failed
+                    _log.exception("handoffmon error handler failed")
+            finally:
+                self._busy = False
 
     def submit(self, item: T) -> bool:
         """Enqueue without blocking; False when full or closed."""
@@ -218,8 +281,19 @@ class DequeWorker(Generic[T]):
         self._closed = True
         self._wake.set()
 
+    def _call_after(self, stop: Callable[[], bool] | None) -> None:
+        assert self._after is not None
+        try:
+            self._after(stop)
+        except Exception as exc:  # the driven stage fails open itself; this guards the plumbing
+            try:
+                self._on_error(exc)
+            except Exception:  # pragma: no cover - error accounting itself failed
+                _log.exception("handoffmon error handler failed")
+
     def _run(self) -> None:
         items, wake, sleep = self._items, self._wake, time.sleep
+        after, since_after, has_items = self._after, 0, self.has_items
         idle_since = 0.0
         self._sleeping = False  # polling from the start
         while True:
@@ -228,11 +302,20 @@ class DequeWorker(Generic[T]):
                 item = items.popleft()
             except IndexError:
                 self._busy = False
+                if after is not None and since_after:
+                    # Only this thread's items feed the hook's queue, so it is empty again
+                    # unless the hook returned for a waiting item, which is handled next
+                    # (and calls the hook again).
+                    since_after = 0
+                    self._call_after(has_items)
+                    continue  # the hook took a while: look at the deque again
                 if wake.is_set():  # clear() takes the event's lock: only when there is something to clear
                     wake.clear()
                 if items:  # appended between popleft and clear: its submit saw the event set
                     continue
                 if self._closed:
+                    if after is not None:
+                        self._call_after(None)
                     return
                 now = time.monotonic()
                 if not idle_since:
@@ -250,6 +333,7 @@ class DequeWorker(Generic[T]):
                 idle_since = 0.0
                 continue
             idle_since = 0.0
+            since_after += 1
             try:
                 self._handler(item)
             except Exception as exc:  # the stage must keep running whatever the handler does
@@ -272,9 +356,21 @@ class DequeWorker(Generic[T]):
         return True
 
     def close(self, timeout_s: float | None = None) -> bool:
-        """Stop accepting items, drain the deque and join the thread; False on timeout."""
+        """Stop accepting items, drain the deque and join the thread; False on timeout.
+
+        A driven worker handles what is still queued on the calling thread (its driver
+        has stopped by then)."""
         self.start()  # a never-started worker still drains what it queued
         self._closed = True
+        if self._driven:
+            # the driver has stopped, or (its close timed out) is still draining: wait for it
+            if not self._drain_lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+                return False
+            try:
+                self._run_pending(None)
+            finally:
+                self._drain_lock.release()
+            return True
         self._wake.set()
         self._thread.join(timeout_s)
         return not self._thread.is_alive()

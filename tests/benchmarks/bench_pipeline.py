@@ -9,14 +9,20 @@ with ``bench_proxy``'s three rules and a ``PrometheusExporter``, as ``handoffmon
 them. Each stage's handler is timed with ``time.thread_time`` on its own thread: the CPU it
 takes from the process, which is what competes with the request path for the GIL and the
 cores (wall time on a shared host would mostly measure the host).
+
+It also prints the CPU of the whole run per turn: the process (``time.process_time``, the
+request path included) and the pipeline's own threads (``handoffmon-*``, their idle polling
+included, which the per-call timings miss), from the first turn to the last flush.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,8 +62,19 @@ def _timed(cls: type, name: str, out: list[float]) -> Iterator[None]:
         setattr(cls, name, original)
 
 
+def _pipeline_threads_cpu() -> float:
+    """CPU seconds of the live ``handoffmon-*`` threads so far."""
+    total = 0.0
+    for t in threading.enumerate():
+        if t.name.startswith("handoffmon-") and t.ident is not None:
+            with contextlib.suppress(OSError):  # ended meanwhile
+                total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+    return total
+
+
 def measure(conversations: int, seed: int = 1) -> dict[str, list[float]]:
-    """Thread CPU seconds per turn of each stage (``attribution``, ``checks``)."""
+    """Thread CPU seconds per turn of each stage (``attribution``, ``checks``); one value each
+    for the whole run's CPU per turn: ``process`` and ``pipeline_threads``."""
     rng = random.Random(seed)
     out: dict[str, list[float]] = {"attribution": [], "checks": []}
     router = ZeroLatencyRouter({"g1": ("dep-1", "openai/m1"), "g2": ("dep-2", "openai/m2")})
@@ -69,6 +86,7 @@ def measure(conversations: int, seed: int = 1) -> dict[str, list[float]]:
         Monitor(config, exporters=[exporter]) as m,
     ):
         wrapped = RouterWrapper(router, m)
+        cpu0 = time.process_time()
         for _ in range(conversations):
             history: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
             for _ in range(TURNS):
@@ -79,6 +97,9 @@ def measure(conversations: int, seed: int = 1) -> dict[str, list[float]]:
                 history.append({"role": "assistant", "content": reply.choices[0].message.content})
                 time.sleep(0.0005)
             m.flush(30)
+        turns = conversations * TURNS
+        out["process"] = [(time.process_time() - cpu0) / turns]
+        out["pipeline_threads"] = [_pipeline_threads_cpu() / turns]
     return out
 
 
@@ -92,11 +113,16 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=200)
     args = parser.parse_args()
     got = measure(args.conversations)
-    for stage, xs in got.items():
+    for stage in ("attribution", "checks"):
+        xs = got[stage]
         print(
             f"{stage:12s} n={len(xs):5d} thread CPU p50 {quantile(xs, 0.5) * 1e6:7.1f} µs "
             f"p99 {quantile(xs, 0.99) * 1e6:7.1f} µs mean {statistics.mean(xs) * 1e6:7.1f} µs"
         )
+    print(
+        f"whole run CPU per turn: process {got['process'][0] * 1e6:7.1f} µs, "
+        f"handoffmon threads {got['pipeline_threads'][0] * 1e6:7.1f} µs"
+    )
 
 
 if __name__ == "__main__":
