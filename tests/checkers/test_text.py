@@ -139,3 +139,46 @@ def test_literal_fast_path_agrees_with_re2(kind: str) -> None:
                 want = "pass" if hit == (kind == "regex_must_match") else "fail"
                 assert check(reply, CTX).verdict == want, (pattern, ignore_case, reply)
     assert hits > 300 and misses > 300  # both outcomes exercised
+
+
+@pytest.mark.parametrize("case_sensitive", [False, True])
+@pytest.mark.parametrize("whole_word", [True, False])
+def test_keyword_prefilter_agrees_with_re2(case_sensitive: bool, whole_word: bool) -> None:
+    """keywords_absent / keywords_present (any, all) give RE2's verdict whether or not the
+    substring prefilter lets RE2 run: on ASCII and non-ASCII replies (Kelvin sign and long s
+    fold to k and s under case-insensitive RE2), ASCII and non-ASCII keywords."""
+    import random
+
+    from handoffmon.checkers.safe_regex import clean_text
+    from handoffmon.checkers.text import any_phrase_regex, phrase_prefilter
+
+    rng = random.Random(11)
+    keyword_sets = [("as an ai", "sorry"), ("Ask",), ("C++", "k8s"), ("café", "sk"), ("is",)]
+    alphabet = "asAS kKiI+8cC\u212a\u017fé\n.,_-"
+    replies = ["", "AS AN AI model", "sorry!", "as an aI", "\u212a8s", "a\u017fk", "caf\u00e9 sk", "task"]
+    replies += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(14))) for _ in range(600)]
+    outcomes = set()
+    for keywords in keyword_sets:
+        params = {"keywords": list(keywords), "case_sensitive": case_sensitive, "whole_word": whole_word}
+        absent = REG.build("keywords_absent", params)
+        any_of = REG.build("keywords_present", {**params, "require": "any"})
+        all_of = REG.build("keywords_present", {**params, "require": "all"})
+        rx = any_phrase_regex(keywords, key="k", case_sensitive=case_sensitive, whole_word=whole_word)
+        each = [
+            any_phrase_regex((k,), key="k", case_sensitive=case_sensitive, whole_word=whole_word)
+            for k in keywords
+        ]
+        may_match = phrase_prefilter(keywords, case_sensitive=case_sensitive)
+        for reply in replies:
+            text = clean_text(reply)
+            hit = rx.search(text) is not None
+            assert may_match(text) or not hit, (keywords, reply)  # the filter never hides a match
+            outcomes.add((hit, may_match(text)))
+            assert absent(reply, CTX).verdict == ("fail" if hit else "pass"), (keywords, reply)
+            assert any_of(reply, CTX).verdict == ("pass" if hit else "fail"), (keywords, reply)
+            every = all(r.search(text) is not None for r in each)
+            assert all_of(reply, CTX).verdict == ("pass" if every else "fail"), (keywords, reply)
+    # matches and filtered-out misses were exercised, and misses RE2 had to decide wherever they
+    # can happen (a case-sensitive substring without word boundaries is exactly the match)
+    assert {(True, True), (False, False)} <= outcomes
+    assert ((False, True) in outcomes) == (whole_word or not case_sensitive)
