@@ -146,6 +146,18 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+def _handle(handler: Callable[[T], None], on_error: Callable[[BaseException], None], item: T) -> None:
+    """``handler(item)``; an exception goes to ``on_error``: the stage keeps running whatever
+    the handler does."""
+    try:
+        handler(item)
+    except Exception as exc:
+        try:
+            on_error(exc)
+        except Exception:  # pragma: no cover - error accounting itself failed
+            _log.exception("handoffmon error handler failed")
+
+
 class DequeWorker(Generic[T]):
     """One thread draining a bounded deque: ``submit`` takes no lock while the thread is busy.
 
@@ -248,12 +260,7 @@ class DequeWorker(Generic[T]):
                 return n
             n += 1
             try:
-                handler(item)
-            except Exception as exc:  # the stage must keep running whatever the handler does
-                try:
-                    self._on_error(exc)
-                except Exception:  # pragma: no cover - error accounting itself failed
-                    _log.exception("handoffmon error handler failed")
+                _handle(handler, self._on_error, item)
             finally:
                 self._busy = False
 
@@ -335,12 +342,7 @@ class DequeWorker(Generic[T]):
             idle_since = 0.0
             since_after += 1
             try:
-                self._handler(item)
-            except Exception as exc:  # the stage must keep running whatever the handler does
-                try:
-                    self._on_error(exc)
-                except Exception:  # pragma: no cover - error accounting itself failed
-                    _log.exception("handoffmon error handler failed")
+                _handle(self._handler, self._on_error, item)
             finally:
                 self._busy = False
 
