@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,6 +61,19 @@ class AttributionStore(Protocol):
     def close(self) -> None:
         """Release connections/files."""
         ...
+
+
+Merge = Callable[[Authorship | None, Authorship], Authorship]
+"""How a write combines with what is stored: (stored value or ``None``, new value) → value."""
+
+
+def merge_by_read_write(
+    store: AttributionStore, items: Sequence[tuple[str, Authorship]], merge: Merge
+) -> None:
+    """``merge_many`` for any store: ``get_many`` of the keys, then ``put_many`` of
+    ``merge(stored value, new value)`` per key (what a store without a native merge does)."""
+    existing = store.get_many([k for k, _ in items])
+    store.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
 
 
 @runtime_checkable

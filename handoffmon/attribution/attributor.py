@@ -32,7 +32,7 @@ from handoffmon.attribution.fingerprint import ROLE_SALTS as _SALTS
 from handoffmon.attribution.names import ModelNames
 from handoffmon.attribution.pending import PendingOverlay, merge_authorship
 from handoffmon.errors import StoreError
-from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.protocols import AttributionStore, Authorship, merge_by_read_write
 from handoffmon.types import (
     NO_PREFIX,
     UNKNOWN_MODEL,
@@ -408,16 +408,12 @@ class Attributor:
         """
         if not recorded.items:
             return
-        keys = [k for k, _ in recorded.items]
         merge_many = getattr(self.store, "merge_many", None)
-        if merge_many is not None:  # the memory store (guarded or not): one locked pass
+        if merge_many is not None:  # the guard, or the memory store: one locked pass where native
             merge_many(recorded.items, merge_authorship)
         else:
-            existing = self.store.get_many(keys)
-            pairs = zip(recorded.items, existing, strict=True)
-            merged = [(k, merge_authorship(old, new)) for (k, new), old in pairs]
-            self.store.put_many(merged)
-        self._pending.drop(keys, recorded.seq)
+            merge_by_read_write(self.store, recorded.items, merge_authorship)
+        self._pending.drop([k for k, _ in recorded.items], recorded.seq)
 
     @property
     def pending(self) -> int:

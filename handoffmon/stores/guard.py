@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from handoffmon.errors import CorruptValue, StoreError, StoreSkipped
-from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.protocols import AttributionStore, Authorship, Merge, merge_by_read_write
 
 OPS = ("get", "put", "get_state", "put_state")
 """Operations counted (``stats()`` keys are ``<op>_<kind>``)."""
@@ -31,8 +31,6 @@ KINDS = ("errors", "timeouts", "corrupt", "skipped")
 """Failure kinds: backend error, no answer in time, undecodable value, not tried (backing off)."""
 
 T = TypeVar("T")
-Merge = Callable[[Authorship | None, Authorship], Authorship]
-"""What ``merge_many`` writes: (stored value or ``None``, new value) → value."""
 
 
 class _Breaker:
@@ -143,8 +141,7 @@ class GuardedStore:
         if items and getattr(inner, "native_merge", False):
             self._call("get", lambda: inner.merge_many(items, merge))
             return
-        existing = self.get_many([k for k, _ in items])
-        self.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
+        merge_by_read_write(self, items, merge)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The backend's answer; ``StoreError`` when it failed (unreadable state → ``None``)."""

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
 from handoffmon.errors import StoreError
-from handoffmon.protocols import Authorship
+from handoffmon.protocols import Authorship, Merge, merge_by_read_write
 
 _FREE = 255
 """Kind byte of a free slot."""
@@ -37,8 +37,6 @@ _NO_CID = 4
 _KINDS = {"c:0x": 0, "k:0x": 1}
 _PREFIXES = ("c:", "k:")
 _MIN_TABLE = 64
-Merge = Callable[[Authorship | None, Authorship], Authorship]
-"""What ``merge_many`` writes: (stored value or ``None``, new value) → value."""
 
 
 def _fingerprint(key: str) -> tuple[int, int]:
@@ -205,8 +203,7 @@ class MemoryStore:
             StoreError: the store was closed.
         """
         if not self.native_merge:  # a subclass reads and writes its own way
-            existing = self.get_many([k for k, _ in items])
-            self.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
+            merge_by_read_write(self, items, merge)
             return
         self._open()
         horizon = self._clock() - self.ttl_s
