@@ -80,13 +80,13 @@ class WorkerPool(Generic[T]):
 
         def handle(item: T) -> None:
             nonlocal since_idle
-            self._call(self._handler, item)
+            _guarded(self._handler, self._on_error, item)
             since_idle += 1
             if self._on_idle is not None and (
                 since_idle >= self._idle_every or not shards[index].has_items()
             ):
                 since_idle = 0
-                self._call(self._on_idle)
+                _guarded(self._on_idle, self._on_error)
 
         return handle
 
@@ -114,15 +114,6 @@ class WorkerPool(Generic[T]):
         """Items queued or in progress."""
         return sum(w.pending() for w in self._shards)
 
-    def _call(self, fn: Callable[..., None], *args: object) -> None:
-        try:
-            fn(*args)
-        except Exception as exc:  # the pipeline must keep running whatever a stage does
-            try:
-                self._on_error(exc)
-            except Exception:  # pragma: no cover - error accounting itself failed
-                _log.exception("handoffmon error handler failed")
-
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued item has been processed; False on timeout.
 
@@ -146,11 +137,11 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-def _handle(handler: Callable[[T], None], on_error: Callable[[BaseException], None], item: T) -> None:
-    """``handler(item)``; an exception goes to ``on_error``: the stage keeps running whatever
-    the handler does."""
+def _guarded(fn: Callable[..., None], on_error: Callable[[BaseException], None], *args: object) -> None:
+    """``fn(*args)``; an exception goes to ``on_error``: the pipeline keeps running whatever a
+    stage, a hook or a handler does."""
     try:
-        handler(item)
+        fn(*args)
     except Exception as exc:
         try:
             on_error(exc)
@@ -260,7 +251,7 @@ class DequeWorker(Generic[T]):
                 return n
             n += 1
             try:
-                _handle(handler, self._on_error, item)
+                _guarded(handler, self._on_error, item)
             finally:
                 self._busy = False
 
@@ -288,16 +279,6 @@ class DequeWorker(Generic[T]):
         self._closed = True
         self._wake.set()
 
-    def _call_after(self, stop: Callable[[], bool] | None) -> None:
-        assert self._after is not None
-        try:
-            self._after(stop)
-        except Exception as exc:  # the driven stage fails open itself; this guards the plumbing
-            try:
-                self._on_error(exc)
-            except Exception:  # pragma: no cover - error accounting itself failed
-                _log.exception("handoffmon error handler failed")
-
     def _run(self) -> None:
         items, wake, sleep = self._items, self._wake, time.sleep
         after, since_after, has_items = self._after, 0, self.has_items
@@ -314,7 +295,7 @@ class DequeWorker(Generic[T]):
                     # unless the hook returned for a waiting item, which is handled next
                     # (and calls the hook again).
                     since_after = 0
-                    self._call_after(has_items)
+                    _guarded(after, self._on_error, has_items)
                     continue  # the hook took a while: look at the deque again
                 if wake.is_set():  # clear() takes the event's lock: only when there is something to clear
                     wake.clear()
@@ -322,7 +303,7 @@ class DequeWorker(Generic[T]):
                     continue
                 if self._closed:
                     if after is not None:
-                        self._call_after(None)
+                        _guarded(after, self._on_error, None)
                     return
                 now = time.monotonic()
                 if not idle_since:
@@ -342,7 +323,7 @@ class DequeWorker(Generic[T]):
             idle_since = 0.0
             since_after += 1
             try:
-                _handle(self._handler, self._on_error, item)
+                _guarded(self._handler, self._on_error, item)
             finally:
                 self._busy = False
 
