@@ -375,12 +375,15 @@ def run(opts: argparse.Namespace) -> list[Result]:
                 ],
                 env,
             )
-        before = os.environ.get("BENCH_PROXY_BEFORE")  # a source tree (e.g. `git archive` of main)
-        if before:  # the same serve from that tree, measured side by side (before/after ratios)
-            ports["before"] = free_port()
-            procs["before"] = _start(
+        # source trees (e.g. `git archive` of main), os.pathsep-separated: the same serve from
+        # each, measured side by side in the same interleaved rounds (before/after ratios)
+        befores = [b for b in os.environ.get("BENCH_PROXY_BEFORE", "").split(os.pathsep) if b]
+        for i, before in enumerate(befores):
+            key = f"before{i}"
+            ports[key] = free_port()
+            procs[key] = _start(
                 [
-                    *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports["before"])],
+                    *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports[key])],
                     *["--config", str(_handoffmon_config(tmp))],
                 ],
                 {**env, "PYTHONPATH": before},
@@ -408,7 +411,10 @@ def run(opts: argparse.Namespace) -> list[Result]:
             ("handoffmon serve (3 rules checked)", "handoffmon", None),
             ("handoffmon serve, Redis store", "hm-redis", None),
             ("LiteLLM Proxy 1.108 (master key)", "litellm", "sk-bench-master"),
-            (f"handoffmon serve from BENCH_PROXY_BEFORE={before}", "before", None),
+        ]
+        plan += [
+            (f"handoffmon serve from BENCH_PROXY_BEFORE={b}", f"before{i}", None)
+            for i, b in enumerate(befores)
         ]
         targets = [
             (label, f"http://127.0.0.1:{ports[key]}/v1/chat/completions", auth, procs[key].pid)

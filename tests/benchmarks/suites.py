@@ -635,7 +635,7 @@ def routing(quick: bool) -> list[Row]:
 
 def pipeline(quick: bool) -> list[Row]:
     """Background CPU per turn: attribution stage and check stage (with Prometheus export inline)."""
-    from tests.benchmarks.bench_pipeline import measure, quantile
+    from tests.benchmarks.bench_pipeline import measure, quantile, replay
 
     got = measure(60 if quick else 300)
     rows = []
@@ -651,6 +651,21 @@ def pipeline(quick: bool) -> list[Row]:
                 note=f"{len(xs)} turns; mean {statistics.mean(xs) * 1e6:.1f} µs",
             )
         )
+    drained = replay(60 if quick else 300)
+    rows.append(
+        Row(
+            "pipeline",
+            "whole pipeline, queued turns drained back to back (nothing else running), thread CPU per turn",
+            drained["pipeline_threads"][0] * 1e6,
+            None,
+            "µs",
+            note=(
+                f"{drained['turns_per_s'][0]:.0f} turns/s on one thread; stage p50s: attribution "
+                f"{quantile(drained['attribution'], 0.5) * 1e6:.1f} µs, checks + export "
+                f"{quantile(drained['checks'], 0.5) * 1e6:.1f} µs"
+            ),
+        )
+    )
     return rows
 
 
