@@ -257,13 +257,16 @@ class RequestParser:
             received_at=t0,
         )
 
-    def http_body(self, body: Any, raw_headers: Iterable[tuple[bytes, bytes]]) -> Request | None:
+    def http_body(
+        self, body: Any, raw_headers: Iterable[tuple[bytes, bytes]], received_at: float | None = None
+    ) -> Request | None:
         """A decoded ``/v1/chat/completions`` JSON body and its raw ASGI headers (``serve``).
 
         Only the conversation-id headers and ``traceparent`` are read (never auth headers).
         ``None`` when the body is not a chat request (no ``messages`` list).
+        ``received_at``: ``perf_counter`` when the request arrived (default: now).
         """
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if received_at is None else received_at
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return None
         wanted = (self.header_name.lower(), *CALLER_HEADERS, "traceparent")

@@ -132,12 +132,22 @@ async def _receive_within(receive: Receive, timeout_s: float) -> Message:
 
 @dataclass
 class _Turn:
-    """A monitored chat completion in flight."""
+    """A chat completion in flight that may be monitored: the request body is parsed when
+    first needed (:meth:`Forwarder._capture`), on the attribution thread for JSON replies."""
 
-    capture: Capture
+    body: bytes
+    raw_headers: Sequence[tuple[bytes, bytes]]
+    """The request's ASGI headers (only the conversation-id headers are read)."""
     started: float
+    """``time.monotonic()`` when forwarding began (the call's latency)."""
+    received_at: float
+    """``time.perf_counter()`` when forwarding began (the parsed request's ``received_at``)."""
     headers: Sequence[tuple[str, str]] = ()
     """The forwarded request headers (a shadow call takes its credentials from them)."""
+    parsed: bool = False
+    capture: Capture | None = None
+    handed_off: bool = False
+    """Queued with ``Monitor.finish_later``: parsed (and counted) on the attribution thread."""
 
 
 class _DisconnectWatch:
@@ -230,7 +240,13 @@ class Forwarder:
             return
         if self._routing is not None:  # risk-aware order of the fallbacks the request carries
             body = self._routing.rewrite(body) or body
-        turn = self._begin(scope, body, headers) if self._monitor is not None else None
+        turn = (
+            _Turn(
+                body, scope["headers"], time.monotonic(), time.perf_counter(), headers if self._shadow else ()
+            )
+            if self._monitor is not None
+            else None
+        )
         watch = _DisconnectWatch(receive)
         try:
             await self._forward(scope, body, headers, send, turn, watch)
@@ -240,27 +256,42 @@ class Forwarder:
             self._metrics.disconnects.inc()
         finally:
             watch.stop()
+            if turn is not None and not turn.parsed and not turn.handed_off:
+                # never reached the monitor (upstream error, client gone): a body that is not
+                # a chat request is still counted as such
+                self._capture(turn, True)
 
-    def _begin(self, scope: Scope, body: bytes, headers: Sequence[tuple[str, str]]) -> _Turn | None:
+    def _capture(self, turn: _Turn, on_request_path: bool) -> Capture | None:
+        """The turn's parsed request, parsed on first use; ``None`` (counted as unmonitored)
+        when the body is not a chat request.
+
+        ``serve`` forwards the body's bytes unchanged and parses them for the monitor only:
+        for a JSON reply on the attribution thread (:meth:`_read_json`), for a stream or a
+        shadow offer when the reply is finished. ``begin_s`` is the request-path time."""
+        if turn.parsed:
+            return turn.capture
+        turn.parsed = True
+        t0 = time.perf_counter()
         try:
-            doc = loads(body)
+            doc = loads(turn.body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
             self._skip("bad_json")
             return None
-        assert self._monitor is not None and self._parser is not None
-        try:
-            request = self._parser.http_body(doc, scope["headers"])  # conversation headers only
-        except Exception:  # the parser is total; should it ever raise, the request still goes out
+        assert self._parser is not None
+        try:  # conversation headers only
+            request = self._parser.http_body(doc, turn.raw_headers, received_at=turn.received_at)
+        except Exception:  # the parser is total; should it ever raise, the turn goes unmonitored
             self._parse_failed()
             return None
         if request is None:
             self._skip("no_messages")
             return None
-        return _Turn(self._monitor.capture(request), time.monotonic(), headers if self._shadow else ())
+        turn.capture = Capture(request, time.perf_counter() - t0 if on_request_path else 0.0)
+        return turn.capture
 
-    def _offer(self, turn: _Turn) -> ShadowOffer | None:
+    def _offer(self, capture: Capture, turn: _Turn) -> ShadowOffer | None:
         """The turn's shadow offer when the runtime runs shadow continuation."""
-        messages = turn.capture.request.messages
+        messages = capture.request.messages
         if self._shadow is None or not messages:
             return None
         source = self._shadow(turn.headers)
@@ -353,6 +384,8 @@ class Forwarder:
         reset, incomplete chunked body, read timeout) makes the client's response break
         off too, and the turn is not recorded: the client did not receive a reply.
         """
+        if turn is not None and self._capture(turn, True) is None:
+            turn = None  # not a chat request (counted): the stream is only passed through
         sse = SSEChunks() if turn is not None and 200 <= status < 300 else None
         if sse is None and turn is not None:
             self._skip("upstream_status")
@@ -415,40 +448,77 @@ class Forwarder:
 
     def _finish_json(self, turn: _Turn, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
         if not 200 <= status < 300:
-            self._skip("upstream_status")
+            if self._capture(turn, True) is not None:  # a body that is not a chat request counts as such
+                self._skip("upstream_status")
             return
+        assert self._monitor is not None
+        monitor = self._monitor
+        if self._shadow is None:
+            # The request path only queues the bytes (the ~20-40 µs of parsing both bodies
+            # run on the attribution thread, in order with every other turn).
+            turn.handed_off = True
+            monitor.finish_later(self._read_json, (turn, headers, data, time.monotonic()))
+            return
+        capture = self._capture(turn, True)
+        got = self._reply(headers, data) if capture is not None else None
+        if capture is None or got is None:
+            return
+        doc, reply = got
+        monitor.finish(
+            capture,
+            reply,
+            Deferred(_describe_response, (monitor.names, doc, headers)),
+            latency_s=time.monotonic() - turn.started,
+            shadow=self._offer(capture, turn),
+        )
+
+    def _read_json(
+        self, turn: _Turn, headers: list[tuple[bytes, bytes]], data: bytes, done: float
+    ) -> tuple[Capture, Any, Deferred, float] | None:
+        """``Monitor.finish_later``'s build for a JSON reply (attribution thread): the parsed
+        request and reply, or ``None`` when either is not monitored (counted)."""
+        capture = self._capture(turn, False)
+        got = self._reply(headers, data) if capture is not None else None
+        if capture is None or got is None:
+            return None
+        assert self._monitor is not None
+        doc, reply = got
+        return (
+            capture,
+            reply,
+            Deferred(_describe_response, (self._monitor.names, doc, headers)),
+            done - turn.started,
+        )
+
+    def _reply(self, headers: list[tuple[bytes, bytes]], data: bytes) -> tuple[Any, dict[str, Any]] | None:
+        """The reply document and its assistant message; ``None`` (counted) when unreadable."""
         try:
             decoded = _decoded(headers, data, self._reply_cap)
         except ReplyTooLarge:
             self._skip("too_large")
-            return
+            return None
         except (ValueError, zlib.error):
             self._skip("bad_reply")
-            return
+            return None
         try:
             doc = loads(decoded)
         except (ValueError, RecursionError):
             self._skip("bad_reply")
-            return
+            return None
         reply = reply_message(doc)
         if not isinstance(reply, dict):
             self._skip("bad_reply")
-            return
-        assert self._monitor is not None
-        monitor = self._monitor
-        monitor.finish(
-            turn.capture,
-            reply,
-            Deferred(_describe_response, (monitor.names, doc, headers)),
-            latency_s=time.monotonic() - turn.started,
-            shadow=self._offer(turn),
-        )
+            return None
+        return doc, reply
 
     def _finish_stream(
         self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, completed: bool
     ) -> bool:
         """Hand a streamed reply to the monitor; always True (the turn is finished)."""
         sse.close()
+        capture = turn.capture  # parsed when the stream began (_stream)
+        if capture is None:
+            return True
         if sse.events == 0:
             self._skip("bad_reply")
             return True
@@ -458,12 +528,12 @@ class Forwarder:
         if out.odd:
             monitor.count_error("parse", out.odd)
         monitor.finish(
-            turn.capture,
+            capture,
             out.reply,
             Deferred(_describe_stream, (monitor.names, out, headers)),
             latency_s=time.monotonic() - turn.started,
             streamed=True,
-            shadow=self._offer(turn),
+            shadow=self._offer(capture, turn),
         )
         return True
 

@@ -159,6 +159,9 @@ def test_unknown_route_outside_v1_is_a_clear_404(proxy: Proxy) -> None:
 
 
 def _unmonitored(proxy: Proxy, reason: str) -> float:
+    """The count once the monitor has handled what it was given (a JSON reply's bodies are
+    parsed, and counted, on the attribution thread)."""
+    assert proxy.monitor.flush(30)
     value = proxy.registry.get_sample_value("handoffmon_proxy_unmonitored_requests_total", {"reason": reason})
     return value or 0.0
 
@@ -172,6 +175,45 @@ def test_malformed_json_is_forwarded_unmonitored(proxy: Proxy, upstream: Upstrea
     assert upstream.mock.seen[-1].body == b'{"model": "x", "messages": ['
     assert _unmonitored(proxy, "bad_json") == before + 1
     assert httpx.get(f"{proxy.url}/readyz").status_code == 200
+
+
+def test_json_turns_are_parsed_on_the_attribution_thread(
+    proxy: Proxy, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request path of a JSON chat completion only queues the bytes: both bodies are
+    parsed on the attribution thread, and the turn is recorded as before."""
+    import threading
+
+    from handoffmon.proxy import forward
+
+    threads: list[str] = []
+    real = forward.loads
+
+    def loads(data: bytes) -> object:
+        threads.append(threading.current_thread().name)
+        return real(data)
+
+    monkeypatch.setattr(forward, "loads", loads)
+    before = _turns(proxy)
+    r = httpx.post(
+        f"{proxy.url}/v1/chat/completions",
+        json={"model": "g", "messages": [{"role": "user", "content": "parsed where?"}]},
+    )
+    assert r.status_code == 200
+    assert proxy.monitor.flush(30)
+    assert threads == ["handoffmon-attribution", "handoffmon-attribution"]  # request, then reply
+    assert sum(delta(_turns(proxy), before).values()) == 1
+
+
+def test_bad_json_is_counted_when_the_upstream_is_unreachable(upstream: Upstream) -> None:
+    """A body that is not a chat request is counted as such even when it never reaches the
+    monitor (here: nothing listens upstream), as it was when every body was parsed up front."""
+    cfg = proxy_config(f"http://127.0.0.1:{free_port()}")
+    with running_proxy(cfg) as p:
+        r = httpx.post(f"{p.url}/v1/chat/completions", content=b'{"model": "x", "messages": [')
+        assert r.status_code == 502
+        assert _unmonitored(p, "bad_json") == 1
+        assert _unmonitored(p, "upstream_status") == 0
 
 
 def test_missing_messages_is_forwarded_unmonitored(proxy: Proxy, upstream: Upstream) -> None:

@@ -53,6 +53,9 @@ def proxy(scripted: tuple[ScriptedUpstream, str]) -> Iterator[Proxy]:
 
 
 def _sample(proxy: Proxy, name: str, labels: dict[str, str] | None = None) -> float:
+    """A sample once the monitor has handled what it was given (a JSON reply's bodies are
+    parsed, and an unreadable one counted, on the attribution thread)."""
+    assert proxy.monitor.flush(30)
     return proxy.registry.get_sample_value(name, labels or {}) or 0.0
 
 
