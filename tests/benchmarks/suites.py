@@ -522,6 +522,36 @@ def proxy(quick: bool) -> list[Row]:
     return rows
 
 
+def instructions(quick: bool) -> list[Row]:
+    """Instructions per request under callgrind: the floor, serve, before trees (bench_instructions)."""
+    import shutil
+
+    from tests.benchmarks.bench_instructions import run
+
+    if shutil.which("valgrind") is None:
+        return [
+            Row("instructions", "skipped: valgrind not installed (apt-get install valgrind)", None, None, "")
+        ]
+    counts = run(100 if quick else 300, 50 if quick else 100)
+    floor = counts[0]
+    rows = []
+    for c in counts:
+        by_thread = ", ".join(f"{k} {v:,.0f}" for k, v in c.threads.items())
+        rows.append(
+            Row(
+                "instructions",
+                f"{c.name}: user-space instructions per request (callgrind)",
+                c.total,
+                None,
+                "instr/request",
+                None if c is floor else c.total / floor.total,
+                "" if c is floor else "÷ the floor's",
+                f"by thread: {by_thread}",
+            )
+        )
+    return rows
+
+
 def scaling(quick: bool) -> list[Row]:
     """The scaling curves (PNG plots under bench-results/); the largest point of each in the table."""
     from tests.benchmarks.bench_scaling import run
@@ -677,6 +707,7 @@ SUITES: dict[str, Suite] = {
     "export": export,
     "refit": refit,
     "proxy": proxy,
+    "instructions": instructions,
     "scaling": scaling,
     "stores": stores,
     "routing": routing,
