@@ -92,8 +92,8 @@ class Attributor:
         on_error: called with (stage, exception) when the store fails in ``attribute``
             or attribution fails as a whole; ``errors`` counts the same events.
         min_content_chars: shorter replies get a content key bound to the preceding message.
-        text_cache_bytes: estimated memory bound of the folded-text cache, and of the
-            cache of recent histories' scan states (each).
+        text_cache_bytes: estimated memory bound of the folded-text cache and the cache of
+            recent histories' scan states together (three quarters and one quarter).
         monotonic: clock for ``TurnContext.started_at``.
     """
 
@@ -119,7 +119,7 @@ class Attributor:
         self._monotonic = monotonic
         self._on_error = on_error
         self._pending = PendingOverlay(pending_max)
-        self._texts = TextCache(text_cache_bytes)
+        self._texts = TextCache(text_cache_bytes - text_cache_bytes // 4)
         # Interned MessageAttribution records: constructing a frozen dataclass costs ~0.5 µs,
         # and every request re-attributes the same prefix. Values are immutable, so sharing is safe.
         self._made: dict[tuple[object, ...], MessageAttribution] = {}
@@ -129,7 +129,7 @@ class Attributor:
         self._verified_max = pending_max
         # Scan states of recent histories of {role, content: str} dicts: the next turn of
         # a conversation resumes from its predecessor's instead of re-reading the history.
-        self._prefixes = PrefixCache(text_cache_bytes)
+        self._prefixes = PrefixCache(text_cache_bytes // 4)
 
     # -- hot path ---------------------------------------------------------------------
 
