@@ -175,7 +175,7 @@ class Attributor:
     def _scan(self, messages: Sequence[Any]) -> _Scan:
         # The hot loop. {role, content: str} dicts take the inlined path: a cached text
         # digest and one xxh3 call; any other shape goes through raw_digest. A history that
-        # extends the previous turn's by two messages resumes from its state (_resume).
+        # extends a recent one by two messages, or repeats it, resumes from its state (_resume).
         resumed = self._resume(messages) if type(messages) is list else None
         if resumed is None:
             start, h, chars, held, prev_role, prev_bytes = 0, CHAIN_SEED, 0, 0, None, b""
@@ -230,24 +230,27 @@ class Attributor:
         return _Scan(h, chars, tail, indices, chains, contents)
 
     def _resume(self, messages: list[Any]) -> tuple[Any, ...] | None:
-        """The scan state of ``messages[:-2]`` when a recent turn's history was exactly that
-        (compared in full, by value: a client may edit its history), else ``None``."""
-        k = len(messages) - 2
-        if k < 1:
-            return None
-        last = messages[k - 1]
-        if type(last) is not dict or type(content := last.get("content")) is not str:
-            return None
-        hit = self._prefixes.take(content, k)
-        if hit is None:
-            return None
-        snapshot, (h, chars, held, prev_role, prev_bytes, indices, chains, contents) = hit
-        prefix = messages[:k]
-        # plain dicts only: an equal object of another type could be read differently
-        if prefix != snapshot or set(map(type, prefix)) != _DICT_ONLY:
-            return None
-        # the lists are copied: the remembered ones are shared with an earlier _Scan
-        return k, h, chars, held, prev_role, prev_bytes, [*indices], [*chains], [*contents], snapshot
+        """The scan state of ``messages[:-2]`` (the next turn: reply and new message) or of
+        ``messages`` (the same history again: a retry) when a recent history was exactly
+        that (compared in full, by value: a client may edit its history), else ``None``."""
+        n = len(messages)
+        for k in (n - 2, n):
+            if k < 1:
+                continue
+            last = messages[k - 1]
+            if type(last) is not dict or type(content := last.get("content")) is not str:
+                continue
+            hit = self._prefixes.take(content, k)
+            if hit is None:
+                continue
+            snapshot, (h, chars, held, prev_role, prev_bytes, indices, chains, contents) = hit
+            prefix = messages[:k]
+            # plain dicts only: an equal object of another type could be read differently
+            if prefix != snapshot or set(map(type, prefix)) != _DICT_ONLY:
+                return None
+            # the lists are copied: the remembered ones are shared with an earlier _Scan
+            return k, h, chars, held, prev_role, prev_bytes, [*indices], [*chains], [*contents], snapshot
+        return None
 
     def _lookup(self, scan: _Scan) -> list[Authorship | None]:
         """Authorships of the chain keys, then of the content keys, of every assistant message.

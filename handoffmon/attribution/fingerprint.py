@@ -148,7 +148,8 @@ class PrefixCache:
     """Bounded cache: a history of plain ``{role, content: str}`` dicts → the attributor's scan state.
 
     The next turn of a conversation is the previous history plus the reply and a new user
-    message; the attributor resumes from the state of ``messages[:-2]`` after comparing it
+    message (a retry is the same history); the attributor resumes from the state of
+    ``messages[:-2]`` (or ``messages``) after comparing it
     in full with the copy kept here (by value: a client may edit its history, in place or
     not). Keyed by the last message's content; ``take`` removes the entry, so a
     conversation holds one entry, for its latest turn. Bounded by an estimate of the

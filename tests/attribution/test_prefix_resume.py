@@ -101,3 +101,19 @@ def test_prefix_cache_bounds() -> None:
     cache.remember([{"role": "user", "content": "y"}], 1, ("state",))
     assert cache.take("y", 1) == ([{"role": "user", "content": "y"}], ("state",))
     assert cache.take("y", 1) is None  # taken once
+
+
+def test_a_repeated_history_resumes() -> None:
+    a = Attributor(MemoryStore())
+    history = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "r"},
+    ]
+    first = _fields(a, [dict(m) for m in history])
+    resumed: list[object] = []
+    a._resume = lambda m: resumed.append(Attributor._resume(a, m)) or resumed[-1]  # type: ignore[method-assign]
+    assert _fields(a, [dict(m) for m in history]) == first
+    assert resumed[0] is not None
+    history[1] = {"role": "assistant", "content": "edited"}
+    assert _fields(a, history) == _fields(Attributor(MemoryStore()), tuple(history))
