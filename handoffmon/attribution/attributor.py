@@ -21,6 +21,7 @@ from handoffmon.attribution.fingerprint import (
     DEFAULT_MIN_CONTENT_CHARS,
     UNCHAINED_ROLES,
     USER_SALT,
+    PrefixCache,
     TextCache,
     chain_key,
     content_fingerprint,
@@ -45,6 +46,7 @@ from handoffmon.types import (
 OnError = Callable[[str, BaseException], None]
 _UNKNOWN_AUTHORS = (UNKNOWN_MODEL,)
 _MADE_MAX = 65_536
+_DICT_ONLY = {dict}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,8 @@ class Attributor:
         on_error: called with (stage, exception) when the store fails in ``attribute``
             or attribution fails as a whole; ``errors`` counts the same events.
         min_content_chars: shorter replies get a content key bound to the preceding message.
-        text_cache_bytes: estimated memory bound of the folded-text cache.
+        text_cache_bytes: estimated memory bound of the folded-text cache and the cache of
+            recent histories' scan states together (three quarters and one quarter).
         monotonic: clock for ``TurnContext.started_at``.
     """
 
@@ -116,7 +119,7 @@ class Attributor:
         self._monotonic = monotonic
         self._on_error = on_error
         self._pending = PendingOverlay(pending_max)
-        self._texts = TextCache(text_cache_bytes)
+        self._texts = TextCache(text_cache_bytes - text_cache_bytes // 4)
         # Interned MessageAttribution records: constructing a frozen dataclass costs ~0.5 µs,
         # and every request re-attributes the same prefix. Values are immutable, so sharing is safe.
         self._made: dict[tuple[object, ...], MessageAttribution] = {}
@@ -124,6 +127,9 @@ class Attributor:
         # request ending in one of them needs only chain keys (see _lookup).
         self._verified: dict[int, None] = {}
         self._verified_max = pending_max
+        # Scan states of recent histories of {role, content: str} dicts: the next turn of
+        # a conversation resumes from its predecessor's instead of re-reading the history.
+        self._prefixes = PrefixCache(text_cache_bytes // 4)
 
     # -- hot path ---------------------------------------------------------------------
 
@@ -168,20 +174,23 @@ class Attributor:
 
     def _scan(self, messages: Sequence[Any]) -> _Scan:
         # The hot loop. {role, content: str} dicts take the inlined path: a cached text
-        # digest and one xxh3 call; any other shape goes through raw_digest.
-        h = CHAIN_SEED
-        chars = 0
-        indices: list[int] = []
-        chains: list[int] = []
-        contents: list[int] = []
-        prev_role: object = None
-        prev_bytes = b""  # the previous chained message's digest bytes
+        # digest and one xxh3 call; any other shape goes through raw_digest. A history that
+        # extends a recent one by two messages, or repeats it, resumes from its state (_resume).
+        resumed = self._resume(messages) if type(messages) is list else None
+        if resumed is None:
+            start, h, chars, held, prev_role, prev_bytes = 0, CHAIN_SEED, 0, 0, None, b""
+            indices: list[int] = []
+            chains: list[int] = []
+            contents: list[int] = []
+            snapshot: list[dict[str, str]] | None = []
+        else:
+            start, h, chars, held, prev_role, prev_bytes, indices, chains, contents, snapshot = resumed
         min_chars = self.min_content_chars
         text = self._texts.text
         cached = self._texts.entries.get
         add_index, add_chain, add_content = indices.append, chains.append, contents.append
         role: Any
-        for i, raw in enumerate(messages):
+        for i, raw in enumerate(messages[start:] if start else messages, start):
             if (
                 type(raw) is dict
                 and len(raw) == 2
@@ -190,9 +199,13 @@ class Attributor:
                 and role
             ):
                 d, n, b = cached(content) or text(content)
+                if snapshot is not None:  # copied: the client may change its dict later
+                    snapshot.append({"role": role, "content": content})
+                    held += len(content)
             else:
                 role, d, n = raw_digest(raw, self._texts)
                 b = d.to_bytes(8, "little")
+                snapshot = None
             chars += n
             if role == "assistant":
                 h = xxh3_64_intdigest(b, h ^ ASSISTANT_SALT)
@@ -210,8 +223,34 @@ class Attributor:
             else:
                 h = xxh3_64_intdigest(b, h ^ role_salt(role))
             prev_role, prev_bytes = role, b
+        if snapshot:
+            state = (h, chars, held, prev_role, prev_bytes, indices, chains, contents)
+            self._prefixes.remember(snapshot, held, state)
         tail = xxh3_64_intdigest(prev_bytes, _salt_of(prev_role)) if prev_role is not None else 0
         return _Scan(h, chars, tail, indices, chains, contents)
+
+    def _resume(self, messages: list[Any]) -> tuple[Any, ...] | None:
+        """The scan state of ``messages[:-2]`` (the next turn: reply and new message) or of
+        ``messages`` (the same history again: a retry) when a recent history was exactly
+        that (compared in full, by value: a client may edit its history), else ``None``."""
+        n = len(messages)
+        for k in (n - 2, n):
+            if k < 1:
+                continue
+            last = messages[k - 1]
+            if type(last) is not dict or type(content := last.get("content")) is not str:
+                continue
+            hit = self._prefixes.take(content, k)
+            if hit is None:
+                continue
+            snapshot, (h, chars, held, prev_role, prev_bytes, indices, chains, contents) = hit
+            prefix = messages[:k]
+            # plain dicts only: an equal object of another type could be read differently
+            if prefix != snapshot or set(map(type, prefix)) != _DICT_ONLY:
+                return None
+            # the lists are copied: the remembered ones are shared with an earlier _Scan
+            return k, h, chars, held, prev_role, prev_bytes, [*indices], [*chains], [*contents], snapshot
+        return None
 
     def _lookup(self, scan: _Scan) -> list[Authorship | None]:
         """Authorships of the chain keys, then of the content keys, of every assistant message.

@@ -144,6 +144,61 @@ class TextCache:
         return len(self.entries)
 
 
+class PrefixCache:
+    """Bounded cache: a history of plain ``{role, content: str}`` dicts → the attributor's scan state.
+
+    The next turn of a conversation is the previous history plus the reply and a new user
+    message (a retry is the same history); the attributor resumes from the state of
+    ``messages[:-2]`` (or ``messages``) after comparing it
+    in full with the copy kept here (by value: a client may edit its history, in place or
+    not). Keyed by the last message's content; ``take`` removes the entry, so a
+    conversation holds one entry, for its latest turn. Bounded by an estimate of the
+    memory held — each message costs its characters plus ``MESSAGE_OVERHEAD_BYTES`` (the
+    copied dict, its slot in the list and in the state); when full it is cleared.
+    Histories over ``max_bytes / 16`` are not kept.
+
+    Args:
+        max_bytes: estimated bytes held before the cache is cleared.
+    """
+
+    MESSAGE_OVERHEAD_BYTES = 400
+    """~184 B dict + 8 B list slot + ~50 B role and string headers + the state's ints, rounded up."""
+
+    __slots__ = ("_bytes", "_entries", "max_bytes")
+
+    def __init__(self, max_bytes: int = 16_000_000) -> None:
+        self.max_bytes = max_bytes
+        self._entries: dict[str, tuple[int, list[dict[str, str]], tuple[Any, ...]]] = {}
+        self._bytes = 0
+
+    def take(self, last_content: str, length: int) -> tuple[list[dict[str, str]], tuple[Any, ...]] | None:
+        """Remove and return (history copy, state) of the history ending in ``last_content``
+        if it has ``length`` messages (the caller compares the copy with its history)."""
+        hit = self._entries.pop(last_content, None)
+        if hit is None:
+            return None
+        self._bytes -= hit[0]
+        return (hit[1], hit[2]) if len(hit[1]) == length else None
+
+    def remember(self, history: list[dict[str, str]], held_chars: int, state: tuple[Any, ...]) -> None:
+        """Keep a non-empty history copy (which the caller no longer changes) and its state."""
+        size = held_chars + len(history) * self.MESSAGE_OVERHEAD_BYTES
+        if size > self.max_bytes >> 4:
+            return
+        key = history[-1]["content"]
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old[0]
+        if self._bytes + size > self.max_bytes:
+            self._entries.clear()
+            self._bytes = 0
+        self._entries[key] = (size, history, state)
+        self._bytes += size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 def _text_entry(folded: str) -> tuple[int, int, bytes]:
     d = text_digest(folded)
     return d, len(folded), d.to_bytes(8, "little")

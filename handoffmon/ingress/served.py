@@ -80,7 +80,7 @@ class Outcome(NamedTuple):
 
 def _int(value: object) -> int:
     if type(value) is int:
-        return max(0, value)
+        return value if value > 0 else 0
     try:
         return max(0, int(value.decode("latin-1") if isinstance(value, bytes) else str(value)))
     except (TypeError, ValueError):
@@ -105,7 +105,7 @@ def _lower(headers: Any) -> Mapping[str, Any]:
     """LiteLLM's served-by headers with lower-case names, from a mapping or raw (bytes) pairs."""
     if not headers:
         return EMPTY
-    if isinstance(headers, Mapping):
+    if type(headers) is dict or isinstance(headers, Mapping):
         for k in headers:  # already lower-case str names (the usual): as they are
             if type(k) is not str or not k.islower():
                 break
@@ -143,17 +143,19 @@ def served_by_headers(headers: Any, *, response_model: str | None = None) -> Ser
 
 def served_by_response(response: Any) -> ServedBy:
     """Authorship from a LiteLLM response or stream wrapper (``_hidden_params``)."""
-    hp = hidden_params(response)
+    hp = getattr(response, "_hidden_params", None)
+    if type(hp) is not dict:  # the usual is a dict: no Mapping check
+        hp = hidden_params(response)
     h = _lower(hp.get("additional_headers"))
     model = getattr(response, "model", None)
-    return ServedBy(
-        deployment_id=_str(hp.get("model_id")) or _str(h.get(H_MODEL_ID)),
-        model_name=_str(hp.get("litellm_model_name")) or _str(h.get(H_MODEL_NAME)),
-        model_group=_str(h.get(H_MODEL_GROUP)),
-        fallbacks=_int(h.get(H_FALLBACKS)),
-        retries=_int(h.get(H_RETRIES)),
-        provider=_str(hp.get("custom_llm_provider")),
-        response_model=_str(hp.get("provider_response_model")) or (model if isinstance(model, str) else None),
+    return ServedBy(  # positional: a NamedTuple's keyword arguments cost more than its fields
+        _str(hp.get("model_id")) or _str(h.get(H_MODEL_ID)),
+        _str(hp.get("litellm_model_name")) or _str(h.get(H_MODEL_NAME)),
+        _str(h.get(H_MODEL_GROUP)),
+        _int(h.get(H_FALLBACKS)),
+        _int(h.get(H_RETRIES)),
+        _str(hp.get("custom_llm_provider")),
+        _str(hp.get("provider_response_model")) or (model if isinstance(model, str) else None),
     )
 
 
