@@ -55,7 +55,8 @@ class AttributionConfig(_Section):
     content_fallback: bool = True
     """Attribute by content-only fingerprint when the chain breaks."""
     text_cache_bytes: int = Field(default=16_000_000, gt=0)
-    """Estimated memory bound of the folded-text cache (messages are resent every turn)."""
+    """Estimated memory bound of the folded-text cache and the conversations' latest-history scan
+    states together (messages are resent every turn)."""
     pending_max: int = Field(default=100_000, gt=0)
     """Replies held in-process until persisted (and chain-verified replies remembered)."""
 
