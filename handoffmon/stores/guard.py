@@ -19,7 +19,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from handoffmon.errors import CorruptValue, StoreError, StoreSkipped
 from handoffmon.protocols import AttributionStore, Authorship, Merge, merge_by_read_write
@@ -29,8 +29,6 @@ OPS = ("get", "put", "get_state", "put_state")
 
 KINDS = ("errors", "timeouts", "corrupt", "skipped")
 """Failure kinds: backend error, no answer in time, undecodable value, not tried (backing off)."""
-
-T = TypeVar("T")
 
 
 class _Breaker:
@@ -87,12 +85,14 @@ class GuardedStore:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {f"{op}_{kind}": 0 for op in OPS for kind in KINDS}
 
-    def _call(self, op: str, fn: Callable[[], T]) -> T:
+    def _call(self, op: str, method: str, *args: Any) -> Any:
+        """The backend's ``method(*args)``, counted and backed off as ``op`` (the method is looked
+        up inside the guard, so a backend without it fails like one that raised)."""
         if not self._breaker.allows():
             self._count(op, StoreSkipped.kind)
             raise StoreSkipped(f"store {op} skipped: backing off after repeated failures")
         try:
-            result = fn()
+            result = getattr(self.inner, method)(*args)
         except CorruptValue as exc:  # the backend answered: not a reason to back off
             self._breaker.reset()
             self._failed(op, exc.kind)
@@ -125,13 +125,13 @@ class GuardedStore:
         """The backend's answer; ``StoreError`` when it failed (unreadable values → ``None``)."""
         if not keys:
             return []
-        result = self._call("get", lambda: self.inner.get_many(keys))
+        result = self._call("get", "get_many", keys)
         return result if result is not None else [None] * len(keys)
 
     def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
         """Write through; ``StoreError`` when the backend failed."""
         if items:
-            self._call("put", lambda: self.inner.put_many(items))
+            self._call("put", "put_many", items)
 
     def merge_many(self, items: Sequence[tuple[str, Authorship]], merge: Merge) -> None:
         """``put_many`` of ``merge(stored value, new value)`` per key: one backend call when the
@@ -139,28 +139,27 @@ class GuardedStore:
         fails first), else ``get_many`` then ``put_many`` through this guard."""
         inner: Any = self.inner
         if items and getattr(inner, "native_merge", False):
-            self._call("get", lambda: inner.merge_many(items, merge))
+            self._call("get", "merge_many", items, merge)
             return
         merge_by_read_write(self, items, merge)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The backend's answer; ``StoreError`` when it failed (unreadable state → ``None``)."""
-        return self._call("get_state", lambda: self.inner.get_state(conversation_id))
+        state: Mapping[str, object] | None = self._call("get_state", "get_state", conversation_id)
+        return state
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Write through; ``StoreError`` when the backend failed."""
-        self._call("put_state", lambda: self.inner.put_state(conversation_id, state))
+        self._call("put_state", "put_state", conversation_id, state)
 
     def get_state_stored(self, conversation_id: str) -> object | None:
         """``MemoryStore.get_state_stored`` through the guard (counted as ``get_state``)."""
-        inner: Any = self.inner
-        stored: object | None = self._call("get_state", lambda: inner.get_state_stored(conversation_id))
+        stored: object | None = self._call("get_state", "get_state_stored", conversation_id)
         return stored
 
     def put_state_stored(self, conversation_id: str, state: Mapping[str, object]) -> object:
         """``MemoryStore.put_state_stored`` through the guard (counted as ``put_state``)."""
-        inner: Any = self.inner
-        stored: object = self._call("put_state", lambda: inner.put_state_stored(conversation_id, state))
+        stored: object = self._call("put_state", "put_state_stored", conversation_id, state)
         return stored
 
     def close(self) -> None:

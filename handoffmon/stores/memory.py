@@ -237,6 +237,7 @@ class MemoryStore:
         returned them (a slot stays live until the trim at the end; -1 is looked up again,
         since an earlier item may have created it)."""
         last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
+        kinds, g_name, group_of, cache = self._kind, self._g_name, self._group_of, self._cache
         for i, (key, value) in enumerate(items):
             cid = value.conversation_id
             name = cid or f"key:{key}"
@@ -244,25 +245,28 @@ class MemoryStore:
             if slot < 0:
                 slot = self._find(key)
             linked = slot >= 0
-            if linked and self._g_name[self._group_of[slot]] != name:
+            if linked and g_name[group_of[slot]] != name:
                 self._unlink(slot)
                 linked = False
-            if name == last_name and self._g_name[last_gid] == name:
+            if name == last_name and g_name[last_gid] == name:
                 gid = last_gid
             else:
                 gid = last_gid = self._group(name, now)
                 last_name = name
             if not linked:
-                if slot < 0:
-                    slot = self._new_slot(key)
+                if slot < 0:  # -1 - the free table position _find stopped at (nothing moved since)
+                    slot = self._new_slot(key, -1 - slot)
                 self._link(slot, gid)
-            kind = self._kind[slot] & 3
-            self._kind[slot] = kind if cid else kind | _NO_CID
-            self._author[slot] = self._author_id(value.authors)
+            kind = kinds[slot] & 3
+            kinds[slot] = kind if cid else kind | _NO_CID
+            aid = self._author_ids.get(value.authors)
+            self._author[slot] = aid if aid is not None else self._author_id(value.authors)
             self._depth[slot] = value.depth
             self._created[slot] = value.created_at
             self._written[slot] = now
-            self._remember(slot, value)
+            if len(cache) >= self.cache_size:  # _remember inlined
+                cache.clear()
+            cache[slot] = value
         self._trim(now)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
@@ -349,13 +353,16 @@ class MemoryStore:
     # -- internals (lock held) ------------------------------------------------------------
 
     def _find(self, key: str) -> int:
-        """Slot of a key, or -1."""
+        """Slot of a key, or (absent) ``-1 - i``: the free table position ``i`` where
+        ``_new_slot`` can put it while the table is unchanged."""
         h = hash(key)
         table, mask, hashes = self._table, self._mask, self._hash
         i = h & mask
         while True:
             slot = table[i]
-            if slot < 0 or (hashes[slot] == h and self._matches(slot, key)):
+            if slot < 0:
+                return -1 - i
+            if hashes[slot] == h and self._matches(slot, key):
                 return slot
             i = (i + 1) & mask
 
@@ -366,19 +373,21 @@ class MemoryStore:
             return self._odd_key[slot] == key
         return key == _PREFIXES[kind] + hex(self._fp[slot])
 
-    def _new_slot(self, key: str) -> int:
+    def _new_slot(self, key: str, at: int) -> int:
+        """A slot for an absent key, indexed at table position ``at`` (from ``_find``)."""
         fp, kind = _fingerprint(key)
+        h = hash(key)
         slot = self._free
         if slot >= 0:
             self._free = self._next[slot]
             self._fp[slot] = fp
             self._kind[slot] = kind
-            self._hash[slot] = hash(key)
+            self._hash[slot] = h
         else:
             slot = len(self._kind)
             self._fp.append(fp)
             self._kind.append(kind)
-            self._hash.append(hash(key))
+            self._hash.append(h)
             self._author.append(0)
             self._depth.append(0)
             self._created.append(0.0)
@@ -392,15 +401,8 @@ class MemoryStore:
         if 2 * self._live > len(self._table):
             self._rehash(2 * len(self._table))
         else:
-            self._insert(slot)
+            self._table[at] = slot
         return slot
-
-    def _insert(self, slot: int) -> None:
-        table, mask = self._table, self._mask
-        i = self._hash[slot] & mask
-        while table[i] >= 0:
-            i = (i + 1) & mask
-        table[i] = slot
 
     def _rehash(self, size: int) -> None:
         """Rebuild the table at ``size`` in numpy rounds (a Python loop held the lock ~1 µs
