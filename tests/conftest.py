@@ -15,14 +15,26 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Workers for ``-n auto`` (scripts/test.sh): one per usable core for the default suite;
-    none (serial) when the slow tests are selected, since soaks and throughput/memory bounds
-    must have the machine to themselves. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides both."""
+    """Workers for ``-n auto`` (scripts/test.sh, .ci/run): one per usable core, except when the
+    selection may include ``exclusive`` tests (soaks, memory and throughput bounds, alert
+    timers), which must have the machine to themselves: then none (serial). So ``-m slow`` is
+    serial, while ``-m 'slow and not exclusive'`` (the simulations and statistics) and the
+    default suite (``not slow``) run on every core. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides."""
     if env := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(env)
-    if "not slow" not in (config.option.markexpr or ""):
+    expr = config.option.markexpr or ""
+    if "not slow" not in expr and "not exclusive" not in expr:
         return 0
     return len(os.sched_getaffinity(0))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An ``exclusive`` test must also be ``slow``: the default suite always runs on every core."""
+    wrong = [
+        i.nodeid for i in items if i.get_closest_marker("exclusive") and not i.get_closest_marker("slow")
+    ]
+    if wrong:
+        raise pytest.UsageError("exclusive tests must be marked slow too: " + ", ".join(wrong))
 
 
 def require(condition: bool, reason: str) -> None:

@@ -101,6 +101,7 @@ def test_prometheus_alerts_are_only_the_planted_pair_in_prod(replay_stack: Repla
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 @pytest.mark.timeout(600)
 def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) -> None:
     """Live: the one-problem fleet through the real demo pipeline, served on /metrics with a

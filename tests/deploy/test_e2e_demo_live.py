@@ -50,7 +50,7 @@ from tests.promserver import PromServer, prometheus_server
 from tests.proxy.conftest import proxy_config, running_proxy
 from tests.proxy.mock_upstream import MockUpstream, ServerThread
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 DEMO_ARGS = ["--size", "0.3", "--seed", "3", "--refit-interval", "2", "--no-progress"]
 STARTUP_TIMEOUT_S = 90.0

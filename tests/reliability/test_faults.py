@@ -302,6 +302,7 @@ APP = textwrap.dedent(
 
 
 @pytest.mark.slow  # ~50 s: a backlog of thousands of turns is built up, then drained
+@pytest.mark.exclusive
 def test_sigterm_during_wrapper_traffic_drains_the_backlog_into_sqlite(tmp_path: Path) -> None:
     """An app SIGTERMed with a backlog queued: at exit every returned turn is in the SQLite aggregates."""
     script, db = tmp_path / "app.py", tmp_path / "hm.db"

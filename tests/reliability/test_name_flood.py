@@ -59,6 +59,7 @@ def test_a_name_flood_with_small_caps_plateaus() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_a_200k_name_flood_with_the_default_caps_stays_under_the_stated_bound() -> None:
     report = _flood(200_000, timeout_s=7200)
     _assert_names_capped(report)

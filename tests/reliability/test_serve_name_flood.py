@@ -26,7 +26,7 @@ from tests.proxy.conftest import serve_process
 from tests.proxy.mock_upstream import MockUpstream, ServerThread
 from tests.reliability.name_flood import SMALL
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 REQUESTS = 5_000
 FLAT_MIB = 8.0
