@@ -40,7 +40,8 @@ from tests.reliability.helpers import (
 from tests.reliability.proxy_traffic import ServeProcess, Traffic, serve_config, upstream_thread
 from tests.stores.redis_server import RedisServer
 
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # 60 s each by default (HANDOFFMON_SOAK_S); CI runs them in its slow step
+# 60 s each by default (HANDOFFMON_SOAK_S); CI runs them in the serial half of its slow step
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 RSS_TOLERANCE = 8 * MIB
 """Allowed post-warm-up growth of resident memory (see the module docstring)."""
