@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from handoffmon.depth import DEFAULT_EDGES, DepthBuckets
 from handoffmon.errors import ConfigError
@@ -423,6 +431,14 @@ class HandoffmonConfig(_Section):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    _source: str = PrivateAttr(default="<config>")
+
+    @property
+    def source(self) -> str:
+        """Where this config was read from (a file path, ``<defaults>``, with
+        `` + HANDOFFMON_* environment`` when variables override it): errors found after
+        validation, such as a rule's checker parameters, name it as validation errors do."""
+        return self._source
 
     @field_validator("depth_buckets")
     @classmethod
@@ -524,12 +540,14 @@ def _key_of(loc: tuple[int | str, ...], data: Mapping[str, Any]) -> str:
 def config_from_mapping(data: Mapping[str, Any], *, source: str = "<config>") -> HandoffmonConfig:
     """Validate a mapping; errors name the first bad key and the source."""
     try:
-        return HandoffmonConfig.model_validate(dict(data))
+        config = HandoffmonConfig.model_validate(dict(data))
     except ValidationError as exc:
         err = exc.errors()[0]
         key = _key_of(tuple(err["loc"]), data)
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{err['msg']}{extra}", key=key or None, source=source) from exc
+    config._source = source
+    return config
 
 
 def load_config(

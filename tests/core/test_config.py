@@ -99,3 +99,39 @@ def test_env_reads_only_config_sections(tmp_path: Path) -> None:
     assert cfg.store.ttl_s == 5
     with pytest.raises(ConfigError, match=r"store\.backedn"):
         load_config(None, environ={"HANDOFFMON_STORE__BACKEDN": "sqlite"})
+
+
+BAD_PARAMS = "rules:\n  - {name: lang, check: language}\n"
+"""Valid for the config schema; the ``language`` checker itself requires ``languages``."""
+
+
+def test_a_rule_param_error_found_at_monitor_start_names_the_file(tmp_path: Path) -> None:
+    """Checker parameters are validated when the rules compile (``Monitor``, ``build_runtime``),
+    after the schema: that error names the file and the key too, and the environment when it
+    overrides the file."""
+    from handoffmon import Monitor
+    from handoffmon.runtime import build_runtime
+
+    f = tmp_path / "h.yaml"
+    f.write_text(BAD_PARAMS)
+    key = "rules['lang'].params.languages"
+    cfg = load_config(f, environ={})
+    assert cfg.source == str(f)
+    with pytest.raises(ConfigError) as exc:
+        Monitor(cfg, start=False)
+    assert exc.value.source == str(f) and exc.value.key == key, str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        build_runtime(
+            load_config(f, environ={"HANDOFFMON_PIPELINE__QUEUE_SIZE": "9"}), registry=None, start=False
+        )
+    assert str(exc.value).startswith(f'{f} + HANDOFFMON_* environment: key "{key}"'), str(exc.value)
+
+
+def test_serve_with_a_rule_param_error_exits_naming_the_file_and_key(tmp_path: Path) -> None:
+    """``handoffmon serve`` fails before listening, with the file and the rule's key, not ``<config>``."""
+    f = tmp_path / "h.yaml"
+    f.write_text(BAD_PARAMS)
+    res = CliRunner().invoke(main, ["serve", "--config", str(f), "--upstream", "http://127.0.0.1:9"])
+    assert res.exit_code == 1, res.output
+    assert str(f) in res.stderr and "rules['lang'].params.languages" in res.stderr, res.stderr
+    assert "<config>" not in res.stderr
