@@ -42,7 +42,8 @@ def serve(
 
         where = f"http://{config.proxy.host}:{config.proxy.port}/v1"
         upstream_url, backend = config.proxy.upstream, config.store.backend
-        click.echo(f"handoffmon serve: {where} -> {upstream_url} (store: {backend})", err=True)
-        run(config, log_level=log_level, source=source)
+        banner = f"handoffmon serve: {where} -> {upstream_url} (store: {backend})"
+        # announced once the app (rules compiled, store opened) is built: a config error comes alone
+        run(config, log_level=log_level, source=source, announce=lambda: click.echo(banner, err=True))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc

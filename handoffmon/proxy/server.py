@@ -6,6 +6,7 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from handoffmon._extras import requires_extra
@@ -201,8 +202,15 @@ def draining_server(cfg: Any, state: Any, delay_s: float) -> Any:
     return DrainingServer(cfg)
 
 
-def serve(config: HandoffmonConfig, *, log_level: str = "warning", source: str | None = None) -> None:
+def serve(
+    config: HandoffmonConfig,
+    *,
+    log_level: str = "warning",
+    source: str | None = None,
+    announce: Callable[[], None] | None = None,
+) -> None:
     """Serve ``create_app(config)`` until SIGTERM/SIGINT; returns after the monitor drained.
+    ``announce`` runs once the app is built, before the port is bound.
 
     Raises:
         ConfigError: see :func:`check_exposure` (``source`` names the config file).
@@ -215,6 +223,8 @@ def serve(config: HandoffmonConfig, *, log_level: str = "warning", source: str |
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     app = create_app(config)
+    if announce is not None:
+        announce()
     # Startup objects (modules, config, compiled rules) live as long as the process: move them
     # out of the collector's reach so full collections, which pause the event loop, stay short.
     gc.collect()

@@ -135,3 +135,4 @@ def test_serve_with_a_rule_param_error_exits_naming_the_file_and_key(tmp_path: P
     assert res.exit_code == 1, res.output
     assert str(f) in res.stderr and "rules['lang'].params.languages" in res.stderr, res.stderr
     assert "<config>" not in res.stderr
+    assert "handoffmon serve: http" not in res.stderr  # no listening banner before a failed start
