@@ -237,7 +237,7 @@ class MemoryStore:
         returned them (a slot stays live until the trim at the end; -1 is looked up again,
         since an earlier item may have created it)."""
         last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
-        kinds, g_name, group_of, cache = self._kind, self._g_name, self._group_of, self._cache
+        kinds, g_name, group_of = self._kind, self._g_name, self._group_of
         for i, (key, value) in enumerate(items):
             cid = value.conversation_id
             name = cid or f"key:{key}"
@@ -259,14 +259,11 @@ class MemoryStore:
                 self._link(slot, gid)
             kind = kinds[slot] & 3
             kinds[slot] = kind if cid else kind | _NO_CID
-            aid = self._author_ids.get(value.authors)
-            self._author[slot] = aid if aid is not None else self._author_id(value.authors)
+            self._author[slot] = self._author_id(value.authors)
             self._depth[slot] = value.depth
             self._created[slot] = value.created_at
             self._written[slot] = now
-            if len(cache) >= self.cache_size:  # _remember inlined
-                cache.clear()
-            cache[slot] = value
+            self._remember(slot, value)
         self._trim(now)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
