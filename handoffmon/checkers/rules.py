@@ -178,10 +178,10 @@ class RuleSet:
         return rs
 
     @classmethod
-    def for_monitor(cls, config: HandoffmonConfig, *, source: str | None = None) -> RuleSet:
+    def for_monitor(cls, config: HandoffmonConfig) -> RuleSet:
         """The pipeline's rule set: configured rules, the ``request_rules`` limits and the
         ``rule_state`` fingerprints (keyed; text only by opt-in). A rule that does not compile
-        raises ``RuleError`` naming ``source``, by default the file the config came from."""
+        raises ``RuleError`` naming ``config.source``, the file the config came from."""
         state = config.rule_state
         key = state.hash_key.encode("utf-8") if state.hash_key is not None else None
         if key is None and config.store.backend != "memory":
@@ -191,7 +191,7 @@ class RuleSet:
             )
         return cls.from_config(
             config.rules,
-            source=source if source is not None else config.source,
+            source=config.source,
             budget_s=config.pipeline.check_budget_s,
             request=RequestRulePolicy.from_config(config.request_rules),
             memory=FingerprintMemory(key, text_ttl_s=state.text_ttl_s),
