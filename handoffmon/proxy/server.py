@@ -41,6 +41,8 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
     """An ``HttpToolsProtocol`` subclass for ``uvicorn.Config(http=...)`` with head limits."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+    from handoffmon.proxy.forward import DISCONNECT_EXTENSION
+
     class GuardedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
         """Per-connection limits uvicorn's httptools protocol lacks: head size and head time.
 
@@ -48,10 +50,14 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
         at most one socket read past the limit is buffered); ``timeout_s`` bounds the time
         from connection (or from the first byte of a keep-alive request) until the headers
         are complete (answered 408): half-open and slowloris clients cannot hold connections.
+
+        Each request's scope also carries ``forward.DISCONNECT_EXTENSION``: the connection's
+        in-flight disconnect watches, told ``lost()`` when the connection closes.
         """
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            self._watchers: dict[object, object] = {}  # ASGI extension values are dicts
             self._head_open = True
             self._head_bytes = 0
             self._parsed = 0
@@ -86,6 +92,7 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
         def on_message_begin(self) -> None:
             self._parsed = 0
             super().on_message_begin()
+            self.scope["extensions"] = {DISCONNECT_EXTENSION: self._watchers}
 
         def on_headers_complete(self) -> None:
             self._head_open = False
@@ -103,6 +110,10 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_timer()
+            watchers = self._watchers
+            while watchers:
+                watch: Any = watchers.popitem()[0]
+                watch.lost()
             super().connection_lost(exc)
 
         def _stop_timer(self) -> None:

@@ -64,10 +64,11 @@ def proxy_config(upstream_url: str, **sections: Any) -> HandoffmonConfig:
 
 
 @contextmanager
-def running_proxy(config: HandoffmonConfig) -> Iterator[Proxy]:
-    """``create_app(config)`` served by uvicorn (the serve options) on a free loopback port."""
+def running_proxy(config: HandoffmonConfig, **uvicorn_overrides: Any) -> Iterator[Proxy]:
+    """``create_app(config)`` served by uvicorn (the serve options, then ``uvicorn_overrides``)
+    on a free loopback port."""
     app = create_app(config)
-    options = {k: v for k, v in uvicorn_options(config).items()}
+    options = {**uvicorn_options(config), **uvicorn_overrides}
     with ServerThread(app, free_port(), **options) as srv:
         state = app.state.proxy
         yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime)

@@ -6,7 +6,6 @@ import asyncio
 import gzip
 import json
 import logging
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -272,33 +271,6 @@ def test_upstream_5xx_passes_through(proxy: Proxy, upstream: Upstream) -> None:
     assert _turns(proxy) == before
 
 
-def test_client_disconnect_mid_stream_cancels_upstream(proxy: Proxy, upstream: Upstream) -> None:
-    """A client hanging up mid-stream: upstream stream cancelled, partial turn recorded, proxy healthy."""
-    cancelled = upstream.mock.cancelled
-    before = _turns(proxy)
-    body = json.dumps(
-        {"model": "g", "messages": [{"role": "user", "content": "long please"}], "stream": True}
-    ).encode()
-    head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        b"x-mock-chunk-delay-s: 0.02\r\nx-mock-chunks: 200\r\n"
-        + f"content-length: {len(body)}\r\n\r\n".encode()
-    )
-    port = int(proxy.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(head + body)
-        got = b""
-        while got.count(b"data:") < 5:
-            got += s.recv(65536)
-    deadline = time.monotonic() + 3
-    while upstream.mock.cancelled == cancelled and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert upstream.mock.cancelled == cancelled + 1
-    assert proxy.registry.get_sample_value("handoffmon_proxy_client_disconnects_total") >= 1
-    assert sum(delta(_turns(proxy), before).values()) == 1  # the cut-off reply is still a turn
-    assert httpx.get(f"{proxy.url}/readyz").status_code == 200
-
-
 def test_metrics_health_and_token(upstream: Upstream) -> None:
     """/metrics needs the bearer token when telemetry.metrics_token is set; /healthz and /readyz never do."""
     cfg = proxy_config(upstream.url, telemetry={"metrics_token": "s3cret"})
@@ -369,25 +341,6 @@ def test_unreachable_upstream_is_502(upstream: Upstream) -> None:
         assert r.status_code == 502
         assert r.json()["error"]["code"] == "upstream_connect"
         assert httpx.get(f"{p.url}/healthz").status_code == 200
-
-
-def test_client_disconnect_while_waiting_cancels_upstream_request(proxy: Proxy, upstream: Upstream) -> None:
-    """A client hanging up before a (slow) JSON reply: the upstream request is abandoned at once."""
-    cancelled = upstream.mock.cancelled
-    body = json.dumps({"model": "g", "messages": [{"role": "user", "content": "slow json"}]}).encode()
-    head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        b"x-mock-delay-s: 0.4\r\n" + f"content-length: {len(body)}\r\n\r\n".encode()
-    )
-    port = int(proxy.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(head + body)
-        time.sleep(0.1)
-    deadline = time.monotonic() + 0.3  # well before the 0.4 s reply would have been sent
-    while upstream.mock.cancelled == cancelled and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert upstream.mock.cancelled == cancelled + 1
-    assert httpx.get(f"{proxy.url}/readyz").status_code == 200
 
 
 def test_auth_headers_never_reach_logs_or_metrics(
