@@ -15,6 +15,7 @@ from handoffmon.protocols import Authorship
 with requires_extra("redis", "the Redis store"):
     import redis
     import redis.asyncio as aredis
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
@@ -105,14 +106,15 @@ class _Keys:
         return f"{self.prefix}s:{conversation_id}"
 
 
-def _from_url(cls: Any, config: StoreConfig) -> Any:
-    """A client with short timeouts and no silent retries (fail at once; the guard backs off)."""
+def _from_url(cls: Any, config: StoreConfig, retry: Any) -> Any:
+    """A client with short timeouts and no silent retries (fail at once; the guard backs off);
+    ``retry`` is the client's own ``Retry`` class (redis-py 8 warns on a sync one in asyncio)."""
     try:
         return cls.from_url(
             config.url,
             socket_timeout=config.timeout_s,
             socket_connect_timeout=config.timeout_s,
-            retry=Retry(NoBackoff(), 0),
+            retry=retry(NoBackoff(), 0),
             health_check_interval=0,
         )
     except ValueError as exc:
@@ -136,7 +138,7 @@ class RedisStore:
     def __init__(self, config: StoreConfig | None = None, *, client: redis.Redis | None = None) -> None:
         cfg = config or StoreConfig(backend="redis")
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
-        self._client = client or _from_url(redis.Redis, cfg)
+        self._client = client or _from_url(redis.Redis, cfg, Retry)
 
     @staticmethod
     def _run(op: str, call: Callable[[], T]) -> T:
@@ -200,7 +202,7 @@ class AsyncRedisStore:
     def __init__(self, config: StoreConfig | None = None, *, client: aredis.Redis | None = None) -> None:
         cfg = config or StoreConfig(backend="redis")
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
-        self._client = client or _from_url(aredis.Redis, cfg)
+        self._client = client or _from_url(aredis.Redis, cfg, AsyncRetry)
 
     @staticmethod
     async def _run(op: str, call: Callable[[], Any]) -> Any:
