@@ -67,6 +67,26 @@ Merge = Callable[[Authorship | None, Authorship], Authorship]
 """How a write combines with what is stored: (stored value or ``None``, new value) → value."""
 
 
+def merge_authorship(old: Authorship | None, new: Authorship) -> Authorship:
+    """What a key should hold after ``new`` is recorded over ``old``.
+
+    Different authors for one key (the same short reply by two models, or two identical
+    histories answered by different models) turn it into a collision marker (no
+    authors), which attributes nothing from then on. Same authors at different depths
+    keep the authors with depth 0 (unknown); different conversations keep the authors
+    with no conversation id. Markers and unknowns are sticky.
+    """
+    if old is None:
+        return new
+    if not old.authors or old.authors != new.authors:
+        return Authorship((), 0, new.created_at, "")
+    depth = new.depth if old.depth == new.depth else 0
+    conversation_id = new.conversation_id if old.conversation_id == new.conversation_id else ""
+    if depth == new.depth and conversation_id == new.conversation_id:
+        return new
+    return Authorship(new.authors, depth, new.created_at, conversation_id)
+
+
 def merge_by_read_write(
     store: AttributionStore, items: Sequence[tuple[str, Authorship]], merge: Merge
 ) -> None:

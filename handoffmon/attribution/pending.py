@@ -1,31 +1,13 @@
-"""Authorship merging (collision markers) and the in-process overlay of not-yet-persisted replies."""
+"""The in-process overlay of replies not yet persisted (merged as ``protocols.merge_authorship``)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
 
-from handoffmon.protocols import Authorship
+from handoffmon.protocols import Authorship, merge_authorship
 
-
-def merge_authorship(old: Authorship | None, new: Authorship) -> Authorship:
-    """What a key should hold after ``new`` is recorded over ``old``.
-
-    Different authors for one key (the same short reply by two models, or two identical
-    histories answered by different models) turn it into a collision marker (no
-    authors), which attributes nothing from then on. Same authors at different depths
-    keep the authors with depth 0 (unknown); different conversations keep the authors
-    with no conversation id. Markers and unknowns are sticky.
-    """
-    if old is None:
-        return new
-    if not old.authors or old.authors != new.authors:
-        return Authorship((), 0, new.created_at, "")
-    depth = new.depth if old.depth == new.depth else 0
-    conversation_id = new.conversation_id if old.conversation_id == new.conversation_id else ""
-    if depth == new.depth and conversation_id == new.conversation_id:
-        return new
-    return Authorship(new.authors, depth, new.created_at, conversation_id)
+__all__ = ["PendingOverlay", "merge_authorship"]
 
 
 class PendingOverlay:

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from handoffmon.config import StoreConfig
 from handoffmon.errors import CorruptValue, StoreError, StoreSkipped, StoreTimeout
-from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.protocols import AttributionStore, Authorship, merge_authorship
 from handoffmon.stores.guard import GuardedStore
-from handoffmon.stores.redis import AsyncRedisStore, RedisStore
+from handoffmon.stores.redis import AsyncRedisStore, RedisStore, encode_authorship
 from handoffmon.testing import FakeClock
 from tests.conftest import free_port, require_redis
 from tests.stores.helpers import silent_server
@@ -282,3 +284,123 @@ async def test_async_store_raises_store_errors() -> None:
     with pytest.raises(StoreError):
         await asy.put_many([("a", A1)])
     await asy.close()
+
+
+# -- merge_many: the atomic merge script -------------------------------------------------
+
+NAMES = ("gpt-4o", "claude/3", "ünïcode-模型", 'quo"te', "back\\slash", "tab\tnl\n")
+CONVS = ("", "conv-1", "c/2", "ç", 'x"y')
+
+
+def _authorship(draw: Any) -> Authorship:
+    authors = tuple(draw(st.lists(st.sampled_from(NAMES), min_size=0, max_size=3)))
+    return Authorship(
+        authors,
+        draw(st.integers(min_value=0, max_value=4)),
+        draw(st.floats(min_value=0, max_value=4e9, allow_nan=False)),
+        draw(st.sampled_from(CONVS)),
+    )
+
+
+@st.composite
+def _batches(draw: Any) -> list[list[tuple[str, Authorship]]]:
+    keys = st.sampled_from([f"k{i}" for i in range(6)])
+    batch = st.lists(st.tuples(keys, st.builds(lambda: None)), min_size=1, max_size=4)
+    return [[(k, _authorship(draw)) for k, _ in draw(batch)] for _ in range(draw(st.integers(1, 8)))]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=_batches())
+def test_merge_script_matches_merge_authorship(batches: list[list[tuple[str, Authorship]]]) -> None:
+    """The script writes what ``merge_authorship`` gives, applied in order (names with quotes,
+    escapes and non-ASCII text, collision markers, unknown depths, exact float timestamps)."""
+    require_redis()
+    s = RedisStore(_cfg())
+    want: dict[str, Authorship] = {}
+    try:
+        for batch in batches:
+            s.merge_many(batch, merge_authorship)
+            for key, value in batch:
+                want[key] = merge_authorship(want.get(key), value)
+        keys = sorted(want)
+        assert s.get_many(keys) == [want[k] for k in keys]
+    finally:
+        s._client.delete(*[s._keys.attribution(k) for k in want])
+        s.close()
+
+
+def test_merge_is_one_round_trip_and_refreshes_the_ttl() -> None:
+    """A batch of merges costs one round trip, and every merged key gets the store's TTL again."""
+    require_redis()
+    cfg = _cfg(ttl_s=60)
+    pool = redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
+    s = RedisStore(cfg, client=redis.Redis(connection_pool=pool))
+    s.put_many([("a", A1)])
+    s._client.pexpire(s._keys.attribution("a"), 1000)
+    s._merge(keys=[s._keys.attribution("warm")], args=[1000, encode_authorship(A1)])  # script cached
+    before = CountingConnection.sends
+    s.merge_many([("a", A1), ("b", A2), ("c", COLLISION)], merge_authorship)
+    assert CountingConnection.sends - before == 1
+    assert s.get_many(["a", "b", "c"]) == [A1, A2, COLLISION]
+    assert all(55_000 < s._client.pttl(s._keys.attribution(k)) <= 60_000 for k in "abc")
+    s._client.delete(*[s._keys.attribution(k) for k in ("a", "b", "c", "warm")])
+    s.close()
+
+
+def test_merge_reads_legacy_values_and_overwrites_corrupt_ones() -> None:
+    """A three-field value (no conversation id) merges as ``decode_authorship`` reads it; an
+    unreadable one is overwritten with the new value and counted by the guard as corrupt."""
+    require_redis()
+    cfg = _cfg()
+    inner = RedisStore(cfg)
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    raw.set(f"{cfg.key_prefix}a:legacy", b'[["gpt-4o"],1,1000.0]')
+    raw.set(f"{cfg.key_prefix}a:bad", b"\xff not json")
+    raw.set(f"{cfg.key_prefix}a:dict", b'[{"a":"b"},1,1000.0,""]')
+    s = GuardedStore(inner)
+    new = Authorship(("gpt-4o",), 1, 2000.5, "conv-9")
+    s.merge_many([("legacy", new), ("bad", A2), ("dict", A1)], merge_authorship)
+    assert s.get_many(["legacy", "bad", "dict"]) == [
+        merge_authorship(Authorship(("gpt-4o",), 1, 1000.0), new),
+        A2,
+        A1,
+    ]
+    assert s.stats()["get_corrupt"] == 1 and s.available
+    raw.delete(*[f"{cfg.key_prefix}a:{k}" for k in ("legacy", "bad", "dict")])
+    raw.close()
+    s.close()
+
+
+def test_concurrent_merges_from_replicas_never_lose_a_collision() -> None:
+    """Replicas recording different authors under the same keys at once: every key ends a
+    collision marker (the script is atomic; a read then a write could let one author win)."""
+    require_redis()
+    cfg = _cfg()
+    keys = [f"shared-{i}" for i in range(200)]
+    stores = [RedisStore(cfg) for _ in range(4)]
+    start = threading.Barrier(len(stores))
+
+    def replica(n: int) -> None:
+        start.wait()
+        for key in keys:
+            stores[n].merge_many([(key, Authorship((f"model-{n}",), 1, float(n), "conv"))], merge_authorship)
+
+    threads = [threading.Thread(target=replica, args=(n,)) for n in range(len(stores))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(v is not None and v.authors == () for v in stores[0].get_many(keys))
+    stores[0]._client.delete(*[stores[0]._keys.attribution(k) for k in keys])
+    for s in stores:
+        s.close()
+
+
+def test_merge_with_another_rule_reads_then_writes() -> None:
+    """A merge other than ``merge_authorship`` runs as get_many then put_many (still through the guard)."""
+    require_redis()
+    s = GuardedStore(RedisStore(_cfg()))
+    s.put_many([("a", A1)])
+    s.merge_many([("a", A2), ("b", A2)], lambda old, new: old or new)
+    assert s.get_many(["a", "b"]) == [A1, A2]
+    s.close()
