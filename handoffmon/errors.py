@@ -53,13 +53,16 @@ class CorruptValue(StoreError):
     Attributes:
         partial: the answer with the unreadable values as ``None`` (a list for
             ``get_many``, ``None`` for ``get_state``); the store guard returns it.
+        op: the operation whose values were unreadable when a call serves several
+            (``get_state`` for the state a merge call also read); the guard counts it there.
     """
 
     kind = "corrupt"
 
-    def __init__(self, message: str, *, partial: object = None) -> None:
+    def __init__(self, message: str, *, partial: object = None, op: str | None = None) -> None:
         super().__init__(message)
         self.partial = partial
+        self.op = op
 
 
 class MissingExtraError(HandoffmonError, ImportError):

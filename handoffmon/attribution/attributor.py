@@ -454,6 +454,24 @@ class Attributor:
             merge_by_read_write(self.store, recorded.items, merge_authorship)
         self._pending.drop([k for k, _ in recorded.items], recorded.seq)
 
+    def persist_and_get_state(
+        self, recorded: RecordedReply, conversation_id: str
+    ) -> Mapping[str, object] | None:
+        """:meth:`persist`, then the conversation's state from the store: one store call where
+        the store does both (``GuardedStore.merge_many_get_state``: one Redis round trip).
+
+        Raises:
+            StoreError: the store failed; neither the write nor the read happened for sure
+                (the overlay keeps the entries meanwhile).
+        """
+        both = getattr(self.store, "merge_many_get_state", None)
+        if both is None or not recorded.items:
+            self.persist(recorded)
+            return self.store.get_state(conversation_id)
+        state: Mapping[str, object] | None = both(recorded.items, merge_authorship, conversation_id)
+        self._pending.drop([k for k, _ in recorded.items], recorded.seq)
+        return state
+
     @property
     def pending(self) -> int:
         """Replies' keys recorded but not yet persisted."""

@@ -99,6 +99,12 @@ class CheckStage:
         # the last state this stage wrote per conversation is kept built, and reused while
         # the store still holds exactly what was written (identity of the stored object).
         self._stored = isinstance(store, GuardedStore) and type(store.inner) is MemoryStore
+        # a store that merges a reply's keys and reads the state in one call (Redis: one round trip)
+        self._combined = (
+            isinstance(store, GuardedStore)
+            and bool(getattr(store.inner, "native_merge_state", False))
+            and attributor.store is store
+        )
         self._states: dict[str, tuple[object, ConversationState]] = {}
         self.shadow: Callable[[ShadowTurn], None] | None = None
         """Receives checked turns that carry a shadow offer (``Monitor.set_shadow``)."""
@@ -121,9 +127,8 @@ class CheckStage:
         final_id = getattr(turn.recorded, "conversation_id", None)
         if final_id and final_id != ctx.conversation_id:  # a depth-1 derived id is fixed at record()
             ctx = _ctx_with(ctx, conversation_id=final_id)
-        self._persist(turn)
+        state = self._persist_and_load(turn, ctx)
         author = turn.outcome.authors[-1]
-        state = self._load_state(ctx)
         if not ctx.degraded and ctx.depth > state.depth:
             self._aggregates.move_session(state.depth, ctx.depth)
         state = self._declare(state, ctx)
@@ -162,6 +167,26 @@ class CheckStage:
         )
         self._aggregates.add_turn(result)
         self._emit(result)
+
+    def _persist_and_load(self, turn: Attributed, ctx: TurnContext) -> ConversationState:
+        """Persist the reply's authorship, then load the conversation's state: one store call
+        where the store does both (``_combined``), else two that fail open independently."""
+        recorded = turn.recorded
+        if not self._combined or recorded is None or not recorded.items or ctx.degraded:
+            self._persist(turn)
+            return self._load_state(ctx)
+        try:
+            mapping = self._attributor.persist_and_get_state(recorded, ctx.conversation_id)
+        except StoreError:  # counted by the store guard; the overlay keeps the reply meanwhile
+            return ConversationState()
+        except Exception as exc:
+            self._errors.failed("persist", exc)
+            return ConversationState()
+        try:
+            return ConversationState.from_mapping(mapping)
+        except Exception as exc:
+            self._errors.failed("state", exc)
+            return ConversationState()
 
     def _persist(self, turn: Attributed) -> None:
         if turn.recorded is None:

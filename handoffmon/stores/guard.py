@@ -95,7 +95,7 @@ class GuardedStore:
             result = getattr(self.inner, method)(*args)
         except CorruptValue as exc:  # the backend answered: not a reason to back off
             self._breaker.reset()
-            self._failed(op, exc.kind)
+            self._failed(exc.op or op, exc.kind)
             return exc.partial  # type: ignore[return-value]
         except StoreError as exc:
             self._breaker.trip()
@@ -142,6 +142,22 @@ class GuardedStore:
             self._call("get", "merge_many", items, merge)
             return
         merge_by_read_write(self, items, merge)
+
+    def merge_many_get_state(
+        self, items: Sequence[tuple[str, Authorship]], merge: Merge, conversation_id: str
+    ) -> Mapping[str, object] | None:
+        """:meth:`merge_many`, then the conversation's state: one backend call where the backend
+        does both (``RedisStore.merge_many_get_state``, counted as ``get``; an unreadable state
+        as ``get_state``), else the two calls. ``StoreError`` when the backend failed: neither
+        the merge nor the read can be assumed done."""
+        inner: Any = self.inner
+        if items and getattr(inner, "native_merge_state", False):
+            state: Mapping[str, object] | None = self._call(
+                "get", "merge_many_get_state", items, merge, conversation_id
+            )
+            return state
+        self.merge_many(items, merge)
+        return self.get_state(conversation_id)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The backend's answer; ``StoreError`` when it failed (unreadable state → ``None``)."""

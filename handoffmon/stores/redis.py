@@ -25,10 +25,13 @@ T = TypeVar("T")
 
 MERGE_SCRIPT = """
 -- protocols.merge_authorship on the server, atomically, for every key of the batch.
--- KEYS[i]: an attribution key; ARGV[1]: TTL in ms; ARGV[i + 1]: KEYS[i]'s new value as
--- encode_authorship writes it: [authors, depth, created_at, conversation_id].
--- Returns how many stored values were unreadable (each overwritten with its new value).
+-- ARGV[1]: TTL in ms; ARGV[2]: n, the number of attribution keys; KEYS[i] (i <= n): an
+-- attribution key, ARGV[i + 2] its new value as encode_authorship writes it:
+-- [authors, depth, created_at, conversation_id]. KEYS[n + 1], if given: a conversation's
+-- state key, read after the merge. Returns {how many stored values were unreadable (each
+-- overwritten with its new value), the state or false}.
 local ttl = ARGV[1]
+local n = tonumber(ARGV[2])
 local corrupt = 0
 local function num(x) return string.format('%.17g', x) end
 local function strings(t)
@@ -40,8 +43,9 @@ local function strings(t)
   end
   return n == #t
 end
-for i, key in ipairs(KEYS) do
-  local raw = ARGV[i + 1]
+for i = 1, n do
+  local key = KEYS[i]
+  local raw = ARGV[i + 2]
   local out = raw
   local stored = redis.call('GET', key)
   if stored then
@@ -77,10 +81,13 @@ for i, key in ipairs(KEYS) do
   end
   redis.call('SET', key, out, 'PX', ttl)
 end
-return corrupt
+local state = false
+if #KEYS > n then state = redis.call('GET', KEYS[n + 1]) end
+return {corrupt, state}
 """
 """``merge_many`` with ``merge_authorship`` as one script call: one round trip instead of a read
-and a write, and atomic, so replicas recording the same key at once cannot lose a collision."""
+and a write, and atomic, so replicas recording the same key at once cannot lose a collision.
+``merge_many_get_state`` reads the conversation's state in the same call."""
 
 
 def encode_authorship(value: Authorship) -> str:
@@ -231,6 +238,9 @@ class RedisStore:
     native_merge = True
     """``merge_many`` is this store's own (``GuardedStore`` calls it instead of a read and a write)."""
 
+    native_merge_state = True
+    """``merge_many_get_state`` is one call (``GuardedStore`` calls it instead of two)."""
+
     def merge_many(self, items: Sequence[tuple[str, Authorship]], merge: Merge) -> None:
         """Record ``merge(stored, new)`` per key, TTL refreshed: for the attributor's
         ``merge_authorship``, one atomic :data:`MERGE_SCRIPT` call (one round trip); for any
@@ -242,9 +252,7 @@ class RedisStore:
         if not items:
             return
         if merge is merge_authorship:
-            keys = [self._keys.attribution(k) for k, _ in items]
-            args: list[str | int] = [self._keys.ttl_ms, *[encode_authorship(v) for _, v in items]]
-            bad = self._run("merge", lambda: self._merge(keys=keys, args=args))
+            bad, _ = self._merge_script(items, None)
         else:
             try:
                 existing = self.get_many([k for k, _ in items])
@@ -254,6 +262,38 @@ class RedisStore:
             self.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
         if bad:
             raise CorruptValue("Redis store: unreadable attribution values overwritten", partial=None)
+
+    def merge_many_get_state(
+        self, items: Sequence[tuple[str, Authorship]], merge: Merge, conversation_id: str
+    ) -> Mapping[str, object] | None:
+        """:meth:`merge_many`, then :meth:`get_state`: one script call (one round trip) for
+        ``merge_authorship``, the state read right after the keys are written.
+
+        Raises:
+            CorruptValue: the state is unreadable (``op="get_state"``, ``partial=None``), or
+                some stored attribution values were (``partial`` = the state).
+        """
+        if not items or merge is not merge_authorship:
+            self.merge_many(items, merge)
+            return self.get_state(conversation_id)
+        bad, raw = self._merge_script(items, conversation_id)
+        try:
+            state = decode_state(raw)
+        except CorruptValue as exc:
+            raise CorruptValue(str(exc), partial=None, op="get_state") from exc
+        if bad:
+            raise CorruptValue("Redis store: unreadable attribution values overwritten", partial=state)
+        return state
+
+    def _merge_script(
+        self, items: Sequence[tuple[str, Authorship]], conversation_id: str | None
+    ) -> tuple[int, bytes | None]:
+        keys = [self._keys.attribution(k) for k, _ in items]
+        if conversation_id is not None:
+            keys.append(self._keys.state(conversation_id))
+        args: list[str | int] = [self._keys.ttl_ms, len(items), *[encode_authorship(v) for _, v in items]]
+        bad, raw = self._run("merge", lambda: self._merge(keys=keys, args=args))
+        return int(bad), raw
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A conversation's state, or ``None``."""

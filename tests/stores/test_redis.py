@@ -337,7 +337,7 @@ def test_merge_is_one_round_trip_and_refreshes_the_ttl() -> None:
     s = RedisStore(cfg, client=redis.Redis(connection_pool=pool))
     s.put_many([("a", A1)])
     s._client.pexpire(s._keys.attribution("a"), 1000)
-    s._merge(keys=[s._keys.attribution("warm")], args=[1000, encode_authorship(A1)])  # script cached
+    s._merge(keys=[s._keys.attribution("warm")], args=[1000, 1, encode_authorship(A1)])  # script cached
     before = CountingConnection.sends
     s.merge_many([("a", A1), ("b", A2), ("c", COLLISION)], merge_authorship)
     assert CountingConnection.sends - before == 1
@@ -403,4 +403,35 @@ def test_merge_with_another_rule_reads_then_writes() -> None:
     s.put_many([("a", A1)])
     s.merge_many([("a", A2), ("b", A2)], lambda old, new: old or new)
     assert s.get_many(["a", "b"]) == [A1, A2]
+    s.close()
+
+
+def test_merge_many_get_state_reads_the_state_in_the_same_round_trip() -> None:
+    """The merge and the state read are one round trip; the state is read after the keys are
+    written; a missing state is None; an unreadable state is counted under get_state, an
+    unreadable attribution value under get, and the other half of the answer still returned."""
+    require_redis()
+    cfg = _cfg()
+    pool = redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
+    inner = RedisStore(cfg, client=redis.Redis(connection_pool=pool))
+    s = GuardedStore(inner)
+    s.put_state("conv", {"v": 1, "depth": 3})
+    assert s.merge_many_get_state([("warm", A1)], merge_authorship, "none") is None  # script cached
+    before = CountingConnection.sends
+    assert s.merge_many_get_state([("a", A1), ("b", A2)], merge_authorship, "conv") == {"v": 1, "depth": 3}
+    assert CountingConnection.sends - before == 1
+    assert s.get_many(["a", "b"]) == [A1, A2]
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    raw.set(f"{cfg.key_prefix}s:bad-state", b"[1, 2]")
+    assert s.merge_many_get_state([("a", A2)], merge_authorship, "bad-state") is None
+    assert s.get_many(["a"]) == [merge_authorship(A1, A2)]  # merged all the same
+    assert (s.stats()["get_state_corrupt"], s.stats()["get_corrupt"]) == (1, 0)
+    raw.set(f"{cfg.key_prefix}a:garbage", b"\xff")
+    assert s.merge_many_get_state([("garbage", A1)], merge_authorship, "conv") == {"v": 1, "depth": 3}
+    assert (s.stats()["get_state_corrupt"], s.stats()["get_corrupt"]) == (1, 1)
+    assert s.get_many(["garbage"]) == [A1]
+    # another merge rule: the two calls
+    assert s.merge_many_get_state([("c", A1)], lambda old, new: new, "conv") == {"v": 1, "depth": 3}
+    raw.delete(*raw.keys(f"{cfg.key_prefix}*"))
+    raw.close()
     s.close()
