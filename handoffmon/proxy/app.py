@@ -14,7 +14,6 @@ from handoffmon._extras import requires_extra
 
 with requires_extra("proxy", "handoffmon serve"):
     from starlette.applications import Starlette
-    from starlette.middleware.errors import ServerErrorMiddleware
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
@@ -167,11 +166,12 @@ class ProxyApp(Starlette):
     ``/v1/...`` request with a pass-through method to the pass-through forwarder: the
     routes the router would pick (``/v1/{path:path}`` matches any path under ``/v1/``
     without a line break, and ``GET /v1/chat/completions`` falls through to it), without
-    the router (a regex match per route) and the exception layers (``ExceptionMiddleware``
-    and its per-request wrappers; the forwarders raise no ``HTTPException``). It keeps
-    ``ServerErrorMiddleware`` in front: an unexpected exception is still answered 500
-    when no response has started, and re-raised. Every other path and method (405s,
-    404s, redirects, the service endpoints, lifespan) goes through the full Starlette stack.
+    the router (a regex match per route) and the exception layers (``ServerErrorMiddleware``,
+    ``ExceptionMiddleware`` and their per-request ``send`` wrappers; the forwarders raise no
+    ``HTTPException``). An unexpected exception propagates to the server, which answers 500
+    when no response has started and logs it, as ``ServerErrorMiddleware`` would (uvicorn
+    does; so does any ASGI server). Every other path and method (405s, 404s, redirects, the
+    service endpoints, lifespan) goes through the full Starlette stack.
     """
 
     chat: Any = None
@@ -292,8 +292,8 @@ def create_app(
     state = ProxyState(config, runtime, upstream, owns)
     routes = _routes(state)
     app = ProxyApp(routes=routes, lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed})
-    app.chat = ServerErrorMiddleware(next(r.app for r in routes if r.path == CHAT_PATH))
-    app.passthrough = ServerErrorMiddleware(next(r.app for r in routes if r.path == "/v1/{path:path}"))
+    app.chat = next(r.app for r in routes if r.path == CHAT_PATH)
+    app.passthrough = next(r.app for r in routes if r.path == "/v1/{path:path}")
     app.router.default = _not_found  # type: ignore[method-assign,assignment]
     app.state.proxy = state
     return app

@@ -112,3 +112,34 @@ def test_small_pass_through_reply_cut_off_aborts_the_client_response(
     after = proxy.registry.get_sample_value("handoffmon_proxy_upstream_errors_total", {"kind": "stream"})
     assert after == before + 1
     assert httpx.get(f"{proxy.url}/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/embeddings"])
+def test_a_bug_in_the_forwarder_is_answered_500_and_the_proxy_carries_on(
+    scripted: tuple[ScriptedUpstream, str],
+    proxy: Proxy,
+    path: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The fast path has no ``ServerErrorMiddleware``: an unexpected exception before the
+    response starts reaches the server, which answers 500 and logs it; later requests are served."""
+    from handoffmon.proxy.forward import Forwarder
+
+    original = Forwarder._forward
+
+    async def boom(self: Forwarder, scope: dict[str, Any], *args: Any) -> None:
+        if (b"x-boom", b"1") in scope["headers"]:
+            raise RuntimeError("forwarder bug")
+        await original(self, scope, *args)
+
+    monkeypatch.setattr(Forwarder, "_forward", boom)
+    app, _ = scripted
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(timeout=10) as c:
+        failed = c.post(f"{proxy.url}{path}", json=body, headers={"x-boom": "1"})
+        sid = app.add(Script([b'{"ok": true}'], headers=[(b"content-type", b"application/json")]))
+        fine = c.post(f"{proxy.url}{path}", json=body, headers={"x-script": sid})
+    assert failed.status_code == 500
+    assert "forwarder bug" in caplog.text  # the server logged the exception
+    assert (fine.status_code, fine.content) == (200, b'{"ok": true}')
