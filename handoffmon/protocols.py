@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from handoffmon.errors import CorruptValue
 from handoffmon.types import TurnResult
 
 
@@ -91,9 +92,20 @@ def merge_by_read_write(
     store: AttributionStore, items: Sequence[tuple[str, Authorship]], merge: Merge
 ) -> None:
     """``merge_many`` for any store: ``get_many`` of the keys, then ``put_many`` of
-    ``merge(stored value, new value)`` per key (what a store without a native merge does)."""
-    existing = store.get_many([k for k, _ in items])
+    ``merge(stored value, new value)`` per key (what a store without a native merge does).
+
+    Raises:
+        CorruptValue: some stored values were unreadable; they were merged as absent and
+            written all the same (``partial`` is ``None``).
+    """
+    try:
+        existing = store.get_many([k for k, _ in items])
+        unreadable = None
+    except CorruptValue as exc:  # the readable part, unreadable values as None
+        existing, unreadable = exc.partial, exc  # type: ignore[assignment]
     store.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
+    if unreadable is not None:
+        raise CorruptValue(f"{unreadable} (merged as absent and overwritten)", partial=None)
 
 
 @runtime_checkable

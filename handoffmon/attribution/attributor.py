@@ -465,11 +465,12 @@ class Attributor:
                 (the overlay keeps the entries meanwhile).
         """
         both = getattr(self.store, "merge_many_get_state", None)
-        if both is None or not recorded.items:
+        if both is None:  # a bare store (the pipeline always passes the guard, which has it)
             self.persist(recorded)
             return self.store.get_state(conversation_id)
         state: Mapping[str, object] | None = both(recorded.items, merge_authorship, conversation_id)
-        self._pending.drop([k for k, _ in recorded.items], recorded.seq)
+        if recorded.items:
+            self._pending.drop([k for k, _ in recorded.items], recorded.seq)
         return state
 
     @property

@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from handoffmon._extras import requires_extra
 from handoffmon.config import StoreConfig
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
-from handoffmon.protocols import Authorship, Merge, merge_authorship
+from handoffmon.protocols import Authorship, Merge, merge_authorship, merge_by_read_write
 
 with requires_extra("redis", "the Redis store"):
     import redis
@@ -36,12 +36,12 @@ local corrupt = 0
 local function num(x) return string.format('%.17g', x) end
 local function strings(t)
   if type(t) ~= 'table' then return false end
-  local n = 0
+  local count = 0
   for k, v in pairs(t) do
     if type(k) ~= 'number' or type(v) ~= 'string' then return false end
-    n = n + 1
+    count = count + 1
   end
-  return n == #t
+  return count == #t
 end
 for i = 1, n do
   local key = KEYS[i]
@@ -251,15 +251,10 @@ class RedisStore:
         """
         if not items:
             return
-        if merge is merge_authorship:
-            bad, _ = self._merge_script(items, None)
-        else:
-            try:
-                existing = self.get_many([k for k, _ in items])
-                bad = 0
-            except CorruptValue as exc:
-                existing, bad = cast("list[Authorship | None]", exc.partial), 1
-            self.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
+        if merge is not merge_authorship:
+            merge_by_read_write(self, items, merge)
+            return
+        bad, _ = self._merge_script(items, None)
         if bad:
             raise CorruptValue("Redis store: unreadable attribution values overwritten", partial=None)
 

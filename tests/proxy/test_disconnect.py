@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from handoffmon.counts import TurnKey
-from handoffmon.proxy.forward import DISCONNECT_EXTENSION
+from handoffmon.proxy.forward import DISCONNECT_EXTENSION, _DisconnectWatch
 from handoffmon.proxy.server import guarded_protocol
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, Upstream, proxy_config, running_proxy
@@ -117,8 +117,6 @@ def test_serve_protocol_keeps_no_watch_after_a_request() -> None:
         if scope["type"] != "http":
             return
         watchers = scope["extensions"][DISCONNECT_EXTENSION]
-        from handoffmon.proxy.forward import _DisconnectWatch
-
         watch = _DisconnectWatch(scope, receive)
         seen.append((id(watchers), len(watchers)))
         watch.stop()
@@ -144,8 +142,6 @@ def test_watch_falls_back_to_a_task_without_the_extension() -> None:
         async def receive() -> dict[str, Any]:
             await gone.wait()
             return {"type": "http.disconnect"}
-
-        from handoffmon.proxy.forward import _DisconnectWatch
 
         async def request() -> bool:
             watch = _DisconnectWatch({"type": "http"}, receive)

@@ -435,3 +435,25 @@ def test_merge_many_get_state_reads_the_state_in_the_same_round_trip() -> None:
     raw.delete(*raw.keys(f"{cfg.key_prefix}*"))
     raw.close()
     s.close()
+
+
+def test_merge_with_another_rule_overwrites_unreadable_values_and_says_so() -> None:
+    """With a merge other than ``merge_authorship`` (read, then write), an unreadable stored value
+    is merged as absent and written all the same; the store raises CorruptValue, the guard counts it."""
+    require_redis()
+    cfg = _cfg()
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    raw.set(f"{cfg.key_prefix}a:bad", b"\xff not json")
+    inner = RedisStore(cfg)
+    keep_old = lambda old, new: old or new  # noqa: E731
+    with pytest.raises(CorruptValue):
+        inner.merge_many([("bad", A1)], keep_old)
+    assert inner.get_many(["bad"]) == [A1]
+    raw.set(f"{cfg.key_prefix}a:bad", b"\xff not json")
+    s = GuardedStore(inner)
+    s.merge_many([("bad", A2), ("fresh", A1)], keep_old)
+    assert s.get_many(["bad", "fresh"]) == [A2, A1]
+    assert s.stats()["get_corrupt"] == 1 and s.available
+    raw.delete(*raw.keys(f"{cfg.key_prefix}*"))
+    raw.close()
+    s.close()
