@@ -188,6 +188,35 @@ def _from_url(cls: Any, config: StoreConfig, retry: Any) -> Any:
         raise StoreError(f"invalid Redis URL for store.url: {exc}") from exc
 
 
+_OVERWRITTEN = "Redis store: unreadable attribution values overwritten"
+
+
+def _script_input(
+    keys: _Keys, items: Sequence[tuple[str, Authorship]], conversation_id: str | None
+) -> tuple[list[str], list[str | int]]:
+    """:data:`MERGE_SCRIPT`'s KEYS and ARGV for a batch (and a state key to read after it)."""
+    names = [keys.attribution(k) for k, _ in items]
+    if conversation_id is not None:
+        names.append(keys.state(conversation_id))
+    return names, [keys.ttl_ms, len(items), *[encode_authorship(v) for _, v in items]]
+
+
+def _merged_state(bad: int, raw: bytes | None) -> Mapping[str, object] | None:
+    """The state in a :data:`MERGE_SCRIPT` answer (``bad`` unreadable values overwritten).
+
+    Raises:
+        CorruptValue: the state is unreadable (``op="get_state"``, ``partial=None``), or
+            ``bad`` > 0 (``partial`` = the state).
+    """
+    try:
+        state = decode_state(raw)
+    except CorruptValue as exc:
+        raise CorruptValue(str(exc), partial=None, op="get_state") from exc
+    if bad:
+        raise CorruptValue(_OVERWRITTEN, partial=state)
+    return state
+
+
 class RedisStore:
     """Attribution store on Redis, shared by many replicas.
 
@@ -256,7 +285,7 @@ class RedisStore:
             return
         bad, _ = self._merge_script(items, None)
         if bad:
-            raise CorruptValue("Redis store: unreadable attribution values overwritten", partial=None)
+            raise CorruptValue(_OVERWRITTEN, partial=None)
 
     def merge_many_get_state(
         self, items: Sequence[tuple[str, Authorship]], merge: Merge, conversation_id: str
@@ -271,22 +300,12 @@ class RedisStore:
         if not items or merge is not merge_authorship:
             self.merge_many(items, merge)
             return self.get_state(conversation_id)
-        bad, raw = self._merge_script(items, conversation_id)
-        try:
-            state = decode_state(raw)
-        except CorruptValue as exc:
-            raise CorruptValue(str(exc), partial=None, op="get_state") from exc
-        if bad:
-            raise CorruptValue("Redis store: unreadable attribution values overwritten", partial=state)
-        return state
+        return _merged_state(*self._merge_script(items, conversation_id))
 
     def _merge_script(
         self, items: Sequence[tuple[str, Authorship]], conversation_id: str | None
     ) -> tuple[int, bytes | None]:
-        keys = [self._keys.attribution(k) for k, _ in items]
-        if conversation_id is not None:
-            keys.append(self._keys.state(conversation_id))
-        args: list[str | int] = [self._keys.ttl_ms, len(items), *[encode_authorship(v) for _, v in items]]
+        keys, args = _script_input(self._keys, items, conversation_id)
         bad, raw = self._run("merge", lambda: self._merge(keys=keys, args=args))
         return int(bad), raw
 
@@ -326,6 +345,7 @@ class AsyncRedisStore:
         cfg = config or StoreConfig(backend="redis")
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
         self._client = client or _from_url(aredis.Redis, cfg, AsyncRetry)
+        self._merge = self._client.register_script(MERGE_SCRIPT)
 
     @staticmethod
     async def _run(op: str, call: Callable[[], Any]) -> Any:
@@ -354,6 +374,51 @@ class AsyncRedisStore:
 
         await self._run("put", call)
 
+    async def merge_many(self, items: Sequence[tuple[str, Authorship]], merge: Merge) -> None:
+        """See :meth:`RedisStore.merge_many`: the same atomic script for ``merge_authorship``
+        (a sync and an async writer of the same key cannot lose a collision), else a read
+        and a write.
+
+        Raises:
+            CorruptValue: some stored values were unreadable (overwritten with the new ones).
+        """
+        if not items:
+            return
+        if merge is not merge_authorship:
+            await self._merge_by_read_write(items, merge)
+            return
+        bad, _ = await self._merge_script(items, None)
+        if bad:
+            raise CorruptValue(_OVERWRITTEN, partial=None)
+
+    async def merge_many_get_state(
+        self, items: Sequence[tuple[str, Authorship]], merge: Merge, conversation_id: str
+    ) -> Mapping[str, object] | None:
+        """See :meth:`RedisStore.merge_many_get_state` (one round trip for ``merge_authorship``)."""
+        if not items or merge is not merge_authorship:
+            await self.merge_many(items, merge)
+            return await self.get_state(conversation_id)
+        return _merged_state(*await self._merge_script(items, conversation_id))
+
+    async def _merge_script(
+        self, items: Sequence[tuple[str, Authorship]], conversation_id: str | None
+    ) -> tuple[int, bytes | None]:
+        keys, args = _script_input(self._keys, items, conversation_id)
+        bad, raw = await self._run("merge", lambda: self._merge(keys=keys, args=args))
+        return int(bad), raw
+
+    async def _merge_by_read_write(self, items: Sequence[tuple[str, Authorship]], merge: Merge) -> None:
+        """``protocols.merge_by_read_write``, awaited: unreadable values are merged as absent,
+        written, then reported (``CorruptValue``)."""
+        try:
+            existing = await self.get_many([k for k, _ in items])
+            unreadable = None
+        except CorruptValue as exc:  # the readable part, unreadable values as None
+            existing, unreadable = exc.partial, exc  # type: ignore[assignment]
+        await self.put_many([(k, merge(old, new)) for (k, new), old in zip(items, existing, strict=True)])
+        if unreadable is not None:
+            raise CorruptValue(f"{unreadable} (merged as absent and overwritten)", partial=None)
+
     async def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """See :meth:`RedisStore.get_state`."""
         raw = await self._run("get_state", lambda: self._client.get(self._keys.state(conversation_id)))
@@ -364,6 +429,13 @@ class AsyncRedisStore:
         payload = json.dumps(state, separators=(",", ":"), default=str)
         key = self._keys.state(conversation_id)
         await self._run("put_state", lambda: self._client.set(key, payload, px=self._keys.ttl_ms))
+
+    async def ping(self) -> bool:
+        """See :meth:`RedisStore.ping`; never raises."""
+        try:
+            return bool(await self._client.ping())
+        except _FAILURES:
+            return False
 
     async def close(self) -> None:
         """Release the connection pool."""

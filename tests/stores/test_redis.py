@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -456,3 +457,117 @@ def test_merge_with_another_rule_overwrites_unreadable_values_and_says_so() -> N
     raw.delete(*raw.keys(f"{cfg.key_prefix}*"))
     raw.close()
     s.close()
+
+
+# -- AsyncRedisStore: the same merge ---------------------------------------------------------
+
+
+class CountingAsyncConnection(aredis.Connection):
+    """``CountingConnection`` for ``redis.asyncio``: one count per round trip."""
+
+    sends = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sends += 1
+        await super().send_packed_command(command, check_health)
+
+
+async def test_async_merge_is_the_sync_merge_in_one_round_trip() -> None:
+    """AsyncRedisStore.merge_many writes what ``merge_authorship`` gives (collision markers,
+    unknown depths) in one round trip, and the sync store reads it; merge_many_get_state
+    returns the state in the same round trip, read after the keys are written."""
+    require_redis()
+    cfg = _cfg()
+    pool = aredis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingAsyncConnection)
+    asy, sync = AsyncRedisStore(cfg, client=aredis.Redis(connection_pool=pool)), RedisStore(cfg)
+    try:
+        await asy.merge_many([("warm", A1)], merge_authorship)  # script loaded
+        sync.put_many([("a", A1)])
+        sync.put_state("conv", {"depth": 2})
+        other = Authorship(("claude",), 1, 1003.0, "conv-7")
+        before = CountingAsyncConnection.sends
+        await asy.merge_many([("a", other), ("b", A2), ("c", A1)], merge_authorship)
+        assert CountingAsyncConnection.sends - before == 1
+        want = [merge_authorship(A1, other), A2, A1]
+        assert want[0] is not None and want[0].authors == ()  # a collision marker
+        assert sync.get_many(["a", "b", "c"]) == want
+        before = CountingAsyncConnection.sends
+        state = await asy.merge_many_get_state([("c", A2)], merge_authorship, "conv")
+        assert (state, CountingAsyncConnection.sends - before) == ({"depth": 2}, 1)
+        assert sync.get_many(["c"]) == [merge_authorship(A1, A2)]
+        assert await asy.merge_many_get_state([("d", A1)], merge_authorship, "none") is None
+        # another merge rule: a read, then a write
+        keep_old = lambda old, new: old or new  # noqa: E731
+        assert await asy.merge_many_get_state([("e", A1)], keep_old, "conv") == {"depth": 2}
+        await asy.merge_many([("e", A2)], keep_old)
+        assert await asy.get_many(["e"]) == [A1]
+        assert await asy.ping()
+    finally:
+        sync._client.delete(*sync._client.keys(f"{cfg.key_prefix}*"))
+        await asy.close()
+        sync.close()
+
+
+async def test_async_merge_overwrites_unreadable_values_and_says_so() -> None:
+    """Unreadable stored values are overwritten with the new ones and reported (CorruptValue),
+    by the script and by the read-then-write path; an unreadable state is reported as a
+    get_state failure."""
+    require_redis()
+    cfg = _cfg()
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    asy = AsyncRedisStore(cfg)
+    try:
+        raw.set(f"{cfg.key_prefix}a:bad", b"\xff not json")
+        with pytest.raises(CorruptValue):
+            await asy.merge_many([("bad", A1), ("fresh", A2)], merge_authorship)
+        assert await asy.get_many(["bad", "fresh"]) == [A1, A2]
+        raw.set(f"{cfg.key_prefix}a:bad", b"\xff not json")
+        with pytest.raises(CorruptValue):
+            await asy.merge_many([("bad", A2)], lambda old, new: old or new)
+        assert await asy.get_many(["bad"]) == [A2]
+        raw.set(f"{cfg.key_prefix}s:broken", b"[1, 2]")
+        with pytest.raises(CorruptValue) as info:
+            await asy.merge_many_get_state([("x", A1)], merge_authorship, "broken")
+        assert info.value.op == "get_state"
+        assert await asy.get_many(["x"]) == [A1]  # merged all the same
+    finally:
+        raw.delete(*raw.keys(f"{cfg.key_prefix}*"))
+        raw.close()
+        await asy.close()
+
+
+async def test_async_and_sync_writers_never_lose_a_collision() -> None:
+    """A sync replica and an async one recording different authors under the same keys at
+    once: every key ends a collision marker (both run the same atomic script)."""
+    require_redis()
+    cfg = _cfg()
+    keys = [f"shared-{i}" for i in range(200)]
+    sync, asy = RedisStore(cfg), AsyncRedisStore(cfg)
+    start = threading.Barrier(2)
+
+    def sync_replica() -> None:
+        start.wait()
+        for key in keys:
+            sync.merge_many([(key, Authorship(("model-sync",), 1, 1.0, "conv"))], merge_authorship)
+
+    th = threading.Thread(target=sync_replica)
+    th.start()
+    start.wait()
+    try:
+        for key in keys:
+            await asy.merge_many([(key, Authorship(("model-async",), 1, 2.0, "conv"))], merge_authorship)
+    finally:
+        th.join()
+    try:
+        assert all(v is not None and v.authors == () for v in sync.get_many(keys))
+    finally:
+        sync._client.delete(*[sync._keys.attribution(k) for k in keys])
+        await asy.close()
+        sync.close()
+
+
+async def test_async_ping_is_false_without_a_server() -> None:
+    """ping() answers False (never raises) when Redis is unreachable."""
+    asy = AsyncRedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05))
+    assert await asy.ping() is False
+    await asy.close()
