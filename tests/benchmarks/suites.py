@@ -522,6 +522,66 @@ def proxy(quick: bool) -> list[Row]:
     return rows
 
 
+LLM_DELAY_MS = 20.0
+"""How much later ``proxy_llm``'s mock upstream answers: an LLM-like call, many in flight at once."""
+
+
+def proxy_llm(quick: bool) -> list[Row]:
+    """``serve`` against the floor in front of an upstream that answers ``LLM_DELAY_MS`` later,
+    at 32 and 128 connections: what monitoring costs when the upstream is not a 20 µs mock."""
+    import shutil
+
+    from tests.benchmarks.bench_proxy import FLOOR, run
+
+    if shutil.which("wrk") is None:
+        return [
+            Row(
+                "proxy_llm", "skipped: wrk not installed (apt-get install wrk)", None, None, "", headline=True
+            )
+        ]
+    rows = []
+    for conns in (32, 128):
+        opts = argparse.Namespace(
+            duration=2.0 if quick else 6.0,
+            conns=conns,
+            rounds=1 if quick else 3,
+            no_litellm=True,
+            serve=None,
+            port=None,
+            upstream=None,
+            upstream_delay_ms=LLM_DELAY_MS,
+        )
+        results = run(opts)
+        base = results[0]
+        floor = next(r for r in results if r.name == FLOOR)
+        hm = next(r for r in results if r.name.startswith("handoffmon serve (3"))
+        floor_added = floor.p50_ms - base.p50_ms
+        for r in (floor, hm):
+            added = r.p50_ms - base.p50_ms
+            note = (
+                f"added p50 {added:.3f} ms, p99 {r.p99_ms - base.p99_ms:.3f} ms at 1 connection "
+                f"(the upstream alone: p50 {base.p50_ms:.2f} ms); {r.rps:,.0f} RPS at {conns} connections "
+                f"(the upstream alone {base.rps:,.0f}); server CPU {r.cpu_us:.0f} µs/request"
+            )
+            if r is hm:
+                note += f"; added p50 {added / floor_added:.2f}x the floor's" if floor_added > 0 else ""
+                note += f"; {r.note}" if r.note else ""
+            rows.append(
+                Row(
+                    "proxy_llm",
+                    f"{r.name}, upstream answering in {LLM_DELAY_MS:g} ms, {conns} connections",
+                    r.p50_ms,
+                    r.p99_ms,
+                    "ms",
+                    r.rps / floor.rps if r is hm and floor.rps else None,
+                    "RPS ÷ the floor's RPS" if r is hm else "",
+                    note + (f"; {r.errors} errors" if r.errors else ""),
+                    headline=True,
+                )
+            )
+    return rows
+
+
 def instructions(quick: bool) -> list[Row]:
     """Instructions per request under callgrind: the floor, serve, before trees (bench_instructions)."""
     import shutil
@@ -707,6 +767,7 @@ SUITES: dict[str, Suite] = {
     "export": export,
     "refit": refit,
     "proxy": proxy,
+    "proxy_llm": proxy_llm,
     "instructions": instructions,
     "scaling": scaling,
     "stores": stores,
