@@ -345,7 +345,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
 
     With ``opts.upstream_delay_ms`` (an LLM-like upstream), only the mock, the floor and
     ``serve`` with the memory store."""
-    delay_ms = float(getattr(opts, "upstream_delay_ms", 0.0) or 0.0)
+    delay_ms = opts.upstream_delay_ms
     if shutil.which("wrk") is None:
         raise SystemExit("bench_proxy needs wrk: apt-get install wrk")
     py = sys.executable
@@ -401,8 +401,8 @@ def run(opts: argparse.Namespace) -> list[Result]:
             )
         # source trees (e.g. `git archive` of main), os.pathsep-separated: the same serve from
         # each, measured side by side in the same interleaved rounds (before/after ratios)
-        befores = [b for b in os.environ.get("BENCH_PROXY_BEFORE", "").split(os.pathsep) if b]
-        befores = [] if delay_ms else befores
+        listed = "" if delay_ms else os.environ.get("BENCH_PROXY_BEFORE", "")
+        befores = [b for b in listed.split(os.pathsep) if b]
         for i, before in enumerate(befores):
             key = f"before{i}"
             ports[key] = free_port()
@@ -433,7 +433,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
             ("mock upstream (direct)", "mock", None),
             ("bare pass-through, aiohttp client", "aiohttp", None),
             ("bare pass-through, httpx client", "httpx", None),
-            ("handoffmon serve (3 rules checked)", "handoffmon", None),
+            (SERVE, "handoffmon", None),
             ("handoffmon serve, Redis store", "hm-redis", None),
             ("LiteLLM Proxy 1.108 (master key)", "litellm", "sk-bench-master"),
         ]
@@ -464,12 +464,15 @@ def _stop(p: subprocess.Popen[bytes]) -> None:
 FLOOR = "bare pass-through, aiohttp client"
 """The floor of issue 21: a raw ASGI pass-through on the same server stack, no monitoring."""
 
+SERVE = "handoffmon serve (3 rules checked)"
+"""``handoffmon serve`` with the memory store: the row the targets are about."""
+
 
 def floor_checks(results: list[Result]) -> list[tuple[str, bool | None]]:
     """Issue 21's targets for ``handoffmon serve`` (memory store) against the floor, same run."""
     base = results[0]
     floor = next((r for r in results if r.name == FLOOR), None)
-    hm = next((r for r in results if r.name.startswith("handoffmon serve (3")), None)
+    hm = next((r for r in results if r.name == SERVE), None)
     if floor is None or hm is None:
         return []
     f_add, h_add = floor.p50_ms - base.p50_ms, hm.p50_ms - base.p50_ms
@@ -508,7 +511,7 @@ def report(results: list[Result], opts: argparse.Namespace) -> bool:
             f"| {r.name} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | {added} | {added99} | {r.rps:.0f} "
             f"| {r.cpu_us:.0f} | {r.per_core:.0f} | {r.errors} |"
         )
-    hm = next(r for r in results if r.name.startswith("handoffmon serve (3"))
+    hm = next(r for r in results if r.name == SERVE)
     for r in results:
         if r.note:
             print(f"{r.name} counters after the run: {r.note}")
@@ -536,7 +539,8 @@ def report(results: list[Result], opts: argparse.Namespace) -> bool:
     return all(ok is not False for _, ok in checks)
 
 
-def main(argv: list[str] | None = None) -> None:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """This benchmark's command-line options (its defaults for whatever ``argv`` leaves out)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=6.0, help="seconds of load per target and kind")
     parser.add_argument("--conns", type=int, default=32, help="connections for the peak-RPS run")
@@ -551,7 +555,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--serve", choices=["mock", "bare-aiohttp", "bare-httpx"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
-    opts = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    opts = options(argv)
     if opts.serve == "mock":
         _serve_mock(opts.port, opts.upstream_delay_ms / 1000)
     elif opts.serve:

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import random
+import shutil
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -472,29 +473,27 @@ def _cpu_note(cpu: list[float]) -> str:
     return f"CPU p50 {cpu[0]:.3f} s" if cpu else ""
 
 
+def _no_wrk(bench: str) -> Row:
+    """The row a proxy suite gives when wrk is missing."""
+    return Row(bench, "skipped: wrk not installed (apt-get install wrk)", None, None, "", headline=True)
+
+
+def _proxy_options(quick: bool, *argv: str) -> argparse.Namespace:
+    """``bench_proxy``'s own options and defaults; shorter and without LiteLLM Proxy when quick."""
+    from tests.benchmarks.bench_proxy import options
+
+    return options([*(["--duration", "2", "--rounds", "1", "--no-litellm"] if quick else []), *argv])
+
+
 def proxy(quick: bool) -> list[Row]:
     """wrk against mock, bare pass-throughs, handoffmon serve (memory, Redis), LiteLLM Proxy (bench_proxy)."""
-    import shutil
-
-    from tests.benchmarks.bench_proxy import floor_checks, run
+    from tests.benchmarks.bench_proxy import SERVE, floor_checks, run
 
     if shutil.which("wrk") is None:
-        return [
-            Row("proxy", "skipped: wrk not installed (apt-get install wrk)", None, None, "", headline=True)
-        ]
-    # bench_proxy's own defaults (its argparse options), shorter and without LiteLLM when quick
-    opts = argparse.Namespace(
-        duration=2.0 if quick else 6.0,
-        conns=32,
-        rounds=1 if quick else 3,
-        no_litellm=quick,
-        serve=None,
-        port=None,
-        upstream=None,
-    )
-    results = run(opts)
+        return [_no_wrk("proxy")]
+    results = run(_proxy_options(quick))
     base = results[0]
-    hm = next(r for r in results if r.name.startswith("handoffmon serve (3"))
+    hm = next(r for r in results if r.name == SERVE)
     hm_added = hm.p50_ms - base.p50_ms
     rows = []
     for r in results:
@@ -529,32 +528,16 @@ LLM_DELAY_MS = 20.0
 def proxy_llm(quick: bool) -> list[Row]:
     """``serve`` against the floor in front of an upstream that answers ``LLM_DELAY_MS`` later,
     at 32 and 128 connections: what monitoring costs when the upstream is not a 20 µs mock."""
-    import shutil
-
-    from tests.benchmarks.bench_proxy import FLOOR, run
+    from tests.benchmarks.bench_proxy import FLOOR, SERVE, run
 
     if shutil.which("wrk") is None:
-        return [
-            Row(
-                "proxy_llm", "skipped: wrk not installed (apt-get install wrk)", None, None, "", headline=True
-            )
-        ]
+        return [_no_wrk("proxy_llm")]
     rows = []
     for conns in (32, 128):
-        opts = argparse.Namespace(
-            duration=2.0 if quick else 6.0,
-            conns=conns,
-            rounds=1 if quick else 3,
-            no_litellm=True,
-            serve=None,
-            port=None,
-            upstream=None,
-            upstream_delay_ms=LLM_DELAY_MS,
-        )
-        results = run(opts)
+        results = run(_proxy_options(quick, "--conns", str(conns), "--upstream-delay-ms", str(LLM_DELAY_MS)))
         base = results[0]
         floor = next(r for r in results if r.name == FLOOR)
-        hm = next(r for r in results if r.name.startswith("handoffmon serve (3"))
+        hm = next(r for r in results if r.name == SERVE)
         floor_added = floor.p50_ms - base.p50_ms
         for r in (floor, hm):
             added = r.p50_ms - base.p50_ms
@@ -584,8 +567,6 @@ def proxy_llm(quick: bool) -> list[Row]:
 
 def instructions(quick: bool) -> list[Row]:
     """Instructions per request under callgrind: the floor, serve, before trees (bench_instructions)."""
-    import shutil
-
     from tests.benchmarks.bench_instructions import run
 
     if shutil.which("valgrind") is None:
