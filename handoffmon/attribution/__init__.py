@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from handoffmon.attribution.attributor import Attributor, OnError, RecordedReply, degraded_context
+from handoffmon.attribution.attributor import (
+    Attributor,
+    OnError,
+    Prepared,
+    RecordedReply,
+    degraded_context,
+)
 from handoffmon.attribution.conversation import derived_conversation_id
 from handoffmon.attribution.names import ModelNames
 from handoffmon.attribution.normalize import normalize_message, normalize_messages
@@ -12,6 +18,7 @@ __all__ = [
     "Attributor",
     "ModelNames",
     "OnError",
+    "Prepared",
     "RecordedReply",
     "degraded_context",
     "derived_conversation_id",

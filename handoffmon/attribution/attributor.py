@@ -79,6 +79,18 @@ class _Scan:
     contents: list[int]  # their content-only fingerprints
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A history scanned, and the store's answer for its keys, ahead of ``Attributor.attribute``
+    (``Attributor.prepare``: one store call for a batch of histories)."""
+
+    scan: _Scan
+    found: Mapping[str, Authorship | None]
+    """Store values of the keys asked for (``None``: not in the store)."""
+    ok: bool
+    """The store answered (else lookups fail open to the overlay, as when it fails alone)."""
+
+
 class Attributor:
     """Attributes request histories and records replies (see docs/concepts/attribution.md).
 
@@ -141,6 +153,7 @@ class Attributor:
         requested_model: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         started_at: float | None = None,
+        prepared: Prepared | None = None,
     ) -> TurnContext:
         """Attribute every assistant message of a request history. Never raises.
 
@@ -155,12 +168,13 @@ class Attributor:
             metadata: request metadata, carried on the context.
             started_at: monotonic time the call started (default: now); set when the
                 history is attributed after the call, in the background.
+            prepared: ``messages`` as :meth:`prepare` scanned and looked them up.
         """
         started = self._monotonic() if started_at is None else started_at
         meta: Mapping[str, object] = dict(metadata) if metadata else {}  # the app may mutate its dict
         try:
-            scan = self._scan(messages)
-            found = self._lookup(scan)
+            scan = self._scan(messages) if prepared is None else prepared.scan
+            found = self._lookup(scan, prepared)
             return self._context(scan, found, conversation_id, requested_model, meta, started)
         except Exception as exc:
             self._fail("attribution", exc)
@@ -252,7 +266,46 @@ class Attributor:
             return k, h, chars, held, prev_role, prev_bytes, [*indices], [*chains], [*contents], snapshot
         return None
 
-    def _lookup(self, scan: _Scan) -> list[Authorship | None]:
+    def prepare(self, histories: Sequence[Sequence[Any] | None]) -> list[Prepared | None]:
+        """Scan histories and look up every key their attribution can ask for (chain and
+        content keys), all in one store call, for :meth:`attribute` to take in order.
+
+        For a store that costs a round trip per call (Redis): a batch of queued turns is one
+        round trip instead of one per turn. Each turn is still attributed after the previous
+        one's reply was recorded: the overlay of recorded replies is read first at
+        :meth:`attribute` time, and a key not asked for here (a cleared ``_verified``) costs
+        its own call. Never raises: a history that cannot be scanned (or is ``None``) gets
+        ``None``, and :meth:`attribute` then works on it alone; a store failure is counted
+        once for the batch, and its turns fail open to the overlay.
+        """
+        scans: list[_Scan | None] = []
+        wanted: dict[str, None] = {}
+        for messages in histories:
+            scan = None
+            if messages is not None:
+                with contextlib.suppress(Exception):  # attribute() meets it again and reports it
+                    scan = self._scan(messages)
+            scans.append(scan)
+            if scan is not None and scan.chains:
+                for h in scan.chains:
+                    wanted["c:" + hex(h)] = None
+                if self.content_fallback:
+                    for c in scan.contents:
+                        wanted["k:" + hex(c)] = None
+        keys = list(wanted)
+        found: Mapping[str, Authorship | None] = {}
+        ok = True
+        if keys:
+            try:
+                found = dict(zip(keys, self.store.get_many(keys), strict=True))
+            except StoreError:  # counted by the store guard
+                ok = False
+            except Exception as exc:  # a store that does not translate its errors
+                self._fail("attribution", exc)
+                ok = False
+        return [Prepared(scan, found, ok) if scan is not None else None for scan in scans]
+
+    def _lookup(self, scan: _Scan, prepared: Prepared | None = None) -> list[Authorship | None]:
         """Authorships of the chain keys, then of the content keys, of every assistant message.
 
         One store call. When the last assistant message is a reply this process recorded
@@ -265,16 +318,16 @@ class Attributor:
             return []
         keys = ["c:" + hex(h) for h in chains]  # = chain_key(h), inlined for speed
         if not self.content_fallback:
-            return self._fetch(keys)[0]
+            return self._fetch(keys, prepared)[0]
         n = len(keys)
         if chains[-1] not in self._verified:
             keys += ["k:" + hex(c) for c in scan.contents]  # = content_key(c)
-            return self._fetch(keys)[0]
-        found, ok = self._fetch(keys)
+            return self._fetch(keys, prepared)[0]
+        found, ok = self._fetch(keys, prepared)
         found += [None] * n
         missing = [j for j in range(n) if found[j] is None or not found[j].authors]  # type: ignore[union-attr]
         if missing and ok:
-            extra = self._fetch(["k:" + hex(scan.contents[j]) for j in missing])[0]
+            extra = self._fetch(["k:" + hex(scan.contents[j]) for j in missing], prepared)[0]
             for j, auth in zip(missing, extra, strict=True):
                 found[n + j] = auth
         return found
@@ -287,14 +340,39 @@ class Attributor:
         """
         return self._fetch(keys)[0]
 
-    def _fetch(self, keys: list[str]) -> tuple[list[Authorship | None], bool]:
+    def _fetch(
+        self, keys: list[str], prepared: Prepared | None = None
+    ) -> tuple[list[Authorship | None], bool]:
         """Overlay first, then one ``get_many`` for the rest; (values, store answered)."""
+        if prepared is not None:
+            return self._fetch_prepared(keys, prepared)
         pending = self._pending
         if not len(pending):
             return self._get_many(keys, [None] * len(keys), keys)
         found = pending.get_many(keys)
         missing = [k for k, v in zip(keys, found, strict=True) if v is None]
         return self._get_many(missing, found, keys) if missing else (found, True)
+
+    def _fetch_prepared(self, keys: list[str], prepared: Prepared) -> tuple[list[Authorship | None], bool]:
+        """:meth:`_fetch` with the store's answers from :meth:`prepare`: overlay first, then
+        those answers, then one ``get_many`` for keys it did not ask for."""
+        pending = self._pending
+        found: list[Authorship | None] = pending.get_many(keys) if len(pending) else [None] * len(keys)
+        if not prepared.ok:
+            return found, False
+        got = prepared.found
+        missing = []
+        for i, key in enumerate(keys):
+            if found[i] is None:
+                if key in got:
+                    found[i] = got[key]
+                else:
+                    missing.append(key)
+        if not missing:
+            return found, True
+        extra, ok = self._get_many(missing, [None] * len(missing), missing)
+        fill = dict(zip(missing, extra, strict=True))
+        return [fill.get(k, v) for k, v in zip(keys, found, strict=True)], ok
 
     def _get_many(
         self, missing: list[str], found: list[Authorship | None], keys: list[str]
@@ -472,6 +550,26 @@ class Attributor:
         if recorded.items:
             self._pending.drop([k for k, _ in recorded.items], recorded.seq)
         return state
+
+    def persist_and_get_states(
+        self, batch: Sequence[tuple[RecordedReply | None, str | None]]
+    ) -> list[Mapping[str, object] | None]:
+        """:meth:`persist_and_get_state` of many turns, in order, in one store call
+        (``GuardedStore.merge_get_states``): per turn its recorded reply (``None``: nothing
+        to write) and its conversation (``None``: no state to read, ``None`` returned).
+
+        Raises:
+            StoreError: the store failed; no write or read of the batch happened for sure
+                (the overlay keeps the entries meanwhile).
+        """
+        requests = [(r.items if r is not None else (), cid) for r, cid in batch]
+        states: list[Mapping[str, object] | None] = self.store.merge_get_states(  # type: ignore[attr-defined]
+            requests, merge_authorship
+        )
+        for recorded, _ in batch:
+            if recorded is not None and recorded.items:
+                self._pending.drop([k for k, _ in recorded.items], recorded.seq)
+        return states
 
     @property
     def pending(self) -> int:

@@ -105,6 +105,10 @@ class CheckStage:
             and bool(getattr(store.inner, "native_merge_state", False))
             and attributor.store is store
         )
+        # a store that does that for many turns in one call: the turns queued at once are one
+        # batch (process_batch), two round trips in all
+        self.batched = self._combined and bool(getattr(store, "native_batches", False))
+        """``process_batch`` costs two store calls per batch (else it processes turn by turn)."""
         self._states: dict[str, tuple[object, ConversationState]] = {}
         self.shadow: Callable[[ShadowTurn], None] | None = None
         """Receives checked turns that carry a shadow offer (``Monitor.set_shadow``)."""
@@ -113,21 +117,113 @@ class CheckStage:
         """Process one turn end to end, then report the stage overheads."""
         t0 = time.perf_counter()
         self._process(turn)
+        self._observe(turn, time.perf_counter() - t0)
+
+    def _observe(self, turn: Attributed, background_s: float) -> None:
         self._errors.observe_many(
             (
                 ("begin", turn.begin_s),
                 ("attribution", turn.ctx.attribution_s),
                 ("finish", turn.finish_s),
-                ("background", time.perf_counter() - t0),
+                ("background", background_s),
             )
         )
 
-    def _process(self, turn: Attributed) -> None:
+    def process_batch(self, turns: list[Attributed]) -> None:
+        """Process turns in order as :meth:`process` does, with two store calls for the batch
+        (when ``batched``): every reply's keys merged and every conversation's state read in
+        one, the states written back in one after all turns are checked.
+
+        A conversation with several turns in the batch is read once: its later turns fold
+        into the state its earlier turns left, and only the last state is written. A store
+        failure fails every turn of the batch open alike (fresh states, replies kept in the
+        overlay), as it would one by one; a turn that fails otherwise is counted and the
+        batch goes on. Each turn's ``background`` overhead is its own work plus an equal share
+        of the round trips.
+        """
+        if not self.batched or len(turns) == 1:
+            for turn in turns:
+                self.process(turn)
+            return
+        t0 = time.perf_counter()
+        ctxs = [self._final_context(turn) for turn in turns]
+        loaded = self._persist_and_load_many(turns, ctxs)
+        folded: dict[str, ConversationState] = {}
+
+        def keep(ctx: TurnContext, state: ConversationState) -> None:
+            if not ctx.degraded:
+                folded[ctx.conversation_id] = state
+
+        own: list[float] = []
+        shared = time.perf_counter() - t0
+        for turn, ctx, state in zip(turns, ctxs, loaded, strict=True):
+            t1 = time.perf_counter()
+            if not ctx.degraded:
+                state = folded.get(ctx.conversation_id, state)
+            try:
+                self._checked(turn, ctx, state, keep)
+            except Exception as exc:  # as the worker would count it one by one
+                self._errors.failed("pipeline", exc)
+            own.append(time.perf_counter() - t1)
+        t2 = time.perf_counter()
+        self._save_many(folded)
+        shared = (shared + time.perf_counter() - t2) / len(turns)
+        for turn, seconds in zip(turns, own, strict=True):
+            self._observe(turn, seconds + shared)
+
+    def _persist_and_load_many(
+        self, turns: list[Attributed], ctxs: list[TurnContext]
+    ) -> list[ConversationState]:
+        """:meth:`_persist_and_load` of a batch in one store call."""
+        batch = [
+            (turn.recorded, None if ctx.degraded else ctx.conversation_id)
+            for turn, ctx in zip(turns, ctxs, strict=True)
+        ]
+        try:
+            mappings = self._attributor.persist_and_get_states(batch)
+        except StoreError:  # counted by the store guard; the overlay keeps the replies meanwhile
+            return [ConversationState() for _ in turns]
+        except Exception as exc:
+            self._errors.failed("persist", exc)
+            return [ConversationState() for _ in turns]
+        states = []
+        for mapping in mappings:
+            try:
+                states.append(ConversationState.from_mapping(mapping))
+            except Exception as exc:
+                self._errors.failed("state", exc)
+                states.append(ConversationState())
+        return states
+
+    def _save_many(self, folded: Mapping[str, ConversationState]) -> None:
+        try:
+            store: Any = self._store  # the guard (``batched``)
+            store.put_states([(cid, state.to_mapping()) for cid, state in folded.items()])
+        except StoreError:  # counted by the store guard
+            pass
+        except Exception as exc:
+            self._errors.failed("state", exc)
+
+    def _final_context(self, turn: Attributed) -> TurnContext:
         ctx = turn.ctx
         final_id = getattr(turn.recorded, "conversation_id", None)
         if final_id and final_id != ctx.conversation_id:  # a depth-1 derived id is fixed at record()
             ctx = _ctx_with(ctx, conversation_id=final_id)
-        state = self._persist_and_load(turn, ctx)
+        return ctx
+
+    def _process(self, turn: Attributed) -> None:
+        ctx = self._final_context(turn)
+        self._checked(turn, ctx, self._persist_and_load(turn, ctx), self._save_state)
+
+    def _checked(
+        self,
+        turn: Attributed,
+        ctx: TurnContext,
+        state: ConversationState,
+        save: Callable[[TurnContext, ConversationState], None],
+    ) -> None:
+        """Rules, state, counts and export of a turn whose conversation state is ``state``;
+        ``save`` keeps the state it leaves."""
         author = turn.outcome.authors[-1]
         if not ctx.degraded and ctx.depth > state.depth:
             self._aggregates.move_session(state.depth, ctx.depth)
@@ -146,7 +242,7 @@ class CheckStage:
             and not ctx.degraded
         )
         state, cluster, transitions = state.fold(ctx.depth, author, ctx.prefix_model, clean, checks)
-        self._save_state(ctx, state)
+        save(ctx, state)
         record = self._record(turn, ctx, author)
         content = None
         if self._capture_content and ctx.input_messages:

@@ -35,6 +35,9 @@ class WorkerPool(Generic[T]):
         start: start the threads now (else call :meth:`start`; items queue up meanwhile).
         driven: one queue and no thread of its own: another worker's thread calls
             :meth:`drain` (``DequeWorker(after=pool.drain)``; see ``DequeWorker``'s ``driven``).
+        batch: handles the items queued at once, up to ``max_batch`` in order, instead of
+            ``handler`` one by one (see ``DequeWorker``'s ``batch``).
+        max_batch: the most items one ``batch`` call takes.
     """
 
     def __init__(
@@ -49,8 +52,11 @@ class WorkerPool(Generic[T]):
         name: str = "handoffmon-worker",
         start: bool = True,
         driven: bool = False,
+        batch: Callable[[list[T]], None] | None = None,
+        max_batch: int = 64,
     ) -> None:
         self._handler = handler
+        self._batch = batch
         self._on_error = on_error
         self._on_idle = on_idle
         self._idle_every = idle_every
@@ -66,6 +72,8 @@ class WorkerPool(Generic[T]):
                 name=f"{name}-{i}",
                 start=False,
                 driven=driven,
+                batch=self._handle_batch() if batch is not None else None,
+                max_batch=max_batch,
             )
             self._shards.append(shard)
         self._started = False
@@ -82,6 +90,26 @@ class WorkerPool(Generic[T]):
             nonlocal since_idle
             _guarded(self._handler, self._on_error, item)
             since_idle += 1
+            if self._on_idle is not None and (
+                since_idle >= self._idle_every or not shards[index].has_items()
+            ):
+                since_idle = 0
+                _guarded(self._on_idle, self._on_error)
+
+        return handle
+
+    def _handle_batch(self) -> Callable[[list[T]], None]:
+        """One shard's batch handler: the items, then ``on_idle`` as :meth:`_handle_one`."""
+        since_idle = 0
+        shards = self._shards
+        index = len(shards)
+        batch = self._batch
+        assert batch is not None
+
+        def handle(items: list[T]) -> None:
+            nonlocal since_idle
+            _guarded(batch, self._on_error, items)
+            since_idle += len(items)
             if self._on_idle is not None and (
                 since_idle >= self._idle_every or not shards[index].has_items()
             ):
@@ -185,6 +213,11 @@ class DequeWorker(Generic[T]):
             attributes first and checks while no turn waits, so a check backlog waits in the
             check queue (``pipeline.queue_size``) as it does with a check thread, not in
             its own, smaller queue.
+        batch: called with every item queued when the worker looks, up to ``max_batch``, in
+            order, instead of ``handler`` per item: for a stage whose cost is round trips
+            to a store (one per batch instead of one per item). An item waits no longer
+            than one by one: the batch is what had queued while the previous one ran.
+        max_batch: the most items one ``batch`` call takes.
     """
 
     def __init__(
@@ -200,8 +233,14 @@ class DequeWorker(Generic[T]):
         wake_at: int = 32,
         driven: bool = False,
         after: Callable[[Callable[[], bool] | None], None] | None = None,
+        batch: Callable[[list[T]], None] | None = None,
+        max_batch: int = 64,
     ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
         self._handler = handler
+        self._batch = batch
+        self._max_batch = max_batch
         self._driven = driven
         self._after = after
         # one drainer at a time: the driver, or close() on the closing thread
@@ -214,7 +253,7 @@ class DequeWorker(Generic[T]):
         self._poll_s = poll_s
         self._linger_s = linger_s
         self._wake_at = wake_at
-        self._busy = False
+        self._busy = 0  # items taken off the deque and not yet handled
         self._closed = False
         self._started = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -238,22 +277,40 @@ class DequeWorker(Generic[T]):
             return self._run_pending(stop)
 
     def _run_pending(self, stop: Callable[[], bool] | None) -> int:
-        items, handler = self._items, self._handler
+        items, handler, batch, on_error = self._items, self._handler, self._batch, self._on_error
         n = 0
         while True:
             if stop is not None and items and stop():
                 return n
-            self._busy = True  # before popleft: an item in flight is always counted as pending
+            self._busy = 1  # before popleft: an item in flight is always counted as pending
             try:
-                item = items.popleft()
+                if batch is None:
+                    _guarded(handler, on_error, items.popleft())  # IndexError: only popleft's
+                    n += 1
+                else:
+                    n += self._handle_batch()
             except IndexError:
-                self._busy = False
                 return n
-            n += 1
-            try:
-                _guarded(handler, self._on_error, item)
             finally:
-                self._busy = False
+                self._busy = 0
+
+    def _handle_batch(self) -> int:
+        """Take the queued items off the deque, up to ``max_batch``, and hand them to ``batch``;
+        how many.
+
+        Raises:
+            IndexError: the deque was empty.
+        """
+        items = self._items
+        taken = [items.popleft()]
+        batch = self._batch
+        assert batch is not None
+        limit = self._max_batch
+        while len(taken) < limit and items:  # one drainer at a time: the deque only grows meanwhile
+            taken.append(items.popleft())
+        self._busy = len(taken)
+        _guarded(batch, self._on_error, taken)
+        return len(taken)
 
     def submit(self, item: T) -> bool:
         """Enqueue without blocking; False when full or closed."""
@@ -282,14 +339,19 @@ class DequeWorker(Generic[T]):
     def _run(self) -> None:
         items, wake, sleep = self._items, self._wake, time.sleep
         after, since_after, has_items = self._after, 0, self.has_items
+        handler, batch, on_error = self._handler, self._batch, self._on_error
         idle_since = 0.0
         self._sleeping = False  # polling from the start
         while True:
-            self._busy = True  # before popleft: an item in flight is always counted as pending
+            self._busy = 1  # before popleft: an item in flight is always counted as pending
             try:
-                item = items.popleft()
+                if batch is None:
+                    item = items.popleft()
+                    handled = 1
+                else:
+                    handled = self._handle_batch()
             except IndexError:
-                self._busy = False
+                self._busy = 0
                 if after is not None and since_after:
                     # Only this thread's items feed the hook's queue, so it is empty again
                     # unless the hook returned for a waiting item, which is handled next
@@ -321,11 +383,14 @@ class DequeWorker(Generic[T]):
                 idle_since = 0.0
                 continue
             idle_since = 0.0
-            since_after += 1
-            try:
-                _guarded(self._handler, self._on_error, item)
-            finally:
-                self._busy = False
+            since_after += handled
+            if batch is None:
+                try:
+                    _guarded(handler, on_error, item)
+                finally:
+                    self._busy = 0
+            else:
+                self._busy = 0
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued item has been processed; False on timeout."""

@@ -159,6 +159,37 @@ class GuardedStore:
         self.merge_many(items, merge)
         return self.get_state(conversation_id)
 
+    @property
+    def native_batches(self) -> bool:
+        """The backend merges and reads many conversations' replies and states in one call
+        (:meth:`merge_get_states`, :meth:`put_states`: one Redis round trip each)."""
+        return bool(getattr(self.inner, "native_batches", False))
+
+    def merge_get_states(
+        self, requests: Sequence[tuple[Sequence[tuple[str, Authorship]], str | None]], merge: Merge
+    ) -> list[Mapping[str, object] | None]:
+        """:meth:`merge_many_get_state` of many turns, in order, in one backend call
+        (``RedisStore.merge_get_states``, counted as ``get``): per request, its reply's keys
+        merged, then its conversation's state read (``None`` for a ``None`` id). Unreadable
+        states read as ``None`` (counted). ``StoreError`` when the backend failed: no merge
+        or read of the batch can be assumed done."""
+        if not requests:
+            return []
+        if not self.native_batches:
+            raise StoreError("this store has no batched merge (GuardedStore.native_batches)")
+        states: list[Mapping[str, object] | None] | None = self._call(
+            "get", "merge_get_states", requests, merge
+        )
+        return states if states is not None else [None] * len(requests)
+
+    def put_states(self, states: Sequence[tuple[str, Mapping[str, object]]]) -> None:
+        """:meth:`put_state` of many conversations in one backend call (``put_state``)."""
+        if not states:
+            return
+        if not self.native_batches:
+            raise StoreError("this store has no batched state write (GuardedStore.native_batches)")
+        self._call("put_state", "put_states", states)
+
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The backend's answer; ``StoreError`` when it failed (unreadable state → ``None``)."""
         state: Mapping[str, object] | None = self._call("get_state", "get_state", conversation_id)

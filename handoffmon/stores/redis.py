@@ -309,6 +309,92 @@ class RedisStore:
         bad, raw = self._run("merge", lambda: self._merge(keys=keys, args=args))
         return int(bad), raw
 
+    native_batches = True
+    """``merge_get_states`` and ``put_states`` are one round trip each (the check stage
+    handles the turns queued at once as one batch)."""
+
+    def merge_get_states(
+        self, requests: Sequence[tuple[Sequence[tuple[str, Authorship]], str | None]], merge: Merge
+    ) -> list[Mapping[str, object] | None]:
+        """:meth:`merge_many_get_state` of many turns in one pipelined round trip, in order:
+        per request, one :data:`MERGE_SCRIPT` call (its reply's keys merged, then its
+        conversation's state read; ``None`` for a ``None`` id), or a ``GET`` of the state when
+        it has no keys. Each script call is atomic on its own, not the batch.
+
+        Raises:
+            CorruptValue: some states were unreadable (``op="get_state"``; ``partial`` = the
+                states, ``None`` for those), or some stored attribution values were
+                (``partial`` = the states); counted once per batch.
+        """
+        if not requests:
+            return []
+        if merge is not merge_authorship:
+            out: list[Mapping[str, object] | None] = []
+            for items, conversation_id in requests:
+                self.merge_many(items, merge)
+                out.append(self.get_state(conversation_id) if conversation_id is not None else None)
+            return out
+        sha = self._merge.sha
+
+        def run() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for items, conversation_id in requests:
+                if items:
+                    keys, args = _script_input(self._keys, items, conversation_id)
+                    pipe.evalsha(sha, len(keys), *keys, *args)
+                elif conversation_id is not None:
+                    pipe.get(self._keys.state(conversation_id))
+                else:
+                    pipe.echo(b"")  # keeps one answer per request
+            answers: list[Any] = pipe.execute(raise_on_error=False)
+            return answers
+
+        def call() -> list[Any]:
+            answers = run()
+            if any(isinstance(a, redis.exceptions.NoScriptError) for a in answers):
+                # Redis restarted or its script cache was flushed: load the script and run the
+                # batch again (merging the same values twice is the same merge)
+                self._client.script_load(MERGE_SCRIPT)
+                answers = run()
+            for a in answers:
+                if isinstance(a, Exception):
+                    raise a
+            return answers
+
+        answers = self._run("merge", call)
+        states: list[Mapping[str, object] | None] = []
+        bad = unreadable = 0
+        for (items, conversation_id), answer in zip(requests, answers, strict=True):
+            if items:
+                corrupt, raw = answer
+                bad += int(corrupt)
+            else:
+                raw = answer if conversation_id is not None else None
+            try:
+                states.append(decode_state(raw))
+            except CorruptValue:
+                unreadable += 1
+                states.append(None)
+        if unreadable:
+            raise CorruptValue("Redis store: unreadable conversation state", partial=states, op="get_state")
+        if bad:
+            raise CorruptValue(_OVERWRITTEN, partial=states)
+        return states
+
+    def put_states(self, states: Sequence[tuple[str, Mapping[str, object]]]) -> None:
+        """:meth:`put_state` of many conversations in one pipelined round trip."""
+        if not states:
+            return
+
+        def call() -> None:
+            pipe = self._client.pipeline(transaction=False)
+            for conversation_id, state in states:
+                payload = json.dumps(state, separators=(",", ":"), default=str)
+                pipe.set(self._keys.state(conversation_id), payload, px=self._keys.ttl_ms)
+            pipe.execute()
+
+        self._run("put_state", call)
+
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A conversation's state, or ``None``."""
         return decode_state(

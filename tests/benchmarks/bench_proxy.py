@@ -300,11 +300,13 @@ def _measure_all(
     return results
 
 
-def _handoffmon_config(tmp: Path, redis: bool = False) -> Path:
+def _handoffmon_config(tmp: Path, redis: bool = False, name: str = "") -> Path:
+    """``serve``'s config (``name``: a Redis key prefix and file of its own)."""
     cfg: dict[str, Any] = {"rules": RULES, "telemetry": {"log_turns": False}, "refit": {"interval_s": 0}}
     if redis:
-        cfg["store"] = {"backend": "redis", "key_prefix": f"hm-bench:{os.getpid()}:", "ttl_s": 600}
-    path = tmp / ("handoffmon-redis.yaml" if redis else "handoffmon.yaml")
+        prefix = f"hm-bench:{os.getpid()}:{name}:" if name else f"hm-bench:{os.getpid()}:"
+        cfg["store"] = {"backend": "redis", "key_prefix": prefix, "ttl_s": 600}
+    path = tmp / (f"handoffmon-{name or 'redis'}.yaml" if redis else "handoffmon.yaml")
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -404,16 +406,19 @@ def run(opts: argparse.Namespace) -> list[Result]:
         listed = "" if delay_ms else os.environ.get("BENCH_PROXY_BEFORE", "")
         befores = [b for b in listed.split(os.pathsep) if b]
         for i, before in enumerate(befores):
-            key = f"before{i}"
-            ports[key] = free_port()
-            procs[key] = _start(
-                [
-                    *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports[key])],
-                    *["--config", str(_handoffmon_config(tmp))],
-                ],
-                {**env, "PYTHONPATH": before},
-                cwd=before,  # `-m` puts the working directory first on sys.path
-            )
+            # each tree's serve on the memory store, and on Redis beside the Redis row
+            for key, redis in ((f"before{i}", False), (f"before{i}-redis", True)):
+                if redis and "hm-redis" not in procs:
+                    continue
+                ports[key] = free_port()
+                procs[key] = _start(
+                    [
+                        *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports[key])],
+                        *["--config", str(_handoffmon_config(tmp, redis=redis, name=key))],
+                    ],
+                    {**env, "PYTHONPATH": before},
+                    cwd=before,  # `-m` puts the working directory first on sys.path
+                )
         if not opts.no_litellm and not delay_ms:
             litellm = shutil.which("litellm") or str(Path(py).with_name("litellm"))
             procs["litellm"] = _start(
@@ -437,10 +442,11 @@ def run(opts: argparse.Namespace) -> list[Result]:
             ("handoffmon serve, Redis store", "hm-redis", None),
             ("LiteLLM Proxy 1.108 (master key)", "litellm", "sk-bench-master"),
         ]
-        plan += [
-            (f"handoffmon serve from BENCH_PROXY_BEFORE={b}", f"before{i}", None)
-            for i, b in enumerate(befores)
-        ]
+        for i, b in enumerate(befores):
+            plan.append((f"handoffmon serve from BENCH_PROXY_BEFORE={b}", f"before{i}", None))
+            plan.append(
+                (f"handoffmon serve, Redis store, from BENCH_PROXY_BEFORE={b}", f"before{i}-redis", None)
+            )
         targets = [
             (label, f"http://127.0.0.1:{ports[key]}/v1/chat/completions", auth, procs[key].pid)
             for label, key, auth in plan
@@ -448,7 +454,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
         ]
         results = _measure_all(targets, script, opts)
         for r, (_, key, _) in zip(results, [p for p in plan if p[1] in procs], strict=True):
-            if key in ("handoffmon", "hm-redis"):
+            if key in ("handoffmon", "hm-redis") or key.startswith("before"):
                 r.note = _handoffmon_counters(f"http://127.0.0.1:{ports[key]}")
     return results
 

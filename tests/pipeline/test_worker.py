@@ -163,3 +163,63 @@ def test_inline_exporter_runs_on_the_submitting_thread_and_fails_open() -> None:
     assert errors == ["export", "export"]
     assert d.flush(1)
     d.close(1)
+
+
+def test_batch_handler_takes_what_queued_in_order_up_to_max_batch() -> None:
+    """A batch pool hands over every item queued when it looks, in order, at most
+    ``max_batch`` at a time; items in flight count as pending until the batch returns; a
+    raising batch is reported and the next batch still runs; on_idle follows a drained batch."""
+    gate = threading.Event()
+    batches: list[list[int]] = []
+    errors: list[BaseException] = []
+    idles: list[int] = []
+    in_flight: list[int] = []
+
+    def handle(items: list[int]) -> None:
+        gate.wait(5)
+        in_flight.append(pool.pending())
+        batches.append(items)
+        if items[0] == 10:
+            raise RuntimeError("bad batch")
+
+    pool: WorkerPool[int] = WorkerPool(
+        lambda i: None,
+        batch=handle,
+        max_batch=4,
+        on_error=errors.append,
+        on_idle=lambda: idles.append(sum(map(len, batches))),
+        start=False,
+    )
+    for i in range(10):
+        assert pool.submit(i)
+    pool.start()
+    gate.set()
+    assert pool.flush(5)
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert in_flight == [10, 6, 2]  # the batch in hand plus what still waits
+    assert idles == [10]
+    assert pool.submit(10) and pool.submit(11)
+    assert pool.flush(5)
+    assert [b for b in batches if b[0] >= 10] and [type(e) for e in errors] == [RuntimeError]
+    assert sorted(i for b in batches for i in b) == list(range(12))
+    assert pool.close(5)
+
+
+def test_driven_batch_worker_drains_in_batches_on_the_calling_thread() -> None:
+    """``run_pending`` on a batch worker: batches on the caller's thread, ``stop`` checked
+    before each batch, and the count of items handled."""
+    batches: list[list[int]] = []
+    w: DequeWorker[int] = DequeWorker(
+        lambda i: None,
+        batch=batches.append,
+        max_batch=3,
+        queue_size=100,
+        on_error=lambda e: None,
+        driven=True,
+    )
+    for i in range(7):
+        assert w.submit(i)
+    assert w.run_pending(stop=lambda: len(batches) == 2) == 6
+    assert batches == [[0, 1, 2], [3, 4, 5]] and w.pending() == 1
+    assert w.run_pending() == 1 and batches[-1] == [6]
+    assert w.close(5)

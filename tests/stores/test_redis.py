@@ -437,6 +437,65 @@ def test_merge_many_get_state_reads_the_state_in_the_same_round_trip() -> None:
     s.close()
 
 
+def test_merge_get_states_is_the_per_turn_calls_in_one_round_trip() -> None:
+    """A batch of merges and state reads is one round trip and answers what the calls one by
+    one would, in order: a conversation's state as it is before the batch's own writes, None
+    for a missing state or a request without a conversation, a state-only read (no keys).
+    put_states is one round trip too. After SCRIPT FLUSH (a restarted Redis) the batch loads
+    the script and runs again; unreadable values are counted once per batch, the readable
+    answers kept."""
+    require_redis()
+    cfg = _cfg()
+    pool = redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
+    s = GuardedStore(RedisStore(cfg, client=redis.Redis(connection_pool=pool)))
+    assert s.native_batches
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    s.merge_many([("warm", A1)], merge_authorship)  # connected, the script cached
+    before = CountingConnection.sends
+    s.put_states([("c1", {"depth": 1}), ("c2", {"depth": 2})])
+    assert CountingConnection.sends - before == 1
+    before = CountingConnection.sends
+    states = s.merge_get_states(
+        [([("a", A1)], "c1"), ([("a", A2), ("b", A2)], "c2"), ((), "c1"), ([("c", A1)], None), ((), "c3")],
+        merge_authorship,
+    )
+    assert CountingConnection.sends - before == 1
+    assert states == [{"depth": 1}, {"depth": 2}, {"depth": 1}, None, None]
+    # the second request merged over the first: as two merge_many calls in that order
+    assert s.get_many(["a", "b", "c"]) == [merge_authorship(A1, A2), A2, A1]
+    raw.script_flush()
+    assert s.merge_get_states([([("d", A1)], "c2")], merge_authorship) == [{"depth": 2}]
+    assert s.get_many(["d"]) == [A1]
+    raw.set(f"{cfg.key_prefix}s:bad", b"[1, 2]")
+    raw.set(f"{cfg.key_prefix}a:garbage", b"\xff")
+    states = s.merge_get_states(
+        [([("e", A1)], "bad"), ([("garbage", A2)], "c1"), ((), "c2")], merge_authorship
+    )
+    assert states == [None, {"depth": 1}, {"depth": 2}]
+    assert s.get_many(["e", "garbage"]) == [A1, A2]
+    assert s.stats()["get_state_corrupt"] == 1  # one batch, both kinds: the state's is the one counted
+    assert s.merge_get_states([([("garbage2", A1)], "c1")], merge_authorship) == [{"depth": 1}]
+    raw.set(f"{cfg.key_prefix}a:garbage2", b"\xff")
+    assert s.merge_get_states([([("garbage2", A1)], "c1")], merge_authorship) == [{"depth": 1}]
+    assert s.stats()["get_corrupt"] == 1
+    assert s.merge_get_states([], merge_authorship) == []
+    raw.delete(*raw.keys(f"{cfg.key_prefix}*"))
+    raw.close()
+    s.close()
+
+
+def test_merge_get_states_fails_as_a_whole_and_the_guard_counts_it_once() -> None:
+    """Redis unreachable: the batch raises StoreError (nothing assumed written), counted once."""
+    s = GuardedStore(RedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)))
+    with pytest.raises(StoreError):
+        s.merge_get_states([([("a", A1)], "c1"), ([("b", A2)], "c2")], merge_authorship)
+    with pytest.raises(StoreError):
+        s.put_states([("c1", {"depth": 1}), ("c2", {"depth": 2})])
+    stats = s.stats()
+    assert (stats["get_errors"], stats["put_state_errors"]) == (1, 1)
+    s.close()
+
+
 def test_merge_with_another_rule_overwrites_unreadable_values_and_says_so() -> None:
     """With a merge other than ``merge_authorship`` (read, then write), an unreadable stored value
     is merged as absent and written all the same; the store raises CorruptValue, the guard counts it."""

@@ -1,0 +1,117 @@
+"""On Redis, the turns queued at once are attributed and checked in batches: a few round trips
+per batch instead of three per turn, and the same results as one turn at a time."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+import redis
+
+from handoffmon.pipeline.monitor import Monitor
+from handoffmon.stores.memory import MemoryStore
+from handoffmon.stores.redis import MERGE_SCRIPT, RedisStore
+from handoffmon.testing import RecordingExporter
+from handoffmon.types import TurnResult
+from tests.conftest import require_redis
+from tests.pipeline.helpers import make_config, turn
+from tests.stores.test_redis import CountingConnection
+
+pytestmark = pytest.mark.integration
+
+CONVERSATIONS = 8
+DEPTH = 4
+
+
+def _drive(m: Monitor) -> None:
+    """CONVERSATIONS conversations of DEPTH turns, interleaved turn by turn, so one batch holds
+    every turn of each; authors alternate by conversation (handoffs), replies pass or fail
+    the ``short`` rule (transitions)."""
+    histories: list[list[dict[str, Any]]] = [
+        [{"role": "user", "content": f"conversation {i} opens"}] for i in range(CONVERSATIONS)
+    ]
+    for depth in range(DEPTH):
+        for i, history in enumerate(histories):
+            author = ("m1", "m2")[(i + depth * (i % 3)) % 2]
+            reply = "fine" if (i + depth) % 3 else f"a reply of many more than five words {i} {depth}"
+            turn(m, history, {"role": "assistant", "content": reply}, author)
+            history += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"next {depth}"}]
+
+
+def _seen(results: list[TurnResult]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            r.context.conversation_id,
+            r.context.depth,
+            r.context.prefix_model,
+            r.record.author,
+            r.record.handoff,
+            tuple(a.method for a in r.context.attributions),
+            tuple((c.rule, c.verdict) for c in r.checks),
+            tuple(r.transitions),
+            tuple(r.cluster),
+        )
+        for r in results
+    ]
+
+
+def _counts(m: Monitor) -> dict[str, Any]:
+    snap = asdict(m.snapshot())
+    snap.pop("monitor_errors")
+    return snap
+
+
+def test_queued_turns_cost_three_round_trips_per_batch_and_match_one_by_one() -> None:
+    require_redis()
+    cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
+    client = redis.Redis(
+        connection_pool=redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
+    )
+    client.script_load(MERGE_SCRIPT)  # connected, the script cached
+    batched_exp, single_exp = RecordingExporter(), RecordingExporter()
+    m = Monitor(cfg, exporters=[batched_exp], store=RedisStore(cfg.store, client=client), start=False)
+    reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
+    try:
+        _drive(m)
+        _drive(reference)
+        assert reference.flush(10)
+        before = CountingConnection.sends
+        # attribution on this thread, in batches of up to 64: the checks queue up behind it
+        assert m._front.run_pending() == CONVERSATIONS * DEPTH
+        assert CountingConnection.sends - before == 1  # one MGET for every history
+        m.start()  # the check thread takes the 32 queued turns as one batch
+        assert m.flush(10)
+        # one pipeline merging every reply's keys and reading every state, one writing the states
+        assert CountingConnection.sends - before == 3
+        assert len(batched_exp.results) == CONVERSATIONS * DEPTH
+        assert _seen(batched_exp.results) == _seen(single_exp.results)
+        assert _counts(m) == _counts(reference)
+        assert m.snapshot().monitor_errors.get("store", 0) == 0
+        assert sum(m.snapshot().transitions.values()) == CONVERSATIONS * (DEPTH - 1)
+        assert {r.context.depth for r in batched_exp.results} == set(range(1, DEPTH + 1))
+        # the states were written: a later turn of each conversation continues from them
+        _drive_one_more(m, batched_exp)
+    finally:
+        m.close()
+        reference.close()
+        client.delete(*client.keys(f"{cfg.store.key_prefix}*"))
+        client.close()
+
+
+def _drive_one_more(m: Monitor, exp: RecordingExporter) -> None:
+    """Turn DEPTH + 1 of conversation 0, alone: read back from Redis, not from the batch."""
+    results = [r for r in exp.results if r.context.depth == DEPTH]
+    last = results[0]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "conversation 0 opens"}]
+    for depth in range(DEPTH):
+        reply = "fine" if depth % 3 else f"a reply of many more than five words 0 {depth}"
+        history += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"next {depth}"}]
+    n = len(exp.results)
+    turn(m, history, {"role": "assistant", "content": "fine"}, "m1")
+    assert m.flush(10)
+    (new,) = exp.results[n:]
+    assert new.context.conversation_id == last.context.conversation_id
+    assert new.context.depth == DEPTH + 1
+    assert [t.from_verdict for t in new.transitions] == [last.checks[0].verdict]
