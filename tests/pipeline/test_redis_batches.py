@@ -3,6 +3,7 @@ per batch instead of three per turn, and the same results as one turn at a time.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import asdict
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from handoffmon.ingress import Outcome, Request
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.stores.redis import MERGE_SCRIPT, RedisStore
@@ -115,3 +117,63 @@ def _drive_one_more(m: Monitor, exp: RecordingExporter) -> None:
     assert new.context.conversation_id == last.context.conversation_id
     assert new.context.depth == DEPTH + 1
     assert [t.from_verdict for t in new.transitions] == [last.checks[0].verdict]
+
+
+def _drive_mixed(m: Monitor) -> None:
+    """A batch with every kind of turn: a call that cannot be read, an unreadable history
+    (degraded), a reply nobody is known to have served, around one conversation's turns."""
+
+    def unreadable() -> None:
+        raise RuntimeError("the integration could not read this call")
+
+    history: list[dict[str, Any]] = [{"role": "user", "content": "mixed batch"}]
+    turn(m, history, {"role": "assistant", "content": "first"}, "m1")
+    m.finish_later(unreadable, ())
+    m.finish(
+        m.capture(Request(None, "group", None, {}, time.perf_counter())), "lost", Outcome(authors=("m2",))
+    )
+    history += [{"role": "assistant", "content": "first"}, {"role": "user", "content": "again"}]
+    turn(m, history, {"role": "assistant", "content": "second, from an unknown server"}, None)
+    history += [
+        {"role": "assistant", "content": "second, from an unknown server"},
+        {"role": "user", "content": "and again"},
+    ]
+    turn(m, history, {"role": "assistant", "content": "third"}, "m2")
+
+
+def test_a_batch_of_mixed_turns_fails_open_turn_by_turn_as_one_by_one() -> None:
+    require_redis()
+    cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
+    batched_exp, single_exp = RecordingExporter(), RecordingExporter()
+    m = Monitor(cfg, exporters=[batched_exp], start=False)
+    reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
+    try:
+        _drive_mixed(m)
+        _drive_mixed(reference)
+        assert reference.flush(10)
+        assert m._front.run_pending() == 5  # one batch
+        m.start()
+        assert m.flush(10)
+        assert len(batched_exp.results) == 4
+        degraded = [r for r in batched_exp.results if r.context.degraded]
+        assert len(degraded) == 1
+        normal = [r for r in batched_exp.results if not r.context.degraded]
+        assert [(r.context.depth, r.context.prefix_model, r.record.author) for r in normal] == [
+            (1, "none", "m1"),
+            (2, "m1", "unknown"),
+            (3, "unknown", "m2"),
+        ]
+
+        def comparable(results: list[TurnResult]) -> list[tuple[Any, ...]]:
+            return [s[1:] for s, r in zip(_seen(results), results, strict=True) if not r.context.degraded]
+
+        assert comparable(batched_exp.results) == comparable(single_exp.results)
+        errors = m.snapshot().monitor_errors
+        assert errors == reference.snapshot().monitor_errors
+        assert errors.get("integration") == 1 and not errors.get("pipeline") and not errors.get("store")
+    finally:
+        m.close()
+        reference.close()
+        client = redis.Redis(host="127.0.0.1", port=6379)
+        client.delete(*client.keys(f"{cfg.store.key_prefix}*"))
+        client.close()
