@@ -4,7 +4,9 @@ Every server runs as its own process with one worker, in front of the same mock 
 (a raw asyncio HTTP server answering a canned chat completion with LiteLLM headers). The
 same wrk load is run against each: one connection for latency (p50/p99), then
 ``--conns`` connections for the highest sustained requests per second. "Added" latency
-is the target's quantile minus the mock's own (hit directly) in the same run.
+is the target's quantile minus the mock's own (hit directly) in the same run. ``serve`` runs on
+the memory store, and beside it on SQLite and on Redis (when 127.0.0.1:6379 answers); each
+``serve`` row's note has its turn, check and drop counters after the run.
 
     .venv/bin/python -m tests.benchmarks.bench_proxy [--duration 4] [--conns 32] [--no-litellm]
 
@@ -300,15 +302,22 @@ def _measure_all(
     return results
 
 
-def _handoffmon_config(tmp: Path, redis: bool = False, name: str = "") -> Path:
-    """``serve``'s config (``name``: a Redis key prefix and file of its own)."""
+def _handoffmon_config(tmp: Path, store: str = "memory", name: str = "") -> Path:
+    """``serve``'s config on ``store`` (memory, redis, sqlite); ``name``: a Redis key prefix or
+    SQLite file, and a config file, of its own."""
     cfg: dict[str, Any] = {"rules": RULES, "telemetry": {"log_turns": False}, "refit": {"interval_s": 0}}
-    if redis:
+    if store == "redis":
         prefix = f"hm-bench:{os.getpid()}:{name}:" if name else f"hm-bench:{os.getpid()}:"
         cfg["store"] = {"backend": "redis", "key_prefix": prefix, "ttl_s": 600}
-    path = tmp / (f"handoffmon-{name or 'redis'}.yaml" if redis else "handoffmon.yaml")
+    elif store == "sqlite":
+        cfg["store"] = {"backend": "sqlite", "path": str(tmp / f"{name or 'store'}.db"), "ttl_s": 600}
+    path = tmp / f"handoffmon-{name or store}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+STORE_ROWS = {"hm-redis": ("redis", "Redis store"), "hm-sqlite": ("sqlite", "SQLite store")}
+"""``serve`` on the persistent stores, beside the memory-store row (Redis when it answers)."""
 
 
 def _litellm_config(tmp: Path, upstream: str) -> Path:
@@ -363,7 +372,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
             'local auth = os.getenv("BENCH_AUTH")\n'
             'if auth ~= nil and auth ~= "" then wrk.headers["Authorization"] = "Bearer " .. auth end\n'
         )
-        ports = {k: free_port() for k in ("mock", "aiohttp", "httpx", "handoffmon", "hm-redis", "litellm")}
+        ports = {k: free_port() for k in ("mock", "aiohttp", "httpx", "handoffmon", *STORE_ROWS, "litellm")}
         mock = f"http://127.0.0.1:{ports['mock']}"
         procs = {
             "mock": _start(
@@ -393,11 +402,14 @@ def run(opts: argparse.Namespace) -> list[Result]:
             procs["httpx"] = _start(
                 [*me, "--serve", "bare-httpx", "--port", str(ports["httpx"]), "--upstream", mock]
             )
-        if port_open("127.0.0.1", 6379) and not delay_ms:
-            procs["hm-redis"] = _start(
+        stores = {} if delay_ms else dict(STORE_ROWS)
+        if not port_open("127.0.0.1", 6379):
+            stores.pop("hm-redis")
+        for key, (store, _) in stores.items():
+            procs[key] = _start(
                 [
-                    *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports["hm-redis"])],
-                    *["--config", str(_handoffmon_config(tmp, redis=True))],
+                    *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports[key])],
+                    *["--config", str(_handoffmon_config(tmp, store, name=key))],
                 ],
                 env,
             )
@@ -406,15 +418,16 @@ def run(opts: argparse.Namespace) -> list[Result]:
         listed = "" if delay_ms else os.environ.get("BENCH_PROXY_BEFORE", "")
         befores = [b for b in listed.split(os.pathsep) if b]
         for i, before in enumerate(befores):
-            # each tree's serve on the memory store, and on Redis beside the Redis row
-            for key, redis in ((f"before{i}", False), (f"before{i}-redis", True)):
-                if redis and "hm-redis" not in procs:
-                    continue
+            # each tree's serve on the memory store, and on each persistent store measured here
+            for key, store in (
+                (f"before{i}", "memory"),
+                *((f"before{i}-{k}", v[0]) for k, v in stores.items()),
+            ):
                 ports[key] = free_port()
                 procs[key] = _start(
                     [
                         *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports[key])],
-                        *["--config", str(_handoffmon_config(tmp, redis=redis, name=key))],
+                        *["--config", str(_handoffmon_config(tmp, store, name=key))],
                     ],
                     {**env, "PYTHONPATH": before},
                     cwd=before,  # `-m` puts the working directory first on sys.path
@@ -439,14 +452,15 @@ def run(opts: argparse.Namespace) -> list[Result]:
             ("bare pass-through, aiohttp client", "aiohttp", None),
             ("bare pass-through, httpx client", "httpx", None),
             (SERVE, "handoffmon", None),
-            ("handoffmon serve, Redis store", "hm-redis", None),
+            *((f"handoffmon serve, {label}", key, None) for key, (_, label) in STORE_ROWS.items()),
             ("LiteLLM Proxy 1.108 (master key)", "litellm", "sk-bench-master"),
         ]
         for i, b in enumerate(befores):
             plan.append((f"handoffmon serve from BENCH_PROXY_BEFORE={b}", f"before{i}", None))
-            plan.append(
-                (f"handoffmon serve, Redis store, from BENCH_PROXY_BEFORE={b}", f"before{i}-redis", None)
-            )
+            for key, (_, label) in STORE_ROWS.items():
+                plan.append(
+                    (f"handoffmon serve, {label}, from BENCH_PROXY_BEFORE={b}", f"before{i}-{key}", None)
+                )
         targets = [
             (label, f"http://127.0.0.1:{ports[key]}/v1/chat/completions", auth, procs[key].pid)
             for label, key, auth in plan
@@ -454,7 +468,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
         ]
         results = _measure_all(targets, script, opts)
         for r, (_, key, _) in zip(results, [p for p in plan if p[1] in procs], strict=True):
-            if key in ("handoffmon", "hm-redis") or key.startswith("before"):
+            if key == "handoffmon" or key in STORE_ROWS or key.startswith("before"):
                 r.note = _handoffmon_counters(f"http://127.0.0.1:{ports[key]}")
     return results
 

@@ -486,7 +486,7 @@ def _proxy_options(quick: bool, *argv: str) -> argparse.Namespace:
 
 
 def proxy(quick: bool) -> list[Row]:
-    """wrk against mock, bare pass-throughs, handoffmon serve (memory, Redis), LiteLLM Proxy (bench_proxy)."""
+    """wrk against mock, bare pass-throughs, serve (memory, Redis, SQLite), LiteLLM Proxy (bench_proxy)."""
     from tests.benchmarks.bench_proxy import SERVE, floor_checks, run
 
     if shutil.which("wrk") is None:

@@ -1,18 +1,25 @@
-"""On Redis, the turns queued at once are attributed and checked in batches: a few round trips
-per batch instead of three per turn, and the same results as one turn at a time."""
+"""On Redis and SQLite, the turns queued at once are attributed and checked in batches: three
+store calls per batch (Redis: round trips) instead of three per turn, and the same results as
+one turn at a time."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+from handoffmon.config import HandoffmonConfig
 from handoffmon.ingress import Outcome, Request
 from handoffmon.pipeline.monitor import Monitor
+from handoffmon.protocols import AttributionStore
+from handoffmon.stores import make_store
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.stores.redis import MERGE_SCRIPT, RedisStore
 from handoffmon.testing import RecordingExporter
@@ -65,28 +72,65 @@ def _counts(m: Monitor) -> dict[str, Any]:
     return snap
 
 
-def test_queued_turns_cost_three_round_trips_per_batch_and_match_one_by_one() -> None:
-    require_redis()
-    cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
-    client = redis.Redis(
-        connection_pool=redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
-    )
-    client.script_load(MERGE_SCRIPT)  # connected, the script cached
+class CountingStore:
+    """Forwards to a store and counts its method calls by name (one call = one round trip on
+    Redis, one statement or transaction on SQLite)."""
+
+    def __init__(self, inner: AttributionStore) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        if not callable(value) or name.startswith("_"):
+            return value
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return value(*args, **kwargs)
+
+        return counted
+
+
+BACKENDS = ["redis", "sqlite"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], HandoffmonConfig]]:
+    """A config factory for the backend; Redis keys are deleted afterwards."""
+    if request.param == "redis":
+        require_redis()
+        cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
+    else:
+        cfg = make_config(store={"backend": "sqlite", "path": str(tmp_path / "store.db")})
+    yield lambda: cfg
+    if request.param == "redis":
+        client = redis.Redis(host="127.0.0.1", port=6379)
+        keys = client.keys(f"{cfg.store.key_prefix}*")
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+def test_queued_turns_cost_three_store_calls_per_batch_and_match_one_by_one(
+    backend: Callable[[], HandoffmonConfig],
+) -> None:
+    cfg = backend()
+    store = CountingStore(make_store(cfg.store))
     batched_exp, single_exp = RecordingExporter(), RecordingExporter()
-    m = Monitor(cfg, exporters=[batched_exp], store=RedisStore(cfg.store, client=client), start=False)
+    m = Monitor(cfg, exporters=[batched_exp], store=store, start=False)  # type: ignore[arg-type]
     reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
     try:
         _drive(m)
         _drive(reference)
         assert reference.flush(10)
-        before = CountingConnection.sends
         # attribution on this thread, in batches of up to 64: the checks queue up behind it
         assert m._front.run_pending() == CONVERSATIONS * DEPTH
-        assert CountingConnection.sends - before == 1  # one MGET for every history
+        assert store.calls == {"get_many": 1}  # every history looked up at once
         m.start()  # the check thread takes the 32 queued turns as one batch
         assert m.flush(10)
-        # one pipeline merging every reply's keys and reading every state, one writing the states
-        assert CountingConnection.sends - before == 3
+        # every reply's keys merged and every state read in one call, the states written in one
+        assert store.calls == {"get_many": 1, "merge_get_states": 1, "put_states": 1}
         assert len(batched_exp.results) == CONVERSATIONS * DEPTH
         assert _seen(batched_exp.results) == _seen(single_exp.results)
         assert _counts(m) == _counts(reference)
@@ -98,6 +142,28 @@ def test_queued_turns_cost_three_round_trips_per_batch_and_match_one_by_one() ->
     finally:
         m.close()
         reference.close()
+
+
+def test_a_redis_batch_is_three_round_trips() -> None:
+    """The store calls of a batch are one network round trip each (pipelines, one MGET)."""
+    require_redis()
+    cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
+    client = redis.Redis(
+        connection_pool=redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
+    )
+    client.script_load(MERGE_SCRIPT)  # connected, the script cached
+    m = Monitor(cfg, exporters=[RecordingExporter()], store=RedisStore(cfg.store, client=client), start=False)
+    try:
+        _drive(m)
+        before = CountingConnection.sends
+        assert m._front.run_pending() == CONVERSATIONS * DEPTH
+        assert CountingConnection.sends - before == 1
+        m.start()
+        assert m.flush(10)
+        assert CountingConnection.sends - before == 3
+        assert sum(m.snapshot().turns.values()) == CONVERSATIONS * DEPTH
+    finally:
+        m.close()
         client.delete(*client.keys(f"{cfg.store.key_prefix}*"))
         client.close()
 
@@ -141,9 +207,10 @@ def _drive_mixed(m: Monitor) -> None:
     turn(m, history, {"role": "assistant", "content": "third"}, "m2")
 
 
-def test_a_batch_of_mixed_turns_fails_open_turn_by_turn_as_one_by_one() -> None:
-    require_redis()
-    cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
+def test_a_batch_of_mixed_turns_fails_open_turn_by_turn_as_one_by_one(
+    backend: Callable[[], HandoffmonConfig],
+) -> None:
+    cfg = backend()
     batched_exp, single_exp = RecordingExporter(), RecordingExporter()
     m = Monitor(cfg, exporters=[batched_exp], start=False)
     reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
@@ -174,6 +241,3 @@ def test_a_batch_of_mixed_turns_fails_open_turn_by_turn_as_one_by_one() -> None:
     finally:
         m.close()
         reference.close()
-        client = redis.Redis(host="127.0.0.1", port=6379)
-        client.delete(*client.keys(f"{cfg.store.key_prefix}*"))
-        client.close()
