@@ -105,10 +105,9 @@ class CheckStage:
             and bool(getattr(store.inner, "native_merge_state", False))
             and attributor.store is store
         )
-        # a store that merges and reads many turns' keys and states in one call (Redis: one
-        # round trip; SQLite: one transaction): the turns queued at once are one batch
-        # (process_batch), two store calls in all
-        self.batched = isinstance(store, GuardedStore) and store.native_batches and attributor.store is store
+        # a store that does that for many turns in one call: the turns queued at once are one
+        # batch (process_batch), two round trips in all
+        self.batched = self._combined and bool(getattr(store, "native_batches", False))
         """``process_batch`` costs two store calls per batch (else it processes turn by turn)."""
         self._states: dict[str, tuple[object, ConversationState]] = {}
         self.shadow: Callable[[ShadowTurn], None] | None = None

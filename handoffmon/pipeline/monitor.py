@@ -136,10 +136,9 @@ class Monitor:
         # hand-offs cost about a poll per turn under load (issue 21). Same order, same queue
         # bound and drop accounting.
         # A store that waits on I/O (SQLite, Redis) keeps the check thread, so attribution
-        # goes on while a check waits. On both, that thread takes the turns queued at once as
-        # one batch: two store calls per batch instead of two per turn (Redis round trips,
-        # SQLite transactions; each call also waits for the GIL after releasing it, which
-        # bounded the check rate under load, issue 21).
+        # goes on while a check waits. On Redis that thread takes the turns queued at once as
+        # one batch: two round trips per batch instead of two per turn (each round trip also
+        # waits for the GIL twice, which bounded the check rate under load, issue 21).
         driven = config.pipeline.workers == 1 and isinstance(self.store.inner, MemoryStore)
         self._pool: WorkerPool[Attributed] = WorkerPool(
             checks.process,
@@ -165,7 +164,7 @@ class Monitor:
             name="handoffmon-attribution",
             start=start,
             after=self._pool.drain if driven else None,
-            # on Redis and SQLite, the turns queued at once are looked up in one store call
+            # on Redis, the turns queued at once are looked up in one round trip
             batch=attribution.handle_batch if checks.batched else None,
         )
         for exporter in exporters:

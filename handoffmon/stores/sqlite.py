@@ -11,7 +11,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
-from handoffmon.protocols import Authorship, Merge
+from handoffmon.protocols import Authorship
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS handoffmon_attribution (
@@ -140,157 +140,71 @@ class SQLiteStore:
             StoreError: any other SQLite failure.
         """
         now = self._clock()
+        rows: dict[str, Authorship] = {}
+        bad = 0
         with self._cursor() as cur:
-            rows, bad = self._select(cur, keys, now)
+            for start in range(0, len(keys), _CHUNK):
+                chunk = list(keys[start : start + _CHUNK])
+                marks = ",".join("?" * len(chunk))
+                cur.execute(
+                    "SELECT key, authors, depth, created_at, conversation_id FROM handoffmon_attribution"
+                    f" WHERE key IN ({marks}) AND expires_at > ?",
+                    (*chunk, now),
+                )
+                for key, authors, depth, created_at, cid in cur.fetchall():
+                    try:
+                        names = json.loads(authors)
+                        if not isinstance(names, list):
+                            raise ValueError("authors is not a list")
+                        rows[key] = Authorship(
+                            tuple(str(a) for a in names), int(depth), float(created_at), cid
+                        )
+                    except (ValueError, TypeError):
+                        bad += 1
         found = [rows.get(k) for k in keys]
         if bad:
             raise CorruptValue(f"SQLite store {self.path}: {bad} unreadable attribution rows", partial=found)
         return found
-
-    @staticmethod
-    def _select(cur: sqlite3.Cursor, keys: Sequence[str], now: float) -> tuple[dict[str, Authorship], int]:
-        """The readable unexpired rows of ``keys``, and how many could not be read."""
-        rows: dict[str, Authorship] = {}
-        bad = 0
-        for start in range(0, len(keys), _CHUNK):
-            chunk = list(keys[start : start + _CHUNK])
-            marks = ",".join("?" * len(chunk))
-            cur.execute(
-                "SELECT key, authors, depth, created_at, conversation_id FROM handoffmon_attribution"
-                f" WHERE key IN ({marks}) AND expires_at > ?",
-                (*chunk, now),
-            )
-            for key, authors, depth, created_at, cid in cur.fetchall():
-                try:
-                    names = json.loads(authors)
-                    if not isinstance(names, list):
-                        raise ValueError("authors is not a list")
-                    rows[key] = Authorship(tuple(str(a) for a in names), int(depth), float(created_at), cid)
-                except (ValueError, TypeError):
-                    bad += 1
-        return rows, bad
 
     def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
         """Record keys (overwriting) in one transaction."""
         if not items:
             return
         now = self._clock()
-        with self._cursor(write=True) as cur:
-            self._insert(cur, items, now + self.ttl_s)
-            self._maybe_purge(cur, now)
-
-    @staticmethod
-    def _insert(cur: sqlite3.Cursor, items: Sequence[tuple[str, Authorship]], expires: float) -> None:
+        expires = now + self.ttl_s
         rows = [
             (k, json.dumps(list(a.authors)), a.depth, a.created_at, a.conversation_id, expires)
             for k, a in items
         ]
-        cur.executemany("INSERT OR REPLACE INTO handoffmon_attribution VALUES (?, ?, ?, ?, ?, ?)", rows)
-
-    native_batches = True
-    """``merge_get_states`` and ``put_states`` are one transaction each (the pipeline handles
-    the turns queued at once as one batch)."""
-
-    def merge_get_states(
-        self, requests: Sequence[tuple[Sequence[tuple[str, Authorship]], str | None]], merge: Merge
-    ) -> list[Mapping[str, object] | None]:
-        """Per request, in order and in one write transaction: its keys read, written as
-        ``merge(stored, new)`` (``merge_by_read_write`` without a transaction per turn, and
-        atomic against other processes), then its conversation's state read (``None`` for a
-        ``None`` id).
-
-        Raises:
-            CorruptValue: some states were unreadable (``op="get_state"``; ``partial`` = the
-                states, ``None`` for those), or some stored attribution rows were (merged as
-                absent and overwritten; ``partial`` = the states); counted once per batch.
-        """
-        if not requests:
-            return []
-        now = self._clock()
-        expires = now + self.ttl_s
-        raws: list[str | None] = []
-        bad = 0
         with self._cursor(write=True) as cur:
-            for items, conversation_id in requests:
-                if items:
-                    stored, unreadable = self._select(cur, [k for k, _ in items], now)
-                    bad += unreadable
-                    self._insert(cur, [(k, merge(stored.get(k), new)) for k, new in items], expires)
-                raws.append(
-                    self._state_row(cur, conversation_id, now) if conversation_id is not None else None
-                )
-            self._maybe_purge(cur, now)
-        states: list[Mapping[str, object] | None] = []
-        broken = 0
-        for raw in raws:
-            try:
-                states.append(self._decode_state(raw))
-            except CorruptValue:
-                broken += 1
-                states.append(None)
-        if broken:
-            raise CorruptValue(
-                f"SQLite store {self.path}: {broken} unreadable conversation states",
-                partial=states,
-                op="get_state",
-            )
-        if bad:
-            raise CorruptValue(
-                f"SQLite store {self.path}: {bad} unreadable attribution rows"
-                " (merged as absent and overwritten)",
-                partial=states,
-            )
-        return states
-
-    def put_states(self, states: Sequence[tuple[str, Mapping[str, object]]]) -> None:
-        """:meth:`put_state` of many conversations in one transaction."""
-        if not states:
-            return
-        blobs = [(cid, self._encode_state(state)) for cid, state in states]
-        now = self._clock()
-        with self._cursor(write=True) as cur:
-            cur.executemany(
-                "INSERT OR REPLACE INTO handoffmon_conversation_state VALUES (?, ?, ?)",
-                [(cid, blob, now + self.ttl_s) for cid, blob in blobs],
-            )
+            cur.executemany("INSERT OR REPLACE INTO handoffmon_attribution VALUES (?, ?, ?, ?, ?, ?)", rows)
             self._maybe_purge(cur, now)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The conversation's state, or ``None`` when missing or expired."""
         with self._cursor() as cur:
-            raw = self._state_row(cur, conversation_id, self._clock())
-        return self._decode_state(raw)
-
-    @staticmethod
-    def _state_row(cur: sqlite3.Cursor, conversation_id: str, now: float) -> str | None:
-        cur.execute(
-            "SELECT state FROM handoffmon_conversation_state WHERE conversation_id = ? AND expires_at > ?",
-            (conversation_id, now),
-        )
-        row = cur.fetchone()
-        return None if row is None else str(row[0])
-
-    def _decode_state(self, raw: str | None) -> Mapping[str, object] | None:
-        if raw is None:
+            cur.execute(
+                "SELECT state FROM handoffmon_conversation_state"
+                " WHERE conversation_id = ? AND expires_at > ?",
+                (conversation_id, self._clock()),
+            )
+            row = cur.fetchone()
+        if row is None:
             return None
         try:
-            value = json.loads(raw)
+            value = json.loads(row[0])
         except ValueError as exc:
             raise CorruptValue(f"SQLite store {self.path}: unreadable conversation state") from exc
         if not isinstance(value, dict):
             raise CorruptValue(f"SQLite store {self.path}: conversation state is not a mapping")
         return value
 
-    @staticmethod
-    def _encode_state(state: Mapping[str, object]) -> str:
-        try:
-            return json.dumps(dict(state), separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"conversation state is not JSON-serializable: {exc}") from exc
-
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Replace the conversation's state (must be JSON-serializable)."""
-        blob = self._encode_state(state)
+        try:
+            blob = json.dumps(dict(state), separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"conversation state is not JSON-serializable: {exc}") from exc
         now = self._clock()
         with self._cursor(write=True) as cur:
             cur.execute(

@@ -19,7 +19,7 @@ import pytest
 
 from handoffmon.config import StoreConfig
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
-from handoffmon.protocols import AttributionStore, Authorship, merge_authorship
+from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores import GuardedStore, make_store
 from handoffmon.stores.redis import RedisStore
 from handoffmon.stores.sqlite import SQLiteStore
@@ -230,21 +230,6 @@ def test_corrupt_values_raise_with_the_readable_part_and_the_guard_returns_it(
     store.close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_a_batch_over_corrupt_values_keeps_the_readable_answers(backend: str, tmp_path: Path) -> None:
-    """An unreadable state reads as None and an unreadable stored key is merged as absent and
-    overwritten; the rest of the batch is answered and written; counted once per batch."""
-    store = _build(backend, tmp_path)
-    store.put_state("c2", {"depth": 2})
-    _corrupt(store, backend, tmp_path)
-    guarded = GuardedStore(store, trip_after=1)
-    states = guarded.merge_get_states([([("bad", A2)], "conv"), ([("good", A1)], "c2")], merge_authorship)
-    assert states == [None, {"depth": 2}]
-    assert guarded.get_many(["bad", "good"]) == [A2, A1]
-    assert guarded.stats()["get_state_corrupt"] == 1 and guarded.available
-    store.close()
-
-
 def _corrupt(store: AttributionStore, backend: str, tmp_path: Path) -> None:
     if backend == "sqlite":
         conn = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
@@ -259,47 +244,3 @@ def _corrupt(store: AttributionStore, backend: str, tmp_path: Path) -> None:
     raw.set(f"{prefix}a:bad", b"\xff not json", px=60_000)
     raw.set(f"{prefix}s:conv", b"[1, 2]", px=60_000)
     raw.close()
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_batched_merges_and_states_answer_as_the_calls_one_by_one(backend: str, tmp_path: Path) -> None:
-    """``merge_get_states`` of a batch, through the guard, leaves the store and answers exactly
-    as ``merge_many`` then ``get_state`` per request, in order, would on a twin store: later
-    requests see earlier ones' writes, a key recorded for two authors becomes a collision
-    marker, a request without a conversation answers None; ``put_states`` writes them all."""
-    batched = GuardedStore(_build(backend, tmp_path / "batched"))
-    single = GuardedStore(_build(backend, tmp_path / "single"))
-    assert batched.native_batches
-    requests: list[tuple[list[tuple[str, Authorship]], str | None]] = [
-        ([("k1", A1)], "c1"),
-        ([("k1", A1), ("k2", A2)], "c2"),
-        ([], "c1"),
-        ([("k1", A2)], None),  # another author under k1: a collision
-        ([("k3", MARKER), ("k2", A2)], "c3"),
-    ]
-    try:
-        for s in (batched, single):
-            s.put_state("c1", {"depth": 1, "previous": {"r": "pass"}})
-            s.put_state("c2", {"depth": 2})
-        got = batched.merge_get_states(requests, merge_authorship)
-        want = []
-        for items, cid in requests:
-            single.merge_many(items, merge_authorship)
-            want.append(single.get_state(cid) if cid is not None else None)
-        assert got == want == [{"depth": 1, "previous": {"r": "pass"}}, {"depth": 2}, got[0], None, None]
-        keys = ["k1", "k2", "k3"]
-        assert batched.get_many(keys) == single.get_many(keys)
-        assert (
-            batched.get_many(["k1"]) == [merge_authorship(A1, A2)] and not batched.get_many(["k1"])[0].authors
-        )  # type: ignore[union-attr]
-        batched.put_states([("c1", {"depth": 5}), ("c4", {"depth": 1})])
-        assert [batched.get_state(c) for c in ("c1", "c2", "c4")] == [
-            {"depth": 5},
-            {"depth": 2},
-            {"depth": 1},
-        ]
-        assert batched.merge_get_states([], merge_authorship) == []
-        assert not any(batched.stats().values())
-    finally:
-        batched.close()
-        single.close()
