@@ -479,6 +479,12 @@ def test_merge_get_states_is_the_per_turn_calls_in_one_round_trip() -> None:
     assert s.merge_get_states([([("garbage2", A1)], "c1")], merge_authorship) == [{"depth": 1}]
     assert s.stats()["get_corrupt"] == 1
     assert s.merge_get_states([], merge_authorship) == []
+    # another merge rule: each request's read and write, then its state, in order
+    assert s.merge_get_states([([("f", A1)], "c2"), ([("f", A2)], None)], lambda old, new: new) == [
+        {"depth": 2},
+        None,
+    ]
+    assert s.get_many(["f"]) == [A2]
     raw.delete(*raw.keys(f"{cfg.key_prefix}*"))
     raw.close()
     s.close()
