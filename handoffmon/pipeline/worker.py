@@ -7,7 +7,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -82,34 +82,24 @@ class WorkerPool(Generic[T]):
 
     def _handle_one(self) -> Callable[[T], None]:
         """One shard's handler: the item, then ``on_idle`` when its deque ran empty."""
-        since_idle = 0
-        shards = self._shards
-        index = len(shards)
-
-        def handle(item: T) -> None:
-            nonlocal since_idle
-            _guarded(self._handler, self._on_error, item)
-            since_idle += 1
-            if self._on_idle is not None and (
-                since_idle >= self._idle_every or not shards[index].has_items()
-            ):
-                since_idle = 0
-                _guarded(self._on_idle, self._on_error)
-
-        return handle
+        return self._with_idle(self._handler, batched=False)
 
     def _handle_batch(self) -> Callable[[list[T]], None]:
         """One shard's batch handler: the items, then ``on_idle`` as :meth:`_handle_one`."""
+        assert self._batch is not None
+        return self._with_idle(self._batch, batched=True)
+
+    def _with_idle(self, fn: Callable[[Any], None], *, batched: bool) -> Callable[[Any], None]:
+        """``fn`` guarded, then ``on_idle`` when the shard being built ran empty, and every
+        ``idle_every`` items otherwise (``batched``: ``fn`` takes a list of items)."""
         since_idle = 0
         shards = self._shards
         index = len(shards)
-        batch = self._batch
-        assert batch is not None
 
-        def handle(items: list[T]) -> None:
+        def handle(x: Any) -> None:
             nonlocal since_idle
-            _guarded(batch, self._on_error, items)
-            since_idle += len(items)
+            _guarded(fn, self._on_error, x)
+            since_idle += len(x) if batched else 1
             if self._on_idle is not None and (
                 since_idle >= self._idle_every or not shards[index].has_items()
             ):

@@ -172,11 +172,9 @@ class GuardedStore:
         (``RedisStore.merge_get_states``, counted as ``get``): per request, its reply's keys
         merged, then its conversation's state read (``None`` for a ``None`` id). Unreadable
         states read as ``None`` (counted). ``StoreError`` when the backend failed: no merge
-        or read of the batch can be assumed done."""
+        or read of the batch can be assumed done (also when the backend has no such call)."""
         if not requests:
             return []
-        if not self.native_batches:
-            raise StoreError("this store has no batched merge (GuardedStore.native_batches)")
         states: list[Mapping[str, object] | None] | None = self._call(
             "get", "merge_get_states", requests, merge
         )
@@ -186,8 +184,6 @@ class GuardedStore:
         """:meth:`put_state` of many conversations in one backend call (``put_state``)."""
         if not states:
             return
-        if not self.native_batches:
-            raise StoreError("this store has no batched state write (GuardedStore.native_batches)")
         self._call("put_state", "put_states", states)
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:

@@ -134,6 +134,11 @@ def decode_many(raws: Sequence[bytes | str | None]) -> list[Authorship | None]:
     return out
 
 
+def encode_state(state: Mapping[str, object]) -> str:
+    """A conversation's state as stored: compact JSON (``default=str`` for odd values)."""
+    return json.dumps(state, separators=(",", ":"), default=str)
+
+
 def decode_state(raw: bytes | str | None) -> Mapping[str, object] | None:
     """A conversation's state blob, or ``None`` when missing.
 
@@ -389,8 +394,7 @@ class RedisStore:
         def call() -> None:
             pipe = self._client.pipeline(transaction=False)
             for conversation_id, state in states:
-                payload = json.dumps(state, separators=(",", ":"), default=str)
-                pipe.set(self._keys.state(conversation_id), payload, px=self._keys.ttl_ms)
+                pipe.set(self._keys.state(conversation_id), encode_state(state), px=self._keys.ttl_ms)
             pipe.execute()
 
         self._run("put_state", call)
@@ -403,7 +407,7 @@ class RedisStore:
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Replace a conversation's state (JSON), TTL refreshed."""
-        payload = json.dumps(state, separators=(",", ":"), default=str)
+        payload = encode_state(state)
         key = self._keys.state(conversation_id)
         self._run("put_state", lambda: self._client.set(key, payload, px=self._keys.ttl_ms))
 
@@ -512,7 +516,7 @@ class AsyncRedisStore:
 
     async def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """See :meth:`RedisStore.put_state`."""
-        payload = json.dumps(state, separators=(",", ":"), default=str)
+        payload = encode_state(state)
         key = self._keys.state(conversation_id)
         await self._run("put_state", lambda: self._client.set(key, payload, px=self._keys.ttl_ms))
 

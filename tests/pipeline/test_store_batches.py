@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -93,12 +93,12 @@ class CountingStore:
 
 
 @pytest.fixture
-def backend() -> Iterator[Callable[[], HandoffmonConfig]]:
-    """A Redis config factory (the store whose calls are round trips: batched); its keys are
-    deleted afterwards."""
+def redis_config() -> Iterator[HandoffmonConfig]:
+    """A config on Redis (the store whose calls are round trips: batched) under a key prefix of
+    its own, deleted afterwards."""
     require_redis()
     cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
-    yield lambda: cfg
+    yield cfg
     client = redis.Redis(host="127.0.0.1", port=6379)
     keys = client.keys(f"{cfg.store.key_prefix}*")
     if keys:
@@ -107,9 +107,9 @@ def backend() -> Iterator[Callable[[], HandoffmonConfig]]:
 
 
 def test_queued_turns_cost_three_store_calls_per_batch_and_match_one_by_one(
-    backend: Callable[[], HandoffmonConfig],
+    redis_config: HandoffmonConfig,
 ) -> None:
-    cfg = backend()
+    cfg = redis_config
     store = CountingStore(make_store(cfg.store))
     batched_exp, single_exp = RecordingExporter(), RecordingExporter()
     m = Monitor(cfg, exporters=[batched_exp], store=store, start=False)  # type: ignore[arg-type]
@@ -202,9 +202,9 @@ def _drive_mixed(m: Monitor) -> None:
 
 
 def test_a_batch_of_mixed_turns_fails_open_turn_by_turn_as_one_by_one(
-    backend: Callable[[], HandoffmonConfig],
+    redis_config: HandoffmonConfig,
 ) -> None:
-    cfg = backend()
+    cfg = redis_config
     batched_exp, single_exp = RecordingExporter(), RecordingExporter()
     m = Monitor(cfg, exporters=[batched_exp], start=False)
     reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
