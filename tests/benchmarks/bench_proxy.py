@@ -381,23 +381,31 @@ def run(opts: argparse.Namespace) -> list[Result]:
             "aiohttp": _start(
                 [*me, "--serve", "bare-aiohttp", "--port", str(ports["aiohttp"]), "--upstream", mock]
             ),
-            "handoffmon": _start(
-                [
-                    *[
-                        py,
-                        "-m",
-                        "handoffmon",
-                        "serve",
-                        "--upstream",
-                        mock,
-                        "--port",
-                        str(ports["handoffmon"]),
-                    ],
-                    *["--config", str(_handoffmon_config(tmp))],
-                ],
-                env,
-            ),
         }
+
+        def serve(key: str, store: str, tree: str | None = None) -> None:
+            """``handoffmon serve`` on ``store`` as ``procs[key]``, from source ``tree`` if given
+            (``-m`` puts the working directory first on sys.path)."""
+            ports.setdefault(key, free_port())
+            config = _handoffmon_config(tmp, store, name="" if key == "handoffmon" else key)
+            procs[key] = _start(
+                [
+                    py,
+                    "-m",
+                    "handoffmon",
+                    "serve",
+                    "--upstream",
+                    mock,
+                    "--port",
+                    str(ports[key]),
+                    "--config",
+                    str(config),
+                ],
+                env if tree is None else {**env, "PYTHONPATH": tree},
+                cwd=tree,
+            )
+
+        serve("handoffmon", "memory")
         if not delay_ms:
             procs["httpx"] = _start(
                 [*me, "--serve", "bare-httpx", "--port", str(ports["httpx"]), "--upstream", mock]
@@ -406,13 +414,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
         if not port_open("127.0.0.1", 6379):
             stores.pop("hm-redis")
         for key, (store, _) in stores.items():
-            procs[key] = _start(
-                [
-                    *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports[key])],
-                    *["--config", str(_handoffmon_config(tmp, store, name=key))],
-                ],
-                env,
-            )
+            serve(key, store)
         # source trees (e.g. `git archive` of main), os.pathsep-separated: the same serve from
         # each, measured side by side in the same interleaved rounds (before/after ratios)
         listed = "" if delay_ms else os.environ.get("BENCH_PROXY_BEFORE", "")
@@ -423,15 +425,7 @@ def run(opts: argparse.Namespace) -> list[Result]:
                 (f"before{i}", "memory"),
                 *((f"before{i}-{k}", v[0]) for k, v in stores.items()),
             ):
-                ports[key] = free_port()
-                procs[key] = _start(
-                    [
-                        *[py, "-m", "handoffmon", "serve", "--upstream", mock, "--port", str(ports[key])],
-                        *["--config", str(_handoffmon_config(tmp, store, name=key))],
-                    ],
-                    {**env, "PYTHONPATH": before},
-                    cwd=before,  # `-m` puts the working directory first on sys.path
-                )
+                serve(key, store, before)
         if not opts.no_litellm and not delay_ms:
             litellm = shutil.which("litellm") or str(Path(py).with_name("litellm"))
             procs["litellm"] = _start(
