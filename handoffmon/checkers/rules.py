@@ -266,7 +266,12 @@ class RuleSet:
         return tuple(merged.values())
 
     def evaluate(
-        self, reply: str, ctx: CheckContext, extra_rules: Sequence[RuleConfig] = ()
+        self,
+        reply: str,
+        ctx: CheckContext,
+        extra_rules: Sequence[RuleConfig] = (),
+        *,
+        skip: str | None = None,
     ) -> tuple[CheckResult, ...]:
         """Run every applicable configured rule, then every applicable extra rule. Never raises.
 
@@ -276,20 +281,26 @@ class RuleSet:
             extra_rules: the conversation's accumulated per-request rules. One whose name
                 collides with a configured rule is skipped; one that fails to compile
                 yields an ``error`` verdict with reason ``invalid_rule``.
+            skip: a reason the reply cannot be checked (``tool_calls``: it only calls tools).
+                Every applicable rule then yields ``not_applicable`` with this reason, unrun.
         """
         text = clean_text(reply if isinstance(reply, str) else "" if reply is None else str(reply))
         if ctx.memory is not self.memory:
             ctx = replace(ctx, memory=self.memory)
         results: list[CheckResult] = []
         append = results.append
-        for rule in self.rules:  # _run_if_applies, inlined for the configured rules
-            try:
-                applies = rule.scope.applies(ctx)
-            except Exception:
-                append(CheckResult(rule.name, "error", "scope_error"))
-                continue
-            if applies:
-                append(rule.run(text, ctx))
+        if skip is not None:
+            for rule in self.rules:
+                self._run_if_applies(rule, text, ctx, results, skip)
+        else:
+            for rule in self.rules:  # _run_if_applies, inlined for the configured rules
+                try:
+                    applies = rule.scope.applies(ctx)
+                except Exception:
+                    append(CheckResult(rule.name, "error", "scope_error"))
+                    continue
+                if applies:
+                    append(rule.run(text, ctx))
         for cfg in extra_rules:
             name = getattr(cfg, "name", None)
             if name in self.names:
@@ -298,12 +309,15 @@ class RuleSet:
             if not isinstance(compiled, Rule):
                 results.append(CheckResult(str(name or "invalid"), "error", "invalid_rule"))
             else:
-                self._run_if_applies(compiled, text, ctx, results)
+                self._run_if_applies(compiled, text, ctx, results, skip)
         return tuple(results)
 
     @staticmethod
-    def _run_if_applies(rule: Rule, text: str, ctx: CheckContext, out: list[CheckResult]) -> None:
-        """Run ``rule`` when its scope covers the turn; a scope that raises is an ``error`` verdict.
+    def _run_if_applies(
+        rule: Rule, text: str, ctx: CheckContext, out: list[CheckResult], skip: str | None = None
+    ) -> None:
+        """Run ``rule`` when its scope covers the turn (``skip``: a ``not_applicable`` verdict
+        with that reason instead); a scope that raises is an ``error`` verdict.
 
         A malformed context must not break evaluation, nor hide the rule: the error
         verdict is counted like a checker error (``monitor_errors{stage="check"}``).
@@ -314,4 +328,6 @@ class RuleSet:
             out.append(CheckResult(rule.name, "error", "scope_error"))
             return
         if applies:
-            out.append(rule.run(text, ctx))
+            out.append(
+                rule.run(text, ctx) if skip is None else CheckResult(rule.name, "not_applicable", skip)
+            )

@@ -17,7 +17,7 @@ from handoffmon.attribution import Attributor, ModelNames, Prepared, degraded_co
 from handoffmon.ingress import Outcome, Request
 from handoffmon.pipeline.errors import ErrorSink
 from handoffmon.pipeline.records import Attributed, Deferred, Finished, Later
-from handoffmon.pipeline.reply import last_user_text, reply_text
+from handoffmon.pipeline.reply import calls_tools_only, last_user_text, reply_text
 from handoffmon.types import UNKNOWN_MODEL, TurnContext
 
 _UNKNOWN = (UNKNOWN_MODEL,)
@@ -93,10 +93,11 @@ class AttributionStage:
         else:
             authors = tuple(self._names.canonical(a) for a in raw if a) or _UNKNOWN
         recorded = self._record(ctx, item.reply, authors)
+        text = self._text(item.reply)
         turn = Attributed(
             ctx,
             recorded,
-            self._text(item.reply),
+            text,
             Outcome._make((authors, *outcome[1:])),  # = _replace(authors=...), without its kwargs work
             item.streamed,
             item.latency_s,
@@ -104,6 +105,7 @@ class AttributionStage:
             item.capture.begin_s,
             item.finish_s,
             item.shadow,
+            self._tools_only(item.reply, text),
         )
         key = recorded.conversation_id if recorded is not None else ctx.conversation_id
         if not self._submit(turn, key):
@@ -183,6 +185,13 @@ class AttributionStage:
         except Exception as exc:
             self._errors.failed("record", exc)
             return None
+
+    def _tools_only(self, reply: Any, text: str) -> bool:
+        try:
+            return calls_tools_only(reply, text)
+        except Exception as exc:  # an SDK object that raises on attribute access: check the text
+            self._errors.failed("record", exc)
+            return False
 
     def _text(self, reply: Any) -> str:
         try:

@@ -10,7 +10,7 @@ import dataclasses
 import operator
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from handoffmon.checkers.base import CheckContext
 from handoffmon.config import RuleConfig
@@ -47,6 +47,17 @@ def _ctx_with(ctx: TurnContext, **changes: object) -> TurnContext:
     for name, value in changes.items():
         _set(new, name, value)
     return new
+
+
+TOOL_CALLS = "tool_calls"
+"""The ``not_applicable`` reason of every rule on a reply that only calls tools (no text)."""
+
+
+class Evaluate(Protocol):
+    """A turn's rules with its context: ``evaluate(text)`` checks a reply's text;
+    ``evaluate(text, reason)`` gives every rule in scope ``not_applicable`` with ``reason``."""
+
+    def __call__(self, text: str, skip: str | None = None, /) -> tuple[CheckResult, ...]: ...
 
 
 STATE_CACHE = 1024
@@ -229,8 +240,11 @@ class CheckStage:
             self._aggregates.move_session(state.depth, ctx.depth)
         state = self._declare(state, ctx)
         evaluate = self._evaluator(ctx, state)
-        checks = self._check(evaluate, turn.reply_text) if evaluate is not None else ()
-        if turn.shadow is not None and self.shadow is not None and evaluate is not None and not ctx.degraded:
+        checks = self._check(evaluate, turn.reply_text, turn.tools_only) if evaluate is not None else ()
+        # a reply that only calls tools has no verdicts to compare with a shadow reply's
+        offer = turn.shadow is not None and self.shadow is not None and not turn.tools_only
+        if offer and evaluate is not None and not ctx.degraded:
+            assert turn.shadow is not None
             self._offer(
                 ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
             )
@@ -366,9 +380,7 @@ class CheckStage:
                 self._errors.count("rules")
         return tuple(out)
 
-    def _evaluator(
-        self, ctx: TurnContext, state: ConversationState
-    ) -> Callable[[str], tuple[CheckResult, ...]] | None:
+    def _evaluator(self, ctx: TurnContext, state: ConversationState) -> Evaluate | None:
         """The turn's rules with its context: checks the served reply (and a shadow reply)."""
         meta: Mapping[str, object] = ctx.metadata or {}
         try:
@@ -387,7 +399,7 @@ class CheckStage:
             return None
         extra = self._active_rules(state, ctx.depth) if state.declared_rules else ()
         rules = self._rules
-        return lambda text: tuple(rules.evaluate(text, cctx, extra_rules=extra))
+        return lambda text, skip=None: tuple(rules.evaluate(text, cctx, extra_rules=extra, skip=skip))
 
     def _offer(self, turn: ShadowTurn) -> None:
         assert self.shadow is not None
@@ -396,11 +408,9 @@ class CheckStage:
         except Exception as exc:  # the runner fails open itself; this guards the plumbing
             self._errors.failed("shadow", exc)
 
-    def _check(
-        self, evaluate: Callable[[str], tuple[CheckResult, ...]], text: str
-    ) -> tuple[CheckResult, ...]:
+    def _check(self, evaluate: Evaluate, text: str, tools_only: bool) -> tuple[CheckResult, ...]:
         try:
-            checks = evaluate(text)
+            checks = evaluate(text, TOOL_CALLS) if tools_only else evaluate(text)
         except Exception as exc:
             self._errors.failed("check", exc)
             return ()

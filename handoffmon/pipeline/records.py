@@ -107,6 +107,7 @@ class Attributed(NamedTuple):
         begin_s: request-path time of ``capture`` (with parsing).
         finish_s: request-path time of ``finish``.
         shadow: the integration's offer of a shadow continuation (``None``: shadow off).
+        tools_only: the reply only calls tools (no text): its rules are ``not_applicable``.
     """
 
     ctx: TurnContext
@@ -119,6 +120,7 @@ class Attributed(NamedTuple):
     begin_s: float
     finish_s: float
     shadow: ShadowOffer | None = None
+    tools_only: bool = False
 
     def __repr__(self) -> str:
         return f"Attributed(depth={self.ctx.depth}, authors={self.outcome.authors!r})"

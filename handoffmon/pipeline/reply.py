@@ -42,6 +42,17 @@ def reply_text(reply: Any) -> str:
     return content_text(_field(reply, "content"))
 
 
+def calls_tools_only(reply: Any, text: str) -> bool:
+    """Whether an assistant reply whose checkable text is ``text`` only calls tools: no text
+    (``None``, empty or blank content) and a non-empty ``tool_calls`` (or legacy
+    ``function_call``). Such a turn has nothing for the rules to check."""
+    if text and not text.isspace():
+        return False
+    if reply is None or isinstance(reply, str):
+        return False
+    return bool(_field(reply, "tool_calls") or _field(reply, "function_call"))
+
+
 def last_user_text(messages: Sequence[Any]) -> str:
     """Text of the last ``user`` message of a request ("" when there is none)."""
     for msg in reversed(messages):

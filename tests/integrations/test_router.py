@@ -295,3 +295,39 @@ def test_unreadable_response_is_returned_and_counted() -> None:
         assert wrapped.completion(model="x", messages=[{"role": "user", "content": "q"}]) is router.last
         m.flush(10)
         assert m.snapshot().monitor_errors == {"integration": 1}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_reply_that_only_calls_a_tool_is_a_turn_with_not_applicable_rules(mode: str) -> None:
+    """A real Router answering with a tool call and empty content (LiteLLM's ``mock_tool_calls``;
+    its mock streams carry no tool calls, so streamed ones are tested through ``serve`` and the
+    chunk parser): the turn is counted for its deployment, and no rule judges the empty text."""
+    from litellm import Router
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    router = Router(
+        model_list=[
+            {
+                "model_name": "tools",
+                "litellm_params": {"model": "openai/gpt-4o", "mock_response": "", "mock_tool_calls": [call]},
+            }
+        ]
+    )
+    exp = RecordingExporter()
+    config = make_config(
+        rules=[{"name": "says_ok", "check": "regex_must_match", "params": {"pattern": "ok"}}]
+    )
+    messages = [{"role": "user", "content": "look x up"}]
+    with monitor(config, exporters=[exp]) as m:
+        wrapped = RouterWrapper(router, m)
+        if mode == "sync":
+            got = wrapped.completion(model="tools", messages=messages)
+        else:
+            got = await wrapped.acompletion(model="tools", messages=messages)
+        assert got.choices[0].message.tool_calls[0].id == "call_1"
+        assert m.flush(10)
+    [result] = exp.results
+    assert result.record.author == "openai/gpt-4o"
+    assert [(c.rule, c.verdict, c.reason) for c in result.checks] == [
+        ("says_ok", "not_applicable", "tool_calls")
+    ]

@@ -1,0 +1,144 @@
+"""``serve`` with replies that only call tools, JSON and streamed, through the real OpenAI SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from handoffmon.config import config_from_mapping
+from tests.proxy.conftest import Proxy, running_proxy
+from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse
+
+RULES = [
+    {"name": "short", "check": "length", "params": {"unit": "words", "max": 5}},
+    {"name": "says_ok", "check": "regex_must_match", "params": {"pattern": "ok"}},
+]
+CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
+JSON = [(b"content-type", b"application/json")]
+
+
+@pytest.fixture(scope="module")
+def proxy(scripted: tuple[ScriptedUpstream, str]) -> Iterator[Proxy]:
+    cfg = config_from_mapping(
+        {
+            "rules": RULES,
+            "telemetry": {"log_turns": False},
+            "refit": {"interval_s": 0},
+            "pipeline": {"check_budget_s": 10.0},
+            "proxy": {"upstream": scripted[1]},
+        }
+    )
+    with running_proxy(cfg) as p:
+        yield p
+
+
+def _completion(message: dict[str, Any], finish: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
+    ).encode()
+
+
+def _chunk(finish: str | None = None, **delta: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _verdicts(proxy: Proxy, rule: str) -> dict[str, float]:
+    assert proxy.monitor.flush(30)
+    out: dict[str, float] = {}
+    for family in proxy.registry.collect():
+        for s in family.samples:
+            if s.name == "handoffmon_checks_total" and s.labels["rule"] == rule and s.value:
+                out[s.labels["verdict"]] = out.get(s.labels["verdict"], 0.0) + s.value
+    return out
+
+
+def test_tool_call_replies_are_monitored_turns_whose_rules_are_not_applicable(
+    scripted: tuple[ScriptedUpstream, str], proxy: Proxy
+) -> None:
+    app, _ = scripted
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "find x"}]
+    before = proxy.monitor.snapshot().total_turns
+    # turn 1: a JSON reply that only calls a tool
+    sid = app.add(
+        Script(
+            [_completion({"role": "assistant", "content": None, "tool_calls": [CALL]}, "tool_calls")],
+            headers=JSON,
+        )
+    )
+    got = client.chat.completions.create(model="m", messages=messages, extra_headers={"x-script": sid})
+    assert (
+        got.choices[0].message.tool_calls is not None and got.choices[0].message.tool_calls[0].id == "call_1"
+    )
+    messages += [
+        got.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+    ]
+    # turn 2: the same, streamed
+    pieces = sse(
+        _chunk(
+            role="assistant",
+            tool_calls=[
+                {
+                    "index": 0,
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": ""},
+                }
+            ],
+        ),
+        _chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"q": "y"}'}}]),
+        _chunk("tool_calls"),
+    )
+    sid = app.add(Script(pieces))
+    stream = client.chat.completions.create(
+        model="m", messages=messages, stream=True, extra_headers={"x-script": sid}
+    )
+    assert [c.choices[0].finish_reason for c in stream][-1] == "tool_calls"
+    messages += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": '{"q": "y"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_2", "content": "43"},
+    ]
+    # turn 3: a text reply, checked
+    sid = app.add(
+        Script(
+            [_completion({"role": "assistant", "content": "x is 42 and y is 43, ok"}, "stop")], headers=JSON
+        )
+    )
+    client.chat.completions.create(model="m", messages=messages, extra_headers={"x-script": sid})
+    client.close()
+
+    assert proxy.monitor.flush(30)
+    assert proxy.monitor.snapshot().total_turns == before + 3
+    assert _verdicts(proxy, "says_ok") == {"not_applicable": 2.0, "pass": 1.0}
+    assert _verdicts(proxy, "short") == {"not_applicable": 2.0, "fail": 1.0}
+    snap = proxy.monitor.snapshot()
+    assert {k.depth_bucket for k, n in snap.turns.items() if n} >= {"1", "2", "3-4"}
+    # the tool-call messages sent back are attributed to the model that wrote them, none unknown
+    assert snap.attributions.get("unknown", 0) == 0 and sum(snap.attributions.values()) >= 3
