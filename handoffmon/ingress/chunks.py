@@ -17,6 +17,11 @@ from handoffmon.ingress.fields import get, hidden_params
 MAX_TOOL_CALLS = 128
 """Tool-call slots per reply; calls at further indexes are skipped (and counted odd)."""
 
+MAX_REPLY_CHARS = 16 * 1024 * 1024
+"""Characters of text and tool-call arguments one reply may fold (the default of ``serve``'s
+``proxy.max_monitored_reply_bytes`` for JSON replies): past it the folder keeps nothing more and
+the outcome is ``too_large``, so a stream of any length holds bounded memory."""
+
 
 class StreamOutcome(NamedTuple):
     """A finished (or cut-off) stream.
@@ -34,6 +39,8 @@ class StreamOutcome(NamedTuple):
         completed: the stream ended normally (False = error or the consumer stopped early).
         chunks: chunks seen.
         odd: chunks (or parts of them) that could not be folded and were skipped.
+        too_large: the reply's text and arguments passed the folder's ``max_chars``: nothing
+            was kept (``reply`` has no text), and the adapter does not record the turn.
     """
 
     reply: dict[str, Any]
@@ -46,6 +53,7 @@ class StreamOutcome(NamedTuple):
     completed: bool
     chunks: int
     odd: int
+    too_large: bool = False
 
 
 class _Call:
@@ -77,19 +85,25 @@ class ChunkFolder:
 
     __slots__ = (
         "_calls",
+        "_chars",
         "_finish",
         "_id",
         "_ids",
         "_in",
+        "_max_chars",
         "_model",
         "_out",
         "_role",
         "_text",
         "chunks",
         "odd",
+        "too_large",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int = MAX_REPLY_CHARS) -> None:
+        self._max_chars = max_chars
+        self._chars = 0
+        self.too_large = False
         self._text: list[str] = []
         self._calls: dict[int, _Call] = {}
         self._ids: list[str] = []
@@ -174,7 +188,7 @@ class ChunkFolder:
             return True, False
         if type(content) is str:
             if content:
-                self._text.append(content)
+                self._keep(self._text, content)
             return True, bool(content)
         if isinstance(content, (list, tuple)):  # content parts
             ok, produced = True, False
@@ -187,7 +201,7 @@ class ChunkFolder:
                     continue  # non-text parts carry no reply text
                 if type(text) is str:
                     if text:
-                        self._text.append(text)
+                        self._keep(self._text, text)
                         produced = True
                 else:
                     ok = False
@@ -216,10 +230,24 @@ class ChunkFolder:
         slot.name = _text(fn, "name") or slot.name  # arrives once; a repeat replaces, never appends
         args = get(fn, "arguments")
         if type(args) is str:
-            slot.args.append(args)
+            self._keep(slot.args, args)
         elif args is not None:
             return False
         return True
+
+    def _keep(self, pieces: list[str], piece: str) -> None:
+        """Append ``piece`` while the reply stays within ``max_chars``; past it, drop all text
+        and arguments kept so far and keep nothing more (``too_large``)."""
+        if self.too_large:
+            return
+        self._chars += len(piece)
+        if self._chars > self._max_chars:
+            self.too_large = True
+            self._text.clear()
+            for call in self._calls.values():
+                call.args.clear()
+            return
+        pieces.append(piece)
 
     def outcome(self, *, completed: bool) -> StreamOutcome:
         """The folded reply so far."""
@@ -244,4 +272,5 @@ class ChunkFolder:
             completed=completed,
             chunks=self.chunks,
             odd=self.odd,
+            too_large=self.too_large,
         )

@@ -215,8 +215,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     def _stream_done(self, cap: Capture, data: Mapping[str, Any], stream: Any, out: StreamOutcome) -> None:
         try:
             monitor = self.monitor
-            if out.odd:
-                monitor.count_error("parse", out.odd)
+            if out.odd or out.too_large:  # a reply past ChunkFolder's cap is counted, not recorded
+                monitor.count_error("parse", out.odd + out.too_large)
+                if out.too_large:
+                    return
             monitor.finish(
                 cap,
                 out.reply,

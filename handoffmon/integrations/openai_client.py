@@ -74,8 +74,10 @@ class _Turns:
         self, cap: Capture, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
     ) -> None:
         try:
-            if out.odd:
-                self.monitor.count_error("parse", out.odd)
+            if out.odd or out.too_large:  # a reply past ChunkFolder's cap is counted, not recorded
+                self.monitor.count_error("parse", out.odd + out.too_large)
+                if out.too_large:
+                    return
             served = served_by_headers(headers)
             self.monitor.finish(
                 cap,

@@ -182,8 +182,10 @@ class RouterWrapper:
 
     def _stream_done(self, cap: Capture, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:
-            if out.odd:
-                self._monitor.count_error("parse", out.odd)
+            if out.odd or out.too_large:  # a reply past ChunkFolder's cap is counted, not recorded
+                self._monitor.count_error("parse", out.odd + out.too_large)
+                if out.too_large:
+                    return
             self._monitor.finish(
                 cap,
                 out.reply,

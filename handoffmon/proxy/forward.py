@@ -417,7 +417,7 @@ class Forwarder:
         """
         if turn is not None and self._capture(turn, True) is None:
             turn = None  # not a chat request (counted): the stream is only passed through
-        sse = SSEChunks() if turn is not None and 200 <= status < 300 else None
+        sse = SSEChunks(max_chars=self._reply_cap) if turn is not None and 200 <= status < 300 else None
         if sse is None and turn is not None:
             self._skip("upstream_status")
         if sse is not None and _encoding(headers) is not None:
@@ -558,6 +558,9 @@ class Forwarder:
         out = sse.outcome(completed=completed)
         if out.odd:
             monitor.count_error("parse", out.odd)
+        if out.too_large:  # past proxy.max_monitored_reply_bytes characters: nothing was kept
+            self._skip("too_large")
+            return True
         monitor.finish(
             capture,
             out.reply,

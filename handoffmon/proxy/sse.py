@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from handoffmon.ingress import ChunkFolder, StreamOutcome
+from handoffmon.ingress.chunks import MAX_REPLY_CHARS
 
 
 class SSEChunks:
@@ -19,12 +20,13 @@ class SSEChunks:
 
     Args:
         max_buffer_bytes: an unterminated event longer than this is dropped (bounded memory).
+        max_chars: the folder's cap on the reply's text and arguments (``ChunkFolder``).
     """
 
-    def __init__(self, max_buffer_bytes: int = 1 << 20) -> None:
+    def __init__(self, max_buffer_bytes: int = 1 << 20, max_chars: int = MAX_REPLY_CHARS) -> None:
         self._buf = b""
         self._max_buffer = max_buffer_bytes
-        self.folder = ChunkFolder()
+        self.folder = ChunkFolder(max_chars)
         self.done = False
         self.events = 0
         self.bad_events = 0

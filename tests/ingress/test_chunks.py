@@ -156,3 +156,39 @@ def test_folder_is_total(chunks: list[Any]) -> None:
     out = _fold(*chunks)
     assert out.chunks == len(chunks) and 0 <= out.odd <= len(chunks)
     assert out.reply["role"] is not None
+
+
+def test_a_reply_past_max_chars_keeps_nothing_and_is_too_large() -> None:
+    """Text and tool-call arguments count toward the cap; the piece that passes it drops all
+    that was kept, later pieces are not kept, and the rest of the stream is still read."""
+    folder = ChunkFolder(max_chars=10)
+    folder.feed(_delta({"role": "assistant", "content": "12345"}))
+    call = {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "1234"}}
+    folder.feed(_delta({"tool_calls": [call]}))
+    assert folder.outcome(completed=False).too_large is False  # 9 characters: within
+    folder.feed(_delta({"content": "67"}))  # 11: past the cap
+    folder.feed(_delta({"content": "more"}))
+    folder.feed(
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"completion_tokens": 9}}
+    )
+    out = folder.outcome(completed=True)
+    assert out.too_large is True and out.reply["content"] is None
+    assert [c["function"]["arguments"] for c in out.reply["tool_calls"]] == [""]
+    assert (out.finish_reason, out.output_tokens, out.chunks, out.odd) == ("stop", 9, 5, 0)
+
+
+def test_an_endless_stream_holds_bounded_memory() -> None:
+    """100 MiB of streamed text through a 1 MiB cap: the folder's allocations stay near the cap."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        folder = ChunkFolder(max_chars=1 << 20)
+        for i in range(1600):
+            folder.feed(_delta({"content": "x" * 65535 + str(i % 10)}))  # a new 64 KiB string each
+        out = folder.outcome(completed=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.too_large and out.chunks == 1600
+    assert peak < 4 << 20, peak  # the cap's 1 MiB of pieces plus chunk dicts; 100 MiB unbounded

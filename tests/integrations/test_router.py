@@ -331,3 +331,29 @@ async def test_a_reply_that_only_calls_a_tool_is_a_turn_with_not_applicable_rule
     assert [(c.rule, c.verdict, c.reason) for c in result.checks] == [
         ("says_ok", "not_applicable", "tool_calls")
     ]
+
+
+def test_a_streamed_reply_past_the_folders_cap_is_counted_and_not_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wrapper's stream folder keeps at most ``MAX_REPLY_CHARS`` (here 16): a longer reply
+    reaches the application whole, and the monitor counts it instead of recording part of it."""
+    from litellm import Router
+
+    from handoffmon.ingress import ChunkFolder
+
+    monkeypatch.setattr(ChunkFolder.__init__, "__defaults__", (16,))
+    text = "a streamed reply well past sixteen characters"
+    router = Router(
+        model_list=[{"model_name": "m", "litellm_params": {"model": "openai/gpt-4o", "mock_response": text}}]
+    )
+    exp = RecordingExporter()
+    with monitor(exporters=[exp]) as m:
+        stream = RouterWrapper(router, m).completion(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream) == text
+        assert m.flush(10)
+        snap = m.snapshot()
+    assert exp.results == [] and snap.total_turns == 0
+    assert snap.monitor_errors == {"parse": 1}

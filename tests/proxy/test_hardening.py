@@ -188,6 +188,27 @@ def test_gzip_bomb_reply_passes_compressed_and_is_not_decompressed_whole(
     )
 
 
+def test_a_stream_longer_than_the_monitored_cap_passes_whole_and_is_counted_too_large(
+    scripted: tuple[ScriptedUpstream, str], proxy: Proxy
+) -> None:
+    """An event stream of 3 MiB of text through the 1 MiB ``max_monitored_reply_bytes``: the
+    client gets every byte; the folder keeps nothing past the cap, and the turn is counted
+    too_large instead of recorded with part of its text."""
+    app, url = scripted
+    pieces = sse(chunk(role="assistant", content=""), *(chunk(content="y" * 65536) for _ in range(48)))
+    sid = app.add(Script(pieces))
+    before_large = _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "too_large"})
+    before_turns = _turns(proxy)
+    direct, proxied = _both(url, proxy, sid)
+    assert proxied.status_code == 200 and proxied.content == direct.content and len(proxied.content) > 3 << 20
+    after = _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "too_large"})
+    assert after == before_large + 1
+    assert _turns(proxy) == before_turns  # not recorded with part of its text
+    sid = app.add(Script(sse(chunk(role="assistant", content="short"))))
+    _both(url, proxy, sid)
+    assert _turns(proxy) == before_turns + 1  # the next stream is recorded as usual
+
+
 def test_connection_named_headers_are_hop_by_hop_and_utf8_bytes_arrive_unchanged(
     scripted: tuple[ScriptedUpstream, str], proxy: Proxy
 ) -> None:
