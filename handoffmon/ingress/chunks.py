@@ -1,9 +1,10 @@
 """The stream-chunk folder: chat-completion chunks (SDK objects or JSON dicts) into one reply.
 
 OpenAI streaming semantics: only choice 0 is folded (the one a chat client continues);
-``delta.content`` pieces are concatenated; a tool call is keyed by ``index`` — its ``id``,
-``type`` and ``function.name`` arrive once (a repeat replaces, never appends) while
-``function.arguments`` pieces are appended. The folder is total: whatever a chunk holds,
+``delta.content`` pieces are concatenated, and ``delta.refusal`` pieces (structured outputs)
+into ``refusal``; a tool call is keyed by ``index`` — its ``id``, ``type`` and
+``function.name`` arrive once (a repeat replaces, never appends) while ``function.arguments``
+pieces are appended. The folder is total: whatever a chunk holds,
 ``feed`` never raises; parts it cannot fold are skipped and counted in ``odd`` (the
 adapter counts them as ``monitor_errors{stage="parse"}``).
 """
@@ -93,6 +94,7 @@ class ChunkFolder:
         "_max_chars",
         "_model",
         "_out",
+        "_refusal",
         "_role",
         "_text",
         "chunks",
@@ -105,6 +107,7 @@ class ChunkFolder:
         self._chars = 0
         self.too_large = False
         self._text: list[str] = []
+        self._refusal: list[str] = []
         self._calls: dict[int, _Call] = {}
         self._ids: list[str] = []
         self._role = "assistant"
@@ -167,6 +170,12 @@ class ChunkFolder:
             return False
         self._role = _text(delta, "role") or self._role
         ok, produced = self._content(get(delta, "content"))
+        refusal = get(delta, "refusal")
+        if type(refusal) is str and refusal:  # structured outputs: the refusal, content null
+            self._keep(self._refusal, refusal)
+            produced = True
+        elif refusal is not None and type(refusal) is not str:
+            ok = False
         calls = get(delta, "tool_calls")
         if calls is not None:
             if isinstance(calls, (list, tuple)):
@@ -244,6 +253,7 @@ class ChunkFolder:
         if self._chars > self._max_chars:
             self.too_large = True
             self._text.clear()
+            self._refusal.clear()
             for call in self._calls.values():
                 call.args.clear()
             return
@@ -252,6 +262,8 @@ class ChunkFolder:
     def outcome(self, *, completed: bool) -> StreamOutcome:
         """The folded reply so far."""
         reply: dict[str, Any] = {"role": self._role, "content": "".join(self._text) if self._text else None}
+        if self._refusal:
+            reply["refusal"] = "".join(self._refusal)
         if self._calls:
             reply["tool_calls"] = [
                 {

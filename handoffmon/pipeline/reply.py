@@ -34,12 +34,18 @@ def content_text(content: Any) -> str:
 
 
 def reply_text(reply: Any) -> str:
-    """Text the checkers see for an assistant reply (a str, a message dict or an SDK message)."""
+    """Text the checkers see for an assistant reply (a str, a message dict or an SDK message):
+    its content, or, when that has no text, its ``refusal`` (structured outputs put a refusal
+    there, with ``content`` null: it is what the user is shown)."""
     if isinstance(reply, str):
         return reply
     if reply is None:
         return ""
-    return content_text(_field(reply, "content"))
+    text = content_text(_field(reply, "content"))
+    if text:
+        return text
+    refusal = _field(reply, "refusal")
+    return refusal if type(refusal) is str else ""
 
 
 def calls_tools_only(reply: Any, text: str) -> bool:

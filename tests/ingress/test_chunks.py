@@ -192,3 +192,16 @@ def test_an_endless_stream_holds_bounded_memory() -> None:
         tracemalloc.stop()
     assert out.too_large and out.chunks == 1600
     assert peak < 4 << 20, peak  # the cap's 1 MiB of pieces plus chunk dicts; 100 MiB unbounded
+
+
+def test_refusal_pieces_fold_into_refusal() -> None:
+    """Structured outputs stream a refusal in ``delta.refusal`` (content stays null)."""
+    out = _fold(
+        _delta({"role": "assistant", "content": None, "refusal": ""}),
+        _delta({"refusal": "I can't "}),
+        _delta({"refusal": "help with that."}),
+        _delta({}, finish_reason="stop"),
+    )
+    assert out.reply == {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    assert out.odd == 0
+    assert _fold(_delta({"refusal": 5})).odd == 1

@@ -1,4 +1,5 @@
-"""``serve`` with replies that only call tools, JSON and streamed, through the real OpenAI SDK."""
+"""``serve`` with replies that only call tools and with refusals, JSON and streamed, through the
+real OpenAI SDK."""
 
 from __future__ import annotations
 
@@ -142,3 +143,28 @@ def test_tool_call_replies_are_monitored_turns_whose_rules_are_not_applicable(
     assert {k.depth_bucket for k, n in snap.turns.items() if n} >= {"1", "2", "3-4"}
     # the tool-call messages sent back are attributed to the model that wrote them, none unknown
     assert snap.attributions.get("unknown", 0) == 0 and sum(snap.attributions.values()) >= 3
+
+
+def test_a_streamed_refusal_is_checked_as_its_text(
+    scripted: tuple[ScriptedUpstream, str], proxy: Proxy
+) -> None:
+    """Structured outputs stream a refusal in ``delta.refusal``: the SDK gets it, and the rules
+    judge it (``says_ok`` passes on "ok"; an empty text would have failed it)."""
+    app, _ = scripted
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    before = _verdicts(proxy, "says_ok")
+    pieces = sse(
+        _chunk(role="assistant", content=None, refusal=""), _chunk(refusal="ok, but no"), _chunk("stop")
+    )
+    sid = app.add(Script(pieces))
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "do it"}],
+        stream=True,
+        extra_headers={"x-script": sid},
+    )
+    assert "".join(c.choices[0].delta.refusal or "" for c in stream) == "ok, but no"
+    client.close()
+    after = _verdicts(proxy, "says_ok")
+    assert after.get("pass", 0.0) == before.get("pass", 0.0) + 1
+    assert after.get("fail", 0.0) == before.get("fail", 0.0)

@@ -1,4 +1,5 @@
-"""Replies that only call tools: counted as turns, attributed, never checked as empty text."""
+"""Reply shapes the rules must read right: tool calls without text (counted as turns, attributed,
+never checked as empty text) and structured-output refusals (the refusal is the text)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 
 from handoffmon.counts import CheckKey, TransitionKey
-from handoffmon.pipeline.reply import calls_tools_only
+from handoffmon.pipeline.reply import calls_tools_only, reply_text
 from handoffmon.testing import RecordingExporter
 from tests.pipeline.helpers import make_config, monitor, turn
 
@@ -154,3 +155,20 @@ def test_only_text_replies_are_offered_for_shadow_continuation() -> None:
         assert m.flush(10)
     assert len(offered) == 1  # the text reply only
     assert {c.rule: c.verdict for c in offered[0].served} == {"short": "pass", "says_ok": "pass"}
+
+
+def test_a_structured_output_refusal_is_the_text_the_rules_judge() -> None:
+    """Structured outputs answer a refusal in ``refusal`` with ``content`` null: that is what the
+    user is shown, so the rules read it (an empty string would pass a no-refusal rule)."""
+    refusal = "I'm sorry, but I can't help with that."
+    exp, _ = _drive([{"role": "assistant", "content": None, "refusal": refusal}], ["a"])
+    verdicts = {c.rule: c.verdict for c in exp.results[0].checks}
+    assert verdicts == {"short": "fail", "says_ok": "fail"}  # 8 words; no "ok" in it
+    exp, _ = _drive([{"role": "assistant", "content": None, "refusal": "ok, no"}], ["a"])
+    assert {c.rule: c.verdict for c in exp.results[0].checks} == {"short": "pass", "says_ok": "pass"}
+    assert reply_text(_SDKRefusal(refusal)) == refusal and reply_text({"content": "x", "refusal": "y"}) == "x"
+
+
+class _SDKRefusal:
+    def __init__(self, refusal: str) -> None:
+        self.content, self.refusal = None, refusal
