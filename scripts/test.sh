@@ -2,7 +2,7 @@
 # The README's test command: create .venv, install handoffmon with the dev extra (every
 # integration + test tools), type-check with mypy (strict, incremental cache in .mypy_cache),
 # then run pytest. Arguments go to pytest: `bash scripts/test.sh -m slow` runs the slow tests.
-# `-n auto --dist loadfile` (pytest-xdist): the default suite runs on one worker per core, each
+# `-n auto --dist loadfile` (pytest-xdist): the default suite runs one worker more than cores, each
 # test file on one worker (its module-scoped servers start once); the slow tests run serially
 # (tests/conftest.py's pytest_xdist_auto_num_workers). `-n 0` runs anything serially.
 set -euo pipefail
