@@ -394,8 +394,9 @@ class ProxyConfig(_Section):
     """A client that takes longer than this to send its headers, or pauses this long
     inside its body, is answered 408 and disconnected (slow or half-open clients)."""
     max_monitored_reply_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
-    """Replies larger than this (after undoing gzip/deflate on a copy) are forwarded
-    unchanged but not monitored; bounds what a compressed reply can cost in memory."""
+    """Replies larger than this (after undoing gzip/deflate on a copy; for an event stream,
+    characters of text and tool-call arguments) are forwarded unchanged but not monitored,
+    counted ``unmonitored{reason="too_large"}``; bounds what a reply can cost in memory."""
     metrics_render_timeout_s: float = Field(default=10.0, gt=0)
     """``/metrics`` is rendered on a worker thread; a render slower than this answers 503
     (counted as ``monitor_errors{stage="export"}``) while proxied requests keep flowing."""
