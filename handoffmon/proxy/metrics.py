@@ -30,8 +30,9 @@ class ProxyMetrics:
         ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions
         forwarded without monitoring (``bad_json``, ``no_messages``, ``upstream_status``,
         ``bad_reply``, ``too_large`` — over ``proxy.max_monitored_reply_bytes`` once
-        decoded — and ``truncated`` — the upstream broke the stream off, the client's
-        response was aborted and no turn recorded).
+        decoded, or a stream's text past it in characters — and ``truncated`` — the
+        upstream broke the stream off, the client's response was aborted and no turn
+        recorded).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too).
