@@ -215,10 +215,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     def _stream_done(self, cap: Capture, data: Mapping[str, Any], stream: Any, out: StreamOutcome) -> None:
         try:
             monitor = self.monitor
-            if out.odd or out.too_large:  # a reply past ChunkFolder's cap is counted, not recorded
-                monitor.count_error("parse", out.odd + out.too_large)
-                if out.too_large:
-                    return
+            if not monitor.stream_recordable(out):
+                return
             monitor.finish(
                 cap,
                 out.reply,

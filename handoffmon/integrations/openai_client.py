@@ -74,10 +74,8 @@ class _Turns:
         self, cap: Capture, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
     ) -> None:
         try:
-            if out.odd or out.too_large:  # a reply past ChunkFolder's cap is counted, not recorded
-                self.monitor.count_error("parse", out.odd + out.too_large)
-                if out.too_large:
-                    return
+            if not self.monitor.stream_recordable(out):
+                return
             served = served_by_headers(headers)
             self.monitor.finish(
                 cap,

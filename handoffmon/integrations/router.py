@@ -182,10 +182,8 @@ class RouterWrapper:
 
     def _stream_done(self, cap: Capture, t0: float, out: StreamOutcome, inner: Any) -> None:
         try:
-            if out.odd or out.too_large:  # a reply past ChunkFolder's cap is counted, not recorded
-                self._monitor.count_error("parse", out.odd + out.too_large)
-                if out.too_large:
-                    return
+            if not self._monitor.stream_recordable(out):
+                return
             self._monitor.finish(
                 cap,
                 out.reply,

@@ -241,10 +241,13 @@ class CheckStage:
         state = self._declare(state, ctx)
         evaluate = self._evaluator(ctx, state)
         checks = self._check(evaluate, turn.reply_text, turn.tools_only) if evaluate is not None else ()
-        # a reply that only calls tools has no verdicts to compare with a shadow reply's
-        offer = turn.shadow is not None and self.shadow is not None and not turn.tools_only
-        if offer and evaluate is not None and not ctx.degraded:
-            assert turn.shadow is not None
+        if (
+            turn.shadow is not None
+            and self.shadow is not None
+            and evaluate is not None
+            and not ctx.degraded
+            and not turn.tools_only  # a reply that only calls tools has no verdicts to compare
+        ):
             self._offer(
                 ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
             )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts, ShadowKey
-from handoffmon.ingress import Outcome, Request
+from handoffmon.ingress import Outcome, Request, StreamOutcome
 from handoffmon.labels import LabelGuard
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.attribution_stage import AttributionStage
@@ -279,6 +279,14 @@ class Monitor:
     def count_error(self, stage: str, n: int = 1) -> None:
         """Count one of handoffmon's own failures (``monitor_errors{stage}``); see ``STAGES``."""
         self.errors.count(stage, n)
+
+    def stream_recordable(self, out: StreamOutcome) -> bool:
+        """Count what a folded stream could not read as ``monitor_errors{stage="parse"}``: its
+        odd parts, and the reply itself when it passed ``ChunkFolder``'s cap. False for such a
+        reply (``too_large``: nothing of it was kept), which the adapter must not record."""
+        if out.odd or out.too_large:
+            self.errors.count("parse", out.odd + out.too_large)
+        return not out.too_large
 
     # -- control ------------------------------------------------------------------------
 
