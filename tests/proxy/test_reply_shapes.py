@@ -69,13 +69,19 @@ def _verdicts(proxy: Proxy, rule: str) -> dict[str, float]:
     return out
 
 
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
 def test_tool_call_replies_are_monitored_turns_whose_rules_are_not_applicable(
     scripted: tuple[ScriptedUpstream, str], proxy: Proxy
 ) -> None:
     app, _ = scripted
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "find x"}]
-    before = proxy.monitor.snapshot().total_turns
+    assert proxy.monitor.flush(30)
+    before = proxy.monitor.snapshot()
+    says_ok, short = _verdicts(proxy, "says_ok"), _verdicts(proxy, "short")
     # turn 1: a JSON reply that only calls a tool
     sid = app.add(
         Script(
@@ -136,13 +142,19 @@ def test_tool_call_replies_are_monitored_turns_whose_rules_are_not_applicable(
     client.close()
 
     assert proxy.monitor.flush(30)
-    assert proxy.monitor.snapshot().total_turns == before + 3
-    assert _verdicts(proxy, "says_ok") == {"not_applicable": 2.0, "pass": 1.0}
-    assert _verdicts(proxy, "short") == {"not_applicable": 2.0, "fail": 1.0}
     snap = proxy.monitor.snapshot()
-    assert {k.depth_bucket for k, n in snap.turns.items() if n} >= {"1", "2", "3-4"}
-    # the tool-call messages sent back are attributed to the model that wrote them, none unknown
-    assert snap.attributions.get("unknown", 0) == 0 and sum(snap.attributions.values()) >= 3
+    assert snap.total_turns == before.total_turns + 3
+    assert _delta(_verdicts(proxy, "says_ok"), says_ok) == {"not_applicable": 2.0, "pass": 1.0}
+    assert _delta(_verdicts(proxy, "short"), short) == {"not_applicable": 2.0, "fail": 1.0}
+    added = {
+        k.depth_bucket: n - before.turns.get(k, 0)
+        for k, n in snap.turns.items()
+        if n > before.turns.get(k, 0)
+    }
+    assert added == {"1": 1, "2": 1, "3-4": 1}
+    # the tool-call messages sent back are attributed to the model that wrote them, none unknown:
+    # turn 2's history holds one assistant message, turn 3's two
+    assert _delta(dict(snap.attributions), dict(before.attributions)) == {"chain": 3}
 
 
 def test_a_streamed_refusal_is_checked_as_its_text(
