@@ -74,6 +74,21 @@ class PromServer:
                 out.append((rule["name"], rule.get("health", ""), rule.get("lastError", "")))
         return out
 
+    def target_health(self) -> str:
+        """One line per scrape target: health, share of scrapes up over the last 2 minutes,
+        last scrape duration and error (for assertion messages: a target whose scrapes time
+        out has stale series, which reads as "no data")."""
+        up = {s["metric"].get("instance"): s["value"][1] for s in self.query("avg_over_time(up[2m])")}
+        lines = []
+        for t in self.api("targets")["activeTargets"]:
+            instance = t["labels"].get("instance")
+            lines.append(
+                f"{t['scrapeUrl']}: {t['health']}, up {up.get(instance, '?')} of scrapes in 2m, "
+                f"last {t['lastScrapeDuration']:.2f} s of {t.get('scrapeTimeout', '?')} "
+                f"{t.get('lastError', '')}"
+            )
+        return "\n".join(lines)
+
     def wait_for(self, predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> bool:
         """Poll ``predicate`` until it is true or ``timeout_s`` passes; returns its last value."""
         deadline = time.monotonic() + timeout_s

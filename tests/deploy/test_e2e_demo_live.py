@@ -55,7 +55,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow, pytest
 DEMO_ARGS = ["--size", "0.3", "--seed", "3", "--refit-interval", "2", "--no-progress"]
 STARTUP_TIMEOUT_S = 90.0
 ALERT_TIMEOUT_S = 120.0
-SCRAPE_GRACE_S = 10.0
+SCRAPE_INTERVAL = "5s"
+"""Scrape interval and timeout of the ``handoffmon`` job. The loaded demo's /metrics is ~8,000
+series (~0.9 MB): on a 2-core host its scrapes took 0.3-1.0 s with the demo alone and up to
+3.1 s with two CPU hogs beside it, so a 1 s timeout dropped one scrape in ten here and most of
+them on a slower host (stale series, then "no data" and alerts that never fire). Production
+scrapes every 15 s with a 10 s timeout (``deploy/prometheus/prometheus.yml``)."""
+SCRAPE_GRACE_S = 20.0
 RISKY_PREFIX = min(default_fleet().models, key=lambda m: m.influence).name
 """The model planted with the most harmful prefix influence (``ember`` in the demo fleet)."""
 HEALTHY_MIN_PLANTED_DELTA = -0.03
@@ -117,7 +123,8 @@ def _converse_through(proxy_url: str) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Demo serving /metrics with live traffic, Prometheus scraping it every second with the rules."""
+    """Demo serving /metrics with live traffic, Prometheus scraping it (every ``SCRAPE_INTERVAL``)
+    and evaluating the rules every second."""
     require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("e2e")
     port = free_port()
@@ -136,7 +143,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ):
             _converse_through(proxy.url)
             targets = [f"127.0.0.1:{port}", proxy.url.removeprefix("http://")]
-            with prometheus_server(tmp, targets, [rules]) as prom:
+            job = {
+                "job_name": "handoffmon",
+                "scrape_interval": SCRAPE_INTERVAL,
+                "scrape_timeout": SCRAPE_INTERVAL,
+                "static_configs": [{"targets": targets}],
+            }
+            with prometheus_server(tmp, targets, [rules], scrape_configs=[job]) as prom:
                 yield Stack(prom=prom, demo=demo, demo_log=demo_log)
     finally:
         _stop(demo)
@@ -153,7 +166,9 @@ def refit_scraped(stack: Stack) -> Stack:
             prom.query("sum(increase(handoffmon_turns_total[1h])) > 200")
         )
 
-    assert prom.wait_for(ready, STARTUP_TIMEOUT_S), f"no refit/traffic in Prometheus\n{stack.demo_tail()}"
+    assert prom.wait_for(ready, STARTUP_TIMEOUT_S), (
+        f"no refit/traffic in Prometheus\n{prom.target_health()}\n{stack.demo_tail()}"
+    )
     return stack
 
 
@@ -184,7 +199,8 @@ def test_planted_risky_pair_fires_and_healthy_pairs_stay_quiet(refit_scraped: St
     fired = prom.wait_for(risky_firing, ALERT_TIMEOUT_S, interval_s=1.0)
     active = sorted({(a["labels"]["prefix_model"], a["labels"]["model"], a["state"]) for a in seen})
     assert fired, (
-        f"no HandoffPairRisky firing for {RISKY_PREFIX}->*; active: {active}\n{refit_scraped.demo_tail()}"
+        f"no HandoffPairRisky firing for {RISKY_PREFIX}->*; active: {active}\n{prom.target_health()}\n"
+        f"{refit_scraped.demo_tail()}"
     )
     for _ in range(5):  # a few more evaluations with fresh refits
         time.sleep(1.0)
@@ -238,8 +254,9 @@ def test_model_hurt_by_handoffs_fires_and_models_helped_stay_quiet(refit_scraped
             for a in alerts
         )
 
-    assert prom.wait_for(target_firing, ALERT_TIMEOUT_S, interval_s=1.0), sorted(
-        {(a["labels"]["model"], a["labels"]["rule"], a["state"]) for a in seen}
+    assert prom.wait_for(target_firing, ALERT_TIMEOUT_S, interval_s=1.0), (
+        sorted({(a["labels"]["model"], a["labels"]["rule"], a["state"]) for a in seen}),
+        prom.target_health(),
     )
     noisy = sorted({a["labels"]["model"] for a in seen} & helped)
     assert not noisy, f"models planted with Δ into them ≥ 0 alerted: {noisy} ({into})"
@@ -274,7 +291,7 @@ def test_every_dashboard_query_parses_and_returns_data(refit_scraped: Stack) -> 
             continue  # off in the demo; test_e2e_routing / test_e2e_shadow check them with data
         if not prom.wait_for(functools.partial(_has_data, prom, query), SCRAPE_GRACE_S):
             empty.append(f"{title}: {expr}")
-    assert not empty, "queries without data:\n" + "\n".join(empty)
+    assert not empty, "queries without data:\n" + "\n".join(empty) + "\n" + prom.target_health()
 
 
 def test_dashboard_variables_resolve_to_label_values(refit_scraped: Stack) -> None:
@@ -310,4 +327,4 @@ def test_grafana_alert_queries_run_and_select_the_risky_pair(refit_scraped: Stac
             s["metric"]["prefix_model"] == RISKY_PREFIX for s in prom.query(queries["HandoffPairRisky"])
         )
 
-    assert prom.wait_for(risky_selected, ALERT_TIMEOUT_S)
+    assert prom.wait_for(risky_selected, ALERT_TIMEOUT_S), prom.target_health()
