@@ -145,7 +145,13 @@ def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) ->
                     [],
                     [rules],
                     scrape_configs=[
-                        {"job_name": "live", "static_configs": [{"targets": [f"127.0.0.1:{metrics.port}"]}]}
+                        {
+                            "job_name": "live",
+                            # as in test_e2e_demo_live: a 1 s timeout drops scrapes of a loaded process
+                            "scrape_interval": "5s",
+                            "scrape_timeout": "5s",
+                            "static_configs": [{"targets": [f"127.0.0.1:{metrics.port}"]}],
+                        }
                     ],
                     alertmanagers=[am.address],
                 ),
