@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,21 @@ async def _keep_driving(world: Any, stop: asyncio.Event, duration_s: float | Non
     while not stop.is_set():
         await world.driver.run(batch, start=start, stop=stop)
         start += batch
+
+
+def _check_port_free(port: int) -> None:
+    """Fail in a second on a busy ``--serve`` port, before importing litellm and building the
+    world costs several seconds. The runtime binds the port itself afterwards (and reports a
+    port taken in between the same way)."""
+    if port == 0:
+        return
+    try:
+        with socket.create_server(("127.0.0.1", port)):
+            pass
+    except OSError as exc:
+        raise click.ClickException(
+            f"--serve {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}"
+        ) from exc
 
 
 def _serve(world: Any, duration_s: float | None, refit_interval_s: float) -> None:
@@ -157,6 +173,8 @@ def demo(
     Planted prefix influence, susceptibility and decay are printed beside the refit's
     estimates; the HTML report is written to OUT_DIR/handoffmon-report.html.
     """
+    if serve_port is not None:
+        _check_port_free(serve_port)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.errors import ConfigError
     from handoffmon.sim.demo import DemoSettings, build_world, close_world, run_initial, write_outputs
