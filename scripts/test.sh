@@ -8,6 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LITELLM_LOCAL_MODEL_COST_MAP=True
+# Let Python cache bytecode (some environments set PYTHONDONTWRITEBYTECODE): without it every
+# pytest worker re-runs assertion rewriting on every test module and every `handoffmon`
+# subprocess the tests start recompiles the package from source (docs/development.md).
+unset PYTHONDONTWRITEBYTECODE
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev]'

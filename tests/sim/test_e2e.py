@@ -133,7 +133,10 @@ def test_planted_stationary_adherence_lies_within_the_refit_intervals(demo_run) 
     "2x the old binomial ones and Pearson(sigma) at size 3 seed 11 is 0.907 with the fitted prior "
     "(0.891 fixed; pi 0.997); every sigma interval but cedar's covers the planted value",
     strict=False,
+    raises=AssertionError,  # a crash or a timeout is a failure, not the expected one
 )
+@pytest.mark.known_limitation  # 3x the demo: 200-300+ s on a 2-core host, so not in CI
+@pytest.mark.timeout(1200)
 def test_larger_seeded_run_recovers_influence_and_susceptibility_closely() -> None:
     """3x the default traffic, another seed: Pearson ≥ 0.95 for π and σ; stationary still calibrated."""
     for _, outcome in _run(DemoSettings(size=3.0, seed=11)):
