@@ -44,6 +44,10 @@ async def _keep_driving(world: Any, stop: asyncio.Event, duration_s: float | Non
         start += batch
 
 
+def _port_taken(port: int | None, reason: str) -> click.ClickException:
+    return click.ClickException(f"--serve {port}: cannot listen on 127.0.0.1:{port}: {reason}")
+
+
 def _check_port_free(port: int) -> None:
     """Fail in a second on a busy ``--serve`` port, before importing litellm and building the
     world costs several seconds. The runtime binds the port itself afterwards (and reports a
@@ -54,9 +58,7 @@ def _check_port_free(port: int) -> None:
         with socket.create_server(("127.0.0.1", port)):
             pass
     except OSError as exc:
-        raise click.ClickException(
-            f"--serve {port}: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}"
-        ) from exc
+        raise _port_taken(port, exc.strerror or str(exc)) from exc
 
 
 def _serve(world: Any, duration_s: float | None, refit_interval_s: float) -> None:
@@ -195,9 +197,7 @@ def demo(
     except ConfigError as exc:
         bar.close()
         reason = getattr(exc.__cause__, "strerror", None) or str(exc)
-        raise click.ClickException(
-            f"--serve {serve_port}: cannot listen on 127.0.0.1:{serve_port}: {reason}"
-        ) from exc
+        raise _port_taken(serve_port, reason) from exc
     try:
         if world.runtime.metrics_server is not None:
             click.echo(f"metrics: {world.runtime.metrics_server.url}", err=True)
