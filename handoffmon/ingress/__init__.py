@@ -3,7 +3,8 @@
 Every adapter (``wrap`` of a Router or an OpenAI client, the LiteLLM Proxy callback,
 ``handoffmon serve``) parses its request with ``RequestParser``, describes the finished
 call with ``Outcome`` / ``describe_response`` and folds streams with ``ChunkFolder``, so
-they agree on conversation ids, authors and tool calls.
+they agree on conversation ids, authors and tool calls. The OpenAI Responses API is read as
+chat first (``ingress.responses``), then takes the same path.
 """
 
 from __future__ import annotations

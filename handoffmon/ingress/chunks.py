@@ -11,7 +11,7 @@ adapter counts them as ``monitor_errors{stage="parse"}``).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from handoffmon.ingress.fields import get, hidden_params
 
@@ -55,6 +55,17 @@ class StreamOutcome(NamedTuple):
     chunks: int
     odd: int
     too_large: bool = False
+
+
+class Folder(Protocol):
+    """Folds a stream's events into one reply: :class:`ChunkFolder` for chat-completion chunks,
+    ``ingress.responses.ResponsesStreamFolder`` for Responses API events."""
+
+    def feed(self, chunk: Any) -> None:
+        """Take one event; never raises."""
+
+    def outcome(self, *, completed: bool) -> StreamOutcome:
+        """The folded reply so far."""
 
 
 class _Call:

@@ -1,4 +1,5 @@
-"""``wrap(openai.OpenAI | AsyncOpenAI)``: ``chat.completions.create`` monitored, the rest passed through."""
+"""``wrap(openai.OpenAI | AsyncOpenAI)``: ``chat.completions.create`` and ``responses.create`` (and
+``responses.stream``) monitored, the rest passed through."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from handoffmon.ingress import (
     reply_message,
     served_by_headers,
 )
+from handoffmon.ingress.chunks import Folder
+from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -49,17 +52,33 @@ class _Turns:
         source = self.shadow()
         return ShadowOffer(source, messages) if source is not None else None
 
-    def begin(self, kwargs: Mapping[str, Any]) -> Capture | None:
+    def begin(self, kwargs: Mapping[str, Any], responses: bool = False) -> Capture | None:
+        """The turn's capture; ``None`` when it is not monitored (a Responses API call that
+        continues server-side state: ``previous_response_id`` or ``conversation``)."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
+            if responses:
+                doc = read_request(kwargs).doc
+                if doc is None:
+                    return None
+                kwargs = {**kwargs, "messages": doc["messages"]}
             return self.monitor.capture(self.parser.openai_call(kwargs))
         except Exception as exc:  # the parser is total; this guards the plumbing
             self.monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
-    def finish(self, cap: Capture, response: Any, headers: Mapping[str, Any] | None, t0: float) -> None:
+    def finish(
+        self,
+        cap: Capture,
+        response: Any,
+        headers: Mapping[str, Any] | None,
+        t0: float,
+        responses: bool = False,
+    ) -> None:
         try:
             served = served_by_headers(headers)
+            if responses:  # a Responses API response, read as a chat completion
+                response = response_as_chat(response)
             self.monitor.finish(
                 cap,
                 reply_message(response),
@@ -95,17 +114,30 @@ def _raw_create(completions: Any) -> Any:
     return getattr(raw, "create", None)
 
 
+def _folder(responses: bool) -> Folder | None:
+    return ResponsesStreamFolder() if responses else None
+
+
 class _SyncCompletions:
-    def __init__(self, inner: Any, turns: _Turns) -> None:
+    """``chat.completions`` (or, with ``responses``, ``responses``) with ``create`` monitored."""
+
+    def __init__(self, inner: Any, turns: _Turns, responses: bool = False) -> None:
         self._inner = inner
         self._turns = turns
+        self._responses = responses
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def stream(self, **kwargs: Any) -> Any:
+        """``responses.stream``: the SDK's own helper, making its request through the
+        monitored :meth:`create`."""
+        return type(self._inner).stream(self, **kwargs)
+
     def create(self, **kwargs: Any) -> Any:
-        """``chat.completions.create`` monitored; returns exactly what the SDK returns."""
-        ctx = self._turns.begin(kwargs)
+        """``create`` monitored; returns exactly what the SDK returns."""
+        responses = self._responses
+        ctx = self._turns.begin(kwargs, responses)
         t0 = time.perf_counter()
         raw_create = _raw_create(self._inner) if ctx is not None else None
         if raw_create is None:
@@ -116,22 +148,33 @@ class _SyncCompletions:
         if ctx is None:
             return response
         if kwargs.get("stream"):
-            return SyncStream(response, lambda out, _i: self._turns.stream_done(ctx, headers, t0, out))
-        self._turns.finish(ctx, response, headers, t0)
+            return SyncStream(
+                response, lambda out, _i: self._turns.stream_done(ctx, headers, t0, out), _folder(responses)
+            )
+        self._turns.finish(ctx, response, headers, t0, responses)
         return response
 
 
 class _AsyncCompletions:
-    def __init__(self, inner: Any, turns: _Turns) -> None:
+    """Async twin of :class:`_SyncCompletions`."""
+
+    def __init__(self, inner: Any, turns: _Turns, responses: bool = False) -> None:
         self._inner = inner
         self._turns = turns
+        self._responses = responses
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def stream(self, **kwargs: Any) -> Any:
+        """``responses.stream``: the SDK's own helper, making its request through the
+        monitored :meth:`create`."""
+        return type(self._inner).stream(self, **kwargs)
+
     async def create(self, **kwargs: Any) -> Any:
-        """``chat.completions.create`` monitored; returns exactly what the SDK returns."""
-        ctx = self._turns.begin(kwargs)
+        """``create`` monitored; returns exactly what the SDK returns."""
+        responses = self._responses
+        ctx = self._turns.begin(kwargs, responses)
         t0 = time.perf_counter()
         raw_create = _raw_create(self._inner) if ctx is not None else None
         if raw_create is None:
@@ -144,8 +187,10 @@ class _AsyncCompletions:
         if ctx is None:
             return response
         if kwargs.get("stream"):
-            return AsyncStream(response, lambda out, _i: self._turns.stream_done(ctx, headers, t0, out))
-        self._turns.finish(ctx, response, headers, t0)
+            return AsyncStream(
+                response, lambda out, _i: self._turns.stream_done(ctx, headers, t0, out), _folder(responses)
+            )
+        self._turns.finish(ctx, response, headers, t0, responses)
         return response
 
 
@@ -159,7 +204,10 @@ class _Chat:
 
 
 class OpenAIClientWrapper:
-    """An OpenAI-compatible client with handoffmon around ``chat.completions.create``.
+    """An OpenAI-compatible client with handoffmon around ``chat.completions.create`` and
+    ``responses.create`` (``responses.stream`` makes its request through it). A Responses API
+    call continuing server-side state (``previous_response_id``, ``conversation``) is passed
+    through unmonitored: its history is not in the request (``ingress.responses``).
 
     Authorship comes from LiteLLM response headers when the client talks to a LiteLLM
     Proxy (``x-litellm-model-id``, ``x-litellm-model-name``, attempted fallbacks and
@@ -181,9 +229,11 @@ class OpenAIClientWrapper:
         is_async = _is_async_client(client)
         shadow = _shadow(client, monitor, runtime, is_async)
         turns = _Turns(monitor, shadow)
-        inner = client.chat.completions
-        completions = _AsyncCompletions(inner, turns) if is_async else _SyncCompletions(inner, turns)
-        self.chat = _Chat(client.chat, completions)
+        kind = _AsyncCompletions if is_async else _SyncCompletions
+        self.chat = _Chat(client.chat, kind(client.chat.completions, turns))
+        inner = getattr(client, "responses", None)  # SDKs before the Responses API lack it
+        if inner is not None:
+            self.responses = kind(inner, turns, responses=True)
 
     @property
     def runtime(self) -> Runtime | None:

@@ -1,4 +1,5 @@
-"""Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``), report once at the end.
+"""Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``, or a Responses API
+event folder), report once at the end.
 
 A stream the application drops without closing is reported from its finalizer, and a
 finalizer may run in any thread at any allocation, including inside a monitor lock that
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from handoffmon.ingress import ChunkFolder, StreamOutcome
+from handoffmon.ingress.chunks import Folder
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -26,13 +28,13 @@ _log = logging.getLogger("handoffmon.integrations")
 OnDone = Callable[[StreamOutcome, Any], None]
 """Called once when a stream ends: (outcome, the wrapped stream object)."""
 
-_FINALIZED: queue.SimpleQueue[tuple[OnDone, ChunkFolder, Any]] = queue.SimpleQueue()
+_FINALIZED: queue.SimpleQueue[tuple[OnDone, Folder, Any]] = queue.SimpleQueue()
 """Reports of dropped streams, put by finalizers (the only thing a finalizer does)."""
 _drainer_pid: int | None = None
 _drainer_lock = threading.Lock()  # taken on normal stacks only (stream construction), never by a finalizer
 
 
-def _report(cb: OnDone, folder: ChunkFolder, inner: Any, completed: bool) -> None:
+def _report(cb: OnDone, folder: Folder, inner: Any, completed: bool) -> None:
     try:
         cb(folder.outcome(completed=completed), inner)
     except Exception:
@@ -76,11 +78,12 @@ def _ensure_drainer() -> None:
 
 
 class _Base:
-    """Shared state: the wrapped stream, the chunk folder and the one-shot completion callback."""
+    """Shared state: the wrapped stream, the folder (default: a ``ChunkFolder``) and the one-shot
+    completion callback."""
 
-    def __init__(self, inner: Any, on_done: OnDone) -> None:
+    def __init__(self, inner: Any, on_done: OnDone, folder: Folder | None = None) -> None:
         self._inner = inner
-        self._folder = ChunkFolder()
+        self._folder: Folder = folder if folder is not None else ChunkFolder()
         self._on_done: OnDone | None = on_done
         _ensure_drainer()
 
@@ -110,8 +113,8 @@ class _Base:
 class SyncStream(_Base):
     """Yields the wrapped stream's chunks unchanged; reports when it ends or is cut off."""
 
-    def __init__(self, inner: Any, on_done: OnDone) -> None:
-        super().__init__(inner, on_done)
+    def __init__(self, inner: Any, on_done: OnDone, folder: Folder | None = None) -> None:
+        super().__init__(inner, on_done, folder)
         plain = hasattr(inner, "__iter__") and not hasattr(inner, "__next__")
         self._it = iter(inner) if plain else inner
 
@@ -149,8 +152,8 @@ class SyncStream(_Base):
 class AsyncStream(_Base):
     """Async twin of :class:`SyncStream`."""
 
-    def __init__(self, inner: Any, on_done: OnDone) -> None:
-        super().__init__(inner, on_done)
+    def __init__(self, inner: Any, on_done: OnDone, folder: Folder | None = None) -> None:
+        super().__init__(inner, on_done, folder)
         plain = hasattr(inner, "__aiter__") and not hasattr(inner, "__anext__")
         self._it = inner.__aiter__() if plain else inner
 

@@ -157,12 +157,14 @@ async def _admin_stats(request: Request) -> Response:
 
 
 CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
 
 
 class ProxyApp(Starlette):
     """Starlette, with the forwarded routes dispatched straight to their forwarders.
 
-    ``POST /v1/chat/completions`` goes to the monitored forwarder, every other
+    ``POST /v1/chat/completions`` and ``POST /v1/responses`` go to their monitored
+    forwarders, every other
     ``/v1/...`` request with a pass-through method to the pass-through forwarder: the
     routes the router would pick (``/v1/{path:path}`` matches any path under ``/v1/``
     without a line break, and ``GET /v1/chat/completions`` falls through to it), without
@@ -175,6 +177,7 @@ class ProxyApp(Starlette):
     """
 
     chat: Any = None
+    responses: Any = None
     passthrough: Any = None
 
     async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
@@ -184,6 +187,8 @@ class ProxyApp(Starlette):
                 method = scope["method"]
                 if path == CHAT_PATH and method == "POST":
                     app = self.chat
+                elif path == RESPONSES_PATH and method == "POST":
+                    app = self.responses
                 elif method in _PASSTHROUGH:
                     app = self.passthrough
                 else:
@@ -208,6 +213,16 @@ def _routes(state: ProxyState) -> list[Route]:
         routing=body_routing(state.runtime.routing, state.monitor),
         shadow=_shadow(state),
     )
+    responses = Forwarder(
+        state.upstream,
+        state.metrics,
+        max_body_bytes=proxy.max_body_bytes,
+        monitor=state.monitor,
+        route="responses",
+        client_timeout_s=proxy.client_timeout_s,
+        max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
+        responses=True,
+    )
     passthrough = Forwarder(
         state.upstream,
         state.metrics,
@@ -221,6 +236,7 @@ def _routes(state: ProxyState) -> list[Route]:
         Route("/admin/flush", _admin_flush, methods=["POST"]),
         Route("/admin/stats", _admin_stats, methods=["GET"]),
         Route(CHAT_PATH, chat, methods=["POST"]),
+        Route(RESPONSES_PATH, responses, methods=["POST"]),
         Route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
     ]
 
@@ -293,6 +309,7 @@ def create_app(
     routes = _routes(state)
     app = ProxyApp(routes=routes, lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed})
     app.chat = next(r.app for r in routes if r.path == CHAT_PATH)
+    app.responses = next(r.app for r in routes if r.path == RESPONSES_PATH)
     app.passthrough = next(r.app for r in routes if r.path == "/v1/{path:path}")
     app.router.default = _not_found  # type: ignore[method-assign,assignment]
     app.state.proxy = state

@@ -25,6 +25,7 @@ from handoffmon.ingress import (
     reply_message,
     served_by_headers,
 )
+from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.sse import SSEChunks
@@ -212,7 +213,8 @@ class _DisconnectWatch:
 
 
 class Forwarder:
-    """ASGI app forwarding one request upstream; ``monitor`` set = a watched chat completion.
+    """ASGI app forwarding one request upstream; ``monitor`` set = a watched chat completion
+    (``responses=True``: a watched Responses API call, read as chat by ``ingress.responses``).
 
     Monitoring never blocks or alters traffic: bodies that are not JSON chat requests,
     error statuses and undecodable replies are forwarded unchanged and only counted in
@@ -234,8 +236,10 @@ class Forwarder:
         max_monitored_reply_bytes: int = 16 * 1024 * 1024,
         routing: BodyRouting | None = None,
         shadow: Callable[[Sequence[tuple[str, str]]], ShadowSource | None] | None = None,
+        responses: bool = False,
     ) -> None:
         self._upstream = upstream
+        self._responses = responses
         self._shadow = shadow
         self._routing = routing
         self._metrics = metrics
@@ -310,6 +314,11 @@ class Forwarder:
             return None
         assert self._parser is not None
         try:  # conversation headers only
+            if self._responses:  # a Responses API body, read as chat
+                doc, skip = read_request(doc)
+                if doc is None:
+                    self._skip(skip or "no_messages")
+                    return None
             request = self._parser.http_body(doc, turn.raw_headers, received_at=turn.received_at)
         except Exception:  # the parser is total; should it ever raise, the turn goes unmonitored
             self._parse_failed()
@@ -417,7 +426,14 @@ class Forwarder:
         """
         if turn is not None and self._capture(turn, True) is None:
             turn = None  # not a chat request (counted): the stream is only passed through
-        sse = SSEChunks(max_chars=self._reply_cap) if turn is not None and 200 <= status < 300 else None
+        sse = (
+            SSEChunks(
+                max_chars=self._reply_cap,
+                folder=ResponsesStreamFolder(self._reply_cap) if self._responses else None,
+            )
+            if turn is not None and 200 <= status < 300
+            else None
+        )
         if sse is None and turn is not None:
             self._skip("upstream_status")
         if sse is not None and _encoding(headers) is not None:
@@ -536,6 +552,8 @@ class Forwarder:
         except (ValueError, RecursionError):
             self._skip("bad_reply")
             return None
+        if self._responses:
+            doc = response_as_chat(doc)
         reply = reply_message(doc)
         if not isinstance(reply, dict):
             self._skip("bad_reply")

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from handoffmon.exporters.prometheus import register_metrics
 
-ROUTES = ("chat_completions", "passthrough", "other")
+ROUTES = ("chat_completions", "responses", "passthrough", "other")
 UNMONITORED_REASONS = (
     "bad_json",
     "no_messages",
@@ -14,6 +14,7 @@ UNMONITORED_REASONS = (
     "bad_reply",
     "too_large",
     "truncated",
+    "server_state",
 )
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream")
 
@@ -27,12 +28,14 @@ class ProxyMetrics:
 
     Series:
         ``handoffmon_proxy_requests_total{route, status_class}``: answered requests.
-        ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions
-        forwarded without monitoring (``bad_json``, ``no_messages``, ``upstream_status``,
-        ``bad_reply``, ``too_large`` — over ``proxy.max_monitored_reply_bytes`` once
-        decoded, or a stream's text past it in characters — and ``truncated`` — the
-        upstream broke the stream off, the client's response was aborted and no turn
-        recorded).
+        ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions and
+        Responses API calls forwarded without monitoring (``bad_json``, ``no_messages``,
+        ``upstream_status``, ``bad_reply``, ``too_large`` — over
+        ``proxy.max_monitored_reply_bytes`` once decoded, or a stream's text past it in
+        characters — ``truncated`` — the upstream broke the stream off, the client's
+        response was aborted and no turn recorded — and ``server_state`` — a Responses API
+        request continuing a history the provider stores: ``previous_response_id`` or
+        ``conversation``).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too).
@@ -48,7 +51,7 @@ class ProxyMetrics:
         )
         self._unmonitored = Counter(
             "handoffmon_proxy_unmonitored_requests",
-            "Chat completions forwarded unchanged but not monitored, by reason.",
+            "Chat completions and Responses API calls forwarded unchanged but not monitored, by reason.",
             ["reason"],
             registry=None,
         )
@@ -77,7 +80,7 @@ class ProxyMetrics:
         (child or self._requests.labels(*key)).inc()
 
     def unmonitored(self, reason: str) -> None:
-        """Count one chat completion that was forwarded without monitoring."""
+        """Count one chat completion (or Responses API call) forwarded without monitoring."""
         self._unmon_children[reason].inc()
 
     def upstream_error(self, kind: str) -> None:

@@ -9,24 +9,28 @@ from __future__ import annotations
 import json
 
 from handoffmon.ingress import ChunkFolder, StreamOutcome
-from handoffmon.ingress.chunks import MAX_REPLY_CHARS
+from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 
 
 class SSEChunks:
     """Feed it the raw bytes of an OpenAI-style event stream; read the folded reply at the end.
 
-    Events may be split across reads at any byte; ``data: [DONE]`` sets ``done``; events
+    Events may be split across reads at any byte; ``data: [DONE]`` sets ``done`` (so does
+    the folder's own last event: a Responses stream's ``response.completed``); events
     that are not JSON objects are counted in ``bad_events`` and skipped, never raised.
 
     Args:
         max_buffer_bytes: an unterminated event longer than this is dropped (bounded memory).
         max_chars: the folder's cap on the reply's text and arguments (``ChunkFolder``).
+        folder: folds the events (default: a ``ChunkFolder`` of ``max_chars``).
     """
 
-    def __init__(self, max_buffer_bytes: int = 1 << 20, max_chars: int = MAX_REPLY_CHARS) -> None:
+    def __init__(
+        self, max_buffer_bytes: int = 1 << 20, max_chars: int = MAX_REPLY_CHARS, folder: Folder | None = None
+    ) -> None:
         self._buf = b""
         self._max_buffer = max_buffer_bytes
-        self.folder = ChunkFolder(max_chars)
+        self.folder: Folder = folder if folder is not None else ChunkFolder(max_chars)
         self.done = False
         self.events = 0
         self.bad_events = 0
@@ -65,6 +69,8 @@ class SSEChunks:
             return
         if isinstance(chunk, dict):
             self.folder.feed(chunk)
+            if getattr(self.folder, "done", False):
+                self.done = True
         else:
             self.bad_events += 1
 

@@ -84,7 +84,7 @@ async def test_plain_openai_upstream_uses_the_response_model() -> None:
 
 
 def test_client_surface_passes_through() -> None:
-    """Everything but chat.completions.create is the client's own (models, base_url, raw responses)."""
+    """Everything but the monitored create calls is the client's own (models, base_url, raw responses)."""
     client = _sync_client(Upstream())
     with monitor(CONFIG) as m:
         wrapped = OpenAIClientWrapper(client, m)
@@ -92,3 +92,28 @@ def test_client_surface_passes_through() -> None:
         assert wrapped.base_url == client.base_url
         assert wrapped.models is client.models
         assert wrapped.chat.completions.with_raw_response is not None
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_the_sdk_stream_helper_is_monitored(is_async: bool) -> None:
+    """``chat.completions.stream`` (the SDK's helper) makes its request through the wrapped
+    ``create``: the streamed turn is recorded like ``create(stream=True)``."""
+    upstream, exp = Upstream(), RecordingExporter()
+    messages = [{"role": "user", "content": "hi"}]
+    with monitor(CONFIG, exporters=[exp]) as m:
+        if is_async:
+            wrapped = OpenAIClientWrapper(_async_client(upstream), m)
+            async with wrapped.chat.completions.stream(model="primary", messages=messages) as astream:
+                async for _ in astream:
+                    pass
+                text = (await astream.get_final_completion()).choices[0].message.content
+        else:
+            wrapped = OpenAIClientWrapper(_sync_client(upstream), m)
+            with wrapped.chat.completions.stream(model="primary", messages=messages) as stream:
+                for _ in stream:
+                    pass
+                text = stream.get_final_completion().choices[0].message.content
+        assert m.flush(10)
+    assert text == upstream.reply_text(1)
+    (result,) = exp.results
+    assert (result.record.author, result.record.streamed, result.context.depth) == ("model-b", True, 1)

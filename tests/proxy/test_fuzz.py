@@ -133,6 +133,133 @@ def json_replies(draw: st.DrawFn) -> Script:
     return Script([body], status=status, headers=headers)
 
 
+# -- the Responses API (``POST /v1/responses``) ------------------------------------------------
+
+output_item = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": _maybe(st.sampled_from(["message", "function_call", "reasoning", "web_search_call", "x"])),
+        "role": _maybe(st.just("assistant")),
+        "call_id": _maybe(st.text(max_size=6)),
+        "name": _maybe(st.text(max_size=6)),
+        "arguments": _maybe(st.text(max_size=10)),
+        "content": _maybe(
+            st.lists(
+                _maybe(
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "type": _maybe(st.just("output_text")),
+                            "text": _maybe(st.text(max_size=12)),
+                        },
+                    )
+                ),
+                max_size=2,
+            )
+        ),
+    },
+)
+response_doc = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": _maybe(st.just("resp_f")),
+        "model": _maybe(st.sampled_from(["m-a", "m-b"])),
+        "status": _maybe(st.sampled_from(["completed", "incomplete", "failed"])),
+        "output": _maybe(st.lists(_maybe(output_item), max_size=3)),
+        "usage": _maybe(st.fixed_dictionaries({"input_tokens": _maybe(st.integers(0, 99))})),
+    },
+)
+response_event = st.fixed_dictionaries(
+    {
+        "type": _maybe(
+            st.sampled_from(
+                [
+                    "response.created",
+                    "response.output_text.delta",
+                    "response.refusal.delta",
+                    "response.output_item.added",
+                    "response.output_item.done",
+                    "response.completed",
+                    "response.incomplete",
+                    "response.failed",
+                ]
+            )
+        )
+    },
+    optional={
+        "output_index": _maybe(st.integers(0, 3)),
+        "content_index": _maybe(st.integers(0, 2)),
+        "delta": _maybe(st.text(max_size=10)),
+        "item": _maybe(output_item),
+        "response": _maybe(response_doc),
+    },
+)
+
+
+@st.composite
+def responses_streams(draw: st.DrawFn) -> Script:
+    """A Responses API event stream (``event:`` lines, odd events, garbage), split anywhere."""
+    events = draw(
+        st.lists(
+            st.one_of(
+                response_event.map(lambda e: f"event: {e.get('type')}\ndata: {json.dumps(e)}\n\n".encode()),
+                raw_event,
+            ),
+            max_size=8,
+        )
+    )
+    body = b"".join(events)
+    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=4)))
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
+    return Script(
+        pieces, headers=[(b"content-type", b"text/event-stream")], cut=draw(st.booleans()) and bool(pieces)
+    )
+
+
+@st.composite
+def responses_replies(draw: st.DrawFn) -> Script:
+    """A non-streamed Responses API reply (or any JSON, or bytes), any status."""
+    status = draw(st.sampled_from([200, 200, 200, 400, 500]))
+    doc = draw(st.one_of(response_doc, json_values))
+    body = json.dumps(doc).encode() if draw(st.booleans()) else draw(st.binary(max_size=60))
+    return Script([body], status=status, headers=[(b"content-type", b"application/json")])
+
+
+responses_bodies = st.one_of(
+    st.fixed_dictionaries(
+        {"model": st.text(max_size=8)},
+        optional={
+            "input": _maybe(
+                st.one_of(
+                    st.text(max_size=12),
+                    st.lists(
+                        _maybe(
+                            st.one_of(
+                                output_item,
+                                st.fixed_dictionaries(
+                                    {"role": _maybe(st.sampled_from(["user", "developer"]))},
+                                    optional={"content": _maybe(st.text(max_size=12))},
+                                ),
+                                st.fixed_dictionaries(
+                                    {"type": st.just("function_call_output")},
+                                    optional={"call_id": _maybe(st.text(max_size=6)), "output": json_values},
+                                ),
+                            )
+                        ),
+                        max_size=4,
+                    ),
+                )
+            ),
+            "instructions": _maybe(st.text(max_size=10)),
+            "previous_response_id": _maybe(st.just("resp_0")),
+            "stream": st.booleans(),
+            "metadata": json_values,
+        },
+    ).map(lambda d: json.dumps(d).encode()),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=80),
+)
+
 header_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12).map(
     lambda s: f"x-f-{s}"
 )
@@ -183,10 +310,16 @@ _IGNORED_DOWN = {"date", "server"}
 _IGNORED_UP = {"host", "content-length"} | {h.decode() for h in HOP_BY_HOP}
 
 
-def _call(c: httpx.Client, url: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[Any, ...]:
+def _call(
+    c: httpx.Client,
+    url: str,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    path: str = "/v1/chat/completions",
+) -> tuple[Any, ...]:
     """(status, headers, body) of one call, or ("broken", exception type) when the response broke off."""
     try:
-        with c.stream("POST", f"{url}/v1/chat/completions", content=body, headers=headers) as r:
+        with c.stream("POST", f"{url}{path}", content=body, headers=headers) as r:
             data = b"".join(r.iter_raw())
             kept = sorted(
                 (k.lower(), v) for k, v in r.headers.multi_items() if k.lower() not in _IGNORED_DOWN
@@ -198,6 +331,29 @@ def _call(c: httpx.Client, url: str, body: bytes, headers: list[tuple[bytes, byt
 
 def _seen(app: ScriptedUpstream) -> list[tuple[bytes, bytes]]:
     return sorted((k, v) for k, v in app.seen[-1] if k.decode() not in _IGNORED_UP)
+
+
+def _compare(
+    scripted: tuple[ScriptedUpstream, str],
+    proxy: Proxy,
+    client: httpx.Client,
+    script: Script,
+    body: bytes,
+    headers: list[tuple[str, str]],
+    path: str,
+) -> None:
+    """The same call to ``path`` direct and through ``serve``: the client's view (status,
+    headers, bytes, or the same break) and the upstream's view (headers) are equal."""
+    app, url = scripted
+    sid = app.add(script)
+    sent = [(k.encode(), v.encode()) for k, v in [*headers, ("x-script", sid)]]  # UTF-8 bytes on the wire
+    direct = _call(client, url, body, sent, path)
+    seen_direct = _seen(app)
+    proxied = _call(client, proxy.url, body, sent, path)
+    seen_proxied = _seen(app)
+    del app.scripts[sid]
+    assert proxied == direct
+    assert seen_proxied == seen_direct
 
 
 def _healthy(proxy: Proxy) -> None:
@@ -227,16 +383,27 @@ def test_generated_traffic_is_identical_through_serve(
     """Any event stream (odd chunks, garbage, split anywhere, CRLF, no [DONE], cut off) or
     non-streamed reply (any status, headers, bytes), with any request body and headers: the
     client's view and the upstream's view equal a direct call."""
-    app, url = scripted
-    sid = app.add(script)
-    sent = [(k.encode(), v.encode()) for k, v in [*headers, ("x-script", sid)]]  # UTF-8 bytes on the wire
-    direct = _call(client, url, body, sent)
-    seen_direct = _seen(app)
-    proxied = _call(client, proxy.url, body, sent)
-    seen_proxied = _seen(app)
-    del app.scripts[sid]
-    assert proxied == direct
-    assert seen_proxied == seen_direct
+    _compare(scripted, proxy, client, script, body, headers, "/v1/chat/completions")
+
+
+@FUZZ
+@given(
+    script=st.one_of(responses_streams(), responses_replies()),
+    body=responses_bodies,
+    headers=st.lists(st.tuples(header_names, header_values), max_size=4),
+)
+def test_generated_responses_api_traffic_is_identical_through_serve(
+    scripted: tuple[ScriptedUpstream, str],
+    proxy: Proxy,
+    client: httpx.Client,
+    script: Script,
+    body: bytes,
+    headers: list[tuple[str, str]],
+) -> None:
+    """``POST /v1/responses`` with any body (items of every kind, odd ones, server-side
+    state) and any event stream or reply: the client's and the upstream's views equal a
+    direct call."""
+    _compare(scripted, proxy, client, script, body, headers, "/v1/responses")
 
 
 def test_after_the_fuzz_only_parse_errors_were_counted(proxy: Proxy) -> None:

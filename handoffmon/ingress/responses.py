@@ -1,0 +1,381 @@
+"""The OpenAI Responses API read as chat: request bodies, response objects and event streams.
+
+A Responses request carries its history as ``input`` items and its system prompt as
+``instructions``; a response carries the reply as ``output`` items. Translated here into the
+chat shapes the rest of ingress reads (``RequestParser``, ``reply_message``,
+``describe_response``, ``StreamOutcome``), so attribution, checks and exports do not know
+which API a turn came through.
+
+One rule makes attribution work across turns: a response's ``output`` items, translated as a
+reply, and the same items echoed back in the next request's ``input``, translated as history,
+give the same assistant message. Consecutive assistant-side items — ``message`` items of role
+``assistant`` and tool calls (``function_call``, ``custom_tool_call`` and the built-in tools'
+``*_call`` items) — form one assistant message (their text parts in order, their calls as
+``tool_calls``); ``reasoning`` items are skipped on both sides.
+
+Not readable from the request, hence not monitored: a request continuing server-side state
+(``previous_response_id``, ``conversation``), whose history the provider keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from handoffmon.ingress.chunks import MAX_REPLY_CHARS, MAX_TOOL_CALLS, StreamOutcome
+from handoffmon.ingress.conversation import SESSION_KEY
+from handoffmon.ingress.fields import get
+
+SERVER_STATE_KEYS = ("previous_response_id", "conversation")
+"""Request fields that continue a history the provider stores (not in the request)."""
+
+TERMINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
+"""Stream events carrying the final response object (the last event of a stream)."""
+
+_TEXT_PARTS = frozenset(("text", "input_text", "output_text"))
+_SKIPPED_ITEMS = frozenset(("reasoning", "item_reference"))
+_TOOL_OUTPUTS = frozenset(
+    (
+        "function_call_output",
+        "custom_tool_call_output",
+        "computer_call_output",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "mcp_approval_response",
+    )
+)
+
+
+class ResponsesRequest(NamedTuple):
+    """A Responses request body read as a chat body (``doc``), or why it is not monitored."""
+
+    doc: dict[str, Any] | None
+    """``{"model", "messages", "metadata", "litellm_session_id"}`` for ``RequestParser.http_body``."""
+    skip: str | None
+    """``"server_state"`` (``previous_response_id`` or ``conversation``), ``"no_messages"``."""
+
+
+def _text_part(text: Any) -> dict[str, Any]:
+    return {"type": "text", "text": text if isinstance(text, str) else str(text or "")}
+
+
+def _parts(content: Any) -> list[Any]:
+    """A message item's content as chat parts: text, input text, output text and refusals as
+    ``text`` parts; other parts (images, files, audio) as they are."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [_text_part(content)]
+    if not isinstance(content, (list, tuple)):
+        return [_text_part(str(content))]
+    out: list[Any] = []
+    for part in content:
+        kind = get(part, "type")
+        if isinstance(part, str):
+            out.append(_text_part(part))
+        elif kind in _TEXT_PARTS:
+            out.append(_text_part(get(part, "text")))
+        elif kind == "refusal":
+            out.append(_text_part(get(part, "refusal")))
+        else:
+            out.append(part)
+    return out
+
+
+def _content(parts: list[Any]) -> Any:
+    """Chat ``content``: one text part as a plain string (normalizes alike), else the parts."""
+    if not parts:
+        return None
+    if len(parts) == 1 and type(parts[0]) is dict and parts[0].get("type") == "text":
+        return parts[0]["text"]
+    return parts
+
+
+def _call(item: Any, kind: str) -> dict[str, Any]:
+    """A tool-call item as a chat tool call (its id is the ``call_id`` the output answers)."""
+    call_id = get(item, "call_id") or get(item, "id") or ""
+    if kind == "function_call":
+        name, arguments = get(item, "name"), get(item, "arguments")
+    elif kind == "custom_tool_call":
+        name, arguments = get(item, "name"), get(item, "input")
+    else:  # built-in tools: the item type names the tool; its action is not the model's text
+        name, arguments = kind, ""
+    return {
+        "id": call_id if isinstance(call_id, str) else str(call_id),
+        "type": "function",
+        "function": {
+            "name": name if isinstance(name, str) else str(name or ""),
+            "arguments": arguments if isinstance(arguments, str) else "",
+        },
+    }
+
+
+def _output_text(output: Any) -> Any:
+    if isinstance(output, str) or output is None:
+        return output or ""
+    if isinstance(output, (list, tuple)):
+        return _content(_parts(output))
+    return str(output)
+
+
+class _Assistant:
+    """Consecutive assistant-side items folded into one chat message."""
+
+    __slots__ = ("calls", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.calls: list[dict[str, Any]] = []
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": _content(self.parts)}
+        if self.calls:
+            msg["tool_calls"] = self.calls
+        return msg
+
+
+def _assistant_side(item: Any) -> bool:
+    """An item that is part of an assistant message: its text, or a tool call."""
+    kind = get(item, "type")
+    if (kind is None or kind == "message") and get(item, "role") == "assistant":
+        return True
+    return isinstance(kind, str) and (kind == "custom_tool_call" or kind.endswith("_call"))
+
+
+def items_as_messages(items: Iterable[Any]) -> list[dict[str, Any]]:
+    """Responses ``input`` or ``output`` items as chat messages (see the module docstring)."""
+    out: list[dict[str, Any]] = []
+    turn: _Assistant | None = None
+    for item in items:
+        if isinstance(item, str):  # not in the API; read as the user's text
+            kind, role = "message", "user"
+        else:
+            kind, role = get(item, "type"), get(item, "role")
+        if kind in _SKIPPED_ITEMS:
+            continue
+        if not isinstance(item, str) and _assistant_side(item):
+            turn = turn or _Assistant()
+            if role == "assistant":
+                turn.parts.extend(_parts(get(item, "content")))
+            else:
+                turn.calls.append(_call(item, kind))
+            continue
+        if turn is not None:
+            out.append(turn.message())
+            turn = None
+        if isinstance(item, str):
+            out.append({"role": "user", "content": item})
+        elif kind in _TOOL_OUTPUTS or (isinstance(kind, str) and kind.endswith("_output")):
+            call_id = get(item, "call_id") or get(item, "approval_request_id") or get(item, "id") or ""
+            out.append(
+                {"role": "tool", "tool_call_id": str(call_id), "content": _output_text(get(item, "output"))}
+            )
+        elif kind is None or kind == "message":
+            out.append(
+                {
+                    "role": role if isinstance(role, str) else "user",
+                    "content": _content(_parts(get(item, "content"))),
+                }
+            )
+        else:  # an item type this version does not know: a stable placeholder in the history
+            out.append({"role": "user", "content": [item if isinstance(item, dict) else {"type": str(kind)}]})
+    if turn is not None:
+        out.append(turn.message())
+    return out
+
+
+def read_request(body: Any) -> ResponsesRequest:
+    """A ``POST /v1/responses`` body (or ``client.responses.create`` keyword arguments) as a
+    chat body; never raises on odd input."""
+    if not isinstance(body, dict):
+        return ResponsesRequest(None, "no_messages")
+    if any(body.get(key) for key in SERVER_STATE_KEYS):
+        return ResponsesRequest(None, "server_state")
+    raw = body.get("input")
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    if isinstance(raw, str):
+        messages.append({"role": "user", "content": raw})
+    elif isinstance(raw, (list, tuple)):
+        messages.extend(items_as_messages(raw))
+    else:
+        return ResponsesRequest(None, "no_messages")
+    doc: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if isinstance(body.get("metadata"), dict):
+        doc["metadata"] = body["metadata"]
+    if body.get(SESSION_KEY) is not None:
+        doc[SESSION_KEY] = body[SESSION_KEY]
+    return ResponsesRequest(doc, None)
+
+
+def _finish_reason(response: Any, message: dict[str, Any] | None) -> str | None:
+    status = get(response, "status")
+    if status == "incomplete":
+        reason = get(get(response, "incomplete_details"), "reason")
+        return "length" if reason == "max_output_tokens" else "content_filter" if reason else None
+    if status != "completed":
+        return None
+    return "tool_calls" if message is not None and message.get("tool_calls") else "stop"
+
+
+def response_as_chat(response: Any) -> dict[str, Any] | None:
+    """A Responses API response (JSON dict or SDK object) as a chat completion document:
+    ``choices[0].message`` its reply, ``usage`` its token counts; ``None`` when it has no
+    ``output`` list (not a response)."""
+    output = get(response, "output")
+    if not isinstance(output, (list, tuple)):
+        return None
+    # the assistant-side items only: other output items (an MCP tool listing, say) are not
+    # the model's reply, and would split it in two
+    messages = items_as_messages([i for i in output if _assistant_side(i)])
+    message = messages[0] if messages else {"role": "assistant", "content": None}
+    usage = get(response, "usage")
+    doc: dict[str, Any] = {
+        "id": get(response, "id"),
+        "object": "chat.completion",
+        "model": get(response, "model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(response, message)}],
+    }
+    if usage is not None:
+        doc["usage"] = {
+            "prompt_tokens": get(usage, "input_tokens"),
+            "completion_tokens": get(usage, "output_tokens"),
+        }
+    return doc
+
+
+class ResponsesStreamFolder:
+    """Folds a Responses event stream (SDK events or decoded JSON) into a ``StreamOutcome``.
+
+    The terminal event (``response.completed``, ``.incomplete``, ``.failed``) carries the
+    whole response: the reply is then read from it as from a JSON response. Before it (a
+    stream cut off), the reply is what the deltas built: text per content part, tool calls
+    from their ``output_item`` events. Never raises; events it cannot read count in ``odd``.
+    Bounded as ``ChunkFolder``: at most ``MAX_TOOL_CALLS`` output items are kept, and text and
+    tool-call arguments past ``max_chars`` make the outcome ``too_large`` with nothing kept.
+
+    Args:
+        max_chars: characters of text and arguments kept before nothing more is
+            (``too_large``), as ``ChunkFolder``.
+    """
+
+    def __init__(self, max_chars: int = MAX_REPLY_CHARS) -> None:
+        self._max_chars = max_chars
+        self._chars = 0
+        self._items: dict[int, Any] = {}
+        self._texts: dict[tuple[int, int], list[str]] = {}
+        self._final: Any = None
+        self._model: str | None = None
+        self._id: str | None = None
+        self.done = False
+        self.chunks = 0
+        self.odd = 0
+        self.too_large = False
+
+    def feed(self, event: Any) -> None:
+        """Take one event; never raises."""
+        self.chunks += 1
+        try:
+            self._event(event)
+        except Exception:
+            self.odd += 1
+
+    def _event(self, event: Any) -> None:
+        kind = get(event, "type")
+        if not isinstance(kind, str):
+            self.odd += 1
+            return
+        if kind in TERMINAL_EVENTS:
+            response = get(event, "response")
+            if not isinstance(get(response, "output"), (list, tuple)):
+                self.odd += 1
+                return
+            self._final, self.done = response, True
+            return
+        if kind in ("response.created", "response.in_progress"):
+            response = get(event, "response")
+            model, rid = get(response, "model"), get(response, "id")
+            self._model = model if isinstance(model, str) else self._model
+            self._id = rid if isinstance(rid, str) else self._id
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            self._keep(
+                (int(get(event, "output_index")), int(get(event, "content_index"))), get(event, "delta")
+            )
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            index, item = int(get(event, "output_index")), get(event, "item")
+            if item is None or not _assistant_side(item) or not self._slot(index):
+                return  # reasoning and other items are not part of the reply
+            if get(item, "type") == "message":
+                self._items.setdefault(index, {"type": "message", "role": "assistant"})
+                return
+            # a tool call (the done event has the arguments): its arguments count as text
+            arguments = get(item, "arguments") or get(item, "input")
+            if self._count(len(arguments) if isinstance(arguments, str) else 0):
+                self._items[index] = item
+
+    def _slot(self, index: int) -> bool:
+        """Whether output item ``index`` may be kept (at most ``MAX_TOOL_CALLS`` items)."""
+        if index in self._items or len(self._items) < MAX_TOOL_CALLS:
+            return True
+        self.odd += 1
+        return False
+
+    def _count(self, chars: int) -> bool:
+        """Add ``chars`` to the reply's size; past ``max_chars`` keep nothing (``too_large``)."""
+        if self.too_large:
+            return False
+        self._chars += chars
+        if self._chars > self._max_chars:
+            self.too_large = True
+            self._texts.clear()
+            self._items.clear()
+            return False
+        return True
+
+    def _keep(self, key: tuple[int, int], delta: Any) -> None:
+        if not isinstance(delta, str):
+            self.odd += 1
+            return
+        if not self._slot(key[0]) or not self._count(len(delta)):
+            return
+        self._items.setdefault(key[0], {"type": "message", "role": "assistant"})
+        self._texts.setdefault(key, []).append(delta)
+
+    def _partial(self) -> dict[str, Any]:
+        """The response the deltas built so far."""
+        output = []
+        for index, item in sorted(self._items.items()):
+            if get(item, "type") == "message":
+                parts = sorted((c, "".join(t)) for (o, c), t in self._texts.items() if o == index)
+                item = {"type": "message", "role": "assistant", "content": [_text_part(t) for _, t in parts]}
+            output.append(item)
+        return {"id": self._id, "model": self._model, "status": "in_progress", "output": output}
+
+    def outcome(self, *, completed: bool) -> StreamOutcome:
+        """The folded reply so far (the final response's, once the terminal event came)."""
+        final = self._final
+        doc = response_as_chat(final if final is not None else self._partial()) or {}
+        (choice,) = doc["choices"]
+        usage = doc.get("usage") or {}
+        model, rid = doc.get("model"), doc.get("id")
+        reply = choice["message"]
+        if self.too_large and final is None:
+            reply = {"role": "assistant", "content": None}
+        return StreamOutcome(
+            reply=reply,
+            deployment_ids=(),
+            response_model=model if isinstance(model, str) else self._model,
+            response_id=rid if isinstance(rid, str) else self._id,
+            finish_reason=choice["finish_reason"],
+            input_tokens=usage.get("prompt_tokens") if type(usage.get("prompt_tokens")) is int else None,
+            output_tokens=usage.get("completion_tokens")
+            if type(usage.get("completion_tokens")) is int
+            else None,
+            completed=completed and get(final, "status") != "failed",
+            chunks=self.chunks,
+            odd=self.odd,
+            too_large=self.too_large and final is None,
+        )

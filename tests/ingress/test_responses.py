@@ -1,0 +1,259 @@
+"""The Responses API read as chat: items, requests, responses and event streams."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openai.types.responses import Response
+
+from handoffmon.attribution.normalize import normalize_message
+from handoffmon.ingress.responses import (
+    ResponsesStreamFolder,
+    items_as_messages,
+    read_request,
+    response_as_chat,
+)
+from handoffmon.pipeline.reply import calls_tools_only, reply_text
+
+MESSAGE = {
+    "type": "message",
+    "id": "msg_1",
+    "role": "assistant",
+    "status": "completed",
+    "content": [
+        {"type": "output_text", "text": "First part.", "annotations": []},
+        {"type": "output_text", "text": "Second  part.", "annotations": []},
+    ],
+}
+CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "lookup",
+    "arguments": '{"q": "x"}',
+    "status": "completed",
+}
+REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"}
+
+
+def _response(output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "model": "gpt-x-2026",
+        "status": "completed",
+        "output": output,
+        "usage": {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18},
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        [REASONING, MESSAGE],
+        [REASONING, CALL],
+        [MESSAGE, CALL],
+        [{**MESSAGE, "content": [{"type": "refusal", "refusal": "I can't help with that."}]}],
+        [CALL, {**CALL, "id": "fc_2", "call_id": "call_2", "arguments": "{}"}],
+    ],
+)
+def test_a_reply_and_its_echo_normalize_alike(output: list[dict[str, Any]]) -> None:
+    """The invariant attribution needs: a response's output read as the reply, and the same
+    items sent back in the next request's input read as history, are one identical message."""
+    doc = response_as_chat(_response(output))
+    assert doc is not None
+    reply = doc["choices"][0]["message"]
+    request = read_request({"model": "m", "input": [{"role": "user", "content": "hi"}, *output]})
+    assert request.doc is not None and request.skip is None
+    history = request.doc["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert normalize_message(history[1]) == normalize_message(reply)
+
+
+def test_the_sdk_objects_read_like_their_json() -> None:
+    """An OpenAI SDK ``Response`` (the wrapped client's shape) reads as its JSON does."""
+    raw = _response([REASONING, MESSAGE, CALL], parallel_tool_calls=True, tool_choice="auto", tools=[])
+    raw["usage"] = {
+        **raw["usage"],
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 2},
+    }
+    assert response_as_chat(Response.model_validate(raw)) == response_as_chat(raw)
+
+
+def test_reply_fields_text_usage_and_finish_reason() -> None:
+    doc = response_as_chat(_response([REASONING, MESSAGE]))
+    assert doc is not None
+    assert doc["id"] == "resp_1" and doc["model"] == "gpt-x-2026"
+    assert doc["usage"] == {"prompt_tokens": 11, "completion_tokens": 7}
+    (choice,) = doc["choices"]
+    assert choice["finish_reason"] == "stop"
+    assert reply_text(choice["message"]) == "First part.\nSecond  part."
+    tools = response_as_chat(_response([REASONING, CALL]))
+    assert tools is not None
+    message = tools["choices"][0]["message"]
+    assert tools["choices"][0]["finish_reason"] == "tool_calls"
+    assert calls_tools_only(message, reply_text(message))
+    assert message["tool_calls"][0]["id"] == "call_1"  # the id the output item answers
+    cut = response_as_chat(
+        _response([MESSAGE], status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+    )
+    assert cut is not None and cut["choices"][0]["finish_reason"] == "length"
+    assert response_as_chat({"object": "chat.completion", "choices": []}) is None
+
+
+def test_request_history_roles_instructions_and_tool_outputs() -> None:
+    body = {
+        "model": "gpt-x",
+        "instructions": "Be terse.",
+        "metadata": {"conversation_id": "c-1"},
+        "input": [
+            {"role": "developer", "content": "Use metric units."},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+            REASONING,
+            CALL,
+            {"type": "function_call_output", "call_id": "call_1", "output": '{"t": 21}'},
+            MESSAGE,
+            {"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]},
+        ],
+    }
+    request = read_request(body)
+    assert request.doc is not None
+    messages = request.doc["messages"]
+    assert [m["role"] for m in messages] == [
+        "system",
+        "developer",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+    assert messages[0]["content"] == "Be terse." and messages[2]["content"] == "Weather?"
+    assert messages[4] == {"role": "tool", "tool_call_id": "call_1", "content": '{"t": 21}'}
+    assert messages[6]["content"] == [{"type": "input_image", "image_url": "https://x/y.png"}]
+    assert request.doc["metadata"] == {"conversation_id": "c-1"} and request.doc["model"] == "gpt-x"
+    assert read_request({"model": "m", "input": "just text"}).doc == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "just text"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "skip"),
+    [
+        ({"model": "m", "input": "more", "previous_response_id": "resp_0"}, "server_state"),
+        ({"model": "m", "input": "more", "conversation": "conv_1"}, "server_state"),
+        ({"model": "m"}, "no_messages"),
+        ({"model": "m", "input": 3}, "no_messages"),
+        (["not", "a", "body"], "no_messages"),
+    ],
+)
+def test_requests_that_are_not_monitored_say_why(body: Any, skip: str) -> None:
+    assert read_request(body) == (None, skip)
+
+
+def test_unknown_items_become_stable_placeholders() -> None:
+    """An item type this version does not know keeps its place in the history (the same
+    placeholder every time), so the messages around it still attribute."""
+    item = {"type": "future_item", "id": "fi_1", "payload": {"a": 1}}
+    first = items_as_messages([{"role": "user", "content": "q"}, item, MESSAGE])
+    again = items_as_messages([{"role": "user", "content": "q"}, dict(item), MESSAGE])
+    assert [normalize_message(m) for m in first] == [normalize_message(m) for m in again]
+    assert [m["role"] for m in first] == ["user", "user", "assistant"]
+
+
+def _events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses event stream of ``response``: created, deltas per part, items, completed."""
+    events: list[dict[str, Any]] = [{"type": "response.created", "response": {**response, "output": []}}]
+    for index, item in enumerate(response["output"]):
+        events.append(
+            {"type": "response.output_item.added", "output_index": index, "item": {**item, "content": []}}
+        )
+        for c, part in enumerate(item.get("content") or ()):
+            text = part.get("text") or part.get("refusal")
+            kind = "response.output_text.delta" if part["type"] == "output_text" else "response.refusal.delta"
+            for k in range(0, len(text), 4):
+                events.append(
+                    {"type": kind, "output_index": index, "content_index": c, "delta": text[k : k + 4]}
+                )
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return events
+
+
+def test_stream_folds_to_the_json_reply() -> None:
+    response = _response([REASONING, MESSAGE, CALL])
+    folder = ResponsesStreamFolder()
+    for event in _events(response):
+        assert not folder.done
+        folder.feed(json.loads(json.dumps(event)))
+    assert folder.done
+    out = folder.outcome(completed=True)
+    doc = response_as_chat(response)
+    assert doc is not None
+    assert out.reply == doc["choices"][0]["message"]
+    assert (out.response_id, out.response_model, out.finish_reason) == ("resp_1", "gpt-x-2026", "tool_calls")
+    assert (out.input_tokens, out.output_tokens, out.odd, out.completed) == (11, 7, 0, True)
+
+
+def test_cut_off_stream_keeps_what_the_deltas_built() -> None:
+    """Without the terminal event the reply is the deltas' text per part and the tool calls
+    whose items arrived; it normalizes as the complete reply would."""
+    response = _response([REASONING, MESSAGE, CALL])
+    folder = ResponsesStreamFolder()
+    for event in _events(response)[:-1]:
+        folder.feed(event)
+    assert not folder.done
+    out = folder.outcome(completed=False)
+    doc = response_as_chat(response)
+    assert doc is not None
+    assert normalize_message(out.reply) == normalize_message(doc["choices"][0]["message"])
+    assert out.finish_reason is None and out.completed is False and out.response_id == "resp_1"
+
+
+def test_failed_stream_is_not_completed_and_odd_events_are_counted() -> None:
+    folder = ResponsesStreamFolder()
+    folder.feed({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hel"})
+    folder.feed({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": 5})
+    folder.feed({"no": "type"})
+    folder.feed({"type": "response.output_text.delta", "output_index": "x", "content_index": 0, "delta": "y"})
+    folder.feed({"type": "response.failed", "response": _response([], status="failed")})
+    out = folder.outcome(completed=True)
+    assert folder.done and out.completed is False and out.odd == 3 and out.chunks == 5
+
+
+def test_stream_text_past_the_cap_keeps_nothing() -> None:
+    folder = ResponsesStreamFolder(max_chars=10)
+    for _ in range(5):
+        folder.feed(
+            {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "abcd"}
+        )
+    out = folder.outcome(completed=False)
+    assert out.too_large and out.reply["content"] is None
+
+
+def test_stream_items_are_bounded_and_reasoning_is_not_kept() -> None:
+    """A hostile stream: reasoning items are never kept, output items past ``MAX_TOOL_CALLS``
+    count as odd, tool-call arguments count toward ``max_chars``."""
+    from handoffmon.ingress.chunks import MAX_TOOL_CALLS
+
+    folder = ResponsesStreamFolder()
+    folder.feed(
+        {"type": "response.output_item.done", "output_index": 0, "item": {**REASONING, "x": "y" * 1000}}
+    )
+    for i in range(1, MAX_TOOL_CALLS + 11):
+        folder.feed(
+            {"type": "response.output_item.done", "output_index": i, "item": {**CALL, "call_id": f"c{i}"}}
+        )
+    out = folder.outcome(completed=False)
+    assert len(out.reply["tool_calls"]) == MAX_TOOL_CALLS and out.odd == 10
+    big = ResponsesStreamFolder(max_chars=100)
+    big.feed(
+        {"type": "response.output_item.done", "output_index": 0, "item": {**CALL, "arguments": "x" * 101}}
+    )
+    assert big.outcome(completed=False).too_large

@@ -1,0 +1,116 @@
+"""wrap(openai.OpenAI / AsyncOpenAI): ``responses.create`` and ``responses.stream`` monitored.
+
+The real SDK talks HTTP to an OpenAI-shaped Responses upstream on loopback
+(``tests/proxy/responses_upstream.py``: reasoning items, function calls, event streams).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from handoffmon.integrations.openai_client import OpenAIClientWrapper
+from handoffmon.testing import RecordingExporter
+from tests.conftest import free_port
+from tests.pipeline.helpers import make_config, monitor
+from tests.proxy.mock_upstream import ServerThread, schedule
+from tests.proxy.responses_upstream import TOOL_WORDS, ResponsesUpstream, responses_text
+
+CONFIG = make_config(rules=[{"name": "no_commas", "check": "no_commas"}])
+MODES = ["sync", "async", "stream", "astream", "helper", "ahelper"]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[ResponsesUpstream, str]]:
+    app = ResponsesUpstream()
+    with ServerThread(app, free_port()) as srv:
+        yield app, f"{srv.url}/v1"
+
+
+async def _ask(client: Any, mode: str, **kwargs: Any) -> Any:
+    """One call in ``mode``; returns the final ``Response``."""
+    if mode == "sync":
+        return client.responses.create(**kwargs)
+    if mode == "async":
+        return await client.responses.create(**kwargs)
+    if mode == "stream":
+        final = None
+        for event in client.responses.create(stream=True, **kwargs):
+            final = event.response if event.type == "response.completed" else final
+        return final
+    if mode == "astream":
+        final = None
+        async for event in await client.responses.create(stream=True, **kwargs):
+            final = event.response if event.type == "response.completed" else final
+        return final
+    if mode == "helper":
+        with client.responses.stream(**kwargs) as events:
+            for _ in events:
+                pass
+            return events.get_final_response()
+    async with client.responses.stream(**kwargs) as aevents:
+        async for _ in aevents:
+            pass
+        return await aevents.get_final_response()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_conversation_turns_authors_and_tool_calls(
+    upstream: tuple[ResponsesUpstream, str], mode: str
+) -> None:
+    """Four calls — a question, a tool call and its output, two more questions — give four
+    turns: depth, author (the response's ``model``), prefix model, every earlier output
+    attributed, and the tool-only turn's rule not applicable."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        cls = openai.AsyncOpenAI if mode.startswith("a") else openai.OpenAI
+        wrapped = OpenAIClientWrapper(cls(base_url=upstream[1], api_key="k", max_retries=0), m)
+        items: list[Any] = [{"role": "user", "content": f"{mode}: please {TOOL_WORDS}"}]
+        first = await _ask(wrapped, mode, model="gpt-x", instructions="Be brief.", input=items)
+        call = next(o for o in first.output if o.type == "function_call")
+        items += [*first.output, {"type": "function_call_output", "call_id": call.call_id, "output": "42"}]
+        replies = [first]
+        for d in (1, 2, 3):
+            reply = await _ask(wrapped, mode, model="gpt-x", instructions="Be brief.", input=items)
+            assert reply.output_text == responses_text(schedule(d), d)
+            replies.append(reply)
+            items += [*reply.output, {"role": "user", "content": f"{mode}: next {d}"}]
+        assert m.flush(10)
+    results = exp.results
+    assert [r.context.depth for r in results] == [1, 2, 3, 4]
+    authors = [r.record.author for r in results]
+    assert (
+        authors == [reply.model for reply in replies] == [schedule(1), schedule(1), schedule(2), schedule(3)]
+    )
+    assert [r.context.prefix_model for r in results] == ["none", *authors[:-1]]
+    assert all(a.method != "unknown" for r in results for a in r.context.attributions)
+    assert [len(r.context.attributions) for r in results] == [0, 1, 2, 3]
+    assert [c.verdict for c in results[0].checks] == ["not_applicable"]
+    assert [c.verdict for r in results[1:] for c in r.checks] == ["fail"] * 3  # the text has commas
+    assert all(r.record.streamed is (mode not in ("sync", "async")) for r in results)
+    assert results[0].record.finish_reason == "tool_calls" and results[1].record.finish_reason == "stop"
+    assert results[1].record.input_tokens == 12 and results[1].record.response_id == replies[1].id
+
+
+async def test_server_side_state_passes_through_unmonitored(upstream: tuple[ResponsesUpstream, str]) -> None:
+    """``previous_response_id``: the SDK's response, unchanged; no turn recorded."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = OpenAIClientWrapper(openai.OpenAI(base_url=upstream[1], api_key="k", max_retries=0), m)
+        first = wrapped.responses.create(model="gpt-x", input="hello")
+        second = wrapped.responses.create(model="gpt-x", input="more", previous_response_id=first.id)
+        assert isinstance(second, openai.types.responses.Response)
+        assert second.output_text == responses_text(schedule(1), 1)
+        assert m.flush(10)
+    assert len(exp.results) == 1
+
+
+def test_the_rest_of_responses_passes_through(upstream: tuple[ResponsesUpstream, str]) -> None:
+    client = openai.OpenAI(base_url=upstream[1], api_key="k", max_retries=0)
+    with monitor(CONFIG) as m:
+        wrapped = OpenAIClientWrapper(client, m)
+        assert wrapped.responses.with_raw_response is not None
+        assert wrapped.responses.input_items is client.responses.input_items

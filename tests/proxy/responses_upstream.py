@@ -1,0 +1,193 @@
+"""An OpenAI-like ``POST /v1/responses`` upstream (raw ASGI): JSON responses and event streams.
+
+Shaped like OpenAI's own API, not LiteLLM's: no authorship headers, so ``serve`` learns who
+answered from the response's ``model``. Deterministic (same request → same bytes). The depth of
+a request is its number of user messages; the author is ``x-mock-model`` or
+``mock_upstream.schedule(depth)``. A user message containing ``use the tool`` is answered with a
+reasoning item and a ``function_call`` (no text) until the input ends with the call's output.
+Every answer starts with a reasoning item, as reasoning models' do. ``x-mock-status`` answers
+that error status; ``x-mock-cut-after`` ends a stream after that many events, without its
+terminal event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.proxy.mock_upstream import read_request, schedule
+
+TOOL_WORDS = "use the tool"
+
+
+def responses_text(model: str, depth: int) -> str:
+    return f"Response {depth} from {model}: " + "a sentence with words, " * 4 + "done."
+
+
+def _depth(req: dict[str, Any]) -> int:
+    items = req.get("input")
+    if isinstance(items, str):
+        return 1
+    return sum(1 for i in items if isinstance(i, dict) and i.get("role") == "user") or 1
+
+
+def _wants_tool(req: dict[str, Any]) -> bool:
+    items = req.get("input")
+    if not isinstance(items, list) or not items:
+        return False
+    users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
+    last = items[-1]
+    asked = bool(users) and TOOL_WORDS in json.dumps(users[-1].get("content"))
+    return asked and not (isinstance(last, dict) and last.get("type") == "function_call_output")
+
+
+@dataclass
+class ResponsesUpstream:
+    """The ASGI app; ``seen`` holds every request body it received."""
+
+    seen: list[bytes] = field(default_factory=list)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = await read_request(scope, receive, send)
+        if body is None:
+            return
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.seen.append(body)
+        if scope["path"] != "/v1/responses" or scope["method"] != "POST":
+            await _send(send, 404, b'{"error": {"message": "no route", "type": "not_found"}}')
+            return
+        if "x-mock-status" in headers:
+            err = b'{"error": {"message": "upstream overloaded", "type": "server_error"}}'
+            await _send(send, int(headers["x-mock-status"]), err)
+            return
+        req = json.loads(body)
+        depth = _depth(req)
+        model = headers.get("x-mock-model") or schedule(depth)
+        digest = hashlib.sha256(body).hexdigest()[:20]
+        output: list[dict[str, Any]] = [
+            {"type": "reasoning", "id": f"rs_{digest}", "summary": [], "encrypted_content": "opaque" + digest}
+        ]
+        if _wants_tool(req):
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{digest}",
+                    "call_id": f"call_{digest}",
+                    "name": "lookup",
+                    "arguments": json.dumps({"query": f"depth {depth}"}),
+                    "status": "completed",
+                }
+            )
+        else:
+            text = responses_text(model, depth)
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{digest}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            )
+        response = {
+            "id": f"resp_{digest}",
+            "object": "response",
+            "created_at": 1700000000,
+            "model": model,
+            "status": "completed",
+            "error": None,
+            "incomplete_details": None,
+            "instructions": req.get("instructions"),
+            "metadata": req.get("metadata") or {},
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": req.get("tools") or [],
+            "usage": {"input_tokens": 12 * depth, "output_tokens": 30, "total_tokens": 12 * depth + 30},
+        }
+        if req.get("stream"):
+            await self._stream(send, response, int(headers.get("x-mock-cut-after", "0")))
+        else:
+            await _send(send, 200, json.dumps(response).encode())
+
+    async def _stream(self, send: Any, response: dict[str, Any], cut_after: int) -> None:
+        start = {**response, "status": "in_progress", "output": [], "usage": None}
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": start},
+            {"type": "response.in_progress", "response": start},
+        ]
+        for index, item in enumerate(response["output"]):
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                events.append(
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": index,
+                        "item": {**item, "content": []},
+                    }
+                )
+                part = {"type": "output_text", "text": "", "annotations": []}
+                events.append(
+                    {
+                        "type": "response.content_part.added",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "content_index": 0,
+                        "part": part,
+                    }
+                )
+                for i, word in enumerate(text.split(" ")):
+                    events.append(
+                        {
+                            "type": "response.output_text.delta",
+                            "item_id": item["id"],
+                            "output_index": index,
+                            "content_index": 0,
+                            "delta": word if i == 0 else " " + word,
+                        }
+                    )
+                events.append(
+                    {
+                        "type": "response.output_text.done",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "content_index": 0,
+                        "text": text,
+                    }
+                )
+            elif item["type"] == "function_call":
+                events.append(
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": index,
+                        "item": {**item, "arguments": ""},
+                    }
+                )
+                events.append(
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "delta": item["arguments"],
+                    }
+                )
+            else:
+                events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+            events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        events.append({"type": "response.completed", "response": response})
+        if cut_after:
+            events = events[:cut_after]
+        head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        for seq, event in enumerate(events):
+            data = f"event: {event['type']}\ndata: {json.dumps({**event, 'sequence_number': seq})}\n\n"
+            await send({"type": "http.response.body", "body": data.encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _send(send: Any, status: int, body: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

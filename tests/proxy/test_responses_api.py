@@ -1,0 +1,243 @@
+"""``handoffmon serve`` monitoring the OpenAI Responses API, driven by the real OpenAI SDK.
+
+The upstream is shaped like OpenAI's own (``tests/proxy/responses_upstream.py``): reasoning
+items, function calls, event streams without ``[DONE]``, and the author only in the response's
+``model``. The client continues each conversation the way the SDK documents, sending the
+previous ``output`` items back in ``input``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from handoffmon.config import config_from_mapping
+from handoffmon.counts import TurnKey
+from handoffmon.depth import DepthBuckets
+from handoffmon.pipeline.aggregates import handoff_label
+from tests.conftest import free_port
+from tests.proxy.conftest import Proxy, running_proxy
+from tests.proxy.mock_upstream import ServerThread, schedule
+from tests.proxy.responses_upstream import TOOL_WORDS, ResponsesUpstream, responses_text
+
+TURNS = 7
+RULES = [
+    {"name": "no_commas", "check": "no_commas"},
+    {"name": "says_done", "check": "regex_must_match", "params": {"pattern": "done\\.$"}},
+]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[ResponsesUpstream, str]]:
+    app = ResponsesUpstream()
+    with ServerThread(app, free_port()) as srv:
+        yield app, srv.url
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: tuple[ResponsesUpstream, str]) -> Iterator[Proxy]:
+    cfg = config_from_mapping(
+        {
+            "rules": RULES,
+            "telemetry": {"log_turns": False},
+            "refit": {"interval_s": 0},
+            "pipeline": {"check_budget_s": 10.0},
+            "proxy": {"upstream": upstream[1]},
+        }
+    )
+    with running_proxy(cfg) as p:
+        yield p
+
+
+def _snapshot(proxy: Proxy) -> Any:
+    assert proxy.monitor.flush(10)
+    return proxy.monitor.snapshot()
+
+
+def _delta(after: dict[Any, int], before: dict[Any, int]) -> Counter[Any]:
+    c = Counter(after)
+    c.subtract(before)
+    return +c
+
+
+def _expected(authors: list[str]) -> Counter[TurnKey]:
+    """Turn cells of one conversation whose assistant turns were written by ``authors``."""
+    buckets, out = DepthBuckets(), Counter[TurnKey]()
+    for i, model in enumerate(authors):
+        prefix = authors[i - 1] if i else "none"
+        handoff = handoff_label(prefix != model) if i else "false"
+        out[TurnKey(model, prefix, buckets.bucket(i + 1), handoff)] += 1
+    return out
+
+
+def _sample(proxy: Proxy, name: str, labels: dict[str, str]) -> float:
+    return proxy.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_sync_sdk_conversation_attributes_every_output_it_sent_back(proxy: Proxy) -> None:
+    """``client.responses.create`` (JSON), output items echoed back as dicts: every turn's
+    author (from ``model``), prefix, depth and hand-off counted, no history message unknown,
+    and both rules checked on every reply."""
+    before = _snapshot(proxy)
+    requests_before = _sample(
+        proxy, "handoffmon_proxy_requests_total", {"route": "responses", "status_class": "2xx"}
+    )
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    items: list[Any] = []
+    for d in range(1, TURNS + 1):
+        items.append({"role": "user", "content": f"sync question {d}"})
+        resp = client.responses.create(model="gpt-x", instructions="Answer briefly.", input=items)
+        assert resp.output_text == responses_text(schedule(d), d)
+        items += [o.model_dump(exclude_none=True) for o in resp.output]
+    client.close()
+    after = _snapshot(proxy)
+    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in range(1, TURNS + 1)])
+    attributed = _delta(after.attributions, before.attributions)
+    assert attributed.get("unknown", 0) == 0
+    assert sum(attributed.values()) == TURNS * (TURNS - 1) // 2
+    checks = _delta(after.checks, before.checks)
+    verdicts: Counter[tuple[str, str]] = Counter()
+    for k, n in checks.items():
+        verdicts[k.rule, k.verdict] += n
+    # the mock's text has commas and ends with "done.": the same verdict on every turn
+    assert verdicts == Counter({("no_commas", "fail"): TURNS, ("says_done", "pass"): TURNS})
+    assert (
+        _sample(proxy, "handoffmon_proxy_requests_total", {"route": "responses", "status_class": "2xx"})
+        == requests_before + TURNS
+    )
+
+
+async def test_async_sdk_stream_conversation(proxy: Proxy) -> None:
+    """Streamed (events, no ``[DONE]``): the reply is read from ``response.completed`` and the
+    SDK's own output objects sent back attribute to it on the next turn."""
+    before = await asyncio.to_thread(_snapshot, proxy)
+    client = openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    items: list[Any] = []
+    for d in range(1, TURNS + 1):
+        items.append({"role": "user", "content": [{"type": "input_text", "text": f"stream question {d}"}]})
+        stream = await client.responses.create(model="gpt-x", input=items, stream=True)
+        deltas, final = [], None
+        async for event in stream:
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+            elif event.type == "response.completed":
+                final = event.response
+        assert final is not None and "".join(deltas) == responses_text(schedule(d), d)
+        items += list(final.output)  # the SDK's own objects
+    await client.close()
+    after = await asyncio.to_thread(_snapshot, proxy)
+    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in range(1, TURNS + 1)])
+    attributed = _delta(after.attributions, before.attributions)
+    assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == TURNS * (TURNS - 1) // 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_call_turns_attribute_and_skip_checks(proxy: Proxy, stream: bool) -> None:
+    """A function call (no text) is a turn whose rules are not applicable; sent back with its
+    output, the call is attributed to the model that made it, like any assistant message."""
+    before = _snapshot(proxy)
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    items: list[Any] = [{"role": "user", "content": f"please {TOOL_WORDS} (stream={stream})"}]
+    authors: list[str] = []
+
+    def ask() -> Any:
+        if not stream:
+            return client.responses.create(model="gpt-x", input=items)
+        with client.responses.stream(model="gpt-x", input=items) as events:
+            for _ in events:
+                pass
+            return events.get_final_response()
+
+    resp = ask()
+    call = next(o for o in resp.output if o.type == "function_call")
+    assert resp.output_text == ""
+    authors.append(resp.model)
+    items += [o.model_dump(exclude_none=True) for o in resp.output]
+    items.append({"type": "function_call_output", "call_id": call.call_id, "output": json.dumps({"hits": 3})})
+    resp = ask()
+    assert resp.output_text == responses_text(schedule(1), 1)
+    authors.append(resp.model)
+    items += [o.model_dump(exclude_none=True) for o in resp.output]
+    items.append({"role": "user", "content": "thanks"})
+    authors.append(ask().model)
+    client.close()
+    after = _snapshot(proxy)
+    assert _delta(after.turns, before.turns) == _expected(authors)
+    attributed = _delta(after.attributions, before.attributions)
+    assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == 0 + 1 + 2
+    verdicts: Counter[str] = Counter()
+    for k, n in _delta(after.checks, before.checks).items():
+        verdicts[k.verdict] += n
+    assert verdicts["not_applicable"] == len(RULES)  # the tool-only turn, both rules
+    assert verdicts["not_applicable"] + verdicts["pass"] + verdicts["fail"] == 3 * len(RULES)
+
+
+def test_server_side_state_is_forwarded_and_counted_unmonitored(proxy: Proxy) -> None:
+    """``previous_response_id`` (history kept by the provider): forwarded unchanged, no turn,
+    counted as ``server_state``."""
+    before, skipped = (
+        _snapshot(proxy),
+        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
+    )
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    first = client.responses.create(model="gpt-x", input="stateful opener")
+    second = client.responses.create(model="gpt-x", input="and then?", previous_response_id=first.id)
+    client.close()
+    assert second.output_text == responses_text(schedule(1), 1)
+    after = _snapshot(proxy)
+    assert sum(_delta(after.turns, before.turns).values()) == 1  # the first call only
+    assert (
+        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"})
+        == skipped + 1
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bytes_pass_through_unchanged(
+    proxy: Proxy, upstream: tuple[ResponsesUpstream, str], stream: bool
+) -> None:
+    """Direct and through ``serve``: same status and body bytes, JSON and event stream."""
+    raw = json.dumps({"model": "gpt-x", "input": f"byte identity {stream}", "stream": stream}).encode()
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-secret"}
+    with httpx.Client() as c:
+        direct = c.post(f"{upstream[1]}/v1/responses", content=raw, headers=headers)
+        proxied = c.post(f"{proxy.url}/v1/responses", content=raw, headers=headers)
+    assert proxied.status_code == direct.status_code == 200
+    assert proxied.content == direct.content
+    assert upstream[0].seen[-1] == raw
+
+
+def test_cut_off_stream_records_what_the_client_saw(proxy: Proxy) -> None:
+    """A stream that ends without its terminal event: the turn is recorded with the text the
+    deltas carried, and the next request's copy of that text attributes to it."""
+    before = _snapshot(proxy)
+    url = f"{proxy.url}/v1/responses"
+    body = {"model": "gpt-x", "input": [{"role": "user", "content": "cut me off"}], "stream": True}
+    with httpx.Client() as c:
+        r = c.post(url, json=body, headers={"x-mock-cut-after": "12"})
+        deltas = [
+            json.loads(line[5:])["delta"]
+            for line in r.text.splitlines()
+            if line.startswith("data:") and '"response.output_text.delta"' in line
+        ]
+        assert deltas and "response.completed" not in r.text
+        seen = "".join(deltas)
+        follow = {
+            "model": "gpt-x",
+            "input": [
+                *body["input"],
+                {"role": "assistant", "content": [{"type": "output_text", "text": seen}]},
+                {"role": "user", "content": "go on"},
+            ],
+        }
+        assert c.post(url, json=follow).status_code == 200
+    after = _snapshot(proxy)
+    assert _delta(after.turns, before.turns) == _expected([schedule(1), schedule(2)])
+    assert _delta(after.attributions, before.attributions).get("unknown", 0) == 0
