@@ -39,28 +39,44 @@ def _firing(note: dict[str, Any]) -> set[tuple[tuple[str, str], ...]]:
     return {tuple(sorted(a["labels"].items())) for a in note["alerts"] if a["status"] == "firing"}
 
 
+def _summary(notifications: list[dict[str, Any]]) -> str:
+    """Every notification's group and alerts (name, rule, pair, signal, status, start), one per
+    line: what a failed assertion needs to say which alert paged and when."""
+    lines = []
+    for i, note in enumerate(notifications):
+        lines.append(f"#{i} {note['status']} group={note['groupLabels']}")
+        for a in note["alerts"]:
+            lab = a["labels"]
+            pair = f"{lab.get('prefix_model', '*')}->{lab.get('model', '*')}"
+            lines.append(
+                f"    {a['status']:8} {lab.get('alertname')} rule={lab.get('rule')} {pair}"
+                f" signal={lab.get('signal', '-')} starts={a.get('startsAt')} ends={a.get('endsAt')}"
+            )
+    return "\n".join(lines)
+
+
 def _assert_one_grouped_notification(notifications: list[dict[str, Any]], job: str) -> dict[str, Any]:
     """One page: the first notification is the only one that fires anything. On live data the
     refit moves every few seconds and the test's ``for:`` is seconds (15-30 min when shipped), so
     an alert of the group (a per-rule one muted by the pooled one, or one signal of the pooled
     one) may resolve meanwhile; Alertmanager then updates the same group with it as resolved.
     Such updates may follow — nothing that fires anew, no other group."""
-    note = notifications[0]
+    note, seen = notifications[0], _summary(notifications)
     for later in notifications[1:]:
-        assert later["groupLabels"] == note["groupLabels"], [n["groupLabels"] for n in notifications]
-        assert _firing(later) <= _firing(note), (_firing(later), _firing(note))
-        assert any(a["status"] == "resolved" for a in later["alerts"]), later["alerts"]
+        assert later["groupLabels"] == note["groupLabels"], seen
+        assert _firing(later) <= _firing(note), seen
+        assert any(a["status"] == "resolved" for a in later["alerts"]), seen
     prefix, model = RISKY_PAIR
-    assert note["status"] == "firing"
-    assert note["groupLabels"] == {"job": job, "prefix_model": prefix, "model": model}
+    assert note["status"] == "firing", seen
+    assert note["groupLabels"] == {"job": job, "prefix_model": prefix, "model": model}, seen
     names = {a["labels"]["alertname"] for a in note["alerts"]}
-    assert names == {"HandoffPairRisky"}
+    assert names == {"HandoffPairRisky"}, seen
     for alert in note["alerts"]:
         labels = alert["labels"]
         assert (labels["prefix_model"], labels["model"], labels["job"]) == (prefix, model, job)
         assert alert["annotations"]["runbook_url"].endswith("alerting.md#handoffpairrisky")
     # inhibition: the pooled fit speaks for the pair, per-rule alerts are muted
-    assert {a["labels"]["rule"] for a in note["alerts"]} == {"all"}
+    assert {a["labels"]["rule"] for a in note["alerts"]} == {"all"}, seen
     return note
 
 
@@ -157,7 +173,20 @@ def test_live_demo_traffic_gives_the_same_single_notification(tmp_path: Path) ->
                 ),
             ):
                 _wait_for_notifications(webhook, 400.0)
-                _assert_one_grouped_notification(webhook.notifications, "live")
+                try:
+                    _assert_one_grouped_notification(webhook.notifications, "live")
+                except AssertionError as exc:
+                    held = [
+                        (
+                            a["labels"].get("alertname"),
+                            a["labels"].get("rule"),
+                            a["labels"].get("prefix_model"),
+                            a["status"]["state"],
+                            a["status"].get("inhibitedBy"),
+                        )
+                        for a in am.get_json("/api/v2/alerts")
+                    ]
+                    raise AssertionError(f"{exc}\nAlertmanager holds: {held}") from exc
         finally:
             loop.call_soon_threadsafe(stop.set)
             driver.join(timeout=60)
