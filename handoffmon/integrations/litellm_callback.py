@@ -35,6 +35,9 @@ from handoffmon.ingress import (
     reply_message,
     served_by_response,
 )
+from handoffmon.ingress.chunks import Folder
+from handoffmon.ingress.fields import get
+from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer
@@ -51,7 +54,9 @@ MAX_IN_FLIGHT = 100_000
 
 
 class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
-    """Monitors every chat completion a LiteLLM Proxy serves.
+    """Monitors every chat completion and Responses API call a LiteLLM Proxy serves (the
+    latter read as chat by ``ingress.responses``; calls continuing server-side state, with
+    ``previous_response_id`` or ``conversation``, are left alone).
 
     Non-streamed replies are handled in ``async_post_call_success_hook`` and streamed ones
     in ``async_post_call_streaming_iterator_hook`` (chunks pass through unchanged; the
@@ -162,11 +167,17 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         start = self._starts.pop(call_id, None) if isinstance(call_id, str) else None
         return None if start is None else time.monotonic() - start
 
-    def _begin(self, data: Mapping[str, Any]) -> Capture | None:
+    def _begin(self, data: Mapping[str, Any], responses: bool = False) -> Capture | None:
+        """The call's capture; ``responses``: a Responses API call (its ``input`` read as chat)."""
         try:
             monitor = self.monitor
             if self._parser is None:
                 self._parser = RequestParser.from_config(monitor.config)
+            if responses:
+                doc = read_request(data).doc
+                if doc is None:
+                    return None  # server-side state, or no input: not monitored
+                data = {**data, "messages": doc["messages"]}
             request = self._parser.litellm_proxy(data)
             return None if request is None else monitor.capture(request)  # None: not a chat call
         except Exception:
@@ -176,21 +187,26 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     async def async_post_call_success_hook(
         self, data: dict[str, Any], user_api_key_dict: Any, response: Any
     ) -> Any:
-        """A non-streamed chat completion finished: queue it for attribution and checks."""
-        cap = self._begin(data)
+        """A non-streamed chat completion (or Responses API call) finished: queue it for
+        attribution and checks."""
+        responses = _is_response(response)
+        cap = self._begin(data, responses)
         if cap is None:
             return None
         try:
-            reply = reply_message(response)
+            doc, served = (
+                (response_as_chat(response), served_by_response(response)) if responses else (response, None)
+            )
+            reply = reply_message(doc)
             if reply is None:
                 return None
             monitor = self.monitor
             monitor.finish(
                 cap,
                 reply,
-                Deferred(describe_response, (monitor.names, response, None)),
+                Deferred(describe_response, (monitor.names, doc, served)),
                 latency_s=self._latency(data),
-                shadow=self._offer(cap),
+                shadow=None if responses else self._offer(cap),  # shadow continuation is for chat
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a proxy response")
@@ -199,20 +215,31 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
     ) -> AsyncGenerator[Any, None]:
-        """Pass a streamed reply through unchanged; finish the turn when it ends or is cut off."""
-        cap = self._begin(request_data)
-        folder = ChunkFolder()
+        """Pass a streamed reply through unchanged; finish the turn when it ends or is cut off.
+
+        A request without ``messages`` is a Responses API call when its first event is one
+        (``response.*``): its turn begins there, folded by ``ResponsesStreamFolder``."""
+        chat = isinstance(request_data.get("messages"), list)
+        cap = self._begin(request_data) if chat else None
+        folder: Folder | None = ChunkFolder() if chat else None
         completed = False
         try:
             async for chunk in response:
+                if folder is None:
+                    folder = ResponsesStreamFolder()
+                    kind = get(chunk, "type")
+                    if isinstance(kind, str) and kind.startswith("response."):
+                        cap = self._begin(request_data, responses=True)
                 folder.feed(chunk)  # total: never raises into the stream
                 yield chunk
             completed = True
         finally:
-            if cap is not None:
-                self._stream_done(cap, request_data, response, folder.outcome(completed=completed))
+            if cap is not None and folder is not None:
+                self._stream_done(cap, request_data, response, folder.outcome(completed=completed), chat)
 
-    def _stream_done(self, cap: Capture, data: Mapping[str, Any], stream: Any, out: StreamOutcome) -> None:
+    def _stream_done(
+        self, cap: Capture, data: Mapping[str, Any], stream: Any, out: StreamOutcome, offer: bool = True
+    ) -> None:
         try:
             monitor = self.monitor
             if not monitor.stream_recordable(out):
@@ -225,10 +252,15 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 ),
                 latency_s=self._latency(data),
                 streamed=True,
-                shadow=self._offer(cap),
+                shadow=self._offer(cap) if offer else None,
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a proxy stream")
+
+
+def _is_response(response: Any) -> bool:
+    """A Responses API response (``object == "response"`` with an ``output`` list)."""
+    return get(response, "object") == "response" and isinstance(get(response, "output"), (list, tuple))
 
 
 def _proxy_router() -> Any:

@@ -14,6 +14,8 @@ from handoffmon.ingress import (
     reply_message,
     served_by_response,
 )
+from handoffmon.ingress.fields import get
+from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -34,10 +36,13 @@ _PARSED_NOW = frozenset({"stream", "metadata", "extra_headers", "headers"})
 headers (the application's own mappings, which it may change after the call)."""
 
 _UNREAD: Any = object()
+_Stream = SyncStream | AsyncStream
 
 
 class RouterWrapper:
-    """A ``litellm.Router`` with handoffmon around ``completion`` / ``acompletion``.
+    """A ``litellm.Router`` with handoffmon around ``completion`` / ``acompletion`` and
+    ``responses`` / ``aresponses`` (the Responses API, read as chat by ``ingress.responses``;
+    calls continuing server-side state pass through unmonitored).
 
     Every other attribute passes through to the router. Responses (and streamed chunks)
     are returned unchanged; monitoring failures are counted, never raised. A router
@@ -126,7 +131,58 @@ class RouterWrapper:
         self._finish(cap, response, time.perf_counter() - t0)
         return response
 
+    def responses(self, *args: Any, **kwargs: Any) -> Any:
+        """``Router.responses`` with monitoring; ``stream=True`` returns a wrapped iterator."""
+        drain_finalized()
+        cap = self._capture_responses(kwargs)
+        t0 = time.perf_counter()
+        response = self._router.responses(*args, **kwargs)
+        return self._responses_done(cap, kwargs, response, t0, SyncStream)
+
+    async def aresponses(self, *args: Any, **kwargs: Any) -> Any:
+        """``Router.aresponses`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
+        drain_finalized()
+        cap = self._capture_responses(kwargs)
+        t0 = time.perf_counter()
+        response = await self._router.aresponses(*args, **kwargs)
+        return self._responses_done(cap, kwargs, response, t0, AsyncStream)
+
     # -- monitoring ---------------------------------------------------------------------
+
+    def _capture_responses(self, kwargs: Mapping[str, Any]) -> Capture | None:
+        """A Responses API call's capture (its ``input`` read as chat messages); ``None`` when
+        it continues server-side state or has no input (not monitored)."""
+        try:
+            doc = read_request(kwargs).doc
+            if doc is None:
+                return None
+            return self._monitor.capture(
+                self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs)
+            )
+        except Exception as exc:  # the parser is total; this guards the plumbing
+            self._monitor.errors.failed("integration", exc, "could not start a turn")
+            return None
+
+    def _responses_done(
+        self, cap: Capture | None, kwargs: Mapping[str, Any], response: Any, t0: float, stream: type[_Stream]
+    ) -> Any:
+        """Finish a Responses API call (no shadow offer: shadow continuation is for chat)."""
+        if cap is None:
+            return response
+        if kwargs.get("stream") and get(response, "output") is None:  # an event iterator
+            folder = ResponsesStreamFolder()
+            return stream(response, lambda out, inner: self._stream_done(cap, t0, out, inner, False), folder)
+        try:
+            doc = response_as_chat(response)
+            self._monitor.finish(
+                cap,
+                reply_message(doc),
+                Deferred(describe_response, (self._monitor.names, doc, served_by_response(response))),
+                latency_s=time.perf_counter() - t0,
+            )
+        except Exception as exc:
+            self._monitor.errors.failed("integration", exc, "could not read a router response")
+        return response
 
     def _capture(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> Capture | None:
         try:
@@ -180,7 +236,9 @@ class RouterWrapper:
         outcome = Deferred(describe_response, (self._monitor.names, response, None))
         return Capture(request, t1 - t0), reply, outcome, t2 - t1
 
-    def _stream_done(self, cap: Capture, t0: float, out: StreamOutcome, inner: Any) -> None:
+    def _stream_done(
+        self, cap: Capture, t0: float, out: StreamOutcome, inner: Any, offer: bool = True
+    ) -> None:
         try:
             if not self._monitor.stream_recordable(out):
                 return
@@ -190,7 +248,7 @@ class RouterWrapper:
                 Deferred(self._describe_stream, (out, inner)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
-                shadow=self._offer(cap),
+                shadow=self._offer(cap) if offer else None,
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")

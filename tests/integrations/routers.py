@@ -91,3 +91,24 @@ class Spy:
             response = _RecordingStream(response, self.chunks)
         self.returned.append(response)
         return response
+
+
+def responses_router(api_base: str) -> Any:
+    """A Router of three OpenAI deployments on a Responses upstream at ``api_base``
+    (``tests/proxy/responses_upstream.py``): ``primary`` (dep-a) answers 429 and falls back to
+    ``backup`` (dep-b, ``openai/gpt-b``); ``alpha`` (dep-c) answers directly."""
+    from litellm import Router
+
+    def deployment(group: str, model: str, dep: str, **extra: Any) -> dict[str, Any]:
+        params = {"model": model, "api_key": "k", "api_base": api_base, **extra}
+        return {"model_name": group, "litellm_params": params, "model_info": {"id": dep}}
+
+    return Router(
+        model_list=[
+            deployment("primary", "openai/gpt-a", "dep-a", extra_headers={"x-mock-status": "429"}),
+            deployment("backup", "openai/gpt-b", "dep-b", extra_headers={"x-mock-model": "gpt-b"}),
+            deployment("alpha", "openai/gpt-c", "dep-c", extra_headers={"x-mock-model": "gpt-c"}),
+        ],
+        fallbacks=[{"primary": ["backup"]}],
+        num_retries=0,
+    )

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from handoffmon.integrations.litellm_callback import HandoffmonCallback, handoffmon_callback
 from handoffmon.testing import RecordingExporter
-from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router
+from tests.conftest import free_port
+from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router, responses_router
 from tests.pipeline.helpers import make_config, runtime
+from tests.proxy.mock_upstream import ServerThread
+from tests.proxy.responses_upstream import ResponsesUpstream
 
 CONFIG = make_config(attribution={"canonical_models": CANONICAL})
 
@@ -107,3 +111,54 @@ def test_pre_call_hook_fails_open_when_the_runtime_cannot_be_built(monkeypatch: 
     before = dict(data)
     assert asyncio.run(cb.async_pre_call_hook(None, None, data, "completion")) is None
     assert data == before
+
+
+@pytest.fixture(scope="module")
+def responses_api_base() -> Iterator[str]:
+    """An OpenAI-shaped Responses upstream on loopback (``tests/proxy/responses_upstream.py``)."""
+    with ServerThread(ResponsesUpstream(), free_port()) as srv:
+        yield f"{srv.url}/v1"
+
+
+async def test_responses_api_calls_are_turns(responses_api_base: str) -> None:
+    """``/v1/responses`` through the proxy's hooks: a JSON call served by fallback, then a
+    streamed one whose input carries the first reply's output items: two turns, authors from
+    the deployments, the first reply attributed; a call with ``previous_response_id`` (its
+    history kept by the provider) and an embeddings-shaped call record nothing."""
+    exp = RecordingExporter()
+    router = responses_router(responses_api_base)
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
+        items: list[Any] = [{"role": "user", "content": "hi"}]
+        data = {"model": "primary", "input": items, "litellm_call_id": "r-1"}
+        await cb.async_pre_call_hook(None, None, data, "aresponses")
+        first = await router.aresponses(model="primary", input=items)
+        assert await cb.async_post_call_success_hook(data, None, first) is None
+        items = [
+            *items,
+            *(o.model_dump(exclude_none=True) for o in first.output),
+            {"role": "user", "content": "more"},
+        ]
+        data = {"model": "alpha", "input": items, "instructions": "Be brief.", "litellm_call_id": "r-2"}
+        await cb.async_pre_call_hook(None, None, data, "aresponses")
+        stream = await router.aresponses(model="alpha", input=items, instructions="Be brief.", stream=True)
+        passed = [e async for e in cb.async_post_call_streaming_iterator_hook(None, stream, data)]
+        assert passed[-1].type == "response.completed"
+        later = {"model": "alpha", "input": "and?", "previous_response_id": first.id}
+        await cb.async_post_call_success_hook(later, None, await router.aresponses(**later))
+        await cb.async_post_call_success_hook({"model": "e", "input": ["x"]}, None, object())
+        assert m.flush(10)
+    first_turn, second_turn = exp.results
+    assert (first_turn.record.author, first_turn.record.fallbacks, first_turn.context.depth) == (
+        "model-b",
+        1,
+        1,
+    )
+    assert (second_turn.record.author, second_turn.record.streamed, second_turn.context.depth) == (
+        "model-c",
+        True,
+        2,
+    )
+    assert (second_turn.context.prefix_model, second_turn.record.handoff) == ("model-b", True)
+    assert [a.method != "unknown" for a in second_turn.context.attributions] == [True]
+    assert cb._starts == {}

@@ -332,3 +332,30 @@ def test_same_conversations_give_the_same_series_in_wrap_callback_and_serve(
     assert turns[(("depth_bucket", "2"), ("model", "model-b"), ("prefix_model", "model-c"))] == 1
     assert proxied == wrapped
     assert served == wrapped
+
+
+def test_proxy_records_responses_api_turns(proxy: tuple[str, Path]) -> None:
+    """OpenAI SDK ``responses.create`` → LiteLLM Proxy ``/v1/responses`` (the callback's hooks):
+    three turns, authors from the deployments, every earlier output item sent back attributed."""
+    url, db = proxy
+    try:
+        before = load_counts_sqlite(db)
+    except StoreError:  # no aggregates yet when this test runs first
+        before = Counts()
+    client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
+    items: list[Any] = [{"role": "user", "content": "hello responses"}]
+    for i, group in enumerate(["alpha", "backup", "alpha"]):
+        resp = client.responses.create(model=group, input=items)
+        assert resp.output_text == (ALPHA_REPLY if group == "alpha" else BACKUP_REPLY)
+        items += [o.model_dump(exclude_none=True) for o in resp.output]
+        items.append({"role": "user", "content": f"responses turn {i}"})
+    counts = _wait_counts(db, before.total_turns + 3)
+    b, c = "model-b", "model-c"
+    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
+    assert turns == {
+        TurnKey(c, "none", "1", "false"): 1,
+        TurnKey(b, c, "2", "true"): 1,
+        TurnKey(c, b, "3-4", "true"): 1,
+    }
+    attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
+    assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == 0 + 1 + 2

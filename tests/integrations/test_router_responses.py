@@ -1,0 +1,86 @@
+"""wrap(litellm.Router): ``responses`` / ``aresponses`` monitored, streamed or not, fallbacks included.
+
+A real ``litellm.Router`` calls an OpenAI-shaped Responses upstream on loopback
+(``tests/proxy/responses_upstream.py``) over HTTP; ``primary`` answers 429 and falls back to
+``backup`` (in the async calls: litellm 1.108's sync ``Router.responses`` raises the 429
+instead of falling back, wrapped or not, so the sync modes ask ``backup`` directly).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from handoffmon.integrations.router import RouterWrapper
+from handoffmon.testing import RecordingExporter
+from tests.conftest import free_port
+from tests.integrations.routers import CANONICAL, responses_router
+from tests.pipeline.helpers import make_config, monitor
+from tests.proxy.mock_upstream import ServerThread
+from tests.proxy.responses_upstream import ResponsesUpstream
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+CONFIG = make_config(
+    rules=[{"name": "no_commas", "check": "no_commas"}],
+    attribution={"canonical_models": CANONICAL},
+)
+MODES = ["sync", "async", "stream", "astream"]
+
+
+@pytest.fixture(scope="module")
+def api_base() -> Iterator[str]:
+    with ServerThread(ResponsesUpstream(), free_port()) as srv:
+        yield f"{srv.url}/v1"
+
+
+async def _ask(wrapped: RouterWrapper, mode: str, group: str, items: list[Any]) -> list[Any]:
+    """One call in ``mode``; returns the response's output items."""
+    if mode == "sync":
+        return list(wrapped.responses(model=group, input=items).output)
+    if mode == "async":
+        return list((await wrapped.aresponses(model=group, input=items)).output)
+    if mode == "stream":
+        events = list(wrapped.responses(model=group, input=items, stream=True))
+    else:
+        events = [e async for e in await wrapped.aresponses(model=group, input=items, stream=True)]
+    (done,) = [e for e in events if e.type == "response.completed"]
+    return list(done.response.output)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_turns_authors_fallbacks_and_attribution(api_base: str, mode: str) -> None:
+    """alpha, alpha, primary (429 → backup), alpha: authors from the serving deployment, the
+    fallback counted, every earlier output sent back attributed, depth and prefix per turn."""
+    falls_back = mode.startswith("a")
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(responses_router(api_base), m)
+        items: list[Any] = []
+        for i, group in enumerate(["alpha", "alpha", "primary" if falls_back else "backup", "alpha"]):
+            items.append({"role": "user", "content": f"{mode} question {i}"})
+            items += [o.model_dump(exclude_none=True) for o in await _ask(wrapped, mode, group, items)]
+        assert m.flush(10)
+    results = exp.results
+    assert [r.context.depth for r in results] == [1, 2, 3, 4]
+    assert [r.record.author for r in results] == ["model-c", "model-c", "model-b", "model-c"]
+    assert [r.context.prefix_model for r in results] == ["none", "model-c", "model-c", "model-b"]
+    assert [r.record.fallbacks for r in results] == [0, 0, int(falls_back), 0]
+    assert [r.record.deployment_id for r in results] == ["dep-c", "dep-c", "dep-b", "dep-c"]
+    assert all(a.method != "unknown" for r in results for a in r.context.attributions)
+    assert [len(r.context.attributions) for r in results] == [0, 1, 2, 3]
+    assert all(r.record.streamed is mode.endswith("stream") for r in results)
+    assert [c.verdict for r in results for c in r.checks] == ["fail"] * 4  # the replies have commas
+
+
+def test_server_side_state_passes_through(api_base: str) -> None:
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(responses_router(api_base), m)
+        first = wrapped.responses(model="alpha", input="hello")
+        wrapped.responses(model="alpha", input="more", previous_response_id=first.id)
+        assert m.flush(10)
+    assert len(exp.results) == 1
