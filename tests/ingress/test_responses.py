@@ -257,3 +257,34 @@ def test_stream_items_are_bounded_and_reasoning_is_not_kept() -> None:
         {"type": "response.output_item.done", "output_index": 0, "item": {**CALL, "arguments": "x" * 101}}
     )
     assert big.outcome(completed=False).too_large
+
+
+def test_a_conversation_can_switch_api_and_still_attribute() -> None:
+    """A chat reply sent back as Responses input items, and a Responses reply sent back as a
+    chat message, normalize to the message that was recorded (ADR 0010)."""
+    chat_reply = {
+        "role": "assistant",
+        "content": "Looking it up.",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
+        ],
+    }
+    echoed = read_request(
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "Looking it up."},
+                {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"q":"x"}'},
+            ],
+        }
+    ).doc
+    assert echoed is not None and normalize_message(echoed["messages"][1]) == normalize_message(chat_reply)
+    doc = response_as_chat(_response([REASONING, {**MESSAGE, "content": MESSAGE["content"][:1]}, CALL]))
+    assert doc is not None
+    as_chat = {
+        "role": "assistant",
+        "content": "First part.",
+        "tool_calls": [dict(chat_reply["tool_calls"][0])],
+    }
+    assert normalize_message(as_chat) == normalize_message(doc["choices"][0]["message"])
