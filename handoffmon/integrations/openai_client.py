@@ -84,13 +84,18 @@ class _Turns:
                 reply_message(response),
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
-                shadow=self.offer(cap),
+                shadow=None if responses else self.offer(cap),  # shadow continuation is for chat
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a completion")
 
     def stream_done(
-        self, cap: Capture, headers: Mapping[str, Any] | None, t0: float, out: StreamOutcome
+        self,
+        cap: Capture,
+        headers: Mapping[str, Any] | None,
+        t0: float,
+        out: StreamOutcome,
+        offer: bool = True,
     ) -> None:
         try:
             if not self.monitor.stream_recordable(out):
@@ -102,7 +107,7 @@ class _Turns:
                 Deferred(describe_stream, (self.monitor.names, out, served)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
-                shadow=self.offer(cap),
+                shadow=self.offer(cap) if offer else None,
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")
@@ -149,7 +154,9 @@ class _SyncCompletions:
             return response
         if kwargs.get("stream"):
             return SyncStream(
-                response, lambda out, _i: self._turns.stream_done(ctx, headers, t0, out), _folder(responses)
+                response,
+                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, not responses),
+                _folder(responses),
             )
         self._turns.finish(ctx, response, headers, t0, responses)
         return response
@@ -188,7 +195,9 @@ class _AsyncCompletions:
             return response
         if kwargs.get("stream"):
             return AsyncStream(
-                response, lambda out, _i: self._turns.stream_done(ctx, headers, t0, out), _folder(responses)
+                response,
+                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, not responses),
+                _folder(responses),
             )
         self._turns.finish(ctx, response, headers, t0, responses)
         return response

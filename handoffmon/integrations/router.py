@@ -36,6 +36,15 @@ _PARSED_NOW = frozenset({"stream", "metadata", "extra_headers", "headers"})
 headers (the application's own mappings, which it may change after the call)."""
 
 _UNREAD: Any = object()
+
+
+def _responses_snapshot(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A Responses call's arguments as of the call: the ``input`` list copied (the application
+    appends to its own), for ``_read_responses`` on the attribution thread."""
+    items = kwargs.get("input")
+    return {**kwargs, "input": items.copy()} if type(items) is list else dict(kwargs)
+
+
 _Stream = SyncStream | AsyncStream
 
 
@@ -134,6 +143,15 @@ class RouterWrapper:
     def responses(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.responses`` with monitoring; ``stream=True`` returns a wrapped iterator."""
         drain_finalized()
+        if self._lean and _PARSED_NOW.isdisjoint(kwargs):
+            t0 = time.perf_counter()
+            snapshot = _responses_snapshot(kwargs)
+            t1 = time.perf_counter()
+            response = self._router.responses(*args, **kwargs)
+            self._monitor.finish_later(
+                self._read_responses, (snapshot, response, t0, t1, time.perf_counter())
+            )
+            return response
         cap = self._capture_responses(kwargs)
         t0 = time.perf_counter()
         response = self._router.responses(*args, **kwargs)
@@ -142,6 +160,15 @@ class RouterWrapper:
     async def aresponses(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.aresponses`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
         drain_finalized()
+        if self._lean and _PARSED_NOW.isdisjoint(kwargs):
+            t0 = time.perf_counter()
+            snapshot = _responses_snapshot(kwargs)
+            t1 = time.perf_counter()
+            response = await self._router.aresponses(*args, **kwargs)
+            self._monitor.finish_later(
+                self._read_responses, (snapshot, response, t0, t1, time.perf_counter())
+            )
+            return response
         cap = self._capture_responses(kwargs)
         t0 = time.perf_counter()
         response = await self._router.aresponses(*args, **kwargs)
@@ -162,6 +189,21 @@ class RouterWrapper:
         except Exception as exc:  # the parser is total; this guards the plumbing
             self._monitor.errors.failed("integration", exc, "could not start a turn")
             return None
+
+    def _read_responses(
+        self, kwargs: dict[str, Any], response: Any, t0: float, t1: float, t2: float
+    ) -> tuple[Capture, Any, Deferred, float] | None:
+        """A non-streamed Responses API call read on the attribution thread (``finish_later``):
+        the request's input translated there, not on the request path; ``None`` when it is
+        not monitored (server-side state, no input, not a response)."""
+        doc = read_request(kwargs).doc
+        chat = response_as_chat(response)
+        reply = reply_message(chat)
+        if doc is None or reply is None:
+            return None
+        request = self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs, received_at=t0)
+        outcome = Deferred(describe_response, (self._monitor.names, chat, served_by_response(response)))
+        return Capture(request, t1 - t0), reply, outcome, t2 - t1
 
     def _responses_done(
         self, cap: Capture | None, kwargs: Mapping[str, Any], response: Any, t0: float, stream: type[_Stream]
