@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import Response
 
 from handoffmon.attribution.normalize import normalize_message
@@ -36,6 +38,48 @@ CALL = {
     "status": "completed",
 }
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"}
+_KEYS = [
+    "type",
+    "role",
+    "content",
+    "text",
+    "input",
+    "output",
+    "instructions",
+    "call_id",
+    "name",
+    "arguments",
+    "response",
+    "delta",
+    "output_index",
+    "content_index",
+    "item",
+    "status",
+    "model",
+    "id",
+    "usage",
+    "previous_response_id",
+    "refusal",
+    "incomplete_details",
+    "reason",
+    "x",
+]
+_TYPES = [
+    "message",
+    "function_call",
+    "custom_tool_call",
+    "web_search_call",
+    "function_call_output",
+    "reasoning",
+    "output_text",
+    "refusal",
+    "assistant",
+    "user",
+    "response.completed",
+    "response.output_text.delta",
+    "response.output_item.done",
+    "response.created",
+]
 
 
 def _response(output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -288,3 +332,35 @@ def test_a_conversation_can_switch_api_and_still_attribute() -> None:
         "tool_calls": [dict(chat_reply["tool_calls"][0])],
     }
     assert normalize_message(as_chat) == normalize_message(doc["choices"][0]["message"])
+
+
+_json = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 3),
+        st.floats(allow_nan=True),
+        st.text(max_size=6),
+        st.sampled_from(_TYPES),
+    ),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.sampled_from(_KEYS), kids, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(body=_json, response=_json, events=st.lists(_json, max_size=6))
+def test_the_readers_are_total(body: Any, response: Any, events: list[Any]) -> None:
+    """Whatever a client or an upstream sends (any JSON, with the API's own keys in odd
+    places): nothing raises, and every result has the shape its caller relies on."""
+    got = read_request(body)
+    assert (got.doc is None) != (got.skip is None)
+    if got.doc is not None:
+        assert all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in got.doc["messages"])
+    doc = response_as_chat(response)
+    assert doc is None or (len(doc["choices"]) == 1 and doc["choices"][0]["message"]["role"] == "assistant")
+    folder = ResponsesStreamFolder(max_chars=50)
+    for event in events:
+        folder.feed(event)
+    out = folder.outcome(completed=True)
+    assert out.chunks == len(events) and out.reply["role"] == "assistant"
