@@ -38,6 +38,7 @@ from handoffmon.ingress import (
 from handoffmon.ingress.chunks import Folder
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
+from handoffmon.integrations.streaming import unmonitored_once
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer
@@ -174,9 +175,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if self._parser is None:
                 self._parser = RequestParser.from_config(monitor.config)
             if responses:
-                doc = read_request(data).doc
-                if doc is None:
-                    return None  # server-side state, or no input: not monitored
+                doc, skip = read_request(data)
+                if doc is None:  # server-side state, or no input: not monitored
+                    unmonitored_once(skip)
+                    return None
                 data = {**data, "messages": doc["messages"]}
             request = self._parser.litellm_proxy(data)
             return None if request is None else monitor.capture(request)  # None: not a chat call

@@ -19,7 +19,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.chunks import Folder
 from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
-from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
+from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized, unmonitored_once
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource
@@ -58,8 +58,9 @@ class _Turns:
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
             if responses:
-                doc = read_request(kwargs).doc
+                doc, skip = read_request(kwargs)
                 if doc is None:
+                    unmonitored_once(skip)
                     return None
                 kwargs = {**kwargs, "messages": doc["messages"]}
             return self.monitor.capture(self.parser.openai_call(kwargs))

@@ -16,7 +16,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
-from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
+from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized, unmonitored_once
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer
@@ -180,8 +180,9 @@ class RouterWrapper:
         """A Responses API call's capture (its ``input`` read as chat messages); ``None`` when
         it continues server-side state or has no input (not monitored)."""
         try:
-            doc = read_request(kwargs).doc
+            doc, skip = read_request(kwargs)
             if doc is None:
+                unmonitored_once(skip)
                 return None
             return self._monitor.capture(
                 self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs)
@@ -196,10 +197,11 @@ class RouterWrapper:
         """A non-streamed Responses API call read on the attribution thread (``finish_later``):
         the request's input translated there, not on the request path; ``None`` when it is
         not monitored (server-side state, no input, not a response)."""
-        doc = read_request(kwargs).doc
+        doc, skip = read_request(kwargs)
         chat = response_as_chat(response)
         reply = reply_message(chat)
         if doc is None or reply is None:
+            unmonitored_once(skip)
             return None
         request = self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs, received_at=t0)
         outcome = Deferred(describe_response, (self._monitor.names, chat, served_by_response(response)))

@@ -6,12 +6,14 @@ The real SDK talks HTTP to an OpenAI-shaped Responses upstream on loopback
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
+from handoffmon.integrations import streaming
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
@@ -95,17 +97,24 @@ async def test_conversation_turns_authors_and_tool_calls(
     assert results[1].record.input_tokens == 12 and results[1].record.response_id == replies[1].id
 
 
-async def test_server_side_state_passes_through_unmonitored(upstream: tuple[ResponsesUpstream, str]) -> None:
-    """``previous_response_id``: the SDK's response, unchanged; no turn recorded."""
+async def test_server_side_state_passes_through_unmonitored(
+    upstream: tuple[ResponsesUpstream, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``previous_response_id``: the SDK's response, unchanged; no turn recorded, and one
+    warning per process says why (the application is not silently unseen)."""
+    monkeypatch.setattr(streaming, "_told", set())
     exp = RecordingExporter()
-    with monitor(CONFIG, exporters=[exp]) as m:
+    with monitor(CONFIG, exporters=[exp]) as m, caplog.at_level(logging.WARNING, "handoffmon.integrations"):
         wrapped = OpenAIClientWrapper(openai.OpenAI(base_url=upstream[1], api_key="k", max_retries=0), m)
         first = wrapped.responses.create(model="gpt-x", input="hello")
         second = wrapped.responses.create(model="gpt-x", input="more", previous_response_id=first.id)
+        wrapped.responses.create(model="gpt-x", input="again", previous_response_id=second.id)
         assert isinstance(second, openai.types.responses.Response)
         assert second.output_text == responses_text(schedule(1), 1)
         assert m.flush(10)
     assert len(exp.results) == 1
+    told = [r for r in caplog.records if "previous_response_id" in r.getMessage()]
+    assert len(told) == 1 and told[0].levelno == logging.WARNING
 
 
 def test_the_rest_of_responses_passes_through(upstream: tuple[ResponsesUpstream, str]) -> None:
