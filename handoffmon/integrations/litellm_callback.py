@@ -229,15 +229,24 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             async for chunk in response:
                 if folder is None:
                     folder = ResponsesStreamFolder()
-                    kind = get(chunk, "type")
-                    if isinstance(kind, str) and kind.startswith("response."):
-                        cap = self._begin(request_data, responses=True)
+                    cap = self._begin_stream(request_data, chunk)
                 folder.feed(chunk)  # total: never raises into the stream
                 yield chunk
             completed = True
         finally:
             if cap is not None and folder is not None:
                 self._stream_done(cap, request_data, response, folder.outcome(completed=completed), chat)
+
+    def _begin_stream(self, data: Mapping[str, Any], first: Any) -> Capture | None:
+        """The capture of a stream whose request has no ``messages``: a Responses API call when
+        its first event is one (``response.*``), else nothing to monitor. Never raises."""
+        try:
+            kind = get(first, "type")
+        except Exception:  # an event object that cannot even say its type: not ours to read
+            return None
+        if isinstance(kind, str) and kind.startswith("response."):
+            return self._begin(data, responses=True)
+        return None
 
     def _stream_done(
         self, cap: Capture, data: Mapping[str, Any], stream: Any, out: StreamOutcome, offer: bool = True

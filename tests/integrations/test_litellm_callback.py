@@ -162,3 +162,27 @@ async def test_responses_api_calls_are_turns(responses_api_base: str) -> None:
     assert (second_turn.context.prefix_model, second_turn.record.handoff) == ("model-b", True)
     assert [a.method != "unknown" for a in second_turn.context.attributions] == [True]
     assert cb._starts == {}
+
+
+async def test_a_stream_of_unreadable_events_passes_through_untouched() -> None:
+    """A request without messages whose events cannot even say their type: every event
+    reaches the client unchanged, nothing raises, no turn is recorded (fail open)."""
+
+    class Odd:
+        @property
+        def type(self) -> str:
+            raise RuntimeError("no type")
+
+    with runtime(CONFIG) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
+        sent = [Odd() for _ in range(3)]
+        data = {"model": "x", "input": "hi"}
+        passed = [e async for e in cb.async_post_call_streaming_iterator_hook(None, _replay(sent), data)]
+        assert passed == sent
+        assert m.flush(10)
+        assert m.snapshot().total_turns == 0
+
+
+async def _replay(items: list[Any]) -> Any:
+    for item in items:
+        yield item
