@@ -56,6 +56,13 @@ class ResponsesRequest(NamedTuple):
     """``"server_state"`` (``previous_response_id`` or ``conversation``), ``"no_messages"``."""
 
 
+def _kind(obj: Any) -> str | None:
+    """An item's or part's ``type``: the string, ``None`` when absent, ``"?"`` when it is
+    something else (hostile input: never a set member lookup on an unhashable value)."""
+    kind = get(obj, "type")
+    return kind if kind is None or isinstance(kind, str) else "?"
+
+
 def _text_part(text: Any) -> dict[str, Any]:
     return {"type": "text", "text": text if isinstance(text, str) else str(text or "")}
 
@@ -71,7 +78,7 @@ def _parts(content: Any) -> list[Any]:
         return [_text_part(str(content))]
     out: list[Any] = []
     for part in content:
-        kind = get(part, "type")
+        kind = _kind(part)
         if isinstance(part, str):
             out.append(_text_part(part))
         elif kind in _TEXT_PARTS:
@@ -137,7 +144,7 @@ class _Assistant:
 
 def _assistant_side(item: Any) -> bool:
     """An item that is part of an assistant message: its text, or a tool call."""
-    kind = get(item, "type")
+    kind = _kind(item)
     if (kind is None or kind == "message") and get(item, "role") == "assistant":
         return True
     return isinstance(kind, str) and (kind == "custom_tool_call" or kind.endswith("_call"))
@@ -148,18 +155,19 @@ def items_as_messages(items: Iterable[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     turn: _Assistant | None = None
     for item in items:
+        kind: str | None
         if isinstance(item, str):  # not in the API; read as the user's text
             kind, role = "message", "user"
         else:
-            kind, role = get(item, "type"), get(item, "role")
+            kind, role = _kind(item), get(item, "role")
         if kind in _SKIPPED_ITEMS:
             continue
         if not isinstance(item, str) and _assistant_side(item):
             turn = turn or _Assistant()
             if role == "assistant":
                 turn.parts.extend(_parts(get(item, "content")))
-            else:
-                turn.calls.append(_call(item, kind))
+            else:  # a tool call: _assistant_side saw a string type
+                turn.calls.append(_call(item, kind or ""))
             continue
         if turn is not None:
             out.append(turn.message())

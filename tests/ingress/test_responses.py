@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import Response
 
@@ -348,8 +348,24 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(body=_json, response=_json, events=st.lists(_json, max_size=6))
+_dicts = st.dictionaries(st.sampled_from(_KEYS), _json, max_size=5)
+"""Item-, part- and event-shaped objects: the API's keys, anything as their values."""
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    body=st.one_of(
+        _json, st.fixed_dictionaries({"input": st.lists(_dicts, max_size=5)}, optional={"x": _json})
+    ),
+    response=st.one_of(_json, st.fixed_dictionaries({"output": st.lists(_dicts, max_size=4)})),
+    events=st.lists(st.one_of(_json, _dicts), max_size=6),
+)
+@example(body={"input": [{"type": [1]}]}, response={"output": [{"type": {}}]}, events=[{"type": ["x"]}])
+@example(
+    body={"input": [{"role": "user", "content": [{"type": [1]}]}]},
+    response={"output": [{"type": "message", "role": "assistant", "content": [{"type": {}}]}]},
+    events=[],
+)
 def test_the_readers_are_total(body: Any, response: Any, events: list[Any]) -> None:
     """Whatever a client or an upstream sends (any JSON, with the API's own keys in odd
     places): nothing raises, and every result has the shape its caller relies on."""
