@@ -118,6 +118,7 @@ async def test_async_sdk_stream_conversation(proxy: Proxy) -> None:
     """Streamed (events, no ``[DONE]``): the reply is read from ``response.completed`` and the
     SDK's own output objects sent back attribute to it on the next turn."""
     before = await asyncio.to_thread(_snapshot, proxy)
+    parse_errors = _sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"})
     client = openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
     items: list[Any] = []
     for d in range(1, TURNS + 1):
@@ -136,6 +137,8 @@ async def test_async_sdk_stream_conversation(proxy: Proxy) -> None:
     assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in range(1, TURNS + 1)])
     attributed = _delta(after.attributions, before.attributions)
     assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == TURNS * (TURNS - 1) // 2
+    # the event types the folder does not need (content_part.*, output_text.done, ...) are not odd
+    assert _sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"}) == parse_errors
 
 
 @pytest.mark.parametrize("stream", [False, True])
