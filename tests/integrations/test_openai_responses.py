@@ -81,6 +81,7 @@ async def test_conversation_turns_authors_and_tool_calls(
             replies.append(reply)
             items += [*reply.output, {"role": "user", "content": f"{mode}: next {d}"}]
         assert m.flush(10)
+        assert m.snapshot().monitor_errors == {}  # the SDK's events fold without odd parts
     results = exp.results
     assert [r.context.depth for r in results] == [1, 2, 3, 4]
     authors = [r.record.author for r in results]

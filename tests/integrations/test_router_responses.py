@@ -64,6 +64,7 @@ async def test_turns_authors_fallbacks_and_attribution(api_base: str, mode: str)
             items.append({"role": "user", "content": f"{mode} question {i}"})
             items += [o.model_dump(exclude_none=True) for o in await _ask(wrapped, mode, group, items)]
         assert m.flush(10)
+        assert m.snapshot().monitor_errors == {}  # LiteLLM's events fold without odd parts
     results = exp.results
     assert [r.context.depth for r in results] == [1, 2, 3, 4]
     assert [r.record.author for r in results] == ["model-c", "model-c", "model-b", "model-c"]
