@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from handoffmon.ingress import (
     RequestParser,
@@ -36,6 +36,19 @@ def _is_async_client(client: Any) -> bool:
     return isinstance(client, openai.AsyncOpenAI) or type(client).__name__.startswith("Async")
 
 
+_KEPT_NOW = frozenset({"metadata", "extra_headers", "extra_body"})
+"""Responses call arguments that keep the request read on the request path: the application's
+own mappings, which it may change after the call."""
+
+
+class _Pending(NamedTuple):
+    """A Responses API call whose input is read as chat later, off the request path: its
+    arguments as of the call (the ``input`` list copied) and the request-path time."""
+
+    kwargs: dict[str, Any]
+    begin_s: float
+
+
 class _Turns:
     """Capture/finish plumbing shared by the sync and async ``create``."""
 
@@ -52,30 +65,63 @@ class _Turns:
         source = self.shadow()
         return ShadowOffer(source, messages) if source is not None else None
 
-    def begin(self, kwargs: Mapping[str, Any], responses: bool = False) -> Capture | None:
+    def begin(self, kwargs: Mapping[str, Any], responses: bool = False) -> Capture | _Pending | None:
         """The turn's capture; ``None`` when it is not monitored (a Responses API call that
-        continues server-side state: ``previous_response_id`` or ``conversation``)."""
+        continues server-side state: ``previous_response_id`` or ``conversation``). A
+        Responses call without metadata or extra headers/body is only copied here
+        (``_Pending``): its input is read as chat when the reply is finished (ADR 0002)."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
-            if responses:
-                doc, skip = read_request(kwargs)
-                if doc is None:
-                    unmonitored_once(skip)
-                    return None
-                kwargs = {**kwargs, "messages": doc["messages"]}
-            return self.monitor.capture(self.parser.openai_call(kwargs))
+            if not responses:
+                return self.monitor.capture(self.parser.openai_call(kwargs))
+            if _KEPT_NOW.isdisjoint(kwargs):
+                t0 = time.perf_counter()
+                items = kwargs.get("input")
+                snapshot = {**kwargs, "input": items.copy()} if type(items) is list else dict(kwargs)
+                return _Pending(snapshot, time.perf_counter() - t0)
+            return self._responses_capture(kwargs)
         except Exception as exc:  # the parser is total; this guards the plumbing
             self.monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
+    def _responses_capture(self, kwargs: Mapping[str, Any]) -> Capture | None:
+        """A Responses call's input read as chat messages, captured; ``None`` when not monitored."""
+        doc, skip = read_request(kwargs)
+        if doc is None:
+            unmonitored_once(skip)
+            return None
+        return self.monitor.capture(self.parser.openai_call({**kwargs, "messages": doc["messages"]}))
+
+    def resolve(self, ctx: Capture | _Pending) -> Capture | None:
+        """The capture of a turn begun as ``_Pending`` (its input read now), else ``ctx``."""
+        if not isinstance(ctx, _Pending):
+            return ctx
+        cap = self._responses_capture(ctx.kwargs)
+        return None if cap is None else Capture(cap.request, ctx.begin_s)
+
+    def _read_later(
+        self, ctx: _Pending, response: Any, headers: Mapping[str, Any] | None, latency_s: float
+    ) -> tuple[Capture, Any, Deferred, float] | None:
+        """``Monitor.finish_later``'s build for a non-streamed ``_Pending`` Responses call."""
+        cap = self.resolve(ctx)
+        doc = response_as_chat(response)
+        reply = reply_message(doc)
+        if cap is None or reply is None:
+            return None
+        outcome = Deferred(describe_response, (self.monitor.names, doc, served_by_headers(headers)))
+        return cap, reply, outcome, latency_s
+
     def finish(
         self,
-        cap: Capture,
+        cap: Capture | _Pending,
         response: Any,
         headers: Mapping[str, Any] | None,
         t0: float,
         responses: bool = False,
     ) -> None:
+        if isinstance(cap, _Pending):  # read on the attribution thread, in order with other turns
+            self.monitor.finish_later(self._read_later, (cap, response, headers, time.perf_counter() - t0))
+            return
         try:
             served = served_by_headers(headers)
             if responses:  # a Responses API response, read as a chat completion
@@ -92,7 +138,7 @@ class _Turns:
 
     def stream_done(
         self,
-        cap: Capture,
+        ctx: Capture | _Pending,
         headers: Mapping[str, Any] | None,
         t0: float,
         out: StreamOutcome,
@@ -100,6 +146,9 @@ class _Turns:
     ) -> None:
         try:
             if not self.monitor.stream_recordable(out):
+                return
+            cap = self.resolve(ctx)
+            if cap is None:
                 return
             served = served_by_headers(headers)
             self.monitor.finish(

@@ -38,7 +38,12 @@ headers (the application's own mappings, which it may change after the call)."""
 _UNREAD: Any = object()
 
 
-def _responses_snapshot(kwargs: dict[str, Any]) -> dict[str, Any]:
+_KEPT_NOW = frozenset({"metadata", "extra_headers", "headers"})
+"""Responses call arguments that keep the request read when the call is made: the
+application's own mappings, which it may change after the call."""
+
+
+def _responses_snapshot(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """A Responses call's arguments as of the call: the ``input`` list copied (the application
     appends to its own), for ``_read_responses`` on the attribution thread."""
     items = kwargs.get("input")
@@ -143,90 +148,110 @@ class RouterWrapper:
     def responses(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.responses`` with monitoring; ``stream=True`` returns a wrapped iterator."""
         drain_finalized()
-        if self._lean and _PARSED_NOW.isdisjoint(kwargs):
-            t0 = time.perf_counter()
-            snapshot = _responses_snapshot(kwargs)
-            t1 = time.perf_counter()
-            response = self._router.responses(*args, **kwargs)
-            self._monitor.finish_later(
-                self._read_responses, (snapshot, response, t0, t1, time.perf_counter())
-            )
-            return response
-        cap = self._capture_responses(kwargs)
         t0 = time.perf_counter()
+        ctx = self._begin_responses(kwargs)
+        t1 = time.perf_counter()
         response = self._router.responses(*args, **kwargs)
-        return self._responses_done(cap, kwargs, response, t0, SyncStream)
+        return self._responses_done(ctx, kwargs, response, t0, t1, SyncStream)
 
     async def aresponses(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.aresponses`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
         drain_finalized()
-        if self._lean and _PARSED_NOW.isdisjoint(kwargs):
-            t0 = time.perf_counter()
-            snapshot = _responses_snapshot(kwargs)
-            t1 = time.perf_counter()
-            response = await self._router.aresponses(*args, **kwargs)
-            self._monitor.finish_later(
-                self._read_responses, (snapshot, response, t0, t1, time.perf_counter())
-            )
-            return response
-        cap = self._capture_responses(kwargs)
         t0 = time.perf_counter()
+        ctx = self._begin_responses(kwargs)
+        t1 = time.perf_counter()
         response = await self._router.aresponses(*args, **kwargs)
-        return self._responses_done(cap, kwargs, response, t0, AsyncStream)
+        return self._responses_done(ctx, kwargs, response, t0, t1, AsyncStream)
 
     # -- monitoring ---------------------------------------------------------------------
 
-    def _capture_responses(self, kwargs: Mapping[str, Any]) -> Capture | None:
-        """A Responses API call's capture (its ``input`` read as chat messages); ``None`` when
-        it continues server-side state or has no input (not monitored)."""
+    def _begin_responses(self, kwargs: Mapping[str, Any]) -> Capture | dict[str, Any] | None:
+        """A Responses call's arguments as of the call (``_responses_snapshot``), read as chat
+        later — on the attribution thread, or when its stream ends — unless something forces a
+        read now (shadow or trace context, the application's metadata or headers): then its
+        capture. ``None`` when it is not monitored."""
+        if self._lean and _KEPT_NOW.isdisjoint(kwargs):
+            return _responses_snapshot(kwargs)
         try:
-            doc, skip = read_request(kwargs)
-            if doc is None:
-                unmonitored_once(skip)
-                return None
-            return self._monitor.capture(
-                self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs)
-            )
+            return self._resolve_responses(kwargs)
         except Exception as exc:  # the parser is total; this guards the plumbing
             self._monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
-    def _read_responses(
-        self, kwargs: dict[str, Any], response: Any, t0: float, t1: float, t2: float
-    ) -> tuple[Capture, Any, Deferred, float] | None:
-        """A non-streamed Responses API call read on the attribution thread (``finish_later``):
-        the request's input translated there, not on the request path; ``None`` when it is
-        not monitored (server-side state, no input, not a response)."""
+    def _resolve_responses(
+        self, kwargs: Mapping[str, Any], t0: float | None = None, t1: float | None = None
+    ) -> Capture | None:
+        """A Responses call's input read as chat messages, captured (``t0``/``t1``: when the
+        call began and when it reached the router, for a call read later); ``None`` when it
+        continues server-side state or has no input."""
         doc, skip = read_request(kwargs)
-        chat = response_as_chat(response)
-        reply = reply_message(chat)
-        if doc is None or reply is None:
+        if doc is None:
             unmonitored_once(skip)
             return None
         request = self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs, received_at=t0)
+        if t0 is None or t1 is None:
+            return self._monitor.capture(request)
+        return Capture(request, t1 - t0)
+
+    def _read_responses(
+        self, kwargs: dict[str, Any], response: Any, t0: float, t1: float, t2: float
+    ) -> tuple[Capture, Any, Deferred, float] | None:
+        """A non-streamed Responses API call read on the attribution thread (``finish_later``);
+        ``None`` when it is not monitored (server-side state, no input, not a response)."""
+        chat = response_as_chat(response)
+        reply = reply_message(chat)
+        cap = self._resolve_responses(kwargs, t0, t1) if reply is not None else None
+        if cap is None:
+            return None
         outcome = Deferred(describe_response, (self._monitor.names, chat, served_by_response(response)))
-        return Capture(request, t1 - t0), reply, outcome, t2 - t1
+        return cap, reply, outcome, t2 - t1
 
     def _responses_done(
-        self, cap: Capture | None, kwargs: Mapping[str, Any], response: Any, t0: float, stream: type[_Stream]
+        self,
+        ctx: Capture | dict[str, Any] | None,
+        kwargs: Mapping[str, Any],
+        response: Any,
+        t0: float,
+        t1: float,
+        stream: type[_Stream],
     ) -> Any:
         """Finish a Responses API call (no shadow offer: shadow continuation is for chat)."""
-        if cap is None:
+        if ctx is None:
             return response
         if kwargs.get("stream") and get(response, "output") is None:  # an event iterator
             folder = ResponsesStreamFolder()
-            return stream(response, lambda out, inner: self._stream_done(cap, t0, out, inner, False), folder)
+            return stream(
+                response, lambda out, inner: self._responses_stream_done(ctx, t0, t1, out, inner), folder
+            )
+        if isinstance(ctx, dict):  # read on the attribution thread, in order with other turns
+            self._monitor.finish_later(self._read_responses, (ctx, response, t0, t1, time.perf_counter()))
+            return response
         try:
             doc = response_as_chat(response)
             self._monitor.finish(
-                cap,
+                ctx,
                 reply_message(doc),
                 Deferred(describe_response, (self._monitor.names, doc, served_by_response(response))),
-                latency_s=time.perf_counter() - t0,
+                latency_s=time.perf_counter() - t1,
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a router response")
         return response
+
+    def _responses_stream_done(
+        self, ctx: Capture | dict[str, Any], t0: float, t1: float, out: StreamOutcome, inner: Any
+    ) -> None:
+        """A Responses stream ended: its input read now if it was not at the call."""
+        if isinstance(ctx, dict):
+            try:
+                cap = self._resolve_responses(ctx, t0, t1)
+            except Exception as exc:
+                self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")
+                return
+            if cap is None:
+                return
+            ctx = cap
+        self._stream_done(ctx, t1, out, inner, False)
 
     def _capture(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> Capture | None:
         try:

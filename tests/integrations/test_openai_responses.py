@@ -124,3 +124,25 @@ def test_the_rest_of_responses_passes_through(upstream: tuple[ResponsesUpstream,
         wrapped = OpenAIClientWrapper(client, m)
         assert wrapped.responses.with_raw_response is not None
         assert wrapped.responses.input_items is client.responses.input_items
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_metadata_calls_are_read_on_the_request_path(
+    upstream: tuple[ResponsesUpstream, str], stream: bool
+) -> None:
+    """A call with ``metadata`` (the application's own mapping, which it may change after the
+    call) is read when made: its conversation id holds although the mapping changes later."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = OpenAIClientWrapper(openai.OpenAI(base_url=upstream[1], api_key="k", max_retries=0), m)
+        meta = {"conversation_id": f"conv-meta-{stream}"}
+        items: list[Any] = [{"role": "user", "content": f"with metadata {stream}"}]
+        reply = wrapped.responses.create(model="gpt-x", input=items, metadata=meta, stream=stream)
+        if stream:
+            for _ in reply:
+                pass
+        meta["conversation_id"] = "changed-after-the-call"
+        items.append({"role": "user", "content": "appended after the call"})
+        assert m.flush(10)
+    (result,) = exp.results
+    assert result.context.conversation_id == f"conv-meta-{stream}" and result.context.depth == 1

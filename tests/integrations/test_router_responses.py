@@ -85,3 +85,26 @@ def test_server_side_state_passes_through(api_base: str) -> None:
         wrapped.responses(model="alpha", input="more", previous_response_id=first.id)
         assert m.flush(10)
     assert len(exp.results) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_metadata_calls_are_read_when_made(api_base: str, stream: bool) -> None:
+    """With ``metadata`` (the application's own mapping) the call is read when made, so a
+    later change to the mapping does not move the turn to another conversation; without it,
+    the input list is copied and read off the request path, so appending to it after the call
+    does not change the turn either."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(responses_router(api_base), m)
+        meta = {"conversation_id": f"router-meta-{stream}"}
+        for kwargs in ({"metadata": meta}, {}):
+            items: list[Any] = [{"role": "user", "content": f"read when made {stream} {bool(kwargs)}"}]
+            reply = await wrapped.aresponses(model="alpha", input=items, stream=stream, **kwargs)
+            if stream:
+                async for _ in reply:
+                    pass
+            meta["conversation_id"] = "changed-after-the-call"
+            items.append({"role": "assistant", "content": "appended after the call"})
+        assert m.flush(10)
+    assert len(exp.results) == 2 and exp.results[0].context.conversation_id == f"router-meta-{stream}"
+    assert [r.context.depth for r in exp.results] == [1, 1]  # the appended reply is not in either

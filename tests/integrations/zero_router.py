@@ -67,3 +67,26 @@ class ZeroLatencyRouter:
     async def acompletion(self, model: str, messages: Sequence[Any], **kwargs: Any) -> ZeroResponse:
         """Asynchronous completion (never actually awaits anything)."""
         return self._respond(model, messages)
+
+    def responses(self, model: str, input: Sequence[Any], **kwargs: Any) -> ZeroResponsesResponse:
+        """Synchronous Responses API call (``input`` items; litellm's argument names)."""
+        dep, name = self.deployments[model]
+        return ZeroResponsesResponse(f"reply {len(input)} by {dep}", dep, name)
+
+
+class ZeroResponsesResponse:
+    """What litellm's ``Router.responses`` returns, minus the cost: ``output`` (one message
+    item), ``model``, ``status``, ``_hidden_params``."""
+
+    __slots__ = ("_hidden_params", "id", "model", "object", "output", "status", "usage")
+
+    def __init__(self, text: str, deployment_id: str, model_name: str) -> None:
+        self.id = "resp_zero"
+        self.object = "response"
+        self.model = model_name.rsplit("/", 1)[-1]
+        self.status = "completed"
+        self.usage = None
+        self.output = [
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+        ]
+        self._hidden_params = {"model_id": deployment_id, "litellm_model_name": model_name}
