@@ -38,7 +38,7 @@ from handoffmon.ingress import (
 from handoffmon.ingress.chunks import Folder
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
-from handoffmon.integrations.streaming import unmonitored_once
+from handoffmon.integrations.notices import unmonitored_once
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer

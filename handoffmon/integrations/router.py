@@ -16,7 +16,8 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
-from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized, unmonitored_once
+from handoffmon.integrations.notices import unmonitored_once
+from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer

@@ -41,23 +41,6 @@ def _report(cb: OnDone, folder: Folder, inner: Any, completed: bool) -> None:
         _log.warning("handoffmon stream completion failed", exc_info=True)
 
 
-_told: set[str] = set()
-
-
-def unmonitored_once(reason: str | None) -> None:
-    """Log once per process that a kind of call is passed through unmonitored (``serve`` counts
-    them in ``handoffmon_proxy_unmonitored_requests_total``; the in-process adapters say so here,
-    so an application whose every call carries ``previous_response_id`` is not silently unseen)."""
-    if reason != "server_state" or reason in _told:
-        return
-    _told.add(reason)
-    _log.warning(
-        "handoffmon: Responses API calls that continue server-side state (previous_response_id or "
-        "conversation) are not monitored: their history is kept by the provider, not sent in the "
-        "request. Send the history in `input` (store=False) to have them monitored."
-    )
-
-
 def drain_finalized() -> int:
     """Report the streams dropped since the last drain, on this (normal) stack; returns how many.
 
