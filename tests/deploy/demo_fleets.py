@@ -68,13 +68,21 @@ FLEETS: dict[str, Callable[[], Fleet]] = {"one-problem": one_problem_fleet, "hea
 
 @contextmanager
 def demo_world(
-    fleet: Fleet, registry: Any, *, seed: int = SEED, refit_interval_s: float = 0.0
+    fleet: Fleet, registry: Any, *, seed: int = SEED, refit_interval_s: float = 0.0, think_s: float = 0.0
 ) -> Iterator[Any]:
     """The demo pipeline over ``fleet``, its runtime's series shown in ``registry`` (and, with
-    ``refit_interval_s``, its periodic refit publishing the gauges there)."""
+    ``refit_interval_s``, its periodic refit publishing the gauges there). ``think_s``: pause
+    before each later turn of a conversation (live traffic at a pace the pipeline keeps up with)."""
     from handoffmon.sim.demo import DemoSettings, build_world, close_world
+    from handoffmon.sim.driver import TrafficPolicy
 
-    settings = DemoSettings(models=len(fleet.models), rules=len(fleet.rules), seed=seed, concurrency=16)
+    settings = DemoSettings(
+        models=len(fleet.models),
+        rules=len(fleet.rules),
+        seed=seed,
+        concurrency=16,
+        policy=TrafficPolicy(think_s=think_s),
+    )
     world = build_world(settings, fleet=fleet, registry=registry, refit_interval_s=refit_interval_s)
     try:
         yield world
