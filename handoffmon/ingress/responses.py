@@ -365,7 +365,8 @@ class ResponsesStreamFolder:
     def outcome(self, *, completed: bool) -> StreamOutcome:
         """The folded reply so far (the final response's, once the terminal event came)."""
         final = self._final
-        doc = response_as_chat(final if final is not None else self._partial()) or {}
+        doc = response_as_chat(final if final is not None else self._partial())
+        assert doc is not None  # both have an output list (the terminal event is kept only then)
         (choice,) = doc["choices"]
         usage = doc.get("usage") or {}
         model, rid = doc.get("model"), doc.get("id")

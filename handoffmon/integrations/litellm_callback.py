@@ -37,8 +37,8 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.chunks import Folder
 from handoffmon.ingress.fields import get
-from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
-from handoffmon.integrations.notices import unmonitored_once
+from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
+from handoffmon.integrations.responses_calls import chat_messages
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer
@@ -175,11 +175,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if self._parser is None:
                 self._parser = RequestParser.from_config(monitor.config)
             if responses:
-                doc, skip = read_request(data)
-                if doc is None:  # server-side state, or no input: not monitored
-                    unmonitored_once(skip)
+                messages = chat_messages(data)
+                if messages is None:  # server-side state, or no input: not monitored
                     return None
-                data = {**data, "messages": doc["messages"]}
+                data = {**data, "messages": messages}
             request = self._parser.litellm_proxy(data)
             return None if request is None else monitor.capture(request)  # None: not a chat call
         except Exception:

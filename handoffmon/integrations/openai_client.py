@@ -18,8 +18,8 @@ from handoffmon.ingress import (
     served_by_headers,
 )
 from handoffmon.ingress.chunks import Folder
-from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
-from handoffmon.integrations.notices import unmonitored_once
+from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
+from handoffmon.integrations.responses_calls import chat_messages, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -77,9 +77,7 @@ class _Turns:
                 return self.monitor.capture(self.parser.openai_call(kwargs))
             if _KEPT_NOW.isdisjoint(kwargs):
                 t0 = time.perf_counter()
-                items = kwargs.get("input")
-                snapshot = {**kwargs, "input": items.copy()} if type(items) is list else dict(kwargs)
-                return _Pending(snapshot, time.perf_counter() - t0)
+                return _Pending(snapshot(kwargs), time.perf_counter() - t0)
             return self._responses_capture(kwargs)
         except Exception as exc:  # the parser is total; this guards the plumbing
             self.monitor.errors.failed("integration", exc, "could not start a turn")
@@ -87,11 +85,10 @@ class _Turns:
 
     def _responses_capture(self, kwargs: Mapping[str, Any]) -> Capture | None:
         """A Responses call's input read as chat messages, captured; ``None`` when not monitored."""
-        doc, skip = read_request(kwargs)
-        if doc is None:
-            unmonitored_once(skip)
+        messages = chat_messages(kwargs)
+        if messages is None:
             return None
-        return self.monitor.capture(self.parser.openai_call({**kwargs, "messages": doc["messages"]}))
+        return self.monitor.capture(self.parser.openai_call({**kwargs, "messages": messages}))
 
     def resolve(self, ctx: Capture | _Pending) -> Capture | None:
         """The capture of a turn begun as ``_Pending`` (its input read now), else ``ctx``."""

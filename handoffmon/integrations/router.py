@@ -15,8 +15,8 @@ from handoffmon.ingress import (
     served_by_response,
 )
 from handoffmon.ingress.fields import get
-from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
-from handoffmon.integrations.notices import unmonitored_once
+from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
+from handoffmon.integrations.responses_calls import chat_messages, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -42,13 +42,6 @@ _UNREAD: Any = object()
 _KEPT_NOW = frozenset({"metadata", "extra_headers", "headers"})
 """Responses call arguments that keep the request read when the call is made: the
 application's own mappings, which it may change after the call."""
-
-
-def _responses_snapshot(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """A Responses call's arguments as of the call: the ``input`` list copied (the application
-    appends to its own), for ``_read_responses`` on the attribution thread."""
-    items = kwargs.get("input")
-    return {**kwargs, "input": items.copy()} if type(items) is list else dict(kwargs)
 
 
 _Stream = SyncStream | AsyncStream
@@ -167,12 +160,12 @@ class RouterWrapper:
     # -- monitoring ---------------------------------------------------------------------
 
     def _begin_responses(self, kwargs: Mapping[str, Any]) -> Capture | dict[str, Any] | None:
-        """A Responses call's arguments as of the call (``_responses_snapshot``), read as chat
+        """A Responses call's arguments as of the call (``responses_calls.snapshot``), read as chat
         later — on the attribution thread, or when its stream ends — unless something forces a
         read now (shadow or trace context, the application's metadata or headers): then its
         capture. ``None`` when it is not monitored."""
         if self._lean and _KEPT_NOW.isdisjoint(kwargs):
-            return _responses_snapshot(kwargs)
+            return snapshot(kwargs)
         try:
             return self._resolve_responses(kwargs)
         except Exception as exc:  # the parser is total; this guards the plumbing
@@ -185,11 +178,10 @@ class RouterWrapper:
         """A Responses call's input read as chat messages, captured (``t0``/``t1``: when the
         call began and when it reached the router, for a call read later); ``None`` when it
         continues server-side state or has no input."""
-        doc, skip = read_request(kwargs)
-        if doc is None:
-            unmonitored_once(skip)
+        messages = chat_messages(kwargs)
+        if messages is None:
             return None
-        request = self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs, received_at=t0)
+        request = self._parser.router_call(kwargs.get("model"), messages, kwargs, received_at=t0)
         if t0 is None or t1 is None:
             return self._monitor.capture(request)
         return Capture(request, t1 - t0)

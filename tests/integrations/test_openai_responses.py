@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from handoffmon.integrations import notices
+from handoffmon.integrations import responses_calls
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
@@ -103,7 +103,7 @@ async def test_server_side_state_passes_through_unmonitored(
 ) -> None:
     """``previous_response_id``: the SDK's response, unchanged; no turn recorded, and one
     warning per process says why (the application is not silently unseen)."""
-    monkeypatch.setattr(notices, "_told", set())
+    monkeypatch.setattr(responses_calls, "_told", set())
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m, caplog.at_level(logging.WARNING, "handoffmon.integrations"):
         wrapped = OpenAIClientWrapper(openai.OpenAI(base_url=upstream[1], api_key="k", max_retries=0), m)
