@@ -55,10 +55,11 @@ def scripted() -> Iterator[tuple[ScriptedUpstream, str]]:
 
 
 def proxy_config(upstream_url: str, **sections: Any) -> HandoffmonConfig:
-    """Config for a proxy in front of ``upstream_url``; ``proxy=…`` etc. merge into sections."""
+    """Config for a proxy in front of ``upstream_url``; ``proxy=…`` etc. merge into sections
+    (a list section, ``rules=[…]``, is taken as given)."""
     data: dict[str, Any] = {"telemetry": {"log_turns": False}, "refit": {"interval_s": 0}}
     for name, values in sections.items():
-        data[name] = {**data.get(name, {}), **values}
+        data[name] = {**data.get(name, {}), **values} if isinstance(values, dict) else values
     data["proxy"] = {"upstream": upstream_url, **data.get("proxy", {})}
     return config_from_mapping(data)
 

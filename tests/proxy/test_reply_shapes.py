@@ -10,8 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from handoffmon.config import config_from_mapping
-from tests.proxy.conftest import Proxy, running_proxy
+from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse
 
 RULES = [
@@ -24,16 +23,7 @@ JSON = [(b"content-type", b"application/json")]
 
 @pytest.fixture(scope="module")
 def proxy(scripted: tuple[ScriptedUpstream, str]) -> Iterator[Proxy]:
-    cfg = config_from_mapping(
-        {
-            "rules": RULES,
-            "telemetry": {"log_turns": False},
-            "refit": {"interval_s": 0},
-            "pipeline": {"check_budget_s": 10.0},
-            "proxy": {"upstream": scripted[1]},
-        }
-    )
-    with running_proxy(cfg) as p:
+    with running_proxy(proxy_config(scripted[1], rules=RULES, pipeline={"check_budget_s": 10.0})) as p:
         yield p
 
 

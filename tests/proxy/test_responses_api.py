@@ -18,12 +18,11 @@ import httpx
 import openai
 import pytest
 
-from handoffmon.config import config_from_mapping
 from handoffmon.counts import TurnKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.pipeline.aggregates import handoff_label
 from tests.conftest import free_port
-from tests.proxy.conftest import Proxy, running_proxy
+from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.mock_upstream import ServerThread, schedule
 from tests.proxy.responses_upstream import TOOL_WORDS, ResponsesUpstream, responses_text
 
@@ -43,16 +42,7 @@ def upstream() -> Iterator[tuple[ResponsesUpstream, str]]:
 
 @pytest.fixture(scope="module")
 def proxy(upstream: tuple[ResponsesUpstream, str]) -> Iterator[Proxy]:
-    cfg = config_from_mapping(
-        {
-            "rules": RULES,
-            "telemetry": {"log_turns": False},
-            "refit": {"interval_s": 0},
-            "pipeline": {"check_budget_s": 10.0},
-            "proxy": {"upstream": upstream[1]},
-        }
-    )
-    with running_proxy(cfg) as p:
+    with running_proxy(proxy_config(upstream[1], rules=RULES, pipeline={"check_budget_s": 10.0})) as p:
         yield p
 
 
