@@ -6,16 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-AttributionMethod = Literal["chain", "content", "unknown"]
+AttributionMethod = Literal["chain", "content", "response_id", "unknown"]
 """How an earlier assistant message was attributed: chained fingerprint, content-only
-fingerprint (the chain broke), or not at all."""
+fingerprint (the chain broke), the stored response a Responses API call continues (the
+message is in the history the provider keeps), or not at all."""
 
 Verdict = Literal["pass", "fail", "not_applicable", "error"]
 """Outcome of one rule on one reply. ``error`` = the checker raised or ran out of time."""
 
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "not_applicable", "error")
 
-ATTRIBUTION_METHODS: tuple[AttributionMethod, ...] = ("chain", "content", "unknown")
+ATTRIBUTION_METHODS: tuple[AttributionMethod, ...] = ("chain", "content", "response_id", "unknown")
 """How an earlier assistant message was attributed (``handoffmon_attributions_total{method}``)."""
 
 MONITOR_STAGES: tuple[str, ...] = (
@@ -71,11 +72,14 @@ class MessageAttribution:
     """Who wrote one earlier assistant message of the request history.
 
     Attributes:
-        index: position of the message in the request's ``messages`` list.
+        index: position of the message in the request's ``messages`` list; negative for the
+            history a Responses API call continues by ``previous_response_id``, which the
+            request does not carry (-1: the previous response).
         author: canonical model name, or ``unknown``.
         authors: every model that wrote part of it (two for a mid-stream fallback).
         depth: the depth at which handoffmon produced it, when known.
-        method: ``chain``, ``content`` or ``unknown``.
+        method: ``chain``, ``content``, ``response_id`` (the provider-held history of a
+            Responses API call, from the stored response it continues) or ``unknown``.
     """
 
     index: int

@@ -19,6 +19,7 @@ from handoffmon.attribution.fingerprint import (
     ASSISTANT_SALT,
     CHAIN_SEED,
     DEFAULT_MIN_CONTENT_CHARS,
+    RESPONSE_AUTHORS,
     UNCHAINED_ROLES,
     USER_SALT,
     PrefixCache,
@@ -26,7 +27,9 @@ from handoffmon.attribution.fingerprint import (
     chain_key,
     content_fingerprint,
     content_key,
+    continuation_seed,
     raw_digest,
+    response_key,
     role_salt,
 )
 from handoffmon.attribution.fingerprint import ROLE_SALTS as _SALTS
@@ -154,6 +157,7 @@ class Attributor:
         metadata: Mapping[str, Any] | None = None,
         started_at: float | None = None,
         prepared: Prepared | None = None,
+        previous_response_id: str | None = None,
     ) -> TurnContext:
         """Attribute every assistant message of a request history. Never raises.
 
@@ -169,10 +173,19 @@ class Attributor:
             started_at: monotonic time the call started (default: now); set when the
                 history is attributed after the call, in the background.
             prepared: ``messages`` as :meth:`prepare` scanned and looked them up.
+            previous_response_id: the stored response a Responses API call continues: its
+                history is the provider's, and ``messages`` only the new input (ADR 0011).
+                The hidden messages are attributed from the response's key (``response_id``;
+                one ``unknown`` message when it is not known here), and ``messages`` chain
+                from a seed of their own (``prepared`` is ignored).
         """
         started = self._monotonic() if started_at is None else started_at
         meta: Mapping[str, object] = dict(metadata) if metadata else {}  # the app may mutate its dict
         try:
+            if previous_response_id is not None:
+                return self._continued(
+                    messages, previous_response_id, conversation_id, requested_model, meta, started
+                )
             scan = self._scan(messages) if prepared is None else prepared.scan
             found = self._lookup(scan, prepared)
             return self._context(scan, found, conversation_id, requested_model, meta, started)
@@ -186,17 +199,18 @@ class Attributor:
                 started_at=started,
             )
 
-    def _scan(self, messages: Sequence[Any]) -> _Scan:
+    def _scan(self, messages: Sequence[Any], seed: int = CHAIN_SEED) -> _Scan:
         # The hot loop. {role, content: str} dicts take the inlined path: a cached text
         # digest and one xxh3 call; any other shape goes through raw_digest. A history that
         # extends a recent one by two messages, or repeats it, resumes from its state (_resume).
-        resumed = self._resume(messages) if type(messages) is list else None
+        # Another seed (a continued response's input) neither resumes nor is remembered.
+        resumed = self._resume(messages) if type(messages) is list and seed == CHAIN_SEED else None
         if resumed is None:
-            start, h, chars, held, prev_role, prev_bytes = 0, CHAIN_SEED, 0, 0, None, b""
+            start, h, chars, held, prev_role, prev_bytes = 0, seed, 0, 0, None, b""
             indices: list[int] = []
             chains: list[int] = []
             contents: list[int] = []
-            snapshot: list[dict[str, str]] | None = []
+            snapshot: list[dict[str, str]] | None = [] if seed == CHAIN_SEED else None
         else:
             start, h, chars, held, prev_role, prev_bytes, indices, chains, contents, snapshot = resumed
         min_chars = self.min_content_chars
@@ -389,6 +403,60 @@ class Attributor:
         it = iter(got)
         return [v if v is not None else next(it) for v in found], True
 
+    def _continued(
+        self,
+        messages: Sequence[Any],
+        previous: str,
+        conversation_id: str | None,
+        requested_model: str | None,
+        metadata: Mapping[str, object],
+        started: float,
+    ) -> TurnContext:
+        """The context of a call continuing stored response ``previous``: the hidden history
+        from the response's key (one store call, the overlay first), then the new input."""
+        seed = continuation_seed(previous)
+        scan = self._scan(messages, seed)
+        found = self._lookup(scan)
+        head = self._fetch([response_key(previous)])[0][0]
+        if head is not None and not head.authors:  # a collision marker: attributes nothing
+            head = None
+        hidden = self._hidden(head)
+        if not conversation_id and head is None:  # one id for the rest of an unknown chain
+            conversation_id, source = derived_conversation_id(seed), "derived"
+        else:
+            source = None
+        ctx = self._context(scan, found, conversation_id, requested_model, metadata, started, (hidden, head))
+        if source is not None:
+            object.__setattr__(ctx, "conversation_id_source", source)
+        return ctx
+
+    def _hidden(self, head: Authorship | None) -> list[MessageAttribution]:
+        """The attributions of a continued response's history, oldest first (index -1: the
+        response): one per author its key lists, or one ``unknown`` message when the key is
+        not known here (the depth is then a lower bound)."""
+        if head is None:
+            return [_attribution(-1, "unknown", None)]
+        names, depth, made = head.authors, head.depth, self._made
+        n = len(names)
+        out = []
+        for j, name in enumerate(names):
+            behind = n - 1 - j
+            at = depth - behind if depth > behind else 0
+            key = (j - n, "response_id" if name != UNKNOWN_MODEL else "unknown", name, at)
+            attribution = made.get(key)
+            if attribution is None:
+                if name == UNKNOWN_MODEL:
+                    attribution = MessageAttribution(
+                        j - n, UNKNOWN_MODEL, _UNKNOWN_AUTHORS, at or None, "unknown"
+                    )
+                else:
+                    attribution = MessageAttribution(j - n, name, (name,), at or None, "response_id")
+                if len(made) >= _MADE_MAX:
+                    made.clear()
+                made[key] = attribution
+            out.append(attribution)
+        return out
+
     def _context(
         self,
         scan: _Scan,
@@ -397,8 +465,12 @@ class Attributor:
         requested_model: str | None,
         metadata: Mapping[str, object],
         started: float,
+        hidden: tuple[list[MessageAttribution], Authorship | None] | None = None,
     ) -> TurnContext:
         attributions, stored = self._attributions(scan, found)
+        if hidden is not None:  # a continued response's history comes first
+            attributions = hidden[0] + attributions
+            stored = [hidden[1], *stored]
         n = len(attributions)
         if n:
             prefix = attributions[-1].author
@@ -466,13 +538,19 @@ class Attributor:
     # -- after the reply ----------------------------------------------------------------
 
     def record(
-        self, ctx: TurnContext, reply: Message | Mapping[str, Any] | str, authors: Sequence[str]
+        self,
+        ctx: TurnContext,
+        reply: Message | Mapping[str, Any] | str,
+        authors: Sequence[str],
+        response_id: str | None = None,
     ) -> RecordedReply:
         """Fingerprint a reply and make it attributable at once in this process.
 
         Cheap (two hashes and a dict insert). ``authors`` in order (two for a mid-stream
         fallback), canonical or raw (they go through ``names``). Nothing is recorded for a
-        degraded context or when every author is ``unknown``.
+        degraded context or when every author is ``unknown``. ``response_id``: the id of a
+        Responses API response the provider stores; the reply is also recorded under it, with
+        the authors of its history (``response_key``), so a call continuing it is attributed.
 
         Returns:
             What ``persist`` writes, and the conversation's final id.
@@ -499,6 +577,10 @@ class Attributor:
         if self.content_fallback:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
             items.append((content_key(fp), auth))
+        if response_id:
+            earlier = ctx.attributions[max(0, len(ctx.attributions) - RESPONSE_AUTHORS + 1) :]
+            history = (*[a.author for a in earlier], canon[-1])
+            items.append((response_key(response_id), Authorship(history, ctx.depth, auth.created_at, cid)))
         seq = self._pending.add(items)
         for a in ctx.attributions:
             if a.method != "chain":

@@ -97,6 +97,32 @@ def content_key(fingerprint: int) -> str:
     return "k:" + hex(fingerprint)
 
 
+RESPONSE_SEED = xxh3_64_intdigest(b"handoffmon/response/v1")
+"""Seed of response-id fingerprints (``response_key``, ``continuation_seed``)."""
+
+RESPONSE_AUTHORS = 64
+"""Assistant messages a response key summarizes (its last ones; ``response_key``)."""
+
+
+def response_fingerprint(response_id: str) -> int:
+    """64-bit fingerprint of a Responses API response id."""
+    return xxh3_64_intdigest(response_id.encode("utf-8", "surrogatepass"), RESPONSE_SEED)
+
+
+def response_key(response_id: str) -> str:
+    """Store key of a stored response (ADR 0011): its value's ``authors`` are the authors of
+    the history's assistant messages through that response, one per message, oldest first
+    (the last ``RESPONSE_AUTHORS``); its ``depth`` the response's turn."""
+    return "r:" + hex(response_fingerprint(response_id))
+
+
+def continuation_seed(previous_response_id: str) -> int:
+    """Chain seed of a request continuing a stored response: its visible messages chain from
+    here instead of ``CHAIN_SEED`` (the hidden history is not hashed), so their keys are this
+    chain's own."""
+    return response_fingerprint(previous_response_id) ^ CHAIN_SEED
+
+
 class TextCache:
     """Bounded cache: raw content string → digest of its folded text, folded length, digest bytes.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from handoffmon.ingress.chunks import ChunkFolder, StreamOutcome
 from handoffmon.ingress.conversation import caller_conversation_id
-from handoffmon.ingress.request import KEPT_KEYS, Request, RequestParser
+from handoffmon.ingress.request import KEPT_KEYS, Request, RequestParser, ResponseLink
 from handoffmon.ingress.served import (
     Outcome,
     ServedBy,
@@ -30,6 +30,7 @@ __all__ = [
     "Outcome",
     "Request",
     "RequestParser",
+    "ResponseLink",
     "ServedBy",
     "StreamOutcome",
     "author",

@@ -30,6 +30,20 @@ LITELLM_GENERATED = "litellm_session_id_generated"
 """LiteLLM Proxy marks session ids it invented (``missing_session_id: generate``) with this key."""
 
 
+class ResponseLink(NamedTuple):
+    """Where a Responses API call sits in a chain of responses the provider stores (ADR 0011).
+
+    Attributes:
+        previous: the ``previous_response_id`` the call continues (its history is the
+            provider's: the request carries only the new input), or ``None``.
+        keep: the provider stores this call's response (``store`` not ``false``), so a later
+            call may continue it: the reply is also recorded under its response id.
+    """
+
+    previous: str | None
+    keep: bool
+
+
 class Request(NamedTuple):
     """One parsed chat request: what the monitor keeps of it (no other content, no auth).
 
@@ -43,6 +57,8 @@ class Request(NamedTuple):
         conversation_id: the caller's conversation id, if it sent one.
         metadata: the kept metadata (``KEPT_KEYS``), with ``traceparent`` when known.
         received_at: ``time.perf_counter()`` when parsing began (latency and overhead).
+        link: a Responses API call's place in a chain the provider stores (``None``: a chat
+            call, or a Responses call whose response is not stored and continues none).
     """
 
     messages: list[Any] | None
@@ -50,6 +66,7 @@ class Request(NamedTuple):
     conversation_id: str | None
     metadata: dict[str, Any]
     received_at: float
+    link: ResponseLink | None = None
 
     def __repr__(self) -> str:  # no message content in reprs (they reach logs)
         n = None if self.messages is None else len(self.messages)

@@ -13,8 +13,11 @@ give the same assistant message. Consecutive assistant-side items — ``message`
 ``*_call`` items) — form one assistant message (their text parts in order, their calls as
 ``tool_calls``); ``reasoning`` items are skipped on both sides.
 
-Not readable from the request, hence not monitored: a request continuing server-side state
-(``previous_response_id``, ``conversation``), whose history the provider keeps.
+A request continuing a stored response (``previous_response_id``) carries only its new input:
+it is read as that input, with a ``ResponseLink`` naming the response it continues, and the
+attributor finds the hidden history's summary under that response's id (ADR 0011). Not
+readable from the request, hence not monitored: a request continuing a ``conversation``
+object, whose history the provider keeps under no response id the request names.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from typing import Any, NamedTuple
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, MAX_TOOL_CALLS, StreamOutcome
 from handoffmon.ingress.conversation import SESSION_KEY
 from handoffmon.ingress.fields import get
+from handoffmon.ingress.request import ResponseLink
 
-SERVER_STATE_KEYS = ("previous_response_id", "conversation")
-"""Request fields that continue a history the provider stores (not in the request)."""
+CONVERSATION_KEY = "conversation"
+"""The request field that continues a ``conversation`` object the provider stores: not monitored."""
 
 TERMINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
 """Stream events carrying the final response object (the last event of a stream)."""
@@ -53,7 +57,11 @@ class ResponsesRequest(NamedTuple):
     doc: dict[str, Any] | None
     """``{"model", "messages", "metadata", "litellm_session_id"}`` for ``RequestParser.http_body``."""
     skip: str | None
-    """``"server_state"`` (``previous_response_id`` or ``conversation``), ``"no_messages"``."""
+    """``"server_state"`` (a ``conversation`` object, or a ``previous_response_id`` that is not
+    a string), ``"no_messages"``."""
+    link: ResponseLink | None = None
+    """The call's place in a chain of stored responses (``Request.link``); ``None`` when its
+    response is not stored and it continues none."""
 
 
 def _kind(obj: Any) -> str | None:
@@ -198,7 +206,8 @@ def read_request(body: Any) -> ResponsesRequest:
     chat body; never raises on odd input."""
     if not isinstance(body, dict):
         return ResponsesRequest(None, "no_messages")
-    if any(body.get(key) for key in SERVER_STATE_KEYS):
+    previous = body.get("previous_response_id")
+    if body.get(CONVERSATION_KEY) or (previous and not isinstance(previous, str)):
         return ResponsesRequest(None, "server_state")
     raw = body.get("input")
     messages: list[dict[str, Any]] = []
@@ -216,7 +225,8 @@ def read_request(body: Any) -> ResponsesRequest:
         doc["metadata"] = body["metadata"]
     if body.get(SESSION_KEY) is not None:
         doc[SESSION_KEY] = body[SESSION_KEY]
-    return ResponsesRequest(doc, None)
+    keep = body.get("store") is not False  # the API's default is to store the response
+    return ResponsesRequest(doc, None, ResponseLink(previous or None, keep) if keep or previous else None)
 
 
 def _finish_reason(response: Any, message: dict[str, Any] | None) -> str | None:

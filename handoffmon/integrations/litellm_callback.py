@@ -38,7 +38,7 @@ from handoffmon.ingress import (
 from handoffmon.ingress.chunks import Folder
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
-from handoffmon.integrations.responses_calls import chat_messages
+from handoffmon.integrations.responses_calls import chat_messages, linked
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer
@@ -174,13 +174,17 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             monitor = self.monitor
             if self._parser is None:
                 self._parser = RequestParser.from_config(monitor.config)
+            link = None
             if responses:
-                messages = chat_messages(data)
-                if messages is None:  # server-side state, or no input: not monitored
+                read = chat_messages(data)
+                if read is None:  # a conversation object, or no input: not monitored
                     return None
+                messages, link = read
                 data = {**data, "messages": messages}
             request = self._parser.litellm_proxy(data)
-            return None if request is None else monitor.capture(request)  # None: not a chat call
+            return (
+                None if request is None else monitor.capture(linked(request, link))
+            )  # None: not a chat call
         except Exception:
             _log.warning("handoffmon could not start a proxy turn", exc_info=True)
             return None

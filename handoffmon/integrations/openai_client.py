@@ -19,7 +19,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.chunks import Folder
 from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
-from handoffmon.integrations.responses_calls import chat_messages, snapshot
+from handoffmon.integrations.responses_calls import chat_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -85,10 +85,11 @@ class _Turns:
 
     def _responses_capture(self, kwargs: Mapping[str, Any]) -> Capture | None:
         """A Responses call's input read as chat messages, captured; ``None`` when not monitored."""
-        messages = chat_messages(kwargs)
-        if messages is None:
+        read = chat_messages(kwargs)
+        if read is None:
             return None
-        return self.monitor.capture(self.parser.openai_call({**kwargs, "messages": messages}))
+        messages, link = read
+        return self.monitor.capture(linked(self.parser.openai_call({**kwargs, "messages": messages}), link))
 
     def resolve(self, ctx: Capture | _Pending) -> Capture | None:
         """The capture of a turn begun as ``_Pending`` (its input read now), else ``ctx``."""

@@ -16,7 +16,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
-from handoffmon.integrations.responses_calls import chat_messages, snapshot
+from handoffmon.integrations.responses_calls import chat_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -178,10 +178,13 @@ class RouterWrapper:
         """A Responses call's input read as chat messages, captured (``t0``/``t1``: when the
         call began and when it reached the router, for a call read later); ``None`` when it
         continues server-side state or has no input."""
-        messages = chat_messages(kwargs)
-        if messages is None:
+        read = chat_messages(kwargs)
+        if read is None:
             return None
-        request = self._parser.router_call(kwargs.get("model"), messages, kwargs, received_at=t0)
+        messages, link = read
+        request = linked(
+            self._parser.router_call(kwargs.get("model"), messages, kwargs, received_at=t0), link
+        )
         if t0 is None or t1 is None:
             return self._monitor.capture(request)
         return Capture(request, t1 - t0)

@@ -73,7 +73,10 @@ class AttributionStage:
         if not finished:
             return
         t0 = time.perf_counter()
-        prepared = self._attributor.prepare([f.capture.request.messages for f in finished])
+        # a call continuing a stored response chains from a seed of its own: attributed alone
+        prepared = self._attributor.prepare(
+            [f.capture.request.messages if _continues(f.capture.request) is None else None for f in finished]
+        )
         share = (time.perf_counter() - t0) / len(finished)
         for item, ready in zip(finished, prepared, strict=True):
             try:
@@ -92,7 +95,10 @@ class AttributionStage:
             authors: tuple[str, ...] = (self._names.canonical(raw[0]),)
         else:
             authors = tuple(self._names.canonical(a) for a in raw if a) or _UNKNOWN
-        recorded = self._record(ctx, item.reply, authors)
+        link = item.capture.request.link
+        recorded = self._record(
+            ctx, item.reply, authors, outcome.response_id if link is not None and link.keep else None
+        )
         text = self._text(item.reply)
         turn = Attributed(
             ctx,
@@ -147,6 +153,7 @@ class AttributionStage:
             metadata=request.metadata,
             started_at=request.received_at,
             prepared=prepared,
+            previous_response_id=_continues(request),
         )
         # The context is fresh and not yet shared: fill the monitor-side fields in place
         # (dataclasses.replace would cost several µs).
@@ -179,9 +186,11 @@ class AttributionStage:
             self._errors.failed("integration", exc)
             return Outcome()
 
-    def _record(self, ctx: TurnContext, reply: Any, authors: tuple[str, ...]) -> Any:
+    def _record(
+        self, ctx: TurnContext, reply: Any, authors: tuple[str, ...], response_id: str | None = None
+    ) -> Any:
         try:
-            return self._attributor.record(ctx, reply, authors)
+            return self._attributor.record(ctx, reply, authors, response_id)
         except Exception as exc:
             self._errors.failed("record", exc)
             return None
@@ -199,3 +208,9 @@ class AttributionStage:
         except Exception as exc:
             self._errors.failed("record", exc)
             return ""
+
+
+def _continues(request: Request) -> str | None:
+    """The stored response a Responses API call continues (``previous_response_id``), if any."""
+    link = request.link
+    return None if link is None else link.previous

@@ -314,12 +314,15 @@ class Forwarder:
             return None
         assert self._parser is not None
         try:  # conversation headers only
+            link = None
             if self._responses:  # a Responses API body, read as chat
-                doc, skip = read_request(doc)
+                doc, skip, link = read_request(doc)
                 if doc is None:
                     self._skip(skip or "no_messages")
                     return None
             request = self._parser.http_body(doc, turn.raw_headers, received_at=turn.received_at)
+            if request is not None and link is not None:
+                request = request._replace(link=link)
         except Exception:  # the parser is total; should it ever raise, the turn goes unmonitored
             self._parse_failed()
             return None

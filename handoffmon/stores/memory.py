@@ -3,8 +3,9 @@
 Compact layout (issue 21: ≤ 200 B per tracked turn). A tracked turn writes two keys (chain
 and content fingerprint), so there are no per-key Python objects:
 
-- keys the attributor writes (``"c:" + hex(h)``, ``"k:" + hex(h)``) are held as their
-  64-bit fingerprint plus a kind byte in packed ``array`` columns (a slab of slots);
+- keys the attributor writes (``"c:" + hex(h)``, ``"k:" + hex(h)``, ``"r:" + hex(h)``) are
+  held as their 64-bit fingerprint plus a kind byte in packed ``array`` columns (a slab of
+  slots);
 - an open-addressing hash table (an ``array`` of slot numbers, linear probing, load ≤ ½,
   backward-shift deletion) finds a key's slot;
 - author tuples are interned (a handful of models), the conversation id lives once in the
@@ -34,13 +35,13 @@ _ODD = 2
 """Kind of a key held in the exact ``dict`` index (not a canonical fingerprint key)."""
 _NO_CID = 4
 """Kind flag: the authorship had no conversation id (the key is its own group)."""
-_KINDS = {"c:0x": 0, "k:0x": 1}
-_PREFIXES = ("c:", "k:")
+_KINDS = {"c:0x": 0, "k:0x": 1, "r:0x": 3}
+_PREFIXES = ("c:", "k:", "", "r:")
 _MIN_TABLE = 64
 
 
 def _fingerprint(key: str) -> tuple[int, int]:
-    """(fingerprint, kind) of a canonical ``"c:0x…"``/``"k:0x…"`` key, or (0, ``_ODD``)."""
+    """(fingerprint, kind) of a canonical ``"c:0x…"``/``"k:0x…"``/``"r:0x…"`` key, or (0, ``_ODD``)."""
     kind = _KINDS.get(key[:4], _ODD)
     if kind != _ODD and len(key) <= 20:
         try:

@@ -146,6 +146,7 @@ def test_scripted_conversation_through_monitor_gives_exact_series(
     assert only(s, "handoffmon_attributions_total") == {
         L(method="chain"): 3,
         L(method="content"): 0,  # initialised: known methods start at 0
+        L(method="response_id"): 0,
         L(method="unknown"): 1,
     }
     assert only(s, "handoffmon_fallbacks_total") == {L(requested_model="chat-group", model="claude"): 1}

@@ -84,6 +84,7 @@ def test_scrape_after_scripted_conversation_has_exact_series(exporter: Prometheu
     assert only(series, "handoffmon_attributions_total") == {
         L(method="chain"): 5,
         L(method="content"): 1,
+        L(method="response_id"): 0,
         L(method="unknown"): 1,
     }
     assert only(series, "handoffmon_fallbacks_total") == {L(requested_model="gpt-group", model="claude"): 1}

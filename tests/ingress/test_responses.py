@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from openai.types.responses import Response
 
 from handoffmon.attribution.normalize import normalize_message
+from handoffmon.ingress.request import ResponseLink
 from handoffmon.ingress.responses import (
     ResponsesStreamFolder,
     items_as_messages,
@@ -190,15 +191,36 @@ def test_request_history_roles_instructions_and_tool_outputs() -> None:
 @pytest.mark.parametrize(
     ("body", "skip"),
     [
-        ({"model": "m", "input": "more", "previous_response_id": "resp_0"}, "server_state"),
         ({"model": "m", "input": "more", "conversation": "conv_1"}, "server_state"),
+        ({"model": "m", "input": "more", "previous_response_id": ["resp_0"]}, "server_state"),
         ({"model": "m"}, "no_messages"),
         ({"model": "m", "input": 3}, "no_messages"),
         (["not", "a", "body"], "no_messages"),
     ],
 )
 def test_requests_that_are_not_monitored_say_why(body: Any, skip: str) -> None:
-    assert read_request(body) == (None, skip)
+    assert read_request(body) == (None, skip, None)
+
+
+@pytest.mark.parametrize(
+    ("extra", "link"),
+    [
+        ({}, ResponseLink(None, True)),  # stored by default: a later call may continue it
+        ({"store": False}, None),  # neither stored nor continuing: a plain turn
+        ({"previous_response_id": "resp_0"}, ResponseLink("resp_0", True)),
+        ({"previous_response_id": "resp_0", "store": False}, ResponseLink("resp_0", False)),
+        ({"previous_response_id": ""}, ResponseLink(None, True)),
+        ({"previous_response_id": None, "store": None}, ResponseLink(None, True)),
+    ],
+)
+def test_the_link_names_the_response_continued_and_whether_this_one_is_kept(
+    extra: dict[str, Any], link: ResponseLink | None
+) -> None:
+    """``previous_response_id`` continues a stored response: the request is read as its new
+    input only, and the link says which response's key holds the hidden history (ADR 0011)."""
+    doc, skip, got = read_request({"model": "m", "input": "more", **extra})
+    assert skip is None and got == link
+    assert doc is not None and doc["messages"] == [{"role": "user", "content": "more"}]
 
 
 def test_unknown_items_become_stable_placeholders() -> None:

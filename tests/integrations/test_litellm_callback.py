@@ -123,8 +123,9 @@ def responses_api_base() -> Iterator[str]:
 async def test_responses_api_calls_are_turns(responses_api_base: str) -> None:
     """``/v1/responses`` through the proxy's hooks: a JSON call served by fallback, then a
     streamed one whose input carries the first reply's output items: two turns, authors from
-    the deployments, the first reply attributed; a call with ``previous_response_id`` (its
-    history kept by the provider) and an embeddings-shaped call record nothing."""
+    the deployments, the first reply attributed; a call continuing the first by
+    ``previous_response_id`` (its history kept by the provider) is a third turn whose hidden
+    history is the first reply, and an embeddings-shaped call records nothing."""
     exp = RecordingExporter()
     router = responses_router(responses_api_base)
     with runtime(CONFIG, exporters=[exp]) as rt:
@@ -148,7 +149,7 @@ async def test_responses_api_calls_are_turns(responses_api_base: str) -> None:
         await cb.async_post_call_success_hook(later, None, await router.aresponses(**later))
         await cb.async_post_call_success_hook({"model": "e", "input": ["x"]}, None, object())
         assert m.flush(10)
-    first_turn, second_turn = exp.results
+    first_turn, second_turn, third_turn = exp.results
     assert (first_turn.record.author, first_turn.record.fallbacks, first_turn.context.depth) == (
         "model-b",
         1,
@@ -161,6 +162,9 @@ async def test_responses_api_calls_are_turns(responses_api_base: str) -> None:
     )
     assert (second_turn.context.prefix_model, second_turn.record.handoff) == ("model-b", True)
     assert [a.method != "unknown" for a in second_turn.context.attributions] == [True]
+    assert (third_turn.context.depth, third_turn.context.prefix_model) == (2, "model-b")
+    assert [a.method for a in third_turn.context.attributions] == ["response_id"]
+    assert third_turn.context.conversation_id == first_turn.context.conversation_id
     assert cb._starts == {}
 
 

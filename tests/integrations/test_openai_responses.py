@@ -98,23 +98,69 @@ async def test_conversation_turns_authors_and_tool_calls(
     assert results[1].record.input_tokens == 12 and results[1].record.response_id == replies[1].id
 
 
-async def test_server_side_state_passes_through_unmonitored(
+@pytest.mark.parametrize("mode", MODES)
+async def test_chained_calls_are_turns(upstream: tuple[ResponsesUpstream, str], mode: str) -> None:
+    """Calls chained by ``previous_response_id`` carry only their new input; each is a turn
+    at its true depth, the hidden history attributed from the response it continues
+    (``response_id``), through a tool round trip and a handoff (ADR 0011)."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        cls = openai.AsyncOpenAI if mode.startswith("a") else openai.OpenAI
+        wrapped = OpenAIClientWrapper(cls(base_url=upstream[1], api_key="k", max_retries=0), m)
+        first = await _ask(
+            wrapped, mode, model="gpt-x", input=[{"role": "user", "content": f"{mode}: {TOOL_WORDS}"}]
+        )
+        call = next(o for o in first.output if o.type == "function_call")
+        out = [{"type": "function_call_output", "call_id": call.call_id, "output": "42"}]
+        replies = [first, await _ask(wrapped, mode, model="gpt-x", input=out, previous_response_id=first.id)]
+        for d in (2, 3):
+            replies.append(
+                await _ask(
+                    wrapped,
+                    mode,
+                    model="gpt-x",
+                    input=f"{mode}: next {d}",
+                    previous_response_id=replies[-1].id,
+                )
+            )
+        assert replies[-1].output_text == responses_text(schedule(3), 3)
+        assert m.flush(10)
+        assert m.snapshot().monitor_errors == {}
+    results = exp.results
+    authors = [r.record.author for r in results]
+    assert (
+        authors == [reply.model for reply in replies] == [schedule(1), schedule(1), schedule(2), schedule(3)]
+    )
+    assert [r.context.depth for r in results] == [1, 2, 3, 4]
+    assert [r.context.prefix_model for r in results] == ["none", *authors[:-1]]
+    assert [r.record.handoff for r in results][-1] is (schedule(3) != schedule(2))
+    assert [[a.method for a in r.context.attributions] for r in results] == [
+        [],
+        ["response_id"],
+        ["response_id"] * 2,
+        ["response_id"] * 3,
+    ]
+    assert len({r.context.conversation_id for r in results}) == 1
+    assert [c.verdict for c in results[0].checks] == ["not_applicable"]  # the tool call
+
+
+async def test_conversation_objects_pass_through_unmonitored(
     upstream: tuple[ResponsesUpstream, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``previous_response_id``: the SDK's response, unchanged; no turn recorded, and one
-    warning per process says why (the application is not silently unseen)."""
+    """``conversation``: the SDK's response, unchanged; no turn recorded, and one warning per
+    process says why (the application is not silently unseen)."""
     monkeypatch.setattr(responses_calls, "_told", set())
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m, caplog.at_level(logging.WARNING, "handoffmon.integrations"):
         wrapped = OpenAIClientWrapper(openai.OpenAI(base_url=upstream[1], api_key="k", max_retries=0), m)
-        first = wrapped.responses.create(model="gpt-x", input="hello")
-        second = wrapped.responses.create(model="gpt-x", input="more", previous_response_id=first.id)
-        wrapped.responses.create(model="gpt-x", input="again", previous_response_id=second.id)
+        wrapped.responses.create(model="gpt-x", input="hello")
+        second = wrapped.responses.create(model="gpt-x", input="more", conversation="conv_1")
+        wrapped.responses.create(model="gpt-x", input="again", conversation="conv_1")
         assert isinstance(second, openai.types.responses.Response)
         assert second.output_text == responses_text(schedule(1), 1)
         assert m.flush(10)
     assert len(exp.results) == 1
-    told = [r for r in caplog.records if "previous_response_id" in r.getMessage()]
+    told = [r for r in caplog.records if "conversation" in r.getMessage()]
     assert len(told) == 1 and told[0].levelno == logging.WARNING
 
 

@@ -77,14 +77,43 @@ async def test_turns_authors_fallbacks_and_attribution(api_base: str, mode: str)
     assert [c.verdict for r in results for c in r.checks] == ["fail"] * 4  # the replies have commas
 
 
-def test_server_side_state_passes_through(api_base: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_chained_calls_are_turns(api_base: str, mode: str) -> None:
+    """Calls chained by ``previous_response_id`` (LiteLLM's encoded response ids, sent back as
+    the application got them): turns at their true depth, the hidden history attributed from
+    the response each continues, and the switch to another group a handoff (ADR 0011)."""
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
         wrapped = RouterWrapper(responses_router(api_base), m)
-        first = wrapped.responses(model="alpha", input="hello")
-        wrapped.responses(model="alpha", input="more", previous_response_id=first.id)
+        previous = None
+        for i, group in enumerate(["alpha", "alpha", "backup", "alpha"]):
+            extra: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+            previous = await _last_id(wrapped, mode, group, f"{mode} chained {i}", **extra)
         assert m.flush(10)
-    assert len(exp.results) == 1
+        assert m.snapshot().monitor_errors == {}
+    results = exp.results
+    assert [r.context.depth for r in results] == [1, 2, 3, 4]
+    assert [r.record.author for r in results] == ["model-c", "model-c", "model-b", "model-c"]
+    assert [r.context.prefix_model for r in results] == ["none", "model-c", "model-c", "model-b"]
+    assert [r.record.handoff for r in results][2:] == [True, True]
+    assert [[a.method for a in r.context.attributions] for r in results] == [
+        ["response_id"] * n for n in range(4)
+    ]
+    assert len({r.context.conversation_id for r in results}) == 1
+
+
+async def _last_id(wrapped: RouterWrapper, mode: str, group: str, text: str, **extra: Any) -> str:
+    """One call in ``mode``; the id of its response, as the application gets it."""
+    if mode == "sync":
+        return str(wrapped.responses(model=group, input=text, **extra).id)
+    if mode == "async":
+        return str((await wrapped.aresponses(model=group, input=text, **extra)).id)
+    if mode == "stream":
+        events = list(wrapped.responses(model=group, input=text, stream=True, **extra))
+    else:
+        events = [e async for e in await wrapped.aresponses(model=group, input=text, stream=True, **extra)]
+    (done,) = [e for e in events if e.type == "response.completed"]
+    return str(done.response.id)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from handoffmon.config import HandoffmonConfig
-from handoffmon.ingress import Outcome, Request
+from handoffmon.ingress import Outcome, Request, ResponseLink
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import AttributionStore
 from handoffmon.stores import make_store
@@ -26,7 +26,7 @@ from handoffmon.stores.redis import MERGE_SCRIPT, RedisStore
 from handoffmon.testing import RecordingExporter
 from handoffmon.types import TurnResult
 from tests.conftest import require_redis
-from tests.pipeline.helpers import make_config, turn
+from tests.pipeline.helpers import make_config, request, turn
 from tests.stores.test_redis import CountingConnection
 
 pytestmark = pytest.mark.integration
@@ -232,6 +232,47 @@ def test_a_batch_of_mixed_turns_fails_open_turn_by_turn_as_one_by_one(
         errors = m.snapshot().monitor_errors
         assert errors == reference.snapshot().monitor_errors
         assert errors.get("integration") == 1 and not errors.get("pipeline") and not errors.get("store")
+    finally:
+        m.close()
+        reference.close()
+
+
+def _drive_chains(m: Monitor) -> None:
+    """Responses API chains (ADR 0011): CONVERSATIONS chains of DEPTH calls, interleaved turn
+    by turn, each call naming the response it continues and carrying only its new input."""
+    previous: list[str | None] = [None] * CONVERSATIONS
+    for depth in range(DEPTH):
+        for i in range(CONVERSATIONS):
+            author = ("m1", "m2")[(i + depth * (i % 3)) % 2]
+            rid = f"resp_{i}_{depth}"
+            req = request(m, [{"role": "user", "content": f"chain {i} call {depth}"}])
+            cap = m.capture(req._replace(link=ResponseLink(previous[i], True)))
+            m.finish(
+                cap,
+                {"role": "assistant", "content": f"reply {i} {depth}"},
+                Outcome((author,), response_id=rid),
+            )
+            previous[i] = rid
+
+
+def test_chained_calls_queued_in_one_batch_match_one_by_one(redis_config: HandoffmonConfig) -> None:
+    """Continued responses in a batch are attributed after the response each continues was
+    recorded (the overlay), as one by one on the memory store: depth, prefix, methods."""
+    batched_exp, single_exp = RecordingExporter(), RecordingExporter()
+    m = Monitor(redis_config, exporters=[batched_exp], start=False)
+    reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
+    try:
+        _drive_chains(m)
+        _drive_chains(reference)
+        assert reference.flush(10)
+        m.start()
+        assert m.flush(10)
+        assert _seen(batched_exp.results) == _seen(single_exp.results)
+        assert [r.context.depth for r in batched_exp.results] == [
+            d + 1 for d in range(DEPTH) for _ in range(CONVERSATIONS)
+        ]
+        assert all(a.method == "response_id" for r in batched_exp.results for a in r.context.attributions)
+        assert m.snapshot().monitor_errors.get("store", 0) == 0
     finally:
         m.close()
         reference.close()

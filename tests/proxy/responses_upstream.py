@@ -2,9 +2,11 @@
 
 Shaped like OpenAI's own API, not LiteLLM's: no authorship headers, so ``serve`` learns who
 answered from the response's ``model``. Deterministic (same request → same bytes). The depth of
-a request is its number of user messages; the author is ``x-mock-model`` or
-``mock_upstream.schedule(depth)``. A user message containing ``use the tool`` is answered with a
-reasoning item and a ``function_call`` (no text) until the input ends with the call's output.
+a request is its number of user messages, counting those of the stored response it continues
+(``previous_response_id``; an id it never answered is a 400, as OpenAI's); the author is
+``x-mock-model`` or ``mock_upstream.schedule(depth)``. A user message containing
+``use the tool`` is answered with a reasoning item and a ``function_call`` (no text) until the
+input ends with the call's output.
 Every answer starts with a reasoning item, as reasoning models' do. ``x-mock-status`` answers
 that error status; ``x-mock-cut-after`` ends a stream after that many events, without its
 terminal event.
@@ -26,11 +28,15 @@ def responses_text(model: str, depth: int) -> str:
     return f"Response {depth} from {model}: " + "a sentence with words, " * 4 + "done."
 
 
-def _depth(req: dict[str, Any]) -> int:
+def _users(req: dict[str, Any]) -> int:
     items = req.get("input")
     if isinstance(items, str):
         return 1
-    return sum(1 for i in items if isinstance(i, dict) and i.get("role") == "user") or 1
+    return sum(1 for i in items if isinstance(i, dict) and i.get("role") == "user")
+
+
+def _depth(req: dict[str, Any]) -> int:
+    return _users(req) or 1
 
 
 def _wants_tool(req: dict[str, Any]) -> bool:
@@ -48,6 +54,8 @@ class ResponsesUpstream:
     """The ASGI app; ``seen`` holds every request body it received."""
 
     seen: list[bytes] = field(default_factory=list)
+    stored: dict[str, int] = field(default_factory=dict)
+    """Response id → its depth (user messages through it): the chains it can continue."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = await read_request(scope, receive, send)
@@ -63,7 +71,15 @@ class ResponsesUpstream:
             await _send(send, int(headers["x-mock-status"]), err)
             return
         req = json.loads(body)
-        depth = _depth(req)
+        previous = req.get("previous_response_id")
+        if previous is not None and previous not in self.stored:
+            err = {
+                "message": f"Previous response with id '{previous}' not found.",
+                "type": "invalid_request_error",
+            }
+            await _send(send, 400, json.dumps({"error": err}).encode())
+            return
+        depth = _depth(req) if previous is None else max(1, self.stored[previous] + _users(req))
         model = headers.get("x-mock-model") or schedule(depth)
         digest = hashlib.sha256(body).hexdigest()[:20]
         output: list[dict[str, Any]] = [
@@ -107,6 +123,8 @@ class ResponsesUpstream:
             "tools": req.get("tools") or [],
             "usage": {"input_tokens": 12 * depth, "output_tokens": 30, "total_tokens": 12 * depth + 30},
         }
+        if req.get("store") is not False:
+            self.stored[response["id"]] = depth
         if req.get("stream"):
             await self._stream(send, response, int(headers.get("x-mock-cut-after", "0")))
         else:

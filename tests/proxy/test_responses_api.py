@@ -2,8 +2,9 @@
 
 The upstream is shaped like OpenAI's own (``tests/proxy/responses_upstream.py``): reasoning
 items, function calls, event streams without ``[DONE]``, and the author only in the response's
-``model``. The client continues each conversation the way the SDK documents, sending the
-previous ``output`` items back in ``input``.
+``model``. The client continues each conversation the way the SDK documents: sending the
+previous ``output`` items back in ``input``, or naming the response it continues
+(``previous_response_id``).
 """
 
 from __future__ import annotations
@@ -172,20 +173,52 @@ def test_tool_call_turns_attribute_and_skip_checks(proxy: Proxy, stream: bool) -
     assert verdicts["not_applicable"] + verdicts["pass"] + verdicts["fail"] == 3 * len(RULES)
 
 
-def test_server_side_state_is_forwarded_and_counted_unmonitored(proxy: Proxy) -> None:
-    """``previous_response_id`` (history kept by the provider): forwarded unchanged, no turn,
-    counted as ``server_state``."""
+def test_chained_calls_are_turns_at_their_true_depth(proxy: Proxy) -> None:
+    """Calls chained by ``previous_response_id`` (the history kept by the provider), JSON and
+    streamed: forwarded unchanged, each a turn at its depth with its prefix and hand-off, the
+    hidden history attributed from the response it continues (ADR 0011)."""
     before, skipped = (
         _snapshot(proxy),
         _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
     )
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
-    first = client.responses.create(model="gpt-x", input="stateful opener")
-    second = client.responses.create(model="gpt-x", input="and then?", previous_response_id=first.id)
+    previous = client.responses.create(model="gpt-x", input="stateful opener").id
+    for depth in (2, 3, 4):
+        if depth == 4:
+            with client.responses.stream(
+                model="gpt-x", input=f"then {depth}", previous_response_id=previous
+            ) as s:
+                for _ in s:
+                    pass
+                reply = s.get_final_response()
+        else:
+            reply = client.responses.create(
+                model="gpt-x", input=f"then {depth}", previous_response_id=previous
+            )
+        assert reply.output_text == responses_text(schedule(depth), depth)
+        previous = reply.id
+    client.close()
+    after = _snapshot(proxy)
+    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in (1, 2, 3, 4)])
+    assert _delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
+    assert (
+        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}) == skipped
+    )
+
+
+def test_conversation_objects_are_forwarded_and_counted_unmonitored(proxy: Proxy) -> None:
+    """``conversation`` (history kept by the provider under no response id): forwarded
+    unchanged, no turn, counted as ``server_state``."""
+    before, skipped = (
+        _snapshot(proxy),
+        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
+    )
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    second = client.responses.create(model="gpt-x", input="and then?", conversation="conv_1")
     client.close()
     assert second.output_text == responses_text(schedule(1), 1)
     after = _snapshot(proxy)
-    assert sum(_delta(after.turns, before.turns).values()) == 1  # the first call only
+    assert sum(_delta(after.turns, before.turns).values()) == 0
     assert (
         _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"})
         == skipped + 1
