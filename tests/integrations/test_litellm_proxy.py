@@ -359,3 +359,31 @@ def test_proxy_records_responses_api_turns(proxy: tuple[str, Path]) -> None:
     }
     attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
     assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == 0 + 1 + 2
+
+
+def test_proxy_records_responses_api_chains(proxy: tuple[str, Path]) -> None:
+    """Calls chained by ``previous_response_id`` through the real LiteLLM Proxy (its encoded
+    response ids, as the SDK gets them): the same three turns as the history sent in full, the
+    hidden messages attributed by response id (ADR 0011)."""
+    url, db = proxy
+    try:
+        before = load_counts_sqlite(db)
+    except StoreError:  # no aggregates yet when this test runs first
+        before = Counts()
+    client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
+    previous: str | None = None
+    for i, group in enumerate(["alpha", "backup", "alpha"]):
+        extra: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+        resp = client.responses.create(model=group, input=f"chained turn {i}", **extra)
+        assert resp.output_text == (ALPHA_REPLY if group == "alpha" else BACKUP_REPLY)
+        previous = resp.id
+    counts = _wait_counts(db, before.total_turns + 3)
+    b, c = "model-b", "model-c"
+    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
+    assert turns == {
+        TurnKey(c, "none", "1", "false"): 1,
+        TurnKey(b, c, "2", "true"): 1,
+        TurnKey(c, b, "3-4", "true"): 1,
+    }
+    attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
+    assert {k: n for k, n in attributed.items() if n} == {"response_id": 1 + 2}
