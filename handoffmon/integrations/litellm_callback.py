@@ -56,8 +56,8 @@ MAX_IN_FLIGHT = 100_000
 
 class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     """Monitors every chat completion and Responses API call a LiteLLM Proxy serves (the
-    latter read as chat by ``ingress.responses``; calls continuing server-side state, with
-    ``previous_response_id`` or ``conversation``, are left alone).
+    latter read as chat by ``ingress.responses``, chains by ``previous_response_id`` included;
+    calls continuing a ``conversation`` object are left alone).
 
     Non-streamed replies are handled in ``async_post_call_success_hook`` and streamed ones
     in ``async_post_call_streaming_iterator_hook`` (chunks pass through unchanged; the

@@ -68,7 +68,7 @@ class _Turns:
 
     def begin(self, kwargs: Mapping[str, Any], responses: bool = False) -> Capture | _Pending | None:
         """The turn's capture; ``None`` when it is not monitored (a Responses API call that
-        continues server-side state: ``previous_response_id`` or ``conversation``). A
+        continues a ``conversation`` object). A
         Responses call without metadata or extra headers/body is only copied here
         (``_Pending``): its input is read as chat when the reply is finished (ADR 0002)."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
@@ -162,10 +162,10 @@ class _Turns:
             self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")
 
 
-def _raw_create(completions: Any) -> Any:
-    """``completions.with_raw_response.create`` when the SDK has it (gives us the headers)."""
+def _raw(completions: Any, name: str) -> Any:
+    """``completions.with_raw_response.<name>`` when the SDK has it (gives us the headers)."""
     raw = getattr(completions, "with_raw_response", None)
-    return getattr(raw, "create", None)
+    return getattr(raw, name, None)
 
 
 def _folder(responses: bool) -> Folder | None:
@@ -173,7 +173,8 @@ def _folder(responses: bool) -> Folder | None:
 
 
 class _SyncCompletions:
-    """``chat.completions`` (or, with ``responses``, ``responses``) with ``create`` monitored."""
+    """``chat.completions`` (or, with ``responses``, ``responses``) with ``create`` and
+    ``parse`` (structured outputs) monitored."""
 
     def __init__(self, inner: Any, turns: _Turns, responses: bool = False) -> None:
         self._inner = inner
@@ -190,14 +191,22 @@ class _SyncCompletions:
 
     def create(self, **kwargs: Any) -> Any:
         """``create`` monitored; returns exactly what the SDK returns."""
+        return self._call("create", kwargs)
+
+    def parse(self, **kwargs: Any) -> Any:
+        """``parse`` (structured outputs: the reply also parsed into the given type) monitored
+        like ``create``: the SDK posts it without ``create``. Returns what the SDK returns."""
+        return self._call("parse", kwargs)
+
+    def _call(self, name: str, kwargs: dict[str, Any]) -> Any:
         responses = self._responses
         ctx = self._turns.begin(kwargs, responses)
         t0 = time.perf_counter()
-        raw_create = _raw_create(self._inner) if ctx is not None else None
-        if raw_create is None:
-            response, headers = self._inner.create(**kwargs), None
+        raw_call = _raw(self._inner, name) if ctx is not None else None
+        if raw_call is None:
+            response, headers = getattr(self._inner, name)(**kwargs), None
         else:
-            raw = raw_create(**kwargs)
+            raw = raw_call(**kwargs)
             response, headers = raw.parse(), raw.headers
         if ctx is None:
             return response
@@ -229,14 +238,21 @@ class _AsyncCompletions:
 
     async def create(self, **kwargs: Any) -> Any:
         """``create`` monitored; returns exactly what the SDK returns."""
+        return await self._call("create", kwargs)
+
+    async def parse(self, **kwargs: Any) -> Any:
+        """``parse`` (structured outputs) monitored like ``create``; returns what the SDK returns."""
+        return await self._call("parse", kwargs)
+
+    async def _call(self, name: str, kwargs: dict[str, Any]) -> Any:
         responses = self._responses
         ctx = self._turns.begin(kwargs, responses)
         t0 = time.perf_counter()
-        raw_create = _raw_create(self._inner) if ctx is not None else None
-        if raw_create is None:
-            response, headers = await self._inner.create(**kwargs), None
+        raw_call = _raw(self._inner, name) if ctx is not None else None
+        if raw_call is None:
+            response, headers = await getattr(self._inner, name)(**kwargs), None
         else:
-            raw = await raw_create(**kwargs)
+            raw = await raw_call(**kwargs)
             response, headers = raw.parse(), raw.headers
             if inspect.isawaitable(response):  # the non-legacy raw response parses asynchronously
                 response = await response
@@ -263,9 +279,10 @@ class _Chat:
 
 class OpenAIClientWrapper:
     """An OpenAI-compatible client with handoffmon around ``chat.completions.create`` and
-    ``responses.create`` (``responses.stream`` makes its request through it). A Responses API
-    call continuing server-side state (``previous_response_id``, ``conversation``) is passed
-    through unmonitored: its history is not in the request (``ingress.responses``).
+    ``responses.create`` (the ``stream`` helpers make their requests through them) and their
+    ``parse`` helpers. A Responses API call continuing a ``conversation`` object is passed
+    through unmonitored: its history is not in the request (``ingress.responses``); one chained
+    by ``previous_response_id`` is attributed by response id (ADR 0011).
 
     Authorship comes from LiteLLM response headers when the client talks to a LiteLLM
     Proxy (``x-litellm-model-id``, ``x-litellm-model-name``, attempted fallbacks and

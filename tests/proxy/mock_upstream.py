@@ -5,8 +5,9 @@ bytes) with LiteLLM Proxy's authorship headers, as JSON or SSE. Request headers 
 ``x-mock-model`` (who answers), ``x-mock-fallbacks``, ``x-mock-delay-s`` (before
 answering), ``x-mock-status`` (error status), ``x-mock-chunk-delay-s`` and
 ``x-mock-chunks`` (slow/long streams), ``x-mock-gzip`` (gzip the JSON body). A request
-for ``model-a``/``model-b`` is answered by that model; ``model-dead`` always answers 503. It
-records what it received in ``seen``.
+for ``model-a``/``model-b`` is answered by that model; ``model-dead`` always answers 503. A
+``json_schema`` response format (structured outputs) is answered with the text as JSON
+(``{"answer", "depth"}``). It records what it received in ``seen``.
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ class MockUpstream:
             (b"x-request-echo", cid.encode()),
         ]
         text = reply_text(model, depth)
+        if (req.get("response_format") or {}).get("type") == "json_schema":  # structured outputs
+            text = json.dumps({"answer": text, "depth": depth})
         if req.get("stream"):
             await self._stream(receive, send, cid, model, text, extra, headers)
             return

@@ -9,7 +9,8 @@ a request is its number of user messages, counting those of the stored response 
 input ends with the call's output.
 Every answer starts with a reasoning item, as reasoning models' do. ``x-mock-status`` answers
 that error status; ``x-mock-cut-after`` ends a stream after that many events, without its
-terminal event.
+terminal event. A ``json_schema`` text format (structured outputs) is answered with the text as
+JSON (``{"answer", "depth"}``).
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ class ResponsesUpstream:
             )
         else:
             text = responses_text(model, depth)
+            if ((req.get("text") or {}).get("format") or {}).get(
+                "type"
+            ) == "json_schema":  # structured outputs
+                text = json.dumps({"answer": text, "depth": depth})
             output.append(
                 {
                     "type": "message",
