@@ -190,3 +190,13 @@ def test_long_chains_keep_the_depth_and_the_last_authors(attributor: Attributor)
     assert ctx.prefix_model == "gpt-4o" and ctx.prefix_authors == 2
     stored = attributor.store.get_many([response_key(previous)])[0]
     assert stored is not None and len(stored.authors) == RESPONSE_AUTHORS
+
+
+def test_a_reused_response_id_attributes_nothing_rather_than_something_wrong(attributor: Attributor) -> None:
+    """An upstream that hands out one id for different responses (LiteLLM's ``mock_response``
+    does): the key becomes a collision marker once both are persisted, so a call continuing it
+    reads an ``unknown`` history, never one of the two."""
+    _continue(attributor, None, [{"role": "user", "content": "one"}], LONG[0], "gpt-4o", "resp_same")
+    _continue(attributor, None, [{"role": "user", "content": "two"}], LONG[1], "claude", "resp_same")
+    ctx = attributor.attribute([{"role": "user", "content": "next"}], previous_response_id="resp_same")
+    assert ctx.prefix_model == "unknown" and [a.method for a in ctx.attributions] == ["unknown"]
