@@ -159,8 +159,10 @@ def refit_models(quick: bool) -> list[Row]:
 # -- memory per tracked turn -----------------------------------------------------------------
 
 
-def _write_turns(store: Any, turns: int, turns_per_conversation: int = 10) -> None:
-    """Write ``turns`` replies (10-turn conversations) through the real Attributor into ``store``."""
+def _write_turns(store: Any, turns: int, turns_per_conversation: int = 10, chained: bool = False) -> None:
+    """Write ``turns`` replies (10-turn conversations) through the real Attributor into ``store``;
+    ``chained``: as Responses API calls chained by ``previous_response_id`` (each call sends
+    its new message only; each reply also keyed by its response id, ADR 0011)."""
     import random
 
     from handoffmon.attribution import Attributor
@@ -171,25 +173,33 @@ def _write_turns(store: Any, turns: int, turns_per_conversation: int = 10) -> No
     attributor = Attributor(store)
     for c in range(turns // turns_per_conversation):
         history: list[dict[str, str]] = [{"role": "system", "content": "You are a helpful assistant."}]
+        previous: str | None = None
         for k in range(1, turns_per_conversation + 1):
             history.append({"role": "user", "content": _text(rng, 300)})
-            ctx = attributor.attribute(history)
+            rid = f"resp_{c:08d}_{k:03d}_" + "x" * 40 if chained else None  # OpenAI ids are ~50 chars
+            sent = history[-1:] if previous else history
+            ctx = (
+                attributor.attribute(sent, previous_response_id=previous)
+                if chained
+                else attributor.attribute(history)
+            )
+            previous = rid
             reply = _text(rng, 300)
-            recorded = attributor.record(ctx, reply, ["model-a" if (c + k) % 3 else "model-b"])
+            recorded = attributor.record(ctx, reply, ["model-a" if (c + k) % 3 else "model-b"], rid)
             attributor.persist(recorded)
             state = ConversationState(depth=k, last={"rule": LastVerdict("pass", k)})
             store.put_state(recorded.conversation_id, state.to_mapping())
             history.append({"role": "assistant", "content": reply})
 
 
-def _memory_store_bytes(turns: int) -> float:
+def _memory_store_bytes(turns: int, chained: bool = False) -> float:
     from handoffmon.stores.memory import MemoryStore
 
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     store = MemoryStore(max_conversations=10**7)
-    _write_turns(store, turns)
+    _write_turns(store, turns, chained=chained)
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
@@ -231,6 +241,7 @@ def store_memory(quick: bool) -> list[Row]:
     sizes = (1_000, 5_000) if quick else (1_000, 5_000, 20_000)
     measure: dict[str, Callable[[int], float]] = {
         "memory": _memory_store_bytes,
+        "memory, Responses chains": lambda n: _memory_store_bytes(n, chained=True),
         "sqlite": _sqlite_store_bytes,
     }
     server = _private_redis()

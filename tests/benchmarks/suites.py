@@ -702,7 +702,7 @@ def scaling(quick: bool) -> list[Row]:
         rows.append(
             Row(
                 "scaling",
-                f"{store} store, bytes per tracked turn at {pts[-1]['turns']:,} turns",
+                _store_row_name(store, pts[-1]["turns"]),
                 pts[-1]["bytes_per_turn"],
                 None,
                 "B/turn",
@@ -725,6 +725,13 @@ def scaling(quick: bool) -> list[Row]:
     return rows
 
 
+def _store_row_name(store: str, turns: int) -> str:
+    """A ``store_memory`` curve's row name (``memory, Responses chains``: ADR 0011's keys too)."""
+    if store == "memory, Responses chains":
+        return f"memory store, Responses API chains, bytes per tracked turn at {turns:,} turns"
+    return f"{store} store, bytes per tracked turn at {turns:,} turns"
+
+
 def stores(quick: bool) -> list[Row]:
     """Bytes per tracked turn of the memory, SQLite and Redis stores (bench_scaling's writer:
     10-turn conversations through the real Attributor); the memory store's target is ≤ 200 B."""
@@ -741,7 +748,7 @@ def stores(quick: bool) -> list[Row]:
         rows.append(
             Row(
                 "stores",
-                f"{store} store, bytes per tracked turn at {pts[-1]['turns']:,} turns",
+                _store_row_name(store, pts[-1]["turns"]),
                 last,
                 None,
                 "B/turn",
