@@ -28,6 +28,8 @@ from handoffmon.attribution.fingerprint import (
     content_fingerprint,
     content_key,
     continuation_seed,
+    conversation_head_id,
+    conversation_seed,
     raw_digest,
     response_key,
     role_salt,
@@ -62,12 +64,15 @@ class RecordedReply:
         fingerprint: chain key of the reply.
         items: store keys and values to persist (chain key, and content key if enabled).
         seq: overlay sequence number, so ``persist`` drops only its own overlay entries.
+        head: the new head of the provider ``conversation`` object the reply continued.
     """
 
     conversation_id: str
     fingerprint: str
     items: tuple[tuple[str, Authorship], ...]
     seq: int = 0
+    head: tuple[str, Mapping[str, object]] | None = None
+    """A provider conversation's new head: its state id and value (``put_state``; ADR 0011)."""
 
 
 @dataclass(slots=True)
@@ -145,6 +150,9 @@ class Attributor:
         # Scan states of recent histories of {role, content: str} dicts: the next turn of
         # a conversation resumes from its predecessor's instead of re-reading the history.
         self._prefixes = PrefixCache(text_cache_bytes // 4)
+        # Heads of provider conversation objects recorded here (bounded, oldest dropped): the
+        # next call finds one before it is persisted; the store's wins when it is deeper.
+        self._heads: dict[str, Authorship] = {}
 
     # -- hot path ---------------------------------------------------------------------
 
@@ -158,6 +166,7 @@ class Attributor:
         started_at: float | None = None,
         prepared: Prepared | None = None,
         previous_response_id: str | None = None,
+        provider_conversation: str | None = None,
     ) -> TurnContext:
         """Attribute every assistant message of a request history. Never raises.
 
@@ -178,6 +187,9 @@ class Attributor:
                 The hidden messages are attributed from the response's key (``response_id``;
                 one ``unknown`` message when it is not known here), and ``messages`` chain
                 from a seed of their own (``prepared`` is ignored).
+            provider_conversation: the provider ``conversation`` object a Responses API call
+                continues: as ``previous_response_id``, from the conversation's head (none
+                yet: the call opens it); the caller's id, else the conversation's, names it.
         """
         started = self._monotonic() if started_at is None else started_at
         meta: Mapping[str, object] = dict(metadata) if metadata else {}  # the app may mutate its dict
@@ -185,6 +197,10 @@ class Attributor:
             if previous_response_id is not None:
                 return self._continued(
                     messages, previous_response_id, conversation_id, requested_model, meta, started
+                )
+            if provider_conversation is not None:
+                return self._in_conversation(
+                    messages, provider_conversation, conversation_id, requested_model, meta, started
                 )
             scan = self._scan(messages) if prepared is None else prepared.scan
             found = self._lookup(scan, prepared)
@@ -430,6 +446,40 @@ class Attributor:
             object.__setattr__(ctx, "conversation_id_source", source)
         return ctx
 
+    def _in_conversation(
+        self,
+        messages: Sequence[Any],
+        conversation: str,
+        conversation_id: str | None,
+        requested_model: str | None,
+        metadata: Mapping[str, object],
+        started: float,
+    ) -> TurnContext:
+        """The context of a call continuing provider conversation ``conversation``: the hidden
+        history from its head (no head: the call opens it), then the new input."""
+        head = self._conversation_head(conversation)
+        scan = self._scan(messages, conversation_seed(conversation, head.depth if head is not None else 0))
+        found = self._lookup(scan)
+        hidden = None if head is None else (self._hidden(head), head)
+        return self._context(
+            scan, found, conversation_id or conversation, requested_model, metadata, started, hidden
+        )
+
+    def _conversation_head(self, conversation: str) -> Authorship | None:
+        """The head of a provider conversation: the store's (another replica may have moved
+        it on), or the one recorded here when that is deeper (not persisted yet)."""
+        local = self._heads.get(conversation)
+        stored: Authorship | None = None
+        try:
+            stored = _head_of(self.store.get_state(conversation_head_id(conversation)))
+        except StoreError:  # counted by the store guard: fail open to what this process knows
+            pass
+        except Exception as exc:
+            self._fail("attribution", exc)
+        if stored is None or (local is not None and local.depth > stored.depth):
+            return local
+        return stored
+
     def _hidden(self, head: Authorship | None) -> list[MessageAttribution]:
         """The attributions of a continued response's history, oldest first (index -1: the
         response): one per author its key lists, or one ``unknown`` message when the key is
@@ -543,6 +593,7 @@ class Attributor:
         reply: Message | Mapping[str, Any] | str,
         authors: Sequence[str],
         response_id: str | None = None,
+        conversation: str | None = None,
     ) -> RecordedReply:
         """Fingerprint a reply and make it attributable at once in this process.
 
@@ -551,6 +602,8 @@ class Attributor:
         degraded context or when every author is ``unknown``. ``response_id``: the id of a
         Responses API response the provider stores; the reply is also recorded under it, with
         the authors of its history (``response_key``), so a call continuing it is attributed.
+        ``conversation``: the provider conversation object the call continued; the reply is
+        its new head (``RecordedReply.head``).
 
         Returns:
             What ``persist`` writes, and the conversation's final id.
@@ -577,17 +630,30 @@ class Attributor:
         if self.content_fallback:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
             items.append((content_key(fp), auth))
-        if response_id:
+        head = None
+        if response_id or conversation:
             earlier = ctx.attributions[max(0, len(ctx.attributions) - RESPONSE_AUTHORS + 1) :]
-            history = (*[a.author for a in earlier], canon[-1])
-            items.append((response_key(response_id), Authorship(history, ctx.depth, auth.created_at, cid)))
+            history = Authorship((*[a.author for a in earlier], canon[-1]), ctx.depth, auth.created_at, cid)
+            if response_id:
+                items.append((response_key(response_id), history))
+            if conversation:
+                head = (conversation_head_id(conversation), _head_state(history))
+                self._remember_head(conversation, history)
         seq = self._pending.add(items)
         for a in ctx.attributions:
             if a.method != "chain":
                 break
         else:
             self._verify(h)
-        return RecordedReply(cid, items[0][0], tuple(items), seq)
+        return RecordedReply(cid, items[0][0], tuple(items), seq, head)
+
+    def _remember_head(self, conversation: str, head: Authorship) -> None:
+        """Keep a conversation's head recorded here (bounded like the overlay; oldest dropped)."""
+        heads = self._heads
+        heads.pop(conversation, None)
+        heads[conversation] = head
+        while len(heads) > self._verified_max:
+            del heads[next(iter(heads))]
 
     def _verify(self, fingerprint: int) -> None:
         """Remember a reply whose whole history chained (bounded; cleared when full)."""
@@ -613,6 +679,16 @@ class Attributor:
         else:
             merge_by_read_write(self.store, recorded.items, merge_authorship)
         self._pending.drop([k for k, _ in recorded.items], recorded.seq)
+        self._put_head(recorded)
+
+    def _put_head(self, recorded: RecordedReply) -> None:
+        """Write a provider conversation's new head (one more store call, conversation calls only).
+
+        Raises:
+            StoreError: the store failed (the in-process head stays meanwhile).
+        """
+        if recorded.head is not None:
+            self.store.put_state(*recorded.head)
 
     def persist_and_get_state(
         self, recorded: RecordedReply, conversation_id: str
@@ -631,6 +707,7 @@ class Attributor:
         state: Mapping[str, object] | None = both(recorded.items, merge_authorship, conversation_id)
         if recorded.items:
             self._pending.drop([k for k, _ in recorded.items], recorded.seq)
+        self._put_head(recorded)
         return state
 
     def persist_and_get_states(
@@ -651,6 +728,9 @@ class Attributor:
         for recorded, _ in batch:
             if recorded is not None and recorded.items:
                 self._pending.drop([k for k, _ in recorded.items], recorded.seq)
+        for recorded, _ in batch:
+            if recorded is not None:
+                self._put_head(recorded)
         return states
 
     @property
@@ -733,3 +813,25 @@ def _as_reply(reply: Any) -> Any:
     if isinstance(reply, str):
         return {"role": "assistant", "content": reply}
     return reply
+
+
+def _head_state(head: Authorship) -> dict[str, object]:
+    """A conversation head as a state mapping (``put_state``)."""
+    return {
+        "v": 1,
+        "authors": list(head.authors),
+        "depth": head.depth,
+        "conversation_id": head.conversation_id,
+    }
+
+
+def _head_of(state: Mapping[str, object] | None) -> Authorship | None:
+    """A conversation head from its state mapping; ``None`` when absent or malformed."""
+    if not state or state.get("v") != 1:
+        return None
+    authors, depth, cid = state.get("authors"), state.get("depth"), state.get("conversation_id")
+    if not isinstance(authors, list) or not authors or not all(isinstance(a, str) for a in authors):
+        return None
+    if type(depth) is not int or depth < 1 or not isinstance(cid, str):
+        return None
+    return Authorship(tuple(authors[-RESPONSE_AUTHORS:]), depth, 0.0, cid)

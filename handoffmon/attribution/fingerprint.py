@@ -116,6 +116,17 @@ def response_key(response_id: str) -> str:
     return "r:" + hex(response_fingerprint(response_id))
 
 
+def conversation_head_id(conversation: str) -> str:
+    """Store state id under which the head of a provider ``conversation`` object is kept (ADR
+    0011): the authors of its assistant messages (the last ``RESPONSE_AUTHORS``) and its depth."""
+    return "hm-conversation-head:" + hex(response_fingerprint("conversation:" + conversation))
+
+
+def conversation_seed(conversation: str, depth: int) -> int:
+    """Chain seed of a call continuing provider conversation ``conversation`` at ``depth``."""
+    return response_fingerprint(f"conversation:{depth}:{conversation}") ^ CHAIN_SEED
+
+
 def continuation_seed(previous_response_id: str) -> int:
     """Chain seed of a request continuing a stored response: its visible messages chain from
     here instead of ``CHAIN_SEED`` (the hidden history is not hashed), so their keys are this

@@ -31,7 +31,8 @@ LITELLM_GENERATED = "litellm_session_id_generated"
 
 
 class ResponseLink(NamedTuple):
-    """Where a Responses API call sits in a chain of responses the provider stores (ADR 0011).
+    """Where a Responses API call sits in a history the provider stores (ADR 0011): a chain of
+    responses, or a ``conversation`` object.
 
     Attributes:
         previous: the ``previous_response_id`` the call continues (its history is the
@@ -42,6 +43,8 @@ class ResponseLink(NamedTuple):
 
     previous: str | None
     keep: bool
+    conversation: str | None = None
+    """The provider ``conversation`` object the call continues (its history kept under that id)."""
 
 
 class Request(NamedTuple):

@@ -13,11 +13,10 @@ give the same assistant message. Consecutive assistant-side items — ``message`
 ``*_call`` items) — form one assistant message (their text parts in order, their calls as
 ``tool_calls``); ``reasoning`` items are skipped on both sides.
 
-A request continuing a stored response (``previous_response_id``) carries only its new input:
-it is read as that input, with a ``ResponseLink`` naming the response it continues, and the
-attributor finds the hidden history's summary under that response's id (ADR 0011). Not
-readable from the request, hence not monitored: a request continuing a ``conversation``
-object, whose history the provider keeps under no response id the request names.
+A request continuing a stored response (``previous_response_id``) or a ``conversation``
+object carries only its new input: it is read as that input, with a ``ResponseLink`` naming
+what it continues, and the attributor finds the hidden history's summary under that id (ADR
+0011). Not monitored: a request naming both (the API refuses it) or a conversation without an id.
 """
 
 from __future__ import annotations
@@ -26,12 +25,12 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, MAX_TOOL_CALLS, StreamOutcome
-from handoffmon.ingress.conversation import SESSION_KEY
+from handoffmon.ingress.conversation import SESSION_KEY, clean_id
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.request import ResponseLink
 
 CONVERSATION_KEY = "conversation"
-"""The request field that continues a ``conversation`` object the provider stores: not monitored."""
+"""The request field that continues a ``conversation`` object the provider stores."""
 
 TERMINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
 """Stream events carrying the final response object (the last event of a stream)."""
@@ -57,8 +56,8 @@ class ResponsesRequest(NamedTuple):
     doc: dict[str, Any] | None
     """``{"model", "messages", "metadata", "litellm_session_id"}`` for ``RequestParser.http_body``."""
     skip: str | None
-    """``"server_state"`` (a ``conversation`` object, or a ``previous_response_id`` that is not
-    a string), ``"no_messages"``."""
+    """``"server_state"`` (a ``previous_response_id`` that is not a string, a ``conversation``
+    without an id, or both), ``"no_messages"``."""
     link: ResponseLink | None = None
     """The call's place in a chain of stored responses (``Request.link``); ``None`` when its
     response is not stored and it continues none."""
@@ -207,7 +206,12 @@ def read_request(body: Any) -> ResponsesRequest:
     if not isinstance(body, dict):
         return ResponsesRequest(None, "no_messages")
     previous = body.get("previous_response_id")
-    if body.get(CONVERSATION_KEY) or (previous and not isinstance(previous, str)):
+    conversation = _conversation_id(body.get(CONVERSATION_KEY))
+    if (
+        (previous and not isinstance(previous, str))
+        or conversation == ""  # a conversation that names no id: its history cannot be found
+        or (previous and conversation)  # both: the API refuses the call
+    ):
         return ResponsesRequest(None, "server_state")
     raw = body.get("input")
     messages: list[dict[str, Any]] = []
@@ -226,7 +230,19 @@ def read_request(body: Any) -> ResponsesRequest:
     if body.get(SESSION_KEY) is not None:
         doc[SESSION_KEY] = body[SESSION_KEY]
     keep = body.get("store") is not False  # the API's default is to store the response
-    return ResponsesRequest(doc, None, ResponseLink(previous or None, keep) if keep or previous else None)
+    if not (keep or previous or conversation):
+        return ResponsesRequest(doc, None)
+    return ResponsesRequest(doc, None, ResponseLink(previous or None, keep, conversation))
+
+
+def _conversation_id(value: Any) -> str | None:
+    """The id of a request's ``conversation`` (a string, or an object with ``id``), cleaned as a
+    caller's conversation id (``clean_id``: it becomes the turn's, and is held per conversation):
+    ``None`` when there is none, ``""`` when one is given but names no id."""
+    if not value:
+        return None
+    cid = value if isinstance(value, str) else get(value, "id")
+    return (clean_id(cid) or "") if isinstance(cid, str) else ""
 
 
 def _finish_reason(response: Any, message: dict[str, Any] | None) -> str | None:

@@ -56,8 +56,8 @@ MAX_IN_FLIGHT = 100_000
 
 class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     """Monitors every chat completion and Responses API call a LiteLLM Proxy serves (the
-    latter read as chat by ``ingress.responses``, chains by ``previous_response_id`` included;
-    calls continuing a ``conversation`` object are left alone).
+    latter read as chat by ``ingress.responses``, calls continuing a stored response or a
+    ``conversation`` object included).
 
     Non-streamed replies are handled in ``async_post_call_success_hook`` and streamed ones
     in ``async_post_call_streaming_iterator_hook`` (chunks pass through unchanged; the
@@ -176,8 +176,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 self._parser = RequestParser.from_config(monitor.config)
             link = None
             if responses:
-                read = chat_messages(data)
-                if read is None:  # a conversation object, or no input: not monitored
+                read = chat_messages(data, via_litellm=True)
+                if read is None:  # no input, or a stored history it cannot name: not monitored
                     return None
                 messages, link = read
                 data = {**data, "messages": messages}

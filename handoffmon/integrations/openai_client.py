@@ -67,8 +67,8 @@ class _Turns:
         return ShadowOffer(source, messages) if source is not None else None
 
     def begin(self, kwargs: Mapping[str, Any], responses: bool = False) -> Capture | _Pending | None:
-        """The turn's capture; ``None`` when it is not monitored (a Responses API call that
-        continues a ``conversation`` object). A
+        """The turn's capture; ``None`` when it is not monitored (a Responses API call naming a
+        stored history it cannot be attributed from). A
         Responses call without metadata or extra headers/body is only copied here
         (``_Pending``): its input is read as chat when the reply is finished (ADR 0002)."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
@@ -280,9 +280,8 @@ class _Chat:
 class OpenAIClientWrapper:
     """An OpenAI-compatible client with handoffmon around ``chat.completions.create`` and
     ``responses.create`` (the ``stream`` helpers make their requests through them) and their
-    ``parse`` helpers. A Responses API call continuing a ``conversation`` object is passed
-    through unmonitored: its history is not in the request (``ingress.responses``); one chained
-    by ``previous_response_id`` is attributed by response id (ADR 0011).
+    ``parse`` helpers. A Responses API call continuing a stored response or a ``conversation``
+    object is attributed from what handoffmon recorded of that history (ADR 0011).
 
     Authorship comes from LiteLLM response headers when the client talks to a LiteLLM
     Proxy (``x-litellm-model-id``, ``x-litellm-model-name``, attempted fallbacks and

@@ -29,16 +29,44 @@ def snapshot(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {**kwargs, "input": items.copy()} if type(items) is list else dict(kwargs)
 
 
-def chat_messages(kwargs: Mapping[str, Any]) -> tuple[list[dict[str, Any]], ResponseLink | None] | None:
+def chat_messages(
+    kwargs: Mapping[str, Any], *, via_litellm: bool = False
+) -> tuple[list[dict[str, Any]], ResponseLink | None] | None:
     """A Responses call's ``instructions`` and ``input`` as chat messages (``read_request``),
-    and its place in a chain of stored responses (``Request.link``); ``None`` when it is not
-    monitored (a ``conversation`` object, no input), said once per process."""
+    and its place in a history the provider stores (``Request.link``); ``None`` when it is not
+    monitored (no input, or a stored history it cannot name), said once per process.
+
+    ``via_litellm``: the call goes through LiteLLM, which passes on only the Responses
+    parameters it knows; a ``conversation`` it drops is not continued by the provider, so the
+    call is read as the fresh conversation the model sees (:func:`litellm_forwards_conversation`).
+    """
     doc, skip, link = read_request(kwargs)
     if doc is None:
         _unmonitored_once(skip)
         return None
+    if via_litellm and link is not None and link.conversation and not litellm_forwards_conversation():
+        link = ResponseLink(link.previous, link.keep) if link.keep or link.previous else None
     messages: list[dict[str, Any]] = doc["messages"]
     return messages, link
+
+
+_FORWARDS: list[bool] = []
+
+
+def litellm_forwards_conversation() -> bool:
+    """Whether the installed LiteLLM passes a Responses call's ``conversation`` on to the
+    provider (1.108 does not: it drops parameters its ``ResponsesAPIRequestParams`` lacks).
+    Only called from LiteLLM's adapters, where LiteLLM is imported already."""
+    if not _FORWARDS:
+        try:
+            from typing import get_type_hints
+
+            from litellm.types.llms.openai import ResponsesAPIRequestParams
+
+            _FORWARDS.append("conversation" in get_type_hints(ResponsesAPIRequestParams))
+        except Exception:  # another LiteLLM layout: assume it passes the call on as sent
+            _FORWARDS.append(True)
+    return _FORWARDS[0]
 
 
 def linked(request: Request, link: ResponseLink | None) -> Request:
@@ -48,13 +76,13 @@ def linked(request: Request, link: ResponseLink | None) -> Request:
 
 def _unmonitored_once(reason: str | None) -> None:
     """Log once per process that calls of kind ``reason`` are passed through unmonitored
-    (``server_state``: an application whose every call continues a ``conversation`` object is
-    not silently unseen)."""
+    (``server_state``: an application whose calls name a history the API cannot continue is not
+    silently unseen)."""
     if reason != "server_state" or reason in _told:
         return
     _told.add(reason)
     _log.warning(
-        "handoffmon: Responses API calls that continue a `conversation` object are not monitored: "
-        "their history is kept by the provider under no response id the request names. Chain "
-        "calls with previous_response_id, or send the history in `input`, to have them monitored."
+        "handoffmon: Responses API calls naming both previous_response_id and conversation, or a "
+        "conversation without an id, are not monitored: which stored history they continue is "
+        "not known."
     )

@@ -178,7 +178,7 @@ class RouterWrapper:
         """A Responses call's input read as chat messages, captured (``t0``/``t1``: when the
         call began and when it reached the router, for a call read later); ``None`` when it
         continues server-side state or has no input."""
-        read = chat_messages(kwargs)
+        read = chat_messages(kwargs, via_litellm=True)
         if read is None:
             return None
         messages, link = read

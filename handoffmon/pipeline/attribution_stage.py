@@ -73,9 +73,9 @@ class AttributionStage:
         if not finished:
             return
         t0 = time.perf_counter()
-        # a call continuing a stored response chains from a seed of its own: attributed alone
+        # a call continuing a stored history chains from a seed of its own: attributed alone
         prepared = self._attributor.prepare(
-            [f.capture.request.messages if _continues(f.capture.request) is None else None for f in finished]
+            [f.capture.request.messages if f.capture.request.link is None else None for f in finished]
         )
         share = (time.perf_counter() - t0) / len(finished)
         for item, ready in zip(finished, prepared, strict=True):
@@ -96,9 +96,11 @@ class AttributionStage:
         else:
             authors = tuple(self._names.canonical(a) for a in raw if a) or _UNKNOWN
         link = item.capture.request.link
-        recorded = self._record(
-            ctx, item.reply, authors, outcome.response_id if link is not None and link.keep else None
-        )
+        if link is None:
+            recorded = self._record(ctx, item.reply, authors)
+        else:
+            rid = outcome.response_id if link.keep else None
+            recorded = self._record(ctx, item.reply, authors, rid, link.conversation)
         text = self._text(item.reply)
         turn = Attributed(
             ctx,
@@ -153,7 +155,8 @@ class AttributionStage:
             metadata=request.metadata,
             started_at=request.received_at,
             prepared=prepared,
-            previous_response_id=_continues(request),
+            previous_response_id=None if request.link is None else request.link.previous,
+            provider_conversation=None if request.link is None else request.link.conversation,
         )
         # The context is fresh and not yet shared: fill the monitor-side fields in place
         # (dataclasses.replace would cost several µs).
@@ -187,10 +190,15 @@ class AttributionStage:
             return Outcome()
 
     def _record(
-        self, ctx: TurnContext, reply: Any, authors: tuple[str, ...], response_id: str | None = None
+        self,
+        ctx: TurnContext,
+        reply: Any,
+        authors: tuple[str, ...],
+        response_id: str | None = None,
+        conversation: str | None = None,
     ) -> Any:
         try:
-            return self._attributor.record(ctx, reply, authors, response_id)
+            return self._attributor.record(ctx, reply, authors, response_id, conversation)
         except Exception as exc:
             self._errors.failed("record", exc)
             return None
@@ -208,9 +216,3 @@ class AttributionStage:
         except Exception as exc:
             self._errors.failed("record", exc)
             return ""
-
-
-def _continues(request: Request) -> str | None:
-    """The stored response a Responses API call continues (``previous_response_id``), if any."""
-    link = request.link
-    return None if link is None else link.previous

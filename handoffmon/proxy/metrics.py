@@ -34,8 +34,8 @@ class ProxyMetrics:
         ``proxy.max_monitored_reply_bytes`` once decoded, or a stream's text past it in
         characters — ``truncated`` — the upstream broke the stream off, the client's
         response was aborted and no turn recorded — and ``server_state`` — a Responses API
-        request continuing a ``conversation`` object, whose history the provider stores
-        under no response id the request names).
+        request naming a stored history handoffmon cannot find: both ``previous_response_id``
+        and ``conversation``, which the API refuses, or a ``conversation`` without an id).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too).

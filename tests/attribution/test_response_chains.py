@@ -200,3 +200,59 @@ def test_a_reused_response_id_attributes_nothing_rather_than_something_wrong(att
     _continue(attributor, None, [{"role": "user", "content": "two"}], LONG[1], "claude", "resp_same")
     ctx = attributor.attribute([{"role": "user", "content": "next"}], previous_response_id="resp_same")
     assert ctx.prefix_model == "unknown" and [a.method for a in ctx.attributions] == ["unknown"]
+
+
+def _in_conversation(
+    att: Attributor, conversation: str, text: str, answer: str, author: str, persist: bool = True
+) -> TurnContext:
+    """One Responses call continuing provider conversation ``conversation``."""
+    ctx = att.attribute([{"role": "user", "content": text}], provider_conversation=conversation)
+    recorded = att.record(ctx, _reply(answer), [author], conversation=conversation)
+    if persist:
+        att.persist(recorded)
+    return ctx
+
+
+def test_a_conversation_object_reads_as_the_full_history(attributor: Attributor) -> None:
+    """Calls continuing one ``conversation`` object: the first opens it (depth 1), each later
+    one gets its hidden history from the conversation's head; the conversation id names it."""
+    c1 = _in_conversation(attributor, "conv_a", "Refunds?", LONG[0], "gpt-4o")
+    c2 = _in_conversation(attributor, "conv_a", "Exceptions?", LONG[1], "claude")
+    c3 = _in_conversation(attributor, "conv_a", "Summary?", LONG[2], "claude")
+    assert [c.depth for c in (c1, c2, c3)] == [1, 2, 3]
+    assert [c.prefix_model for c in (c1, c2, c3)] == ["none", "gpt-4o", "claude"]
+    assert [(a.index, a.author, a.depth, a.method) for a in c3.attributions] == [
+        (-2, "gpt-4o", 1, "response_id"),
+        (-1, "claude", 2, "response_id"),
+    ]
+    assert c3.prefix_purity == pytest.approx(1 / 2) and c3.prefix_authors == 2
+    assert {c.conversation_id for c in (c1, c2, c3)} == {"conv_a"}
+    assert c1.conversation_id_source == "caller"
+    other = _in_conversation(attributor, "conv_b", "Hello", LONG[3], "claude")
+    assert other.depth == 1 and other.conversation_id == "conv_b"
+
+
+def test_a_conversation_head_is_found_before_it_is_persisted(attributor: Attributor) -> None:
+    _in_conversation(attributor, "conv_fast", "Go", LONG[0], "gpt-4o", persist=False)
+    nxt = attributor.attribute([{"role": "user", "content": "on"}], provider_conversation="conv_fast")
+    assert nxt.depth == 2 and nxt.prefix_model == "gpt-4o"
+
+
+def test_another_replica_moves_a_conversation_on(attributor: Attributor) -> None:
+    """Two processes on one store take turns in a conversation: each reads the store's head,
+    which is deeper than the one it recorded itself (a stale local head would go back)."""
+    replica = Attributor(attributor.store, clock=FakeClock())
+    _in_conversation(attributor, "conv_r", "one", LONG[0], "gpt-4o")
+    _in_conversation(replica, "conv_r", "two", LONG[1], "claude")
+    ctx = attributor.attribute([{"role": "user", "content": "three"}], provider_conversation="conv_r")
+    assert ctx.depth == 3 and ctx.prefix_model == "claude"
+    assert [a.author for a in ctx.attributions] == ["gpt-4o", "claude"]
+
+
+def test_a_malformed_conversation_head_is_ignored(attributor: Attributor) -> None:
+    """A head another writer left unreadable: the call reads as opening the conversation."""
+    from handoffmon.attribution.fingerprint import conversation_head_id
+
+    attributor.store.put_state(conversation_head_id("conv_bad"), {"v": 1, "authors": "gpt-4o", "depth": 3})
+    ctx = attributor.attribute([{"role": "user", "content": "x"}], provider_conversation="conv_bad")
+    assert ctx.depth == 1 and ctx.prefix_model == "none"

@@ -191,7 +191,13 @@ def test_request_history_roles_instructions_and_tool_outputs() -> None:
 @pytest.mark.parametrize(
     ("body", "skip"),
     [
-        ({"model": "m", "input": "more", "conversation": "conv_1"}, "server_state"),
+        (
+            {"model": "m", "input": "more", "conversation": "conv_1", "previous_response_id": "r"},
+            "server_state",
+        ),
+        ({"model": "m", "input": "more", "conversation": {"no": "id"}}, "server_state"),
+        ({"model": "m", "input": "more", "conversation": 7}, "server_state"),
+        ({"model": "m", "input": "more", "conversation": "   "}, "server_state"),
         ({"model": "m", "input": "more", "previous_response_id": ["resp_0"]}, "server_state"),
         ({"model": "m"}, "no_messages"),
         ({"model": "m", "input": 3}, "no_messages"),
@@ -211,13 +217,18 @@ def test_requests_that_are_not_monitored_say_why(body: Any, skip: str) -> None:
         ({"previous_response_id": "resp_0", "store": False}, ResponseLink("resp_0", False)),
         ({"previous_response_id": ""}, ResponseLink(None, True)),
         ({"previous_response_id": None, "store": None}, ResponseLink(None, True)),
+        ({"conversation": "conv_1"}, ResponseLink(None, True, "conv_1")),
+        ({"conversation": {"id": "conv_2"}, "store": False}, ResponseLink(None, False, "conv_2")),
+        ({"conversation": " conv_3 "}, ResponseLink(None, True, "conv_3")),
+        ({"conversation": "c" * 100_000}, ResponseLink(None, True, "c" * 256)),  # bounded, as caller ids
     ],
 )
 def test_the_link_names_the_response_continued_and_whether_this_one_is_kept(
     extra: dict[str, Any], link: ResponseLink | None
 ) -> None:
-    """``previous_response_id`` continues a stored response: the request is read as its new
-    input only, and the link says which response's key holds the hidden history (ADR 0011)."""
+    """``previous_response_id`` continues a stored response, ``conversation`` a conversation
+    object: the request is read as its new input only, and the link says whose key holds the
+    hidden history (ADR 0011)."""
     doc, skip, got = read_request({"model": "m", "input": "more", **extra})
     assert skip is None and got == link
     assert doc is not None and doc["messages"] == [{"role": "user", "content": "more"}]

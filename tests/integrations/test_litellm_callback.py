@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from handoffmon.integrations.litellm_callback import HandoffmonCallback, handoffmon_callback
+from handoffmon.integrations.responses_calls import litellm_forwards_conversation
 from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
 from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router, responses_router
@@ -166,6 +167,36 @@ async def test_responses_api_calls_are_turns(responses_api_base: str) -> None:
     assert [a.method for a in third_turn.context.attributions] == ["response_id"]
     assert third_turn.context.conversation_id == first_turn.context.conversation_id
     assert cb._starts == {}
+
+
+async def test_responses_api_conversation_objects_are_turns(responses_api_base: str) -> None:
+    """Calls continuing a ``conversation`` object through the proxy's hooks: turns at their
+    depth under the conversation's id, the hidden history from the conversation's head, when
+    LiteLLM passes the conversation on; when it drops it (1.108), three fresh conversations."""
+    exp = RecordingExporter()
+    router = responses_router(responses_api_base)
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
+        for i, group in enumerate(["alpha", "backup", "alpha"]):
+            data = {"model": group, "input": f"conversation turn {i}", "conversation": {"id": "conv_cb"}}
+            await cb.async_pre_call_hook(None, None, data, "aresponses")
+            assert await cb.async_post_call_success_hook(data, None, await router.aresponses(**data)) is None
+        assert m.flush(10)
+    results = exp.results
+    if litellm_forwards_conversation():
+        assert [(r.context.depth, r.record.author, r.context.prefix_model) for r in results] == [
+            (1, "model-c", "none"),
+            (2, "model-b", "model-c"),
+            (3, "model-c", "model-b"),
+        ]
+        assert {r.context.conversation_id for r in results} == {"conv_cb"}
+    else:
+        assert [(r.context.depth, r.record.author) for r in results] == [
+            (1, "model-c"),
+            (1, "model-b"),
+            (1, "model-c"),
+        ]
+        assert len({r.context.conversation_id for r in results}) == 3
 
 
 async def test_a_stream_of_unreadable_events_passes_through_untouched() -> None:

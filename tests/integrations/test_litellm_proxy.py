@@ -26,6 +26,7 @@ import yaml
 
 from handoffmon.counts import Counts, TurnKey
 from handoffmon.errors import StoreError
+from handoffmon.integrations.responses_calls import litellm_forwards_conversation
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from tests.conftest import free_port, require, require_binary
 from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY
@@ -389,23 +390,43 @@ def chain_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
             yield url, tmp / "handoffmon.db"
 
 
-def test_proxy_records_responses_api_chains(chain_proxy: tuple[str, Path]) -> None:
-    """Calls chained by ``previous_response_id`` through the real LiteLLM Proxy (its encoded
-    response ids, as the SDK gets them): the same three turns as the history sent in full, the
-    hidden messages attributed by response id (ADR 0011)."""
+@pytest.mark.parametrize("by", ["previous_response_id", "conversation"])
+def test_proxy_records_responses_api_histories_kept_by_the_provider(
+    chain_proxy: tuple[str, Path], by: str
+) -> None:
+    """Calls continuing a stored response (LiteLLM's encoded response ids, as the SDK gets
+    them) or one ``conversation`` object through the real LiteLLM Proxy: the same three turns
+    as the history sent in full, the hidden messages attributed from what handoffmon recorded
+    (ADR 0011). A LiteLLM that drops ``conversation`` (1.108) sends three fresh conversations
+    upstream, and that is what is recorded."""
     url, db = chain_proxy
+    chained = by == "previous_response_id" or litellm_forwards_conversation()
+    try:
+        before = load_counts_sqlite(db)
+    except StoreError:  # no aggregates yet when this test runs first
+        before = Counts()
     client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
     previous: str | None = None
     for i, group in enumerate(["alpha", "backup", "alpha"]):
-        extra: dict[str, Any] = {"previous_response_id": previous} if previous else {}
-        resp = client.responses.create(model=group, input=f"chained turn {i}", **extra)
-        assert resp.output_text.startswith(f"Response {i + 1} from ")
+        extra: dict[str, Any] = {"conversation": "conv_proxy"} if by == "conversation" else {}
+        if previous and by == "previous_response_id":
+            extra["previous_response_id"] = previous
+        resp = client.responses.create(model=group, input=f"{by} turn {i}", **extra)
+        assert resp.output_text.startswith(
+            f"Response {i + 1 if chained else 1} from "
+        )  # as the upstream saw it
         previous = resp.id
-    counts = _wait_counts(db, 3)
+    counts = _wait_counts(db, before.total_turns + 3)
     b, c = "model-b", "model-c"
-    assert dict(counts.turns) == {
-        TurnKey(c, "none", "1", "false"): 1,
-        TurnKey(b, c, "2", "true"): 1,
-        TurnKey(c, b, "3-4", "true"): 1,
-    }
-    assert {k: n for k, n in counts.attributions.items() if n} == {"response_id": 1 + 2}
+    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
+    attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
+    if chained:
+        assert turns == {
+            TurnKey(c, "none", "1", "false"): 1,
+            TurnKey(b, c, "2", "true"): 1,
+            TurnKey(c, b, "3-4", "true"): 1,
+        }
+        assert {k: n for k, n in attributed.items() if n} == {"response_id": 1 + 2}
+    else:
+        assert turns == {TurnKey(c, "none", "1", "false"): 2, TurnKey(b, "none", "1", "false"): 1}
+        assert {k: n for k, n in attributed.items() if n} == {}

@@ -144,23 +144,51 @@ async def test_chained_calls_are_turns(upstream: tuple[ResponsesUpstream, str], 
     assert [c.verdict for c in results[0].checks] == ["not_applicable"]  # the tool call
 
 
-async def test_conversation_objects_pass_through_unmonitored(
+@pytest.mark.parametrize("mode", MODES)
+async def test_conversation_objects_are_turns(upstream: tuple[ResponsesUpstream, str], mode: str) -> None:
+    """Calls continuing one ``conversation`` object carry only their new input: turns at their
+    depth under the conversation's id, the hidden history from the conversation's head."""
+    exp = RecordingExporter()
+    conversation = f"conv_{mode}"
+    with monitor(CONFIG, exporters=[exp]) as m:
+        cls = openai.AsyncOpenAI if mode.startswith("a") else openai.OpenAI
+        wrapped = OpenAIClientWrapper(cls(base_url=upstream[1], api_key="k", max_retries=0), m)
+        for depth in (1, 2, 3):
+            reply = await _ask(
+                wrapped, mode, model="gpt-x", input=f"{mode} {depth}", conversation=conversation
+            )
+            assert reply.output_text == responses_text(schedule(depth), depth)
+        assert m.flush(10)
+        assert m.snapshot().monitor_errors == {}
+    results = exp.results
+    assert [r.context.depth for r in results] == [1, 2, 3]
+    assert [r.context.prefix_model for r in results] == ["none", schedule(1), schedule(2)]
+    assert {r.context.conversation_id for r in results} == {conversation}
+    assert [[a.method for a in r.context.attributions] for r in results] == [
+        [],
+        ["response_id"],
+        ["response_id"] * 2,
+    ]
+
+
+async def test_unknown_stored_histories_pass_through_unmonitored(
     upstream: tuple[ResponsesUpstream, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``conversation``: the SDK's response, unchanged; no turn recorded, and one warning per
-    process says why (the application is not silently unseen)."""
+    """A call naming both a previous response and a conversation (the API refuses it; here the
+    upstream answers): the SDK's response unchanged, no turn, one warning per process."""
     monkeypatch.setattr(responses_calls, "_told", set())
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m, caplog.at_level(logging.WARNING, "handoffmon.integrations"):
         wrapped = OpenAIClientWrapper(openai.OpenAI(base_url=upstream[1], api_key="k", max_retries=0), m)
-        wrapped.responses.create(model="gpt-x", input="hello")
-        second = wrapped.responses.create(model="gpt-x", input="more", conversation="conv_1")
-        wrapped.responses.create(model="gpt-x", input="again", conversation="conv_1")
+        first = wrapped.responses.create(model="gpt-x", input="hello")
+        for _ in range(2):
+            second = wrapped.responses.create(
+                model="gpt-x", input="more", conversation="conv_both", previous_response_id=first.id
+            )
         assert isinstance(second, openai.types.responses.Response)
-        assert second.output_text == responses_text(schedule(1), 1)
         assert m.flush(10)
     assert len(exp.results) == 1
-    told = [r for r in caplog.records if "conversation" in r.getMessage()]
+    told = [r for r in caplog.records if "previous_response_id and conversation" in r.getMessage()]
     assert len(told) == 1 and told[0].levelno == logging.WARNING
 
 

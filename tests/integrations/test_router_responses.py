@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from handoffmon.integrations.responses_calls import litellm_forwards_conversation
 from handoffmon.integrations.router import RouterWrapper
 from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
@@ -100,6 +101,29 @@ async def test_chained_calls_are_turns(api_base: str, mode: str) -> None:
         ["response_id"] * n for n in range(4)
     ]
     assert len({r.context.conversation_id for r in results}) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_conversation_objects_are_turns(api_base: str, mode: str) -> None:
+    """Calls continuing one ``conversation`` object through the Router: turns at their depth
+    under the conversation's id, the switch of group a handoff, when LiteLLM passes the
+    conversation on; when it drops it (1.108), what the model saw: three fresh conversations."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(responses_router(api_base), m)
+        for i, group in enumerate(["alpha", "backup", "alpha"]):
+            await _last_id(wrapped, mode, group, f"{mode} in conversation {i}", conversation=f"conv_r_{mode}")
+        assert m.flush(10)
+        assert m.snapshot().monitor_errors == {}
+    results = exp.results
+    assert [r.record.author for r in results] == ["model-c", "model-b", "model-c"]
+    if litellm_forwards_conversation():
+        assert [r.context.depth for r in results] == [1, 2, 3]
+        assert [r.context.prefix_model for r in results] == ["none", "model-c", "model-b"]
+        assert {r.context.conversation_id for r in results} == {f"conv_r_{mode}"}
+    else:
+        assert [r.context.depth for r in results] == [1, 1, 1]
+        assert len({r.context.conversation_id for r in results}) == 3
 
 
 async def _last_id(wrapped: RouterWrapper, mode: str, group: str, text: str, **extra: Any) -> str:

@@ -237,16 +237,20 @@ def test_a_batch_of_mixed_turns_fails_open_turn_by_turn_as_one_by_one(
         reference.close()
 
 
-def _drive_chains(m: Monitor) -> None:
+def _drive_chains(m: Monitor, by: str) -> None:
     """Responses API chains (ADR 0011): CONVERSATIONS chains of DEPTH calls, interleaved turn
-    by turn, each call naming the response it continues and carrying only its new input."""
+    by turn, each carrying only its new input and naming the response it continues (``by``
+    ``previous``) or its conversation object (``conversation``)."""
     previous: list[str | None] = [None] * CONVERSATIONS
     for depth in range(DEPTH):
         for i in range(CONVERSATIONS):
             author = ("m1", "m2")[(i + depth * (i % 3)) % 2]
             rid = f"resp_{i}_{depth}"
             req = request(m, [{"role": "user", "content": f"chain {i} call {depth}"}])
-            cap = m.capture(req._replace(link=ResponseLink(previous[i], True)))
+            link = (
+                ResponseLink(previous[i], True) if by == "previous" else ResponseLink(None, True, f"conv_{i}")
+            )
+            cap = m.capture(req._replace(link=link))
             m.finish(
                 cap,
                 {"role": "assistant", "content": f"reply {i} {depth}"},
@@ -255,15 +259,16 @@ def _drive_chains(m: Monitor) -> None:
             previous[i] = rid
 
 
-def test_chained_calls_queued_in_one_batch_match_one_by_one(redis_config: HandoffmonConfig) -> None:
+@pytest.mark.parametrize("by", ["previous", "conversation"])
+def test_chained_calls_queued_in_one_batch_match_one_by_one(redis_config: HandoffmonConfig, by: str) -> None:
     """Continued responses in a batch are attributed after the response each continues was
     recorded (the overlay), as one by one on the memory store: depth, prefix, methods."""
     batched_exp, single_exp = RecordingExporter(), RecordingExporter()
     m = Monitor(redis_config, exporters=[batched_exp], start=False)
     reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
     try:
-        _drive_chains(m)
-        _drive_chains(reference)
+        _drive_chains(m, by)
+        _drive_chains(reference, by)
         assert reference.flush(10)
         m.start()
         assert m.flush(10)

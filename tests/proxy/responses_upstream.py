@@ -3,7 +3,8 @@
 Shaped like OpenAI's own API, not LiteLLM's: no authorship headers, so ``serve`` learns who
 answered from the response's ``model``. Deterministic (same request → same bytes). The depth of
 a request is its number of user messages, counting those of the stored response it continues
-(``previous_response_id``; an id it never answered is a 400, as OpenAI's); the author is
+(``previous_response_id``; an id it never answered is a 400, as OpenAI's) or of the
+``conversation`` it continues; the author is
 ``x-mock-model`` or ``mock_upstream.schedule(depth)``. A user message containing
 ``use the tool`` is answered with a reasoning item and a ``function_call`` (no text) until the
 input ends with the call's output.
@@ -57,6 +58,8 @@ class ResponsesUpstream:
     seen: list[bytes] = field(default_factory=list)
     stored: dict[str, int] = field(default_factory=dict)
     """Response id → its depth (user messages through it): the chains it can continue."""
+    conversations: dict[str, int] = field(default_factory=dict)
+    """Conversation id → its depth so far (``conversation``: a string or ``{"id"}``)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = await read_request(scope, receive, send)
@@ -80,7 +83,14 @@ class ResponsesUpstream:
             }
             await _send(send, 400, json.dumps({"error": err}).encode())
             return
-        depth = _depth(req) if previous is None else max(1, self.stored[previous] + _users(req))
+        conversation = req.get("conversation")
+        if isinstance(conversation, dict):
+            conversation = conversation.get("id")
+        if conversation is not None:
+            depth = max(1, self.conversations.get(conversation, 0) + _users(req))
+            self.conversations[conversation] = depth
+        else:
+            depth = _depth(req) if previous is None else max(1, self.stored[previous] + _users(req))
         model = headers.get("x-mock-model") or schedule(depth)
         digest = hashlib.sha256(body).hexdigest()[:20]
         output: list[dict[str, Any]] = [

@@ -206,23 +206,48 @@ def test_chained_calls_are_turns_at_their_true_depth(proxy: Proxy) -> None:
     )
 
 
-def test_conversation_objects_are_forwarded_and_counted_unmonitored(proxy: Proxy) -> None:
-    """``conversation`` (history kept by the provider under no response id): forwarded
-    unchanged, no turn, counted as ``server_state``."""
+def test_conversation_objects_are_turns(proxy: Proxy) -> None:
+    """Calls continuing a ``conversation`` object (``{"id"}`` or a string): turns at their depth
+    under the conversation's id, the hidden history from its head."""
+    before = _snapshot(proxy)
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    for depth in (1, 2, 3, 4):
+        conversation: Any = {"id": "conv_serve"} if depth % 2 else "conv_serve"
+        reply = client.responses.create(model="gpt-x", input=f"conv {depth}", conversation=conversation)
+        assert reply.output_text == responses_text(schedule(depth), depth)
+    client.close()
+    after = _snapshot(proxy)
+    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in (1, 2, 3, 4)])
+    assert _delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
+
+
+def test_unknown_stored_histories_are_forwarded_and_counted_unmonitored(
+    proxy: Proxy, upstream: tuple[ResponsesUpstream, str]
+) -> None:
+    """A call naming both a previous response and a conversation, or a conversation without an
+    id: forwarded unchanged, no turn, counted as ``server_state``."""
     before, skipped = (
         _snapshot(proxy),
         _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
     )
-    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
-    second = client.responses.create(model="gpt-x", input="and then?", conversation="conv_1")
-    client.close()
-    assert second.output_text == responses_text(schedule(1), 1)
+    bodies = [
+        {"model": "gpt-x", "input": "a", "conversation": "conv_x", "previous_response_id": "resp_x"},
+        {"model": "gpt-x", "input": "b", "conversation": {"name": "no id"}},
+    ]
+    for body in bodies:
+        raw = json.dumps(body).encode()
+        through = httpx.post(
+            f"{proxy.url}/v1/responses", content=raw, headers={"content-type": "application/json"}
+        )
+        direct = httpx.post(
+            f"{upstream[1]}/v1/responses", content=raw, headers={"content-type": "application/json"}
+        )
+        assert (through.status_code, through.content) == (direct.status_code, direct.content)
     after = _snapshot(proxy)
     assert sum(_delta(after.turns, before.turns).values()) == 0
-    assert (
-        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"})
-        == skipped + 1
-    )
+    assert _sample(
+        proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}
+    ) == skipped + len(bodies)
 
 
 @pytest.mark.parametrize("stream", [False, True])
