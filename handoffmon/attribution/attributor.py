@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -150,9 +151,10 @@ class Attributor:
         # Scan states of recent histories of {role, content: str} dicts: the next turn of
         # a conversation resumes from its predecessor's instead of re-reading the history.
         self._prefixes = PrefixCache(text_cache_bytes // 4)
-        # Heads of provider conversation objects recorded here (bounded, oldest dropped): the
-        # next call finds one before it is persisted; the store's wins when it is deeper.
+        # Heads of provider conversation objects recorded here and not yet persisted, by state
+        # id (bounded, oldest dropped): the next call finds one before it is in the store.
         self._heads: dict[str, Authorship] = {}
+        self._heads_lock = threading.Lock()
 
     # -- hot path ---------------------------------------------------------------------
 
@@ -468,10 +470,11 @@ class Attributor:
     def _conversation_head(self, conversation: str) -> Authorship | None:
         """The head of a provider conversation: the store's (another replica may have moved
         it on), or the one recorded here when that is deeper (not persisted yet)."""
-        local = self._heads.get(conversation)
+        state_id = conversation_head_id(conversation)
+        local = self._heads.get(state_id)
         stored: Authorship | None = None
         try:
-            stored = _head_of(self.store.get_state(conversation_head_id(conversation)))
+            stored = _head_of(self.store.get_state(state_id))
         except StoreError:  # counted by the store guard: fail open to what this process knows
             pass
         except Exception as exc:
@@ -638,7 +641,7 @@ class Attributor:
                 items.append((response_key(response_id), history))
             if conversation:
                 head = (conversation_head_id(conversation), _head_state(history))
-                self._remember_head(conversation, history)
+                self._remember_head(head[0], history)
         seq = self._pending.add(items)
         for a in ctx.attributions:
             if a.method != "chain":
@@ -647,13 +650,15 @@ class Attributor:
             self._verify(h)
         return RecordedReply(cid, items[0][0], tuple(items), seq, head)
 
-    def _remember_head(self, conversation: str, head: Authorship) -> None:
-        """Keep a conversation's head recorded here (bounded like the overlay; oldest dropped)."""
-        heads = self._heads
-        heads.pop(conversation, None)
-        heads[conversation] = head
-        while len(heads) > self._verified_max:
-            del heads[next(iter(heads))]
+    def _remember_head(self, state_id: str, head: Authorship) -> None:
+        """Keep a conversation's head recorded here until it is persisted (bounded like the
+        overlay; oldest dropped)."""
+        with self._heads_lock:
+            heads = self._heads
+            heads.pop(state_id, None)
+            heads[state_id] = head
+            while len(heads) > self._verified_max:
+                del heads[next(iter(heads))]
 
     def _verify(self, fingerprint: int) -> None:
         """Remember a reply whose whole history chained (bounded; cleared when full)."""
@@ -682,13 +687,20 @@ class Attributor:
         self._put_head(recorded)
 
     def _put_head(self, recorded: RecordedReply) -> None:
-        """Write a provider conversation's new head (one more store call, conversation calls only).
+        """Write a provider conversation's new head (one more store call, conversation calls
+        only), then forget it here unless a later reply replaced it meanwhile.
 
         Raises:
             StoreError: the store failed (the in-process head stays meanwhile).
         """
-        if recorded.head is not None:
-            self.store.put_state(*recorded.head)
+        if recorded.head is None:
+            return
+        state_id, state = recorded.head
+        self.store.put_state(state_id, state)
+        with self._heads_lock:
+            mine = self._heads.get(state_id)
+            if mine is not None and mine.depth == state["depth"] and list(mine.authors) == state["authors"]:
+                del self._heads[state_id]
 
     def persist_and_get_state(
         self, recorded: RecordedReply, conversation_id: str
