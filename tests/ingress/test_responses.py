@@ -388,7 +388,16 @@ _dicts = st.dictionaries(st.sampled_from(_KEYS), _json, max_size=5)
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(
     body=st.one_of(
-        _json, st.fixed_dictionaries({"input": st.lists(_dicts, max_size=5)}, optional={"x": _json})
+        _json,
+        st.fixed_dictionaries(
+            {"input": st.lists(_dicts, max_size=5)},
+            optional={
+                "x": _json,
+                "previous_response_id": st.one_of(_json, st.just("resp_1")),
+                "conversation": st.one_of(_json, st.just("conv_1"), st.fixed_dictionaries({"id": _json})),
+                "store": _json,
+            },
+        ),
     ),
     response=st.one_of(_json, st.fixed_dictionaries({"output": st.lists(_dicts, max_size=4)})),
     events=st.lists(st.one_of(_json, _dicts), max_size=6),
@@ -406,6 +415,11 @@ def test_the_readers_are_total(body: Any, response: Any, events: list[Any]) -> N
     assert (got.doc is None) != (got.skip is None)
     if got.doc is not None:
         assert all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in got.doc["messages"])
+    if got.link is not None:  # what the attributor is handed: strings or None, bounded ids
+        assert got.link.previous is None or (isinstance(got.link.previous, str) and got.link.previous)
+        conv = got.link.conversation
+        assert conv is None or (isinstance(conv, str) and 0 < len(conv) <= 256)
+        assert not (got.link.previous and conv) and isinstance(got.link.keep, bool)
     doc = response_as_chat(response)
     assert doc is None or (len(doc["choices"]) == 1 and doc["choices"][0]["message"]["role"] == "assistant")
     folder = ResponsesStreamFolder(max_chars=50)

@@ -252,6 +252,7 @@ responses_bodies = st.one_of(
             ),
             "instructions": _maybe(st.text(max_size=10)),
             "previous_response_id": _maybe(st.just("resp_0")),
+            "conversation": _maybe(st.one_of(st.just("conv_0"), st.fixed_dictionaries({"id": json_values}))),
             "stream": st.booleans(),
             "metadata": json_values,
         },
