@@ -68,6 +68,60 @@ class Folder(Protocol):
         """The folded reply so far."""
 
 
+def parts_content(parts: list[Any]) -> Any:
+    """Chat ``content`` of a message read from another API's parts: one text part as a plain
+    string (the two normalize alike), else the parts; ``None`` for none."""
+    if not parts:
+        return None
+    if len(parts) == 1 and type(parts[0]) is dict and parts[0].get("type") == "text":
+        return parts[0]["text"]
+    return parts
+
+
+class EventFolder:
+    """What the folders of typed event streams (the Responses and Messages APIs) share: the
+    event and odd counts, a ``feed`` that never raises, and the cap on the reply's size.
+
+    Args:
+        max_chars: characters of text and arguments kept before nothing more is
+            (``too_large``), as ``ChunkFolder``.
+    """
+
+    def __init__(self, max_chars: int = MAX_REPLY_CHARS) -> None:
+        self._max_chars = max_chars
+        self._chars = 0
+        self.done = False
+        self.chunks = 0
+        self.odd = 0
+        self.too_large = False
+
+    def feed(self, event: Any) -> None:
+        """Take one event; never raises."""
+        self.chunks += 1
+        try:
+            self._event(event)
+        except Exception:
+            self.odd += 1
+
+    def _event(self, event: Any) -> None:
+        raise NotImplementedError
+
+    def _forget(self) -> None:
+        """Drop everything kept of the reply (it passed ``max_chars``)."""
+        raise NotImplementedError
+
+    def _count(self, chars: int) -> bool:
+        """Add ``chars`` to the reply's size; past ``max_chars`` keep nothing (``too_large``)."""
+        if self.too_large:
+            return False
+        self._chars += chars
+        if self._chars > self._max_chars:
+            self.too_large = True
+            self._forget()
+            return False
+        return True
+
+
 class _Call:
     __slots__ = ("args", "id", "name", "type")
 

@@ -24,7 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from handoffmon.ingress.chunks import MAX_REPLY_CHARS, MAX_TOOL_CALLS, StreamOutcome
+from handoffmon.ingress.chunks import (
+    MAX_REPLY_CHARS,
+    MAX_TOOL_CALLS,
+    EventFolder,
+    StreamOutcome,
+    parts_content,
+)
 from handoffmon.ingress.conversation import SESSION_KEY, clean_id
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.request import ResponseLink
@@ -97,15 +103,6 @@ def _parts(content: Any) -> list[Any]:
     return out
 
 
-def _content(parts: list[Any]) -> Any:
-    """Chat ``content``: one text part as a plain string (normalizes alike), else the parts."""
-    if not parts:
-        return None
-    if len(parts) == 1 and type(parts[0]) is dict and parts[0].get("type") == "text":
-        return parts[0]["text"]
-    return parts
-
-
 def _call(item: Any, kind: str) -> dict[str, Any]:
     """A tool-call item as a chat tool call (its id is the ``call_id`` the output answers)."""
     call_id = get(item, "call_id") or get(item, "id") or ""
@@ -129,7 +126,7 @@ def _output_text(output: Any) -> Any:
     if isinstance(output, str) or output is None:
         return output or ""
     if isinstance(output, (list, tuple)):
-        return _content(_parts(output))
+        return parts_content(_parts(output))
     return str(output)
 
 
@@ -143,7 +140,7 @@ class _Assistant:
         self.calls: list[dict[str, Any]] = []
 
     def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": _content(self.parts)}
+        msg: dict[str, Any] = {"role": "assistant", "content": parts_content(self.parts)}
         if self.calls:
             msg["tool_calls"] = self.calls
         return msg
@@ -190,7 +187,7 @@ def items_as_messages(items: Iterable[Any]) -> list[dict[str, Any]]:
             out.append(
                 {
                     "role": role if isinstance(role, str) else "user",
-                    "content": _content(_parts(get(item, "content"))),
+                    "content": parts_content(_parts(get(item, "content"))),
                 }
             )
         else:  # an item type this version does not know: a stable placeholder in the history
@@ -281,7 +278,7 @@ def response_as_chat(response: Any) -> dict[str, Any] | None:
     return doc
 
 
-class ResponsesStreamFolder:
+class ResponsesStreamFolder(EventFolder):
     """Folds a Responses event stream (SDK events or decoded JSON) into a ``StreamOutcome``.
 
     The terminal event (``response.completed``, ``.incomplete``, ``.failed``) carries the
@@ -297,25 +294,12 @@ class ResponsesStreamFolder:
     """
 
     def __init__(self, max_chars: int = MAX_REPLY_CHARS) -> None:
-        self._max_chars = max_chars
-        self._chars = 0
+        super().__init__(max_chars)
         self._items: dict[int, Any] = {}
         self._texts: dict[tuple[int, int], list[str]] = {}
         self._final: Any = None
         self._model: str | None = None
         self._id: str | None = None
-        self.done = False
-        self.chunks = 0
-        self.odd = 0
-        self.too_large = False
-
-    def feed(self, event: Any) -> None:
-        """Take one event; never raises."""
-        self.chunks += 1
-        try:
-            self._event(event)
-        except Exception:
-            self.odd += 1
 
     def _event(self, event: Any) -> None:
         kind = get(event, "type")
@@ -357,17 +341,9 @@ class ResponsesStreamFolder:
         self.odd += 1
         return False
 
-    def _count(self, chars: int) -> bool:
-        """Add ``chars`` to the reply's size; past ``max_chars`` keep nothing (``too_large``)."""
-        if self.too_large:
-            return False
-        self._chars += chars
-        if self._chars > self._max_chars:
-            self.too_large = True
-            self._texts.clear()
-            self._items.clear()
-            return False
-        return True
+    def _forget(self) -> None:
+        self._texts.clear()
+        self._items.clear()
 
     def _keep(self, key: tuple[int, int], delta: Any) -> None:
         if not isinstance(delta, str):

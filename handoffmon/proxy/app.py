@@ -24,6 +24,7 @@ with requires_extra("proxy", "handoffmon serve"):
 from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError
 from handoffmon.exporters.serving import render, token_ok
+from handoffmon.ingress.apis import MESSAGES, RESPONSES
 from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import SessionFactory, Upstream
@@ -158,13 +159,14 @@ async def _admin_stats(request: Request) -> Response:
 
 CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"
+MESSAGES_PATH = "/v1/messages"
 
 
 class ProxyApp(Starlette):
     """Starlette, with the forwarded routes dispatched straight to their forwarders.
 
-    ``POST /v1/chat/completions`` and ``POST /v1/responses`` go to their monitored
-    forwarders, every other
+    ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/messages`` go to their
+    monitored forwarders, every other
     ``/v1/...`` request with a pass-through method to the pass-through forwarder: the
     routes the router would pick (``/v1/{path:path}`` matches any path under ``/v1/``
     without a line break, and ``GET /v1/chat/completions`` falls through to it), without
@@ -178,6 +180,7 @@ class ProxyApp(Starlette):
 
     chat: Any = None
     responses: Any = None
+    messages: Any = None
     passthrough: Any = None
 
     async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
@@ -189,6 +192,8 @@ class ProxyApp(Starlette):
                     app = self.chat
                 elif path == RESPONSES_PATH and method == "POST":
                     app = self.responses
+                elif path == MESSAGES_PATH and method == "POST":
+                    app = self.messages
                 elif method in _PASSTHROUGH:
                     app = self.passthrough
                 else:
@@ -213,15 +218,18 @@ def _routes(state: ProxyState) -> list[Route]:
         routing=body_routing(state.runtime.routing, state.monitor),
         shadow=_shadow(state),
     )
-    responses = Forwarder(
-        state.upstream,
-        state.metrics,
-        max_body_bytes=proxy.max_body_bytes,
-        monitor=state.monitor,
-        route="responses",
-        client_timeout_s=proxy.client_timeout_s,
-        max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
-        responses=True,
+    responses, messages = (
+        Forwarder(
+            state.upstream,
+            state.metrics,
+            max_body_bytes=proxy.max_body_bytes,
+            monitor=state.monitor,
+            route=api.name,
+            client_timeout_s=proxy.client_timeout_s,
+            max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
+            api=api,
+        )
+        for api in (RESPONSES, MESSAGES)
     )
     passthrough = Forwarder(
         state.upstream,
@@ -237,6 +245,7 @@ def _routes(state: ProxyState) -> list[Route]:
         Route("/admin/stats", _admin_stats, methods=["GET"]),
         Route(CHAT_PATH, chat, methods=["POST"]),
         Route(RESPONSES_PATH, responses, methods=["POST"]),
+        Route(MESSAGES_PATH, messages, methods=["POST"]),
         Route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
     ]
 
@@ -310,6 +319,7 @@ def create_app(
     app = ProxyApp(routes=routes, lifespan=_lifespan(state), exception_handlers={405: _method_not_allowed})
     app.chat = next(r.app for r in routes if r.path == CHAT_PATH)
     app.responses = next(r.app for r in routes if r.path == RESPONSES_PATH)
+    app.messages = next(r.app for r in routes if r.path == MESSAGES_PATH)
     app.passthrough = next(r.app for r in routes if r.path == "/v1/{path:path}")
     app.router.default = _not_found  # type: ignore[method-assign,assignment]
     app.state.proxy = state

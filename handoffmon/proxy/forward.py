@@ -25,7 +25,7 @@ from handoffmon.ingress import (
     reply_message,
     served_by_headers,
 )
-from handoffmon.ingress.responses import ResponsesStreamFolder, read_request, response_as_chat
+from handoffmon.ingress.apis import Api
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.sse import SSEChunks
@@ -214,7 +214,8 @@ class _DisconnectWatch:
 
 class Forwarder:
     """ASGI app forwarding one request upstream; ``monitor`` set = a watched chat completion
-    (``responses=True``: a watched Responses API call, read as chat by ``ingress.responses``).
+    (``api`` set: a call of another API read as chat, ``ingress.apis``: the Responses API, the
+    Anthropic Messages API).
 
     Monitoring never blocks or alters traffic: bodies that are not JSON chat requests,
     error statuses and undecodable replies are forwarded unchanged and only counted in
@@ -236,10 +237,10 @@ class Forwarder:
         max_monitored_reply_bytes: int = 16 * 1024 * 1024,
         routing: BodyRouting | None = None,
         shadow: Callable[[Sequence[tuple[str, str]]], ShadowSource | None] | None = None,
-        responses: bool = False,
+        api: Api | None = None,
     ) -> None:
         self._upstream = upstream
-        self._responses = responses
+        self._api = api
         self._shadow = shadow
         self._routing = routing
         self._metrics = metrics
@@ -315,8 +316,8 @@ class Forwarder:
         assert self._parser is not None
         try:  # conversation headers only
             link = None
-            if self._responses:  # a Responses API body, read as chat
-                doc, skip, link = read_request(doc)
+            if self._api is not None:  # another API's body, read as chat
+                doc, skip, link = self._api.read_request(doc)
                 if doc is None:
                     self._skip(skip or "no_messages")
                     return None
@@ -432,7 +433,7 @@ class Forwarder:
         sse = (
             SSEChunks(
                 max_chars=self._reply_cap,
-                folder=ResponsesStreamFolder(self._reply_cap) if self._responses else None,
+                folder=self._api.folder(self._reply_cap) if self._api is not None else None,
             )
             if turn is not None and 200 <= status < 300
             else None
@@ -555,8 +556,8 @@ class Forwarder:
         except (ValueError, RecursionError):
             self._skip("bad_reply")
             return None
-        if self._responses:
-            doc = response_as_chat(doc)
+        if self._api is not None:
+            doc = self._api.as_chat(doc)
         reply = reply_message(doc)
         if not isinstance(reply, dict):
             self._skip("bad_reply")

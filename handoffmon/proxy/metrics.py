@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from handoffmon.exporters.prometheus import register_metrics
 
-ROUTES = ("chat_completions", "responses", "passthrough", "other")
+ROUTES = ("chat_completions", "responses", "messages", "passthrough", "other")
 UNMONITORED_REASONS = (
     "bad_json",
     "no_messages",
@@ -28,8 +28,8 @@ class ProxyMetrics:
 
     Series:
         ``handoffmon_proxy_requests_total{route, status_class}``: answered requests.
-        ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions and
-        Responses API calls forwarded without monitoring (``bad_json``, ``no_messages``,
+        ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions, Responses
+        API and Anthropic Messages API calls forwarded without monitoring (``bad_json``, ``no_messages``,
         ``upstream_status``, ``bad_reply``, ``too_large`` — over
         ``proxy.max_monitored_reply_bytes`` once decoded, or a stream's text past it in
         characters — ``truncated`` — the upstream broke the stream off, the client's
@@ -51,7 +51,7 @@ class ProxyMetrics:
         )
         self._unmonitored = Counter(
             "handoffmon_proxy_unmonitored_requests",
-            "Chat completions and Responses API calls forwarded unchanged but not monitored, by reason.",
+            "Chat, Responses and Messages API calls forwarded unchanged but not monitored, by reason.",
             ["reason"],
             registry=None,
         )

@@ -68,11 +68,11 @@ class ResponsesUpstream:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.seen.append(body)
         if scope["path"] != "/v1/responses" or scope["method"] != "POST":
-            await _send(send, 404, b'{"error": {"message": "no route", "type": "not_found"}}')
+            await send_body(send, 404, b'{"error": {"message": "no route", "type": "not_found"}}')
             return
         if "x-mock-status" in headers:
             err = b'{"error": {"message": "upstream overloaded", "type": "server_error"}}'
-            await _send(send, int(headers["x-mock-status"]), err)
+            await send_body(send, int(headers["x-mock-status"]), err)
             return
         req = json.loads(body)
         previous = req.get("previous_response_id")
@@ -81,7 +81,7 @@ class ResponsesUpstream:
                 "message": f"Previous response with id '{previous}' not found.",
                 "type": "invalid_request_error",
             }
-            await _send(send, 400, json.dumps({"error": err}).encode())
+            await send_body(send, 400, json.dumps({"error": err}).encode())
             return
         conversation = req.get("conversation")
         if isinstance(conversation, dict):
@@ -143,7 +143,7 @@ class ResponsesUpstream:
         if req.get("stream"):
             await self._stream(send, response, int(headers.get("x-mock-cut-after", "0")))
         else:
-            await _send(send, 200, json.dumps(response).encode())
+            await send_body(send, 200, json.dumps(response).encode())
 
     async def _stream(self, send: Any, response: dict[str, Any], cut_after: int) -> None:
         start = {**response, "status": "in_progress", "output": [], "usage": None}
@@ -220,7 +220,8 @@ class ResponsesUpstream:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _send(send: Any, status: int, body: bytes) -> None:
+async def send_body(send: Any, status: int, body: bytes) -> None:
+    """Answer ``status`` with a JSON ``body``."""
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

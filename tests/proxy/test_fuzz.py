@@ -197,12 +197,13 @@ response_event = st.fixed_dictionaries(
 
 
 @st.composite
-def responses_streams(draw: st.DrawFn) -> Script:
-    """A Responses API event stream (``event:`` lines, odd events, garbage), split anywhere."""
+def typed_event_streams(draw: st.DrawFn, event: st.SearchStrategy[dict[str, Any]]) -> Script:
+    """An event stream of typed events (``event:`` lines, odd events, garbage), split anywhere:
+    the Responses and Messages APIs' framing."""
     events = draw(
         st.lists(
             st.one_of(
-                response_event.map(lambda e: f"event: {e.get('type')}\ndata: {json.dumps(e)}\n\n".encode()),
+                event.map(lambda e: f"event: {e.get('type')}\ndata: {json.dumps(e)}\n\n".encode()),
                 raw_event,
             ),
             max_size=8,
@@ -217,11 +218,14 @@ def responses_streams(draw: st.DrawFn) -> Script:
 
 
 @st.composite
-def responses_replies(draw: st.DrawFn) -> Script:
-    """A non-streamed Responses API reply (or any JSON, or bytes), any status."""
-    status = draw(st.sampled_from([200, 200, 200, 400, 500]))
-    doc = draw(st.one_of(response_doc, json_values))
-    body = json.dumps(doc).encode() if draw(st.booleans()) else draw(st.binary(max_size=60))
+def api_replies(draw: st.DrawFn, doc: st.SearchStrategy[dict[str, Any]], error_status: int) -> Script:
+    """A non-streamed reply of ``doc``'s shape (or any JSON, or bytes), any status."""
+    status = draw(st.sampled_from([200, 200, 200, 400, error_status]))
+    body = (
+        json.dumps(draw(st.one_of(doc, json_values))).encode()
+        if draw(st.booleans())
+        else draw(st.binary(max_size=60))
+    )
     return Script([body], status=status, headers=[(b"content-type", b"application/json")])
 
 
@@ -389,7 +393,7 @@ def test_generated_traffic_is_identical_through_serve(
 
 @FUZZ
 @given(
-    script=st.one_of(responses_streams(), responses_replies()),
+    script=st.one_of(typed_event_streams(response_event), api_replies(response_doc, 500)),
     body=responses_bodies,
     headers=st.lists(st.tuples(header_names, header_values), max_size=4),
 )
@@ -405,6 +409,108 @@ def test_generated_responses_api_traffic_is_identical_through_serve(
     state) and any event stream or reply: the client's and the upstream's views equal a
     direct call."""
     _compare(scripted, proxy, client, script, body, headers, "/v1/responses")
+
+
+# -- the Anthropic Messages API (``POST /v1/messages``) ------------------------------------------
+
+content_block = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": _maybe(st.sampled_from(["text", "tool_use", "tool_result", "thinking", "image", "x"])),
+        "text": _maybe(st.text(max_size=12)),
+        "id": _maybe(st.text(max_size=6)),
+        "name": _maybe(st.text(max_size=6)),
+        "input": json_values,
+        "tool_use_id": _maybe(st.text(max_size=6)),
+        "content": json_values,
+    },
+)
+message_doc = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": _maybe(st.just("msg_f")),
+        "model": _maybe(st.sampled_from(["m-a", "m-b"])),
+        "content": _maybe(st.lists(_maybe(content_block), max_size=3)),
+        "stop_reason": _maybe(st.sampled_from(["end_turn", "tool_use", "max_tokens", "x"])),
+        "usage": _maybe(st.fixed_dictionaries({"input_tokens": _maybe(st.integers(0, 99))})),
+    },
+)
+message_event = st.fixed_dictionaries(
+    {
+        "type": _maybe(
+            st.sampled_from(
+                [
+                    "message_start",
+                    "content_block_start",
+                    "content_block_delta",
+                    "content_block_stop",
+                    "message_delta",
+                    "message_stop",
+                    "error",
+                ]
+            )
+        )
+    },
+    optional={
+        "index": _maybe(st.integers(0, 3)),
+        "content_block": _maybe(content_block),
+        "delta": _maybe(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "type": _maybe(st.sampled_from(["text_delta", "input_json_delta", "thinking_delta"])),
+                    "text": _maybe(st.text(max_size=10)),
+                    "partial_json": _maybe(st.text(max_size=10)),
+                    "stop_reason": _maybe(st.just("end_turn")),
+                },
+            )
+        ),
+        "message": _maybe(message_doc),
+    },
+)
+messages_bodies = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "model": st.text(max_size=8),
+            "max_tokens": st.integers(1, 100),
+            "messages": st.lists(
+                _maybe(
+                    st.fixed_dictionaries(
+                        {"role": _maybe(st.sampled_from(["user", "assistant"]))},
+                        optional={
+                            "content": _maybe(
+                                st.one_of(st.text(max_size=12), st.lists(_maybe(content_block), max_size=3))
+                            )
+                        },
+                    )
+                ),
+                max_size=4,
+            ),
+        },
+        optional={"system": json_values, "stream": st.booleans(), "metadata": json_values},
+    ).map(lambda d: json.dumps(d).encode()),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=80),
+)
+
+
+@FUZZ
+@given(
+    script=st.one_of(typed_event_streams(message_event), api_replies(message_doc, 529)),
+    body=messages_bodies,
+    headers=st.lists(st.tuples(header_names, header_values), max_size=4),
+)
+def test_generated_messages_api_traffic_is_identical_through_serve(
+    scripted: tuple[ScriptedUpstream, str],
+    proxy: Proxy,
+    client: httpx.Client,
+    script: Script,
+    body: bytes,
+    headers: list[tuple[str, str]],
+) -> None:
+    """``POST /v1/messages`` with any body (blocks of every kind, odd ones) and any event
+    stream or reply: the client's and the upstream's views equal a direct call."""
+    _compare(scripted, proxy, client, script, body, headers, "/v1/messages")
 
 
 def test_after_the_fuzz_only_parse_errors_were_counted(proxy: Proxy) -> None:

@@ -19,13 +19,11 @@ import httpx
 import openai
 import pytest
 
-from handoffmon.counts import TurnKey
-from handoffmon.depth import DepthBuckets
-from handoffmon.pipeline.aggregates import handoff_label
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.mock_upstream import ServerThread, schedule
 from tests.proxy.responses_upstream import TOOL_WORDS, ResponsesUpstream, responses_text
+from tests.proxy.turn_counts import delta, expected_turns, sample, snapshot
 
 TURNS = 7
 RULES = [
@@ -47,37 +45,12 @@ def proxy(upstream: tuple[ResponsesUpstream, str]) -> Iterator[Proxy]:
         yield p
 
 
-def _snapshot(proxy: Proxy) -> Any:
-    assert proxy.monitor.flush(10)
-    return proxy.monitor.snapshot()
-
-
-def _delta(after: dict[Any, int], before: dict[Any, int]) -> Counter[Any]:
-    c = Counter(after)
-    c.subtract(before)
-    return +c
-
-
-def _expected(authors: list[str]) -> Counter[TurnKey]:
-    """Turn cells of one conversation whose assistant turns were written by ``authors``."""
-    buckets, out = DepthBuckets(), Counter[TurnKey]()
-    for i, model in enumerate(authors):
-        prefix = authors[i - 1] if i else "none"
-        handoff = handoff_label(prefix != model) if i else "false"
-        out[TurnKey(model, prefix, buckets.bucket(i + 1), handoff)] += 1
-    return out
-
-
-def _sample(proxy: Proxy, name: str, labels: dict[str, str]) -> float:
-    return proxy.registry.get_sample_value(name, labels) or 0.0
-
-
 def test_sync_sdk_conversation_attributes_every_output_it_sent_back(proxy: Proxy) -> None:
     """``client.responses.create`` (JSON), output items echoed back as dicts: every turn's
     author (from ``model``), prefix, depth and hand-off counted, no history message unknown,
     and both rules checked on every reply."""
-    before = _snapshot(proxy)
-    requests_before = _sample(
+    before = snapshot(proxy)
+    requests_before = sample(
         proxy, "handoffmon_proxy_requests_total", {"route": "responses", "status_class": "2xx"}
     )
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
@@ -88,19 +61,19 @@ def test_sync_sdk_conversation_attributes_every_output_it_sent_back(proxy: Proxy
         assert resp.output_text == responses_text(schedule(d), d)
         items += [o.model_dump(exclude_none=True) for o in resp.output]
     client.close()
-    after = _snapshot(proxy)
-    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in range(1, TURNS + 1)])
-    attributed = _delta(after.attributions, before.attributions)
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(d) for d in range(1, TURNS + 1)])
+    attributed = delta(after.attributions, before.attributions)
     assert attributed.get("unknown", 0) == 0
     assert sum(attributed.values()) == TURNS * (TURNS - 1) // 2
-    checks = _delta(after.checks, before.checks)
+    checks = delta(after.checks, before.checks)
     verdicts: Counter[tuple[str, str]] = Counter()
     for k, n in checks.items():
         verdicts[k.rule, k.verdict] += n
     # the mock's text has commas and ends with "done.": the same verdict on every turn
     assert verdicts == Counter({("no_commas", "fail"): TURNS, ("says_done", "pass"): TURNS})
     assert (
-        _sample(proxy, "handoffmon_proxy_requests_total", {"route": "responses", "status_class": "2xx"})
+        sample(proxy, "handoffmon_proxy_requests_total", {"route": "responses", "status_class": "2xx"})
         == requests_before + TURNS
     )
 
@@ -108,8 +81,8 @@ def test_sync_sdk_conversation_attributes_every_output_it_sent_back(proxy: Proxy
 async def test_async_sdk_stream_conversation(proxy: Proxy) -> None:
     """Streamed (events, no ``[DONE]``): the reply is read from ``response.completed`` and the
     SDK's own output objects sent back attribute to it on the next turn."""
-    before = await asyncio.to_thread(_snapshot, proxy)
-    parse_errors = _sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"})
+    before = await asyncio.to_thread(snapshot, proxy)
+    parse_errors = sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"})
     client = openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
     items: list[Any] = []
     for d in range(1, TURNS + 1):
@@ -124,19 +97,19 @@ async def test_async_sdk_stream_conversation(proxy: Proxy) -> None:
         assert final is not None and "".join(deltas) == responses_text(schedule(d), d)
         items += list(final.output)  # the SDK's own objects
     await client.close()
-    after = await asyncio.to_thread(_snapshot, proxy)
-    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in range(1, TURNS + 1)])
-    attributed = _delta(after.attributions, before.attributions)
+    after = await asyncio.to_thread(snapshot, proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(d) for d in range(1, TURNS + 1)])
+    attributed = delta(after.attributions, before.attributions)
     assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == TURNS * (TURNS - 1) // 2
     # the event types the folder does not need (content_part.*, output_text.done, ...) are not odd
-    assert _sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"}) == parse_errors
+    assert sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"}) == parse_errors
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_call_turns_attribute_and_skip_checks(proxy: Proxy, stream: bool) -> None:
     """A function call (no text) is a turn whose rules are not applicable; sent back with its
     output, the call is attributed to the model that made it, like any assistant message."""
-    before = _snapshot(proxy)
+    before = snapshot(proxy)
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
     items: list[Any] = [{"role": "user", "content": f"please {TOOL_WORDS} (stream={stream})"}]
     authors: list[str] = []
@@ -162,12 +135,12 @@ def test_tool_call_turns_attribute_and_skip_checks(proxy: Proxy, stream: bool) -
     items.append({"role": "user", "content": "thanks"})
     authors.append(ask().model)
     client.close()
-    after = _snapshot(proxy)
-    assert _delta(after.turns, before.turns) == _expected(authors)
-    attributed = _delta(after.attributions, before.attributions)
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns(authors)
+    attributed = delta(after.attributions, before.attributions)
     assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == 0 + 1 + 2
     verdicts: Counter[str] = Counter()
-    for k, n in _delta(after.checks, before.checks).items():
+    for k, n in delta(after.checks, before.checks).items():
         verdicts[k.verdict] += n
     assert verdicts["not_applicable"] == len(RULES)  # the tool-only turn, both rules
     assert verdicts["not_applicable"] + verdicts["pass"] + verdicts["fail"] == 3 * len(RULES)
@@ -178,8 +151,8 @@ def test_chained_calls_are_turns_at_their_true_depth(proxy: Proxy) -> None:
     streamed: forwarded unchanged, each a turn at its depth with its prefix and hand-off, the
     hidden history attributed from the response it continues (ADR 0011)."""
     before, skipped = (
-        _snapshot(proxy),
-        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
+        snapshot(proxy),
+        sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
     )
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
     previous = client.responses.create(model="gpt-x", input="stateful opener").id
@@ -198,27 +171,25 @@ def test_chained_calls_are_turns_at_their_true_depth(proxy: Proxy) -> None:
         assert reply.output_text == responses_text(schedule(depth), depth)
         previous = reply.id
     client.close()
-    after = _snapshot(proxy)
-    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in (1, 2, 3, 4)])
-    assert _delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
-    assert (
-        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}) == skipped
-    )
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(d) for d in (1, 2, 3, 4)])
+    assert delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
+    assert sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}) == skipped
 
 
 def test_conversation_objects_are_turns(proxy: Proxy) -> None:
     """Calls continuing a ``conversation`` object (``{"id"}`` or a string): turns at their depth
     under the conversation's id, the hidden history from its head."""
-    before = _snapshot(proxy)
+    before = snapshot(proxy)
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
     for depth in (1, 2, 3, 4):
         conversation: Any = {"id": "conv_serve"} if depth % 2 else "conv_serve"
         reply = client.responses.create(model="gpt-x", input=f"conv {depth}", conversation=conversation)
         assert reply.output_text == responses_text(schedule(depth), depth)
     client.close()
-    after = _snapshot(proxy)
-    assert _delta(after.turns, before.turns) == _expected([schedule(d) for d in (1, 2, 3, 4)])
-    assert _delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(d) for d in (1, 2, 3, 4)])
+    assert delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
 
 
 def test_unknown_stored_histories_are_forwarded_and_counted_unmonitored(
@@ -227,8 +198,8 @@ def test_unknown_stored_histories_are_forwarded_and_counted_unmonitored(
     """A call naming both a previous response and a conversation, or a conversation without an
     id: forwarded unchanged, no turn, counted as ``server_state``."""
     before, skipped = (
-        _snapshot(proxy),
-        _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
+        snapshot(proxy),
+        sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}),
     )
     bodies = [
         {"model": "gpt-x", "input": "a", "conversation": "conv_x", "previous_response_id": "resp_x"},
@@ -243,9 +214,9 @@ def test_unknown_stored_histories_are_forwarded_and_counted_unmonitored(
             f"{upstream[1]}/v1/responses", content=raw, headers={"content-type": "application/json"}
         )
         assert (through.status_code, through.content) == (direct.status_code, direct.content)
-    after = _snapshot(proxy)
-    assert sum(_delta(after.turns, before.turns).values()) == 0
-    assert _sample(
+    after = snapshot(proxy)
+    assert sum(delta(after.turns, before.turns).values()) == 0
+    assert sample(
         proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "server_state"}
     ) == skipped + len(bodies)
 
@@ -268,7 +239,7 @@ def test_bytes_pass_through_unchanged(
 def test_cut_off_stream_records_what_the_client_saw(proxy: Proxy) -> None:
     """A stream that ends without its terminal event: the turn is recorded with the text the
     deltas carried, and the next request's copy of that text attributes to it."""
-    before = _snapshot(proxy)
+    before = snapshot(proxy)
     url = f"{proxy.url}/v1/responses"
     body = {"model": "gpt-x", "input": [{"role": "user", "content": "cut me off"}], "stream": True}
     with httpx.Client() as c:
@@ -289,6 +260,6 @@ def test_cut_off_stream_records_what_the_client_saw(proxy: Proxy) -> None:
             ],
         }
         assert c.post(url, json=follow).status_code == 200
-    after = _snapshot(proxy)
-    assert _delta(after.turns, before.turns) == _expected([schedule(1), schedule(2)])
-    assert _delta(after.attributions, before.attributions).get("unknown", 0) == 0
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(1), schedule(2)])
+    assert delta(after.attributions, before.attributions).get("unknown", 0) == 0

@@ -1,0 +1,164 @@
+"""``handoffmon serve`` monitoring the Anthropic Messages API, driven by the real Anthropic SDK.
+
+The upstream is shaped like Anthropic's own (``tests/proxy/messages_upstream.py``): thinking
+blocks, tool use, event streams ending in ``message_stop``, and the author only in the
+message's ``model``. The client continues each conversation the way the SDK documents: the
+response's ``content`` blocks sent back as the assistant message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from tests.conftest import free_port
+from tests.proxy.conftest import Proxy, proxy_config, running_proxy
+from tests.proxy.messages_upstream import TOOL_WORDS, MessagesUpstream, messages_text
+from tests.proxy.mock_upstream import ServerThread, schedule
+from tests.proxy.turn_counts import delta, expected_turns, sample, snapshot
+
+TURNS = 6
+RULES = [
+    {"name": "no_commas", "check": "no_commas"},
+    {"name": "says_done", "check": "regex_must_match", "params": {"pattern": "done\\.$"}},
+]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[MessagesUpstream, str]]:
+    app = MessagesUpstream()
+    with ServerThread(app, free_port()) as srv:
+        yield app, srv.url
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: tuple[MessagesUpstream, str]) -> Iterator[Proxy]:
+    with running_proxy(proxy_config(upstream[1], rules=RULES, pipeline={"check_budget_s": 10.0})) as p:
+        yield p
+
+
+def _text(message: Any) -> str:
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+def test_sync_sdk_conversation_attributes_every_reply_it_sent_back(proxy: Proxy) -> None:
+    """``messages.create`` (JSON), the SDK's content blocks sent back as they came (thinking
+    included): every turn's author, prefix, depth and hand-off counted, no history message
+    unknown, both rules checked on every reply, the route counted as ``messages``."""
+    before = snapshot(proxy)
+    requests_before = sample(
+        proxy, "handoffmon_proxy_requests_total", {"route": "messages", "status_class": "2xx"}
+    )
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-test", max_retries=0)
+    messages: list[Any] = []
+    for d in range(1, TURNS + 1):
+        messages.append({"role": "user", "content": f"sync question {d}"})
+        reply = client.messages.create(
+            model="claude-x", max_tokens=100, system="Be brief.", messages=messages
+        )
+        assert _text(reply) == messages_text(schedule(d), d)
+        messages.append({"role": "assistant", "content": reply.content})
+    client.close()
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(d) for d in range(1, TURNS + 1)])
+    attributed = delta(after.attributions, before.attributions)
+    assert attributed.get("unknown", 0) == 0
+    assert sum(attributed.values()) == TURNS * (TURNS - 1) // 2
+    verdicts: Counter[tuple[str, str]] = Counter()
+    for k, n in delta(after.checks, before.checks).items():
+        verdicts[k.rule, k.verdict] += n
+    assert verdicts == Counter({("no_commas", "fail"): TURNS, ("says_done", "pass"): TURNS})
+    assert (
+        sample(proxy, "handoffmon_proxy_requests_total", {"route": "messages", "status_class": "2xx"})
+        == requests_before + TURNS
+    )
+
+
+async def test_async_sdk_stream_conversation(proxy: Proxy) -> None:
+    """Streamed (``message_stop``, no ``[DONE]``): the reply is folded from the deltas and the
+    SDK's own final message sent back attributes to it on the next turn; no event is odd."""
+    before = await asyncio.to_thread(snapshot, proxy)
+    parse_errors = sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"})
+    client = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sk-test", max_retries=0)
+    messages: list[Any] = []
+    for d in range(1, TURNS + 1):
+        messages.append({"role": "user", "content": [{"type": "text", "text": f"stream question {d}"}]})
+        async with client.messages.stream(model="claude-x", max_tokens=100, messages=messages) as stream:
+            text = "".join([t async for t in stream.text_stream])
+            final = await stream.get_final_message()
+        assert text == messages_text(schedule(d), d)
+        messages.append({"role": "assistant", "content": final.content})  # the SDK's own objects
+    await client.close()
+    after = await asyncio.to_thread(snapshot, proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(d) for d in range(1, TURNS + 1)])
+    attributed = delta(after.attributions, before.attributions)
+    assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == TURNS * (TURNS - 1) // 2
+    assert sample(proxy, "handoffmon_monitor_errors_total", {"stage": "parse"}) == parse_errors
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_use_turns_attribute_and_skip_checks(proxy: Proxy, stream: bool) -> None:
+    """A tool call (no text) is a turn whose rules are not applicable; sent back with its
+    result, the call is attributed to the model that made it (its streamed ``partial_json``
+    and the object sent back compare equal)."""
+    before = snapshot(proxy)
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-test", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": f"please {TOOL_WORDS} ({stream})"}]
+
+    def ask() -> Any:
+        if not stream:
+            return client.messages.create(model="claude-x", max_tokens=100, messages=messages)
+        with client.messages.stream(model="claude-x", max_tokens=100, messages=messages) as s:
+            return s.get_final_message()
+
+    first = ask()
+    (call,) = [b for b in first.content if b.type == "tool_use"]
+    messages += [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "42"}]},
+    ]
+    second = ask()
+    assert _text(second) == messages_text(schedule(1), 1)
+    messages += [{"role": "assistant", "content": second.content}, {"role": "user", "content": "thanks"}]
+    ask()
+    client.close()
+    after = snapshot(proxy)
+    assert sum(delta(after.turns, before.turns).values()) == 3
+    attributed = delta(after.attributions, before.attributions)
+    assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == 0 + 1 + 2
+    verdicts = Counter[str]()
+    for k, n in delta(after.checks, before.checks).items():
+        verdicts[k.verdict] += n
+    assert verdicts["not_applicable"] == len(RULES)  # the tool-only turn, both rules
+
+
+def test_cut_streams_and_errors_are_forwarded_and_counted(
+    proxy: Proxy, upstream: tuple[MessagesUpstream, str]
+) -> None:
+    """Bytes pass through unchanged, JSON and event stream; an upstream error is forwarded and
+    the turn not recorded; a stream cut before ``message_stop`` is not a recorded turn."""
+    before = snapshot(proxy)
+    headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
+    for stream in (False, True):
+        raw = json.dumps(
+            {
+                "model": "claude-x",
+                "max_tokens": 10,
+                "stream": stream,
+                "messages": [{"role": "user", "content": f"bytes {stream}"}],
+            }
+        ).encode()
+        through = httpx.post(f"{proxy.url}/v1/messages", content=raw, headers=headers)
+        direct = httpx.post(f"{upstream[1]}/v1/messages", content=raw, headers=headers)
+        assert (through.status_code, through.content) == (direct.status_code, direct.content)
+    failed = httpx.post(f"{proxy.url}/v1/messages", content=raw, headers={**headers, "x-mock-status": "529"})
+    assert failed.status_code == 529 and failed.json()["error"]["type"] == "overloaded_error"
+    after = snapshot(proxy)
+    assert sum(delta(after.turns, before.turns).values()) == 2
