@@ -35,9 +35,11 @@ from handoffmon.ingress import (
     reply_message,
     served_by_response,
 )
-from handoffmon.ingress.chunks import Folder
+from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
+from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.fields import get
-from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
+from handoffmon.ingress.served import ServedBy
+from handoffmon.ingress.sse import SSEChunks
 from handoffmon.integrations.responses_calls import chat_messages, linked
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -119,7 +121,12 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             self._starts[call_id] = time.monotonic()
             while len(self._starts) > MAX_IN_FLIGHT:  # calls that never finished
                 self._starts.popitem(last=False)
-        if type(data.get("model")) is str and isinstance(data.get("messages"), list):
+        if (
+            type(data.get("model")) is str
+            and isinstance(data.get("messages"), list)
+            and call_type != "anthropic_messages"  # risk-aware routing is for chat completions
+            and not _is_messages_route(data)
+        ):
             self._route(data)
 
     def _route(self, data: dict[str, Any]) -> None:
@@ -168,19 +175,25 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         start = self._starts.pop(call_id, None) if isinstance(call_id, str) else None
         return None if start is None else time.monotonic() - start
 
-    def _begin(self, data: Mapping[str, Any], responses: bool = False) -> Capture | None:
-        """The call's capture; ``responses``: a Responses API call (its ``input`` read as chat)."""
+    def _begin(self, data: Mapping[str, Any], api: Api | None = None) -> Capture | None:
+        """The call's capture; ``api``: a call of another API, its request read as chat
+        (``ingress.apis``)."""
         try:
             monitor = self.monitor
             if self._parser is None:
                 self._parser = RequestParser.from_config(monitor.config)
             link = None
-            if responses:
+            if api is RESPONSES:
                 read = chat_messages(data, via_litellm=True)
                 if read is None:  # no input, or a stored history it cannot name: not monitored
                     return None
                 messages, link = read
                 data = {**data, "messages": messages}
+            elif api is not None:
+                doc = api.read_request(data)[0]
+                if doc is None:
+                    return None
+                data = {**data, "messages": doc["messages"]}
             request = self._parser.litellm_proxy(data)
             return (
                 None if request is None else monitor.capture(linked(request, link))
@@ -192,15 +205,15 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     async def async_post_call_success_hook(
         self, data: dict[str, Any], user_api_key_dict: Any, response: Any
     ) -> Any:
-        """A non-streamed chat completion (or Responses API call) finished: queue it for
-        attribution and checks."""
-        responses = _is_response(response)
-        cap = self._begin(data, responses)
+        """A non-streamed chat completion (or Responses or Messages API call) finished: queue
+        it for attribution and checks."""
+        api = RESPONSES if _is_response(response) else MESSAGES if _is_message(response) else None
+        cap = self._begin(data, api)
         if cap is None:
             return None
         try:
             doc, served = (
-                (response_as_chat(response), served_by_response(response)) if responses else (response, None)
+                (response, None) if api is None else (api.as_chat(response), _served(response, data))
             )
             reply = reply_message(doc)
             if reply is None:
@@ -211,7 +224,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 reply,
                 Deferred(describe_response, (monitor.names, doc, served)),
                 latency_s=self._latency(data),
-                shadow=None if responses else self._offer(cap),  # shadow continuation is for chat
+                shadow=None if api is not None else self._offer(cap),  # shadow continuation is for chat
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a proxy response")
@@ -223,22 +236,34 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         """Pass a streamed reply through unchanged; finish the turn when it ends or is cut off.
 
         A request without ``messages`` is a Responses API call when its first event is one
-        (``response.*``): its turn begins there, folded by ``ResponsesStreamFolder``."""
-        chat = isinstance(request_data.get("messages"), list)
-        cap = self._begin(request_data) if chat else None
-        folder: Folder | None = ChunkFolder() if chat else None
+        (``response.*``): its turn begins there, folded by ``ResponsesStreamFolder``. A call to
+        the proxy's ``/v1/messages`` is an Anthropic Messages API call, whose stream the proxy
+        hands over as raw SSE bytes: framed by ``SSEChunks``, folded by ``MessagesStreamFolder``."""
+        messages_api = _is_messages_route(request_data)
+        chat = isinstance(request_data.get("messages"), list) and not messages_api
+        cap = self._begin(request_data, MESSAGES if messages_api else None) if chat or messages_api else None
+        folder: Folder | None = (
+            ChunkFolder() if chat else MESSAGES.folder(MAX_REPLY_CHARS) if messages_api else None
+        )
+        sse = SSEChunks(folder=folder) if messages_api else None
         completed = False
         try:
             async for chunk in response:
                 if folder is None:
-                    folder = ResponsesStreamFolder()
+                    folder = RESPONSES.folder(MAX_REPLY_CHARS)
                     cap = self._begin_stream(request_data, chunk)
-                folder.feed(chunk)  # total: never raises into the stream
+                if sse is not None and isinstance(chunk, (bytes, str)):
+                    sse.feed(chunk.encode() if isinstance(chunk, str) else chunk)  # total, never raises
+                else:
+                    folder.feed(chunk)  # total: never raises into the stream
                 yield chunk
             completed = True
         finally:
+            if sse is not None:
+                sse.close()
             if cap is not None and folder is not None:
-                self._stream_done(cap, request_data, response, folder.outcome(completed=completed), chat)
+                out = folder.outcome(completed=completed)
+                self._stream_done(cap, request_data, response, out, chat, messages_api)
 
     def _begin_stream(self, data: Mapping[str, Any], first: Any) -> Capture | None:
         """The capture of a stream whose request has no ``messages``: a Responses API call when
@@ -248,22 +273,27 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         except Exception:  # an event object that cannot even say its type: not ours to read
             return None
         if isinstance(kind, str) and kind.startswith("response."):
-            return self._begin(data, responses=True)
+            return self._begin(data, RESPONSES)
         return None
 
     def _stream_done(
-        self, cap: Capture, data: Mapping[str, Any], stream: Any, out: StreamOutcome, offer: bool = True
+        self,
+        cap: Capture,
+        data: Mapping[str, Any],
+        stream: Any,
+        out: StreamOutcome,
+        offer: bool = True,
+        by_deployment: bool = False,
     ) -> None:
         try:
             monitor = self.monitor
             if not monitor.stream_recordable(out):
                 return
+            served = _served(stream, data) if by_deployment else served_by_response(stream)
             monitor.finish(
                 cap,
                 out.reply,
-                Deferred(
-                    describe_stream, (monitor.names, out, served_by_response(stream), _deployment_model)
-                ),
+                Deferred(describe_stream, (monitor.names, out, served, _deployment_model)),
                 latency_s=self._latency(data),
                 streamed=True,
                 shadow=self._offer(cap) if offer else None,
@@ -275,6 +305,33 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
 def _is_response(response: Any) -> bool:
     """A Responses API response (``object == "response"`` with an ``output`` list)."""
     return get(response, "object") == "response" and isinstance(get(response, "output"), (list, tuple))
+
+
+def _is_message(response: Any) -> bool:
+    """An Anthropic Messages API response (``type == "message"`` with a ``content`` list)."""
+    return get(response, "type") == "message" and isinstance(get(response, "content"), (list, tuple))
+
+
+def _is_messages_route(data: Mapping[str, Any]) -> bool:
+    """The proxy received the call on its Anthropic Messages route (``/v1/messages``)."""
+    url = get(data.get("proxy_server_request"), "url")
+    return isinstance(url, str) and url.split("?", 1)[0].rstrip("/").endswith("/v1/messages")
+
+
+def _served(response: Any, data: Mapping[str, Any]) -> ServedBy:
+    """Who served a call: the response's hidden parameters, else (an Anthropic Messages reply
+    is a plain dict, its stream raw bytes) the deployment the proxy put in ``data``."""
+    served = served_by_response(response)
+    if served.deployment_id:
+        return served
+    dep = data.get("deployment")
+    info, params = get(dep, "model_info"), get(dep, "litellm_params")
+    dep_id, model, group = get(info, "id"), get(params, "model"), get(dep, "model_name")
+    return served._replace(
+        deployment_id=dep_id if isinstance(dep_id, str) else None,
+        model_name=model if isinstance(model, str) else served.model_name,
+        model_group=group if isinstance(group, str) else served.model_group,
+    )
 
 
 def _proxy_router() -> Any:

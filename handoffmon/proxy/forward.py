@@ -26,9 +26,9 @@ from handoffmon.ingress import (
     served_by_headers,
 )
 from handoffmon.ingress.apis import Api
+from handoffmon.ingress.sse import SSEChunks
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
-from handoffmon.proxy.sse import SSEChunks
 from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_headers, response_headers
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -31,6 +32,7 @@ from handoffmon.pipeline.aggregates import load_counts_sqlite
 from tests.conftest import free_port, require, require_binary
 from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY
 from tests.proxy.conftest import serve_process
+from tests.proxy.messages_upstream import TOOL_WORDS, MessagesUpstream
 from tests.proxy.mock_upstream import ServerThread
 from tests.proxy.responses_upstream import ResponsesUpstream
 
@@ -430,3 +432,71 @@ def test_proxy_records_responses_api_histories_kept_by_the_provider(
     else:
         assert turns == {TurnKey(c, "none", "1", "false"): 2, TurnKey(b, "none", "1", "false"): 1}
         assert {k: n for k, n in attributed.items() if n} == {}
+
+
+@pytest.fixture(scope="module")
+def messages_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A LiteLLM Proxy with the example's callback, its two groups Anthropic deployments on an
+    Anthropic-shaped loopback upstream (``/v1/messages``). Yields (base URL, SQLite file)."""
+    tmp = tmp_path_factory.mktemp("messages-proxy")
+    hm = yaml.safe_load((EXAMPLE / "handoffmon.yaml").read_text())
+    hm["attribution"] = {"canonical_models": {"dep-ca": "claude-a", "dep-cb": "claude-b"}}
+    (tmp / "handoffmon.yaml").write_text(yaml.safe_dump(hm))
+    with ServerThread(MessagesUpstream(), free_port()) as upstream:
+        config = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
+        config["model_list"] = [
+            {
+                "model_name": group,
+                "litellm_params": {
+                    "model": "anthropic/claude-x",
+                    "api_key": "unused",
+                    "api_base": upstream.url,
+                },
+                "model_info": {"id": dep},
+            }
+            for group, dep in (("claude-a", "dep-ca"), ("claude-b", "dep-cb"))
+        ]
+        config["router_settings"] = {"num_retries": 0}
+        config["litellm_settings"]["callbacks"] = [
+            c for c in config["litellm_settings"]["callbacks"] if c.startswith("handoffmon")
+        ]
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config))
+        with running_proxy(tmp, {"HANDOFFMON_CONFIG": str(tmp / "handoffmon.yaml")}) as url:
+            yield url, tmp / "handoffmon.db"
+
+
+def test_proxy_records_anthropic_messages_api_turns(messages_proxy: tuple[str, Path]) -> None:
+    """The Anthropic SDK → LiteLLM Proxy ``/v1/messages`` (the callback's hooks), JSON and
+    streamed (the proxy hands the hook raw SSE bytes), a tool call among them: every turn with
+    its author (the serving deployment), prefix and depth, and every reply sent back
+    attributed (ADR 0012)."""
+    url, db = messages_proxy
+    client = anthropic.Anthropic(base_url=url, api_key=MASTER_KEY, max_retries=0)
+    history: list[Any] = [{"role": "user", "content": f"please {TOOL_WORDS}"}]
+    plan = [("claude-a", False), ("claude-a", True), ("claude-b", True), ("claude-a", False)]
+    for i, (group, stream) in enumerate(plan):
+        if stream:
+            with client.messages.stream(model=group, max_tokens=100, messages=history) as s:
+                reply = s.get_final_message()
+        else:
+            reply = client.messages.create(model=group, max_tokens=100, messages=history)
+        history.append({"role": "assistant", "content": reply.content})
+        calls = [b for b in reply.content if b.type == "tool_use"]
+        if calls:
+            history.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": calls[0].id, "content": "42"}],
+                }
+            )
+        else:
+            history.append({"role": "user", "content": f"next {i}"})
+    counts = _wait_counts(db, len(plan))
+    a, b = "claude-a", "claude-b"
+    assert dict(counts.turns) == {
+        TurnKey(a, "none", "1", "false"): 1,
+        TurnKey(a, a, "2", "false"): 1,
+        TurnKey(b, a, "3-4", "true"): 1,
+        TurnKey(a, b, "3-4", "true"): 1,
+    }
+    assert {k: n for k, n in counts.attributions.items() if n} == {"chain": 0 + 1 + 2 + 3}

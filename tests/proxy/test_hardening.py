@@ -18,8 +18,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from handoffmon.cli import main
 from handoffmon.errors import ConfigError
+from handoffmon.ingress.sse import SSEChunks
 from handoffmon.proxy.server import check_exposure
-from handoffmon.proxy.sse import SSEChunks
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from handoffmon.proxy.sse import SSEChunks
+from handoffmon.ingress.sse import SSEChunks
 
 
 def _events(*chunks: dict) -> bytes:  # type: ignore[type-arg]

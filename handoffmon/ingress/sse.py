@@ -1,15 +1,16 @@
-"""SSE framing for ``serve``: split a ``text/event-stream`` into JSON chunks for ``ingress.ChunkFolder``.
+"""SSE framing: split a ``text/event-stream`` into JSON events for a folder (``ChunkFolder``,
+or a typed-event folder of ``ingress.apis``).
 
-The bytes sent on to the client are never touched; this reads a copy. Only the framing
-is serve's own: folding chunks into a reply is the one ``ChunkFolder`` every adapter uses.
+For ``serve``, and for the LiteLLM Proxy callback when the proxy hands it a stream's raw bytes
+(the Anthropic Messages API). The bytes sent on to the client are never touched; this reads a
+copy. Folding events into a reply is the folders' job, the same in every adapter.
 """
 
 from __future__ import annotations
 
 import json
 
-from handoffmon.ingress import ChunkFolder, StreamOutcome
-from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
+from handoffmon.ingress.chunks import MAX_REPLY_CHARS, ChunkFolder, Folder, StreamOutcome
 
 
 class SSEChunks:
