@@ -1,4 +1,4 @@
-"""Integrations: ``wrap`` a litellm Router or an OpenAI client; a LiteLLM Proxy callback."""
+"""Integrations: ``wrap`` a litellm Router, an OpenAI or Anthropic client; a LiteLLM Proxy callback."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ def _is_openai_client(target: Any) -> bool:
     return callable(getattr(completions, "create", None))
 
 
+def _is_anthropic_client(target: Any) -> bool:
+    return callable(getattr(getattr(target, "messages", None), "create", None))
+
+
 def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtime | None = None) -> Any:
     """Put handoffmon around a router or client without changing how it is called.
 
@@ -38,7 +42,8 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtim
 
     Args:
         target: a ``litellm.Router`` (or anything with litellm-style ``completion`` /
-            ``acompletion``), or an ``openai.OpenAI`` / ``openai.AsyncOpenAI`` client.
+            ``acompletion``), an ``openai.OpenAI`` / ``openai.AsyncOpenAI`` client, or an
+            ``anthropic.Anthropic`` / ``anthropic.AsyncAnthropic`` client.
         config: configuration for the shared runtime; ``None`` loads
             ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*`` variables, else defaults.
         runtime: record into this runtime instead (``handoffmon.build_runtime(...)``).
@@ -47,7 +52,7 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtim
         A wrapper with the target's call surface; ``.runtime`` and ``.monitor`` on it.
 
     Raises:
-        TypeError: ``target`` is neither a router nor an OpenAI-compatible client.
+        TypeError: ``target`` is neither a router nor an OpenAI-compatible or Anthropic client.
         ValueError: both ``config`` and ``runtime`` were given.
         ConfigError: the config is unusable, or another config already owns the registry.
     """
@@ -63,9 +68,15 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtim
 
         rt = runtime if runtime is not None else _shared(config)
         return OpenAIClientWrapper(target, rt.monitor, runtime=rt)
+    if _is_anthropic_client(target):
+        from handoffmon.integrations.anthropic_client import AnthropicClientWrapper
+
+        rt = runtime if runtime is not None else _shared(config)
+        return AnthropicClientWrapper(target, rt.monitor, runtime=rt)
     raise TypeError(
         f"handoffmon.wrap: cannot wrap {type(target).__name__}: expected a litellm.Router "
-        "(completion/acompletion) or an OpenAI-compatible client (chat.completions.create)"
+        "(completion/acompletion), an OpenAI-compatible client (chat.completions.create) or an "
+        "Anthropic client (messages.create)"
     )
 
 

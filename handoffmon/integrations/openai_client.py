@@ -17,8 +17,8 @@ from handoffmon.ingress import (
     reply_message,
     served_by_headers,
 )
-from handoffmon.ingress.chunks import Folder
-from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
+from handoffmon.ingress.apis import RESPONSES, Api
+from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.integrations.responses_calls import chat_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
@@ -43,14 +43,16 @@ own mappings, which it may change after the call."""
 
 
 class _Pending(NamedTuple):
-    """A Responses API call whose input is read as chat later, off the request path: its
-    arguments as of the call (the ``input`` list copied) and the request-path time."""
+    """A call of another API whose request is read as chat later, off the request path: its
+    arguments as of the call (the ``input``/``messages`` list copied), the request-path time
+    and the API."""
 
     kwargs: dict[str, Any]
     begin_s: float
+    api: Api
 
 
-class _Turns:
+class SdkTurns:
     """Capture/finish plumbing shared by the sync and async ``create``."""
 
     def __init__(self, monitor: Monitor, shadow: Callable[[], ShadowSource | None] | None = None) -> None:
@@ -66,44 +68,50 @@ class _Turns:
         source = self.shadow()
         return ShadowOffer(source, messages) if source is not None else None
 
-    def begin(self, kwargs: Mapping[str, Any], responses: bool = False) -> Capture | _Pending | None:
+    def begin(self, kwargs: Mapping[str, Any], api: Api | None = None) -> Capture | _Pending | None:
         """The turn's capture; ``None`` when it is not monitored (a Responses API call naming a
-        stored history it cannot be attributed from). A
-        Responses call without metadata or extra headers/body is only copied here
-        (``_Pending``): its input is read as chat when the reply is finished (ADR 0002)."""
+        stored history it cannot be attributed from). A call of another API (``api``) without
+        metadata or extra headers/body is only copied here (``_Pending``): its request is read
+        as chat when the reply is finished (ADR 0002)."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
-            if not responses:
+            if api is None:
                 return self.monitor.capture(self.parser.openai_call(kwargs))
             if _KEPT_NOW.isdisjoint(kwargs):
                 t0 = time.perf_counter()
-                return _Pending(snapshot(kwargs), time.perf_counter() - t0)
-            return self._responses_capture(kwargs)
+                return _Pending(snapshot(kwargs), time.perf_counter() - t0, api)
+            return self._api_capture(kwargs, api)
         except Exception as exc:  # the parser is total; this guards the plumbing
             self.monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
-    def _responses_capture(self, kwargs: Mapping[str, Any]) -> Capture | None:
-        """A Responses call's input read as chat messages, captured; ``None`` when not monitored."""
-        read = chat_messages(kwargs)
-        if read is None:
-            return None
-        messages, link = read
+    def _api_capture(self, kwargs: Mapping[str, Any], api: Api) -> Capture | None:
+        """A call of ``api`` read as chat messages, captured; ``None`` when not monitored."""
+        if api is RESPONSES:
+            read = chat_messages(kwargs)
+            if read is None:
+                return None
+            messages, link = read
+        else:
+            doc = api.read_request(kwargs)[0]
+            if doc is None:
+                return None
+            messages, link = doc["messages"], None
         return self.monitor.capture(linked(self.parser.openai_call({**kwargs, "messages": messages}), link))
 
     def resolve(self, ctx: Capture | _Pending) -> Capture | None:
-        """The capture of a turn begun as ``_Pending`` (its input read now), else ``ctx``."""
+        """The capture of a turn begun as ``_Pending`` (its request read now), else ``ctx``."""
         if not isinstance(ctx, _Pending):
             return ctx
-        cap = self._responses_capture(ctx.kwargs)
+        cap = self._api_capture(ctx.kwargs, ctx.api)
         return None if cap is None else Capture(cap.request, ctx.begin_s)
 
     def _read_later(
         self, ctx: _Pending, response: Any, headers: Mapping[str, Any] | None, latency_s: float
     ) -> tuple[Capture, Any, Deferred, float] | None:
-        """``Monitor.finish_later``'s build for a non-streamed ``_Pending`` Responses call."""
+        """``Monitor.finish_later``'s build for a non-streamed ``_Pending`` call."""
         cap = self.resolve(ctx)
-        doc = response_as_chat(response)
+        doc = ctx.api.as_chat(response)
         reply = reply_message(doc)
         if cap is None or reply is None:
             return None
@@ -116,21 +124,21 @@ class _Turns:
         response: Any,
         headers: Mapping[str, Any] | None,
         t0: float,
-        responses: bool = False,
+        api: Api | None = None,
     ) -> None:
         if isinstance(cap, _Pending):  # read on the attribution thread, in order with other turns
             self.monitor.finish_later(self._read_later, (cap, response, headers, time.perf_counter() - t0))
             return
         try:
             served = served_by_headers(headers)
-            if responses:  # a Responses API response, read as a chat completion
-                response = response_as_chat(response)
+            if api is not None:  # another API's response, read as a chat completion
+                response = api.as_chat(response)
             self.monitor.finish(
                 cap,
                 reply_message(response),
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
-                shadow=None if responses else self.offer(cap),  # shadow continuation is for chat
+                shadow=None if api is not None else self.offer(cap),  # shadow continuation is for chat
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a completion")
@@ -168,18 +176,19 @@ def _raw(completions: Any, name: str) -> Any:
     return getattr(raw, name, None)
 
 
-def _folder(responses: bool) -> Folder | None:
-    return ResponsesStreamFolder() if responses else None
+def _folder(api: Api | None) -> Folder | None:
+    return api.folder(MAX_REPLY_CHARS) if api is not None else None
 
 
-class _SyncCompletions:
-    """``chat.completions`` (or, with ``responses``, ``responses``) with ``create`` and
-    ``parse`` (structured outputs) monitored."""
+class SyncCalls:
+    """``chat.completions`` (or, with ``api``, the resource of that API: ``responses``, an
+    Anthropic client's ``messages``) with ``create`` and ``parse`` (structured outputs)
+    monitored."""
 
-    def __init__(self, inner: Any, turns: _Turns, responses: bool = False) -> None:
+    def __init__(self, inner: Any, turns: SdkTurns, api: Api | None = None) -> None:
         self._inner = inner
         self._turns = turns
-        self._responses = responses
+        self._api = api
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -199,8 +208,8 @@ class _SyncCompletions:
         return self._call("parse", kwargs)
 
     def _call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        responses = self._responses
-        ctx = self._turns.begin(kwargs, responses)
+        api = self._api
+        ctx = self._turns.begin(kwargs, api)
         t0 = time.perf_counter()
         raw_call = _raw(self._inner, name) if ctx is not None else None
         if raw_call is None:
@@ -213,20 +222,20 @@ class _SyncCompletions:
         if kwargs.get("stream"):
             return SyncStream(
                 response,
-                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, not responses),
-                _folder(responses),
+                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is None),
+                _folder(api),
             )
-        self._turns.finish(ctx, response, headers, t0, responses)
+        self._turns.finish(ctx, response, headers, t0, api)
         return response
 
 
-class _AsyncCompletions:
-    """Async twin of :class:`_SyncCompletions`."""
+class AsyncCalls:
+    """Async twin of :class:`SyncCalls`."""
 
-    def __init__(self, inner: Any, turns: _Turns, responses: bool = False) -> None:
+    def __init__(self, inner: Any, turns: SdkTurns, api: Api | None = None) -> None:
         self._inner = inner
         self._turns = turns
-        self._responses = responses
+        self._api = api
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -245,8 +254,8 @@ class _AsyncCompletions:
         return await self._call("parse", kwargs)
 
     async def _call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        responses = self._responses
-        ctx = self._turns.begin(kwargs, responses)
+        api = self._api
+        ctx = self._turns.begin(kwargs, api)
         t0 = time.perf_counter()
         raw_call = _raw(self._inner, name) if ctx is not None else None
         if raw_call is None:
@@ -261,10 +270,10 @@ class _AsyncCompletions:
         if kwargs.get("stream"):
             return AsyncStream(
                 response,
-                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, not responses),
-                _folder(responses),
+                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is None),
+                _folder(api),
             )
-        self._turns.finish(ctx, response, headers, t0, responses)
+        self._turns.finish(ctx, response, headers, t0, api)
         return response
 
 
@@ -277,7 +286,41 @@ class _Chat:
         return getattr(self._inner, name)
 
 
-class OpenAIClientWrapper:
+class ClientWrapper:
+    """What an SDK client's wrapper shows besides its monitored resources: the runtime, the
+    monitor, the client, and every other attribute of the client.
+
+    Args:
+        client: the SDK client.
+        monitor: the monitor that records turns.
+        runtime: the runtime that owns ``monitor`` (``wrap`` passes it), if any.
+    """
+
+    def __init__(self, client: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
+        self._client = client
+        self._monitor = monitor
+        self._runtime = runtime
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The runtime owning the monitor (``None`` for a bare monitor)."""
+        return self._runtime
+
+    @property
+    def monitor(self) -> Monitor:
+        """The monitor recording this client's turns."""
+        return self._monitor
+
+    @property
+    def client(self) -> Any:
+        """The wrapped client."""
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+class OpenAIClientWrapper(ClientWrapper):
     """An OpenAI-compatible client with handoffmon around ``chat.completions.create`` and
     ``responses.create`` (the ``stream`` helpers make their requests through them) and their
     ``parse`` helpers. A Responses API call continuing a stored response or a ``conversation``
@@ -297,35 +340,15 @@ class OpenAIClientWrapper:
     """
 
     def __init__(self, client: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
-        self._client = client
-        self._monitor = monitor
-        self._runtime = runtime
+        super().__init__(client, monitor, runtime=runtime)
         is_async = _is_async_client(client)
         shadow = _shadow(client, monitor, runtime, is_async)
-        turns = _Turns(monitor, shadow)
-        kind = _AsyncCompletions if is_async else _SyncCompletions
+        turns = SdkTurns(monitor, shadow)
+        kind = AsyncCalls if is_async else SyncCalls
         self.chat = _Chat(client.chat, kind(client.chat.completions, turns))
         inner = getattr(client, "responses", None)  # SDKs before the Responses API lack it
         if inner is not None:
-            self.responses = kind(inner, turns, responses=True)
-
-    @property
-    def runtime(self) -> Runtime | None:
-        """The runtime owning the monitor (``None`` for a bare monitor)."""
-        return self._runtime
-
-    @property
-    def monitor(self) -> Monitor:
-        """The monitor recording this client's turns."""
-        return self._monitor
-
-    @property
-    def client(self) -> Any:
-        """The wrapped client."""
-        return self._client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
+            self.responses = kind(inner, turns, api=RESPONSES)
 
 
 def _shadow(

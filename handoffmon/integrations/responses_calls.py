@@ -23,10 +23,15 @@ _told: set[str] = set()
 
 
 def snapshot(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """A call's arguments as of the call, for reading later: the ``input`` list copied (the
-    application appends to its own after the call)."""
-    items = kwargs.get("input")
-    return {**kwargs, "input": items.copy()} if type(items) is list else dict(kwargs)
+    """A call's arguments as of the call, for reading later: the ``input`` (Responses) or
+    ``messages`` (Anthropic Messages) list copied (the application appends to its own after
+    the call)."""
+    out = dict(kwargs)
+    for key in ("input", "messages"):
+        items = out.get(key)
+        if type(items) is list:
+            out[key] = items.copy()
+    return out
 
 
 def chat_messages(
