@@ -266,7 +266,10 @@ class MessagesStreamFolder(EventFolder):
                 value = get(block, key)
                 if isinstance(value, str):
                     kept[key] = value
-            if kept["type"] not in _CALL_BLOCKS and kept["type"] != "text":
+            if kept["type"] in _CALL_BLOCKS:  # input its start carries whole (no deltas follow)
+                kept["input"] = get(block, "input")
+                self._count(len(canonical_input(kept["input"])) if kept["input"] else 0)
+            elif kept["type"] != "text":
                 kept = block if isinstance(block, dict) else {"type": kept["type"]}
             self._blocks[index] = kept
             self._pieces[index] = []
@@ -309,7 +312,7 @@ class MessagesStreamFolder(EventFolder):
             if block.get("type") == "text":
                 content.append({"type": "text", "text": block.get("text", "") + pieces})
             elif block.get("type") in _CALL_BLOCKS:
-                content.append({**block, "input": pieces})
+                content.append({**block, "input": pieces or block.get("input")})
             else:
                 content.append(block)
         return {

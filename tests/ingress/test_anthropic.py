@@ -200,3 +200,25 @@ def test_the_readers_are_total(body: Any, message: Any, events: list[Any]) -> No
         folder.feed(event)
     out = folder.outcome(completed=True)
     assert out.chunks == len(events) and out.reply["role"] == "assistant"
+
+
+def test_a_tool_call_whose_start_carries_its_input_folds_alike() -> None:
+    """A server tool's call may arrive whole in ``content_block_start`` (no ``partial_json``):
+    its input is kept from there, so the stream gives the JSON response's reply."""
+    call = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}}
+    message = {**MESSAGE, "content": [call, {"type": "text", "text": "Found it."}], "stop_reason": "end_turn"}
+    events = [
+        {"type": "message_start", "message": {**message, "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": call},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Found it."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_stop"},
+    ]
+    folder = MessagesStreamFolder()
+    for event in events:
+        folder.feed(event)
+    out = folder.outcome(completed=True)
+    assert normalize_message(out.reply) == normalize_message(reply_message(message_as_chat(message)))
+    assert out.reply["tool_calls"][0]["function"]["arguments"] == '{"query":"x"}'
