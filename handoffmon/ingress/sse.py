@@ -79,3 +79,30 @@ class SSEChunks:
         """The folded reply; ``odd`` also counts events that were not JSON objects."""
         out = self.folder.outcome(completed=completed)
         return out._replace(odd=out.odd + self.bad_events)
+
+
+class SSEFolder:
+    """A ``Folder`` for streams that arrive as raw SSE bytes (LiteLLM's Anthropic Messages
+    streams): bytes are framed by :class:`SSEChunks` into ``folder``; decoded events (an SDK's)
+    go to ``folder`` as they are. Never raises."""
+
+    def __init__(self, folder: Folder) -> None:
+        self.folder = folder
+        self._sse = SSEChunks(folder=folder)
+
+    @property
+    def done(self) -> bool:
+        """The stream's last event was seen."""
+        return bool(getattr(self.folder, "done", False))
+
+    def feed(self, chunk: object) -> None:
+        """Take one chunk: raw bytes (or text) of the stream, or one decoded event."""
+        if isinstance(chunk, (bytes, bytearray, str)):
+            self._sse.feed(chunk.encode() if isinstance(chunk, str) else bytes(chunk))
+        else:
+            self.folder.feed(chunk)
+
+    def outcome(self, *, completed: bool) -> StreamOutcome:
+        """The folded reply (an event with no blank line after it is read first)."""
+        self._sse.close()
+        return self.folder.outcome(completed=completed)

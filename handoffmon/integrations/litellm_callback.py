@@ -39,7 +39,7 @@ from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.served import ServedBy
-from handoffmon.ingress.sse import SSEChunks
+from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.responses_calls import chat_messages, linked
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -243,24 +243,18 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         chat = isinstance(request_data.get("messages"), list) and not messages_api
         cap = self._begin(request_data, MESSAGES if messages_api else None) if chat or messages_api else None
         folder: Folder | None = (
-            ChunkFolder() if chat else MESSAGES.folder(MAX_REPLY_CHARS) if messages_api else None
+            ChunkFolder() if chat else SSEFolder(MESSAGES.folder(MAX_REPLY_CHARS)) if messages_api else None
         )
-        sse = SSEChunks(folder=folder) if messages_api else None
         completed = False
         try:
             async for chunk in response:
                 if folder is None:
                     folder = RESPONSES.folder(MAX_REPLY_CHARS)
                     cap = self._begin_stream(request_data, chunk)
-                if sse is not None and isinstance(chunk, (bytes, str)):
-                    sse.feed(chunk.encode() if isinstance(chunk, str) else chunk)  # total, never raises
-                else:
-                    folder.feed(chunk)  # total: never raises into the stream
+                folder.feed(chunk)  # total: never raises into the stream
                 yield chunk
             completed = True
         finally:
-            if sse is not None:
-                sse.close()
             if cap is not None and folder is not None:
                 out = folder.outcome(completed=completed)
                 self._stream_done(cap, request_data, response, out, chat, messages_api)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from handoffmon.ingress import (
@@ -14,8 +14,11 @@ from handoffmon.ingress import (
     reply_message,
     served_by_response,
 )
+from handoffmon.ingress.apis import MESSAGES
+from handoffmon.ingress.chunks import MAX_REPLY_CHARS
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
+from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.responses_calls import chat_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
@@ -157,7 +160,53 @@ class RouterWrapper:
         response = await self._router.aresponses(*args, **kwargs)
         return self._responses_done(ctx, kwargs, response, t0, t1, AsyncStream)
 
+    async def aanthropic_messages(self, *args: Any, **kwargs: Any) -> Any:
+        """``Router.aanthropic_messages`` with monitoring (the Anthropic Messages API read as
+        chat, ADR 0012); ``stream=True`` returns a wrapped async iterator of the SSE bytes.
+        (litellm 1.108's sync ``anthropic_messages`` returns this coroutine: it passes through.)"""
+        drain_finalized()
+        cap = self._capture_messages(kwargs)
+        t1 = time.perf_counter()
+        response = await self._router.aanthropic_messages(*args, **kwargs)
+        if cap is None:
+            return response
+        if kwargs.get("stream") and not isinstance(get(response, "content"), (list, tuple)):  # bytes
+            folder = SSEFolder(MESSAGES.folder(MAX_REPLY_CHARS))
+            return AsyncStream(
+                response, lambda out, inner: self._stream_done(cap, t1, out, inner, False), folder
+            )
+        self._finish_as_chat(cap, response, MESSAGES.as_chat, t1)
+        return response
+
     # -- monitoring ---------------------------------------------------------------------
+
+    def _finish_as_chat(self, cap: Capture, response: Any, as_chat: Callable[[Any], Any], t1: float) -> None:
+        """Queue a non-streamed call of another API, its response read as chat by ``as_chat``
+        (no shadow offer: shadow continuation is for chat)."""
+        try:
+            doc = as_chat(response)
+            self._monitor.finish(
+                cap,
+                reply_message(doc),
+                Deferred(describe_response, (self._monitor.names, doc, served_by_response(response))),
+                latency_s=time.perf_counter() - t1,
+            )
+        except Exception as exc:
+            self._monitor.errors.failed("integration", exc, "could not read a router response")
+
+    def _capture_messages(self, kwargs: Mapping[str, Any]) -> Capture | None:
+        """An Anthropic Messages call's request read as chat, captured; ``None`` when it has no
+        ``messages`` list."""
+        try:
+            doc = MESSAGES.read_request(kwargs)[0]
+            if doc is None:
+                return None
+            return self._monitor.capture(
+                self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs)
+            )
+        except Exception as exc:  # the readers are total; this guards the plumbing
+            self._monitor.errors.failed("integration", exc, "could not start a turn")
+            return None
 
     def _begin_responses(self, kwargs: Mapping[str, Any]) -> Capture | dict[str, Any] | None:
         """A Responses call's arguments as of the call (``responses_calls.snapshot``), read as chat
@@ -222,16 +271,7 @@ class RouterWrapper:
         if isinstance(ctx, dict):  # read on the attribution thread, in order with other turns
             self._monitor.finish_later(self._read_responses, (ctx, response, t0, t1, time.perf_counter()))
             return response
-        try:
-            doc = response_as_chat(response)
-            self._monitor.finish(
-                ctx,
-                reply_message(doc),
-                Deferred(describe_response, (self._monitor.names, doc, served_by_response(response))),
-                latency_s=time.perf_counter() - t1,
-            )
-        except Exception as exc:
-            self._monitor.errors.failed("integration", exc, "could not read a router response")
+        self._finish_as_chat(ctx, response, response_as_chat, t1)
         return response
 
     def _responses_stream_done(
