@@ -14,10 +14,8 @@ from handoffmon.ingress import (
     reply_message,
     served_by_response,
 )
-from handoffmon.ingress.apis import MESSAGES
+from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS
-from handoffmon.ingress.fields import get
-from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
 from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.responses_calls import chat_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
@@ -146,37 +144,30 @@ class RouterWrapper:
         """``Router.responses`` with monitoring; ``stream=True`` returns a wrapped iterator."""
         drain_finalized()
         t0 = time.perf_counter()
-        ctx = self._begin_responses(kwargs)
+        ctx = self._begin_api(kwargs, RESPONSES)
         t1 = time.perf_counter()
         response = self._router.responses(*args, **kwargs)
-        return self._responses_done(ctx, kwargs, response, t0, t1, SyncStream)
+        return self._api_done(ctx, kwargs, response, t0, t1, SyncStream, RESPONSES)
 
     async def aresponses(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.aresponses`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
         drain_finalized()
         t0 = time.perf_counter()
-        ctx = self._begin_responses(kwargs)
+        ctx = self._begin_api(kwargs, RESPONSES)
         t1 = time.perf_counter()
         response = await self._router.aresponses(*args, **kwargs)
-        return self._responses_done(ctx, kwargs, response, t0, t1, AsyncStream)
+        return self._api_done(ctx, kwargs, response, t0, t1, AsyncStream, RESPONSES)
 
     async def aanthropic_messages(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.aanthropic_messages`` with monitoring (the Anthropic Messages API read as
         chat, ADR 0012); ``stream=True`` returns a wrapped async iterator of the SSE bytes.
         (litellm 1.108's sync ``anthropic_messages`` returns this coroutine: it passes through.)"""
         drain_finalized()
-        cap = self._capture_messages(kwargs)
+        t0 = time.perf_counter()
+        ctx = self._begin_api(kwargs, MESSAGES)
         t1 = time.perf_counter()
         response = await self._router.aanthropic_messages(*args, **kwargs)
-        if cap is None:
-            return response
-        if kwargs.get("stream") and not isinstance(get(response, "content"), (list, tuple)):  # bytes
-            folder = SSEFolder(MESSAGES.folder(MAX_REPLY_CHARS))
-            return AsyncStream(
-                response, lambda out, inner: self._stream_done(cap, t1, out, inner, False), folder
-            )
-        self._finish_as_chat(cap, response, MESSAGES.as_chat, t1)
-        return response
+        return self._api_done(ctx, kwargs, response, t0, t1, AsyncStream, MESSAGES)
 
     # -- monitoring ---------------------------------------------------------------------
 
@@ -194,43 +185,35 @@ class RouterWrapper:
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a router response")
 
-    def _capture_messages(self, kwargs: Mapping[str, Any]) -> Capture | None:
-        """An Anthropic Messages call's request read as chat, captured; ``None`` when it has no
-        ``messages`` list."""
-        try:
-            doc = MESSAGES.read_request(kwargs)[0]
-            if doc is None:
-                return None
-            return self._monitor.capture(
-                self._parser.router_call(kwargs.get("model"), doc["messages"], kwargs)
-            )
-        except Exception as exc:  # the readers are total; this guards the plumbing
-            self._monitor.errors.failed("integration", exc, "could not start a turn")
-            return None
-
-    def _begin_responses(self, kwargs: Mapping[str, Any]) -> Capture | dict[str, Any] | None:
-        """A Responses call's arguments as of the call (``responses_calls.snapshot``), read as chat
-        later — on the attribution thread, or when its stream ends — unless something forces a
-        read now (shadow or trace context, the application's metadata or headers): then its
-        capture. ``None`` when it is not monitored."""
+    def _begin_api(self, kwargs: Mapping[str, Any], api: Api) -> Capture | dict[str, Any] | None:
+        """A call's arguments as of the call (``responses_calls.snapshot``), read as chat later
+        — on the attribution thread, or when its stream ends — unless something forces a read
+        now (shadow or trace context, the application's metadata or headers): then its capture.
+        ``None`` when it is not monitored. ``api``: the Responses or the Messages API."""
         if self._lean and _KEPT_NOW.isdisjoint(kwargs):
             return snapshot(kwargs)
         try:
-            return self._resolve_responses(kwargs)
+            return self._resolve_api(kwargs, api)
         except Exception as exc:  # the parser is total; this guards the plumbing
             self._monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
-    def _resolve_responses(
-        self, kwargs: Mapping[str, Any], t0: float | None = None, t1: float | None = None
+    def _resolve_api(
+        self, kwargs: Mapping[str, Any], api: Api, t0: float | None = None, t1: float | None = None
     ) -> Capture | None:
-        """A Responses call's input read as chat messages, captured (``t0``/``t1``: when the
-        call began and when it reached the router, for a call read later); ``None`` when it
-        continues server-side state or has no input."""
-        read = chat_messages(kwargs, via_litellm=True)
-        if read is None:
-            return None
-        messages, link = read
+        """A call of ``api`` read as chat messages, captured (``t0``/``t1``: when the call
+        began and when it reached the router, for a call read later); ``None`` when it names
+        a stored history it cannot be attributed from, or has no input."""
+        if api is RESPONSES:
+            read = chat_messages(kwargs, via_litellm=True)
+            if read is None:
+                return None
+            messages, link = read
+        else:
+            doc = api.read_request(kwargs)[0]
+            if doc is None:
+                return None
+            messages, link = doc["messages"], None
         request = linked(
             self._parser.router_call(kwargs.get("model"), messages, kwargs, received_at=t0), link
         )
@@ -238,20 +221,21 @@ class RouterWrapper:
             return self._monitor.capture(request)
         return Capture(request, t1 - t0)
 
-    def _read_responses(
-        self, kwargs: dict[str, Any], response: Any, t0: float, t1: float, t2: float
+    def _read_api(
+        self, kwargs: dict[str, Any], api: Api, response: Any, t0: float, t1: float, t2: float
     ) -> tuple[Capture, Any, Deferred, float] | None:
-        """A non-streamed Responses API call read on the attribution thread (``finish_later``);
-        ``None`` when it is not monitored (server-side state, no input, not a response)."""
-        chat = response_as_chat(response)
+        """A non-streamed call of ``api`` read on the attribution thread (``finish_later``);
+        ``None`` when it is not monitored (a stored history it cannot name, no input, not a
+        response)."""
+        chat = api.as_chat(response)
         reply = reply_message(chat)
-        cap = self._resolve_responses(kwargs, t0, t1) if reply is not None else None
+        cap = self._resolve_api(kwargs, api, t0, t1) if reply is not None else None
         if cap is None:
             return None
         outcome = Deferred(describe_response, (self._monitor.names, chat, served_by_response(response)))
         return cap, reply, outcome, t2 - t1
 
-    def _responses_done(
+    def _api_done(
         self,
         ctx: Capture | dict[str, Any] | None,
         kwargs: Mapping[str, Any],
@@ -259,28 +243,30 @@ class RouterWrapper:
         t0: float,
         t1: float,
         stream: type[_Stream],
+        api: Api,
     ) -> Any:
-        """Finish a Responses API call (no shadow offer: shadow continuation is for chat)."""
+        """Finish a call of another API (no shadow offer: shadow continuation is for chat). A
+        stream is an event iterator (Responses) or one of raw SSE bytes (Messages: ``SSEFolder``)."""
         if ctx is None:
             return response
-        if kwargs.get("stream") and get(response, "output") is None:  # an event iterator
-            folder = ResponsesStreamFolder()
+        if kwargs.get("stream") and api.as_chat(response) is None:  # a stream, not a response
+            folder = SSEFolder(api.folder(MAX_REPLY_CHARS))
             return stream(
-                response, lambda out, inner: self._responses_stream_done(ctx, t0, t1, out, inner), folder
+                response, lambda out, inner: self._api_stream_done(ctx, api, t0, t1, out, inner), folder
             )
         if isinstance(ctx, dict):  # read on the attribution thread, in order with other turns
-            self._monitor.finish_later(self._read_responses, (ctx, response, t0, t1, time.perf_counter()))
+            self._monitor.finish_later(self._read_api, (ctx, api, response, t0, t1, time.perf_counter()))
             return response
-        self._finish_as_chat(ctx, response, response_as_chat, t1)
+        self._finish_as_chat(ctx, response, api.as_chat, t1)
         return response
 
-    def _responses_stream_done(
-        self, ctx: Capture | dict[str, Any], t0: float, t1: float, out: StreamOutcome, inner: Any
+    def _api_stream_done(
+        self, ctx: Capture | dict[str, Any], api: Api, t0: float, t1: float, out: StreamOutcome, inner: Any
     ) -> None:
-        """A Responses stream ended: its input read now if it was not at the call."""
+        """A stream ended: its request read now if it was not at the call."""
         if isinstance(ctx, dict):
             try:
-                cap = self._resolve_responses(ctx, t0, t1)
+                cap = self._resolve_api(ctx, api, t0, t1)
             except Exception as exc:
                 self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")
                 return

@@ -109,3 +109,23 @@ async def test_turns_authors_and_tool_use(api_base: str, stream: bool) -> None:
     assert [len(r.context.attributions) for r in results] == [0, 1, 2, 3]
     assert [c.verdict for c in results[0].checks] == ["not_applicable"]
     assert all(r.record.streamed is stream for r in results)
+
+
+async def test_the_request_is_read_off_the_request_path_as_it_was_sent(api_base: str) -> None:
+    """Without metadata the call's arguments are only copied on the request path and read as
+    chat on the attribution thread (ADR 0002): the application appending to its list right
+    after the call does not change the turn."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp], start=False) as m:
+        wrapped = RouterWrapper(_router(api_base), m)
+        history: list[Any] = [{"role": "user", "content": "one"}]
+        got = await wrapped.aanthropic_messages(model="claude-a", max_tokens=100, messages=history)
+        history += [{"role": "assistant", "content": got["content"]}, {"role": "user", "content": "two"}]
+        m.start()
+        assert m.flush(10)
+    (result,) = exp.results
+    assert (result.context.depth, result.context.prefix_model, result.record.author) == (
+        1,
+        "none",
+        "claude-a",
+    )
