@@ -19,7 +19,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
-from handoffmon.integrations.responses_calls import chat_messages, linked, snapshot
+from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -87,16 +87,10 @@ class SdkTurns:
 
     def _api_capture(self, kwargs: Mapping[str, Any], api: Api) -> Capture | None:
         """A call of ``api`` read as chat messages, captured; ``None`` when not monitored."""
-        if api is RESPONSES:
-            read = chat_messages(kwargs)
-            if read is None:
-                return None
-            messages, link = read
-        else:
-            doc = api.read_request(kwargs)[0]
-            if doc is None:
-                return None
-            messages, link = doc["messages"], None
+        read = api_messages(kwargs, api)
+        if read is None:
+            return None
+        messages, link = read
         return self.monitor.capture(linked(self.parser.openai_call({**kwargs, "messages": messages}), link))
 
     def resolve(self, ctx: Capture | _Pending) -> Capture | None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from handoffmon.ingress import Request, ResponseLink
+from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.responses import read_request
 
 _log = logging.getLogger("handoffmon.integrations")
@@ -72,6 +73,17 @@ def litellm_forwards_conversation() -> bool:
         except Exception:  # another LiteLLM layout: assume it passes the call on as sent
             _FORWARDS.append(True)
     return _FORWARDS[0]
+
+
+def api_messages(
+    kwargs: Mapping[str, Any], api: Api, *, via_litellm: bool = False
+) -> tuple[list[dict[str, Any]], ResponseLink | None] | None:
+    """A call of ``api`` (``ingress.apis``) read as chat messages, and its link to a stored
+    history (Responses calls only: :func:`chat_messages`); ``None`` when it is not monitored."""
+    if api is RESPONSES:
+        return chat_messages(kwargs, via_litellm=via_litellm)
+    doc = api.read_request(kwargs)[0]
+    return None if doc is None else (doc["messages"], None)
 
 
 def linked(request: Request, link: ResponseLink | None) -> Request:

@@ -17,7 +17,7 @@ from handoffmon.ingress import (
 from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS
 from handoffmon.ingress.sse import SSEFolder
-from handoffmon.integrations.responses_calls import chat_messages, linked, snapshot
+from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -204,16 +204,10 @@ class RouterWrapper:
         """A call of ``api`` read as chat messages, captured (``t0``/``t1``: when the call
         began and when it reached the router, for a call read later); ``None`` when it names
         a stored history it cannot be attributed from, or has no input."""
-        if api is RESPONSES:
-            read = chat_messages(kwargs, via_litellm=True)
-            if read is None:
-                return None
-            messages, link = read
-        else:
-            doc = api.read_request(kwargs)[0]
-            if doc is None:
-                return None
-            messages, link = doc["messages"], None
+        read = api_messages(kwargs, api, via_litellm=True)
+        if read is None:
+            return None
+        messages, link = read
         request = linked(
             self._parser.router_call(kwargs.get("model"), messages, kwargs, received_at=t0), link
         )
