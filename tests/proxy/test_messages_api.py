@@ -139,11 +139,9 @@ def test_tool_use_turns_attribute_and_skip_checks(proxy: Proxy, stream: bool) ->
     assert verdicts["not_applicable"] == len(RULES)  # the tool-only turn, both rules
 
 
-def test_cut_streams_and_errors_are_forwarded_and_counted(
-    proxy: Proxy, upstream: tuple[MessagesUpstream, str]
-) -> None:
-    """Bytes pass through unchanged, JSON and event stream; an upstream error is forwarded and
-    the turn not recorded; a stream cut before ``message_stop`` is not a recorded turn."""
+def test_bytes_and_errors_pass_through(proxy: Proxy, upstream: tuple[MessagesUpstream, str]) -> None:
+    """Bytes pass through unchanged, JSON and event stream, each a recorded turn; an upstream
+    error is forwarded and no turn recorded."""
     before = snapshot(proxy)
     headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
     for stream in (False, True):
@@ -162,3 +160,34 @@ def test_cut_streams_and_errors_are_forwarded_and_counted(
     assert failed.status_code == 529 and failed.json()["error"]["type"] == "overloaded_error"
     after = snapshot(proxy)
     assert sum(delta(after.turns, before.turns).values()) == 2
+
+
+def test_cut_off_stream_records_what_the_client_saw(proxy: Proxy) -> None:
+    """A stream that ends without ``message_stop``: the turn is recorded with the text the
+    deltas carried, and the next request's copy of that text attributes to it."""
+    before = snapshot(proxy)
+    url = f"{proxy.url}/v1/messages"
+    first = {"role": "user", "content": "cut me off"}
+    body = {"model": "claude-x", "max_tokens": 10, "stream": True, "messages": [first]}
+    with httpx.Client() as c:
+        r = c.post(url, json=body, headers={"x-mock-cut-after": "12"})
+        deltas = [
+            json.loads(line[5:])["delta"]["text"]
+            for line in r.text.splitlines()
+            if line.startswith("data:") and '"text_delta"' in line
+        ]
+        assert deltas and "message_stop" not in r.text
+        seen = "".join(deltas)
+        follow = {
+            "model": "claude-x",
+            "max_tokens": 10,
+            "messages": [
+                first,
+                {"role": "assistant", "content": [{"type": "text", "text": seen}]},
+                {"role": "user", "content": "go on"},
+            ],
+        }
+        assert c.post(url, json=follow).status_code == 200
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(1), schedule(2)])
+    assert delta(after.attributions, before.attributions) == Counter({"chain": 1})
