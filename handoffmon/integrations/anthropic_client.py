@@ -12,19 +12,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from handoffmon.ingress.apis import MESSAGES
-from handoffmon.integrations.openai_client import AsyncCalls, ClientWrapper, SdkTurns, SyncCalls
+from handoffmon.integrations.openai_client import (
+    AsyncCalls,
+    ClientWrapper,
+    SdkTurns,
+    SyncCalls,
+    is_async_client,
+)
 from handoffmon.pipeline.monitor import Monitor
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
-
-
-def _is_async_client(client: Any) -> bool:
-    try:
-        import anthropic
-    except ImportError:  # pragma: no cover - duck-typed clients without the SDK
-        return type(client).__name__.startswith("Async")
-    return isinstance(client, anthropic.AsyncAnthropic) or type(client).__name__.startswith("Async")
 
 
 class _SyncMessages(SyncCalls):
@@ -67,5 +65,5 @@ class AnthropicClientWrapper(ClientWrapper):
 
     def __init__(self, client: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
         super().__init__(client, monitor, runtime=runtime)
-        kind = _AsyncMessages if _is_async_client(client) else _SyncMessages
+        kind = _AsyncMessages if is_async_client(client, "anthropic", "AsyncAnthropic") else _SyncMessages
         self.messages = kind(client.messages, SdkTurns(monitor), api=MESSAGES)

@@ -40,7 +40,7 @@ from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.served import ServedBy
 from handoffmon.ingress.sse import SSEFolder
-from handoffmon.integrations.responses_calls import chat_messages, linked
+from handoffmon.integrations.responses_calls import api_messages, linked
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer
@@ -183,17 +183,12 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if self._parser is None:
                 self._parser = RequestParser.from_config(monitor.config)
             link = None
-            if api is RESPONSES:
-                read = chat_messages(data, via_litellm=True)
+            if api is not None:
+                read = api_messages(data, api, via_litellm=True)
                 if read is None:  # no input, or a stored history it cannot name: not monitored
                     return None
                 messages, link = read
                 data = {**data, "messages": messages}
-            elif api is not None:
-                doc = api.read_request(data)[0]
-                if doc is None:
-                    return None
-                data = {**data, "messages": doc["messages"]}
             request = self._parser.litellm_proxy(data)
             return (
                 None if request is None else monitor.capture(linked(request, link))
@@ -256,8 +251,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             completed = True
         finally:
             if cap is not None and folder is not None:
-                out = folder.outcome(completed=completed)
-                self._stream_done(cap, request_data, response, out, chat, messages_api)
+                self._stream_done(cap, request_data, response, folder.outcome(completed=completed), chat)
 
     def _begin_stream(self, data: Mapping[str, Any], first: Any) -> Capture | None:
         """The capture of a stream whose request has no ``messages``: a Responses API call when
@@ -277,17 +271,15 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         stream: Any,
         out: StreamOutcome,
         offer: bool = True,
-        by_deployment: bool = False,
     ) -> None:
         try:
             monitor = self.monitor
             if not monitor.stream_recordable(out):
                 return
-            served = _served(stream, data) if by_deployment else served_by_response(stream)
             monitor.finish(
                 cap,
                 out.reply,
-                Deferred(describe_stream, (monitor.names, out, served, _deployment_model)),
+                Deferred(describe_stream, (monitor.names, out, _served(stream, data), _deployment_model)),
                 latency_s=self._latency(data),
                 streamed=True,
                 shadow=self._offer(cap) if offer else None,

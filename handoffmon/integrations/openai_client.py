@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import time
 from collections.abc import Callable, Mapping
@@ -29,12 +30,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
 
 
-def _is_async_client(client: Any) -> bool:
+def is_async_client(client: Any, sdk: str, async_class: str) -> bool:
+    """The client is the async one of SDK ``sdk`` (``sdk.async_class``), or looks it (its
+    class name starts with ``Async``: a duck-typed client, or the SDK is not installed)."""
+    if type(client).__name__.startswith("Async"):
+        return True
     try:
-        import openai
+        module = importlib.import_module(sdk)
     except ImportError:  # pragma: no cover - duck-typed clients without the SDK
-        return type(client).__name__.startswith("Async")
-    return isinstance(client, openai.AsyncOpenAI) or type(client).__name__.startswith("Async")
+        return False
+    return isinstance(client, getattr(module, async_class))
 
 
 _KEPT_NOW = frozenset({"metadata", "extra_headers", "extra_body"})
@@ -335,7 +340,7 @@ class OpenAIClientWrapper(ClientWrapper):
 
     def __init__(self, client: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
         super().__init__(client, monitor, runtime=runtime)
-        is_async = _is_async_client(client)
+        is_async = is_async_client(client, "openai", "AsyncOpenAI")
         shadow = _shadow(client, monitor, runtime, is_async)
         turns = SdkTurns(monitor, shadow)
         kind = AsyncCalls if is_async else SyncCalls

@@ -10,9 +10,10 @@ MonitorErrors would page for it).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_type_hints
 
 from handoffmon.ingress import Request, ResponseLink
 from handoffmon.ingress.apis import RESPONSES, Api
@@ -56,23 +57,17 @@ def chat_messages(
     return messages, link
 
 
-_FORWARDS: list[bool] = []
-
-
+@functools.cache
 def litellm_forwards_conversation() -> bool:
     """Whether the installed LiteLLM passes a Responses call's ``conversation`` on to the
     provider (1.108 does not: it drops parameters its ``ResponsesAPIRequestParams`` lacks).
     Only called from LiteLLM's adapters, where LiteLLM is imported already."""
-    if not _FORWARDS:
-        try:
-            from typing import get_type_hints
+    try:
+        from litellm.types.llms.openai import ResponsesAPIRequestParams
 
-            from litellm.types.llms.openai import ResponsesAPIRequestParams
-
-            _FORWARDS.append("conversation" in get_type_hints(ResponsesAPIRequestParams))
-        except Exception:  # another LiteLLM layout: assume it passes the call on as sent
-            _FORWARDS.append(True)
-    return _FORWARDS[0]
+        return "conversation" in get_type_hints(ResponsesAPIRequestParams)
+    except Exception:  # another LiteLLM layout: assume it passes the call on as sent
+        return True
 
 
 def api_messages(

@@ -256,7 +256,6 @@ def overhead(quick: bool) -> list[Row]:
             ),
         )
         m.flush(30)
-        m.flush(30)
         add(
             "zero-latency router, 20 turns, responses() 1 ms apart",
             *_side_by_side(
