@@ -75,7 +75,7 @@ class AttributionStage:
         t0 = time.perf_counter()
         # a call continuing a stored history chains from a seed of its own: attributed alone
         prepared = self._attributor.prepare(
-            [f.capture.request.messages if f.capture.request.link is None else None for f in finished]
+            [None if _continues(f.capture.request) else f.capture.request.messages for f in finished]
         )
         share = (time.perf_counter() - t0) / len(finished)
         for item, ready in zip(finished, prepared, strict=True):
@@ -216,3 +216,9 @@ class AttributionStage:
         except Exception as exc:
             self._errors.failed("record", exc)
             return ""
+
+
+def _continues(request: Request) -> bool:
+    """The call continues a history the provider stores (a previous response, a conversation)."""
+    link = request.link
+    return link is not None and (link.previous is not None or link.conversation is not None)

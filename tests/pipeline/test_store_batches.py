@@ -35,10 +35,11 @@ CONVERSATIONS = 8
 DEPTH = 4
 
 
-def _drive(m: Monitor) -> None:
+def _drive(m: Monitor, stored: bool = False) -> None:
     """CONVERSATIONS conversations of DEPTH turns, interleaved turn by turn, so one batch holds
     every turn of each; authors alternate by conversation (handoffs), replies pass or fail
-    the ``short`` rule (transitions)."""
+    the ``short`` rule (transitions). ``stored``: as Responses API calls sending their whole
+    history with ``store`` on (each reply also keyed by its response id, ADR 0011)."""
     histories: list[list[dict[str, Any]]] = [
         [{"role": "user", "content": f"conversation {i} opens"}] for i in range(CONVERSATIONS)
     ]
@@ -46,7 +47,15 @@ def _drive(m: Monitor) -> None:
         for i, history in enumerate(histories):
             author = ("m1", "m2")[(i + depth * (i % 3)) % 2]
             reply = "fine" if (i + depth) % 3 else f"a reply of many more than five words {i} {depth}"
-            turn(m, history, {"role": "assistant", "content": reply}, author)
+            if stored:
+                cap = m.capture(request(m, history)._replace(link=ResponseLink(None, True)))
+                m.finish(
+                    cap,
+                    {"role": "assistant", "content": reply},
+                    Outcome((author,), response_id=f"r{i}.{depth}"),
+                )
+            else:
+                turn(m, history, {"role": "assistant", "content": reply}, author)
             history += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"next {depth}"}]
 
 
@@ -106,8 +115,9 @@ def redis_config() -> Iterator[HandoffmonConfig]:
     client.close()
 
 
+@pytest.mark.parametrize("stored", [False, True], ids=["chat", "stored-responses"])
 def test_queued_turns_cost_three_store_calls_per_batch_and_match_one_by_one(
-    redis_config: HandoffmonConfig,
+    redis_config: HandoffmonConfig, stored: bool
 ) -> None:
     cfg = redis_config
     store = CountingStore(make_store(cfg.store))
@@ -115,8 +125,8 @@ def test_queued_turns_cost_three_store_calls_per_batch_and_match_one_by_one(
     m = Monitor(cfg, exporters=[batched_exp], store=store, start=False)  # type: ignore[arg-type]
     reference = Monitor(make_config(), exporters=[single_exp], store=MemoryStore())
     try:
-        _drive(m)
-        _drive(reference)
+        _drive(m, stored)
+        _drive(reference, stored)
         assert reference.flush(10)
         # attribution on this thread, in batches of up to 64: the checks queue up behind it
         assert m._front.run_pending() == CONVERSATIONS * DEPTH
