@@ -9,20 +9,16 @@ authorship headers are read through ``with_raw_response`` when it answers, else 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from handoffmon.ingress.apis import MESSAGES
 from handoffmon.integrations.openai_client import (
     AsyncCalls,
     ClientWrapper,
-    SdkTurns,
+    Paths,
     SyncCalls,
     is_async_client,
 )
-from handoffmon.pipeline.monitor import Monitor
-
-if TYPE_CHECKING:  # pragma: no cover
-    from handoffmon.runtime import Runtime
 
 
 class _SyncMessages(SyncCalls):
@@ -55,7 +51,8 @@ def _not_given() -> Any:
 
 class AnthropicClientWrapper(ClientWrapper):
     """An Anthropic client with handoffmon around ``messages.create`` (``messages.stream``
-    makes its request through it).
+    makes its request through it), also when called through ``with_raw_response`` or
+    ``with_streaming_response`` or on a ``with_options`` copy (``sdk_views``).
 
     Args:
         client: ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic`` (or a look-alike).
@@ -63,7 +60,7 @@ class AnthropicClientWrapper(ClientWrapper):
         runtime: the runtime that owns ``monitor`` (``wrap`` passes it), if any.
     """
 
-    def __init__(self, client: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
-        super().__init__(client, monitor, runtime=runtime)
+    def _resources(self) -> Paths:
+        client = self._client
         kind = _AsyncMessages if is_async_client(client, "anthropic", "AsyncAnthropic") else _SyncMessages
-        self.messages = kind(client.messages, SdkTurns(monitor), api=MESSAGES)
+        return {("messages",): kind(client.messages, self._turns, api=MESSAGES)}

@@ -21,6 +21,7 @@ from handoffmon.ingress import (
 from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
+from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -179,10 +180,13 @@ def _folder(api: Api | None) -> Folder | None:
     return api.folder(MAX_REPLY_CHARS) if api is not None else None
 
 
-class SyncCalls:
-    """``chat.completions`` (or, with ``api``, the resource of that API: ``responses``, an
-    Anthropic client's ``messages``) with ``create`` and ``parse`` (structured outputs)
-    monitored."""
+class _Calls:
+    """A wrapped SDK resource: ``chat.completions`` (or, with ``api``, the resource of that API:
+    ``responses``, an Anthropic client's ``messages``) with ``create`` and ``parse``
+    (structured outputs) monitored, also when called through ``with_raw_response`` or
+    ``with_streaming_response`` (``sdk_views``); every other attribute is the SDK's."""
+
+    _stream: Callable[..., Any]  # SyncStream or AsyncStream
 
     def __init__(self, inner: Any, turns: SdkTurns, api: Api | None = None) -> None:
         self._inner = inner
@@ -193,9 +197,55 @@ class SyncCalls:
         return getattr(self._inner, name)
 
     def stream(self, **kwargs: Any) -> Any:
-        """``responses.stream``: the SDK's own helper, making its request through the
-        monitored :meth:`create`."""
+        """The SDK's ``stream`` helper, making its request through the monitored ``create``."""
         return type(self._inner).stream(self, **kwargs)
+
+    @property
+    def with_raw_response(self) -> RawCalls:
+        """``create`` and ``parse`` returning the SDK's raw response, monitored."""
+        return RawCalls(self)
+
+    @property
+    def with_streaming_response(self) -> StreamingCalls:
+        """``create`` and ``parse`` as the SDK's streamed-response context managers, monitored."""
+        return StreamingCalls(self)
+
+    def _begin(self, kwargs: dict[str, Any]) -> Capture | _Pending | None:
+        return self._turns.begin(kwargs, self._api)
+
+    def _monitored(
+        self, ctx: Capture | _Pending, response: Any, headers: Any, t0: float, stream: bool
+    ) -> Any:
+        """What the application gets for the parsed body ``response`` of a monitored call: a
+        stream recorded when it ends, or ``response`` itself, recorded now."""
+        api = self._api
+        if stream:
+            return self._stream(
+                response,
+                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is None),
+                _folder(api),
+            )
+        self._turns.finish(ctx, response, headers, t0, api)
+        return response
+
+    def _raw_result(
+        self, result: Any, ctx: Capture | _Pending, response: Any, t0: float, stream: bool
+    ) -> Any:
+        """What ``with_raw_response`` returns: the SDK's raw response ``result`` (``response``
+        is its parsed body); for a stream, one whose ``parse()`` gives the monitored stream."""
+        monitored = self._monitored(ctx, response, result.headers, t0, stream)
+        return (
+            result if monitored is response else parsed_response(result, lambda _parsed: monitored, monitored)
+        )
+
+    def _unparsed(self, exc: Exception) -> None:
+        self._turns.monitor.errors.failed("integration", exc, "could not parse a raw response")
+
+
+class SyncCalls(_Calls):
+    """A sync client's resource (see :class:`_Calls`)."""
+
+    _stream = SyncStream
 
     def create(self, **kwargs: Any) -> Any:
         """``create`` monitored; returns exactly what the SDK returns."""
@@ -206,43 +256,33 @@ class SyncCalls:
         like ``create``: the SDK posts it without ``create``. Returns what the SDK returns."""
         return self._call("parse", kwargs)
 
-    def _call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        api = self._api
-        ctx = self._turns.begin(kwargs, api)
+    def _call(self, name: str, kwargs: dict[str, Any], raw: bool = False) -> Any:
+        ctx, stream = self._begin(kwargs), bool(kwargs.get("stream"))
         t0 = time.perf_counter()
-        raw_call = _raw(self._inner, name) if ctx is not None else None
-        if raw_call is None:
-            response, headers = getattr(self._inner, name)(**kwargs), None
-        else:
-            raw = raw_call(**kwargs)
-            response, headers = raw.parse(), raw.headers
+        if raw:  # the application's with_raw_response call
+            call = getattr(self._inner.with_raw_response, name)
+        else:  # through with_raw_response when the SDK has it (for the headers)
+            call = _raw(self._inner, name) if ctx is not None else None
+        if call is None:
+            response = getattr(self._inner, name)(**kwargs)
+            return response if ctx is None else self._monitored(ctx, response, None, t0, stream)
+        result = call(**kwargs)
         if ctx is None:
-            return response
-        if kwargs.get("stream"):
-            return SyncStream(
-                response,
-                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is None),
-                _folder(api),
-            )
-        self._turns.finish(ctx, response, headers, t0, api)
-        return response
+            return result
+        if not raw:
+            return self._monitored(ctx, result.parse(), result.headers, t0, stream)
+        try:  # the application parses later: a body the SDK cannot parse is its error to see then
+            response = result.parse()
+        except Exception as exc:
+            self._unparsed(exc)
+            return result
+        return self._raw_result(result, ctx, response, t0, stream)
 
 
-class AsyncCalls:
-    """Async twin of :class:`SyncCalls`."""
+class AsyncCalls(_Calls):
+    """An async client's resource (see :class:`_Calls`)."""
 
-    def __init__(self, inner: Any, turns: SdkTurns, api: Api | None = None) -> None:
-        self._inner = inner
-        self._turns = turns
-        self._api = api
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def stream(self, **kwargs: Any) -> Any:
-        """``responses.stream``: the SDK's own helper, making its request through the
-        monitored :meth:`create`."""
-        return type(self._inner).stream(self, **kwargs)
+    _stream = AsyncStream
 
     async def create(self, **kwargs: Any) -> Any:
         """``create`` monitored; returns exactly what the SDK returns."""
@@ -252,42 +292,62 @@ class AsyncCalls:
         """``parse`` (structured outputs) monitored like ``create``; returns what the SDK returns."""
         return await self._call("parse", kwargs)
 
-    async def _call(self, name: str, kwargs: dict[str, Any]) -> Any:
-        api = self._api
-        ctx = self._turns.begin(kwargs, api)
+    async def _call(self, name: str, kwargs: dict[str, Any], raw: bool = False) -> Any:
+        ctx, stream = self._begin(kwargs), bool(kwargs.get("stream"))
         t0 = time.perf_counter()
-        raw_call = _raw(self._inner, name) if ctx is not None else None
-        if raw_call is None:
-            response, headers = await getattr(self._inner, name)(**kwargs), None
+        if raw:
+            call = getattr(self._inner.with_raw_response, name)
         else:
-            raw = await raw_call(**kwargs)
-            response, headers = raw.parse(), raw.headers
+            call = _raw(self._inner, name) if ctx is not None else None
+        if call is None:
+            response = await getattr(self._inner, name)(**kwargs)
+            return response if ctx is None else self._monitored(ctx, response, None, t0, stream)
+        result = await call(**kwargs)
+        if ctx is None:
+            return result
+        try:
+            response = result.parse()
             if inspect.isawaitable(response):  # the non-legacy raw response parses asynchronously
                 response = await response
-        if ctx is None:
-            return response
-        if kwargs.get("stream"):
-            return AsyncStream(
-                response,
-                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is None),
-                _folder(api),
-            )
-        self._turns.finish(ctx, response, headers, t0, api)
-        return response
+        except Exception as exc:
+            if not raw:
+                raise
+            self._unparsed(exc)
+            return result
+        if not raw:
+            return self._monitored(ctx, response, result.headers, t0, stream)
+        return self._raw_result(result, ctx, response, t0, stream)
 
 
-class _Chat:
-    def __init__(self, inner: Any, completions: Any) -> None:
-        self._inner = inner
-        self.completions = completions
+Paths = dict[tuple[str, ...], _Calls]
+"""A client wrapper's monitored resources by attribute path (``("chat", "completions")``)."""
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+
+def _tree(inner: Any, paths: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    """The attributes of a :class:`View` of ``inner`` putting each of ``paths``' values at its
+    path: a one-name path is the value, a longer one a view of the SDK's object at its first
+    name. An object the SDK does not have there is left out (the application cannot reach it)."""
+    out: dict[str, Any] = {}
+    deeper: dict[str, dict[tuple[str, ...], Any]] = {}
+    for path, leaf in paths.items():
+        if len(path) == 1:
+            out[path[0]] = leaf
+        else:
+            deeper.setdefault(path[0], {})[path[1:]] = leaf
+    for name, sub in deeper.items():
+        try:
+            child = getattr(inner, name)
+        except AttributeError:
+            continue
+        out[name] = View(child, **_tree(child, sub))
+    return out
 
 
 class ClientWrapper:
-    """What an SDK client's wrapper shows besides its monitored resources: the runtime, the
-    monitor, the client, and every other attribute of the client.
+    """What an SDK client's wrapper shows besides its monitored resources (``_resources``): the
+    runtime, the monitor, the client, ``with_raw_response`` / ``with_streaming_response`` views
+    whose monitored resources are the wrapper's, ``with_options`` / ``copy`` wrapping the
+    copied client with the same monitor, and every other attribute of the client.
 
     Args:
         client: the SDK client.
@@ -299,6 +359,19 @@ class ClientWrapper:
         self._client = client
         self._monitor = monitor
         self._runtime = runtime
+        self._turns = self._new_turns()
+        self._attach()
+
+    def _new_turns(self) -> SdkTurns:
+        return SdkTurns(self._monitor)
+
+    def _resources(self) -> Paths:
+        """The client's resources, wrapped (``SyncCalls`` / ``AsyncCalls``), by path."""
+        raise NotImplementedError
+
+    def _attach(self) -> None:
+        self._paths = self._resources()
+        self.__dict__.update(_tree(self._client, self._paths))
 
     @property
     def runtime(self) -> Runtime | None:
@@ -315,6 +388,33 @@ class ClientWrapper:
         """The wrapped client."""
         return self._client
 
+    @property
+    def with_raw_response(self) -> View:
+        """The client's ``with_raw_response``, its monitored resources' calls monitored."""
+        inner = self._client.with_raw_response
+        return View(inner, **_tree(inner, {p: c.with_raw_response for p, c in self._paths.items()}))
+
+    @property
+    def with_streaming_response(self) -> View:
+        """The client's ``with_streaming_response``, its monitored resources' calls monitored."""
+        inner = self._client.with_streaming_response
+        return View(inner, **_tree(inner, {p: c.with_streaming_response for p, c in self._paths.items()}))
+
+    def with_options(self, **options: Any) -> Any:
+        """The SDK's ``with_options``: the copied client, wrapped with the same monitor."""
+        return self._derived(self._client.with_options(**options))
+
+    def copy(self, **options: Any) -> Any:
+        """The SDK's ``copy``: the copied client, wrapped with the same monitor."""
+        return self._derived(self._client.copy(**options))
+
+    def _derived(self, client: Any) -> Any:
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)  # the same monitor, runtime and turn plumbing
+        new._client = client
+        new._attach()
+        return new
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
@@ -322,7 +422,9 @@ class ClientWrapper:
 class OpenAIClientWrapper(ClientWrapper):
     """An OpenAI-compatible client with handoffmon around ``chat.completions.create`` and
     ``responses.create`` (the ``stream`` helpers make their requests through them) and their
-    ``parse`` helpers. A Responses API call continuing a stored response or a ``conversation``
+    ``parse`` helpers, also when called through ``with_raw_response`` or
+    ``with_streaming_response``, on ``beta.chat.completions`` or on a ``with_options`` copy
+    (``sdk_views``). A Responses API call continuing a stored response or a ``conversation``
     object is attributed from what handoffmon recorded of that history (ADR 0011).
 
     Authorship comes from LiteLLM response headers when the client talks to a LiteLLM
@@ -338,16 +440,21 @@ class OpenAIClientWrapper(ClientWrapper):
         runtime: the runtime that owns ``monitor`` (``wrap`` passes it), if any.
     """
 
-    def __init__(self, client: Any, monitor: Monitor, *, runtime: Runtime | None = None) -> None:
-        super().__init__(client, monitor, runtime=runtime)
-        is_async = is_async_client(client, "openai", "AsyncOpenAI")
-        shadow = _shadow(client, monitor, runtime, is_async)
-        turns = SdkTurns(monitor, shadow)
-        kind = AsyncCalls if is_async else SyncCalls
-        self.chat = _Chat(client.chat, kind(client.chat.completions, turns))
-        inner = getattr(client, "responses", None)  # SDKs before the Responses API lack it
-        if inner is not None:
-            self.responses = kind(inner, turns, api=RESPONSES)
+    def _new_turns(self) -> SdkTurns:
+        self._is_async = is_async_client(self._client, "openai", "AsyncOpenAI")
+        return SdkTurns(self._monitor, _shadow(self._client, self._monitor, self._runtime, self._is_async))
+
+    def _resources(self) -> Paths:
+        client, turns = self._client, self._turns
+        kind = AsyncCalls if self._is_async else SyncCalls
+        paths: Paths = {("chat", "completions"): kind(client.chat.completions, turns)}
+        responses = getattr(client, "responses", None)  # SDKs before the Responses API lack it
+        if responses is not None:
+            paths[("responses",)] = kind(responses, turns, api=RESPONSES)
+        beta = getattr(getattr(client, "beta", None), "chat", None)  # LangChain's structured streams
+        if beta is not None and getattr(beta, "completions", None) is not None:
+            paths["beta", "chat", "completions"] = kind(beta.completions, turns)
+        return paths
 
 
 def _shadow(

@@ -7,41 +7,21 @@ JSON; the parsed object reaches the application unchanged and a JSON rule checks
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
-import pydantic
 import pytest
 
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.testing import RecordingExporter
-from tests.conftest import free_port
 from tests.pipeline.helpers import make_config, monitor
-from tests.proxy.mock_upstream import MockUpstream, ServerThread, reply_text, schedule
-from tests.proxy.responses_upstream import ResponsesUpstream, responses_text
+from tests.proxy.mock_upstream import CANONICAL_MODELS, Answer, reply_text, schedule
+from tests.proxy.responses_upstream import responses_text
 
 CONFIG = make_config(
     rules=[{"name": "is_json", "check": "json_schema", "params": {"schema": {"required": ["answer"]}}}],
-    attribution={"canonical_models": {"openai/model-a": "model-a", "openai/model-b": "model-b"}},
+    attribution={"canonical_models": CANONICAL_MODELS},
 )
-
-
-class Answer(pydantic.BaseModel):
-    answer: str
-    depth: int
-
-
-@pytest.fixture(scope="module")
-def chat_base() -> Iterator[str]:
-    with ServerThread(MockUpstream(), free_port()) as srv:
-        yield f"{srv.url}/v1"
-
-
-@pytest.fixture(scope="module")
-def responses_base() -> Iterator[str]:
-    with ServerThread(ResponsesUpstream(), free_port()) as srv:
-        yield f"{srv.url}/v1"
 
 
 def _client(base: str, is_async: bool) -> Any:

@@ -21,12 +21,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
 import uvicorn
 
 MODELS = ("model-a", "model-b")
 DEPLOYMENTS = {"model-a": "dep-a-1", "model-b": "dep-b-1"}
 DEAD_MODEL = "model-dead"
 """A model the upstream knows but that never answers (503): a dead shadow target."""
+
+
+CANONICAL_MODELS = {f"openai/{m}": m for m in MODELS}
+"""``attribution.canonical_models`` naming the models as the requests do (the mock's
+``x-litellm-model-name`` header says ``openai/<model>``)."""
+
+
+class Answer(pydantic.BaseModel):
+    """What the mock (and ``responses_upstream``) answer a ``json_schema`` format with."""
+
+    answer: str
+    depth: int
 
 
 def schedule(depth: int) -> str:
