@@ -42,8 +42,9 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtim
 
     Args:
         target: a ``litellm.Router`` (or anything with litellm-style ``completion`` /
-            ``acompletion``), an ``openai.OpenAI`` / ``openai.AsyncOpenAI`` client, or an
-            ``anthropic.Anthropic`` / ``anthropic.AsyncAnthropic`` client.
+            ``acompletion``: the ``litellm`` module itself), an ``openai.OpenAI`` /
+            ``openai.AsyncOpenAI`` client, or an ``anthropic.Anthropic`` /
+            ``anthropic.AsyncAnthropic`` client.
         config: configuration for the shared runtime; ``None`` loads
             ``$HANDOFFMON_CONFIG`` and ``HANDOFFMON_*`` variables, else defaults.
         runtime: record into this runtime instead (``handoffmon.build_runtime(...)``).

@@ -85,6 +85,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         self._starts: OrderedDict[str, float] = OrderedDict()  # litellm_call_id -> monotonic start
         self._routing: RouterRouting | None = None
         self._shadow: RouterShadow | None = None
+        self._proxied = False  # the proxy's pre-call hook has run: this process is a proxy
+        self._told_sdk = False
 
     @property
     def runtime(self) -> Runtime:
@@ -116,6 +118,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         """Note when the proxy started the call (for the turn's latency); with ``routing``
         enabled, reorder a chat request's fallbacks in ``data`` (the proxy passes it on to its
         router). Nothing else is changed."""
+        self._proxied = True
         call_id = data.get("litellm_call_id")
         if isinstance(call_id, str):
             self._starts[call_id] = time.monotonic()
@@ -128,6 +131,37 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             and not _is_messages_route(data)
         ):
             self._route(data)
+
+    def log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
+        """LiteLLM's logging hook (sync calls): see :meth:`_outside_proxy`."""
+        self._outside_proxy(kwargs)
+
+    async def async_log_success_event(
+        self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any
+    ) -> None:
+        """LiteLLM's logging hook (async calls): see :meth:`_outside_proxy`."""
+        self._outside_proxy(kwargs)
+
+    def _outside_proxy(self, kwargs: Any) -> None:
+        """Registered in ``litellm.callbacks`` of a process that is not a LiteLLM Proxy, the
+        callback sees the SDK's calls only through the logging hooks, and records nothing:
+        its turns come from the proxy's hooks. Say so once, naming what does monitor the
+        SDK. A call the proxy serves carries its request (``proxy_server_request``); calls a
+        proxy makes itself (shadow calls, health checks) come after its pre-call hook ran, or
+        in a process that loaded the proxy's server module."""
+        if self._told_sdk or self._proxied:
+            return
+        params = kwargs.get("litellm_params") if isinstance(kwargs, Mapping) else None
+        if isinstance(params, Mapping) and params.get("proxy_server_request"):
+            return
+        if "litellm.proxy.proxy_server" in sys.modules:
+            return
+        self._told_sdk = True
+        _log.warning(
+            "handoffmon_callback monitors the calls a LiteLLM Proxy serves; this LiteLLM SDK "
+            "call is not monitored. To monitor the SDK, call it through handoffmon.wrap(litellm) "
+            "(or handoffmon.wrap(router) for a Router)."
+        )
 
     def _route(self, data: dict[str, Any]) -> None:
         """Risk-aware fallback order for one proxy request (``RouterRouting.apply_body``)."""

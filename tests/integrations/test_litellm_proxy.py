@@ -140,6 +140,8 @@ def test_proxy_records_authorship_and_depth_for_a_four_turn_conversation(proxy: 
     for k, n in counts.checks.items():
         verdicts[k.model, k.verdict] = verdicts.get((k.model, k.verdict), 0) + n
     assert verdicts == {(c, "pass"): 2, (b, "fail"): 2}
+    # the logging hooks see these calls too: in the proxy, no "SDK call not monitored" warning
+    assert "handoffmon.wrap(litellm)" not in (db.parent / "proxy.log").read_text(errors="replace")
 
 
 # -- handoffmon's series on LiteLLM's /metrics; the same series in every mode ------------------------

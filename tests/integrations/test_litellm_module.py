@@ -1,0 +1,133 @@
+"""The LiteLLM SDK without a Router: ``handoffmon.wrap(litellm)`` monitors its module functions;
+the Proxy callback registered in an SDK process says, once, that it monitors nothing there.
+
+Real ``litellm`` (its ``mock_response`` stands in for the provider).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import litellm
+import pytest
+
+from handoffmon.integrations import wrap
+from handoffmon.integrations.router import RouterWrapper
+from handoffmon.runtime import build_runtime
+from handoffmon.testing import RecordingExporter
+from tests.pipeline.helpers import make_config
+
+CONFIG = make_config(rules=[{"name": "no_commas", "check": "no_commas"}])
+
+
+async def _text(reply: Any, is_async: bool) -> str:
+    """A completion's text, or a stream's (sync or async), read to the end."""
+    if hasattr(reply, "choices"):
+        return str(reply.choices[0].message.content)
+    chunks = [c async for c in reply] if is_async else list(reply)
+    return "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+async def test_wrapped_module_functions_are_turns() -> None:
+    """``wrap(litellm)``: completion, acompletion, and both streamed, across two providers — four
+    turns at depths 1-4, each by the model called, every earlier reply attributed, hand-offs
+    where the provider changed."""
+    exp = RecordingExporter()
+    rt = build_runtime(CONFIG, registry=None, exporters=[exp])
+    try:
+        llm = wrap(litellm, runtime=rt)
+        assert isinstance(llm, RouterWrapper) and llm.runtime is rt
+        plan = [
+            ("openai/gpt-4o", "completion", False),
+            ("anthropic/claude-sonnet-4", "acompletion", False),
+            ("anthropic/claude-sonnet-4", "completion", True),
+            ("openai/gpt-4o", "acompletion", True),
+        ]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hello sdk"}]
+        for depth, (model, fn, stream) in enumerate(plan, 1):
+            text = f"Reply {depth} from {model}."
+            call = getattr(llm, fn)(
+                model=model, messages=messages, mock_response=text, api_key="k", stream=stream
+            )
+            is_async = fn == "acompletion"
+            got = await _text(await call if is_async else call, is_async)
+            assert got == text
+            messages += [{"role": "assistant", "content": got}, {"role": "user", "content": f"next {depth}"}]
+        assert rt.flush(10)
+        assert rt.monitor.snapshot().monitor_errors == {}
+    finally:
+        rt.close(0)
+    results = exp.results
+    assert [r.context.depth for r in results] == [1, 2, 3, 4]
+    authors = [r.record.author for r in results]
+    assert authors == [model for model, _fn, _s in plan]
+    assert [r.context.prefix_model for r in results] == ["none", *authors[:-1]]
+    assert [r.record.handoff for r in results] == [False, True, False, True]
+    assert [[a.method for a in r.context.attributions] for r in results] == [["chain"] * d for d in range(4)]
+    assert [r.record.streamed for r in results] == [False, False, True, True]
+
+
+def test_the_proxy_callback_in_an_sdk_process_says_it_monitors_nothing() -> None:
+    """``litellm.callbacks = [handoffmon_callback]`` in a process that is not a LiteLLM Proxy:
+    the SDK's calls reach only the logging hooks, which the callback does not monitor, so it
+    logs one warning naming ``handoffmon.wrap(litellm)`` (not one per call) and records
+    nothing. In a fresh interpreter: whether the proxy's server module is loaded decides it."""
+    script = textwrap.dedent(
+        """
+        import asyncio, logging, time
+        import litellm
+        from handoffmon.integrations.litellm_callback import HandoffmonCallback
+        from handoffmon.runtime import build_runtime
+        from tests.pipeline.helpers import make_config
+
+        logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
+        rt = build_runtime(make_config(), registry=None)
+        litellm.callbacks = [HandoffmonCallback(runtime=rt)]
+        kw = dict(model="openai/gpt-4o", messages=[{"role": "user", "content": "hi"}], mock_response="ok")
+        for _ in range(3):
+            litellm.completion(**kw, api_key="k")
+            asyncio.run(litellm.acompletion(**kw, api_key="k"))
+        time.sleep(1.0)  # LiteLLM runs success callbacks on its logging worker
+        rt.flush(10)
+        print("TURNS", rt.monitor.snapshot().total_turns)
+        rt.close(0)
+        """
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "TURNS 0" in out.stdout
+    warnings = [line for line in out.stderr.splitlines() if "handoffmon.wrap(litellm)" in line]
+    assert len(warnings) == 1, out.stderr[-3000:]
+    assert warnings[0].startswith("handoffmon.integrations ")
+
+
+async def test_calls_in_a_proxy_never_warn(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Success events the proxy's own calls raise warn about nothing: a client's call (it
+    carries the proxy's request), and, once the proxy's pre-call hook has run, calls without it
+    (a shadow call through the proxy's router, a health check). The proxy's server module is
+    taken out of ``sys.modules`` for the test, so these two conditions decide alone."""
+    from handoffmon.integrations.litellm_callback import HandoffmonCallback
+
+    monkeypatch.delitem(sys.modules, "litellm.proxy.proxy_server", raising=False)
+    rt = build_runtime(CONFIG, registry=None)
+    try:
+        with caplog.at_level("WARNING", logger="handoffmon.integrations"):
+            client_call = HandoffmonCallback(runtime=rt)
+            event = {"litellm_params": {"proxy_server_request": {"url": "/v1/chat/completions"}}}
+            client_call.log_success_event(event, None, None, None)
+            await client_call.async_log_success_event(event, None, None, None)
+            proxied = HandoffmonCallback(runtime=rt)
+            await proxied.async_pre_call_hook(None, None, {"litellm_call_id": "c1"}, "completion")
+            await proxied.async_log_success_event({"litellm_params": {}}, None, None, None)
+            assert not [r for r in caplog.records if "handoffmon.wrap(litellm)" in r.getMessage()]
+            HandoffmonCallback(runtime=rt).log_success_event({"litellm_params": {}}, None, None, None)
+        assert len([r for r in caplog.records if "handoffmon.wrap(litellm)" in r.getMessage()]) == 1
+    finally:
+        rt.close(0)
