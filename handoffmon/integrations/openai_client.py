@@ -373,6 +373,13 @@ class ClientWrapper:
         self._paths = self._resources()
         self.__dict__.update(_tree(self._client, self._paths))
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The wrapped client's class, so ``isinstance(wrapper, openai.OpenAI)`` holds, as for
+        ``wrapt.ObjectProxy``: libraries that check a client's type before using it
+        (``instructor.from_openai``) take the wrapper. ``type(wrapper)`` stays the wrapper's."""
+        return type(self._client)
+
     @property
     def runtime(self) -> Runtime | None:
         """The runtime owning the monitor (``None`` for a bare monitor)."""

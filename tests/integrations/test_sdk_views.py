@@ -19,6 +19,7 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+import pydantic
 import pytest
 from openai._legacy_response import LegacyAPIResponse
 
@@ -362,3 +363,27 @@ def test_views_keep_the_sdk_surface() -> None:
     assert [(r.context.depth, r.record.author) for r in exp.results] == [
         (1, "openai/gpt-b")
     ]  # x-litellm-model-name
+
+
+def test_the_wrapper_passes_type_checks_as_its_client() -> None:
+    """``isinstance(wrapped, openai.OpenAI)`` holds (and not for the other client class), so
+    libraries that check a client's type take the wrapper: a pydantic ``InstanceOf`` field
+    here, ``instructor.from_openai`` in the field. ``type()`` still names the wrapper, and the
+    copies ``with_options`` returns pass the same checks."""
+    with monitor(CONFIG) as m:
+        sync = OpenAIClientWrapper(openai.OpenAI(api_key="k"), m)
+        asynchronous = OpenAIClientWrapper(openai.AsyncOpenAI(api_key="k"), m)
+        claude = AnthropicClientWrapper(anthropic.Anthropic(api_key="k"), m)
+        assert isinstance(sync, openai.OpenAI) and not isinstance(sync, openai.AsyncOpenAI)
+        assert isinstance(asynchronous, openai.AsyncOpenAI) and not isinstance(asynchronous, openai.OpenAI)
+        assert isinstance(claude, anthropic.Anthropic) and not isinstance(claude, openai.OpenAI)
+        assert type(sync) is OpenAIClientWrapper and isinstance(sync, OpenAIClientWrapper)
+        copied = sync.with_options(timeout=3.0)
+        assert type(copied) is OpenAIClientWrapper and isinstance(copied, openai.OpenAI)
+
+        class Settings(pydantic.BaseModel):
+            client: pydantic.InstanceOf[openai.OpenAI]
+
+        assert Settings(client=sync).client is sync
+        with pytest.raises(pydantic.ValidationError):
+            Settings(client=asynchronous)
