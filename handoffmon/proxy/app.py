@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -160,16 +161,39 @@ async def _admin_stats(request: Request) -> Response:
 CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"
+AZURE_CHAT_PATHS = ("/openai/v1/chat/completions", "/openai/deployments/{deployment}/chat/completions")
+AZURE_RESPONSES_PATHS = ("/openai/v1/responses", "/openai/responses")
+"""Azure OpenAI's paths for the same calls: its OpenAI-compatible ``/openai/v1`` API, a
+deployment's chat completions, and the Responses API (both with an ``api-version`` query,
+forwarded as sent). ``AzureOpenAI`` clients pointed at ``serve`` call these."""
+_API_PATHS = {
+    CHAT_PATH: "chat",
+    AZURE_CHAT_PATHS[0]: "chat",
+    RESPONSES_PATH: "responses",
+    **dict.fromkeys(AZURE_RESPONSES_PATHS, "responses"),
+    MESSAGES_PATH: "messages",
+}
+_DEPLOYMENT_CHAT = re.compile(r"/openai/deployments/[^/]+/chat/completions")
+PROXIED_PREFIXES = ("/v1/", "/openai/")
+"""Paths forwarded upstream: OpenAI's (and Anthropic's) ``/v1/*`` and Azure OpenAI's ``/openai/*``."""
+
+
+def api_of(path: str) -> str | None:
+    """``chat``, ``responses`` or ``messages`` for a ``POST`` to a monitored API path, else ``None``."""
+    kind = _API_PATHS.get(path)
+    if kind is None and path.startswith("/openai/deployments/") and _DEPLOYMENT_CHAT.fullmatch(path):
+        return "chat"
+    return kind
 
 
 class ProxyApp(Starlette):
     """Starlette, with the forwarded routes dispatched straight to their forwarders.
 
-    ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/messages`` go to their
-    monitored forwarders, every other
-    ``/v1/...`` request with a pass-through method to the pass-through forwarder: the
-    routes the router would pick (``/v1/{path:path}`` matches any path under ``/v1/``
-    without a line break, and ``GET /v1/chat/completions`` falls through to it), without
+    ``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/messages`` (and Azure
+    OpenAI's paths for the first two, ``api_of``) go to their monitored forwarders, every other
+    ``/v1/...`` or ``/openai/...`` request with a pass-through method to the pass-through
+    forwarder: the routes the router would pick (``/v1/{path:path}`` matches any path under
+    ``/v1/`` without a line break, and ``GET /v1/chat/completions`` falls through to it), without
     the router (a regex match per route) and the exception layers (``ServerErrorMiddleware``,
     ``ExceptionMiddleware`` and their per-request ``send`` wrappers; the forwarders raise no
     ``HTTPException``). An unexpected exception propagates to the server, which answers 500
@@ -186,13 +210,14 @@ class ProxyApp(Starlette):
     async def __call__(self, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
             path: str = scope["path"]
-            if path.startswith("/v1/") and "\n" not in path:
+            if path.startswith(PROXIED_PREFIXES) and "\n" not in path:
                 method = scope["method"]
-                if path == CHAT_PATH and method == "POST":
+                kind = api_of(path) if method == "POST" else None
+                if kind == "chat":
                     app = self.chat
-                elif path == RESPONSES_PATH and method == "POST":
+                elif kind == "responses":
                     app = self.responses
-                elif path == MESSAGES_PATH and method == "POST":
+                elif kind == "messages":
                     app = self.messages
                 elif method in _PASSTHROUGH:
                     app = self.passthrough
@@ -243,10 +268,11 @@ def _routes(state: ProxyState) -> list[Route]:
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/admin/flush", _admin_flush, methods=["POST"]),
         Route("/admin/stats", _admin_stats, methods=["GET"]),
-        Route(CHAT_PATH, chat, methods=["POST"]),
-        Route(RESPONSES_PATH, responses, methods=["POST"]),
+        *(Route(p, chat, methods=["POST"]) for p in (CHAT_PATH, *AZURE_CHAT_PATHS)),
+        *(Route(p, responses, methods=["POST"]) for p in (RESPONSES_PATH, *AZURE_RESPONSES_PATHS)),
         Route(MESSAGES_PATH, messages, methods=["POST"]),
         Route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
+        Route("/openai/{path:path}", passthrough, methods=PASSTHROUGH_METHODS),
     ]
 
 
@@ -267,7 +293,7 @@ def _shadow(state: ProxyState) -> Callable[[Sequence[tuple[str, str]]], ShadowSo
 
 async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
     """Routes outside /v1 and the service endpoints: a clear 404 (never forwarded)."""
-    msg = f"handoffmon serve has no route {scope['method']} {scope['path']}; it proxies /v1/*"
+    msg = f"handoffmon serve has no route {scope['method']} {scope['path']}; it proxies /v1/* and /openai/*"
     await send_json(send, 404, error_body(msg, "not_found", "invalid_request_error"))
 
 

@@ -1,6 +1,7 @@
 """A LiteLLM-like mock upstream (raw ASGI) and a helper serving any ASGI app on loopback in a thread.
 
-The mock answers ``POST /v1/chat/completions`` deterministically (same request → same
+The mock answers ``POST /v1/chat/completions`` (and Azure OpenAI's paths for it, ``CHAT_PATHS``
+and ``AZURE_DEPLOYMENT``) deterministically (same request → same
 bytes) with LiteLLM Proxy's authorship headers, as JSON or SSE. Request headers steer it:
 ``x-mock-model`` (who answers), ``x-mock-fallbacks``, ``x-mock-delay-s`` (before
 answering), ``x-mock-status`` (error status), ``x-mock-chunk-delay-s`` and
@@ -16,6 +17,7 @@ import asyncio
 import gzip
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +27,10 @@ import pydantic
 import uvicorn
 
 MODELS = ("model-a", "model-b")
+CHAT_PATHS = ("/v1/chat/completions", "/openai/v1/chat/completions")
+"""OpenAI's chat completions path and Azure OpenAI's OpenAI-compatible one."""
+AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/[^/]+/chat/completions")
+"""An Azure OpenAI deployment's chat completions (answered only with an ``api-version`` query)."""
 DEPLOYMENTS = {"model-a": "dep-a-1", "model-b": "dep-b-1"}
 DEAD_MODEL = "model-dead"
 """A model the upstream knows but that never answers (503): a dead shadow target."""
@@ -73,6 +79,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""
 
 
 @dataclass
@@ -88,11 +95,18 @@ class MockUpstream:
         if body is None:
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        self.seen.append(Seen(scope["path"], headers, body))
-        if scope["path"] == "/v1/models" and scope["method"] == "GET":
+        path, query = scope["path"], scope.get("query_string", b"").decode()
+        self.seen.append(Seen(path, headers, body, query))
+        if path == "/v1/models" and scope["method"] == "GET":
             data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
             await _send(send, 200, data.encode(), [(b"x-upstream", b"models")])
-        elif scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
+        elif path in CHAT_PATHS and scope["method"] == "POST":
+            await self._chat(headers, body, receive, send)
+        elif AZURE_DEPLOYMENT.fullmatch(path) and scope["method"] == "POST":
+            if "api-version=" not in query:  # as Azure OpenAI: a deployment's calls need one
+                err = {"error": {"code": "404", "message": "Resource not found"}}
+                await _send(send, 404, json.dumps(err).encode(), [])
+                return
             await self._chat(headers, body, receive, send)
         else:
             err = {"error": {"message": f"upstream: no route {scope['path']}", "type": "not_found"}}

@@ -24,6 +24,8 @@ from typing import Any
 from tests.proxy.mock_upstream import read_request, schedule
 
 TOOL_WORDS = "use the tool"
+RESPONSES_PATHS = ("/v1/responses", "/openai/v1/responses", "/openai/responses")
+"""OpenAI's path and Azure OpenAI's two (its ``/openai/v1`` API and ``?api-version=`` one)."""
 
 
 def responses_text(model: str, depth: int) -> str:
@@ -67,7 +69,7 @@ class ResponsesUpstream:
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.seen.append(body)
-        if scope["path"] != "/v1/responses" or scope["method"] != "POST":
+        if scope["path"] not in RESPONSES_PATHS or scope["method"] != "POST":
             await send_body(send, 404, b'{"error": {"message": "no route", "type": "not_found"}}')
             return
         if "x-mock-status" in headers:
