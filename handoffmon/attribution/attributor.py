@@ -372,6 +372,20 @@ class Attributor:
         """
         return self._fetch(keys)[0]
 
+    def stored_history(self, previous: str | None, conversation: str | None) -> Authorship | None:
+        """What is recorded of a history the provider keeps: the stored response ``previous``
+        (its key) or, without one, the head of provider ``conversation``; ``None`` when
+        unknown here. ``authors`` lists its assistant messages' authors, oldest first (the last
+        ``RESPONSE_AUTHORS``), ``depth`` its length. For request-time readers (routing), like
+        :meth:`lookup`; thread-safe."""
+        if previous is not None:
+            head = self._fetch([response_key(previous)])[0][0]
+        elif conversation is not None:
+            head = self._conversation_head(conversation)
+        else:
+            return None
+        return head if head is not None and head.authors else None  # no authors: a collision marker
+
     def _fetch(
         self, keys: list[str], prepared: Prepared | None = None
     ) -> tuple[list[Authorship | None], bool]:

@@ -126,11 +126,13 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 self._starts.popitem(last=False)
         if (
             type(data.get("model")) is str
-            and isinstance(data.get("messages"), list)
-            and call_type != "anthropic_messages"  # risk-aware routing is for chat completions
+            and call_type != "anthropic_messages"
             and not _is_messages_route(data)
         ):
-            self._route(data)
+            if isinstance(data.get("messages"), list):
+                self._route(data)
+            elif call_type in ("aresponses", "responses"):  # the Responses API: read as chat
+                self._route(data, RESPONSES)
 
     def log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
         """LiteLLM's logging hook (sync calls): see :meth:`_outside_proxy`."""
@@ -163,12 +165,19 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             "(or handoffmon.wrap(router) for a Router)."
         )
 
-    def _route(self, data: dict[str, Any]) -> None:
-        """Risk-aware fallback order for one proxy request (``RouterRouting.apply_body``)."""
+    def _route(self, data: dict[str, Any], api: Api | None = None) -> None:
+        """Risk-aware fallback order for one proxy request (``RouterRouting.apply_body``); ``api``:
+        a call of another API, its history read as chat."""
         try:
             state = self.runtime.routing
             if state is None:
                 return
+            messages, link = None, None
+            if api is not None:
+                read = api_messages(data, api, via_litellm=True)
+                if read is None:
+                    return
+                messages, link = read
             router = _proxy_router()
             if router is None:  # not inside a running proxy: nothing to read candidates from
                 return
@@ -182,7 +191,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                     router, state, PrefixLookup(monitor.attributor), monitor.names.canonical
                 )
                 self._routing = adapter
-            adapter.apply_body(data)
+            adapter.apply_body(data, messages, link)
         except Exception:
             _log.warning("handoffmon routing could not run in the proxy", exc_info=True)
             rt = self._runtime  # None when building it failed: nothing to count into

@@ -141,7 +141,9 @@ class RouterWrapper:
         return response
 
     def responses(self, *args: Any, **kwargs: Any) -> Any:
-        """``Router.responses`` with monitoring; ``stream=True`` returns a wrapped iterator."""
+        """``Router.responses`` with monitoring; ``stream=True`` returns a wrapped iterator. (Not
+        rerouted: litellm 1.108's sync ``responses`` does not fall back, and a ``fallbacks``
+        argument reaches the deployment's own SDK call.)"""
         drain_finalized()
         t0 = time.perf_counter()
         ctx = self._begin_api(kwargs, RESPONSES)
@@ -150,8 +152,11 @@ class RouterWrapper:
         return self._api_done(ctx, kwargs, response, t0, t1, SyncStream, RESPONSES)
 
     async def aresponses(self, *args: Any, **kwargs: Any) -> Any:
-        """``Router.aresponses`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
+        """``Router.aresponses`` with monitoring, its fallbacks in risk-aware order when routing is
+        on; ``stream=True`` returns a wrapped async iterator."""
         drain_finalized()
+        if self._routing is not None:
+            kwargs = self._route_responses(args, kwargs)
         t0 = time.perf_counter()
         ctx = self._begin_api(kwargs, RESPONSES)
         t1 = time.perf_counter()
@@ -168,6 +173,20 @@ class RouterWrapper:
         t1 = time.perf_counter()
         response = await self._router.aanthropic_messages(*args, **kwargs)
         return self._api_done(ctx, kwargs, response, t0, t1, AsyncStream, MESSAGES)
+
+    def _route_responses(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A Responses API call's kwargs with its fallbacks in risk-aware order: its history read
+        as chat on the request path (routing needs the prefix before the call), a continued
+        history's authors from what was recorded of it. Unreadable: the call as made."""
+        assert self._routing is not None
+        try:
+            read = api_messages(kwargs, RESPONSES, via_litellm=True)
+        except Exception:  # the readers are total; this guards the plumbing (fail open)
+            read = None
+        if read is None:
+            return kwargs
+        model = kwargs.get("model", args[0] if args else None)
+        return self._routing.apply(model, read[0], kwargs, read[1]) or kwargs
 
     # -- monitoring ---------------------------------------------------------------------
 

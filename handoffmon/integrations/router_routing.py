@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from handoffmon.ingress.request import ResponseLink
 from handoffmon.routing import Candidate, RoutingState
 from handoffmon.routing.fallbacks import is_plain, reordered
 from handoffmon.routing.prefix import PrefixLookup
@@ -64,14 +65,17 @@ class RouterRouting:
         self._candidates: dict[tuple[int, str], tuple[tuple[Candidate, ...], float]] = {}
         self._rewritten: dict[tuple[int, str, tuple[str, ...]], list[Any]] = {}
 
-    def apply(self, model: Any, messages: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-        """The call's kwargs with ``fallbacks`` reordered, or ``None`` to call unchanged."""
+    def apply(
+        self, model: Any, messages: Any, kwargs: dict[str, Any], link: ResponseLink | None = None
+    ) -> dict[str, Any] | None:
+        """The call's kwargs with ``fallbacks`` reordered, or ``None`` to call unchanged.
+        ``link``: a Responses API call's link to a history the provider keeps."""
         state = self._state
         try:
             source = kwargs.get("fallbacks", self.router.fallbacks)
             now = self._clock()
             cands = self._candidates_for(model, source, now) if type(model) is str else ()
-            decision = state.route(cands, messages, self._lookup, now=now, healthy=self._healthy)
+            decision = state.route(cands, messages, self._lookup, now=now, healthy=self._healthy, link=link)
             if not decision.changed or not state.enforcing:
                 return None
             return {**kwargs, "fallbacks": self._rewrite(source, model, decision.groups)}
@@ -80,8 +84,12 @@ class RouterRouting:
             state.counts.count(self._mode, "error")
             return None
 
-    def apply_body(self, body: dict[str, Any]) -> bool:
+    def apply_body(
+        self, body: dict[str, Any], messages: Any = None, link: ResponseLink | None = None
+    ) -> bool:
         """A LiteLLM Proxy request body: reorder its ``fallbacks`` in place; True when changed.
+        ``messages``: the history read as chat (default: the body's ``messages``); ``link``: a
+        Responses API call's link to a history the provider keeps.
 
         The source list is the body's own ``fallbacks``, else the key's or team's
         ``router_settings`` fallbacks the proxy would apply (``router_settings_override``),
@@ -92,7 +100,9 @@ class RouterRouting:
             override = body.get("router_settings_override")
             if isinstance(override, Mapping) and override.get("fallbacks") is not None:
                 kwargs = {"fallbacks": override["fallbacks"]}
-        out = self.apply(body.get("model"), body.get("messages"), kwargs)
+        out = self.apply(
+            body.get("model"), body.get("messages") if messages is None else messages, kwargs, link
+        )
         if out is None:
             return False
         body["fallbacks"] = out["fallbacks"]

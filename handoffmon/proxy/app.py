@@ -253,6 +253,7 @@ def _routes(state: ProxyState) -> list[Route]:
             client_timeout_s=proxy.client_timeout_s,
             max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
             api=api,
+            routing=body_routing(state.runtime.routing, state.monitor, api) if api is RESPONSES else None,
         )
         for api in (RESPONSES, MESSAGES)
     )

@@ -1,4 +1,5 @@
-"""Risk-aware order in a forwarded request body: ``handoffmon serve`` rewrites its ``fallbacks``.
+"""Risk-aware order in a forwarded request body: ``handoffmon serve`` rewrites its ``fallbacks``
+(a chat completion's, or a Responses API call's, its history read as chat).
 
 ``serve`` sits in front of a LiteLLM Proxy and sees no router, so only what the request
 itself carries can be reordered: a body without ``fallbacks`` is forwarded byte for byte
@@ -11,8 +12,10 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from handoffmon.ingress.apis import Api
+from handoffmon.ingress.request import ResponseLink
 from handoffmon.routing.fallbacks import entry_groups, reordered
 from handoffmon.routing.policy import Candidate
 from handoffmon.routing.prefix import PrefixLookup
@@ -42,7 +45,7 @@ class BodyRouting:
         clock: wall clock (table staleness).
     """
 
-    __slots__ = ("_cands", "_canonical", "_clock", "_lookup", "_state")
+    __slots__ = ("_api", "_cands", "_canonical", "_clock", "_lookup", "_state")
 
     def __init__(
         self,
@@ -51,11 +54,13 @@ class BodyRouting:
         canonical: Callable[[str], str],
         *,
         clock: Callable[[], float] = time.time,
+        api: Api | None = None,
     ) -> None:
         self._state = state
         self._lookup = lookup
         self._canonical = canonical
         self._clock = clock
+        self._api = api
         self._cands: dict[str, Candidate] = {}
 
     def rewrite(self, body: bytes) -> bytes | None:
@@ -71,11 +76,14 @@ class BodyRouting:
         try:
             if not isinstance(doc, dict):
                 return None
-            model, messages, fallbacks = doc.get("model"), doc.get("messages"), doc.get("fallbacks")
-            if type(model) is not str or not isinstance(messages, list) or fallbacks is None:
+            model, fallbacks = doc.get("model"), doc.get("fallbacks")
+            if type(model) is not str or fallbacks is None:
+                return None
+            messages, link = self._history(doc)
+            if not isinstance(messages, list):
                 return None
             cands = tuple(self._candidate(g) for g in entry_groups(fallbacks, model))
-            decision = state.route(cands, messages, self._lookup, now=self._clock())
+            decision = state.route(cands, messages, self._lookup, now=self._clock(), link=link)
             if not decision.changed or not state.enforcing:
                 return None
             doc["fallbacks"] = reordered(fallbacks, model, decision.groups)
@@ -87,6 +95,14 @@ class BodyRouting:
             state.counts.count(state.settings.mode, "error")
             return None
 
+    def _history(self, doc: dict[str, Any]) -> tuple[Any, ResponseLink | None]:
+        """The body's history as chat messages, and its link to a history the provider keeps
+        (another API's body is read by its reader, ``ingress.apis``)."""
+        if self._api is None:
+            return doc.get("messages"), None
+        chat, _skip, link = self._api.read_request(doc)
+        return (None if chat is None else chat.get("messages")), link
+
     def _candidate(self, group: str) -> Candidate:
         hit = self._cands.get(group)
         if hit is None:
@@ -97,8 +113,9 @@ class BodyRouting:
         return hit
 
 
-def body_routing(state: RoutingState | None, monitor: Monitor) -> BodyRouting | None:
-    """The body rewriter for a runtime's routing state (``None`` when routing is disabled)."""
+def body_routing(state: RoutingState | None, monitor: Monitor, api: Api | None = None) -> BodyRouting | None:
+    """The body rewriter for a runtime's routing state (``None`` when routing is disabled);
+    ``api``: the API the bodies are calls of (``None``: chat completions)."""
     if state is None:
         return None
-    return BodyRouting(state, PrefixLookup(monitor.attributor), monitor.names.canonical)
+    return BodyRouting(state, PrefixLookup(monitor.attributor), monitor.names.canonical, api=api)

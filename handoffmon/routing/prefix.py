@@ -23,6 +23,8 @@ from handoffmon.attribution.fingerprint import (
     context_digest,
     raw_digest,
 )
+from handoffmon.ingress.request import ResponseLink
+from handoffmon.types import UNKNOWN_MODEL
 
 
 def _role(message: Any) -> object:
@@ -54,12 +56,19 @@ class PrefixLookup:
         self.enabled = attributor.content_fallback
         """Content keys are recorded; without them the lookup answers ``(None, None)``."""
 
-    def authors(self, messages: Sequence[Any], *, home: bool = False) -> tuple[str | None, str | None]:
+    def authors(
+        self, messages: Sequence[Any], *, home: bool = False, link: ResponseLink | None = None
+    ) -> tuple[str | None, str | None]:
         """(prefix model, home model): authors of the last and the first assistant message.
 
         ``None`` where there is no such message, it was never recorded, or its key is a
-        collision marker. ``home`` is only looked up when asked for.
+        collision marker. ``home`` is only looked up when asked for. ``link``: a Responses API
+        call continuing a history the provider keeps (``previous_response_id`` or a
+        ``conversation``, ADR 0011); its assistant messages come before ``messages`` and are
+        read from what was recorded under the response id or conversation head.
         """
+        if link is not None and (link.previous is not None or link.conversation is not None):
+            return self._continued(messages, link, home)
         if not self.enabled:
             return None, None
         last = _last_assistant(messages)
@@ -72,6 +81,20 @@ class PrefixLookup:
         found = self._attributor.lookup(keys)
         prefix = _author(found[0])
         return prefix, (_author(found[1]) if len(found) > 1 else prefix if home else None)
+
+    def _continued(
+        self, messages: Sequence[Any], link: ResponseLink, home: bool
+    ) -> tuple[str | None, str | None]:
+        """:meth:`authors` of a call continuing a stored history: the stored authors (the first
+        is the home model only when none was cut by the ``RESPONSE_AUTHORS`` bound), then a
+        newer assistant message of the call's own input, if it has one."""
+        stored = self._attributor.stored_history(link.previous, link.conversation)
+        names = stored.authors if stored is not None else ()
+        prefix = _known(names[-1]) if names else None
+        first = _known(names[0]) if names and stored is not None and len(names) >= stored.depth else None
+        if self.enabled and _last_assistant(messages) >= 0:
+            prefix = self.authors(messages)[0]
+        return prefix, (first if home else None)
 
     def _key(self, messages: Sequence[Any], i: int) -> str:
         """The content key ``Attributor.record`` stored for assistant message ``i``."""
@@ -98,6 +121,10 @@ def _first_assistant(messages: Sequence[Any]) -> int:
         if _role(m) == "assistant":
             return i
     return -1
+
+
+def _known(name: str) -> str | None:
+    return None if name == UNKNOWN_MODEL else name
 
 
 def _author(auth: Any) -> str | None:

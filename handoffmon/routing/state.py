@@ -13,6 +13,7 @@ from handoffmon.routing.policy import OUTCOMES, Candidate, Decision, FallbackPol
 from handoffmon.routing.table import PairRiskTable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.ingress.request import ResponseLink
     from handoffmon.routing.prefix import PrefixLookup
 
 _log = logging.getLogger("handoffmon.routing")
@@ -106,9 +107,12 @@ class RoutingState:
         *,
         now: float,
         healthy: Callable[[str], bool] | None = None,
+        link: ResponseLink | None = None,
     ) -> Decision:
         """One request's decision, counted: every adapter's step between reading the candidates
         and applying the order (the prefix lookup is skipped when there is nothing to decide).
+        ``link``: a Responses API call's link to a history the provider keeps (the prefix is
+        read from what was recorded of it, ``PrefixLookup.authors``).
 
         Raises whatever the lookup raises; adapters count that as ``error`` and fail open.
         """
@@ -117,7 +121,7 @@ class RoutingState:
         if early is not None:
             decision = Decision(tuple(candidates), early)
         else:
-            prefix, home = lookup.authors(messages, home=self.settings.return_home)
+            prefix, home = lookup.authors(messages, home=self.settings.return_home, link=link)
             decision = self.policy.decide(
                 table, prefix, candidates, now=now, home_model=home, healthy=healthy
             )

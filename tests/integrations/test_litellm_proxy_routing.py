@@ -228,6 +228,35 @@ def test_the_requests_own_fallback_list_is_reordered(routed_proxy: str) -> None:
     assert reply.choices[0].message.content == BACKUP2
 
 
+def test_a_responses_api_history_is_routed_the_same_way(routed_proxy: str) -> None:
+    """``/v1/responses`` (the proxy's ``aresponses``): model-c (alpha) answers turn 1; turn 2,
+    the history sent back as input items, asks ``primary``: the callback reads the history as
+    chat, finds model-c's reply and reorders the fallbacks (counted ``reordered``, as for a
+    chat call). LiteLLM 1.108's Responses path answers a mocked ``litellm.RateLimitError``
+    with that text instead of raising it, so no fallback is taken here; the fallback itself is
+    exercised through the wrapped Router's ``aresponses`` (test_router_routing.py), the call the
+    proxy makes. A continuation by ``previous_response_id`` is routed from the recorded chain,
+    tested through ``serve`` and the Router (``mock_response`` gives every response one id)."""
+    client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
+    before = _decisions(routed_proxy)
+    turns_before = sum(_series(_metrics(routed_proxy), "handoffmon_turns_total").values())
+    first = client.responses.create(model="alpha", input=[{"role": "user", "content": "responses history"}])
+    assert first.output_text == ALPHA
+    deadline = time.monotonic() + 30
+    while sum(_series(_metrics(routed_proxy), "handoffmon_turns_total").values()) < turns_before + 1:
+        assert time.monotonic() < deadline, "the alpha turn was never counted"
+        time.sleep(0.05)
+    items: list[Any] = [
+        {"role": "user", "content": "responses history"},
+        {"role": "assistant", "content": first.output_text},
+        {"role": "user", "content": "and then?"},
+    ]
+    client.responses.create(model="primary", input=items)
+    after = _decisions(routed_proxy)
+    assert after["reordered"] - before.get("reordered", 0.0) == 1
+    assert after.get("no_prefix", 0.0) == before.get("no_prefix", 0.0)
+
+
 def test_routing_series_are_on_the_proxys_metrics(routed_proxy: str) -> None:
     """Every (mode, outcome) is exposed from the start; the table age is a fresh, non-negative number."""
     text = _metrics(routed_proxy)

@@ -197,3 +197,61 @@ def test_proxy_body_source_is_the_bodys_then_the_keys_then_the_routers(
         assert adapter.apply_body(keys) and keys["fallbacks"] == [{"g-p": ["g-c", "g-b"]}]
         own = {"model": "g-p", "messages": history, "fallbacks": ["g-c", "g-b"]}
         assert not adapter.apply_body(own) and own["fallbacks"] == ["g-c", "g-b"]  # already safest: kept
+
+
+# -- the Responses API (Router.aresponses; litellm 1.108's sync responses does not fall back) --------
+
+
+async def _responses_second_turn(
+    router: Any, provider: SimProvider, mode: str, continued: str | None
+) -> tuple[str, dict[tuple[str, str], int], bool]:
+    """Turn 1 on g-a by ``aresponses`` (author a); turn 2 asks g-p, which fails over: with the
+    history sent back as input items (``continued=None``), or continuing a stored response by
+    ``previous_response_id`` (``"first"``: turn 1's; ``"unknown"``: one never recorded).
+    Who served turn 2, the decision counts, and whether the wrapped call left the caller's
+    kwargs alone."""
+    with _runtime(router, provider, mode=mode) as rt:
+        rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+        client = wrap(router, runtime=rt)
+        first: list[dict[str, Any]] = [{"role": "user", "content": "hola"}]
+        r1 = await client.aresponses(model="g-a", input=first)
+        assert rt.flush(10)
+        if continued is None:
+            kwargs: dict[str, Any] = {
+                "input": [
+                    *first,
+                    {"role": "assistant", "content": r1.output_text},
+                    {"role": "user", "content": "y?"},
+                ]
+            }
+        else:
+            previous = r1.id if continued == "first" else "resp_never_seen"
+            kwargs = {"input": "y?", "previous_response_id": previous}
+        sent = dict(kwargs)
+        r2 = await client.aresponses(model="g-p", **kwargs)
+        counts = {k: v for k, v in rt.routing.counts.snapshot().items() if v}
+        return r2._hidden_params["model_id"], counts, kwargs == sent
+
+
+@pytest.mark.parametrize("continued", [None, "first"])
+async def test_responses_fallbacks_follow_the_risk_of_the_history(
+    world: tuple[Any, SimProvider], continued: str | None
+) -> None:
+    """Enforce: a Responses call whose history a wrote (sent in full, or kept by the provider
+    and continued by id: its authors read from the recorded response) fails over to c, not the
+    router's b: the same decision as a chat call's."""
+    author, counts, untouched = await _responses_second_turn(*world, "enforce", continued)
+    assert author == "c"
+    assert counts == {("enforce", "single"): 1, ("enforce", "reordered"): 1}
+    assert untouched
+
+
+async def test_responses_dry_run_and_unknown_histories_keep_the_router_order(
+    world: tuple[Any, SimProvider],
+) -> None:
+    """Dry run counts the reorder and keeps b; a continued response never recorded here has no
+    known prefix: ``no_prefix``, b serves."""
+    author, counts, _ = await _responses_second_turn(*world, "dry_run", None)
+    assert author == "b" and counts[("dry_run", "reordered")] == 1
+    author, counts, _ = await _responses_second_turn(*world, "enforce", "unknown")
+    assert author == "b" and counts[("enforce", "no_prefix")] == 1

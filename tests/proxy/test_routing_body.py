@@ -16,8 +16,10 @@ import httpx
 import pytest
 
 from handoffmon.routing import PairRisk, PairRiskTable
+from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, Upstream, proxy_config, running_proxy
-from tests.proxy.mock_upstream import reply_text
+from tests.proxy.mock_upstream import ServerThread, reply_text
+from tests.proxy.responses_upstream import ResponsesUpstream
 
 CANONICAL = {"dep-a-1": "model-a", "dep-b-1": "model-b", "g-b": "model-b", "g-c": "model-c"}
 RISKY_B = {("model-a", "model-b"): PairRisk(-0.15, 0.01), ("model-a", "model-c"): PairRisk(0.0, 0.01)}
@@ -149,3 +151,45 @@ def test_a_body_that_is_not_json_is_forwarded_and_not_counted_as_a_routing_error
     )
     assert upstream.mock.seen[n].body == body
     assert _decisions(serve) == {}
+
+
+@pytest.fixture
+def responses_serve() -> Iterator[tuple[ResponsesUpstream, Proxy]]:
+    """serve (routing enforced) in front of a Responses API upstream."""
+    app = ResponsesUpstream()
+    cfg_routing = {"enabled": True, "mode": "enforce", "return_home": False}
+    with ServerThread(app, free_port()) as srv:
+        cfg = proxy_config(srv.url, attribution={"canonical_models": CANONICAL}, routing=cfg_routing)
+        with running_proxy(cfg) as p:
+            yield app, p
+
+
+@pytest.mark.parametrize("continued", [False, True])
+def test_a_responses_calls_fallbacks_are_reordered(
+    responses_serve: tuple[ResponsesUpstream, Proxy], continued: bool
+) -> None:
+    """``POST /v1/responses``: turn 1 by model-a; turn 2 asks g-p with fallbacks, its history sent
+    back as output items or kept by the provider (``previous_response_id``, the authors read from
+    what serve recorded of turn 1): the fallbacks reach the upstream safer-first, the rest of the
+    body as sent."""
+    app, p = responses_serve
+    _publish(p)
+    first = httpx.post(f"{p.url}/v1/responses", json={"model": "g-a", "input": "hello"}, timeout=30).json()
+    assert first["model"] == "model-a"
+    assert p.monitor.flush(10)
+    if continued:
+        doc: dict[str, Any] = {"model": "g-p", "input": "on", "previous_response_id": first["id"]}
+    else:
+        doc = {"model": "g-p", "input": [{"role": "user", "content": "hello"}, *first["output"], "on"]}
+        doc["input"][-1] = {"role": "user", "content": "on"}
+    doc |= {"fallbacks": ["g-b", "g-c"], "store": True}
+    n = len(app.seen)
+    r = httpx.post(f"{p.url}/v1/responses", json=doc, timeout=30)
+    assert r.status_code == 200
+    (seen,) = app.seen[n:]
+    sent = json.loads(seen)
+    assert sent["fallbacks"] == ["g-c", "g-b"]
+    assert {k: v for k, v in sent.items() if k != "fallbacks"} == {
+        k: v for k, v in doc.items() if k != "fallbacks"
+    }
+    assert _decisions(p) == {("enforce", "reordered"): 1}

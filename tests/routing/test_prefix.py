@@ -92,3 +92,72 @@ def test_without_content_keys_the_lookup_answers_nothing() -> None:
     attributor = Attributor(MemoryStore(), content_fallback=False)
     history = _play(attributor, random.Random(1), 2)
     assert PrefixLookup(attributor).authors(history, home=True) == (None, None)
+
+
+def test_continued_histories_read_the_recorded_chain() -> None:
+    """Responses API calls continuing a history the provider keeps (ADR 0011): on random chains
+    (by ``previous_response_id`` or in a ``conversation`` object, 1-80 turns, some replies
+    still pending) the lookup's prefix is the one full attribution of the continuing call finds,
+    and its home model is the first author while the recorded authors reach back that far
+    (``RESPONSE_AUTHORS``), else unknown rather than wrong."""
+    from handoffmon.attribution.attributor import RESPONSE_AUTHORS
+    from handoffmon.ingress.request import ResponseLink
+
+    rng = random.Random(11)
+    attributor = Attributor(MemoryStore())
+    lookup = PrefixLookup(attributor)
+    for trial in range(40):
+        by_conversation = trial % 2 == 1
+        conversation = f"conv_{trial}" if by_conversation else None
+        previous: str | None = None
+        authors: list[str] = []
+        for k in range(rng.choice((1, 2, 5, 30, 63, 64, 65, 80))):
+            ctx = attributor.attribute(
+                [{"role": "user", "content": f"q {trial} {k}"}],
+                previous_response_id=previous,
+                provider_conversation=conversation,
+            )
+            author = rng.choice(MODELS)
+            rid = f"resp_{trial}_{k}"
+            recorded = attributor.record(
+                ctx, f"answer {trial} {k} {rng.random()}", [author], rid, conversation
+            )
+            if rng.random() < 0.7:
+                attributor.persist(recorded)
+            authors.append(author)
+            previous = None if by_conversation else rid
+        link = ResponseLink(previous, True, conversation)
+        prefix, home = lookup.authors([{"role": "user", "content": "next"}], home=True, link=link)
+        ctx = attributor.attribute(
+            [{"role": "user", "content": "next"}],
+            previous_response_id=previous,
+            provider_conversation=conversation,
+        )
+        assert prefix == ctx.prefix_model == authors[-1]
+        assert home == (authors[0] if len(authors) <= RESPONSE_AUTHORS else None)
+
+
+def test_a_continued_calls_own_assistant_message_is_the_newer_prefix() -> None:
+    """A continuing call whose input carries an assistant message of its own: that message's
+    author is the prefix (it comes after the stored history); the home model stays the stored
+    history's first. An unknown previous response: no prefix, no home."""
+    from handoffmon.ingress.request import ResponseLink
+
+    attributor = Attributor(MemoryStore())
+    lookup = PrefixLookup(attributor)
+    ctx = attributor.attribute([{"role": "user", "content": "first question"}])
+    attributor.persist(
+        attributor.record(ctx, "a first answer from atlas, long enough to key", ["atlas"], "resp_1")
+    )
+    own = [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "a first answer from atlas, long enough to key"},
+    ]
+    ctx = attributor.attribute([*own, {"role": "user", "content": "second"}])
+    reply = "a second answer by birch, long enough for its content key"
+    attributor.persist(attributor.record(ctx, reply, ["birch"]))
+    history = [*own, {"role": "user", "content": "second"}, {"role": "assistant", "content": reply}]
+    link = ResponseLink("resp_1", True)
+    assert lookup.authors(history[-2:], home=True, link=link) == ("birch", "atlas")
+    assert lookup.authors([{"role": "user", "content": "x"}], home=True, link=link) == ("atlas", "atlas")
+    assert lookup.authors([], home=True, link=ResponseLink("resp_unknown", True)) == (None, None)
