@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import inspect
 import time
@@ -422,7 +423,17 @@ class ClientWrapper:
         new._attach()
         return new
 
+    def __copy__(self) -> Any:
+        """``copy.copy``: a wrapper of the same client, recording into the same monitor."""
+        return self._derived(self._client)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """``copy.deepcopy``: the client deep-copied (as the SDK allows), the same monitor."""
+        return self._derived(copy.deepcopy(self._client, memo))
+
     def __getattr__(self, name: str) -> Any:
+        if name == "_client":  # not set yet (an instance made without __init__): no recursion
+            raise AttributeError(name)
         return getattr(self._client, name)
 
 

@@ -92,6 +92,8 @@ class RouterWrapper:
         return self._router
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_router":  # not set yet (an instance made without __init__): no recursion
+            raise AttributeError(name)
         return getattr(self._router, name)
 
     # -- calls --------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 from typing import Any
 
@@ -248,6 +249,8 @@ def test_other_attributes_pass_through() -> None:
         assert wrapped.model_list is router.model_list
         assert sorted(wrapped.get_model_names()) == ["alpha", "backup", "primary"]
         assert wrapped.router is router and wrapped.monitor is m
+        copied = copy.copy(wrapped)  # an instance made without __init__ on the way: no recursion
+        assert type(copied) is RouterWrapper and copied.router is router and copied.monitor is m
 
 
 def test_wrap_without_config_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

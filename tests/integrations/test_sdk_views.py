@@ -12,6 +12,7 @@ the application gets the objects the SDK gives.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,7 +25,7 @@ import pytest
 from openai._legacy_response import LegacyAPIResponse
 
 from handoffmon.integrations.anthropic_client import AnthropicClientWrapper
-from handoffmon.integrations.openai_client import OpenAIClientWrapper
+from handoffmon.integrations.openai_client import OpenAIClientWrapper, SyncCalls
 from handoffmon.testing import RecordingExporter
 from tests.integrations.openai_mock import Upstream
 from tests.pipeline.helpers import make_config, monitor
@@ -380,6 +381,10 @@ def test_the_wrapper_passes_type_checks_as_its_client() -> None:
         assert type(sync) is OpenAIClientWrapper and isinstance(sync, OpenAIClientWrapper)
         copied = sync.with_options(timeout=3.0)
         assert type(copied) is OpenAIClientWrapper and isinstance(copied, openai.OpenAI)
+
+        shallow = copy.copy(sync)  # frameworks copy their settings: a wrapper still, same monitor
+        assert type(shallow) is OpenAIClientWrapper and shallow.monitor is m and shallow.client is sync.client
+        assert isinstance(shallow.chat.completions, SyncCalls)
 
         class Settings(pydantic.BaseModel):
             client: pydantic.InstanceOf[openai.OpenAI]
