@@ -611,6 +611,7 @@ class Attributor:
         authors: Sequence[str],
         response_id: str | None = None,
         conversation: str | None = None,
+        alternatives: Sequence[Message | Mapping[str, Any]] = (),
     ) -> RecordedReply:
         """Fingerprint a reply and make it attributable at once in this process.
 
@@ -620,7 +621,9 @@ class Attributor:
         Responses API response the provider stores; the reply is also recorded under it, with
         the authors of its history (``response_key``), so a call continuing it is attributed.
         ``conversation``: the provider conversation object the call continued; the reply is
-        its new head (``RecordedReply.head``).
+        its new head (``RecordedReply.head``). ``alternatives``: the other choices of an
+        ``n > 1`` completion, recorded with the same authorship, so the next turn is attributed
+        whichever choice the application kept.
 
         Returns:
             What ``persist`` writes, and the conversation's final id.
@@ -647,6 +650,15 @@ class Attributor:
         if self.content_fallback:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
             items.append((content_key(fp), auth))
+        for alternative in alternatives:
+            da, na = raw_digest(_as_reply(alternative), self._texts)[1:]
+            if da == d:  # the same message as the first choice: already recorded
+                continue
+            ha = xxh3_64_intdigest(da.to_bytes(8, "little"), seed=ctx.history_fingerprint ^ ASSISTANT_SALT)
+            items.append((chain_key(ha), auth))
+            if self.content_fallback:
+                fa = content_fingerprint(da, na, ctx.tail_fingerprint, self.min_content_chars)
+                items.append((content_key(fa), auth))
         head = None
         if response_id or conversation:
             earlier = ctx.attributions[max(0, len(ctx.attributions) - RESPONSE_AUTHORS + 1) :]

@@ -64,6 +64,10 @@ class Outcome(NamedTuple):
         output_tokens: completion tokens, when reported.
         finish_reason: the first choice's finish reason (``None`` for a cut-off stream).
         response_id: the completion's id (``chatcmpl-…``), for ``gen_ai.response.id``.
+        alternatives: the assistant messages of a non-streamed completion's other choices
+            (``n > 1``; the first ``MAX_ALTERNATIVES``), recorded as the same model's so the
+            application may continue with any of them. Read by attribution only: the
+            attribution stage empties it before the outcome goes further (no content leaves).
     """
 
     authors: tuple[str, ...] = ()
@@ -76,6 +80,12 @@ class Outcome(NamedTuple):
     output_tokens: int | None = None
     finish_reason: str | None = None
     response_id: str | None = None
+    alternatives: tuple[dict[str, Any], ...] = ()
+
+
+MAX_ALTERNATIVES = 16
+"""Other choices of an ``n > 1`` completion recorded per turn (OpenAI allows up to 128): each
+costs one stored fingerprint, so the bound keeps a hostile ``n`` from multiplying state."""
 
 
 def _int(value: object) -> int:
@@ -208,7 +218,21 @@ def reply_message(response: Any) -> dict[str, Any] | None:
     choices = get(response, "choices")
     if not isinstance(choices, (list, tuple)) or not choices:
         return None
-    msg = get(choices[0], "message")
+    return _message(choices[0])
+
+
+def other_choices(response: Any) -> tuple[dict[str, Any], ...]:
+    """The assistant messages of a completion's choices after the first (``n > 1``), at most
+    ``MAX_ALTERNATIVES``, as plain dicts; unreadable choices are left out."""
+    choices = get(response, "choices")
+    if not isinstance(choices, (list, tuple)) or len(choices) < 2:
+        return ()
+    out = (_message(c) for c in choices[1 : MAX_ALTERNATIVES + 1])
+    return tuple(m for m in out if type(m) is dict)
+
+
+def _message(choice: Any) -> dict[str, Any] | None:
+    msg = get(choice, "message")
     if msg is None or type(msg) is dict:
         return msg
     out: dict[str, Any] = {"role": "assistant", "content": get(msg, "content")}
@@ -246,6 +270,7 @@ def describe_response(names: ModelNames, response: Any, served: ServedBy | None)
         usage.output_tokens,
         usage.finish_reason,
         usage.response_id,
+        other_choices(response),
     )
 
 

@@ -95,18 +95,21 @@ class AttributionStage:
             authors: tuple[str, ...] = (self._names.canonical(raw[0]),)
         else:
             authors = tuple(self._names.canonical(a) for a in raw if a) or _UNKNOWN
-        link = item.capture.request.link
-        if link is None:
+        link, alternatives = item.capture.request.link, outcome.alternatives
+        if link is None and not alternatives:
             recorded = self._record(ctx, item.reply, authors)
         else:
-            rid = outcome.response_id if link.keep else None
-            recorded = self._record(ctx, item.reply, authors, rid, link.conversation)
+            rid = outcome.response_id if link is not None and link.keep else None
+            conversation = link.conversation if link is not None else None
+            recorded = self._record(ctx, item.reply, authors, rid, conversation, alternatives)
         text = self._text(item.reply)
         turn = Attributed(
             ctx,
             recorded,
             text,
-            Outcome._make((authors, *outcome[1:])),  # = _replace(authors=...), without its kwargs work
+            # = _replace(authors=..., alternatives=()) without its kwargs work: the other
+            # choices' content was for recording only, it goes no further
+            Outcome._make((authors, *outcome[1:-1], ())),
             item.streamed,
             item.latency_s,
             item.finished_at,
@@ -196,9 +199,10 @@ class AttributionStage:
         authors: tuple[str, ...],
         response_id: str | None = None,
         conversation: str | None = None,
+        alternatives: tuple[Any, ...] = (),
     ) -> Any:
         try:
-            return self._attributor.record(ctx, reply, authors, response_id, conversation)
+            return self._attributor.record(ctx, reply, authors, response_id, conversation, alternatives)
         except Exception as exc:
             self._errors.failed("record", exc)
             return None

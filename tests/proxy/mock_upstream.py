@@ -5,7 +5,8 @@ and ``AZURE_DEPLOYMENT``) deterministically (same request → same
 bytes) with LiteLLM Proxy's authorship headers, as JSON or SSE. Request headers steer it:
 ``x-mock-model`` (who answers), ``x-mock-fallbacks``, ``x-mock-delay-s`` (before
 answering), ``x-mock-status`` (error status), ``x-mock-chunk-delay-s`` and
-``x-mock-chunks`` (slow/long streams), ``x-mock-gzip`` (gzip the JSON body). A request
+``x-mock-chunks`` (slow/long streams; a non-streamed request's ``n`` gives that many choices,
+``choice_text``), ``x-mock-gzip`` (gzip the JSON body). A request
 for ``model-a``/``model-b`` is answered by that model; ``model-dead`` always answers 503. A
 ``json_schema`` response format (structured outputs) is answered with the text as JSON
 (``{"answer", "depth"}``). It records what it received in ``seen``.
@@ -55,6 +56,16 @@ def schedule(depth: int) -> str:
 
 def reply_text(model: str, depth: int) -> str:
     return f"Turn {depth} answer from {model}. " + "Some content here, with words. " * 3
+
+
+def choice_text(text: str, i: int) -> str:
+    """Choice ``i``'s text of a reply whose first choice says ``text`` (``n > 1``)."""
+    return text if i == 0 else f"{text}Variant {i}."
+
+
+def _choices(req: dict[str, Any]) -> int:
+    n = req.get("n")
+    return n if type(n) is int and 1 <= n <= 128 else 1
 
 
 async def read_request(scope: dict[str, Any], receive: Any, send: Any) -> bytes | None:
@@ -162,7 +173,12 @@ class MockUpstream:
             "created": 1700000000,
             "model": model,
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": choice_text(text, i)},
+                    "finish_reason": "stop",
+                }
+                for i in range(_choices(req))
             ],
             "usage": {"prompt_tokens": 10 * depth, "completion_tokens": 20, "total_tokens": 10 * depth + 20},
         }
