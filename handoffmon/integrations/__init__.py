@@ -50,7 +50,10 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtim
         runtime: record into this runtime instead (``handoffmon.build_runtime(...)``).
 
     Returns:
-        A wrapper with the target's call surface; ``.runtime`` and ``.monitor`` on it.
+        A wrapper with the target's call surface; ``.runtime`` and ``.monitor`` on it. A
+        target that is already a handoffmon wrapper is returned as is when it records into
+        that runtime, else its router or client is wrapped for the new one: calls are never
+        monitored twice.
 
     Raises:
         TypeError: ``target`` is neither a router nor an OpenAI-compatible or Anthropic client.
@@ -59,6 +62,12 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtim
     """
     if config is not None and runtime is not None:
         raise ValueError("handoffmon.wrap: pass config= or runtime=, not both")
+    inner = _wrapped(target)
+    if inner is not None:  # one layer of monitoring, never two (each call would count twice)
+        rt = runtime if runtime is not None else _shared(config)
+        if target.monitor is rt.monitor:
+            return target
+        target = inner
     if _is_router(target):
         from handoffmon.integrations.router import RouterWrapper
 
@@ -79,6 +88,20 @@ def wrap(target: Any, config: HandoffmonConfig | None = None, *, runtime: Runtim
         "(completion/acompletion), an OpenAI-compatible client (chat.completions.create) or an "
         "Anthropic client (messages.create)"
     )
+
+
+def _wrapped(target: Any) -> Any:
+    """The router or client inside ``target`` when it is already one of handoffmon's wrappers
+    (``None`` otherwise). A wrapper's module is loaded before any wrapper exists, so an
+    unloaded one means ``target`` is not its instance."""
+    for module, name, attr in (
+        ("handoffmon.integrations.router", "RouterWrapper", "router"),
+        ("handoffmon.integrations.openai_client", "ClientWrapper", "client"),
+    ):
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(target, cls):
+            return getattr(target, attr)
+    return None
 
 
 def _shared(config: HandoffmonConfig | None) -> Runtime:

@@ -12,6 +12,7 @@ from handoffmon.counts import TurnKey
 from handoffmon.integrations import wrap
 from handoffmon.integrations.router import RouterWrapper
 from handoffmon.pipeline.monitor import Monitor
+from handoffmon.runtime import build_runtime
 from handoffmon.testing import RecordingExporter
 from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY, CANONICAL, Spy, fallback_router
 from tests.pipeline.helpers import (
@@ -251,6 +252,17 @@ def test_other_attributes_pass_through() -> None:
         assert wrapped.router is router and wrapped.monitor is m
         copied = copy.copy(wrapped)  # an instance made without __init__ on the way: no recursion
         assert type(copied) is RouterWrapper and copied.router is router and copied.monitor is m
+
+
+def test_wrapping_a_wrapped_router_again_is_the_same_wrapper() -> None:
+    """``wrap(wrap(router))`` in one runtime: the same wrapper (one layer of monitoring); for
+    another runtime, a wrapper of the same router recording there."""
+    router = fallback_router()
+    with build_runtime(CONFIG, registry=None) as rt, build_runtime(CONFIG, registry=None) as other:
+        wrapped = wrap(router, runtime=rt)
+        assert wrap(wrapped, runtime=rt) is wrapped
+        moved = wrap(wrapped, runtime=other)
+        assert type(moved) is RouterWrapper and moved.router is router and moved.monitor is other.monitor
 
 
 def test_wrap_without_config_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -392,3 +392,27 @@ def test_the_wrapper_passes_type_checks_as_its_client() -> None:
         assert Settings(client=sync).client is sync
         with pytest.raises(pydantic.ValidationError):
             Settings(client=asynchronous)
+
+
+def test_wrapping_a_wrapper_never_monitors_a_call_twice(chat_base: str) -> None:
+    """``wrap(wrap(client))`` with the same runtime is the same wrapper; with another runtime it
+    wraps the same client for that one. Either way a call is one turn, in one runtime."""
+    from handoffmon.integrations import wrap
+    from handoffmon.runtime import build_runtime
+
+    first, second = RecordingExporter(), RecordingExporter()
+    with (
+        build_runtime(CONFIG, registry=None, exporters=[first]) as rt1,
+        build_runtime(CONFIG, registry=None, exporters=[second]) as rt2,
+    ):
+        client = openai.OpenAI(base_url=chat_base, api_key="k", max_retries=0)
+        once = wrap(client, runtime=rt1)
+        assert wrap(once, runtime=rt1) is once
+        moved = wrap(once, runtime=rt2)
+        assert type(moved) is OpenAIClientWrapper and moved.client is client
+        assert moved.monitor is rt2.monitor
+        messages = [{"role": "user", "content": "wrapped twice"}]
+        wrap(once, runtime=rt1).chat.completions.create(model="gpt-x", messages=messages)
+        moved.chat.completions.create(model="gpt-x", messages=messages)
+        assert rt1.flush(10) and rt2.flush(10)
+    assert len(first.results) == 1 and len(second.results) == 1
