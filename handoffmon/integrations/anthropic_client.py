@@ -9,6 +9,7 @@ authorship headers are read through ``with_raw_response`` when it answers, else 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from handoffmon.ingress.apis import MESSAGES
@@ -20,27 +21,76 @@ from handoffmon.integrations.openai_client import (
     is_async_client,
 )
 
+_log = logging.getLogger("handoffmon.integrations")
+
 
 class _SyncMessages(SyncCalls):
-    """``messages`` with ``create`` monitored and ``stream`` made through it."""
+    """``messages`` (or ``beta.messages``) with ``create`` monitored and ``stream`` made through it."""
+
+    _manager = "MessageStreamManager"
 
     def stream(self, **kwargs: Any) -> Any:
         """``messages.stream``: the SDK's ``MessageStreamManager`` over the monitored
-        ``create(stream=True)`` (the SDK's own helper posts without ``create``)."""
-        from anthropic.lib.streaming import MessageStreamManager
+        ``create(stream=True)`` (the SDK's own helper posts without ``create``). With an
+        ``output_format`` type (which only the helper turns into a schema) the SDK's helper
+        itself, unmonitored (``_unmonitored``)."""
+        if _has_output_format(kwargs):
+            return self._inner.stream(**kwargs)
+        import anthropic.lib.streaming as streaming
 
-        return MessageStreamManager(lambda: self.create(stream=True, **kwargs), output_format=_not_given())
+        manager = getattr(streaming, self._manager)
+        return manager(lambda: self.create(stream=True, **kwargs), output_format=_not_given())
+
+
+class _SyncBetaMessages(_SyncMessages):
+    """``beta.messages``: the same, its stream the SDK's ``BetaMessageStreamManager``."""
+
+    _manager = "BetaMessageStreamManager"
 
 
 class _AsyncMessages(AsyncCalls):
     """Async twin of :class:`_SyncMessages`."""
 
+    _manager = "AsyncMessageStreamManager"
+
     def stream(self, **kwargs: Any) -> Any:
         """``messages.stream``: the SDK's ``AsyncMessageStreamManager`` over the monitored
-        ``create(stream=True)``."""
-        from anthropic.lib.streaming import AsyncMessageStreamManager
+        ``create(stream=True)``; with an ``output_format`` type, the SDK's helper itself."""
+        if _has_output_format(kwargs):
+            return self._inner.stream(**kwargs)
+        import anthropic.lib.streaming as streaming
 
-        return AsyncMessageStreamManager(self.create(stream=True, **kwargs), output_format=_not_given())
+        manager = getattr(streaming, self._manager)
+        return manager(self.create(stream=True, **kwargs), output_format=_not_given())
+
+
+class _AsyncBetaMessages(_AsyncMessages):
+    """Async twin of :class:`_SyncBetaMessages`."""
+
+    _manager = "BetaAsyncMessageStreamManager"
+
+
+def _has_output_format(kwargs: dict[str, Any]) -> bool:
+    """``stream(output_format=SomeType)``: ``create`` has no such argument (the SDK's stream helper
+    converts the type into ``output_config`` itself), so the call is left to the helper, and
+    passes through unmonitored; said once per process."""
+    fmt = kwargs.get("output_format")
+    if fmt is None or type(fmt).__name__ in ("Omit", "NotGiven"):
+        return False
+    _unmonitored()
+    return True
+
+
+_told: list[bool] = []
+
+
+def _unmonitored() -> None:
+    if not _told:
+        _told.append(True)
+        _log.warning(
+            "handoffmon: Anthropic messages.stream(output_format=...) calls are passed to the SDK's "
+            "own stream helper and not monitored; messages.create and messages.parse are."
+        )
 
 
 def _not_given() -> Any:
@@ -62,5 +112,12 @@ class AnthropicClientWrapper(ClientWrapper):
 
     def _resources(self) -> Paths:
         client = self._client
-        kind = _AsyncMessages if is_async_client(client, "anthropic", "AsyncAnthropic") else _SyncMessages
-        return {("messages",): kind(client.messages, self._turns, api=MESSAGES)}
+        is_async = is_async_client(client, "anthropic", "AsyncAnthropic")
+        kind, beta_kind = (
+            (_AsyncMessages, _AsyncBetaMessages) if is_async else (_SyncMessages, _SyncBetaMessages)
+        )
+        paths: Paths = {("messages",): kind(client.messages, self._turns, api=MESSAGES)}
+        beta = getattr(getattr(client, "beta", None), "messages", None)  # betas: the same Messages API
+        if beta is not None:
+            paths["beta", "messages"] = beta_kind(beta, self._turns, api=MESSAGES)
+        return paths

@@ -27,9 +27,15 @@ MODES = ["sync", "async", "stream", "astream", "helper", "ahelper"]
 
 
 @pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
-    with ServerThread(MessagesUpstream(), free_port()) as srv:
-        yield srv.url
+def upstream() -> Iterator[tuple[MessagesUpstream, str]]:
+    app = MessagesUpstream()
+    with ServerThread(app, free_port()) as srv:
+        yield app, srv.url
+
+
+@pytest.fixture(scope="module")
+def base_url(upstream: tuple[MessagesUpstream, str]) -> str:
+    return upstream[1]
 
 
 async def _ask(client: Any, mode: str, **kwargs: Any) -> Any:
@@ -117,3 +123,81 @@ def test_wrap_picks_the_anthropic_wrapper_and_passes_the_rest_through(base_url: 
         assert wrapped.messages.count_tokens == client.messages.count_tokens
     finally:
         rt.close()
+
+
+async def _outcome(call: Any) -> tuple[str, Any]:
+    """("ok", what the call gave) or ("raised", the exception type): a call's observable result."""
+    try:
+        got = call()
+        return "ok", (await got if hasattr(got, "__await__") else got)
+    except Exception as exc:
+        return "raised", type(exc)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_a_structured_stream_behaves_as_unwrapped_and_says_it_is_not_monitored(
+    base_url: str, is_async: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``messages.stream(output_format=Answer)``: ``create`` takes no ``output_format`` (the SDK's
+    helper turns the type into a schema), so the wrapper leaves the call to the helper: the
+    parsed output is the unwrapped client's, no turn is recorded, one warning says so."""
+    import pydantic
+
+    class Answer(pydantic.BaseModel):
+        answer: str
+        depth: int
+
+    async def final(client: Any) -> Any:
+        kw = {"model": "claude-x", "max_tokens": 100, "output_format": Answer}
+        kw["messages"] = [{"role": "user", "content": "structured stream"}]
+        if is_async:
+            async with client.messages.stream(**kw) as astream:
+                return (await astream.get_final_message()).parsed_output
+        with client.messages.stream(**kw) as stream:
+            return stream.get_final_message().parsed_output
+
+    cls = anthropic.AsyncAnthropic if is_async else anthropic.Anthropic
+    bare = cls(base_url=base_url, api_key="k", max_retries=0)
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m, caplog.at_level("WARNING", logger="handoffmon.integrations"):
+        wrapped = AnthropicClientWrapper(cls(base_url=base_url, api_key="k", max_retries=0), m)
+        got = await final(wrapped)
+        assert got == await final(bare) == Answer(answer=messages_text(schedule(1), 1), depth=1)
+        await final(wrapped)
+        assert m.flush(10)
+    assert exp.results == []
+    told = [r for r in caplog.records if "output_format" in r.getMessage()]
+    assert len(told) <= 1  # once per process: an earlier test in this worker may have said it
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "helper", "ahelper"])
+async def test_beta_messages_are_turns(upstream: tuple[MessagesUpstream, str], mode: str) -> None:
+    """``client.beta.messages`` (the same Messages API, with ``betas`` sent as the
+    ``anthropic-beta`` header): ``create`` and the ``stream`` helper are turns like ``messages``'."""
+    app, base_url = upstream
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        cls = anthropic.AsyncAnthropic if mode.startswith("a") else anthropic.Anthropic
+        wrapped = AnthropicClientWrapper(cls(base_url=base_url, api_key="k", max_retries=0), m)
+        history: list[Any] = [{"role": "user", "content": f"beta {mode}"}]
+        for d in (1, 2):
+            kw = {"model": "claude-x", "max_tokens": 100, "messages": history, "betas": ["some-beta-2026"]}
+            if mode == "sync":
+                reply = wrapped.beta.messages.create(**kw)
+            elif mode == "async":
+                reply = await wrapped.beta.messages.create(**kw)
+            elif mode == "helper":
+                with wrapped.beta.messages.stream(**kw) as stream:
+                    reply = stream.get_final_message()
+            else:
+                async with wrapped.beta.messages.stream(**kw) as astream:
+                    reply = await astream.get_final_message()
+            text = "".join(b.text for b in reply.content if b.type == "text")
+            assert text == messages_text(schedule(d), d)
+            history += [{"role": "assistant", "content": text}, {"role": "user", "content": f"next {d}"}]
+        assert m.flush(10)
+        assert m.snapshot().monitor_errors == {}
+    assert [r.context.depth for r in exp.results] == [1, 2]
+    assert [r.record.author for r in exp.results] == [schedule(1), schedule(2)]
+    assert [a.method for a in exp.results[1].context.attributions] == ["chain"]
+    assert "some-beta-2026" in app.headers[-1].get("anthropic-beta", "")

@@ -7,7 +7,9 @@ its number of user messages with text (tool results alone do not count); the aut
 ``use the tool`` is answered with a thinking block and a ``tool_use`` block (no text) until the
 conversation ends with its ``tool_result``. Every answer starts with a thinking block, as
 extended thinking's do. ``x-mock-status`` answers that error status; ``x-mock-cut-after``
-ends a stream after that many events, without ``message_stop``.
+ends a stream after that many events, without ``message_stop``. A ``json_schema`` output format
+(``output_config.format``, structured outputs) is answered with the text as JSON
+(``{"answer", "depth"}``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class MessagesUpstream:
     """The ASGI app; ``seen`` holds every request body it received."""
 
     seen: list[bytes] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """The headers of each request in ``seen``."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = await read_request(scope, receive, send)
@@ -61,6 +65,7 @@ class MessagesUpstream:
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.seen.append(body)
+        self.headers.append(headers)
         if scope["path"] != "/v1/messages" or scope["method"] != "POST":
             await send_body(
                 send, 404, b'{"type": "error", "error": {"type": "not_found_error", "message": "no route"}}'
@@ -88,7 +93,10 @@ class MessagesUpstream:
             )
             reason = "tool_use"
         else:
-            content.append({"type": "text", "text": messages_text(model, depth)})
+            text = messages_text(model, depth)
+            if ((req.get("output_config") or {}).get("format") or {}).get("type") == "json_schema":
+                text = json.dumps({"answer": text, "depth": depth})  # structured outputs
+            content.append({"type": "text", "text": text})
             reason = "end_turn"
         message = {
             "id": f"msg_{digest}",
