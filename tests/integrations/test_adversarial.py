@@ -6,7 +6,8 @@ strings), request metadata (junk and hostile ``handoffmon`` rule declarations) a
 OpenAI client, upstream replies (JSON bodies, odd SSE chunks such as ``tool_calls[].index``
 null or ``"x"``, ``choices: 1``, error statuses). Each call goes through the wrapped
 ``litellm.Router`` (mock_response) or the wrapped ``openai.OpenAI`` client against a local
-HTTP server, and again unwrapped; the results (response objects, streamed chunks) and
+HTTP server (through ``create``, ``with_raw_response`` and ``with_streaming_response``), and
+again unwrapped; the results (response objects, streamed chunks) and
 exceptions (type and message) must be identical, and the wrapper must hand back the very
 object the router returned.
 
@@ -329,20 +330,49 @@ def exchanges(draw: st.DrawFn, kind: str) -> tuple[bool, tuple[int, str, bytes]]
     return stream, draw(body if stream else sse)
 
 
+VIAS = ("create", "with_raw_response", "with_streaming_response")
+"""How the application makes the call: the resource's ``create``, or one of the SDK's views of it
+(``sdk_views``; LangChain calls ``with_raw_response``)."""
+
+
+@pytest.mark.parametrize("via", VIAS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_wrapped_openai_client_sees_what_the_sdk_sees(server_url: str, monitored: Monitor, kind: str) -> None:
-    """Same parsed response, same chunks, same exception as the bare SDK on the same bytes."""
+def test_wrapped_openai_client_sees_what_the_sdk_sees(
+    server_url: str, monitored: Monitor, kind: str, via: str
+) -> None:
+    """Same parsed response, same chunks, same exception as the bare SDK on the same bytes,
+    whichever way the call is made."""
 
     @PER_KIND
     @given(messages=MESSAGES, exchange=exchanges(kind))
     def check(messages: list[Any], exchange: tuple[bool, tuple[int, str, bytes]]) -> None:
-        _compare(server_url, monitored, messages, exchange)
+        _compare(server_url, monitored, messages, exchange, via)
 
     check()
 
 
+def _made(client: Any, via: str, stream: bool, **kwargs: Any) -> Any:
+    """The call made ``via`` one way, read as the application would: the parsed completion, or
+    the chunks."""
+    completions = client.chat.completions
+    if via == "with_streaming_response":
+        with completions.with_streaming_response.create(stream=stream, **kwargs) as response:
+            out = response.parse()
+            return [_view(c) for c in out] if stream else _view(out)
+    out = (
+        completions.with_raw_response.create(stream=stream, **kwargs).parse()
+        if via == "with_raw_response"
+        else completions.create(stream=stream, **kwargs)
+    )
+    return [_view(c) for c in out] if stream else _view(out)
+
+
 def _compare(
-    server_url: str, monitored: Monitor, messages: list[Any], exchange: tuple[bool, tuple[int, str, bytes]]
+    server_url: str,
+    monitored: Monitor,
+    messages: list[Any],
+    exchange: tuple[bool, tuple[int, str, bytes]],
+    via: str = "create",
 ) -> None:
     stream, reply = exchange
     case = str(next(_IDS))
@@ -353,13 +383,14 @@ def _compare(
     )
 
     def call(client: Any) -> Any:
-        out = client.chat.completions.create(
+        return _made(
+            client,
+            via,
+            stream,
             model="gpt-x",
             messages=copy.deepcopy(messages),
-            stream=stream,
             extra_headers={"x-fuzz-case": case},
         )
-        return [_view(c) for c in out] if stream else _view(out)
 
     try:
         direct = _outcome(lambda: call(plain))
