@@ -449,9 +449,7 @@ class Attributor:
         seed = continuation_seed(previous)
         scan = self._scan(messages, seed)
         found = self._lookup(scan)
-        head = self._fetch([response_key(previous)])[0][0]
-        if head is not None and not head.authors:  # a collision marker: attributes nothing
-            head = None
+        head = self.stored_history(previous, None)
         hidden = self._hidden(head)
         if not conversation_id and head is None:  # one id for the rest of an unknown chain
             conversation_id, source = derived_conversation_id(seed), "derived"

@@ -9,7 +9,6 @@ authorship headers are read through ``with_raw_response`` when it answers, else 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from handoffmon.ingress.apis import MESSAGES
@@ -20,8 +19,7 @@ from handoffmon.integrations.openai_client import (
     SyncCalls,
     is_async_client,
 )
-
-_log = logging.getLogger("handoffmon.integrations")
+from handoffmon.integrations.responses_calls import unmonitored_once
 
 
 class _SyncMessages(SyncCalls):
@@ -74,23 +72,13 @@ def _has_output_format(kwargs: dict[str, Any]) -> bool:
     """``stream(output_format=SomeType)``: ``create`` has no such argument (the SDK's stream helper
     converts the type into ``output_config`` itself), so the call is left to the helper, and
     passes through unmonitored; said once per process."""
+    from anthropic import NotGiven, Omit
+
     fmt = kwargs.get("output_format")
-    if fmt is None or type(fmt).__name__ in ("Omit", "NotGiven"):
+    if fmt is None or isinstance(fmt, (NotGiven, Omit)):
         return False
-    _unmonitored()
+    unmonitored_once("output_format")
     return True
-
-
-_told: list[bool] = []
-
-
-def _unmonitored() -> None:
-    if not _told:
-        _told.append(True)
-        _log.warning(
-            "handoffmon: Anthropic messages.stream(output_format=...) calls are passed to the SDK's "
-            "own stream helper and not monitored; messages.create and messages.parse are."
-        )
 
 
 def _not_given() -> Any:

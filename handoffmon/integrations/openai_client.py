@@ -235,9 +235,7 @@ class _Calls:
         """What ``with_raw_response`` returns: the SDK's raw response ``result`` (``response``
         is its parsed body); for a stream, one whose ``parse()`` gives the monitored stream."""
         monitored = self._monitored(ctx, response, result.headers, t0, stream)
-        return (
-            result if monitored is response else parsed_response(result, lambda _parsed: monitored, monitored)
-        )
+        return result if monitored is response else parsed_response(result, done=monitored)
 
     def _unparsed(self, exc: Exception) -> None:
         self._turns.monitor.errors.failed("integration", exc, "could not parse a raw response")
@@ -459,12 +457,12 @@ class OpenAIClientWrapper(ClientWrapper):
     """
 
     def _new_turns(self) -> SdkTurns:
-        self._is_async = is_async_client(self._client, "openai", "AsyncOpenAI")
-        return SdkTurns(self._monitor, _shadow(self._client, self._monitor, self._runtime, self._is_async))
+        is_async = is_async_client(self._client, "openai", "AsyncOpenAI")
+        return SdkTurns(self._monitor, _shadow(self._client, self._monitor, self._runtime, is_async))
 
     def _resources(self) -> Paths:
         client, turns = self._client, self._turns
-        kind = AsyncCalls if self._is_async else SyncCalls
+        kind = AsyncCalls if is_async_client(client, "openai", "AsyncOpenAI") else SyncCalls
         paths: Paths = {("chat", "completions"): kind(client.chat.completions, turns)}
         responses = getattr(client, "responses", None)  # SDKs before the Responses API lack it
         if responses is not None:

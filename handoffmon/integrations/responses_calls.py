@@ -49,7 +49,8 @@ def chat_messages(
     """
     doc, skip, link = read_request(kwargs)
     if doc is None:
-        _unmonitored_once(skip)
+        if skip == "server_state":
+            unmonitored_once(skip)
         return None
     if via_litellm and link is not None and link.conversation and not litellm_forwards_conversation():
         link = ResponseLink(link.previous, link.keep) if link.keep or link.previous else None
@@ -86,15 +87,20 @@ def linked(request: Request, link: ResponseLink | None) -> Request:
     return request if link is None else request._replace(link=link)
 
 
-def _unmonitored_once(reason: str | None) -> None:
-    """Log once per process that calls of kind ``reason`` are passed through unmonitored
-    (``server_state``: an application whose calls name a history the API cannot continue is not
-    silently unseen)."""
-    if reason != "server_state" or reason in _told:
+UNMONITORED = {
+    "server_state": "handoffmon: Responses API calls naming both previous_response_id and "
+    "conversation, or a conversation without an id, are not monitored: which stored history they "
+    "continue is not known.",
+    "output_format": "handoffmon: Anthropic messages.stream(output_format=...) calls are passed "
+    "to the SDK's own stream helper and not monitored; messages.create and messages.parse are.",
+}
+"""The kinds of call the in-process adapters pass through unmonitored, and what is said of them."""
+
+
+def unmonitored_once(reason: str) -> None:
+    """Log once per process that calls of kind ``reason`` (``UNMONITORED``) are passed through
+    unmonitored: an application whose calls are not seen is not left unaware."""
+    if reason in _told:
         return
     _told.add(reason)
-    _log.warning(
-        "handoffmon: Responses API calls naming both previous_response_id and conversation, or a "
-        "conversation without an id, are not monitored: which stored history they continue is "
-        "not known."
-    )
+    _log.warning(UNMONITORED[reason])

@@ -52,11 +52,14 @@ class ParsedResponse:
 
     Args:
         response: the SDK's (legacy or streaming) API response.
-        monitored: takes the SDK's parsed body, returns what the application gets.
+        monitored: takes the SDK's parsed body, returns what the application gets (not needed
+            when ``done`` is given).
         done: the result already computed (a raw response read at the call).
     """
 
-    def __init__(self, response: Any, monitored: Callable[[Any], Any], done: Any = _UNSET) -> None:
+    def __init__(
+        self, response: Any, monitored: Callable[[Any], Any] | None = None, done: Any = _UNSET
+    ) -> None:
         self._response = response
         self._monitored = monitored
         self._done = done
@@ -66,6 +69,7 @@ class ParsedResponse:
         if kwargs:
             return self._response.parse(**kwargs)
         if self._done is _UNSET:
+            assert self._monitored is not None
             self._done = self._monitored(self._response.parse())
         return self._done
 
@@ -83,11 +87,14 @@ class AsyncParsedResponse(ParsedResponse):
         if kwargs:
             return await self._response.parse(**kwargs)
         if self._done is _UNSET:
+            assert self._monitored is not None
             self._done = self._monitored(await self._response.parse())
         return self._done
 
 
-def parsed_response(response: Any, monitored: Callable[[Any], Any], done: Any = _UNSET) -> ParsedResponse:
+def parsed_response(
+    response: Any, monitored: Callable[[Any], Any] | None = None, done: Any = _UNSET
+) -> ParsedResponse:
     """The :class:`ParsedResponse` (or async twin, when the SDK's ``parse`` is a coroutine)."""
     kind = AsyncParsedResponse if inspect.iscoroutinefunction(response.parse) else ParsedResponse
     return kind(response, monitored, done)

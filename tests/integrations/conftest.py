@@ -27,7 +27,14 @@ def responses_base() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def messages_base() -> Iterator[str]:
-    """Base URL of an Anthropic Messages upstream (``MessagesUpstream``; the SDK adds ``/v1``)."""
-    with ServerThread(MessagesUpstream(), free_port()) as srv:
-        yield srv.url
+def messages_upstream() -> Iterator[tuple[MessagesUpstream, str]]:
+    """An Anthropic Messages upstream (``MessagesUpstream``) and its base URL (the SDK adds ``/v1``)."""
+    app = MessagesUpstream()
+    with ServerThread(app, free_port()) as srv:
+        yield app, srv.url
+
+
+@pytest.fixture(scope="module")
+def messages_base(messages_upstream: tuple[MessagesUpstream, str]) -> str:
+    """Base URL of the module's Anthropic Messages upstream."""
+    return messages_upstream[1]

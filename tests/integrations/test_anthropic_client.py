@@ -7,7 +7,6 @@ The real SDK talks HTTP to an Anthropic-shaped upstream on loopback
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -17,25 +16,12 @@ from handoffmon.integrations import wrap
 from handoffmon.integrations.anthropic_client import AnthropicClientWrapper
 from handoffmon.runtime import build_runtime
 from handoffmon.testing import RecordingExporter
-from tests.conftest import free_port
 from tests.pipeline.helpers import make_config, monitor
 from tests.proxy.messages_upstream import TOOL_WORDS, MessagesUpstream, messages_text
-from tests.proxy.mock_upstream import ServerThread, schedule
+from tests.proxy.mock_upstream import schedule
 
 CONFIG = make_config(rules=[{"name": "no_commas", "check": "no_commas"}])
 MODES = ["sync", "async", "stream", "astream", "helper", "ahelper"]
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[tuple[MessagesUpstream, str]]:
-    app = MessagesUpstream()
-    with ServerThread(app, free_port()) as srv:
-        yield app, srv.url
-
-
-@pytest.fixture(scope="module")
-def base_url(upstream: tuple[MessagesUpstream, str]) -> str:
-    return upstream[1]
 
 
 async def _ask(client: Any, mode: str, **kwargs: Any) -> Any:
@@ -73,14 +59,14 @@ def _message(events: list[Any]) -> Any:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_conversation_turns_authors_and_tool_use(base_url: str, mode: str) -> None:
+async def test_conversation_turns_authors_and_tool_use(messages_base: str, mode: str) -> None:
     """Four calls — a tool call, its result, two more questions — give four turns: depth,
     author (the message's ``model``), prefix model, every earlier reply (thinking blocks and
     all, as the SDK returned it) attributed, and the tool-only turn's rule not applicable."""
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
         cls = anthropic.AsyncAnthropic if mode.startswith("a") else anthropic.Anthropic
-        wrapped = AnthropicClientWrapper(cls(base_url=base_url, api_key="k", max_retries=0), m)
+        wrapped = AnthropicClientWrapper(cls(base_url=messages_base, api_key="k", max_retries=0), m)
         history: list[Any] = [{"role": "user", "content": f"{mode}: please {TOOL_WORDS}"}]
         first = await _ask(wrapped, mode, model="claude-x", system="Be brief.", messages=history)
         (call,) = [b for b in first.content if b.type == "tool_use"]
@@ -113,8 +99,8 @@ async def test_conversation_turns_authors_and_tool_use(base_url: str, mode: str)
     assert results[1].record.response_id == replies[1].id
 
 
-def test_wrap_picks_the_anthropic_wrapper_and_passes_the_rest_through(base_url: str) -> None:
-    client = anthropic.Anthropic(base_url=base_url, api_key="k", max_retries=0)
+def test_wrap_picks_the_anthropic_wrapper_and_passes_the_rest_through(messages_base: str) -> None:
+    client = anthropic.Anthropic(base_url=messages_base, api_key="k", max_retries=0)
     rt = build_runtime(CONFIG, registry=None)
     try:
         wrapped = wrap(client, runtime=rt)
@@ -136,12 +122,17 @@ async def _outcome(call: Any) -> tuple[str, Any]:
 
 @pytest.mark.parametrize("is_async", [False, True])
 async def test_a_structured_stream_behaves_as_unwrapped_and_says_it_is_not_monitored(
-    base_url: str, is_async: bool, caplog: pytest.LogCaptureFixture
+    messages_base: str, is_async: bool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``messages.stream(output_format=Answer)``: ``create`` takes no ``output_format`` (the SDK's
     helper turns the type into a schema), so the wrapper leaves the call to the helper: the
-    parsed output is the unwrapped client's, no turn is recorded, one warning says so."""
+    parsed output is the unwrapped client's, no turn is recorded, one warning says so for the
+    two calls (the process's record of what it said is reset for the test)."""
     import pydantic
+
+    from handoffmon.integrations import responses_calls
+
+    monkeypatch.setattr(responses_calls, "_told", set())
 
     class Answer(pydantic.BaseModel):
         answer: str
@@ -157,28 +148,28 @@ async def test_a_structured_stream_behaves_as_unwrapped_and_says_it_is_not_monit
             return stream.get_final_message().parsed_output
 
     cls = anthropic.AsyncAnthropic if is_async else anthropic.Anthropic
-    bare = cls(base_url=base_url, api_key="k", max_retries=0)
+    bare = cls(base_url=messages_base, api_key="k", max_retries=0)
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m, caplog.at_level("WARNING", logger="handoffmon.integrations"):
-        wrapped = AnthropicClientWrapper(cls(base_url=base_url, api_key="k", max_retries=0), m)
+        wrapped = AnthropicClientWrapper(cls(base_url=messages_base, api_key="k", max_retries=0), m)
         got = await final(wrapped)
         assert got == await final(bare) == Answer(answer=messages_text(schedule(1), 1), depth=1)
         await final(wrapped)
         assert m.flush(10)
     assert exp.results == []
     told = [r for r in caplog.records if "output_format" in r.getMessage()]
-    assert len(told) <= 1  # once per process: an earlier test in this worker may have said it
+    assert len(told) == 1
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "helper", "ahelper"])
-async def test_beta_messages_are_turns(upstream: tuple[MessagesUpstream, str], mode: str) -> None:
+async def test_beta_messages_are_turns(messages_upstream: tuple[MessagesUpstream, str], mode: str) -> None:
     """``client.beta.messages`` (the same Messages API, with ``betas`` sent as the
     ``anthropic-beta`` header): ``create`` and the ``stream`` helper are turns like ``messages``'."""
-    app, base_url = upstream
+    app, messages_base = messages_upstream
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
         cls = anthropic.AsyncAnthropic if mode.startswith("a") else anthropic.Anthropic
-        wrapped = AnthropicClientWrapper(cls(base_url=base_url, api_key="k", max_retries=0), m)
+        wrapped = AnthropicClientWrapper(cls(base_url=messages_base, api_key="k", max_retries=0), m)
         history: list[Any] = [{"role": "user", "content": f"beta {mode}"}]
         for d in (1, 2):
             kw = {"model": "claude-x", "max_tokens": 100, "messages": history, "betas": ["some-beta-2026"]}
