@@ -1,7 +1,9 @@
 """The stream-chunk folder: chat-completion chunks (SDK objects or JSON dicts) into one reply.
 
-OpenAI streaming semantics: only choice 0 is folded (the one a chat client continues);
-``delta.content`` pieces are concatenated, and ``delta.refusal`` pieces (structured outputs)
+OpenAI streaming semantics: each choice is folded by its ``index`` (choice 0, the one the call
+counts as and the rules check, plus up to ``MAX_ALTERNATIVES`` others of an ``n > 1`` request,
+so whichever choice the application continues with is attributable); ``delta.content`` pieces
+are concatenated, and ``delta.refusal`` pieces (structured outputs)
 into ``refusal``; a tool call is keyed by ``index`` — its ``id``, ``type`` and
 ``function.name`` arrive once (a repeat replaces, never appends) while ``function.arguments``
 pieces are appended. The folder is total: whatever a chunk holds,
@@ -18,8 +20,14 @@ from handoffmon.ingress.fields import get, hidden_params
 MAX_TOOL_CALLS = 128
 """Tool-call slots per reply; calls at further indexes are skipped (and counted odd)."""
 
+MAX_ALTERNATIVES = 16
+"""Other choices of an ``n > 1`` completion recorded per turn (OpenAI allows up to 128), streamed
+or not: each costs one stored fingerprint, so the bound keeps a hostile ``n`` from multiplying
+state. A stream's choices at further indexes are skipped (not counted odd: the request asked
+for them)."""
+
 MAX_REPLY_CHARS = 16 * 1024 * 1024
-"""Characters of text and tool-call arguments one reply may fold (the default of ``serve``'s
+"""Characters of text and tool-call arguments one reply (all its choices) may fold (the default of ``serve``'s
 ``proxy.max_monitored_reply_bytes`` for JSON replies): past it the folder keeps nothing more and
 the outcome is ``too_large``, so a stream of any length holds bounded memory."""
 
@@ -42,6 +50,8 @@ class StreamOutcome(NamedTuple):
         odd: chunks (or parts of them) that could not be folded and were skipped.
         too_large: the reply's text and arguments passed the folder's ``max_chars``: nothing
             was kept (``reply`` has no text), and the adapter does not record the turn.
+        alternatives: the assistant messages of choices 1… of an ``n > 1`` stream, by index
+            (the first ``MAX_ALTERNATIVES``), as ``reply``.
     """
 
     reply: dict[str, Any]
@@ -55,6 +65,7 @@ class StreamOutcome(NamedTuple):
     chunks: int
     odd: int
     too_large: bool = False
+    alternatives: tuple[dict[str, Any], ...] = ()
 
 
 class Folder(Protocol):
@@ -132,6 +143,39 @@ class _Call:
         self.args: list[str] = []
 
 
+class _Reply:
+    """One choice's message as it is folded."""
+
+    __slots__ = ("calls", "refusal", "role", "text")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, _Call] = {}
+        self.role = "assistant"
+
+    def forget(self) -> None:
+        self.text.clear()
+        self.refusal.clear()
+        for call in self.calls.values():
+            call.args.clear()
+
+    def message(self) -> dict[str, Any]:
+        reply: dict[str, Any] = {"role": self.role, "content": "".join(self.text) if self.text else None}
+        if self.refusal:
+            reply["refusal"] = "".join(self.refusal)
+        if self.calls:
+            reply["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": c.type,
+                    "function": {"name": c.name, "arguments": "".join(c.args)},
+                }
+                for _, c in sorted(self.calls.items())
+            ]
+        return reply
+
+
 _NOT_OBJECTS = (str, bytes, int, float, list, tuple)
 """Values that cannot be a chunk, choice, delta, tool call or function object."""
 
@@ -150,18 +194,16 @@ class ChunkFolder:
     """Folds chat-completion chunks into one reply; see the module docstring for the rules."""
 
     __slots__ = (
-        "_calls",
         "_chars",
         "_finish",
+        "_first",
         "_id",
         "_ids",
         "_in",
         "_max_chars",
         "_model",
+        "_others",
         "_out",
-        "_refusal",
-        "_role",
-        "_text",
         "chunks",
         "odd",
         "too_large",
@@ -171,11 +213,9 @@ class ChunkFolder:
         self._max_chars = max_chars
         self._chars = 0
         self.too_large = False
-        self._text: list[str] = []
-        self._refusal: list[str] = []
-        self._calls: dict[int, _Call] = {}
+        self._first = _Reply()
+        self._others: dict[int, _Reply] = {}
         self._ids: list[str] = []
-        self._role = "assistant"
         self._model: str | None = None
         self._id: str | None = None
         self._finish: str | None = None
@@ -214,6 +254,11 @@ class ChunkFolder:
                 ok = False
             elif not index:  # choice 0 (or a provider that leaves the index out)
                 ok = self._choice(choice, chunk) and ok
+            elif index <= MAX_ALTERNATIVES:  # another choice of an n > 1 request
+                reply = self._others.get(index)
+                if reply is None:
+                    reply = self._others[index] = _Reply()
+                ok = self._delta(get(choice, "delta"), reply)[0] and ok
         return ok
 
     def _usage(self, usage: Any) -> bool:
@@ -228,16 +273,24 @@ class ChunkFolder:
 
     def _choice(self, choice: Any, chunk: Any) -> bool:
         self._finish = _text(choice, "finish_reason") or self._finish
-        delta = get(choice, "delta")
+        ok, produced = self._delta(get(choice, "delta"), self._first)
+        if produced:
+            dep = hidden_params(chunk).get("model_id")
+            if type(dep) is str and dep and (not self._ids or self._ids[-1] != dep):
+                self._ids.append(dep)
+        return ok
+
+    def _delta(self, delta: Any, reply: _Reply) -> tuple[bool, bool]:
+        """Fold one choice's delta into ``reply``: (folded cleanly, produced content)."""
         if delta is None:
-            return True
+            return True, False
         if isinstance(delta, _NOT_OBJECTS):
-            return False
-        self._role = _text(delta, "role") or self._role
-        ok, produced = self._content(get(delta, "content"))
+            return False, False
+        reply.role = _text(delta, "role") or reply.role
+        ok, produced = self._content(get(delta, "content"), reply.text)
         refusal = get(delta, "refusal")
         if type(refusal) is str and refusal:  # structured outputs: the refusal, content null
-            self._keep(self._refusal, refusal)
+            self._keep(reply.refusal, refusal)
             produced = True
         elif refusal is not None and type(refusal) is not str:
             ok = False
@@ -245,55 +298,51 @@ class ChunkFolder:
         if calls is not None:
             if isinstance(calls, (list, tuple)):
                 for call in calls:
-                    folded = self._call(call)
+                    folded = self._call(call, reply.calls)
                     ok = ok and folded
                     produced = produced or folded
             else:
                 ok = False
-        if produced:
-            dep = hidden_params(chunk).get("model_id")
-            if type(dep) is str and dep and (not self._ids or self._ids[-1] != dep):
-                self._ids.append(dep)
-        return ok
+        return ok, produced
 
-    def _content(self, content: Any) -> tuple[bool, bool]:
+    def _content(self, content: Any, text: list[str]) -> tuple[bool, bool]:
         """(folded cleanly, produced text)."""
         if content is None:
             return True, False
         if type(content) is str:
             if content:
-                self._keep(self._text, content)
+                self._keep(text, content)
             return True, bool(content)
         if isinstance(content, (list, tuple)):  # content parts
             ok, produced = True, False
             for part in content:
                 if type(part) is str:
-                    text: Any = part
+                    piece: Any = part
                 elif get(part, "type") == "text":
-                    text = get(part, "text")
+                    piece = get(part, "text")
                 else:
                     continue  # non-text parts carry no reply text
-                if type(text) is str:
-                    if text:
-                        self._keep(self._text, text)
+                if type(piece) is str:
+                    if piece:
+                        self._keep(text, piece)
                         produced = True
                 else:
                     ok = False
             return ok, produced
         return False, False
 
-    def _call(self, call: Any) -> bool:
+    def _call(self, call: Any, calls: dict[int, _Call]) -> bool:
         """Fold one tool-call delta; False when it cannot be placed (no usable ``index``)."""
         if call is None or isinstance(call, _NOT_OBJECTS):
             return False
         index = get(call, "index")
         if not _is_index(index):
             return False
-        slot = self._calls.get(index)
+        slot = calls.get(index)
         if slot is None:
-            if len(self._calls) >= MAX_TOOL_CALLS:
+            if len(calls) >= MAX_TOOL_CALLS:
                 return False
-            slot = self._calls[index] = _Call()
+            slot = calls[index] = _Call()
         slot.id = _text(call, "id") or slot.id
         slot.type = _text(call, "type") or slot.type
         fn = get(call, "function")
@@ -310,36 +359,23 @@ class ChunkFolder:
         return True
 
     def _keep(self, pieces: list[str], piece: str) -> None:
-        """Append ``piece`` while the reply stays within ``max_chars``; past it, drop all text
-        and arguments kept so far and keep nothing more (``too_large``)."""
+        """Append ``piece`` while the reply (all its choices) stays within ``max_chars``; past
+        it, drop all text and arguments kept so far and keep nothing more (``too_large``)."""
         if self.too_large:
             return
         self._chars += len(piece)
         if self._chars > self._max_chars:
             self.too_large = True
-            self._text.clear()
-            self._refusal.clear()
-            for call in self._calls.values():
-                call.args.clear()
+            self._first.forget()
+            for other in self._others.values():
+                other.forget()
             return
         pieces.append(piece)
 
     def outcome(self, *, completed: bool) -> StreamOutcome:
         """The folded reply so far."""
-        reply: dict[str, Any] = {"role": self._role, "content": "".join(self._text) if self._text else None}
-        if self._refusal:
-            reply["refusal"] = "".join(self._refusal)
-        if self._calls:
-            reply["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": c.type,
-                    "function": {"name": c.name, "arguments": "".join(c.args)},
-                }
-                for _, c in sorted(self._calls.items())
-            ]
         return StreamOutcome(
-            reply=reply,
+            reply=self._first.message(),
             deployment_ids=tuple(self._ids),
             response_model=self._model,
             response_id=self._id,
@@ -350,4 +386,5 @@ class ChunkFolder:
             chunks=self.chunks,
             odd=self.odd,
             too_large=self.too_large,
+            alternatives=tuple(self._others[i].message() for i in sorted(self._others)),
         )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from handoffmon.attribution.names import ModelNames
-from handoffmon.ingress.chunks import StreamOutcome
+from handoffmon.ingress.chunks import MAX_ALTERNATIVES, StreamOutcome
 from handoffmon.ingress.fields import EMPTY, get, hidden_params
 
 # LiteLLM puts these in ``_hidden_params["additional_headers"]`` (Router) and sends them
@@ -64,7 +64,7 @@ class Outcome(NamedTuple):
         output_tokens: completion tokens, when reported.
         finish_reason: the first choice's finish reason (``None`` for a cut-off stream).
         response_id: the completion's id (``chatcmpl-…``), for ``gen_ai.response.id``.
-        alternatives: the assistant messages of a non-streamed completion's other choices
+        alternatives: the assistant messages of a completion's other choices
             (``n > 1``; the first ``MAX_ALTERNATIVES``), recorded as the same model's so the
             application may continue with any of them. Read by attribution only: the
             attribution stage empties it before the outcome goes further (no content leaves).
@@ -81,11 +81,6 @@ class Outcome(NamedTuple):
     finish_reason: str | None = None
     response_id: str | None = None
     alternatives: tuple[dict[str, Any], ...] = ()
-
-
-MAX_ALTERNATIVES = 16
-"""Other choices of an ``n > 1`` completion recorded per turn (OpenAI allows up to 128): each
-costs one stored fingerprint, so the bound keeps a hostile ``n`` from multiplying state."""
 
 
 def _int(value: object) -> int:
@@ -317,4 +312,5 @@ def describe_stream(
         out.output_tokens,
         out.finish_reason,
         out.response_id,
+        out.alternatives,
     )

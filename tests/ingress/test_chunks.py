@@ -52,14 +52,40 @@ def test_tool_calls_fold_by_index_name_once_arguments_appended() -> None:
     assert out.odd == 0
 
 
-def test_only_choice_zero_is_folded() -> None:
-    """A second choice (n=2) is not mixed into the reply, and is not an error."""
+def test_other_choices_fold_by_index_beside_the_reply() -> None:
+    """``n > 1``: each choice folds into its own message (text, tool calls, refusal) while the
+    reply, its finish reason and deployments stay choice 0's; indexes past MAX_ALTERNATIVES are
+    skipped without counting odd; the cap counts every choice's text."""
+    from handoffmon.ingress.chunks import MAX_ALTERNATIVES
+
+    call = {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{"}}
+    both = [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "X"}}]
     out = _fold(
-        {"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "X"}}]},
-        {"choices": [{"index": 1, "delta": {"content": "Y"}}]},
+        {"choices": both, "_hidden_params": {"model_id": "dep-a"}},
+        {"choices": [{"index": 2, "delta": {"tool_calls": [call]}}]},
+        {"choices": [{"index": 1, "delta": {"content": "Y"}, "finish_reason": "length"}]},
         {"choices": [{"index": 0, "delta": {"content": "b"}}]},
+        {"choices": [{"index": 2, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}}]},
+        {"choices": [{"index": 3, "delta": {"refusal": "no"}}]},
+        {"choices": [{"index": MAX_ALTERNATIVES + 1, "delta": {"content": "dropped"}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     )
-    assert out.reply["content"] == "ab" and out.odd == 0
+    assert out.reply == {"role": "assistant", "content": "ab"} and out.odd == 0
+    assert (out.finish_reason, out.deployment_ids) == ("stop", ("dep-a",))
+    assert out.alternatives == (
+        {"role": "assistant", "content": "XY"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "assistant", "content": None, "refusal": "no"},
+    )
+    capped = ChunkFolder(max_chars=4)
+    capped.feed(_delta({"content": "ab"}))
+    capped.feed(_delta({"content": "cde"}, index=1))
+    out = capped.outcome(completed=True)
+    assert out.too_large and out.reply["content"] is None and out.alternatives[0]["content"] is None
 
 
 def test_content_parts_usage_id_model_and_finish_reason() -> None:

@@ -1,9 +1,10 @@
-"""``n > 1``: every choice of a non-streamed completion is recorded as its model's, so the next
-turn is attributed whichever choice the application continued with; only the first is checked.
+"""``n > 1``: every choice of a completion, streamed or not, is recorded as its model's, so the
+next turn is attributed whichever choice the application continued with; only the first is checked.
 
-The loopback upstream answers ``n`` distinct choices (``mock_upstream.choice_text``). The wrapped
-OpenAI client and ``serve`` both read the completion through ``describe_response``, the one
-place other choices are read.
+The loopback upstream answers ``n`` distinct choices (``mock_upstream.choice_text``), interleaved
+chunk by chunk when streamed. The wrapped OpenAI client and ``serve`` read a completion through
+``describe_response`` and a stream through ``ChunkFolder`` + ``describe_stream``, the two places
+other choices are read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import openai
 import pytest
 
 from handoffmon.attribution import Attributor
-from handoffmon.ingress.served import MAX_ALTERNATIVES, other_choices
+from handoffmon.ingress.chunks import MAX_ALTERNATIVES
+from handoffmon.ingress.served import other_choices
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.testing import RecordingExporter
@@ -52,8 +54,20 @@ def _conversation(ask: Any, kept: list[int]) -> list[str]:
     return texts
 
 
+def _streamed_choices(stream: Any) -> list[str]:
+    """The texts of a streamed completion's choices, by index (as an application joins them)."""
+    texts: dict[int, str] = {}
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    return [texts[i] for i in sorted(texts)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 @pytest.mark.parametrize("kept", [[2, 1, 0, 2], [0, 0, 0, 0]])
-def test_a_wrapped_client_attributes_whichever_choice_was_kept(chat_base: str, kept: list[int]) -> None:
+def test_a_wrapped_client_attributes_whichever_choice_was_kept(
+    chat_base: str, kept: list[int], stream: bool
+) -> None:
     """Four ``n=3`` turns, each continued with another choice: every earlier message attributed
     by its chained fingerprint to the model that wrote it; the rules check the first choice."""
     exp = RecordingExporter()
@@ -61,6 +75,9 @@ def test_a_wrapped_client_attributes_whichever_choice_was_kept(chat_base: str, k
         client = OpenAIClientWrapper(openai.OpenAI(base_url=chat_base, api_key="k", max_retries=0), m)
 
         def ask(messages: list[dict[str, Any]]) -> list[str]:
+            if stream:
+                chunks = client.chat.completions.create(model="gpt-x", messages=messages, n=3, stream=True)
+                return _streamed_choices(chunks)
             done = client.chat.completions.create(model="gpt-x", messages=messages, n=3)
             return [str(c.message.content) for c in done.choices]
 
@@ -75,8 +92,10 @@ def test_a_wrapped_client_attributes_whichever_choice_was_kept(chat_base: str, k
     assert [[a.method for a in r.context.attributions] for r in results] == [["chain"] * d for d in range(4)]
 
 
-def test_serve_attributes_whichever_choice_was_kept() -> None:
-    """The same through ``serve`` (JSON replies read on the attribution thread)."""
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_serve_attributes_whichever_choice_was_kept(stream: bool) -> None:
+    """The same through ``serve`` (JSON replies read on the attribution thread, streams folded
+    as they pass)."""
     upstream = MockUpstream()
     with ServerThread(upstream, free_port()) as srv:
         cfg = proxy_config(srv.url, rules=RULES, attribution={"canonical_models": CANONICAL_MODELS})
@@ -84,6 +103,11 @@ def test_serve_attributes_whichever_choice_was_kept() -> None:
             before = snapshot(proxy)
 
             def ask(messages: list[dict[str, Any]]) -> list[str]:
+                client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+                if stream:
+                    return _streamed_choices(
+                        client.chat.completions.create(model="gpt-x", messages=messages, n=3, stream=True)
+                    )
                 r = httpx.post(
                     f"{proxy.url}/v1/chat/completions",
                     json={"model": "gpt-x", "messages": messages, "n": 3},

@@ -5,8 +5,8 @@ and ``AZURE_DEPLOYMENT``) deterministically (same request → same
 bytes) with LiteLLM Proxy's authorship headers, as JSON or SSE. Request headers steer it:
 ``x-mock-model`` (who answers), ``x-mock-fallbacks``, ``x-mock-delay-s`` (before
 answering), ``x-mock-status`` (error status), ``x-mock-chunk-delay-s`` and
-``x-mock-chunks`` (slow/long streams; a non-streamed request's ``n`` gives that many choices,
-``choice_text``), ``x-mock-gzip`` (gzip the JSON body). A request
+``x-mock-chunks`` (slow/long streams; a request's ``n`` gives that many choices, ``choice_text``,
+interleaved when streamed), ``x-mock-gzip`` (gzip the JSON body). A request
 for ``model-a``/``model-b`` is answered by that model; ``model-dead`` always answers 503. A
 ``json_schema`` response format (structured outputs) is answered with the text as JSON
 (``{"answer", "depth"}``). It records what it received in ``seen``.
@@ -165,7 +165,7 @@ class MockUpstream:
         if (req.get("response_format") or {}).get("type") == "json_schema":  # structured outputs
             text = json.dumps({"answer": text, "depth": depth})
         if req.get("stream"):
-            await self._stream(receive, send, cid, model, text, extra, headers)
+            await self._stream(receive, send, cid, model, text, extra, headers, _choices(req))
             return
         doc = {
             "id": cid,
@@ -189,19 +189,30 @@ class MockUpstream:
         await _send(send, 200, payload, extra)
 
     async def _stream(
-        self, receive: Any, send: Any, cid: str, model: str, text: str, extra: Any, headers: Any
+        self, receive: Any, send: Any, cid: str, model: str, text: str, extra: Any, headers: Any, n: int = 1
     ) -> None:
+        """Stream ``n`` choices (``choice_text``) word by word, their chunks interleaved as
+        OpenAI's are: one choice per chunk, each choice's role first and finish reason last."""
         chunk_delay = float(headers.get("x-mock-chunk-delay-s", "0"))
         n_chunks = int(headers.get("x-mock-chunks", "0"))
-        words = text.split(" ") if not n_chunks else [f"w{i}" for i in range(n_chunks)]
         start = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), *extra]
         await send({"type": "http.response.start", "status": 200, "headers": start})
         base = {"id": cid, "object": "chat.completion.chunk", "created": 1700000000, "model": model}
-        events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
-        for i, w in enumerate(words):
-            piece = w if i == 0 else " " + w
-            events.append({**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
-        events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            choice: dict[str, Any] = {"index": index, "delta": delta}
+            if finish:
+                choice["finish_reason"] = finish
+            return {**base, "choices": [choice]}
+
+        pieces = []
+        for index in range(n):
+            words = [f"w{i}" for i in range(n_chunks)] if n_chunks else choice_text(text, index).split(" ")
+            pieces.append([w if i == 0 else " " + w for i, w in enumerate(words)])
+        events = [chunk(index, {"role": "assistant", "content": ""}) for index in range(n)]
+        for i in range(max(len(p) for p in pieces)):
+            events += [chunk(index, {"content": p[i]}) for index, p in enumerate(pieces) if i < len(p)]
+        events += [chunk(index, {}, "stop") for index in range(n)]
         gone = asyncio.ensure_future(receive())  # resolves with http.disconnect if the proxy hangs up
         try:
             for ev in events:
