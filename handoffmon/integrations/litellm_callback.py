@@ -43,7 +43,7 @@ from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.responses_calls import api_messages, linked
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
-from handoffmon.shadow.turns import ShadowOffer
+from handoffmon.shadow.turns import ShadowOffer, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.integrations.router_routing import RouterRouting
@@ -198,8 +198,9 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if rt is not None:
                 rt.monitor.count_error("integration")
 
-    def _offer(self, cap: Capture) -> ShadowOffer | None:
-        """The turn's shadow offer: through the proxy's router, when the runtime runs shadow continuation."""
+    def _offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
+        """The turn's shadow offer: through the proxy's router, when the runtime runs shadow
+        continuation (``api``: a Responses or Messages API call, read as chat)."""
         messages = cap.request.messages
         if self.runtime.shadow is None or not messages:
             return None
@@ -211,7 +212,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             from handoffmon.integrations.router_shadow import RouterShadow
 
             source = self._shadow = RouterShadow(router, self.monitor.names)
-        return ShadowOffer(source, messages)
+        return offer_of(source, messages, cap.request.link, api)
 
     def _latency(self, data: Mapping[str, Any]) -> float | None:
         call_id = data.get("litellm_call_id")
@@ -262,7 +263,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 reply,
                 Deferred(describe_response, (monitor.names, doc, served)),
                 latency_s=self._latency(data),
-                shadow=None if api is not None else self._offer(cap),  # shadow continuation is for chat
+                shadow=self._offer(cap, api is not None),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a proxy response")
@@ -294,7 +295,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             completed = True
         finally:
             if cap is not None and folder is not None:
-                self._stream_done(cap, request_data, response, folder.outcome(completed=completed), chat)
+                self._stream_done(cap, request_data, response, folder.outcome(completed=completed), not chat)
 
     def _begin_stream(self, data: Mapping[str, Any], first: Any) -> Capture | None:
         """The capture of a stream whose request has no ``messages``: a Responses API call when
@@ -313,7 +314,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         data: Mapping[str, Any],
         stream: Any,
         out: StreamOutcome,
-        offer: bool = True,
+        api: bool = False,
     ) -> None:
         try:
             monitor = self.monitor
@@ -325,7 +326,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 Deferred(describe_stream, (monitor.names, out, _served(stream, data), _deployment_model)),
                 latency_s=self._latency(data),
                 streamed=True,
-                shadow=self._offer(cap) if offer else None,
+                shadow=self._offer(cap, api),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a proxy stream")

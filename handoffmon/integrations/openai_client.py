@@ -26,7 +26,7 @@ from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, pa
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
-from handoffmon.shadow.turns import ShadowOffer, ShadowSource
+from handoffmon.shadow.turns import ShadowOffer, ShadowSource, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime import Runtime
@@ -67,24 +67,26 @@ class SdkTurns:
         self.parser = RequestParser.from_config(monitor.config)
         self.shadow = shadow
 
-    def offer(self, cap: Capture) -> ShadowOffer | None:
-        """The turn's shadow offer when the runtime runs shadow continuation."""
+    def offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
+        """The turn's shadow offer when the runtime runs shadow continuation (``api``: a call of
+        another API, read as chat)."""
         messages = cap.request.messages
         if self.shadow is None or not messages:
             return None
         source = self.shadow()
-        return ShadowOffer(source, messages) if source is not None else None
+        return offer_of(source, messages, cap.request.link, api) if source is not None else None
 
     def begin(self, kwargs: Mapping[str, Any], api: Api | None = None) -> Capture | _Pending | None:
         """The turn's capture; ``None`` when it is not monitored (a Responses API call naming a
         stored history it cannot be attributed from). A call of another API (``api``) without
         metadata or extra headers/body is only copied here (``_Pending``): its request is read
-        as chat when the reply is finished (ADR 0002)."""
+        as chat when the reply is finished (ADR 0002), unless the turn may get a shadow offer
+        (read now, as a chat call is: the offer goes with ``Monitor.finish``)."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
             if api is None:
                 return self.monitor.capture(self.parser.openai_call(kwargs))
-            if _KEPT_NOW.isdisjoint(kwargs):
+            if self.shadow is None and _KEPT_NOW.isdisjoint(kwargs):
                 t0 = time.perf_counter()
                 return _Pending(snapshot(kwargs), time.perf_counter() - t0, api)
             return self._api_capture(kwargs, api)
@@ -139,7 +141,7 @@ class SdkTurns:
                 reply_message(response),
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
-                shadow=None if api is not None else self.offer(cap),  # shadow continuation is for chat
+                shadow=self.offer(cap, api is not None),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a completion")
@@ -150,7 +152,7 @@ class SdkTurns:
         headers: Mapping[str, Any] | None,
         t0: float,
         out: StreamOutcome,
-        offer: bool = True,
+        api: bool = False,
     ) -> None:
         try:
             if not self.monitor.stream_recordable(out):
@@ -165,7 +167,7 @@ class SdkTurns:
                 Deferred(describe_stream, (self.monitor.names, out, served)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
-                shadow=self.offer(cap) if offer else None,
+                shadow=self.offer(cap, api),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")
@@ -223,7 +225,7 @@ class _Calls:
         if stream:
             return self._stream(
                 response,
-                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is None),
+                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is not None),
                 _folder(api),
             )
         self._turns.finish(ctx, response, headers, t0, api)

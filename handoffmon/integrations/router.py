@@ -21,7 +21,7 @@ from handoffmon.integrations.responses_calls import api_messages, linked, snapsh
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
-from handoffmon.shadow.turns import ShadowOffer
+from handoffmon.shadow.turns import ShadowOffer, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.ingress import Outcome
@@ -194,7 +194,7 @@ class RouterWrapper:
 
     def _finish_as_chat(self, cap: Capture, response: Any, as_chat: Callable[[Any], Any], t1: float) -> None:
         """Queue a non-streamed call of another API, its response read as chat by ``as_chat``
-        (no shadow offer: shadow continuation is for chat)."""
+        (its shadow offer continues the history read as chat, through chat completions)."""
         try:
             doc = as_chat(response)
             self._monitor.finish(
@@ -202,6 +202,7 @@ class RouterWrapper:
                 reply_message(doc),
                 Deferred(describe_response, (self._monitor.names, doc, served_by_response(response))),
                 latency_s=time.perf_counter() - t1,
+                shadow=self._offer(cap, api=True),
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a router response")
@@ -260,7 +261,7 @@ class RouterWrapper:
         stream: type[_Stream],
         api: Api,
     ) -> Any:
-        """Finish a call of another API (no shadow offer: shadow continuation is for chat). A
+        """Finish a call of another API (read as chat, so routing and shadow act on it). A
         stream is an event iterator (Responses) or one of raw SSE bytes (Messages: ``SSEFolder``)."""
         if ctx is None:
             return response
@@ -288,7 +289,7 @@ class RouterWrapper:
             if cap is None:
                 return
             ctx = cap
-        self._stream_done(ctx, t1, out, inner, False)
+        self._stream_done(ctx, t1, out, inner, api=True)
 
     def _capture(self, model: str, messages: Any, kwargs: Mapping[str, Any]) -> Capture | None:
         try:
@@ -343,7 +344,7 @@ class RouterWrapper:
         return Capture(request, t1 - t0), reply, outcome, t2 - t1
 
     def _stream_done(
-        self, cap: Capture, t0: float, out: StreamOutcome, inner: Any, offer: bool = True
+        self, cap: Capture, t0: float, out: StreamOutcome, inner: Any, api: bool = False
     ) -> None:
         try:
             if not self._monitor.stream_recordable(out):
@@ -354,15 +355,18 @@ class RouterWrapper:
                 Deferred(self._describe_stream, (out, inner)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
-                shadow=self._offer(cap) if offer else None,
+                shadow=self._offer(cap, api),
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")
 
-    def _offer(self, cap: Capture) -> ShadowOffer | None:
-        """The turn's shadow offer when the runtime runs shadow continuation."""
+    def _offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
+        """The turn's shadow offer when the runtime runs shadow continuation (``api``: a call of
+        another API, read as chat)."""
         messages = cap.request.messages
-        return ShadowOffer(self._shadow, messages) if self._shadow is not None and messages else None
+        if self._shadow is None or not messages:
+            return None
+        return offer_of(self._shadow, messages, cap.request.link, api)
 
     def _describe_stream(self, out: StreamOutcome, inner: Any) -> Outcome:
         """Who served a finished stream (on the attribution thread); the router repoints the

@@ -254,6 +254,8 @@ def _routes(state: ProxyState) -> list[Route]:
             max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
             api=api,
             routing=body_routing(state.runtime.routing, state.monitor, api) if api is RESPONSES else None,
+            # shadow calls go to the upstream's chat completions: a Messages upstream has none
+            shadow=_shadow(state) if api is RESPONSES else None,
         )
         for api in (RESPONSES, MESSAGES)
     )

@@ -30,7 +30,7 @@ from handoffmon.ingress.sse import SSEChunks
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_headers, response_headers
-from handoffmon.shadow.turns import ShadowOffer, ShadowSource
+from handoffmon.shadow.turns import ShadowOffer, ShadowSource, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.attribution.names import ModelNames
@@ -339,7 +339,9 @@ class Forwarder:
         if self._shadow is None or not messages:
             return None
         source = self._shadow(turn.headers)
-        return ShadowOffer(source, messages) if source is not None else None
+        if source is None:
+            return None
+        return offer_of(source, messages, capture.request.link, self._api is not None)
 
     def _parse_failed(self) -> None:
         """Monitoring a turn raised: the traffic is unaffected, the turn is counted unmonitored."""

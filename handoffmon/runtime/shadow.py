@@ -98,7 +98,7 @@ class ShadowRunner:
             self._failed(exc)
 
     def _offer(self, turn: ShadowTurn) -> None:
-        source, messages = turn.offer
+        source, messages, unsent = turn.offer
         decision = self.policy.decide(
             turn.prefix_model,
             turn.author,
@@ -106,6 +106,7 @@ class ShadowRunner:
             len(messages),
             candidates=source.candidates,
             prices=source.prices,
+            unsent=unsent,
         )
         if isinstance(decision, Skip):
             self._count(self._skipped, decision.reason)

@@ -33,10 +33,14 @@ class Skip(NamedTuple):
 
 
 SKIP_REASONS: tuple[str, ...] = (
-    "disabled", "not_eligible", "not_sampled", "arm_off", "no_candidate", "not_allowed", "breaker_open",
-    "budget_calls", "budget_tokens", "budget_money", "no_price", "quota", "busy",
+    "disabled", "not_eligible", "history_stored", "history_not_chat", "not_sampled", "arm_off",
+    "no_candidate", "not_allowed", "breaker_open", "budget_calls", "budget_tokens", "budget_money",
+    "no_price", "quota", "busy",
 )  # fmt: skip
-"""``busy``: the runtime's shadow queue was full (the decision's reservation is given back)."""
+"""``busy``: the runtime's shadow queue was full (the decision's reservation is given back).
+``history_stored``, ``history_not_chat``: an eligible Responses or Messages API turn whose history
+cannot be continued through chat completions (``turns.unsent_history``); counted before sampling,
+so their share of eligible turns shows whatever the sample rate."""
 
 
 class ShadowPolicy:
@@ -79,6 +83,7 @@ class ShadowPolicy:
         *,
         candidates: Callable[[str], Sequence[str]] | None = None,
         prices: Callable[[str], tuple[float, float] | None] | None = None,
+        unsent: str | None = None,
     ) -> Decision | Skip:
         """Decision for a finished turn whose history was last written by ``prefix_model``.
 
@@ -90,12 +95,15 @@ class ShadowPolicy:
             messages: number of messages in the prompt.
             candidates: this turn's integration's candidates (default: the policy's).
             prices: this turn's integration's prices (default: the policy's).
+            unsent: why this eligible turn's history cannot be sent (``ShadowOffer.unsent``).
         """
         c = self.config
         if not c.enabled:
             return Skip("disabled")
         if prefix_model in (NO_PREFIX, UNKNOWN_MODEL) or author == UNKNOWN_MODEL:
             return Skip("not_eligible")
+        if unsent is not None:
+            return Skip(unsent)
         if self._rng.random() >= c.sample_rate:
             return Skip("not_sampled")
         arm = "handoff" if author != prefix_model else "no_handoff"

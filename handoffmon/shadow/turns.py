@@ -47,10 +47,13 @@ class ShadowOffer(NamedTuple):
     Attributes:
         source: the integration that can make the shadow call.
         messages: the request's messages (the snapshot the parser took), to continue.
+        unsent: why the history cannot be continued as chat (a skip reason:
+            ``history_stored``, ``history_not_chat``; see ``unsent_history``), ``None`` when it can.
     """
 
     source: ShadowSource
     messages: list[Any]
+    unsent: str | None = None
 
     def __repr__(self) -> str:  # no message content in reprs
         return f"ShadowOffer(messages={len(self.messages)})"
@@ -77,6 +80,51 @@ class ShadowTurn(NamedTuple):
 
     def __repr__(self) -> str:
         return f"ShadowTurn({self.prefix_model!r}→{self.author!r})"
+
+
+def offer_of(source: ShadowSource, messages: list[Any], link: Any = None, api: bool = False) -> ShadowOffer:
+    """An integration's offer of a turn: a chat completion's messages as they are; a Responses
+    or Messages API call's (``api``) as read as chat, with why they cannot be sent, if they cannot
+    (``link``: the request's ``ResponseLink``, naming a stored history)."""
+    if not api:
+        return ShadowOffer(source, messages)
+    stored = link is not None and bool(link.previous or link.conversation)
+    return ShadowOffer(source, messages, unsent_history(messages, stored))
+
+
+_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+def unsent_history(messages: Sequence[Any], stored: bool) -> str | None:
+    """Why a Responses or Messages API turn's history, read as chat, cannot be continued through
+    the chat completions API, which is how every shadow call is made; ``None`` when it can.
+
+    ``history_stored``: the call continues a history the provider keeps (``previous_response_id``
+    or ``conversation``: ``stored``), so the request holds only its newest input.
+    ``history_not_chat``: a message holds what a chat request cannot carry as read: a part other
+    than text (an image or a file in the other API's own shape), or a built-in tool's call (the
+    reader names it after its item type, ``web_search_call``, with no arguments).
+    """
+    if stored:
+        return "history_stored"
+    for m in messages:
+        if type(m) is not dict or m.get("role") not in _CHAT_ROLES:
+            return "history_not_chat"
+        content = m.get("content")
+        if not (
+            content is None
+            or type(content) is str
+            or (type(content) is list and all(type(p) is dict and p.get("type") == "text" for p in content))
+        ):
+            return "history_not_chat"
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") if type(call) is dict else None
+            if type(fn) is not dict:
+                return "history_not_chat"
+            name = fn.get("name")
+            if type(name) is not str or (name.endswith("_call") and not fn.get("arguments")):
+                return "history_not_chat"
+    return None
 
 
 def prompt_bytes(messages: Sequence[Any]) -> int:

@@ -323,6 +323,23 @@ def test_a_handoff_turn_is_continued_by_the_prefix_model_and_paired(routed_proxy
     assert sum(turns.values()) == 2
 
 
+def test_a_responses_api_handoff_is_continued_through_chat_completions(routed_proxy: str) -> None:
+    """``/v1/responses``: model-c (alpha) then model-d (backup2) answer; the handoff turn's history,
+    read as chat, is continued by model-c through the proxy's router's chat completions, and the
+    pair is counted as a chat turn's would be."""
+    client = openai.OpenAI(base_url=routed_proxy, api_key=MASTER_KEY)
+    before = _wait_decided(routed_proxy, 0)
+    items: list[Any] = [{"role": "user", "content": "responses shadow"}]
+    first = client.responses.create(model="alpha", input=items)
+    assert first.output_text == ALPHA
+    items += [*(o.model_dump(exclude_none=True) for o in first.output), {"role": "user", "content": "next"}]
+    assert client.responses.create(model="backup2", input=items).output_text == BACKUP2
+    after = _wait_decided(routed_proxy, _decided(before) + 2)  # depth 1: not eligible; depth 2: a call
+    assert _delta(_calls(after), _calls(before)) == {("handoff", "ok"): 1}
+    pair = (("model", "model-d"), ("prefix_model", "model-c"), ("rule", "brief"), ("stat", "both_pass"))
+    assert _delta(after["pairs"], before["pairs"]).get(pair) == 1
+
+
 def test_a_dead_shadow_target_is_stopped_and_the_replies_are_unchanged(routed_proxy: str) -> None:
     """Four model-c turns: depths 2-4 ask model-e, whose deployment fails with 500 (its router fallback
     is not taken: fallbacks are off for shadow calls). Two failures open its breaker; the third turn is

@@ -111,29 +111,3 @@ async def test_async_client_continues_on_the_applications_event_loop() -> None:
     assert endpoint.seen == [("model-c", None, caller), ("model-c", None, caller), ("model-b", "1", caller)]
     assert counts.shadow[ShadowKey("brief", "model-c", "model-b", "prefix_only")] == 1
     assert sum(counts.turns.values()) == 2
-
-
-async def test_responses_api_turns_are_not_shadowed() -> None:
-    """Shadow continuation acts on chat completions only (ADR 0010): the same two no-handoff
-    turns of model-c through ``responses.create`` are recorded, and no shadow call is made."""
-    from tests.conftest import free_port
-    from tests.proxy.mock_upstream import ServerThread
-    from tests.proxy.responses_upstream import ResponsesUpstream
-
-    upstream = ResponsesUpstream()
-    with ServerThread(upstream, free_port()) as srv, _runtime() as rt:
-        client = openai.OpenAI(
-            api_key="k", base_url=f"{srv.url}/v1", default_headers={"x-mock-model": "model-c"}, max_retries=0
-        )
-        wrapped = wrap(client, runtime=rt)
-        items: list[Any] = [{"role": "user", "content": "hi"}]
-        for i in range(2):
-            reply = wrapped.responses.create(model="model-c", input=items)
-            items += [
-                *(o.model_dump(exclude_none=True) for o in reply.output),
-                {"role": "user", "content": f"{i}"},
-            ]
-            assert await asyncio.to_thread(rt.flush, 20)
-        counts: Counts = rt.snapshot()
-    assert len(upstream.seen) == 2  # the application's two calls, nothing else
-    assert counts.shadow == {} and sum(counts.turns.values()) == 2
