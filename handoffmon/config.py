@@ -81,6 +81,12 @@ class PipelineConfig(_Section):
     """Captured turns waiting for the attribution thread. Each holds its request's message
     list, so this bounds memory; when full, turns are dropped (shed, never attributed on
     the request path)."""
+    max_queued_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    """Bytes of request and reply bodies that turns on their way through the pipeline (queued
+    for attribution, then for the checks) may hold together: ``serve`` counts each turn's raw
+    bodies until it is checked; the in-process wrappers keep references to the application's
+    own objects, which count 0. Past it, turns are dropped as from a full queue, so requests
+    of megabytes arriving faster than they can be attributed cannot hold gigabytes."""
     check_budget_s: float = Field(default=0.05, gt=0)
     """Per-check time budget; a checker over budget yields an ``error`` verdict."""
     shutdown_timeout_s: float = Field(default=10.0, ge=0)

@@ -22,6 +22,10 @@ from handoffmon.types import UNKNOWN_MODEL, TurnContext
 
 _UNKNOWN = (UNKNOWN_MODEL,)
 
+BATCH_BYTES = 8 * 1024 * 1024
+"""Raw bodies (``weight``) one batch reads at once: parsed, a body of many small messages takes
+about ten times its size in Python objects."""
+
 
 class AttributionStage:
     """Attributes a captured history, reads who served the reply, records the reply.
@@ -42,28 +46,55 @@ class AttributionStage:
         errors: ErrorSink,
         submit: Callable[[Attributed, str], bool],
         capture_content: bool = False,
+        release: Callable[[int], object] = lambda n: None,
     ) -> None:
         self._attributor = attributor
         self._names = names
         self._errors = errors
         self._submit = submit
         self._capture_content = capture_content
+        self._release = release
 
     def handle(self, item: Finished | Later) -> None:
-        """Attribute, describe, record and hand on one turn (fail-open at every step)."""
-        if type(item) is Later:
-            built = self._build(item)
-            if built is None:
-                return
-            item = built
-        assert isinstance(item, Finished)
-        self._handle(item, self.context(item.capture.request))
+        """Attribute, describe, record and hand on one turn (fail-open at every step). Its
+        ``weight`` goes on with it to the checks, which give it back; if it goes no further,
+        it is given back here."""
+        weight, handed = item.weight, False
+        try:
+            if type(item) is Later:
+                built = self._build(item)
+                if built is None:
+                    return
+                item = built
+            assert isinstance(item, Finished)
+            handed = self._handle(item, self.context(item.capture.request))
+        finally:
+            if weight and not handed:
+                self._release(weight)
 
     def handle_batch(self, items: list[Finished | Later]) -> None:
         """:meth:`handle` each turn in order, their histories looked up in the store in one
         call (``Attributor.prepare``) instead of one per turn: for a store that costs a round
         trip per call. Each turn's ``attribution`` overhead is its own work plus an equal
-        share of that call."""
+        share of that call. Turns holding raw bodies (``weight``) are read at most
+        ``BATCH_BYTES`` of them at a time, so a batch of large requests is not all parsed at
+        once."""
+        start = 0
+        while start < len(items):
+            end, held = start + 1, items[start].weight
+            while end < len(items) and held + items[end].weight <= BATCH_BYTES:
+                held += items[end].weight
+                end += 1
+            handed = 0
+            try:
+                handed = self._batch(items[start:end])
+            finally:
+                if held - handed:
+                    self._release(held - handed)
+            start = end
+
+    def _batch(self, items: list[Finished | Later]) -> int:
+        """Handle a batch; returns the weight of the turns handed on to the checks."""
         finished: list[Finished] = []
         for item in items:
             built = self._build(item) if type(item) is Later else item
@@ -71,21 +102,25 @@ class AttributionStage:
                 assert isinstance(built, Finished)
                 finished.append(built)
         if not finished:
-            return
+            return 0
         t0 = time.perf_counter()
         # a call continuing a stored history chains from a seed of its own: attributed alone
         prepared = self._attributor.prepare(
             [None if _continues(f.capture.request) else f.capture.request.messages for f in finished]
         )
         share = (time.perf_counter() - t0) / len(finished)
+        handed = 0
         for item, ready in zip(finished, prepared, strict=True):
             try:
-                self._handle(item, self.context(item.capture.request, ready, share))
+                if self._handle(item, self.context(item.capture.request, ready, share)):
+                    handed += item.weight
             except Exception as exc:  # as the worker would count it one by one
                 self._errors.failed("pipeline", exc)
                 self._errors.drop()
+        return handed
 
-    def _handle(self, item: Finished, ctx: TurnContext) -> None:
+    def _handle(self, item: Finished, ctx: TurnContext) -> bool:
+        """Describe, record and hand on an attributed turn; False when it was dropped."""
         outcome = item.outcome
         if type(outcome) is Deferred:
             outcome = self._describe(outcome)
@@ -117,10 +152,13 @@ class AttributionStage:
             item.finish_s,
             item.shadow,
             self._tools_only(item.reply, text),
+            item.weight,
         )
         key = recorded.conversation_id if recorded is not None else ctx.conversation_id
         if not self._submit(turn, key):
             self._errors.drop()
+            return False
+        return True
 
     def _build(self, later: Later) -> Finished | None:
         """The ``Finished`` turn of a ``Monitor.finish_later`` call (``None``: nothing to record)."""
@@ -131,8 +169,19 @@ class AttributionStage:
             return None
         if got is None:
             return None
-        capture, reply, outcome, latency_s = got
-        return Finished(capture, reply, outcome, False, latency_s, later.finished_at, later.finish_s)
+        capture, reply, outcome, latency_s, *offer = got
+        shadow = offer[0] if offer else None
+        return Finished(
+            capture,
+            reply,
+            outcome,
+            later.streamed,
+            latency_s,
+            later.finished_at,
+            later.finish_s,
+            shadow,
+            later.weight,
+        )
 
     def context(
         self, request: Request, prepared: Prepared | None = None, spent_s: float = 0.0

@@ -97,7 +97,9 @@ class CheckStage:
         emit: Callable[[TurnResult], None],
         errors: ErrorSink,
         capture_content: bool = False,
+        release: Callable[[int], object] = lambda n: None,
     ) -> None:
+        self._release = release
         self._attributor = attributor
         self._store = store
         self._rules = rules
@@ -125,10 +127,15 @@ class CheckStage:
         """Receives checked turns that carry a shadow offer (``Monitor.set_shadow``)."""
 
     def process(self, turn: Attributed) -> None:
-        """Process one turn end to end, then report the stage overheads."""
-        t0 = time.perf_counter()
-        self._process(turn)
-        self._observe(turn, time.perf_counter() - t0)
+        """Process one turn end to end, then report the stage overheads; give back the
+        queued bytes it held."""
+        try:
+            t0 = time.perf_counter()
+            self._process(turn)
+            self._observe(turn, time.perf_counter() - t0)
+        finally:
+            if turn.weight:
+                self._release(turn.weight)
 
     def _observe(self, turn: Attributed, background_s: float) -> None:
         self._errors.observe_many(
@@ -156,6 +163,14 @@ class CheckStage:
             for turn in turns:
                 self.process(turn)
             return
+        held = sum(turn.weight for turn in turns)
+        try:
+            self._process_batch(turns)
+        finally:
+            if held:
+                self._release(held)
+
+    def _process_batch(self, turns: list[Attributed]) -> None:
         t0 = time.perf_counter()
         ctxs = [self._final_context(turn) for turn in turns]
         loaded = self._persist_and_load_many(turns, ctxs)

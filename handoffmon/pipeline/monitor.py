@@ -18,8 +18,8 @@ from handoffmon.pipeline.attribution_stage import AttributionStage
 from handoffmon.pipeline.check_stage import CheckStage
 from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.errors import STAGES, ErrorSink
-from handoffmon.pipeline.records import Attributed, Capture, Deferred, Finished, Later
-from handoffmon.pipeline.worker import DequeWorker, WorkerPool
+from handoffmon.pipeline.records import Attributed, Built, Capture, Deferred, Finished, Later
+from handoffmon.pipeline.worker import ByteBudget, DequeWorker, WorkerPool
 from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver, ShadowPairObserver
 from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
 from handoffmon.stores.guard import GuardedStore
@@ -118,6 +118,9 @@ class Monitor:
             pending_max=config.attribution.pending_max,
         )
         self._dispatch: list[ExporterDispatch] = []
+        self.queued_bytes = ByteBudget(config.pipeline.max_queued_bytes)
+        """Bytes of raw bodies the turns on their way through the pipeline hold (``serve``'s),
+        taken when a turn is queued and given back once it is checked (or dropped)."""
         checks = CheckStage(
             attributor=self.attributor,
             store=self.store,
@@ -127,6 +130,7 @@ class Monitor:
             emit=self._emit,
             errors=self.errors,
             capture_content=config.telemetry.capture_content,
+            release=self.queued_bytes.give,
         )
         self._checks = checks
         # One check worker (the default) on the in-process memory store: its queue is drained
@@ -156,6 +160,7 @@ class Monitor:
             errors=self.errors,
             submit=self._pool.submit,
             capture_content=config.telemetry.capture_content,
+            release=self.queued_bytes.give,
         )
         self._front: DequeWorker[Finished | Later] = DequeWorker(
             attribution.handle,
@@ -191,6 +196,7 @@ class Monitor:
         streamed: bool = False,
         latency_s: float | None = None,
         shadow: ShadowOffer | None = None,
+        weight: int = 0,
     ) -> None:
         """Queue a finished reply for attribution and checks. Never blocks, never raises.
 
@@ -205,42 +211,62 @@ class Monitor:
             latency_s: wall time of the call; default: since the request was parsed.
             shadow: the integration's offer of a shadow continuation of this turn (only
                 when the runtime runs shadow continuation).
+            weight: bytes of its own the turn holds until it is attributed (raw bodies an
+                integration keeps to parse later), within ``pipeline.max_queued_bytes``.
 
-        When the attribution queue is full (or the monitor closed) the turn is dropped and
-        counted: overload sheds monitoring work instead of adding it to the request path.
+        When the attribution queue is full, its turns already hold ``max_queued_bytes``, or
+        the monitor is closed, the turn is dropped and counted: overload sheds monitoring work
+        instead of adding it to the request path or to memory.
         """
         t0 = time.perf_counter()
         try:
             if latency_s is None:
                 latency_s = t0 - capture.request.received_at
             item = Finished(
-                capture, reply, outcome, streamed, latency_s, self._clock(), time.perf_counter() - t0, shadow
+                capture,
+                reply,
+                outcome,
+                streamed,
+                latency_s,
+                self._clock(),
+                time.perf_counter() - t0,
+                shadow,
+                weight,
             )
-            if not self._front.submit(item):
-                self.attribution_overflows += 1
-                self.errors.drop()
+            self._queue(item, weight)
         except Exception as exc:
             self.errors.failed("record", exc)
 
+    def _queue(self, item: Finished | Later, weight: int) -> None:
+        """Hand a turn to the attribution thread, or drop and count it (full queue or budget)."""
+        if weight and not self.queued_bytes.take(weight):
+            self.attribution_overflows += 1
+            self.errors.drop()
+        elif not self._front.submit(item):
+            self.queued_bytes.give(weight)
+            self.attribution_overflows += 1
+            self.errors.drop()
+
     def finish_later(
         self,
-        build: Callable[..., tuple[Capture, Any, Outcome | Deferred, float] | None],
+        build: Callable[..., Built | None],
         args: tuple[Any, ...],
+        *,
+        streamed: bool = False,
+        weight: int = 0,
     ) -> None:
         """The leanest request path: queue ``build(*args)`` for the attribution thread. Never
         blocks, never raises.
 
         ``build`` returns what :meth:`capture` and :meth:`finish` would have been given
-        (the capture, the reply, the outcome, the call's latency), or ``None``; it runs
-        on the attribution thread, in order with every other finished turn, and its
-        failures are counted under ``integration``. Non-streamed turns without a shadow
-        offer only; a full queue drops and counts the turn, as :meth:`finish` does.
+        (the capture, the reply, the outcome, the call's latency, optionally the shadow
+        offer), or ``None``; it runs on the attribution thread, in order with every other
+        finished turn, and its failures are counted under ``integration``. ``streamed`` and
+        ``weight`` as for :meth:`finish`, which sheds turns the same way.
         """
         t0 = time.perf_counter()
         try:
-            if not self._front.submit(Later(build, args, self._clock(), time.perf_counter() - t0)):
-                self.attribution_overflows += 1
-                self.errors.drop()
+            self._queue(Later(build, args, self._clock(), time.perf_counter() - t0, streamed, weight), weight)
         except Exception as exc:
             self.errors.failed("record", exc)
 

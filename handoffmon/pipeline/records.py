@@ -54,6 +54,8 @@ class Finished(NamedTuple):
         finished_at: wall clock when the reply finished.
         finish_s: request-path time ``finish`` took.
         shadow: the integration's offer of a shadow continuation (``None``: shadow off).
+        weight: bytes the turn holds while it waits (``Monitor``'s queued-bytes budget; given
+            back when the attribution stage is done with it).
     """
 
     capture: Capture
@@ -64,17 +66,27 @@ class Finished(NamedTuple):
     finished_at: float
     finish_s: float
     shadow: ShadowOffer | None = None
+    weight: int = 0
 
     def __repr__(self) -> str:
         return f"Finished({self.capture!r}, streamed={self.streamed})"
+
+
+Built = (
+    tuple[Capture, Any, Outcome | Deferred, float]
+    | tuple[Capture, Any, Outcome | Deferred, float, ShadowOffer | None]
+)
+"""What a ``Later.build`` returns: the capture, reply, outcome and latency ``Monitor.finish``
+would have been given, and optionally the turn's shadow offer."""
 
 
 class Later(NamedTuple):
     """A call handed to ``Monitor.finish_later``: everything but the timing is read later.
 
     ``build(*args)`` runs on the attribution thread and returns the turn's ``Capture``,
-    reply, outcome and latency (or ``None``: nothing to record), so the request path
-    only keeps references to what the call was given and returned.
+    reply, outcome and latency, and optionally its shadow offer (or ``None``: nothing to
+    record), so the request path only keeps references to what the call was given and
+    returned.
 
     Attributes:
         build: reads the call (parses the request, copies the reply) on the attribution thread.
@@ -82,12 +94,16 @@ class Later(NamedTuple):
             (the message list, the reply text) before queueing.
         finished_at: wall clock when the reply finished.
         finish_s: request-path time ``finish_later`` took.
+        streamed: the reply was streamed.
+        weight: bytes ``args`` hold (as ``Finished.weight``).
     """
 
-    build: Callable[..., tuple[Capture, Any, Outcome | Deferred, float] | None]
+    build: Callable[..., Built | None]
     args: tuple[Any, ...]
     finished_at: float
     finish_s: float
+    streamed: bool = False
+    weight: int = 0
 
     def __repr__(self) -> str:  # no message content in reprs (they reach logs)
         return "Later()"
@@ -108,6 +124,8 @@ class Attributed(NamedTuple):
         finish_s: request-path time of ``finish``.
         shadow: the integration's offer of a shadow continuation (``None``: shadow off).
         tools_only: the reply only calls tools (no text): its rules are ``not_applicable``.
+        weight: the queued-bytes budget the turn holds (``Finished.weight``), given back once
+            it is checked.
     """
 
     ctx: TurnContext
@@ -121,6 +139,7 @@ class Attributed(NamedTuple):
     finish_s: float
     shadow: ShadowOffer | None = None
     tools_only: bool = False
+    weight: int = 0
 
     def __repr__(self) -> str:
         return f"Attributed(depth={self.ctx.depth}, authors={self.outcome.authors!r})"

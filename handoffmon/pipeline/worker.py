@@ -14,6 +14,37 @@ T = TypeVar("T")
 _log = logging.getLogger("handoffmon.pipeline")
 
 
+class ByteBudget:
+    """The bytes queued work holds, bounded: what a turn takes with ``take`` is given back with
+    ``give``, once the work that held it is done. Thread-safe (taken on the request path, given
+    back on the attribution thread).
+
+    Args:
+        limit: the most bytes held at once.
+    """
+
+    __slots__ = ("_lock", "held", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        """Hold ``n`` more bytes; False (nothing held) when that would pass the limit."""
+        with self._lock:
+            if self.held + n > self.limit:
+                return False
+            self.held += n
+            return True
+
+    def give(self, n: int) -> None:
+        """Give back ``n`` bytes taken earlier."""
+        if n:
+            with self._lock:
+                self.held -= n
+
+
 class WorkerPool(Generic[T]):
     """``workers`` threads, each draining its own bounded deque (a :class:`DequeWorker`).
 

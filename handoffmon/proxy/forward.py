@@ -27,7 +27,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.apis import Api
 from handoffmon.ingress.sse import SSEChunks
-from handoffmon.pipeline.records import Capture, Deferred
+from handoffmon.pipeline.records import Built, Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_headers, response_headers
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource, offer_of
@@ -333,13 +333,15 @@ class Forwarder:
         turn.capture = Capture(request, time.perf_counter() - t0 if on_request_path else 0.0)
         return turn.capture
 
-    def _offer(self, capture: Capture, turn: _Turn) -> ShadowOffer | None:
-        """The turn's shadow offer when the runtime runs shadow continuation."""
+    def _source(self, turn: _Turn) -> ShadowSource | None:
+        """The turn's shadow source when the runtime runs shadow continuation (on the serving
+        loop: its calls run there)."""
+        return self._shadow(turn.headers) if self._shadow is not None else None
+
+    def _offer(self, capture: Capture, source: ShadowSource | None) -> ShadowOffer | None:
+        """The turn's shadow offer, from its ``source``."""
         messages = capture.request.messages
-        if self._shadow is None or not messages:
-            return None
-        source = self._shadow(turn.headers)
-        if source is None:
+        if source is None or not messages:
             return None
         return offer_of(source, messages, capture.request.link, self._api is not None)
 
@@ -430,21 +432,22 @@ class Forwarder:
         reset, incomplete chunked body, read timeout) makes the client's response break
         off too, and the turn is not recorded: the client did not receive a reply.
         """
-        if turn is not None and self._capture(turn, True) is None:
-            turn = None  # not a chat request (counted): the stream is only passed through
+        if turn is not None and (not 200 <= status < 300 or _encoding(headers) is not None):
+            # not read: an error status, or a compressed event stream (both rare, so the
+            # request is parsed here, to count a body that is not a chat request as such)
+            if self._capture(turn, True) is not None:
+                self._skip("upstream_status" if not 200 <= status < 300 else "bad_reply")
+            turn = None
+        # The request is parsed once the stream has ended, on the attribution thread
+        # (_read_stream): until then the reply is folded whatever the body holds.
         sse = (
             SSEChunks(
                 max_chars=self._reply_cap,
                 folder=self._api.folder(self._reply_cap) if self._api is not None else None,
             )
-            if turn is not None and 200 <= status < 300
+            if turn is not None
             else None
         )
-        if sse is None and turn is not None:
-            self._skip("upstream_status")
-        if sse is not None and _encoding(headers) is not None:
-            self._skip("bad_reply")  # a compressed event stream: forwarded, not read
-            sse = None
         await send({"type": "http.response.start", "status": status, "headers": headers})
         pending = sse is not None and turn is not None
         try:
@@ -453,7 +456,9 @@ class Forwarder:
                     pending = self._parse_chunk(turn, headers, sse, chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (TimeoutError, aiohttp.ClientError):
-            self._broke_off(pending, status, watch)
+            self._broke_off(
+                pending and turn is not None and self._capture(turn, True) is not None, status, watch
+            )
             return
         except BaseException:  # client gone (cancelled): the client saw a partial reply
             if pending and sse is not None and turn is not None:
@@ -466,7 +471,8 @@ class Forwarder:
         self._metrics.request(self._route, status)
 
     def _broke_off(self, pending: bool, status: int, watch: _DisconnectWatch) -> None:
-        """The upstream broke off a response that has started: abort the client's.
+        """The upstream broke off a response that has started: abort the client's (``pending``:
+        a chat request's reply was being read: counted ``truncated``).
 
         Returning without the final body message makes uvicorn close the connection, so
         the client sees the same cut-off a direct call would.
@@ -505,29 +511,24 @@ class Forwarder:
                 self._skip("upstream_status")
             return
         assert self._monitor is not None
-        monitor = self._monitor
-        if self._shadow is None:
-            # The request path only queues the bytes (the ~20-40 µs of parsing both bodies
-            # run on the attribution thread, in order with every other turn).
-            turn.handed_off = True
-            monitor.finish_later(self._read_json, (turn, headers, data, time.monotonic()))
-            return
-        capture = self._capture(turn, True)
-        got = self._reply(headers, data) if capture is not None else None
-        if capture is None or got is None:
-            return
-        doc, reply = got
-        monitor.finish(
-            capture,
-            reply,
-            Deferred(_describe_response, (monitor.names, doc, headers)),
-            latency_s=time.monotonic() - turn.started,
-            shadow=self._offer(capture, turn),
+        # The request path only queues the bytes (the ~20-40 µs of parsing both bodies run on
+        # the attribution thread, in order with every other turn), within the monitor's
+        # pipeline.max_queued_bytes: a flood of large bodies is shed, not held.
+        turn.handed_off = True
+        self._monitor.finish_later(
+            self._read_json,
+            (turn, headers, data, time.monotonic(), self._source(turn)),
+            weight=len(turn.body) + len(data),
         )
 
     def _read_json(
-        self, turn: _Turn, headers: list[tuple[bytes, bytes]], data: bytes, done: float
-    ) -> tuple[Capture, Any, Deferred, float] | None:
+        self,
+        turn: _Turn,
+        headers: list[tuple[bytes, bytes]],
+        data: bytes,
+        done: float,
+        source: ShadowSource | None,
+    ) -> Built | None:
         """``Monitor.finish_later``'s build for a JSON reply (attribution thread): the parsed
         request and reply, or ``None`` when either is not monitored (counted)."""
         capture = self._capture(turn, False)
@@ -541,6 +542,7 @@ class Forwarder:
             reply,
             Deferred(_describe_response, (self._monitor.names, doc, headers)),
             done - turn.started,
+            self._offer(capture, source),
         )
 
     def _reply(self, headers: list[tuple[bytes, bytes]], data: bytes) -> tuple[Any, dict[str, Any]] | None:
@@ -569,31 +571,63 @@ class Forwarder:
     def _finish_stream(
         self, turn: _Turn, headers: list[tuple[bytes, bytes]], sse: SSEChunks, completed: bool
     ) -> bool:
-        """Hand a streamed reply to the monitor; always True (the turn is finished)."""
+        """Hand a streamed reply to the monitor (read on the attribution thread, as a JSON
+        reply); always True (the turn is finished)."""
         sse.close()
-        capture = turn.capture  # parsed when the stream began (_stream)
+        assert self._monitor is not None
+        out = sse.outcome(completed=completed)
+        turn.handed_off = True
+        self._monitor.finish_later(
+            self._read_stream,
+            (turn, headers, out, sse.events, time.monotonic(), self._source(turn)),
+            streamed=True,
+            weight=len(turn.body) + _reply_chars(out.reply),
+        )
+        return True
+
+    def _read_stream(
+        self,
+        turn: _Turn,
+        headers: list[tuple[bytes, bytes]],
+        out: StreamOutcome,
+        events: int,
+        done: float,
+        source: ShadowSource | None,
+    ) -> Built | None:
+        """``Monitor.finish_later``'s build for a folded stream (attribution thread): its
+        request parsed, or ``None`` when it is not monitored (counted)."""
+        capture = self._capture(turn, False)
         if capture is None:
-            return True
-        if sse.events == 0:
+            return None
+        if events == 0:
             self._skip("bad_reply")
-            return True
+            return None
         assert self._monitor is not None
         monitor = self._monitor
-        out = sse.outcome(completed=completed)
         if out.odd:
             monitor.count_error("parse", out.odd)
         if out.too_large:  # past proxy.max_monitored_reply_bytes characters: nothing was kept
             self._skip("too_large")
-            return True
-        monitor.finish(
+            return None
+        return (
             capture,
             out.reply,
             Deferred(_describe_stream, (monitor.names, out, headers)),
-            latency_s=time.monotonic() - turn.started,
-            streamed=True,
-            shadow=self._offer(capture, turn),
+            done - turn.started,
+            self._offer(capture, source),
         )
-        return True
+
+
+def _reply_chars(reply: dict[str, Any]) -> int:
+    """Characters of a folded reply's text and tool-call arguments (what it holds while queued)."""
+    n = 0
+    for key in ("content", "refusal"):
+        value = reply.get(key)
+        if type(value) is str:
+            n += len(value)
+    for call in reply.get("tool_calls") or ():
+        n += len(call["function"]["arguments"])
+    return n
 
 
 def _describe_response(names: ModelNames, doc: Any, headers: list[tuple[bytes, bytes]]) -> Outcome:

@@ -291,3 +291,35 @@ def test_chained_calls_queued_in_one_batch_match_one_by_one(redis_config: Handof
     finally:
         m.close()
         reference.close()
+
+
+def test_turns_holding_large_bodies_are_read_a_few_megabytes_at_a_time(
+    redis_config: HandoffmonConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns carrying raw bodies (``weight``, as ``serve``'s) are read at most ``BATCH_BYTES`` of
+    them per batch (here 1,000: four 400-byte turns in two lookups), so a batch of large bodies
+    is never all parsed at once; the checks then take them as one batch and give every byte back."""
+    from handoffmon.pipeline import attribution_stage
+
+    monkeypatch.setattr(attribution_stage, "BATCH_BYTES", 1000)
+    store = CountingStore(make_store(redis_config.store))
+    exp = RecordingExporter()
+    m = Monitor(redis_config, exporters=[exp], store=store, start=False)  # type: ignore[arg-type]
+    try:
+        for i in range(4):
+            history = [
+                {"role": "user", "content": f"large body {i}"},
+                {"role": "assistant", "content": "earlier"},
+                {"role": "user", "content": "and now"},
+            ]
+            cap = m.capture(request(m, history))
+            m.finish(cap, {"role": "assistant", "content": "fine"}, Outcome(("m1",)), weight=400)
+        assert m._front.run_pending() == 4
+        assert store.calls == {"get_many": 2}
+        assert m.queued_bytes.held == 1600  # waiting for the checks
+        m.start()
+        assert m.flush(10)
+        assert m.queued_bytes.held == 0
+        assert len(exp.results) == 4
+    finally:
+        m.close()
