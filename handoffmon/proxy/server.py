@@ -37,6 +37,25 @@ def check_exposure(config: HandoffmonConfig, source: str | None = None) -> None:
     )
 
 
+def check_limits(config: HandoffmonConfig, source: str | None = None) -> None:
+    """Refuse a byte budget no request could be monitored within.
+
+    Raises:
+        ConfigError: ``pipeline.max_queued_bytes`` is below ``proxy.max_body_bytes``: requests
+            between the two would always be shed from monitoring (the message names the key
+            and ``source``).
+    """
+    budget, body = config.pipeline.max_queued_bytes, config.proxy.max_body_bytes
+    if budget >= body:
+        return
+    raise ConfigError(
+        f"pipeline.max_queued_bytes ({budget}) is below proxy.max_body_bytes ({body}): requests "
+        "between the two could never be monitored; raise the budget or lower the body limit",
+        key="pipeline.max_queued_bytes",
+        source=source,
+    )
+
+
 def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
     """An ``HttpToolsProtocol`` subclass for ``uvicorn.Config(http=...)`` with head limits."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -224,9 +243,11 @@ def serve(
     ``announce`` runs once the app is built, before the port is bound.
 
     Raises:
-        ConfigError: see :func:`check_exposure` (``source`` names the config file).
+        ConfigError: see :func:`check_exposure` and :func:`check_limits` (``source`` names
+            the config file).
     """
     check_exposure(config, source)
+    check_limits(config, source)
     with requires_extra("proxy", "handoffmon serve"):
         import uvicorn
 

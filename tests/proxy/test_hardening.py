@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily
 from handoffmon.cli import main
 from handoffmon.errors import ConfigError
 from handoffmon.ingress.sse import SSEChunks
-from handoffmon.proxy.server import check_exposure
+from handoffmon.proxy.server import check_exposure, check_limits
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse
@@ -369,6 +369,22 @@ def test_beyond_loopback_needs_a_token_naming_key_and_file(tmp_path: Any) -> Non
         check_exposure(proxy_config("http://u", proxy={"host": host}, telemetry={"metrics_token": token}))
     with pytest.raises(ConfigError, match=r"telemetry\.metrics_token"):
         check_exposure(proxy_config("http://u", proxy={"host": "10.0.0.5"}))
+
+
+def test_a_byte_budget_below_the_body_limit_is_refused_naming_key_and_file(tmp_path: Any) -> None:
+    """pipeline.max_queued_bytes under proxy.max_body_bytes would shed every request between the
+    two from monitoring: serve refuses to start, naming the key and the file."""
+    cfg = tmp_path / "h.yaml"
+    cfg.write_text(
+        "proxy:\n  upstream: http://127.0.0.1:9\n  max_body_bytes: 2000000\n"
+        "pipeline:\n  max_queued_bytes: 1000000\n"
+    )
+    result = CliRunner().invoke(main, ["serve", "--config", str(cfg), "--port", str(free_port())])
+    assert result.exit_code != 0
+    assert "pipeline.max_queued_bytes" in result.output and str(cfg) in result.output
+    check_limits(
+        proxy_config("http://u", proxy={"max_body_bytes": 1000}, pipeline={"max_queued_bytes": 1000})
+    )
 
 
 def test_readyz_answers_503_while_draining_and_requests_still_flow(
