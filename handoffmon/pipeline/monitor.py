@@ -237,13 +237,18 @@ class Monitor:
         except Exception as exc:
             self.errors.failed("record", exc)
 
-    def _queue(self, item: Finished | Later, weight: int) -> None:
-        """Hand a turn to the attribution thread, or drop and count it (full queue or budget)."""
+    def _queue(self, item: Finished | Later, weight: int, shed: Callable[[], object] | None = None) -> None:
+        """Hand a turn to the attribution thread, or drop it (full queue or budget): counted as
+        a dropped turn, or by ``shed`` when it is not one."""
         if weight and not self.queued_bytes.take(weight):
-            self.attribution_overflows += 1
-            self.errors.drop()
+            pass
         elif not self._front.submit(item):
             self.queued_bytes.give(weight)
+        else:
+            return
+        if shed is not None:
+            shed()
+        else:
             self.attribution_overflows += 1
             self.errors.drop()
 
@@ -254,6 +259,7 @@ class Monitor:
         *,
         streamed: bool = False,
         weight: int = 0,
+        shed: Callable[[], object] | None = None,
     ) -> None:
         """The leanest request path: queue ``build(*args)`` for the attribution thread. Never
         blocks, never raises.
@@ -262,11 +268,14 @@ class Monitor:
         (the capture, the reply, the outcome, the call's latency, optionally the shadow
         offer), or ``None``; it runs on the attribution thread, in order with every other
         finished turn, and its failures are counted under ``integration``. ``streamed`` and
-        ``weight`` as for :meth:`finish`, which sheds turns the same way.
+        ``weight`` as for :meth:`finish`, which sheds turns the same way; ``shed``: called
+        instead of counting a dropped turn, for a call that would not be one (a request
+        without a reply, whose body is read only to count it).
         """
         t0 = time.perf_counter()
         try:
-            self._queue(Later(build, args, self._clock(), time.perf_counter() - t0, streamed, weight), weight)
+            item = Later(build, args, self._clock(), time.perf_counter() - t0, streamed, weight)
+            self._queue(item, weight, shed)
         except Exception as exc:
             self.errors.failed("record", exc)
 

@@ -133,8 +133,8 @@ async def _receive_within(receive: Receive, timeout_s: float) -> Message:
 
 @dataclass
 class _Turn:
-    """A chat completion in flight that may be monitored: the request body is parsed when
-    first needed (:meth:`Forwarder._capture`), on the attribution thread for JSON replies."""
+    """A chat completion in flight that may be monitored: the request body is parsed on the
+    attribution thread (:meth:`Forwarder._capture`), once the reply is finished."""
 
     body: bytes
     raw_headers: Sequence[tuple[bytes, bytes]]
@@ -295,19 +295,18 @@ class Forwarder:
             if turn is not None and not turn.parsed and not turn.handed_off:
                 # never reached the monitor (upstream error, client gone): a body that is not
                 # a chat request is still counted as such
-                self._capture(turn, True)
+                self._unread(turn, None)
 
-    def _capture(self, turn: _Turn, on_request_path: bool) -> Capture | None:
-        """The turn's parsed request, parsed on first use; ``None`` (counted as unmonitored)
-        when the body is not a chat request.
+    def _capture(self, turn: _Turn) -> Capture | None:
+        """The turn's parsed request; ``None`` (counted as unmonitored) when the body is not a
+        chat request.
 
-        ``serve`` forwards the body's bytes unchanged and parses them for the monitor only:
-        for a JSON reply on the attribution thread (:meth:`_read_json`), for a stream or a
-        shadow offer when the reply is finished. ``begin_s`` is the request-path time."""
+        ``serve`` forwards the body's bytes unchanged and parses them for the monitor only, on
+        the attribution thread (:meth:`_read_json`, :meth:`_read_stream`,
+        :meth:`_count_unread`): nothing of it is on the request path (``begin_s`` 0)."""
         if turn.parsed:
             return turn.capture
         turn.parsed = True
-        t0 = time.perf_counter()
         try:
             doc = loads(turn.body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
@@ -330,8 +329,29 @@ class Forwarder:
         if request is None:
             self._skip("no_messages")
             return None
-        turn.capture = Capture(request, time.perf_counter() - t0 if on_request_path else 0.0)
+        turn.capture = Capture(request, 0.0)
         return turn.capture
+
+    def _unread(self, turn: _Turn, reason: str | None) -> None:
+        """A request with no reply to record (an error status, a compressed or cut-off stream,
+        no answer at all): counted ``unmonitored{reason}`` when its body is a chat request,
+        else by what the body is (``bad_json``, ``no_messages``). The body is read on the
+        attribution thread, within the queued-bytes budget (a flood of large bodies the
+        upstream refuses is not parsed on the serving loop); past the budget it is counted
+        ``reason`` unread."""
+        assert self._monitor is not None
+        turn.handed_off = True
+        self._monitor.finish_later(
+            self._count_unread,
+            (turn, reason),
+            weight=len(turn.body),
+            shed=(lambda: self._skip(reason)) if reason is not None else _nothing,
+        )
+
+    def _count_unread(self, turn: _Turn, reason: str | None) -> None:
+        """``_unread``'s build (attribution thread): counts the request; nothing to record."""
+        if self._capture(turn) is not None and reason is not None:
+            self._skip(reason)
 
     def _source(self, turn: _Turn) -> ShadowSource | None:
         """The turn's shadow source when the runtime runs shadow continuation (on the serving
@@ -379,7 +399,7 @@ class Forwarder:
                         data = await resp.read()
                     except (TimeoutError, aiohttp.ClientError):
                         await send({"type": "http.response.start", "status": status, "headers": out_headers})
-                        self._broke_off(False, status, watch)
+                        self._broke_off(status, watch)
                         return
                 else:
                     # other unmonitored bodies (files, audio) and event streams pass chunk by chunk
@@ -433,10 +453,8 @@ class Forwarder:
         off too, and the turn is not recorded: the client did not receive a reply.
         """
         if turn is not None and (not 200 <= status < 300 or _encoding(headers) is not None):
-            # not read: an error status, or a compressed event stream (both rare, so the
-            # request is parsed here, to count a body that is not a chat request as such)
-            if self._capture(turn, True) is not None:
-                self._skip("upstream_status" if not 200 <= status < 300 else "bad_reply")
+            # not read: an error status, or a compressed event stream
+            self._unread(turn, "upstream_status" if not 200 <= status < 300 else "bad_reply")
             turn = None
         # The request is parsed once the stream has ended, on the attribution thread
         # (_read_stream): until then the reply is folded whatever the body holds.
@@ -456,9 +474,9 @@ class Forwarder:
                     pending = self._parse_chunk(turn, headers, sse, chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (TimeoutError, aiohttp.ClientError):
-            self._broke_off(
-                pending and turn is not None and self._capture(turn, True) is not None, status, watch
-            )
+            if pending and turn is not None:
+                self._unread(turn, "truncated")
+            self._broke_off(status, watch)
             return
         except BaseException:  # client gone (cancelled): the client saw a partial reply
             if pending and sse is not None and turn is not None:
@@ -470,16 +488,13 @@ class Forwarder:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self._metrics.request(self._route, status)
 
-    def _broke_off(self, pending: bool, status: int, watch: _DisconnectWatch) -> None:
-        """The upstream broke off a response that has started: abort the client's (``pending``:
-        a chat request's reply was being read: counted ``truncated``).
+    def _broke_off(self, status: int, watch: _DisconnectWatch) -> None:
+        """The upstream broke off a response that has started: abort the client's.
 
         Returning without the final body message makes uvicorn close the connection, so
         the client sees the same cut-off a direct call would.
         """
         self._metrics.upstream_error("stream")
-        if pending:
-            self._skip("truncated")
         self._metrics.request(self._route, status)
         watch.done = True
         _log.warning("handoffmon serve: the upstream broke off a response; aborting the client's")
@@ -507,8 +522,7 @@ class Forwarder:
 
     def _finish_json(self, turn: _Turn, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
         if not 200 <= status < 300:
-            if self._capture(turn, True) is not None:  # a body that is not a chat request counts as such
-                self._skip("upstream_status")
+            self._unread(turn, "upstream_status")
             return
         assert self._monitor is not None
         # The request path only queues the bytes (the ~20-40 µs of parsing both bodies run on
@@ -531,7 +545,7 @@ class Forwarder:
     ) -> Built | None:
         """``Monitor.finish_later``'s build for a JSON reply (attribution thread): the parsed
         request and reply, or ``None`` when either is not monitored (counted)."""
-        capture = self._capture(turn, False)
+        capture = self._capture(turn)
         got = self._reply(headers, data) if capture is not None else None
         if capture is None or got is None:
             return None
@@ -596,7 +610,7 @@ class Forwarder:
     ) -> Built | None:
         """``Monitor.finish_later``'s build for a folded stream (attribution thread): its
         request parsed, or ``None`` when it is not monitored (counted)."""
-        capture = self._capture(turn, False)
+        capture = self._capture(turn)
         if capture is None:
             return None
         if events == 0:
@@ -616,6 +630,10 @@ class Forwarder:
             done - turn.started,
             self._offer(capture, source),
         )
+
+
+def _nothing() -> None:
+    """A request without a reply or a reason, shed past the budget: nothing to count."""
 
 
 def _reply_chars(reply: dict[str, Any]) -> int:

@@ -1,7 +1,8 @@
 """``serve`` holds a turn's raw bodies until its pipeline has read them, within
 ``pipeline.max_queued_bytes``: with the attribution thread held up, large requests past the
 budget are forwarded unchanged and shed from monitoring (counted as dropped), JSON and streamed
-alike, and every byte is given back once the pipeline catches up."""
+alike, and every byte is given back once the pipeline catches up. No request body is parsed on
+the serving loop: every parse runs on the attribution thread, error replies' included."""
 
 from __future__ import annotations
 
@@ -12,25 +13,43 @@ import httpx
 import pytest
 
 from handoffmon.pipeline.attribution_stage import AttributionStage
-from tests.proxy.conftest import Upstream, proxy_config, running_proxy
+from handoffmon.proxy import forward
+from tests.proxy.conftest import Proxy, Upstream, proxy_config, running_proxy
 
 BODY_CHARS = 400_000
 BUDGET = 1_048_576
 """Two ~400 KB requests fit (with their replies); the third passes the budget."""
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_large_requests_past_the_budget_are_forwarded_and_shed(
-    upstream: Upstream, monkeypatch: pytest.MonkeyPatch, stream: bool
-) -> None:
-    gate = threading.Event()
-    handle = AttributionStage.handle
+def _hold_up(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[str]]:
+    """Hold the attribution thread until the event is set; record the thread of every body
+    parse in ``serve``."""
+    gate, parsed_on = threading.Event(), []
+    handle, loads = AttributionStage.handle, forward.loads
 
     def held_up(self: AttributionStage, item: Any) -> None:
         assert gate.wait(30)
         handle(self, item)
 
+    def recorded(data: Any) -> Any:
+        parsed_on.append(threading.current_thread().name)
+        return loads(data)
+
     monkeypatch.setattr(AttributionStage, "handle", held_up)
+    monkeypatch.setattr(forward, "loads", recorded)
+    return gate, parsed_on
+
+
+def _unmonitored(proxy: Proxy, reason: str) -> float:
+    labels = {"reason": reason}
+    return proxy.registry.get_sample_value("handoffmon_proxy_unmonitored_requests_total", labels) or 0.0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_large_requests_past_the_budget_are_forwarded_and_shed(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    gate, parsed_on = _hold_up(monkeypatch)
     cfg = proxy_config(upstream.url, pipeline={"max_queued_bytes": BUDGET})
     with running_proxy(cfg) as proxy, httpx.Client(base_url=proxy.url, timeout=30) as http:
         monitor = proxy.monitor
@@ -52,3 +71,33 @@ def test_large_requests_past_the_budget_are_forwarded_and_shed(
     assert dropped == 3 and counts.dropped == 3
     assert sum(counts.turns.values()) == 2
     assert all((b"data: [DONE]" in body) is stream for body in replies)  # every reply forwarded whole
+    assert parsed_on and set(parsed_on) == {"handoffmon-attribution"}  # the two requests and replies
+
+
+def test_error_replies_are_counted_off_the_loop_and_shed_as_unmonitored(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five large requests the upstream refuses (429): their bodies are read on the attribution
+    thread to count them; past the budget they are counted ``upstream_status`` unread, never as
+    dropped turns (they are not turns)."""
+    gate, parsed_on = _hold_up(monkeypatch)
+    cfg = proxy_config(upstream.url, pipeline={"max_queued_bytes": BUDGET})
+    with running_proxy(cfg) as proxy, httpx.Client(base_url=proxy.url, timeout=30) as http:
+        before = _unmonitored(proxy, "upstream_status")
+        for i in range(5):
+            messages = [{"role": "user", "content": f"{i} " + "x" * BODY_CHARS}]
+            r = http.post(
+                "/v1/chat/completions",
+                json={"model": "model-a", "messages": messages},
+                headers={"x-mock-status": "429"},
+            )
+            assert r.status_code == 429
+        shed = _unmonitored(proxy, "upstream_status") - before
+        gate.set()
+        assert proxy.monitor.flush(20)
+        counted = _unmonitored(proxy, "upstream_status") - before
+        counts = proxy.monitor.snapshot()
+        assert proxy.monitor.queued_bytes.held == 0
+    assert (shed, counted) == (3, 5)
+    assert counts.dropped == 0 and sum(counts.turns.values()) == 0
+    assert parsed_on == ["handoffmon-attribution"] * 2
