@@ -141,3 +141,40 @@ def test_other_choices_are_bounded_and_identical_ones_recorded_once() -> None:
     alone = attributor.record(ctx, first, ["atlas"])
     both = attributor.record(ctx, first, ["atlas"], alternatives=alternatives)
     assert len(both.items) == len(alone.items) + 2 * (len(alternatives) - 1)  # chain + content key each
+
+
+def test_a_wrapped_router_attributes_whichever_streamed_choice_was_kept(chat_base: str) -> None:
+    """A real ``litellm.Router`` streams the upstream's interleaved choices through its own
+    stream wrapper (each chunk's index kept): the wrapped Router folds them like the client."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    from handoffmon.integrations.router import RouterWrapper
+
+    router = litellm.Router(
+        model_list=[
+            {
+                "model_name": "g",
+                "litellm_params": {"model": "openai/gpt-x", "api_key": "k", "api_base": chat_base},
+                "model_info": {"id": "dep-x"},
+            }
+        ],
+        num_retries=0,
+    )
+    exp = RecordingExporter()
+    config = make_config(rules=RULES, attribution={"canonical_models": {"dep-x": "model-x"}})
+    with monitor(config, exporters=[exp]) as m:
+        wrapped = RouterWrapper(router, m)
+
+        def ask(messages: list[dict[str, Any]]) -> list[str]:
+            return _streamed_choices(wrapped.completion(model="g", messages=messages, n=3, stream=True))
+
+        _conversation(ask, [2, 1, 0, 2])
+        assert m.flush(10)
+        assert m.snapshot().monitor_errors == {}
+    results = exp.results
+    assert [r.record.author for r in results] == ["model-x"] * 4
+    assert [r.context.prefix_model for r in results] == ["none", "model-x", "model-x", "model-x"]
+    assert [[a.method for a in r.context.attributions] for r in results] == [["chain"] * d for d in range(4)]
