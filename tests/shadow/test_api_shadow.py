@@ -184,24 +184,31 @@ async def test_router_messages_turns_are_shadowed_through_chat_completions(strea
     assert sum(counts.turns.values()) == 2
 
 
-def test_a_wrapped_openai_clients_responses_turns_are_shadowed(both: tuple[Both, str]) -> None:
+@pytest.mark.parametrize("is_async", [False, True], ids=["OpenAI", "AsyncOpenAI"])
+async def test_a_wrapped_openai_clients_responses_turns_are_shadowed(
+    both: tuple[Both, str], is_async: bool
+) -> None:
     """``client.responses.create`` twice (model-a answers both, by the upstream's schedule):
     model-b continues the second through the same client's chat completions (with the shadow
-    header), and the pair is counted."""
+    header; an async client's call runs on the application's loop), and the pair is counted."""
+    import asyncio
+    import inspect
+
     app, url = both
     canonical = {"dep-a-1": "model-a", "dep-b-1": "model-b"}
     with _runtime(canonical, "model-b", {"model-a": ["model-b"]}) as rt:
-        client = openai.OpenAI(api_key="k", base_url=f"{url}/v1", max_retries=0)
-        wrapped = wrap(client, runtime=rt)
+        kind = openai.AsyncOpenAI if is_async else openai.OpenAI
+        wrapped = wrap(kind(api_key="k", base_url=f"{url}/v1", max_retries=0), runtime=rt)
         since = len(app.paths)
         items: list[Any] = [{"role": "user", "content": "hello"}]
         for i in range(2):
             reply = wrapped.responses.create(model="model-a", input=items, instructions="be brief")
+            reply = await reply if inspect.isawaitable(reply) else reply
             items += [
                 *(o.model_dump(exclude_none=True) for o in reply.output),
                 {"role": "user", "content": f"{i}"},
             ]
-            assert rt.flush(20)
+            assert await asyncio.to_thread(rt.flush, 20)  # the loop stays free for an async shadow call
         counts = rt.snapshot()
     assert app.paths[since:] == ["/v1/responses", "/v1/responses", "/v1/chat/completions"]
     seen = app.chat.seen[-1]
