@@ -202,10 +202,11 @@ def proxy_metrics_block() -> str:
     """The series ``handoffmon serve`` adds (proxy counters)."""
     from prometheus_client import CollectorRegistry
 
+    from handoffmon.pipeline.worker import ByteBudget
     from handoffmon.proxy.metrics import ProxyMetrics
 
     registry = CollectorRegistry()
-    ProxyMetrics(registry)
+    ProxyMetrics(registry, ByteBudget(1))
     return "\n".join(_metrics_table(_families(registry)))
 
 

@@ -55,7 +55,7 @@ class ProxyState:
         self.owns_runtime = owns_runtime
         self.ready = False
         self.draining = False
-        self.metrics = ProxyMetrics(runtime.registry)
+        self.metrics = ProxyMetrics(runtime.registry, runtime.monitor.queued_bytes)
         self.renderer = MetricsRenderer(runtime.registry, config.proxy.metrics_render_timeout_s)
 
 

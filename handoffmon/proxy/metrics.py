@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from handoffmon.exporters.prometheus import register_metrics
+from handoffmon.pipeline.worker import ByteBudget
 
 ROUTES = ("chat_completions", "responses", "messages", "passthrough", "other")
 UNMONITORED_REASONS = (
@@ -40,9 +41,17 @@ class ProxyMetrics:
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too).
         ``handoffmon_proxy_client_disconnects_total``: clients that left before the end.
+        ``handoffmon_proxy_queued_bytes``, ``handoffmon_proxy_queued_bytes_limit``: the request
+        and reply bytes turns hold until they are checked, and ``pipeline.max_queued_bytes``
+        (read at scrape time from ``queued``): drops while the first nears the second come
+        from the byte budget, not a full queue.
+
+    Args:
+        registry: where the series live.
+        queued: the monitor's queued-bytes budget.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, queued: ByteBudget) -> None:
         self._requests = Counter(
             "handoffmon_proxy_requests",
             "Requests answered by handoffmon serve, by route and status class.",
@@ -66,8 +75,22 @@ class ProxyMetrics:
             "Clients that disconnected before the response was complete.",
             registry=None,
         )
+        held = Gauge(
+            "handoffmon_proxy_queued_bytes",
+            "Request and reply bytes held by turns not yet checked (pipeline.max_queued_bytes bounds it).",
+            registry=None,
+        )
+        held.set_function(lambda: queued.held)
+        limit = Gauge(
+            "handoffmon_proxy_queued_bytes_limit",
+            "pipeline.max_queued_bytes: the most queued bytes.",
+            registry=None,
+        )
+        limit.set_function(lambda: queued.limit)
         # served without ``_created`` samples, like the exporter's own metrics
-        register_metrics(registry, [self._requests, self._unmonitored, self._upstream, self.disconnects])
+        register_metrics(
+            registry, [self._requests, self._unmonitored, self._upstream, self.disconnects, held, limit]
+        )
         classes = [f"{c}xx" for c in range(1, 6)]
         self._req_children = {(r, c): self._requests.labels(r, c) for r in ROUTES for c in classes}
         self._unmon_children = {r: self._unmonitored.labels(r) for r in UNMONITORED_REASONS}

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.store_failures import StoreStatsCollector
+from handoffmon.pipeline.worker import ByteBudget
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.testing import make_turn_result
 from tests.docs.snippets import DOCS, ROOT
@@ -66,7 +67,7 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
         counts = counts.merge(Counts(shadow=increments))
     assert exp.publish_refit(refit(counts, buckets=DepthBuckets()))
     proxy = CollectorRegistry()
-    ProxyMetrics(proxy)
+    ProxyMetrics(proxy, ByteBudget(1))
     proxy.register(StoreStatsCollector(lambda: {"get_errors": 1}))
     # a runtime with routing.enabled registers the routing policy's series beside the exporter
     from handoffmon.config import RoutingConfig

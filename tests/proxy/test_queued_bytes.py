@@ -63,11 +63,15 @@ def test_large_requests_past_the_budget_are_forwarded_and_shed(
             replies.append(r.content)
         held = monitor.queued_bytes.held
         dropped = monitor.snapshot().dropped
+        gauge = proxy.registry.get_sample_value
+        gauges = [gauge("handoffmon_proxy_queued_bytes"), gauge("handoffmon_proxy_queued_bytes_limit")]
         gate.set()
         assert monitor.flush(20)
         counts = monitor.snapshot()
         assert monitor.queued_bytes.held == 0
+        assert proxy.registry.get_sample_value("handoffmon_proxy_queued_bytes") == 0
     assert 2 * BODY_CHARS < held <= BUDGET  # the two turns queued, nothing of the others
+    assert gauges == [held, BUDGET]  # what /metrics shows an operator
     assert dropped == 3 and counts.dropped == 3
     assert sum(counts.turns.values()) == 2
     assert all((b"data: [DONE]" in body) is stream for body in replies)  # every reply forwarded whole
