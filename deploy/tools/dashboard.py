@@ -312,6 +312,8 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         f"sum by (mode, outcome) (rate({q.m('handoffmon_routing_decisions_total')}[$__rate_interval]))"
     )
     table_age = f"max({q.m('handoffmon_routing_table_age_seconds')})"
+    held = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes')})"
+    limit = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes_limit')})"
     return (
         d.with_row(dashboard.Row("Routing: fallbacks and the proxy").id(30))
         .with_panel(
@@ -364,6 +366,17 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
             .span(8)
             .height(8)
             .with_target(_target(table_age, "table age", "A", True))
+        )
+        .with_panel(
+            _ts(
+                36,
+                "handoffmon serve: bytes held by turns not yet checked, and the limit (QueueDrops past it)",
+                "bytes",
+                24,
+                8,
+                _target(held, "held: {{instance}}", "A"),
+                _target(limit, "limit: {{instance}}", "B"),
+            )
         )
     )
 

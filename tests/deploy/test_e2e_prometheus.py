@@ -108,12 +108,13 @@ def test_every_rule_evaluates_without_error_and_recording_rules_keep_deployments
 
 def test_every_dashboard_query_returns_data_for_one_deployment_only(ready: ReplayStack) -> None:
     """Each panel target with `$job=prod` parses, returns data (serve-only panels excepted)
-    and matches the reference Prometheus that never saw staging; with `$job=staging` the
-    refit and traffic panels differ (the two recorded deployments are not alike)."""
+    and matches the reference Prometheus that never saw staging; with `$job=staging` at least
+    half the panels with data differ (the two recorded deployments are not alike; the serve-only
+    panels, empty for both, cannot)."""
     targets = panel_targets(dashboard())
     assert len(targets) >= 30
     problems: list[str] = []
-    differs = 0
+    differs = compared = 0
     for title, expr in targets:
         prod = substitute(expr, VALUES)
         staging = substitute(expr, {**VALUES, "job": "staging"})
@@ -131,9 +132,12 @@ def test_every_dashboard_query_returns_data_for_one_deployment_only(ready: Repla
                 problems.append(
                     f"differs from prod alone: {title}\n  shared={shared}\n  reference={reference}"
                 )
-        differs += _by_labels(ready.prom.query(staging)) != shared
+        if not _serve_only(expr):
+            compared += 1
+            differs += _by_labels(ready.prom.query(staging)) != shared
     assert not problems, "\n".join(problems)
-    assert differs >= len(targets) // 2, f"staging looks like prod on {len(targets) - differs} queries"
+    assert compared >= 30
+    assert differs >= compared // 2, f"staging looks like prod on {compared - differs} of {compared} queries"
 
 
 def test_dashboard_variables_resolve_to_label_values(ready: ReplayStack) -> None:

@@ -122,6 +122,8 @@ def test_dashboard_covers_every_required_view() -> None:
         "handoffmon_check_seconds_total",
         "handoffmon_proxy_requests_total",
         "handoffmon_proxy_upstream_errors_total",
+        "handoffmon_proxy_queued_bytes",
+        "handoffmon_proxy_queued_bytes_limit",
         "handoffmon_store_failures_total",
         "handoffmon_label_values",
         "handoffmon_label_limit",
