@@ -34,12 +34,9 @@ def serve(
             config = config_from_mapping(data, source=f"{config_path or '<defaults>'} + command line")
         if not config.proxy.upstream:
             raise ConfigError("no upstream: pass --upstream URL or set proxy.upstream", key="proxy.upstream")
-        from handoffmon.proxy.server import check_exposure, check_limits
         from handoffmon.proxy.server import serve as run
 
         source = f"{config_path or '<defaults>'}" + (" + command line" if overrides else "")
-        check_exposure(config, source)
-        check_limits(config, source)
 
         where = f"http://{config.proxy.host}:{config.proxy.port}/v1"
         upstream_url, backend = config.proxy.upstream, config.store.backend

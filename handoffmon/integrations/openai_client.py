@@ -25,7 +25,7 @@ from handoffmon.integrations.responses_calls import api_messages, linked, snapsh
 from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.pipeline.records import Capture, Deferred
+from handoffmon.pipeline.records import Built, Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,24 +69,20 @@ class SdkTurns:
 
     def offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
         """The turn's shadow offer when the runtime runs shadow continuation (``api``: a call of
-        another API, read as chat)."""
-        messages = cap.request.messages
-        if self.shadow is None or not messages:
-            return None
-        source = self.shadow()
-        return offer_of(source, messages, cap.request.link, api) if source is not None else None
+        another API, read as chat); on the thread the call finished on (an async client's source
+        is bound to that loop)."""
+        return _offer(self.shadow() if self.shadow is not None else None, cap, api)
 
     def begin(self, kwargs: Mapping[str, Any], api: Api | None = None) -> Capture | _Pending | None:
         """The turn's capture; ``None`` when it is not monitored (a Responses API call naming a
         stored history it cannot be attributed from). A call of another API (``api``) without
         metadata or extra headers/body is only copied here (``_Pending``): its request is read
-        as chat when the reply is finished (ADR 0002), unless the turn may get a shadow offer
-        (read now, as a chat call is: the offer goes with ``Monitor.finish``)."""
+        as chat when the reply is finished (ADR 0002), its shadow offer made there too."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
             if api is None:
                 return self.monitor.capture(self.parser.openai_call(kwargs))
-            if self.shadow is None and _KEPT_NOW.isdisjoint(kwargs):
+            if _KEPT_NOW.isdisjoint(kwargs):
                 t0 = time.perf_counter()
                 return _Pending(snapshot(kwargs), time.perf_counter() - t0, api)
             return self._api_capture(kwargs, api)
@@ -110,16 +106,22 @@ class SdkTurns:
         return None if cap is None else Capture(cap.request, ctx.begin_s)
 
     def _read_later(
-        self, ctx: _Pending, response: Any, headers: Mapping[str, Any] | None, latency_s: float
-    ) -> tuple[Capture, Any, Deferred, float] | None:
-        """``Monitor.finish_later``'s build for a non-streamed ``_Pending`` call."""
+        self,
+        ctx: _Pending,
+        response: Any,
+        headers: Mapping[str, Any] | None,
+        latency_s: float,
+        source: ShadowSource | None,
+    ) -> Built | None:
+        """``Monitor.finish_later``'s build for a non-streamed ``_Pending`` call (``source``: its
+        shadow source, taken when the call finished)."""
         cap = self.resolve(ctx)
         doc = ctx.api.as_chat(response)
         reply = reply_message(doc)
         if cap is None or reply is None:
             return None
         outcome = Deferred(describe_response, (self.monitor.names, doc, served_by_headers(headers)))
-        return cap, reply, outcome, latency_s
+        return cap, reply, outcome, latency_s, _offer(source, cap, True)
 
     def finish(
         self,
@@ -130,7 +132,10 @@ class SdkTurns:
         api: Api | None = None,
     ) -> None:
         if isinstance(cap, _Pending):  # read on the attribution thread, in order with other turns
-            self.monitor.finish_later(self._read_later, (cap, response, headers, time.perf_counter() - t0))
+            source = self.shadow() if self.shadow is not None else None
+            self.monitor.finish_later(
+                self._read_later, (cap, response, headers, time.perf_counter() - t0, source)
+            )
             return
         try:
             served = served_by_headers(headers)
@@ -171,6 +176,14 @@ class SdkTurns:
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")
+
+
+def _offer(source: ShadowSource | None, cap: Capture, api: bool) -> ShadowOffer | None:
+    """A turn's shadow offer from its integration's ``source`` (``None``: shadow off)."""
+    messages = cap.request.messages
+    if source is None or not messages:
+        return None
+    return offer_of(source, messages, cap.request.link, api)
 
 
 def _raw(completions: Any, name: str) -> Any:

@@ -20,7 +20,7 @@ from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
-from handoffmon.pipeline.records import Capture, Deferred
+from handoffmon.pipeline.records import Built, Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,9 +72,9 @@ class RouterWrapper:
         self._dep_names: dict[str, str | None] = {}
         self._routing = _routing(router, monitor, runtime)
         self._shadow = _shadow(router, monitor, runtime)
-        # no shadow offer and no trace context to take from this thread: the request can be
-        # parsed, and the reply read, on the attribution thread (``_lean``)
-        self._lean = self._shadow is None and not self._parser.trace
+        # no trace context to take from this thread: the request can be parsed, and the reply
+        # read, on the attribution thread (``_lean``), its shadow offer made there too
+        self._lean = not self._parser.trace
 
     @property
     def runtime(self) -> Runtime | None:
@@ -210,7 +210,7 @@ class RouterWrapper:
     def _begin_api(self, kwargs: Mapping[str, Any], api: Api) -> Capture | dict[str, Any] | None:
         """A call's arguments as of the call (``responses_calls.snapshot``), read as chat later
         — on the attribution thread, or when its stream ends — unless something forces a read
-        now (shadow or trace context, the application's metadata or headers): then its capture.
+        now (trace context, the application's metadata or headers): then its capture.
         ``None`` when it is not monitored. ``api``: the Responses or the Messages API."""
         if self._lean and _KEPT_NOW.isdisjoint(kwargs):
             return snapshot(kwargs)
@@ -239,7 +239,7 @@ class RouterWrapper:
 
     def _read_api(
         self, kwargs: dict[str, Any], api: Api, response: Any, t0: float, t1: float, t2: float
-    ) -> tuple[Capture, Any, Deferred, float] | None:
+    ) -> Built | None:
         """A non-streamed call of ``api`` read on the attribution thread (``finish_later``);
         ``None`` when it is not monitored (a stored history it cannot name, no input, not a
         response)."""
@@ -249,7 +249,7 @@ class RouterWrapper:
         if cap is None:
             return None
         outcome = Deferred(describe_response, (self._monitor.names, chat, served_by_response(response)))
-        return cap, reply, outcome, t2 - t1
+        return cap, reply, outcome, t2 - t1, self._offer(cap, api=True)
 
     def _api_done(
         self,
@@ -334,14 +334,15 @@ class RouterWrapper:
         t0: float,
         t1: float,
         t2: float,
-    ) -> tuple[Capture, Any, Deferred, float]:
+    ) -> Built:
         """What ``_capture`` and ``_finish`` would have taken, on the attribution thread."""
         request = self._parser.router_call(model, messages, kwargs, received_at=t0)
         reply = reply_message(response)
         if content is not _UNREAD and isinstance(reply, dict) and reply.get("content") is not content:
             reply = {**reply, "content": content}  # the text as returned, not as edited since
         outcome = Deferred(describe_response, (self._monitor.names, response, None))
-        return Capture(request, t1 - t0), reply, outcome, t2 - t1
+        cap = Capture(request, t1 - t0)
+        return cap, reply, outcome, t2 - t1, self._offer(cap)
 
     def _stream_done(
         self, cap: Capture, t0: float, out: StreamOutcome, inner: Any, api: bool = False

@@ -169,8 +169,7 @@ class AttributionStage:
             return None
         if got is None:
             return None
-        capture, reply, outcome, latency_s, *offer = got
-        shadow = offer[0] if offer else None
+        capture, reply, outcome, latency_s, shadow = got
         return Finished(
             capture,
             reply,

@@ -211,7 +211,7 @@ class Monitor:
             latency_s: wall time of the call; default: since the request was parsed.
             shadow: the integration's offer of a shadow continuation of this turn (only
                 when the runtime runs shadow continuation).
-            weight: bytes of its own the turn holds until it is attributed (raw bodies an
+            weight: bytes of its own the turn holds until it is checked (raw bodies an
                 integration keeps to parse later), within ``pipeline.max_queued_bytes``.
 
         When the attribution queue is full, its turns already hold ``max_queued_bytes``, or
@@ -240,12 +240,11 @@ class Monitor:
     def _queue(self, item: Finished | Later, weight: int, shed: Callable[[], object] | None = None) -> None:
         """Hand a turn to the attribution thread, or drop it (full queue or budget): counted as
         a dropped turn, or by ``shed`` when it is not one."""
-        if weight and not self.queued_bytes.take(weight):
-            pass
-        elif not self._front.submit(item):
-            self.queued_bytes.give(weight)
-        else:
+        held = not weight or self.queued_bytes.take(weight)
+        if held and self._front.submit(item):
             return
+        if held:
+            self.queued_bytes.give(weight)
         if shed is not None:
             shed()
         else:
@@ -265,7 +264,7 @@ class Monitor:
         blocks, never raises.
 
         ``build`` returns what :meth:`capture` and :meth:`finish` would have been given
-        (the capture, the reply, the outcome, the call's latency, optionally the shadow
+        (``Built``: the capture, the reply, the outcome, the call's latency, the shadow
         offer), or ``None``; it runs on the attribution thread, in order with every other
         finished turn, and its failures are counted under ``integration``. ``streamed`` and
         ``weight`` as for :meth:`finish`, which sheds turns the same way; ``shed``: called

@@ -54,8 +54,8 @@ class Finished(NamedTuple):
         finished_at: wall clock when the reply finished.
         finish_s: request-path time ``finish`` took.
         shadow: the integration's offer of a shadow continuation (``None``: shadow off).
-        weight: bytes the turn holds while it waits (``Monitor``'s queued-bytes budget; given
-            back when the attribution stage is done with it).
+        weight: bytes of its own the turn holds (``Monitor.queued_bytes``), given back once
+            it is checked, or when it goes no further.
     """
 
     capture: Capture
@@ -72,21 +72,17 @@ class Finished(NamedTuple):
         return f"Finished({self.capture!r}, streamed={self.streamed})"
 
 
-Built = (
-    tuple[Capture, Any, Outcome | Deferred, float]
-    | tuple[Capture, Any, Outcome | Deferred, float, ShadowOffer | None]
-)
-"""What a ``Later.build`` returns: the capture, reply, outcome and latency ``Monitor.finish``
-would have been given, and optionally the turn's shadow offer."""
+Built = tuple[Capture, Any, Outcome | Deferred, float, ShadowOffer | None]
+"""What a ``Later.build`` returns: the capture, reply, outcome, latency and shadow offer
+(``None``: none) ``Monitor.finish`` would have been given."""
 
 
 class Later(NamedTuple):
     """A call handed to ``Monitor.finish_later``: everything but the timing is read later.
 
-    ``build(*args)`` runs on the attribution thread and returns the turn's ``Capture``,
-    reply, outcome and latency, and optionally its shadow offer (or ``None``: nothing to
-    record), so the request path only keeps references to what the call was given and
-    returned.
+    ``build(*args)`` runs on the attribution thread and returns the turn's ``Built`` record
+    (or ``None``: nothing to record), so the request path only keeps references to what the
+    call was given and returned.
 
     Attributes:
         build: reads the call (parses the request, copies the reply) on the attribution thread.

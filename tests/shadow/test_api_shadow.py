@@ -22,8 +22,6 @@ pytest.importorskip("litellm")
 
 import openai
 
-from handoffmon import build_runtime
-from handoffmon.config import config_from_mapping
 from handoffmon.counts import ShadowKey
 from handoffmon.integrations import wrap
 from handoffmon.shadow.turns import unsent_history
@@ -33,6 +31,7 @@ from tests.proxy.conftest import proxy_config, running_proxy
 from tests.proxy.messages_upstream import MessagesUpstream
 from tests.proxy.mock_upstream import MockUpstream, ServerThread
 from tests.proxy.responses_upstream import RESPONSES_PATHS, ResponsesUpstream
+from tests.shadow.helpers import shadow_runtime
 
 RULES = [{"name": "short", "check": "length", "params": {"unit": "words", "max": 500}}]
 """Every reply of the mock upstreams passes: a recorded pair lands in ``both_pass``."""
@@ -63,22 +62,7 @@ def both() -> Iterator[tuple[Both, str]]:
 
 
 def _runtime(canonical: dict[str, str], target: str, candidates: dict[str, list[str]]) -> Any:
-    config = config_from_mapping(
-        {
-            "rules": RULES,
-            "attribution": {"canonical_models": canonical},
-            "telemetry": {"log_turns": False},
-            "refit": {"interval_s": 0},
-            "shadow": {
-                "enabled": True,
-                "sample_rate": 1.0,
-                "usd_per_day": None,
-                "targets": [target],
-                "candidates": candidates,
-            },
-        }
-    )
-    return build_runtime(config, registry=None)
+    return shadow_runtime(RULES, target, candidates, canonical)
 
 
 def _skipped(rt: Any, reason: str) -> float:

@@ -16,10 +16,9 @@ pytest.importorskip("openai")
 
 import openai
 
-from handoffmon import build_runtime
-from handoffmon.config import config_from_mapping
 from handoffmon.counts import Counts, ShadowKey
 from handoffmon.integrations import wrap
+from tests.shadow.helpers import shadow_runtime
 
 RULES = [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}]
 REPLIES = {"model-c": "ok", "model-b": "the other model answers with this long reply"}
@@ -53,21 +52,7 @@ class Endpoint:
 
 
 def _runtime() -> Any:
-    config = config_from_mapping(
-        {
-            "rules": RULES,
-            "telemetry": {"log_turns": False},
-            "refit": {"interval_s": 0},
-            "shadow": {
-                "enabled": True,
-                "sample_rate": 1.0,
-                "usd_per_day": None,
-                "targets": ["model-b"],
-                "candidates": {"model-c": ["model-b"]},
-            },
-        }
-    )
-    return build_runtime(config, registry=None)
+    return shadow_runtime(RULES, "model-b", {"model-c": ["model-b"]})
 
 
 async def _two_turns(client: Any) -> Counts:
