@@ -2,7 +2,7 @@
 (round trips) per batch instead of three per turn, and the same results as one turn at a time.
 
 SQLite keeps one turn at a time: batching its check stage was measured and not adopted
-(docs/operations/performance.md, round "Redis turns in batches")."""
+(docs/operations/performance-rounds.md, round "Redis turns in batches")."""
 
 from __future__ import annotations
 
