@@ -155,9 +155,11 @@ def alertmanager(tmp_path: Path, config: dict[str, Any]) -> Iterator[Process]:
 
 @contextmanager
 def pushgateway(tmp_path: Path) -> Iterator[Process]:
-    """Debian's Pushgateway (no persistence) on a free loopback port."""
+    """Debian's Pushgateway on a free loopback port, without persistence: Debian's build
+    defaults ``--persistence.file`` to a machine-wide file, which would load whatever any
+    earlier gateway on the machine was sent."""
     binary = require_binary(PUSHGATEWAY)
     port = free_port()
-    args = [binary, f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    args = [binary, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file=", "--log.level=warn"]
     with _run(args, f"http://127.0.0.1:{port}", tmp_path / "pushgateway.log", "/-/ready") as server:
         yield server
