@@ -74,6 +74,9 @@ class RecordedReply:
     seq: int = 0
     head: tuple[str, Mapping[str, object]] | None = None
     """A provider conversation's new head: its state id and value (``put_state``; ADR 0011)."""
+    chars: int = 0
+    """The reply's normalized characters, counted as ``TurnContext.history_chars`` counts a
+    message: the size a later call continuing this reply's stored response does not send."""
 
 
 @dataclass(slots=True)
@@ -642,7 +645,7 @@ class Attributor:
             cid = derived_conversation_id(h)
         canon = self.names.canonical_all(authors)
         if ctx.degraded or canon.count(UNKNOWN_MODEL) == len(canon):
-            return RecordedReply(cid, chain_key(h), ())
+            return RecordedReply(cid, chain_key(h), (), chars=n)
         auth = Authorship(canon, ctx.depth, self._clock(), cid)
         items = [(chain_key(h), auth)]
         if self.content_fallback:
@@ -672,7 +675,7 @@ class Attributor:
                 break
         else:
             self._verify(h)
-        return RecordedReply(cid, items[0][0], tuple(items), seq, head)
+        return RecordedReply(cid, items[0][0], tuple(items), seq, head, n)
 
     def _remember_head(self, state_id: str, head: Authorship) -> None:
         """Keep a conversation's head recorded here until it is persisted (bounded like the

@@ -64,6 +64,18 @@ STATE_CACHE = 1024
 """Conversation states the check stage keeps built (cleared when full): those in flight."""
 
 
+def _continued(ctx: TurnContext, state: ConversationState) -> TurnContext:
+    """The context of a call continuing a stored response, with the size of the history it
+    did not send: when the response it continues is the conversation's deepest turn, the
+    history is what that turn left (``state.chars``) plus the new input; otherwise (a branch
+    from an earlier response, or that turn not checked yet) the new input only, a lower bound."""
+    previous = next(a for a in reversed(ctx.attributions) if a.index < 0)  # index -1
+    if ctx.degraded or previous.depth != state.depth:
+        return ctx
+    chars = state.chars + ctx.history_chars
+    return _ctx_with(ctx, history_chars=chars, history_tokens=(chars + 3) // 4)
+
+
 def _str_list(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
@@ -251,6 +263,9 @@ class CheckStage:
         """Rules, state, counts and export of a turn whose conversation state is ``state``;
         ``save`` keeps the state it leaves."""
         author = turn.outcome.authors[-1]
+        attributions = ctx.attributions
+        if attributions and attributions[0].index < 0 and state.chars:
+            ctx = _continued(ctx, state)
         if not ctx.degraded and ctx.depth > state.depth:
             self._aggregates.move_session(state.depth, ctx.depth)
         state = self._declare(state, ctx)
@@ -273,7 +288,8 @@ class CheckStage:
             and ctx.prefix_authors <= 1
             and not ctx.degraded
         )
-        state, cluster, transitions = state.fold(ctx.depth, author, ctx.prefix_model, clean, checks)
+        chars = ctx.history_chars + getattr(turn.recorded, "chars", 0)
+        state, cluster, transitions = state.fold(ctx.depth, author, ctx.prefix_model, clean, checks, chars)
         save(ctx, state)
         record = self._record(turn, ctx, author)
         content = None

@@ -80,6 +80,9 @@ class ConversationState:
         cells: (rule or ``all``, author, prefix) → (passes, pass/fail checks) this
             conversation contributed to the cell: what the cluster sums' increments need
             (at most ``MAX_CELLS`` entries).
+        chars: the conversation's size after its deepest turn (that turn's
+            ``history_chars`` plus its reply's): the history a call continuing the latest
+            stored response holds without sending it (``CheckStage``, ADR 0011).
     """
 
     depth: int = 0
@@ -87,6 +90,7 @@ class ConversationState:
     previous: Mapping[str, str] = field(default_factory=dict)
     last: Mapping[str, LastVerdict] = field(default_factory=dict)
     cells: Mapping[CellId, tuple[int, int]] = field(default_factory=dict)
+    chars: int = 0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> ConversationState:
@@ -98,12 +102,14 @@ class ConversationState:
         prev_raw: Any = data.get("previous") or {}
         depth: Any = data.get("depth", 0)
         cells_raw: Any = data.get("cells") or []
+        chars: Any = data.get("chars", 0)  # absent in states written before it was kept
         return cls(
             int(depth),
             tuple((int(d), dict(r)) for d, r in rules_raw),
             {str(k): str(v) for k, v in dict(prev_raw).items()},
             {str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
             _cells(cells_raw),
+            int(chars),
         )
 
     def to_mapping(self, now_s: float | None = None) -> dict[str, object]:
@@ -120,6 +126,7 @@ class ConversationState:
             "previous": {k: v for k, v in previous.items() if v is not None},
             "last": {k: [v.verdict, v.depth] for k, v in self.last.items()},
             "cells": [[r, m, p, y, n] for (r, m, p), (y, n) in self.cells.items()],
+            "chars": self.chars,
         }
 
     def declare(self, rules: tuple[Mapping[str, Any], ...], depth: int) -> ConversationState:
@@ -157,7 +164,9 @@ class ConversationState:
         regenerated reply at the same depth replaces the last verdict without a transition).
         """
         previous, last, transitions = self._advanced(depth, checks)
-        state = ConversationState(max(self.depth, depth), self.declared_rules, previous, last, self.cells)
+        state = ConversationState(
+            max(self.depth, depth), self.declared_rules, previous, last, self.cells, self.chars
+        )
         return state, transitions
 
     def tally(
@@ -174,15 +183,28 @@ class ConversationState:
         cells, steps = self._tallied(author, prefix_model, clean, checks)
         if cells is self.cells:
             return self, steps
-        return ConversationState(self.depth, self.declared_rules, self.previous, self.last, cells), steps
+        return (
+            ConversationState(self.depth, self.declared_rules, self.previous, self.last, cells, self.chars),
+            steps,
+        )
 
     def fold(
-        self, depth: int, author: str, prefix_model: str, clean: bool, checks: tuple[CheckResult, ...]
+        self,
+        depth: int,
+        author: str,
+        prefix_model: str,
+        clean: bool,
+        checks: tuple[CheckResult, ...],
+        chars: int = 0,
     ) -> tuple[ConversationState, tuple[ClusterStep, ...], tuple[Transition, ...]]:
-        """:meth:`tally` then :meth:`advance` in one step (one new state: the per-turn path)."""
+        """:meth:`tally` then :meth:`advance` in one step (one new state: the per-turn path).
+
+        ``chars``: the conversation's size after this turn; kept when the turn is at least
+        as deep as any before it (a regenerated earlier turn leaves the size of the deepest)."""
         cells, steps = self._tallied(author, prefix_model, clean, checks)
         previous, last, transitions = self._advanced(depth, checks)
-        state = ConversationState(max(self.depth, depth), self.declared_rules, previous, last, cells)
+        size = chars if depth >= self.depth else self.chars
+        state = ConversationState(max(self.depth, depth), self.declared_rules, previous, last, cells, size)
         return state, steps, transitions
 
     def _advanced(

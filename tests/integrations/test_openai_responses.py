@@ -145,6 +145,38 @@ async def test_chained_calls_are_turns(upstream: tuple[ResponsesUpstream, str], 
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_chained_calls_count_the_history_they_do_not_send(
+    upstream: tuple[ResponsesUpstream, str], mode: str
+) -> None:
+    """A chained call's ``history_chars`` is the size of the whole history the model continues
+    (tool call, tool output, earlier answers): the same as when the application sends the
+    whole history itself."""
+    sizes: dict[bool, list[tuple[int, int, int]]] = {}
+    for chained in (False, True):
+        exp = RecordingExporter()
+        with monitor(CONFIG, exporters=[exp]) as m:
+            cls = openai.AsyncOpenAI if mode.startswith("a") else openai.OpenAI
+            wrapped = OpenAIClientWrapper(cls(base_url=upstream[1], api_key="k", max_retries=0), m)
+            items: list[Any] = [{"role": "user", "content": f"{mode}: {TOOL_WORDS}"}]
+            reply = await _ask(wrapped, mode, model="gpt-x", input=items)
+            call = next(o for o in reply.output if o.type == "function_call")
+            new: list[Any] = [{"type": "function_call_output", "call_id": call.call_id, "output": "42"}]
+            for d in (1, 2, 3):
+                items += [o.model_dump(exclude_none=True) for o in reply.output] + new
+                if chained:
+                    reply = await _ask(wrapped, mode, model="gpt-x", input=new, previous_response_id=reply.id)
+                else:
+                    reply = await _ask(wrapped, mode, model="gpt-x", input=items)
+                new = [{"role": "user", "content": f"{mode}: question {d}"}]
+            assert m.flush(10)
+        ctxs = [r.context for r in exp.results]
+        sizes[chained] = [(c.depth, c.history_chars, c.history_tokens) for c in ctxs]
+    assert sizes[True] == sizes[False]
+    assert [depth for depth, _, _ in sizes[True]] == [1, 2, 3, 4]
+    assert sizes[True][-1][1] > sizes[True][-2][1] > sizes[True][0][1] > 0
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_conversation_objects_are_turns(upstream: tuple[ResponsesUpstream, str], mode: str) -> None:
     """Calls continuing one ``conversation`` object carry only their new input: turns at their
     depth under the conversation's id, the hidden history from the conversation's head."""
