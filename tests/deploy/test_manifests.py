@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from handoffmon.sources.prometheus import parse_match
 from tests.conftest import require_binary
-from tests.deploy.shipped import DEPLOY, PROM_CONFIG, ROOT, RULES, from_rules_tool, load_yaml
+from tests.deploy.shipped import (
+    ALERTING_DOC,
+    DEPLOY,
+    PROM_CONFIG,
+    ROOT,
+    RULES,
+    from_rules_tool,
+    load_yaml,
+)
 
 K8S = DEPLOY / "k8s"
 
@@ -27,11 +37,20 @@ def _k8s_docs() -> list[dict[str, Any]]:
 
 
 def test_promtool_check_config_accepts_the_example_prometheus_config(tmp_path: Path) -> None:
-    """`promtool check config` validates the scrape config and the rule file it loads."""
+    """`promtool check config` validates the scrape config and the rule file it loads, once the
+    token file is created the way docs/operations/alerting.md says (compose mounts it there)."""
     promtool = require_binary("promtool")
     for name in (PROM_CONFIG.name, "handoffmon-rules.yml"):
         shutil.copy(PROM_CONFIG.parent / name, tmp_path / name)
-    (tmp_path / "handoffmon-token").write_text("s3cret\n")  # compose mounts the secret there
+    documented = [
+        line.split("#")[0]
+        for line in ALERTING_DOC.read_text(encoding="utf-8").splitlines()
+        if "> handoffmon-token" in line
+    ]
+    assert len(documented) == 1, documented
+    env = {k: v for k, v in os.environ.items() if k != "HANDOFFMON_METRICS_TOKEN"}
+    subprocess.run(["bash", "-c", documented[0]], cwd=tmp_path, env=env, check=True, timeout=10)
+    assert (tmp_path / "handoffmon-token").read_text().strip()
     proc = subprocess.run(
         [promtool, "check", "config", str(tmp_path / PROM_CONFIG.name)],
         capture_output=True,
@@ -285,3 +304,33 @@ def test_compose_declares_the_v2_requirement_and_ships_alertmanager() -> None:
     for name, svc in compose["services"].items():
         for port in svc.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), (name, port)
+
+
+def test_compose_gives_litellm_the_master_key_it_refuses_to_start_without() -> None:
+    """LiteLLM 1.108+ refuses to start without a (non-public) master key: compose requires
+    LITELLM_MASTER_KEY (`:?` stops `docker compose up` without it), the LiteLLM config reads it,
+    LiteLLM's own boot check accepts the result, and the documented request sends it."""
+    compose = load_yaml(DEPLOY / "docker-compose.yml")
+    env = compose["services"]["litellm"]["environment"]
+    assert str(env.get("LITELLM_MASTER_KEY", "")).startswith("${LITELLM_MASTER_KEY:?"), env
+    config = load_yaml(DEPLOY / "litellm" / "config.yaml")
+    assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
+    boot = pytest.importorskip("litellm.proxy.auth.master_key_boot_check")
+    key = "sk-0123456789abcdef0123456789abcdef"  # what `sk-$(openssl rand -hex 16)` looks like
+
+    def verdict(master_key: str | None) -> object:
+        return boot.master_key_boot_verdict(
+            master_key=master_key,
+            environment_master_key=master_key,
+            general_settings=config["general_settings"],
+            config_file_path="config.yaml",
+            override_env_is_on=False,
+            salt_key_is_set=False,
+            database_is_configured=False,
+        )
+
+    assert isinstance(verdict(key), boot.SafeMasterKey)
+    assert isinstance(verdict(None), boot.UnsafeMasterKeyRefused)  # what an unset key would do
+    doc = (ROOT / "docs" / "operations" / "compose.md").read_text(encoding="utf-8")
+    assert "export LITELLM_MASTER_KEY=sk-$(openssl rand -hex 16)" in doc
+    assert '-H "Authorization: Bearer $LITELLM_MASTER_KEY"' in doc
