@@ -21,6 +21,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
+from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
@@ -448,6 +449,46 @@ class ClientWrapper:
         if name == "_client":  # not set yet (an instance made without __init__): no recursion
             raise AttributeError(name)
         return getattr(self._client, name)
+
+    _OWN = frozenset({"_client", "_monitor", "_runtime", "_turns", "_paths"})
+    """The wrapper's own instance attributes; any other write goes to the client."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A write reaches the client (``wrapped.api_key = "new"``: the next request sends the new
+        key), as reads do; the wrapper's own attributes and methods stay its own."""
+        set_forwarded(self, "_client", self._OWN, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        del_forwarded(self, "_client", self._OWN, name)
+
+    # ``with`` / ``async with``: special methods are looked up on the type, never through
+    # ``__getattr__``, so the wrapper delegates them itself and gives itself to the block
+    # (calls made inside stay monitored).
+
+    def __enter__(self) -> Any:
+        _special(self._client, "__enter__", "")()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._client.__exit__(*exc)
+
+    async def __aenter__(self) -> Any:
+        await _special(self._client, "__aenter__", "asynchronous ")()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._client.__aexit__(*exc)
+
+
+def _special(client: Any, name: str, kind: str) -> Any:
+    """The client's bound special method ``name``; the ``TypeError`` a ``with`` on the client
+    itself raises when it has none (an async client in a plain ``with``)."""
+    method = getattr(client, name, None)
+    if method is None:
+        raise TypeError(
+            f"{type(client).__name__!r} object does not support the {kind}context manager protocol"
+        )
+    return method
 
 
 class OpenAIClientWrapper(ClientWrapper):

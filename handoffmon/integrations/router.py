@@ -17,6 +17,7 @@ from handoffmon.ingress import (
 from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS
 from handoffmon.ingress.sse import SSEFolder
+from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
@@ -53,10 +54,10 @@ class RouterWrapper:
     ``responses`` / ``aresponses`` (the Responses API, read as chat by ``ingress.responses``;
     calls continuing server-side state pass through unmonitored).
 
-    Every other attribute passes through to the router. Responses (and streamed chunks)
-    are returned unchanged; monitoring failures are counted, never raised. A router
-    error propagates unchanged (no reply, so no turn is recorded). Who served a reply is
-    read from the response's ``_hidden_params`` on the attribution thread.
+    Every other attribute passes through to the router, written as well as read. Responses
+    (and streamed chunks) are returned unchanged; monitoring failures are counted, never
+    raised. A router error propagates unchanged (no reply, so no turn is recorded). Who served
+    a reply is read from the response's ``_hidden_params`` on the attribution thread.
 
     Args:
         router: the router (or any object with litellm-style ``completion``/``acompletion``).
@@ -95,6 +96,19 @@ class RouterWrapper:
         if name == "_router":  # not set yet (an instance made without __init__): no recursion
             raise AttributeError(name)
         return getattr(self._router, name)
+
+    _OWN = frozenset(
+        {"_router", "_monitor", "_runtime", "_parser", "_dep_names", "_routing", "_shadow", "_lean"}
+    )
+    """The wrapper's own instance attributes; any other write goes to the router."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A write reaches the router (``wrapped.fallbacks = [...]``, ``wrap(litellm).drop_params =
+        True``), as reads do; the wrapper's own attributes and methods stay its own."""
+        set_forwarded(self, "_router", self._OWN, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        del_forwarded(self, "_router", self._OWN, name)
 
     # -- calls --------------------------------------------------------------------------
 
