@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import click
 
+from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.errors import HandoffmonError
 
 VERDICT_COLUMNS = ("pass", "fail", "not_applicable", "error")
@@ -40,15 +40,16 @@ VERDICT_COLUMNS = ("pass", "fail", "not_applicable", "error")
 @click.option("--budget-s", type=float, default=0.05, show_default=True, help="Per-check time budget.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-rule summary as JSON.")
 def check(rules_path: str, input_path: str, output_path: str | None, budget_s: float, as_json: bool) -> None:
-    """Print per-rule pass rates of RULES on the replies in INPUT (exit 1 on bad input)."""
+    """Print per-rule pass rates of RULES on the replies in INPUT (exit 1 on bad input, 4 if it is empty)."""
     from handoffmon.checkers.offline import load_rules_file, read_replies, replay
 
     try:
         rules = load_rules_file(rules_path, budget_s=budget_s)
         tally, per_line = replay(rules, read_replies(input_path), input_path)
     except HandoffmonError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc))
+    if not per_line:  # an empty file checks nothing: no all-clear, no output file
+        fail(f"{input_path}: no replies", ExitCode.NO_DATA)
     if output_path:
         with open(output_path, "w", encoding="utf-8") as fh:
             for lineno, results in per_line:

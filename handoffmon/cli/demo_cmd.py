@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,13 +51,11 @@ def _check_port_free(port: int) -> None:
     """Fail in a second on a busy ``--serve`` port, before importing litellm and building the
     world costs several seconds. The runtime binds the port itself afterwards (and reports a
     port taken in between the same way)."""
-    if port == 0:
-        return
-    try:
-        with socket.create_server(("127.0.0.1", port)):
-            pass
-    except OSError as exc:
-        raise _port_taken(port, exc.strerror or str(exc)) from exc
+    from handoffmon.cli.listen import cannot_listen
+
+    reason = cannot_listen("127.0.0.1", port)
+    if reason is not None:
+        raise _port_taken(port, reason)
 
 
 def _serve(world: Any, duration_s: float | None, refit_interval_s: float) -> None:

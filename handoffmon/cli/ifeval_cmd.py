@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections import Counter
 
 import click
 
+from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.errors import HandoffmonError
 
 
@@ -37,7 +37,10 @@ from handoffmon.errors import HandoffmonError
 )
 @click.option("--by-instruction", is_flag=True, help="Also print accuracy per instruction id.")
 def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by_instruction: bool) -> None:
-    """Score RESPONSES against INPUT's instructions; print prompt- and instruction-level accuracy."""
+    """Score RESPONSES against INPUT's instructions; print prompt- and instruction-level accuracy.
+
+    Exit status 1 on bad input, 4 when INPUT holds no prompts (nothing is written then).
+    """
     from handoffmon.checkers.ifeval.evaluate import accuracy, read_inputs, read_responses, run
 
     try:
@@ -45,8 +48,9 @@ def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by
         responses = read_responses(responses_path)
         results = run(inputs, responses, mode)  # type: ignore[arg-type]
     except HandoffmonError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc))
+    if not results:  # nothing scored: no accuracy of 0, no output file
+        fail(f"{input_path}: no prompts", ExitCode.NO_DATA)
     tmp = f"{output_path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         for r in results:

@@ -118,7 +118,8 @@ MATCH_OPTION = click.option(
     "--source",
     "source",
     required=True,
-    help="sqlite:///PATH, prometheus://HOST:PORT, cells.csv or a turn log (.jsonl, .csv, .parquet)",
+    help="sqlite://PATH (sqlite://handoffmon.db relative, sqlite:///abs/path.db absolute), "
+    "prometheus://HOST:PORT, cells.csv or a turn log (.jsonl, .csv, .parquet)",
 )
 @click.option("--transitions", type=click.Path(dir_okay=False), help="transitions.csv to merge in")
 @MATCH_OPTION

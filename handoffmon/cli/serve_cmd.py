@@ -6,8 +6,14 @@ import os
 
 import click
 
+from handoffmon.cli.exits import fail
+from handoffmon.cli.listen import cannot_listen
 from handoffmon.config import load_config
 from handoffmon.errors import ConfigError
+
+STARTUP_FAILURE = 3
+"""uvicorn's exit status when the server could not start (``uvicorn.config.STARTUP_FAILURE``):
+handoffmon's 3 means "flagged", so serve reports it as an error (1) instead."""
 
 
 @click.command("serve")
@@ -19,7 +25,10 @@ from handoffmon.errors import ConfigError
 def serve(
     upstream: str | None, host: str | None, port: int | None, config_path: str | None, log_level: str
 ) -> None:
-    """Proxy /v1/* to UPSTREAM unchanged, monitoring chat completions; /metrics, /healthz, /readyz."""
+    """Proxy /v1/* to UPSTREAM unchanged, monitoring chat completions; /metrics, /healthz, /readyz.
+
+    Exit status 1 when the config is bad or the address cannot be listened on.
+    """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         config = load_config(config_path)
@@ -34,14 +43,25 @@ def serve(
             config = config_from_mapping(data, source=f"{config_path or '<defaults>'} + command line")
         if not config.proxy.upstream:
             raise ConfigError("no upstream: pass --upstream URL or set proxy.upstream", key="proxy.upstream")
+        from handoffmon.proxy.server import check_exposure, check_limits
         from handoffmon.proxy.server import serve as run
 
         source = f"{config_path or '<defaults>'}" + (" + command line" if overrides else "")
-
-        where = f"http://{config.proxy.host}:{config.proxy.port}/v1"
+        check_exposure(config, source)  # config errors first: they are what the user must fix
+        check_limits(config, source)
+        host, port = config.proxy.host, config.proxy.port
+        # before the app is built (seconds) and its banner printed: a busy port comes alone
+        reason = cannot_listen(host, port)
+        if reason is not None:
+            fail(f"cannot listen on {host}:{port}: {reason}")
+        where = f"http://{host}:{port}/v1"
         upstream_url, backend = config.proxy.upstream, config.store.backend
         banner = f"handoffmon serve: {where} -> {upstream_url} (store: {backend})"
         # announced once the app (rules compiled, store opened) is built: a config error comes alone
         run(config, log_level=log_level, source=source, announce=lambda: click.echo(banner, err=True))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+    except SystemExit as exc:
+        if exc.code != STARTUP_FAILURE:
+            raise
+        fail("the server did not start (the reason is logged above)")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.cli.refit_cmd import MATCH_OPTION
@@ -12,7 +14,11 @@ from handoffmon.config import StoreConfig
 from handoffmon.errors import HandoffmonError, NoDataError
 
 DEFAULT_SOURCE = f"sqlite://{StoreConfig().path}"
-"""The SQLite file a monitor with ``store.backend: sqlite`` writes by default (relative to the cwd)."""
+"""The SQLite file a monitor with ``store.backend: sqlite`` writes by default (relative to the cwd).
+
+The default backend is ``memory``, which writes no file: without ``--source`` and without
+that file, the error says so and points to ``--source``.
+"""
 
 
 @click.group("shapes")
@@ -26,8 +32,9 @@ def shapes() -> None:
     default=DEFAULT_SOURCE,
     show_default=True,
     help=(
-        "sqlite://PATH (sqlite:///abs/path.db), prometheus://HOST:PORT, refit.json, cells.csv "
-        "or a turn log (.jsonl/.csv/.parquet)"
+        "sqlite://PATH (sqlite://handoffmon.db relative, sqlite:///abs/path.db absolute), "
+        "prometheus://HOST:PORT, refit.json, cells.csv or a turn log (.jsonl/.csv/.parquet); "
+        "the default is the file a monitor with store.backend: sqlite writes"
     ),
 )
 @MATCH_OPTION
@@ -36,7 +43,7 @@ def shapes() -> None:
     "--confidence", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True)
 )
 def export(source: str, match: str | None, out: str, confidence: float) -> None:
-    """Write versioned production shapes (schema handoffmon.shapes/1) to --out.
+    """Write versioned production shapes ("schema": "handoffmon.shapes", "version": 1) to --out.
 
     Exit status 4 when the source holds no checks (e.g. a Prometheus whose targets went
     stale): nothing is written then.
@@ -45,6 +52,13 @@ def export(source: str, match: str | None, out: str, confidence: float) -> None:
     from handoffmon.cli.refit_cmd import write_text_atomic
     from handoffmon.evals.shapes import export_shapes
 
+    defaulted = click.get_current_context().get_parameter_source("source") is ParameterSource.DEFAULT
+    if defaulted and not Path(source[len("sqlite://") :]).exists():
+        fail(
+            f"no --source given and the default {source} does not exist (only a monitor with "
+            "store.backend: sqlite writes it; the default backend, memory, writes no file): pass "
+            "--source sqlite://PATH, prometheus://HOST:PORT, refit.json, cells.csv or a turn log"
+        )
     try:
         result = export_shapes(source, confidence=confidence, match=match)
         write_text_atomic(out, result.to_json())

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from handoffmon.errors import HandoffmonError
+from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.errors import HandoffmonError, NoDataError
 
 
 @click.group("stats")
@@ -42,7 +41,10 @@ def switch_matrix_cmd(
     min_n: int,
     fdr: float,
 ) -> None:
-    """Paired BCa Δ per cell, BCa cell means and the π/σ decomposition of a switch matrix."""
+    """Paired BCa Δ per cell, BCa cell means and the π/σ decomposition of a switch matrix.
+
+    Exit status 1 on a malformed SCORES file, 4 when it holds no rows (nothing is written then).
+    """
     from handoffmon.cli.refit_cmd import write_text_atomic
     from handoffmon.refit.switch_matrix import ScoreTable, switch_matrix
     from handoffmon.sources.csv import read_scores_csv
@@ -61,8 +63,7 @@ def switch_matrix_cmd(
         )
         write_text_atomic(out, result.to_json())
     except HandoffmonError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)
     sig = sum(p.significant for p in result.fit.pairs)
     click.echo(
         f"switch matrix: {len(table.models)} models, {len(table.episodes)} episodes, "

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from handoffmon.counts import CheckKey, Counts, TransitionKey
 from handoffmon.depth import DepthBuckets
-from handoffmon.errors import InputError
+from handoffmon.errors import InputError, NoDataError
 from handoffmon.types import VERDICTS
 
 CELLS_COLUMNS = ("rule", "prefix_model", "model", "depth_bucket", "n", "passes")
@@ -135,7 +135,12 @@ def _finite(raw: str) -> float:
 
 
 def read_scores_csv(path: str | Path) -> list[tuple[str, str, str, float]]:
-    """Read a switch-matrix scores.csv; a repeated (episode, prefix, suffix) is an error."""
+    """Read a switch-matrix scores.csv; a repeated (episode, prefix, suffix) is an error.
+
+    Raises:
+        InputError: a missing column or a bad row (file and line named).
+        NoDataError: the file holds no rows.
+    """
     seen: dict[tuple[str, str, str], int] = {}
     out: list[tuple[str, str, str, float]] = []
     for row in _rows(path, SCORES_COLUMNS):
@@ -148,7 +153,7 @@ def read_scores_csv(path: str | Path) -> list[tuple[str, str, str, float]]:
         seen[key] = row.line
         out.append((*key, row.parse("score", _finite, "a finite number")))
     if not out:
-        raise InputError(f"{path}: no rows")
+        raise NoDataError(f"{path}: no rows")
     return out
 
 

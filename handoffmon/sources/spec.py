@@ -1,4 +1,4 @@
-"""Resolve a ``--source`` spec (sqlite:///PATH, prometheus://HOST:PORT, http(s)://…, cells.csv, turn logs)."""
+"""Resolve a ``--source`` spec (sqlite://PATH, prometheus://HOST:PORT, http(s)://…, cells.csv, turn logs)."""
 
 from __future__ import annotations
 
@@ -95,10 +95,13 @@ def load_source(
         from handoffmon.sources.csv import read_cells_csv
 
         loaded = Loaded(read_cells_csv(spec), spec)
+    elif Path(spec).suffix.lower() in (".db", ".sqlite", ".sqlite3"):
+        raise SourceError(f"unknown source {spec!r}: a SQLite file is read as sqlite://{spec}")
     else:
         raise SourceError(
-            f"unknown source {spec!r}: use sqlite:///PATH, prometheus://HOST:PORT, "
-            "cells.csv or a turn log (.jsonl, .csv, .parquet)"
+            f"unknown source {spec!r}: use sqlite://PATH (sqlite://handoffmon.db relative, "
+            "sqlite:///abs/path.db absolute), prometheus://HOST:PORT, cells.csv or a turn log "
+            "(.jsonl, .csv, .parquet)"
         )
     if transitions:
         from handoffmon.sources.csv import read_transitions_csv

@@ -18,7 +18,7 @@ from typing import Any
 from handoffmon._extras import requires_extra
 from handoffmon.counts import CELL_TOTAL, CellStatKey, CheckKey, Counts, TransitionKey, TurnKey
 from handoffmon.depth import DepthBuckets
-from handoffmon.errors import InputError
+from handoffmon.errors import InputError, NoDataError
 from handoffmon.types import VERDICTS
 
 COLUMNS = ("conversation_id", "depth", "model", "prefix_model", "rule", "verdict")
@@ -66,6 +66,8 @@ def _load(con: Any, path: Path) -> None:
         )
     except duckdb.Error as exc:
         raise InputError(f"{path}: not a readable turn log: {str(exc).splitlines()[0]}") from exc
+    if con.execute("SELECT count(*) FROM raw").fetchone()[0] == 0:  # before columns: none inferred
+        raise NoDataError(f"{path}: no rows")
     have = {r[0] for r in con.execute("DESCRIBE raw").fetchall()}
     missing = [c for c in COLUMNS if c not in have]
     if missing:
@@ -103,8 +105,6 @@ def _load(con: Any, path: Path) -> None:
             f"{path}: {unit} {dup[1] + offset} repeats conversation, depth and rule "
             f"of {unit} {dup[0] + offset}"
         )
-    if con.execute("SELECT count(*) FROM turns").fetchone()[0] == 0:
-        raise InputError(f"{path}: no rows")
 
 
 def _buckets(con: Any, buckets: DepthBuckets) -> None:
@@ -145,6 +145,7 @@ def read_turns(path: str | Path, buckets: DepthBuckets | None = None) -> Counts:
 
     Raises:
         InputError: unreadable file, missing column, or a bad row (file and line named).
+        NoDataError: the file holds no rows.
     """
     p = Path(path)
     if not p.exists():

@@ -183,3 +183,18 @@ def test_check_accepts_toml_rules_and_reports_bad_yaml(tmp_path: Path) -> None:
     bad = _write(tmp_path, "bad.yaml", "rules: [unclosed\n")
     result = CliRunner().invoke(main, ["check", "--rules", bad, "--input", replies])
     assert result.exit_code == 1 and "bad.yaml" in result.output and "not valid YAML" in result.output
+
+
+def test_check_and_ifeval_on_empty_input_exit_4_and_write_nothing(tmp_path: Path) -> None:
+    """An empty replies or prompts file is NO_DATA (exit 4) naming the file, not "0 replies" or
+    "prompt-level: 0.0000" with exit 0; no output file is left behind."""
+    rules = _write(tmp_path, "rules.yaml", RULES)
+    empty = _write(tmp_path, "empty.jsonl", "")
+    out = tmp_path / "v.jsonl"
+    res = CliRunner().invoke(main, ["check", "--rules", rules, "--input", empty, "--output", str(out)])
+    assert res.exit_code == 4, res.output
+    assert f"error: {empty}: no replies" in res.stderr and not out.exists()
+    args = ["ifeval", "--input", empty, "--responses", empty, "--output", str(out)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 4, res.output
+    assert f"error: {empty}: no prompts" in res.stderr and not out.exists()

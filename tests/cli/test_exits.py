@@ -54,6 +54,20 @@ def test_shapes_export_default_source_is_the_monitors_default_store(tmp_path: Pa
     assert res.exit_code == ExitCode.ERROR and "handoffmon.db" in res.stderr  # missing file: named, relative
 
 
+def test_shapes_export_without_source_or_default_file_says_what_to_do(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The default store backend (memory) writes no file: without --source and without the default
+    file, the error names the default, says which backend writes it and points to --source."""
+    assert StoreConfig().backend == "memory"
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["shapes", "export", "--out", "s.json"])
+    assert res.exit_code == ExitCode.ERROR
+    assert "no --source given and the default sqlite://handoffmon.db does not exist" in res.stderr
+    assert "store.backend: sqlite" in res.stderr and "pass --source" in res.stderr
+    given = ["shapes", "export", "--source", "sqlite://handoffmon.db", "--out", "s.json"]
+    res = CliRunner().invoke(main, given)
+    assert res.exit_code == ExitCode.ERROR and "no --source given" not in res.stderr  # given: its own error
+
+
 def test_config_check_rejects_reserved_rule_names(tmp_path: Path) -> None:
     """A rule named 'all' (the refit's pooled fit) or '*' fails config check naming key and file."""
     for name in ("all", "*"):

@@ -148,3 +148,26 @@ def test_unreachable_pushgateway_exits_1(tmp_path: Path) -> None:
     args = ["refit", *_csv_inputs(tmp_path), "--out", str(tmp_path / "r.json")]
     res = CliRunner().invoke(main, [*args, "--pushgateway", f"127.0.0.1:{free_port()}"])
     assert res.exit_code == 1 and "error:" in res.output
+
+
+def test_refit_empty_turn_log_exits_4_no_rows(tmp_path: Path) -> None:
+    """An empty turn log (JSONL with no lines, CSV with only its header) is NO_DATA (exit 4,
+    "no rows"), not "missing column(s)" with exit 1."""
+    (tmp_path / "t.jsonl").write_text("")
+    (tmp_path / "t.csv").write_text("conversation_id,depth,model,prefix_model,rule,verdict\n")
+    for name in ("t.jsonl", "t.csv"):
+        src = tmp_path / name
+        res = CliRunner().invoke(main, ["refit", "--source", str(src), "--out", str(tmp_path / "o.json")])
+        assert res.exit_code == 4, res.output
+        assert f"error: {src}: no rows" in res.stderr and not (tmp_path / "o.json").exists()
+
+
+def test_refit_bare_sqlite_path_suggests_the_sqlite_url_that_reads_it() -> None:
+    """`--source handoffmon.db` suggests sqlite://handoffmon.db (relative), not sqlite:///PATH,
+    which for that file would read /handoffmon.db; an absolute path keeps its leading slash."""
+    res = CliRunner().invoke(main, ["refit", "--source", "handoffmon.db", "--out", "-"])
+    assert res.exit_code == 1 and "read as sqlite://handoffmon.db" in res.stderr, res.output
+    res = CliRunner().invoke(main, ["refit", "--source", "/var/lib/h.db", "--out", "-"])
+    assert "read as sqlite:///var/lib/h.db" in res.stderr, res.output
+    res = CliRunner().invoke(main, ["refit", "--source", "counts.txt", "--out", "-"])
+    assert "sqlite://handoffmon.db relative, sqlite:///abs/path.db absolute" in res.stderr, res.output

@@ -59,3 +59,12 @@ def test_switch_matrix_bad_scores_exit_1(tmp_path: Path) -> None:
         main, ["stats", "switch-matrix", "--scores", str(bad), "--out", str(tmp_path / "o.json")]
     )
     assert res.exit_code == 1 and "missing column(s) score" in res.output
+
+
+def test_switch_matrix_header_only_scores_exit_4(tmp_path: Path) -> None:
+    """A scores file with its header and no rows is NO_DATA (exit 4), not a malformed file (1)."""
+    empty = tmp_path / "s.csv"
+    empty.write_text("episode,prefix_model,suffix_model,score\n")
+    out = tmp_path / "o.json"
+    res = CliRunner().invoke(main, ["stats", "switch-matrix", "--scores", str(empty), "--out", str(out)])
+    assert res.exit_code == 4 and f"error: {empty}: no rows" in res.stderr and not out.exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from handoffmon.errors import InputError
+from handoffmon.errors import InputError, NoDataError
 from handoffmon.sim.calibration import standard_population
 from handoffmon.sim.counting import counts_from_rows
 from handoffmon.sim.population import simulate
@@ -100,7 +100,11 @@ def test_missing_columns_and_empty_files_are_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="missing column"):
         read_turns(path)
     path.write_text(",".join(COLUMNS) + "\n")
-    with pytest.raises(InputError):
+    with pytest.raises(NoDataError, match="no rows"):  # empty is no data (exit 4), not malformed
+        read_turns(path)
+    path = tmp_path / "t.jsonl"
+    path.write_text("")  # no line, so no columns either: still "no rows", not "missing column"
+    with pytest.raises(NoDataError, match="no rows"):
         read_turns(path)
 
 

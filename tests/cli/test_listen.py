@@ -1,0 +1,47 @@
+"""A busy port ends `handoffmon serve` with exit 1 and one error line, before any banner."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+from handoffmon.cli.exits import ExitCode
+from handoffmon.cli.listen import cannot_listen
+
+
+def test_cannot_listen_names_a_busy_port_and_passes_a_free_one() -> None:
+    """A port someone listens on is "address already in use"; once closed it is free; 0 always is."""
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        assert cannot_listen("127.0.0.1", port) == "address already in use"
+        assert cannot_listen("0.0.0.0", port) == "address already in use"  # covers 127.0.0.1
+    assert cannot_listen("127.0.0.1", port) is None
+    assert cannot_listen("127.0.0.1", 0) is None
+
+
+def test_serve_on_a_busy_port_exits_1_without_the_banner() -> None:
+    """Not the banner, uvicorn's errno 98 and exit 3 (FLAGGED): one error line and exit 1."""
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        args = ["serve", "--upstream", "http://127.0.0.1:9", "--host", "127.0.0.1", "--port", str(port)]
+        res = CliRunner().invoke(main, args)
+    assert res.exit_code == ExitCode.ERROR, res.output
+    assert res.stderr == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+def test_serve_reports_uvicorns_startup_failure_as_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port taken between the check and uvicorn's bind (uvicorn exits 3, its STARTUP_FAILURE)
+    still ends with exit 1: 3 is handoffmon's "flagged"."""
+    import handoffmon.proxy.server
+
+    def startup_failure(*args: object, **kwargs: object) -> None:
+        raise SystemExit(3)
+
+    monkeypatch.setattr(handoffmon.proxy.server, "serve", startup_failure)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # free once closed
+    res = CliRunner().invoke(main, ["serve", "--upstream", "http://127.0.0.1:9", "--port", str(port)])
+    assert res.exit_code == ExitCode.ERROR and "the server did not start" in res.stderr, res.output
