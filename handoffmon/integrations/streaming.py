@@ -7,7 +7,10 @@ thread already holds (the cyclic collector runs finalizers wherever it is trigge
 the finalizer does one thing only: ``SimpleQueue.put`` (C, reentrant, lock-free) of the
 report onto :data:`_FINALIZED`. The report itself (``on_done``: counting, ``finish``) runs
 later on a normal stack: on the ``handoffmon-stream-finalizer`` thread, or at the start of
-the next wrapped call (:func:`drain_finalized`), whichever comes first.
+the next wrapped call (:func:`drain_finalized`), whichever comes first. Reports are only
+taken off the queue under ``_reporting`` (the finalizer thread is woken by a token on a queue
+of its own, ``_WAKE``), so :func:`settle` (``Runtime.flush`` and ``close``), holding it,
+knows every stream dropped before it was reported.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ _FINALIZED: queue.SimpleQueue[tuple[OnDone, Folder, Any]] = queue.SimpleQueue()
 """Reports of dropped streams, put by finalizers (the only thing a finalizer does)."""
 _drainer_pid: int | None = None
 _drainer_lock = threading.Lock()  # taken on normal stacks only (stream construction), never by a finalizer
+_WAKE: queue.SimpleQueue[None] = queue.SimpleQueue()
+"""One token per report put on :data:`_FINALIZED`: wakes the finalizer thread."""
+_reporting = threading.RLock()
+"""Held by whoever takes reports off :data:`_FINALIZED` (normal stacks only, never a finalizer)."""
 
 
 def _report(cb: OnDone, folder: Folder, inner: Any, completed: bool) -> None:
@@ -44,24 +51,46 @@ def _report(cb: OnDone, folder: Folder, inner: Any, completed: bool) -> None:
 def drain_finalized() -> int:
     """Report the streams dropped since the last drain, on this (normal) stack; returns how many.
 
-    Never raises. The wrappers call it at the start of every call, and the finalizer thread
-    whenever a report arrives.
+    Never raises. The wrappers call it at the start of every call (a report another thread is
+    making is waited for, so a dropped stream's turn is queued before the call's), and the
+    finalizer thread whenever a report arrives.
     """
+    if _FINALIZED.empty():  # the usual: nothing dropped, no lock taken
+        return 0
+    with _reporting:
+        return _drain()
+
+
+def _drain() -> int:
     n = 0
-    while not _FINALIZED.empty():
+    while True:
         try:
             cb, folder, inner = _FINALIZED.get_nowait()
         except queue.Empty:
             return n
         _report(cb, folder, inner, completed=False)
         n += 1
-    return n
+
+
+def settle(timeout_s: float | None = None) -> bool:
+    """Report every stream dropped so far, waiting for a report another thread is making
+    (``Runtime.flush`` and ``close``: the turn of a stream the application dropped is queued
+    by the time they look); False when another thread's report outlasted ``timeout_s``.
+    Never raises."""
+    if not _reporting.acquire(timeout=-1 if timeout_s is None else max(0.0, timeout_s)):
+        return False
+    try:
+        _drain()
+    finally:
+        _reporting.release()
+    return True
 
 
 def _drain_forever() -> None:
     while True:
-        cb, folder, inner = _FINALIZED.get()
-        _report(cb, folder, inner, completed=False)
+        _WAKE.get()
+        with _reporting:
+            _drain()
 
 
 def _ensure_drainer() -> None:
@@ -108,6 +137,7 @@ class _Base:
         if cb is not None:
             self._on_done = None
             _FINALIZED.put((cb, self._folder, self._inner))
+            _WAKE.put(None)
 
 
 class SyncStream(_Base):

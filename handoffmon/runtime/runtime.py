@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -121,9 +122,13 @@ class Runtime:
         return self
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until queued turns reached the exporters and their shadow calls finished; False on timeout."""
+        """Wait until queued turns reached the exporters and their shadow calls finished; False on timeout.
+
+        Streams the application dropped before finishing them count: their turns are queued
+        first (``_settle_streams``)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        ok = self.monitor.flush(timeout_s)
+        ok = _settle_streams(timeout_s)
+        ok = self.monitor.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ok
         if self.shadow is not None:
             ok = self.shadow.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ok
         return ok
@@ -151,10 +156,13 @@ class Runtime:
         if self.refit is not None:
             self.refit.stop()
         started = time.monotonic()
-        self.monitor.close(timeout_s)  # drains the check stage, which feeds the shadow runner
+        budget = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
+        if not _settle_streams(budget):  # their turns are queued before the pipeline drains
+            _log.warning("handoffmon: reports of dropped streams did not finish within %.1fs", budget)
+        # the monitor drains the check stage, which feeds the shadow runner
+        self.monitor.close(max(0.0, budget - (time.monotonic() - started)))
         if self.shadow is not None:
-            left = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
-            self.shadow.close(max(0.0, left - (time.monotonic() - started)))
+            self.shadow.close(max(0.0, budget - (time.monotonic() - started)))
         if self.metrics_server is not None:
             self.metrics_server.close()
         self._unexpose()
@@ -178,6 +186,21 @@ class Runtime:
         state = "closed" if self._closed else "started" if self._started else "built"
         port = f", metrics={self.metrics_server.url}" if self.metrics_server is not None else ""
         return f"Runtime({state}, store={self.config.store.backend}{port})"
+
+
+def _settle_streams(timeout_s: float | None) -> bool:
+    """Queue the turns of streams the application dropped unfinished (their finalizers only
+    leave a report, made on a normal stack later: ``integrations.streaming``); False when a
+    report another thread was making outlasted ``timeout_s``. Nothing to do when no wrapper
+    ever made a stream (the module is not loaded)."""
+    streaming = sys.modules.get("handoffmon.integrations.streaming")
+    if streaming is None:
+        return True
+    try:
+        return bool(streaming.settle(timeout_s))
+    except Exception:  # pragma: no cover - settle never raises; flush and close must not either
+        _log.warning("handoffmon could not report dropped streams", exc_info=True)
+        return False
 
 
 def _atexit_closer(runtime: Runtime) -> Callable[[], None]:

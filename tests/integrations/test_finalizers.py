@@ -78,3 +78,48 @@ def test_dropped_streams_collected_inside_the_monitor_lock_never_hang_the_router
     status, calls, reported = finalizer_hang.run(4, 8, 60.0)
     assert (status, calls) == ("ok", 64)
     assert reported == 64 + 1  # + the last call, which drained what the finalizers left
+
+
+async def test_flush_and_close_count_the_turns_of_dropped_streams() -> None:
+    """A stream the application stops reading and drops (sync or async, through a real Router)
+    is a turn by the time ``runtime.flush()`` returns, every time, and ``close()`` right after
+    the drop records it too. (Before: the report waited in the finalizer queue for the
+    finalizer thread, and flush returned without it in about half the tries — 10 of 20 in
+    the audit — while close lost every one.)"""
+    from handoffmon.integrations import wrap
+    from handoffmon.runtime import build_runtime
+    from handoffmon.testing import RecordingExporter
+    from tests.integrations.routers import fallback_router
+    from tests.pipeline.helpers import make_config
+
+    config = make_config()
+    router = fallback_router()
+    exp = RecordingExporter()
+    rt = build_runtime(config, registry=None, exporters=[exp])
+    try:
+        wrapped = wrap(router, runtime=rt)
+        for i in range(20):
+            messages = [{"role": "user", "content": f"drop {i}"}]
+            if i % 2:
+                astream = await wrapped.acompletion(model="backup", messages=messages, stream=True)
+                await astream.__anext__()
+                del astream
+            else:
+                stream = wrapped.completion(model="backup", messages=messages, stream=True)
+                next(stream)
+                del stream
+            assert rt.flush(10)
+            assert len(exp.results) == i + 1
+        assert all(r.record.streamed and r.record.author == "openai/gpt-b" for r in exp.results)
+    finally:
+        rt.close()
+    for i in range(5):
+        exp = RecordingExporter()
+        rt = build_runtime(config, registry=None, exporters=[exp])
+        stream = wrap(router, runtime=rt).completion(
+            model="backup", messages=[{"role": "user", "content": f"close {i}"}], stream=True
+        )
+        next(stream)
+        del stream
+        rt.close()
+        assert len(exp.results) == 1
