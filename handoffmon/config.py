@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -23,6 +26,8 @@ from handoffmon.errors import ConfigError
 
 ENV_PREFIX = "HANDOFFMON_"
 ENV_NESTED = "__"
+
+_log = logging.getLogger("handoffmon.config")
 
 
 class _Section(BaseModel):
@@ -492,30 +497,117 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``HANDOFFMON_STORE__BACKEND=sqlite`` → ``{"store": {"backend": "sqlite"}}``.
+def _unwrap(annotation: Any) -> Any:
+    """``X | None`` → ``X`` (the ``None`` of an optional field says nothing about its values)."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
 
-    Values are parsed as JSON when they parse (numbers, booleans, lists), else kept as text.
-    Only variables whose first segment names a top-level config key are read, so other
-    ``HANDOFFMON_*`` variables (a test's ``HANDOFFMON_SOAK_S``) are not config; a bad key
-    inside a known section (``HANDOFFMON_STORE__BACKEDN``) still fails fast.
+
+def _annotation_at(path: list[str]) -> Any:
+    """The type of the config value at ``path`` (a dict's keys name its entries), or ``None``
+    when no key is there."""
+    node: Any = HandoffmonConfig
+    for part in path:
+        node = _unwrap(node)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(part)
+            if field is None:
+                return None
+            node = field.annotation
+        elif get_origin(node) is dict:
+            node = get_args(node)[1]
+        else:
+            return None
+    return node
+
+
+def _is_text(annotation: Any) -> bool:
+    """Whether a config value of this type is text (``str``, a ``Literal`` of strings)."""
+    annotation = _unwrap(annotation)
+    if annotation is str:
+        return True
+    return get_origin(annotation) is Literal and all(isinstance(a, str) for a in get_args(annotation))
+
+
+def _json_or_text(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``HANDOFFMON_STORE__BACKEND=sqlite`` → ``{"store": {"backend": "sqlite"}}``, and which
+    variable set each dotted key (``{"store.backend": "HANDOFFMON_STORE__BACKEND"}``).
+
+    A text key (``str``, a choice of strings) keeps the variable's text as it is, so a token
+    ``12345678``, a path ``2024`` or a hash key of digits stay strings. Other values are parsed
+    as JSON when they parse (numbers, booleans, lists such as ``["a","b"]``, mappings), else
+    kept as text for validation to refuse. Only variables whose first segment names a
+    top-level config key are read, so other ``HANDOFFMON_*`` variables (a test's
+    ``HANDOFFMON_SOAK_S``) are not config; a bad key inside a known section
+    (``HANDOFFMON_STORE__BACKEDN``) still fails fast, naming the variable.
     """
     out: dict[str, Any] = {}
+    names: dict[str, str] = {}
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or name == f"{ENV_PREFIX}CONFIG":
             continue
         path = name[len(ENV_PREFIX) :].lower().split(ENV_NESTED)
         if path[0] not in HandoffmonConfig.model_fields:
             continue
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
+        value = raw if _is_text(_annotation_at(path)) else _json_or_text(raw)
         node = out
         for part in path[:-1]:
             node = node.setdefault(part, {})
         node[path[-1]] = value
-    return out
+        names[".".join(path)] = name
+    return out, names
+
+
+def unmatched_env_names(environ: Mapping[str, str]) -> list[str]:
+    """``HANDOFFMON_<SECTION>__<KEY>`` variables whose section is no config key, each with a
+    suggestion (``HANDOFFMON_STOER__BACKEND is not read: no config section 'stoer' (did you mean
+    'store'?)``).
+
+    They are not read (a typo'd section would otherwise be silently ignored); variables
+    without ``__`` are not config-shaped and not listed.
+    """
+    lines = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or ENV_NESTED not in name:
+            continue
+        section = name[len(ENV_PREFIX) :].lower().split(ENV_NESTED)[0]
+        if section in HandoffmonConfig.model_fields:
+            continue
+        hint = _did_you_mean(section, HandoffmonConfig)
+        lines.append(f"{name} is not read: no config section {section!r}{hint}")
+    return lines
+
+
+def _did_you_mean(name: str, model: type[BaseModel] | None) -> str:
+    """`` (did you mean 'backend'?)`` for the closest field of ``model``, or ``""``."""
+    if model is None:
+        return ""
+    close = difflib.get_close_matches(name, list(model.model_fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The config model holding the value at ``loc`` (a validation error's location)."""
+    node: Any = HandoffmonConfig
+    for item in loc:
+        node = _unwrap(node)
+        if isinstance(item, int) and get_origin(node) is list:
+            node = get_args(node)[0]
+        elif isinstance(node, type) and issubclass(node, BaseModel) and item in node.model_fields:
+            node = node.model_fields[str(item)].annotation
+        else:
+            return None
+    node = _unwrap(node)
+    return node if isinstance(node, type) and issubclass(node, BaseModel) else None
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -544,17 +636,43 @@ def _key_of(loc: tuple[int | str, ...], data: Mapping[str, Any]) -> str:
     return ".".join(parts)
 
 
-def config_from_mapping(data: Mapping[str, Any], *, source: str = "<config>") -> HandoffmonConfig:
-    """Validate a mapping; errors name the first bad key and the source."""
+def config_from_mapping(
+    data: Mapping[str, Any], *, source: str = "<config>", env_names: Mapping[str, str] | None = None
+) -> HandoffmonConfig:
+    """Validate a mapping; errors name the first bad key and the source.
+
+    An unknown key is reported as such with the closest known one (``unknown key (did you
+    mean 'backend'?)``). ``env_names`` maps dotted keys to the ``HANDOFFMON_*`` variables that
+    set them: an error in such a key names the variable.
+    """
     try:
         config = HandoffmonConfig.model_validate(dict(data))
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = _key_of(tuple(err["loc"]), data)
+        loc = tuple(err["loc"])
+        key = _key_of(loc, data)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden" and loc:
+            msg = f"unknown key{_did_you_mean(str(loc[-1]), _model_at(loc[:-1]))}"
+        var = _env_name_of(loc, env_names or {})
+        if var and err["type"] in ("list_type", "dict_type"):
+            msg = f"""{msg}: {var} takes JSON, e.g. {var}='["a","b"]' or '{{"a": "b"}}'"""
+        elif var:
+            msg = f"{msg} (set by {var})"
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{err['msg']}{extra}", key=key or None, source=source) from exc
+        raise ConfigError(f"{msg}{extra}", key=key or None, source=source) from exc
     config._source = source
     return config
+
+
+def _env_name_of(loc: tuple[int | str, ...], env_names: Mapping[str, str]) -> str | None:
+    """The variable that set the value at ``loc`` or a value holding it (a JSON list or mapping)."""
+    parts = [str(p) for p in loc]
+    for n in range(len(parts), 0, -1):
+        var = env_names.get(".".join(parts[:n]))
+        if var:
+            return var
+    return None
 
 
 def load_config(
@@ -579,8 +697,10 @@ def load_config(
     if path is not None:
         source = str(path)
         data = _read_file(Path(path))
-    overrides = _env_overrides(env)
+    overrides, names = _env_overrides(env)
+    for line in unmatched_env_names(env):
+        _log.warning("%s", line)
     if overrides:
         data = _merge(data, overrides)
         source = f"{source} + {ENV_PREFIX}* environment"
-    return config_from_mapping(data, source=source)
+    return config_from_mapping(data, source=source, env_names=names)

@@ -49,7 +49,7 @@ def _type_name(annotation: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " \\| ".join(_type_name(a) for a in args)
     if origin is not None:
-        return f"{origin.__name__}[{', '.join(_type_name(a).strip('`') for a in args)}]"
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"  # a Literal keeps its backticks
     if annotation is type(None):
         return "null"
     return getattr(annotation, "__name__", str(annotation))
@@ -196,6 +196,24 @@ def monitor_metrics_block() -> str:
     )  # fmt: skip
     exporter.registry.register(ShadowCollector(lambda: stats))
     return "\n".join(_metrics_table(_families(exporter.registry)))
+
+
+def monitor_stages_block() -> str:
+    """The ``stage`` label's values on the error counter, from ``types.MONITOR_STAGES``."""
+    from handoffmon.types import MONITOR_STAGES
+
+    stages = ", ".join(f"`{s}`" for s in MONITOR_STAGES)
+    return (
+        f"On `handoffmon_monitor_errors_total`, `stage` is one of the {len(MONITOR_STAGES)} "
+        f"`types.MONITOR_STAGES`, all exported from 0: {stages}."
+    )
+
+
+def refit_job_metrics_block() -> str:
+    """The series only ``handoffmon refit`` publishes (a failed ``--pushgateway`` refit)."""
+    from handoffmon.cli.refit_cmd import failure_registry
+
+    return "\n".join(_metrics_table(_families(failure_registry(0.0))))
 
 
 def proxy_metrics_block() -> str:
@@ -383,7 +401,12 @@ def benchmark_block() -> str:
 
 BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
     "reference/configuration.md": {"config": configuration_block},
-    "reference/metrics.md": {"monitor-metrics": monitor_metrics_block, "proxy-metrics": proxy_metrics_block},
+    "reference/metrics.md": {
+        "monitor-stages": monitor_stages_block,
+        "monitor-metrics": monitor_metrics_block,
+        "refit-job-metrics": refit_job_metrics_block,
+        "proxy-metrics": proxy_metrics_block,
+    },
     "reference/cli.md": {"cli": cli_block},
     "guides/checkers.md": {"checkers": checkers_block},
     "reference/refit-json.md": {"refit-json": refit_json_block},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -207,7 +208,23 @@ class Params:
         """Reject parameters the factory did not read."""
         unknown = sorted(set(self._raw) - self._seen)
         if unknown:
-            raise ParamError(unknown[0], "unknown parameter")
+            raise ParamError(unknown[0], f"unknown parameter{self._did_you_mean(unknown[0])}")
+
+    def misspelled(self) -> ParamError | None:
+        """An unread parameter named like one the factory read (``maxx`` for ``max``), or ``None``.
+
+        When a factory fails (``give min, max or both``) before :meth:`finish` runs, a typo is
+        the likelier cause: :meth:`CheckerRegistry.build` reports it first.
+        """
+        for key in sorted(set(self._raw) - self._seen):
+            hint = self._did_you_mean(key)
+            if hint:
+                return ParamError(key, f"unknown parameter{hint}")
+        return None
+
+    def _did_you_mean(self, key: builtins.str) -> builtins.str:
+        close = difflib.get_close_matches(key, sorted(self._seen), n=1)
+        return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 CheckerFactory = Callable[[Params], CheckFn]
@@ -293,7 +310,13 @@ class CheckerRegistry:
         """Build a checker; raises ``UnknownChecker`` or ``ParamError`` (naming the key)."""
         spec = self.spec(name)
         p = Params(params)
-        fn = spec.factory(p)
+        try:
+            fn = spec.factory(p)
+        except ParamError as exc:
+            typo = p.misspelled()
+            if typo is not None and typo.key != exc.key:
+                raise typo from exc
+            raise
         p.finish()
         return Checker(name, fn, spec.stateful)
 

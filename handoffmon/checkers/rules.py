@@ -209,7 +209,8 @@ class RuleSet:
         except UnknownChecker:
             known = ", ".join(n for n in self.registry.names() if not n.startswith("ifeval"))
             raise RuleError(
-                f"unknown checker {cfg.check!r} (known: {known}, ifeval:<instruction id>)",
+                f"unknown checker {cfg.check!r} (known: {known}, ifeval:<instruction id>, "
+                "ifeval_loose:<instruction id>)",
                 key=f"{where}.check",
                 source=source,
             ) from None

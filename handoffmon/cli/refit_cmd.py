@@ -91,18 +91,26 @@ def publish_gauges(
         push_to_gateway(pushgateway, job=job, grouping_key=key, registry=registry, timeout=10)
 
 
+def failure_registry(at: float) -> CollectorRegistry:
+    """A fresh registry holding only the failed-refit gauge, set to ``at`` (what a failed
+    ``refit --pushgateway`` pushes; the metrics reference lists it from here)."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    Gauge(REFIT_FAILURE_GAUGE, "UNIX time of the last failed refit.", registry=registry).set(at)
+    return registry
+
+
 def push_failure(pushgateway: str, push_labels: tuple[str, ...], at: float) -> None:
     """Record a failed refit in the Pushgateway group without touching its last success.
 
     POST (``pushadd``) replaces only this gauge, so the success gauges of the last good refit
     stay and RefitFailing compares the two timestamps.
     """
-    from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
+    from prometheus_client import pushadd_to_gateway
 
-    registry = CollectorRegistry()
-    Gauge(REFIT_FAILURE_GAUGE, "UNIX time of the last failed refit.", registry=registry).set(at)
     job, key = _push_key(push_labels)
-    pushadd_to_gateway(pushgateway, job=job, grouping_key=key, registry=registry, timeout=10)
+    pushadd_to_gateway(pushgateway, job=job, grouping_key=key, registry=failure_registry(at), timeout=10)
 
 
 MATCH_OPTION = click.option(

@@ -7,7 +7,7 @@ retries, usage, response id) built here: the Router and the LiteLLM callback rea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from handoffmon.attribution.names import ModelNames
@@ -162,6 +162,26 @@ def served_by_response(response: Any) -> ServedBy:
         _str(hp.get("custom_llm_provider")),
         _str(hp.get("provider_response_model")) or (model if isinstance(model, str) else None),
     )
+
+
+def after_fallbacks(served: ServedBy, tried: Sequence[Any]) -> ServedBy:
+    """``served`` for a call of the LiteLLM SDK's own fallbacks (``litellm.completion(model=m,
+    fallbacks=[...])``, no Router), naming the model that answered.
+
+    LiteLLM (1.108, ``completion_with_fallbacks``) tries ``tried`` = ``(model, *fallbacks)`` in
+    order with one logging object, so ``_hidden_params["litellm_model_name"]`` names the first
+    attempt even when a fallback answered; its ``x-litellm-attempted-fallbacks`` header is the
+    index in ``tried`` of the one that answered (a dict fallback names its ``model``, else the
+    call's). A response naming a deployment (a Router's) is left as it is, and so is one whose
+    index is not in ``tried``, except that its stale model name is dropped (the response's
+    ``model`` names the author then).
+    """
+    i = served.fallbacks
+    if served.deployment_id is not None or i == 0 or not tried:
+        return served
+    entry = tried[i] if i < len(tried) else None
+    name = entry.get("model", tried[0]) if isinstance(entry, Mapping) else entry
+    return served._replace(model_name=name if isinstance(name, str) and name else None)
 
 
 def author(

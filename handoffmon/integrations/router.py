@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS
+from handoffmon.ingress.served import after_fallbacks
 from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
@@ -76,6 +78,8 @@ class RouterWrapper:
         # no trace context to take from this thread: the request can be parsed, and the reply
         # read, on the attribution thread (``_lean``), its shadow offer made there too
         self._lean = not self._parser.trace
+        # the litellm module: its own ``fallbacks=`` argument names who may answer (``_tried``)
+        self._module = isinstance(router, types.ModuleType)
 
     @property
     def runtime(self) -> Runtime | None:
@@ -98,7 +102,17 @@ class RouterWrapper:
         return getattr(self._router, name)
 
     _OWN = frozenset(
-        {"_router", "_monitor", "_runtime", "_parser", "_dep_names", "_routing", "_shadow", "_lean"}
+        {
+            "_router",
+            "_monitor",
+            "_runtime",
+            "_parser",
+            "_dep_names",
+            "_routing",
+            "_shadow",
+            "_lean",
+            "_module",
+        }
     )
     """The wrapper's own instance attributes; any other write goes to the router."""
 
@@ -117,12 +131,13 @@ class RouterWrapper:
         drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
+        tried = _tried(model, kwargs) if self._module else None
         if self._lean and type(messages) is list and _PARSED_NOW.isdisjoint(kwargs):
             t0 = time.perf_counter()
             snapshot = messages.copy()
             t1 = time.perf_counter()
             response = self._router.completion(model=model, messages=messages, **kwargs)
-            self._lean_finish(model, snapshot, kwargs, response, t0, t1)
+            self._lean_finish(model, snapshot, kwargs, response, t0, t1, tried)
             return response
         cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
@@ -130,8 +145,10 @@ class RouterWrapper:
         if cap is None:
             return response
         if kwargs.get("stream"):
-            return SyncStream(response, lambda out, inner: self._stream_done(cap, t0, out, inner))
-        self._finish(cap, response, time.perf_counter() - t0)
+            return SyncStream(
+                response, lambda out, inner: self._stream_done(cap, t0, out, inner, tried=tried)
+            )
+        self._finish(cap, response, time.perf_counter() - t0, tried)
         return response
 
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
@@ -139,12 +156,13 @@ class RouterWrapper:
         drain_finalized()
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
+        tried = _tried(model, kwargs) if self._module else None
         if self._lean and type(messages) is list and _PARSED_NOW.isdisjoint(kwargs):
             t0 = time.perf_counter()
             snapshot = messages.copy()
             t1 = time.perf_counter()
             response = await self._router.acompletion(model=model, messages=messages, **kwargs)
-            self._lean_finish(model, snapshot, kwargs, response, t0, t1)
+            self._lean_finish(model, snapshot, kwargs, response, t0, t1, tried)
             return response
         cap = self._capture(model, messages, kwargs)
         t0 = time.perf_counter()
@@ -152,8 +170,10 @@ class RouterWrapper:
         if cap is None:
             return response
         if kwargs.get("stream"):
-            return AsyncStream(response, lambda out, inner: self._stream_done(cap, t0, out, inner))
-        self._finish(cap, response, time.perf_counter() - t0)
+            return AsyncStream(
+                response, lambda out, inner: self._stream_done(cap, t0, out, inner, tried=tried)
+            )
+        self._finish(cap, response, time.perf_counter() - t0, tried)
         return response
 
     def responses(self, *args: Any, **kwargs: Any) -> Any:
@@ -312,21 +332,35 @@ class RouterWrapper:
             self._monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
-    def _finish(self, cap: Capture, response: Any, latency_s: float) -> None:
+    def _finish(self, cap: Capture, response: Any, latency_s: float, tried: tuple[Any, ...] | None) -> None:
         try:
             reply = reply_message(response)
             self._monitor.finish(
                 cap,
                 reply,
-                Deferred(describe_response, (self._monitor.names, response, None)),
+                self._outcome(response, tried),
                 latency_s=latency_s,
                 shadow=self._offer(cap),
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a router response")
 
+    def _outcome(self, response: Any, tried: tuple[Any, ...] | None) -> Deferred:
+        """Who served a non-streamed completion, read on the attribution thread (``tried``: the
+        models a call of the litellm module's own fallbacks tried, ``_tried``)."""
+        if tried is None:
+            return Deferred(describe_response, (self._monitor.names, response, None))
+        return Deferred(_describe_after_fallbacks, (self._monitor.names, response, tried))
+
     def _lean_finish(
-        self, model: str, messages: list[Any], kwargs: dict[str, Any], response: Any, t0: float, t1: float
+        self,
+        model: str,
+        messages: list[Any],
+        kwargs: dict[str, Any],
+        response: Any,
+        t0: float,
+        t1: float,
+        tried: tuple[Any, ...] | None,
     ) -> None:
         """Queue a non-streamed call as it is: the reply text is the one thing taken now (the
         application may edit its response); ``_read_call`` does the rest off the request path."""
@@ -336,7 +370,9 @@ class RouterWrapper:
             content = msg.get("content") if type(msg) is dict else msg.content
         except Exception:  # not the usual shape: the whole reply is read later
             content = _UNREAD
-        self._monitor.finish_later(self._read_call, (model, messages, kwargs, response, content, t0, t1, t2))
+        self._monitor.finish_later(
+            self._read_call, (model, messages, kwargs, response, content, t0, t1, t2, tried)
+        )
 
     def _read_call(
         self,
@@ -348,18 +384,25 @@ class RouterWrapper:
         t0: float,
         t1: float,
         t2: float,
+        tried: tuple[Any, ...] | None,
     ) -> Built:
         """What ``_capture`` and ``_finish`` would have taken, on the attribution thread."""
         request = self._parser.router_call(model, messages, kwargs, received_at=t0)
         reply = reply_message(response)
         if content is not _UNREAD and isinstance(reply, dict) and reply.get("content") is not content:
             reply = {**reply, "content": content}  # the text as returned, not as edited since
-        outcome = Deferred(describe_response, (self._monitor.names, response, None))
+        outcome = self._outcome(response, tried)
         cap = Capture(request, t1 - t0)
         return cap, reply, outcome, t2 - t1, self._offer(cap)
 
     def _stream_done(
-        self, cap: Capture, t0: float, out: StreamOutcome, inner: Any, api: bool = False
+        self,
+        cap: Capture,
+        t0: float,
+        out: StreamOutcome,
+        inner: Any,
+        api: bool = False,
+        tried: tuple[Any, ...] | None = None,
     ) -> None:
         try:
             if not self._monitor.stream_recordable(out):
@@ -367,7 +410,7 @@ class RouterWrapper:
             self._monitor.finish(
                 cap,
                 out.reply,
-                Deferred(self._describe_stream, (out, inner)),
+                Deferred(self._describe_stream, (out, inner, tried)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
                 shadow=self._offer(cap, api),
@@ -383,10 +426,14 @@ class RouterWrapper:
             return None
         return offer_of(self._shadow, messages, cap.request.link, api)
 
-    def _describe_stream(self, out: StreamOutcome, inner: Any) -> Outcome:
+    def _describe_stream(self, out: StreamOutcome, inner: Any, tried: tuple[Any, ...] | None) -> Outcome:
         """Who served a finished stream (on the attribution thread); the router repoints the
-        stream wrapper's ``_hidden_params`` to the fallback deployment."""
-        return describe_stream(self._monitor.names, out, served_by_response(inner), self._deployment_model)
+        stream wrapper's ``_hidden_params`` to the fallback deployment (``tried``: as for
+        ``_outcome``)."""
+        served = served_by_response(inner)
+        if tried is not None:
+            served = after_fallbacks(served, tried)
+        return describe_stream(self._monitor.names, out, served, self._deployment_model)
 
     def _deployment_model(self, deployment_id: str) -> str | None:
         """The provider model string of a router deployment (cached, bounded)."""
@@ -402,6 +449,21 @@ class RouterWrapper:
         if len(self._dep_names) < MAX_DEPLOYMENT_NAMES:
             self._dep_names[deployment_id] = name
         return name
+
+
+def _tried(model: Any, kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The models a call of the litellm module tries, in order, when it names ``fallbacks`` of
+    its own (``litellm.completion(model=m, fallbacks=[...])``); copied now (the list is the
+    application's). ``None`` without fallbacks."""
+    fallbacks = kwargs.get("fallbacks")
+    if not fallbacks or not isinstance(fallbacks, (list, tuple)):
+        return None
+    return (model, *fallbacks)
+
+
+def _describe_after_fallbacks(names: Any, response: Any, tried: tuple[Any, ...]) -> Outcome:
+    """``describe_response`` of a call of the litellm module's own fallbacks (``after_fallbacks``)."""
+    return describe_response(names, response, after_fallbacks(served_by_response(response), tried))
 
 
 def _routing(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterRouting | None:

@@ -31,6 +31,14 @@ def verdicts(results: tuple) -> dict[str, str]:  # type: ignore[type-arg]
     ("cfg", "key", "fragment"),
     [
         (rule("r1", "no_such_checker"), "rules['r1'].check", "unknown checker"),
+        (rule("r1", "no_such_checker"), "rules['r1'].check", "ifeval_loose:<instruction id>"),
+        # the typo, not the `min` the factory then misses (it blamed `min` before)
+        (
+            rule("r6", "length", {"unit": "words", "maxx": 3}),
+            "rules['r6'].params.maxx",
+            "unknown parameter (did you mean 'max'?)",
+        ),
+        (rule("r7", "length", {"unit": "words", "max": 3, "mn": 1}), "rules['r7'].params.mn", "'min'?"),
         (
             rule("r2", "regex_must_match", {"pattern": "(unclosed"}),
             "rules['r2'].params.pattern",

@@ -136,3 +136,67 @@ def test_serve_with_a_rule_param_error_exits_naming_the_file_and_key(tmp_path: P
     assert str(f) in res.stderr and "rules['lang'].params.languages" in res.stderr, res.stderr
     assert "<config>" not in res.stderr
     assert "handoffmon serve: http" not in res.stderr  # no listening banner before a failed start
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "key"),
+    [
+        ("HANDOFFMON_TELEMETRY__METRICS_TOKEN", "12345678", ("telemetry", "metrics_token")),
+        ("HANDOFFMON_TELEMETRY__METRICS_TOKEN", "true", ("telemetry", "metrics_token")),
+        ("HANDOFFMON_STORE__PATH", "2024", ("store", "path")),
+        ("HANDOFFMON_RULE_STATE__HASH_KEY", "1234567890123456789012", ("rule_state", "hash_key")),
+        ("HANDOFFMON_STORE__KEY_PREFIX", "null", ("store", "key_prefix")),
+    ],
+)
+def test_env_text_keys_keep_the_variables_text(name: str, value: str, key: tuple[str, str]) -> None:
+    """A string-typed key takes the variable as text: a token of digits, "true", a path "2024"
+    are not parsed as JSON (which failed with "Input should be a valid string")."""
+    cfg = load_config(None, environ={name: value})
+    assert getattr(getattr(cfg, key[0]), key[1]) == value
+
+
+def test_env_non_text_keys_parse_json_and_errors_name_the_variable() -> None:
+    """Numbers, booleans and lists are JSON; a bad value names the variable that set it, and a
+    list given as plain text says how to write it."""
+    cfg = load_config(
+        None,
+        environ={
+            "HANDOFFMON_STORE__TTL_S": "5",
+            "HANDOFFMON_SHADOW__DRY_RUN": "true",
+            "HANDOFFMON_SHADOW__TARGETS": '["a","b"]',
+        },
+    )
+    assert cfg.store.ttl_s == 5 and cfg.shadow.dry_run is True and cfg.shadow.targets == ["a", "b"]
+    with pytest.raises(ConfigError, match=r"store\.ttl_s.*\(set by HANDOFFMON_STORE__TTL_S\)"):
+        load_config(None, environ={"HANDOFFMON_STORE__TTL_S": "soon"})
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, environ={"HANDOFFMON_SHADOW__TARGETS": "a"})
+    assert 'HANDOFFMON_SHADOW__TARGETS takes JSON, e.g. HANDOFFMON_SHADOW__TARGETS=\'["a","b"]\'' in str(
+        exc.value
+    )
+
+
+def test_unknown_key_suggests_the_closest_one(tmp_path: Path) -> None:
+    """A typo is "unknown key" with the closest key of its section (not pydantic's "Extra inputs
+    are not permitted"), in a file, a rule, or a variable (which is named)."""
+    f = tmp_path / "bad.yaml"
+    f.write_text("store:\n  backnd: sqlite\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, environ={})
+    assert str(exc.value) == f"{f}: key 'store.backnd': unknown key (did you mean 'backend'?)"
+    f.write_text("rules:\n  - name: r\n    check: no_commas\n    scpe: {}\n")
+    with pytest.raises(ConfigError, match=r"rules\['r'\]\.scpe\": unknown key \(did you mean 'scope'\?\)"):
+        load_config(f, environ={})
+    with pytest.raises(ConfigError, match=r"'backend'\?\) \(set by HANDOFFMON_STORE__BACKEDN\)"):
+        load_config(None, environ={"HANDOFFMON_STORE__BACKEDN": "sqlite"})
+
+
+def test_a_variable_naming_no_section_is_not_read_and_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """HANDOFFMON_STOER__BACKEND (a typo'd section) is ignored, as before, but no longer silently;
+    variables without `__` (a test's HANDOFFMON_SOAK_S) are not config-shaped and not warned about."""
+    with caplog.at_level("WARNING", logger="handoffmon.config"):
+        cfg = load_config(None, environ={"HANDOFFMON_STOER__BACKEND": "sqlite", "HANDOFFMON_SOAK_S": "6"})
+    assert cfg.store.backend == "memory"
+    assert [r.getMessage() for r in caplog.records] == [
+        "HANDOFFMON_STOER__BACKEND is not read: no config section 'stoer' (did you mean 'store'?)"
+    ]

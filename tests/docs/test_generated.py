@@ -84,9 +84,42 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
 
     runner = ShadowRunner(ShadowConfig(enabled=True, targets=["b"]), start=False)
     proxy.register(ShadowCollector(lambda: runner.stats))
+    # and a failed `refit --pushgateway` pushes its own gauge, which RefitFailing reads
+    from handoffmon.cli.refit_cmd import failure_registry
+
+    pushed = _exposed(failure_registry(0.0))
     page = (DOCS / "reference" / "metrics.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^\| `(handoffmon_\w+)` \|", page, flags=re.M))
-    assert documented == _exposed(exp.registry) | _exposed(proxy)
+    assert documented == _exposed(exp.registry) | _exposed(proxy) | pushed
+    assert "handoffmon_refit_last_failure_timestamp_seconds" in pushed
+
+
+def test_metrics_reference_lists_every_error_stage_an_exporter_exposes() -> None:
+    """The `stage` values documented for the error counter are exactly those a fresh exporter
+    exposes at 0 (the hand-written list had lost `shadow`)."""
+    exp = PrometheusExporter(CollectorRegistry())
+    exposed = {
+        s.labels["stage"]
+        for family in exp.registry.collect()
+        if family.name == "handoffmon_monitor_errors"
+        for s in family.samples
+        if s.name == "handoffmon_monitor_errors_total"
+    }
+    page = (DOCS / "reference" / "metrics.md").read_text(encoding="utf-8")
+    line = next(x for x in page.splitlines() if x.startswith("On `handoffmon_monitor_errors_total`, `stage`"))
+    documented = set(re.findall(r"`(\w+)`", line.split(": ", 1)[1]))
+    assert "shadow" in exposed and documented == exposed
+
+
+def test_config_reference_types_close_every_code_span() -> None:
+    """In the generated type column every alternative (between escaped pipes) closes the code
+    spans it opens: a `list[Literal]` rendered as list[handoff` \\| `no_handoff] before."""
+    page = (DOCS / "reference" / "configuration.md").read_text(encoding="utf-8")
+    block = page.split("<!-- generated:config -->", 1)[1].split("<!-- /generated:config -->", 1)[0]
+    types = [re.split(r"(?<!\\)\|", row)[2] for row in block.splitlines() if row.startswith("| `")]
+    assert "list[`handoff` \\| `no_handoff`]" in {t.strip() for t in types}
+    odd = [t for t in types for part in t.split("\\|") if part.count("`") % 2]
+    assert not odd, odd
 
 
 def test_performance_page_reads_the_newest_checked_in_runner_json() -> None:

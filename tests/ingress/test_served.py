@@ -134,3 +134,21 @@ def test_served_strings_none_and_empty_mean_absent() -> None:
     )
     assert (s.deployment_id, s.model_name, s.model_group) == (None, None, "7")
     assert served_by_headers([(b"x-litellm-model-id", b"dep")]).deployment_id == "dep"
+
+
+def test_after_fallbacks_names_the_model_the_attempted_fallbacks_index_points_at() -> None:
+    """The LiteLLM SDK's own fallbacks: the header's index into (model, *fallbacks) names the
+    author instead of the first attempt's stale name; a dict fallback names its ``model`` (or
+    the call's); a Router's response (a deployment), a first-try answer and an index past the
+    list keep what they said, except that the stale name is dropped for the last."""
+    from handoffmon.ingress.served import ServedBy, after_fallbacks
+
+    stale = ServedBy(model_name="openai/dead", fallbacks=2, response_model="m-c")
+    tried = ("openai/dead", "openai/m-b", "openai/m-c")
+    assert after_fallbacks(stale, tried).model_name == "openai/m-c"
+    assert after_fallbacks(stale, ("openai/dead", "x", {"model": "openai/m-d"})).model_name == "openai/m-d"
+    assert after_fallbacks(stale, ("openai/dead", "x", {"api_key": "k"})).model_name == "openai/dead"
+    routed = stale._replace(deployment_id="dep-1")
+    assert after_fallbacks(routed, tried) == routed
+    assert after_fallbacks(stale._replace(fallbacks=0), tried) == stale._replace(fallbacks=0)
+    assert after_fallbacks(stale._replace(fallbacks=5), tried).model_name is None

@@ -131,3 +131,43 @@ async def test_calls_in_a_proxy_never_warn(
         assert len([r for r in caplog.records if "handoffmon.wrap(litellm)" in r.getMessage()]) == 1
     finally:
         rt.close(0)
+
+
+# LiteLLM runs the sync call's fallbacks on an event loop of its own, which leaves its logging
+# worker's coroutine unawaited (LiteLLM's warning, also without handoffmon)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("mode", ["sync", "async", "astream"])
+async def test_the_sdk_s_own_fallbacks_credit_the_model_that_answered(chat_base: str, mode: str) -> None:
+    """``wrap(litellm).completion(model=dead, fallbacks=[a])``: LiteLLM tries the dead model (503),
+    then the fallback, with one logging object, so the response's ``litellm_model_name`` still
+    names the dead model; the turn is the fallback's (the attempted-fallbacks index into the
+    models tried), and the next turn's prefix is it too. A dict fallback names its ``model``.
+    (Before: both turns were credited to ``openai/model-dead``, which never answered.) A sync
+    stream is left out: LiteLLM 1.108's own sync streaming fallbacks raise, wrapped or not."""
+    exp = RecordingExporter()
+    rt = build_runtime(CONFIG, registry=None, exporters=[exp])
+    is_async, stream = mode.startswith("a"), mode.endswith("stream")
+    fallbacks: list[list[Any]] = [["openai/model-a"], [{"model": "openai/model-b"}]]
+    try:
+        llm = wrap(litellm, runtime=rt)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"fallbacks {mode}"}]
+        for fb in fallbacks:
+            fn = llm.acompletion if is_async else llm.completion
+            call = fn(
+                model="openai/model-dead",
+                fallbacks=fb,
+                messages=messages,
+                api_base=chat_base,
+                api_key="k",
+                num_retries=0,
+                stream=stream,
+            )
+            text = await _text(await call if is_async else call, is_async)
+            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "and?"}]
+        assert rt.flush(10)
+    finally:
+        rt.close()
+    records = [r.record for r in exp.results]
+    assert [r.author for r in records] == ["openai/model-a", "openai/model-b"]
+    assert [r.fallbacks for r in records] == [1, 1]
+    assert [r.context.prefix_model for r in exp.results] == ["none", "openai/model-a"]
