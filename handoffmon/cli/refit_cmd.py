@@ -12,10 +12,12 @@ from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.errors import HandoffmonError, NoDataError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from prometheus_client import CollectorRegistry
 
     from handoffmon.config import HandoffmonConfig
-    from handoffmon.refit.result import RefitResult
+    from handoffmon.refit.result import PairEffect, RefitResult
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -225,4 +227,17 @@ def refit(
         f"{len(observed)} observed pair(s), {sum(p.significant for p in observed)} significant; "
         f"mu={fit.mu:.4f} adjusted r2={fit.r2_adjusted:.3f} -> {out}",
         err=True,
+    )
+    if not observed:
+        click.echo(_too_thin_hint(fit.pairs, settings.min_n), err=True)
+
+
+def _too_thin_hint(pairs: Sequence[PairEffect], min_n: int) -> str:
+    """Why Δ, π, σ and mu are NaN: no handoff cell (and its baseline) reached ``refit.min_n``."""
+    biggest = max(pairs, key=lambda p: p.n, default=None)
+    largest = f"{biggest.n} ({biggest.prefix_model}->{biggest.model})" if biggest else "0 (no handoffs)"
+    return (
+        f"hint: no handoff pair reached refit.min_n={min_n} checked turns in its cell and its "
+        f"same-author baseline (largest handoff cell: {largest}), so no Δ, π, σ or mu is estimated "
+        "(adherence by depth and the Markov decay are); collect more traffic or lower --min-n"
     )

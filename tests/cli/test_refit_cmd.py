@@ -171,3 +171,18 @@ def test_refit_bare_sqlite_path_suggests_the_sqlite_url_that_reads_it() -> None:
     assert "read as sqlite:///var/lib/h.db" in res.stderr, res.output
     res = CliRunner().invoke(main, ["refit", "--source", "counts.txt", "--out", "-"])
     assert "sqlite://handoffmon.db relative, sqlite:///abs/path.db absolute" in res.stderr, res.output
+
+
+def test_refit_too_thin_for_any_pair_hints_at_min_n_and_the_largest_cell(tmp_path: Path) -> None:
+    """No handoff cell reaching refit.min_n used to print mu=nan and nothing else: the hint names
+    min_n and the largest handoff cell's count. Exit stays 0 (the curves and Markov decay are
+    written); no hint once a pair is observed."""
+    src = tmp_path / "thin.csv"
+    src.write_text("rule,prefix_model,model,depth_bucket,n,passes\nr,a,b,2,5,3\nr,b,a,2,4,2\nr,a,a,2,6,5\n")
+    res = CliRunner().invoke(main, ["refit", "--source", str(src), "--out", str(tmp_path / "o.json")])
+    assert res.exit_code == 0 and (tmp_path / "o.json").exists(), res.output
+    assert "refit.min_n=30" in res.stderr and "largest handoff cell: 5 (a->b)" in res.stderr
+    res = CliRunner().invoke(
+        main, ["refit", "--source", str(src), "--out", str(tmp_path / "o.json"), "--min-n", "2"]
+    )
+    assert res.exit_code == 0 and "1 observed pair(s)" in res.stderr and "hint:" not in res.stderr
