@@ -396,9 +396,17 @@ class ProxyConfig(_Section):
     port: int = Field(default=4100, gt=0, lt=65536)
     """Listen port (``--port``)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
-    """Larger request bodies are answered 413 and not forwarded."""
+    """Larger request bodies of the monitored APIs (chat completions, Responses, Messages) are
+    answered 413 and not forwarded. Other paths (file uploads, audio) stream their bodies
+    upstream as they arrive, unbounded by this."""
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     """No upstream byte for this long: 504 (mid-stream: the client's response is aborted)."""
+    max_upstream_requests: int = Field(default=1024, ge=0)
+    """Upstream requests in flight at most (a stream counts until it ends; 0: no limit). A
+    request past it waits up to ``proxy.upstream_queue_timeout_s`` for one to end, then is
+    answered 503 (``upstream_errors{kind="busy"}``)."""
+    upstream_queue_timeout_s: float = Field(default=5.0, gt=0)
+    """How long a request waits for an upstream slot (``proxy.max_upstream_requests``)."""
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     """Request line plus headers larger than this are answered 431 and not forwarded."""
     client_timeout_s: float = Field(default=30.0, gt=0)

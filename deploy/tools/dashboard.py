@@ -314,6 +314,8 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
     table_age = f"max({q.m('handoffmon_routing_table_age_seconds')})"
     held = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes')})"
     limit = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes_limit')})"
+    in_flight = f"max by (instance) ({q.m('handoffmon_proxy_upstream_requests')})"
+    most = f"max by (instance) ({q.m('handoffmon_proxy_upstream_requests_limit')})"
     return (
         d.with_row(dashboard.Row("Routing: fallbacks and the proxy").id(30))
         .with_panel(
@@ -372,10 +374,21 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 36,
                 "handoffmon serve: bytes held by turns not yet checked, and the limit (QueueDrops past it)",
                 "bytes",
-                24,
+                12,
                 8,
                 _target(held, "held: {{instance}}", "A"),
                 _target(limit, "limit: {{instance}}", "B"),
+            )
+        )
+        .with_panel(
+            _ts(
+                37,
+                "handoffmon serve: upstream requests in flight, and the limit (503 upstream_busy past it)",
+                "short",
+                12,
+                8,
+                _target(in_flight, "in flight: {{instance}}", "A"),
+                _target(most, "limit: {{instance}}", "B"),
             )
         )
     )

@@ -26,6 +26,7 @@ from handoffmon.ingress.chunks import (
     MAX_REPLY_CHARS,
     MAX_TOOL_CALLS,
     EventFolder,
+    Pieces,
     StreamOutcome,
     parts_content,
 )
@@ -238,7 +239,7 @@ class MessagesStreamFolder(EventFolder):
     def __init__(self, max_chars: int = MAX_REPLY_CHARS) -> None:
         super().__init__(max_chars)
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._pieces: dict[int, list[str]] = {}
+        self._pieces: dict[int, Pieces] = {}
         self._id: str | None = None
         self._model: str | None = None
         self._reason: str | None = None
@@ -272,7 +273,7 @@ class MessagesStreamFolder(EventFolder):
             elif kept["type"] != "text":
                 kept = block if isinstance(block, dict) else {"type": kept["type"]}
             self._blocks[index] = kept
-            self._pieces[index] = []
+            self._pieces[index] = Pieces()
             self._count(len(kept.get("text") or "") if kept.get("type") == "text" else 0)
         elif kind == "content_block_delta":
             index, delta = int(get(event, "index")), get(event, "delta")
@@ -285,7 +286,7 @@ class MessagesStreamFolder(EventFolder):
                 and isinstance(piece, str)
                 and self._count(len(piece))
             ):
-                self._pieces[index].append(piece)
+                self._pieces[index].add(piece)
         elif kind == "message_delta":
             reason = get(get(event, "delta"), "stop_reason")
             self._reason = reason if isinstance(reason, str) else self._reason

@@ -28,6 +28,7 @@ from handoffmon.ingress.chunks import (
     MAX_REPLY_CHARS,
     MAX_TOOL_CALLS,
     EventFolder,
+    Pieces,
     StreamOutcome,
     parts_content,
 )
@@ -296,7 +297,7 @@ class ResponsesStreamFolder(EventFolder):
     def __init__(self, max_chars: int = MAX_REPLY_CHARS) -> None:
         super().__init__(max_chars)
         self._items: dict[int, Any] = {}
-        self._texts: dict[tuple[int, int], list[str]] = {}
+        self._texts: dict[tuple[int, int], Pieces] = {}
         self._final: Any = None
         self._model: str | None = None
         self._id: str | None = None
@@ -352,7 +353,10 @@ class ResponsesStreamFolder(EventFolder):
         if not self._slot(key[0]) or not self._count(len(delta)):
             return
         self._items.setdefault(key[0], {"type": "message", "role": "assistant"})
-        self._texts.setdefault(key, []).append(delta)
+        texts = self._texts.get(key)
+        if texts is None:
+            texts = self._texts[key] = Pieces()
+        texts.add(delta)
 
     def _partial(self) -> dict[str, Any]:
         """The response the deltas built so far."""

@@ -55,7 +55,7 @@ class ProxyState:
         self.owns_runtime = owns_runtime
         self.ready = False
         self.draining = False
-        self.metrics = ProxyMetrics(runtime.registry, runtime.monitor.queued_bytes)
+        self.metrics = ProxyMetrics(runtime.registry, runtime.monitor.queued_bytes, upstream)
         self.renderer = MetricsRenderer(runtime.registry, config.proxy.metrics_render_timeout_s)
 
 
@@ -115,7 +115,8 @@ async def _healthz(request: Request) -> Response:
 async def _readyz(request: Request) -> Response:
     state = _state(request)
     store = getattr(state.monitor, "store", None)
-    store_ok = bool(getattr(store, "available", True))
+    # failing open from a failed call until one succeeds (not only while the breaker skips)
+    store_ok = bool(getattr(store, "healthy", True)) and bool(getattr(store, "available", True))
     ready = state.ready and state.upstream.started and not state.draining
     status = "ready" if ready else ("draining" if state.draining else "not_ready")
     body = {"status": status, "store": "ok" if store_ok else "failing_open"}
@@ -211,6 +212,9 @@ class ProxyApp(Starlette):
         if scope["type"] == "http" and not scope.get("root_path"):
             path: str = scope["path"]
             if path.startswith(PROXIED_PREFIXES) and "\n" not in path:
+                if ("/." in path or "\\" in path) and _dot_segment(path):
+                    await self._refuse(send, 400, "dot_segment", f"path {path!r} has a . or .. segment")
+                    return
                 method = scope["method"]
                 kind = api_of(path) if method == "POST" else None
                 if kind == "chat":
@@ -227,7 +231,44 @@ class ProxyApp(Starlette):
                     scope["app"] = self
                     await app(scope, receive, send)
                     return
+        elif scope["type"] == "websocket":
+            await _no_websockets(self, scope, receive, send)
+            return
         await super().__call__(scope, receive, send)
+
+    metrics: Any = None
+
+    async def _refuse(self, send: AsgiSend, status: int, code: str, message: str) -> None:
+        """A request never forwarded: a clear error, counted under ``route="other"``."""
+        self.metrics.request("other", status)
+        await send_json(send, status, error_body(message, code, "invalid_request_error"))
+
+
+def _dot_segment(path: str) -> bool:
+    """Whether the (percent-decoded) path has a ``.`` or ``..`` segment (``\\`` read as ``/``):
+    an upstream or gateway that normalizes paths would resolve it elsewhere than ``serve``
+    routed it (``/v1/../admin``, or ``/v1/x/../chat/completions`` past the monitor)."""
+    return any(segment in (".", "..") for segment in path.replace("\\", "/").split("/"))
+
+
+async def _no_websockets(app: ProxyApp, scope: AsgiScope, receive: AsgiReceive, send: AsgiSend) -> None:
+    """WebSocket connections (the Realtime API) are not proxied: refused with a clear answer
+    (an HTTP 501 where the server can send one, else a close before accepting: 403)."""
+    await receive()  # websocket.connect
+    message = f"handoffmon serve does not proxy WebSocket connections ({scope.get('path', '')!r})"
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        body = error_body(message, "websocket_not_supported", "invalid_request_error")
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "websocket.http.response.start", "status": 501, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+        status = 501
+    else:
+        await send(
+            {"type": "websocket.close", "code": 1008, "reason": "WebSocket connections are not proxied"}
+        )
+        status = 403
+    if app.metrics is not None:
+        app.metrics.request("other", status)
 
 
 def _routes(state: ProxyState) -> list[Route]:
@@ -334,6 +375,8 @@ def create_app(
         upstream = Upstream(
             config.proxy.upstream,
             timeout_s=config.proxy.upstream_timeout_s,
+            max_requests=config.proxy.max_upstream_requests,
+            queue_timeout_s=config.proxy.upstream_queue_timeout_s,
             session_factory=upstream_session_factory,
         )
     except ValueError as exc:
@@ -351,6 +394,7 @@ def create_app(
     app.messages = next(r.app for r in routes if r.path == MESSAGES_PATH)
     app.passthrough = next(r.app for r in routes if r.path == "/v1/{path:path}")
     app.router.default = _not_found  # type: ignore[method-assign,assignment]
+    app.metrics = state.metrics
     app.state.proxy = state
     return app
 

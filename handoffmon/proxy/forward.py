@@ -29,7 +29,13 @@ from handoffmon.ingress.apis import Api
 from handoffmon.ingress.sse import SSEChunks
 from handoffmon.pipeline.records import Built, Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
-from handoffmon.proxy.upstream import UnforwardableHeader, Upstream, request_headers, response_headers
+from handoffmon.proxy.upstream import (
+    UnforwardableHeader,
+    Upstream,
+    UpstreamBusy,
+    request_headers,
+    response_headers,
+)
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -169,7 +175,7 @@ class _DisconnectWatch:
 
     __slots__ = ("_task", "_watch", "_watchers", "disconnected", "done")
 
-    def __init__(self, scope: Scope, receive: Receive) -> None:
+    def __init__(self, scope: Scope, receive: Receive, *, watch_receive: bool = True) -> None:
         self.disconnected = False
         self.done = False
         self._task = asyncio.current_task()
@@ -178,10 +184,10 @@ class _DisconnectWatch:
             extensions.get(DISCONNECT_EXTENSION) if extensions is not None else None
         )
         self._watchers = watchers
+        self._watch: asyncio.Future[None] | None = None
         if watchers is not None:
             watchers[self] = None
-            self._watch: asyncio.Future[None] | None = None
-        else:
+        elif watch_receive:  # not while a streamed upload reads ``receive`` itself
             self._watch = asyncio.ensure_future(self._run(receive))
 
     async def _run(self, receive: Receive) -> None:
@@ -252,6 +258,9 @@ class Forwarder:
         self._route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._monitor is None:
+            await self._pass(scope, receive, send)
+            return
         try:
             body = await read_body(scope, receive, self._limit, self._client_timeout)
         except BodyTooLarge:
@@ -260,19 +269,13 @@ class Forwarder:
             await send_json(send, 413, error_body(msg, "body_too_large"), [(b"connection", b"close")])
             return
         except ClientTooSlow:
-            self._metrics.request(self._route, 408)
-            msg = f"request body stalled for proxy.client_timeout_s ({self._client_timeout} s)"
-            await send_json(send, 408, error_body(msg, "client_timeout"), [(b"connection", b"close")])
+            await self._too_slow(send)
             return
         except ClientGone:
             self._metrics.disconnects.inc()
             return
-        try:
-            headers = request_headers(scope["headers"])
-        except UnforwardableHeader as exc:
-            self._metrics.request(self._route, 400)
-            msg = f"request header {exc.name!r} is not UTF-8: it cannot be forwarded unchanged"
-            await send_json(send, 400, error_body(msg, "header_not_utf8", "invalid_request_error"))
+        headers = await self._headers(scope, send)
+        if headers is None:
             return
         if self._routing is not None:  # risk-aware order of the fallbacks the request carries
             body = self._routing.rewrite(body) or body
@@ -283,7 +286,54 @@ class Forwarder:
             if self._monitor is not None
             else None
         )
-        watch = _DisconnectWatch(scope, receive)
+        try:
+            await self._watched(scope, receive, body, headers, send, turn)
+        finally:
+            if turn is not None and not turn.parsed and not turn.handed_off:
+                # never reached the monitor (upstream error, client gone): a body that is not
+                # a chat request is still counted as such
+                self._unread(turn, None)
+
+    async def _pass(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request that is only forwarded: its body goes upstream as it arrives (file
+        uploads, audio), never held whole, so ``proxy.max_body_bytes`` does not bound it;
+        a client pausing inside it for ``proxy.client_timeout_s`` is answered 408."""
+        try:
+            first = await (
+                receive() if self._client_timeout is None else _receive_within(receive, self._client_timeout)
+            )
+        except ClientTooSlow:
+            await self._too_slow(send)
+            return
+        if first["type"] == "http.disconnect":
+            self._metrics.disconnects.inc()
+            return
+        headers = await self._headers(scope, send)
+        if headers is None:
+            return
+        body: Any = first.get("body", b"")
+        streamed = bool(first.get("more_body", False))
+        if streamed:
+            for k, v in scope["headers"]:
+                if k == b"content-length" and v.isdigit():  # else it goes chunked, as it came
+                    headers.append(("Content-Length", v.decode("latin-1")))
+                    break
+            body = self._upload(body, receive)
+        await self._watched(scope, receive, body, headers, send, None, watch_receive=not streamed)
+
+    async def _watched(
+        self,
+        scope: Scope,
+        receive: Receive,
+        body: Any,
+        headers: list[tuple[str, str]],
+        send: Send,
+        turn: _Turn | None,
+        *,
+        watch_receive: bool = True,
+    ) -> None:
+        """:meth:`_forward`, cancelled (and counted) if the client leaves before the end."""
+        watch = _DisconnectWatch(scope, receive, watch_receive=watch_receive)
         try:
             await self._forward(scope, body, headers, send, turn, watch)
         except asyncio.CancelledError:
@@ -292,10 +342,43 @@ class Forwarder:
             self._metrics.disconnects.inc()
         finally:
             watch.stop()
-            if turn is not None and not turn.parsed and not turn.handed_off:
-                # never reached the monitor (upstream error, client gone): a body that is not
-                # a chat request is still counted as such
-                self._unread(turn, None)
+
+    async def _upload(self, first: bytes, receive: Receive) -> Any:
+        """The request body as it arrives (an async iterator for the upstream client).
+
+        Raises (into the upstream client, which ends the request with them as the cause):
+            ClientGone: the client disconnected mid-body.
+            ClientTooSlow: no body bytes for ``proxy.client_timeout_s``.
+        """
+        if first:
+            yield first
+        while True:
+            try:
+                msg = await asyncio.wait_for(receive(), self._client_timeout)
+            except TimeoutError:
+                raise ClientTooSlow from None
+            if msg["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = msg.get("body", b"")
+            if chunk:
+                yield chunk
+            if not msg.get("more_body", False):
+                return
+
+    async def _too_slow(self, send: Send) -> None:
+        self._metrics.request(self._route, 408)
+        msg = f"request body stalled for proxy.client_timeout_s ({self._client_timeout} s)"
+        await send_json(send, 408, error_body(msg, "client_timeout"), [(b"connection", b"close")])
+
+    async def _headers(self, scope: Scope, send: Send) -> list[tuple[str, str]] | None:
+        """The headers to forward; ``None`` once a header that cannot be was answered 400."""
+        try:
+            return request_headers(scope["headers"])
+        except UnforwardableHeader as exc:
+            self._metrics.request(self._route, 400)
+            msg = f"request header {exc.name!r} is not UTF-8: it cannot be forwarded unchanged"
+            await send_json(send, 400, error_body(msg, "header_not_utf8", "invalid_request_error"))
+            return None
 
     def _capture(self, turn: _Turn) -> Capture | None:
         """The turn's parsed request; ``None`` (counted as unmonitored) when the body is not a
@@ -377,7 +460,7 @@ class Forwarder:
     async def _forward(
         self,
         scope: Scope,
-        body: bytes,
+        body: Any,
         headers: list[tuple[str, str]],
         send: Send,
         turn: _Turn | None,
@@ -392,7 +475,13 @@ class Forwarder:
                 status = resp.status
                 out_headers = response_headers(resp.raw_headers)
                 if self._monitor is not None and resp.content_type != "text/event-stream":
-                    data = await resp.read()
+                    got = await _read_upto(resp, self._reply_cap)
+                    if isinstance(got, list):  # past proxy.max_monitored_reply_bytes: not held whole
+                        if turn is not None:
+                            self._unread(turn, "too_large")
+                        await self._stream(resp, status, out_headers, send, None, watch, got)
+                        return
+                    data = got
                 elif self._monitor is None and _small(resp):
                     # a small, complete body (JSON replies): read whole, sent in one message
                     try:
@@ -413,9 +502,26 @@ class Forwarder:
         except aiohttp.ClientConnectorError:
             await self._upstream_error(send, 502, "connect", "cannot connect to the upstream")
             return
-        except aiohttp.ClientError as exc:
+        except UpstreamBusy:
+            most = self._upstream.max_requests
             await self._upstream_error(
-                send, 502, "protocol", f"upstream request failed: {type(exc).__name__}"
+                send,
+                503,
+                "busy",
+                f"all {most} upstream requests (proxy.max_upstream_requests) stayed in flight for "
+                "proxy.upstream_queue_timeout_s",
+            )
+            return
+        except aiohttp.ClientError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ClientGone):  # a streamed upload the client abandoned
+                self._metrics.disconnects.inc()
+                return
+            if isinstance(cause, ClientTooSlow):
+                await self._too_slow(send)
+                return
+            await self._upstream_error(
+                send, 502, "protocol", f"upstream request failed: {type(exc).__name__}: {_short(exc)}"
             )
             return
         if turn is not None:
@@ -443,8 +549,10 @@ class Forwarder:
         send: Send,
         turn: _Turn | None,
         watch: _DisconnectWatch,
+        head: Sequence[bytes] = (),
     ) -> None:
-        """Pass the body through chunk by chunk; an event stream is also parsed, on the side.
+        """Pass the body through chunk by chunk (after ``head``, what was already read of it);
+        an event stream is also parsed, on the side.
 
         Parsing never touches or delays the bytes: the first exception it raises stops
         parsing for this reply (``monitor_errors{stage="parse"}``, unmonitored
@@ -467,6 +575,8 @@ class Forwarder:
             else None
         )
         await send({"type": "http.response.start", "status": status, "headers": headers})
+        for chunk in head:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
         pending = sse is not None and turn is not None
         try:
             async for chunk in resp.content.iter_any():
@@ -679,6 +789,31 @@ def loads(data: bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+async def _read_upto(resp: aiohttp.ClientResponse, cap: int) -> bytes | list[bytes]:
+    """The whole body when it is at most ``cap`` bytes, else the chunks read so far (past
+    ``cap``: the caller passes the rest through without holding it)."""
+    n = resp.content_length
+    if n is not None:
+        return await resp.read() if n <= cap else []
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            return chunks
+    return b"".join(chunks)
+
+
+def _short(exc: BaseException) -> str:
+    """An upstream client error's message for the client, first line, at most 200 characters:
+    aiohttp's messages name limits and states, not bodies; a response error's own message
+    only (its ``str`` also holds the upstream URL)."""
+    text = exc.message if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
+    lines = str(text).splitlines()
+    return lines[0][:200] if lines else ""
 
 
 SMALL_BODY_BYTES = 64 * 1024

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from handoffmon.exporters.prometheus import register_metrics
 from handoffmon.pipeline.worker import ByteBudget
+
+if TYPE_CHECKING:  # pragma: no cover
+    from handoffmon.proxy.upstream import Upstream
 
 ROUTES = ("chat_completions", "responses", "messages", "passthrough", "other")
 UNMONITORED_REASONS = (
@@ -17,7 +22,7 @@ UNMONITORED_REASONS = (
     "truncated",
     "server_state",
 )
-UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream")
+UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream", "busy")
 
 
 def _status_class(status: int) -> str:
@@ -39,7 +44,11 @@ class ProxyMetrics:
         and ``conversation``, which the API refuses, or a ``conversation`` without an id).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
-        client's response is aborted too).
+        client's response is aborted too), ``busy`` (no upstream slot within
+        ``proxy.upstream_queue_timeout_s`` → 503).
+        ``handoffmon_proxy_upstream_requests``, ``handoffmon_proxy_upstream_requests_limit``:
+        upstream requests in flight (streams until they end) and
+        ``proxy.max_upstream_requests`` (0: no limit), read at scrape time from ``upstream``.
         ``handoffmon_proxy_client_disconnects_total``: clients that left before the end.
         ``handoffmon_proxy_queued_bytes``, ``handoffmon_proxy_queued_bytes_limit``: the request
         and reply bytes turns hold until they are checked, and ``pipeline.max_queued_bytes``
@@ -49,9 +58,12 @@ class ProxyMetrics:
     Args:
         registry: where the series live.
         queued: the monitor's queued-bytes budget.
+        upstream: the upstream pool (its requests in flight), when there is one.
     """
 
-    def __init__(self, registry: CollectorRegistry, queued: ByteBudget) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, queued: ByteBudget, upstream: Upstream | None = None
+    ) -> None:
         self._requests = Counter(
             "handoffmon_proxy_requests",
             "Requests answered by handoffmon serve, by route and status class.",
@@ -87,9 +99,31 @@ class ProxyMetrics:
             registry=None,
         )
         limit.set_function(lambda: queued.limit)
+        in_flight = Gauge(
+            "handoffmon_proxy_upstream_requests",
+            "Upstream requests in flight, streams until they end (proxy.max_upstream_requests bounds it).",
+            registry=None,
+        )
+        in_flight.set_function(lambda: upstream.in_flight if upstream is not None else 0)
+        most = Gauge(
+            "handoffmon_proxy_upstream_requests_limit",
+            "proxy.max_upstream_requests: the most upstream requests in flight (0: no limit).",
+            registry=None,
+        )
+        most.set_function(lambda: upstream.max_requests if upstream is not None else 0)
         # served without ``_created`` samples, like the exporter's own metrics
         register_metrics(
-            registry, [self._requests, self._unmonitored, self._upstream, self.disconnects, held, limit]
+            registry,
+            [
+                self._requests,
+                self._unmonitored,
+                self._upstream,
+                self.disconnects,
+                held,
+                limit,
+                in_flight,
+                most,
+            ],
         )
         classes = [f"{c}xx" for c in range(1, 6)]
         self._req_children = {(r, c): self._requests.labels(r, c) for r in ROUTES for c in classes}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any
 from urllib.parse import urlsplit
 
 from handoffmon._extras import requires_extra
@@ -31,6 +35,11 @@ _NOT_FORWARDED_UP = HOP_BY_HOP | {b"host", b"content-length"}
 """``host`` and ``content-length`` are recomputed by the client for the upstream request."""
 
 SessionFactory = Callable[[], aiohttp.ClientSession]
+
+MAX_RESPONSE_HEAD_FIELD = 64 * 1024
+"""Longest upstream status line or header field accepted (aiohttp's default, 8,190 bytes, would
+answer a 502 for a reply a direct client reads: h11, under httpx and the OpenAI SDK, allows a
+16 KiB head; Node.js 16 KiB; LiteLLM and gateways add headers)."""
 
 
 def split_base(upstream: str) -> tuple[str, str]:
@@ -111,26 +120,113 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, by
     return [(k, v) for k, v in raw if k.lower() not in drop]
 
 
-def default_session_factory(timeout_s: float, *, pool_size: int = 256) -> SessionFactory:
+def default_session_factory(timeout_s: float) -> SessionFactory:
     """A factory of pooled sessions that leave bodies exactly as the upstream sent them.
 
     ``auto_decompress=False`` keeps compressed bodies byte-identical (the
     ``content-encoding`` header stays true); the timeout bounds each wait for upstream
-    bytes (connect, response headers, and every read of a stream).
+    bytes (connect, response headers, and every read of a stream). The connector sets no
+    limit of its own: :class:`Upstream` bounds the requests in flight, and a request waiting
+    for a connection would otherwise wait unseen and without a time bound.
     """
 
     def make() -> aiohttp.ClientSession:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-        connector = aiohttp.TCPConnector(limit=pool_size, ttl_dns_cache=300, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
         return aiohttp.ClientSession(
             connector=connector,
             timeout=timeout,
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
             cookie_jar=aiohttp.DummyCookieJar(),
+            max_line_size=MAX_RESPONSE_HEAD_FIELD,
+            max_field_size=MAX_RESPONSE_HEAD_FIELD,
         )
 
     return make
+
+
+class UpstreamBusy(Exception):
+    """Every upstream slot stayed taken for ``proxy.upstream_queue_timeout_s``."""
+
+
+class _Slots:
+    """At most ``limit`` requests in flight (0: no limit); a request past it waits, first come
+    first served, up to ``timeout_s`` for one to end. Single event loop, no locks."""
+
+    __slots__ = ("_waiters", "limit", "timeout_s", "used")
+
+    def __init__(self, limit: int, timeout_s: float) -> None:
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self.used = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def take(self) -> None:
+        """Take a slot, waiting if none is free.
+
+        Raises:
+            UpstreamBusy: none became free within ``timeout_s``.
+        """
+        if not self.limit or (self.used < self.limit and not self._waiters):
+            self.used += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, self.timeout_s)
+        except TimeoutError:
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+            raise UpstreamBusy from None
+        except asyncio.CancelledError:  # the client left while waiting
+            if fut in self._waiters:
+                self._waiters.remove(fut)
+            elif fut.done() and not fut.cancelled():  # handed a slot as it was cancelled
+                self.give()
+            raise
+
+    def give(self) -> None:
+        """Give a slot back: to the longest waiter, else to the pool."""
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # the slot passes on: ``used`` stays
+                return
+        self.used -= 1
+
+
+class _Call:
+    """``async with upstream.request(...) as resp``: a slot, then aiohttp's request; the slot is
+    given back when the response is done with (streams included)."""
+
+    __slots__ = ("_args", "_cm", "_slots")
+
+    def __init__(self, slots: _Slots, session: aiohttp.ClientSession, args: tuple[Any, ...]) -> None:
+        self._slots = slots
+        self._args = (session, args)
+        self._cm: Any = None
+
+    async def __aenter__(self) -> aiohttp.ClientResponse:
+        await self._slots.take()
+        session, (method, url, headers, body) = self._args
+        try:
+            self._cm = session.request(
+                method, url, headers=headers, data=body, allow_redirects=False, compress=None
+            )
+            resp: aiohttp.ClientResponse = await self._cm.__aenter__()
+        except BaseException:
+            self._slots.give()
+            raise
+        return resp
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self._cm.__aexit__(kind, exc, tb)
+        finally:
+            self._slots.give()
 
 
 class Upstream:
@@ -139,13 +235,35 @@ class Upstream:
     Args:
         url: upstream base URL (``http://router:4000`` or ``…/v1``).
         timeout_s: see :func:`default_session_factory`.
+        max_requests: requests in flight at most (``proxy.max_upstream_requests``; 0: no
+            limit), streams until they end; past it a request waits up to ``queue_timeout_s``
+            (``proxy.upstream_queue_timeout_s``) for one to end, else :class:`UpstreamBusy`.
         session_factory: builds the ``aiohttp.ClientSession`` (tests inject their own).
     """
 
-    def __init__(self, url: str, *, timeout_s: float, session_factory: SessionFactory | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float,
+        max_requests: int = 1024,
+        queue_timeout_s: float = 5.0,
+        session_factory: SessionFactory | None = None,
+    ) -> None:
         self.origin, self.base_path = split_base(url)
         self._factory = session_factory or default_session_factory(timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._slots = _Slots(max_requests, queue_timeout_s)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests holding a slot now (waiting ones not included)."""
+        return self._slots.used
+
+    @property
+    def max_requests(self) -> int:
+        """The most requests in flight (0: no limit)."""
+        return self._slots.limit
 
     async def start(self) -> None:
         """Open the connection pool (must run inside the serving event loop)."""
@@ -163,19 +281,20 @@ class Upstream:
         return f"{url}?{query.decode('latin-1')}" if query else url
 
     def request(
-        self, method: str, path: str, query: bytes, headers: list[tuple[str, str]], body: bytes
-    ) -> aiohttp.client._RequestContextManager:
-        """Send one request; use as ``async with upstream.request(...) as resp``."""
+        self, method: str, path: str, query: bytes, headers: list[tuple[str, str]], body: Any
+    ) -> _Call:
+        """Send one request; use as ``async with upstream.request(...) as resp``.
+
+        ``body``: bytes, or an async iterable of bytes (a streamed upload: give its
+        ``content-length`` in ``headers`` when the client did, else it goes chunked).
+
+        Raises:
+            UpstreamBusy: on entry, no slot became free in time.
+        """
         if self._session is None:
             raise RuntimeError("Upstream.start() was not awaited")
-        return self._session.request(
-            method,
-            URL(self.url_for(path, query), encoded=True),
-            headers=headers,
-            data=body or None,
-            allow_redirects=False,
-            compress=None,
-        )
+        url = URL(self.url_for(path, query), encoded=True)
+        return _Call(self._slots, self._session, (method, url, headers, body or None))
 
     async def close(self) -> None:
         """Close the pool."""

@@ -43,20 +43,24 @@ class _Breaker:
         self._clock = clock
         self._open_until = 0.0
         self._failures = 0
+        self.down = False
+        """The last call tried failed (cleared by the next success)."""
 
     def allows(self) -> bool:
         return self._clock() >= self._open_until
 
     def trip(self) -> None:
+        self.down = True
         self._failures += 1
         if self._failures >= self._trip_after:
             self._failures = 0
             self._open_until = self._clock() + self._retry_after_s
 
     def reset(self) -> None:
-        if self._failures or self._open_until:
+        if self._failures or self._open_until or self.down:
             self._failures = 0
             self._open_until = 0.0
+            self.down = False
 
 
 class GuardedStore:
@@ -220,6 +224,12 @@ class GuardedStore:
     def available(self) -> bool:
         """False while the guard is skipping the backend after repeated failures."""
         return self._breaker.allows()
+
+    @property
+    def healthy(self) -> bool:
+        """False from a failed backend call until one succeeds (between the breaker's probes
+        too, when ``available`` is True again but the backend has not answered yet)."""
+        return not self._breaker.down
 
     def __getattr__(self, name: str) -> Any:
         # backend extras (ping, purge, key_count, ...) stay reachable

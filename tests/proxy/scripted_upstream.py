@@ -2,13 +2,16 @@
 
 A request names its script with ``x-script: <id>`` (the same id direct and through
 ``serve``, so both get the same bytes). A script is a status, a header list and the body
-pieces sent one ``send`` each; ``cut=True`` raises after the last piece, so uvicorn drops
-the connection without the final chunk: an upstream that breaks a stream off. The upstream
-records the raw request headers it received (``seen``).
+pieces sent one ``send`` each (a float among them: a pause of that many seconds, a slow
+upstream); ``cut=True`` raises after the last piece, so uvicorn drops the connection without
+the final chunk: an upstream that breaks a stream off. The upstream records the raw request
+headers it received (``seen``) and each body's size and SHA-256 (``received``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +23,7 @@ from tests.proxy.mock_upstream import read_request
 class Script:
     """One scripted reply."""
 
-    pieces: list[bytes]
+    pieces: list[bytes | float]
     status: int = 200
     headers: list[tuple[bytes, bytes]] = field(
         default_factory=lambda: [(b"content-type", b"text/event-stream")]
@@ -46,6 +49,7 @@ class ScriptedUpstream:
     def __init__(self) -> None:
         self.scripts: dict[str, Script] = {}
         self.seen: list[list[tuple[bytes, bytes]]] = []
+        self.received: list[tuple[int, str]] = []
         self._ids = itertools.count()
 
     def __repr__(self) -> str:
@@ -62,6 +66,7 @@ class ScriptedUpstream:
         if body is None:
             return
         self.seen.append(list(scope["headers"]))
+        self.received.append((len(body), hashlib.sha256(body).hexdigest()))
         sid = dict(scope["headers"]).get(b"x-script", b"").decode()
         script = self.scripts.get(sid)
         if script is None:
@@ -70,6 +75,9 @@ class ScriptedUpstream:
             return
         await send({"type": "http.response.start", "status": script.status, "headers": script.headers})
         for piece in script.pieces:
+            if isinstance(piece, float):
+                await asyncio.sleep(piece)
+                continue
             await send({"type": "http.response.body", "body": piece, "more_body": True})
         if script.cut:
             raise UpstreamCut("scripted cut-off")

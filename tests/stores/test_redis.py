@@ -157,6 +157,31 @@ def test_unreachable_redis_raises_and_the_guard_counts_and_backs_off() -> None:
     assert s.stats()["put_errors"] == 2
 
 
+def test_the_guard_is_unhealthy_from_a_failure_until_a_success_between_probes_too() -> None:
+    """``healthy`` (what serve's /readyz reports as ``store``) stays False while Redis is down,
+    also between the breaker's probes, when ``available`` is True again (before, /readyz said
+    ``ok`` a second after each trip while every call still failed)."""
+    clock = FakeClock()
+    dead = RedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05))
+    s = GuardedStore(dead, clock=clock)
+    assert s.healthy
+    for _ in range(3):
+        with pytest.raises(StoreError):
+            s.get_many(["a"])
+    assert not s.available and not s.healthy
+    clock.now += 1.5  # the breaker lets the next call probe: still down until one succeeds
+    assert s.available and not s.healthy
+    with pytest.raises(StoreError):
+        s.get_many(["a"])
+    assert not s.healthy
+    require_redis()
+    s.inner = RedisStore(_cfg())  # the backend answers again
+    clock.now += 1.5
+    assert s.get_many(["a"]) == [None]
+    assert s.healthy and s.available
+    s.inner.close()
+
+
 def test_one_failure_does_not_trip_the_breaker() -> None:
     """A single slow call among successes costs one lookup (counted as a timeout), not a pause."""
     require_redis()
