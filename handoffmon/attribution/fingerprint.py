@@ -2,8 +2,10 @@
 
 The chain: ``h_0 = CHAIN_SEED``; for every non-system message ``i``,
 ``h_i = xxh3_64(d_i, seed = h_{i-1} XOR salt(role_i))`` where ``d_i`` is the message
-digest: xxh3_64 of the folded content, re-seeded with the canonical tool calls, name and
-tool-call id when present. ``system``/``developer`` messages are not chained.
+digest: xxh3_64 of the folded content (a ``refusal`` is content), re-seeded with the canonical
+tool calls and tool-call id when present. A message's ``name`` is left out: the application
+adds it (agent frameworks name each agent's messages), no model returns it.
+``system``/``developer`` messages are not chained.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from handoffmon.attribution.normalize import (
     content_text,
     extras_text,
     fold,
+    message_text,
     role_of,
     tool_calls_text,
 )
@@ -60,7 +63,7 @@ def text_digest(text: str) -> int:
 
 
 def with_extras(digest: int, extras: str) -> int:
-    """Fold tool calls / name / tool-call id (``extras_text``) into a text digest."""
+    """Fold tool calls and tool-call id (``extras_text``) into a text digest."""
     if not extras:
         return digest
     return xxh3_64_intdigest(extras.encode("utf-8", "surrogatepass"), seed=digest)
@@ -242,19 +245,19 @@ def _text_entry(folded: str) -> tuple[int, int, bytes]:
 
 
 def raw_extras(m: Mapping[str, Any]) -> str:
-    """``extras_text`` of a raw message mapping (``""`` for plain role+content messages)."""
-    name = m.get("name")
+    """``extras_text`` of a raw message mapping (``""`` for plain role+content messages, and for
+    a ``name`` alone: see ``extras_text``)."""
     call_id = m.get("tool_call_id")
     return extras_text(
         tool_calls_text(m.get("tool_calls"), m.get("function_call")),
-        name if isinstance(name, str) else "",
+        "",
         call_id if isinstance(call_id, str) else "",
     )
 
 
 def message_digest(msg: Message) -> tuple[int, int]:
     """(digest, length) of a normalized message: the same values the fast path computes."""
-    extras = extras_text(msg.tool_calls, msg.name, msg.tool_call_id)
+    extras = extras_text(msg.tool_calls, "", msg.tool_call_id)
     return with_extras(text_digest(msg.content), extras), len(msg.content) + len(extras)
 
 
@@ -275,6 +278,9 @@ def raw_digest(raw: Any, cache: TextCache) -> tuple[str, int, int]:
         m = as_mapping(raw)
     d, n, _ = cache.text(m.get("content"))
     if len(m) > 2 or "content" not in m or "role" not in m:
+        refusal = m.get("refusal")
+        if refusal and isinstance(refusal, str):  # the refusal is text (``message_text``)
+            d, n, _ = _text_entry(message_text(m.get("content"), refusal))
         extras = raw_extras(m)
         if extras:
             d = with_extras(d, extras)

@@ -10,7 +10,7 @@ import xxhash
 
 from handoffmon.types import Message
 
-_MESSAGE_FIELDS = ("role", "content", "tool_calls", "function_call", "name", "tool_call_id")
+_MESSAGE_FIELDS = ("role", "content", "refusal", "tool_calls", "function_call", "name", "tool_call_id")
 _BINARY_KEYS = ("url", "data", "file_data", "file_id", "image_url", "input_audio", "file")
 
 
@@ -42,8 +42,10 @@ def as_mapping(obj: Any) -> Mapping[str, Any]:
 def part_text(part: Any) -> str:
     """One content part as text: text parts folded, other parts as stable placeholders.
 
-    An image part becomes ``[image_url:<xxh3 of its url or data>]``, audio
-    ``[input_audio:<xxh3 of its data>]``; any other type ``[<type>:<xxh3 of the part>]``.
+    A refusal part (``{"type": "refusal", "refusal": ...}``) is its text, as the message's
+    ``refusal`` field is (``message_text``). An image part becomes ``[image_url:<xxh3 of its
+    url or data>]``, audio ``[input_audio:<xxh3 of its data>]``; any other type
+    ``[<type>:<xxh3 of the part>]``.
     """
     if isinstance(part, str):
         return fold(part)
@@ -52,6 +54,8 @@ def part_text(part: Any) -> str:
     if kind in ("text", "input_text", "output_text"):
         text = p.get("text")
         return fold(text) if isinstance(text, str) else fold(str(text or ""))
+    if kind == "refusal" and isinstance(p.get("refusal"), str):
+        return fold(p["refusal"])
     payload = next((p[k] for k in _BINARY_KEYS if p.get(k) is not None), None)
     if isinstance(payload, Mapping):
         inner = next((payload[k] for k in ("url", "data", "file_data", "file_id") if payload.get(k)), None)
@@ -72,6 +76,16 @@ def content_text(content: Any) -> str:
     if isinstance(content, (list, tuple)):
         return " ".join(t for t in map(part_text, content) if t)
     return part_text(content)
+
+
+def message_text(content: Any, refusal: Any) -> str:
+    """Normalized text of a message: its ``content`` (``content_text``), then its ``refusal``
+    (structured outputs: the model's refusal, content null) as one more part. A refusal sent
+    back as the ``refusal`` field, as a refusal part or as the content is one text."""
+    text = content_text(content)
+    if not isinstance(refusal, str) or not (said := fold(refusal)):
+        return text
+    return f"{text} {said}" if text else said
 
 
 def _canonical_arguments(arguments: Any) -> Any:
@@ -121,7 +135,7 @@ def normalize_message(msg: Mapping[str, Any] | Any, *, default_role: str = "user
     call_id = m.get("tool_call_id")
     return Message(
         role=role,
-        content=content_text(m.get("content")),
+        content=message_text(m.get("content"), m.get("refusal")),
         tool_calls=tool_calls_text(m.get("tool_calls"), m.get("function_call")),
         name=name if isinstance(name, str) else "",
         tool_call_id=call_id if isinstance(call_id, str) else "",
@@ -140,7 +154,11 @@ def normalize_messages(messages: Sequence[Any]) -> list[Message]:
 
 
 def extras_text(tool_calls: str, name: str, tool_call_id: str) -> str:
-    """The non-content fields folded into one string (``""`` for a plain message)."""
+    """The non-content fields folded into one string (``""`` for a plain message).
+
+    Digests pass ``name=""`` (``fingerprint.message_digest``): a message's ``name`` is
+    metadata the application adds (a participant or agent name; no model returns one), so a
+    reply resent with a name is still the reply."""
     if not (tool_calls or name or tool_call_id):
         return ""
     return f"{tool_calls}\x1e{name}\x1e{tool_call_id}"

@@ -251,6 +251,9 @@ def _message(choice: Any) -> dict[str, Any] | None:
     if msg is None or type(msg) is dict:
         return msg
     out: dict[str, Any] = {"role": "assistant", "content": get(msg, "content")}
+    refusal = get(msg, "refusal")
+    if refusal:  # structured outputs' refusal, content null: the reply's text
+        out["refusal"] = refusal
     tool_calls = get(msg, "tool_calls")
     if tool_calls:
         out["tool_calls"] = tool_calls

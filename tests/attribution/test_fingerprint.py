@@ -23,6 +23,7 @@ _text = st.text(alphabet=st.sampled_from("ab \n\tZ.!é"), max_size=40)
 _part = st.one_of(
     st.builds(lambda t: {"type": "text", "text": t}, _text),
     st.builds(lambda u: {"type": "image_url", "image_url": {"url": u}}, _text),
+    st.builds(lambda r: {"type": "refusal", "refusal": r}, _text),
 )
 _content = st.one_of(st.none(), _text, st.lists(_part, max_size=3))
 _calls = st.lists(
@@ -48,6 +49,8 @@ def _messages(draw: st.DrawFn) -> dict[str, Any]:
         msg["tool_call_id"] = draw(st.sampled_from(["c1", "c2"]))
     if draw(st.booleans()):
         msg["name"] = "bob"
+    if not draw(st.integers(0, 3)):  # structured outputs' refusal field
+        msg["refusal"] = draw(st.one_of(_text, st.none()))
     return msg
 
 
@@ -141,3 +144,38 @@ def test_text_cache_bound_holds_for_many_short_messages() -> None:
     for k in keys:
         small.text(k)
     assert len(small) * estimated_per_entry <= 1_000_000
+
+
+def test_a_refusal_is_one_text_as_a_field_a_part_or_the_content() -> None:
+    """A refusal the model gave in ``refusal`` (content null) and the same refusal sent back as a
+    refusal part, or as the content, have one digest: the reply is recognised whichever way
+    the client resends it. (Before: the part was an opaque placeholder and the field was not
+    read at all.)"""
+    r = "I cannot help with that request, sorry about it."
+    shapes = [
+        {"role": "assistant", "content": None, "refusal": r},
+        {"role": "assistant", "refusal": r},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": r}]},
+        {"role": "assistant", "content": f"  {r}\n"},
+    ]
+    cache = TextCache()
+    assert {raw_digest(m, cache)[1:] for m in shapes} == {
+        raw_digest({"role": "assistant", "content": r}, cache)[1:]
+    }
+    other = raw_digest({"role": "assistant", "content": None, "refusal": r + " No."}, cache)
+    assert other != raw_digest(shapes[0], cache)
+
+
+def test_a_name_is_left_out_of_every_digest() -> None:
+    """``name`` is the application's label (an agent's or participant's name, never in a model's
+    reply): a message with or without one has one digest, whatever its role, and a tool call or
+    tool-call id still counts."""
+    cache = TextCache()
+    for role in ("user", "assistant", "tool", "function", "system"):
+        for extra in ({}, {"tool_call_id": "c1"}, {"tool_calls": [{"id": "c1", "function": {"name": "f"}}]}):
+            plain = {"role": role, "content": "the same words", **extra}
+            named = {**plain, "name": "bot"}
+            assert raw_digest(named, cache) == raw_digest(plain, cache)
+            assert message_digest(normalize_message(named)) == message_digest(normalize_message(plain))
+    bare = raw_digest({"role": "tool", "content": "x"}, cache)
+    assert raw_digest({"role": "tool", "content": "x", "tool_call_id": "c1"}, cache) != bare
