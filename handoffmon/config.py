@@ -412,6 +412,14 @@ class ProxyConfig(_Section):
     client_timeout_s: float = Field(default=30.0, gt=0)
     """A client that takes longer than this to send its headers, or pauses this long
     inside its body, is answered 408 and disconnected (slow or half-open clients)."""
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    """A monitored API's request body (at most ``proxy.max_body_bytes``) not complete this
+    long after its headers is answered 408: a client trickling bytes just inside
+    ``proxy.client_timeout_s`` cannot hold a connection for ever. Forwarded paths (uploads)
+    are bounded by the pause alone."""
+    max_connections: int = Field(default=8192, ge=0)
+    """Open client connections at most (0: no limit); past it uvicorn answers new requests 503
+    (``Exceeded concurrency limit.``), so slow or idle clients cannot hold unbounded memory."""
     max_monitored_reply_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     """Replies larger than this (after undoing gzip/deflate on a copy; for an event stream,
     characters of text and tool-call arguments) are forwarded unchanged but not monitored,

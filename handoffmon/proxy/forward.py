@@ -81,21 +81,35 @@ class ClientTooSlow(Exception):
     """The client paused inside its request body for longer than ``proxy.client_timeout_s``."""
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int, idle_timeout_s: float | None = None) -> bytes:
+async def read_body(
+    scope: Scope,
+    receive: Receive,
+    limit: int,
+    idle_timeout_s: float | None = None,
+    total_timeout_s: float | None = None,
+) -> bytes:
     """The whole request body.
 
     Raises:
         BodyTooLarge: early (by Content-Length) or while reading.
         ClientGone: the client disconnected mid-body.
-        ClientTooSlow: no body bytes for ``idle_timeout_s``.
+        ClientTooSlow: no body bytes for ``idle_timeout_s``, or the body not complete
+            ``total_timeout_s`` after the first read began.
     """
     for k, v in scope["headers"]:
         if k == b"content-length" and v.isdigit() and int(v) > limit:
             raise BodyTooLarge
     chunks: list[bytes] = []
     size = 0
+    deadline = None if total_timeout_s is None else time.monotonic() + total_timeout_s
     while True:
-        msg = await (receive() if idle_timeout_s is None else _receive_within(receive, idle_timeout_s))
+        wait = idle_timeout_s
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ClientTooSlow
+            wait = left if wait is None else min(wait, left)
+        msg = await (receive() if wait is None else _receive_within(receive, wait))
         if msg["type"] == "http.disconnect":
             raise ClientGone
         chunk = msg.get("body", b"")
@@ -240,6 +254,7 @@ class Forwarder:
         monitor: Monitor | None = None,
         route: str = "passthrough",
         client_timeout_s: float | None = None,
+        body_timeout_s: float | None = None,
         max_monitored_reply_bytes: int = 16 * 1024 * 1024,
         routing: BodyRouting | None = None,
         shadow: Callable[[Sequence[tuple[str, str]]], ShadowSource | None] | None = None,
@@ -252,6 +267,7 @@ class Forwarder:
         self._metrics = metrics
         self._limit = max_body_bytes
         self._client_timeout = client_timeout_s
+        self._body_timeout = body_timeout_s
         self._reply_cap = max_monitored_reply_bytes
         self._monitor = monitor
         self._parser = RequestParser.from_config(monitor.config) if monitor is not None else None
@@ -262,7 +278,7 @@ class Forwarder:
             await self._pass(scope, receive, send)
             return
         try:
-            body = await read_body(scope, receive, self._limit, self._client_timeout)
+            body = await read_body(scope, receive, self._limit, self._client_timeout, self._body_timeout)
         except BodyTooLarge:
             self._metrics.request(self._route, 413)
             msg = f"request body exceeds proxy.max_body_bytes ({self._limit} bytes)"
@@ -368,6 +384,8 @@ class Forwarder:
     async def _too_slow(self, send: Send) -> None:
         self._metrics.request(self._route, 408)
         msg = f"request body stalled for proxy.client_timeout_s ({self._client_timeout} s)"
+        if self._body_timeout is not None:
+            msg += f" or took longer than proxy.body_timeout_s ({self._body_timeout} s)"
         await send_json(send, 408, error_body(msg, "client_timeout"), [(b"connection", b"close")])
 
     async def _headers(self, scope: Scope, send: Send) -> list[tuple[str, str]] | None:

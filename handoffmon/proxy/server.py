@@ -192,6 +192,7 @@ def uvicorn_options(config: HandoffmonConfig) -> dict[str, Any]:
         "date_header": False,
         "timeout_graceful_shutdown": max(1, int(config.pipeline.shutdown_timeout_s)),
         "timeout_keep_alive": 75,
+        "limit_concurrency": config.proxy.max_connections or None,
         "http": guarded_protocol(config.proxy.max_header_bytes, config.proxy.client_timeout_s),
     }
 

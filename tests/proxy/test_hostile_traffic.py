@@ -41,6 +41,7 @@ def proxy(scripted: tuple[ScriptedUpstream, str]) -> Iterator[Proxy]:
         scripted[1],
         proxy={
             "client_timeout_s": 0.5,
+            "body_timeout_s": 1.5,
             "max_body_bytes": CAP,
             "max_monitored_reply_bytes": CAP,
             "max_upstream_requests": 2,
@@ -302,3 +303,60 @@ def test_a_stream_of_tiny_deltas_holds_about_its_characters() -> None:
         tracemalloc.stop()
     assert folder.outcome(completed=True).reply["content"] == "".join(deltas)
     assert held < 3 * 400_000, held
+
+
+def test_a_body_trickled_just_inside_the_pause_limit_is_cut_at_the_body_deadline(
+    scripted: tuple[ScriptedUpstream, str], proxy: Proxy
+) -> None:
+    """A chat request whose body arrives one byte every 0.3 s (inside ``client_timeout_s`` =
+    0.5 s) is answered 408 once ``body_timeout_s`` (1.5 s) has passed, never forwarded."""
+    app, _ = scripted
+    seen = len(app.seen)
+    port = int(proxy.url.rsplit(":", 1)[1])
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n".encode()
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head)
+        answer = b""
+        s.settimeout(0.3)
+        while not answer and time.monotonic() - t0 < 8:
+            try:
+                s.sendall(b"x")
+                answer = s.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+    took = time.monotonic() - t0
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    assert b"proxy.body_timeout_s" in answer
+    assert 1.4 < took < 3.0
+    assert len(app.seen) == seen
+
+
+def test_past_max_connections_new_requests_get_503_until_connections_close(
+    scripted: tuple[ScriptedUpstream, str],
+) -> None:
+    """``proxy.max_connections`` bounds what idle or trickling clients can hold: with 4 open
+    (idle) connections, a fifth client's request is answered 503; once they close, it goes
+    through."""
+    app, url = scripted
+    sid = app.add(Script([b"{}"], headers=[(b"content-type", b"application/json")]))
+    cfg = proxy_config(url, proxy={"max_connections": 5})
+    with running_proxy(cfg) as p:
+        port = int(p.url.rsplit(":", 1)[1])
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
+        try:
+            time.sleep(0.2)  # the server has accepted them
+            refused = httpx.get(f"{p.url}/v1/models", headers={"x-script": sid}, timeout=5)
+            assert refused.status_code == 503
+        finally:
+            for sock in idle:
+                sock.close()
+        deadline = time.monotonic() + 5
+        while True:
+            r = httpx.get(f"{p.url}/v1/models", headers={"x-script": sid}, timeout=5)
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert r.status_code == 200
