@@ -408,8 +408,18 @@ class Forwarder:
         if turn.parsed:
             return turn.capture
         turn.parsed = True
+        body = turn.body
+        if _encoding(turn.raw_headers) is not None:  # a compressed request: read a copy
+            try:
+                body = _decoded(turn.raw_headers, body, self._limit)
+            except ReplyTooLarge:  # inflates past proxy.max_body_bytes
+                self._skip("too_large")
+                return None
+            except (ValueError, zlib.error):  # br, zstd, … or corrupt
+                self._skip("encoded")
+                return None
         try:
-            doc = loads(turn.body)
+            doc = loads(body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
             self._skip("bad_json")
             return None
@@ -843,7 +853,7 @@ def _small(resp: aiohttp.ClientResponse) -> bool:
     return n is not None and n <= SMALL_BODY_BYTES and resp.content_type != "text/event-stream"
 
 
-def _encoding(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+def _encoding(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
     for k, v in headers:
         if k.lower() == b"content-encoding" and v.strip().lower() not in (b"", b"identity"):
             return v.strip().lower()
@@ -854,8 +864,9 @@ class ReplyTooLarge(Exception):
     """The (decoded) reply exceeds ``proxy.max_monitored_reply_bytes``: not monitored."""
 
 
-def _decoded(headers: list[tuple[bytes, bytes]], data: bytes, cap: int) -> bytes:
-    """The body for the monitor: gzip/deflate undone on a copy, at most ``cap`` bytes of output.
+def _decoded(headers: Sequence[tuple[bytes, bytes]], data: bytes, cap: int) -> bytes:
+    """The body for the monitor (a reply, or a compressed request): gzip/deflate undone on a
+    copy, at most ``cap`` bytes of output.
 
     Raises:
         ReplyTooLarge: the body, or what it decompresses to, is larger than ``cap``

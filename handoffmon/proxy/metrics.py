@@ -21,6 +21,7 @@ UNMONITORED_REASONS = (
     "too_large",
     "truncated",
     "server_state",
+    "encoded",
 )
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream", "busy")
 
@@ -39,9 +40,12 @@ class ProxyMetrics:
         ``upstream_status``, ``bad_reply``, ``too_large`` — over
         ``proxy.max_monitored_reply_bytes`` once decoded, or a stream's text past it in
         characters — ``truncated`` — the upstream broke the stream off, the client's
-        response was aborted and no turn recorded — and ``server_state`` — a Responses API
+        response was aborted and no turn recorded — ``server_state`` — a Responses API
         request naming a stored history handoffmon cannot find: both ``previous_response_id``
-        and ``conversation``, which the API refuses, or a ``conversation`` without an id).
+        and ``conversation``, which the API refuses, or a ``conversation`` without an id —
+        and ``encoded`` — a request body compressed other than gzip/deflate, or corrupt; a
+        gzip/deflate request is read from an inflated copy, at most ``proxy.max_body_bytes``,
+        else ``too_large``).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too), ``busy`` (no upstream slot within

@@ -6,6 +6,7 @@ none makes ``serve`` hold more than a bounded amount per request."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import logging
@@ -360,3 +361,38 @@ def test_past_max_connections_new_requests_get_503_until_connections_close(
                 break
             time.sleep(0.05)
         assert r.status_code == 200
+
+
+def test_a_compressed_request_is_forwarded_unchanged_and_monitored_from_a_copy(
+    scripted: tuple[ScriptedUpstream, str], proxy: Proxy
+) -> None:
+    """A gzip chat request reaches the upstream byte for byte and is monitored (before, its
+    bytes were read as JSON and counted ``bad_json``); one inflating past ``max_body_bytes`` is
+    counted ``too_large``, and one in an encoding the monitor does not read ``encoded``."""
+    app, _ = scripted
+    reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": "ok"}}], "model": "m"})
+    sid = app.add(Script([reply.encode()], headers=[(b"content-type", b"application/json")]))
+
+    def post(body: bytes, encoding: str) -> httpx.Response:
+        headers = {"x-script": sid, "content-encoding": encoding, "content-type": "application/json"}
+        return httpx.post(f"{proxy.url}{CHAT}", content=body, headers=headers, timeout=10)
+
+    def unmonitored(reason: str) -> float:
+        return _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": reason})
+
+    before = {r: unmonitored(r) for r in ("bad_json", "too_large", "encoded")}
+    turns = _turns(proxy)
+    packed = gzip.compress(json.dumps(BODY).encode())
+    assert post(packed, "gzip").status_code == 200
+    assert app.received[-1] == (len(packed), hashlib.sha256(packed).hexdigest())
+    assert _turns(proxy) == turns + 1
+    bomb = gzip.compress(json.dumps({**BODY, "pad": "p" * (2 * CAP)}).encode())
+    assert len(bomb) < CAP and post(bomb, "gzip").status_code == 200
+    assert post(packed, "br").status_code == 200
+    after = {r: unmonitored(r) for r in before}
+    assert after == {
+        "bad_json": before["bad_json"],
+        "too_large": before["too_large"] + 1,
+        "encoded": before["encoded"] + 1,
+    }
+    assert _turns(proxy) == turns + 1
