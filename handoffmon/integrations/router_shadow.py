@@ -6,13 +6,20 @@ could hand the call to another one), with ``fallbacks`` (and the context-window 
 content-policy fallbacks) emptied for the call, so the shadow reply is authored by the
 model asked — which the reply's ``_hidden_params`` confirm. The call goes to the Router
 itself, not through the wrapper, so it is never recorded as a turn.
+
+A shadow call that fails is counted (``handoffmon_shadow_calls_total{outcome="error"}``); the
+Router's own log of it (an ERROR with its fallback debug text, since the call has no
+fallbacks) is dropped, so handoffmon's background calls do not fill the application's logs.
+The application's own calls log as before.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from handoffmon.attribution import ModelNames
@@ -27,6 +34,33 @@ GROUPS_TTL_S = 60.0
 
 SHADOW_METADATA = {"handoffmon_shadow": True}
 """Metadata of every shadow call: callbacks can tell it from served traffic."""
+
+ROUTER_LOGGERS = ("LiteLLM Router", "LiteLLM")
+"""LiteLLM's loggers (``verbose_router_logger``, ``verbose_logger``) that report a failed call."""
+
+_IN_SHADOW_CALL: ContextVar[bool] = ContextVar("handoffmon_shadow_call", default=False)
+
+
+class _ShadowCallLogs(logging.Filter):
+    """Drops LiteLLM's records made while a shadow call runs (this thread, or tasks it started)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _IN_SHADOW_CALL.get()
+
+
+_FILTER = _ShadowCallLogs()
+_installed = False
+_install_lock = threading.Lock()
+
+
+def _quiet_shadow_calls() -> None:
+    """Attach the filter to LiteLLM's loggers once per process."""
+    global _installed
+    with _install_lock:
+        if not _installed:
+            for name in ROUTER_LOGGERS:
+                logging.getLogger(name).addFilter(_FILTER)
+            _installed = True
 
 
 class RouterShadow:
@@ -59,17 +93,22 @@ class RouterShadow:
         group = self._groups()[0].get(target)
         if group is None:
             raise LookupError(f"no router group serves only {target!r}")
-        response = self._router.completion(
-            model=group,
-            messages=messages,
-            max_tokens=max_tokens,
-            timeout=timeout_s,
-            num_retries=0,
-            fallbacks=[],
-            context_window_fallbacks=[],
-            content_policy_fallbacks=[],
-            metadata=dict(SHADOW_METADATA),
-        )
+        _quiet_shadow_calls()
+        quiet = _IN_SHADOW_CALL.set(True)
+        try:
+            response = self._router.completion(
+                model=group,
+                messages=messages,
+                max_tokens=max_tokens,
+                timeout=timeout_s,
+                num_retries=0,
+                fallbacks=[],
+                context_window_fallbacks=[],
+                content_policy_fallbacks=[],
+                metadata=dict(SHADOW_METADATA),
+            )
+        finally:
+            _IN_SHADOW_CALL.reset(quiet)
         return shadow_reply(self._names, response, None, self.prices(target))
 
     def candidates(self, model: str) -> Sequence[str]:

@@ -107,6 +107,7 @@ class ShadowRunner:
             candidates=source.candidates,
             prices=source.prices,
             unsent=unsent,
+            key=f"{turn.conversation_id}\x00{len(messages)}",
         )
         if isinstance(decision, Skip):
             self._count(self._skipped, decision.reason)

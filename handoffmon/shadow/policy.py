@@ -6,6 +6,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from xxhash import xxh3_64_intdigest
+
 from handoffmon.config import ShadowConfig
 from handoffmon.shadow.breaker import Breaker
 from handoffmon.shadow.budget import Budget, Reservation
@@ -24,6 +26,16 @@ class Decision(NamedTuple):
     model: str
     target: str
     reservation: Reservation | None
+
+
+_SAMPLE_SEED = 0x5EED5A3D
+_PICK_SEED = 0x91C4C0DE
+
+
+def _unit(key: str, seed: int) -> float:
+    """A uniform draw in [0, 1) fixed by ``key``: the same turn gets the same draw on every
+    replica and every run."""
+    return xxh3_64_intdigest(key.encode("utf-8", "surrogatepass"), seed=seed) / 2.0**64
 
 
 class Skip(NamedTuple):
@@ -53,7 +65,7 @@ class ShadowPolicy:
         candidates: model → no-handoff candidates when ``config.candidates`` has none for it
             (the integration's default: the router's fallbacks of that model group).
         prices: model → (USD per input token, USD per output token) or None.
-        rng: sampling source (injectable for tests).
+        rng: sampling source for a turn decided without a ``key`` (injectable for tests).
     """
 
     def __init__(
@@ -84,6 +96,7 @@ class ShadowPolicy:
         candidates: Callable[[str], Sequence[str]] | None = None,
         prices: Callable[[str], tuple[float, float] | None] | None = None,
         unsent: str | None = None,
+        key: str | None = None,
     ) -> Decision | Skip:
         """Decision for a finished turn whose history was last written by ``prefix_model``.
 
@@ -96,6 +109,10 @@ class ShadowPolicy:
             candidates: this turn's integration's candidates (default: the policy's).
             prices: this turn's integration's prices (default: the policy's).
             unsent: why this eligible turn's history cannot be sent (``ShadowOffer.unsent``).
+            key: the turn's identity (its conversation and position): whether it is sampled,
+                and which candidate a no-handoff arm takes, are then fixed by it — the same on
+                every replica and every run (a seeded demo or replay reproduces its shadow
+                pairs) — instead of drawn from ``rng``.
         """
         c = self.config
         if not c.enabled:
@@ -104,7 +121,8 @@ class ShadowPolicy:
             return Skip("not_eligible")
         if unsent is not None:
             return Skip(unsent)
-        if self._rng.random() >= c.sample_rate:
+        draw = self._rng.random() if key is None else _unit(key, _SAMPLE_SEED)
+        if draw >= c.sample_rate:
             return Skip("not_sampled")
         arm = "handoff" if author != prefix_model else "no_handoff"
         if arm not in c.arms:
@@ -117,7 +135,12 @@ class ShadowPolicy:
             if not options:
                 return Skip("no_candidate")
             allowed = [m for m in options if m in self._allowed] or options
-            target = model = allowed[self._rng.randrange(len(allowed))]
+            pick = (
+                self._rng.randrange(len(allowed))
+                if key is None
+                else int(_unit(key, _PICK_SEED) * len(allowed))
+            )
+            target = model = allowed[pick]
         if target not in self._allowed:
             return Skip("not_allowed")
         if not self.breaker.allow(target):

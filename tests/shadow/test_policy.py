@@ -78,3 +78,40 @@ def test_enabled_without_targets_fails_fast() -> None:
         config_from_mapping({"shadow": {"enabled": True}}, source="handoffmon.yaml")
     assert "handoffmon.yaml" in str(info.value) and "targets" in str(info.value)
     assert not config_from_mapping({}).shadow.enabled
+
+
+def test_a_keyed_turn_is_sampled_and_given_a_candidate_by_its_key_alone() -> None:
+    """With the turn's key, sampling and the no-handoff arm's candidate no longer depend on
+    the order turns arrive in (threads, replicas, a rerun of a seeded demo): the same key gets
+    the same decision from two policies with differently seeded sources, the rate holds over
+    distinct keys, and every candidate is taken."""
+    limits = {"calls_per_minute": 1e6, "pair_calls_per_hour": 10**6, "tokens_per_hour": 10**9}
+    config = ShadowConfig(enabled=True, sample_rate=0.2, usd_per_day=None, targets=["a", "b", "c"], **limits)  # type: ignore[arg-type]
+
+    def policy(seed: int) -> ShadowPolicy:
+        clock = FakeClock(0.0)
+        return ShadowPolicy(
+            config,
+            Budget(config, clock),
+            Breaker(2, 30.0, clock),
+            candidates=lambda m: {"a": ["b", "c"]}.get(m, []),
+            rng=random.Random(seed),
+        )
+
+    one, two = policy(1), policy(2)
+    keys = [f"conv-{i}\x00{2 * (i % 7) + 1}" for i in range(2000)]
+    first = [one.decide("a", "a", 10, 1, key=k) for k in keys]
+    again = [two.decide("a", "a", 10, 1, key=k) for k in reversed(keys)][::-1]
+    assert [(type(d), getattr(d, "target", None)) for d in first] == [
+        (type(d), getattr(d, "target", None)) for d in again
+    ]
+    sampled = [d for d in first if isinstance(d, Decision)]
+    assert 330 <= len(sampled) <= 470  # Binomial(2000, 0.2): mean 400, SD 17.9, ±3.9 SD
+    picks = [d.target for d in sampled]
+    assert 0.35 <= picks.count("b") / len(picks) <= 0.65 and set(picks) == {"b", "c"}
+    # without a key, the injected source decides (two sources: different samples)
+    unkeyed = (
+        [one.decide("a", "a", 10, 1) for _ in range(200)],
+        [two.decide("a", "a", 10, 1) for _ in range(200)],
+    )
+    assert [isinstance(d, Decision) for d in unkeyed[0]] != [isinstance(d, Decision) for d in unkeyed[1]]

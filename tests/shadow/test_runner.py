@@ -137,6 +137,28 @@ def test_dead_shadow_target_counts_errors_trips_the_breaker_and_leaves_traffic_u
     assert not rt.snapshot().shadow
 
 
+def test_a_failed_shadow_call_is_counted_not_logged_by_the_router(
+    router: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LiteLLM logs every failed call without fallbacks at ERROR with its debug text; for
+    handoffmon's own shadow calls that is the application's log filling with noise. The shadow
+    failure is counted, nothing is logged; the application's own failing call still logs."""
+    import logging
+
+    with _runtime(enabled=True, targets=["model-d"], candidates={"model-c": ["model-d"]}) as rt:
+        client = wrap(router, runtime=rt)
+        with caplog.at_level(logging.INFO):
+            _converse(client, rt, ["alpha", "alpha"], "q")
+            assert _sample(rt, "handoffmon_shadow_calls_total", arm="no_handoff", outcome="rate_limited") == 1
+            noise = [
+                r for r in caplog.records if r.name.startswith("LiteLLM") and r.levelno >= logging.WARNING
+            ]
+            assert not noise and not [r for r in caplog.records if "gpt-d" in r.getMessage()]
+            with pytest.raises(Exception, match=r"(?i)rate"):
+                client.completion(model="dead", messages=[{"role": "user", "content": "mine"}])
+        assert [r for r in caplog.records if r.name == "LiteLLM Router" and r.levelno >= logging.ERROR]
+
+
 def test_budget_exhausted_stops_shadow_calls(router: Any) -> None:
     """Six eligible turns against two calls per minute: exactly two shadow calls, four skips."""
     with _runtime(

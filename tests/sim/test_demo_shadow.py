@@ -26,11 +26,10 @@ def test_demo_shadow_recovers_the_planted_switch_costs_within_their_intervals() 
     planted values about as often as a 95% interval should, the estimates track them, and no
     shadow call was counted as a turn.
 
-    The async driver and the shadow threads share the simulator, so a seed fixes the traffic
-    but not the interleaving: at 30% shadowing (~540 pairs over 36 entries) Pearson ranged
-    0.46-0.84 over five runs of the same seed; at 100% (~1,800 pairs over 56 entries) it was
-    0.86-0.88 over three, so 0.75 leaves room for the interleaving and still fails on a
-    broken estimator (the observational contrast scores 0.33-0.40)."""
+    Before shadow sampling was fixed per turn, runs of one seed differed: at 30% shadowing
+    Pearson ranged 0.46-0.84 over five runs; at 100% (~1,800 pairs over 56 entries) it was
+    0.86-0.88 over three, so 0.75 leaves room for a change of seed or fleet and still fails on
+    a broken estimator (the observational contrast scores 0.33-0.40)."""
     world = build_world(DemoSettings(size=0.5, seed=7, shadow_rate=1.0))
     try:
         outcome = run_initial(world)
