@@ -24,6 +24,7 @@ from typing import Any
 
 from handoffmon.ingress import ChunkFolder, StreamOutcome
 from handoffmon.ingress.chunks import Folder
+from handoffmon.pipeline import fork
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -39,6 +40,19 @@ _WAKE: queue.SimpleQueue[None] = queue.SimpleQueue()
 """One token per report put on :data:`_FINALIZED`: wakes the finalizer thread."""
 _reporting = threading.RLock()
 """Held by whoever takes reports off :data:`_FINALIZED` (normal stacks only, never a finalizer)."""
+
+
+def _after_fork() -> int:
+    """In a forked child (``pipeline.fork``): the parent's reports are its own (fresh queues);
+    the finalizer thread starts again with the child's first stream (``_ensure_drainer``)."""
+    global _FINALIZED, _WAKE
+    dropped = _FINALIZED.qsize()
+    _FINALIZED, _WAKE = queue.SimpleQueue(), queue.SimpleQueue()
+    fork.renew_locks((_reporting, _drainer_lock))
+    return dropped
+
+
+fork.on_fork(_after_fork)
 
 
 def _report(cb: OnDone, folder: Folder, inner: Any, completed: bool) -> None:

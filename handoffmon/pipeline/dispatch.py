@@ -64,6 +64,10 @@ class ExporterDispatch:
         if not self._pool.submit(result):
             self._on_error("export")
 
+    def after_fork(self) -> int:
+        """In a forked child: the exporter's thread started again, the parent's results forgotten."""
+        return 0 if self._pool is None else self._pool.after_fork()
+
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until the exporter has taken every queued result."""
         return True if self._pool is None else self._pool.flush(timeout_s)

@@ -13,6 +13,7 @@ from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts, ShadowKey
 from handoffmon.ingress import Outcome, Request, StreamOutcome
 from handoffmon.labels import LabelGuard
+from handoffmon.pipeline import fork
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.attribution_stage import AttributionStage
 from handoffmon.pipeline.check_stage import CheckStage
@@ -176,6 +177,7 @@ class Monitor:
             self.add_exporter(exporter)
         self._atexit = _atexit_closer(self)
         atexit.register(self._atexit)
+        fork.track(self)
 
     # -- request path -------------------------------------------------------------------
 
@@ -323,6 +325,18 @@ class Monitor:
         return not out.too_large
 
     # -- control ------------------------------------------------------------------------
+
+    def _after_fork(self) -> int:
+        """In a forked child (``pipeline.fork``, its locks renewed already): the pipeline's
+        threads started again, the parent's queued turns forgotten (the parent records them);
+        how many were."""
+        if self._closed:
+            return 0
+        dropped = self._front.after_fork() + self._pool.after_fork()
+        for d in self._dispatch:
+            dropped += d.after_fork()
+        self.queued_bytes.held = 0
+        return dropped
 
     def start(self) -> None:
         """Start the worker threads (when built with ``start=False``)."""

@@ -163,6 +163,10 @@ class WorkerPool(Generic[T]):
         """Items queued or in progress."""
         return sum(w.pending() for w in self._shards)
 
+    def after_fork(self) -> int:
+        """In a forked child: every shard's :meth:`DequeWorker.after_fork`; the items forgotten."""
+        return sum(w.after_fork() for w in self._shards)
+
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued item has been processed; False on timeout.
 
@@ -351,6 +355,21 @@ class DequeWorker(Generic[T]):
     def has_items(self) -> bool:
         """Items are queued (not counting one in progress)."""
         return bool(self._items)
+
+    def after_fork(self) -> int:
+        """In a forked child (``pipeline.fork``), where this worker's thread does not exist:
+        forget the parent's items (the parent handles them) and start the thread again when it
+        ran; how many items were forgotten."""
+        dropped = len(self._items) + self._busy
+        self._items.clear()
+        self._busy = 0
+        self._wake = threading.Event()
+        self._sleeping = True
+        self._drain_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=self._thread.name, daemon=True)
+        if self._started and not self._driven and not self._closed:
+            self._thread.start()
+        return dropped
 
     def stop_accepting(self) -> None:
         """Refuse new items from now on; queued ones are still handled (see :meth:`close`)."""

@@ -14,6 +14,7 @@ from handoffmon.errors import ConfigError
 from handoffmon.exporters import build_exporters, refit_publisher
 from handoffmon.exporters.store_failures import StoreStatsCollector
 from handoffmon.labels import LabelGuard
+from handoffmon.pipeline import fork
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import AttributionStore, Exporter
 from handoffmon.runtime.periodic import PeriodicRefit
@@ -191,6 +192,7 @@ def _store(config: HandoffmonConfig) -> AttributionStore:
 
 _shared: dict[int, Runtime] = {}
 _shared_lock = threading.RLock()  # close() inside shared_runtime calls _forget
+fork.renew_in_child(_shared_lock)
 
 
 def shared_runtime(

@@ -140,6 +140,12 @@ class PeriodicRefit:
         self._thread = threading.Thread(target=self._loop, name="handoffmon-refit", daemon=True)
         self._thread.start()
 
+    def after_fork(self) -> None:
+        """In a forked child: the schedule's thread started again if it ran in the parent."""
+        if self._thread is not None and not self._stop.is_set():
+            self._thread = None
+            self.start()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread and wait up to ``timeout_s`` for a refit in progress."""
         self._stop.set()

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts
 from handoffmon.exporters.serving import MetricsServer
+from handoffmon.pipeline import fork
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import Exporter
 from handoffmon.runtime import exposure, signals
@@ -78,6 +79,7 @@ class Runtime:
         self._started = False
         self._closed = False
         self._atexit = _atexit_closer(self)
+        fork.track(self)
 
     @property
     def exporters(self) -> tuple[Exporter, ...]:
@@ -120,6 +122,15 @@ class Runtime:
         atexit.register(self._atexit)
         signals.drain_on_sigterm(self)
         return self
+
+    def _after_fork(self) -> int:
+        """In a forked child (``pipeline.fork``; the monitor restarts itself): the shadow threads
+        and the refit schedule started again. The metrics port stays the parent's."""
+        if not self.started:
+            return 0
+        if self.refit is not None:
+            self.refit.after_fork()
+        return self.shadow.after_fork() if self.shadow is not None else 0
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until queued turns reached the exporters and their shadow calls finished; False on timeout.

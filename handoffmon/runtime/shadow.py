@@ -88,6 +88,11 @@ class ShadowRunner:
             start=start,
         )
 
+    def after_fork(self) -> int:
+        """In a forked child: the shadow threads started again, the parent's queued calls
+        forgotten (the parent makes them); how many were."""
+        return self._pool.after_fork()
+
     # -- on a check worker ----------------------------------------------------------------
 
     def offer(self, turn: ShadowTurn) -> None:

@@ -16,6 +16,8 @@ import threading
 import weakref
 from typing import Any, Protocol
 
+from handoffmon.pipeline import fork
+
 _log = logging.getLogger("handoffmon.runtime")
 
 
@@ -30,6 +32,7 @@ class Closeable(Protocol):
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
 _lock = threading.Lock()
 _installed = False
+fork.renew_in_child(_lock)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
