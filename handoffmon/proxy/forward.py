@@ -496,6 +496,20 @@ class Forwarder:
     ) -> None:
         path = scope.get("raw_path") or scope["path"].encode()
         path_s = path.decode("latin-1") if isinstance(path, bytes) else path
+        slots = self._upstream.slots
+        if not slots.try_take():
+            try:
+                await slots.take()
+            except UpstreamBusy:
+                most = self._upstream.max_requests
+                await self._upstream_error(
+                    send,
+                    503,
+                    "busy",
+                    f"all {most} upstream requests (proxy.max_upstream_requests) stayed in flight "
+                    "for proxy.upstream_queue_timeout_s",
+                )
+                return
         try:
             async with self._upstream.request(
                 scope["method"], path_s, scope["query_string"], headers, body
@@ -503,7 +517,12 @@ class Forwarder:
                 status = resp.status
                 out_headers = response_headers(resp.raw_headers)
                 if self._monitor is not None and resp.content_type != "text/event-stream":
-                    got = await _read_upto(resp, self._reply_cap)
+                    n = resp.content_length
+                    got = await (
+                        resp.read()
+                        if n is not None and n <= self._reply_cap
+                        else _read_upto(resp, self._reply_cap)
+                    )
                     if isinstance(got, list):  # past proxy.max_monitored_reply_bytes: not held whole
                         if turn is not None:
                             self._unread(turn, "too_large")
@@ -530,16 +549,6 @@ class Forwarder:
         except aiohttp.ClientConnectorError:
             await self._upstream_error(send, 502, "connect", "cannot connect to the upstream")
             return
-        except UpstreamBusy:
-            most = self._upstream.max_requests
-            await self._upstream_error(
-                send,
-                503,
-                "busy",
-                f"all {most} upstream requests (proxy.max_upstream_requests) stayed in flight for "
-                "proxy.upstream_queue_timeout_s",
-            )
-            return
         except aiohttp.ClientError as exc:
             cause = exc.__cause__
             if isinstance(cause, ClientGone):  # a streamed upload the client abandoned
@@ -552,17 +561,20 @@ class Forwarder:
                 send, 502, "protocol", f"upstream request failed: {type(exc).__name__}: {_short(exc)}"
             )
             return
-        if turn is not None:
-            # before the body goes out (costs tens of µs): once a client holds the reply the
-            # monitor has it too, so /admin/flush and the next turn on any replica see it
-            try:
-                self._finish_json(turn, status, out_headers, data)
-            except Exception:  # monitoring is on the side: the reply goes out regardless
-                self._parse_failed()
-        await send({"type": "http.response.start", "status": status, "headers": out_headers})
-        watch.done = True
-        await send({"type": "http.response.body", "body": data})
-        self._metrics.request(self._route, status)
+        else:
+            if turn is not None:
+                # before the body goes out (costs tens of µs): once a client holds the reply the
+                # monitor has it too, so /admin/flush and the next turn on any replica see it
+                try:
+                    self._finish_json(turn, status, out_headers, data)
+                except Exception:  # monitoring is on the side: the reply goes out regardless
+                    self._parse_failed()
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            watch.done = True
+            await send({"type": "http.response.body", "body": data})
+            self._metrics.request(self._route, status)
+        finally:  # the slot is held until the response is done with (streams included)
+            slots.give()
 
     async def _upstream_error(self, send: Send, status: int, kind: str, message: str) -> None:
         self._metrics.upstream_error(kind)
@@ -821,7 +833,8 @@ def loads(data: bytes) -> Any:
 
 async def _read_upto(resp: aiohttp.ClientResponse, cap: int) -> bytes | list[bytes]:
     """The whole body when it is at most ``cap`` bytes, else the chunks read so far (past
-    ``cap``: the caller passes the rest through without holding it)."""
+    ``cap``: the caller passes the rest through without holding it). A body whose
+    ``Content-Length`` is within ``cap`` is read by the caller directly."""
     n = resp.content_length
     if n is not None:
         return await resp.read() if n <= cap else []

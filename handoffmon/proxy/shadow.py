@@ -77,12 +77,16 @@ class UpstreamShadow:
         model = self._request_models.get(target, target)
         body = json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": False})
         headers = [*self._headers, ("content-type", "application/json"), (SHADOW_HEADER, "1")]
+        slots = self._upstream.slots
+        await slots.take()  # UpstreamBusy: counted as a failed call, and the breaker backs off
         try:
             async with self._upstream.request("POST", CHAT_PATH, b"", headers, body.encode()) as resp:
                 status, raw = resp.status, response_headers(resp.raw_headers)
                 data = await resp.read()
         except aiohttp.ClientError as exc:  # translated so the breaker sees a connection failure
             raise ConnectionError(f"upstream request failed: {type(exc).__name__}") from exc
+        finally:
+            slots.give()
         if not 200 <= status < 300:
             raise UpstreamStatusError(status)
         doc = json.loads(_decoded(raw, data, self._cap))
