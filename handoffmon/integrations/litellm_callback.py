@@ -38,7 +38,7 @@ from handoffmon.ingress import (
 from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.fields import get
-from handoffmon.ingress.served import ServedBy
+from handoffmon.ingress.served import Outcome, ServedBy
 from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.responses_calls import api_messages, linked
 from handoffmon.pipeline.monitor import Monitor
@@ -120,7 +120,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         router). Nothing else is changed."""
         self._proxied = True
         call_id = data.get("litellm_call_id")
-        if isinstance(call_id, str):
+        if isinstance(call_id, str) and _may_be_turn(data, call_type):
             self._starts[call_id] = time.monotonic()
             while len(self._starts) > MAX_IN_FLIGHT:  # calls that never finished
                 self._starts.popitem(last=False)
@@ -133,6 +133,18 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 self._route(data)
             elif call_type in ("aresponses", "responses"):  # the Responses API: read as chat
                 self._route(data, RESPONSES)
+
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        """A call failed: no turn, so its start is dropped (``_starts`` holds calls in flight only)."""
+        call_id = request_data.get("litellm_call_id") if isinstance(request_data, Mapping) else None
+        if isinstance(call_id, str):
+            self._starts.pop(call_id, None)
 
     def log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
         """LiteLLM's logging hook (sync calls): see :meth:`_outside_proxy`."""
@@ -249,6 +261,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         api = RESPONSES if _is_response(response) else MESSAGES if _is_message(response) else None
         cap = self._begin(data, api)
         if cap is None:
+            self._latency(data)  # not a turn: its start, if noted, is dropped
             return None
         try:
             doc, served = (
@@ -256,6 +269,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             )
             reply = reply_message(doc)
             if reply is None:
+                self._latency(data)  # no reply to record: its start is dropped
                 return None
             monitor = self.monitor
             monitor.finish(
@@ -266,6 +280,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 shadow=self._offer(cap, api is not None),
             )
         except Exception as exc:
+            self._latency(data)
             self.monitor.errors.failed("integration", exc, "could not read a proxy response")
         return None
 
@@ -296,6 +311,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         finally:
             if cap is not None and folder is not None:
                 self._stream_done(cap, request_data, response, folder.outcome(completed=completed), not chat)
+            else:  # no turn: its start, if noted, is dropped
+                self._latency(request_data)
 
     def _begin_stream(self, data: Mapping[str, Any], first: Any) -> Capture | None:
         """The capture of a stream whose request has no ``messages``: a Responses API call when
@@ -319,17 +336,53 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         try:
             monitor = self.monitor
             if not monitor.stream_recordable(out):
+                self._latency(data)
                 return
             monitor.finish(
                 cap,
                 out.reply,
-                Deferred(describe_stream, (monitor.names, out, _served(stream, data), _deployment_model)),
+                Deferred(_describe_proxy_stream, (monitor.names, out, _served(stream, data), api)),
                 latency_s=self._latency(data),
                 streamed=True,
                 shadow=self._offer(cap, api),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a proxy stream")
+
+
+def _may_be_turn(data: Mapping[str, Any], call_type: Any) -> bool:
+    """A call that may become a turn (chat completions, the Responses and Messages APIs): only
+    these note a start, so embeddings and other calls leave nothing behind."""
+    return (
+        isinstance(data.get("messages"), list)
+        or call_type in ("aresponses", "responses", "anthropic_messages")
+        or _is_messages_route(data)
+    )
+
+
+def _describe_proxy_stream(names: Any, out: StreamOutcome, served: ServedBy, api: bool) -> Outcome:
+    """``describe_stream`` of a proxy stream (attribution thread). A Responses API stream's id
+    is the one LiteLLM's ``ResponsesIDSecurity`` hook encrypted for the client (it runs before
+    this callback's streaming hook); the proxy decrypts ``previous_response_id`` before the next
+    call's hooks see it, so the reply is recorded under the decrypted id, as a non-streamed
+    reply is (whose hook runs first)."""
+    if api and out.response_id:
+        out = out._replace(response_id=_decrypted_response_id(out.response_id))
+    return describe_stream(names, out, served, _deployment_model)
+
+
+def _decrypted_response_id(response_id: str) -> str:
+    """The id behind a response id LiteLLM encrypted (itself when not encrypted, or when the
+    installed LiteLLM has no such hook)."""
+    try:
+        from litellm.proxy.hooks.responses_id_security import decrypted_response_id
+    except ImportError:
+        return response_id
+    try:
+        plain = decrypted_response_id(response_id)
+    except Exception:
+        return response_id
+    return plain if isinstance(plain, str) and plain else response_id
 
 
 def _is_response(response: Any) -> bool:
@@ -353,6 +406,10 @@ def _served(response: Any, data: Mapping[str, Any]) -> ServedBy:
     is a plain dict, its stream raw bytes) the deployment the proxy put in ``data``."""
     served = served_by_response(response)
     if served.deployment_id:
+        if served.model_name is None:  # the deployment's model, as the stream path names it
+            model = _deployment_model(served.deployment_id)
+            if model is not None:
+                served = served._replace(model_name=model)
         return served
     dep = data.get("deployment")
     info, params = get(dep, "model_info"), get(dep, "litellm_params")

@@ -68,6 +68,27 @@ async def test_non_chat_calls_are_ignored() -> None:
         assert m.snapshot().total_turns == 0
 
 
+async def test_calls_that_never_become_turns_leave_no_start_behind() -> None:
+    """The pre-call hook notes a start only for calls that may be turns, and a failed call's
+    start is dropped: 400 embeddings and 100 failed chat calls left 500 entries that only the
+    100,000 cap ever evicted."""
+    with runtime(CONFIG) as rt:
+        cb = HandoffmonCallback(runtime=rt)
+        for i in range(40):
+            data = {"model": "e", "input": ["x"], "litellm_call_id": f"emb-{i}"}
+            await cb.async_pre_call_hook(None, None, data, "aembedding")
+            await cb.async_post_call_success_hook(data, None, object())
+        for i in range(10):
+            data = _request([{"role": "user", "content": "hi"}], f"fail-{i}", model="nope")
+            await cb.async_pre_call_hook(None, None, data, "acompletion")
+            assert f"fail-{i}" in cb._starts
+            await cb.async_post_call_failure_hook(data, ValueError("no such model"), None)
+        data = _request([{"role": "user", "content": "hi"}], "odd")
+        await cb.async_pre_call_hook(None, None, data, "acompletion")
+        await cb.async_post_call_success_hook(data, None, object())  # a reply that is no turn
+        assert cb._starts == {}
+
+
 def test_module_instance_builds_its_runtime_lazily() -> None:
     """Importing the module (as the proxy does) builds no runtime until the first hook runs."""
     assert isinstance(handoffmon_callback, HandoffmonCallback)

@@ -436,13 +436,57 @@ def test_proxy_records_responses_api_histories_kept_by_the_provider(
         assert {k: n for k, n in attributed.items() if n} == {}
 
 
+def test_proxy_records_streamed_responses_under_the_ids_the_next_call_names(
+    chain_proxy: tuple[str, Path],
+) -> None:
+    """A streamed Responses API reply continued by ``previous_response_id``: LiteLLM's
+    ``ResponsesIDSecurity`` encrypts the ids the client sees in its streaming hook, which runs
+    before the callback's, and decrypts ``previous_response_id`` before the next call's hooks;
+    the reply must be recorded under the decrypted id, as a JSON reply is, or the next turn's
+    history is ``unknown``."""
+    url, db = chain_proxy
+    try:
+        before = load_counts_sqlite(db)
+    except StoreError:
+        before = Counts()
+    client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
+    previous: str | None = None
+    for i, (group, stream) in enumerate(
+        [("alpha", True), ("backup", True), ("alpha", False), ("backup", True)]
+    ):
+        extra: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+        if stream:
+            with client.responses.stream(model=group, input=f"streamed turn {i}", **extra) as events:
+                for _ in events:
+                    pass
+                resp = events.get_final_response()
+        else:
+            resp = client.responses.create(model=group, input=f"streamed turn {i}", **extra)
+        previous = resp.id
+    counts = _wait_counts(db, before.total_turns + 4)
+    b, c = "model-b", "model-c"
+    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
+    assert turns == {
+        TurnKey(c, "none", "1", "false"): 1,
+        TurnKey(b, c, "2", "true"): 1,
+        TurnKey(c, b, "3-4", "true"): 1,
+        TurnKey(b, c, "3-4", "true"): 1,
+    }
+    attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
+    assert {k: n for k, n in attributed.items() if n} == {"response_id": 1 + 2 + 3}
+
+
 @pytest.fixture(scope="module")
 def messages_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A LiteLLM Proxy with the example's callback, its two groups Anthropic deployments on an
-    Anthropic-shaped loopback upstream (``/v1/messages``). Yields (base URL, SQLite file)."""
+    Anthropic-shaped loopback upstream (``/v1/messages``). Canonical names map the provider
+    models, not the deployment ids: a JSON reply and a stream of one deployment must get the
+    same author by the same rule (the deployment's model). Yields (base URL, SQLite file)."""
     tmp = tmp_path_factory.mktemp("messages-proxy")
     hm = yaml.safe_load((EXAMPLE / "handoffmon.yaml").read_text())
-    hm["attribution"] = {"canonical_models": {"dep-ca": "claude-a", "dep-cb": "claude-b"}}
+    hm["attribution"] = {
+        "canonical_models": {"anthropic/claude-x": "claude-a", "anthropic/claude-y": "claude-b"}
+    }
     (tmp / "handoffmon.yaml").write_text(yaml.safe_dump(hm))
     with ServerThread(MessagesUpstream(), free_port()) as upstream:
         config = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
@@ -450,13 +494,13 @@ def messages_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
             {
                 "model_name": group,
                 "litellm_params": {
-                    "model": "anthropic/claude-x",
+                    "model": f"anthropic/{model}",
                     "api_key": "unused",
                     "api_base": upstream.url,
                 },
                 "model_info": {"id": dep},
             }
-            for group, dep in (("claude-a", "dep-ca"), ("claude-b", "dep-cb"))
+            for group, model, dep in (("claude-a", "claude-x", "dep-ca"), ("claude-b", "claude-y", "dep-cb"))
         ]
         config["router_settings"] = {"num_retries": 0}
         config["litellm_settings"]["callbacks"] = [
