@@ -147,6 +147,13 @@ def test_proxy_records_authorship_and_depth_for_a_four_turn_conversation(proxy: 
 # -- handoffmon's series on LiteLLM's /metrics; the same series in every mode ------------------------
 
 
+def _added(before: Counts, counts: Counts) -> tuple[dict[Any, int], dict[str, int]]:
+    """The turns and the attribution methods counted since ``before`` (nonzero entries only)."""
+    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
+    methods = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
+    return turns, {k: n for k, n in methods.items() if n}
+
+
 def _series(text: str, family: str) -> dict[tuple[tuple[str, str], ...], float]:
     """Non-zero samples of one family from an exposition (label sets sorted)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -358,14 +365,13 @@ def test_proxy_records_responses_api_turns(proxy: tuple[str, Path]) -> None:
         items.append({"role": "user", "content": f"responses turn {i}"})
     counts = _wait_counts(db, before.total_turns + 3)
     b, c = "model-b", "model-c"
-    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
+    turns, attributed = _added(before, counts)
     assert turns == {
         TurnKey(c, "none", "1", "false"): 1,
         TurnKey(b, c, "2", "true"): 1,
         TurnKey(c, b, "3-4", "true"): 1,
     }
-    attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
-    assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == 0 + 1 + 2
+    assert "unknown" not in attributed and sum(attributed.values()) == 0 + 1 + 2
 
 
 @pytest.fixture(scope="module")
@@ -422,18 +428,17 @@ def test_proxy_records_responses_api_histories_kept_by_the_provider(
         previous = resp.id
     counts = _wait_counts(db, before.total_turns + 3)
     b, c = "model-b", "model-c"
-    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
-    attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
+    turns, attributed = _added(before, counts)
     if chained:
         assert turns == {
             TurnKey(c, "none", "1", "false"): 1,
             TurnKey(b, c, "2", "true"): 1,
             TurnKey(c, b, "3-4", "true"): 1,
         }
-        assert {k: n for k, n in attributed.items() if n} == {"response_id": 1 + 2}
+        assert attributed == {"response_id": 1 + 2}
     else:
         assert turns == {TurnKey(c, "none", "1", "false"): 2, TurnKey(b, "none", "1", "false"): 1}
-        assert {k: n for k, n in attributed.items() if n} == {}
+        assert attributed == {}
 
 
 def test_proxy_records_streamed_responses_under_the_ids_the_next_call_names(
@@ -465,15 +470,14 @@ def test_proxy_records_streamed_responses_under_the_ids_the_next_call_names(
         previous = resp.id
     counts = _wait_counts(db, before.total_turns + 4)
     b, c = "model-b", "model-c"
-    turns = {k: n - before.turns.get(k, 0) for k, n in counts.turns.items() if n - before.turns.get(k, 0)}
+    turns, attributed = _added(before, counts)
     assert turns == {
         TurnKey(c, "none", "1", "false"): 1,
         TurnKey(b, c, "2", "true"): 1,
         TurnKey(c, b, "3-4", "true"): 1,
         TurnKey(b, c, "3-4", "true"): 1,
     }
-    attributed = {k: n - before.attributions.get(k, 0) for k, n in counts.attributions.items()}
-    assert {k: n for k, n in attributed.items() if n} == {"response_id": 1 + 2 + 3}
+    assert attributed == {"response_id": 1 + 2 + 3}
 
 
 @pytest.fixture(scope="module")
