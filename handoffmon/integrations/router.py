@@ -176,6 +176,36 @@ class RouterWrapper:
         self._finish(cap, response, time.perf_counter() - t0, tried)
         return response
 
+    async def abatch_completion(self, *args: Any, **kwargs: Any) -> Any:
+        """``Router.abatch_completion`` (one request to several models, or several to several)
+        with each of its chat calls a monitored turn: see :meth:`_batch`."""
+        return await self._batch("abatch_completion", args, kwargs)
+
+    async def abatch_completion_one_model_multiple_requests(self, *args: Any, **kwargs: Any) -> Any:
+        """``Router.abatch_completion_one_model_multiple_requests``, each request a monitored
+        turn: see :meth:`_batch`."""
+        return await self._batch("abatch_completion_one_model_multiple_requests", args, kwargs)
+
+    async def abatch_completion_fastest_response(self, *args: Any, **kwargs: Any) -> Any:
+        """``Router.abatch_completion_fastest_response``, its calls monitored (the one answering
+        first is the turn the application gets; the others are cancelled, and one that completes
+        in the same instant is counted too). Streamed, it passes through unmonitored: LiteLLM
+        keeps only a reply of its own stream type, and a monitored stream is the wrapper's."""
+        if kwargs.get("stream"):
+            return await self._router.abatch_completion_fastest_response(*args, **kwargs)
+        return await self._batch("abatch_completion_fastest_response", args, kwargs)
+
+    async def _batch(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """LiteLLM's batch method ``name`` run with this wrapper as ``self``: the
+        ``self.acompletion`` it calls for each model and request is the monitored one, and
+        everything else it reads passes through to the router. (The batch methods call the
+        router's own ``acompletion``; calling them on the router would record nothing.) Should
+        a LiteLLM release make its calls some other way, they reach the router unmonitored."""
+        method = getattr(type(self._router), name, None)
+        if method is None or self._module:
+            return await getattr(self._router, name)(*args, **kwargs)
+        return await method(self, *args, **kwargs)
+
     def responses(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.responses`` with monitoring; ``stream=True`` returns a wrapped iterator. (Not
         rerouted: litellm 1.108's sync ``responses`` does not fall back, and a ``fallbacks``
