@@ -6,7 +6,7 @@ import difflib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
@@ -521,19 +521,21 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def _annotation_at(path: list[str]) -> Any:
-    """The type of the config value at ``path`` (a dict's keys name its entries), or ``None``
-    when no key is there."""
+def _annotation_at(path: Sequence[int | str]) -> Any:
+    """The type of the config value at ``path`` (a section's fields by name, a dict's entries by
+    any key, a list's items by index), or ``None`` when no key is there."""
     node: Any = HandoffmonConfig
     for part in path:
         node = _unwrap(node)
         if isinstance(node, type) and issubclass(node, BaseModel):
-            field = node.model_fields.get(part)
+            field = node.model_fields.get(str(part))
             if field is None:
                 return None
             node = field.annotation
         elif get_origin(node) is dict:
             node = get_args(node)[1]
+        elif get_origin(node) is list and isinstance(part, int):
+            node = get_args(node)[0]
         else:
             return None
     return node
@@ -613,16 +615,7 @@ def _did_you_mean(name: str, model: type[BaseModel] | None) -> str:
 
 def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The config model holding the value at ``loc`` (a validation error's location)."""
-    node: Any = HandoffmonConfig
-    for item in loc:
-        node = _unwrap(node)
-        if isinstance(item, int) and get_origin(node) is list:
-            node = get_args(node)[0]
-        elif isinstance(node, type) and issubclass(node, BaseModel) and item in node.model_fields:
-            node = node.model_fields[str(item)].annotation
-        else:
-            return None
-    node = _unwrap(node)
+    node = _unwrap(_annotation_at(loc))
     return node if isinstance(node, type) and issubclass(node, BaseModel) else None
 
 

@@ -250,14 +250,13 @@ def raw_extras(m: Mapping[str, Any]) -> str:
     call_id = m.get("tool_call_id")
     return extras_text(
         tool_calls_text(m.get("tool_calls"), m.get("function_call")),
-        "",
         call_id if isinstance(call_id, str) else "",
     )
 
 
 def message_digest(msg: Message) -> tuple[int, int]:
     """(digest, length) of a normalized message: the same values the fast path computes."""
-    extras = extras_text(msg.tool_calls, "", msg.tool_call_id)
+    extras = extras_text(msg.tool_calls, msg.tool_call_id)
     return with_extras(text_digest(msg.content), extras), len(msg.content) + len(extras)
 
 

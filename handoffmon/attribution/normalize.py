@@ -153,12 +153,12 @@ def normalize_messages(messages: Sequence[Any]) -> list[Message]:
     return [normalize_message(m) for m in messages]
 
 
-def extras_text(tool_calls: str, name: str, tool_call_id: str) -> str:
-    """The non-content fields folded into one string (``""`` for a plain message).
+def extras_text(tool_calls: str, tool_call_id: str) -> str:
+    """The non-content fields a digest folds in, as one string (``""`` for a plain message).
 
-    Digests pass ``name=""`` (``fingerprint.message_digest``): a message's ``name`` is
-    metadata the application adds (a participant or agent name; no model returns one), so a
-    reply resent with a name is still the reply."""
-    if not (tool_calls or name or tool_call_id):
+    A message's ``name`` is not among them: it is metadata the application adds (a participant
+    or agent name; no model returns one), so a reply resent with a name is still the reply.
+    (The empty field between the two is where a name once went: digests stay as they were.)"""
+    if not (tool_calls or tool_call_id):
         return ""
-    return f"{tool_calls}\x1e{name}\x1e{tool_call_id}"
+    return f"{tool_calls}\x1e\x1e{tool_call_id}"

@@ -275,7 +275,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             monitor.finish(
                 cap,
                 reply,
-                Deferred(describe_response, (monitor.names, doc, served)),
+                Deferred(_describe_proxy_response, (monitor.names, doc, served)),
                 latency_s=self._latency(data),
                 shadow=self._offer(cap, api is not None),
             )
@@ -360,6 +360,18 @@ def _may_be_turn(data: Mapping[str, Any], call_type: Any) -> bool:
     )
 
 
+def _describe_proxy_response(names: Any, doc: Any, served: ServedBy | None) -> Outcome:
+    """``describe_response`` of a non-streamed proxy reply (attribution thread). A Responses or
+    Messages reply whose hidden parameters name the deployment but not its model gets the
+    model from the proxy's router, as a stream's does (``describe_stream``'s ``model_of``):
+    one deployment, one author, whichever way it answered."""
+    if served is not None and served.deployment_id and served.model_name is None:
+        model = _deployment_model(served.deployment_id)
+        if model is not None:
+            served = served._replace(model_name=model)
+    return describe_response(names, doc, served)
+
+
 def _describe_proxy_stream(names: Any, out: StreamOutcome, served: ServedBy, api: bool) -> Outcome:
     """``describe_stream`` of a proxy stream (attribution thread). A Responses API stream's id
     is the one LiteLLM's ``ResponsesIDSecurity`` hook encrypted for the client (it runs before
@@ -406,10 +418,6 @@ def _served(response: Any, data: Mapping[str, Any]) -> ServedBy:
     is a plain dict, its stream raw bytes) the deployment the proxy put in ``data``."""
     served = served_by_response(response)
     if served.deployment_id:
-        if served.model_name is None:  # the deployment's model, as the stream path names it
-            model = _deployment_model(served.deployment_id)
-            if model is not None:
-                served = served._replace(model_name=model)
         return served
     dep = data.get("deployment")
     info, params = get(dep, "model_info"), get(dep, "litellm_params")

@@ -80,6 +80,7 @@ class RouterShadow:
         self._clock = clock
         self._lock = threading.Lock()
         self._cache: tuple[dict[str, str], dict[str, tuple[float, float] | None], float] | None = None
+        _quiet_shadow_calls()
 
     @property
     def router(self) -> Any:
@@ -93,7 +94,6 @@ class RouterShadow:
         group = self._groups()[0].get(target)
         if group is None:
             raise LookupError(f"no router group serves only {target!r}")
-        _quiet_shadow_calls()
         quiet = _IN_SHADOW_CALL.set(True)
         try:
             response = self._router.completion(

@@ -53,7 +53,12 @@ def on_fork(hook: Callable[[], int]) -> None:
 
 def renew_in_child(*locks: object) -> None:
     """Renew these module-level locks in every forked child (``renew_locks``)."""
-    on_fork(lambda: renew_locks(locks) * 0)
+
+    def renew() -> int:
+        renew_locks(locks)
+        return 0  # no queued items forgotten
+
+    on_fork(renew)
 
 
 def renew_locks(root: object) -> int:

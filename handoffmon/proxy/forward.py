@@ -518,11 +518,10 @@ class Forwarder:
                 out_headers = response_headers(resp.raw_headers)
                 if self._monitor is not None and resp.content_type != "text/event-stream":
                     n = resp.content_length
-                    got = await (
-                        resp.read()
-                        if n is not None and n <= self._reply_cap
-                        else _read_upto(resp, self._reply_cap)
-                    )
+                    if n is not None and n <= self._reply_cap:  # the usual reply: read whole
+                        got: bytes | list[bytes] = await resp.read()
+                    else:
+                        got = [] if n is not None else await _read_upto(resp, self._reply_cap)
                     if isinstance(got, list):  # past proxy.max_monitored_reply_bytes: not held whole
                         if turn is not None:
                             self._unread(turn, "too_large")
@@ -832,12 +831,8 @@ def loads(data: bytes) -> Any:
 
 
 async def _read_upto(resp: aiohttp.ClientResponse, cap: int) -> bytes | list[bytes]:
-    """The whole body when it is at most ``cap`` bytes, else the chunks read so far (past
-    ``cap``: the caller passes the rest through without holding it). A body whose
-    ``Content-Length`` is within ``cap`` is read by the caller directly."""
-    n = resp.content_length
-    if n is not None:
-        return await resp.read() if n <= cap else []
+    """A body of unknown length: whole when it is at most ``cap`` bytes, else the chunks read so
+    far (past ``cap``: the caller passes the rest through without holding it)."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_any():

@@ -121,7 +121,7 @@ def test_a_reply_past_the_monitored_cap_streams_through_unheld_and_is_counted_to
     """A 3 MiB JSON reply (3x ``max_monitored_reply_bytes``) sent in pieces with a pause in the
     middle: the client has the first 2 MiB before the upstream sends the rest (serve does not
     read it whole first), gets every byte, and the turn is counted ``too_large``, not recorded."""
-    app, url = scripted
+    app, _ = scripted
     doc = json.dumps(
         {"choices": [{"message": {"role": "assistant", "content": "z" * (3 * CAP)}}], "model": "m"}
     ).encode()
@@ -154,7 +154,6 @@ def test_a_reply_past_the_monitored_cap_streams_through_unheld_and_is_counted_to
     )
     assert httpx.post(f"{proxy.url}{CHAT}", json=BODY, headers={"x-script": small}).status_code == 200
     assert _turns(proxy) == turns + 1
-    del url
 
 
 def test_large_upstream_response_headers_are_forwarded(
