@@ -130,7 +130,7 @@ class RouterRouting:
         if hit is not None and hit[1] > now:
             return hit[0]
         deployments = self._deployments(group)
-        models = {self._canonical(m) for m in (_model_of(d) for d in deployments) if m}
+        models = {self._canonical(m) for m in (self._author_of(d) for d in deployments) if m}
         cand = Candidate(
             group,
             next(iter(models)) if len(models) == 1 else None,
@@ -141,6 +141,15 @@ class RouterRouting:
             self._groups.clear()
         self._groups[group] = (cand, now + FACTS_TTL_S)
         return cand
+
+    def _author_of(self, deployment: Any) -> str | None:
+        """The raw name a reply of ``deployment`` is attributed to: ``ingress.author``'s rule (a
+        deployment id ``attribution.canonical_models`` maps wins over the provider model string),
+        so candidates are named as the table's pairs and ``RouterShadow`` name them."""
+        dep_id = _id_of(deployment)
+        if dep_id and self._canonical(dep_id) != dep_id:
+            return dep_id
+        return _model_of(deployment) or dep_id
 
     def _deployments(self, group: str) -> list[Any]:
         get = getattr(self.router, "get_model_list", None)

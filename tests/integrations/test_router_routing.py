@@ -255,3 +255,61 @@ async def test_responses_dry_run_and_unknown_histories_keep_the_router_order(
     assert author == "b" and counts[("dry_run", "reordered")] == 1
     author, counts, _ = await _responses_second_turn(*world, "enforce", "unknown")
     assert author == "b" and counts[("enforce", "no_prefix")] == 1
+
+
+# -- deployments named by hand, mock replies (audit repros) --------------------------------------
+
+
+def _dep(group: str, model: str, reply: str, dep_id: str) -> dict[str, Any]:
+    return {
+        "model_name": group,
+        "litellm_params": {"model": model, "api_key": "k", "mock_response": reply},
+        "model_info": {"id": dep_id},
+    }
+
+
+def _mock_router(fallbacks: list[Any], failing: tuple[str, ...] = ("p",)) -> Any:
+    """Groups g-a, g-b, g-c, g-d, g-p of deployments dep-<x> (model openai/model-<x>); the groups
+    in ``failing`` always rate-limit."""
+    from litellm import Router
+
+    models = [
+        _dep(
+            f"g-{x}",
+            f"openai/model-{x}",
+            "litellm.RateLimitError" if x in failing else f"{x} says hi.",
+            f"dep-{x}",
+        )
+        for x in "abcdp"
+    ]
+    return Router(model_list=models, fallbacks=fallbacks, num_retries=0)
+
+
+def _mock_runtime(table: dict[tuple[str, str], PairRisk], **sections: Any) -> Any:
+    config = config_from_mapping(
+        {
+            "rules": [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}],
+            "telemetry": {"log_turns": False},
+            "refit": {"interval_s": 0},
+            "routing": {"enabled": True, "mode": "enforce", "return_home": False},
+            **sections,
+        }
+    )
+    rt = build_runtime(config, registry=None)
+    rt.routing.holder.table = PairRiskTable(table, created_at=time.time())
+    return rt
+
+
+def test_candidates_follow_the_author_rule_for_mapped_deployment_ids() -> None:
+    """``canonical_models`` keyed by deployment id (alpha, beta, gamma): attribution names the
+    authors by it, so the candidates must too — beta is planted risky after alpha and the failed
+    g-p request goes to gamma. (Named by the provider model string, no pair matched: b served.)"""
+    router = _mock_router([{"g-p": ["g-b", "g-c"]}])
+    canon = {"dep-a": "alpha", "dep-b": "beta", "dep-c": "gamma", "dep-p": "pi"}
+    table = {("alpha", "beta"): PairRisk(-0.3, 0.01), ("alpha", "gamma"): PairRisk(0.0, 0.01)}
+    with _mock_runtime(table, attribution={"canonical_models": canon}) as rt:
+        client = wrap(router, runtime=rt)
+        history = _after_a(client, rt)
+        reply = client.completion(model="g-p", messages=history)
+        assert reply._hidden_params["model_id"] == "dep-c"
+        assert rt.routing.counts.snapshot()[("enforce", "reordered")] == 1
