@@ -2,12 +2,15 @@
 
 Usage: ``python -m deploy.tools.from_rules`` (from the repository root) rewrites both
 generated files from ``deploy/prometheus/handoffmon-rules.yml`` (tests fail while they
-disagree). ``--identity-labels job,env --out-dir DIR`` writes the rules file and both
-generated files for another list of identity labels into DIR instead.
+disagree). ``--identity-labels job,env --out-dir DIR`` writes the rules file, both
+generated files and the Alertmanager config for another list of identity labels into DIR
+instead.
 
 Identity labels: the shipped rules aggregate ``by (job, namespace, cluster, …)`` and match
 ``on (job, namespace, cluster, …)``; that exact sequence is the identity list, and
-``relabel`` swaps it for another one everywhere (rules, Grafana alerts, PrometheusRule).
+``relabel`` swaps it for another one everywhere (rules, Grafana alerts, PrometheusRule, and
+the Alertmanager config's ``group_by`` and inhibition ``equal`` lists: inhibitions that
+compared only the old labels would let one deployment's alert mute another's).
 
 Grafana: each Prometheus alert becomes one Grafana-managed rule with the same PromQL:
 
@@ -38,6 +41,7 @@ DEPLOY = Path(__file__).resolve().parents[1]
 DEFAULT_RULES = DEPLOY / "prometheus" / "handoffmon-rules.yml"
 GRAFANA_OUT = DEPLOY / "grafana" / "alerting" / "handoffmon-alerts.yml"
 PROMETHEUSRULE_OUT = DEPLOY / "k8s" / "prometheusrule.yaml"
+ALERTMANAGER_CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
 IDENTITY_LABELS: tuple[str, ...] = ("job", "namespace", "cluster")
 """The target labels every rule keeps (what tells two deployments apart)."""
 DATASOURCE_UID = "handoffmon-prometheus"
@@ -188,6 +192,24 @@ def render_prometheus_rule(rules_path: Path = DEFAULT_RULES) -> str:
     return _dump(PROMETHEUSRULE_HEADER, prometheus_rule(_load(rules_path)))
 
 
+def render_alertmanager(labels: Sequence[str], config_path: Path = ALERTMANAGER_CONFIG) -> str:
+    """The Alertmanager config's text with the identity list replaced by ``labels``.
+
+    Raises:
+        ValueError: ``labels`` is invalid, or ``group_by`` or an inhibition's ``equal`` does not
+            carry the whole list afterwards (a list the relabelling missed would group or
+            inhibit across deployments).
+    """
+    text = relabel(config_path.read_text(encoding="utf-8"), labels)
+    config = yaml.safe_load(text)
+    lists = [("route.group_by", config["route"]["group_by"])]
+    lists += [(f"inhibit_rules[{i}].equal", r["equal"]) for i, r in enumerate(config["inhibit_rules"])]
+    for where, names in lists:
+        if not set(labels) <= set(names):
+            raise ValueError(f"{config_path.name}: {where} {names} lacks identity labels {list(labels)}")
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite the generated files (or write a relabelled set to ``--out-dir``); exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -208,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rules.write_text(relabel(DEFAULT_RULES.read_text(encoding="utf-8"), labels), encoding="utf-8")
     (args.out_dir / GRAFANA_OUT.name).write_text(render_grafana(rules), encoding="utf-8")
     (args.out_dir / PROMETHEUSRULE_OUT.name).write_text(render_prometheus_rule(rules), encoding="utf-8")
+    (args.out_dir / ALERTMANAGER_CONFIG.name).write_text(render_alertmanager(labels), encoding="utf-8")
     return 0
 
 

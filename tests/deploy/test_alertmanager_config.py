@@ -3,12 +3,19 @@ do what docs/operations/alerting.md says (checked with `amtool config routes tes
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import require_binary
-from tests.deploy.shipped import ALERTMANAGER_CONFIG, alert_names, load_yaml
+from tests.deploy.servers import Process, alertmanager, alertmanager_test_config
+from tests.deploy.shipped import ALERTMANAGER_CONFIG, alert_names, from_rules_tool, load_yaml
+
+IDENTITY = ["job", "namespace", "cluster"]
 
 
 def _amtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,9 +59,7 @@ def test_route_matches_every_shipped_alert_and_groups_by_deployment_and_pair() -
     identity labels and the pair."""
     config = load_yaml(ALERTMANAGER_CONFIG)
     assert config["route"]["group_by"] == [
-        "cluster",
-        "namespace",
-        "job",
+        *IDENTITY,
         "prefix_model",
         "requested_model",
         "model",
@@ -66,3 +71,89 @@ def test_route_matches_every_shipped_alert_and_groups_by_deployment_and_pair() -
     inhibit = config["inhibit_rules"]
     assert inhibit[0]["source_matchers"] == ['rule="all"']
     assert {"alertname", "job", "prefix_model", "model"} <= set(inhibit[0]["equal"])
+
+
+def test_every_inhibition_compares_the_whole_identity_list() -> None:
+    """Each inhibition's `equal` holds job, namespace, cluster, in the rules' order (the text
+    ``from_rules --identity-labels`` rewrites): one deployment's alert never mutes another's."""
+    config = load_yaml(ALERTMANAGER_CONFIG)
+    assert len(config["inhibit_rules"]) == 3
+    for rule in config["inhibit_rules"]:
+        equal = rule["equal"]
+        start = equal.index("job")
+        assert equal[start : start + 3] == IDENTITY, equal
+
+
+def _post_alerts(am: Process, alerts: list[dict[str, str]]) -> None:
+    body = json.dumps([{"labels": labels, "annotations": {}} for labels in alerts]).encode()
+    req = urllib.request.Request(
+        f"{am.url}/api/v2/alerts", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+
+
+def _states(am: Process, n: int) -> dict[tuple[str, ...], str]:
+    """(alertname, env, rule) → Alertmanager's state of each alert, once all ``n`` are held."""
+    deadline = time.monotonic() + 20
+    while True:
+        held = am.get_json("/api/v2/alerts")
+        states = {
+            (a["labels"]["alertname"], a["labels"]["env"], a["labels"].get("rule", "")): a["status"]["state"]
+            for a in held
+        }
+        if len(states) == n or time.monotonic() > deadline:
+            return states
+        time.sleep(0.2)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_identity_labels_rewrite_grouping_and_inhibitions_so_deployments_stay_apart(tmp_path: Path) -> None:
+    """`from_rules --identity-labels job,env,tenant` writes alertmanager.yml with that list in
+    group_by and every `equal`; a real Alertmanager running it lets staging's RefitFailing mute
+    staging's RefitStale, not production's (same job, other env), and staging's pooled
+    HandoffPairRisky mute staging's per-rule alert, not production's."""
+    out = tmp_path / "my-rules"
+    assert from_rules_tool().main(["--identity-labels", "job,env,tenant", "--out-dir", str(out)]) == 0
+    path = out / ALERTMANAGER_CONFIG.name
+    config = load_yaml(path)
+    labels = ["job", "env", "tenant"]
+    assert config["route"]["group_by"][:3] == labels
+    for rule in config["inhibit_rules"]:
+        assert set(labels) <= set(rule["equal"]) and "namespace" not in rule["equal"], rule
+    proc = _amtool("check-config", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    base = {"job": "handoffmon", "tenant": "t1", "severity": "warning"}
+    pair = {"prefix_model": "a", "model": "b"}
+    alerts = [
+        {**base, "alertname": "RefitFailing", "env": "staging"},
+        {**base, "alertname": "RefitStale", "env": "staging"},
+        {**base, "alertname": "RefitStale", "env": "prod"},
+        {**base, **pair, "alertname": "HandoffPairRisky", "env": "staging", "rule": "all"},
+        {**base, **pair, "alertname": "HandoffPairRisky", "env": "staging", "rule": "no_commas"},
+        {**base, **pair, "alertname": "HandoffPairRisky", "env": "prod", "rule": "no_commas"},
+    ]
+    with alertmanager(tmp_path, alertmanager_test_config(config, "http://127.0.0.1:9/hook")) as am:
+        _post_alerts(am, alerts)
+        states = _states(am, len(alerts))
+    assert states == {
+        ("RefitFailing", "staging", ""): "active",
+        ("RefitStale", "staging", ""): "suppressed",  # the inhibition works within a deployment
+        ("RefitStale", "prod", ""): "active",
+        ("HandoffPairRisky", "staging", "all"): "active",
+        ("HandoffPairRisky", "staging", "no_commas"): "suppressed",
+        ("HandoffPairRisky", "prod", "no_commas"): "active",
+    }, states
+
+
+def test_relabelled_alertmanager_config_refuses_a_list_without_the_identity(tmp_path: Path) -> None:
+    """A config whose list the relabelling cannot find (another order) is refused, not written
+    with a list that compares only part of the identity."""
+    odd = ALERTMANAGER_CONFIG.read_text(encoding="utf-8").replace(
+        "equal: [job, namespace, cluster]", "equal: [cluster, namespace, job]"
+    )
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(odd, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"inhibit_rules\[2\]"):
+        from_rules_tool().render_alertmanager(["job", "env"], path)
