@@ -313,3 +313,33 @@ def test_candidates_follow_the_author_rule_for_mapped_deployment_ids() -> None:
         reply = client.completion(model="g-p", messages=history)
         assert reply._hidden_params["model_id"] == "dep-c"
         assert rt.routing.counts.snapshot()[("enforce", "reordered")] == 1
+
+
+RISKY_MOCK_B = {
+    ("openai/model-a", "openai/model-b"): PairRisk(-0.3, 0.01),
+    ("openai/model-a", "openai/model-c"): PairRisk(0.0, 0.01),
+}
+
+
+@pytest.mark.parametrize("edit", ["in_place", "replaced"])
+def test_enforce_follows_the_routers_fallbacks_when_they_change(edit: str) -> None:
+    """g-p, g-b and g-c fail; the operator adds the healthy g-d to g-p's entry and a nested hop
+    g-c → g-d, by editing ``router.fallbacks`` in place or assigning a new list. The next enforced
+    request must use the new list (c, b reordered, d kept) and be served by d, as the plain router
+    would; the old list (cached by the list's id) dropped d and the request failed."""
+    router = _mock_router([{"g-p": ["g-b", "g-c"]}], failing=("p", "b", "c"))
+    with _mock_runtime(RISKY_MOCK_B) as rt:
+        client = wrap(router, runtime=rt)
+        history = _after_a(client, rt)
+        first = client._routing.apply("g-p", history, {})
+        assert first is not None and first["fallbacks"] == [{"g-p": ["g-c", "g-b"]}]
+        if edit == "in_place":
+            router.fallbacks[0]["g-p"].append("g-d")
+            router.fallbacks.append({"g-c": ["g-d"]})
+        else:
+            router.fallbacks = [{"g-p": ["g-b", "g-c", "g-d"]}, {"g-c": ["g-d"]}]
+        second = client._routing.apply("g-p", history, {})
+        assert second is not None
+        assert second["fallbacks"] == [{"g-p": ["g-c", "g-b", "g-d"]}, {"g-c": ["g-d"]}]
+        reply = client.completion(model="g-p", messages=history)
+        assert reply._hidden_params["model_id"] == "dep-d"
