@@ -34,14 +34,44 @@ def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) ->
     return scripts
 
 
+def _digest(obj: Any) -> str:
+    import hashlib
+
+    text = json.dumps(obj, sort_keys=True, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _deployment(router: str) -> str:
+    """A hash of a router config's deployments (model_list, router_settings; api keys left out)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(router).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return _digest(None)  # router_from_config reports the file; this is only its fingerprint
+    if not isinstance(data, dict):
+        return _digest(data)
+    deployments = [
+        {
+            **d,
+            "litellm_params": {k: v for k, v in (d.get("litellm_params") or {}).items() if k != "api_key"},
+        }
+        if isinstance(d, dict)
+        else d
+        for d in data.get("model_list") or []
+    ]
+    return _digest({"model_list": deployments, "router_settings": data.get("router_settings")})
+
+
 def _target(
     router: str | None, seed: int, latency_s: float, config: str | None, *, matrix: bool
-) -> tuple[Any, Any]:
-    """(responder, name resolver) for --router / plain litellm.
+) -> tuple[Any, Any, dict[str, str]]:
+    """(responder, name resolver, fingerprint of the target) for --router / plain litellm.
 
     Authors are canonicalized with ``attribution.canonical_models`` of ``config`` (the
     monitor's config file), so eval rows name models as production does; the simulator
-    brings its own mapping.
+    brings its own mapping. The fingerprint (``RunSettings.target``) hashes the deployment
+    and that mapping: ``eval run`` resumes stored turns only when they are unchanged.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     with requires_extra("evals", "handoffmon eval"):
@@ -53,23 +83,52 @@ def _target(
 
     litellm.suppress_debug_info = True  # a CLI process: keep retried errors' debug dumps off stderr
 
-    names = ModelNames(load_config(config).attribution.canonical_models) if config else ModelNames()
+    mapping = dict(load_config(config).attribution.canonical_models) if config else {}
+    names = ModelNames(mapping)
     if router and (router == "sim" or router.startswith("sim:")):
         from handoffmon.sim.fleet import default_fleet, make_fleet
+        from handoffmon.sim.router import canonical_models
 
         k = router.partition(":")[2]
         fleet = make_fleet(int(k)) if k else default_fleet()
         tg = m.sim_target(fleet, seed=seed, latency_s=latency_s, fallbacks=not matrix, failures=True)
-        return tg.responder, tg.group_of
+        # the provider's registered name differs per process: the map is fixed by the fleet's names
+        sim_names = sorted(canonical_models(tg.fleet, "").values())
+        target = {"deployment": f"{router} {_digest(repr(fleet))}", "names": _digest(sim_names)}
+        return tg.responder, tg.group_of, target
+    target = {"names": _digest(mapping)}
     if router:
-        return m.RouterResponder(m.router_from_config(router), names=names), str
-    return m.LitellmResponder(names=names), str
+        return (
+            m.RouterResponder(m.router_from_config(router), names=names),
+            str,
+            {
+                "deployment": f"{router} {_deployment(router)}",
+                **target,
+            },
+        )
+    return m.LitellmResponder(names=names), str, {"deployment": "litellm", **target}
 
 
-def _settings(runs: int | None, concurrency: int, retries: int, seed: int, progress: bool) -> Any:
+def _settings(
+    runs: int | None,
+    concurrency: int,
+    retries: int,
+    seed: int,
+    progress: bool,
+    target: dict[str, str] | None = None,
+    discard_stale: bool = False,
+) -> Any:
     from handoffmon.evals.runner import RunSettings
 
-    return RunSettings(runs=runs, concurrency=concurrency, retries=retries, seed=seed, progress=progress)
+    return RunSettings(
+        runs=runs,
+        concurrency=concurrency,
+        retries=retries,
+        seed=seed,
+        progress=progress,
+        target=target or {},
+        discard_stale=discard_stale,
+    )
 
 
 def _write(path: str, text: str) -> None:
@@ -120,6 +179,11 @@ def _with_common(f: Any) -> Any:
 @click.argument("scripts", nargs=-1, type=click.Path(exists=True))
 @click.option("--model", required=True, help="litellm model, or the Router model group")
 @click.option("--db", default="eval.sqlite", show_default=True, help="results database (rerun resumes)")
+@click.option(
+    "--discard-stale",
+    is_flag=True,
+    help="delete stored runs made with another --seed, router deployment or name map, and run them again",
+)
 @click.option("--out", help="eval JSON (curves with Wilson intervals; '-' for stdout)")
 @click.option("--jsonl", help="export every row as JSONL")
 @click.option("--html", help="HTML report of the curves")
@@ -138,12 +202,15 @@ def run_cmd(
     jsonl: str | None,
     html: str | None,
     shapes_path: str | None,
+    discard_stale: bool,
     **kw: Any,
 ) -> None:
     """Replay SCRIPTS N times against --model; rows land in --db; a rerun skips finished turns.
 
     Every row records the requested --model and the author that answered (after the
-    router's fallbacks). Exit status 5 when some runs failed (rerun to resume).
+    router's fallbacks). A rerun resumes a run only when its seed, router deployment and
+    canonical-name map are those its stored turns were made with; otherwise it stops
+    (exit 1) unless --discard-stale. Exit status 5 when some runs failed (rerun to resume).
     """
     from handoffmon.evals.results import build_result
     from handoffmon.evals.runner import Runner
@@ -151,10 +218,12 @@ def run_cmd(
 
     try:
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
-        responder, resolve = _target(
+        responder, resolve, target = _target(
             kw["router"], kw["seed"], kw["sim_latency"], kw["config_path"], matrix=False
         )
-        settings = _settings(kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"])
+        settings = _settings(
+            kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"], target, discard_stale
+        )
         with ResultStore(db, label=" ".join(sys.argv[1:])[:500]) as store:
             summary = asyncio.run(Runner(responder, store, settings).run(loaded, resolve(model)))
             result = build_result(list(store.rows()), loaded, db)
@@ -169,7 +238,9 @@ def run_cmd(
     authors = ", ".join(f"{m} -> {', '.join(per)}" for m, per in result.authors.items()) or "none"
     click.echo(
         f"eval run: {summary.jobs} run(s), {summary.turns_generated} turn(s) generated, "
-        f"{summary.turns_resumed} resumed, {summary.retries} retried call(s), "
+        f"{summary.turns_resumed} resumed"
+        + (f" ({summary.discarded} stale run(s) discarded)" if summary.discarded else "")
+        + f", {summary.retries} retried call(s), "
         f"{len(summary.failed)} failed run(s); answered by {authors} -> {db}",
         err=True,
     )
@@ -245,7 +316,7 @@ def switch_matrix_cmd(
         names = [m.strip() for m in models.split(",") if m.strip()]
         if len(names) < 2:
             raise click.UsageError("--models needs at least two models")
-        responder, resolve = _target(
+        responder, resolve, _ = _target(
             kw["router"], kw["seed"], kw["sim_latency"], kw["config_path"], matrix=True
         )
         settings = _settings(kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from handoffmon._extras import requires_extra
 from handoffmon.checkers.base import CheckContext
 from handoffmon.checkers.rules import RuleSet
+from handoffmon.errors import InputError
 from handoffmon.evals.models import Messages, Reply, Responder
 from handoffmon.evals.script import DriftScript
 from handoffmon.evals.store import ResultStore, Row, StoredTurn
@@ -28,6 +29,12 @@ class RunSettings:
         seed: base seed; run r of script s is called with a seed derived from (seed, s, r).
         check_budget_s: per-rule time budget (generous offline: langdetect on long replies).
         progress: show a tqdm bar on stderr.
+        target: what answers, beyond the seed (``deployment``: a hash of the router
+            deployment; ``names``: a hash of the canonical-name map). With ``seed`` it is the
+            run's fingerprint (see ``fingerprint``): stored turns are resumed only under the
+            same fingerprint.
+        discard_stale: delete the stored turns of runs whose fingerprint differs and generate
+            them again (instead of refusing with ``StaleRunsError``).
     """
 
     runs: int | None = None
@@ -37,6 +44,16 @@ class RunSettings:
     seed: int = 0
     check_budget_s: float = 1.0
     progress: bool = False
+    target: Mapping[str, str] = field(default_factory=dict)
+    discard_stale: bool = False
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the stored turns of a run depend on besides the script: seed, deployment, names."""
+        return {"seed": self.seed, **self.target}
+
+
+class StaleRunsError(InputError):
+    """Stored turns were produced under another fingerprint (seed, deployment or name map)."""
 
 
 @dataclass
@@ -48,6 +65,8 @@ class RunSummary:
     turns_resumed: int = 0
     model_calls: int = 0
     retries: int = 0
+    discarded: int = 0
+    """Runs whose stored turns were deleted because their fingerprint differed (``discard_stale``)."""
     failed: list[tuple[str, int, str]] = field(default_factory=list)
 
 
@@ -177,9 +196,39 @@ class Runner:
             self.summary.turns_generated += 1
             tick(1)
 
+    def check_fingerprints(self, jobs: Sequence[tuple[DriftScript, int]], model: str) -> None:
+        """Refuse (or, with ``discard_stale``, delete) stored runs made under another fingerprint.
+
+        Stored turns recorded without a fingerprint (an older database) count as different:
+        nothing says which seed or deployment wrote them. Then record the fingerprint of every job.
+
+        Raises:
+            StaleRunsError: some stored runs differ and ``discard_stale`` is off (nothing is changed).
+        """
+        want = self.settings.fingerprint()
+        stale: list[tuple[DriftScript, int, dict[str, Any] | None]] = []
+        for script, run in jobs:
+            if not self.store.stored_turns(script.id, model, run):
+                continue
+            have = self.store.fingerprint(script.id, model, run)
+            if have != want:
+                stale.append((script, run, have))
+        if stale and not self.settings.discard_stale:
+            raise StaleRunsError(_stale_message(self.store.path, model, want, stale))
+        for script, run, _ in stale:
+            self.store.discard_run(script.id, model, run)
+            self.summary.discarded += 1
+        for script, run in jobs:
+            self.store.set_fingerprint(script.id, model, run, want)
+
     async def run(self, scripts: Sequence[DriftScript], model: str) -> RunSummary:
-        """Replay every run of every script against ``model``; failures are recorded, not raised."""
+        """Replay every run of every script against ``model``; failures are recorded, not raised.
+
+        Raises:
+            StaleRunsError: see ``check_fingerprints`` (raised before any model call).
+        """
         jobs = [(s, r) for s in scripts for r in range(self.settings.runs or s.runs)]
+        self.check_fingerprints(jobs, model)
         self.summary.jobs += len(jobs)
         todo = sum(s.length for s, _ in jobs)
         sem = asyncio.Semaphore(max(1, self.settings.concurrency))
@@ -197,6 +246,31 @@ class Runner:
         finally:
             bar.close()
         return self.summary
+
+
+def _stale_message(
+    db: str,
+    model: str,
+    want: Mapping[str, Any],
+    stale: Sequence[tuple[DriftScript, int, dict[str, Any] | None]],
+) -> str:
+    runs = ", ".join(f"{s.id}#{r}" for s, r, _ in stale[:8]) + (
+        f" (+{len(stale) - 8})" if len(stale) > 8 else ""
+    )
+    have = stale[0][2]
+    if have is None:
+        what = "they were stored without a fingerprint (an older handoffmon)"
+    else:
+        what = "; ".join(
+            f"{k} {have.get(k)!r} -> {want.get(k)!r}"
+            for k in sorted(set(have) | set(want))
+            if have.get(k) != want.get(k)
+        )
+    return (
+        f"{db}: {len(stale)} stored run(s) of {model} were made with other settings ({runs}: {what}); "
+        "resuming would mix their turns with new ones. Use a new --db, or pass --discard-stale to "
+        "delete those runs' stored turns and generate them again"
+    )
 
 
 class _NoBar:

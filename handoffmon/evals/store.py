@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from handoffmon.errors import StoreError
 
@@ -32,6 +33,10 @@ CREATE TABLE IF NOT EXISTS rows (
   checkpoint INTEGER NOT NULL, derail INTEGER NOT NULL, author TEXT NOT NULL,
   history_tokens INTEGER NOT NULL, session INTEGER NOT NULL,
   PRIMARY KEY (script, model, run, turn, rule)
+);
+CREATE TABLE IF NOT EXISTS fingerprints (
+  script TEXT NOT NULL, model TEXT NOT NULL, run INTEGER NOT NULL, fingerprint TEXT NOT NULL,
+  PRIMARY KEY (script, model, run)
 );
 """
 
@@ -113,6 +118,35 @@ class ResultStore:
                 break
             out.append(StoredTurn(t, user, reply, author))
         return out
+
+    def fingerprint(self, script: str, model: str, run: int) -> dict[str, Any] | None:
+        """What produced the stored turns of one run (seed, deployment, names); None if not recorded."""
+        row = self._db.execute(
+            "SELECT fingerprint FROM fingerprints WHERE script=? AND model=? AND run=?", (script, model, run)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def set_fingerprint(self, script: str, model: str, run: int, fingerprint: Mapping[str, Any]) -> None:
+        """Record what produces the turns of one run (replacing an older record)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO fingerprints VALUES (?,?,?,?)",
+            (script, model, run, json.dumps(dict(fingerprint), sort_keys=True)),
+        )
+
+    def discard_run(self, script: str, model: str, run: int) -> int:
+        """Delete one run's turns, rows and fingerprint (atomically); returns the turns deleted."""
+        key = (script, model, run)
+        where = "WHERE script=? AND model=? AND run=?"
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            n = self._db.execute(f"DELETE FROM turns {where}", key).rowcount
+            self._db.execute(f"DELETE FROM rows {where}", key)
+            self._db.execute(f"DELETE FROM fingerprints {where}", key)
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._db.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: cannot discard {script}#{run} of {model}: {exc}") from exc
+        return int(n)
 
     def last_extracted(self, script: str, model: str, run: int, turn: int) -> dict[str, str]:
         """rule → extracted value at ``turn`` (the state a stateful checker carries on)."""
