@@ -88,7 +88,7 @@ class FallbackPolicy:
     score of one kind (``PairRiskTable.compare``: shadow switch costs when both have one,
     else the sharper of the observed depth-standardized adherence after the prefix model
     and the fitted handoff risk; same-author continuation is 0 as a switch cost and as a
-    risk), (2) C's score is better by at least ``min_effect_pp`` and by ``z`` standard
+    risk), (2) C's score is strictly better, by at least ``min_effect_pp`` and by ``z`` standard
     errors of the difference (``sqrt(se_B² + se_C²)``; for risks conservative, it ignores
     the shared μ + π_A terms that cancel), and (3) C is not more expensive or slower than
     B by more than the caps. Otherwise the router's own order stands: a stable insertion
@@ -169,8 +169,8 @@ class FallbackPolicy:
         if cmp is None:
             return False  # no kind of score both have: different contrasts are never compared
         diff, se, _ = cmp
-        if diff < self._min_effect or diff < self._z * se:
-            return False
+        if not diff > 0 or diff < self._min_effect or diff < self._z * se:
+            return False  # equal scores (even with min_effect_pp and z at 0) keep the router's order
         return self._within_caps(c, b)
 
     def _within_caps(self, c: Candidate, b: Candidate) -> bool:

@@ -89,6 +89,16 @@ def test_ties_and_insignificant_differences_keep_router_order() -> None:
         assert [g for g in got if g != "c"] == [c.group for c in perm if c.group != "c"]
 
 
+def test_equal_scores_keep_router_order_with_no_effect_or_z_gate() -> None:
+    """min_effect_pp 0 and z 0 (move on any improvement): equal scores are no improvement, so the
+    router's order stands in every permutation; a real improvement still moves."""
+    equal = _table({("a", "b"): (-0.05, 0.0), ("a", "c"): (-0.05, 0.0), ("a", "d"): (-0.05, 0.01)})
+    for perm in itertools.permutations([B, C, D]):
+        assert _decide(equal, list(perm), min_effect_pp=0.0, z=0.0) == ([c.group for c in perm], "unchanged")
+    better = _table({("a", "b"): (-0.05, 0.0), ("a", "c"): (-0.04, 0.0)})
+    assert _decide(better, [B, C], min_effect_pp=0.0, z=0.0) == (["c", "b"], "reordered")
+
+
 def test_unknown_candidate_is_a_barrier() -> None:
     """A candidate without a single known model (or pair) is never moved, nor passed."""
     multi = Candidate("mixed", None)
