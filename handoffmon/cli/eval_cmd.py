@@ -240,6 +240,7 @@ def run_cmd(
         f"eval run: {summary.jobs} run(s), {summary.turns_generated} turn(s) generated, "
         f"{summary.turns_resumed} resumed"
         + (f" ({summary.discarded} stale run(s) discarded)" if summary.discarded else "")
+        + (f", {summary.rechecked} verdict(s) added to stored replies" if summary.rechecked else "")
         + f", {summary.retries} retried call(s), "
         f"{len(summary.failed)} failed run(s); answered by {authors} -> {db}",
         err=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -149,14 +150,37 @@ class EvalResult:
             raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
 
 
+def current_checkpoints(rows: Iterable[Row], scripts: Sequence[Any]) -> list[Row]:
+    """The rows of ``scripts``, each row's ``checkpoint`` read off the script as it is now.
+
+    The stored flag is what the script said when the turn ran: a checkpoint added (or
+    removed) since then would otherwise be missing from (or linger in) the curves.
+    """
+    by_id = {s.id: s for s in scripts}
+    asserted: dict[tuple[str, int], frozenset[str]] = {}
+    out = []
+    for r in rows:
+        s = by_id.get(r.script)
+        if s is None or r.turn > s.length:
+            continue
+        key = (r.script, r.turn)
+        if key not in asserted:
+            asserted[key] = frozenset(s.asserted_at(r.turn))
+        cp = r.rule in asserted[key]
+        out.append(r if cp == r.checkpoint else dataclasses.replace(r, checkpoint=cp))
+    return out
+
+
 def build_result(
     rows: Sequence[Row], scripts: Sequence[Any], database: str, confidence: float = 0.95
 ) -> EvalResult:
-    """Summarize stored rows of the given scripts into an ``EvalResult`` (with pressure-script fits)."""
+    """Summarize stored rows of the given scripts into an ``EvalResult`` (with pressure-script fits).
+
+    Checkpoints are those of the scripts as given (``current_checkpoints``), not the stored flags.
+    """
     from handoffmon.evals.pressure import fit_all
 
-    ids = {s.id for s in scripts}
-    mine = [r for r in rows if r.script in ids]
+    mine = current_checkpoints(rows, scripts)
     verdicts = Counter(r.verdict for r in mine if r.checkpoint)
     pressure_ids = {s.id for s in scripts if s.kind == "pressure"}
     info = tuple(

@@ -66,6 +66,8 @@ class RunSummary:
     model_calls: int = 0
     retries: int = 0
     discarded: int = 0
+    rechecked: int = 0
+    """Verdicts added to stored replies for rules the script gained since they were stored."""
     """Runs whose stored turns were deleted because their fingerprint differed (``discard_stale``)."""
     failed: list[tuple[str, int, str]] = field(default_factory=list)
 
@@ -158,6 +160,7 @@ class Runner:
                     f"turn {t.turn} stored in the database differs from the script now; "
                     "use a new --db or a new script id"
                 )
+        self.recheck(script, model, run, stored)
         messages = base_messages(script)
         for t in stored:
             messages += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.reply}]
@@ -191,10 +194,42 @@ class Runner:
                 for r in results
             ]
             self.store.add_turn(
-                StoredTurn(depth, turn.user, reply.text, reply.author), script.id, model, run, tokens, rows
+                StoredTurn(depth, turn.user, reply.text, reply.author, tokens),
+                script.id,
+                model,
+                run,
+                tokens,
+                rows,
             )
             self.summary.turns_generated += 1
             tick(1)
+
+    def recheck(self, script: DriftScript, model: str, run: int, stored: Sequence[StoredTurn]) -> None:
+        """Check stored replies for the rules active now that have no stored verdict there.
+
+        A rule added to the script after the turns were stored would otherwise be missing
+        from the resumed runs. Stateful checkers get the values extracted at earlier turns,
+        as in a live run. A verdict already stored is kept (rules are keyed by name).
+        """
+        have = self.store.verdicts(script.id, model, run)
+        previous: dict[str, str] = {}
+        for t in stored:
+            known = have.get(t.turn, {})
+            missing = tuple(r for r in script.rules_at(t.turn) if r.name not in known)
+            if missing:
+                ctx = CheckContext(user_message=t.user, previous=dict(previous), depth=t.turn)
+                results = self.rules.evaluate(t.reply, ctx, missing)
+                asserted = set(script.asserted_at(t.turn))
+                derail = script.turns[t.turn - 1].derail
+                rows = [
+                    Row(script.id, model, run, t.turn, r.rule, r.verdict, r.reason, r.extracted,
+                        r.rule in asserted, derail, t.author, t.history_tokens)
+                    for r in results
+                ]  # fmt: skip
+                self.store.add_rows(rows)
+                self.summary.rechecked += len(rows)
+                previous.update({r.rule: r.extracted for r in results if r.extracted is not None})
+            previous.update({r: e for r, e in known.items() if e is not None})
 
     def check_fingerprints(self, jobs: Sequence[tuple[DriftScript, int]], model: str) -> None:
         """Refuse (or, with ``discard_stale``, delete) stored runs made under another fingerprint.

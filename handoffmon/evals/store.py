@@ -72,6 +72,7 @@ class StoredTurn:
     user: str
     reply: str
     author: str
+    history_tokens: int = 0
 
 
 class ResultStore:
@@ -109,15 +110,60 @@ class ResultStore:
     def stored_turns(self, script: str, model: str, run: int) -> list[StoredTurn]:
         """The turns already stored for one run, in order (contiguous from turn 1)."""
         cur = self._db.execute(
-            "SELECT turn, user, reply, author FROM turns WHERE script=? AND model=? AND run=? ORDER BY turn",
+            "SELECT turn, user, reply, author, history_tokens FROM turns "
+            "WHERE script=? AND model=? AND run=? ORDER BY turn",
             (script, model, run),
         )
         out: list[StoredTurn] = []
-        for t, user, reply, author in cur:
+        for t, user, reply, author, tokens in cur:
             if t != len(out) + 1:
                 break
-            out.append(StoredTurn(t, user, reply, author))
+            out.append(StoredTurn(t, user, reply, author, tokens))
         return out
+
+    def verdicts(self, script: str, model: str, run: int) -> dict[int, dict[str, str | None]]:
+        """turn → {rule: extracted} of the rows stored for one run (which rules have a verdict)."""
+        out: dict[int, dict[str, str | None]] = {}
+        cur = self._db.execute(
+            "SELECT turn, rule, extracted FROM rows WHERE script=? AND model=? AND run=?",
+            (script, model, run),
+        )
+        for t, rule, extracted in cur:
+            out.setdefault(t, {})[rule] = extracted
+        return out
+
+    def add_rows(self, rows: Sequence[Row]) -> None:
+        """Store verdict rows of turns already stored (a row already there is left as it was)."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._insert_rows(rows)
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._db.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: cannot store rows: {exc}") from exc
+
+    def _insert_rows(self, rows: Sequence[Row]) -> None:
+        self._db.executemany(
+            "INSERT OR IGNORE INTO rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    r.script,
+                    r.model,
+                    r.run,
+                    r.turn,
+                    r.rule,
+                    r.verdict,
+                    r.reason,
+                    r.extracted,
+                    int(r.checkpoint),
+                    int(r.derail),
+                    r.author,
+                    r.history_tokens,
+                    self.session,
+                )
+                for r in rows
+            ],
+        )
 
     def fingerprint(self, script: str, model: str, run: int) -> dict[str, Any] | None:
         """What produced the stored turns of one run (seed, deployment, names); None if not recorded."""
@@ -179,27 +225,7 @@ class ResultStore:
                 ),
             )
             if cur.rowcount:
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        (
-                            r.script,
-                            r.model,
-                            r.run,
-                            r.turn,
-                            r.rule,
-                            r.verdict,
-                            r.reason,
-                            r.extracted,
-                            int(r.checkpoint),
-                            int(r.derail),
-                            r.author,
-                            r.history_tokens,
-                            self.session,
-                        )
-                        for r in rows
-                    ],
-                )
+                self._insert_rows(rows)
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._db.execute("ROLLBACK")
