@@ -27,7 +27,7 @@ from handoffmon.ingress import author
 from handoffmon.integrations.router_routing import fallback_groups
 from handoffmon.prices import cost_map_prices
 from handoffmon.runtime.shadow_calls import shadow_reply
-from handoffmon.shadow.turns import ShadowReply
+from handoffmon.shadow.turns import NoRoute, ShadowReply
 
 GROUPS_TTL_S = 60.0
 """How long the Router's model → group map is reused before re-reading its model list."""
@@ -93,7 +93,7 @@ class RouterShadow:
         """Ask ``target`` through its group, without fallbacks or retries; raises what the Router raises."""
         group = self._groups()[0].get(target)
         if group is None:
-            raise LookupError(f"no router group serves only {target!r}")
+            raise NoRoute(f"no router group serves only {target!r}")
         quiet = _IN_SHADOW_CALL.set(True)
         try:
             response = self._router.completion(
@@ -110,6 +110,10 @@ class RouterShadow:
         finally:
             _IN_SHADOW_CALL.reset(quiet)
         return shadow_reply(self._names, response, None, self.prices(target))
+
+    def routable(self, target: str) -> bool:
+        """Whether some group serves only ``target`` (else no call could go to it)."""
+        return target in self._groups()[0]
 
     def candidates(self, model: str) -> Sequence[str]:
         """Models of the Router's fallback groups for ``model``'s group (single-model groups only)."""

@@ -22,7 +22,7 @@ from handoffmon.pipeline.worker import WorkerPool
 from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy, Skip
 from handoffmon.shadow.recorder import PairRecorder
 from handoffmon.shadow.stats import ShadowStats
-from handoffmon.shadow.turns import ShadowTurn, failure_kind, pair_verdicts, prompt_bytes
+from handoffmon.shadow.turns import NoRoute, ShadowTurn, failure_kind, pair_verdicts, prompt_bytes
 
 _log = logging.getLogger("handoffmon.shadow")
 
@@ -113,6 +113,7 @@ class ShadowRunner:
             prices=source.prices,
             unsent=unsent,
             key=f"{turn.conversation_id}\x00{len(messages)}",
+            routable=getattr(source, "routable", None),
         )
         if isinstance(decision, Skip):
             self._count(self._skipped, decision.reason)
@@ -128,10 +129,10 @@ class ShadowRunner:
             self._count(self._skipped, "busy")
 
     def _give_back(self, decision: Decision) -> None:
-        """Undo a decision that made no call: its tokens and money, and the breaker's probe."""
+        """Undo a decision that made no call: its call, tokens and money, and the breaker's probe."""
         self.policy.breaker.release(decision.target)
         if decision.reservation is not None:
-            self.policy.budget.settle(decision.reservation, 0.0, 0.0)
+            self.policy.budget.cancel(decision.reservation)
 
     # -- on a shadow thread ---------------------------------------------------------------
 
@@ -143,6 +144,10 @@ class ShadowRunner:
             reply = turn.offer.source.call(
                 d.target, turn.offer.messages, max_tokens=c.max_output_tokens, timeout_s=c.timeout_s
             )
+        except NoRoute:  # the routes changed since the decision: nothing was sent
+            self._give_back(d)
+            self._count(self._skipped, "no_route")
+            return
         except Exception as exc:
             kind = failure_kind(exc)
             breaker.record(d.target, ok=kind == "error")

@@ -127,6 +127,15 @@ class Budget:
             if usd is not None:
                 self.usd.settle(r._items["usd"], min(usd, r.usd))
 
+    def cancel(self, r: Reservation) -> None:
+        """Give a reservation back whole (no call was sent): every window settles it to 0."""
+        with self._lock:
+            windows = {"calls": self.calls, "tokens": self.tokens, "usd": self.usd}
+            for name, item in r._items.items():
+                window = windows.get(name) or self._pairs.get(r.pair)
+                if window is not None:
+                    window.settle(item, 0.0)
+
     def usage(self) -> tuple[dict[str, float], dict[str, float]]:
         """(used now, limit) per window: ``calls`` per minute, ``tokens`` per hour, ``usd`` per day."""
         windows = {"calls": self.calls, "tokens": self.tokens, "usd": self.usd}

@@ -47,9 +47,11 @@ class Skip(NamedTuple):
 SKIP_REASONS: tuple[str, ...] = (
     "disabled", "not_eligible", "history_stored", "history_not_chat", "not_sampled", "arm_off",
     "no_candidate", "not_allowed", "breaker_open", "budget_calls", "budget_tokens", "budget_money",
-    "no_price", "quota", "busy",
+    "no_price", "quota", "busy", "no_route",
 )  # fmt: skip
-"""``busy``: the runtime's shadow queue was full (the decision's reservation is given back).
+"""``no_route``: the integration cannot send a call to the target (a Router with no group serving
+only that model); checked before the breaker and the budget, so it holds no budget.
+``busy``: the runtime's shadow queue was full (the decision's reservation is given back).
 ``history_stored``, ``history_not_chat``: an eligible Responses or Messages API turn whose history
 cannot be continued through chat completions (``turns.unsent_history``); counted before sampling,
 so their share of eligible turns shows whatever the sample rate."""
@@ -97,6 +99,7 @@ class ShadowPolicy:
         prices: Callable[[str], tuple[float, float] | None] | None = None,
         unsent: str | None = None,
         key: str | None = None,
+        routable: Callable[[str], bool] | None = None,
     ) -> Decision | Skip:
         """Decision for a finished turn whose history was last written by ``prefix_model``.
 
@@ -113,6 +116,7 @@ class ShadowPolicy:
                 and which candidate a no-handoff arm takes, are then fixed by it — the same on
                 every replica and every run (a seeded demo or replay reproduces its shadow
                 pairs) — instead of drawn from ``rng``.
+            routable: whether this turn's integration can send a call to a target (default: it can).
         """
         c = self.config
         if not c.enabled:
@@ -143,6 +147,8 @@ class ShadowPolicy:
             target = model = allowed[pick]
         if target not in self._allowed:
             return Skip("not_allowed")
+        if routable is not None and not routable(target):
+            return Skip("no_route")
         if not self.breaker.allow(target):
             return Skip("breaker_open")
         size = prompt_bytes() if callable(prompt_bytes) else prompt_bytes

@@ -25,11 +25,21 @@ class ShadowReply(NamedTuple):
     usd: float | None
 
 
+class NoRoute(LookupError):
+    """A shadow call that cannot be made: nothing serves only its target (nothing was sent)."""
+
+
 class ShadowSource(Protocol):
-    """What an integration supplies: the call itself, and the facts only it knows."""
+    """What an integration supplies: the call itself, and the facts only it knows.
+
+    A source may also have ``routable(target) -> bool``: whether it can send a call to
+    ``target`` now (a Router: some group serves only that model); a target it cannot reach is
+    skipped as ``no_route`` before any budget is reserved. Without it every target is routable.
+    """
 
     def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
-        """Ask ``target`` (canonical model) to continue ``messages``, without fallbacks or retries."""
+        """Ask ``target`` (canonical model) to continue ``messages``, without fallbacks or retries;
+        raises ``NoRoute`` when it sent nothing because nothing serves the target."""
         ...
 
     def candidates(self, model: str) -> Sequence[str]:

@@ -20,27 +20,36 @@ from tests.integrations.routers import ALPHA_REPLY, BACKUP_REPLY, RATE_LIMITED
 RULES = [{"name": "brief", "check": "length", "params": {"unit": "words", "max": 5}}]
 """``ALPHA_REPLY`` passes, ``BACKUP_REPLY`` (8 words) fails."""
 
-CANONICAL = {"dep-a": "model-a", "dep-b": "model-b", "dep-c": "model-c", "dep-d": "model-d"}
+CANONICAL = {
+    "dep-a": "model-a",
+    "dep-b": "model-b",
+    "dep-c": "model-c",
+    "dep-d": "model-d",
+    "dep-e": "model-e",
+}
 
 
-def _router() -> Any:
+def _dep(group: str, name: str, reply: str) -> dict[str, Any]:
+    return {
+        "model_name": group,
+        "litellm_params": {"model": f"openai/gpt-{name}", "api_key": "k", "mock_response": reply},
+        "model_info": {"id": f"dep-{name}", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
+    }
+
+
+def _router(*extra: tuple[str, str, str]) -> Any:
     """alpha (model-c) answers "ok", backup (model-b) a long reply, primary (model-a) always
-    rate-limits and falls back to backup, dead (model-d) always rate-limits."""
+    rate-limits and falls back to backup, dead (model-d) always rate-limits; ``extra``
+    deployments (group, name, reply) added."""
     from litellm import Router
-
-    def dep(group: str, name: str, reply: str) -> dict[str, Any]:
-        return {
-            "model_name": group,
-            "litellm_params": {"model": f"openai/gpt-{name}", "api_key": "k", "mock_response": reply},
-            "model_info": {"id": f"dep-{name}", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
-        }
 
     return Router(
         model_list=[
-            dep("primary", "a", RATE_LIMITED),
-            dep("backup", "b", BACKUP_REPLY),
-            dep("alpha", "c", ALPHA_REPLY),
-            dep("dead", "d", RATE_LIMITED),
+            _dep("primary", "a", RATE_LIMITED),
+            _dep("backup", "b", BACKUP_REPLY),
+            _dep("alpha", "c", ALPHA_REPLY),
+            _dep("dead", "d", RATE_LIMITED),
+            *(_dep(*e) for e in extra),
         ],
         fallbacks=[{"primary": ["backup"]}],
         num_retries=0,
@@ -234,3 +243,49 @@ def test_shadow_calls_run_on_handoffmon_threads_without_fallbacks_never_on_the_c
     assert thread.startswith("handoffmon-shadow")
     assert kw["model"] == "alpha" and kw["fallbacks"] == [] and kw["num_retries"] == 0
     assert kw["max_tokens"] == 77
+
+
+def test_a_target_no_group_serves_alone_is_skipped_before_the_budget() -> None:
+    """alpha mixes model-c and model-e, so no group serves only the prefix model: the handoff
+    arm's call cannot be made. It is skipped as ``no_route`` — no call counted, no budget held,
+    no spend — instead of reserving an hour's tokens and counting an ``error`` call."""
+    mixed = _router(("alpha", "e", ALPHA_REPLY))
+    with _runtime(enabled=True, targets=["model-c", "model-e"], arms=["handoff"]) as rt:
+        client = wrap(mixed, runtime=rt)
+        for i in range(3):
+            _converse(client, rt, ["alpha", "primary"], f"r{i}")
+        stats = rt.shadow.stats
+        assert stats.skipped.get("no_route") == 3
+        assert stats.calls == {}
+        assert stats.budget_used == {"calls": 0.0, "tokens": 0.0, "usd": 0.0}
+        assert _sample(rt, "handoffmon_shadow_skipped_total", reason="no_route") == 3
+
+
+def test_a_route_gone_between_decision_and_call_gives_the_budget_back(router: Any) -> None:
+    """The target was routable when decided, and its group is gone when the shadow thread calls:
+    nothing is sent, so it is skipped as ``no_route`` and its reservation (call, tokens, money)
+    and the breaker's probe are given back."""
+    from handoffmon.attribution import ModelNames
+    from handoffmon.integrations.router_shadow import RouterShadow
+    from handoffmon.runtime.shadow import ShadowRunner
+    from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
+
+    config = config_from_mapping(
+        {"shadow": {"enabled": True, "sample_rate": 1.0, "targets": ["model-c"], "arms": ["handoff"]}}
+    ).shadow
+    now = [0.0]
+    source = RouterShadow(router, ModelNames(CANONICAL), clock=lambda: now[0])
+    runner = ShadowRunner(config, start=False)
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    turn = ShadowTurn(ShadowOffer(source, history), "conv", "model-c", "model-b", (), lambda _t: ())
+    runner.offer(turn)
+    assert runner.stats.budget_used["calls"] == 1 and runner.stats.pending == 1
+    router.set_model_list([m for m in router.model_list if m["model_name"] != "alpha"])
+    now[0] = 3600.0  # the source re-reads the model list
+    runner.start()
+    assert runner.flush(10)
+    stats = runner.stats
+    assert stats.skipped == {"no_route": 1} and stats.calls == {}
+    assert stats.budget_used == {"calls": 0.0, "tokens": 0.0, "usd": 0.0}
+    assert runner.policy.breaker.allow("model-c")
+    runner.close(5)
