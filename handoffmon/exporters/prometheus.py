@@ -25,7 +25,7 @@ from handoffmon._version import __version__
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.logs import get_logger, log_error
-from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.exporters.refit_series import REFIT_GAUGES, GaugeSpec, Series, refit_series
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
@@ -378,12 +378,16 @@ def _counters() -> _Counters:
     )
 
 
-def _refit_gauges() -> dict[str, Gauge]:
+def _refit_gauge(spec: GaugeSpec) -> Gauge:
     # mostrecent: under PROMETHEUS_MULTIPROC_DIR the last process that published wins.
-    return {
-        spec.name: Gauge(spec.name, spec.help, spec.labels, multiprocess_mode="mostrecent", registry=None)
-        for spec in REFIT_GAUGES
-    }
+    return Gauge(spec.name, spec.help, spec.labels, multiprocess_mode="mostrecent", registry=None)
+
+
+def _refit_gauges() -> dict[str, Gauge]:
+    """The labelled refit gauges. A label-less gauge (the last success timestamp) would be
+    served as 0 from its creation (and, in multiprocess mode, written to the files as 0): "a
+    refit succeeded in 1970". ``PrometheusExporter`` creates those at their first publish."""
+    return {spec.name: _refit_gauge(spec) for spec in REFIT_GAUGES if spec.labels}
 
 
 class OwnMetrics(Collector):
@@ -402,16 +406,30 @@ class OwnMetrics(Collector):
         metrics: the metric objects (created with ``registry=None``).
         tables: serves some of them from plain tables instead (``PrometheusExporter``'s
             per-turn metrics; the metric objects then only name and describe them).
+        late: families (name, help, type) of metrics that do not exist yet: described (so the
+            registry reserves their names) but served only once :meth:`add` adds them.
     """
 
-    def __init__(self, metrics: Iterable[MetricWrapperBase], tables: _Tables | None = None) -> None:
+    def __init__(
+        self,
+        metrics: Iterable[MetricWrapperBase],
+        tables: _Tables | None = None,
+        late: Iterable[Metric] = (),
+    ) -> None:
         self._metrics = tuple(metrics)
         self._tables = tables
+        self._late = tuple(late)
+
+    def add(self, metric: MetricWrapperBase) -> None:
+        """Serve ``metric`` from now on (one of the ``late`` families)."""
+        self._metrics = (*self._metrics, metric)  # one assignment: a scrape sees before or after
 
     def describe(self) -> Iterator[Metric]:
         """The families' names (the registry uses them to refuse duplicates)."""
         for metric in self._metrics:
             yield from metric.describe()
+        served = {m._name for m in self._metrics}
+        yield from (family for family in self._late if family.name not in served)
 
     def collect(self) -> Iterator[Metric]:
         """Every family's samples except ``*_created``."""
@@ -430,14 +448,18 @@ class OwnMetrics(Collector):
 
 
 def register_metrics(
-    registry: CollectorRegistry, metrics: Iterable[MetricWrapperBase], tables: _Tables | None = None
+    registry: CollectorRegistry,
+    metrics: Iterable[MetricWrapperBase],
+    tables: _Tables | None = None,
+    late: Iterable[Metric] = (),
 ) -> OwnMetrics:
-    """Register unregistered ``metrics`` on ``registry`` through an ``OwnMetrics`` view.
+    """Register unregistered ``metrics`` (and the names of ``late`` ones) on ``registry``
+    through an ``OwnMetrics`` view.
 
     Raises:
         ValueError: ``registry`` already serves one of the names.
     """
-    view = OwnMetrics(metrics, tables)
+    view = OwnMetrics(metrics, tables, late)
     registry.register(view)
     return view
 
@@ -483,12 +505,15 @@ class PrometheusExporter:
         self._exemplars = exemplars and not self.multiprocess
         self._m = _counters()
         self._refit = _refit_gauges()
+        self._late = {spec.name: spec for spec in REFIT_GAUGES if not spec.labels}
+        """Label-less refit gauges: created, and served, from the first refit that sets them."""
         # Per-turn metrics live in plain tables served at scrape time, except under
         # PROMETHEUS_MULTIPROC_DIR, where only prometheus_client's values reach the files.
         self._t = None if self.multiprocess or not _tables else _Tables(self._m)
         try:
             own = [getattr(self._m, f.name) for f in fields(self._m)]
-            register_metrics(registry, [*own, *self._refit.values()], self._t)
+            late = [Metric(spec.name, spec.help, "gauge") for spec in self._late.values()]
+            self._view = register_metrics(registry, [*own, *self._refit.values()], self._t, late)
         except ValueError as exc:
             raise HandoffmonError(
                 "this Prometheus registry already holds handoffmon metrics; give each "
@@ -498,7 +523,7 @@ class PrometheusExporter:
         self._init_known_labels()
         self._verdict_sets: set[tuple[str, str, str, str]] = set()
         self._kids = {name: _Children(getattr(self._m, name)) for name in _PER_TURN}
-        self._published: dict[str, set[tuple[str, ...]]] = {name: set() for name in self._refit}
+        self._published: dict[str, set[tuple[str, ...]]] = {spec.name: set() for spec in REFIT_GAUGES}
         self._refit_lock = threading.Lock()
         self._guard_version = -1
         self._overflows: dict[str, int] = {}
@@ -776,7 +801,12 @@ class PrometheusExporter:
             return False
 
     def _replace(self, name: str, values: Series) -> None:
-        gauge = self._refit[name]
+        gauge = self._refit.get(name)
+        if gauge is None:  # a label-less gauge never set: absent until a refit sets it
+            if not values:
+                return
+            gauge = self._refit[name] = _refit_gauge(self._late[name])
+            self._view.add(gauge)
         for labels, value in values.items():
             (gauge.labels(*labels) if labels else gauge).set(value)
         for labels in self._published[name] - values.keys():

@@ -101,7 +101,9 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
         "degrees of freedom.",
     ),
     GaugeSpec(
-        "handoffmon_refit_last_success_timestamp_seconds", (), "UNIX time of the last successful refit."
+        "handoffmon_refit_last_success_timestamp_seconds",
+        (),
+        "UNIX time of the last successful refit (absent until a refit succeeded).",
     ),
     GaugeSpec(
         "handoffmon_switch_cost",

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from handoffmon.sources.prometheus import parse_match
-from tests.conftest import require_binary
+from tests.conftest import require_binary, require_redis
 from tests.deploy.shipped import (
     ALERTING_DOC,
     DEPLOY,
@@ -159,6 +159,30 @@ def test_k8s_configmap_holds_a_valid_handoffmon_config(tmp_path: Path) -> None:
     path = tmp_path / "handoffmon.yaml"
     path.write_text(cm["data"]["handoffmon.yaml"], encoding="utf-8")
     assert "store=redis" in _config_check(path)
+
+
+@pytest.mark.integration
+def test_k8s_replicas_without_in_process_refit_export_no_success_timestamp(tmp_path: Path) -> None:
+    """The ConfigMap turns the replicas' own refit off (refit.interval_s: 0; the CronJob pushes
+    the gauges): a replica built from it, with the real Redis store, serves its counters but no
+    handoffmon_refit_last_success_timestamp_seconds. A 0 from every replica made RefitStale's
+    "none published while turns flow" branch dead and its description say "20794d old"."""
+    from prometheus_client import generate_latest
+
+    from handoffmon.config import load_config
+    from handoffmon.runtime import build_runtime
+
+    require_redis()
+    cm = next(d for d in _k8s_docs() if d["kind"] == "ConfigMap")
+    path = tmp_path / "handoffmon.yaml"
+    path.write_text(cm["data"]["handoffmon.yaml"], encoding="utf-8")
+    config = load_config(path, environ={"HANDOFFMON_STORE__URL": "redis://127.0.0.1:6379/0"})
+    assert config.refit.interval_s == 0
+    with build_runtime(config, registry=None) as rt:
+        assert rt.refit is None
+        text = generate_latest(rt.registry).decode()
+    assert "handoffmon_build_info{" in text and "handoffmon_turns_total" in text
+    assert "handoffmon_refit_last_success_timestamp_seconds" not in text
 
 
 def test_prometheusrule_carries_the_shipped_rule_groups_unchanged() -> None:

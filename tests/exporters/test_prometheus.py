@@ -6,7 +6,7 @@ import math
 import urllib.request
 
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from handoffmon._version import __version__
@@ -211,6 +211,23 @@ def test_publish_refit_sets_every_gauge(exporter: PrometheusExporter) -> None:
     assert only(s, "handoffmon_refit_r2") == {L(rule="all"): 0.7}  # json's R² is NaN → left out
     assert only(s, "handoffmon_refit_mu") == {L(rule="json"): -0.05, L(rule="all"): -0.05}
     assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1_800_000_100.0}
+
+
+def test_last_success_timestamp_is_absent_until_a_refit_succeeds(exporter: PrometheusExporter) -> None:
+    """Before any refit the exposition has no ``handoffmon_refit_last_success_timestamp_seconds``
+    (a 0 would say "refitted in 1970": RefitStale's "none published" branch never fired and the
+    dashboards showed 57 years); the first successful refit adds it. Its name is reserved
+    from the start: another collector cannot take it."""
+    name = "handoffmon_refit_last_success_timestamp_seconds"
+    text = generate_latest(exporter.registry).decode()
+    assert "handoffmon_turns_total" in text and name not in text
+    exporter.publish_refit(make_refit(created_at=1_800_000_100.0))
+    text = generate_latest(exporter.registry).decode()
+    assert f"{name} 1.8000001e+09" in text
+    assert f"# TYPE {name} gauge" in text
+    assert text.count(f"# TYPE {name} ") == 1
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        Gauge(name, "taken", registry=exporter.registry)
 
 
 def test_republishing_removes_vanished_series(exporter: PrometheusExporter) -> None:

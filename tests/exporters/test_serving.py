@@ -110,6 +110,25 @@ def run_worker(mp_dir: Path, *args: str) -> None:
     subprocess.run([sys.executable, "-m", "tests.exporters.mp_worker", *args], env=env, cwd=ROOT, check=True)
 
 
+def test_multiprocess_without_a_refit_serves_no_success_timestamp(tmp_path: Path) -> None:
+    """Under PROMETHEUS_MULTIPROC_DIR a process that never refitted writes no success timestamp
+    to the files (not a 0 that the collector would serve); one that refits adds it."""
+    run_worker(tmp_path, "gpt", "3", "none")
+    s = parse_exposition(get_multiprocess(tmp_path))
+    assert only(s, "handoffmon_turns_total")
+    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {}
+    run_worker(tmp_path, "claude", "1", "1800000100")
+    s = parse_exposition(get_multiprocess(tmp_path))
+    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1800000100.0}
+
+
+def get_multiprocess(mp_dir: Path) -> str:
+    """The exposition the multiprocess collector serves for ``mp_dir``."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(multiprocess_registry(str(mp_dir))).decode()
+
+
 def test_multiprocess_two_writers_summed_by_one_collector(tmp_path: Path) -> None:
     """Two processes in one PROMETHEUS_MULTIPROC_DIR: counters and histograms sum, refit gauges take
     the most recent publisher, and (the documented limit) a vanished refit series reads NaN, not absent."""
