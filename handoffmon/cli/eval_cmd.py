@@ -225,8 +225,11 @@ def run_cmd(
             kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"], target, discard_stale
         )
         with ResultStore(db, label=" ".join(sys.argv[1:])[:500]) as store:
-            summary = asyncio.run(Runner(responder, store, settings).run(loaded, resolve(model)))
-            result = build_result(list(store.rows()), loaded, db)
+            group = resolve(model)
+            summary = asyncio.run(Runner(responder, store, settings).run(loaded, group))
+            rows = list(store.rows(model=group))
+            runs = {s.id: kw["runs"] or s.runs for s in loaded}  # what this eval asked for
+            result = build_result(rows, loaded, str(Path(db).resolve()), model=group, runs=runs)
             if jsonl:
                 store.export_jsonl(jsonl)
         if out:
@@ -409,8 +412,17 @@ def compare_cmd(
             if isinstance(data, dict) and data.get("schema") == "handoffmon.switch_matrix":
                 matrices.append(SwitchMatrixResult.from_dict(data, source=path))
             else:
-                evals.append(EvalResult.from_dict(data, source=path))
-        c = compare(shapes, evals, matrices, alpha=alpha, min_gap=min_gap, min_share=min_share, model=model)
+                evals.append((path, EvalResult.from_dict(data, source=path)))
+        c = compare(
+            shapes,
+            [e for _, e in evals],
+            matrices,
+            alpha=alpha,
+            min_gap=min_gap,
+            min_share=min_share,
+            model=model,
+            sources=[p for p, _ in evals],
+        )
         if out:
             _write(out, json.dumps(c.to_dict(), indent=2, allow_nan=False))
         if html:
@@ -418,7 +430,7 @@ def compare_cmd(
                 raise HandoffmonError("--html needs exactly one eval run result among RESULTS")
             from handoffmon.evals.html import eval_report
 
-            _write(html, eval_report(evals[0], shapes=shapes, comparison=c))
+            _write(html, eval_report(evals[0][1], shapes=shapes, comparison=c))
     except HandoffmonError as exc:
         _fail(exc)
     click.echo(render_text(c), err=out == "-")

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from handoffmon.depth import DepthBuckets
-from handoffmon.errors import NoDataError
+from handoffmon.errors import InputError, NoDataError
 from handoffmon.evals.depth_match import production_at_depth
 from handoffmon.evals.results import EvalResult
 from handoffmon.evals.shapes import POOLED, Shapes
@@ -155,6 +155,27 @@ def eval_by_author(evals: Sequence[EvalResult]) -> dict[tuple[str, str, int], tu
     return {k: (v[0], v[1]) for k, v in acc.items()}
 
 
+def check_overlap(evals: Sequence[EvalResult], sources: Sequence[str] | None = None) -> None:
+    """``InputError`` when two results hold runs of one (database, script, model).
+
+    ``eval_by_author`` adds results up, so the same runs given twice (the same file, or
+    two ``eval run`` outputs of one ``--db``) would double n and shrink every p-value.
+    """
+    names = list(sources) if sources is not None else [f"result #{i + 1}" for i in range(len(evals))]
+    seen: dict[tuple[str, str, str], str] = {}
+    for res, name in zip(evals, names, strict=True):
+        keys = sorted({(res.database, c.script, c.model) for c in res.curves if c.script != POOLED})
+        for key in keys:
+            if key in seen:
+                first = seen[key]
+                where = f"{name} is given twice" if first == name else f"{first} and {name} both hold"
+                raise InputError(
+                    f"{where} runs of script {key[1]!r}, model {key[2]!r} from database {key[0]}: "
+                    "they would be counted twice; give each database's runs of a script and model once"
+                )
+        seen.update(dict.fromkeys(keys, name))
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1; NaN stays NaN)."""
     order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
@@ -261,15 +282,20 @@ def compare(
     min_gap: float = 0.05,
     min_share: float = 0.01,
     model: str | None = None,
+    sources: Sequence[str] | None = None,
 ) -> Comparison:
     """All three comparisons (see the module docstring).
 
+    ``sources`` names the eval results (their files) in errors.
+
     Raises:
+        InputError: two eval results hold the same runs (``check_overlap``).
         NoDataError: production has no shapes, ``model`` is unknown or absent on one
             side, or eval results were given and no (rule, author, depth) could be compared.
     """
     if not shapes.rules:
         raise NoDataError(f"the shapes from {shapes.source} hold no production checks")
+    check_overlap(evals, sources)
     authors = {a for r in evals for a in r.author_names} | {c.author for r in evals for c in r.curves}
     if model is not None:
         _check_model(model, evals, shapes, authors)

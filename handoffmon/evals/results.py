@@ -7,7 +7,7 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -172,15 +172,29 @@ def current_checkpoints(rows: Iterable[Row], scripts: Sequence[Any]) -> list[Row
 
 
 def build_result(
-    rows: Sequence[Row], scripts: Sequence[Any], database: str, confidence: float = 0.95
+    rows: Sequence[Row],
+    scripts: Sequence[Any],
+    database: str,
+    confidence: float = 0.95,
+    *,
+    model: str | None = None,
+    runs: Mapping[str, int] | None = None,
 ) -> EvalResult:
     """Summarize stored rows of the given scripts into an ``EvalResult`` (with pressure-script fits).
 
+    Only rows of ``model`` (the requested model or group; None = every model) and of runs
+    0 … ``runs[script]`` − 1 (None = every run) count: the database may hold other
+    models' evals and more runs of the same script than this eval asked for.
     Checkpoints are those of the scripts as given (``current_checkpoints``), not the stored flags.
     """
     from handoffmon.evals.pressure import fit_all
 
-    mine = current_checkpoints(rows, scripts)
+    wanted = (
+        r
+        for r in rows
+        if (model is None or r.model == model) and (runs is None or r.run < runs.get(r.script, 0))
+    )
+    mine = current_checkpoints(wanted, scripts)
     verdicts = Counter(r.verdict for r in mine if r.checkpoint)
     pressure_ids = {s.id for s in scripts if s.kind == "pressure"}
     info = tuple(
