@@ -152,6 +152,8 @@ class ShadowRunner:
             kind = failure_kind(exc)
             breaker.record(d.target, ok=kind == "error")
             self._count(self._calls, (d.arm, kind))
+            r = d.reservation  # sent, use unknown: what the budget keeps holding, its upper bound
+            self._spent(r.tokens if r else 0.0, r.usd if r else 0.0)
             _log.debug("handoffmon shadow call to %s failed: %s", d.target, kind)
             return
         breaker.record(d.target, ok=True)

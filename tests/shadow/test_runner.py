@@ -289,3 +289,17 @@ def test_a_route_gone_between_decision_and_call_gives_the_budget_back(router: An
     assert stats.budget_used == {"calls": 0.0, "tokens": 0.0, "usd": 0.0}
     assert runner.policy.breaker.allow("model-c")
     runner.close(5)
+
+
+def test_a_failed_shadow_call_counts_what_the_budget_holds_for_it(router: Any) -> None:
+    """A call sent to model-d fails (429): its use is unknown, so the tokens and spend series count
+    the upper bound its reservation keeps holding in the budget, as the budget does — not 0."""
+    with _runtime(enabled=True, targets=["model-d"], candidates={"model-c": ["model-d"]}) as rt:
+        client = wrap(router, runtime=rt)
+        _converse(client, rt, ["alpha", "alpha"], "f")
+        stats = rt.shadow.stats
+        assert stats.calls == {("no_handoff", "rate_limited"): 1}
+        assert stats.tokens == stats.budget_used["tokens"] > 0
+        assert stats.usd == pytest.approx(stats.budget_used["usd"]) and stats.usd > 0
+        assert _sample(rt, "handoffmon_shadow_tokens_total") == stats.tokens
+        assert _sample(rt, "handoffmon_shadow_spend_usd_total") == pytest.approx(stats.usd)
