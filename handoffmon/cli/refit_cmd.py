@@ -95,7 +95,8 @@ def publish_gauges(
 
 def failure_registry(at: float) -> CollectorRegistry:
     """A fresh registry holding only the failed-refit gauge, set to ``at`` (what a failed
-    ``refit --pushgateway`` pushes; the metrics reference lists it from here)."""
+    ``refit --pushgateway`` pushes and ``--metrics-file`` adds; the metrics reference lists it
+    from here)."""
     from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry()
@@ -113,6 +114,28 @@ def push_failure(pushgateway: str, push_labels: tuple[str, ...], at: float) -> N
 
     job, key = _push_key(push_labels)
     pushadd_to_gateway(pushgateway, job=job, grouping_key=key, registry=failure_registry(at), timeout=10)
+
+
+def write_failure_file(path: str, at: float) -> None:
+    """Record a failed refit in the ``--metrics-file``, as :func:`push_failure` does in the
+    Pushgateway: the last success's gauges in the file stay, the failure gauge is added (or
+    replaced), so RefitFailing compares the two timestamps. Written via a temp file and rename,
+    so the textfile collector never reads half a file.
+
+    Raises:
+        OSError: the file cannot be read or written.
+    """
+    from prometheus_client import generate_latest
+
+    target = Path(path)
+    kept = ""
+    if target.exists():
+        own = (REFIT_FAILURE_GAUGE, f"# HELP {REFIT_FAILURE_GAUGE} ", f"# TYPE {REFIT_FAILURE_GAUGE} ")
+        lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = "".join(line for line in lines if not line.startswith(own))
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(kept + generate_latest(failure_registry(at)).decode(), encoding="utf-8")
+    tmp.replace(target)
 
 
 MATCH_OPTION = click.option(
@@ -143,7 +166,8 @@ MATCH_OPTION = click.option(
 @click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
-    help="also write the refit gauges in Prometheus text format (node_exporter textfile collector)",
+    help="also write the refit gauges in Prometheus text format (node_exporter textfile collector; "
+    "relabel job there, see the refit-jobs guide); a failed refit adds its time",
 )
 @click.option("--compact", is_flag=True, help="write JSON without indentation (about half the size)")
 @click.option(
@@ -178,8 +202,9 @@ def refit(
     Without --config the depth buckets are read off the bucket labels in the counts.
     With many replicas, run this as a job against Prometheus and publish the gauges
     with --metrics-file or --pushgateway (each replica's own periodic refit would only
-    see its local counts). Exit status 4 when the source holds no checks: nothing is
-    written, so a stale refit.json keeps aging and RefitStale fires.
+    see its local counts). Exit status 4 when the source holds no checks: no refit is
+    written, so a stale refit.json keeps aging and RefitStale fires; a failed refit adds its
+    time to --metrics-file and pushes it to --pushgateway (RefitFailing).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.config import RefitConfig, load_config
@@ -212,11 +237,17 @@ def refit(
                 result, cfg, metrics_file=metrics_file, pushgateway=pushgateway, push_labels=push_labels
             )
     except (HandoffmonError, ValueError, OSError) as exc:
-        if pushgateway:  # a refit with no data failed too: RefitFailing must see it
-            import time
+        import time
 
+        failed_at = time.time()
+        if metrics_file:  # a refit with no data failed too: RefitFailing must see it
             try:
-                push_failure(pushgateway, push_labels, time.time())
+                write_failure_file(metrics_file, failed_at)
+            except OSError as file_exc:
+                click.echo(f"error: could not write the failure to {metrics_file}: {file_exc}", err=True)
+        if pushgateway:
+            try:
+                push_failure(pushgateway, push_labels, failed_at)
             except (HandoffmonError, OSError) as push_exc:
                 click.echo(f"error: could not push the failure: {push_exc}", err=True)
         fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)

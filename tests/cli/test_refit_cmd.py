@@ -150,6 +150,59 @@ def test_unreachable_pushgateway_exits_1(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "error:" in res.output
 
 
+def _file_samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(path.read_text())
+        for s in fam.samples
+    }
+
+
+def test_failed_refit_adds_its_time_to_the_metrics_file_and_keeps_the_last_success(tmp_path: Path) -> None:
+    """Like the Pushgateway's POST, a failed refit (here: no checks, exit 4) writes
+    handoffmon_refit_last_failure_timestamp_seconds into --metrics-file next to the last
+    success's gauges, so RefitFailing (failure newer than success) can fire; a second failure
+    replaces the first's time (one series), and a later success rewrites the file without it."""
+    import time
+
+    prom, out = tmp_path / "handoffmon_refit.prom", tmp_path / "refit.json"
+    fail_name, ok_name = (
+        "handoffmon_refit_last_failure_timestamp_seconds",
+        "handoffmon_refit_last_success_timestamp_seconds",
+    )
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    # no earlier success: the file holds the failure alone
+    before = time.time()
+    res = CliRunner().invoke(
+        main, ["refit", "--source", str(empty), "--out", str(out), "--metrics-file", str(prom)]
+    )
+    assert res.exit_code == 4, res.output
+    assert set(_file_samples(prom)) == {(fail_name, ())}
+    assert before <= _file_samples(prom)[(fail_name, ())] <= time.time()
+    # a success, then two failures
+    res = CliRunner().invoke(
+        main, ["refit", *_csv_inputs(tmp_path), "--out", str(out), "--metrics-file", str(prom)]
+    )
+    assert res.exit_code == 0, res.output
+    success = _file_samples(prom)
+    assert (fail_name, ()) not in success
+    for _ in range(2):
+        res = CliRunner().invoke(
+            main, ["refit", "--source", str(empty), "--out", str(out), "--metrics-file", str(prom)]
+        )
+        assert res.exit_code == 4, res.output
+    after = _file_samples(prom)
+    assert after.pop((fail_name, ())) > after[(ok_name, ())]
+    assert after == success  # the last success's gauges stay
+    text = prom.read_text()
+    assert (
+        text.count(f"# TYPE {fail_name} gauge") == 1 and not (tmp_path / "handoffmon_refit.prom.tmp").exists()
+    )
+
+
 def test_refit_empty_turn_log_exits_4_no_rows(tmp_path: Path) -> None:
     """An empty turn log (JSONL with no lines, CSV with only its header) is NO_DATA (exit 4,
     "no rows"), not "missing column(s)" with exit 1."""
