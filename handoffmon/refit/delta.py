@@ -17,6 +17,12 @@ depth mix w_d = n_AB,d / n (the effect on the handoffs that happened):
   cell's design effect (``intervals.design_effect``, from per-conversation cluster sums);
 * **interval** — Newcombe's hybrid score interval on effective counts: the handoff arm
   n*_h = n / deff_h, the baseline arm n*_b = n² / (Σ_j Ω_j² / n_BB,j) / deff_b (Kish);
+* **reference distribution** — Student's t, not the normal: each arm's degrees of freedom
+  are its cell's effective conversations minus one (``intervals.cluster_df``: N²/Σn_c²),
+  combined by Welch–Satterthwaite over the two arms' variances; the interval uses the t
+  quantile at the confidence level in place of z. A clustered variance from a few dozen
+  effective conversations is itself noisy, and on the normal the far tail of the p-values
+  came out two to three times too thick;
 * **p-value** dual to that interval; ``significant`` after Benjamini–Hochberg per rule.
 
 Per-rule results are sums (``PairSums``) so the pooled fit adds them over rules (rules
@@ -33,7 +39,15 @@ import numpy as np
 
 from handoffmon.refit.cells import RuleArrays
 from handoffmon.refit.decomposition import LowRankBlocks
-from handoffmon.refit.intervals import binomial_var, design_effect, newcombe, newcombe_p
+from handoffmon.refit.intervals import (
+    binomial_var,
+    cluster_df,
+    design_effect,
+    newcombe,
+    newcombe_p,
+    t_quantile,
+    welch_df,
+)
 from handoffmon.refit.multiplicity import bh_adjust
 
 BLOCK_COV_MAX_MODELS = 150
@@ -266,7 +280,7 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         s: the fit's sums.
         clusters: (K + 2, K, 4) cluster sums (G, Σy², Σyn, Σn²); the diagonal holds the clean
             baselines'.
-        z: normal quantile of the interval.
+        z: normal quantile of the interval's level (the t quantile at that level is used).
         min_n: minimum checked turns in the handoff cell and in its baseline.
         fdr: Benjamini–Hochberg level for ``significant``.
     """
@@ -278,16 +292,21 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         design_effect(g[diag, diag], y2[diag, diag], yn[diag, diag], n2[diag, diag], s.base_x, s.base_n),
         (k, k),
     )
+    df_b = np.broadcast_to(cluster_df(g[diag, diag], n2[diag, diag], s.base_n), (k, k))
     with np.errstate(invalid="ignore", divide="ignore"):
         p_h, p_b = s.x_h / s.n_used, s.x_b / s.n_used
-        var = (deff_h * s.var_h + deff_b * s.var_b) / s.n_used**2
+        var_h, var_b = deff_h * s.var_h / s.n_used**2, deff_b * s.var_b / s.n_used**2
+        var = var_h + var_b
         nstar_h = s.n_used / deff_h
         nstar_b = s.n_used**2 / s.inv_nb / deff_b
         coverage = s.n_used / s.n
+    df = welch_df(var_h, cluster_df(g, n2, s.n), var_b, df_b)
     reported = ~np.eye(k, dtype=bool) & (s.n_used >= min_n) & (s.n_base >= min_n) & (s.inv_nb > 0)
-    lo, hi = newcombe(p_h, nstar_h, p_b, nstar_b, z)
+    lo, hi = newcombe(p_h, nstar_h, p_b, nstar_b, t_quantile(z, df))
     p = np.full((k, k), np.nan)
-    p[reported] = newcombe_p(p_h[reported], nstar_h[reported], p_b[reported], nstar_b[reported])
+    p[reported] = newcombe_p(
+        p_h[reported], nstar_h[reported], p_b[reported], nstar_b[reported], df=df[reported]
+    )
     q = bh_adjust(p)
     nan = np.nan
     return DeltaTable(
@@ -306,7 +325,9 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         coverage=np.where(s.n > 0, coverage, nan),
         reported=reported,
         block_cov=_block_cov(s, deff_h, deff_b),
-        into=_into(s, deff_b[0] if k else np.zeros(0), z, min_n),
+        into=_into(
+            s, deff_b[0] if k else np.zeros(0), _into_df(g, n2, s.n), df_b[0] if k else np.zeros(0), z, min_n
+        ),
     )
 
 
@@ -329,11 +350,23 @@ def _block_cov(s: PairSums, deff_h: np.ndarray, deff_b: np.ndarray) -> np.ndarra
     return np.asarray(cov)
 
 
-def _into(s: PairSums, deff_b: np.ndarray, z: float, min_n: int) -> IntoTable:
+def _into_df(g: np.ndarray, n2: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """(K,) degrees of freedom of the handoff arm into each B: the effective conversations of
+    its cells pooled over prefixes (a conversation in two of them counts twice)."""
+    off = ~np.eye(n.shape[0], dtype=bool)
+    return cluster_df(*(np.where(off, x, 0.0).sum(axis=0) for x in (g, n2, n)))
+
+
+def _into(
+    s: PairSums, deff_b: np.ndarray, df_h: np.ndarray, df_b: np.ndarray, z: float, min_n: int
+) -> IntoTable:
     with np.errstate(invalid="ignore", divide="ignore"):
         p_h, p_b = s.into_x_h / s.into_n_used, s.into_x_b / s.into_n_used
         nstar_b = s.into_n_used**2 / s.into_inv_nb / deff_b
-    lo, hi = newcombe(p_h, s.into_neff_h, p_b, nstar_b, z)
+        var_h = p_h * (1 - p_h) / s.into_neff_h
+        var_b = p_b * (1 - p_b) / nstar_b
+    df = welch_df(var_h, df_h, var_b, df_b)
+    lo, hi = newcombe(p_h, s.into_neff_h, p_b, nstar_b, t_quantile(z, df))
     ok = (s.into_n_used >= min_n) & (s.into_inv_nb > 0)
     return IntoTable(
         n=s.into_n_used.astype(np.int64),

@@ -12,7 +12,14 @@
   turns of a conversation are correlated (Korn & Graubard's effective-sample-size
   approach for complex samples).
 * ``newcombe_p`` — the p-value of the test dual to the Newcombe interval (p < α exactly
-  when the 1 − α interval excludes 0), found by bisection on the normal quantile.
+  when the 1 − α interval excludes 0), found by bisection on the quantile.
+* ``cluster_df``, ``welch_df``, ``t_quantile``, ``t_sf2`` — the reference distribution of a
+  clustered estimate: Student's t with the effective number of conversations minus one
+  (Kish: N²/Σn_c²), combined over two arms by Welch–Satterthwaite. A clustered variance
+  estimated from few effective conversations is itself noisy, so the ratio of the estimate
+  to it has heavier tails than the normal (the usual small-cluster correction, Cameron &
+  Miller 2015, with G replaced by the effective count because conversations differ in
+  size); intervals use the t quantile in place of z and p-values the t tail.
 """
 
 from __future__ import annotations
@@ -25,6 +32,59 @@ def z_value(confidence: float) -> float:
     from scipy.special import ndtri
 
     return float(ndtri(0.5 + confidence / 2.0))
+
+
+def cluster_df(conversations: np.ndarray, n2: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Degrees of freedom of a cell's clustered estimate: N²/Σn_c² − 1, at least 1.
+
+    N²/Σn_c² is the effective number of conversations (equal to G when every conversation
+    brings the same number of checks, near 1 when one conversation brings most of them).
+    Cells without cluster sums (G = 0: a source without them) get ∞, i.e. the normal
+    reference of independent turns.
+    """
+    g = np.asarray(conversations, dtype=float)
+    n2 = np.asarray(n2, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = np.maximum(n * n / n2 - 1.0, 1.0)
+    return np.where((g >= 1) & (n2 > 0) & (n > 0) & np.isfinite(df), df, np.inf)
+
+
+def welch_df(v1: np.ndarray, df1: np.ndarray, v2: np.ndarray, df2: np.ndarray) -> np.ndarray:
+    """Welch–Satterthwaite degrees of freedom of the sum of two independent variance estimates.
+
+    (v₁ + v₂)² / (v₁²/df₁ + v₂²/df₂); an arm with df = ∞ adds nothing to the denominator,
+    and a sum with no finite-df part (or no variance) is ∞.
+    """
+    v1, v2 = np.maximum(np.asarray(v1, dtype=float), 0.0), np.maximum(np.asarray(v2, dtype=float), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        den = np.where(np.isfinite(df1), v1 * v1 / df1, 0.0) + np.where(np.isfinite(df2), v2 * v2 / df2, 0.0)
+        df = np.square(v1 + v2) / den
+    return np.where((den > 0) & np.isfinite(df), np.maximum(df, 1.0), np.inf)
+
+
+def t_quantile(z: float, df: np.ndarray) -> np.ndarray:
+    """The t quantile with ``df`` degrees of freedom at the two-sided level of the normal ``z``
+    (z where df = ∞; NaN df gives z)."""
+    from scipy.special import ndtr, stdtrit
+
+    df = np.asarray(df, dtype=float)
+    finite = np.isfinite(df) & (df > 0)
+    with np.errstate(invalid="ignore"):
+        q = stdtrit(np.where(finite, df, 1.0), float(ndtr(z)))
+    return np.where(finite, q, z)
+
+
+def t_sf2(x: np.ndarray, df: np.ndarray | None) -> np.ndarray:
+    """Two-sided tail 2·P(T_df > x) for x ≥ 0 (the normal's where df is None or ∞)."""
+    from scipy.special import ndtr, stdtr
+
+    x = np.asarray(x, dtype=float)
+    if df is None:
+        return np.asarray(2.0 * ndtr(-x))
+    df = np.broadcast_to(np.asarray(df, dtype=float), x.shape)
+    finite = np.isfinite(df) & (df > 0)
+    return np.asarray(np.where(finite, 2.0 * stdtr(np.where(finite, df, 1.0), -x), 2.0 * ndtr(-x)))
 
 
 def wilson(x: np.ndarray, n: np.ndarray, z: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -56,9 +116,18 @@ def newcombe(
 
 
 def newcombe_p(
-    p1: np.ndarray, n1: np.ndarray, p2: np.ndarray, n2: np.ndarray, *, iterations: int = 28
+    p1: np.ndarray,
+    n1: np.ndarray,
+    p2: np.ndarray,
+    n2: np.ndarray,
+    *,
+    df: np.ndarray | None = None,
+    iterations: int = 28,
 ) -> np.ndarray:
-    """Two-sided p-value dual to ``newcombe``: 2(1 − Φ(z*)) with z* the level where a bound hits 0.
+    """Two-sided p-value dual to ``newcombe``: 2·P(T > z*) with z* the level where a bound hits 0.
+
+    T is normal, or Student's t with ``df`` (same shape as the arms) when given: the
+    interval built with ``t_quantile(z, df)`` then excludes 0 exactly when p < its α.
 
     The bound facing 0 moves monotonically towards the estimate as z shrinks, so z* is
     found by bisection on [0, 40] (all arrays at once; 28 halvings: z within 2e-7). Δ = 0
@@ -66,8 +135,6 @@ def newcombe_p(
     with a finite Δ ≠ 0, from per-arm terms computed once (``_WilsonArm``); the arithmetic
     is ``newcombe``'s, so the bisection takes the same steps.
     """
-    from scipy.special import ndtr
-
     p1, p2, n1, n2 = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (p1, p2, n1, n2)))
     d = p1 - p2
     bad = ~(np.isfinite(d) & (n1 > 0) & (n2 > 0))
@@ -101,7 +168,8 @@ def newcombe_p(
             np.copyto(lo_z, mid, where=excludes)
             np.logical_not(excludes, out=excludes)
             np.copyto(hi_z, mid, where=excludes)
-    out[live] = np.clip(2.0 * (1.0 - ndtr((lo_z + hi_z) / 2)), 0.0, 1.0)
+    live_df = None if df is None else np.broadcast_to(np.asarray(df, dtype=float), d.shape)[live]
+    out[live] = np.clip(t_sf2((lo_z + hi_z) / 2, live_df), 0.0, 1.0)
     return out
 
 

@@ -12,14 +12,16 @@
   by it gives effective counts (the same effective-sample-size approach as
   ``intervals.design_effect`` for the observational cells).
 * ``newcombe_paired_p`` — the two-sided p-value dual to the interval (p < α exactly when
-  the 1 − α interval excludes 0), by bisection on the normal quantile.
+  the 1 − α interval excludes 0), by bisection on the quantile; with ``df`` the reference is
+  Student's t (``intervals.cluster_df`` of the pairs' conversations), as for the
+  observational Δ.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from handoffmon.refit.intervals import wilson
+from handoffmon.refit.intervals import t_sf2, wilson
 
 
 def newcombe_paired(
@@ -84,12 +86,17 @@ def paired_design_effect(b: np.ndarray, c: np.ndarray, n: np.ndarray, sums: np.n
 
 
 def newcombe_paired_p(
-    a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, *, iterations: int = 28
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    d: np.ndarray,
+    *,
+    df: np.ndarray | None = None,
+    iterations: int = 28,
 ) -> np.ndarray:
-    """Two-sided p-value dual to ``newcombe_paired``: 2(1 − Φ(z*)), z* where the bound facing 0
-    reaches 0 (bisection on [0, 40]; Δ = 0 gives 1, an empty table NaN)."""
-    from scipy.special import ndtr
-
+    """Two-sided p-value dual to ``newcombe_paired``: 2·P(T > z*), z* where the bound facing 0
+    reaches 0 (bisection on [0, 40]; Δ = 0 gives 1, an empty table NaN). T is normal, or
+    Student's t with ``df`` when given (dual to the interval at ``t_quantile(z, df)``)."""
     a, b, c, d = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, c, d)))
     n = a + b + c + d
     out = np.where(n > 0, 1.0, np.nan)
@@ -104,5 +111,6 @@ def newcombe_paired_p(
         excludes = np.where(up, lo > 0, hi < 0)
         lo_z = np.where(excludes, mid, lo_z)
         hi_z = np.where(excludes, hi_z, mid)
-    out[live] = np.clip(2.0 * (1.0 - ndtr((lo_z + hi_z) / 2)), 0.0, 1.0)
+    live_df = None if df is None else np.broadcast_to(np.asarray(df, dtype=float), n.shape)[live]
+    out[live] = np.clip(t_sf2((lo_z + hi_z) / 2, live_df), 0.0, 1.0)
     return out

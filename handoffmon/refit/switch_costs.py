@@ -21,6 +21,7 @@ import numpy as np
 from handoffmon.counts import POOLED_RULE, SHADOW_CLUSTER, SHADOW_STATS, SHADOW_TABLE, ShadowKey
 from handoffmon.refit.cells import RuleArrays
 from handoffmon.refit.delta import DeltaTable
+from handoffmon.refit.intervals import cluster_df, t_quantile
 from handoffmon.refit.multiplicity import bh_adjust
 from handoffmon.refit.paired import newcombe_paired, newcombe_paired_p, paired_design_effect
 from handoffmon.refit.result import SwitchCost
@@ -100,7 +101,8 @@ def switch_costs(
         models: the observational fit's models (axes of ``observational``).
         observational: Δ of the swapped cell arrays (``swap_roles``), entry [b, a] =
             s(A→B) − s(A→A); None when the counts have no observational cells.
-        z: normal quantile of the intervals.
+        z: normal quantile of the intervals' level (the t quantile at that level is used,
+            with the pairs' effective conversations minus one as degrees of freedom).
         min_n: pairs needed for an estimate.
         fdr: Benjamini–Hochberg level.
     """
@@ -111,10 +113,11 @@ def switch_costs(
     a, b, c, d = (v[:, i] for i in range(4))
     n = a + b + c + d
     deff = paired_design_effect(b, c, n, v[:, _CLUSTER])
+    df = cluster_df(v[:, _POS["conversations"]], v[:, _POS["n2"]], n)
     ea, eb, ec, ed = (x / deff for x in (a, b, c, d))
     tested = n >= max(min_n, 1)
-    lo, hi = newcombe_paired(ea, eb, ec, ed, z)
-    p = np.where(tested, newcombe_paired_p(ea, eb, ec, ed), np.nan)
+    lo, hi = newcombe_paired(ea, eb, ec, ed, t_quantile(z, df))
+    p = np.where(tested, newcombe_paired_p(ea, eb, ec, ed, df=df), np.nan)
     q = bh_adjust(p)
     with np.errstate(invalid="ignore", divide="ignore"):
         est = (b - c) / n

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from handoffmon.counts import cluster_increments
-from handoffmon.refit.intervals import design_effect, newcombe, newcombe_p, wilson, z_value
+from handoffmon.refit.intervals import (
+    cluster_df,
+    design_effect,
+    newcombe,
+    newcombe_p,
+    t_quantile,
+    welch_df,
+    wilson,
+    z_value,
+)
 
 
 def test_wilson_matches_statsmodels() -> None:
@@ -80,7 +89,7 @@ def test_p_value_bisection_takes_the_same_steps_as_the_plain_one() -> None:
             lo, hi = newcombe(p1, n1, p2, n2, mid)
             excludes = np.where(d > 0, lo > 0, hi < 0)
             lo_z, hi_z = np.where(excludes, mid, lo_z), np.where(excludes, hi_z, mid)
-    want = np.clip(2.0 * (1.0 - ndtr((lo_z + hi_z) / 2)), 0.0, 1.0)
+    want = np.clip(2.0 * ndtr(-(lo_z + hi_z) / 2), 0.0, 1.0)
     want = np.where(d == 0, 1.0, want)
     want = np.where(np.isfinite(d) & (n1 > 0) & (n2 > 0), want, np.nan)
     np.testing.assert_allclose(got, want, rtol=0, atol=0)
@@ -130,3 +139,56 @@ def test_design_effect_edge_cases() -> None:
     assert float(design_effect(1, 100, 200, 400, 10, 20)) == 20.0
     # every conversation exactly at the mean: sandwich below binomial, floored at 1
     assert float(design_effect(10, 10 * 81, 10 * 90, 10 * 100, 90, 100)) == 1.0
+
+
+def test_cluster_df_counts_effective_conversations() -> None:
+    """Equal conversations: G − 1; one conversation with most checks: near the floor of 1; a
+    single conversation: 1; no cluster sums: ∞ (the normal reference)."""
+    sizes = [np.full(12, 5), np.array([1, 1, 1, 1, 40]), np.array([7]), np.zeros(0, dtype=int)]
+    g = np.array([len(s) for s in sizes], dtype=float)
+    n2 = np.array([float((s**2).sum()) for s in sizes])
+    n = np.array([float(s.sum()) for s in sizes])
+    df = cluster_df(g, n2, n)
+    assert df[0] == pytest.approx(11.0)
+    assert df[1] == pytest.approx(max(44**2 / 1604 - 1, 1.0))
+    assert df[2] == 1.0
+    assert np.isinf(df[3])
+
+
+def test_welch_df_matches_scipy_welch_test() -> None:
+    """Welch–Satterthwaite on two sample variances equals scipy's unequal-variance t-test df;
+    an arm with df = ∞ drops out; both infinite stay infinite."""
+    from scipy import stats
+
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(0, 1, 9), rng.normal(0, 3, 25)
+    want = stats.ttest_ind(x, y, equal_var=False).df
+    got = welch_df(np.var(x, ddof=1) / 9, np.array(8.0), np.var(y, ddof=1) / 25, np.array(24.0))
+    assert float(got) == pytest.approx(float(want), rel=1e-12)
+    assert float(welch_df(np.array(0.2), np.array(5.0), np.array(0.1), np.array(np.inf))) == pytest.approx(
+        0.3**2 / (0.2**2 / 5)
+    )
+    assert np.isinf(welch_df(np.array(0.2), np.array(np.inf), np.array(0.1), np.array(np.inf)))
+
+
+def test_t_interval_and_p_value_stay_dual() -> None:
+    """With per-pair degrees of freedom, p < 0.05 exactly when the interval at the t quantile
+    excludes 0; p grows as df shrinks; df = ∞ gives the normal reference."""
+    from scipy import stats
+
+    rng = np.random.default_rng(6)
+    n1, n2 = rng.integers(20, 400, 300), rng.integers(20, 2000, 300)
+    p1, p2 = rng.binomial(n1, 0.88) / n1, rng.binomial(n2, 0.92) / n2
+    df = rng.uniform(1.0, 60.0, 300)
+    z = z_value(0.95)
+    q = t_quantile(z, df)
+    np.testing.assert_allclose(q, stats.t.ppf(0.975, df), rtol=1e-10)
+    p = newcombe_p(p1, n1, p2, n2, df=df)
+    lo, hi = newcombe(p1, n1, p2, n2, q)
+    far = np.abs(p - 0.05) > 1e-6
+    assert np.array_equal((p < 0.05)[far], ((lo > 0) | (hi < 0))[far])
+    normal = newcombe_p(p1, n1, p2, n2)
+    moved = (normal > 0) & (normal < 1)
+    assert np.all(p[moved] > normal[moved])
+    np.testing.assert_allclose(newcombe_p(p1, n1, p2, n2, df=np.full(300, np.inf)), normal, rtol=1e-12)
+    assert float(t_quantile(z, np.array(np.inf))) == z

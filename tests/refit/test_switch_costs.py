@@ -60,3 +60,33 @@ def test_json_round_trip() -> None:
     back = RefitResult.from_json(res.to_json())
     assert back.rules["r"].switch_costs == res.rules["r"].switch_costs
     assert back.switch_cost_note == res.switch_cost_note
+
+
+def test_pairs_from_few_conversations_use_the_t_reference() -> None:
+    """The same 2×2 table from 100 one-pair conversations and from 4 conversations of 25 pairs
+    (discordance spread evenly, so the design effects are alike): the second rests on 3
+    degrees of freedom, so its interval is wider and its p-value larger, and the interval
+    still excludes 0 exactly when p < 0.05."""
+    table = {"both_pass": 30, "model_only": 5, "prefix_only": 25, "both_fail": 40, "handoff_arm": 100}
+
+    def switch_cost(per_conversation: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
+        sums = dict.fromkeys(("conversations", "b2", "c2", "bc", "bn", "cn", "n2"), 0)
+        for b, c, n in per_conversation:  # discordant b, c among n pairs
+            for k, v in zip(sums, (1, b * b, c * c, b * c, b * n, c * n, n * n), strict=True):
+                sums[k] += v
+        shadow = {ShadowKey("r", "a", "b", k): v for k, v in {**table, **sums}.items()}
+        shadow.update({ShadowKey("all", "a", "b", k): v for k, v in sums.items()})
+        base = _counts(False)
+        counts = Counts(checks=base.checks, baseline_checks=base.baseline_checks, shadow=shadow)
+        fit = refit(counts, buckets=DepthBuckets(), settings=RefitConfig(min_n=20)).rules["r"]
+        sc = fit.switch_cost("a", "b")
+        assert sc is not None and sc.estimate == pytest.approx(-0.2)
+        return sc
+
+    singles = [(1, 0, 1)] * 5 + [(0, 1, 1)] * 25 + [(0, 0, 1)] * 70
+    many, few = switch_cost(singles), switch_cost([(1, 6, 25), (1, 6, 25), (1, 6, 25), (2, 7, 25)])
+    assert few.design_effect < 2 * many.design_effect
+    assert few.ci_high - few.ci_low > 1.3 * (many.ci_high - many.ci_low)
+    assert few.p_value > 10 * many.p_value
+    for sc in (many, few):
+        assert (sc.p_value < 0.05) == (sc.ci_high < 0 or sc.ci_low > 0)
