@@ -381,6 +381,11 @@ def switch_matrix_cmd(
 @click.option("--model", help="compare only this author (eval rows and production counts)")
 @click.option("--out", help="comparison JSON ('-' for stdout; the text report then goes to stderr)")
 @click.option("--html", help="eval HTML report with production overlaid and flagged checkpoints marked")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="exit 4 when an eval author or rule has no production match, or the reverse (listed either way)",
+)
 def compare_cmd(
     shapes_path: str,
     results: tuple[str, ...],
@@ -390,14 +395,17 @@ def compare_cmd(
     model: str | None,
     out: str | None,
     html: str | None,
+    strict: bool,
 ) -> None:
     """Production SHAPES vs eval RESULTS (eval run JSON and/or switch-matrix JSON files).
 
     Both sides are joined on the author (the deployment that answered, canonical name).
-    Exit status 3 when a rule is flagged "too clean", 4 when nothing could be compared
-    (unknown --model, no production data for it, no shared rule or depth).
+    Eval authors and rules with no production match (and the reverse) are listed in the
+    notes and on stderr. Exit status 3 when a rule is flagged "too clean", 4 when nothing
+    could be compared (unknown --model, no production data for it, no shared rule or
+    depth) or, with --strict, when some names have no match.
     """
-    from handoffmon.evals.compare import compare, render_text
+    from handoffmon.evals.compare import compare, render_text, unmatched_lines
     from handoffmon.evals.results import EvalResult
     from handoffmon.refit.result import SwitchMatrixResult
 
@@ -434,4 +442,8 @@ def compare_cmd(
     except HandoffmonError as exc:
         _fail(exc)
     click.echo(render_text(c), err=out == "-")
+    for line in unmatched_lines(c.unmatched):
+        click.echo(f"warning: {line}", err=True)
+    if strict and c.unmatched:
+        fail("--strict: some eval or production names have no match (listed above)", ExitCode.NO_DATA)
     sys.exit(int(ExitCode.FLAGGED if c.flagged else ExitCode.OK))

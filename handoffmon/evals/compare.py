@@ -104,6 +104,9 @@ class Comparison:
     eval_authors: tuple[str, ...] = ()
     production_models: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    unmatched: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Names only one side has (see ``unmatched_names``): ``eval_authors``, ``production_models``,
+    ``eval_rules``, ``production_rules``; empty lists are left out."""
 
     @property
     def flagged(self) -> tuple[TooClean, ...]:
@@ -273,6 +276,51 @@ def _check_model(model: str, evals: Sequence[EvalResult], shapes: Shapes, author
     raise NoDataError(f"--model {model!r} has no data in {side} ({have})")
 
 
+def unmatched_names(
+    shapes: Shapes, evals: Sequence[EvalResult], model: str | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Eval authors and rules production has no counts for, and the reverse (empty lists left out).
+
+    These drop out of the too-clean comparison (joined on rule and author), so a typo'd
+    rule name or an author named differently on one side would otherwise pass unnoticed.
+    With ``model``, only that author's rules are listed.
+    """
+    ev = {
+        (c.rule, c.author)
+        for r in evals
+        for c in r.curves
+        if c.script == POOLED and c.n > 0 and (model is None or c.author == model)
+    }
+    prod = {
+        (r.rule, r.model)
+        for r in shapes.rules
+        if r.model != POOLED and sum(r.n) > 0 and (model is None or r.model == model)
+    }
+    out = {
+        "eval_rules": {rule for rule, _ in ev} - {rule for rule, _ in prod},
+        "production_rules": {rule for rule, _ in prod} - {rule for rule, _ in ev},
+    }
+    if model is None:
+        out["eval_authors"] = {a for _, a in ev} - {a for _, a in prod}
+        out["production_models"] = {a for _, a in prod} - {a for _, a in ev}
+    if not evals:
+        out = {}
+    return {k: tuple(sorted(v)) for k, v in sorted(out.items()) if v}
+
+
+_UNMATCHED_TEXT = {
+    "eval_authors": "eval authors with no production counts (not compared)",
+    "production_models": "production models the eval has no rows for",
+    "eval_rules": "eval rules production has no counts for (not compared)",
+    "production_rules": "production rules the eval does not check",
+}
+
+
+def unmatched_lines(unmatched: dict[str, tuple[str, ...]]) -> list[str]:
+    """One human-readable line per kind of unmatched name."""
+    return [f"{_UNMATCHED_TEXT[k]}: {', '.join(v)}" for k, v in unmatched.items()]
+
+
 def compare(
     shapes: Shapes,
     evals: Sequence[EvalResult],
@@ -297,6 +345,7 @@ def compare(
         raise NoDataError(f"the shapes from {shapes.source} hold no production checks")
     check_overlap(evals, sources)
     authors = {a for r in evals for a in r.author_names} | {c.author for r in evals for c in r.curves}
+    authors |= {a for m in matrices for c in m.cells for a in (c.prefix_model, c.model)}
     if model is not None:
         _check_model(model, evals, shapes, authors)
     rules = tuple(too_clean(shapes, evals, alpha=alpha, min_gap=min_gap, model=model))
@@ -307,6 +356,8 @@ def compare(
             f"{', '.join(production_models(shapes))}); {JOIN_NOTE}"
         )
     notes = [JOIN_NOTE]
+    one_sided = unmatched_names(shapes, evals, model)
+    notes += unmatched_lines(one_sided)
     unmatched = sorted({(r.rule, r.depth_bucket) for r in rules if not r.depth_matched})
     if unmatched:
         notes.append(
@@ -339,6 +390,7 @@ def compare(
         eval_authors=tuple(sorted(authors)),
         production_models=production_models(shapes),
         notes=tuple(notes),
+        unmatched=one_sided,
     )
 
 

@@ -11,7 +11,11 @@ from click.testing import CliRunner
 
 from handoffmon.cli import main
 from handoffmon.depth import DepthBuckets
+from handoffmon.evals.results import build_result
+from handoffmon.evals.script import script_from_dict
 from handoffmon.evals.shapes import POOLED, RuleShape, Shapes
+from handoffmon.evals.store import Row
+from handoffmon.evals.switch import CellScore, analyse
 
 SCRIPT = {
     "id": "scope",
@@ -52,16 +56,94 @@ def test_eval_output_holds_only_the_requested_model_and_runs(tmp_path: Path) -> 
     assert fewer["models"] == ["group-00"] and _n_by_depth(fewer) == {1: 2, 2: 2}
 
 
-def _shapes(path: Path, authors: list[str]) -> str:
+def _shapes(
+    path: Path, authors: list[str], rules: tuple[str, ...] = ("no_commas",), pairs: tuple[Any, ...] = ()
+) -> str:
+    """A shapes document: every (rule, author) at adherence 0.5 in every bucket, n = 40."""
     labels = DepthBuckets().labels
     k = len(labels)
-    rules = tuple(
-        RuleShape("no_commas", a, (40,) * k, (20,) * k, (0.5,) * k, (0.35,) * k, (0.65,) * k)
+    shapes = tuple(
+        RuleShape(rule, a, (40,) * k, (20,) * k, (0.5,) * k, (0.35,) * k, (0.65,) * k)
+        for rule in rules
         for a in [*authors, POOLED]
     )
     sessions = {"method": "histogram", "conversations": 40, "p50": 2, "p90": 2}
-    path.write_text(Shapes(0.0, "test", labels, rules, sessions, {}, ()).to_json(), encoding="utf-8")
+    path.write_text(Shapes(0.0, "test", labels, shapes, sessions, {}, pairs).to_json(), encoding="utf-8")
     return str(path)
+
+
+def _eval_doc(path: Path, authors: dict[str, list[str]]) -> str:
+    """An eval JSON from rows: author → rules, each checked at depth 1 in 10 runs (half pass)."""
+    script = script_from_dict(
+        {
+            "id": "names",
+            "rules": [
+                {"name": r, "check": "no_commas"} for r in sorted({r for v in authors.values() for r in v})
+            ],
+            "turns": [{"user": "hi", "checkpoint": True}],
+        }
+    )
+    rows = [
+        Row("names", a, run, 1, rule, "pass" if run % 2 else "fail", "", None, True, False, a, 1)
+        for a, rules in authors.items()
+        for rule in rules
+        for run in range(10)
+    ]
+    path.write_text(build_result(rows, [script], str(path)).to_json(), encoding="utf-8")
+    return str(path)
+
+
+def test_names_that_only_one_side_has_are_listed_and_strict_exits_4(tmp_path: Path) -> None:
+    """Eval atlas, cedar × no_commas, short vs production atlas, birch × no_commas, tone."""
+    shapes = _shapes(tmp_path / "shapes.json", ["atlas", "birch"], rules=("no_commas", "tone"))
+    ev = _eval_doc(tmp_path / "eval.json", {"atlas": ["no_commas", "short"], "cedar": ["no_commas"]})
+    args = ["eval", "compare", "--shapes", shapes, ev, "--out", str(tmp_path / "cmp.json")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "cmp.json").read_text())
+    assert {(r["rule"], r["model"]) for r in doc["rules"]} == {("no_commas", "atlas")}
+    assert doc["unmatched"] == {
+        "eval_authors": ["cedar"],
+        "eval_rules": ["short"],
+        "production_models": ["birch"],
+        "production_rules": ["tone"],
+    }
+    for name in ("cedar", "short", "birch", "tone"):
+        assert any(name in n for n in doc["notes"]), doc["notes"]
+        assert any(line.startswith("warning:") and name in line for line in res.stderr.splitlines()), (
+            res.stderr
+        )
+    strict = CliRunner().invoke(main, [*args, "--strict"])
+    assert strict.exit_code == 4 and "--strict" in strict.stderr, strict.output
+    one = CliRunner().invoke(main, [*args, "--model", "atlas", "--strict"])  # atlas: short vs tone
+    assert one.exit_code == 4 and "short" in one.stderr and "cedar" not in one.stderr, one.output
+    matched = _eval_doc(tmp_path / "m.json", {"atlas": ["no_commas", "tone"], "birch": ["no_commas", "tone"]})
+    ok = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, matched, "--strict"])
+    assert ok.exit_code == 0 and "warning" not in ok.stderr, ok.output
+
+
+def test_compare_model_with_only_a_switch_matrix(tmp_path: Path) -> None:
+    """--model atlas with a matrix over atlas, birch: its cells count as eval data; cedar→atlas is missing."""
+    pairs = (
+        {"prefix_model": "birch", "model": "atlas", "turns": 60, "share": 0.6},
+        {"prefix_model": "cedar", "model": "atlas", "turns": 40, "share": 0.4},
+    )
+    shapes = _shapes(tmp_path / "shapes.json", ["atlas", "birch", "cedar"], pairs=pairs)
+    cells = [
+        CellScore(f"e{i}", a, b, float((i + len(a + b)) % 2), (a, b), 1)
+        for i in range(6)
+        for a in ("atlas", "birch")
+        for b in ("atlas", "birch")
+    ]
+    (tmp_path / "matrix.json").write_text(analyse(cells, resamples=200, min_n=2).to_json(), encoding="utf-8")
+    args = ["eval", "compare", "--shapes", shapes, str(tmp_path / "matrix.json"), "--model", "atlas"]
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "cmp.json")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "cmp.json").read_text())
+    assert [(p["prefix_model"], p["model"]) for p in doc["missing_pairs"]] == [("cedar", "atlas")]
+    assert "atlas" in doc["eval_authors"]
+    unknown = CliRunner().invoke(main, [*args[:-1], "dune"])
+    assert unknown.exit_code == 4 and "unknown model 'dune'" in unknown.stderr, unknown.output
 
 
 def test_compare_refuses_the_same_runs_given_twice(tmp_path: Path) -> None:
