@@ -35,7 +35,7 @@ OUT = Path(__file__).resolve().parents[1] / "grafana" / "dashboards" / "handoffm
 UID = "handoffmon-overview"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RUNBOOKS = "https://github.com/handoffmon/handoffmon/blob/main/docs/operations/alerting.md"
-DEEP = 'depth_bucket=~"(9|[1-9][0-9]+)(-[0-9]+|\\\\+)"'
+DEEP = 'depth_bucket=~"(9|[1-9][0-9]+)(-[0-9]+|\\\\+)?"'
 
 
 class Queries:
