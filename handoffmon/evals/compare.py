@@ -13,7 +13,7 @@ and what eval rows record beside the requested model or group.
     (``depth_match``). One-sided test, H1: production < eval, on Agresti–Caffo
     adjusted proportions (add one pass and one fail to each side) with production's
     variance inflated by its chain's design effect. p-values are Holm-adjusted over
-    every comparison of the report; a comparison is flagged when the adjusted p <
+    every depth-matched comparison of the report; a comparison is flagged when the adjusted p <
     ``alpha`` and the gap is at least ``min_gap``. A multi-depth bucket without a
     production Markov fit (a cells CSV) cannot be matched in depth: it is reported,
     never flagged.
@@ -65,7 +65,7 @@ class TooClean:
         gap: eval_adherence − production_adherence.
         z: test statistic.
         p_value: raw one-sided p-value.
-        p_adjusted: Holm-adjusted over the whole report.
+        p_adjusted: Holm-adjusted over the depth-matched comparisons of the report (NaN when unmatched).
         flagged: p_adjusted < alpha, gap ≥ min_gap and depth_matched.
     """
 
@@ -230,7 +230,11 @@ def too_clean(
         one = _one(shapes, buckets, rule, author, depth, ex, en)
         if one is not None:
             raw.append(one)
-    adjusted = holm([r.p_value for r in raw])
+    # only comparisons that can be flagged form the Holm family: an unmatched one would only dilute it
+    family = [i for i, r in enumerate(raw) if r.depth_matched]
+    adjusted = [math.nan] * len(raw)
+    for i, p_adj in zip(family, holm([raw[i].p_value for i in family]), strict=True):
+        adjusted[i] = p_adj
     return [
         dataclasses.replace(
             r,

@@ -100,7 +100,8 @@ def production_at_depth(
     """Production adherence at ``depth`` from a rule's per-bucket ``n`` and ``adherence``.
 
     ``markov`` needs ``p_tf`` and ``p_ft``; without them a multi-depth bucket is returned
-    unshifted with ``matched`` False.
+    unshifted with ``matched`` False, unless its adherence is 0 or 1 (then it is the
+    adherence at every depth of the bucket: shift 0, matched).
     """
     label = buckets.bucket(depth)
     i = buckets.index(label)
@@ -108,6 +109,10 @@ def production_at_depth(
     width = len(bucket_depths(buckets, label))
     if raw is None or n[i] == 0:
         return AtDepth(math.nan, 0.0, 1.0, False)
+    if raw in (0.0, 1.0):
+        # every check of the bucket failed (or passed), so did every depth in it: shift 0 is exact,
+        # with or without a Markov fit (which is undefined when a state is never visited)
+        return AtDepth(raw, 0.0, 1.0, True)
     p_tf, p_ft = markov.get("p_tf"), markov.get("p_ft")
     if p_tf is None or p_ft is None or not (math.isfinite(p_tf) and math.isfinite(p_ft)):
         return AtDepth(raw, 0.0, 1.0, width == 1)

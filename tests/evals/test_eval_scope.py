@@ -57,14 +57,19 @@ def test_eval_output_holds_only_the_requested_model_and_runs(tmp_path: Path) -> 
 
 
 def _shapes(
-    path: Path, authors: list[str], rules: tuple[str, ...] = ("no_commas",), pairs: tuple[Any, ...] = ()
+    path: Path,
+    authors: list[str],
+    rules: tuple[str, ...] = ("no_commas",),
+    pairs: tuple[Any, ...] = (),
+    passes: dict[str, int] | None = None,
 ) -> str:
-    """A shapes document: every (rule, author) at adherence 0.5 in every bucket, n = 40."""
+    """A shapes document: every (rule, author) with n = 40 and ``passes[rule]`` (default 20) per bucket."""
     labels = DepthBuckets().labels
     k = len(labels)
     shapes = tuple(
-        RuleShape(rule, a, (40,) * k, (20,) * k, (0.5,) * k, (0.35,) * k, (0.65,) * k)
+        RuleShape(rule, a, (40,) * k, (x,) * k, (x / 40,) * k, (0.0,) * k, (1.0,) * k)
         for rule in rules
+        for x in [(passes or {}).get(rule, 20)]
         for a in [*authors, POOLED]
     )
     sessions = {"method": "histogram", "conversations": 40, "p50": 2, "p90": 2}
@@ -72,19 +77,19 @@ def _shapes(
     return str(path)
 
 
-def _eval_doc(path: Path, authors: dict[str, list[str]]) -> str:
-    """An eval JSON from rows: author → rules, each checked at depth 1 in 10 runs (half pass)."""
+def _eval_doc(path: Path, authors: dict[str, list[str]], depth: int = 1, passes: int = 5) -> str:
+    """An eval JSON from rows: author → rules, each checked at ``depth`` in 10 runs (``passes`` pass)."""
     script = script_from_dict(
         {
             "id": "names",
             "rules": [
                 {"name": r, "check": "no_commas"} for r in sorted({r for v in authors.values() for r in v})
             ],
-            "turns": [{"user": "hi", "checkpoint": True}],
+            "turns": [{"user": f"t{d}", "checkpoint": d == depth} for d in range(1, depth + 1)],
         }
     )
     rows = [
-        Row("names", a, run, 1, rule, "pass" if run % 2 else "fail", "", None, True, False, a, 1)
+        Row("names", a, run, depth, rule, "pass" if run < passes else "fail", "", None, True, False, a, 1)
         for a, rules in authors.items()
         for rule in rules
         for run in range(10)
@@ -166,3 +171,21 @@ def test_compare_refuses_the_same_runs_given_twice(tmp_path: Path) -> None:
     )
     fine = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, a, str(tmp_path / "c.json")])
     assert fine.exit_code == 0, fine.output
+
+
+def test_a_production_rule_that_always_fails_is_flagged_past_depth_2(tmp_path: Path) -> None:
+    """Production 0/40 per bucket, no Markov fit, vs eval 9/10 at depth 6 (bucket 5-8): flagged, exit 3.
+
+    A 0.5 rule at the same depth cannot be matched (no fit): reported, outside the Holm family.
+    """
+    shapes = _shapes(tmp_path / "s.json", ["atlas"], rules=("allfail", "mid"), passes={"allfail": 0})
+    ev = _eval_doc(tmp_path / "e.json", {"atlas": ["allfail", "mid"]}, depth=6, passes=9)
+    res = CliRunner().invoke(
+        main, ["eval", "compare", "--shapes", shapes, ev, "--out", str(tmp_path / "c.json")]
+    )
+    assert res.exit_code == 3, res.output
+    rows = {r["rule"]: r for r in json.loads((tmp_path / "c.json").read_text())["rules"]}
+    fail, mid = rows["allfail"], rows["mid"]
+    assert fail["depth_bucket"] == "5-8" and fail["depth_matched"] and fail["depth_shift"] == 0.0
+    assert fail["flagged"] and fail["p_adjusted"] == fail["p_value"]  # a family of one
+    assert not mid["depth_matched"] and not mid["flagged"] and mid["p_adjusted"] is None
