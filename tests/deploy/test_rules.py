@@ -28,6 +28,7 @@ EXPECTED_ALERTS = {
     "StoreFailures",
     "LabelCapPressure",
     "LabelCapReached",
+    "HandoffmonTargetDown",
 }
 IDENTITY = "job, namespace, cluster"
 
