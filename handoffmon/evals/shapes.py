@@ -320,9 +320,10 @@ def _refit_rule_shapes(name: str, fit: Any, labels: tuple[str, ...], z: float) -
 def shapes_from_refit(result: Any, *, source: str) -> Shapes:
     """Shapes from a ``RefitResult`` (refit.json): curves and Markov fits as refitted.
 
-    A refit document has no raw turn counts, so session lengths are read off the checked
-    turns per bucket of the pooled rule ``all`` (``method: turns_by_depth``, an
-    approximation) and pair frequencies count checked turns per observed pair.
+    A refit document has no raw turn counts: the turns of a (model, bucket) and of a
+    handoff pair are the most checks any one rule made there (the pooled rule ``all``
+    counts a turn once per rule). Session lengths are read off those turns per bucket
+    (``method: turns_by_depth``, an approximation).
     """
     from handoffmon.refit.result import ALL_RULES
 
@@ -334,16 +335,22 @@ def shapes_from_refit(result: Any, *, source: str) -> Shapes:
         if name != ALL_RULES
         for s in _refit_rule_shapes(name, fit, buckets.labels, z)
     ]
-    by_bucket: Counter[str] = Counter()
+    # checks, not turns: a turn checked by 4 rules counts 4 times in the pooled 'all' fit, so the
+    # turns of a (model, bucket) or a pair are the most checks any one rule made there (as turns_by_cell)
+    cell: Counter[tuple[str, str]] = Counter()
     pairs: Counter[tuple[str, str]] = Counter()
-    overall = result.rules.get(ALL_RULES)
-    if overall is not None:
-        for curve in overall.curves.values():
+    for name, fit in result.rules.items():
+        if name == ALL_RULES:
+            continue
+        for model, curve in fit.curves.items():
             for b, n in zip(curve.buckets, curve.n, strict=True):
-                by_bucket[b] += n
-        for p in overall.pairs:
-            if p.n > 0:
-                pairs[(p.prefix_model, p.model)] += p.n
+                cell[(model, b)] = max(cell[(model, b)], n)
+        for p in fit.pairs:
+            pairs[(p.prefix_model, p.model)] = max(pairs[(p.prefix_model, p.model)], p.n)
+    by_bucket: Counter[str] = Counter()
+    for (_, b), n in cell.items():
+        by_bucket[b] += n
+    pairs = Counter({k: n for k, n in pairs.items() if n > 0})
     total = sum(pairs.values())
     pair_list = tuple(
         {"prefix_model": a, "model": b, "turns": n, "share": n / total} for (a, b), n in pairs.most_common()
@@ -403,6 +410,10 @@ def export_shapes(
 
     if spec.lower().endswith(".json"):
         from handoffmon.refit.result import RefitResult
+        from handoffmon.sources import SourceError
+
+        if match:
+            raise SourceError(f"{spec}: --match only applies to a Prometheus source, not a refit.json")
 
         try:
             text = Path(spec).read_text(encoding="utf-8")
