@@ -1,16 +1,18 @@
-"""Shadow calls through a wrapped ``litellm.Router``: same Router, fallbacks and retries off.
+"""Shadow calls for a wrapped ``litellm.Router``: straight to one of its deployments, fallbacks and retries off.
 
 The runtime's ``ShadowRunner`` names canonical models; the Router knows model groups. A
-model is asked through the group whose deployments all serve it (a group mixing models
-could hand the call to another one), with ``fallbacks`` (and the context-window and
-content-policy fallbacks) emptied for the call, so the shadow reply is authored by the
-model asked — which the reply's ``_hidden_params`` confirm. The call goes to the Router
-itself, not through the wrapper, so it is never recorded as a turn.
+model is asked through a deployment of the group whose deployments all serve it (a group
+mixing models could hand the call to another one): ``litellm.completion`` with that
+deployment's ``litellm_params`` (keys already resolved by the Router), without fallbacks or
+retries — not through the Router, so a shadow call's failure or timeout never counts toward
+the Router's ``allowed_fails`` nor puts a production deployment into cooldown, and its
+latency and usage never enter the Router's routing statistics. The reply's author (the
+deployment called, by the author rule) is still checked against the target. The call
+bypasses the wrapper too, so it is never recorded as a turn.
 
-A shadow call that fails is counted (``handoffmon_shadow_calls_total{outcome="error"}``); the
-Router's own log of it (an ERROR with its fallback debug text, since the call has no
-fallbacks) is dropped, so handoffmon's background calls do not fill the application's logs.
-The application's own calls log as before.
+A shadow call that fails is counted (``handoffmon_shadow_calls_total{outcome}``); LiteLLM's
+own log of it is dropped, so handoffmon's background calls do not fill the application's
+logs. The application's own calls log as before.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from handoffmon.attribution import ModelNames
-from handoffmon.ingress import author
+from handoffmon.ingress import author, served_by_response
 from handoffmon.integrations.router_routing import fallback_groups
 from handoffmon.prices import cost_map_prices
 from handoffmon.runtime.shadow_calls import shadow_reply
@@ -34,6 +36,9 @@ GROUPS_TTL_S = 60.0
 
 SHADOW_METADATA = {"handoffmon_shadow": True}
 """Metadata of every shadow call: callbacks can tell it from served traffic."""
+
+ROUTER_ONLY_PARAMS = frozenset({"silent_model", "include_fallback_errors"})
+"""Deployment ``litellm_params`` the Router consumes itself and never passes to ``litellm.completion``."""
 
 ROUTER_LOGGERS = ("LiteLLM Router", "LiteLLM")
 """LiteLLM's loggers (``verbose_router_logger``, ``verbose_logger``) that report a failed call."""
@@ -90,26 +95,36 @@ class RouterShadow:
     # -- ShadowSource ---------------------------------------------------------------------
 
     def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
-        """Ask ``target`` through its group, without fallbacks or retries; raises what the Router raises."""
+        """Ask ``target`` through one deployment of its group, without fallbacks or retries (not
+        through the Router: no cooldowns); raises ``NoRoute`` when no group serves only it, else
+        what ``litellm.completion`` raises."""
+        import litellm
+
         group = self._groups()[0].get(target)
-        if group is None:
+        deployment = self._deployment(group) if group is not None else None
+        if deployment is None:
             raise NoRoute(f"no router group serves only {target!r}")
+        params = {
+            k: v
+            for k, v in dict(_field(deployment, "litellm_params") or {}).items()
+            if k not in ROUTER_ONLY_PARAMS
+        }
         quiet = _IN_SHADOW_CALL.set(True)
         try:
-            response = self._router.completion(
-                model=group,
+            response = litellm.completion(
+                **params,
                 messages=messages,
                 max_tokens=max_tokens,
                 timeout=timeout_s,
                 num_retries=0,
-                fallbacks=[],
-                context_window_fallbacks=[],
-                content_policy_fallbacks=[],
                 metadata=dict(SHADOW_METADATA),
             )
         finally:
             _IN_SHADOW_CALL.reset(quiet)
-        return shadow_reply(self._names, response, None, self.prices(target))
+        dep_id = _field(_field(deployment, "model_info") or {}, "id")
+        # the deployment called, as the Router's response would name it (a direct call names none)
+        served = served_by_response(response)._replace(deployment_id=str(dep_id) if dep_id else None)
+        return shadow_reply(self._names, response, served, self.prices(target))
 
     def routable(self, target: str) -> bool:
         """Whether some group serves only ``target`` (else no call could go to it)."""
@@ -130,6 +145,25 @@ class RouterShadow:
         return self._groups()[1].get(model)
 
     # -- the Router's model list ----------------------------------------------------------
+
+    def _deployment(self, group: str) -> Any:
+        """A deployment of ``group`` to call: the first not cooling down in the Router, else the
+        first (``None``: the group has none)."""
+        get = getattr(self._router, "get_model_list", None)
+        deployments = list((get(model_name=group) if callable(get) else None) or ())
+        if len(deployments) > 1:
+            try:
+                ids = [str(_field(_field(d, "model_info") or {}, "id")) for d in deployments]
+                cooling = self._router.cooldown_cache.get_active_cooldowns(
+                    model_ids=ids, parent_otel_span=None
+                )
+                cold = {c[0] if isinstance(c, tuple) else c for c in cooling}
+                return next(
+                    (d for d, i in zip(deployments, ids, strict=True) if i not in cold), deployments[0]
+                )
+            except Exception:  # cooldowns unreadable: any deployment of the group serves the model
+                pass
+        return deployments[0] if deployments else None
 
     def _groups(self) -> tuple[dict[str, str], dict[str, tuple[float, float] | None]]:
         """(canonical model → the first group serving only it, model → prices), cached."""

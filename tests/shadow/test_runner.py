@@ -217,32 +217,139 @@ def test_wrap_with_config_alone_runs_shadow_continuation(router: Any) -> None:
         rt.close()
 
 
-def test_shadow_calls_run_on_handoffmon_threads_without_fallbacks_never_on_the_callers(router: Any) -> None:
-    """Every call the Router sees is recorded with its thread: the application's on the caller's
-    thread, the shadow call (marked by its metadata) on a handoffmon-shadow thread, with
-    fallbacks and retries off and max_tokens set."""
+class _Recording:
+    """A litellm custom provider: records each call (thread, model, timeout, max_tokens, metadata)
+    and answers "<model> says ok." after ``LATENCY`` seconds, or times out first when the call's
+    ``timeout`` is shorter."""
+
+    def __init__(self) -> None:
+        from litellm import CustomLLM
+
+        class Handler(CustomLLM):
+            def completion(handler, model: str, messages: Any, *a: Any, **kw: Any) -> Any:
+                return self._answer(model, kw)
+
+        self.handler = Handler()
+        self.calls: list[tuple[str, str, float | None, Any, dict[str, Any]]] = []
+
+    def _answer(self, model: str, kw: dict[str, Any]) -> Any:
+        import threading
+        import time
+
+        from litellm import ModelResponse, Timeout
+
+        timeout = kw.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, (int, float, str)) else None
+        meta = (kw.get("litellm_params") or {}).get("metadata") or {}
+        max_tokens = (kw.get("optional_params") or {}).get("max_tokens")
+        self.calls.append((threading.current_thread().name, model, timeout, max_tokens, dict(meta)))
+        latency = 0.6 if model.startswith("slow") else 0.0
+        if timeout is not None and timeout < latency:
+            time.sleep(timeout)
+            raise Timeout(message="upstream timeout", model=model, llm_provider="recording")
+        time.sleep(latency)
+        return ModelResponse(
+            model=model,
+            choices=[
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}
+            ],
+            usage={"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        )
+
+    def shadow_calls(self) -> list[tuple[str, str, float | None, Any, dict[str, Any]]]:
+        return [c for c in self.calls if c[4].get("handoffmon_shadow")]
+
+
+@pytest.fixture
+def recording() -> Iterator[tuple[_Recording, str]]:
+    from handoffmon.sim.router import register_provider, unregister_provider
+
+    rec = _Recording()
+    name = register_provider(rec.handler)  # type: ignore[arg-type]
+    yield rec, name
+    unregister_provider(name)
+
+
+def _recorded_router(provider: str, **kw: Any) -> Any:
+    """g-a: model fast-a; g-b: two deployments of slow-b (0.6 s); g-p always rate-limits; g-a and
+    g-p fall back to g-b."""
+    from litellm import Router
+
+    def dep(group: str, model: str, dep_id: str) -> dict[str, Any]:
+        return {
+            "model_name": group,
+            "litellm_params": {"model": f"{provider}/{model}", "api_key": "k"},
+            "model_info": {"id": dep_id, "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
+        }
+
+    return Router(
+        model_list=[
+            dep("g-a", "fast-a", "dep-a"),
+            dep("g-b", "slow-b", "dep-b1"),
+            dep("g-b", "slow-b", "dep-b2"),
+            _dep("g-p", "p", RATE_LIMITED),
+        ],
+        fallbacks=[{"g-a": ["g-b"]}, {"g-p": ["g-b"]}],
+        num_retries=0,
+        **kw,
+    )
+
+
+def test_shadow_calls_run_on_handoffmon_threads_without_fallbacks_never_on_the_callers(
+    recording: tuple[_Recording, str],
+) -> None:
+    """The application's calls run on the caller's thread; the shadow call (marked by its metadata)
+    on a handoffmon-shadow thread, straight to a deployment of the target's group (never the
+    Router's completion: no fallbacks, no retries, no cooldowns), with max_tokens and timeout set."""
     import threading
 
-    seen: list[tuple[str, dict[str, Any]]] = []
+    rec, provider = recording
+    router = _recorded_router(provider)
+    via_router: list[dict[str, Any]] = []
     inner = router.completion
 
     def completion(*args: Any, **kwargs: Any) -> Any:
-        seen.append((threading.current_thread().name, kwargs))
+        via_router.append(kwargs)
         return inner(*args, **kwargs)
 
     router.completion = completion
-    with _runtime(enabled=True, targets=["model-c"], max_output_tokens=77) as rt:
+    target = f"{provider}/slow-b"
+    with _runtime(
+        enabled=True, targets=[target], arms=["no_handoff"], max_output_tokens=77, timeout_s=5
+    ) as rt:
         client = wrap(router, runtime=rt)
-        _converse(client, rt, ["alpha", "primary"], "t")
+        _converse(client, rt, ["g-a", "g-a"], "t")
+        assert rt.shadow.stats.calls == {("no_handoff", "ok"): 1}
     caller = threading.current_thread().name
-    shadow = [(t, kw) for t, kw in seen if (kw.get("metadata") or {}).get("handoffmon_shadow")]
-    served = [(t, kw) for t, kw in seen if not (kw.get("metadata") or {}).get("handoffmon_shadow")]
-    assert [t for t, _ in served] == [caller, caller]
-    assert len(shadow) == 1
-    thread, kw = shadow[0]
-    assert thread.startswith("handoffmon-shadow")
-    assert kw["model"] == "alpha" and kw["fallbacks"] == [] and kw["num_retries"] == 0
-    assert kw["max_tokens"] == 77
+    assert [c[0] for c in rec.calls if not c[4].get("handoffmon_shadow")] == [caller, caller]
+    ((thread, model, timeout, max_tokens, _),) = rec.shadow_calls()
+    assert thread.startswith("handoffmon-shadow") and model == "slow-b"
+    assert timeout == 5 and max_tokens == 77
+    assert not [kw for kw in via_router if (kw.get("metadata") or {}).get("handoffmon_shadow")]
+
+
+def test_shadow_timeouts_never_cool_down_the_routers_deployments(recording: tuple[_Recording, str]) -> None:
+    """allowed_fails 0: a shadow call that times out (timeout_s 0.2, slow-b answers in 0.6 s) must
+    not count as a failure of g-b's deployments. Two shadow timeouts; no deployment cools down,
+    and the application's own fallback to g-b is served. (Through the Router both cooled down for
+    60 s and the application's request failed.)"""
+    rec, provider = recording
+    router = _recorded_router(provider, allowed_fails=0, cooldown_time=60)
+    target = f"{provider}/slow-b"
+    with _runtime(
+        enabled=True, targets=[target], arms=["no_handoff"], timeout_s=0.2, breaker_failures=10
+    ) as rt:
+        client = wrap(router, runtime=rt)
+        for i in range(2):
+            _converse(client, rt, ["g-a", "g-a"], f"c{i}")
+        assert rt.shadow.stats.calls == {("no_handoff", "timeout"): 2}, rt.shadow.stats
+        assert len(rec.shadow_calls()) == 2
+        cooling = router.cooldown_cache.get_active_cooldowns(
+            model_ids=["dep-b1", "dep-b2"], parent_otel_span=None
+        )
+        assert cooling == []
+        reply = client.completion(model="g-p", messages=[{"role": "user", "content": "mine"}])
+        assert reply._hidden_params["model_id"] in ("dep-b1", "dep-b2")
 
 
 def test_a_target_no_group_serves_alone_is_skipped_before_the_budget() -> None:
