@@ -1,4 +1,4 @@
-"""Shadow calls for a wrapped ``litellm.Router``: straight to one of its deployments, fallbacks and retries off.
+"""Shadow calls for a wrapped ``litellm.Router``: straight to one of its deployments, no fallbacks.
 
 The runtime's ``ShadowRunner`` names canonical models; the Router knows model groups. A
 model is asked through a deployment of the group whose deployments all serve it (a group
