@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from handoffmon.checkers.base import (
@@ -51,6 +52,31 @@ def _fence_param(p: Params) -> bool:
     return bool(p.bool("allow_code_fence", True))
 
 
+def schema_reason(error: Any) -> str:
+    """``schema:{keyword}@{path in the schema}`` of a jsonschema ``ValidationError``.
+
+    Built from the schema side only: the failing keyword and where it sits in the schema
+    (``properties/age/type``). The path into the reply (``error.absolute_path``) is never
+    used: its keys are whatever the model wrote, and reasons leave the process (OTel
+    ``gen_ai.evaluation.explanation``, the turn log's ``reasons``).
+    """
+    where = "/".join(str(x) for x in error.absolute_schema_path) or "<root>"
+    return f"schema:{error.validator}@{where}"[:120]
+
+
+def model_reason(error: Mapping[str, Any] | None) -> str:
+    """``model:{error type}@{location}`` of a pydantic error, keeping array indices only.
+
+    A pydantic ``loc`` mixes field names with dict keys and union branches taken from the
+    reply, which cannot be told apart, so every non-integer step is written ``*``
+    (``model:int_parsing@*/2/*``): no text the model wrote leaves the process.
+    """
+    if error is None:
+        return "model:invalid@<root>"
+    loc = "/".join(str(x) if type(x) is int else "*" for x in error.get("loc", ()))
+    return f"model:{error.get('type', 'invalid')}@{loc or '<root>'}"[:120]
+
+
 def valid_json(p: Params) -> CheckFn:
     """The reply parses as JSON. Params: allow_code_fence (true: a ```json fence is stripped)."""
     fenced = _fence_param(p)
@@ -90,8 +116,7 @@ def json_schema(p: Params) -> CheckFn:
             return CheckOutcome("fail", "json_too_deep")
         if error is None:
             return PASS
-        where = "/".join(str(x) for x in error.absolute_path) or "<root>"
-        return CheckOutcome("fail", f"schema:{error.validator}@{where}"[:120])
+        return CheckOutcome("fail", schema_reason(error))
 
     return check
 
@@ -133,9 +158,7 @@ def pydantic_model(p: Params) -> CheckFn:
             model.model_validate_json(body, strict=strict)
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_input=False, include_context=False)
-            kind = errors[0]["type"] if errors else "invalid"
-            loc = "/".join(str(x) for x in errors[0]["loc"]) if errors else ""
-            return CheckOutcome("fail", f"model:{kind}@{loc or '<root>'}"[:120])
+            return CheckOutcome("fail", model_reason(errors[0] if errors else None))
         except RecursionError:
             return CheckOutcome("fail", "json_too_deep")
         return PASS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import BaseModel
 
@@ -36,11 +38,11 @@ def test_valid_json_with_and_without_fence() -> None:
 
 
 def test_json_schema() -> None:
-    """Schema violations fail with a reason naming the failing keyword and path, not content."""
+    """Schema violations fail with a reason naming the failing keyword and its place in the schema."""
     assert run("json_schema", '{"name": "Ann", "age": 3}', schema=SCHEMA)[0] == "pass"
     verdict, reason = run("json_schema", '{"name": "Ann", "age": "3"}', schema=SCHEMA)
-    assert verdict == "fail" and reason == "schema:type@age"
-    assert run("json_schema", '{"age": 3}', schema=SCHEMA)[1] == "schema:required@<root>"
+    assert verdict == "fail" and reason == "schema:type@properties/age/type"
+    assert run("json_schema", '{"age": 3}', schema=SCHEMA)[1] == "schema:required@required"
     assert run("json_schema", "not json", schema=SCHEMA) == ("fail", "invalid_json")
 
 
@@ -56,8 +58,34 @@ def test_pydantic_model() -> None:
     spec = f"{__name__}:Person"
     assert run("pydantic_model", '{"name": "Ann"}', model=spec)[0] == "pass"
     verdict, reason = run("pydantic_model", '{"name": "Ann", "age": "x"}', model=spec)
-    assert verdict == "fail" and reason.startswith("model:int_parsing@age")
+    assert verdict == "fail" and reason == "model:int_parsing@*"
     assert run("pydantic_model", "", model=spec) == ("fail", "empty_json")
+
+
+CANARY = "CANARYKEY_ssn_123456789"
+
+
+class Scores(BaseModel):
+    """Keys of ``by_name`` and the list's items come from the reply."""
+
+    by_name: dict[str, int]
+    items: list[dict[str, int]] = []
+
+
+def test_reasons_never_carry_reply_keys() -> None:
+    """Keys the model wrote (a dict key, a nested key) never appear in a reason: only the
+    schema's keyword and path, and pydantic's error type with array indices."""
+    inner = {"type": "object", "additionalProperties": {"type": "integer"}}
+    schema = {"type": "object", "additionalProperties": inner}
+    verdict, reason = run("json_schema", json.dumps({CANARY: {CANARY: "x"}}), schema=schema)
+    assert verdict == "fail" and CANARY not in reason
+    assert reason == "schema:type@additionalProperties/additionalProperties/type"
+    spec = f"{__name__}:Scores"
+    verdict, reason = run("pydantic_model", json.dumps({"by_name": {CANARY: "x"}}), model=spec)
+    assert verdict == "fail" and CANARY not in reason and reason == "model:int_parsing@*/*"
+    reply = json.dumps({"by_name": {}, "items": [{}, {CANARY: "x"}]})
+    verdict, reason = run("pydantic_model", reply, model=spec)
+    assert verdict == "fail" and reason == "model:int_parsing@*/1/*"
 
 
 @pytest.mark.parametrize("spec", ["nomodule", "no.such.module:X", "json:loads", f"{__name__}:Missing"])
