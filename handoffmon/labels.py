@@ -6,8 +6,12 @@ names a process keeps are bounded exactly like the names it exports (cap, then `
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
@@ -33,16 +37,80 @@ MAX_STAGES = 32
 """Distinct ``stage`` label values of the monitor's own health metrics."""
 
 
-class _Admitter:
-    """Thread-safe first-come set of at most ``cap`` values; the rest map to ``other``."""
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess directory: guards there share their admitted names."""
 
-    def __init__(self, cap: int, seed: Iterable[str] = (), always: frozenset[str] = frozenset()) -> None:
+_log = logging.getLogger("handoffmon.labels")
+
+
+class _SharedNames:
+    """A label's admitted names, shared by every process writing one multiprocess directory.
+
+    One file per label (``handoffmon_labels_<label>.jsonl``: prometheus_client's collector
+    reads ``*.db`` only), one JSON string per line, appended under an exclusive ``flock``:
+    a name is admitted iff it is among the file's first ``cap`` lines, so every worker (and
+    every guard, whatever its cap) maps a name the same way and the workers together keep
+    at most ``cap`` names. The file is touched only for a name the process has not decided
+    yet; once the file holds ``cap`` names the caller never reads it again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def admit(self, value: str, cap: int) -> tuple[bool, list[str]]:
+        """(``value`` admitted, the admitted names — the file's first ``cap``), appending
+        ``value`` while fewer than ``cap`` names are there. Raises ``OSError``."""
+        import fcntl
+
+        with open(self.path, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                f.seek(0)
+                names: list[str] = []
+                for line in f:
+                    try:
+                        name = json.loads(line)
+                    except ValueError:  # a writer died mid-line: skip it
+                        continue
+                    if isinstance(name, str) and name not in names:
+                        names.append(name)
+                admitted = names[:cap]
+                if value in names:
+                    return value in admitted, admitted
+                if len(names) >= cap:
+                    return False, admitted
+                f.seek(0, os.SEEK_END)
+                f.write(json.dumps(value) + "\n")
+                f.flush()
+                return True, [*admitted, value]
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class _Admitter:
+    """Thread-safe first-come set of at most ``cap`` values; the rest map to ``other``.
+
+    With ``shared`` the set is the one every process of a multiprocess directory shares
+    (``_SharedNames``); if that file cannot be used the admitter falls back to counting
+    in this process alone (logged once).
+    """
+
+    def __init__(
+        self,
+        cap: int,
+        seed: Iterable[str] = (),
+        always: frozenset[str] = frozenset(),
+        shared: _SharedNames | None = None,
+    ) -> None:
         self._cap = cap
         self._always = always
         self._admitted: dict[str, str] = {}
         self._counted = 0
         self.version = 0
         self._lock = threading.Lock()
+        self._shared = shared
+        self._full = False
+        """Shared mode: the file held ``cap`` names at the last read (all of them admitted here)."""
         self.overflows = 0
         """Lookups mapped to ``other`` because the cap was reached."""
         for value in seed:
@@ -54,12 +122,33 @@ class _Admitter:
         if value in self._always:
             self._admitted[value] = value
             return True
+        if self._shared is not None:
+            return self._admit_shared(value, self._shared)
         if self._counted >= self._cap:
             return False
         self._admitted[value] = value
         self._counted += 1
         self.version += 1
         return True
+
+    def _admit_shared(self, value: str, shared: _SharedNames) -> bool:
+        if self._full:  # every admitted name is already in ``_admitted``
+            return False
+        try:
+            ok, names = shared.admit(value, self._cap)
+        except OSError as exc:
+            _log.warning("handoffmon: cannot share label names through %s (%r); capping per process",
+                         shared.path, exc)  # fmt: skip
+            self._shared = None
+            self._counted = sum(1 for v in self._admitted if v not in self._always)
+            return self._admit(value)
+        for name in names:
+            if name not in self._admitted:
+                self._admitted[name] = name
+                self.version += 1
+        self._counted = len(names)
+        self._full = len(names) >= self._cap
+        return ok
 
     def get(self, value: str) -> str | None:
         """The label for ``value``, or None when it overflowed (caller maps it to ``other``)."""
@@ -88,7 +177,8 @@ class LabelGuard:
     """Maps raw model/rule/stage names and depths to bounded label values.
 
     Shared by the Prometheus and OpenTelemetry exporters and the monitor's aggregates, so
-    all of them see the same names.
+    all of them see the same names; under ``PROMETHEUS_MULTIPROC_DIR`` shared by every
+    worker too (``shared_dir``).
     Models: the first ``max_models`` distinct names are kept, later ones become
     ``other``; ``none``, ``unknown`` and ``other`` never count. Rules: configured rule
     names are admitted first, then per-request rules up to ``max_rules``. Depth is only
@@ -99,6 +189,11 @@ class LabelGuard:
         max_rules: cap on distinct rule label values.
         rules: configured rule names (admitted first, in order).
         buckets: the depth buckets.
+        shared_dir: a directory every process of the deployment shares; the admitted names
+            live there (one small file per label) so the caps bound the names of all the
+            processes together and every process maps a name alike. None (default):
+            ``PROMETHEUS_MULTIPROC_DIR`` when it is set (pre-fork servers), else the caps
+            are this process's own.
 
     Overflow is visible as series with the value ``other``, through ``usage()``
     (admitted values vs cap per label) and ``overflows()`` (lookups mapped to ``other``),
@@ -112,15 +207,25 @@ class LabelGuard:
         max_rules: int = 100,
         rules: Iterable[str] = (),
         buckets: DepthBuckets | None = None,
+        shared_dir: str | Path | None = None,
     ) -> None:
         self.buckets = buckets or DepthBuckets()
         self._bucket_labels = frozenset(self.buckets.labels)
-        self._models = _Admitter(max_models, always=ALWAYS_ALLOWED)
-        self._rules = _Admitter(max_rules, seed=rules, always=frozenset({OTHER, ALL_RULES}))
-        self._stages = _Admitter(MAX_STAGES, always=frozenset({OTHER}))
+        where = shared_dir if shared_dir is not None else os.environ.get(MULTIPROC_ENV)
+        self.shared_dir = Path(where) if where else None
+
+        def shared(label: str) -> _SharedNames | None:
+            d = self.shared_dir
+            return None if d is None else _SharedNames(d / f"handoffmon_labels_{label}.jsonl")
+
+        self._models = _Admitter(max_models, always=ALWAYS_ALLOWED, shared=shared("model"))
+        self._rules = _Admitter(
+            max_rules, seed=rules, always=frozenset({OTHER, ALL_RULES}), shared=shared("rule")
+        )
+        self._stages = _Admitter(MAX_STAGES, always=frozenset({OTHER}), shared=shared("stage"))
         # Requested model groups get their own values under the same cap, so group names
         # never crowd serving-model names out of the ``model`` label.
-        self._requested = _Admitter(max_models, always=ALWAYS_ALLOWED)
+        self._requested = _Admitter(max_models, always=ALWAYS_ALLOWED, shared=shared("requested_model"))
         # Fast paths (~20 lookups per turn): an admitted value is its own label and stays
         # admitted, so a hit in the admitted dict is what ``_map`` would return, with no
         # side effect; anything else (new, truncated, empty, overflowing) takes ``_map``.
