@@ -223,7 +223,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         if source is None or source.router is not router:  # first turn, or the proxy reloaded
             from handoffmon.integrations.router_shadow import RouterShadow
 
-            source = self._shadow = RouterShadow(router, self.monitor.names)
+            targets = self.runtime.shadow.config.targets
+            source = self._shadow = RouterShadow(router, self.monitor.names, targets=targets)
         return offer_of(source, messages, cap.request.link, api)
 
     def _latency(self, data: Mapping[str, Any]) -> float | None:

@@ -513,4 +513,4 @@ def _shadow(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterSha
         return None
     from handoffmon.integrations.router_shadow import RouterShadow
 
-    return RouterShadow(router, monitor.names)
+    return RouterShadow(router, monitor.names, targets=runtime.shadow.config.targets)

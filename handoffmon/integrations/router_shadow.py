@@ -43,6 +43,8 @@ ROUTER_ONLY_PARAMS = frozenset({"silent_model", "include_fallback_errors"})
 ROUTER_LOGGERS = ("LiteLLM Router", "LiteLLM")
 """LiteLLM's loggers (``verbose_router_logger``, ``verbose_logger``) that report a failed call."""
 
+_log = logging.getLogger("handoffmon.shadow")
+
 _IN_SHADOW_CALL: ContextVar[bool] = ContextVar("handoffmon_shadow_call", default=False)
 
 
@@ -75,10 +77,18 @@ class RouterShadow:
         router: the Router the application's turns went through.
         names: canonical model names (the monitor's).
         clock: monotonic clock for the cache.
+        targets: ``shadow.targets``; those naming no deployment's canonical model are logged once
+            here, at wrap time (a target such as ``gpt-4o`` where the Router's authors are
+            ``openai/gpt-4o`` would otherwise be skipped silently as ``not_allowed``).
     """
 
     def __init__(
-        self, router: Any, names: ModelNames, *, clock: Callable[[], float] = time.monotonic
+        self,
+        router: Any,
+        names: ModelNames,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        targets: Sequence[str] = (),
     ) -> None:
         self._router = router
         self._names = names
@@ -86,6 +96,8 @@ class RouterShadow:
         self._lock = threading.Lock()
         self._cache: tuple[dict[str, str], dict[str, tuple[float, float] | None], float] | None = None
         _quiet_shadow_calls()
+        if targets:
+            self._warn_unmatched(targets)
 
     @property
     def router(self) -> Any:
@@ -164,6 +176,22 @@ class RouterShadow:
             except Exception:  # cooldowns unreadable: any deployment of the group serves the model
                 pass
         return deployments[0] if deployments else None
+
+    def _warn_unmatched(self, targets: Sequence[str]) -> None:
+        """Log the targets no deployment's canonical model matches (never raises)."""
+        try:
+            known = self._groups()[1]
+            missing = sorted(t for t in set(targets) if t not in known)
+            if missing:
+                _log.warning(
+                    "handoffmon shadow.targets %s match no deployment of this Router: targets are "
+                    "canonical model names as attribution names the authors (this Router's: %s); "
+                    "no shadow call will go to them",
+                    missing[:20],
+                    sorted(known)[:20],
+                )
+        except Exception:
+            _log.debug("handoffmon could not read the Router's models for shadow.targets", exc_info=True)
 
     def _groups(self) -> tuple[dict[str, str], dict[str, tuple[float, float] | None]]:
         """(canonical model → the first group serving only it, model → prices), cached."""

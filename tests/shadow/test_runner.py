@@ -410,3 +410,20 @@ def test_a_failed_shadow_call_counts_what_the_budget_holds_for_it(router: Any) -
         assert stats.usd == pytest.approx(stats.budget_used["usd"]) and stats.usd > 0
         assert _sample(rt, "handoffmon_shadow_tokens_total") == stats.tokens
         assert _sample(rt, "handoffmon_shadow_spend_usd_total") == pytest.approx(stats.usd)
+
+
+def test_targets_naming_no_deployment_are_logged_once_at_wrap_time(
+    router: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Targets are canonical names: 'gpt-b' (the provider model without its prefix, where the
+    Router's author is model-b) matches nothing and would be skipped silently as not_allowed.
+    Wrapping logs one warning naming it, and not the target that matches."""
+    import logging
+
+    with _runtime(enabled=True, targets=["model-c", "gpt-b"]) as rt:
+        with caplog.at_level(logging.WARNING, logger="handoffmon.shadow"):
+            client = wrap(router, runtime=rt)
+            _converse(client, rt, ["alpha", "alpha"], "w")
+        told = [r.getMessage() for r in caplog.records if "shadow.targets" in r.getMessage()]
+        assert len(told) == 1
+        assert "['gpt-b']" in told[0] and "model-c'" not in told[0].split("match no")[0]
