@@ -218,6 +218,7 @@ def run_cmd(
 
     try:
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
+        shapes = _read_shapes(shapes_path) if shapes_path else None  # a bad file stops before any call
         responder, resolve, target = _target(
             kw["router"], kw["seed"], kw["sim_latency"], kw["config_path"], matrix=False
         )
@@ -235,7 +236,7 @@ def run_cmd(
         if out:
             _write(out, result.to_json())
         if html:
-            _write(html, _eval_page(result, shapes_path))
+            _write(html, _eval_page(result, shapes))
     except HandoffmonError as exc:
         _fail(exc)
     authors = ", ".join(f"{m} -> {', '.join(per)}" for m, per in result.authors.items()) or "none"
@@ -253,15 +254,14 @@ def run_cmd(
     sys.exit(int(ExitCode.RUN_FAILED if summary.failed else ExitCode.OK))
 
 
-def _eval_page(result: Any, shapes_path: str | None) -> str:
+def _eval_page(result: Any, shapes: Any) -> str:
     """The eval HTML, with production overlaid (and compare's flags) when shapes are given."""
     from handoffmon.evals.html import eval_report
 
-    if shapes_path is None:
+    if shapes is None:
         return eval_report(result)
     from handoffmon.evals.compare import compare
 
-    shapes = _read_shapes(shapes_path)
     return eval_report(result, shapes=shapes, comparison=compare(shapes, [result]))
 
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from handoffmon.errors import InputError
+from handoffmon.evals.docread import DocReader, finite_or_nan
 from handoffmon.evals.store import Row
 
 SCHEMA = "handoffmon.eval"
@@ -124,30 +125,106 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> EvalResult:
-        """Rebuild from ``to_dict``; ``InputError`` for another schema or a newer version."""
+        """Rebuild from ``to_dict``; ``InputError`` naming the source and key for anything else.
+
+        Known keys are checked for type (depths and counts are integers, adherences numbers
+        or null); keys this reader does not know are ignored.
+        """
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise InputError(f"{source}: not a {SCHEMA} document")
         if not isinstance(data.get("version"), int) or data["version"] > VERSION:
             raise InputError(f"{source}: unsupported {SCHEMA} version {data.get('version')!r}")
-        try:
-            curves = tuple(
-                CurvePoint(**{k: (math.nan if v is None else v) for k, v in _v1_author(c).items()})  # type: ignore[arg-type]
-                for c in data["curves"]
-            )
-            return cls(
-                data["created_at"],
-                data["database"],
-                tuple(data["models"]),
-                tuple(data["scripts"]),
-                curves,
-                dict(data["verdicts"]),
-                data.get("confidence", 0.95),
-                data["version"],
-                tuple(data.get("pressure", ())),
-                dict(data.get("authors") or {}),
-            )
-        except (KeyError, TypeError) as exc:
-            raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
+        doc = DocReader(source)
+        confidence = doc.number(data.get("confidence", 0.95), "confidence")
+        if not 0 < confidence < 1:
+            raise doc.error("confidence", f"expected a number in (0, 1), got {confidence!r}")
+        verdicts = doc.mapping(doc.key(data, "verdicts", ""), "verdicts")
+        authors = doc.mapping(data.get("authors") or {}, "authors")
+        return cls(
+            doc.number(doc.key(data, "created_at", ""), "created_at"),
+            doc.string(doc.key(data, "database", ""), "database"),
+            tuple(doc.items(doc.key(data, "models", ""), "models", doc.string)),
+            tuple(doc.items(doc.key(data, "scripts", ""), "scripts", lambda v, at: _read_script(doc, v, at))),
+            tuple(doc.items(doc.key(data, "curves", ""), "curves", lambda v, at: _read_point(doc, v, at))),
+            {k: doc.integer(v, f"verdicts.{k}", minimum=0) for k, v in verdicts.items()},
+            confidence,
+            data["version"],
+            tuple(doc.items(data.get("pressure") or [], "pressure", lambda v, at: _read_fit(doc, v, at))),
+            {
+                m: {
+                    a: doc.integer(n, f"authors.{m}.{a}", minimum=0)
+                    for a, n in doc.mapping(per, f"authors.{m}").items()
+                }
+                for m, per in authors.items()
+            },
+        )
+
+
+def _read_point(doc: DocReader, value: Any, at: str) -> CurvePoint:
+    """One ``curves[i]``; a version-1 point has no author (the requested model stands in)."""
+    c = doc.mapping(value, at)
+    model = doc.string(doc.key(c, "model", at), f"{at}.model")
+    n = doc.integer(doc.key(c, "n", at), f"{at}.n", minimum=0)
+    passes = doc.integer(doc.key(c, "passes", at), f"{at}.passes", minimum=0)
+    if passes > n:
+        raise doc.error(f"{at}.passes", f"{passes} passes out of n = {n}")
+
+    def share(key: str) -> float:
+        return finite_or_nan(doc.number(doc.key(c, key, at), f"{at}.{key}", optional=True))
+
+    return CurvePoint(
+        doc.string(doc.key(c, "script", at), f"{at}.script"),
+        model,
+        doc.string(c.get("author", model), f"{at}.author"),
+        doc.string(doc.key(c, "rule", at), f"{at}.rule"),
+        doc.integer(doc.key(c, "depth", at), f"{at}.depth", minimum=1),
+        n,
+        passes,
+        share("adherence"),
+        share("ci_low"),
+        share("ci_high"),
+    )
+
+
+def _read_script(doc: DocReader, value: Any, at: str) -> dict[str, Any]:
+    """One ``scripts[i]`` (known keys only)."""
+    s = doc.mapping(value, at)
+
+    def depths(key: str) -> list[int]:
+        return doc.items(doc.key(s, key, at), f"{at}.{key}", lambda v, p: doc.integer(v, p, minimum=1))
+
+    return {
+        "id": doc.string(doc.key(s, "id", at), f"{at}.id"),
+        "kind": doc.string(doc.key(s, "kind", at), f"{at}.kind"),
+        "length": doc.integer(doc.key(s, "length", at), f"{at}.length", minimum=0),
+        "checkpoints": depths("checkpoints"),
+        "derails": depths("derails"),
+        "rules": doc.items(doc.key(s, "rules", at), f"{at}.rules", doc.string),
+    }
+
+
+_FIT_NUMBERS = (
+    "first_turn_accuracy", "p_tf", "p_ft", "stationary", "stationary_change", "log_loss", "mse",
+)  # fmt: skip
+
+
+def _read_fit(doc: DocReader, value: Any, at: str) -> dict[str, Any]:
+    """One ``pressure[i]`` (``PressureFit`` as a dict; NaN written as null)."""
+    f = doc.mapping(value, at)
+    out: dict[str, Any] = {
+        "script": doc.string(doc.key(f, "script", at), f"{at}.script"),
+        "model": doc.string(doc.key(f, "model", at), f"{at}.model"),
+        "n_train": doc.integer(doc.key(f, "n_train", at), f"{at}.n_train", minimum=0),
+        "n_val": doc.integer(doc.key(f, "n_val", at), f"{at}.n_val", minimum=0),
+    }
+    for k in _FIT_NUMBERS:
+        out[k] = doc.number(doc.key(f, k, at), f"{at}.{k}", optional=True)
+    for k in ("p_tf_ci", "p_ft_ci", "stationary_ci"):
+        pair = doc.array(doc.key(f, k, at), f"{at}.{k}", 2, "an interval")
+        out[k] = [doc.number(v, f"{at}.{k}[{i}]", optional=True) for i, v in enumerate(pair)]
+    for k in ("observed", "simulated"):
+        out[k] = doc.items(doc.key(f, k, at), f"{at}.{k}", lambda v, p: doc.number(v, p, optional=True))
+    return out
 
 
 def current_checkpoints(rows: Iterable[Row], scripts: Sequence[Any]) -> list[Row]:
@@ -219,11 +296,6 @@ def build_result(
         pressure=tuple(asdict(f) for f in fit_all(r for r in mine if r.script in pressure_ids)),
         authors=authors_of(mine),
     )
-
-
-def _v1_author(point: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 curve point had no author: the requested model stands in for it."""
-    return point if "author" in point else {**point, "author": point.get("model")}
 
 
 def _nan_to_none(obj: Any) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError, NoDataError
+from handoffmon.evals.docread import DocReader
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
 SCHEMA = "handoffmon.shapes"
@@ -77,7 +78,11 @@ class Shapes:
 
     @classmethod
     def from_json(cls, text: str, source: str = "<shapes>") -> Shapes:
-        """Parse a shapes document; ``InputError`` naming the source for anything else."""
+        """Parse a shapes document; ``InputError`` naming the source and key for anything else.
+
+        Per-bucket lists must have one value per bucket, counts must be integers and
+        adherences numbers (or null); keys this reader does not know are ignored.
+        """
         try:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -88,30 +93,98 @@ class Shapes:
             raise InputError(
                 f"{source}: unsupported {SCHEMA} version {d.get('version')!r} (reader knows ≤ {VERSION})"
             )
-        try:
-            rules = tuple(
-                RuleShape(
-                    **{**r, **{k: tuple(r[k]) for k in ("n", "passes", "adherence", "ci_low", "ci_high")}}
+        doc = DocReader(source)
+        buckets = doc.bucket_labels(doc.key(d, "buckets", ""), "buckets")
+        rules = tuple(
+            doc.items(doc.key(d, "rules", ""), "rules", lambda r, at: _read_rule(doc, r, at, buckets))
+        )
+        confidence = doc.number(d.get("confidence", 0.95), "confidence")
+        if not 0 < confidence < 1:
+            raise doc.error("confidence", f"expected a number in (0, 1), got {confidence!r}")
+        return cls(
+            doc.number(doc.key(d, "created_at", ""), "created_at"),
+            doc.string(doc.key(d, "source", ""), "source"),
+            buckets,
+            rules,
+            _read_stats(
+                doc, doc.key(d, "session_lengths", ""), "session_lengths", int_keys=("conversations",)
+            ),
+            _read_stats(doc, d.get("history_tokens") or {}, "history_tokens"),
+            tuple(
+                doc.items(
+                    doc.key(d, "handoff_pairs", ""), "handoff_pairs", lambda p, at: _read_pair(doc, p, at)
                 )
-                for r in d["rules"]
-            )
-            return cls(
-                d["created_at"],
-                d["source"],
-                tuple(d["buckets"]),
-                rules,
-                d["session_lengths"],
-                d.get("history_tokens") or {},
-                tuple(d["handoff_pairs"]),
-                d.get("confidence", 0.95),
-                d["version"],
-            )
-        except (KeyError, TypeError) as exc:
-            raise InputError(f"{source}: malformed {SCHEMA} document: {exc}") from exc
+            ),
+            confidence,
+            d["version"],
+        )
 
     def shape(self, rule: str, model: str = POOLED) -> RuleShape | None:
         """The entry of one rule and model."""
         return next((r for r in self.rules if r.rule == rule and r.model == model), None)
+
+
+_PER_BUCKET_COUNTS = ("n", "passes")
+_PER_BUCKET_SHARES = ("adherence", "ci_low", "ci_high")
+_MARKOV_KEYS = ("p_tf", "p_ft", "stationary", "half_life_turns", "n_transitions")
+_STAT_KEYS = (*(f"p{q}" for q in PERCENTILES), "max")
+
+
+def _read_rule(doc: DocReader, value: Any, at: str, buckets: tuple[str, ...]) -> RuleShape:
+    """One ``rules[i]`` entry: every per-bucket list has one value per bucket."""
+    r = doc.mapping(value, at)
+    per: dict[str, tuple[Any, ...]] = {}
+    for k in (*_PER_BUCKET_COUNTS, *_PER_BUCKET_SHARES):
+        values = doc.array(doc.key(r, k, at), f"{at}.{k}", len(buckets), "buckets")
+        if k in _PER_BUCKET_COUNTS:
+            per[k] = tuple(doc.integer(v, f"{at}.{k}[{i}]", minimum=0) for i, v in enumerate(values))
+        elif k == "adherence":
+            per[k] = tuple(doc.probability(v, f"{at}.{k}[{i}]", optional=True) for i, v in enumerate(values))
+        else:
+            per[k] = tuple(doc.number(v, f"{at}.{k}[{i}]", optional=True) for i, v in enumerate(values))
+    for i, (p, n) in enumerate(zip(per["passes"], per["n"], strict=True)):
+        if p > n:
+            raise doc.error(f"{at}.passes[{i}]", f"{p} passes out of n = {n}")
+    markov = doc.mapping(r.get("markov") or {}, f"{at}.markov")
+    return RuleShape(
+        doc.string(doc.key(r, "rule", at), f"{at}.rule"),
+        doc.string(doc.key(r, "model", at), f"{at}.model"),
+        per["n"],
+        per["passes"],
+        per["adherence"],
+        per["ci_low"],
+        per["ci_high"],
+        {
+            k: doc.number(markov[k], f"{at}.markov.{k}", optional=True, infinite=True)
+            for k in _MARKOV_KEYS
+            if k in markov
+        },
+    )
+
+
+def _read_stats(doc: DocReader, value: Any, at: str, int_keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``session_lengths`` / ``history_tokens``: known numeric keys are checked, others kept as they are."""
+    stats = dict(doc.mapping(value, at))
+    for k in _STAT_KEYS:
+        if k in stats:
+            stats[k] = doc.number(stats[k], f"{at}.{k}", optional=True)
+    for k in int_keys:
+        if k in stats:
+            stats[k] = doc.integer(stats[k], f"{at}.{k}", minimum=0)
+    if "method" in stats:
+        doc.string(stats["method"], f"{at}.method")
+    return stats
+
+
+def _read_pair(doc: DocReader, value: Any, at: str) -> dict[str, Any]:
+    """One ``handoff_pairs[i]`` entry (known keys only)."""
+    p = doc.mapping(value, at)
+    return {
+        "prefix_model": doc.string(doc.key(p, "prefix_model", at), f"{at}.prefix_model"),
+        "model": doc.string(doc.key(p, "model", at), f"{at}.model"),
+        "turns": doc.integer(doc.key(p, "turns", at), f"{at}.turns", minimum=0),
+        "share": doc.probability(doc.key(p, "share", at), f"{at}.share"),
+    }
 
 
 def _clean(obj: Any) -> Any:
