@@ -17,7 +17,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from handoffmon._version import __version__
 from handoffmon.exporters.logs import get_logger, log_error
-from handoffmon.exporters.prometheus import OVERHEAD_BUCKETS
+from handoffmon.exporters.prometheus import (
+    FALLBACK_LABELS,
+    OVERHEAD_BUCKETS,
+    fallback_labels,
+    method_label,
+)
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
 from handoffmon.labels import (
     BASELINE_LABELS,
@@ -417,9 +422,10 @@ class OTelExporter:
         for labels, v in stats:
             self._cell_stats.add(v, dict(zip(CELL_STAT_LABELS, labels, strict=True)))
         for method, n in _Tally(result.attribution_methods).items():
-            self._attributions.add(n, {"method": method if method in ("chain", "content") else "unknown"})
+            self._attributions.add(n, {"method": method_label(method)})
         if rec.fallbacks > 0:
-            self._fallbacks.add(rec.fallbacks, {"model": model})
+            labels = fallback_labels(result, g, model)
+            self._fallbacks.add(rec.fallbacks, dict(zip(FALLBACK_LABELS, labels, strict=True)))
 
     def count_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
         """Add a shadow pair's increments to ``handoffmon_shadow_pair_stats``; never raises."""

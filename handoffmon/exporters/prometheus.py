@@ -65,6 +65,24 @@ _EXEMPLAR_CHARS = 100  # OpenMetrics caps an exemplar's label set at 128 charact
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
+FALLBACK_LABELS: tuple[str, ...] = ("requested_model", "model")
+"""Labels of ``handoffmon_fallbacks`` (``fallback_labels``), in order."""
+
+
+def method_label(method: str) -> str:
+    """The ``method`` label of an attribution method (``ATTRIBUTION_METHODS``, else ``unknown``).
+
+    Shared with the OpenTelemetry exporter so both export the same values."""
+    return method if method in ATTRIBUTION_METHODS else "unknown"
+
+
+def fallback_labels(result: TurnResult, guard: LabelGuard, model: str) -> tuple[str, str]:
+    """``(requested_model, model)`` of ``handoffmon_fallbacks`` for a turn whose ``model`` label
+    is already known (shared with the OpenTelemetry exporter)."""
+    rec, ctx = result.record, result.context
+    return guard.requested_model(rec.requested_model or ctx.requested_model), model
+
+
 class _Children:
     """``metric.labels(*values)``, memoized per exporter.
 
@@ -322,7 +340,7 @@ def _counters() -> _Counters:
         fallbacks=Counter(
             "handoffmon_fallbacks",
             "Router fallbacks taken before model served a request for requested_model.",
-            ("requested_model", "model"),
+            FALLBACK_LABELS,
             registry=r,
         ),
         errors=Counter(
@@ -582,10 +600,9 @@ class PrometheusExporter:
                 g.rule(tr.rule), model, handoff, g.verdict(tr.from_verdict), g.verdict(tr.to_verdict)
             ).inc()
         for method, n in _Tally(result.attribution_methods).items():
-            kid["attributions"](method if method in ATTRIBUTION_METHODS else "unknown").inc(n)
+            kid["attributions"](method_label(method)).inc(n)
         if rec.fallbacks > 0:
-            requested = g.requested_model(rec.requested_model or ctx.requested_model)
-            m.fallbacks.labels(requested, model).inc(rec.fallbacks)
+            m.fallbacks.labels(*fallback_labels(result, g, model)).inc(rec.fallbacks)
         kid["history_tokens"](bucket).observe(ctx.history_tokens)
         if g.version != self._guard_version or g.overflow_total != self._overflow_total:
             self._sync_label_usage()
@@ -669,12 +686,10 @@ class PrometheusExporter:
             if result.attribution_methods:
                 d = t.attributions.values
                 for method, n in _Tally(result.attribution_methods).items():
-                    key = (method if method in ATTRIBUTION_METHODS else "unknown",)
-                    d[key] += n
+                    d[(method_label(method),)] += n
             t.history_tokens.observe((bucket,), ctx.history_tokens)
         if rec.fallbacks > 0:
-            requested = g.requested_model(rec.requested_model or ctx.requested_model)
-            self._m.fallbacks.labels(requested, model).inc(rec.fallbacks)
+            self._m.fallbacks.labels(*fallback_labels(result, g, model)).inc(rec.fallbacks)
         if g.version != self._guard_version or g.overflow_total != self._overflow_total:
             self._sync_label_usage()
 
