@@ -20,9 +20,12 @@ class ExporterDispatch:
     handing each turn to a thread of its own cost more than the export itself (a thread
     wake-up and a GIL hand-off per turn, ~0.3 ms of CPU under ``serve`` load, issue 21).
 
-    A failing export (raises or returns False), a full queue (the exporter hangs or is
-    too slow) and a shutdown that does not finish in time all count as one
-    ``monitor_errors{stage="export"}`` via ``on_error``; none of them blocks the pipeline.
+    Every turn an exporter did not take counts one ``monitor_errors{stage="export"}`` via
+    ``on_error``: a failing export (raises or returns False), a turn refused by a full queue
+    (the exporter hangs or is too slow), and at a shutdown that does not finish in time each
+    turn left behind (queued or in progress). A ``force_flush`` that fails or returns False
+    at close counts one more. None of them blocks the pipeline. Delivery beyond the
+    exporter (an OpenTelemetry SDK's OTLP exporter failing in its own thread) is not seen here.
 
     Args:
         exporter: the exporter.
@@ -75,11 +78,19 @@ class ExporterDispatch:
     def close(self, timeout_s: float | None = None) -> None:
         """Drain, then ``force_flush`` and ``shutdown`` the exporter; a hung one is abandoned."""
         if self._pool is not None and not self._pool.close(timeout_s):
-            _log.warning("handoffmon exporter %s did not finish in time", type(self.exporter).__name__)
-            self._on_error("export")
+            left = max(1, self._pool.pending())  # the turn in progress and those still queued
+            _log.warning(
+                "handoffmon exporter %s did not finish in time: %d turn(s) not exported",
+                type(self.exporter).__name__,
+                left,
+            )
+            for _ in range(left):
+                self._on_error("export")
             return
         try:
-            self.exporter.force_flush(timeout_s if timeout_s is not None else 5.0)
+            if self.exporter.force_flush(timeout_s if timeout_s is not None else 5.0) is False:
+                _log.warning("handoffmon exporter %s did not flush in time", type(self.exporter).__name__)
+                self._on_error("export")
             self.exporter.shutdown()
         except Exception as exc:
             self._raised(exc)
