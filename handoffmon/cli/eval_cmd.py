@@ -293,6 +293,12 @@ def _read_shapes(path: str) -> Any:
     help="Benjamini-Hochberg false-discovery rate of 'significant'",
 )
 @click.option("--html", help="HTML report with the Δ heatmap")
+@click.option(
+    "--discard-stale",
+    is_flag=True,
+    help="delete cached prefixes and cells made with another --seed, router deployment or name map, "
+    "and generate them again",
+)
 @_with_common
 def switch_matrix_cmd(
     scripts: tuple[str, ...],
@@ -306,12 +312,15 @@ def switch_matrix_cmd(
     min_n: int,
     fdr: float,
     html: str | None,
+    discard_stale: bool,
     **kw: Any,
 ) -> None:
     """K×K prefix→suffix cells; prefixes cached on disk by (task, episode, prefix model).
 
     Cells are named by the author that answered each requested model (the names
     production uses); exit status 5 when model calls failed (rerun resumes from the cache).
+    The cache is reused only under the seed, router deployment and canonical-name map its
+    entries were made with; otherwise it stops (exit 1) unless --discard-stale.
     """
     from handoffmon.evals.switch import SwitchMatrixRun, analyse, episodes_of, scores_csv
 
@@ -320,10 +329,12 @@ def switch_matrix_cmd(
         names = [m.strip() for m in models.split(",") if m.strip()]
         if len(names) < 2:
             raise click.UsageError("--models needs at least two models")
-        responder, resolve, _ = _target(
+        responder, resolve, target = _target(
             kw["router"], kw["seed"], kw["sim_latency"], kw["config_path"], matrix=True
         )
-        settings = _settings(kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"])
+        settings = _settings(
+            kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"], target, discard_stale
+        )
         task = "multi-if" if kw["multi_if"] and not scripts else "drift"
         sm = SwitchMatrixRun(
             responder,
@@ -334,8 +345,10 @@ def switch_matrix_cmd(
             settings=settings,
             task=task,
         )
+        episodes = episodes_of(loaded, kw["runs"])
+        sm.check_fingerprints(episodes)  # before any model call; a stale cache is bad input, not a failed run
         try:
-            cells = asyncio.run(sm.run(episodes_of(loaded, kw["runs"])))
+            cells = asyncio.run(sm.run(episodes))
         except Exception as exc:  # a provider error after retries: finished cells stay cached
             fail(f"switch matrix stopped: {type(exc).__name__}: {exc}"[:500], ExitCode.RUN_FAILED)
         result = analyse(
@@ -366,7 +379,9 @@ def switch_matrix_cmd(
         f"switch matrix: {len(names)} models answered by {', '.join(result.authors.values())}, "
         f"{result.n_episodes} episodes in {result.clusters} script(s); prefixes generated "
         f"{st.prefix_generated}, reused {st.prefix_hits}; cells generated {st.suffix_generated}, "
-        f"cached {st.suffix_hits}; {result.off_author_episodes} off-author episode cell(s) dropped; "
+        f"cached {st.suffix_hits}"
+        + (f" ({st.discarded} stale cache entries discarded)" if st.discarded else "")
+        + f"; {result.off_author_episodes} off-author episode cell(s) dropped; "
         f"{sig} significant pair(s) at FDR {fdr}; mu={result.fit.mu:.4f} r2={result.fit.r2:.3f} -> {out}",
         err=True,
     )

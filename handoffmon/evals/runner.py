@@ -283,6 +283,17 @@ class Runner:
         return self.summary
 
 
+def fingerprint_change(have: Mapping[str, Any] | None, want: Mapping[str, Any], stored: str) -> str:
+    """What differs between a stored fingerprint and the current one ("seed 0 -> 7; names …")."""
+    if have is None:
+        return f"they were {stored} without a fingerprint (an older handoffmon)"
+    return "; ".join(
+        f"{k} {have.get(k)!r} -> {want.get(k)!r}"
+        for k in sorted(set(have) | set(want))
+        if have.get(k) != want.get(k)
+    )
+
+
 def _stale_message(
     db: str,
     model: str,
@@ -292,15 +303,7 @@ def _stale_message(
     runs = ", ".join(f"{s.id}#{r}" for s, r, _ in stale[:8]) + (
         f" (+{len(stale) - 8})" if len(stale) > 8 else ""
     )
-    have = stale[0][2]
-    if have is None:
-        what = "they were stored without a fingerprint (an older handoffmon)"
-    else:
-        what = "; ".join(
-            f"{k} {have.get(k)!r} -> {want.get(k)!r}"
-            for k in sorted(set(have) | set(want))
-            if have.get(k) != want.get(k)
-        )
+    what = fingerprint_change(stale[0][2], want, "stored")
     return (
         f"{db}: {len(stale)} stored run(s) of {model} were made with other settings ({runs}: {what}); "
         "resuming would mix their turns with new ones. Use a new --db, or pass --discard-stale to "

@@ -7,7 +7,10 @@ reply: ``all`` (1 when every rule asserted there passes: Multi-IF's conversation
 strict success) or ``mean`` (share of asserted rules that pass). A's prefix of an
 episode does not depend on B, so it is generated once, cached on disk keyed by
 (task, episode, prefix model) and reused for every suffix model; suffix results are
-cached too, so an interrupted matrix resumes. Every cell of an episode uses the same
+cached too, so an interrupted matrix resumes. Every cache entry records the fingerprint
+it was made under (seed, router deployment, canonical-name map: ``RunSettings.fingerprint``,
+as ``eval run``'s stored turns do); entries of another fingerprint are refused, or
+deleted and generated again with ``discard_stale``. Every cell of an episode uses the same
 per-run seed, which keeps the comparison with the diagonal (B→B) paired.
 """
 
@@ -27,9 +30,11 @@ from handoffmon.evals.models import Messages, Responder
 from handoffmon.evals.runner import (
     RunSettings,
     RunSummary,
+    StaleRunsError,
     base_messages,
     call_with_retries,
     evaluate_turn,
+    fingerprint_change,
     run_seed,
 )
 from handoffmon.evals.script import DriftScript
@@ -58,11 +63,18 @@ class CacheStats:
     prefix_hits: int = 0
     suffix_generated: int = 0
     suffix_hits: int = 0
+    discarded: int = 0
+    """Cache entries deleted because their fingerprint differed (``discard_stale``)."""
     generated_keys: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 class DiskCache:
-    """JSON files: ``prefix/<task>/<episode>/<model>@T<t>.json`` and ``cell/…/<A>__<B>@T<t>.json``."""
+    """JSON files: ``prefix/<task>/<episode>/<model>@T<t>.json`` and ``cell/…/<A>__<B>@T<t>.json``.
+
+    Each file holds ``{"fingerprint": …, "value": …}``: the value and the fingerprint
+    (seed, deployment, names) it was made under. A file written before fingerprints were
+    recorded holds the bare value; its fingerprint reads as None.
+    """
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -77,21 +89,42 @@ class DiskCache:
         """File of one cache entry."""
         return self.root / kind / self._safe(task) / self._safe(episode) / f"{self._safe(name)}.json"
 
-    def get(self, kind: str, task: str, episode: str, name: str) -> Any:
-        """The stored value, or None."""
+    def entry(
+        self, kind: str, task: str, episode: str, name: str
+    ) -> tuple[dict[str, Any] | None, Any] | None:
+        """(fingerprint or None, value) of a stored entry, or None when there is none."""
         p = self.path(kind, task, episode, name)
         try:
-            return json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
+        if isinstance(data, dict) and set(data) == {"fingerprint", "value"}:
+            return data["fingerprint"], data["value"]
+        return None, data
 
-    def put(self, kind: str, task: str, episode: str, name: str, value: Any) -> None:
-        """Store atomically (temp file + rename)."""
+    def get(self, kind: str, task: str, episode: str, name: str, fingerprint: dict[str, Any]) -> Any:
+        """The stored value if it was made under ``fingerprint``, else None."""
+        found = self.entry(kind, task, episode, name)
+        if found is None or found[0] != fingerprint:
+            return None
+        return found[1]
+
+    def put(
+        self, kind: str, task: str, episode: str, name: str, value: Any, fingerprint: dict[str, Any]
+    ) -> None:
+        """Store atomically (temp file + rename), with the fingerprint it was made under."""
         p = self.path(kind, task, episode, name)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(
+            json.dumps({"fingerprint": fingerprint, "value": value}, ensure_ascii=False, sort_keys=True),
+            encoding="utf-8",
+        )
         tmp.replace(p)
+
+    def discard(self, kind: str, task: str, episode: str, name: str) -> None:
+        """Delete one entry (absent is fine)."""
+        self.path(kind, task, episode, name).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -146,6 +179,7 @@ class SwitchMatrixRun:
         self.calls = RunSummary()
         self._inflight: dict[tuple[str, str], asyncio.Task[list[dict[str, str]]]] = {}
         self._sem = asyncio.Semaphore(max(1, self.settings.concurrency))
+        self.fingerprint = self.settings.fingerprint()
 
     def split(self, script: DriftScript) -> int:
         """T for a script: ``switch_at`` (must leave at least one suffix turn) or L − 1."""
@@ -179,7 +213,7 @@ class SwitchMatrixRun:
         t_split = self.split(ep.script)
         name = f"{model}@T{t_split}"
         key = (ep.id, name)
-        cached = self.cache.get("prefix", self.task, ep.id, name)
+        cached = self.cache.get("prefix", self.task, ep.id, name, self.fingerprint)
         if cached is not None:
             self.stats.prefix_hits += 1
             return list(cached)
@@ -190,7 +224,7 @@ class SwitchMatrixRun:
 
         async def make() -> list[dict[str, str]]:
             turns = await self._generate(ep, model, base_messages(ep.script), 1, t_split)
-            self.cache.put("prefix", self.task, ep.id, name, turns)
+            self.cache.put("prefix", self.task, ep.id, name, turns, self.fingerprint)
             self.stats.prefix_generated += 1
             self.stats.generated_keys.append((self.task, ep.id, model))
             return turns
@@ -220,7 +254,7 @@ class SwitchMatrixRun:
         """One episode in cell (A→B)."""
         t_split = self.split(ep.script)
         name = f"{a}__{b}@T{t_split}"
-        stored = self.cache.get("cell", self.task, ep.id, name)
+        stored = self.cache.get("cell", self.task, ep.id, name, self.fingerprint)
         if stored is None:
             pre = await self.prefix(ep, a)
             messages = base_messages(ep.script)
@@ -231,7 +265,7 @@ class SwitchMatrixRun:
                 ]
             suffix = await self._generate(ep, b, messages, t_split + 1, ep.script.length)
             stored = {"prefix": pre, "suffix": suffix}
-            self.cache.put("cell", self.task, ep.id, name, stored)
+            self.cache.put("cell", self.task, ep.id, name, stored, self.fingerprint)
             self.stats.suffix_generated += 1
         else:
             self.stats.suffix_hits += 1
@@ -239,10 +273,56 @@ class SwitchMatrixRun:
         score = self._score(ep, [t["reply"] for t in turns])
         return CellScore(ep.id, a, b, score, tuple(t["author"] for t in turns), len(stored["prefix"]))
 
+    def entries(self, episodes: Sequence[Episode]) -> list[tuple[str, str, str]]:
+        """(kind, episode id, name) of every cache entry a run of ``episodes`` reads."""
+        out = []
+        for ep in episodes:
+            t = self.split(ep.script)
+            out += [("prefix", ep.id, f"{a}@T{t}") for a in self.models]
+            out += [("cell", ep.id, f"{a}__{b}@T{t}") for a in self.models for b in self.models]
+        return out
+
+    def check_fingerprints(self, episodes: Sequence[Episode]) -> None:
+        """Refuse (or, with ``discard_stale``, delete) cached entries made under another fingerprint.
+
+        Entries written without a fingerprint (an older handoffmon) count as different.
+
+        Raises:
+            StaleRunsError: some entries differ and ``discard_stale`` is off (nothing is changed).
+        """
+        stale: list[tuple[str, str, str, dict[str, Any] | None]] = []
+        for kind, episode, name in self.entries(episodes):
+            found = self.cache.entry(kind, self.task, episode, name)
+            if found is not None and found[0] != self.fingerprint:
+                stale.append((kind, episode, name, found[0]))
+        if stale and not self.settings.discard_stale:
+            raise StaleRunsError(_stale_message(str(self.cache.root), self.fingerprint, stale))
+        for kind, episode, name, _ in stale:
+            self.cache.discard(kind, self.task, episode, name)
+            self.stats.discarded += 1
+
     async def run(self, episodes: Sequence[Episode]) -> list[CellScore]:
-        """Every episode in every cell (K×K); the prefix of (episode, A) is generated once."""
+        """Every episode in every cell (K×K); the prefix of (episode, A) is generated once.
+
+        Raises:
+            StaleRunsError: see ``check_fingerprints`` (raised before any model call).
+        """
+        self.check_fingerprints(episodes)
         jobs = [self.cell(ep, a, b) for ep in episodes for a in self.models for b in self.models]
         return list(await asyncio.gather(*jobs))
+
+
+def _stale_message(
+    root: str, want: dict[str, Any], stale: Sequence[tuple[str, str, str, dict[str, Any] | None]]
+) -> str:
+    shown = ", ".join(f"{kind} {name.split('@')[0]} of {episode}" for kind, episode, name, _ in stale[:6])
+    shown += f" (+{len(stale) - 6})" if len(stale) > 6 else ""
+    what = fingerprint_change(stale[0][3], want, "cached")
+    return (
+        f"{root}: {len(stale)} cached prefix(es) or cell(s) were made with other settings ({shown}: {what}); "
+        "reusing them would mix their turns with new ones. Use a new --cache, or pass --discard-stale to "
+        "delete those entries and generate them again"
+    )
 
 
 def episodes_of(scripts: Sequence[DriftScript], runs: int | None = None) -> list[Episode]:
