@@ -402,6 +402,7 @@ def _shadow(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         _target(_fit(q, "handoffmon_switch_cost", 'bound="upper"'), ref="C", instant=True),
         _target(_fit(q, "handoffmon_switch_cost_significant"), ref="D", instant=True),
         _target(_fit(q, "handoffmon_switch_cost_pairs"), ref="E", instant=True),
+        _target(_fit(q, "handoffmon_switch_cost_disagrees"), ref="F", instant=True),
     ]
     calls = f"sum by (arm, outcome) (rate({q.m('handoffmon_shadow_calls_total')}[$__rate_interval]))"
     skipped = f"sum by (reason) (rate({q.m('handoffmon_shadow_skipped_total')}[$__rate_interval]))"
@@ -421,7 +422,7 @@ def _shadow(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         .with_panel(
             _table(
                 41,
-                "Switch cost (shadow pairs) with interval, significance and pairs — fit rule $fit_rule",
+                "Switch cost (shadow pairs): interval, significance, pairs, disagrees — fit rule $fit_rule",
                 12,
                 9,
                 *cost_table,

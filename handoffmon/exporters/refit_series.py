@@ -122,6 +122,13 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
         ("prefix_model", "model", "rule"),
         "Refit: shadow pairs (both continuations checked pass or fail) behind the switch cost.",
     ),
+    GaugeSpec(
+        "handoffmon_switch_cost_disagrees",
+        ("prefix_model", "model", "rule"),
+        "Refit: 1 if the shadow switch cost and the observational s(A->B) - s(A->A) of the same "
+        "pair differ by more than their combined interval allows (the handoff cell is likely "
+        "confounded by routing), else 0.",
+    ),
 )
 
 _AFTER_HANDOFF = (("all", "markov"), ("true", "markov_handoff_turns"), ("false", "markov_same_author"))
@@ -184,6 +191,7 @@ class _Builder:
             _put(cost, (a, b, rule, "upper"), sc.ci_high)
             self.out["handoffmon_switch_cost_significant"][(a, b, rule)] = 1.0 if sc.significant else 0.0
             self.out["handoffmon_switch_cost_pairs"][(a, b, rule)] = float(sc.n_pairs)
+            self.out["handoffmon_switch_cost_disagrees"][(a, b, rule)] = 1.0 if sc.disagree else 0.0
 
     def add_markov(self, rule: str, flag: str, fits: Mapping[str, MarkovFit]) -> None:
         for name, mf in fits.items():

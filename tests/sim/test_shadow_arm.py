@@ -131,3 +131,22 @@ def test_interval_coverage() -> None:
     (measured 0.958 over 1,800 intervals)."""
     hits, total = _coverage(300, 2000, (0, 1))
     assert 0.93 <= hits / total <= 0.97, (hits, total)
+
+
+def test_the_refit_gauges_say_which_pairs_shadow_contradicts(fitted: tuple[RefitResult, ShadowRows]) -> None:
+    """``handoffmon_switch_cost_disagrees`` is 1 exactly for the pairs whose shadow switch cost
+    contradicts the observational contrast (HandoffPairRisky stays quiet on those) and 0 for
+    the others, per rule and pooled."""
+    from handoffmon.exporters.refit_series import refit_series
+    from handoffmon.labels import LabelGuard
+
+    res, _ = fitted
+    series = refit_series(res, LabelGuard())["handoffmon_switch_cost_disagrees"]
+    want = {
+        (s.prefix_model, s.model, rule): 1.0 if s.disagree else 0.0
+        for rule, fit in res.rules.items()
+        for s in fit.switch_costs
+        if np.isfinite(s.estimate)
+    }
+    assert series == want
+    assert sum(v for (_, _, rule), v in series.items() if rule == "all") >= 4
