@@ -438,19 +438,39 @@ class OTelExporter:
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Flush the providers' span/log processors and metric readers (the Monitor calls this at close).
 
-        Providers without ``force_flush`` (the API's no-op and proxy ones) count as flushed.
+        One deadline, ``timeout_s`` from now, for all three: each provider flushes on a daemon
+        thread of its own, all at once, and this returns when they are done or the deadline
+        passes, whichever is first. (The SDK does not always honour the timeout it is given:
+        a batch span processor or a metric reader exporting to a stalled OTLP endpoint blocks
+        for the exporter's own timeout.) A flush still running at the deadline is abandoned
+        and reported as failed (False), like one that raised or returned False. Providers
+        without ``force_flush`` (the API's no-op and proxy ones) count as flushed.
         """
-        ok = True
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        millis = int(max(timeout_s, 0.0) * 1000)
+        results: list[bool] = []
+        threads = []
         for provider in self._providers:
             flush = getattr(provider, "force_flush", None)
             if flush is None:
                 continue
-            try:
-                ok = flush(int(timeout_s * 1000)) is not False and ok
-            except Exception as exc:
-                log_error(self._log, "flush_failed", "export_otel", exc)
-                ok = False
-        return ok
+
+            def run(flush: Callable[[int], Any] = flush) -> None:
+                try:
+                    results.append(flush(millis) is not False)
+                except Exception as exc:
+                    log_error(self._log, "flush_failed", "export_otel", exc)
+                    results.append(False)
+
+            thread = threading.Thread(target=run, name="handoffmon-otel-flush", daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in threads):
+            self._log.warning("flush_timeout", stage="export_otel", timeout_s=timeout_s)
+            return False
+        return all(results)
 
     def shutdown(self) -> None:
         """Nothing to release: the providers belong to the application (never shut down here)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from handoffmon.pipeline.worker import WorkerPool
@@ -76,7 +77,9 @@ class ExporterDispatch:
         return True if self._pool is None else self._pool.flush(timeout_s)
 
     def close(self, timeout_s: float | None = None) -> None:
-        """Drain, then ``force_flush`` and ``shutdown`` the exporter; a hung one is abandoned."""
+        """Drain, then ``force_flush`` and ``shutdown`` the exporter, all within ``timeout_s``
+        (the flush gets what the drain left); a hung one is abandoned."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         if self._pool is not None and not self._pool.close(timeout_s):
             left = max(1, self._pool.pending())  # the turn in progress and those still queued
             _log.warning(
@@ -88,7 +91,8 @@ class ExporterDispatch:
                 self._on_error("export")
             return
         try:
-            if self.exporter.force_flush(timeout_s if timeout_s is not None else 5.0) is False:
+            budget = 5.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            if self.exporter.force_flush(budget) is False:
                 _log.warning("handoffmon exporter %s did not flush in time", type(self.exporter).__name__)
                 self._on_error("export")
             self.exporter.shutdown()
