@@ -338,7 +338,7 @@ def switch_matrix_cmd(
         task = "multi-if" if kw["multi_if"] and not scripts else "drift"
         sm = SwitchMatrixRun(
             responder,
-            [resolve(n) for n in names],
+            _distinct_models(names, resolve),
             cache_dir,
             switch_at=switch_at,
             score=score,  # type: ignore[arg-type]
@@ -385,6 +385,29 @@ def switch_matrix_cmd(
         f"{sig} significant pair(s) at FDR {fdr}; mu={result.fit.mu:.4f} r2={result.fit.r2:.3f} -> {out}",
         err=True,
     )
+
+
+def _distinct_models(names: list[str], resolve: Any) -> list[str]:
+    """The model (group) each of --models resolves to; ``InputError`` naming any that resolve alike.
+
+    Two names for one model would make one K×K matrix of identical cells: no off-diagonal
+    pair to measure, reported as "no pair reached --min-n" after the whole run.
+    """
+    from handoffmon.errors import InputError
+
+    by_target: dict[str, list[str]] = {}
+    for n in names:
+        by_target.setdefault(resolve(n), []).append(n)
+    same = {t: ns for t, ns in by_target.items() if len(ns) > 1}
+    if same:
+        said = "; ".join(
+            f"{ns[0]} is given {len(ns)} times"
+            if len(set(ns)) == 1
+            else f"{' and '.join(dict.fromkeys(ns))} resolve to the same model (group) {t!r}"
+            for t, ns in same.items()
+        )
+        raise InputError(f"--models {','.join(names)}: {said}; a switch matrix needs K distinct models")
+    return list(by_target)
 
 
 @eval_group.command("compare")
@@ -436,6 +459,10 @@ def compare_cmd(
                 matrices.append(SwitchMatrixResult.from_dict(data, source=path))
             else:
                 evals.append((path, EvalResult.from_dict(data, source=path)))
+        if html and len(evals) != 1:  # before anything is written
+            raise HandoffmonError(
+                f"--html needs exactly one eval run result among RESULTS, got {len(evals)}; nothing written"
+            )
         c = compare(
             shapes,
             [e for _, e in evals],
@@ -446,14 +473,15 @@ def compare_cmd(
             model=model,
             sources=[p for p, _ in evals],
         )
-        if out:
-            _write(out, json.dumps(c.to_dict(), indent=2, allow_nan=False))
+        page = None
         if html:
-            if len(evals) != 1:
-                raise HandoffmonError("--html needs exactly one eval run result among RESULTS")
             from handoffmon.evals.html import eval_report
 
-            _write(html, eval_report(evals[0][1], shapes=shapes, comparison=c))
+            page = eval_report(evals[0][1], shapes=shapes, comparison=c)
+        if out:
+            _write(out, json.dumps(c.to_dict(), indent=2, allow_nan=False))
+        if html and page is not None:
+            _write(html, page)
     except HandoffmonError as exc:
         _fail(exc)
     click.echo(render_text(c), err=out == "-")

@@ -280,6 +280,11 @@ def _check_model(model: str, evals: Sequence[EvalResult], shapes: Shapes, author
     raise NoDataError(f"--model {model!r} has no data in {side} ({have})")
 
 
+def _has_checkpoints(evals: Sequence[EvalResult], author: str) -> bool:
+    """Whether ``author`` has a checkpoint with a pass or fail verdict in the eval results."""
+    return any(c.author == author and c.script == POOLED and c.n > 0 for r in evals for c in r.curves)
+
+
 def unmatched_names(
     shapes: Shapes, evals: Sequence[EvalResult], model: str | None = None
 ) -> dict[str, tuple[str, ...]]:
@@ -353,6 +358,13 @@ def compare(
     if model is not None:
         _check_model(model, evals, shapes, authors)
     rules = tuple(too_clean(shapes, evals, alpha=alpha, min_gap=min_gap, model=model))
+    if evals and not rules and model is not None and not _has_checkpoints(evals, model):
+        turns = sum(per.get(model, 0) for r in evals for per in r.authors.values())
+        raise NoDataError(
+            f"--model {model!r}: the eval has no checkpoint rows for {model} (it answered {turns} turn(s), "
+            "none of them a checkpoint with a pass or fail verdict), so there is nothing to compare with "
+            "production; put checkpoints where it answers, or compare another author"
+        )
     if evals and not rules:
         raise NoDataError(
             "no (rule, author, depth) of the eval has production data to compare with "

@@ -1,0 +1,83 @@
+"""eval switch-matrix / compare: errors say what is wrong, and a refused compare writes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+from handoffmon.evals.results import build_result
+from handoffmon.evals.script import script_from_dict
+from handoffmon.evals.store import Row
+from tests.evals.test_eval_scope import _eval_doc, _shapes
+
+
+def test_switch_matrix_names_models_that_resolve_to_one_model(tmp_path: Path) -> None:
+    """Simulator: atlas is the author behind group general; both as --models is named, before any call."""
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        yaml.safe_dump(
+            {
+                "id": "dup",
+                "runs": 2,
+                "rules": [{"name": "no_commas", "check": "no_commas"}],
+                "turns": [{"user": "Hi", "checkpoint": True}, {"user": "And now?", "checkpoint": True}],
+            }
+        ),
+        encoding="utf-8",
+    )
+    base = ["eval", "switch-matrix", str(script), "--router", "sim", "--no-progress", "--min-n", "2"]
+    files = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "m.json")]
+    res = CliRunner().invoke(main, [*base, *files, "--models", "general,atlas,experimental"])
+    assert res.exit_code == 1, res.output
+    assert "general and atlas resolve to the same model (group) 'general'" in res.output, res.output
+    assert (
+        "min-n" not in res.output and not (tmp_path / "cache").exists() and not (tmp_path / "m.json").exists()
+    )
+    twice = CliRunner().invoke(main, [*base, *files, "--models", "general,experimental,general"])
+    assert twice.exit_code == 1 and "general is given 2 times" in twice.output, twice.output
+    ok = CliRunner().invoke(main, [*base, *files, "--models", "general,experimental"])
+    assert ok.exit_code == 0, ok.output  # the control: distinct models make a matrix
+
+
+def test_compare_model_that_answered_no_checkpoint_says_so(tmp_path: Path) -> None:
+    """cedar answered turn 1 of every run (a fallback), atlas the checkpoint at turn 2: --model cedar
+    names the eval's missing checkpoint rows, not production."""
+    shapes = _shapes(tmp_path / "shapes.json", ["atlas", "cedar"])
+    script = script_from_dict(
+        {
+            "id": "fb",
+            "rules": [{"name": "no_commas", "check": "no_commas"}],
+            "turns": [{"user": "t1"}, {"user": "t2", "checkpoint": True}],
+        }
+    )
+    rows = [
+        Row("fb", "group", run, turn, "no_commas", "pass", "", None, turn == 2, False, author, 1)
+        for run in range(10)
+        for turn, author in ((1, "cedar"), (2, "atlas"))
+    ]
+    ev = tmp_path / "eval.json"
+    ev.write_text(build_result(rows, [script], str(ev)).to_json(), encoding="utf-8")
+    args = ["eval", "compare", "--shapes", shapes, str(ev)]
+    res = CliRunner().invoke(main, [*args, "--model", "cedar"])
+    assert res.exit_code == 4, res.output
+    assert "the eval has no checkpoint rows for cedar (it answered 10 turn(s)" in res.output, res.output
+    assert "production data to compare with" not in res.output
+    atlas = CliRunner().invoke(main, [*args, "--model", "atlas"])
+    assert atlas.exit_code in (0, 3) and "compared 1 (rule, model, depth)" in atlas.output, atlas.output
+
+
+def test_compare_html_with_two_eval_results_writes_nothing(tmp_path: Path) -> None:
+    """--html needs one eval result: with two, exit 1 before --out is written (and no page either)."""
+    shapes = _shapes(tmp_path / "shapes.json", ["atlas"])
+    one = _eval_doc(tmp_path / "one.json", {"atlas": ["no_commas"]})
+    two = _eval_doc(tmp_path / "two.json", {"atlas": ["no_commas"]})
+    out, html = tmp_path / "cmp.json", tmp_path / "cmp.html"
+    args = ["eval", "compare", "--shapes", shapes, one, two, "--out", str(out)]
+    res = CliRunner().invoke(main, [*args, "--html", str(html)])
+    assert res.exit_code == 1 and "--html needs exactly one eval run result" in res.output, res.output
+    assert not out.exists() and not html.exists()
+    ok = CliRunner().invoke(main, args)  # the control: without --html the two results compare
+    assert ok.exit_code in (0, 3) and out.exists(), ok.output
