@@ -279,9 +279,16 @@ def percentiles_from_turns(turns_by_bucket: Mapping[str, int], buckets: DepthBuc
     """Session-length percentiles read off turns per depth bucket (``method: turns_by_depth``).
 
     Turns per depth ≈ conversations reaching that depth, so the per-depth turn count of a
-    bucket divided by depth 1's is the survival S(bucket start); the q-th percentile is
-    the last depth before the first bucket whose survival falls to 1 − q or below (the
+    bucket divided by depth 1's estimates the survival S(bucket start); the q-th percentile
+    is the last depth before the first bucket whose survival falls to 1 − q or below (the
     open last bucket ``lo+`` is taken as lo … 2·lo − 1).
+
+    Every conversation that reaches a bucket went through all the buckets before it, so the
+    survival of a bucket is at least that of any later one: it is taken as the largest
+    estimate at or after the bucket (capped at 1). An empty bucket between non-empty ones
+    (sparse counts: a cells CSV with no row there) then carries the later survival instead
+    of reading as "every conversation ended here", which put p50 … p99 at depth 1 while the
+    maximum was 16.
     """
     labels = buckets.labels
     edges = buckets.edges
@@ -293,10 +300,15 @@ def percentiles_from_turns(turns_by_bucket: Mapping[str, int], buckets: DepthBuc
     out: dict[str, Any] = {"method": "turns_by_depth", "conversations": round(n0)}
     if n0 <= 0:
         return out
+    survival = [0.0] * len(per_depth)
+    later = 0.0
+    for i in range(len(per_depth) - 1, -1, -1):
+        later = max(later, min(per_depth[i] / n0, 1.0))
+        survival[i] = later
     for q in PERCENTILES:
         value = 2 * edges[-1] - 1
         for i in range(1, len(edges)):
-            if per_depth[i] / n0 <= 1 - q / 100:
+            if survival[i] <= 1 - q / 100:
                 value = edges[i] - 1
                 break
         out[f"p{q}"] = value
