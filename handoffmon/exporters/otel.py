@@ -19,6 +19,7 @@ from handoffmon._version import __version__
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.prometheus import (
     FALLBACK_LABELS,
+    HISTORY_TOKEN_BUCKETS,
     OVERHEAD_BUCKETS,
     fallback_labels,
     method_label,
@@ -287,6 +288,30 @@ class OTelExporter:
             "Time handoffmon spent per turn, by stage.",
             explicit_bucket_boundaries_advisory=list(OVERHEAD_BUCKETS),
         )
+        self._history_tokens = meter.create_histogram(
+            "handoffmon_history_tokens",
+            "{token}",
+            "Approximate request history size in tokens, by depth bucket.",
+            explicit_bucket_boundaries_advisory=list(HISTORY_TOKEN_BUCKETS),
+        )
+        meter.create_observable_gauge(
+            "handoffmon_label_values",
+            callbacks=[self._observe_usage(0)],
+            unit="{value}",
+            description="Distinct values admitted per capped label.",
+        )
+        meter.create_observable_gauge(
+            "handoffmon_label_limit",
+            callbacks=[self._observe_usage(1)],
+            unit="{value}",
+            description="Cap per label; values beyond it are exported as 'other'.",
+        )
+        meter.create_observable_gauge(
+            "handoffmon_build_info",
+            callbacks=[lambda options: [Observation(1, {"version": __version__})]],
+            unit="1",
+            description="Always 1; the handoffmon version as a label.",
+        )
         meter.create_observable_counter(
             "handoffmon_label_overflows",
             callbacks=[self._observe_overflows],
@@ -313,6 +338,14 @@ class OTelExporter:
 
     def _observe_overflows(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, {"label": label}) for label, n in sorted(self.guard.overflows().items())]
+
+    def _observe_usage(self, i: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """Callback of ``handoffmon_label_values`` (``i`` 0) or ``handoffmon_label_limit`` (1)."""
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(v[i], {"label": label}) for label, v in sorted(self.guard.usage().items())]
+
+        return observe
 
     def _observe_store(self, options: CallbackOptions) -> Iterable[Observation]:
         stats = self._store_stats
@@ -423,6 +456,7 @@ class OTelExporter:
             self._cell_stats.add(v, dict(zip(CELL_STAT_LABELS, labels, strict=True)))
         for method, n in _Tally(result.attribution_methods).items():
             self._attributions.add(n, {"method": method_label(method)})
+        self._history_tokens.record(ctx.history_tokens, {"depth_bucket": bucket})
         if rec.fallbacks > 0:
             labels = fallback_labels(result, g, model)
             self._fallbacks.add(rec.fallbacks, dict(zip(FALLBACK_LABELS, labels, strict=True)))
