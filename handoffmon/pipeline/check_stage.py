@@ -19,12 +19,20 @@ from handoffmon.errors import RuleError, StoreError
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.errors import ErrorSink
 from handoffmon.pipeline.records import Attributed
-from handoffmon.pipeline.state import ConversationState
+from handoffmon.pipeline.state import ConversationState, state_rev
 from handoffmon.protocols import AttributionStore
 from handoffmon.shadow.turns import ShadowTurn
 from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.memory import MemoryStore
-from handoffmon.types import CheckResult, TurnContent, TurnContext, TurnRecord, TurnResult
+from handoffmon.types import (
+    CheckResult,
+    ClusterStep,
+    Transition,
+    TurnContent,
+    TurnContext,
+    TurnRecord,
+    TurnResult,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.attribution import Attributor
@@ -60,6 +68,10 @@ class Evaluate(Protocol):
     def __call__(self, text: str, skip: str | None = None, /) -> tuple[CheckResult, ...]: ...
 
 
+CAS_RETRIES = 3
+"""Times a conversation's turns are folded again on the state another writer stored since it
+was read (compare-and-set conflicts: replicas folding the same conversation at once)."""
+
 STATE_CACHE = 1024
 """Conversation states the check stage keeps built (cleared when full): those in flight."""
 
@@ -74,6 +86,13 @@ def _continued(ctx: TurnContext, state: ConversationState) -> TurnContext:
         return ctx
     chars = state.chars + ctx.history_chars
     return _ctx_with(ctx, history_chars=chars, history_tokens=(chars + 3) // 4)
+
+
+def _stored(state: ConversationState) -> dict[str, object]:
+    """A state as a compare-and-set write stores it: the next revision of the one it was folded from."""
+    mapping = state.to_mapping()
+    mapping["rev"] = state.rev + 1
+    return mapping
 
 
 def _str_list(value: object) -> tuple[str, ...]:
@@ -134,6 +153,10 @@ class CheckStage:
         # batch (process_batch), two round trips in all
         self.batched = self._combined and bool(getattr(store, "native_batches", False))
         """``process_batch`` costs two store calls per batch (else it processes turn by turn)."""
+        # a shared store that writes states compare-and-set (Redis, SQLite): a turn is counted
+        # and exported once the state it leaves is stored; on a conflict (another replica or
+        # process wrote the conversation since it was read) its turns are folded again
+        self._cas = isinstance(store, GuardedStore) and store.native_cas
         self._states: dict[str, tuple[object, ConversationState]] = {}
         self.shadow: Callable[[ShadowTurn], None] | None = None
         """Receives checked turns that carry a shadow offer (``Monitor.set_shadow``)."""
@@ -186,13 +209,19 @@ class CheckStage:
         t0 = time.perf_counter()
         ctxs = [self._final_context(turn) for turn in turns]
         loaded = self._persist_and_load_many(turns, ctxs)
+        if self._cas:
+            own = self._fold_and_store(turns, ctxs, loaded)
+            shared = (time.perf_counter() - t0 - sum(own)) / len(turns)
+            for turn, seconds in zip(turns, own, strict=True):
+                self._observe(turn, seconds + shared)
+            return
         folded: dict[str, ConversationState] = {}
 
         def keep(ctx: TurnContext, state: ConversationState) -> None:
             if not ctx.degraded:
                 folded[ctx.conversation_id] = state
 
-        own: list[float] = []
+        own = []
         shared = time.perf_counter() - t0
         for turn, ctx, state in zip(turns, ctxs, loaded, strict=True):
             t1 = time.perf_counter()
@@ -209,6 +238,84 @@ class CheckStage:
         for turn, seconds in zip(turns, own, strict=True):
             self._observe(turn, seconds + shared)
 
+    def _fold_and_store(
+        self, turns: list[Attributed], ctxs: list[TurnContext], loaded: list[ConversationState]
+    ) -> list[float]:
+        """Fold turns on their conversations' states, store the states compare-and-set, then
+        count and export the turns (in order); returns each turn's own seconds.
+
+        A conversation whose stored state changed since it was read (another replica folded
+        a turn of it meanwhile: ``put_states_if`` answers with the state stored now) has its
+        turns folded again on that state and written again, up to ``CAS_RETRIES`` times, so
+        the cluster sums count every turn on the state every other turn left, as one replica
+        would. Past that, the turns are counted as last folded and the failure counted
+        (``monitor_errors{stage="state"}``); a store failure leaves them as folded (fail open).
+        """
+        own = [0.0] * len(turns)
+        finishes: list[Callable[[], None] | None] = [None] * len(turns)
+        groups: dict[str, list[int]] = {}
+        for i, ctx in enumerate(ctxs):
+            if ctx.degraded:  # no state: folded on a fresh one, never stored
+                t1 = time.perf_counter()
+                finishes[i] = self._fold_one(turns[i], ctx, loaded[i])[1]
+                own[i] += time.perf_counter() - t1
+            else:
+                groups.setdefault(ctx.conversation_id, []).append(i)
+
+        def refold(cid: str, state: ConversationState) -> ConversationState:
+            for i in groups[cid]:
+                t1 = time.perf_counter()
+                state, finishes[i] = self._fold_one(turns[i], ctxs[i], state)
+                own[i] += time.perf_counter() - t1
+            return state
+
+        pending = {cid: refold(cid, loaded[group[0]]) for cid, group in groups.items()}
+        store: Any = self._store  # the guard (``_cas``)
+        for attempt in range(CAS_RETRIES + 1):
+            if not pending:
+                break
+            try:
+                conflicts = store.put_states_if([(cid, _stored(st), st.rev) for cid, st in pending.items()])
+            except StoreError:  # counted by the store guard
+                break
+            except Exception as exc:
+                self._errors.failed("state", exc)
+                break
+            if conflicts and attempt == CAS_RETRIES:
+                message = f"{len(conflicts)} conversation states still conflicting after {CAS_RETRIES} folds"
+                self._errors.failed("state", StoreError(message))
+                break
+            pending = {cid: refold(cid, self._state_of(current)) for cid, current in conflicts.items()}
+        for i, finish in enumerate(finishes):
+            if finish is None:
+                continue
+            t1 = time.perf_counter()
+            try:
+                finish()
+            except Exception as exc:  # as the worker would count it one by one
+                self._errors.failed("pipeline", exc)
+            own[i] += time.perf_counter() - t1
+        return own
+
+    def _fold_one(
+        self, turn: Attributed, ctx: TurnContext, state: ConversationState
+    ) -> tuple[ConversationState, Callable[[], None] | None]:
+        """:meth:`_fold`, a failure counted (the state left as it was, nothing to finish)."""
+        try:
+            return self._fold(turn, ctx, state)
+        except Exception as exc:  # as the worker would count it one by one
+            self._errors.failed("pipeline", exc)
+            return state, None
+
+    def _state_of(self, mapping: Mapping[str, object] | None) -> ConversationState:
+        """A stored state; an unreadable one as a fresh state with its revision (so the next
+        compare-and-set replaces it)."""
+        try:
+            return ConversationState.from_mapping(mapping)
+        except Exception as exc:
+            self._errors.failed("state", exc)
+            return ConversationState(rev=state_rev(mapping))
+
     def _persist_and_load_many(
         self, turns: list[Attributed], ctxs: list[TurnContext]
     ) -> list[ConversationState]:
@@ -224,14 +331,7 @@ class CheckStage:
         except Exception as exc:
             self._errors.failed("persist", exc)
             return [ConversationState() for _ in turns]
-        states = []
-        for mapping in mappings:
-            try:
-                states.append(ConversationState.from_mapping(mapping))
-            except Exception as exc:
-                self._errors.failed("state", exc)
-                states.append(ConversationState())
-        return states
+        return [self._state_of(mapping) for mapping in mappings]
 
     def _save_many(self, folded: Mapping[str, ConversationState]) -> None:
         try:
@@ -251,7 +351,11 @@ class CheckStage:
 
     def _process(self, turn: Attributed) -> None:
         ctx = self._final_context(turn)
-        self._checked(turn, ctx, self._persist_and_load(turn, ctx), self._save_state)
+        state = self._persist_and_load(turn, ctx)
+        if self._cas and not ctx.degraded:
+            self._fold_and_store([turn], [ctx], [state])
+            return
+        self._checked(turn, ctx, state, self._save_state)
 
     def _checked(
         self,
@@ -262,15 +366,25 @@ class CheckStage:
     ) -> None:
         """Rules, state, counts and export of a turn whose conversation state is ``state``;
         ``save`` keeps the state it leaves."""
+        state, finish = self._fold(turn, ctx, state)
+        save(ctx, state)
+        finish()
+
+    def _fold(
+        self, turn: Attributed, ctx: TurnContext, state: ConversationState
+    ) -> tuple[ConversationState, Callable[[], None]]:
+        """Rules and state of a turn whose conversation state is ``state``: the state it leaves,
+        and ``finish``, which counts and exports the turn (called once, when the state is
+        stored; a turn folded again on a newer state drops its earlier ``finish``)."""
         author = turn.outcome.authors[-1]
         attributions = ctx.attributions
         if attributions and attributions[0].index < 0 and state.chars:
             ctx = _continued(ctx, state)
-        if not ctx.degraded and ctx.depth > state.depth:
-            self._aggregates.move_session(state.depth, ctx.depth)
+        session = state.depth if not ctx.degraded and ctx.depth > state.depth else None
         state = self._declare(state, ctx)
         evaluate = self._evaluator(ctx, state)
         checks = self._check(evaluate, turn.reply_text, turn.tools_only) if evaluate is not None else ()
+        offer = None
         if (
             turn.shadow is not None
             and self.shadow is not None
@@ -278,9 +392,7 @@ class CheckStage:
             and not ctx.degraded
             and not turn.tools_only  # a reply that only calls tools has no verdicts to compare
         ):
-            self._offer(
-                ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
-            )
+            offer = ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
         # clean baseline turn: same author, and no other model's (or unattributed) text in the history
         clean = (
             ctx.prefix_model == author
@@ -290,7 +402,27 @@ class CheckStage:
         )
         chars = ctx.history_chars + getattr(turn.recorded, "chars", 0)
         state, cluster, transitions = state.fold(ctx.depth, author, ctx.prefix_model, clean, checks, chars)
-        save(ctx, state)
+
+        def finish() -> None:
+            if session is not None:
+                self._aggregates.move_session(session, ctx.depth)
+            if offer is not None:
+                self._offer(offer)
+            self._finish(turn, ctx, author, checks, transitions, clean, cluster)
+
+        return state, finish
+
+    def _finish(
+        self,
+        turn: Attributed,
+        ctx: TurnContext,
+        author: str,
+        checks: tuple[CheckResult, ...],
+        transitions: tuple[Transition, ...],
+        clean: bool,
+        cluster: tuple[ClusterStep, ...],
+    ) -> None:
+        """Count and export a folded turn."""
         record = self._record(turn, ctx, author)
         content = None
         if self._capture_content and ctx.input_messages:
@@ -326,11 +458,7 @@ class CheckStage:
         except Exception as exc:
             self._errors.failed("persist", exc)
             return ConversationState()
-        try:
-            return ConversationState.from_mapping(mapping)
-        except Exception as exc:
-            self._errors.failed("state", exc)
-            return ConversationState()
+        return self._state_of(mapping)
 
     def _persist(self, turn: Attributed) -> None:
         if turn.recorded is None:
@@ -348,12 +476,13 @@ class CheckStage:
         try:
             if self._stored:
                 return self._load_stored(ctx.conversation_id)
-            return ConversationState.from_mapping(self._store.get_state(ctx.conversation_id))
+            mapping = self._store.get_state(ctx.conversation_id)
         except StoreError:  # counted by the store guard: continue with a fresh state
             return ConversationState()
         except Exception as exc:
             self._errors.failed("state", exc)
             return ConversationState()
+        return self._state_of(mapping)
 
     def _save_state(self, ctx: TurnContext, state: ConversationState) -> None:
         if ctx.degraded:

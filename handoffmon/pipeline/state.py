@@ -83,6 +83,10 @@ class ConversationState:
         chars: the conversation's size after its deepest turn (that turn's
             ``history_chars`` plus its reply's): the history a call continuing the latest
             stored response holds without sending it (``CheckStage``, ADR 0011).
+        rev: the revision of the stored state this one was folded from (0: none stored).
+            Shared stores write a state only while the stored one still has this revision
+            (compare-and-set, ``put_states_if``), so replicas folding the same conversation
+            at once cannot lose each other's turns; folds keep it unchanged.
     """
 
     depth: int = 0
@@ -91,12 +95,13 @@ class ConversationState:
     last: Mapping[str, LastVerdict] = field(default_factory=dict)
     cells: Mapping[CellId, tuple[int, int]] = field(default_factory=dict)
     chars: int = 0
+    rev: int = 0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object] | None) -> ConversationState:
         """Rebuild from a stored mapping; anything malformed yields an empty state."""
         if not data or data.get("v") != STATE_VERSION:
-            return cls()
+            return cls(rev=state_rev(data))
         rules_raw: Any = data.get("rules") or []
         last_raw: Any = data.get("last") or {}
         prev_raw: Any = data.get("previous") or {}
@@ -110,6 +115,7 @@ class ConversationState:
             {str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
             _cells(cells_raw),
             int(chars),
+            state_rev(data),
         )
 
     def to_mapping(self, now_s: float | None = None) -> dict[str, object]:
@@ -120,6 +126,7 @@ class ConversationState:
             now = time.time() if now_s is None else now_s
             previous = {k: without_expired_text(v, now) for k, v in self.previous.items()}
         return {
+            "rev": self.rev,  # first: stores read it from the blob's start (``stored_rev``)
             "v": STATE_VERSION,
             "depth": self.depth,
             "rules": [[d, dict(r)] for d, r in self.declared_rules],
@@ -165,7 +172,7 @@ class ConversationState:
         """
         previous, last, transitions = self._advanced(depth, checks)
         state = ConversationState(
-            max(self.depth, depth), self.declared_rules, previous, last, self.cells, self.chars
+            max(self.depth, depth), self.declared_rules, previous, last, self.cells, self.chars, self.rev
         )
         return state, transitions
 
@@ -184,7 +191,9 @@ class ConversationState:
         if cells is self.cells:
             return self, steps
         return (
-            ConversationState(self.depth, self.declared_rules, self.previous, self.last, cells, self.chars),
+            ConversationState(
+                self.depth, self.declared_rules, self.previous, self.last, cells, self.chars, self.rev
+            ),
             steps,
         )
 
@@ -204,7 +213,9 @@ class ConversationState:
         cells, steps = self._tallied(author, prefix_model, clean, checks)
         previous, last, transitions = self._advanced(depth, checks)
         size = chars if depth >= self.depth else self.chars
-        state = ConversationState(max(self.depth, depth), self.declared_rules, previous, last, cells, size)
+        state = ConversationState(
+            max(self.depth, depth), self.declared_rules, previous, last, cells, size, self.rev
+        )
         return state, steps, transitions
 
     def _advanced(
@@ -259,6 +270,16 @@ class ConversationState:
             acc[3] += 2 * n + 1
         make = tuple.__new__  # ClusterStep(...) without its Python-level __new__
         return cells, tuple([make(ClusterStep, (r, *v)) for r, v in steps.items()])
+
+
+def state_rev(data: Mapping[str, object] | None) -> int:
+    """The revision of a stored state mapping: its ``rev`` when a non-negative int, else 0
+    (no state, or one written before revisions were kept). The stores' compare-and-set
+    reads it the same way (``stores.redis.CAS_SCRIPT``, ``stores._rev.stored_rev``)."""
+    if not data:
+        return 0
+    rev = data.get("rev") if isinstance(data, Mapping) else None
+    return rev if type(rev) is int and rev >= 0 else 0
 
 
 _last_verdict = _slots_maker(LastVerdict, "verdict", "depth")

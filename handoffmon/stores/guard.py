@@ -30,6 +30,10 @@ OPS = ("get", "put", "get_state", "put_state")
 KINDS = ("errors", "timeouts", "corrupt", "skipped")
 """Failure kinds: backend error, no answer in time, undecodable value, not tried (backing off)."""
 
+CONFLICTS = "conflicts"
+"""``put_state_conflicts``: state writes refused because another writer (a replica, a process
+sharing the SQLite file) had written the conversation since it was read; folded again."""
+
 
 class _Breaker:
     """After ``trip_after`` consecutive failures, skip the backend for ``retry_after_s``.
@@ -88,6 +92,7 @@ class GuardedStore:
         self._breaker = _Breaker(retry_after_s, trip_after, clock)
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {f"{op}_{kind}": 0 for op in OPS for kind in KINDS}
+        self._counts[f"put_state_{CONFLICTS}"] = 0
 
     def _call(self, op: str, method: str, *args: Any) -> Any:
         """The backend's ``method(*args)``, counted and backed off as ``op`` (the method is looked
@@ -112,10 +117,10 @@ class GuardedStore:
         self._breaker.reset()
         return result
 
-    def _count(self, op: str, kind: str) -> None:
+    def _count(self, op: str, kind: str, n: int = 1) -> None:
         key = f"{op}_{kind}"
         with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
+            self._counts[key] = self._counts.get(key, 0) + n
 
     def _failed(self, op: str, kind: str) -> None:
         self._count(op, kind)
@@ -189,6 +194,28 @@ class GuardedStore:
         if not states:
             return
         self._call("put_state", "put_states", states)
+
+    @property
+    def native_cas(self) -> bool:
+        """The backend writes states compare-and-set (:meth:`put_states_if`)."""
+        return bool(getattr(self.inner, "native_cas", False))
+
+    def put_states_if(
+        self, states: Sequence[tuple[str, Mapping[str, object], int]]
+    ) -> dict[str, Mapping[str, object] | None]:
+        """The backend's ``put_states_if`` (counted as ``put_state``): each state written only
+        while the stored one has the revision it was folded from; the conversations not
+        written, with their stored state, are returned and counted as ``put_state_conflicts``
+        (not failures: the caller folds again). ``StoreError`` when the backend failed."""
+        if not states:
+            return {}
+        conflicts: dict[str, Mapping[str, object] | None] | None = self._call(
+            "put_state", "put_states_if", states
+        )
+        if not conflicts:
+            return {}
+        self._count("put_state", CONFLICTS, len(conflicts))
+        return conflicts
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The backend's answer; ``StoreError`` when it failed (unreadable state → ``None``)."""

@@ -12,6 +12,7 @@ from handoffmon._extras import requires_extra
 from handoffmon.config import StoreConfig
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import Authorship, Merge, merge_authorship, merge_by_read_write
+from handoffmon.stores._rev import stored_rev
 
 with requires_extra("redis", "the Redis store"):
     import redis
@@ -88,6 +89,37 @@ return {corrupt, state}
 """``merge_many`` with ``merge_authorship`` as one script call: one round trip instead of a read
 and a write, and atomic, so replicas recording the same key at once cannot lose a collision.
 ``merge_many_get_state`` reads the conversation's state in the same call."""
+
+
+CAS_SCRIPT = """
+-- Compare-and-set of one conversation's state. KEYS[1]: the state key; ARGV[1]: TTL in ms;
+-- ARGV[2]: the revision the writer folded from; ARGV[3]: the new state (its revision
+-- ARGV[2] + 1). Writes only while the stored revision is ARGV[2] (a missing, unreadable or
+-- revision-less state has revision 0). Returns 0 when written, else the stored state
+-- ('' when missing) for the writer to fold again.
+local stored = redis.call('GET', KEYS[1])
+local rev = 0
+if stored then
+  local r = string.match(stored, '^{"rev":(%d+)[,}]')
+  if r then
+    rev = tonumber(r)
+  else
+    local ok, t = pcall(cjson.decode, stored)
+    if ok and type(t) == 'table' then
+      local v = t['rev']
+      if type(v) == 'number' and v >= 0 and v == math.floor(v) then rev = v end
+    end
+  end
+end
+if rev ~= tonumber(ARGV[2]) then
+  return stored or ''
+end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
+return 0
+"""
+"""``put_states_if``: write a state only while the stored one has the revision it was folded
+from (``pipeline.state.state_rev`` reads it the same way; ``encode_state`` keeps ``rev``
+first, so the script rarely decodes the whole blob)."""
 
 
 def encode_authorship(value: Authorship) -> str:
@@ -241,6 +273,7 @@ class RedisStore:
         self._keys = _Keys(cfg.key_prefix, cfg.ttl_s)
         self._client = client or _from_url(redis.Redis, cfg, Retry)
         self._merge = self._client.register_script(MERGE_SCRIPT)
+        self._cas = self._client.register_script(CAS_SCRIPT)
 
     @staticmethod
     def _run(op: str, call: Callable[[], T]) -> T:
@@ -398,6 +431,62 @@ class RedisStore:
             pipe.execute()
 
         self._run("put_state", call)
+
+    native_cas = True
+    """``put_states_if`` writes states compare-and-set (the check stage folds again on conflict)."""
+
+    def put_states_if(
+        self, states: Sequence[tuple[str, Mapping[str, object], int]]
+    ) -> dict[str, Mapping[str, object] | None]:
+        """Write each ``(conversation_id, state, rev)`` only while the stored state still has
+        revision ``rev`` (``state`` carries ``rev + 1``): one :data:`CAS_SCRIPT` call per
+        state, all in one pipelined round trip, each atomic on its own.
+
+        Returns:
+            The conversations not written, with the state stored now (``None``: missing or
+            unreadable) for the caller to fold its turns on again.
+        """
+        if not states:
+            return {}
+        ttl = self._keys.ttl_ms
+
+        def run(indices: Sequence[int]) -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for i in indices:
+                conversation_id, state, rev = states[i]
+                pipe.evalsha(
+                    self._cas.sha, 1, self._keys.state(conversation_id), ttl, rev, encode_state(state)
+                )
+            answers: list[Any] = pipe.execute(raise_on_error=False)
+            return answers
+
+        def call() -> list[Any]:
+            if len(states) == 1:  # no pipeline (the script object loads itself when missing)
+                conversation_id, state, rev = states[0]
+                key = self._keys.state(conversation_id)
+                return [self._cas(keys=[key], args=[ttl, rev, encode_state(state)])]
+            answers = run(range(len(states)))
+            missing = [i for i, a in enumerate(answers) if isinstance(a, redis.exceptions.NoScriptError)]
+            if missing:
+                # script cache flushed: load it and run again the calls it refused (only
+                # those: a written state run again would report a conflict with itself)
+                self._client.script_load(CAS_SCRIPT)
+                for i, a in zip(missing, run(missing), strict=True):
+                    answers[i] = a
+            for a in answers:
+                if isinstance(a, Exception):
+                    raise a
+            return answers
+
+        conflicts: dict[str, Mapping[str, object] | None] = {}
+        for (conversation_id, _, _), answer in zip(states, self._run("put_state", call), strict=True):
+            if answer == 0:
+                continue
+            try:
+                conflicts[conversation_id] = decode_state(answer or None)
+            except CorruptValue:  # folded again on an empty state with the revision it has
+                conflicts[conversation_id] = {"rev": stored_rev(answer)}
+        return conflicts
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A conversation's state, or ``None``."""

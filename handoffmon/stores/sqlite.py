@@ -12,6 +12,7 @@ from pathlib import Path
 
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import Authorship
+from handoffmon.stores._rev import stored_rev
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS handoffmon_attribution (
@@ -38,6 +39,17 @@ def _authorship(authors: str, depth: int, created_at: float, cid: str) -> Author
     if not isinstance(names, list):
         raise ValueError("authors is not a list")
     return Authorship(tuple(str(a) for a in names), int(depth), float(created_at), str(cid))
+
+
+def _state_or_rev(raw: str | None) -> Mapping[str, object] | None:
+    """A stored state blob as a mapping; an unreadable one as just its revision."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"rev": stored_rev(raw)}
 
 
 class SQLiteStore:
@@ -212,6 +224,48 @@ class SQLiteStore:
                 (conversation_id, blob, now + self.ttl_s),
             )
             self._maybe_purge(cur, now)
+
+    native_cas = True
+    """``put_states_if`` writes states compare-and-set (the check stage folds again on conflict)."""
+
+    def put_states_if(
+        self, states: Sequence[tuple[str, Mapping[str, object], int]]
+    ) -> dict[str, Mapping[str, object] | None]:
+        """Write each ``(conversation_id, state, rev)`` only while the stored state (an expired
+        one reads as missing) still has revision ``rev`` (``state`` carries ``rev + 1``): read
+        and write in one ``BEGIN IMMEDIATE`` transaction, so processes sharing the file cannot
+        overwrite each other's fold.
+
+        Returns:
+            The conversations not written, with the state stored now (``None``: missing or
+            unreadable) for the caller to fold its turns on again.
+        """
+        if not states:
+            return {}
+        try:
+            blobs = [(cid, json.dumps(dict(state), separators=(",", ":")), rev) for cid, state, rev in states]
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"conversation state is not JSON-serializable: {exc}") from exc
+        now = self._clock()
+        conflicts: dict[str, Mapping[str, object] | None] = {}
+        with self._cursor(write=True) as cur:
+            for conversation_id, blob, rev in blobs:
+                cur.execute(
+                    "SELECT state FROM handoffmon_conversation_state"
+                    " WHERE conversation_id = ? AND expires_at > ?",
+                    (conversation_id, now),
+                )
+                row = cur.fetchone()
+                stored = row[0] if row is not None else None
+                if stored_rev(stored) != rev:
+                    conflicts[conversation_id] = _state_or_rev(stored)
+                    continue
+                cur.execute(
+                    "INSERT OR REPLACE INTO handoffmon_conversation_state VALUES (?, ?, ?)",
+                    (conversation_id, blob, now + self.ttl_s),
+                )
+            self._maybe_purge(cur, now)
+        return conflicts
 
     def purge(self) -> int:
         """Delete expired rows now; returns how many went."""

@@ -134,7 +134,7 @@ def test_queued_turns_cost_three_store_calls_per_batch_and_match_one_by_one(
         m.start()  # the check thread takes the 32 queued turns as one batch
         assert m.flush(10)
         # every reply's keys merged and every state read in one call, the states written in one
-        assert store.calls == {"get_many": 1, "merge_get_states": 1, "put_states": 1}
+        assert store.calls == {"get_many": 1, "merge_get_states": 1, "put_states_if": 1}
         assert len(batched_exp.results) == CONVERSATIONS * DEPTH
         assert _seen(batched_exp.results) == _seen(single_exp.results)
         assert _counts(m) == _counts(reference)

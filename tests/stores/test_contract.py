@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,3 +245,36 @@ def _corrupt(store: AttributionStore, backend: str, tmp_path: Path) -> None:
     raw.set(f"{prefix}a:bad", b"\xff not json", px=60_000)
     raw.set(f"{prefix}s:conv", b"[1, 2]", px=60_000)
     raw.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_shared_stores_write_states_compare_and_set(backend: str, tmp_path: Path) -> None:
+    """``put_states_if`` writes a state only while the stored one has the revision it was folded
+    from, and answers a refused write with the state stored now; a state without a revision
+    (older releases) or an unreadable one has revision 0; the revision is read from the blob's
+    start or, when ``rev`` is not its first key, from the decoded state."""
+    store: Any = _build(backend, tmp_path)
+    try:
+        assert store.native_cas
+        assert store.put_states_if([("c1", {"rev": 1, "v": 1, "depth": 1}, 0)]) == {}
+        assert store.get_state("c1") == {"rev": 1, "v": 1, "depth": 1}
+        # another writer folded from revision 0 too: refused, told what is stored now
+        assert store.put_states_if([("c1", {"rev": 1, "v": 1, "depth": 9}, 0)]) == {
+            "c1": {"rev": 1, "v": 1, "depth": 1}
+        }
+        assert store.get_state("c1") == {"rev": 1, "v": 1, "depth": 1}
+        store.put_state("old", {"v": 1, "depth": 4})  # written before revisions were kept
+        store.put_state("late", {"v": 1, "rev": 5})  # rev not first
+        out = store.put_states_if(
+            [
+                ("c1", {"rev": 2, "v": 1, "depth": 2}, 1),
+                ("old", {"rev": 1, "v": 1, "depth": 5}, 0),
+                ("late", {"rev": 5, "v": 1}, 4),
+                ("new", {"rev": 1, "v": 1}, 3),  # absent: revision 0
+            ]
+        )
+        assert out == {"late": {"v": 1, "rev": 5}, "new": None}
+        assert store.get_state("c1") == {"rev": 2, "v": 1, "depth": 2}
+        assert store.get_state("old") == {"rev": 1, "v": 1, "depth": 5}
+    finally:
+        store.close()
