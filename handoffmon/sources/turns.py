@@ -1,7 +1,9 @@
 """The turn-log source: one row per checked turn and rule (JSONL, CSV or Parquet) → ``Counts``.
 
 Columns ``conversation_id, depth, model, prefix_model, rule, verdict`` (verdict pass, fail,
-not_applicable or error; other columns are ignored). Rows are validated first (the first
+not_applicable or error; other columns are ignored). handoffmon's own turn log (the
+``handoffmon.turn`` lines of ``telemetry.log_turns``) works as is: without ``rule`` and
+``verdict`` columns its ``verdicts`` map is expanded to one row per rule. Rows are validated first (the first
 bad row is reported with its file and line), then aggregated by embedded DuckDB running
 ``turns.sql`` — the same statements a warehouse can run on its own turn table
 (``docs/guides/turn-logs.md``). DuckDB streams, so files larger than memory work.
@@ -22,6 +24,8 @@ from handoffmon.errors import InputError, NoDataError
 from handoffmon.types import VERDICTS
 
 COLUMNS = ("conversation_id", "depth", "model", "prefix_model", "rule", "verdict")
+VERDICTS_MAP = "verdicts"
+"""handoffmon's own turn log has, instead of ``rule``/``verdict``, this map rule → verdict."""
 SUFFIXES = (".jsonl", ".ndjson", ".csv", ".parquet")
 
 
@@ -55,6 +59,31 @@ def _reader(path: Path) -> tuple[str, int, str]:
     return f"read_json('{quoted}', format = 'newline_delimited')", 0, "line"
 
 
+def _expand_verdicts(con: Any, path: Path, types: dict[str, str]) -> None:
+    """Table ``raw`` of handoffmon's own turn log (``handoffmon.turn`` lines: a ``verdicts``
+    map rule → verdict per turn) as one row per turn and rule, keeping each row's line number.
+
+    Lines without verdicts (no rule checked, or another event logged to the same file) give
+    no row; a turn whose author was never known (``model`` null) is ``unknown``, as its labels.
+    """
+    as_json = f"to_json(r.{VERDICTS_MAP})"
+    if types[VERDICTS_MAP] == "VARCHAR":  # CSV: the map as JSON text
+        as_json = f"CAST(r.{VERDICTS_MAP} AS JSON)"
+    keep, model = f"EXCLUDE ({VERDICTS_MAP})", ""
+    if "model" in types:  # a missing column is reported by the caller
+        keep = f"EXCLUDE (model, {VERDICTS_MAP})"
+        model = "coalesce(NULLIF(trim(CAST(r.model AS VARCHAR)), ''), 'unknown') AS model, "
+    con.execute(
+        f"CREATE TEMP TABLE expanded AS SELECT r.* {keep}, "
+        f"{model}e.key AS rule, e.value ->> '$' AS verdict "
+        f"FROM raw r, json_each({as_json}) e WHERE e.type <> 'NULL' ORDER BY r.handoffmon_row"
+    )
+    con.execute("DROP TABLE raw")
+    con.execute("ALTER TABLE expanded RENAME TO raw")
+    if con.execute("SELECT count(*) FROM raw").fetchone()[0] == 0:
+        raise NoDataError(f"{path}: no checked turns (no line has verdicts)")
+
+
 def _load(con: Any, path: Path) -> None:
     """Create table ``turns`` from the file after checking every row; the first bad one is an error."""
     import duckdb
@@ -68,7 +97,11 @@ def _load(con: Any, path: Path) -> None:
         raise InputError(f"{path}: not a readable turn log: {str(exc).splitlines()[0]}") from exc
     if con.execute("SELECT count(*) FROM raw").fetchone()[0] == 0:  # before columns: none inferred
         raise NoDataError(f"{path}: no rows")
-    have = {r[0] for r in con.execute("DESCRIBE raw").fetchall()}
+    types = {r[0]: r[1] for r in con.execute("DESCRIBE raw").fetchall()}
+    if "rule" not in types and "verdict" not in types and VERDICTS_MAP in types:
+        _expand_verdicts(con, path, types)
+        types = {r[0]: r[1] for r in con.execute("DESCRIBE raw").fetchall()}
+    have = set(types)
     missing = [c for c in COLUMNS if c not in have]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(COLUMNS)})")

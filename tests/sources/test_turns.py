@@ -112,3 +112,45 @@ def test_docs_show_the_sql_the_code_runs() -> None:
     """docs/guides/turn-logs.md embeds turns.sql verbatim."""
     doc = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "turn-logs.md").read_text()
     assert aggregation_sql().strip() in doc
+
+
+def test_handoffmon_own_turn_log_is_a_source(tmp_path: Path) -> None:
+    """The ``handoffmon.turn`` lines the real logs exporter writes (a ``verdicts`` map per turn,
+    no rule/verdict columns) read as a turn log: one row per rule, the same checks, turns,
+    baselines and cell sums the monitor counted in process; a line without verdicts adds nothing."""
+    import logging
+
+    from handoffmon.exporters.logs import StructlogExporter
+    from tests.pipeline.helpers import make_config, monitor, run_conversation
+
+    path = tmp_path / "handoffmon-turns.jsonl"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    stdlib = logging.getLogger("test.own_turn_log")
+    stdlib.setLevel(logging.INFO)
+    stdlib.propagate = False
+    stdlib.addHandler(handler)
+    rules = [
+        {"name": "short", "check": "length", "params": {"unit": "words", "max": 3}},
+        {"name": "no_commas", "check": "no_commas"},
+    ]
+    config = make_config(rules=rules, telemetry={"prometheus": False}, refit={"interval_s": 0})
+    try:
+        with monitor(config, exporters=[StructlogExporter(stdlib)]) as m:
+            for c, authors in enumerate([["a", "a", "b", "b"], ["b", "a"], ["a"], ["a", "a", "a"]]):
+                replies = [
+                    f"x{i}" if (i + c) % 2 else f"one, two three four {i}" for i in range(len(authors))
+                ]
+                run_conversation(m, authors, replies, metadata=[{"conversation_id": f"c{c}"}] * len(authors))
+            assert m.flush(10)
+            live = m.snapshot()
+        stdlib.info('{"event": "something.else", "level": "info"}')
+    finally:
+        stdlib.removeHandler(handler)
+        handler.close()
+    first = json.loads(path.read_text().splitlines()[0])
+    assert "verdicts" in first and "rule" not in first and "verdict" not in first
+    counts = load_source(str(path)).counts
+    assert counts.checks == live.checks and sum(counts.checks.values()) == 2 * 10
+    assert counts.turns == live.turns
+    assert counts.baseline_checks == live.baseline_checks
+    assert {k: v for k, v in counts.cell_stats.items() if v} == live.cell_stats  # the SQL keeps zeros
