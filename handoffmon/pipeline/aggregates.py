@@ -4,6 +4,7 @@ baseline, per-cell depth and conversation-cluster sums, shadow pairs) in memory 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections import Counter
@@ -38,7 +39,7 @@ _KINDS = (
     "cell_stats",
     "shadow",
 )
-_KEYED = {
+_KEYED: dict[str, Any] = {
     "checks": CheckKey,
     "transitions": TransitionKey,
     "turns": TurnKey,
@@ -46,6 +47,8 @@ _KEYED = {
     "cell_stats": CellStatKey,
     "shadow": ShadowKey,
 }
+_KIND_SET = frozenset(_KINDS)
+_log = logging.getLogger("handoffmon.pipeline")
 _TABLE = "handoffmon_counts"
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {_TABLE} (
@@ -71,11 +74,47 @@ def _encode(kind: str, key: Any) -> str:
 
 
 def _decode(kind: str, raw: str) -> Any:
-    if kind in _KEYED:
-        return _KEYED[kind](*json.loads(raw))
+    """A stored key; ``ValueError``/``TypeError`` when this release cannot read it."""
+    key_type = _KEYED.get(kind)
+    if key_type is not None:
+        fields = json.loads(raw)
+        if (
+            not isinstance(fields, list)
+            or len(fields) != len(key_type._fields)
+            or not all(type(f) is str for f in fields)
+        ):
+            raise ValueError(f"not a {key_type.__name__}")
+        return key_type(*fields)
     if kind == "session_lengths":
         return int(raw)
-    return raw
+    return str(raw)
+
+
+def _decode_rows(
+    rows: Iterable[tuple[str, str, int]], source: object
+) -> tuple[list[tuple[str, Any, int]], int]:
+    """Readable ``(kind, key, value)`` rows of the aggregates table (kinds this release does not
+    know are left out) and how many rows of known kinds could not be read: skipped, one
+    warning per call naming ``source`` (one bad row, e.g. from another release or a hand
+    edit, must not stop the monitor from starting)."""
+    out: list[tuple[str, Any, int]] = []
+    bad = 0
+    for kind, raw, value in rows:
+        if kind not in _KIND_SET:
+            continue
+        try:
+            out.append((kind, _decode(kind, raw), int(value)))
+        except (ValueError, TypeError, OverflowError):
+            bad += 1
+    if bad:
+        _log.warning(
+            "handoffmon: %s: skipped %d unreadable rows of the aggregates table %s "
+            '(counted as handoffmon_store_failures_total{op="aggregates", kind="corrupt"})',
+            source,
+            bad,
+            _TABLE,
+        )
+    return out, bad
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -86,11 +125,11 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _counts_from_rows(rows: Iterable[tuple[str, str, int]]) -> Counts:
+def _counts_from_rows(rows: Iterable[tuple[str, str, int]], source: object) -> Counts:
     tables: dict[str, dict[Any, int]] = {k: {} for k in _KINDS}
-    for kind, raw, value in rows:
-        if kind in tables and value:
-            tables[kind][_decode(kind, raw)] = int(value)
+    for kind, key, value in _decode_rows(rows, source)[0]:
+        if value:
+            tables[kind][key] = value
     return Counts(
         checks=tables["checks"],
         transitions=tables["transitions"],
@@ -121,7 +160,7 @@ def load_counts_sqlite(path: str | Path) -> Counts:
             conn.close()
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: cannot read handoffmon aggregates: {exc}") from exc
-    return _counts_from_rows(rows)
+    return _counts_from_rows(rows, path)
 
 
 class Aggregates:
@@ -147,15 +186,17 @@ class Aggregates:
         self._pending: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
         self._path = path
         self._conn: sqlite3.Connection | None = None
+        self.corrupt_rows = 0
+        """Rows of the SQLite file's aggregates table that could not be read at start (skipped)."""
         if path is not None:
             try:
                 self._conn = _connect(path)
                 rows = self._conn.execute(f"SELECT kind, key, value FROM {_TABLE}").fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"{path}: cannot open aggregates: {exc}") from exc
-            for kind, raw, value in rows:
-                if kind in self._totals:
-                    self._totals[kind][_decode(kind, raw)] += int(value)
+            decoded, self.corrupt_rows = _decode_rows(rows, path)
+            for kind, key, value in decoded:
+                self._totals[kind][key] += value
             self._seed_guard()
 
     def _seed_guard(self) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts, ShadowKey
+from handoffmon.errors import CorruptValue
 from handoffmon.ingress import Outcome, Request, StreamOutcome
 from handoffmon.labels import LabelGuard
 from handoffmon.pipeline import fork
@@ -108,6 +109,9 @@ class Monitor:
                 trip_after=config.store.backoff_after,
             )
         )
+        corrupt = getattr(self.aggregates, "corrupt_rows", 0)
+        if corrupt:  # unreadable rows of the SQLite aggregates table, skipped at start
+            self.store.count("aggregates", CorruptValue.kind, corrupt)
         self.rules = rules if rules is not None else RuleSet.for_monitor(config)
         self.attributor = Attributor(
             self.store,

@@ -117,6 +117,11 @@ class GuardedStore:
         self._breaker.reset()
         return result
 
+    def count(self, op: str, kind: str, n: int = 1) -> None:
+        """Count ``n`` failures of ``op`` found outside a store call (``stats()`` key
+        ``<op>_<kind>``; not reported to ``on_failure``), e.g. unreadable aggregate rows."""
+        self._count(op, kind, n)
+
     def _count(self, op: str, kind: str, n: int = 1) -> None:
         key = f"{op}_{kind}"
         with self._lock:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -10,8 +12,10 @@ import pytest
 from handoffmon.counts import CheckKey, ShadowKey, TransitionKey, TurnKey
 from handoffmon.errors import StoreError
 from handoffmon.pipeline.aggregates import Aggregates, load_counts_sqlite
+from handoffmon.pipeline.monitor import Monitor
 from handoffmon.testing import make_turn_result
 from handoffmon.types import CheckResult, MessageAttribution, Transition, TurnContext, TurnRecord, TurnResult
+from tests.pipeline.helpers import make_config
 
 
 def _result(author: str = "b", prefix: str = "a", handoff: bool | None = True) -> TurnResult:
@@ -251,3 +255,41 @@ def test_add_turn_matches_the_reference_keys_and_guard_lookups(caps: tuple[int, 
     assert new.guard.models == ref.guard.models and new.guard.rules == ref.guard.rules
     if caps is not None:
         assert new.guard.overflows()["rule"] > 0 and new.guard.overflows()["model"] > 0
+
+
+BAD_ROWS = [
+    ("turns", '["model-a","none","1","false","extra"]', 3),  # a key with a 5th field (a newer release)
+    ("session_lengths", "abc", 1),  # not an int
+    ("checks", "not-json", 1),
+    ("checks", "[1,2,3,4,5]", 1),  # fields not names
+    ("monitor_errors", "persist", "many"),  # value not an int
+]
+
+
+def test_unreadable_aggregate_rows_are_skipped_counted_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A SQLite aggregates table holding rows this release cannot read (audit e9: one such row
+    stopped ``serve`` from starting): the monitor starts with the readable totals, counts the
+    rows as ``store_failures{op="aggregates", kind="corrupt"}`` and logs one warning; the
+    refit loader skips them too."""
+    path = str(tmp_path / "handoffmon.db")
+    first = Aggregates(path)
+    for _ in range(3):
+        first.add_turn(_result())
+    first.close()
+    expected = Aggregates(path).snapshot()
+    conn = sqlite3.connect(path)
+    conn.executemany("INSERT INTO handoffmon_counts VALUES (?, ?, ?)", BAD_ROWS)
+    conn.commit()
+    conn.close()
+    caplog.set_level(logging.WARNING, logger="handoffmon")
+    m = Monitor(make_config(store={"backend": "sqlite", "path": path}))
+    try:
+        assert m.snapshot() == expected
+        assert m.store.stats()["aggregates_corrupt"] == len(BAD_ROWS)
+        warnings = [r for r in caplog.records if "unreadable rows" in r.getMessage()]
+        assert len(warnings) == 1 and "5" in warnings[0].getMessage()
+        assert load_counts_sqlite(path) == expected
+    finally:
+        m.close()

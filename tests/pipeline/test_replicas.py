@@ -140,7 +140,7 @@ def _race(replicas: Sequence[Monitor], racing: threading.Event | None) -> None:
         for replica in senders:
             turn(replica, history, reply, author, headers={"x-conversation-id": "conv-race"})
         for replica in senders:
-            assert replica.flush(10)
+            assert replica.flush(30)
         if racing is not None:
             racing.clear()
         history += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"next {depth}"}]
@@ -159,7 +159,7 @@ def test_replicas_folding_one_conversation_at_once_count_as_one(backend: str, tm
     either writes it): the state is written compare-and-set, the loser folds again on the
     winner's state, so Σn², Σyn, Σy² and the conversation counts equal one replica's (the
     audit's e2b_race: conversations 120–126 and n2 1344–1440 where one replica gives 120, 1440)."""
-    barrier, racing = threading.Barrier(2, timeout=10), threading.Event()
+    barrier, racing = threading.Barrier(2, timeout=30), threading.Event()
     if backend == "redis":
         require_redis()
         cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
