@@ -339,6 +339,18 @@ class ShadowConfig(_Section):
     pair_calls_per_hour: int = Field(default=60, gt=0)
     """Shadow calls per ordered (prefix model, model) pair in any hour, so frequent pairs
     leave budget for rare ones."""
+    max_calls_per_conversation: int = Field(default=2, gt=0)
+    """Shadow calls per conversation in any hour (skip reason ``conversation_quota``), so no
+    conversation — a long one, or one a client keeps sending — takes more than its share of the
+    budget. Counted for the conversations shadowed in the last hour, at most 10,000 (the least
+    recently shadowed forgotten first)."""
+    seed: str | None = Field(default=None, min_length=16)
+    """Secret that fixes which turns are sampled (and which candidate a no-handoff arm takes),
+    keyed by the turn's conversation and position. Unset: a random secret drawn when the runtime is
+    built (per process; forked workers share it), so nobody can pick conversation ids that are
+    always sampled, and replicas sample independently. Set it (e.g. ``HANDOFFMON_SHADOW__SEED``)
+    only to make replicas or reruns of the same traffic sample the same turns, and keep it
+    secret: whoever knows it can choose ids that are always sampled."""
     max_output_tokens: int = Field(default=1024, gt=0)
     """``max_tokens`` of every shadow call (bounds the reservation)."""
     max_concurrency: int = Field(default=2, gt=0)

@@ -40,7 +40,7 @@ class ShadowCollector(Collector):
             CounterMetricFamily,
             "handoffmon_shadow_skipped",
             "Turns offered for shadow continuation that got no shadow call, by reason (not_sampled, "
-            "budget_calls, budget_tokens, budget_money, quota, breaker_open, busy, ...).",
+            "budget_calls, budget_tokens, budget_money, quota, conversation_quota, breaker_open, busy, ...).",
             ("reason",),
             s.skipped,
         )
@@ -60,13 +60,14 @@ class ShadowCollector(Collector):
         )
         yield CounterMetricFamily(
             "handoffmon_shadow_tokens",
-            "Tokens used by shadow calls (dry run: their reserved bound).",
+            "Tokens used by shadow calls, as reported (dry run, and a sent call that failed: the "
+            "upper bound reserved for it).",
             value=s.tokens,
         )
         yield CounterMetricFamily(
             "handoffmon_shadow_spend_usd",
-            "USD spent on shadow calls, priced from the deployments or litellm's cost map (dry run: "
-            "the reserved bound).",
+            "USD spent on shadow calls, priced from the deployments or litellm's cost map (dry run, "
+            "and a sent call that failed: the upper bound reserved for it).",
             value=s.usd,
         )
         yield _family(

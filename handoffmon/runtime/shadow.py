@@ -114,6 +114,7 @@ class ShadowRunner:
             unsent=unsent,
             key=f"{turn.conversation_id}\x00{len(messages)}",
             routable=getattr(source, "routable", None),
+            conversation=turn.conversation_id,
         )
         if isinstance(decision, Skip):
             self._count(self._skipped, decision.reason)

@@ -9,15 +9,22 @@ limit, even with calls in flight.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from handoffmon.config import ShadowConfig
 
 Pair = tuple[str, str]
+
+MAX_CONVERSATIONS = 10_000
+"""Conversations whose shadow calls in the last hour are counted (``max_calls_per_conversation``):
+the least recently shadowed are forgotten first, so the map is bounded whatever ids clients send.
+Entries only come with admitted calls, so at up to ~166 calls per minute none is forgotten while
+it still holds a call."""
 
 
 class SlidingWindow:
@@ -26,6 +33,8 @@ class SlidingWindow:
     Memory is bounded by the number of admissions inside one window, which the calls-per-
     minute window bounds for every other window of the same budget.
     """
+
+    __slots__ = ("_items", "_total", "limit", "window_s")
 
     def __init__(self, limit: float, window_s: float) -> None:
         self.limit, self.window_s = float(limit), float(window_s)
@@ -62,10 +71,11 @@ class Reservation:
     tokens: float
     usd: float
     _items: dict[str, list[float]]
+    _conversation: SlidingWindow | None = None
 
 
 class Budget:
-    """Calls per minute, tokens per hour, money per day and per-pair calls per hour.
+    """Calls per minute, tokens per hour, money per day, per-pair and per-conversation calls per hour.
 
     Args:
         config: the ``shadow`` section.
@@ -80,22 +90,29 @@ class Budget:
         self.tokens = SlidingWindow(config.tokens_per_hour, 3600.0)
         self.usd = SlidingWindow(config.usd_per_day or float("inf"), 86400.0)
         self._pairs: dict[Pair, SlidingWindow] = {}
+        self._conversations: OrderedDict[bytes, SlidingWindow] = OrderedDict()
 
     def upper_bound_tokens(self, prompt_bytes: int, messages: int) -> float:
         """Tokens a call can use at most: prompt bytes + 4 per message (chat framing) + max output."""
         return float(prompt_bytes + 4 * messages + self.config.max_output_tokens)
 
     def reserve(
-        self, pair: Pair, tokens: float, prices: tuple[float, float] | None, prompt_tokens: float
+        self,
+        pair: Pair,
+        tokens: float,
+        prices: tuple[float, float] | None,
+        prompt_tokens: float,
+        conversation: str | None = None,
     ) -> Reservation | str:
-        """Admit a call or say which limit stops it (``budget_calls``, ``budget_tokens``,
-        ``budget_money``, ``no_price``, ``quota``).
+        """Admit a call or say which limit stops it (``conversation_quota``, ``budget_calls``,
+        ``budget_tokens``, ``budget_money``, ``no_price``, ``quota``).
 
         Args:
             pair: (prefix model, model) of the pair the call would produce.
             tokens: the call's upper bound of tokens (``upper_bound_tokens``).
             prices: (USD per input token, USD per output token), None if unknown.
             prompt_tokens: the part of ``tokens`` that is input (priced at the input rate).
+            conversation: the turn's conversation id (None: no per-conversation cap).
         """
         usd = 0.0
         if self.config.usd_per_day is not None:
@@ -107,6 +124,14 @@ class Budget:
             pair_window = self._pairs.get(pair)
             if pair_window is None:
                 pair_window = SlidingWindow(self.config.pair_calls_per_hour, 3600.0)
+            conv_key = conv_window = None
+            if conversation is not None:  # a digest: the map's memory does not grow with id length
+                conv_key = hashlib.blake2b(
+                    conversation.encode("utf-8", "surrogatepass"), digest_size=16
+                ).digest()
+                conv_window = self._conversations.get(conv_key)
+                if conv_window is not None and not conv_window.fits(1.0, now):
+                    return "conversation_quota"
             checks = (("budget_calls", self.calls, 1.0), ("budget_tokens", self.tokens, tokens),
                       ("budget_money", self.usd, usd), ("quota", pair_window, 1.0))  # fmt: skip
             for reason, window, amount in checks:
@@ -117,7 +142,12 @@ class Budget:
             items = {name: w.add(a, now) for name, w, a in (
                 ("calls", self.calls, 1.0), ("tokens", self.tokens, tokens), ("usd", self.usd, usd),
                 ("pair", pair_window, 1.0))}  # fmt: skip
-            return Reservation(pair, tokens, usd, items)
+            if conv_key is not None:
+                if conv_window is None:
+                    conv_window = SlidingWindow(self.config.max_calls_per_conversation, 3600.0)
+                items["conversation"] = conv_window.add(1.0, now)
+                self._remember(conv_key, conv_window, now)
+            return Reservation(pair, tokens, usd, items, conv_window)
 
     def settle(self, r: Reservation, tokens: float | None, usd: float | None) -> None:
         """Settle a reservation to the call's reported use (None: keep the upper bound)."""
@@ -130,7 +160,12 @@ class Budget:
     def cancel(self, r: Reservation) -> None:
         """Give a reservation back whole (no call was sent): every window settles it to 0."""
         with self._lock:
-            windows = {"calls": self.calls, "tokens": self.tokens, "usd": self.usd}
+            windows = {
+                "calls": self.calls,
+                "tokens": self.tokens,
+                "usd": self.usd,
+                "conversation": r._conversation,
+            }
             for name, item in r._items.items():
                 window = windows.get(name) or self._pairs.get(r.pair)
                 if window is not None:
@@ -142,6 +177,18 @@ class Budget:
         with self._lock:
             now = self._clock()
             return {k: w.used(now) for k, w in windows.items()}, {k: w.limit for k, w in windows.items()}
+
+    def _remember(self, key: bytes, window: SlidingWindow, now: float) -> None:
+        """Keep a conversation's window as the most recently shadowed; forget those whose last call
+        left the hour, and the least recently shadowed beyond ``MAX_CONVERSATIONS``."""
+        self._conversations[key] = window
+        self._conversations.move_to_end(key)
+        conversations = self._conversations
+        while conversations:
+            oldest = next(iter(conversations.values()))
+            if len(conversations) <= MAX_CONVERSATIONS and oldest.used(now) > 0:
+                break
+            conversations.popitem(last=False)
 
     def _forget_idle(self, now: float) -> None:
         """Drop per-pair windows with nothing inside (bounds the pair map by recent pairs)."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
+import secrets
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
-
-from xxhash import xxh3_64_intdigest
 
 from handoffmon.config import ShadowConfig
 from handoffmon.shadow.breaker import Breaker
@@ -28,14 +28,26 @@ class Decision(NamedTuple):
     reservation: Reservation | None
 
 
-_SAMPLE_SEED = 0x5EED5A3D
-_PICK_SEED = 0x91C4C0DE
+_SAMPLE = b"hm-shadow-sample"
+_PICK = b"hm-shadow-pick"
 
 
-def _unit(key: str, seed: int) -> float:
-    """A uniform draw in [0, 1) fixed by ``key``: the same turn gets the same draw on every
-    replica and every run."""
-    return xxh3_64_intdigest(key.encode("utf-8", "surrogatepass"), seed=seed) / 2.0**64
+def draw_secret(seed: str | None) -> bytes:
+    """The key of the sampling draws: derived from ``shadow.seed``, or 32 random bytes when it is
+    unset (a secret of this policy, so of this process; forked workers share their parent's)."""
+    if seed is None:
+        return secrets.token_bytes(32)
+    return hashlib.blake2b(
+        seed.encode("utf-8", "surrogatepass"), digest_size=32, person=b"hm-shadow-seed"
+    ).digest()
+
+
+def _unit(key: str, secret: bytes, purpose: bytes) -> float:
+    """A uniform draw in [0, 1) fixed by ``key`` and ``secret`` (keyed BLAKE2b, a PRF): the same
+    turn gets the same draw under the same secret, and without the secret nobody can tell which
+    keys draw low (the conversation id in ``key`` is the caller's to choose)."""
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8, key=secret, person=purpose)
+    return int.from_bytes(digest.digest(), "big") / 2.0**64
 
 
 class Skip(NamedTuple):
@@ -47,9 +59,11 @@ class Skip(NamedTuple):
 SKIP_REASONS: tuple[str, ...] = (
     "disabled", "not_eligible", "history_stored", "history_not_chat", "not_sampled", "arm_off",
     "no_candidate", "not_allowed", "breaker_open", "budget_calls", "budget_tokens", "budget_money",
-    "no_price", "quota", "busy", "no_route",
+    "no_price", "quota", "conversation_quota", "busy", "no_route",
 )  # fmt: skip
-"""``no_route``: the integration cannot send a call to the target (a Router with no group serving
+"""``conversation_quota``: the conversation had ``max_calls_per_conversation`` shadow calls in the
+last hour (checked with the budget, after the breaker).
+``no_route``: the integration cannot send a call to the target (a Router with no group serving
 only that model); checked before the breaker and the budget, so it holds no budget.
 ``busy``: the runtime's shadow queue was full (the decision's reservation is given back).
 ``history_stored``, ``history_not_chat``: an eligible Responses or Messages API turn whose history
@@ -68,6 +82,9 @@ class ShadowPolicy:
             (the integration's default: the router's fallbacks of that model group).
         prices: model → (USD per input token, USD per output token) or None.
         rng: sampling source for a turn decided without a ``key`` (injectable for tests).
+
+    A turn decided with a ``key`` draws from keyed BLAKE2b under ``config.seed`` (or a random
+    secret of this policy when unset).
     """
 
     def __init__(
@@ -87,6 +104,7 @@ class ShadowPolicy:
         self._prices = prices
         self._rng = rng or random.Random()
         self._allowed = frozenset(config.targets)
+        self._secret = draw_secret(config.seed)
 
     def decide(
         self,
@@ -100,6 +118,7 @@ class ShadowPolicy:
         unsent: str | None = None,
         key: str | None = None,
         routable: Callable[[str], bool] | None = None,
+        conversation: str | None = None,
     ) -> Decision | Skip:
         """Decision for a finished turn whose history was last written by ``prefix_model``.
 
@@ -113,10 +132,12 @@ class ShadowPolicy:
             prices: this turn's integration's prices (default: the policy's).
             unsent: why this eligible turn's history cannot be sent (``ShadowOffer.unsent``).
             key: the turn's identity (its conversation and position): whether it is sampled,
-                and which candidate a no-handoff arm takes, are then fixed by it — the same on
-                every replica and every run (a seeded demo or replay reproduces its shadow
-                pairs) — instead of drawn from ``rng``.
+                and which candidate a no-handoff arm takes, are then fixed by it and the
+                secret (``shadow.seed``: the same on every replica and every run, so a seeded
+                demo or replay reproduces its shadow pairs) instead of drawn from ``rng``.
             routable: whether this turn's integration can send a call to a target (default: it can).
+            conversation: the turn's conversation, held to ``max_calls_per_conversation``
+                (None: no per-conversation cap).
         """
         c = self.config
         if not c.enabled:
@@ -125,7 +146,7 @@ class ShadowPolicy:
             return Skip("not_eligible")
         if unsent is not None:
             return Skip(unsent)
-        draw = self._rng.random() if key is None else _unit(key, _SAMPLE_SEED)
+        draw = self._rng.random() if key is None else _unit(key, self._secret, _SAMPLE)
         if draw >= c.sample_rate:
             return Skip("not_sampled")
         arm = "handoff" if author != prefix_model else "no_handoff"
@@ -142,7 +163,7 @@ class ShadowPolicy:
             pick = (
                 self._rng.randrange(len(allowed))
                 if key is None
-                else int(_unit(key, _PICK_SEED) * len(allowed))
+                else int(_unit(key, self._secret, _PICK) * len(allowed))
             )
             target = model = allowed[pick]
         if target not in self._allowed:
@@ -155,7 +176,7 @@ class ShadowPolicy:
         tokens = self.budget.upper_bound_tokens(size, messages)
         prompt = tokens - c.max_output_tokens
         reserved = self.budget.reserve(
-            (prefix_model, model), tokens, (prices or self._prices)(target), prompt
+            (prefix_model, model), tokens, (prices or self._prices)(target), prompt, conversation
         )
         if isinstance(reserved, str):
             self.breaker.release(target)

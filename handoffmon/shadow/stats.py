@@ -15,8 +15,9 @@ class ShadowStats:
         skipped: reason → turns not shadowed (``policy.SKIP_REASONS``).
         checks: (arm, verdict) → the shadow replies' verdicts.
         pairs: arm → pairs recorded (one per shadow reply with at least one paired rule).
-        tokens: tokens the shadow calls used (settled; dry runs: the reserved bound).
-        usd: what they cost (dry runs: the reserved bound).
+        tokens: tokens the shadow calls used (settled; dry runs, and sent calls that failed: the
+            reserved upper bound).
+        usd: what they cost (likewise).
         budget_used: window → amount used now (``calls`` per minute, ``tokens`` per hour, ``usd`` per day).
         budget_limit: window → its limit (``usd``: +Inf without a money cap).
         breaker_open: target → 1 while its shadow traffic is stopped, else 0.

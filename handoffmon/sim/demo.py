@@ -132,19 +132,22 @@ def demo_config(
         telemetry=TelemetryConfig(log_turns=False, metrics_port=metrics_port),
         refit=RefitConfig(interval_s=refit_interval_s),
         routing=routing if routing is not None else RoutingConfig(),
-        shadow=demo_shadow(fleet, settings.shadow_rate),
+        shadow=demo_shadow(fleet, settings.shadow_rate, settings.seed),
     )
 
 
-def demo_shadow(fleet: Fleet, rate: float) -> ShadowConfig:
+def demo_shadow(fleet: Fleet, rate: float, seed: int) -> ShadowConfig:
     """Shadow continuation at ``rate`` to every fleet model, with budgets no demo run reaches
     (the simulated models cost nothing); off at rate 0. The no-handoff arm asks the router's
-    fallbacks of the served model's group."""
+    fallbacks of the served model's group. ``shadow.seed`` comes from the demo's ``seed``, so a
+    rerun samples the same turns (a deployment's default is a random secret per process)."""
     if rate <= 0:
         return ShadowConfig()
     return ShadowConfig(
         enabled=True,
         sample_rate=rate,
+        seed=f"handoffmon demo --seed {seed}",
+        max_calls_per_conversation=10**9,
         targets=[m.name for m in fleet.models],
         calls_per_minute=1e9,
         tokens_per_hour=10**12,

@@ -36,6 +36,7 @@ def _config(upstream_url: str, **shadow: Any) -> HandoffmonConfig:
                 "targets": ["alpha", "beta"],
                 "candidates": {"alpha": ["beta"], "beta": ["alpha"]},
                 "request_models": {"alpha": "model-a", "beta": "model-b"},
+                "max_calls_per_conversation": 100,  # these conversations are shadowed on every turn
                 **shadow,
             },
         }

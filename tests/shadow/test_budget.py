@@ -6,6 +6,7 @@ import random
 
 from handoffmon.config import ShadowConfig
 from handoffmon.shadow import Budget, Reservation
+from handoffmon.shadow.budget import MAX_CONVERSATIONS
 from handoffmon.testing import FakeClock
 
 PRICES = (1e-6, 4e-6)
@@ -67,3 +68,32 @@ def test_money_cap_needs_a_price() -> None:
     """With a money cap, a target without a known price is refused (never spent blind)."""
     budget = Budget(ShadowConfig(usd_per_day=1.0), FakeClock(0.0))
     assert budget.reserve(("a", "b"), 100.0, None, 50.0) == "no_price"
+
+
+def test_the_per_conversation_cap_is_given_back_with_a_cancelled_reservation() -> None:
+    """A call that was never sent (``busy``, ``no_route``) gives its conversation's slot back too."""
+    budget = Budget(ShadowConfig(usd_per_day=None, max_calls_per_conversation=1), FakeClock(0.0))
+    r = budget.reserve(("a", "b"), 100.0, None, 50.0, "conv")
+    assert isinstance(r, Reservation)
+    assert budget.reserve(("a", "b"), 100.0, None, 50.0, "conv") == "conversation_quota"
+    budget.cancel(r)
+    assert isinstance(budget.reserve(("a", "b"), 100.0, None, 50.0, "conv"), Reservation)
+
+
+def test_the_per_conversation_map_stays_bounded_whatever_ids_clients_send() -> None:
+    """More conversations than ``MAX_CONVERSATIONS`` within the hour, each with a 10 kB id: the map
+    keeps the most recently shadowed ``MAX_CONVERSATIONS`` (as 16-byte digests, so id length costs
+    nothing), and forgets every conversation whose calls left the hour."""
+    limits = {"calls_per_minute": 1e9, "tokens_per_hour": 10**12, "pair_calls_per_hour": 10**9}
+    clock = FakeClock(0.0)
+    budget = Budget(ShadowConfig(usd_per_day=None, max_calls_per_conversation=1, **limits), clock)  # type: ignore[arg-type]
+    pad = "x" * 10_000
+    for i in range(MAX_CONVERSATIONS + 50):
+        assert isinstance(budget.reserve(("a", "b"), 10.0, None, 5.0, f"{i}{pad}"), Reservation)
+    assert len(budget._conversations) == MAX_CONVERSATIONS
+    assert {len(k) for k in budget._conversations} == {16}
+    last = f"{MAX_CONVERSATIONS + 49}{pad}"
+    assert budget.reserve(("a", "b"), 10.0, None, 5.0, last) == "conversation_quota"  # still held
+    clock.advance(3601)
+    assert isinstance(budget.reserve(("a", "b"), 10.0, None, 5.0, last), Reservation)
+    assert len(budget._conversations) == 1

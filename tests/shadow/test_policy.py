@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
+from xxhash import xxh3_64_intdigest
 
 from handoffmon.config import ShadowConfig, config_from_mapping
 from handoffmon.errors import ConfigError
 from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy, Skip
 from handoffmon.testing import FakeClock
+
+LIMITS = {"calls_per_minute": 1e6, "pair_calls_per_hour": 10**6, "tokens_per_hour": 10**9}
 
 
 def _policy(clock: FakeClock | None = None, **cfg: object) -> ShadowPolicy:
@@ -81,12 +87,12 @@ def test_enabled_without_targets_fails_fast() -> None:
 
 
 def test_a_keyed_turn_is_sampled_and_given_a_candidate_by_its_key_alone() -> None:
-    """With the turn's key, sampling and the no-handoff arm's candidate no longer depend on
-    the order turns arrive in (threads, replicas, a rerun of a seeded demo): the same key gets
-    the same decision from two policies with differently seeded sources, the rate holds over
+    """With the turn's key and a ``seed``, sampling and the no-handoff arm's candidate no longer
+    depend on the order turns arrive in (threads, replicas, a rerun of a seeded demo): the same key
+    gets the same decision from two policies with differently seeded sources, the rate holds over
     distinct keys, and every candidate is taken."""
-    limits = {"calls_per_minute": 1e6, "pair_calls_per_hour": 10**6, "tokens_per_hour": 10**9}
-    config = ShadowConfig(enabled=True, sample_rate=0.2, usd_per_day=None, targets=["a", "b", "c"], **limits)  # type: ignore[arg-type]
+    config = ShadowConfig(enabled=True, sample_rate=0.2, usd_per_day=None, targets=["a", "b", "c"],
+                          seed="replicas-share-this", **LIMITS)  # type: ignore[arg-type]  # fmt: skip
 
     def policy(seed: int) -> ShadowPolicy:
         clock = FakeClock(0.0)
@@ -115,3 +121,89 @@ def test_a_keyed_turn_is_sampled_and_given_a_candidate_by_its_key_alone() -> Non
         [two.decide("a", "a", 10, 1) for _ in range(200)],
     )
     assert [isinstance(d, Decision) for d in unkeyed[0]] != [isinstance(d, Decision) for d in unkeyed[1]]
+
+
+def _old_public_draw(key: str) -> float:
+    """The sampling draw before ``shadow.seed``: xxh3 with a seed anyone could read in the source."""
+    return xxh3_64_intdigest(key.encode("utf-8"), seed=0x5EED5A3D) / 2.0**64
+
+
+def _sampled(policy: ShadowPolicy, keys: list[str]) -> list[bool]:
+    return [isinstance(policy.decide("a", "b", 10, 3, key=k), Decision) for k in keys]
+
+
+def test_ids_chosen_offline_against_the_public_seed_are_sampled_at_the_rate() -> None:
+    """Audit t5: the draw was a public hash of (conversation id, length), so a client could pick
+    ids whose turns are always sampled (40 found in ~2,400 tries at 2%) and spend the budget.
+    400 ids picked that way (their depth-2 turn drew < 0.1 under the public hash) are sampled at
+    about the rate, not always, with the default random secret and with a configured seed.
+    Before the fix all 400 were sampled."""
+    rate, ids, i = 0.1, [], 0
+    while len(ids) < 400:
+        if _old_public_draw(f"evil-{i}\x003") < rate:
+            ids.append(f"evil-{i}\x003")
+        i += 1
+    for seed in (None, "a-configured-secret-seed"):
+        hits = sum(_sampled(_policy(targets=["a"], sample_rate=rate, seed=seed, **LIMITS), ids))
+        assert 15 <= hits <= 70, (seed, hits)  # Binomial(400, 0.1): mean 40, SD 6, ±4 SD
+
+
+_SAMPLE_IN_A_PROCESS = """
+import json, sys
+from handoffmon.config import ShadowConfig
+from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy
+seed = sys.argv[1] or None
+c = ShadowConfig(enabled=True, sample_rate=0.5, usd_per_day=None, targets=["a"], seed=seed,
+                 calls_per_minute=1e6, pair_calls_per_hour=10**6, tokens_per_hour=10**9)
+p = ShadowPolicy(c, Budget(c), Breaker(2, 30.0))
+print(json.dumps([isinstance(p.decide("a", "b", 10, 3, key=f"c{i}\\x003"), Decision) for i in range(200)]))
+"""
+
+
+def _sample_in_a_process(seed: str) -> list[bool]:
+    out = subprocess.run([sys.executable, "-c", _SAMPLE_IN_A_PROCESS, seed], capture_output=True, text=True,
+                         check=True, timeout=120)  # fmt: skip
+    return list(json.loads(out.stdout))
+
+
+def test_two_processes_without_a_seed_sample_differently_and_one_seed_reproduces() -> None:
+    """No ``shadow.seed``: each process draws its own secret, so two processes sample different
+    turns (200 keys at rate 0.5 agree by chance with probability 2^-200). The same seed samples
+    the same turns in two processes, another seed different ones. Before the fix every process
+    sampled the same turns (the seed was a constant), and ``seed`` was no key."""
+    unseeded = _sample_in_a_process(""), _sample_in_a_process("")
+    assert unseeded[0] != unseeded[1]
+    assert 60 <= sum(unseeded[0]) <= 140
+    seeded = _sample_in_a_process("the-same-seed-16+"), _sample_in_a_process("the-same-seed-16+")
+    assert seeded[0] == seeded[1]
+    assert _sample_in_a_process("another-seed-16++") != seeded[0]
+
+
+def test_a_conversation_gets_at_most_max_calls_per_conversation_per_hour() -> None:
+    """Every turn sampled: a conversation's third call within the hour is skipped as
+    ``conversation_quota`` (another conversation still gets its calls), and it gets calls again an
+    hour after them. Before the fix one conversation could take the whole budget."""
+    clock = FakeClock(0.0)
+    p = _policy(clock, targets=["a"], max_calls_per_conversation=2, **LIMITS)
+
+    def decide(conversation: str, depth: int) -> Decision | Skip:
+        return p.decide("a", "b", 10, 3, key=f"{conversation}\x00{depth}", conversation=conversation)
+
+    assert [type(decide("x", n)).__name__ for n in (3, 5, 7, 9)] == ["Decision", "Decision", "Skip", "Skip"]
+    assert decide("x", 11) == Skip("conversation_quota")
+    assert isinstance(decide("y", 3), Decision)
+    clock.advance(3601)
+    assert isinstance(decide("x", 13), Decision)
+
+
+def test_bad_shadow_seed_and_cap_fail_fast_naming_the_key() -> None:
+    """``seed`` is a secret of at least 16 characters (a short or numeric one could be guessed),
+    ``max_calls_per_conversation`` a positive integer; a bad value names its key."""
+    ok = config_from_mapping({"shadow": {"seed": "s" * 16, "max_calls_per_conversation": 3}}).shadow
+    assert (ok.seed, ok.max_calls_per_conversation) == ("s" * 16, 3)
+    defaults = config_from_mapping({}).shadow
+    assert (defaults.seed, defaults.max_calls_per_conversation) == (None, 2)
+    for bad, key in (({"seed": "short"}, "shadow.seed"), ({"seed": 12345}, "shadow.seed"),
+                     ({"max_calls_per_conversation": 0}, "shadow.max_calls_per_conversation")):  # fmt: skip
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            config_from_mapping({"shadow": bad}, source="handoffmon.yaml")

@@ -427,3 +427,51 @@ def test_targets_naming_no_deployment_are_logged_once_at_wrap_time(
         told = [r.getMessage() for r in caplog.records if "shadow.targets" in r.getMessage()]
         assert len(told) == 1
         assert "['gpt-b']" in told[0] and "model-c'" not in told[0].split("match no")[0]
+
+
+def _converse_as(client: Any, rt: Any, conversation_id: str, turns: int) -> None:
+    """``turns`` turns of alpha in a conversation whose id the caller sets (request metadata)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    metadata = {"conversation_id": conversation_id}
+    for i in range(turns):
+        reply = client.completion(model="alpha", messages=messages, metadata=metadata)
+        messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                     {"role": "user", "content": f"more {i}"}]  # fmt: skip
+        assert rt.flush(20)
+
+
+def test_conversation_ids_chosen_offline_no_longer_take_the_shadow_budget(router: Any) -> None:
+    """Audit t5 end to end: at sample_rate 0.02 a client picks, offline, 40 conversation ids whose
+    depth-2 turn drew below the rate under the old public hash and sends one such turn each. Now
+    they are sampled at the rate (Binomial(40, 0.02): mean 0.8; more than 6 calls has probability
+    < 1e-5) and the calls-per-minute budget stays free for legitimate turns. Before the fix every
+    one was sampled: 10 calls filled ``calls_per_minute`` 10 and 30 were skipped as budget_calls."""
+    from tests.shadow.test_policy import _old_public_draw
+
+    rate, ids, i = 0.02, [], 0
+    while len(ids) < 40:
+        if _old_public_draw(f"evil-{i}\x003") < rate:
+            ids.append(f"evil-{i}")
+        i += 1
+    shadow = {"sample_rate": rate, "calls_per_minute": 10, "candidates": {"model-c": ["model-b"]}}
+    with _runtime(enabled=True, targets=["model-b"], **shadow) as rt:
+        client = wrap(router, runtime=rt)
+        for cid in ids:
+            _converse_as(client, rt, cid, 2)
+        stats = rt.shadow.stats
+        assert sum(stats.calls.values()) <= 6, stats.calls
+        assert "budget_calls" not in stats.skipped
+        assert stats.skipped["not_sampled"] >= 34
+
+
+def test_a_conversation_is_held_to_max_calls_per_conversation(router: Any) -> None:
+    """Every turn sampled, one conversation of five turns (four eligible): two shadow calls, the
+    other two counted in ``handoffmon_shadow_skipped_total{reason="conversation_quota"}``; another
+    conversation still gets its calls. Before the fix all four were shadowed."""
+    with _runtime(enabled=True, targets=["model-b"], candidates={"model-c": ["model-b"]}) as rt:
+        client = wrap(router, runtime=rt)
+        _converse_as(client, rt, "chatty", 5)
+        assert _sample(rt, "handoffmon_shadow_calls_total", arm="no_handoff", outcome="ok") == 2
+        assert _sample(rt, "handoffmon_shadow_skipped_total", reason="conversation_quota") == 2
+        _converse_as(client, rt, "another", 2)
+        assert _sample(rt, "handoffmon_shadow_calls_total", arm="no_handoff", outcome="ok") == 3

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,15 @@ pytest.importorskip("litellm")
 from handoffmon.sim.demo import DemoSettings, build_world, close_world, run_initial
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _shadowed_run(settings: DemoSettings) -> tuple[Any, Any]:
+    """The demo's initial run: its outcome and the shadow runner's stats."""
+    world = build_world(settings)
+    try:
+        return run_initial(world), world.runtime.shadow.stats
+    finally:
+        close_world(world)
 
 
 @pytest.mark.slow
@@ -30,12 +40,7 @@ def test_demo_shadow_recovers_the_planted_switch_costs_within_their_intervals() 
     Pearson ranged 0.46-0.84 over five runs; at 100% (~1,800 pairs over 56 entries) it was
     0.86-0.88 over three, so 0.75 leaves room for a change of seed or fleet and still fails on
     a broken estimator (the observational contrast scores 0.33-0.40)."""
-    world = build_world(DemoSettings(size=0.5, seed=7, shadow_rate=1.0))
-    try:
-        outcome = run_initial(world)
-        stats = world.runtime.shadow.stats
-    finally:
-        close_world(world)
+    outcome, stats = _shadowed_run(DemoSettings(size=0.5, seed=7, shadow_rate=1.0))
     rec = outcome.shadow
     assert rec is not None
     print(rec.line(), rec.pairs)
@@ -82,6 +87,35 @@ def test_demo_shadow_cli_prints_the_line_writes_switch_costs_and_reports_them(tm
     assert "Switch cost (shadow continuation)" in (tmp_path / "handoffmon-report.html").read_text(
         encoding="utf-8"
     )
+
+
+def test_the_demo_seeds_shadow_sampling_from_its_own_seed() -> None:
+    """A deployment's shadow sampling is keyed by a random secret per process unless
+    ``shadow.seed`` is set; the demo sets it from ``--seed`` (one seed, one secret), and lifts the
+    per-conversation cap like its other budgets. Before ``shadow.seed`` existed this failed."""
+    worlds = [build_world(DemoSettings(size=0.02, seed=s, shadow_rate=0.3)) for s in (7, 7, 8)]
+    try:
+        seven, again, eight = (w.config.shadow for w in worlds)
+        assert seven.seed is not None and seven.seed == again.seed != eight.seed
+        assert seven.max_calls_per_conversation >= 10**6
+    finally:
+        for w in worlds:
+            close_world(w)
+
+
+@pytest.mark.slow
+def test_a_shadowed_demo_run_is_reproduced_by_its_seed() -> None:
+    """Two runs of one seed shadow the same turns and print the same line (with the seed's secret
+    instead of a per-process one, which would sample other turns in every run)."""
+
+    def run() -> tuple[str, dict[object, int], dict[str, int]]:
+        outcome, stats = _shadowed_run(DemoSettings(size=0.1, seed=3, shadow_rate=0.5))
+        assert outcome.shadow is not None
+        return outcome.shadow.line(), dict(stats.calls), dict(stats.skipped)
+
+    first, second = run(), run()
+    assert first == second
+    assert sum(first[1].values()) > 20
 
 
 def test_shadow_off_in_the_demo_config_by_default() -> None:
