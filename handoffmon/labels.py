@@ -43,6 +43,10 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _log = logging.getLogger("handoffmon.labels")
 
 
+_REJECTED_BITS = 1 << 20
+_REJECTED_MASK = _REJECTED_BITS - 1
+
+
 class _SharedNames:
     """A label's admitted names, shared by every process writing one multiprocess directory.
 
@@ -112,7 +116,9 @@ class _Admitter:
         self._full = False
         """Shared mode: the file held ``cap`` names at the last read (all of them admitted here)."""
         self.overflows = 0
-        """Lookups mapped to ``other`` because the cap was reached."""
+        """Distinct names mapped to ``other`` because the cap was reached (each counted at its
+        first rejection in this process; see ``_first_rejection``)."""
+        self._rejected: bytearray | None = None
         for value in seed:
             self._admit(value[:MAX_LABEL_CHARS])
 
@@ -158,8 +164,28 @@ class _Admitter:
         with self._lock:
             if self._admit(value):
                 return value
-            self.overflows += 1
+            if self._first_rejection(value):
+                self.overflows += 1
             return None
+
+    def _first_rejection(self, value: str) -> bool:
+        """Whether ``value`` is rejected for the first time (call under the lock).
+
+        A two-hash Bloom filter of 2**20 bits (128 KiB, allocated at the first rejection):
+        memory stays bounded however many names flood in; a false positive (a new name taken
+        for one seen before, rare below ~100,000 rejected names) undercounts, never overcounts.
+        """
+        bits = self._rejected
+        if bits is None:
+            bits = self._rejected = bytearray(_REJECTED_BITS // 8)
+        h = hash(value)
+        new = False
+        for i in (h & _REJECTED_MASK, (h >> 20) & _REJECTED_MASK):
+            byte, bit = i >> 3, 1 << (i & 7)
+            if not bits[byte] & bit:
+                bits[byte] |= bit
+                new = True
+        return new
 
     @property
     def counted(self) -> int:
@@ -196,8 +222,9 @@ class LabelGuard:
             are this process's own.
 
     Overflow is visible as series with the value ``other``, through ``usage()``
-    (admitted values vs cap per label) and ``overflows()`` (lookups mapped to ``other``),
-    which the exporters publish.
+    (admitted values vs cap per label) and ``overflows()`` (distinct names mapped to
+    ``other``, each counted once per process however often it is looked up again — a refit
+    publishing the same names adds nothing), which the exporters publish.
     """
 
     def __init__(
@@ -273,7 +300,8 @@ class LabelGuard:
         }
 
     def overflows(self) -> dict[str, int]:
-        """Per label: lookups mapped to ``other`` because its cap was reached (monotonic)."""
+        """Per label: distinct names mapped to ``other`` because its cap was reached, each at its
+        first rejection in this process (monotonic)."""
         return {k: a.overflows for k, a in self._admitters().items()}
 
     @property
@@ -354,7 +382,7 @@ def refit_input_labels(
 
     The increments are ``counts.turn_cell_stats``'s, built here as label tuples directly
     (per turn, on the exporters' path): the same keys in the same order, one guard lookup
-    per key as before (overflow counts stay per lookup)."""
+    per key as before (the same admissions and overflow counts)."""
     ctx = result.context
     model, prefix = guard.model(result.record.author), guard.model(ctx.prefix_model)
     bucket = guard.depth_bucket(result.depth_bucket, ctx.depth)

@@ -315,8 +315,11 @@ class OTelExporter:
         meter.create_observable_counter(
             "handoffmon_label_overflows",
             callbacks=[self._observe_overflows],
-            unit="{lookup}",
-            description="Label values mapped to 'other' because the label's cap was reached, by label.",
+            unit="{name}",
+            description=(
+                "Distinct names mapped to 'other' because a label cap was reached, by label "
+                "(each counted once per process)."
+            ),
         )
         meter.create_observable_counter(
             "handoffmon_store_failures",

@@ -382,7 +382,8 @@ def _counters() -> _Counters:
         ),
         label_overflows=Counter(
             "handoffmon_label_overflows",
-            "Names mapped to 'other' because a label cap was reached (in-process counters and labels).",
+            "Distinct names mapped to 'other' because a label cap was reached (in-process counters "
+            "and labels), each counted once per process at its first rejection.",
             ("label",),
             registry=r,
         ),
