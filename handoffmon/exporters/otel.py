@@ -176,6 +176,14 @@ def evaluation_attributes(
     return attrs
 
 
+def _sampled_out(context: Context | None) -> bool:
+    """Whether ``context`` holds a valid span context whose trace was not sampled."""
+    if context is None:
+        return False
+    span_context = trace.get_current_span(context).get_span_context()
+    return span_context.is_valid and not span_context.trace_flags.sampled
+
+
 class OTelExporter:
     """Exports each turn and handoffmon's counters through OpenTelemetry, the way GenAI stacks run it.
 
@@ -186,7 +194,9 @@ class OTelExporter:
     parented to the caller's span captured with the request (its ``traceparent``: the
     current span, the ``traceparent`` header, or LiteLLM's parent span) and carrying
     ``gen_ai.response.id`` when the response had one, which is how a backend joins them to
-    the caller's GenAI span when no parent was captured.
+    the caller's GenAI span when no parent was captured. When the parent span was not
+    sampled (its ``traceparent`` flags say so, or the own span's sampler dropped it) the
+    turn's events are skipped, like the spans of that trace; the metrics still count it.
 
     ``span="own"`` (stacks with no GenAI instrumentation): one CLIENT span per turn,
     ``chat {request_model}``, with the GenAI and ``handoffmon.*`` attributes, dated from
@@ -376,7 +386,12 @@ class OTelExporter:
             end = span_times(result)[1]
             if self._own_span:
                 parent = self._span(result, parent)
-            else:
+            if _sampled_out(parent):
+                # the trace they belong to was not sampled (the caller's, or the own span the
+                # sampler dropped): events would be orphans of a trace no backend keeps
+                self._count(result)
+                return True
+            if not self._own_span:
                 self._emit(TURN_EVENT, span_attributes(result), parent, end)
             previous = {t.rule: t.from_verdict for t in result.transitions}
             for check in result.checks:
