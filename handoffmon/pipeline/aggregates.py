@@ -7,8 +7,9 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,14 @@ class Aggregates:
             keeps counting them.
     """
 
-    def __init__(self, path: str | None = None, *, guard: LabelGuard | None = None) -> None:
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        guard: LabelGuard | None = None,
+        retry_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.guard = guard if guard is not None else LabelGuard()
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
@@ -188,16 +196,40 @@ class Aggregates:
         self._conn: sqlite3.Connection | None = None
         self.corrupt_rows = 0
         """Rows of the SQLite file's aggregates table that could not be read at start (skipped)."""
+        self.open_error: StoreError | None = None
+        """Why the SQLite file could not be opened at start (``None``: it was, or memory mode).
+        Counting goes on in memory meanwhile; :meth:`flush` tries to open it again every
+        ``retry_s``, then adds the file's totals and writes what was counted since."""
+        self._retry_s = retry_s
+        self._clock = clock
+        self._closed = False
+        self._next_try = 0.0
         if path is not None:
             try:
-                self._conn = _connect(path)
-                rows = self._conn.execute(f"SELECT kind, key, value FROM {_TABLE}").fetchall()
-            except sqlite3.Error as exc:
-                raise StoreError(f"{path}: cannot open aggregates: {exc}") from exc
-            decoded, self.corrupt_rows = _decode_rows(rows, path)
+                self._attach()
+            except StoreError as exc:
+                self.open_error = exc
+                self._next_try = clock() + retry_s
+                _log.warning("handoffmon: %s; counting in memory until it opens", exc)
+            self._seed_guard()
+
+    def _attach(self) -> None:
+        """Open the SQLite file and add its totals (``StoreError`` when it cannot be read)."""
+        assert self._path is not None
+        conn = None
+        try:
+            conn = _connect(self._path)
+            rows = conn.execute(f"SELECT kind, key, value FROM {_TABLE}").fetchall()
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise StoreError(f"{self._path}: cannot open aggregates: {exc}") from exc
+        decoded, corrupt = _decode_rows(rows, self._path)
+        with self._lock:
             for kind, key, value in decoded:
                 self._totals[kind][key] += value
-            self._seed_guard()
+            self.corrupt_rows += corrupt
+            self._conn = conn
 
     def _seed_guard(self) -> None:
         """Names already persisted are admitted first (most counted first): a restart keeps them."""
@@ -214,7 +246,7 @@ class Aggregates:
 
     def _add(self, kind: str, key: Any, n: int = 1) -> None:
         self._totals[kind][key] += n
-        if self._conn is not None:
+        if self._path is not None:
             self._pending[kind][key] += n
 
     def add_turn(self, result: TurnResult) -> None:
@@ -267,7 +299,7 @@ class Aggregates:
         ]
         methods, clean = result.attribution_methods, result.clean
         with self._lock:
-            tables = (self._totals,) if self._conn is None else (self._totals, self._pending)
+            tables = (self._totals,) if self._path is None else (self._totals, self._pending)
             for table in tables:  # straight-line updates: ~30 per turn
                 table["turns"][turn] += 1
                 if checks:
@@ -360,7 +392,16 @@ class Aggregates:
             StoreError: the write failed; the increments stay pending for the next flush.
         """
         if self._conn is None:
-            return
+            if self._path is None or self._closed or self._clock() < self._next_try:
+                return
+            self._next_try = self._clock() + self._retry_s
+            try:  # the file could not be opened at start: try again (at most every retry_s)
+                with self._io_lock:
+                    self._attach()
+            except StoreError:
+                return  # counted once, at start; still counting in memory
+            _log.warning("handoffmon: %s: aggregates opened, persisting again", self._path)
+            self.open_error = None
         with self._lock:
             pending = self._pending
             self._pending = {k: Counter() for k in _KINDS}
@@ -394,6 +435,7 @@ class Aggregates:
     def close(self) -> None:
         """Flush and close the SQLite connection (idempotent)."""
         if self._conn is None:
+            self._closed = True
             return
         try:
             self.flush()
@@ -402,3 +444,4 @@ class Aggregates:
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
+                self._closed = True

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts, ShadowKey
-from handoffmon.errors import CorruptValue
+from handoffmon.errors import CorruptValue, StoreError
 from handoffmon.ingress import Outcome, Request, StreamOutcome
 from handoffmon.labels import LabelGuard
 from handoffmon.pipeline import fork
@@ -91,7 +91,7 @@ class Monitor:
         self.guard = guard if guard is not None else LabelGuard.from_config(config)
         """Caps the names kept in the aggregates (the exporters' guard when shared)."""
         if aggregates is None:
-            aggregates = Aggregates(sqlite_path, guard=self.guard)
+            aggregates = Aggregates(sqlite_path, guard=self.guard, retry_s=config.store.backoff_s)
         self.aggregates = aggregates
         self.errors = ErrorSink(self.aggregates, log_interval_s=config.pipeline.error_log_interval_s)
         self.names = ModelNames(config.attribution.canonical_models)
@@ -112,6 +112,12 @@ class Monitor:
         corrupt = getattr(self.aggregates, "corrupt_rows", 0)
         if corrupt:  # unreadable rows of the SQLite aggregates table, skipped at start
             self.store.count("aggregates", CorruptValue.kind, corrupt)
+        if getattr(self.aggregates, "open_error", None) is not None:  # counting in memory meanwhile
+            self.store.count("aggregates", StoreError.kind)
+        open_error = getattr(self.store.inner, "open_error", None)
+        if open_error is not None:  # a file that cannot be opened (yet): start failing open
+            _log.warning("handoffmon: %s; attribution unknown until it opens (tried again)", open_error)
+            self.store.failed_at_start("get", open_error)
         self.rules = rules if rules is not None else RuleSet.for_monitor(config)
         self.attributor = Attributor(
             self.store,

@@ -117,6 +117,13 @@ class GuardedStore:
         self._breaker.reset()
         return result
 
+    def failed_at_start(self, op: str, exc: StoreError) -> None:
+        """The backend could not be opened at start (a corrupt or read-only SQLite file): count
+        it as a failed ``op`` and report the store failing open (``healthy`` False) until a
+        call succeeds; calls go on trying it, backed off as after any failure."""
+        self._breaker.trip()
+        self._failed(op, exc.kind)
+
     def count(self, op: str, kind: str, n: int = 1) -> None:
         """Count ``n`` failures of ``op`` found outside a store call (``stats()`` key
         ``<op>_<kind>``; not reported to ``on_failure``), e.g. unreadable aggregate rows."""

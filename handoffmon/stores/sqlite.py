@@ -89,12 +89,29 @@ class SQLiteStore:
         self._all: dict[threading.Thread, sqlite3.Connection] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._open = False
+        self.open_error: StoreError | None = None
+        """Why the file could not be opened at start (``None``: it was). The store still starts:
+        every call tries to open it again and fails with ``StoreError`` until it can (the store
+        guard backs off between tries), so a corrupt or read-only file degrades monitoring
+        (attribution unknown) instead of stopping the application."""
+        try:
+            self._ensure_open()
+        except StoreError as exc:
+            self.open_error = exc
+
+    def _ensure_open(self) -> None:
+        """Create the directory and the tables once (``StoreError`` until that succeeds)."""
+        if self._open:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create directory for {self.path}: {exc}") from exc
-        with self._cursor() as cur:
+        with self._cursor(opening=True) as cur:
             cur.executescript(_SCHEMA)
+        self._open = True
+        self.open_error = None
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -104,9 +121,13 @@ class SQLiteStore:
             conn = sqlite3.connect(
                 self.path, timeout=self._busy_ms / 1000, isolation_level=None, check_same_thread=False
             )
-            conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error:  # not a database, read-only, ...: no connection kept
+                conn.close()
+                raise
             self._local.conn = conn
             with self._lock:
                 self._prune_dead_threads()
@@ -120,7 +141,9 @@ class SQLiteStore:
                 self._all.pop(thread).close()
 
     @contextmanager
-    def _cursor(self, write: bool = False) -> Iterator[sqlite3.Cursor]:
+    def _cursor(self, write: bool = False, opening: bool = False) -> Iterator[sqlite3.Cursor]:
+        if not opening:
+            self._ensure_open()
         try:
             conn = self._connection()
             cur = conn.cursor()

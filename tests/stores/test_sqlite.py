@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from handoffmon.errors import StoreError
+from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.protocols import AttributionStore, Authorship
+from handoffmon.runtime import build_runtime
 from handoffmon.stores.sqlite import SQLiteStore
 from handoffmon.testing import FakeClock
+from tests.pipeline.helpers import make_config, run_conversation
 from tests.stores.helpers import run_in_threads
 
 A = Authorship(("gpt-4o", "claude"), 3, 12.5, "conv-1")
@@ -159,10 +164,13 @@ def test_concurrent_processes_write_safely(tmp_path: Path) -> None:
 
 
 def test_failures_raise_store_error(tmp_path: Path) -> None:
-    """An unusable path, or use after close, raises StoreError naming the file."""
+    """An unusable path, or use after close, raises StoreError naming the file (the store is
+    still built: ``open_error`` says why it could not open)."""
     (tmp_path / "dir.db").mkdir()
+    unusable = SQLiteStore(tmp_path / "dir.db")
+    assert unusable.open_error is not None and "dir.db" in str(unusable.open_error)
     with pytest.raises(StoreError, match=r"dir\.db"):
-        SQLiteStore(tmp_path / "dir.db")
+        unusable.get_many(["k"])
     store = SQLiteStore(tmp_path / "ok.db")
     store.close()
     with pytest.raises(StoreError):
@@ -177,3 +185,37 @@ def test_connections_of_finished_threads_are_closed(tmp_path: Path) -> None:
     assert len(store._all) <= 2
     assert store.get_many(["0:0", "19:0"]) == [A, A]
     store.close()
+
+
+GARBAGE = b"this is not a database" * 100
+
+
+def test_an_unopenable_file_starts_degraded_and_recovers(tmp_path: Path) -> None:
+    """A corrupt SQLite file (audit e6/e10: ``serve`` and ``wrap()`` refused to start) is no
+    configuration error: the runtime starts, the store fails open (attribution unknown,
+    ``healthy`` False, counted), the aggregates count in memory; once the file can be opened,
+    both are retried after ``store.backoff_s`` and what was counted meanwhile reaches the file."""
+    path = tmp_path / "handoffmon.db"
+    path.write_bytes(GARBAGE)
+    cfg = make_config(store={"backend": "sqlite", "path": str(path), "backoff_s": 0.2})
+    rt = build_runtime(cfg, registry=None)  # raised ConfigError before
+    m = rt.monitor
+    try:
+        assert not m.store.healthy  # /readyz: store failing_open from the start
+        stats = m.store.stats()
+        assert stats["get_errors"] == 1 and stats["aggregates_errors"] == 1
+        run_conversation(m, ["a", "b"])
+        assert m.flush(10)
+        assert sum(m.snapshot().turns.values()) == 2  # counted in memory
+        failed = m.store.stats()
+        assert failed["get_errors"] + failed["get_skipped"] > 1  # the turns' store calls failed open
+        path.unlink()  # the operator replaces the file
+        time.sleep(0.3)  # past store.backoff_s
+        run_conversation(m, ["a", "b"], user="again")
+        assert m.flush(10)
+        assert m.store.healthy  # the store answers again
+    finally:
+        rt.close()
+    assert sum(load_counts_sqlite(path).turns.values()) == 4  # the turns counted while degraded too
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM handoffmon_attribution").fetchone()[0] > 0
