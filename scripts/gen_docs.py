@@ -138,12 +138,28 @@ def _families(registry: Any) -> list[tuple[str, str, tuple[str, ...], str]]:
     return out
 
 
-def _metrics_table(rows: list[tuple[str, str, tuple[str, ...], str]]) -> list[str]:
+def _metrics_table(
+    rows: list[tuple[str, str, tuple[str, ...], str]], only_with: dict[str, str] | None = None
+) -> list[str]:
+    """Markdown rows; a metric in ``only_with`` (name → config key) is marked as exported only
+    when that feature is enabled."""
     lines = ["| metric | type | labels | description |", "|---|---|---|---|"]
     for name, kind, labels, doc in rows:
         label_text = ", ".join(f"`{label}`" for label in labels) or "—"
+        when = (only_with or {}).get(name)
+        if when:
+            doc = f"*Only with `{when}`.* {doc}"
         lines.append(f"| `{name}` | {kind} | {label_text} | {_cell(doc)} |")
     return lines
+
+
+def _exposed_names(collector: Any) -> list[str]:
+    """The exposed names of the families ``collector`` serves (alone in a registry)."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return [name for name, *_ in _families(registry)]
 
 
 def monitor_metrics_block() -> str:
@@ -188,14 +204,20 @@ def monitor_metrics_block() -> str:
     # the runtime registers the store guard's failure counters beside the exporter, in every mode
     exporter.registry.register(StoreStatsCollector(lambda: {"get_errors": 0}))
     # and, with routing.enabled, the routing policy's decisions and its table's age
-    exporter.registry.register(RoutingCollector(lambda: {("dry_run", "unchanged"): 0}, lambda now: 0.0))
+    routing = RoutingCollector(lambda: {("dry_run", "unchanged"): 0}, lambda now: 0.0)
+    exporter.registry.register(routing)
     # and, with shadow.enabled, shadow continuation's calls, skips, checks, spend, budget and breaker
     stats = ShadowStats(
         {("handoff", "ok"): 0}, {"not_sampled": 0}, {("handoff", "pass"): 0}, {"handoff": 0}, 0.0, 0.0,
         {"calls": 0.0}, {"calls": 30.0}, {"gpt-4o-mini": 0}, 0,
     )  # fmt: skip
-    exporter.registry.register(ShadowCollector(lambda: stats))
-    return "\n".join(_metrics_table(_families(exporter.registry)))
+    shadow_collector = ShadowCollector(lambda: stats)
+    exporter.registry.register(shadow_collector)
+    # the rows of a feature that is off by default are marked: a monitor without it has none
+    only_with = {name: "routing.enabled" for name in _exposed_names(routing)}
+    only_with.update({name: "shadow.enabled" for name in _exposed_names(shadow_collector)})
+    only_with["handoffmon_shadow_pair_stats_total"] = "shadow.enabled"  # counted from shadow pairs only
+    return "\n".join(_metrics_table(_families(exporter.registry), only_with))
 
 
 def monitor_stages_block() -> str:
