@@ -112,11 +112,43 @@ async def _healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+READYZ_PROBE_S = 1.0
+"""While the store fails open, ``/readyz`` pings it at most this often (no traffic needed to
+see it back)."""
+READYZ_PROBE_WAIT_S = 0.2
+"""How long ``/readyz`` waits for that ping before answering with what it knew (the ping goes on
+in a worker thread; the event loop is never blocked)."""
+
+
+def _store_ok(store: Any) -> bool:
+    # failing open from a failed call until one succeeds (not only while the breaker skips)
+    return bool(getattr(store, "healthy", True)) and bool(getattr(store, "available", True))
+
+
+async def _probe_store(request: Request, store: Any) -> None:
+    """While the store fails open: ping it off the event loop (one ping at a time, at most
+    every ``READYZ_PROBE_S``); a success resets the guard (``GuardedStore.probe``)."""
+    probe = getattr(store, "probe", None)
+    if not callable(probe):
+        return
+    app_state = request.app.state
+    task: asyncio.Future[Any] | None = getattr(app_state, "store_probe", None)
+    loop = asyncio.get_running_loop()
+    if task is None or task.done():
+        if loop.time() < getattr(app_state, "store_probe_next", 0.0):
+            return
+        app_state.store_probe_next = loop.time() + READYZ_PROBE_S
+        task = app_state.store_probe = asyncio.ensure_future(asyncio.to_thread(probe))
+    await asyncio.wait([task], timeout=READYZ_PROBE_WAIT_S)
+
+
 async def _readyz(request: Request) -> Response:
     state = _state(request)
     store = getattr(state.monitor, "store", None)
-    # failing open from a failed call until one succeeds (not only while the breaker skips)
-    store_ok = bool(getattr(store, "healthy", True)) and bool(getattr(store, "available", True))
+    store_ok = _store_ok(store)
+    if not store_ok:
+        await _probe_store(request, store)
+        store_ok = _store_ok(store)
     ready = state.ready and state.upstream.started and not state.draining
     status = "ready" if ready else ("draining" if state.draining else "not_ready")
     body = {"status": status, "store": "ok" if store_ok else "failing_open"}

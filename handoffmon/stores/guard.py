@@ -259,6 +259,20 @@ class GuardedStore:
         with self._lock:
             return dict(self._counts)
 
+    def probe(self) -> bool:
+        """Whether the backend answers now (its ``ping``; a store without one is taken as
+        answering); a success closes the breaker, so ``healthy`` is True again before traffic
+        needs the store (readiness probes: ``/readyz``). Blocks up to the backend's timeout;
+        never raises."""
+        ping = getattr(self.inner, "ping", None)
+        try:
+            ok = bool(ping()) if callable(ping) else True
+        except Exception:
+            ok = False
+        if ok:
+            self._breaker.reset()
+        return ok
+
     @property
     def available(self) -> bool:
         """False while the guard is skipping the backend after repeated failures."""

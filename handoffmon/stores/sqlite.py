@@ -290,6 +290,15 @@ class SQLiteStore:
             self._maybe_purge(cur, now)
         return conflicts
 
+    def ping(self) -> bool:
+        """Whether the file opens and answers now (for readiness probes); never raises."""
+        try:
+            with self._cursor() as cur:
+                cur.execute("SELECT 1 FROM handoffmon_conversation_state LIMIT 1")
+        except StoreError:
+            return False
+        return True
+
     def purge(self) -> int:
         """Delete expired rows now; returns how many went."""
         with self._cursor(write=True) as cur:

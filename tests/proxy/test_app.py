@@ -382,3 +382,30 @@ def test_conversation_id_headers_key_the_conversation_state(proxy: Proxy, header
     assert proxy.monitor.flush(10)
     assert proxy.monitor.store.get_state(cid) is not None
     assert proxy.monitor.store.get_state("conv-never-sent") is None
+
+
+def test_readyz_sees_the_store_back_without_traffic(upstream: Upstream) -> None:
+    """Redis (a private server) stops: after a failed call ``/readyz`` says ``failing_open``;
+    once Redis is back, ``/readyz`` itself pings the store (off the event loop, throttled) and
+    says ``ok`` again with no request in between (it stayed ``failing_open`` until traffic)."""
+    from handoffmon.errors import StoreError
+    from tests.stores.redis_server import RedisServer
+
+    with RedisServer() as server:
+        store = {"backend": "redis", "url": server.url, "timeout_s": 0.2, "backoff_s": 0.2}
+        with running_proxy(proxy_config(upstream.url, store=store)) as p:
+            assert httpx.get(f"{p.url}/readyz").json()["store"] == "ok"
+            server.stop()
+            with pytest.raises(StoreError):
+                p.monitor.store.get_state("probe")
+            assert httpx.get(f"{p.url}/readyz").json()["store"] == "failing_open"
+            server.start()
+            deadline = time.monotonic() + 10
+            seen = []
+            while time.monotonic() < deadline:
+                seen.append(httpx.get(f"{p.url}/readyz").json()["store"])
+                if seen[-1] == "ok":
+                    break
+                time.sleep(0.3)
+            assert seen[-1] == "ok", seen
+            assert sum(p.monitor.snapshot().turns.values()) == 0  # no traffic needed
