@@ -31,7 +31,11 @@ def make_store(config: StoreConfig) -> AttributionStore:
         return RedisStore(config)
     from handoffmon.stores.memory import MemoryStore
 
-    return MemoryStore(max_conversations=config.max_conversations, ttl_s=config.ttl_s)
+    return MemoryStore(
+        max_conversations=config.max_conversations,
+        max_keys_per_conversation=config.max_keys_per_conversation,
+        ttl_s=config.ttl_s,
+    )
 
 
 def __getattr__(name: str) -> object:

@@ -9,8 +9,8 @@ and content fingerprint), so there are no per-key Python objects:
 - an open-addressing hash table (an ``array`` of slot numbers, linear probing, load ≤ ½,
   backward-shift deletion) finds a key's slot;
 - author tuples are interned (a handful of models), the conversation id lives once in the
-  key's group; slots of one group form a doubly linked list, so a group is evicted by
-  walking it;
+  key's group; slots of one group form a doubly linked list (newest at its head, oldest at
+  its tail), so a group is evicted by walking it and its oldest key is dropped in O(1);
 - conversation state is kept ``marshal``-ed (a deep copy in one bytes object).
 
 Keys of any other shape (tests, foreign writers) go through an exact ``dict`` index, with
@@ -58,10 +58,14 @@ class MemoryStore:
 
     Entries are grouped by ``Authorship.conversation_id`` (a key without one is its own
     group); the least recently used groups are evicted together once there are more than
-    ``max_conversations``. Keys and state expire ``ttl_s`` after their last write.
+    ``max_conversations``. A group holding more than ``max_keys_per_conversation`` keys drops
+    its oldest (first recorded) keys, so one conversation id shared by all traffic cannot grow
+    without bound; those drops are counted in :attr:`evicted_keys`. Keys and state expire
+    ``ttl_s`` after their last write.
 
     Args:
         max_conversations: LRU cap on groups (``store.max_conversations``).
+        max_keys_per_conversation: cap on one group's keys (``store.max_keys_per_conversation``).
         ttl_s: expiry after the last write (``store.ttl_s``).
         clock: wall clock (tests pass a fake).
     """
@@ -74,17 +78,22 @@ class MemoryStore:
         self,
         *,
         max_conversations: int = 100_000,
+        max_keys_per_conversation: int = 10_000,
         ttl_s: float = 7 * 24 * 3600,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if max_conversations <= 0 or ttl_s <= 0:
-            raise ValueError("max_conversations and ttl_s must be positive")
+        if max_conversations <= 0 or max_keys_per_conversation <= 0 or ttl_s <= 0:
+            raise ValueError("max_conversations, max_keys_per_conversation and ttl_s must be positive")
         self.max_conversations = max_conversations
+        self.max_keys_per_conversation = max_keys_per_conversation
         self.ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
         self.evicted = 0
+        """Conversations evicted by the ``max_conversations`` cap."""
+        self.evicted_keys = 0
+        """Keys dropped by the ``max_keys_per_conversation`` cap (oldest of their conversation)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -114,6 +123,7 @@ class MemoryStore:
         self._g_name: list[str] = []
         self._g_state: list[object] = []
         self._g_head = array("i")
+        self._g_tail = array("i")
         self._g_count = array("I")
         self._g_written = array("d")
         self._g_free: list[int] = []
@@ -239,6 +249,7 @@ class MemoryStore:
         since an earlier item may have created it)."""
         last_name, last_gid = "", -1  # a reply's keys share one conversation: one group lookup
         kinds, g_name, group_of = self._kind, self._g_name, self._group_of
+        grown: list[int] = []  # groups that gained keys: capped after the loop (``found`` stays valid)
         for i, (key, value) in enumerate(items):
             cid = value.conversation_id
             name = cid or f"key:{key}"
@@ -258,6 +269,8 @@ class MemoryStore:
                 if slot < 0:  # -1 - the free table position _find stopped at (nothing moved since)
                     slot = self._new_slot(key, -1 - slot)
                 self._link(slot, gid)
+                if self._g_count[gid] > self.max_keys_per_conversation:
+                    grown.append(gid)
             kind = kinds[slot] & 3
             kinds[slot] = kind if cid else kind | _NO_CID
             self._author[slot] = self._author_id(value.authors)
@@ -265,7 +278,17 @@ class MemoryStore:
             self._created[slot] = value.created_at
             self._written[slot] = now
             self._remember(slot, value)
+        for gid in grown:
+            self._cap_group(gid)
         self._trim(now)
+
+    def _cap_group(self, gid: int) -> None:
+        """Drop a group's oldest keys (its list's tail) past ``max_keys_per_conversation``:
+        O(1) per key dropped, and a put drops at most as many keys as it added."""
+        count, tail = self._g_count, self._g_tail
+        while count[gid] > self.max_keys_per_conversation:
+            self._drop_key(tail[gid])
+            self.evicted_keys += 1
 
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """A copy of the conversation's state, or ``None``."""
@@ -491,6 +514,7 @@ class MemoryStore:
                 self._g_name.append(name)
                 self._g_state.append(None)
                 self._g_head.append(-1)
+                self._g_tail.append(-1)
                 self._g_count.append(0)
                 self._g_written.append(0.0)
             self._groups[name] = gid
@@ -506,6 +530,8 @@ class MemoryStore:
         self._next[slot] = head
         if head >= 0:
             self._prev[head] = slot
+        else:
+            self._g_tail[gid] = slot
         self._g_head[gid] = slot
         self._g_count[gid] += 1
 
@@ -519,6 +545,8 @@ class MemoryStore:
             self._g_head[gid] = nxt
         if nxt >= 0:
             self._prev[nxt] = prev
+        else:
+            self._g_tail[gid] = prev
         self._g_count[gid] -= 1
         if not self._g_count[gid] and self._g_state[gid] is None:
             self._release_group(self._g_name[gid], gid)
@@ -542,6 +570,7 @@ class MemoryStore:
         self._g_name[gid] = ""
         self._g_state[gid] = None
         self._g_head[gid] = -1
+        self._g_tail[gid] = -1
         self._g_count[gid] = 0
         self._g_free.append(gid)
 

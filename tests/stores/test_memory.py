@@ -279,3 +279,46 @@ def test_merge_many_with_expired_and_repeated_keys_matches_get_then_put() -> Non
     assert list(one._groups) == list(two._groups)
     keys = ["c:0x1", "c:0x2", "c:0x3"]
     assert one.get_many(keys) == two.get_many(keys)
+
+
+def test_one_shared_conversation_keeps_at_most_its_key_cap() -> None:
+    """A conversation id shared by all traffic (constant x-conversation-id) holds at most
+    ``max_keys_per_conversation`` keys: its oldest go first, counted, the newest stay readable."""
+    store = MemoryStore(max_conversations=10, max_keys_per_conversation=100)
+    for i in range(1_000):
+        store.put_many([(f"c:{hex(2 * i + 1)}", _auth("same", i)), (f"k:{hex(2 * i + 2)}", _auth("same", i))])
+    assert store.key_count == 100 == store.linked_key_count()
+    assert store.evicted_keys == 1_900 and store.evicted == 0
+    assert store.get_many([f"c:{hex(2 * 999 + 1)}", f"k:{hex(2 * 950 + 2)}"]) == [
+        _auth("same", 999),
+        _auth("same", 950),
+    ]
+    assert store.get_many([f"c:{hex(2 * 949 + 1)}", "c:0x1"]) == [None, None]
+
+
+def test_key_cap_leaves_other_conversations_and_state_alone() -> None:
+    """The cap drops keys of the crowded conversation only; its state and others' keys stay,
+    and the group's list stays consistent when its oldest keys are re-written or moved away."""
+    store = MemoryStore(max_keys_per_conversation=3)
+    store.put_state("big", {"n": 1})
+    store.put_many([("other", _auth("small"))])
+    store.put_many([(f"b{i}", _auth("big", i)) for i in range(3)])
+    store.put_many([("b0", _auth("elsewhere"))])  # the oldest key moves to another group
+    store.put_many([(f"b{i}", _auth("big", i)) for i in range(3, 6)])
+    assert store.get_many(["b0", "b1", "b2", "b3", "b4", "b5", "other"]) == [
+        _auth("elsewhere"),
+        None,
+        None,
+        _auth("big", 3),
+        _auth("big", 4),
+        _auth("big", 5),
+        _auth("small"),
+    ]
+    assert store.get_state("big") == {"n": 1}
+    assert store.evicted_keys == 2 and store.key_count == store.linked_key_count() == 5
+
+
+def test_key_cap_must_be_positive() -> None:
+    """A cap of zero keys is refused at construction."""
+    with pytest.raises(ValueError, match="max_keys_per_conversation"):
+        MemoryStore(max_keys_per_conversation=0)
