@@ -29,7 +29,7 @@ from handoffmon.attribution.fingerprint import (
     content_fingerprint,
     content_key,
     continuation_seed,
-    conversation_head_id,
+    conversation_head_key,
     conversation_seed,
     raw_digest,
     response_key,
@@ -72,8 +72,8 @@ class RecordedReply:
     fingerprint: str
     items: tuple[tuple[str, Authorship], ...]
     seq: int = 0
-    head: tuple[str, Mapping[str, object]] | None = None
-    """A provider conversation's new head: its state id and value (``put_state``; ADR 0011)."""
+    head: tuple[str, Authorship] | None = None
+    """A provider conversation's new head: its key and value (``put_many``, overwritten; ADR 0011)."""
     chars: int = 0
     """The reply's normalized characters, counted as ``TurnContext.history_chars`` counts a
     message: the size a later call continuing this reply's stored response does not send."""
@@ -485,11 +485,11 @@ class Attributor:
     def _conversation_head(self, conversation: str) -> Authorship | None:
         """The head of a provider conversation: the store's (another replica may have moved
         it on), or the one recorded here when that is deeper (not persisted yet)."""
-        state_id = conversation_head_id(conversation)
-        local = self._heads.get(state_id)
+        key = conversation_head_key(conversation)
+        local = self._heads.get(key)
         stored: Authorship | None = None
         try:
-            stored = _head_of(self.store.get_state(state_id))
+            stored = _head_of(self.store.get_many([key])[0])
         except StoreError:  # counted by the store guard: fail open to what this process knows
             pass
         except Exception as exc:
@@ -667,7 +667,7 @@ class Attributor:
             if response_id:
                 items.append((response_key(response_id), history))
             if conversation:
-                head = (conversation_head_id(conversation), _head_state(history))
+                head = (conversation_head_key(conversation), history)
                 self._remember_head(head[0], history)
         seq = self._pending.add(items)
         for a in ctx.attributions:
@@ -677,13 +677,13 @@ class Attributor:
             self._verify(h)
         return RecordedReply(cid, items[0][0], tuple(items), seq, head, n)
 
-    def _remember_head(self, state_id: str, head: Authorship) -> None:
+    def _remember_head(self, key: str, head: Authorship) -> None:
         """Keep a conversation's head recorded here until it is persisted (bounded like the
         overlay; oldest dropped)."""
         with self._heads_lock:
             heads = self._heads
-            heads.pop(state_id, None)
-            heads[state_id] = head
+            heads.pop(key, None)
+            heads[key] = head
             while len(heads) > self._verified_max:
                 del heads[next(iter(heads))]
 
@@ -722,12 +722,12 @@ class Attributor:
         """
         if recorded.head is None:
             return
-        state_id, state = recorded.head
-        self.store.put_state(state_id, state)
+        key, head = recorded.head
+        self.store.put_many([(key, head)])
         with self._heads_lock:
-            mine = self._heads.get(state_id)
-            if mine is not None and mine.depth == state["depth"] and list(mine.authors) == state["authors"]:
-                del self._heads[state_id]
+            mine = self._heads.get(key)
+            if mine is not None and mine.depth == head.depth and mine.authors == head.authors:
+                del self._heads[key]
 
     def persist_and_get_state(
         self, recorded: RecordedReply, conversation_id: str
@@ -854,23 +854,9 @@ def _as_reply(reply: Any) -> Any:
     return reply
 
 
-def _head_state(head: Authorship) -> dict[str, object]:
-    """A conversation head as a state mapping (``put_state``)."""
-    return {
-        "v": 1,
-        "authors": list(head.authors),
-        "depth": head.depth,
-        "conversation_id": head.conversation_id,
-    }
-
-
-def _head_of(state: Mapping[str, object] | None) -> Authorship | None:
-    """A conversation head from its state mapping; ``None`` when absent or malformed."""
-    if not state or state.get("v") != 1:
+def _head_of(stored: Authorship | None) -> Authorship | None:
+    """A conversation head as stored; ``None`` when absent or not a head (no authors: a
+    collision marker or another writer's value; depth below 1)."""
+    if stored is None or not stored.authors or stored.depth < 1:
         return None
-    authors, depth, cid = state.get("authors"), state.get("depth"), state.get("conversation_id")
-    if not isinstance(authors, list) or not authors or not all(isinstance(a, str) for a in authors):
-        return None
-    if type(depth) is not int or depth < 1 or not isinstance(cid, str):
-        return None
-    return Authorship(tuple(authors[-RESPONSE_AUTHORS:]), depth, 0.0, cid)
+    return Authorship(stored.authors[-RESPONSE_AUTHORS:], stored.depth, 0.0, stored.conversation_id)

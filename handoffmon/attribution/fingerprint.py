@@ -119,10 +119,14 @@ def response_key(response_id: str) -> str:
     return "r:" + hex(response_fingerprint(response_id))
 
 
-def conversation_head_id(conversation: str) -> str:
-    """Store state id under which the head of a provider ``conversation`` object is kept (ADR
-    0011): the authors of its assistant messages (the last ``RESPONSE_AUTHORS``) and its depth."""
-    return "hm-conversation-head:" + hex(response_fingerprint("conversation:" + conversation))
+def conversation_head_key(conversation: str) -> str:
+    """Store key under which the head of a provider ``conversation`` object is kept (ADR 0011):
+    its value's ``authors`` are the authors of its assistant messages (the last
+    ``RESPONSE_AUTHORS``), its ``depth`` the conversation's length. A fingerprint key of its
+    own kind (``h:``), written with ``put_many`` (overwritten each turn, never merged): not a
+    conversation state id, so no caller conversation id can read or write it (heads were
+    state ids ``hm-conversation-head:0x…``, which a caller could send as its own id)."""
+    return "h:" + hex(response_fingerprint("conversation:" + conversation))
 
 
 def conversation_seed(conversation: str, depth: int) -> int:

@@ -250,9 +250,27 @@ def test_another_replica_moves_a_conversation_on(attributor: Attributor) -> None
 
 
 def test_a_malformed_conversation_head_is_ignored(attributor: Attributor) -> None:
-    """A head another writer left unreadable: the call reads as opening the conversation."""
-    from handoffmon.attribution.fingerprint import conversation_head_id
+    """A head another writer left unusable: the call reads as opening the conversation."""
+    from handoffmon.attribution.fingerprint import conversation_head_key
+    from handoffmon.protocols import Authorship
 
-    attributor.store.put_state(conversation_head_id("conv_bad"), {"v": 1, "authors": "gpt-4o", "depth": 3})
+    attributor.store.put_many([(conversation_head_key("conv_bad"), Authorship((), 3, 0.0, "conv_bad"))])
     ctx = attributor.attribute([{"role": "user", "content": "x"}], provider_conversation="conv_bad")
     assert ctx.depth == 1 and ctx.prefix_model == "none"
+
+
+def test_a_caller_conversation_id_cannot_reach_a_head(attributor: Attributor) -> None:
+    """Heads are not conversation states: a caller sending the id a head used to be kept under
+    (``hm-conversation-head:0x…``, audit e12) neither reads the head as its state nor moves the
+    conversation by writing one."""
+    from handoffmon.attribution.fingerprint import response_fingerprint
+
+    old_id = "hm-conversation-head:" + hex(response_fingerprint("conversation:conv_v"))
+    _in_conversation(attributor, "conv_v", "one", LONG[0], "gpt-4o")
+    _in_conversation(attributor, "conv_v", "two", LONG[1], "claude")
+    assert attributor.store.get_state(old_id) is None
+    forged = {"v": 1, "authors": ["evil"] * 3, "depth": 40, "conversation_id": "conv_v", "rev": 1}
+    attributor.store.put_state(old_id, forged)
+    ctx = attributor.attribute([{"role": "user", "content": "three"}], provider_conversation="conv_v")
+    assert ctx.depth == 3 and ctx.prefix_model == "claude"
+    assert [a.author for a in ctx.attributions] == ["gpt-4o", "claude"]
