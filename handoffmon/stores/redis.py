@@ -4,6 +4,7 @@ raised as ``StoreError``."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -197,7 +198,10 @@ def translate(op: str, exc: BaseException) -> StoreError:
 
 
 class _Keys:
-    """Key layout shared by the sync and async stores."""
+    """Key layout shared by the sync and async stores: ``<prefix>a:<fingerprint key>``,
+    ``<prefix>s:<conversation id>``, and ``<prefix>s#<BLAKE2b-128 hex>`` for a conversation
+    id containing ``:`` or NUL, so no caller id makes a key name that reads as another kind
+    of key or a longer prefix (``a:b:s:x``), and ids stored before keep their keys."""
 
     def __init__(self, prefix: str, ttl_s: float) -> None:
         self.prefix = prefix
@@ -207,6 +211,9 @@ class _Keys:
         return f"{self.prefix}a:{fingerprint}"
 
     def state(self, conversation_id: str) -> str:
+        if ":" in conversation_id or "\x00" in conversation_id:
+            digest = hashlib.blake2b(conversation_id.encode("utf-8", "surrogatepass"), digest_size=16)
+            return f"{self.prefix}s#{digest.hexdigest()}"
         return f"{self.prefix}s:{conversation_id}"
 
 

@@ -661,3 +661,17 @@ async def test_async_ping_is_false_without_a_server() -> None:
     asy = AsyncRedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05))
     assert await asy.ping() is False
     await asy.close()
+
+
+def test_conversation_ids_with_colons_or_nul_get_plain_key_names(store: RedisStore) -> None:
+    """A caller id with ``:`` or NUL is stored under a hashed key name (no ``:`` or NUL after
+    the prefix's ``s#``), still its own state; other ids keep their readable key."""
+    ids = ["a:b:s:x", "a:0xdeadbeef", "nul\x00id", "plain-id"]
+    for i, cid in enumerate(ids):
+        store.put_state(cid, {"n": i})
+    assert [store.get_state(cid) for cid in ids] == [{"n": i} for i in range(len(ids))]
+    prefix = store._keys.prefix.encode()
+    names = sorted(k[len(prefix) :] for k in store._client.scan_iter(match=prefix + b"*", count=1000))
+    assert names[-1] == b"s:plain-id"
+    assert len(names) == 4 and all(n.startswith(b"s#") and len(n) == 34 for n in names[:3])
+    assert store.get_state("a%3Ab:s:x") is None and store.get_state("a") is None
