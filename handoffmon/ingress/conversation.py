@@ -14,16 +14,27 @@ CALLER_METADATA_KEYS = ("conversation_id", "session_id", "litellm_session_id", "
 SESSION_KEY = "litellm_session_id"
 """LiteLLM's request parameter (and metadata key) for the session."""
 
-MAX_ID_CHARS = 256
-"""Longer caller ids are truncated (they end up in logs and exemplars)."""
+MAX_ID_BYTES = 256
+"""Longer caller ids are truncated to this many UTF-8 bytes, never inside a character (they
+end up in logs, exemplars and every stored attribution value; a character cut made a
+256-emoji id 1 KB)."""
 
 
 def clean_id(value: Any) -> str | None:
-    """A caller id as text: stripped, truncated to ``MAX_ID_CHARS``; ``None`` when blank."""
+    """A caller id as text: stripped, truncated to ``MAX_ID_BYTES`` of UTF-8 (whole
+    characters); ``None`` when blank."""
     if value is None:
         return None
     text = value.strip() if isinstance(value, str) else str(value).strip()
-    return text[:MAX_ID_CHARS] or None
+    if len(text) * 4 <= MAX_ID_BYTES:  # short enough whatever its characters
+        return text or None
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_ID_BYTES:
+        return text
+    end = MAX_ID_BYTES
+    while raw[end] & 0xC0 == 0x80:  # a continuation byte: the cut would split its character
+        end -= 1
+    return raw[:end].decode("utf-8", "surrogatepass") or None
 
 
 def header(headers: Mapping[str, Any], name: str) -> Any:

@@ -123,10 +123,21 @@ from (``pipeline.state.state_rev`` reads it the same way; ``encode_state`` keeps
 first, so the script rarely decodes the whole blob)."""
 
 
+def _json(value: object, default: Callable[[object], object] | None = None) -> str:
+    """Compact JSON with non-ASCII text as UTF-8, not ``\\u`` escapes (a 4-byte character
+    took 12 bytes); escaped when the text holds a lone surrogate, which is not UTF-8."""
+    out = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=default)
+    if not out.isascii():
+        try:
+            out.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(value, separators=(",", ":"), default=default)
+    return out
+
+
 def encode_authorship(value: Authorship) -> str:
     """Compact JSON ``[authors, depth, created_at, conversation_id]`` (an attribution key's value)."""
-    fields = [list(value.authors), value.depth, value.created_at, value.conversation_id]
-    return json.dumps(fields, separators=(",", ":"))
+    return _json([list(value.authors), value.depth, value.created_at, value.conversation_id])
 
 
 def decode_authorship(raw: bytes | str) -> Authorship:
@@ -169,7 +180,7 @@ def decode_many(raws: Sequence[bytes | str | None]) -> list[Authorship | None]:
 
 def encode_state(state: Mapping[str, object]) -> str:
     """A conversation's state as stored: compact JSON (``default=str`` for odd values)."""
-    return json.dumps(state, separators=(",", ":"), default=str)
+    return _json(state, default=str)
 
 
 def decode_state(raw: bytes | str | None) -> Mapping[str, object] | None:

@@ -46,7 +46,19 @@ def test_session_parameter_takes_the_litellm_session_id_place() -> None:
 
 
 def test_blank_and_oversized_ids() -> None:
-    """Blank ids are ignored; very long ids are truncated to 256 characters."""
+    """Blank ids are ignored; very long ids are truncated to 256 bytes (ASCII: characters)."""
     assert caller_conversation_id(headers={"x-conversation-id": "  "}, metadata={"session_id": "m"}) == "m"
     long_id = caller_conversation_id(headers={"x-conversation-id": "x" * 1000})
     assert long_id is not None and len(long_id) == 256
+
+
+def test_long_ids_are_cut_at_256_utf8_bytes_between_characters() -> None:
+    """A non-ASCII id is cut by its UTF-8 size, never inside a character: a 256-character
+    emoji id was 1 KB in every stored attribution value."""
+    for unit, chars in (("ü🙂", 85), ("🙂", 64), ("ü", 128), ("aü", 171), ("é🙂x", 109)):
+        cut = caller_conversation_id(headers={"x-conversation-id": unit * 300})
+        assert cut is not None and len(cut.encode("utf-8")) <= 256
+        assert len(cut) == chars and (unit * 300).startswith(cut)
+    assert caller_conversation_id(metadata={"session_id": "ü" * 128}) == "ü" * 128  # exactly 256 bytes
+    lone = caller_conversation_id(metadata={"session_id": "\ud800" * 200})
+    assert lone == "\ud800" * 85

@@ -675,3 +675,19 @@ def test_conversation_ids_with_colons_or_nul_get_plain_key_names(store: RedisSto
     assert names[-1] == b"s:plain-id"
     assert len(names) == 4 and all(n.startswith(b"s#") and len(n) == 34 for n in names[:3])
     assert store.get_state("a%3Ab:s:x") is None and store.get_state("a") is None
+
+
+def test_values_keep_non_ascii_ids_as_utf8(store: RedisStore) -> None:
+    """Attribution values and states hold a non-ASCII conversation id as UTF-8 (no ``\\u``
+    escapes: a 4-byte character took 12); an id with a lone surrogate still round trips."""
+    cid = "ü🙂" * 85
+    value = Authorship(("gpt-4o",), 3, 1000.5, cid)
+    store.put_many([("c:0x1", value)])
+    store.put_state(cid, {"rev": 1, "name": cid})
+    raw = store._client.get(store._keys.attribution("c:0x1"))
+    assert raw is not None and len(raw) < len(cid.encode()) + 40 and b"\\u" not in raw
+    assert store.get_many(["c:0x1"]) == [value] and store.get_state(cid) == {"rev": 1, "name": cid}
+    odd = Authorship(("gpt-4o",), 1, 1.0, "x\ud800y")
+    store.merge_many([("c:0x2", odd)], merge_authorship)
+    store.merge_many([("c:0x1", value)], merge_authorship)
+    assert store.get_many(["c:0x2", "c:0x1"]) == [odd, value]
