@@ -468,13 +468,18 @@ def test_merge_get_states_is_the_per_turn_calls_in_one_round_trip() -> None:
     for a missing state or a request without a conversation, a state-only read (no keys).
     put_states is one round trip too. After SCRIPT FLUSH (a restarted Redis) the batch loads
     the script and runs again; unreadable values are counted once per batch, the readable
-    answers kept."""
-    require_redis()
-    cfg = _cfg()
-    pool = redis.ConnectionPool(host="127.0.0.1", port=6379, connection_class=CountingConnection)
+    answers kept. On a private redis-server: SCRIPT FLUSH on the shared one would make the
+    store scripts of every test running meanwhile fail."""
+    with RedisServer() as server:
+        _merge_get_states_round_trips(server.port)
+
+
+def _merge_get_states_round_trips(port: int) -> None:
+    cfg = _cfg(url=f"redis://127.0.0.1:{port}/0")
+    pool = redis.ConnectionPool(host="127.0.0.1", port=port, connection_class=CountingConnection)
     s = GuardedStore(RedisStore(cfg, client=redis.Redis(connection_pool=pool)))
     assert s.native_batches
-    raw = redis.Redis(host="127.0.0.1", port=6379)
+    raw = redis.Redis(host="127.0.0.1", port=port)
     s.merge_many([("warm", A1)], merge_authorship)  # connected, the script cached
     before = CountingConnection.sends
     s.put_states([("c1", {"depth": 1}), ("c2", {"depth": 2})])
