@@ -199,9 +199,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 from handoffmon.routing.prefix import PrefixLookup
 
                 monitor = self.monitor
-                adapter = RouterRouting(
-                    router, state, PrefixLookup(monitor.attributor), monitor.names.canonical
-                )
+                adapter = RouterRouting(router, state, PrefixLookup(monitor.attributor), monitor.names)
                 self._routing = adapter
             adapter.apply_body(data, messages, link)
         except Exception:

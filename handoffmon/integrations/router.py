@@ -504,7 +504,7 @@ def _routing(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterRo
     from handoffmon.integrations.router_routing import RouterRouting
     from handoffmon.routing.prefix import PrefixLookup
 
-    return RouterRouting(router, state, PrefixLookup(monitor.attributor), monitor.names.canonical)
+    return RouterRouting(router, state, PrefixLookup(monitor.attributor), monitor.names)
 
 
 def _shadow(router: Any, monitor: Monitor, runtime: Runtime | None) -> RouterShadow | None:

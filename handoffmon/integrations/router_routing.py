@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from handoffmon.attribution.names import ModelNames
 from handoffmon.ingress.request import ResponseLink
+from handoffmon.ingress.served import author
 from handoffmon.routing import Candidate, RoutingState
 from handoffmon.routing.fallbacks import is_plain, reordered
 from handoffmon.routing.prefix import PrefixLookup
@@ -39,7 +41,8 @@ class RouterRouting:
         router: the ``litellm.Router``.
         state: the runtime's routing state (settings, policy, table, counters).
         lookup: request-time prefix lookup over the monitor's attributor.
-        canonical: deployment model string → canonical model name (``ModelNames.canonical``).
+        names: the monitor's ``ModelNames``: candidates are named by ``ingress.author``'s rule
+            (as the table's pairs and ``RouterShadow`` name them), then canonicalised.
         clock: wall clock (table staleness, cache expiry).
     """
 
@@ -48,7 +51,7 @@ class RouterRouting:
         router: Any,
         state: RoutingState,
         lookup: PrefixLookup,
-        canonical: Callable[[str], str],
+        names: ModelNames,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -56,7 +59,7 @@ class RouterRouting:
         """The router whose fallbacks and deployments are read."""
         self._state = state
         self._lookup = lookup
-        self._canonical = canonical
+        self._names = names
         self._clock = clock
         self._mode = state.settings.mode
         self._need_cost = state.settings.max_extra_cost_usd_per_mtok is not None
@@ -140,7 +143,9 @@ class RouterRouting:
         if hit is not None and hit[1] > now:
             return hit[0]
         deployments = self._deployments(group)
-        models = {self._canonical(m) for m in (self._author_of(d) for d in deployments) if m}
+        names = self._names
+        authors = (author(names, _id_of(d), _model_of(d)) for d in deployments)
+        models = {names.canonical(m) for m in authors if m}
         cand = Candidate(
             group,
             next(iter(models)) if len(models) == 1 else None,
@@ -151,15 +156,6 @@ class RouterRouting:
             self._groups.clear()
         self._groups[group] = (cand, now + FACTS_TTL_S)
         return cand
-
-    def _author_of(self, deployment: Any) -> str | None:
-        """The raw name a reply of ``deployment`` is attributed to: ``ingress.author``'s rule (a
-        deployment id ``attribution.canonical_models`` maps wins over the provider model string),
-        so candidates are named as the table's pairs and ``RouterShadow`` name them."""
-        dep_id = _id_of(deployment)
-        if dep_id and self._canonical(dep_id) != dep_id:
-            return dep_id
-        return _model_of(deployment) or dep_id
 
     def _deployments(self, group: str) -> list[Any]:
         get = getattr(self.router, "get_model_list", None)

@@ -105,6 +105,7 @@ def router_routing() -> tuple[Any, list[str]]:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from litellm import Router
 
+    from handoffmon.attribution.names import ModelNames
     from handoffmon.integrations.router_routing import RouterRouting
     from handoffmon.routing import RoutingState
 
@@ -118,7 +119,8 @@ def router_routing() -> tuple[Any, list[str]]:
     )
     state = RoutingState(RoutingConfig(enabled=True, mode="enforce", return_home=False))
     state.holder.table = table(time.time())
-    return RouterRouting(router, state, PrefixLookup(attributor), lambda name: name.rsplit("/", 1)[-1]), docs
+    names = ModelNames({f"openai/{m}": m for m in MODELS})
+    return RouterRouting(router, state, PrefixLookup(attributor), names), docs
 
 
 def measure_adapter(reps: int) -> dict[str, tuple[float, float]]:
