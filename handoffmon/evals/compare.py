@@ -294,6 +294,8 @@ def unmatched_names(
     rule name or an author named differently on one side would otherwise pass unnoticed.
     With ``model``, only that author's rules are listed.
     """
+    if not evals:
+        return {}
     ev = {
         (c.rule, c.author)
         for r in evals
@@ -312,8 +314,6 @@ def unmatched_names(
     if model is None:
         out["eval_authors"] = {a for _, a in ev} - {a for _, a in prod}
         out["production_models"] = {a for _, a in prod} - {a for _, a in ev}
-    if not evals:
-        out = {}
     return {k: tuple(sorted(v)) for k, v in sorted(out.items()) if v}
 
 

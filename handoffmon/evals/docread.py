@@ -98,6 +98,13 @@ class DocReader:
             raise self.error(path, f"expected a number in [0, 1], got {x!r}")
         return None if x is None else float(x)
 
+    def confidence(self, value: Any, path: str = "confidence") -> Any:
+        """A confidence level: a number strictly between 0 and 1."""
+        x = self.number(value, path)
+        if not 0 < x < 1:
+            raise self.error(path, f"expected a number in (0, 1), got {x!r}")
+        return x
+
     def items(self, value: Any, path: str, read: Callable[[Any, str], T]) -> list[T]:
         """Every item of a list, read by ``read(item, "path[i]")``."""
         return [read(v, f"{path}[{i}]") for i, v in enumerate(self.array(value, path))]

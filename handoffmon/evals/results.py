@@ -135,9 +135,7 @@ class EvalResult:
         if not isinstance(data.get("version"), int) or data["version"] > VERSION:
             raise InputError(f"{source}: unsupported {SCHEMA} version {data.get('version')!r}")
         doc = DocReader(source)
-        confidence = doc.number(data.get("confidence", 0.95), "confidence")
-        if not 0 < confidence < 1:
-            raise doc.error("confidence", f"expected a number in (0, 1), got {confidence!r}")
+        confidence = doc.confidence(data.get("confidence", 0.95))
         verdicts = doc.mapping(doc.key(data, "verdicts", ""), "verdicts")
         authors = doc.mapping(data.get("authors") or {}, "authors")
         return cls(

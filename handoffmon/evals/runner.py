@@ -11,6 +11,7 @@ from typing import Any
 from handoffmon._extras import requires_extra
 from handoffmon.checkers.base import CheckContext
 from handoffmon.checkers.rules import RuleSet
+from handoffmon.config import RuleConfig
 from handoffmon.errors import InputError
 from handoffmon.evals.models import Messages, Reply, Responder
 from handoffmon.evals.script import DriftScript
@@ -66,9 +67,9 @@ class RunSummary:
     model_calls: int = 0
     retries: int = 0
     discarded: int = 0
+    """Runs whose stored turns were deleted because their fingerprint differed (``discard_stale``)."""
     rechecked: int = 0
     """Verdicts added to stored replies for rules the script gained since they were stored."""
-    """Runs whose stored turns were deleted because their fingerprint differed (``discard_stale``)."""
     failed: list[tuple[str, int, str]] = field(default_factory=list)
 
 
@@ -108,14 +109,32 @@ async def call_with_retries(
 
 
 def evaluate_turn(
-    rules: RuleSet, script: DriftScript, depth: int, reply: str, previous: dict[str, str]
+    checker: RuleSet,
+    script: DriftScript,
+    depth: int,
+    reply: str,
+    previous: dict[str, str],
+    rules: Sequence[RuleConfig] | None = None,
 ) -> tuple[Any, ...]:
-    """Run every rule active at ``depth`` on ``reply`` (never raises); updates ``previous``."""
+    """Run ``rules`` (default: all active at ``depth``) on ``reply`` (never raises); updates ``previous``."""
     turn = script.turns[depth - 1]
     ctx = CheckContext(user_message=turn.user, previous=dict(previous), depth=depth)
-    results = rules.evaluate(reply, ctx, script.rules_at(depth))
+    results = checker.evaluate(reply, ctx, script.rules_at(depth) if rules is None else rules)
     previous.update({r.rule: r.extracted for r in results if r.extracted is not None})
     return results
+
+
+def _rows(
+    script: DriftScript, model: str, run: int, depth: int, author: str, tokens: int, results: Sequence[Any]
+) -> list[Row]:
+    """The stored rows of one turn's check results."""
+    asserted = set(script.asserted_at(depth))
+    derail = script.turns[depth - 1].derail
+    return [
+        Row(script.id, model, run, depth, r.rule, r.verdict, r.reason, r.extracted,
+            r.rule in asserted, derail, author, tokens)
+        for r in results
+    ]  # fmt: skip
 
 
 def base_messages(script: DriftScript) -> list[dict[str, str]]:
@@ -175,24 +194,7 @@ class Runner:
             reply = await self.call(model, messages, seed)
             messages.append({"role": "assistant", "content": reply.text})
             results = evaluate_turn(self.rules, script, depth, reply.text, previous)
-            asserted = set(script.asserted_at(depth))
-            rows = [
-                Row(
-                    script.id,
-                    model,
-                    run,
-                    depth,
-                    r.rule,
-                    r.verdict,
-                    r.reason,
-                    r.extracted,
-                    r.rule in asserted,
-                    turn.derail,
-                    reply.author,
-                    tokens,
-                )
-                for r in results
-            ]
+            rows = _rows(script, model, run, depth, reply.author, tokens, results)
             self.store.add_turn(
                 StoredTurn(depth, turn.user, reply.text, reply.author, tokens),
                 script.id,
@@ -217,18 +219,10 @@ class Runner:
             known = have.get(t.turn, {})
             missing = tuple(r for r in script.rules_at(t.turn) if r.name not in known)
             if missing:
-                ctx = CheckContext(user_message=t.user, previous=dict(previous), depth=t.turn)
-                results = self.rules.evaluate(t.reply, ctx, missing)
-                asserted = set(script.asserted_at(t.turn))
-                derail = script.turns[t.turn - 1].derail
-                rows = [
-                    Row(script.id, model, run, t.turn, r.rule, r.verdict, r.reason, r.extracted,
-                        r.rule in asserted, derail, t.author, t.history_tokens)
-                    for r in results
-                ]  # fmt: skip
+                results = evaluate_turn(self.rules, script, t.turn, t.reply, previous, missing)
+                rows = _rows(script, model, run, t.turn, t.author, t.history_tokens, results)
                 self.store.add_rows(rows)
                 self.summary.rechecked += len(rows)
-                previous.update({r.rule: r.extracted for r in results if r.extracted is not None})
             previous.update({r: e for r, e in known.items() if e is not None})
 
     def check_fingerprints(self, jobs: Sequence[tuple[DriftScript, int]], model: str) -> None:
@@ -241,20 +235,20 @@ class Runner:
             StaleRunsError: some stored runs differ and ``discard_stale`` is off (nothing is changed).
         """
         want = self.settings.fingerprint()
+        started = self.store.runs_with_turns(model)
+        recorded = self.store.fingerprints(model)
         stale: list[tuple[DriftScript, int, dict[str, Any] | None]] = []
         for script, run in jobs:
-            if not self.store.stored_turns(script.id, model, run):
-                continue
-            have = self.store.fingerprint(script.id, model, run)
-            if have != want:
-                stale.append((script, run, have))
+            key = (script.id, run)
+            if key in started and recorded.get(key) != want:
+                stale.append((script, run, recorded.get(key)))
         if stale and not self.settings.discard_stale:
-            raise StaleRunsError(_stale_message(self.store.path, model, want, stale))
+            shown = [(f"{s.id}#{r}", have) for s, r, have in stale]
+            raise StaleRunsError(stale_message(self.store.path, f"stored run(s) of {model}", want, shown))
         for script, run, _ in stale:
             self.store.discard_run(script.id, model, run)
             self.summary.discarded += 1
-        for script, run in jobs:
-            self.store.set_fingerprint(script.id, model, run, want)
+        self.store.set_fingerprints(model, [(s.id, r) for s, r in jobs], want)
 
     async def run(self, scripts: Sequence[DriftScript], model: str) -> RunSummary:
         """Replay every run of every script against ``model``; failures are recorded, not raised.
@@ -294,20 +288,26 @@ def fingerprint_change(have: Mapping[str, Any] | None, want: Mapping[str, Any], 
     )
 
 
-def _stale_message(
-    db: str,
-    model: str,
+def stale_message(
+    where: str,
+    what: str,
     want: Mapping[str, Any],
-    stale: Sequence[tuple[DriftScript, int, dict[str, Any] | None]],
+    stale: Sequence[tuple[str, Mapping[str, Any] | None]],
+    *,
+    shown: int = 8,
+    stored: str = "stored",
+    reuse: str = "resuming",
+    new: str = "--db",
+    delete: str = "those runs' stored turns",
 ) -> str:
-    runs = ", ".join(f"{s.id}#{r}" for s, r, _ in stale[:8]) + (
-        f" (+{len(stale) - 8})" if len(stale) > 8 else ""
-    )
-    what = fingerprint_change(stale[0][2], want, "stored")
+    """Why stale runs or cache entries are refused: ``stale`` is (label, stored fingerprint) per entry."""
+    labels = ", ".join(label for label, _ in stale[:shown])
+    labels += f" (+{len(stale) - shown})" if len(stale) > shown else ""
+    change = fingerprint_change(stale[0][1], want, stored)
     return (
-        f"{db}: {len(stale)} stored run(s) of {model} were made with other settings ({runs}: {what}); "
-        "resuming would mix their turns with new ones. Use a new --db, or pass --discard-stale to "
-        "delete those runs' stored turns and generate them again"
+        f"{where}: {len(stale)} {what} were made with other settings ({labels}: {change}); "
+        f"{reuse} would mix their turns with new ones. Use a new {new}, or pass --discard-stale to "
+        f"delete {delete} and generate them again"
     )
 
 

@@ -98,9 +98,7 @@ class Shapes:
         rules = tuple(
             doc.items(doc.key(d, "rules", ""), "rules", lambda r, at: _read_rule(doc, r, at, buckets))
         )
-        confidence = doc.number(d.get("confidence", 0.95), "confidence")
-        if not 0 < confidence < 1:
-            raise doc.error("confidence", f"expected a number in (0, 1), got {confidence!r}")
+        confidence = doc.confidence(d.get("confidence", 0.95))
         return cls(
             doc.number(doc.key(d, "created_at", ""), "created_at"),
             doc.string(doc.key(d, "source", ""), "source"),

@@ -172,12 +172,31 @@ class ResultStore:
         ).fetchone()
         return None if row is None else dict(json.loads(row[0]))
 
-    def set_fingerprint(self, script: str, model: str, run: int, fingerprint: Mapping[str, Any]) -> None:
-        """Record what produces the turns of one run (replacing an older record)."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO fingerprints VALUES (?,?,?,?)",
-            (script, model, run, json.dumps(dict(fingerprint), sort_keys=True)),
-        )
+    def runs_with_turns(self, model: str) -> set[tuple[str, int]]:
+        """(script, run) of every run of ``model`` with stored turns (``stored_turns`` not empty)."""
+        cur = self._db.execute("SELECT script, run FROM turns WHERE model=? AND turn=1", (model,))
+        return {(s, int(r)) for s, r in cur}
+
+    def fingerprints(self, model: str) -> dict[tuple[str, int], dict[str, Any]]:
+        """(script, run) → recorded fingerprint of every run of ``model`` that has one."""
+        cur = self._db.execute("SELECT script, run, fingerprint FROM fingerprints WHERE model=?", (model,))
+        return {(s, int(r)): dict(json.loads(f)) for s, r, f in cur}
+
+    def set_fingerprints(
+        self, model: str, runs: Sequence[tuple[str, int]], fingerprint: Mapping[str, Any]
+    ) -> None:
+        """Record one fingerprint for many runs of ``model`` in one transaction (replacing older records)."""
+        text = json.dumps(dict(fingerprint), sort_keys=True)
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO fingerprints VALUES (?,?,?,?)",
+                [(script, model, run, text) for script, run in runs],
+            )
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._db.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: cannot store fingerprints: {exc}") from exc
 
     def discard_run(self, script: str, model: str, run: int) -> int:
         """Delete one run's turns, rows and fingerprint (atomically); returns the turns deleted."""

@@ -34,8 +34,8 @@ from handoffmon.evals.runner import (
     base_messages,
     call_with_retries,
     evaluate_turn,
-    fingerprint_change,
     run_seed,
+    stale_message,
 )
 from handoffmon.evals.script import DriftScript
 
@@ -296,7 +296,22 @@ class SwitchMatrixRun:
             if found is not None and found[0] != self.fingerprint:
                 stale.append((kind, episode, name, found[0]))
         if stale and not self.settings.discard_stale:
-            raise StaleRunsError(_stale_message(str(self.cache.root), self.fingerprint, stale))
+            labelled = [
+                (f"{kind} {name.split('@')[0]} of {episode}", have) for kind, episode, name, have in stale
+            ]
+            raise StaleRunsError(
+                stale_message(
+                    str(self.cache.root),
+                    "cached prefix(es) or cell(s)",
+                    self.fingerprint,
+                    labelled,
+                    shown=6,
+                    stored="cached",
+                    reuse="reusing them",
+                    new="--cache",
+                    delete="those entries",
+                )
+            )
         for kind, episode, name, _ in stale:
             self.cache.discard(kind, self.task, episode, name)
             self.stats.discarded += 1
@@ -304,25 +319,13 @@ class SwitchMatrixRun:
     async def run(self, episodes: Sequence[Episode]) -> list[CellScore]:
         """Every episode in every cell (K×K); the prefix of (episode, A) is generated once.
 
-        Raises:
-            StaleRunsError: see ``check_fingerprints`` (raised before any model call).
+        Callers check first: ``run`` does not call ``check_fingerprints`` (the CLI does, before
+        any model call, to refuse or discard stale entries). Without that check a cache entry
+        made under another fingerprint is still never reused: ``DiskCache.get`` treats it as a
+        miss and the entry is generated again and overwritten.
         """
-        self.check_fingerprints(episodes)
         jobs = [self.cell(ep, a, b) for ep in episodes for a in self.models for b in self.models]
         return list(await asyncio.gather(*jobs))
-
-
-def _stale_message(
-    root: str, want: dict[str, Any], stale: Sequence[tuple[str, str, str, dict[str, Any] | None]]
-) -> str:
-    shown = ", ".join(f"{kind} {name.split('@')[0]} of {episode}" for kind, episode, name, _ in stale[:6])
-    shown += f" (+{len(stale) - 6})" if len(stale) > 6 else ""
-    what = fingerprint_change(stale[0][3], want, "cached")
-    return (
-        f"{root}: {len(stale)} cached prefix(es) or cell(s) were made with other settings ({shown}: {what}); "
-        "reusing them would mix their turns with new ones. Use a new --cache, or pass --discard-stale to "
-        "delete those entries and generate them again"
-    )
 
 
 def episodes_of(scripts: Sequence[DriftScript], runs: int | None = None) -> list[Episode]:
