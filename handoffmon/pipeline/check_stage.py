@@ -19,9 +19,10 @@ from handoffmon.errors import RuleError, StoreError
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.errors import ErrorSink
 from handoffmon.pipeline.records import Attributed
-from handoffmon.pipeline.state import ConversationState, state_rev
+from handoffmon.pipeline.state import ConversationState
 from handoffmon.protocols import AttributionStore
 from handoffmon.shadow.turns import ShadowTurn
+from handoffmon.stores._rev import rev_of
 from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.types import (
@@ -314,7 +315,7 @@ class CheckStage:
             return ConversationState.from_mapping(mapping)
         except Exception as exc:
             self._errors.failed("state", exc)
-            return ConversationState(rev=state_rev(mapping))
+            return ConversationState(rev=rev_of(mapping))
 
     def _persist_and_load_many(
         self, turns: list[Attributed], ctxs: list[TurnContext]

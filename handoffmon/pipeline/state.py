@@ -9,6 +9,7 @@ from typing import Any
 
 from handoffmon.checkers.extracted import without_expired_text
 from handoffmon.counts import POOLED_RULE, in_cell
+from handoffmon.stores._rev import rev_of
 from handoffmon.types import CheckResult, ClusterStep, Transition, Verdict
 
 STATE_VERSION = 1
@@ -101,7 +102,7 @@ class ConversationState:
     def from_mapping(cls, data: Mapping[str, object] | None) -> ConversationState:
         """Rebuild from a stored mapping; anything malformed yields an empty state."""
         if not data or data.get("v") != STATE_VERSION:
-            return cls(rev=state_rev(data))
+            return cls(rev=rev_of(data))
         rules_raw: Any = data.get("rules") or []
         last_raw: Any = data.get("last") or {}
         prev_raw: Any = data.get("previous") or {}
@@ -115,7 +116,7 @@ class ConversationState:
             {str(k): LastVerdict(v[0], int(v[1])) for k, v in dict(last_raw).items()},
             _cells(cells_raw),
             int(chars),
-            state_rev(data),
+            rev_of(data),
         )
 
     def to_mapping(self, now_s: float | None = None) -> dict[str, object]:
@@ -270,16 +271,6 @@ class ConversationState:
             acc[3] += 2 * n + 1
         make = tuple.__new__  # ClusterStep(...) without its Python-level __new__
         return cells, tuple([make(ClusterStep, (r, *v)) for r, v in steps.items()])
-
-
-def state_rev(data: Mapping[str, object] | None) -> int:
-    """The revision of a stored state mapping: its ``rev`` when a non-negative int, else 0
-    (no state, or one written before revisions were kept). The stores' compare-and-set
-    reads it the same way (``stores.redis.CAS_SCRIPT``, ``stores._rev.stored_rev``)."""
-    if not data:
-        return 0
-    rev = data.get("rev") if isinstance(data, Mapping) else None
-    return rev if type(rev) is int and rev >= 0 else 0
 
 
 _last_verdict = _slots_maker(LastVerdict, "verdict", "depth")

@@ -119,7 +119,7 @@ redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
 return 0
 """
 """``put_states_if``: write a state only while the stored one has the revision it was folded
-from (``pipeline.state.state_rev`` reads it the same way; ``encode_state`` keeps ``rev``
+from (``stores._rev.rev_of`` reads it the same way; ``encode_state`` keeps ``rev``
 first, so the script rarely decodes the whole blob)."""
 
 

@@ -52,6 +52,28 @@ def _state_or_rev(raw: str | None) -> Mapping[str, object] | None:
     return value if isinstance(value, dict) else {"rev": stored_rev(raw)}
 
 
+def _state_blob(state: Mapping[str, object]) -> str:
+    """A conversation state as its stored JSON blob.
+
+    Raises:
+        StoreError: the state is not JSON-serializable.
+    """
+    try:
+        return json.dumps(dict(state), separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"conversation state is not JSON-serializable: {exc}") from exc
+
+
+def _select_state(cur: sqlite3.Cursor, conversation_id: str, now: float) -> str | None:
+    """The stored state blob of a conversation, or ``None`` when missing or expired at ``now``."""
+    cur.execute(
+        "SELECT state FROM handoffmon_conversation_state WHERE conversation_id = ? AND expires_at > ?",
+        (conversation_id, now),
+    )
+    row = cur.fetchone()
+    return None if row is None else row[0]
+
+
 class SQLiteStore:
     """``AttributionStore`` in a SQLite file that survives restarts.
 
@@ -218,16 +240,11 @@ class SQLiteStore:
     def get_state(self, conversation_id: str) -> Mapping[str, object] | None:
         """The conversation's state, or ``None`` when missing or expired."""
         with self._cursor() as cur:
-            cur.execute(
-                "SELECT state FROM handoffmon_conversation_state"
-                " WHERE conversation_id = ? AND expires_at > ?",
-                (conversation_id, self._clock()),
-            )
-            row = cur.fetchone()
-        if row is None:
+            raw = _select_state(cur, conversation_id, self._clock())
+        if raw is None:
             return None
         try:
-            value = json.loads(row[0])
+            value = json.loads(raw)
         except ValueError as exc:
             raise CorruptValue(f"SQLite store {self.path}: unreadable conversation state") from exc
         if not isinstance(value, dict):
@@ -236,10 +253,7 @@ class SQLiteStore:
 
     def put_state(self, conversation_id: str, state: Mapping[str, object]) -> None:
         """Replace the conversation's state (must be JSON-serializable)."""
-        try:
-            blob = json.dumps(dict(state), separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"conversation state is not JSON-serializable: {exc}") from exc
+        blob = _state_blob(state)
         now = self._clock()
         with self._cursor(write=True) as cur:
             cur.execute(
@@ -265,21 +279,12 @@ class SQLiteStore:
         """
         if not states:
             return {}
-        try:
-            blobs = [(cid, json.dumps(dict(state), separators=(",", ":")), rev) for cid, state, rev in states]
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"conversation state is not JSON-serializable: {exc}") from exc
+        blobs = [(cid, _state_blob(state), rev) for cid, state, rev in states]
         now = self._clock()
         conflicts: dict[str, Mapping[str, object] | None] = {}
         with self._cursor(write=True) as cur:
             for conversation_id, blob, rev in blobs:
-                cur.execute(
-                    "SELECT state FROM handoffmon_conversation_state"
-                    " WHERE conversation_id = ? AND expires_at > ?",
-                    (conversation_id, now),
-                )
-                row = cur.fetchone()
-                stored = row[0] if row is not None else None
+                stored = _select_state(cur, conversation_id, now)
                 if stored_rev(stored) != rev:
                     conflicts[conversation_id] = _state_or_rev(stored)
                     continue
