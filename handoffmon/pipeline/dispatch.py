@@ -31,10 +31,10 @@ class ExporterDispatch:
     Args:
         exporter: the exporter.
         queue_size: results buffered for it before new ones are dropped.
-        on_error: called with a stage name for every failure.
+        on_error: called with a stage name and how many failures (``ErrorSink.count``).
     """
 
-    def __init__(self, exporter: Exporter, *, queue_size: int, on_error: Callable[[str], None]) -> None:
+    def __init__(self, exporter: Exporter, *, queue_size: int, on_error: Callable[[str, int], None]) -> None:
         self.exporter = exporter
         self._on_error = on_error
         self.inline = getattr(type(exporter), "export_inline", False) is True
@@ -51,11 +51,11 @@ class ExporterDispatch:
 
     def _export(self, result: TurnResult) -> None:
         if self.exporter.export(result) is False:
-            self._on_error("export")
+            self._on_error("export", 1)
 
     def _raised(self, exc: BaseException) -> None:
         _log.warning("handoffmon exporter %s raised: %r", type(self.exporter).__name__, exc)
-        self._on_error("export")
+        self._on_error("export", 1)
 
     def submit(self, result: TurnResult) -> None:
         """Queue a result; counts an export error when the exporter's queue is full."""
@@ -66,7 +66,7 @@ class ExporterDispatch:
                 self._raised(exc)
             return
         if not self._pool.submit(result):
-            self._on_error("export")
+            self._on_error("export", 1)
 
     def after_fork(self) -> int:
         """In a forked child: the exporter's thread started again, the parent's results forgotten."""
@@ -87,14 +87,13 @@ class ExporterDispatch:
                 type(self.exporter).__name__,
                 left,
             )
-            for _ in range(left):
-                self._on_error("export")
+            self._on_error("export", left)
             return
         try:
             budget = 5.0 if deadline is None else max(0.0, deadline - time.monotonic())
             if self.exporter.force_flush(budget) is False:
                 _log.warning("handoffmon exporter %s did not flush in time", type(self.exporter).__name__)
-                self._on_error("export")
+                self._on_error("export", 1)
             self.exporter.shutdown()
         except Exception as exc:
             self._raised(exc)

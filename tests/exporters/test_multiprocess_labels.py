@@ -14,6 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 
 from handoffmon.exporters.serving import multiprocess_registry
@@ -64,16 +65,16 @@ def test_two_workers_share_one_model_cap(tmp_path: Path) -> None:
     assert values[(("label", "model"),)] == CAP
 
 
-def test_guards_of_one_directory_map_names_alike(tmp_path: Path) -> None:
+def test_guards_of_one_directory_map_names_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Within one directory every guard admits the first ``cap`` names written there, whatever
     order it meets them in; without a directory (the default) a guard caps on its own."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     a, b = LabelGuard(max_models=2, shared_dir=tmp_path), LabelGuard(max_models=2, shared_dir=tmp_path)
     assert [a.model(m) for m in ("x", "y", "z")] == ["x", "y", "other"]
     assert [b.model(m) for m in ("z", "y", "x", "w")] == ["other", "y", "x", "other"]
     assert b.usage()["model"] == (2, 2) and b.models >= {"x", "y"}
     alone = LabelGuard(max_models=2, shared_dir=None)
-    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
-        assert [alone.model(m) for m in ("z", "w")] == ["z", "w"]
+    assert [alone.model(m) for m in ("z", "w")] == ["z", "w"]
 
 
 def test_unusable_directory_falls_back_to_a_per_process_cap(tmp_path: Path) -> None:

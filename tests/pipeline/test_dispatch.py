@@ -12,7 +12,7 @@ def test_backlog_abandoned_at_close_counts_one_error_per_turn() -> None:
     counts five export errors (one per turn never exported), not one."""
     errors: list[str] = []
     exp = HangingExporter()
-    d = ExporterDispatch(exp, queue_size=10, on_error=errors.append)
+    d = ExporterDispatch(exp, queue_size=10, on_error=lambda s, n=1: errors.extend([s] * n))
     try:
         for i in range(5):
             d.submit(make_turn_result(conversation_id=f"c{i}"))
@@ -32,7 +32,7 @@ def test_a_flush_that_fails_at_close_counts_one_error() -> None:
     """An exporter whose force_flush reports failure (e.g. a span processor that timed out) counts."""
     errors: list[str] = []
     exp = _Unflushed()
-    d = ExporterDispatch(exp, queue_size=10, on_error=errors.append)
+    d = ExporterDispatch(exp, queue_size=10, on_error=lambda s, n=1: errors.extend([s] * n))
     d.submit(make_turn_result())
     d.close(2)
     assert len(exp.results) == 1 and exp.shut

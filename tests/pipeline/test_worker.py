@@ -156,7 +156,7 @@ def test_inline_exporter_runs_on_the_submitting_thread_and_fails_open() -> None:
 
     errors: list[str] = []
     exp = Inline()
-    d = ExporterDispatch(exp, queue_size=4, on_error=errors.append)  # type: ignore[arg-type]
+    d = ExporterDispatch(exp, queue_size=4, on_error=lambda s, n=1: errors.extend([s] * n))  # type: ignore[arg-type]
     for r in ("ok", "bad", "false", "ok"):
         d.submit(r)  # type: ignore[arg-type]
     assert exp.threads == [threading.current_thread().name] * 4
