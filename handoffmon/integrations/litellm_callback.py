@@ -257,10 +257,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     ) -> Any:
         """A non-streamed chat completion (or Responses or Messages API call) finished: queue
         it for attribution and checks."""
+        latency = self._latency(data)  # pops the start on every path, turn or not
         api = RESPONSES if _is_response(response) else MESSAGES if _is_message(response) else None
         cap = self._begin(data, api)
         if cap is None:
-            self._latency(data)  # not a turn: its start, if noted, is dropped
             return None
         try:
             doc, served = (
@@ -268,18 +268,16 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             )
             reply = reply_message(doc)
             if reply is None:
-                self._latency(data)  # no reply to record: its start is dropped
                 return None
             monitor = self.monitor
             monitor.finish(
                 cap,
                 reply,
                 Deferred(_describe_proxy_response, (monitor.names, doc, served)),
-                latency_s=self._latency(data),
+                latency_s=latency,
                 shadow=self._offer(cap, api is not None),
             )
         except Exception as exc:
-            self._latency(data)
             self.monitor.errors.failed("integration", exc, "could not read a proxy response")
         return None
 
@@ -308,10 +306,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 yield chunk
             completed = True
         finally:
+            latency = self._latency(request_data)  # pops the start on every path, turn or not
             if cap is not None and folder is not None:
-                self._stream_done(cap, request_data, response, folder.outcome(completed=completed), not chat)
-            else:  # no turn: its start, if noted, is dropped
-                self._latency(request_data)
+                out = folder.outcome(completed=completed)
+                self._stream_done(cap, request_data, response, out, latency, not chat)
 
     def _begin_stream(self, data: Mapping[str, Any], first: Any) -> Capture | None:
         """The capture of a stream whose request has no ``messages``: a Responses API call when
@@ -330,18 +328,18 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         data: Mapping[str, Any],
         stream: Any,
         out: StreamOutcome,
+        latency: float | None,
         api: bool = False,
     ) -> None:
         try:
             monitor = self.monitor
             if not monitor.stream_recordable(out):
-                self._latency(data)
                 return
             monitor.finish(
                 cap,
                 out.reply,
                 Deferred(_describe_proxy_stream, (monitor.names, out, _served(stream, data), api)),
-                latency_s=self._latency(data),
+                latency_s=latency,
                 streamed=True,
                 shadow=self._offer(cap, api),
             )
