@@ -43,6 +43,13 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "litellm_proxy_call
 START_TIMEOUT_S = 240.0
 """Importing the proxy stack takes seconds idle and minutes on a loaded 2-core machine."""
 MASTER_KEY = f"sk-{secrets.token_hex(16)}"
+
+CHAIN3 = {
+    TurnKey("model-c", "none", "1", "false"): 1,
+    TurnKey("model-b", "model-c", "2", "true"): 1,
+    TurnKey("model-c", "model-b", "3-4", "true"): 1,
+}
+"""The turns of a three-turn conversation alpha → backup → alpha (authors model-c, model-b, model-c)."""
 """Generated per run (the example reads it from LITELLM_MASTER_KEY; LiteLLM refuses well-known keys)."""
 
 
@@ -99,6 +106,14 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
         yield url, db
 
 
+def _before(db: Path) -> Counts:
+    """The proxy's aggregates so far; empty when none are written yet (the test ran first)."""
+    try:
+        return load_counts_sqlite(db)
+    except StoreError:
+        return Counts()
+
+
 def _wait_counts(db: Path, turns: int, timeout_s: float = 30.0) -> Counts:
     deadline = time.monotonic() + timeout_s
     counts = Counts()
@@ -127,12 +142,7 @@ def test_proxy_records_authorship_and_depth_for_a_four_turn_conversation(proxy: 
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"turn {i}"}]
     counts = _wait_counts(db, 4)
     b, c = "model-b", "model-c"
-    assert counts.turns == {
-        TurnKey(c, "none", "1", "false"): 1,
-        TurnKey(b, c, "2", "true"): 1,
-        TurnKey(c, b, "3-4", "true"): 1,
-        TurnKey(b, c, "3-4", "true"): 1,
-    }
+    assert counts.turns == {**CHAIN3, TurnKey(b, c, "3-4", "true"): 1}
     assert counts.attributions == {"chain": 0 + 1 + 2 + 3}
     assert counts.monitor_errors == {} and counts.dropped == 0
     # the example's "brief" rule (≤ 5 words) passes alpha's "ok" and fails backup's long reply
@@ -352,10 +362,7 @@ def test_proxy_records_responses_api_turns(proxy: tuple[str, Path]) -> None:
     """OpenAI SDK ``responses.create`` → LiteLLM Proxy ``/v1/responses`` (the callback's hooks):
     three turns, authors from the deployments, every earlier output item sent back attributed."""
     url, db = proxy
-    try:
-        before = load_counts_sqlite(db)
-    except StoreError:  # no aggregates yet when this test runs first
-        before = Counts()
+    before = _before(db)
     client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
     items: list[Any] = [{"role": "user", "content": "hello responses"}]
     for i, group in enumerate(["alpha", "backup", "alpha"]):
@@ -364,13 +371,8 @@ def test_proxy_records_responses_api_turns(proxy: tuple[str, Path]) -> None:
         items += [o.model_dump(exclude_none=True) for o in resp.output]
         items.append({"role": "user", "content": f"responses turn {i}"})
     counts = _wait_counts(db, before.total_turns + 3)
-    b, c = "model-b", "model-c"
     turns, attributed = _added(before, counts)
-    assert turns == {
-        TurnKey(c, "none", "1", "false"): 1,
-        TurnKey(b, c, "2", "true"): 1,
-        TurnKey(c, b, "3-4", "true"): 1,
-    }
+    assert turns == CHAIN3
     assert "unknown" not in attributed and sum(attributed.values()) == 0 + 1 + 2
 
 
@@ -411,10 +413,7 @@ def test_proxy_records_responses_api_histories_kept_by_the_provider(
     upstream, and that is what is recorded."""
     url, db = chain_proxy
     chained = by == "previous_response_id" or litellm_forwards_conversation()
-    try:
-        before = load_counts_sqlite(db)
-    except StoreError:  # no aggregates yet when this test runs first
-        before = Counts()
+    before = _before(db)
     client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
     previous: str | None = None
     for i, group in enumerate(["alpha", "backup", "alpha"]):
@@ -430,11 +429,7 @@ def test_proxy_records_responses_api_histories_kept_by_the_provider(
     b, c = "model-b", "model-c"
     turns, attributed = _added(before, counts)
     if chained:
-        assert turns == {
-            TurnKey(c, "none", "1", "false"): 1,
-            TurnKey(b, c, "2", "true"): 1,
-            TurnKey(c, b, "3-4", "true"): 1,
-        }
+        assert turns == CHAIN3
         assert attributed == {"response_id": 1 + 2}
     else:
         assert turns == {TurnKey(c, "none", "1", "false"): 2, TurnKey(b, "none", "1", "false"): 1}
@@ -450,10 +445,7 @@ def test_proxy_records_streamed_responses_under_the_ids_the_next_call_names(
     the reply must be recorded under the decrypted id, as a JSON reply is, or the next turn's
     history is ``unknown``."""
     url, db = chain_proxy
-    try:
-        before = load_counts_sqlite(db)
-    except StoreError:
-        before = Counts()
+    before = _before(db)
     client = openai.OpenAI(base_url=url, api_key=MASTER_KEY)
     previous: str | None = None
     for i, (group, stream) in enumerate(
@@ -471,12 +463,7 @@ def test_proxy_records_streamed_responses_under_the_ids_the_next_call_names(
     counts = _wait_counts(db, before.total_turns + 4)
     b, c = "model-b", "model-c"
     turns, attributed = _added(before, counts)
-    assert turns == {
-        TurnKey(c, "none", "1", "false"): 1,
-        TurnKey(b, c, "2", "true"): 1,
-        TurnKey(c, b, "3-4", "true"): 1,
-        TurnKey(b, c, "3-4", "true"): 1,
-    }
+    assert turns == {**CHAIN3, TurnKey(b, c, "3-4", "true"): 1}
     assert attributed == {"response_id": 1 + 2 + 3}
 
 
