@@ -70,8 +70,7 @@ class Reservation:
     pair: Pair
     tokens: float
     usd: float
-    _items: dict[str, list[float]]
-    _conversation: SlidingWindow | None = None
+    _items: dict[str, tuple[SlidingWindow, list[float]]]  # name -> (window, its entry)
 
 
 class Budget:
@@ -139,37 +138,29 @@ class Budget:
                     return reason
             self._pairs[pair] = pair_window
             self._forget_idle(now)
-            items = {name: w.add(a, now) for name, w, a in (
+            items = {name: (w, w.add(a, now)) for name, w, a in (
                 ("calls", self.calls, 1.0), ("tokens", self.tokens, tokens), ("usd", self.usd, usd),
                 ("pair", pair_window, 1.0))}  # fmt: skip
             if conv_key is not None:
                 if conv_window is None:
                     conv_window = SlidingWindow(self.config.max_calls_per_conversation, 3600.0)
-                items["conversation"] = conv_window.add(1.0, now)
+                items["conversation"] = (conv_window, conv_window.add(1.0, now))
                 self._remember(conv_key, conv_window, now)
-            return Reservation(pair, tokens, usd, items, conv_window)
+            return Reservation(pair, tokens, usd, items)
 
     def settle(self, r: Reservation, tokens: float | None, usd: float | None) -> None:
         """Settle a reservation to the call's reported use (None: keep the upper bound)."""
         with self._lock:
-            if tokens is not None:
-                self.tokens.settle(r._items["tokens"], min(tokens, r.tokens))
-            if usd is not None:
-                self.usd.settle(r._items["usd"], min(usd, r.usd))
+            for name, used, bound in (("tokens", tokens, r.tokens), ("usd", usd, r.usd)):
+                if used is not None:
+                    window, item = r._items[name]
+                    window.settle(item, min(used, bound))
 
     def cancel(self, r: Reservation) -> None:
         """Give a reservation back whole (no call was sent): every window settles it to 0."""
         with self._lock:
-            windows = {
-                "calls": self.calls,
-                "tokens": self.tokens,
-                "usd": self.usd,
-                "conversation": r._conversation,
-            }
-            for name, item in r._items.items():
-                window = windows.get(name) or self._pairs.get(r.pair)
-                if window is not None:
-                    window.settle(item, 0.0)
+            for window, item in r._items.values():
+                window.settle(item, 0.0)
 
     def usage(self) -> tuple[dict[str, float], dict[str, float]]:
         """(used now, limit) per window: ``calls`` per minute, ``tokens`` per hour, ``usd`` per day."""
