@@ -85,8 +85,22 @@ def _sample(rt: Any, name: str, **labels: str) -> float:
     return rt.registry.get_sample_value(name, labels) or 0.0
 
 
+_LITELLM_CALLBACK_LISTS = (
+    "callbacks", "success_callback", "failure_callback", "_async_success_callback",
+    "_async_failure_callback", "input_callback", "service_callback",
+)  # fmt: skip
+
+
 @pytest.fixture
-def router() -> Iterator[Any]:
+def router(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A fresh Router on empty LiteLLM callback lists: every Router adds its callbacks to
+    LiteLLM's process-wide lists, and once the earlier test files of a worker have filled them
+    (30), LiteLLM logs a WARNING on each new one, which the log assertions here would read as
+    shadow noise."""
+    import litellm
+
+    for name in _LITELLM_CALLBACK_LISTS:
+        monkeypatch.setattr(litellm, name, [])
     yield _router()
 
 
