@@ -10,7 +10,8 @@ depth mix w_d = n_AB,d / n (the effect on the handoffs that happened):
 * **within-bucket depth adjustment** — the baseline at the handoff cell's mean depth
   m_AB,d is interpolated linearly between the baseline's bucket means (m_BB,j, p_BB,j) of
   bucket d and its neighbour on the side of m_AB,d (extrapolated from the nearest segment
-  at the ends). Without depth sums (old sources) the bucket's own baseline is used. The
+  at the ends, by at most one gap between bucket means and only from a neighbour with
+  ``EXTRAPOLATE_MIN_N`` baseline checks; the baseline read is kept in [0, 1]). Without depth sums (old sources) the bucket's own baseline is used. The
   baseline side is then Σ_j Ω_j p_BB,j / n with weights Ω_j = Σ_d n_AB,d c_dj, so Δ stays
   a linear contrast of bucket proportions;
 * **variance** — Σ_d n_AB,d² v_AB,d / n² + Σ_j Ω_j² v_BB,j / n², each arm multiplied by its
@@ -49,6 +50,10 @@ from handoffmon.refit.intervals import (
     welch_df,
 )
 from handoffmon.refit.multiplicity import bh_adjust
+
+EXTRAPOLATE_MIN_N = 30
+"""Baseline checks a neighbouring depth bucket needs before the baseline is extrapolated
+from it (beyond the outermost bucket mean; interpolation needs none)."""
 
 BLOCK_COV_MAX_MODELS = 150
 """Above this many models the decomposition weights pairs independently (the K³ shared-
@@ -208,6 +213,15 @@ def _depth_coefficients(
     ok = valid & np.isfinite(mh) & np.isfinite(mb_d)
     go_up &= ok & np.isfinite(t_up)
     go_dn &= ok & np.isfinite(t_dn)
+    # Extrapolation (t < 0: the cell's mean depth lies beyond the outermost baseline mean)
+    # reaches at most one bucket-mean gap and only leans on a neighbour with at least
+    # EXTRAPOLATE_MIN_N baseline checks; otherwise the baseline is read at its own mean. A
+    # line through a one-turn neighbour a depth away, stretched over three, put the baseline
+    # at 3.6 and Δ at −2.7.
+    nb_up = np.concatenate([nb[:, 1:], np.zeros((k, 1))], axis=1)[None]
+    nb_dn = np.concatenate([np.zeros((k, 1)), nb[:, :-1]], axis=1)[None]
+    t_up = np.where((t_up < 0) & (nb_up < EXTRAPOLATE_MIN_N), 0.0, np.clip(t_up, -1.0, 1.0))
+    t_dn = np.where((t_dn < 0) & (nb_dn < EXTRAPOLATE_MIN_N), 0.0, np.clip(t_dn, -1.0, 1.0))
     c_up = np.where(go_up, t_up, 0.0)
     c_dn = np.where(go_dn, t_dn, 0.0)
     return c_dn, 1.0 - c_up - c_dn, c_up
@@ -294,7 +308,7 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
     )
     df_b = np.broadcast_to(cluster_df(g[diag, diag], n2[diag, diag], s.base_n), (k, k))
     with np.errstate(invalid="ignore", divide="ignore"):
-        p_h, p_b = s.x_h / s.n_used, s.x_b / s.n_used
+        p_h, p_b = s.x_h / s.n_used, np.clip(s.x_b / s.n_used, 0.0, 1.0)
         var_h, var_b = deff_h * s.var_h / s.n_used**2, deff_b * s.var_b / s.n_used**2
         var = var_h + var_b
         nstar_h = s.n_used / deff_h
@@ -361,7 +375,7 @@ def _into(
     s: PairSums, deff_b: np.ndarray, df_h: np.ndarray, df_b: np.ndarray, z: float, min_n: int
 ) -> IntoTable:
     with np.errstate(invalid="ignore", divide="ignore"):
-        p_h, p_b = s.into_x_h / s.into_n_used, s.into_x_b / s.into_n_used
+        p_h, p_b = s.into_x_h / s.into_n_used, np.clip(s.into_x_b / s.into_n_used, 0.0, 1.0)
         nstar_b = s.into_n_used**2 / s.into_inv_nb / deff_b
         var_h = p_h * (1 - p_h) / s.into_neff_h
         var_b = p_b * (1 - p_b) / nstar_b

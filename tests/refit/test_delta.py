@@ -149,3 +149,34 @@ def test_a_cell_carried_by_few_conversations_keeps_its_level() -> None:
     assert np.isfinite(ps).all()
     assert np.mean(ps < 0.05) <= 0.10
     assert np.mean(ps < 0.01) <= 0.02
+
+
+def _sparse_edge_baseline() -> Counts:
+    """b's clean baseline: 200 turns at depth 5 (90% pass) and one failed turn at depth 4;
+    nothing deeper. Handoffs a→b: 200 turns at depth 8, 90% pass (no handoff effect)."""
+    checks = {
+        CheckKey("r", "b", "b", "5-8", "pass"): 180,
+        CheckKey("r", "b", "b", "5-8", "fail"): 20,
+        CheckKey("r", "b", "b", "3-4", "fail"): 1,
+        CheckKey("r", "b", "a", "5-8", "pass"): 180,
+        CheckKey("r", "b", "a", "5-8", "fail"): 20,
+        CheckKey("r", "a", "none", "1", "pass"): 100,
+    }
+    stats = {
+        CellStatKey("r", "b", "b", "5-8", "depth"): 5 * 200,
+        CellStatKey("r", "b", "b", "3-4", "depth"): 4,
+        CellStatKey("r", "b", "a", "5-8", "depth"): 8 * 200,
+    }
+    return Counts(checks=checks, cell_stats=stats)
+
+
+def test_depth_adjustment_does_not_extrapolate_from_a_sparse_bucket() -> None:
+    """The handoff cell's mean depth (8) lies beyond every baseline bucket mean (5, 4): reading
+    the baseline there by extrapolating the line through depths 4 and 5 gave
+    0.9 + 3·(0.9 − 0) = 3.6, a baseline above 1 and Δ = −2.7. A one-turn neighbour is no
+    ground to extrapolate from (``EXTRAPOLATE_MIN_N``): the baseline is read at its own
+    bucket mean, so Δ ≈ 0 (well-populated neighbours still extrapolate: the test above)."""
+    pair = refit(_sparse_edge_baseline(), buckets=BUCKETS, now=0).rules["r"].pair("a", "b")
+    assert pair is not None and pair.observed
+    assert abs(pair.delta) < 1e-9
+    assert -1.0 <= pair.ci_low <= pair.delta <= pair.ci_high <= 1.0
