@@ -47,10 +47,11 @@ class StoreConfig(_Section):
     ttl_s: float = Field(default=7 * 24 * 3600, gt=0)
     """Forget attributions and conversation state this long after their last write."""
     max_conversations: int = Field(default=100_000, gt=0)
-    """Memory backend: LRU cap on tracked conversations (their messages are evicted together)."""
+    """Memory backend: LRU cap on tracked conversations (their messages are evicted together,
+    counted in ``handoffmon_store_evictions_total{what="conversations"}``)."""
     max_keys_per_conversation: int = Field(default=10_000, gt=0)
     """Memory backend: cap on one conversation's attribution keys; past it its oldest keys are
-    dropped (``MemoryStore.evicted_keys``). A turn writes 2 keys (chain and content), so the
+    dropped (``handoffmon_store_evictions_total{what="keys"}``). A turn writes 2 keys (chain and content), so the
     default covers 5,000 turns, more than any context window holds resent: it only binds when
     one conversation id is shared by unrelated traffic (a constant ``x-conversation-id``)."""
     key_prefix: str = "handoffmon:"

@@ -202,7 +202,10 @@ def monitor_metrics_block() -> str:
         shadow = shadow.merge(Counts(shadow=increments))
     exporter.publish_refit(refit(counts.merge(shadow), buckets=DepthBuckets()))
     # the runtime registers the store guard's failure counters beside the exporter, in every mode
-    exporter.registry.register(StoreStatsCollector(lambda: {"get_errors": 0}))
+    # (and, on the memory store, what its caps evicted)
+    exporter.registry.register(
+        StoreStatsCollector(lambda: {"get_errors": 0}, lambda: {"conversations": 0, "keys": 0})
+    )
     # and, with routing.enabled, the routing policy's decisions and its table's age
     routing = RoutingCollector(lambda: {("dry_run", "unchanged"): 0}, lambda now: 0.0)
     exporter.registry.register(routing)
@@ -217,6 +220,7 @@ def monitor_metrics_block() -> str:
     only_with = {name: "routing.enabled" for name in _exposed_names(routing)}
     only_with.update({name: "shadow.enabled" for name in _exposed_names(shadow_collector)})
     only_with["handoffmon_shadow_pair_stats_total"] = "shadow.enabled"  # counted from shadow pairs only
+    only_with["handoffmon_store_evictions_total"] = "store.backend: memory"  # Redis and SQLite expire by TTL
     return "\n".join(_metrics_table(_families(exporter.registry), only_with))
 
 

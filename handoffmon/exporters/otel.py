@@ -25,6 +25,7 @@ from handoffmon.exporters.prometheus import (
     method_label,
 )
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
+from handoffmon.exporters.store_failures import EVICTIONS_HELP
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
@@ -241,6 +242,7 @@ class OTelExporter:
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
         self._meter = meter
         self._store_stats: Callable[[], dict[str, int]] | None = None
+        self._store_evictions: Callable[[], dict[str, int]] | None = None
         self._instruments(meter)
         self._refit: dict[str, Series] = {}
         self._refit_lock = threading.Lock()
@@ -339,15 +341,26 @@ class OTelExporter:
                 "Attribution store operations that failed or were skipped (fail-open), by op and kind."
             ),
         )
+        meter.create_observable_counter(
+            "handoffmon_store_evictions",
+            callbacks=[self._observe_evictions],
+            unit="{item}",
+            description=EVICTIONS_HELP,
+        )
         for spec in REFIT_GAUGES:
             meter.create_observable_gauge(
                 spec.name, callbacks=[self._refit_callback(spec.name, spec.labels)], description=spec.help
             )
 
-    def observe_store(self, stats: Callable[[], dict[str, int]]) -> None:
+    def observe_store(
+        self, stats: Callable[[], dict[str, int]], evictions: Callable[[], dict[str, int]] | None = None
+    ) -> None:
         """Report ``stats()`` (``{op}_{kind}`` → count, a store's ``stats``) as
-        ``handoffmon_store_failures{op, kind}`` at each collection (the runtime wires it)."""
+        ``handoffmon_store_failures{op, kind}``, and ``evictions()`` (``what`` → count, the
+        memory store's) as ``handoffmon_store_evictions{what}``, at each collection (the
+        runtime wires it)."""
         self._store_stats = stats
+        self._store_evictions = evictions
 
     def _observe_overflows(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, {"label": label}) for label, n in sorted(self.guard.overflows().items())]
@@ -359,6 +372,12 @@ class OTelExporter:
             return [Observation(v[i], {"label": label}) for label, v in sorted(self.guard.usage().items())]
 
         return observe
+
+    def _observe_evictions(self, options: CallbackOptions) -> Iterable[Observation]:
+        evictions = self._store_evictions
+        if evictions is None:
+            return []
+        return [Observation(n, {"what": what}) for what, n in sorted(evictions().items())]
 
     def _observe_store(self, options: CallbackOptions) -> Iterable[Observation]:
         stats = self._store_stats

@@ -1,4 +1,6 @@
-"""``handoffmon_store_failures_total{op, kind}``: the store guard's failure counters, read at scrape time."""
+"""The store's own counters, read at scrape time: ``handoffmon_store_failures_total{op, kind}``
+(the store guard's failures) and ``handoffmon_store_evictions_total{what}`` (what the memory
+store's caps dropped)."""
 
 from __future__ import annotations
 
@@ -7,17 +9,29 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+EVICTIONS_HELP = (
+    "Conversations and keys the memory store dropped to stay within store.max_conversations "
+    "and store.max_keys_per_conversation, by what."
+)
+
 
 class StoreStatsCollector(Collector):
     """Exposes a store's ``stats()`` as ``handoffmon_store_failures_total{op, kind}`` at scrape time.
 
-    ``kind`` is ``errors`` (the backend failed) or ``skipped`` (not tried while the
-    store was backing off after a failure). Reads counters only; adds nothing to the
-    request path.
+    ``kind`` is ``errors`` (the backend failed), ``timeouts``, ``corrupt``, ``conflicts`` or
+    ``skipped`` (not tried while the store was backing off after a failure). With
+    ``evictions`` (``GuardedStore.evictions``), a backend that evicts by its own caps (the
+    memory store) also exposes ``handoffmon_store_evictions_total{what}``: ``conversations``
+    (the least recently used, past ``store.max_conversations``; the next turn of one starts
+    without its history) and ``keys`` (a conversation's oldest, past
+    ``store.max_keys_per_conversation``). Reads counters only; adds nothing to the request path.
     """
 
-    def __init__(self, stats: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self, stats: Callable[[], dict[str, int]], evictions: Callable[[], dict[str, int]] | None = None
+    ) -> None:
         self._stats = stats
+        self._evictions = evictions
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
@@ -29,3 +43,9 @@ class StoreStatsCollector(Collector):
             op, _, kind = name.rpartition("_")
             family.add_metric([op, kind], value)
         yield family
+        evicted = self._evictions() if self._evictions is not None else {}
+        if evicted:  # only a backend with caps of its own has the series
+            family = CounterMetricFamily("handoffmon_store_evictions", EVICTIONS_HELP, labels=["what"])
+            for what, value in sorted(evicted.items()):
+                family.add_metric([what], value)
+            yield family

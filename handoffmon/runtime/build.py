@@ -97,12 +97,14 @@ def build_runtime(
     )
     store_stats = getattr(monitor.store, "stats", None)
     if callable(store_stats):
+        evictions = getattr(monitor.store, "evictions", None)
+        evictions = evictions if callable(evictions) else None
         if config.telemetry.prometheus:
-            own.register(StoreStatsCollector(store_stats))
+            own.register(StoreStatsCollector(store_stats, evictions))
         for exporter in monitor.exporters:
             observe_store = getattr(exporter, "observe_store", None)
-            if callable(observe_store):  # the OTel exporter: the same counter as an observable
-                observe_store(store_stats)
+            if callable(observe_store):  # the OTel exporter: the same counters as observables
+                observe_store(store_stats, evictions)
     routing = _routing(config, monitor, own)
     shadow = _shadow(config, monitor, own)
     publish_gauges = refit_publisher(monitor.exporters)

@@ -259,6 +259,12 @@ class GuardedStore:
         with self._lock:
             return dict(self._counts)
 
+    def evictions(self) -> dict[str, int]:
+        """The backend's own eviction counters (``MemoryStore.evictions``), ``{}`` for a backend
+        that evicts nothing itself (Redis and SQLite expire by TTL)."""
+        evictions = getattr(self.inner, "evictions", None)
+        return evictions() if callable(evictions) else {}
+
     def probe(self) -> bool:
         """Whether the backend answers now (its ``ping``; a store without one is taken as
         answering); a success closes the breaker, so ``healthy`` is True again before traffic

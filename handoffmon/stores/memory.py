@@ -96,6 +96,13 @@ class MemoryStore:
         """Keys dropped by the ``max_keys_per_conversation`` cap (oldest of their conversation)."""
         self._reset()
 
+    def evictions(self) -> dict[str, int]:
+        """What the caps dropped so far: ``conversations`` (``max_conversations``, least recently
+        used first) and ``keys`` (``max_keys_per_conversation``, oldest of their conversation).
+        Exported as ``handoffmon_store_evictions_total{what}``; expiry by ``ttl_s`` is not an
+        eviction."""
+        return {"conversations": self.evicted, "keys": self.evicted_keys}
+
     def _reset(self) -> None:
         # slot columns
         self._fp = array("Q")
