@@ -51,9 +51,10 @@ class StoreConfig(_Section):
     counted in ``handoffmon_store_evictions_total{what="conversations"}``)."""
     max_keys_per_conversation: int = Field(default=10_000, gt=0)
     """Memory backend: cap on one conversation's attribution keys; past it its oldest keys are
-    dropped (``handoffmon_store_evictions_total{what="keys"}``). A turn writes 2 keys (chain and content), so the
-    default covers 5,000 turns, more than any context window holds resent: it only binds when
-    one conversation id is shared by unrelated traffic (a constant ``x-conversation-id``)."""
+    dropped (``handoffmon_store_evictions_total{what="keys"}``). A turn writes 2 keys (chain
+    and content), so the default covers 5,000 turns, more than any context window holds
+    resent: it only binds when one conversation id is shared by unrelated traffic (a constant
+    ``x-conversation-id``)."""
     key_prefix: str = "handoffmon:"
     """Redis key prefix."""
     timeout_s: float = Field(default=0.05, gt=0)
