@@ -11,9 +11,10 @@ depth mix w_d = n_AB,d / n (the effect on the handoffs that happened):
   m_AB,d is interpolated linearly between the baseline's bucket means (m_BB,j, p_BB,j) of
   bucket d and its neighbour on the side of m_AB,d (extrapolated from the nearest segment
   at the ends, by at most one gap between bucket means and only from a neighbour with
-  ``EXTRAPOLATE_MIN_N`` baseline checks; the baseline read is kept in [0, 1]). Without depth sums (old sources) the bucket's own baseline is used. The
-  baseline side is then Σ_j Ω_j p_BB,j / n with weights Ω_j = Σ_d n_AB,d c_dj, so Δ stays
-  a linear contrast of bucket proportions;
+  ``EXTRAPOLATE_MIN_N`` baseline checks; the baseline read is kept in [0, 1]). Without
+  depth sums (old sources) the bucket's own baseline is used. The baseline side is then
+  Σ_j Ω_j p_BB,j / n with weights Ω_j = Σ_d n_AB,d c_dj, so Δ stays a linear contrast of
+  bucket proportions;
 * **variance** — Σ_d n_AB,d² v_AB,d / n² + Σ_j Ω_j² v_BB,j / n², each arm multiplied by its
   cell's design effect (``intervals.design_effect``, from per-conversation cluster sums);
 * **interval** — Newcombe's hybrid score interval on effective counts: the handoff arm
