@@ -70,7 +70,8 @@ def caller_conversation_id(
     """
     if headers:
         for name in (header_name, *CALLER_HEADERS):
-            found = clean_id(header(headers, name))
+            value = header(headers, name)  # a header is text: an SDK's ``omit`` sends none
+            found = clean_id(value) if isinstance(value, str) else None
             if found:
                 return found
     session = clean_id(session_id)

@@ -17,6 +17,7 @@ from handoffmon.integrations.openai_client import (
     ClientWrapper,
     Paths,
     SyncCalls,
+    caller_headers,
     is_async_client,
 )
 from handoffmon.integrations.responses_calls import unmonitored_once
@@ -104,8 +105,9 @@ class AnthropicClientWrapper(ClientWrapper):
         kind, beta_kind = (
             (_AsyncMessages, _AsyncBetaMessages) if is_async else (_SyncMessages, _SyncBetaMessages)
         )
-        paths: Paths = {("messages",): kind(client.messages, self._turns, api=MESSAGES)}
+        headers = caller_headers(client, self._turns.parser.header_name)
+        paths: Paths = {("messages",): kind(client.messages, self._turns, api=MESSAGES, headers=headers)}
         beta = getattr(getattr(client, "beta", None), "messages", None)  # betas: the same Messages API
         if beta is not None:
-            paths["beta", "messages"] = beta_kind(beta, self._turns, api=MESSAGES)
+            paths["beta", "messages"] = beta_kind(beta, self._turns, api=MESSAGES, headers=headers)
         return paths

@@ -21,6 +21,7 @@ from handoffmon.ingress import (
 )
 from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
+from handoffmon.ingress.conversation import CALLER_HEADERS
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response
@@ -205,10 +206,13 @@ class _Calls:
 
     _stream: Callable[..., Any]  # SyncStream or AsyncStream
 
-    def __init__(self, inner: Any, turns: SdkTurns, api: Api | None = None) -> None:
+    def __init__(
+        self, inner: Any, turns: SdkTurns, api: Api | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
         self._inner = inner
         self._turns = turns
         self._api = api
+        self._headers = headers or {}  # the client's default caller headers (``caller_headers``)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -228,7 +232,9 @@ class _Calls:
         return StreamingCalls(self)
 
     def _begin(self, kwargs: dict[str, Any]) -> Capture | _Pending | None:
-        return self._turns.begin(kwargs, self._api)
+        """The call's capture, its request read with the headers the SDK sends (the client's
+        default caller headers under the call's ``extra_headers``: ``as_sent``)."""
+        return self._turns.begin(as_sent(kwargs, self._headers) if self._headers else kwargs, self._api)
 
     def _monitored(
         self, ctx: Capture | _Pending, response: Any, headers: Any, t0: float, stream: bool
@@ -332,6 +338,44 @@ class AsyncCalls(_Calls):
         if not raw:
             return self._monitored(ctx, response, result.headers, t0, stream)
         return self._raw_result(result, ctx, response, t0, stream)
+
+
+def caller_headers(client: Any, header_name: str) -> dict[str, str]:
+    """The headers among the SDK client's ``default_headers`` a request parser reads (the
+    configured conversation-id header, ``CALLER_HEADERS``, ``traceparent``), by lower-case
+    name; usually none. The SDK sends them with every request, so ``serve`` and the LiteLLM
+    Proxy callback read them there: the wrapper reads them too. Nothing else is kept (the
+    defaults include the API key)."""
+    try:
+        defaults = client.default_headers
+    except Exception:  # a look-alike client without the SDK's property
+        return {}
+    if not isinstance(defaults, Mapping):
+        return {}
+    wanted = {header_name.lower(), *CALLER_HEADERS, "traceparent"}
+    return {
+        k.lower(): v
+        for k, v in defaults.items()
+        if isinstance(k, str) and isinstance(v, str) and k.lower() in wanted
+    }
+
+
+def as_sent(kwargs: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, Any]:
+    """``kwargs`` with ``extra_headers`` as the SDK merges them into what it sends: ``defaults``
+    (``caller_headers``), each overridden by the call's header of that name (case-insensitive),
+    and removed when the call omits it (``openai.omit``: any value that is not a string). Only
+    the parser sees this copy; the SDK gets the application's own arguments."""
+    merged = dict(defaults)
+    extra = kwargs.get("extra_headers")
+    if isinstance(extra, Mapping):
+        for name, value in extra.items():
+            if not isinstance(name, str):
+                continue
+            if isinstance(value, str):
+                merged[name.lower()] = value
+            else:
+                merged.pop(name.lower(), None)
+    return {**kwargs, "extra_headers": merged}
 
 
 Paths = dict[tuple[str, ...], _Calls]
@@ -519,13 +563,14 @@ class OpenAIClientWrapper(ClientWrapper):
     def _resources(self) -> Paths:
         client, turns = self._client, self._turns
         kind = AsyncCalls if is_async_client(client, "openai", "AsyncOpenAI") else SyncCalls
-        paths: Paths = {("chat", "completions"): kind(client.chat.completions, turns)}
+        headers = caller_headers(client, turns.parser.header_name)
+        paths: Paths = {("chat", "completions"): kind(client.chat.completions, turns, headers=headers)}
         responses = getattr(client, "responses", None)  # SDKs before the Responses API lack it
         if responses is not None:
-            paths[("responses",)] = kind(responses, turns, api=RESPONSES)
+            paths[("responses",)] = kind(responses, turns, api=RESPONSES, headers=headers)
         beta = getattr(getattr(client, "beta", None), "chat", None)  # LangChain's structured streams
         if beta is not None and getattr(beta, "completions", None) is not None:
-            paths["beta", "chat", "completions"] = kind(beta.completions, turns)
+            paths["beta", "chat", "completions"] = kind(beta.completions, turns, headers=headers)
         return paths
 
 
