@@ -477,6 +477,7 @@ def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashbo
         f"(rate({q.m('handoffmon_overhead_seconds_bucket')}[$__rate_interval])))"
     )
     store = f"sum by (op, kind) (rate({q.m('handoffmon_store_failures_total')}[$__rate_interval]))"
+    evictions = f"sum by (what) (rate({q.m('handoffmon_store_evictions_total')}[$__rate_interval]))"
     cap = f"max by (label) ({q.m('handoffmon_label_values')} / {q.m('handoffmon_label_limit')})"
     refit_age = f"time() - max({q.m('handoffmon_refit_last_success_timestamp_seconds')})"
     refit_sel = q.m("handoffmon_monitor_errors_total", 'stage="refit"')
@@ -539,11 +540,12 @@ def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashbo
         .with_panel(
             _ts(
                 21,
-                "Attribution store failures per second (fail-open)",
+                "Attribution store failures (fail-open) and memory-store evictions per second",
                 "ops",
                 8,
                 8,
-                _target(store, "{{op}} {{kind}}"),
+                _target(store, "{{op}} {{kind}}", "A"),
+                _target(evictions, "evicted {{what}}", "B"),
             )
         )
         .with_panel(

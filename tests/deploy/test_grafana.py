@@ -125,6 +125,7 @@ def test_dashboard_covers_every_required_view() -> None:
         "handoffmon_proxy_queued_bytes",
         "handoffmon_proxy_queued_bytes_limit",
         "handoffmon_store_failures_total",
+        "handoffmon_store_evictions_total",
         "handoffmon_label_values",
         "handoffmon_label_limit",
         "handoffmon_routing_decisions_total",
