@@ -21,6 +21,7 @@ from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
     SWITCH_COST_NOTE,
+    VERDICT_ROUTING_NOTE,
     CellAdherence,
     DepthCurve,
     MarkovFit,
@@ -28,6 +29,7 @@ from handoffmon.refit.result import (
     RuleFit,
     SwitchCost,
 )
+from handoffmon.refit.routing_check import verdict_routing
 from handoffmon.refit.switch_costs import shadow_cells, swap, swap_roles, switch_costs
 from handoffmon.refit.threads import single_threaded_blas
 
@@ -93,7 +95,7 @@ def _run(
         created_at=time.time() if now is None else float(now),
         source=source,
         observational=True,
-        note=OBSERVATIONAL_NOTE,
+        note=OBSERVATIONAL_NOTE + _routing_warning(fits),
         rules=fits,
         confidence=settings.confidence,
         min_n=settings.min_n,
@@ -110,6 +112,15 @@ def _run(
         switch_cost_note=SWITCH_COST_NOTE if fitter.shadow else "",
         prior=settings.prior,
     )
+
+
+def _routing_warning(fits: dict[str, RuleFit]) -> str:
+    """The note's warning when a fit saw handoffs follow failed checks (else empty)."""
+    flagged = {r: f for r, f in fits.items() if f.verdict_routing}
+    if not flagged:
+        return ""
+    worst = max(f.handoff_after_fail_ratio for f in flagged.values())
+    return VERDICT_ROUTING_NOTE.format(ratio=worst, rules=", ".join(sorted(flagged)))
 
 
 def _add(a: _FitInput, b: _FitInput) -> _FitInput:
@@ -162,6 +173,7 @@ class _RuleFitter:
         )
         into = (dt.into.delta, dt.into.ci_low, dt.into.ci_high, dt.into.n)
         markov = self._markov(rule, inp, dt)
+        routing = verdict_routing(inp.transitions, dt.deff_b[0] if len(dt.deff_b) else dt.deff_b, self.z)
         return RuleFit(
             rule=rule,
             mu=dec.mu,
@@ -181,6 +193,9 @@ class _RuleFitter:
             switch_costs=self._switch_costs(rule, inp),
             prior_sd_pi_pp=100.0 * dec.prior_sd[0],
             prior_sd_sigma_pp=100.0 * dec.prior_sd[1],
+            handoff_after_fail_ratio=routing.ratio,
+            handoff_after_fail_ci=(routing.ci_low, routing.ci_high),
+            verdict_routing=routing.flagged,
         )
 
     def _switch_costs(self, rule: str, inp: _FitInput) -> list[SwitchCost]:

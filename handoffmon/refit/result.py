@@ -36,7 +36,16 @@ OBSERVATIONAL_NOTE = (
     "Production handoff effects are observational: turns were not randomized to "
     "prefix models, so delta(A->B) compares cell A->B with B's clean B->B baseline at "
     "the same depths only; other differences between handed-off and ordinary "
-    "conversations (topic, difficulty, user) are not adjusted for."
+    "conversations (topic, difficulty, user) are not adjusted for. Where the router hands "
+    "off on the conversation itself (escalating hard conversations, falling back after a "
+    "failed reply), delta is biased negative for pairs with no effect, enough to page; "
+    "shadow continuation measures the switch cost free of that bias."
+)
+
+VERDICT_ROUTING_NOTE = (
+    " Warning: in this window handoffs followed failed checks {ratio:.1f}x as often as passed "
+    "ones (rules: {rules}): routing depends on the verdicts, so the deltas and handoff risks "
+    "are biased negative; confirm with shadow continuation before acting on them."
 )
 
 NAN = float("nan")
@@ -367,6 +376,11 @@ class RuleFit:
             (fitted by marginal likelihood with ``prior: empirical``, floored at
             ``prior_sd_pp``; null without a ridge).
         prior_sd_sigma_pp: the same for σ.
+        handoff_after_fail_ratio: handoff rate of the turn after a failed check over the rate
+            after a passed one (``refit.routing_check``); near 1 when routing ignores verdicts.
+        handoff_after_fail_ci: its interval (log scale, clustered counts).
+        verdict_routing: the interval's lower bound exceeds 1.25: handoffs follow failures,
+            so Δ of this fit is biased negative (the refit's ``note`` says so).
     """
 
     rule: str
@@ -387,6 +401,9 @@ class RuleFit:
     switch_costs: list[SwitchCost] = field(default_factory=list)
     prior_sd_pi_pp: float = NAN
     prior_sd_sigma_pp: float = NAN
+    handoff_after_fail_ratio: float = NAN
+    handoff_after_fail_ci: tuple[float, float] = (NAN, NAN)
+    verdict_routing: bool = False
 
     def switch_cost(self, prefix_model: str, model: str) -> SwitchCost | None:
         """The experimental switch cost of one ordered pair, if shadow pairs exist."""
