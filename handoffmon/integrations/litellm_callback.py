@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from handoffmon._extras import requires_extra
@@ -55,6 +55,10 @@ _log = logging.getLogger("handoffmon.integrations")
 MAX_IN_FLIGHT = 100_000
 """Bound on remembered call start times (entries of calls that failed are evicted oldest first)."""
 
+RUNTIME_RETRY_S = 60.0
+"""After the runtime could not be built (a config that does not load), the proxy's calls pass
+through unmonitored for this long before the next attempt, which is logged again if it fails."""
+
 
 class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     """Monitors every chat completion and Responses API call a LiteLLM Proxy serves (the
@@ -74,12 +78,21 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         config: configuration; ``None`` loads ``$HANDOFFMON_CONFIG`` (and ``HANDOFFMON_*``
             env) when the runtime is first needed.
         runtime: record into this runtime instead of the process's shared one.
+        clock: monotonic seconds, for the retry of a runtime that could not be built.
     """
 
-    def __init__(self, config: HandoffmonConfig | None = None, *, runtime: Runtime | None = None) -> None:
+    def __init__(
+        self,
+        config: HandoffmonConfig | None = None,
+        *,
+        runtime: Runtime | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self._config = config
         self._runtime = runtime
+        self._clock = clock
+        self._retry_at = float("-inf")  # no runtime before then: the last attempt failed
         self._lock = threading.Lock()
         self._parser: RequestParser | None = None
         self._starts: OrderedDict[str, float] = OrderedDict()  # litellm_call_id -> monotonic start
@@ -111,6 +124,29 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     def monitor(self) -> Monitor:
         """The runtime's monitor."""
         return self.runtime.monitor
+
+    def _available(self) -> Runtime | None:
+        """The runtime for a hook; ``None`` while it cannot be built. A failed build (a config
+        that does not load: the error names the file and key) is logged once at ERROR and
+        tried again after ``RUNTIME_RETRY_S``, not on every request: the calls meanwhile pass
+        through unmonitored, and neither re-read the config nor log a traceback each."""
+        rt = self._runtime
+        if rt is not None:
+            return rt
+        now = self._clock()
+        if now < self._retry_at:
+            return None
+        try:
+            return self.runtime
+        except Exception as exc:
+            self._retry_at = now + RUNTIME_RETRY_S
+            _log.error(
+                "handoffmon could not build its runtime, so this proxy's calls are not monitored "
+                "(tried again in %.0f s): %s",
+                RUNTIME_RETRY_S,
+                exc,
+            )
+            return None
 
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
@@ -181,7 +217,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         """Risk-aware fallback order for one proxy request (``RouterRouting.apply_body``); ``api``:
         a call of another API, its history read as chat."""
         try:
-            state = self.runtime.routing
+            rt = self._available()
+            state = rt.routing if rt is not None else None
             if state is None:
                 return
             messages, link = None, None
@@ -234,7 +271,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         """The call's capture; ``api``: a call of another API, its request read as chat
         (``ingress.apis``)."""
         try:
-            monitor = self.monitor
+            rt = self._available()
+            if rt is None:  # no runtime (logged by ``_available``): the call passes unmonitored
+                return None
+            monitor = rt.monitor
             if self._parser is None:
                 self._parser = RequestParser.from_config(monitor.config)
             link = None

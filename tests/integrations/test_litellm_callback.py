@@ -242,3 +242,59 @@ async def test_a_stream_of_unreadable_events_passes_through_untouched() -> None:
 async def _replay(items: list[Any]) -> Any:
     for item in items:
         yield item
+
+
+async def test_a_config_that_cannot_load_is_said_once_per_retry_and_traffic_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bad ``HANDOFFMON_CONFIG`` in a proxy: every call passes through unchanged, the config is
+    not re-read on every request, and the operator gets one ERROR line naming the file and key
+    per retry interval (not two tracebacks per request); fixed on disk, the next retry builds the
+    runtime and monitoring starts."""
+    from handoffmon.config import load_config
+    from handoffmon.integrations import litellm_callback as mod
+    from handoffmon.runtime import build_runtime
+
+    path = tmp_path / "handoffmon.yaml"
+    path.write_text("rules:\n  - name: r\n    check: lenght\n")
+    monkeypatch.setenv("HANDOFFMON_CONFIG", str(path))
+    attempts: list[float] = []
+    exp = RecordingExporter()
+
+    def shared(config: Any = None) -> Any:  # shared_runtime, on a private registry
+        attempts.append(now[0])
+        return build_runtime(load_config(), registry=None, exporters=[exp])
+
+    monkeypatch.setattr("handoffmon.runtime.shared_runtime", shared)
+    now = [1000.0]
+    cb = mod.HandoffmonCallback(clock=lambda: now[0])
+    router = fallback_router()
+
+    async def call(i: int) -> Any:
+        data = _request([{"role": "user", "content": f"hi {i}"}], f"cfg-{i}", model="alpha")
+        await cb.async_pre_call_hook(None, None, data, "acompletion")
+        response = await router.acompletion(model="alpha", messages=data["messages"])
+        assert await cb.async_post_call_success_hook(data, None, response) is None
+        return response
+
+    caplog.set_level("WARNING", logger="handoffmon")
+    for i in range(20):
+        assert (await call(i)).choices[0].message.content == "ok"
+    said = [r for r in caplog.records if r.name.startswith("handoffmon")]
+    assert [r.levelname for r in said] == ["ERROR"]
+    assert str(path) in said[0].getMessage() and "lenght" in said[0].getMessage()
+    assert attempts == [1000.0]  # tried once, not on every request
+
+    path.write_text("rules:\n  - name: r\n    check: length\n    params: {unit: words, max: 5}\n")
+    now[0] += mod.RUNTIME_RETRY_S - 1
+    await call(20)
+    assert len(attempts) == 1  # not yet: within the retry interval
+    now[0] += 2
+    await call(21)
+    assert len(attempts) == 2
+    rt = cb.runtime
+    try:
+        assert rt.flush(10)
+        assert [r.context.requested_model for r in exp.results] == ["alpha"]
+    finally:
+        rt.close()
