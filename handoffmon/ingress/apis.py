@@ -26,7 +26,7 @@ class Api(NamedTuple):
 
 
 RESPONSES = Api(
-    "responses", responses.read_request, responses.response_as_chat, responses.ResponsesStreamFolder
+    "responses", responses.read_request, responses.finished_as_chat, responses.ResponsesStreamFolder
 )
 """The OpenAI Responses API (``POST /v1/responses``; ADR 0010, 0011)."""
 

@@ -279,6 +279,19 @@ def response_as_chat(response: Any) -> dict[str, Any] | None:
     return doc
 
 
+UNFINISHED = frozenset(("queued", "in_progress"))
+"""Statuses of a response whose reply is still to come (``background=True``)."""
+
+
+def finished_as_chat(response: Any) -> dict[str, Any] | None:
+    """:func:`response_as_chat` of a (non-streamed) response that has finished; ``None`` for one
+    still ``queued`` or ``in_progress``: a ``background=True`` call's first answer, whose
+    reply comes later (``responses.retrieve``, a stream), is no turn."""
+    if get(response, "status") in UNFINISHED:
+        return None
+    return response_as_chat(response)
+
+
 class ResponsesStreamFolder(EventFolder):
     """Folds a Responses event stream (SDK events or decoded JSON) into a ``StreamOutcome``.
 

@@ -143,6 +143,8 @@ class SdkTurns:
             served = served_by_headers(headers)
             if api is not None:  # another API's response, read as a chat completion
                 response = api.as_chat(response)
+                if response is None:  # not a finished reply (a queued background response)
+                    return
             self.monitor.finish(
                 cap,
                 reply_message(response),

@@ -261,6 +261,8 @@ class RouterWrapper:
         (its shadow offer continues the history read as chat, through chat completions)."""
         try:
             doc = as_chat(response)
+            if doc is None:  # not a finished reply (a queued background response): no turn
+                return
             self._monitor.finish(
                 cap,
                 reply_message(doc),
