@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,8 +32,20 @@ _log = logging.getLogger("handoffmon.config")
 
 
 class _Section(BaseModel):
-    # attribute docstrings become field descriptions: the configuration reference is generated from them
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # attribute docstrings become field descriptions: the configuration reference is generated from them;
+    # ``.inf``/``.nan`` are no setting (a TTL of infinity, a NaN confidence): refused at load
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, v: Any, info: ValidationInfo) -> Any:
+        """``workers: true`` or ``ttl_s: yes`` is a mistake, not 1: pydantic would take a bool
+        as the number 1 (or 0) in a number field."""
+        if isinstance(v, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and _unwrap(field.annotation) in (int, float):
+                raise ValueError(f"expected a number, got {str(v).lower()}")
+        return v
 
 
 class StoreConfig(_Section):
@@ -86,7 +99,7 @@ class PipelineConfig(_Section):
 
     queue_size: int = Field(default=10_000, gt=0)
     """Turns waiting for the check workers; when full, turns are dropped and counted."""
-    workers: int = Field(default=1, ge=1)
+    workers: int = Field(default=1, ge=1, le=256)
     """Check worker threads (a conversation's turns always go to the same one); with 1 and the
     memory store, the attribution thread runs the checks instead, while no captured turn waits."""
     attribution_queue_size: int = Field(default=1_000, gt=0)
@@ -124,7 +137,16 @@ class ScopeConfig(_Section):
     min_depth: int = Field(default=1, ge=1)
     """First depth checked (inclusive)."""
     max_depth: int | None = Field(default=None, ge=1)
-    """Last depth checked (inclusive; null: no limit)."""
+    """Last depth checked (inclusive; null: no limit); not below ``min_depth``."""
+
+    @model_validator(mode="after")
+    def _depth_range(self) -> ScopeConfig:
+        if self.max_depth is not None and self.max_depth < self.min_depth:
+            raise ValueError(
+                f"max_depth ({self.max_depth}) is below min_depth ({self.min_depth}): "
+                "the rule would never apply"
+            )
+        return self
 
 
 RESERVED_RULE_NAMES = frozenset({"all", "*", "other", "none", "unknown", "total"})
@@ -136,7 +158,8 @@ class RuleConfig(_Section):
     """One named rule: a checker with parameters and a scope."""
 
     name: str = Field(min_length=1, max_length=100)
-    """Unique; the ``rule`` label in metrics. Not one of ``all``, ``*``, ``other``, ``none``,
+    """Unique; the ``rule`` label in metrics: printable text without leading or trailing
+    whitespace. Not one of ``all``, ``*``, ``other``, ``none``,
     ``unknown``, ``total`` (reserved: they mean something else in metrics, refit and shapes
     output — ``all`` is the refit's pooled-over-rules fit, ``*`` the shapes' pooled entry)."""
     check: str = Field(min_length=1)
@@ -275,6 +298,18 @@ class TelemetryConfig(_Section):
     """Bearer token required on every ``/metrics`` handoffmon serves itself (the
     ``metrics_port`` server, and ``handoffmon serve``'s ``/metrics`` and ``/admin/*``)."""
 
+    @field_validator("metrics_token")
+    @classmethod
+    def _token_without_edge_whitespace(cls, v: str | None) -> str | None:
+        # a secret read from a file keeps its trailing newline: no client could ever send it
+        # (every scrape 401), and a blank token would look set while protecting nothing
+        if v and (v != v.strip() or not v.isprintable()):
+            raise ValueError(
+                "the token has leading or trailing whitespace or a control character (a secret file's "
+                "trailing newline?): no Authorization header can carry it; strip it"
+            )
+        return v
+
 
 class RefitConfig(_Section):
     """The periodic refit inside a running monitor."""
@@ -360,7 +395,7 @@ class ShadowConfig(_Section):
     secret: whoever knows it can choose ids that are always sampled."""
     max_output_tokens: int = Field(default=1024, gt=0)
     """``max_tokens`` of every shadow call (bounds the reservation)."""
-    max_concurrency: int = Field(default=2, gt=0)
+    max_concurrency: int = Field(default=2, gt=0, le=256)
     """Shadow calls in flight at once (one background thread each)."""
     queue_size: int = Field(default=32, gt=0)
     """Picked turns waiting for a shadow thread; further picks are skipped (``busy``)."""
@@ -498,6 +533,18 @@ class HandoffmonConfig(_Section):
     def _unique_rule_names(cls, v: list[RuleConfig]) -> list[RuleConfig]:
         seen: set[str] = set()
         for rule in v:
+            # configured names only: a request's declared names have stricter rules of their own
+            # (request_rules), each rejection with its reason code
+            if rule.name != rule.name.strip():
+                raise ValueError(
+                    f"rule name {rule.name!r} starts or ends with whitespace "
+                    f"(it would label metrics apart from {rule.name.strip()!r})"
+                )
+            if not rule.name.isprintable():
+                raise ValueError(
+                    f"rule name {rule.name!r} holds a control character (newline, tab, ...): "
+                    "name rules with printable text"
+                )
             if rule.name in seen:
                 raise ValueError(f"duplicate rule name {rule.name!r}")
             seen.add(rule.name)
@@ -509,9 +556,57 @@ class HandoffmonConfig(_Section):
         return DepthBuckets(tuple(self.depth_buckets))
 
 
+def _yaml_loader() -> type:
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently: a second ``store:`` section would drop the first without a word)."""
+    import yaml
+
+    class _NoDuplicates(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        # the mapping's own keys, before merge keys (``<<: *base``) are flattened in: a key that
+        # overrides a merged one is YAML's way to override, not a duplicate
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, seen[key], line)
+                seen[key] = line
+            except TypeError:  # an unhashable key: the mapping constructor reports it
+                continue
+        loader.flatten_mapping(node)
+        return loader.construct_mapping(node, deep=deep)
+
+    _NoDuplicates.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return _NoDuplicates
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: Any, first: int, again: int) -> None:
+        self.key, self.first, self.again = key, first, again
+        lines = f"line {first}" if first == again else f"lines {first} and {again}"
+        super().__init__(f"key {key!r} given twice in one mapping ({lines}): keep one")
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse YAML as ``yaml.safe_load`` does, refusing duplicate keys (``_DuplicateKey``)."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())
+
+
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not a config file: not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(path)
+        ) from exc
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror}", source=str(path)) from exc
     try:
@@ -520,9 +615,9 @@ def _read_file(path: Path) -> dict[str, Any]:
 
             data: Any = tomllib.loads(text)
         else:
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = load_yaml_text(text)
+    except _DuplicateKey as exc:
+        raise ConfigError(str(exc), source=str(path)) from exc
     except Exception as exc:  # parser errors differ per format; all mean "not parseable"
         raise ConfigError(f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}", source=str(path)) from exc
     if data is None:

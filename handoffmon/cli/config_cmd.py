@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sys
+import os
 
 import click
 
-from handoffmon.config import load_config
+from handoffmon.cli.exits import fail
+from handoffmon.config import load_config, unmatched_env_names
 from handoffmon.errors import ConfigError
 
 
@@ -19,12 +20,18 @@ def config() -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 def check(file: str) -> None:
     """Validate FILE (YAML or TOML) and the rules it declares; exit 1 on error."""
+    # ``HANDOFFMON_*`` overrides in the environment are validated with it. A variable shaped like
+    # one whose section is no config key (``HANDOFFMON_STOER__BACKEND``) is an error here: a
+    # running monitor only warns about it and ignores it, and this check is where a typo must
+    # surface.
     try:
         cfg = load_config(file)
-        _check_rules(cfg, file)
+        _check_rules(cfg, cfg.source)  # the source names the environment when it set a rule
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc))
+    unread = unmatched_env_names(os.environ)
+    if unread:
+        fail("; ".join(unread))
     click.echo(
         f"ok: {file}: store={cfg.store.backend}, {len(cfg.rules)} rule(s), "
         f"depth buckets {', '.join(cfg.buckets.labels)}"

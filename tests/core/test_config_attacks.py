@@ -1,0 +1,151 @@
+"""Config a user gets wrong (or an attacker feeds): every mistake fails at load, naming key and file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+from handoffmon.config import config_from_mapping, load_config
+from handoffmon.errors import ConfigError
+
+
+def _load(tmp_path: Path, text: str | bytes, name: str = "h.yaml") -> ConfigError:
+    f = tmp_path / name
+    if isinstance(text, bytes):
+        f.write_bytes(text)
+    else:
+        f.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, environ={})
+    assert str(f) in str(exc.value)
+    return exc.value
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    """Binary garbage: ConfigError (exit 1 in every command), not a UnicodeDecodeError traceback."""
+    err = _load(tmp_path, b"\xb0\x00\xff\xfe garbage \x80")
+    assert "not UTF-8" in str(err)
+
+
+def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path) -> None:
+    """PyYAML keeps the last of two `store:` sections; the first one vanished without a word."""
+    err = _load(tmp_path, "store:\n  backend: sqlite\n  path: a.db\nstore:\n  backend: memory\n")
+    assert "'store' given twice" in str(err) and "lines 1 and 4" in str(err)
+    err = _load(tmp_path, "rules:\n  - {name: r, check: length, params: {unit: words, max: 3, max: 4}}\n")
+    assert "'max' given twice" in str(err)
+
+
+def test_yaml_merge_keys_may_still_be_overridden(tmp_path: Path) -> None:
+    """`<<: *base` then a key of its own is YAML's override, not a duplicate."""
+    f = tmp_path / "h.yaml"
+    f.write_text(
+        "rules:\n  - &base {name: a, check: length, params: {unit: words, max: 3}}\n"
+        "  - <<: *base\n    name: b\n"
+    )
+    assert [r.name for r in load_config(f, environ={}).rules] == ["a", "b"]
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_infinite_and_nan_numbers_are_refused(tmp_path: Path, value: str) -> None:
+    """`ttl_s: .inf` was accepted (NaN failed only by luck of the comparison, with a wrong reason)."""
+    err = _load(tmp_path, f"store:\n  ttl_s: {value}\n")
+    assert err.key == "store.ttl_s" and "finite" in str(err)
+
+
+def test_infinity_from_the_environment_is_refused_naming_the_variable() -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, environ={"HANDOFFMON_REFIT__INTERVAL_S": "Infinity"})
+    assert exc.value.key == "refit.interval_s" and "HANDOFFMON_REFIT__INTERVAL_S" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "key"), [("pipeline", "workers"), ("store", "ttl_s"), ("scope", "min_depth")]
+)
+def test_a_boolean_is_not_a_number(tmp_path: Path, section: str, key: str) -> None:
+    """`workers: true` became 1 worker, `ttl_s: yes` a TTL of 1 second."""
+    if section == "scope":
+        text = f"rules:\n  - name: r\n    check: no_commas\n    scope:\n      {key}: true\n"
+        want = f"rules['r'].scope.{key}"
+    else:
+        text = f"{section}:\n  {key}: true\n"
+        want = f"{section}.{key}"
+    err = _load(tmp_path, text)
+    assert err.key == want and "expected a number, got true" in str(err)
+
+
+def test_booleans_still_set_boolean_keys(tmp_path: Path) -> None:
+    f = tmp_path / "h.yaml"
+    f.write_text("telemetry:\n  prometheus: false\n  log_turns: no\n")
+    cfg = load_config(f, environ={"HANDOFFMON_TELEMETRY__EXEMPLARS": "true"})
+    assert not cfg.telemetry.prometheus and not cfg.telemetry.log_turns and cfg.telemetry.exemplars
+
+
+def test_a_scope_whose_depth_range_is_empty_is_refused(tmp_path: Path) -> None:
+    """min_depth 5, max_depth 2: the rule never applies, and nothing said so."""
+    err = _load(tmp_path, "rules:\n  - {name: r, check: no_commas, scope: {min_depth: 5, max_depth: 2}}\n")
+    assert err.key == "rules['r'].scope" and "below min_depth" in str(err)
+    ok = config_from_mapping(
+        {"rules": [{"name": "r", "check": "no_commas", "scope": {"min_depth": 3, "max_depth": 3}}]}
+    )
+    assert ok.rules[0].scope.max_depth == 3
+
+
+@pytest.mark.parametrize("name", [" short", "short ", "a\nb", "tab\there"])
+def test_rule_names_with_edge_whitespace_or_control_characters_are_refused(name: str) -> None:
+    """' short' and 'short' were two rules exporting near-identical labels; a newline broke log lines."""
+    with pytest.raises(ConfigError) as exc:
+        config_from_mapping({"rules": [{"name": name, "check": "no_commas"}]}, source="h.yaml")
+    assert exc.value.key == "rules" and repr(name) in str(exc.value) and "h.yaml" in str(exc.value)
+
+
+def test_thread_counts_are_bounded() -> None:
+    """`workers: 100000` would start 100,000 threads at start."""
+    for section, key in (("pipeline", "workers"), ("shadow", "max_concurrency")):
+        with pytest.raises(ConfigError) as exc:
+            config_from_mapping({section: {key: 100_000}})
+        assert exc.value.key == f"{section}.{key}"
+
+
+def test_config_check_fails_on_a_typoed_environment_section(tmp_path: Path) -> None:
+    """A monitor warns and ignores HANDOFFMON_STOER__BACKEND; `config check` is where it must fail."""
+    f = tmp_path / "h.yaml"
+    f.write_text("")
+    res = CliRunner().invoke(main, ["config", "check", str(f)], env={"HANDOFFMON_STOER__BACKEND": "sqlite"})
+    assert res.exit_code == 1, res.output
+    assert "HANDOFFMON_STOER__BACKEND" in res.stderr and "did you mean 'store'" in res.stderr
+
+
+def test_config_check_names_the_environment_when_it_set_a_bad_rule(tmp_path: Path) -> None:
+    f = tmp_path / "h.yaml"
+    f.write_text("")
+    rules = '[{"name": "r", "check": "length", "params": {"unit": "words", "max": -1}}]'
+    res = CliRunner().invoke(main, ["config", "check", str(f)], env={"HANDOFFMON_RULES": rules})
+    assert res.exit_code == 1
+    assert "HANDOFFMON_* environment" in res.stderr and "rules['r'].params.max" in res.stderr
+
+
+@pytest.mark.parametrize("what", ["binary", "missing"])
+def test_config_check_on_unreadable_files_exits_1_without_a_traceback(tmp_path: Path, what: str) -> None:
+    f = tmp_path / "h.yaml"
+    if what == "binary":
+        f.write_bytes(b"\xb0\xff\x00")
+    res = CliRunner().invoke(main, ["config", "check", str(f)])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.startswith("error: ") and "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+@pytest.mark.parametrize("token", ["s3cret\n", " s3cret", "   ", "a\tb"])
+def test_a_metrics_token_no_header_can_carry_is_refused(token: str) -> None:
+    """A secret file's trailing newline made every scrape 401; a blank token looked set."""
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, environ={"HANDOFFMON_TELEMETRY__METRICS_TOKEN": token})
+    assert exc.value.key == "telemetry.metrics_token" and "HANDOFFMON_TELEMETRY__METRICS_TOKEN" in str(
+        exc.value
+    )
+    assert load_config(
+        None, environ={"HANDOFFMON_TELEMETRY__METRICS_TOKEN": "s3cret"}
+    ).telemetry.metrics_token
