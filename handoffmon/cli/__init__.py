@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from handoffmon._version import __version__
+from handoffmon.cli.exits import fail
 from handoffmon.errors import MissingExtraError
 
 # name -> "module:attribute" of a click command or group. One line per subcommand.
@@ -39,11 +40,30 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the subcommand; a missing optional dependency ends it with the pip line to fix it."""
+        """Run the subcommand; a missing optional dependency ends it with the pip line to fix it.
+
+        User errors no command caught end as one ``error:`` line and exit 1 (``ExitCode.ERROR``),
+        never a traceback: a file argument that does not exist or is a directory (click's
+        ``Path`` check, which would otherwise exit 2, the code kept for usage errors), a file
+        that is not UTF-8 text, a file or directory the OS refuses.
+        """
         try:
             return super().invoke(ctx)
         except MissingExtraError as exc:
             raise click.ClickException(str(exc)) from exc
+        except click.BadParameter as exc:
+            if isinstance(getattr(exc.param, "type", None), click.Path):
+                fail(exc.format_message())
+            raise
+        except UnicodeDecodeError as exc:
+            fail(f"an input file is not UTF-8 text ({exc.reason} at byte {exc.start})")
+        except BrokenPipeError:
+            raise  # click's own handling: the reader went away
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            what = exc.strerror or type(exc).__name__
+            fail(f"{exc.filename}: {what}")
 
 
 @click.group(cls=LazyGroup)

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from handoffmon._extras import requires_extra
+from handoffmon.cli.params import FiniteRange
 
 
 def _progress(total_turns: int, enabled: bool) -> Any:
@@ -83,7 +84,7 @@ def _compare_routing(world: Any, outcome: Any) -> Any:
 @click.command("demo")
 @click.option(
     "--size",
-    type=click.FloatRange(min=0.01),
+    type=FiniteRange(min=0.01),
     default=1.0,
     show_default=True,
     help="Scale of the simulated traffic (1.0 ≈ 600 conversations, ~4,600 turns).",
@@ -126,13 +127,13 @@ def _compare_routing(world: Any, outcome: Any) -> Any:
 )
 @click.option(
     "--duration",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=None,
     help="With --serve: stop the live traffic after this many seconds.",
 )
 @click.option(
     "--refit-interval",
-    type=click.FloatRange(min=1),
+    type=FiniteRange(min=1),
     default=15.0,
     show_default=True,
     help="With --serve: seconds between refits published as gauges.",
@@ -146,7 +147,7 @@ def _compare_routing(world: Any, outcome: Any) -> Any:
 @click.option(
     "--shadow",
     "shadow_rate",
-    type=click.FloatRange(0, 1),
+    type=FiniteRange(0, 1),
     default=0.0,
     show_default=True,
     help="Shadow continuation: this share of eligible turns is continued by a second model in the "

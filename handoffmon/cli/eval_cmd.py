@@ -13,6 +13,8 @@ import click
 
 from handoffmon._extras import requires_extra
 from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.cli.files import check_writable
+from handoffmon.cli.params import FiniteRange, NonNegativeFinite
 from handoffmon.errors import HandoffmonError, NoDataError
 
 _ROUTER_HELP = "litellm Router config (YAML with model_list), or 'sim' / 'sim:K' for the offline simulator"
@@ -26,11 +28,13 @@ def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) ->
     from handoffmon.evals.multiif import load_multiif
     from handoffmon.evals.script import load_scripts
 
+    if not paths and not multi_if:
+        raise click.UsageError("give SCRIPTS (files or directories) and/or --multi-if CSV")
     scripts = load_scripts(paths) if paths else []
     if multi_if:
         scripts += load_multiif(multi_if, limit=limit)
-    if not scripts:
-        raise click.UsageError("give SCRIPTS (files or directories) and/or --multi-if CSV")
+    if not scripts:  # given, but nothing in them: no data, not a usage error
+        raise NoDataError(f"no scripts in {', '.join([*paths, *([multi_if] if multi_if else [])])}")
     return scripts
 
 
@@ -79,6 +83,7 @@ def _target(
 
     from handoffmon.attribution.names import ModelNames
     from handoffmon.config import load_config
+    from handoffmon.errors import InputError
     from handoffmon.evals import models as m
 
     litellm.suppress_debug_info = True  # a CLI process: keep retried errors' debug dumps off stderr
@@ -90,6 +95,8 @@ def _target(
         from handoffmon.sim.router import canonical_models
 
         k = router.partition(":")[2]
+        if k and not (k.isdigit() and 2 <= int(k) <= 12):
+            raise InputError(f"--router {router}: 'sim:K' takes a fleet size K from 2 to 12, got {k!r}")
         fleet = make_fleet(int(k)) if k else default_fleet()
         tg = m.sim_target(fleet, seed=seed, latency_s=latency_s, fallbacks=not matrix, failures=True)
         # the provider's registered name differs per process: the map is fixed by the fleet's names
@@ -132,7 +139,7 @@ def _settings(
 
 
 def _write(path: str, text: str) -> None:
-    from handoffmon.cli.refit_cmd import write_text_atomic
+    from handoffmon.cli.files import write_text_atomic
 
     write_text_atomic(path, text)
 
@@ -157,7 +164,11 @@ _common = [
     ),
     click.option("--limit", type=click.IntRange(min=1), help="first N Multi-IF conversations only"),
     click.option(
-        "--sim-latency", default=0.0, show_default=True, type=float, help="simulator seconds per call"
+        "--sim-latency",
+        default=0.0,
+        show_default=True,
+        type=NonNegativeFinite(),
+        help="simulator seconds per call",
     ),
     click.option("--progress/--no-progress", default=True, show_default=True),
     click.option(
@@ -217,6 +228,8 @@ def run_cmd(
     from handoffmon.evals.store import ResultStore
 
     try:
+        for option, path in (("--out", out), ("--jsonl", jsonl), ("--html", html)):
+            check_writable(path, option)  # before any model call, not after the run
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
         shapes = _read_shapes(shapes_path) if shapes_path else None  # a bad file stops before any call
         responder, resolve, target = _target(
@@ -266,9 +279,14 @@ def _eval_page(result: Any, shapes: Any) -> str:
 
 
 def _read_shapes(path: str) -> Any:
+    from handoffmon.errors import InputError
     from handoffmon.evals.shapes import Shapes
 
-    return Shapes.from_json(Path(path).read_text(encoding="utf-8"), source=path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a shapes.json (not UTF-8 text: {exc.reason})") from exc
+    return Shapes.from_json(text, source=path)
 
 
 @eval_group.command("switch-matrix")
@@ -289,7 +307,7 @@ def _read_shapes(path: str) -> Any:
     "--fdr",
     default=0.05,
     show_default=True,
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FiniteRange(0, 1, min_open=True, max_open=True),
     help="Benjamini-Hochberg false-discovery rate of 'significant'",
 )
 @click.option("--html", help="HTML report with the Δ heatmap")
@@ -325,6 +343,8 @@ def switch_matrix_cmd(
     from handoffmon.evals.switch import SwitchMatrixRun, analyse, episodes_of, scores_csv
 
     try:
+        for option, path in (("--out", out), ("--scores", scores), ("--html", html)):
+            check_writable(path, option)  # before any model call, not after the run
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
         names = [m.strip() for m in models.split(",") if m.strip()]
         if len(names) < 2:
@@ -413,9 +433,9 @@ def _distinct_models(names: list[str], resolve: Any) -> list[str]:
 @eval_group.command("compare")
 @click.option("--shapes", "shapes_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--alpha", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True))
-@click.option("--min-gap", default=0.05, show_default=True, type=click.FloatRange(0, 1))
-@click.option("--min-share", default=0.01, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--alpha", default=0.05, show_default=True, type=FiniteRange(0, 1, min_open=True))
+@click.option("--min-gap", default=0.05, show_default=True, type=FiniteRange(0, 1))
+@click.option("--min-share", default=0.01, show_default=True, type=FiniteRange(0, 1))
 @click.option("--model", help="compare only this author (eval rows and production counts)")
 @click.option("--out", help="comparison JSON ('-' for stdout; the text report then goes to stderr)")
 @click.option("--html", help="eval HTML report with production overlaid and flagged checkpoints marked")
@@ -448,6 +468,8 @@ def compare_cmd(
     from handoffmon.refit.result import SwitchMatrixResult
 
     try:
+        check_writable(out, "--out")
+        check_writable(html, "--html")
         shapes = _read_shapes(shapes_path)
         evals, matrices = [], []
         for path in results:
@@ -455,6 +477,8 @@ def compare_cmd(
                 data = json.loads(Path(path).read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise HandoffmonError(f"{path}: not JSON: {exc.msg}") from exc
+            except UnicodeDecodeError as exc:
+                raise HandoffmonError(f"{path}: not JSON (not UTF-8 text: {exc.reason})") from exc
             if isinstance(data, dict) and data.get("schema") == "handoffmon.switch_matrix":
                 matrices.append(SwitchMatrixResult.from_dict(data, source=path))
             else:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 
 import click
 
 from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.cli.files import check_writable, write_text_atomic
 from handoffmon.errors import HandoffmonError
 
 
@@ -43,19 +43,23 @@ def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by
     """
     from handoffmon.checkers.ifeval.evaluate import accuracy, read_inputs, read_responses, run
 
+    path = input_path
     try:
+        check_writable(output_path, "--output")  # before the scoring, not after it
         inputs = read_inputs(input_path)
+        path = responses_path
         responses = read_responses(responses_path)
         results = run(inputs, responses, mode)  # type: ignore[arg-type]
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
     except HandoffmonError as exc:
         fail(str(exc))
     if not results:  # nothing scored: no accuracy of 0, no output file
         fail(f"{input_path}: no prompts", ExitCode.NO_DATA)
-    tmp = f"{output_path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in results:
-            fh.write(json.dumps(r.to_json()) + "\n")
-    os.replace(tmp, output_path)
+    try:
+        write_text_atomic(output_path, "\n".join(json.dumps(r.to_json()) for r in results))
+    except HandoffmonError as exc:
+        fail(str(exc))
     acc = accuracy(results)
     click.echo(f"mode: {mode}  prompts: {acc.prompts}  instructions: {acc.instructions}")
     click.echo(f"prompt-level: {acc.prompt_level:.4f}")

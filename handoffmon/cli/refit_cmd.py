@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import click
 
 from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.cli.files import check_writable, write_text_atomic
+from handoffmon.cli.params import Finite
 from handoffmon.errors import HandoffmonError, NoDataError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -16,18 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from prometheus_client import CollectorRegistry
 
-    from handoffmon.config import HandoffmonConfig
+    from handoffmon.config import HandoffmonConfig, RefitConfig
     from handoffmon.refit.result import PairEffect, RefitResult
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file and rename (``-`` = stdout)."""
-    if path == "-":
-        click.echo(text)
-        return
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def refit_registry(result: RefitResult, config: HandoffmonConfig | None = None) -> CollectorRegistry:
@@ -160,9 +152,9 @@ MATCH_OPTION = click.option(
 @click.option("--out", required=True, help="output JSON file ('-' for stdout)")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config file (buckets, refit)")
 @click.option("--min-n", type=int, help="override refit.min_n")
-@click.option("--confidence", type=float, help="override refit.confidence")
-@click.option("--prior-sd-pp", type=float, help="override refit.prior_sd_pp (decomposition prior SD, pp)")
-@click.option("--fdr", type=float, help="override refit.fdr (Benjamini-Hochberg level of 'significant')")
+@click.option("--confidence", type=Finite(), help="override refit.confidence")
+@click.option("--prior-sd-pp", type=Finite(), help="override refit.prior_sd_pp (decomposition prior SD, pp)")
+@click.option("--fdr", type=Finite(), help="override refit.fdr (Benjamini-Hochberg level of 'significant')")
 @click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
@@ -207,12 +199,17 @@ def refit(
     time to --metrics-file and pushes it to --pushgateway (RefitFailing).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from handoffmon.config import RefitConfig, load_config
+    from handoffmon.config import load_config
     from handoffmon.refit import refit as run
     from handoffmon.sources.spec import infer_buckets, load_source
 
     try:
         cfg = load_config(config_path) if config_path else None
+        # bad flags and outputs stop before the source is read (a Prometheus query can take long)
+        overrides = {"min_n": min_n, "confidence": confidence, "prior_sd_pp": prior_sd_pp, "fdr": fdr}
+        settings = _settings(cfg.refit if cfg else None, overrides)
+        check_writable(out, "--out")
+        check_writable(metrics_file, "--metrics-file")
         loaded = load_source(
             source,
             transitions=transitions,
@@ -220,14 +217,9 @@ def refit(
             match=match,
             buckets=cfg.buckets if cfg else None,
         )
-        if not loaded.counts.checks:
+        if not any(loaded.counts.checks.values()):  # no key, or only keys counting 0 checks
             raise NoDataError(f"{loaded.label}: no checks to refit (empty store or stale scrape target)")
         buckets = cfg.buckets if cfg else infer_buckets(loaded.counts)
-        overrides = {"min_n": min_n, "confidence": confidence, "prior_sd_pp": prior_sd_pp, "fdr": fdr}
-        base = cfg.refit if cfg else None
-        settings = RefitConfig.model_validate(
-            {**(base.model_dump() if base else {}), **{k: v for k, v in overrides.items() if v is not None}}
-        )
         result = run(
             loaded.counts, buckets=buckets, settings=settings, source=loaded.label, window_s=loaded.window_s
         )
@@ -261,6 +253,24 @@ def refit(
     )
     if not observed:
         click.echo(_too_thin_hint(fit.pairs, settings.min_n), err=True)
+
+
+def _settings(base: RefitConfig | None, overrides: dict[str, float | int | None]) -> RefitConfig:
+    """``refit.*`` of the config (or the defaults) with the command-line overrides; a bad value
+    raises ``ConfigError`` naming the option (``--min-n``), as a bad config key names the key."""
+    from pydantic import ValidationError
+
+    from handoffmon.config import RefitConfig
+    from handoffmon.errors import ConfigError
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return RefitConfig.model_validate({**(base.model_dump() if base else {}), **given})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        where = f"--{name.replace('_', '-')} {given[name]}" if name in given else f"refit.{name}"
+        raise ConfigError(f"{where}: {err['msg']}") from exc
 
 
 def _too_thin_hint(pairs: Sequence[PairEffect], min_n: int) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.cli.files import check_writable, write_text_atomic
 from handoffmon.errors import HandoffmonError
 
 
@@ -17,10 +18,10 @@ def _read_truth(path: str | None) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(f"{path}: cannot read planted truth: {exc}") from exc
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        fail(f"{path}: cannot read planted truth: {exc}")
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise click.ClickException(f"{path}: not a truth document (expected a 'models' mapping)")
+        fail(f"{path}: not a truth document (expected a 'models' mapping)")
     return data
 
 
@@ -44,17 +45,27 @@ def _read_truth(path: str | None) -> dict[str, Any] | None:
 @click.option("--title", default="handoffmon — handoff risk report", show_default=True, help="Page title.")
 def report(refit_json: str, out: str, truth_path: str | None, title: str) -> None:
     """Render REFIT_JSON (from `handoffmon refit` or `handoffmon demo`) as one offline HTML page."""
+    # exit 1: an unreadable or malformed REFIT_JSON, an --out that cannot be written; 4: REFIT_JSON
+    # holds no fit (nothing is written then)
     from handoffmon.refit.result import RefitResult
     from handoffmon.report import render_report
 
     try:
-        result = RefitResult.from_json(Path(refit_json).read_text(encoding="utf-8"), source=refit_json)
+        check_writable(out, "--out")
+        text = Path(refit_json).read_text(encoding="utf-8")
+        result = RefitResult.from_json(text, source=refit_json)
+    except UnicodeDecodeError as exc:
+        fail(f"{refit_json}: not a handoffmon.refit document (not UTF-8 text: {exc.reason})")
     except HandoffmonError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    html = render_report(result, truth=_read_truth(truth_path), title=title)
-    target = Path(out)
-    tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(target)
-    click.echo(f"wrote {target} ({len(html) // 1024} KiB, {len(result.rules)} fits)")
+        fail(str(exc))
+    if not result.rules:  # an empty page is no report: say so instead of writing one
+        fail(
+            f"{refit_json}: the refit holds no fit (no rule was refitted); nothing written", ExitCode.NO_DATA
+        )
+    truth = _read_truth(truth_path)
+    html = render_report(result, truth=truth, title=title)
+    try:
+        write_text_atomic(out, html.rstrip("\n"))
+    except HandoffmonError as exc:
+        fail(str(exc))
+    click.echo(f"wrote {out} ({len(html) // 1024} KiB, {len(result.rules)} fits)")

@@ -8,7 +8,7 @@ import click
 
 from handoffmon.cli.exits import fail
 from handoffmon.cli.listen import cannot_listen
-from handoffmon.config import load_config
+from handoffmon.config import HandoffmonConfig, load_config
 from handoffmon.errors import ConfigError
 
 STARTUP_FAILURE = 3
@@ -54,14 +54,42 @@ def serve(
         reason = cannot_listen(host, port)
         if reason is not None:
             fail(f"cannot listen on {host}:{port}: {reason}")
+        _check_metrics_port(config, source)
         where = f"http://{host}:{port}/v1"
         upstream_url, backend = config.proxy.upstream, config.store.backend
         banner = f"handoffmon serve: {where} -> {upstream_url} (store: {backend})"
         # announced once the app (rules compiled, store opened) is built: a config error comes alone
         run(config, log_level=log_level, source=source, announce=lambda: click.echo(banner, err=True))
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+        fail(str(exc))
     except SystemExit as exc:
         if exc.code != STARTUP_FAILURE:
             raise
         fail("the server did not start (the reason is logged above)")
+
+
+_ANY_HOST = frozenset({"", "0.0.0.0", "::"})
+
+
+def _check_metrics_port(config: HandoffmonConfig, source: str) -> None:
+    """``telemetry.metrics_port`` (the library-mode /metrics server the runtime also starts) must
+    be free too, and not the proxy's own address: else the app fails after its banner, with
+    uvicorn's traceback. Raises ``ConfigError`` naming the key."""
+    tel, proxy = config.telemetry, config.proxy
+    if not tel.metrics_port:  # unset, or 0: any free port
+        return
+    hosts = {tel.metrics_host, proxy.host}
+    if tel.metrics_port == proxy.port and (len(hosts) == 1 or hosts & _ANY_HOST):
+        raise ConfigError(
+            f"{tel.metrics_port} is also proxy.port: serve answers /metrics on its own port; "
+            "unset telemetry.metrics_port or pick another",
+            key="telemetry.metrics_port",
+            source=source,
+        )
+    reason = cannot_listen(tel.metrics_host, tel.metrics_port)
+    if reason is not None:
+        raise ConfigError(
+            f"cannot serve /metrics on {tel.metrics_host}:{tel.metrics_port}: {reason}",
+            key="telemetry.metrics_port",
+            source=source,
+        )

@@ -9,6 +9,8 @@ import click
 from click.core import ParameterSource
 
 from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.cli.files import check_writable
+from handoffmon.cli.params import FiniteRange
 from handoffmon.cli.refit_cmd import MATCH_OPTION
 from handoffmon.config import StoreConfig
 from handoffmon.errors import HandoffmonError, NoDataError
@@ -40,7 +42,7 @@ def shapes() -> None:
 @MATCH_OPTION
 @click.option("--out", required=True, help="shapes.json ('-' for stdout)")
 @click.option(
-    "--confidence", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True)
+    "--confidence", default=0.95, show_default=True, type=FiniteRange(0, 1, min_open=True, max_open=True)
 )
 def export(source: str, match: str | None, out: str, confidence: float) -> None:
     """Write versioned production shapes ("schema": "handoffmon.shapes", "version": 1) to --out.
@@ -49,7 +51,7 @@ def export(source: str, match: str | None, out: str, confidence: float) -> None:
     stale): nothing is written then.
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from handoffmon.cli.refit_cmd import write_text_atomic
+    from handoffmon.cli.files import write_text_atomic
     from handoffmon.evals.shapes import export_shapes
 
     defaulted = click.get_current_context().get_parameter_source("source") is ParameterSource.DEFAULT
@@ -60,6 +62,7 @@ def export(source: str, match: str | None, out: str, confidence: float) -> None:
             "--source sqlite://PATH, prometheus://HOST:PORT, refit.json, cells.csv or a turn log"
         )
     try:
+        check_writable(out, "--out")  # before reading the source (a Prometheus query can take a while)
         result = export_shapes(source, confidence=confidence, match=match)
         write_text_atomic(out, result.to_json())
     except NoDataError as exc:

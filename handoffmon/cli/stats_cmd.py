@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from handoffmon.cli.exits import ExitCode, fail
+from handoffmon.cli.files import check_writable
+from handoffmon.cli.params import FiniteRange
 from handoffmon.errors import HandoffmonError, NoDataError
 
 
@@ -21,14 +23,14 @@ def stats() -> None:
 @click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
 @click.option("--seed", type=int, help="RNG seed for reproducible intervals")
 @click.option(
-    "--confidence", default=0.95, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True)
+    "--confidence", default=0.95, show_default=True, type=FiniteRange(0, 1, min_open=True, max_open=True)
 )
-@click.option("--ridge", default=1.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--ridge", default=1.0, show_default=True, type=FiniteRange(min=0))
 @click.option(
     "--min-n", default=20, show_default=True, type=click.IntRange(min=2), help="min paired episodes"
 )
 @click.option(
-    "--fdr", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    "--fdr", default=0.05, show_default=True, type=FiniteRange(0, 1, min_open=True, max_open=True),
     help="Benjamini-Hochberg false-discovery rate of 'significant'",
 )  # fmt: skip
 def switch_matrix_cmd(
@@ -45,11 +47,13 @@ def switch_matrix_cmd(
 
     Exit status 1 on a malformed SCORES file, 4 when it holds no rows (nothing is written then).
     """
-    from handoffmon.cli.refit_cmd import write_text_atomic
+    # 4 too when no prefix→suffix pair reaches --min-n paired episodes, as `eval switch-matrix`
+    from handoffmon.cli.files import write_text_atomic
     from handoffmon.refit.switch_matrix import ScoreTable, switch_matrix
     from handoffmon.sources.csv import read_scores_csv
 
     try:
+        check_writable(out, "--out")
         table = ScoreTable.from_rows(read_scores_csv(scores))
         result = switch_matrix(
             table,
@@ -61,6 +65,12 @@ def switch_matrix_cmd(
             fdr=fdr,
             source=scores,
         )
+        if not any(p.observed for p in result.fit.pairs):  # as `eval switch-matrix`: no Δ is no result
+            raise NoDataError(
+                f"{scores}: no prefix->suffix pair reached --min-n {min_n} paired episodes "
+                f"({len(table.episodes)} episode(s), {len(table.models)} model(s)); "
+                "add episodes or lower --min-n"
+            )
         write_text_atomic(out, result.to_json())
     except HandoffmonError as exc:
         fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)

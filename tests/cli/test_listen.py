@@ -45,3 +45,37 @@ def test_serve_reports_uvicorns_startup_failure_as_an_error(monkeypatch: pytest.
         port = probe.getsockname()[1]  # free once closed
     res = CliRunner().invoke(main, ["serve", "--upstream", "http://127.0.0.1:9", "--port", str(port)])
     assert res.exit_code == ExitCode.ERROR and "the server did not start" in res.stderr, res.output
+
+
+def test_serve_with_a_busy_metrics_port_exits_1_naming_the_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """telemetry.metrics_port taken: before, the banner, then uvicorn's traceback of the runtime's
+    ConfigError and "the server did not start (the reason is logged above)"."""
+    cfg = tmp_path / "h.yaml"
+    with socket.create_server(("127.0.0.1", 0)) as held, socket.create_server(("127.0.0.1", 0)) as proxy:
+        port = held.getsockname()[1]
+        proxy_port = proxy.getsockname()[1]
+        proxy.close()
+        cfg.write_text(f"telemetry:\n  metrics_port: {port}\n")
+        args = ["serve", "--upstream", "http://127.0.0.1:9", "--port", str(proxy_port), "--config", str(cfg)]
+        res = CliRunner().invoke(main, args)
+    assert res.exit_code == ExitCode.ERROR, res.output
+    assert "Traceback" not in res.output and "handoffmon serve:" not in res.stderr  # no banner
+    assert res.stderr.startswith(f"error: {cfg}") and "'telemetry.metrics_port'" in res.stderr
+    assert "address already in use" in res.stderr
+
+
+def test_serve_refuses_a_metrics_port_equal_to_its_own_port(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    cfg = tmp_path / "h.yaml"
+    cfg.write_text(f"telemetry:\n  metrics_port: {port}\n")
+    args = ["serve", "--upstream", "http://127.0.0.1:9", "--port", str(port), "--config", str(cfg)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == ExitCode.ERROR, res.output
+    assert "'telemetry.metrics_port'" in res.stderr and "is also proxy.port" in res.stderr
+
+
+def test_serve_config_errors_are_error_lines_like_every_command() -> None:
+    """'Error:' (click's exception) in serve, 'error:' everywhere else."""
+    res = CliRunner().invoke(main, ["serve", "--upstream", "router:4000", "--port", "1"])
+    assert res.exit_code == ExitCode.ERROR and res.stderr.startswith("error: ")

@@ -1,0 +1,56 @@
+"""Files the commands read and write: a clear ``error:`` line and exit 1, never a traceback.
+
+Outputs are checked before any work starts (:func:`check_writable`), so an eval run, a refit
+against Prometheus or an IFEval scoring is not done only to fail at the last step; writes go
+through a temp file and a rename (:func:`write_text_atomic`), so a failed write leaves no
+half file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import click
+
+from handoffmon.errors import InputError
+
+
+def check_writable(path: str | None, option: str) -> None:
+    """Raise ``InputError`` naming ``option`` and ``path`` when ``path`` cannot be written:
+    it is a directory, its directory does not exist (or is no directory) or is not writable.
+    ``None`` and ``-`` (stdout) pass."""
+    if not path or path == "-":
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"{option} {path}: is a directory, not a file")
+    parent = target.parent
+    if not parent.exists():
+        raise InputError(f"{option} {path}: directory {str(parent)!r} does not exist")
+    if not parent.is_dir():
+        raise InputError(f"{option} {path}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: directory {str(parent)!r} is not writable")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise InputError(f"{option} {path}: file is not writable")
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file and rename (``-`` = stdout).
+
+    Raises:
+        InputError: the file cannot be written (naming it and why); no temp file is left.
+    """
+    if path == "-":
+        click.echo(text)
+        return
+    tmp = Path(f"{path}.tmp")
+    try:
+        tmp.write_text(text + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
