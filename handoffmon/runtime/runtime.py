@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts
+from handoffmon.errors import HandoffmonError, StoreError
 from handoffmon.exporters.serving import MetricsServer
 from handoffmon.pipeline import fork
 from handoffmon.pipeline.monitor import Monitor
@@ -99,12 +100,24 @@ class Runtime:
     def start(self) -> Runtime:
         """Start everything (idempotent); returns the runtime.
 
+        A store that does not answer at start (Redis down) does not stop it: the monitor starts
+        degraded, failing open (attribution unknown until the store answers), with a warning,
+        and the failure counted (``store_failures_total{op="get"}``,
+        ``monitor_errors{stage="store"}``) and shown by ``/readyz`` (``store: failing_open``)
+        from the first scrape, not from the first request.
+
         Raises:
-            HandoffmonError: the application's registry already shows handoffmon series.
+            HandoffmonError: the application's registry already shows handoffmon series, or
+                the runtime was closed (a closed runtime records nothing: build a new one).
             ConfigError: ``telemetry.metrics_port`` cannot be bound.
         """
         with self._lock:
-            if self._started or self._closed:
+            if self._closed:
+                raise HandoffmonError(
+                    "this handoffmon runtime is closed and cannot start again: build a new one "
+                    "(build_runtime, or shared_runtime, which replaces a closed runtime)"
+                )
+            if self._started:
                 return self
             if self._expose_in is not None and self.config.telemetry.prometheus:
                 self._nested = exposure.expose(self.registry, self._expose_in)
@@ -114,6 +127,7 @@ class Runtime:
                 self._unexpose()
                 raise
             self.monitor.start()
+            self._probe_store()
             if self.shadow is not None:
                 self.shadow.start()
             if self.refit is not None:
@@ -122,6 +136,30 @@ class Runtime:
         atexit.register(self._atexit)
         signals.drain_on_sigterm(self)
         return self
+
+    def _probe_store(self) -> None:
+        """Ask the store whether it answers (``GuardedStore.probe``: Redis's ping, bounded by
+        ``store.timeout_s``); when it does not, warn and count it as a failed call, so the
+        monitor is seen failing open before traffic comes. Never raises."""
+        store = self.monitor.store
+        probe = getattr(store, "probe", None)
+        failed_at_start = getattr(store, "failed_at_start", None)
+        if not callable(probe) or not callable(failed_at_start) or not getattr(store, "healthy", True):
+            return  # no probe, or already failing open and counted (a SQLite file that did not open)
+        try:
+            if probe():
+                return
+            _log.warning(
+                "handoffmon: the %s store does not answer at start; running degraded (failing open: "
+                "attribution unknown until it answers, tried again every %.1fs)",
+                self.config.store.backend,
+                self.config.store.backoff_s,
+            )
+            failed_at_start(
+                "get", StoreError(f"the {self.config.store.backend} store did not answer at start")
+            )
+        except Exception:  # pragma: no cover - probe never raises; start must not either
+            _log.warning("handoffmon could not probe the store at start", exc_info=True)
 
     def _after_fork(self) -> int:
         """In a forked child (``pipeline.fork``; the monitor restarts itself): the shadow threads

@@ -163,3 +163,40 @@ def test_close_drains_queued_turns_and_is_idempotent() -> None:
     rt.close()
     assert len(exp.results) == 3 and exp.shut
     assert rt.monitor.snapshot().total_turns == 3
+
+
+def test_a_redis_down_at_start_starts_degraded_and_counted_from_the_first_scrape() -> None:
+    """Nothing showed a dead Redis until the first request failed on it: now the start probes it,
+    warns, counts the failure and reports the store failing open (what /readyz shows)."""
+    cfg = make_config(store={"backend": "redis", "url": "redis://127.0.0.1:1/0", "timeout_s": 0.05})
+    started = time.monotonic()
+    rt = build_runtime(cfg, registry=None)
+    try:
+        assert time.monotonic() - started < 5  # no hang on the dead store
+        assert rt.started and not rt.monitor.store.healthy
+        reg = rt.registry
+        assert reg.get_sample_value("handoffmon_monitor_errors_total", {"stage": "store"}) == 1.0
+        assert reg.get_sample_value("handoffmon_store_failures_total", {"op": "get", "kind": "errors"}) == 1.0
+        run_conversation(rt.monitor, ["a", "b"])  # fail-open: requests still go through
+        assert rt.flush(10)
+    finally:
+        rt.close()
+
+
+def test_a_healthy_store_is_not_counted_at_start() -> None:
+    rt = build_runtime(make_config(store={"backend": "memory"}), registry=None)
+    try:
+        assert rt.monitor.store.healthy
+        assert rt.registry.get_sample_value("handoffmon_monitor_errors_total", {"stage": "store"}) == 0.0
+    finally:
+        rt.close()
+
+
+def test_start_after_close_is_refused_not_a_silent_dead_runtime() -> None:
+    """A closed runtime's start() returned it as if running: its monitor recorded nothing."""
+    rt = build_runtime(make_config(), registry=None)
+    rt.start()  # a second start is a no-op
+    rt.close()
+    rt.close()  # and so is a second close
+    with pytest.raises(HandoffmonError, match="closed"):
+        rt.start()
