@@ -1,0 +1,68 @@
+"""What a queued turn keeps alive of the application's request, weighed against
+``pipeline.max_queued_bytes``.
+
+A finished turn waits in the attribution queue (``pipeline.attribution_queue_size`` turns) with
+its copy of the request's message list, and so keeps the application's messages alive after
+the call returned: a server's request payloads live until the attribution thread gets to them.
+The queue bounds how many turns wait, not how large they are, so turns with large histories
+(a 100k-message list, a megabyte of base64 image in a part) take their size from the byte
+budget, as ``serve``'s raw bodies do, and are dropped and counted when it is spent. Small
+histories weigh nothing: the queue's length bounds them, and the request path stays free of
+the budget's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SMALL_BYTES = 64 * 1024
+"""A history estimated below this weighs nothing (1,000 queued turns of it: 64 MiB at most)."""
+
+SAMPLED = 256
+"""Messages read to estimate a longer history (its first ones, scaled to its length)."""
+
+
+def held_bytes(messages: Any) -> int:
+    """Estimated bytes a queued copy of ``messages`` keeps alive: 8 per list slot plus the
+    text of each message's ``content`` (a string, or the strings inside its parts, down to
+    ``image_url.url``); 0 below :data:`SMALL_BYTES`. Reads at most :data:`SAMPLED` messages; never raises."""
+    if not isinstance(messages, (list, tuple)):
+        return 0
+    n = len(messages)
+    sample = messages[:SAMPLED] if n > SAMPLED else messages
+    text = 0
+    try:
+        for m in sample:  # the usual shape inline: this runs on the request path
+            content = m.get("content") if type(m) is dict else _content(m)
+            text += len(content) if type(content) is str else _size(content)
+    except Exception:  # a hostile message object: weigh its slots only
+        text = 0
+    total = 8 * n + (text * n // len(sample) if n > SAMPLED else text)
+    return total if total >= SMALL_BYTES else 0
+
+
+def held_by(kwargs: Mapping[str, Any]) -> int:
+    """:func:`held_bytes` of a call's arguments: its ``messages`` or Responses ``input``."""
+    items = kwargs.get("messages")
+    return held_bytes(items if items is not None else kwargs.get("input"))
+
+
+def _content(message: Any) -> Any:
+    if type(message) is dict:
+        return message.get("content")
+    if isinstance(message, str):
+        return message
+    return getattr(message, "content", None)
+
+
+def _size(value: Any, depth: int = 0) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if depth >= 3:  # a part's fields' fields (``image_url.url``) are the deepest read
+        return 0
+    if isinstance(value, (list, tuple)):
+        return sum(_size(v, depth + 1) for v in value[:SAMPLED])
+    if isinstance(value, Mapping):
+        return sum(_size(v, depth + 1) for v in list(value.values())[:16])
+    return 0
