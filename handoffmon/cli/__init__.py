@@ -42,7 +42,8 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand; a missing optional dependency ends it with the pip line to fix it.
 
-        User errors no command caught end as one ``error:`` line and exit 1 (``ExitCode.ERROR``),
+        User errors no command caught end as one ``error:`` line and exit 1 (``ExitCode.ERROR``)
+        (click's own ``Error:`` of a ``ClickException`` included),
         never a traceback: a file argument that does not exist or is a directory (click's
         ``Path`` check, which would otherwise exit 2, the code kept for usage errors), a file
         that is not UTF-8 text, a file or directory the OS refuses.
@@ -50,11 +51,15 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MissingExtraError as exc:
-            raise click.ClickException(str(exc)) from exc
+            fail(str(exc))
         except click.BadParameter as exc:
             if isinstance(getattr(exc.param, "type", None), click.Path):
                 fail(exc.format_message())
             raise
+        except click.UsageError:
+            raise  # click's "Usage: ... Error: ..." and exit 2
+        except click.ClickException as exc:  # a command's own error: 'error:' as everywhere else
+            fail(exc.format_message())
         except UnicodeDecodeError as exc:
             fail(f"an input file is not UTF-8 text ({exc.reason} at byte {exc.start})")
         except BrokenPipeError:

@@ -257,3 +257,23 @@ def test_eval_run_with_an_empty_multi_if_csv_is_no_data_not_a_usage_error(tmp_pa
     res = _run(["eval", "run", "--model", "atlas", "--router", "sim", "--multi-if", str(csv), "--db",
                 str(tmp_path / "e.sqlite"), "--no-progress"])  # fmt: skip
     assert str(csv) in _user_error(res, ExitCode.NO_DATA)
+
+
+def test_a_commands_own_click_error_reads_like_every_other_error(tmp_path: Path) -> None:
+    """`demo --serve` on a busy port said 'Error: ...' (click's ClickException), every other
+    command 'error: ...'; still exit 1, and usage errors stay click's (exit 2)."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        res = _run(
+            ["demo", "--serve", str(port), "--size", "0.01", "--no-progress", "--out-dir", str(tmp_path)]
+        )
+    err = _user_error(res)
+    assert err == f"error: --serve {port}: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    script = tmp_path / "s.yaml"
+    script.write_text("id: s\nruns: 1\nrules: [{name: r, check: no_commas}]\nturns: [{user: hi}]\n")
+    usage = _run(
+        ["eval", "switch-matrix", "--models", "atlas", "--out", str(tmp_path / "m.json"), str(script)]
+    )
+    assert usage.exit_code == ExitCode.USAGE and "Error: --models needs at least two models" in usage.output
