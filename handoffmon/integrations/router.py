@@ -44,6 +44,9 @@ headers (the application's own mappings, which it may change after the call)."""
 _UNREAD: Any = object()
 
 
+_MODULE_RESPONSES_ARGS = ("input", "model")
+"""The positional parameters of ``litellm.responses`` / ``aresponses``, in order."""
+
 _KEPT_NOW = frozenset({"metadata", "extra_headers", "headers"})
 """Responses call arguments that keep the request read when the call is made: the
 application's own mappings, which it may change after the call."""
@@ -213,10 +216,11 @@ class RouterWrapper:
         argument reaches the deployment's own SDK call.)"""
         drain_finalized()
         t0 = time.perf_counter()
-        ctx = self._begin_api(kwargs, RESPONSES)
+        named = self._named(args, kwargs)
+        ctx = self._begin_api(named, RESPONSES)
         t1 = time.perf_counter()
         response = self._router.responses(*args, **kwargs)
-        return self._api_done(ctx, kwargs, response, t0, t1, SyncStream, RESPONSES)
+        return self._api_done(ctx, named, response, t0, t1, SyncStream, RESPONSES)
 
     async def aresponses(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.aresponses`` with monitoring, its fallbacks in risk-aware order when routing is
@@ -225,10 +229,11 @@ class RouterWrapper:
         if self._routing is not None:
             kwargs = self._route_responses(args, kwargs)
         t0 = time.perf_counter()
-        ctx = self._begin_api(kwargs, RESPONSES)
+        named = self._named(args, kwargs)
+        ctx = self._begin_api(named, RESPONSES)
         t1 = time.perf_counter()
         response = await self._router.aresponses(*args, **kwargs)
-        return self._api_done(ctx, kwargs, response, t0, t1, AsyncStream, RESPONSES)
+        return self._api_done(ctx, named, response, t0, t1, AsyncStream, RESPONSES)
 
     async def aanthropic_messages(self, *args: Any, **kwargs: Any) -> Any:
         """``Router.aanthropic_messages`` with monitoring (the Anthropic Messages API read as
@@ -240,6 +245,14 @@ class RouterWrapper:
         t1 = time.perf_counter()
         response = await self._router.aanthropic_messages(*args, **kwargs)
         return self._api_done(ctx, kwargs, response, t0, t1, AsyncStream, MESSAGES)
+
+    def _named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A Responses call's arguments by name, for reading it: the litellm module's
+        ``responses(input, model, ...)`` takes its input and model positionally too (a Router's
+        take keywords only). The call itself is made with the arguments as given."""
+        if not args or not self._module:
+            return kwargs
+        return {**dict(zip(_MODULE_RESPONSES_ARGS, args, strict=False)), **kwargs}
 
     def _route_responses(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """A Responses API call's kwargs with its fallbacks in risk-aware order: its history read

@@ -171,3 +171,39 @@ async def test_the_sdk_s_own_fallbacks_credit_the_model_that_answered(chat_base:
     assert [r.author for r in records] == ["openai/model-a", "openai/model-b"]
     assert [r.fallbacks for r in records] == [1, 1]
     assert [r.context.prefix_model for r in exp.results] == ["none", "openai/model-a"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_with_positional_input_and_model_are_turns(responses_base: str, stream: bool) -> None:
+    """``litellm.responses(input, model, ...)`` takes its input (and model) positionally; called so
+    through ``wrap(litellm)`` the call is the same turn as with keywords: its model requested,
+    its input the history (depth 2 after the first reply, attributed to its author). (litellm
+    1.108's ``aresponses`` reads its first positional argument as the model: it is keywords only.)"""
+    exp = RecordingExporter()
+    rt = build_runtime(CONFIG, registry=None, exporters=[exp])
+    llm = wrap(litellm, runtime=rt)
+    opts = {"api_base": responses_base, "api_key": "k", "stream": stream}
+    try:
+        first = _final(llm.responses("hello", "openai/gpt-c", **opts))
+        items = [{"role": "user", "content": "hello"}, *_output(first), {"role": "user", "content": "more"}]
+        _final(llm.responses(items, model="openai/gpt-c", **opts))
+        assert rt.flush(10)
+    finally:
+        rt.close()
+    assert [(r.context.depth, r.context.requested_model) for r in exp.results] == [
+        (1, "openai/gpt-c"),
+        (2, "openai/gpt-c"),
+    ]
+    assert exp.results[1].context.prefix_model == exp.results[0].record.author != "unknown"
+
+
+def _final(result: Any) -> Any:
+    """A Responses call's final response (its stream read to the end)."""
+    if hasattr(result, "output"):
+        return result
+    (done,) = [e for e in result if e.type == "response.completed"]
+    return done.response
+
+
+def _output(response: Any) -> list[dict[str, Any]]:
+    return [o.model_dump(exclude_none=True) for o in response.output]
