@@ -62,6 +62,8 @@ class LazyGroup(click.Group):
             fail(exc.format_message())
         except UnicodeDecodeError as exc:
             fail(f"an input file is not UTF-8 text ({exc.reason} at byte {exc.start})")
+        except RecursionError:  # json/yaml parsers recurse per nesting level
+            fail("an input file is nested too deeply to read (JSON or YAML thousands of levels deep)")
         except BrokenPipeError:
             raise  # click's own handling: the reader went away
         except OSError as exc:

@@ -58,6 +58,8 @@ def check(rules_path: str, input_path: str, output_path: str | None, budget_s: f
         tally, per_line = replay(rules, read_replies(input_path), input_path)
     except UnicodeDecodeError as exc:
         fail(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+    except RecursionError:
+        fail(f"{path}: nested too deeply to read")
     except HandoffmonError as exc:
         fail(str(exc))
     if not per_line:  # an empty file checks nothing: no all-clear, no output file

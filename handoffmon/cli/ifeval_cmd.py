@@ -52,6 +52,8 @@ def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by
         results = run(inputs, responses, mode)  # type: ignore[arg-type]
     except UnicodeDecodeError as exc:
         fail(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+    except RecursionError:
+        fail(f"{path}: nested too deeply to read")
     except HandoffmonError as exc:
         fail(str(exc))
     if not results:  # nothing scored: no accuracy of 0, no output file

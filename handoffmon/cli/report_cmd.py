@@ -56,6 +56,8 @@ def report(refit_json: str, out: str, truth_path: str | None, title: str) -> Non
         result = RefitResult.from_json(text, source=refit_json)
     except UnicodeDecodeError as exc:
         fail(f"{refit_json}: not a handoffmon.refit document (not UTF-8 text: {exc.reason})")
+    except RecursionError:
+        fail(f"{refit_json}: not a handoffmon.refit document (nested too deeply to read)")
     except HandoffmonError as exc:
         fail(str(exc))
     if not result.rules:  # an empty page is no report: say so instead of writing one

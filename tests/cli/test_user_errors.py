@@ -277,3 +277,20 @@ def test_a_commands_own_click_error_reads_like_every_other_error(tmp_path: Path)
         ["eval", "switch-matrix", "--models", "atlas", "--out", str(tmp_path / "m.json"), str(script)]
     )
     assert usage.exit_code == ExitCode.USAGE and "Error: --models needs at least two models" in usage.output
+
+
+def test_deeply_nested_json_is_a_user_error_not_a_recursion_traceback(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    """200,000 nested brackets: json.loads raises RecursionError (no ValueError), which every
+    reader let through as a traceback."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000 + "\n")
+    for args, named in (
+        (["check", "--rules", str(files["rules"]), "--input", str(deep)], True),
+        (["report", str(deep), "--out", str(tmp_path / "r.html")], True),
+        (["ifeval", "--input", str(deep), "--responses", str(deep), "--output", str(tmp_path / "o")], True),
+        (["eval", "compare", "--shapes", str(deep), str(deep)], False),  # read in the evals package
+    ):
+        err = _user_error(_run(args))
+        assert "nested too deeply" in err and (str(deep) in err or not named), (args, err)
