@@ -16,7 +16,7 @@ from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
 from handoffmon.refit.decomposition import LowRankBlocks, decompose
 from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
 from handoffmon.refit.intervals import design_effect, wilson, z_value
-from handoffmon.refit.markov import curve_losses, fit_markov, implied_curve
+from handoffmon.refit.markov import curve_losses, fit_markov, implied_curve, transition_design_effect
 from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
@@ -233,7 +233,7 @@ class _RuleFitter:
         x, n = self._observed(inp)
         with np.errstate(invalid="ignore", divide="ignore"):
             initial = x[:, 0] / n[:, 0] if n.shape[1] else np.full(k, np.nan)
-        deff = dt.deff_b[0] if k else np.zeros(0)
+        deff = self._transition_deff(inp, dt) if k else np.zeros(0)
         out = {}
         for name, h in _TURNS:
             trans = inp.transitions.sum(axis=1) if h is None else inp.transitions[:, h]
@@ -249,6 +249,17 @@ class _RuleFitter:
             fits = {m: _markov_fit(m, rule, name, row, *rest) for m, good, row, *rest in rows if good}
             out[name] = (fits, curve)
         return out
+
+    def _transition_deff(self, inp: _FitInput, dt: DeltaTable) -> np.ndarray:
+        """(K,) design effect of each model's transition counts (``markov.transition_design_effect``)."""
+        k = len(self.cells.models)
+        diag = np.arange(k)
+        t = inp.transitions.sum(axis=1).astype(float)  # (K, from, to), every turn
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p_tf = t[:, 0, 1] / t[:, 0].sum(axis=-1)
+            p_ft = t[:, 1, 0] / t[:, 1].sum(axis=-1)
+            size = inp.clusters[diag, diag, 3] / inp.sums.base_n  # Σn²/N of the clean baseline
+        return transition_design_effect(dt.deff_b[0], size, p_tf, p_ft)
 
     def _curves(self, rule: str, inp: _FitInput, fitted: np.ndarray) -> dict[str, DepthCurve]:
         x, n = self._observed(inp)
