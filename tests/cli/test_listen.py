@@ -79,3 +79,16 @@ def test_serve_config_errors_are_error_lines_like_every_command() -> None:
     """'Error:' (click's exception) in serve, 'error:' everywhere else."""
     res = CliRunner().invoke(main, ["serve", "--upstream", "router:4000", "--port", "1"])
     assert res.exit_code == ExitCode.ERROR and res.stderr.startswith("error: ")
+
+
+def test_serve_refuses_an_unknown_log_level_as_a_usage_error() -> None:
+    """--log-level bogus: uvicorn's KeyError traceback after the app was built; now exit 2
+    naming the option and the levels, before anything starts."""
+    res = CliRunner().invoke(main, ["serve", "--upstream", "http://127.0.0.1:9", "--log-level", "bogus"])
+    assert res.exit_code == ExitCode.USAGE, res.output
+    assert "--log-level" in res.output and "warning" in res.output and "Traceback" not in res.output
+    import uvicorn.config
+
+    from handoffmon.cli.serve_cmd import LOG_LEVELS
+
+    assert set(LOG_LEVELS) == set(uvicorn.config.LOG_LEVELS)
