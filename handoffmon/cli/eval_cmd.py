@@ -30,6 +30,8 @@ def _scripts(paths: tuple[str, ...], multi_if: str | None, limit: int | None) ->
 
     if not paths and not multi_if:
         raise click.UsageError("give SCRIPTS (files or directories) and/or --multi-if CSV")
+    if limit is not None and not multi_if:
+        raise click.UsageError("--limit only applies to --multi-if (the first N Multi-IF conversations)")
     scripts = load_scripts(paths) if paths else []
     if multi_if:
         scripts += load_multiif(multi_if, limit=limit)

@@ -199,6 +199,15 @@ def refit(
     time to --metrics-file and pushes it to --pushgateway (RefitFailing).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # a bad flag is no failed refit: nothing is pushed or written for it, and it stops before
+    # the source is read (a malformed --push-label was found only after the refit, then used
+    # to push the failure too)
+    if push_labels and not pushgateway:
+        raise click.UsageError("--push-label needs --pushgateway")
+    try:
+        _push_key(push_labels)
+    except HandoffmonError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--push-label "), param_hint="--push-label") from exc
     from handoffmon.config import load_config
     from handoffmon.refit import refit as run
     from handoffmon.sources.spec import infer_buckets, load_source

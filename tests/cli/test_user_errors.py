@@ -294,3 +294,29 @@ def test_deeply_nested_json_is_a_user_error_not_a_recursion_traceback(
     ):
         err = _user_error(_run(args))
         assert "nested too deeply" in err and (str(deep) in err or not named), (args, err)
+
+
+def test_refit_push_labels_are_checked_before_the_refit_and_never_pushed_as_a_failure(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    """A malformed --push-label was found after the whole refit, then used to push the failure
+    ("could not push the failure: --push-label 'bad'..."); --push-label without --pushgateway
+    was ignored. Both are usage errors now, before the source is read."""
+    out = tmp_path / "r.json"
+    base = ["refit", "--source", str(files["cells"]), "--out", str(out)]
+    bad = _run([*base, "--pushgateway", "127.0.0.1:1", "--push-label", "bad"])
+    assert bad.exit_code == ExitCode.USAGE and "expected KEY=VALUE" in bad.output
+    assert "could not push" not in bad.output
+    alone = _run([*base, "--push-label", "job=x"])
+    assert alone.exit_code == ExitCode.USAGE and "--push-label needs --pushgateway" in alone.output
+    assert not out.exists()
+
+
+def test_eval_limit_without_multi_if_is_a_usage_error(tmp_path: Path) -> None:
+    """--limit caps Multi-IF conversations; given for scripts it was silently ignored."""
+    script = tmp_path / "s.yaml"
+    script.write_text("id: s\nruns: 1\nrules: [{name: r, check: no_commas}]\nturns: [{user: hi}]\n")
+    res = _run(["eval", "run", str(script), "--model", "atlas", "--router", "sim", "--limit", "3",
+                "--db", str(tmp_path / "e.sqlite"), "--no-progress"])  # fmt: skip
+    assert res.exit_code == ExitCode.USAGE and "--limit only applies to --multi-if" in res.output
+    assert not (tmp_path / "e.sqlite").exists()
