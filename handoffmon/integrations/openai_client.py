@@ -76,19 +76,27 @@ class SdkTurns:
         is bound to that loop)."""
         return _offer(self.shadow() if self.shadow is not None else None, cap, api)
 
-    def begin(self, kwargs: Mapping[str, Any], api: Api | None = None) -> Capture | _Pending | None:
+    def begin(
+        self, kwargs: Mapping[str, Any], api: Api | None = None, headers: Mapping[str, str] | None = None
+    ) -> Capture | _Pending | None:
         """The turn's capture; ``None`` when it is not monitored (a Responses API call naming a
         stored history it cannot be attributed from). A call of another API (``api``) without
         metadata or extra headers/body is only copied here (``_Pending``): its request is read
-        as chat when the reply is finished (ADR 0002), its shadow offer made there too."""
+        as chat when the reply is finished (ADR 0002), its shadow offer made there too.
+        ``headers``: the client's default caller headers, read under the call's own
+        (``as_sent``); a copy of them goes with a ``_Pending`` call (the application's
+        arguments stay its own)."""
         drain_finalized()  # streams dropped earlier are reported here, never from a finalizer
         try:
             if api is None:
-                return self.monitor.capture(self.parser.openai_call(kwargs))
+                return self.monitor.capture(self.parser.openai_call(as_sent(kwargs, headers)))
             if _KEPT_NOW.isdisjoint(kwargs):
                 t0 = time.perf_counter()
-                return _Pending(snapshot(kwargs), time.perf_counter() - t0, api)
-            return self._api_capture(kwargs, api)
+                kept = snapshot(kwargs)
+                if headers:
+                    kept["extra_headers"] = dict(headers)
+                return _Pending(kept, time.perf_counter() - t0, api)
+            return self._api_capture(as_sent(kwargs, headers), api)
         except Exception as exc:  # the parser is total; this guards the plumbing
             self.monitor.errors.failed("integration", exc, "could not start a turn")
             return None
@@ -241,7 +249,7 @@ class _Calls:
     def _begin(self, kwargs: dict[str, Any]) -> Capture | _Pending | None:
         """The call's capture, its request read with the headers the SDK sends (the client's
         default caller headers under the call's ``extra_headers``: ``as_sent``)."""
-        return self._turns.begin(as_sent(kwargs, self._headers) if self._headers else kwargs, self._api)
+        return self._turns.begin(kwargs, self._api, self._headers)
 
     def _monitored(
         self, ctx: Capture | _Pending, response: Any, headers: Any, t0: float, stream: bool
@@ -367,11 +375,14 @@ def caller_headers(client: Any, header_name: str) -> dict[str, str]:
     }
 
 
-def as_sent(kwargs: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, Any]:
+def as_sent(kwargs: Mapping[str, Any], defaults: Mapping[str, str] | None) -> Mapping[str, Any]:
     """``kwargs`` with ``extra_headers`` as the SDK merges them into what it sends: ``defaults``
     (``caller_headers``), each overridden by the call's header of that name (case-insensitive),
     and removed when the call omits it (``openai.omit``: any value that is not a string). Only
-    the parser sees this copy; the SDK gets the application's own arguments."""
+    the parser sees this copy; the SDK gets the application's own arguments. Without defaults,
+    ``kwargs`` itself."""
+    if not defaults:
+        return kwargs
     merged = dict(defaults)
     extra = kwargs.get("extra_headers")
     if isinstance(extra, Mapping):

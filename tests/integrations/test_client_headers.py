@@ -72,6 +72,26 @@ async def test_a_wrapped_openai_client_reads_the_conversation_id_it_sends_by_def
     assert len(upstream.requests) == 4
 
 
+@pytest.mark.parametrize("metadata", [None, {"tags": "t"}])
+def test_a_wrapped_clients_responses_calls_read_it_too(responses_base: str, metadata: Any) -> None:
+    """A Responses call is read on the attribution thread (or, with metadata, on the request
+    path): either way under the client's default conversation id."""
+    rec = RecordingExporter()
+    rt = build_runtime(CONFIG, registry=None, exporters=[rec])
+    extra = {} if metadata is None else {"metadata": metadata}
+    try:
+        raw = openai.OpenAI(
+            api_key="k", base_url=responses_base, default_headers={"X-Conversation-Id": "conv-resp"}
+        )
+        wrap(raw, runtime=rt).responses.create(model="gpt-a", input="hi", **extra)
+        assert rt.flush(10)
+    finally:
+        rt.close()
+    assert [(r.context.conversation_id, r.context.conversation_id_source) for r in rec.results] == [
+        ("conv-resp", "caller")
+    ]
+
+
 def test_a_wrapped_anthropic_client_reads_the_conversation_id_it_sends_by_default(messages_base: str) -> None:
     """The Anthropic client's default_headers are read the same way."""
     rec = RecordingExporter()
