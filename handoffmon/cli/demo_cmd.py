@@ -59,6 +59,22 @@ def _check_port_free(port: int) -> None:
         raise _port_taken(port, reason)
 
 
+def _check_out_dir(out_dir: str) -> None:
+    """Make ``out_dir`` (as the outputs would) and fail now if files cannot be written there,
+    not after the whole simulation."""
+    from handoffmon.cli.exits import fail
+    from handoffmon.cli.files import check_writable
+    from handoffmon.errors import InputError
+
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        check_writable(str(Path(out_dir) / "handoffmon-report.html"), "--out-dir")
+    except OSError as exc:
+        fail(f"--out-dir {out_dir}: cannot create it ({exc.strerror or exc})")
+    except InputError as exc:
+        fail(str(exc))
+
+
 def _serve(world: Any, duration_s: float | None, refit_interval_s: float) -> None:
     server = world.runtime.metrics_server
     until = "until Ctrl-C" if duration_s is None else f"for {duration_s:.0f} s"
@@ -175,6 +191,7 @@ def demo(
     """
     if serve_port is not None:
         _check_port_free(serve_port)
+    _check_out_dir(out_dir)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from handoffmon.errors import ConfigError
     from handoffmon.sim.demo import DemoSettings, build_world, close_world, run_initial, write_outputs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 import click
@@ -31,8 +32,13 @@ def check_writable(path: str | None, option: str) -> None:
         raise InputError(f"{option} {path}: directory {str(parent)!r} does not exist")
     if not parent.is_dir():
         raise InputError(f"{option} {path}: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: directory {str(parent)!r} is not writable")
+    try:  # a real file, not os.access: root passes every access check, /proc refuses files
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".handoffmon-", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise InputError(
+            f"{option} {path}: directory {str(parent)!r} is not writable ({exc.strerror or exc})"
+        ) from exc
     if target.exists() and not os.access(target, os.W_OK):
         raise InputError(f"{option} {path}: file is not writable")
 

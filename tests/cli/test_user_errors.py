@@ -320,3 +320,16 @@ def test_eval_limit_without_multi_if_is_a_usage_error(tmp_path: Path) -> None:
                 "--db", str(tmp_path / "e.sqlite"), "--no-progress"])  # fmt: skip
     assert res.exit_code == ExitCode.USAGE and "--limit only applies to --multi-if" in res.output
     assert not (tmp_path / "e.sqlite").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_an_output_directory_that_refuses_files_fails_before_the_work(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    """/proc/self exists and passes os.access as root, but takes no file: 'demo --out-dir' ran
+    the whole simulation and failed writing the report; refit failed after the refit."""
+    res = _run(["demo", "--size", "0.01", "--no-progress", "--out-dir", "/proc/self"])
+    assert "directory '/proc/self' is not writable" in _user_error(res)
+    res = _run(["refit", "--source", str(files["cells"]), "--out", "/proc/self/refit.json"])
+    assert "directory '/proc/self' is not writable" in _user_error(res)
+    assert not list(tmp_path.glob(".handoffmon-*"))
