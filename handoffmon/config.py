@@ -499,8 +499,9 @@ class ProxyConfig(_Section):
 class HandoffmonConfig(_Section):
     """Root configuration. Every field has a default: an empty file is valid."""
 
-    depth_buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_EDGES))
-    """Lower bounds of the depth buckets, increasing from 1 (``[1, 2, 3, 5]`` → ``1, 2, 3-4, 5+``)."""
+    depth_buckets: list[int] = Field(default_factory=lambda: list(DEFAULT_EDGES), min_length=1, max_length=64)
+    """Lower bounds of the depth buckets, increasing from 1 (``[1, 2, 3, 5]`` → ``1, 2, 3-4, 5+``).
+    At most 64: each bucket is a ``depth_bucket`` label value of every per-model series."""
     store: StoreConfig = Field(default_factory=StoreConfig)
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)

@@ -149,3 +149,11 @@ def test_a_metrics_token_no_header_can_carry_is_refused(token: str) -> None:
     assert load_config(
         None, environ={"HANDOFFMON_TELEMETRY__METRICS_TOKEN": "s3cret"}
     ).telemetry.metrics_token
+
+
+def test_depth_buckets_are_bounded() -> None:
+    """depth_buckets: [1..10000] made every depth its own label value of every per-model series."""
+    with pytest.raises(ConfigError) as exc:
+        config_from_mapping({"depth_buckets": list(range(1, 10_001))}, source="h.yaml")
+    assert exc.value.key == "depth_buckets" and "64" in str(exc.value)
+    assert len(config_from_mapping({"depth_buckets": list(range(1, 65))}).buckets.labels) == 64
