@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
@@ -52,11 +54,15 @@ def expose(own: CollectorRegistry, into: CollectorRegistry) -> NestedRegistry:
     return nested
 
 
-def serve_port(own: CollectorRegistry, telemetry: TelemetryConfig) -> MetricsServer | None:
+def serve_port(
+    own: CollectorRegistry, telemetry: TelemetryConfig, source: str | None = None
+) -> MetricsServer | None:
     """Serve ``own`` on ``telemetry.metrics_host:metrics_port`` when a port is set.
 
     Raises:
-        ConfigError: the port cannot be bound (names ``telemetry.metrics_port``).
+        ConfigError: the port cannot be bound (names ``telemetry.metrics_port``), or the host
+            does not resolve to an address of this machine (names ``telemetry.metrics_host``);
+            with ``source``, the file the config came from.
     """
     if telemetry.metrics_port is None:
         return None
@@ -66,6 +72,10 @@ def serve_port(own: CollectorRegistry, telemetry: TelemetryConfig) -> MetricsSer
         )
     except OSError as exc:
         where = f"{telemetry.metrics_host}:{telemetry.metrics_port}"
+        # a name that does not resolve (gaierror) or an address not on this host is the host's fault
+        host_fault = isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
         raise ConfigError(
-            f"cannot serve /metrics on {where}: {exc.strerror}", key="telemetry.metrics_port"
+            f"cannot serve /metrics on {where}: {exc.strerror or exc}",
+            key="telemetry.metrics_host" if host_fault else "telemetry.metrics_port",
+            source=source,
         ) from exc

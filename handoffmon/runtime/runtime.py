@@ -122,7 +122,9 @@ class Runtime:
             if self._expose_in is not None and self.config.telemetry.prometheus:
                 self._nested = exposure.expose(self.registry, self._expose_in)
             try:
-                self.metrics_server = exposure.serve_port(self.registry, self.config.telemetry)
+                self.metrics_server = exposure.serve_port(
+                    self.registry, self.config.telemetry, self.config.source
+                )
             except Exception:
                 self._unexpose()
                 raise

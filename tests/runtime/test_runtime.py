@@ -200,3 +200,18 @@ def test_start_after_close_is_refused_not_a_silent_dead_runtime() -> None:
     rt.close()  # and so is a second close
     with pytest.raises(HandoffmonError, match="closed"):
         rt.start()
+
+
+@pytest.mark.parametrize("host", ["256.1.1.1", "no-such-host.invalid", "192.0.2.1"])
+def test_a_metrics_host_that_is_no_address_here_fails_naming_that_key_and_the_file(
+    host: str, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A typo'd or foreign telemetry.metrics_host blamed telemetry.metrics_port (and named no file):
+    the operator changed the port and got the same error."""
+    from handoffmon.config import load_config
+
+    f = tmp_path / "h.yaml"
+    f.write_text(f"telemetry:\n  metrics_port: 0\n  metrics_host: {host}\nrefit:\n  interval_s: 0\n")
+    with pytest.raises(ConfigError) as exc:
+        build_runtime(load_config(f, environ={}), registry=None)
+    assert exc.value.key == "telemetry.metrics_host" and str(f) in str(exc.value), str(exc.value)
