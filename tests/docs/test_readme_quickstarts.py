@@ -46,3 +46,9 @@ def test_litellm_proxy_quickstart_is_the_shipped_example_config() -> None:
     (cd,) = [c.split()[1] for c in shell_commands(run.code) if c.startswith("cd ")]
     assert (ROOT / cd) == ROOT / "examples" / "litellm_proxy_callback"
     assert "HANDOFFMON_CONFIG=handoffmon.yaml litellm --config config.yaml" in run.code
+    # the documented series is model-c's: the example's group `alpha` (dep-c), the group the
+    # proxy test sends the README's completion to; another group would print another model
+    assert 'model="alpha"' in run.code and 'model="model-c"' in run.code
+    (alpha,) = [m for m in example["model_list"] if m["model_name"] == "alpha"]
+    hm = yaml.safe_load((ROOT / "examples" / "litellm_proxy_callback" / "handoffmon.yaml").read_text())
+    assert hm["attribution"]["canonical_models"][alpha["model_info"]["id"]] == "model-c"
