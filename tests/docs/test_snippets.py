@@ -17,7 +17,16 @@ from handoffmon.checkers import RuleSet
 from handoffmon.config import HandoffmonConfig, config_from_mapping
 from handoffmon.runtime.build import _shared
 from tests.conftest import require_binary
-from tests.docs.snippets import ROOT, Block, all_blocks, blocks, pages, resolve_command, shell_commands
+from tests.docs.snippets import (
+    ROOT,
+    Block,
+    all_blocks,
+    blocks,
+    expected_output,
+    pages,
+    resolve_command,
+    shell_commands,
+)
 
 PAGES_WITH_PYTHON = [p for p in pages() if any(b.lang == "python" for b in blocks(p))]
 EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
@@ -32,7 +41,8 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch: pytest.Mon
     """A page's python blocks run in order in one namespace (cwd: a temporary directory).
 
     Blocks marked ``<!-- test: skip … -->`` are fragments; blocks marked with a test file are run
-    by that test, which must exist and name the page.
+    by that test, which must exist and name the page. A block that prints and ends with ``# …``
+    comment lines documents its output: what it prints must be exactly those lines.
     """
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "__docs__"}
@@ -44,8 +54,12 @@ def test_python_snippets_run(page: Path, tmp_path: Path, monkeypatch: pytest.Mon
             if block.mark is not None:
                 _check_mark(block)
                 continue
-            with contextlib.redirect_stdout(io.StringIO()):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
                 exec(compile(block.code, block.id, "exec"), namespace)
+            printed, documented = out.getvalue().splitlines(), expected_output(block.code)
+            if printed and documented:
+                assert printed == documented, f"{block.id} prints {printed}, the page shows {documented}"
     finally:
         # a snippet's `handoffmon.wrap(router)` exports into the global registry, as in an
         # application; close the runtimes it built so later tests see that registry clean
