@@ -101,3 +101,38 @@ def test_readme_and_install_page_name_every_extra() -> None:
     for name in extras:
         assert f"`{name}`" in readme or f"handoffmon[{name}]" in readme, f"README does not name {name}"
         assert f"| `{name}` |" in install, f"install.md's table has no row for {name}"
+
+
+def _github_slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: its text lowercased, characters other than letters,
+    digits, spaces, hyphens and underscores dropped, each space a hyphen (runs are not collapsed,
+    unlike mkdocs' slugify: `3.11 + LiteLLM` is `311--litellm` on GitHub, `311-litellm` here)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text
+    text = re.sub(r"[^\w\- ]", "", text.replace("`", "").strip().lower())
+    return text.replace(" ", "-")
+
+
+def _github_anchors(path: Path) -> set[str]:
+    text = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", text, flags=re.M):
+        slug = _github_slug(heading)
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_readme_anchors_resolve_where_the_readme_is_read() -> None:
+    """The README is read on the repository host, not in the mkdocs site (whose strict build checks
+    the pages' anchors): its `#anchor` links, to its own headings or into docs/, must be GitHub's
+    slugs of a heading there."""
+    text = README.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text)
+    assert links, "the README links to sections"
+    broken = [
+        f"{target}#{anchor}"
+        for target, anchor in links
+        if "://" not in target and anchor not in _github_anchors(ROOT / target if target else README)
+    ]
+    assert not broken, broken
