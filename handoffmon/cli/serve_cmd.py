@@ -82,6 +82,7 @@ def serve(
 
 
 _ANY_HOST = frozenset({"", "0.0.0.0", "::"})
+_HOST_FAULTS = ("name or service not known", "cannot assign requested address", "no address associated")
 
 
 def _check_metrics_port(config: HandoffmonConfig, source: str) -> None:
@@ -101,8 +102,9 @@ def _check_metrics_port(config: HandoffmonConfig, source: str) -> None:
         )
     reason = cannot_listen(tel.metrics_host, tel.metrics_port)
     if reason is not None:
+        host_fault = reason.startswith(_HOST_FAULTS)  # as the runtime names it (exposure.serve_port)
         raise ConfigError(
             f"cannot serve /metrics on {tel.metrics_host}:{tel.metrics_port}: {reason}",
-            key="telemetry.metrics_port",
+            key="telemetry.metrics_host" if host_fault else "telemetry.metrics_port",
             source=source,
         )

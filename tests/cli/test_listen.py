@@ -92,3 +92,15 @@ def test_serve_refuses_an_unknown_log_level_as_a_usage_error() -> None:
     from handoffmon.cli.serve_cmd import LOG_LEVELS
 
     assert set(LOG_LEVELS) == set(uvicorn.config.LOG_LEVELS)
+
+
+def test_serve_blames_a_metrics_host_that_is_no_address_here(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    for host in ("no-such-host.invalid", "192.0.2.1"):
+        cfg = tmp_path / "h.yaml"
+        cfg.write_text(f"telemetry:\n  metrics_port: 9\n  metrics_host: {host}\n")
+        args = ["serve", "--upstream", "http://127.0.0.1:9", "--port", str(port), "--config", str(cfg)]
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == ExitCode.ERROR, res.output
+        assert "'telemetry.metrics_host'" in res.stderr and host in res.stderr, res.stderr
