@@ -55,6 +55,17 @@ def test_held_bytes_weighs_large_histories_only() -> None:
     assert held_bytes(None) == 0 and held_bytes("x" * SMALL_BYTES) == 0
     assert held_bytes([object()] * 10_000) == 80_000
 
+    class Hostile(tuple):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            raise RuntimeError("no len")
+
+    class Loud(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            raise RuntimeError("no get")
+
+    assert held_bytes(Hostile(["x" * 100_000])) == 0
+    assert held_bytes([Loud(content="x")] * 10_000) == 80_000
+
 
 def _fresh(i: int) -> list[dict[str, Any]]:
     """A request as a server builds it from its payload: new objects each time."""
