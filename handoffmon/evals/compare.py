@@ -171,10 +171,10 @@ def check_overlap(evals: Sequence[EvalResult], sources: Sequence[str] | None = N
         for key in keys:
             if key in seen:
                 first = seen[key]
-                where = f"{name} is given twice" if first == name else f"{first} and {name} both hold"
+                where = f"{name} is given twice" if first == name else f"{first} and {name} overlap"
                 raise InputError(
-                    f"{where} runs of script {key[1]!r}, model {key[2]!r} from database {key[0]}: "
-                    "they would be counted twice; give each database's runs of a script and model once"
+                    f"{where}: the runs of script {key[1]!r}, model {key[2]!r} from database {key[0]} "
+                    "would be counted twice; give each database's runs of a script and model once"
                 )
         seen.update(dict.fromkeys(keys, name))
 

@@ -159,12 +159,12 @@ def test_compare_refuses_the_same_runs_given_twice(tmp_path: Path) -> None:
     ok = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, a])
     assert ok.exit_code == 0, ok.output
     twice = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, a, a])
-    assert twice.exit_code == 1 and f"{a} is given twice" in twice.output, twice.output
+    assert twice.exit_code == 1 and f"{a} is given twice: the runs of script" in twice.output, twice.output
     assert "'scope'" in twice.output and "counted twice" in twice.output
     _eval(tmp_path, "sim-00", "b.json", "--runs", "2")
     b = str(tmp_path / "b.json")
     both = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, a, b])
-    assert both.exit_code == 1 and f"{a} and {b} both hold" in both.output, both.output
+    assert both.exit_code == 1 and f"{a} and {b} overlap: the runs of script" in both.output, both.output
     other = _eval(tmp_path, "sim-01", "c.json")  # another model of the same db: no overlap
     shapes = _shapes(
         tmp_path / "shapes2.json", sorted({*doc["authors"]["group-00"], *other["authors"]["group-01"]})
