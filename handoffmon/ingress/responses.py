@@ -287,7 +287,8 @@ def finished_as_chat(response: Any) -> dict[str, Any] | None:
     """:func:`response_as_chat` of a (non-streamed) response that has finished; ``None`` for one
     still ``queued`` or ``in_progress``: a ``background=True`` call's first answer, whose
     reply comes later (``responses.retrieve``, a stream), is no turn."""
-    if get(response, "status") in UNFINISHED:
+    status = get(response, "status")
+    if isinstance(status, str) and status in UNFINISHED:  # (an odd status may be unhashable)
         return None
     return response_as_chat(response)
 

@@ -147,3 +147,16 @@ async def test_the_proxy_callback_records_no_turn_for_a_queued_background_respon
             assert await cb.async_post_call_success_hook(data, None, response) is None
         assert m.flush(10)
     assert _verdicts(exp) == [("says_enough", "pass")]
+
+
+def test_an_odd_status_is_read_as_before() -> None:
+    """``RESPONSES.as_chat`` stays total: a status that is no string (an upstream's odd JSON,
+    even an unhashable one) reads the response as before; only queued/in_progress are no turn."""
+    from handoffmon.ingress.apis import RESPONSES
+
+    item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": REPLY}]}
+    for status in ([], {"a": 1}, None, 3, "completed", "incomplete"):
+        doc = RESPONSES.as_chat({"id": "r", "status": status, "output": [item]})
+        assert doc is not None and doc["choices"][0]["message"]["content"] == REPLY
+    for status in ("queued", "in_progress"):
+        assert RESPONSES.as_chat({"id": "r", "status": status, "output": [item]}) is None
