@@ -790,13 +790,15 @@ def config_from_mapping(
 
 
 def _env_name_of(loc: tuple[int | str, ...], env_names: Mapping[str, str]) -> str | None:
-    """The variable that set the value at ``loc`` or a value holding it (a JSON list or mapping)."""
+    """The variable that set the value at ``loc``, a value holding it (a JSON list or mapping), or
+    a key below it (``HANDOFFMON_STORE__BACKEND__X`` turns ``store.backend`` into a mapping)."""
     parts = [str(p) for p in loc]
     for n in range(len(parts), 0, -1):
         var = env_names.get(".".join(parts[:n]))
         if var:
             return var
-    return None
+    below = ".".join(parts) + "."
+    return next((var for key, var in sorted(env_names.items()) if key.startswith(below)), None)
 
 
 def load_config(

@@ -157,3 +157,11 @@ def test_depth_buckets_are_bounded() -> None:
         config_from_mapping({"depth_buckets": list(range(1, 10_001))}, source="h.yaml")
     assert exc.value.key == "depth_buckets" and "64" in str(exc.value)
     assert len(config_from_mapping({"depth_buckets": list(range(1, 65))}).buckets.labels) == 64
+
+
+def test_a_variable_nested_below_a_value_is_named() -> None:
+    """HANDOFFMON_STORE__BACKEND__X=1 makes store.backend a mapping: the error said only
+    "key 'store.backend': Input should be 'memory', 'sqlite' or 'redis'", naming no variable."""
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, environ={"HANDOFFMON_STORE__BACKEND__X": "1"})
+    assert exc.value.key == "store.backend" and "HANDOFFMON_STORE__BACKEND__X" in str(exc.value)
