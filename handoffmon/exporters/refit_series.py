@@ -101,6 +101,20 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
         "degrees of freedom.",
     ),
     GaugeSpec(
+        "handoffmon_handoff_after_fail_ratio",
+        ("rule", "bound"),
+        "Refit: handoff rate of the turn after a failed check over the rate after a passed one, "
+        "with its conversation-clustered interval bounds (lower, upper); near 1 when routing is "
+        "blind to verdicts.",
+    ),
+    GaugeSpec(
+        "handoffmon_verdict_routing",
+        ("rule",),
+        "Refit: 1 if handoffs follow failed checks (the lower bound of "
+        "handoffmon_handoff_after_fail_ratio exceeds 1.25), else 0: Delta and the handoff risk of "
+        "the rule are then biased negative.",
+    ),
+    GaugeSpec(
         "handoffmon_refit_last_success_timestamp_seconds",
         (),
         "UNIX time of the last successful refit (absent until a refit succeeded).",
@@ -154,6 +168,12 @@ class _Builder:
     def add_rule(self, rule: str, fit: RuleFit) -> None:
         _put(self.out["handoffmon_refit_mu"], (rule,), fit.mu)
         _put(self.out["handoffmon_refit_r2"], (rule,), fit.r2_adjusted)
+        ratio = self.out["handoffmon_handoff_after_fail_ratio"]
+        _put(ratio, (rule, "estimate"), fit.handoff_after_fail_ratio)
+        _put(ratio, (rule, "lower"), fit.handoff_after_fail_ci[0])
+        _put(ratio, (rule, "upper"), fit.handoff_after_fail_ci[1])
+        if not math.isnan(fit.handoff_after_fail_ratio):
+            self.out["handoffmon_verdict_routing"][(rule,)] = 1.0 if fit.verdict_routing else 0.0
         for name, scores in fit.models.items():
             m = self.model(name)
             if m is not None:
