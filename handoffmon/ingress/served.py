@@ -68,6 +68,11 @@ class Outcome(NamedTuple):
             (``n > 1``; the first ``MAX_ALTERNATIVES``), recorded as the same model's so the
             application may continue with any of them. Read by attribution only: the
             attribution stage empties it before the outcome goes further (no content leaves).
+        complete: the reply arrived whole: ``False`` for a stream cut off before any finish
+            reason (the consumer stopped reading, the client left, the upstream failed). The
+            turn is recorded and counted as what the client saw, but its rules are
+            ``not_applicable`` (reason ``incomplete``): half a reply says nothing about
+            adherence.
     """
 
     authors: tuple[str, ...] = ()
@@ -81,6 +86,7 @@ class Outcome(NamedTuple):
     finish_reason: str | None = None
     response_id: str | None = None
     alternatives: tuple[dict[str, Any], ...] = ()
+    complete: bool = True
 
 
 def _int(value: object) -> int:
@@ -336,4 +342,7 @@ def describe_stream(
         out.finish_reason,
         out.response_id,
         out.alternatives,
+        # all of it arrived, or at least the finish reason did (a consumer that stops
+        # between the last chunk and the end of the stream has the whole reply)
+        out.completed or out.finish_reason is not None,
     )

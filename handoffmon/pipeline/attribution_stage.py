@@ -21,6 +21,7 @@ from handoffmon.pipeline.reply import calls_tools_only, last_user_text, reply_te
 from handoffmon.types import UNKNOWN_MODEL, TurnContext
 
 _UNKNOWN = (UNKNOWN_MODEL,)
+_ALTERNATIVES = Outcome._fields.index("alternatives")
 
 BATCH_BYTES = 8 * 1024 * 1024
 """Raw bodies (``weight``) one batch reads at once: parsed, a body of many small messages takes
@@ -144,7 +145,7 @@ class AttributionStage:
             text,
             # = _replace(authors=..., alternatives=()) without its kwargs work: the other
             # choices' content was for recording only, it goes no further
-            Outcome._make((authors, *outcome[1:-1], ())),
+            Outcome._make((authors, *outcome[1:_ALTERNATIVES], (), *outcome[_ALTERNATIVES + 1 :])),
             item.streamed,
             item.latency_s,
             item.finished_at,

@@ -61,6 +61,10 @@ def _ctx_with(ctx: TurnContext, **changes: object) -> TurnContext:
 TOOL_CALLS = "tool_calls"
 """The ``not_applicable`` reason of every rule on a reply that only calls tools (no text)."""
 
+INCOMPLETE = "incomplete"
+"""The ``not_applicable`` reason of every rule on a stream cut off before its finish reason
+(``Outcome.complete`` false): the turn counts, its half reply is not judged."""
+
 
 class Evaluate(Protocol):
     """A turn's rules with its context: ``evaluate(text)`` checks a reply's text;
@@ -384,14 +388,15 @@ class CheckStage:
         session = state.depth if not ctx.degraded and ctx.depth > state.depth else None
         state = self._declare(state, ctx)
         evaluate = self._evaluator(ctx, state)
-        checks = self._check(evaluate, turn.reply_text, turn.tools_only) if evaluate is not None else ()
+        skip = INCOMPLETE if not turn.outcome.complete else TOOL_CALLS if turn.tools_only else None
+        checks = self._check(evaluate, turn.reply_text, skip) if evaluate is not None else ()
         offer = None
         if (
             turn.shadow is not None
             and self.shadow is not None
             and evaluate is not None
             and not ctx.degraded
-            and not turn.tools_only  # a reply that only calls tools has no verdicts to compare
+            and skip is None  # a cut-off reply, or one that only calls tools, has no verdicts to compare
         ):
             offer = ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
         # clean baseline turn: same author, and no other model's (or unattributed) text in the history
@@ -572,9 +577,9 @@ class CheckStage:
         except Exception as exc:  # the runner fails open itself; this guards the plumbing
             self._errors.failed("shadow", exc)
 
-    def _check(self, evaluate: Evaluate, text: str, tools_only: bool) -> tuple[CheckResult, ...]:
+    def _check(self, evaluate: Evaluate, text: str, skip: str | None) -> tuple[CheckResult, ...]:
         try:
-            checks = evaluate(text, TOOL_CALLS) if tools_only else evaluate(text)
+            checks = evaluate(text) if skip is None else evaluate(text, skip)
         except Exception as exc:
             self._errors.failed("check", exc)
             return ()

@@ -240,6 +240,30 @@ async def test_stream_cut_off_is_still_recorded() -> None:
     recs = sorted((r.record for r in exp.results), key=lambda r: r.author)
     assert [(r.author, r.streamed) for r in recs] == [("model-b", True), ("model-c", True)]
     assert 0 < recs[0].reply_chars < len(BACKUP_REPLY)
+    # half a reply says nothing about adherence: counted as a turn, its rule not judged
+    checks = [(c.rule, c.verdict, c.reason) for r in exp.results for c in r.checks]
+    assert checks == [("short", "not_applicable", "incomplete")] * 2
+
+
+async def test_a_stream_read_to_its_finish_reason_is_judged_even_if_not_drained() -> None:
+    """A consumer that stops after the chunk carrying the finish reason has the whole reply:
+    its rule is checked (pass or fail), as for a stream read to the end."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(fallback_router(), m)
+        messages = [{"role": "user", "content": "z"}]
+        astream = await wrapped.acompletion(model="alpha", messages=messages, stream=True)
+        async for chunk in astream:
+            if chunk.choices[0].finish_reason is not None:
+                break
+        await astream.aclose()
+        again = [{"role": "user", "content": "w"}]
+        whole = await wrapped.acompletion(model="alpha", messages=again, stream=True)
+        async for _ in whole:
+            pass
+        m.flush(10)
+    verdicts = [c.verdict for r in exp.results for c in r.checks]
+    assert len(verdicts) == 2 and set(verdicts) <= {"pass", "fail"}
 
 
 def test_other_attributes_pass_through() -> None:

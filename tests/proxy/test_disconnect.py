@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from handoffmon.counts import TurnKey
+from handoffmon.counts import CheckKey, TurnKey
 from handoffmon.proxy.forward import DISCONNECT_EXTENSION, _DisconnectWatch
 from handoffmon.proxy.server import guarded_protocol
 from tests.conftest import free_port
@@ -32,13 +32,18 @@ PROTOCOLS = {"serve": {}, "plain-uvicorn": {"http": "httptools"}}
 
 @pytest.fixture(scope="module", params=sorted(PROTOCOLS))
 def proxy(request: pytest.FixtureRequest, upstream: Upstream) -> Iterator[Proxy]:
-    cfg = proxy_config(upstream.url, proxy={"upstream_timeout_s": 2})
+    rules = [{"name": "short", "check": "length", "params": {"unit": "words", "max": 5}}]
+    cfg = proxy_config(upstream.url, proxy={"upstream_timeout_s": 2}, rules=rules)
     with running_proxy(cfg, **PROTOCOLS[request.param]) as p:
         yield p
 
 
 def _turns(proxy: Proxy) -> Counter[TurnKey]:
     return Counter(proxy.monitor.snapshot().turns)
+
+
+def _checks(proxy: Proxy) -> Counter[CheckKey]:
+    return Counter(proxy.monitor.snapshot().checks)
 
 
 def _head(body: bytes, extra: bytes) -> bytes:
@@ -54,7 +59,7 @@ def test_client_disconnect_mid_stream_cancels_upstream(proxy: Proxy, upstream: U
     cancelled = upstream.mock.cancelled
     disconnects = proxy.registry.get_sample_value("handoffmon_proxy_client_disconnects_total") or 0
     assert proxy.monitor.flush(10)
-    before = _turns(proxy)
+    before, checks_before = _turns(proxy), _checks(proxy)
     body = json.dumps(
         {"model": "g", "messages": [{"role": "user", "content": "long please"}], "stream": True}
     ).encode()
@@ -73,6 +78,9 @@ def test_client_disconnect_mid_stream_cancels_upstream(proxy: Proxy, upstream: U
     after = _turns(proxy)
     after.subtract(before)
     assert sum((+after).values()) == 1  # the cut-off reply is still a turn
+    checks = _checks(proxy)
+    checks.subtract(checks_before)
+    assert {k.verdict: n for k, n in (+checks).items()} == {"not_applicable": 1}  # but not judged
     assert httpx.get(f"{proxy.url}/readyz").status_code == 200
 
 
