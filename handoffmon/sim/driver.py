@@ -12,9 +12,12 @@ planted p_TF already stands for derails), so the Markov truth stays exact.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +101,42 @@ async def _collect_stream(stream: Any) -> tuple[str, Any]:
         if chunk.choices and chunk.choices[0].delta.content:
             parts.append(chunk.choices[0].delta.content)
     return "".join(parts), last
+
+
+SAFE_POINT_GC = sys.version_info < (3, 12)
+"""Collect garbage only at the driver's own safe points, never automatically (CPython < 3.12).
+
+There, the cyclic collector can start inside ``ContextVar.set``, and LiteLLM's
+``CustomStreamWrapper.__del__`` (a finalizer it runs) sets a ContextVar of the same
+context: a use-after-free that crashes the process (CPython gh-148891;
+docs/operations/known-issues.md). The simulator streams through LiteLLM's async Router, so
+while it drives traffic automatic collection is off and :func:`collect_at_safe_point` runs
+the collections the thresholds call for between turns, where no ``ContextVar.set`` is under
+way. ``python -m tests.reliability.hamt_repro`` crashes without this and survives with it."""
+
+
+@contextlib.contextmanager
+def _safe_point_gc() -> Iterator[None]:
+    """Automatic collection off while inside (a no-op where it is safe, or already off)."""
+    if not SAFE_POINT_GC or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def collect_at_safe_point() -> None:
+    """The collection the thresholds call for, as the interpreter would have run it, here:
+    generation 0 once its allocations pass its threshold, the older ones as their counts do."""
+    if not SAFE_POINT_GC or gc.isenabled():
+        return
+    t0, t1, t2 = gc.get_threshold()
+    c0, c1, c2 = gc.get_count()
+    if t0 and c0 > t0:
+        gc.collect(2 if c2 > t2 else 1 if c1 > t1 else 0)
 
 
 def _served_by(response: Any) -> tuple[str | None, int]:
@@ -184,6 +223,8 @@ class Driver:
             except Exception:  # the router gave up after its fallbacks: the user leaves
                 self.stats.failed_turns += 1
                 break
+            finally:
+                collect_at_safe_point()
             messages.append({"role": "assistant", "content": text})
             self.stats.turns += 1
             if self.on_turn is not None:
@@ -211,6 +252,7 @@ class Driver:
             while not queue.empty() and not (stop is not None and stop.is_set()):
                 await self.conversation(queue.get_nowait())
 
-        await asyncio.gather(*(worker() for _ in range(max(1, min(self.concurrency, conversations)))))
+        with _safe_point_gc():
+            await asyncio.gather(*(worker() for _ in range(max(1, min(self.concurrency, conversations)))))
         self.stats.elapsed_s += time.perf_counter() - t0
         return self.stats

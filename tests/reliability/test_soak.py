@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -51,13 +50,13 @@ MAX_CONVERSATIONS = 50
 """The wrapper soak's memory-store LRU cap, small so the steady state is reached in warm-up."""
 REDIS_TTL_S = 10
 """The proxy soak's Redis TTL: keys expire, so the key count levels off after one TTL."""
-STREAM_SHARE = 0.2 if sys.version_info >= (3, 12) else 0.0
-"""Share of the wrapper soak's calls that stream. None before Python 3.12: there, litellm's
-``CustomStreamWrapper.__del__`` sets ContextVars from inside cyclic GC, which trips CPython
-gh-148891 (a use-after-free in ``ContextVar.set`` fixed only by 3.12's GC) and segfaults the
-process within seconds to minutes — with or without handoffmon (docs/operations/known-issues.md).
-Streaming through the wrapper is covered by the integration tests; the 30-minute soak
-with streams runs on 3.12."""
+STREAM_SHARE = 0.2
+"""Share of the wrapper soak's calls that stream. Before Python 3.12, litellm's
+``CustomStreamWrapper.__del__`` sets ContextVars from inside cyclic GC, which can trip CPython
+gh-148891 (a use-after-free in ``ContextVar.set``, fixed by 3.12's GC) and segfault the process
+— with or without handoffmon (docs/operations/known-issues.md). The simulator's driver collects
+garbage only at its own safe points there (``handoffmon.sim.driver.SAFE_POINT_GC``), so the soak
+streams on every version."""
 
 
 def _wrapper_world(seed: int) -> tuple[Any, Any, Any, Any]:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -93,3 +98,45 @@ async def test_stop_event_ends_traffic_early(quiet_fleet) -> None:
         assert stats.turns == 0 and stats.conversations == 0
     finally:
         unregister_provider(provider.provider_name or "")
+
+
+def test_streaming_traffic_collects_garbage_only_at_safe_points_before_python_3_12(quiet_fleet) -> None:
+    """CPython < 3.12 can run the cyclic collector inside ``ContextVar.set``, where LiteLLM's
+    stream finalizer crashes the process (known issue): while the driver streams through
+    LiteLLM, automatic collection is off and the thresholds' collections run between turns
+    instead, so garbage is still collected. Afterwards collection is automatic again."""
+    seen: list[tuple[bool, tuple[int, int, int]]] = []
+    provider = SimProvider(quiet_fleet, seed=4)
+    router = build_router(quiet_fleet, provider)
+    policy = TrafficPolicy(stream_share=1.0)
+    try:
+        driver = Driver(router, quiet_fleet, seed=4, concurrency=4, policy=policy)
+        driver.on_turn = lambda: seen.append((gc.isenabled(), gc.get_count()))
+        before = gc.get_stats()[0]["collections"]
+        stats = asyncio.run(driver.run(8))
+    finally:
+        unregister_provider(provider.provider_name or "")
+    assert stats.turns == stats.streamed == len(seen) > 20
+    assert gc.isenabled()
+    if sys.version_info < (3, 12):
+        assert not any(enabled for enabled, _ in seen)
+        assert gc.get_stats()[0]["collections"] > before  # collected, at the safe points
+        threshold = gc.get_threshold()[0]
+        assert all(count[0] <= threshold for _, count in seen)  # never left past its threshold
+    else:
+        assert all(enabled for enabled, _ in seen)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="CPython gh-148891 is fixed by 3.12's collector")
+def test_safe_point_collection_survives_the_interpreter_bug_it_works_around() -> None:
+    """The 20-line reproduction of the bug (a finalizer setting a ContextVar, collected from
+    inside ``ContextVar.set``) crashes this interpreter within a second; run as the driver runs
+    LiteLLM (automatic collection off, ``collect_at_safe_point`` between iterations) it survives."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONMALLOC": "debug", "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "tests.reliability.hamt_repro", "50000"]
+    crashed = subprocess.run(cmd, env=env, capture_output=True, timeout=120, cwd=root)
+    assert crashed.returncode != 0 and b"survived" not in crashed.stdout
+    safe = subprocess.run([*cmd, "--safe-points"], env=env, capture_output=True, timeout=120, cwd=root)
+    assert safe.returncode == 0, safe.stderr.decode()[-2000:]
+    assert b"survived 50000 iterations" in safe.stdout
