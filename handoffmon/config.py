@@ -109,9 +109,11 @@ class PipelineConfig(_Section):
     max_queued_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     """Bytes of request and reply bodies that turns on their way through the pipeline (queued
     for attribution, then for the checks) may hold together: ``serve`` counts each turn's raw
-    bodies until it is checked; the in-process wrappers keep references to the application's
-    own objects, which count 0. Past it, turns are dropped as from a full queue, so requests
-    of megabytes arriving faster than they can be attributed cannot hold gigabytes."""
+    bodies until it is checked; the in-process wrappers count what a turn's reference to the
+    application's message list keeps alive (its slots and text, estimated), from 64 KiB up
+    (smaller histories count 0: the queue's length bounds them). Past it, turns are dropped as
+    from a full queue, so requests of megabytes arriving faster than they can be attributed
+    cannot hold gigabytes."""
     check_budget_s: float = Field(default=0.05, gt=0)
     """Per-check time budget; a checker over budget yields an ``error`` verdict."""
     shutdown_timeout_s: float = Field(default=10.0, ge=0)
@@ -601,26 +603,33 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_yaml_loader())
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def read_structured_file(path: Path, what: str = "config file") -> Any:
+    """A YAML (or ``.toml``) file's data; ``ConfigError`` naming the file when it cannot be read,
+    is not UTF-8, does not parse, or gives a key twice in one mapping. ``what`` names the file's
+    role in the messages ("config file", "rules file")."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            f"not a config file: not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(path)
+            f"not a {what}: not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(path)
         ) from exc
     except OSError as exc:
-        raise ConfigError(f"cannot read config file: {exc.strerror}", source=str(path)) from exc
+        raise ConfigError(f"cannot read {what}: {exc.strerror}", source=str(path)) from exc
+    toml = path.suffix.lower() == ".toml"
     try:
-        if path.suffix.lower() == ".toml":
+        if toml:
             import tomllib
 
-            data: Any = tomllib.loads(text)
-        else:
-            data = load_yaml_text(text)
+            return tomllib.loads(text)
+        return load_yaml_text(text)
     except _DuplicateKey as exc:
         raise ConfigError(str(exc), source=str(path)) from exc
     except Exception as exc:  # parser errors differ per format; all mean "not parseable"
-        raise ConfigError(f"not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}", source=str(path)) from exc
+        raise ConfigError(f"not valid {'TOML' if toml else 'YAML'}: {exc}", source=str(path)) from exc
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    data = read_structured_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -15,7 +15,7 @@ from handoffmon.checkers.base import CheckContext
 from handoffmon.checkers.ifeval.evaluate import read_jsonl
 from handoffmon.checkers.request_rules import DEFAULT_POLICY, stored_form
 from handoffmon.checkers.rules import RuleSet
-from handoffmon.config import RuleConfig
+from handoffmon.config import RuleConfig, read_structured_file
 from handoffmon.errors import ConfigError, InputError, RuleError
 from handoffmon.types import CheckResult
 
@@ -27,7 +27,7 @@ def load_rules_file(path: str | Path, *, budget_s: float = 0.05) -> RuleSet:
         ConfigError: unreadable file, or a bad rule (naming the rule, key and file).
     """
     source = str(path)
-    data = _read_rules_data(Path(path))
+    data = read_structured_file(Path(path), "rules file")
     raw = data.get("rules") if isinstance(data, dict) else data
     if not isinstance(raw, list) or not raw:
         raise ConfigError(
@@ -47,26 +47,6 @@ def load_rules_file(path: str | Path, *, budget_s: float = 0.05) -> RuleSet:
     # name table: a file of many conversations is not a client flooding a server
     offline = replace(DEFAULT_POLICY, max_names=sys.maxsize)
     return RuleSet.from_config(rules, source=source, budget_s=budget_s, request=offline)
-
-
-def _read_rules_data(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read rules file: {exc.strerror}", source=str(path)) from exc
-    if path.suffix.lower() == ".toml":
-        import tomllib  # Python 3.11+, as for config files
-
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"not valid TOML: {exc}", source=str(path)) from exc
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", source=str(path)) from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,28 @@ def test_check_accepts_toml_rules_and_reports_bad_yaml(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "bad.yaml" in result.output and "not valid YAML" in result.output
 
 
+def test_check_refuses_a_rules_file_with_a_key_given_twice_or_not_utf8(tmp_path: Path) -> None:
+    """The rules file is read as config files are: a second ``params`` in one rule would
+    silently replace the first (yaml.safe_load keeps the last), and bytes that are not UTF-8
+    are not a rules file; each is one error naming the file, exit 1."""
+    replies = _write(tmp_path, "r.jsonl", _lines({"reply": "a, b"}))
+    twice = _write(
+        tmp_path,
+        "twice.yaml",
+        "rules:\n  - name: c\n    check: length\n    params: {unit: words, max: 3}\n"
+        "    params: {unit: words, max: 300}\n",
+    )
+    result = CliRunner().invoke(main, ["check", "--rules", twice, "--input", replies])
+    assert result.exit_code == 1, result.output
+    assert "twice.yaml" in result.output and "'params' given twice" in result.output
+    assert "lines 4 and 5" in result.output
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"rules: \xff\xfe\n")
+    result = CliRunner().invoke(main, ["check", "--rules", str(binary), "--input", replies])
+    assert result.exit_code == 1 and "binary.yaml" in result.output and "not UTF-8" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_check_and_ifeval_on_empty_input_exit_4_and_write_nothing(tmp_path: Path) -> None:
     """An empty replies or prompts file is NO_DATA (exit 4) naming the file, not "0 replies" or
     "prompt-level: 0.0000" with exit 0; no output file is left behind."""
