@@ -335,7 +335,7 @@ def handoff_pairs(counts: Counts) -> list[dict[str, Any]]:
     """Handoff turns per ordered pair (prefix_model → model) and their share of all handoff turns."""
     c: Counter[tuple[str, str]] = Counter()
     for (model, prefix, _), v in turns_by_cell(counts).items():
-        if prefix not in (NO_PREFIX, UNKNOWN_MODEL, model):
+        if v > 0 and prefix not in (NO_PREFIX, UNKNOWN_MODEL, model):  # rows of 0: no handoff seen
             c[(prefix, model)] += v
     total = sum(c.values())
     return [{"prefix_model": a, "model": b, "turns": n, "share": n / total} for (a, b), n in c.most_common()]
@@ -520,6 +520,6 @@ def export_shapes(
     shapes = shapes_from_counts(
         loaded.counts, source=loaded.label, buckets=buckets, confidence=confidence, history_tokens=tokens
     )
-    if not shapes.rules:
+    if not any(sum(shape.n) for shape in shapes.rules):  # no rules, or rows that count 0
         raise NoDataError(f"{loaded.label}: no checked turns (pass or fail) to export")
     return shapes

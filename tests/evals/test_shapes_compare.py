@@ -259,6 +259,20 @@ def test_shapes_from_cells_csv_derive_pairs_and_sessions_from_checks(
     assert shapes.shape("fast_decay").n == production[0].shape("fast_decay").n  # type: ignore[union-attr]
 
 
+def test_shapes_of_cells_that_count_nothing_is_no_data_not_a_crash(tmp_path: Path) -> None:
+    """A cells CSV whose rows all count 0 checks (a fresh deployment's export) holds no handoff
+    and no checked turn: NoDataError naming the file (exit 4), not a ZeroDivisionError while
+    sharing out the handoff pairs' zero turns, nor shapes of zeros written as a success."""
+    from handoffmon.counts import CheckKey, Counts
+    from handoffmon.errors import NoDataError
+    from handoffmon.sources.csv import write_cells_csv
+
+    zero = {CheckKey("r", "b", "a", "2", v): 0 for v in ("pass", "fail")}
+    write_cells_csv(Counts(checks=zero), tmp_path / "cells.csv")
+    with pytest.raises(NoDataError, match=r"cells\.csv: no checked turns"):
+        export_shapes(str(tmp_path / "cells.csv"))
+
+
 def test_shapes_from_prometheus_api(tmp_path: Path) -> None:
     """prometheus:// goes through the Prometheus source; missing history-token data is noted, not fatal."""
     from tests.sources.fakeprom import fake_prometheus
