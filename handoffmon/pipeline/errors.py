@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from handoffmon.pipeline.aggregates import Aggregates
@@ -73,14 +74,30 @@ class ErrorSink:
         self._aggregates = aggregates
         self._observers: tuple[MonitorObserver, ...] = ()
         self._many: tuple[Callable[[Sequence[tuple[str, float]]], None], ...] = ()
+        self._early: Counter[str] = Counter()
+        """Failures counted before the first observer was attached (a store that could not be
+        opened while the monitor was being built): replayed to every observer attached later."""
+        self._early_drops = 0
         self.logs = LogLimiter(log_interval_s)
 
     def observe_with(self, observers: Sequence[MonitorObserver]) -> None:
-        """Push every count and overhead to ``observers`` from now on."""
+        """Push every count and overhead to ``observers`` from now on; one attached now gets the
+        failures counted before any observer was (so exporters added after the monitor's
+        store failed at start still show it)."""
+        new = [obs for obs in observers if all(obs is not old for old in self._observers)]
         self._observers = tuple(observers)
         self._many = tuple(
             getattr(obs, "observe_overheads", None) or self._one_by_one(obs) for obs in self._observers
         )
+        for obs in new:
+            try:
+                for stage, n in self._early.items():
+                    for _ in range(n):
+                        obs.count_error(stage)
+                if self._early_drops:
+                    obs.count_drop(self._early_drops)
+            except Exception:
+                _log.debug("handoffmon observer failed", exc_info=True)
 
     @staticmethod
     def _one_by_one(obs: MonitorObserver) -> Callable[[Sequence[tuple[str, float]]], None]:
@@ -96,6 +113,8 @@ class ErrorSink:
             self._aggregates.count_error(stage, n)
         except Exception:  # pragma: no cover - counting must not break the caller
             _log.debug("handoffmon could not count an error", exc_info=True)
+        if not self._observers:
+            self._early[stage] += n
         for obs in self._observers:
             try:
                 for _ in range(n):
@@ -123,6 +142,8 @@ class ErrorSink:
     def drop(self, n: int = 1) -> None:
         """Count ``n`` turns dropped because a queue was full."""
         self._aggregates.count_dropped(n)
+        if not self._observers:
+            self._early_drops += n
         for obs in self._observers:
             try:
                 obs.count_drop(n)

@@ -204,6 +204,9 @@ def test_an_unopenable_file_starts_degraded_and_recovers(tmp_path: Path) -> None
         assert not m.store.healthy  # /readyz: store failing_open from the start
         stats = m.store.stats()
         assert stats["get_errors"] == 1 and stats["aggregates_errors"] == 1
+        # the failure at start, counted before the exporters were attached, is exported too
+        exported = rt.registry.get_sample_value("handoffmon_monitor_errors_total", {"stage": "store"})
+        assert exported == m.snapshot().monitor_errors["store"] >= 1
         run_conversation(m, ["a", "b"])
         assert m.flush(10)
         assert sum(m.snapshot().turns.values()) == 2  # counted in memory
