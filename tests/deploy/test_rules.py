@@ -14,6 +14,7 @@ from tests.deploy.shipped import ALERTING_DOC, RULES, RULES_TEST, alert_rules, f
 EXPECTED_ALERTS = {
     "HandoffPairRisky",
     "HandoffsIntoModelHurt",
+    "HandoffRoutingFollowsFailures",
     "FallbackSwitchCostNegative",
     "DeepAdherenceLow",
     "FallbackStorm",
