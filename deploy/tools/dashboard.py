@@ -283,7 +283,7 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         .with_panel(
             stat.Panel()
             .id(15)
-            .title("Refit fit quality and age")
+            .title("Refit fit quality, verdict routing and age — fit rule $fit_rule")
             .datasource(DS)
             .span(8)
             .height(8)
@@ -294,6 +294,26 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 _target("max(" + q.m("handoffmon_refit_mu", 'rule="$fit_rule"') + ")", "μ", "B", True)
             )
             .with_target(_target(f"time() - max({refit_ts})", "refit age", "C", True))
+            # verdict routing: handoffs after a failed check ÷ after a passed one, and the flag
+            # (1: the Δ-based handoff alerts of the rule are held, HandoffRoutingFollowsFailures)
+            .with_target(
+                _target(
+                    "max("
+                    + q.m("handoffmon_handoff_after_fail_ratio", 'rule="$fit_rule", bound="estimate"')
+                    + ")",
+                    "handoffs after fail ÷ after pass",
+                    "D",
+                    True,
+                )
+            )
+            .with_target(
+                _target(
+                    "max(" + q.m("handoffmon_verdict_routing", 'rule="$fit_rule"') + ")",
+                    "verdict routing (1: Δ alerts held)",
+                    "E",
+                    True,
+                )
+            )
         )
     )
 

@@ -37,9 +37,10 @@ SERVE_ONLY = (
     "handoffmon_store_evictions_total",
     "handoffmon:proxy_",
 )
-"""Series the recorded demo snapshots lack: `handoffmon serve`'s own, and the store's, which
-the runtime's collector adds beside the exporter the snapshots were recorded from. Their panels
-and records must parse and run, but may be empty on demo data."""
+"""Series the recorded demo snapshots lack or hold only at zero: `handoffmon serve`'s own (the
+demo has no proxy), and the store's failures and evictions (none on demo traffic, so their
+rates and increases are 0 and the `> 0` filters empty). Their panels and records must parse
+and run, but may be empty on demo data."""
 READY_TIMEOUT_S = 60.0
 REL_TOL = 0.05
 SETTLE_S = 40.0
