@@ -283,12 +283,17 @@ UNFINISHED = frozenset(("queued", "in_progress"))
 """Statuses of a response whose reply is still to come (``background=True``)."""
 
 
-def finished_as_chat(response: Any) -> dict[str, Any] | None:
-    """:func:`response_as_chat` of a (non-streamed) response that has finished; ``None`` for one
-    still ``queued`` or ``in_progress``: a ``background=True`` call's first answer, whose
-    reply comes later (``responses.retrieve``, a stream), is no turn."""
+def unfinished(response: Any) -> bool:
+    """A response still ``queued`` or ``in_progress``: a ``background=True`` call's first
+    answer, whose reply comes later (``responses.retrieve``, a stream)."""
     status = get(response, "status")
-    if isinstance(status, str) and status in UNFINISHED:  # (an odd status may be unhashable)
+    return isinstance(status, str) and status in UNFINISHED  # (an odd status may be unhashable)
+
+
+def finished_as_chat(response: Any) -> dict[str, Any] | None:
+    """:func:`response_as_chat` of a (non-streamed) response that has finished; ``None`` for an
+    :func:`unfinished` one, which is no turn."""
+    if unfinished(response):
         return None
     return response_as_chat(response)
 

@@ -25,7 +25,8 @@ from handoffmon.ingress import (
     reply_message,
     served_by_headers,
 )
-from handoffmon.ingress.apis import Api
+from handoffmon.ingress.apis import RESPONSES, Api
+from handoffmon.ingress.responses import unfinished
 from handoffmon.ingress.sse import SSEChunks
 from handoffmon.pipeline.records import Built, Capture, Deferred
 from handoffmon.proxy.metrics import ProxyMetrics
@@ -724,6 +725,9 @@ class Forwarder:
             self._skip("bad_reply")
             return None
         if self._api is not None:
+            if self._api is RESPONSES and unfinished(doc):  # background=True: the reply comes later
+                self._skip("unfinished")
+                return None
             doc = self._api.as_chat(doc)
         reply = reply_message(doc)
         if not isinstance(reply, dict):

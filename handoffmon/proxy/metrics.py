@@ -22,6 +22,7 @@ UNMONITORED_REASONS = (
     "truncated",
     "server_state",
     "encoded",
+    "unfinished",
 )
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream", "busy")
 
@@ -45,7 +46,8 @@ class ProxyMetrics:
         and ``conversation``, which the API refuses, or a ``conversation`` without an id —
         and ``encoded`` — a request body compressed other than gzip/deflate, or corrupt; a
         gzip/deflate request is read from an inflated copy, at most ``proxy.max_body_bytes``,
-        else ``too_large``).
+        else ``too_large`` — and ``unfinished`` — a ``background=True`` Responses API call's
+        first answer, still ``queued`` or ``in_progress``, whose reply comes later).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too), ``busy`` (no upstream slot within

@@ -140,6 +140,8 @@ class ResponsesUpstream:
             "tools": req.get("tools") or [],
             "usage": {"input_tokens": 12 * depth, "output_tokens": 30, "total_tokens": 12 * depth + 30},
         }
+        if req.get("background") and not req.get("stream"):  # the reply comes later (retrieve)
+            response = {**response, "status": "queued", "output": [], "usage": None}
         if req.get("store") is not False:
             self.stored[response["id"]] = depth
         if req.get("stream"):

@@ -192,6 +192,24 @@ def test_conversation_objects_are_turns(proxy: Proxy) -> None:
     assert delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
 
 
+def test_a_background_calls_queued_answer_is_forwarded_and_counted_unfinished(proxy: Proxy) -> None:
+    """``background=True``: the first answer is ``queued`` with no output, its reply comes
+    later; forwarded unchanged, no turn (an empty reply would fail every rule against a model
+    that has not answered yet), counted as ``unfinished``, not as an unreadable reply."""
+    before = snapshot(proxy)
+    reasons = ("unfinished", "bad_reply")
+    name = "handoffmon_proxy_unmonitored_requests_total"
+    counted = {r: sample(proxy, name, {"reason": r}) for r in reasons}
+    body = {"model": "gpt-x", "input": "later please", "background": True}
+    r = httpx.post(f"{proxy.url}/v1/responses", json=body)
+    assert r.status_code == 200 and r.json()["status"] == "queued"
+    assert proxy.monitor.flush(10)
+    after = snapshot(proxy)
+    assert sum(delta(after.turns, before.turns).values()) == 0
+    now = {r: sample(proxy, name, {"reason": r}) for r in reasons}
+    assert now == {"unfinished": counted["unfinished"] + 1, "bad_reply": counted["bad_reply"]}
+
+
 def test_unknown_stored_histories_are_forwarded_and_counted_unmonitored(
     proxy: Proxy, upstream: tuple[ResponsesUpstream, str]
 ) -> None:
