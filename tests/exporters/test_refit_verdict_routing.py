@@ -120,3 +120,28 @@ def test_both_exporters_publish_every_refit_gauge() -> None:
     assert {RATIO, FLAG} <= names
     assert names - {name for name, _ in prom} == set()
     assert names - set(otel) == set()
+
+
+def test_handoffs_only_after_failures_keep_flag_and_lower_bound_in_both_exporters() -> None:
+    """No handoff ever followed a passed check: the ratio is +Inf. Prometheus exports +Inf; the
+    OTel SDK drops non-finite observations, so there the estimate is absent, but the flag and
+    the finite lower bound the alert falls back on are published by both."""
+    base = make_refit()
+    fits = dict(base.rules)
+    fits["json"] = dataclasses.replace(
+        fits["json"],
+        handoff_after_fail_ratio=math.inf,
+        handoff_after_fail_ci=(2.0, math.inf),
+        verdict_routing=True,
+    )
+    result = dataclasses.replace(base, rules=fits)
+    s = _prometheus(result)
+    assert only(s, RATIO) == {
+        L(rule="json", bound="estimate"): math.inf,
+        L(rule="json", bound="lower"): 2.0,
+        L(rule="json", bound="upper"): math.inf,
+    }
+    assert only(s, FLAG) == {L(rule="json"): 1.0}
+    got = _otel(result)
+    assert got[RATIO] == {(("bound", "lower"), ("rule", "json")): 2.0}
+    assert got[FLAG] == {(("rule", "json"),): 1.0}
