@@ -321,7 +321,7 @@ class OTelExporter:
         meter.create_observable_gauge(
             "handoffmon_build_info",
             callbacks=[lambda options: [Observation(1, {"version": __version__})]],
-            unit="1",
+            # no unit: "1" on a gauge makes OTel → Prometheus translators name it *_ratio
             description="Always 1; the handoffmon version as a label.",
         )
         meter.create_observable_counter(
