@@ -92,6 +92,14 @@ class AttributionConfig(_Section):
     states together (messages are resent every turn)."""
     pending_max: int = Field(default=100_000, gt=0)
     """Replies held in-process until persisted (and chain-verified replies remembered)."""
+    conversation_id_key: str | None = Field(default=None, min_length=16)
+    """Secret that keys derived conversation ids (``h-…``, given to conversations whose caller
+    sends no id): BLAKE2b of the first exchange's fingerprint under this key instead of the
+    unkeyed fingerprint, so whoever reads exported ids (OTel attributes, exemplars, logs)
+    cannot confirm a guessed opening by hashing it. Give every replica and restart the same
+    value (e.g. ``HANDOFFMON_ATTRIBUTION__CONVERSATION_ID_KEY``): a conversation whose
+    history a replica cannot find in the store is identified by deriving its id again. Setting
+    or changing it changes the ids of conversations in flight once. Unset: unkeyed ids."""
 
 
 class PipelineConfig(_Section):

@@ -133,8 +133,11 @@ class Attributor:
         min_content_chars: int = DEFAULT_MIN_CONTENT_CHARS,
         text_cache_bytes: int = 16_000_000,
         monotonic: Callable[[], float] = time.monotonic,
+        conversation_id_key: str | None = None,
     ) -> None:
         self.store = store
+        self._id_key = conversation_id_key.encode() if conversation_id_key else None
+        """Key of derived conversation ids (``attribution.conversation_id_key``)."""
         self.names = names if names is not None else ModelNames()
         self.content_fallback = content_fallback
         self.min_content_chars = min_content_chars
@@ -455,7 +458,7 @@ class Attributor:
         head = self.stored_history(previous, None)
         hidden = self._hidden(head)
         if not conversation_id and head is None:  # one id for the rest of an unknown chain
-            conversation_id, source = derived_conversation_id(seed), "derived"
+            conversation_id, source = derived_conversation_id(seed, self._id_key), "derived"
         else:
             source = None
         ctx = self._context(scan, found, conversation_id, requested_model, metadata, started, (hidden, head))
@@ -593,15 +596,14 @@ class Attributor:
             out.append(attribution)
         return out, stored
 
-    @staticmethod
-    def _derived_id(scan: _Scan, stored: list[Authorship | None]) -> str:
+    def _derived_id(self, scan: _Scan, stored: list[Authorship | None]) -> str:
         """Stored id of the earliest attributed message, else from the first assistant's chain."""
         for auth in stored:
             if auth is not None and auth.conversation_id:
                 return auth.conversation_id
         if scan.chains:
-            return derived_conversation_id(scan.chains[0])
-        return pending_conversation_id(scan.fingerprint)
+            return derived_conversation_id(scan.chains[0], self._id_key)
+        return pending_conversation_id(scan.fingerprint, self._id_key)
 
     # -- after the reply ----------------------------------------------------------------
 
@@ -642,7 +644,7 @@ class Attributor:
         h = xxh3_64_intdigest(b, seed=ctx.history_fingerprint ^ ASSISTANT_SALT)
         cid = ctx.conversation_id
         if ctx.conversation_id_source == "derived" and cid.startswith(PENDING_PREFIX):
-            cid = derived_conversation_id(h)
+            cid = derived_conversation_id(h, self._id_key)
         canon = self.names.canonical_all(authors)
         if ctx.degraded or canon.count(UNKNOWN_MODEL) == len(canon):
             return RecordedReply(cid, chain_key(h), (), chars=n)

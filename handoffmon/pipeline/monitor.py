@@ -127,6 +127,7 @@ class Monitor:
             on_error=lambda stage, exc: self.errors.failed(stage, exc),
             text_cache_bytes=config.attribution.text_cache_bytes,
             pending_max=config.attribution.pending_max,
+            conversation_id_key=config.attribution.conversation_id_key,
         )
         self._dispatch: list[ExporterDispatch] = []
         self.queued_bytes = ByteBudget(config.pipeline.max_queued_bytes)
