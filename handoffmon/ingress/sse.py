@@ -29,7 +29,11 @@ class SSEChunks:
     def __init__(
         self, max_buffer_bytes: int = 1 << 20, max_chars: int = MAX_REPLY_CHARS, folder: Folder | None = None
     ) -> None:
-        self._buf = b""
+        self._parts: list[bytes] = []
+        """The unterminated event's bytes so far (CRLF already folded to LF), unjoined."""
+        self._size = 0
+        self._cr = False
+        """The last read ended in ``\r``: held back, it may be half of a CRLF."""
         self._max_buffer = max_buffer_bytes
         self.folder: Folder = folder if folder is not None else ChunkFolder(max_chars)
         self.done = False
@@ -37,22 +41,53 @@ class SSEChunks:
         self.bad_events = 0
 
     def feed(self, data: bytes) -> None:
-        """Consume the next bytes of the stream."""
-        buf = self._buf + data if self._buf else data
-        buf = buf.replace(b"\r\n", b"\n") if b"\r" in buf else buf
+        """Consume the next bytes of the stream.
+
+        Only the new bytes are scanned for the blank line that ends an event, and the
+        unterminated event is joined only once that comes: an event of N bytes arriving in
+        small reads costs O(N), not O(N^2) (a 0.9 MB event in 1,460-byte reads held the
+        serving loop for 0.65 s when the whole buffer was rescanned on every read).
+        """
+        if self._cr:
+            data = b"\r" + data
+            self._cr = False
+        if b"\r" in data:
+            if data.endswith(b"\r"):
+                data = data[:-1]
+                self._cr = True
+            data = data.replace(b"\r\n", b"\n")
+        if not data:
+            return
+        parts = self._parts
+        joined = bool(parts) and parts[-1].endswith(b"\n") and data.startswith(b"\n")
+        if not joined and b"\n\n" not in data:
+            parts.append(data)
+            self._size += len(data)
+            if self._size > self._max_buffer:
+                self.bad_events += 1
+                parts.clear()
+                self._size = 0
+            return
+        buf = b"".join(parts) + data if parts else data
         *events, rest = buf.split(b"\n\n")
+        parts.clear()
+        self._size = 0
         if len(rest) > self._max_buffer:
             self.bad_events += 1
-            rest = b""
-        self._buf = rest
+        elif rest:
+            parts.append(rest)
+            self._size = len(rest)
         for event in events:
             self._event(event)
 
     def close(self) -> None:
         """End of stream: handle a last event that had no blank line after it."""
-        if self._buf.strip():
-            self._event(self._buf)
-        self._buf = b""
+        buf = b"".join(self._parts) + (b"\r" if self._cr else b"")
+        self._parts.clear()
+        self._size = 0
+        self._cr = False
+        if buf.strip():
+            self._event(buf)
 
     def _event(self, event: bytes) -> None:
         lines = [ln[5:].lstrip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
