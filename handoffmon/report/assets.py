@@ -18,6 +18,9 @@ header .meta{margin:0;color:#c9d4ea;font-size:13px}
 .tab.active{background:var(--accent);border-color:var(--accent);color:#fff}
 .hidden{display:none}
 .note.warn{color:#9a3412;margin-top:10px}
+.banner{background:#eef4ff;border:1px solid #b6ccf0;border-radius:10px;padding:10px 14px;margin:0 0 12px;
+ font-size:13.5px}
+.banner.warn{background:#fff4e5;border-color:#f0b46a;color:#7a3a00}
 .kpis{display:flex;gap:12px;flex-wrap:wrap;margin:0 0 14px}
 .kpi{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:10px 16px;min-width:170px;
  box-shadow:0 1px 2px rgba(16,24,40,.04)}

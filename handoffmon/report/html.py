@@ -11,6 +11,7 @@ from typing import Any
 from handoffmon.refit.result import ALL_RULES, RefitResult, RuleFit
 from handoffmon.report import svg
 from handoffmon.report.assets import CSS, SCRIPT
+from handoffmon.report.notices import page_warnings, rule_warning
 from handoffmon.report.routing import reordering_section
 from handoffmon.report.switch_costs import switch_cost_card
 from handoffmon.routing.compare import RoutingComparison
@@ -245,6 +246,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
     unit = "checks (turns × rules)" if rule == ALL_RULES else "checked turns"
     return f"""
 <section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}">
+  {rule_warning(fit)}
   {_kpis(fit)}
   <div class="grid two">
     <div class="card"><h2>Handoff effect Δ(A→B)</h2>
@@ -318,6 +320,7 @@ def render_report(
 <p class="meta">refit {escape(created)} · source {escape(result.source)} · depth buckets
 {escape(", ".join(result.buckets))} · min n {result.min_n}</p>{_run_panel(run)}</div></header>
 <main class="wrap">
+{page_warnings(result)}
 <p class="note">{escape(result.note)}</p>
 {reordering_section(reordering) if reordering is not None else ""}
 <nav class="tabs" role="tablist">{tabs}</nav>
