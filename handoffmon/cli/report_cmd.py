@@ -46,7 +46,7 @@ def _read_truth(path: str | None) -> dict[str, Any] | None:
 def report(refit_json: str, out: str, truth_path: str | None, title: str) -> None:
     """Render REFIT_JSON (from `handoffmon refit` or `handoffmon demo`) as one offline HTML page."""
     # exit 1: an unreadable or malformed REFIT_JSON, an --out that cannot be written; 4: REFIT_JSON
-    # holds no fit (nothing is written then)
+    # holds no fit or no model (nothing is written then)
     from handoffmon.refit.result import RefitResult
     from handoffmon.report import render_report
 
@@ -63,6 +63,11 @@ def report(refit_json: str, out: str, truth_path: str | None, title: str) -> Non
     if not result.rules:  # an empty page is no report: say so instead of writing one
         fail(
             f"{refit_json}: the refit holds no fit (no rule was refitted); nothing written", ExitCode.NO_DATA
+        )
+    if not any(f.models or f.pairs or f.curves or f.markov for f in result.rules.values()):
+        fail(
+            f"{refit_json}: the refit holds no model (no checked turn was counted); nothing written",
+            ExitCode.NO_DATA,
         )
     truth = _read_truth(truth_path)
     html = render_report(result, truth=truth, title=title)

@@ -13,7 +13,7 @@ from handoffmon.depth import DepthBuckets
 from handoffmon.refit import refit
 from handoffmon.refit.result import ALL_RULES, RefitResult
 from handoffmon.report import render_report
-from handoffmon.sim.fleet import default_fleet
+from handoffmon.sim.fleet import default_fleet, make_fleet
 from handoffmon.sim.offline import simulate_counts
 from handoffmon.sim.truth import Truth
 from tests.conftest import require_binary
@@ -177,3 +177,21 @@ def test_riskiest_paths_include_pairs_never_observed_and_empty_matrix_says_why(r
     assert "No handoff pair has reached" not in section
     empty = render_report(refit(Counts(), buckets=DepthBuckets(), now=0.0))
     assert "No handoff pair has reached" in empty
+
+
+def test_report_command_refuses_a_refit_of_no_counts(tmp_path: Path) -> None:
+    """A refit with the pooled fit but no model in it is an empty result: exit 4, no page written."""
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+    from handoffmon.counts import Counts
+
+    src = tmp_path / "refit.json"
+    src.write_text(refit(Counts(), buckets=DepthBuckets(), now=0.0).to_json(), encoding="utf-8")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out)])
+    assert res.exit_code == 4, res.output
+    assert "holds no model" in res.output and not out.exists()
+    one = refit(simulate_counts(make_fleet(2), 30, seed=1), buckets=DepthBuckets(), now=0.0)
+    src.write_text(one.to_json(), encoding="utf-8")
+    assert CliRunner().invoke(main, ["report", str(src), "--out", str(out)]).exit_code == 0 and out.exists()
