@@ -69,17 +69,26 @@ EVAL_EXPLANATION = "gen_ai.evaluation.explanation"
 ERROR_TYPE = "error.type"
 
 PROVIDER_NAMES: Mapping[str, str] = {
-    # LiteLLM provider ids → gen_ai.provider.name well-known values; others pass through.
+    # LiteLLM provider ids → gen_ai.provider.name well-known values; others pass through
+    # (openai, anthropic, cohere, groq, deepseek, perplexity are spelled alike). The
+    # text-completion and _chat/_text ids are other endpoints of the same vendors
+    # (``gpt-3.5-turbo-instruct`` resolves to ``text-completion-openai``).
+    "text-completion-openai": "openai",
+    "anthropic_text": "anthropic",
+    "cohere_chat": "cohere",
     "bedrock": "aws.bedrock",
-    "bedrock_converse": "aws.bedrock",
     "azure": "azure.ai.openai",
+    "azure_text": "azure.ai.openai",
     "azure_ai": "azure.ai.inference",
     "vertex_ai": "gcp.vertex_ai",
     "vertex_ai_beta": "gcp.vertex_ai",
     "gemini": "gcp.gemini",
     "mistral": "mistral_ai",
+    "codestral": "mistral_ai",
+    "text-completion-codestral": "mistral_ai",
     "xai": "x_ai",
     "watsonx": "ibm.watsonx.ai",
+    "watsonx_text": "ibm.watsonx.ai",
 }
 
 
