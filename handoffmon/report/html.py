@@ -34,7 +34,7 @@ def _scale(fit: RuleFit) -> float:
     return min(0.4, max([0.05, *vals]))
 
 
-def _heatmap(fit: RuleFit, models: list[str]) -> str:
+def _heatmap(fit: RuleFit, models: list[str], min_n: int) -> str:
     cells: dict[tuple[str, str], svg.HeatCell] = {}
     for p in fit.pairs:
         if p.observed:
@@ -52,12 +52,15 @@ def _heatmap(fit: RuleFit, models: list[str]) -> str:
             cells[(p.prefix_model, p.model)] = svg.HeatCell(
                 p.risk, svg.pct(p.risk, 0, True), tip, False, False
             )
+        elif p.n > 0:  # handed off, but neither Δ nor a fitted risk can be estimated yet
+            tip = f"{p.prefix_model} → {p.model}: not estimable (n={p.n}, below min n {min_n})"
+            cells[(p.prefix_model, p.model)] = svg.HeatCell(float("nan"), "n/e", tip, False, False)
     scale = _scale(fit)
     return (
         svg.heatmap(models, models, cells, scale)
         + f'<div class="legend-row">{svg.legend_scale(scale)}<span class="hint">★ interval excludes 0 · '
-        "(parentheses) = never observed, fitted μ + π<sub>A</sub> + σ<sub>B</sub> shown</span></div>"
-        + _sparse_note(fit)
+        "(parentheses) = never observed, fitted μ + π<sub>A</sub> + σ<sub>B</sub> shown · n/e = not "
+        "estimable yet (too few checked turns)</span></div>" + _sparse_note(fit)
     )
 
 
@@ -90,12 +93,19 @@ def _score_bars(fit: RuleFit, models: list[str], z: float, truth: Mapping[str, A
         ),
     ):
         bars = []
-        ranked = sorted((m for m in models if m in fit.models), key=lambda m: getattr(fit.models[m], attr))
+        ranked = sorted(
+            (m for m in models if m in fit.models),
+            key=lambda m: (not svg.finite(getattr(fit.models[m], attr)), getattr(fit.models[m], attr), m),
+        )  # not estimable last: NaN keys would leave the ranking in arbitrary order
         for m in ranked:
             s = fit.models[m]
             v, se = getattr(s, attr), getattr(s, se_attr)
             ref = _planted(truth, m, key)
-            tip = f"{m}: {svg.pct(v, 1, True)} pp ± {svg.pct(z * se, 1)} (n={s.n})"
+            tip = (
+                f"{m}: {svg.pct(v, 1, True)} pp ± {svg.pct(z * se, 1)} pp (n={s.n})"
+                if svg.finite(v)
+                else f"{m}: not estimable (n={s.n})"
+            )
             if ref is not None:
                 tip += f"; planted {svg.pct(ref, 1, True)} pp"
             bars.append(svg.Bar(m, v, v - z * se, v + z * se, ref, tip))
@@ -136,7 +146,9 @@ def _curves(fit: RuleFit, models: list[str], buckets: tuple[str, ...]) -> str:
     )
 
 
-def _markov_table(fit: RuleFit, models: list[str], truth: Mapping[str, Any] | None, rule: str) -> str:
+def _markov_table(
+    fit: RuleFit, models: list[str], truth: Mapping[str, Any] | None, rule: str, min_transitions: int
+) -> str:
     truth = truth if rule != ALL_RULES else None  # planted stationary adherence is per rule
     head = (
         "<tr><th>model</th><th>p<sub>TF</sub></th><th>p<sub>FT</sub></th><th>stationary</th>"
@@ -162,6 +174,11 @@ def _markov_table(fit: RuleFit, models: list[str], truth: Mapping[str, Any] | No
             f"{svg.pct(mk.stationary_ci[1], 1)}]</span></td><td>{hl}</td><td>{mk.log_loss:.3f}</td>"
             f"{planted}</tr>"
         )
+    if not rows:
+        return (
+            f'<p class="note warn">No model has {min_transitions} transitions out of both states yet; '
+            "its chain appears once more traffic has been recorded.</p>"
+        )
     return f'<table class="markov">{head}{"".join(rows)}</table>'
 
 
@@ -182,6 +199,11 @@ def _truth_card(fit: RuleFit, truth: Mapping[str, Any] | None) -> str:
                 f"estimated {svg.pct(p.delta, 1, True)} pp"
             )
             points.append((planted, p.delta, tip, p.significant))
+    if not points:
+        return (
+            '<div class="card"><h2>Recovered vs planted</h2><p class="note warn">No pair has an estimated Δ '
+            "yet, so nothing can be compared with the planted values.</p></div>"
+        )
     chart = svg.scatter(points, x_label="planted μ + π(A) + σ(B)", y_label="estimated Δ(A→B)")
     return (
         f'<div class="card"><h2>Recovered vs planted</h2><p class="sub">every observed pair; dashed line = '
@@ -244,6 +266,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
     z = _z(result.confidence)
     hidden = "" if idx == 0 else " hidden"
     unit = "checks (turns × rules)" if rule == ALL_RULES else "checked turns"
+    markov = _markov_table(fit, models, truth, rule, result.markov_min_transitions)
     return f"""
 <section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}">
   {rule_warning(fit)}
@@ -251,7 +274,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
   <div class="grid two">
     <div class="card"><h2>Handoff effect Δ(A→B)</h2>
       <p class="sub">adherence of B after A minus B's own baseline, compared within depth buckets</p>
-      {_heatmap(fit, models)}</div>
+      {_heatmap(fit, models, result.min_n)}</div>
     <div class="card"><h2>Who hurts, who suffers</h2>
       <p class="sub">Δ(A→B) ≈ μ + π<sub>A</sub> + σ<sub>B</sub>, {int(result.confidence * 100)}% intervals</p>
       {_score_bars(fit, models, z, truth)}</div>
@@ -263,7 +286,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
       {_risk_table(fit, z)}</div>
     <div><div class="card"><h2>Markov decay (same-author turns)</h2>
       <p class="sub">two-state chain of pass/fail across turns; stationary = p<sub>FT</sub> /
-      (p<sub>TF</sub> + p<sub>FT</sub>)</p>{_markov_table(fit, models, truth, rule)}</div>
+      (p<sub>TF</sub> + p<sub>FT</sub>)</p>{markov}</div>
       {_truth_card(fit, truth)}</div>
   </div>
   {switch_cost_card(fit, rule, truth)}

@@ -121,6 +121,13 @@ def _heat_cell(
         )
     if cell is None:
         return f'<rect x="{x + 1}" y="{y + 1}" width="{cw - 2}" height="{ch - 2}" rx="6" class="empty"/>'
+    if not cell.observed and not finite(cell.value):
+        return (
+            f'<g class="na"><rect x="{x + 1}" y="{y + 1}" width="{cw - 2}" height="{ch - 2}" rx="6" '
+            f'class="empty"/><title>{escape(cell.tooltip)}</title>'
+            + _t(x + cw / 2, y + ch / 2 + 4, cell.label, cls="diag-label", anchor="middle")
+            + "</g>"
+        )
     fill = diverging(cell.value, scale) if cell.observed else "url(#hatch)"
     color = text_on(diverging(cell.value, scale)) if cell.observed else "#495057"
     cls = "cell sig" if cell.significant else "cell"
@@ -195,6 +202,8 @@ def interval_bars(bars: Sequence[Bar], *, title: str, span: float | None = None)
                 f'<rect x="{x1:.1f}" y="{y + 6}" width="{max(x2 - x1, 1):.1f}" height="{bh - 12}" rx="3" '
                 f'fill="{color}" class="bar"/>'
             )
+        else:
+            out.append(_t(x0 + 6, y + bh / 2 + 4, "not estimable", cls="tick small na"))
         if finite(b.low) and finite(b.high):
             out.append(
                 f'<line x1="{sx(b.low):.1f}" x2="{sx(b.high):.1f}" y1="{y + bh / 2}" y2="{y + bh / 2}" '

@@ -13,6 +13,7 @@ from handoffmon.depth import DepthBuckets
 from handoffmon.refit import refit
 from handoffmon.refit.result import ALL_RULES, RefitResult
 from handoffmon.report import render_report
+from handoffmon.report.svg import finite as svg_finite
 from handoffmon.sim.fleet import default_fleet, make_fleet
 from handoffmon.sim.offline import simulate_counts
 from handoffmon.sim.truth import Truth
@@ -195,3 +196,29 @@ def test_report_command_refuses_a_refit_of_no_counts(tmp_path: Path) -> None:
     one = refit(simulate_counts(make_fleet(2), 30, seed=1), buckets=DepthBuckets(), now=0.0)
     src.write_text(one.to_json(), encoding="utf-8")
     assert CliRunner().invoke(main, ["report", str(src), "--out", str(out)]).exit_code == 0 and out.exists()
+
+
+def test_a_sparse_refit_says_not_estimable_instead_of_drawing_blanks() -> None:
+    """8 models, 25 conversations: π/σ, Δ and chains cannot be estimated, and every chart says so.
+
+    Before, the π/σ charts showed the planted diamonds beside empty rows, handed-off pairs were
+    blank heatmap cells with no tooltip, and the Markov table and recovery chart were empty frames.
+    """
+    fleet = make_fleet(8, seed=3)
+    result = refit(simulate_counts(fleet, 25, seed=1), buckets=DepthBuckets(), now=0.0)
+    fit = result.rules[ALL_RULES]
+    assert fit.models and not any(svg_finite(s.prefix_influence) for s in fit.models.values())
+    section = render_report(result, truth=Truth.of(fleet).to_dict()).split('id="rule-0"')[1]
+    section = section.split("</section>")[0]
+    bars = section.split('class="pair-charts"')[1].split("</div>")[0]
+    assert bars.count(">not estimable</text>") == 2 * len(fit.models)
+    assert bars.count(": not estimable (n=") == 2 * len(fit.models)
+    heat = section.split('class="chart heatmap"')[1].split("</svg>")[0]
+    handed = [p for p in fit.pairs if p.n > 0 and not p.observed and not svg_finite(p.risk)]
+    assert handed and heat.count('<g class="na">') == len(handed)
+    p = handed[0]
+    assert f"{p.prefix_model} → {p.model}: not estimable (n={p.n}, below min n {result.min_n})" in heat
+    markov = section.split("Markov decay")[1].split("</div>")[0]
+    assert not (fit.markov_same_author or fit.markov)
+    assert f"No model has {result.markov_min_transitions} transitions" in markov
+    assert "No pair has an estimated Δ yet" in section.split("Recovered vs planted")[1]
