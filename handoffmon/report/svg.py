@@ -241,6 +241,13 @@ class Series:
 def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) -> str:
     """One small multiple: points with Wilson bars, the Markov-implied curve, stationary line."""
     w, h, left, top, right, bottom = 250, 170, 40, 22, 10, 30
+    longest = max((len(b) for b in buckets), default=0)
+    # about 5.5 px a character at the small tick font: labels wider than their slot are turned
+    # 45° (12 buckets such as "13-16", "17-24" otherwise print over each other)
+    turned = 5.5 * longest + 4 > (w - left - right) / max(len(buckets), 1)
+    if turned:
+        extra = round(4 * longest)
+        h, bottom = h + extra, bottom + extra
     pw, ph = w - left - right, h - top - bottom
 
     def sx(i: int) -> float:
@@ -257,7 +264,13 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
         out.append(f'<line x1="{left}" x2="{w - right}" y1="{sy(v):.1f}" y2="{sy(v):.1f}" class="gridline"/>')
         out.append(_t(left - 4, sy(v) + 3, pct(v), cls="tick small", anchor="end"))
     for i, b in enumerate(buckets):
-        out.append(_t(sx(i), h - bottom + 14, b, cls="tick small", anchor="middle"))
+        if turned:
+            x, y = sx(i) + 3, h - bottom + 10
+            out.append(
+                _t(x, y, b, cls="tick small", anchor="end", extra=f' transform="rotate(-45 {x:.1f} {y:.1f})"')
+            )
+        else:
+            out.append(_t(sx(i), h - bottom + 14, b, cls="tick small", anchor="middle"))
     out.append(_t(left + pw / 2, h - 3, "depth bucket", cls="tick small", anchor="middle"))
     if finite(series.stationary):
         out.append(
@@ -292,14 +305,17 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
 
 def bubbles(rows: Sequence[str], cols: Sequence[str], counts: dict[tuple[str, str], int]) -> str:
     """Handoff frequency by ordered pair: circle area ∝ checked turns in the cell."""
-    cw, left, top = 58, 96, 40
-    w, h = left + cw * len(cols) + 10, top + cw * len(rows) + 10
+    # like the heatmap: columns and the row-label margin widen with the longest name (~7 px a char)
+    cw = max(58, 7 * max((len(c) for c in cols), default=0) + 16)
+    left = max(96, 7 * max((len(r) for r in rows), default=0) + 24)
+    top, rh = 40, 58
+    w, h = left + cw * len(cols) + 10, top + rh * len(rows) + 10
     peak = max([1, *counts.values()])
     out = [f'<svg class="chart bubbles" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">']
     for j, col in enumerate(cols):
         out.append(_t(left + cw * j + cw / 2, top - 10, col, cls="tick", anchor="middle"))
     for i, row in enumerate(rows):
-        cy = top + cw * i + cw / 2
+        cy = top + rh * i + rh / 2
         out.append(_t(left - 8, cy + 4, row, cls="tick", anchor="end"))
         for j, col in enumerate(cols):
             cx = left + cw * j + cw / 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 from html.parser import HTMLParser
@@ -222,3 +223,33 @@ def test_a_sparse_refit_says_not_estimable_instead_of_drawing_blanks() -> None:
     assert not (fit.markov_same_author or fit.markov)
     assert f"No model has {result.markov_min_transitions} transitions" in markov
     assert "No pair has an estimated Δ yet" in section.split("Recovered vs planted")[1]
+
+
+def _texts(svg_text: str) -> list[tuple[float, str, str]]:
+    """(x, text-anchor, label) of every <text> in an SVG fragment."""
+    return [
+        (float(x), anchor, label)
+        for x, anchor, label in re.findall(
+            r'<text x="([\d.]+)" y="[\d.]+" text-anchor="(\w+)"[^>]*>([^<]*)</text>', svg_text
+        )
+    ]
+
+
+def test_long_model_names_fit_the_handoff_bubbles_and_depth_labels_do_not_collide() -> None:
+    """Row labels of the bubble chart start inside the chart, column labels get their own slot,
+    and 12 depth buckets' labels are turned instead of printed over each other (~7 px a char)."""
+    from handoffmon.report.svg import Series, bubbles, depth_curves
+
+    names = ["a-rather-long-deployment-name-1", "a-rather-long-deployment-name-2", "short"]
+    chart = bubbles(names, names, {(names[0], names[1]): 10})
+    texts = _texts(chart)
+    rows = [(x, label) for x, anchor, label in texts if anchor == "end"]
+    assert rows and all(x - 7 * len(label) >= 0 for x, label in rows)
+    cols = sorted(x for x, anchor, label in texts if anchor == "middle" and label in names)
+    assert len(cols) == 3 and min(b - a for a, b in itertools.pairwise(cols)) >= 7 * len(names[0])
+    buckets = DepthBuckets().labels
+    nan = float("nan")
+    many = depth_curves(buckets, Series("m", "#000", *[[nan] * len(buckets)] * 4, [0] * len(buckets)))
+    assert len(buckets) >= 12 and many.count('transform="rotate(-45') == len(buckets)
+    few = depth_curves(("1", "2", "3+"), Series("m", "#000", *[[nan] * 3] * 4, [0] * 3))
+    assert "rotate(-45" not in few
