@@ -241,11 +241,10 @@ class OTelExporter:
         self.guard = guard or LabelGuard()
         self._capture = capture_content
         self._own_span = span == "own"
-        self._providers = (
-            tracer_provider or trace.get_tracer_provider(),
-            meter_provider or metrics.get_meter_provider(),
-            logger_provider or _logs.get_logger_provider(),
-        )
+        # None = the global one, looked up again at each flush: before the application sets
+        # its SDK the API hands out proxies, which forward to the SDK once it is set but have
+        # no force_flush of their own
+        self._providers = (tracer_provider, meter_provider, logger_provider)
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
         self._events = _logs.get_logger(SCOPE, __version__, logger_provider=logger_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
@@ -524,13 +523,21 @@ class OTelExporter:
         a batch span processor or a metric reader exporting to a stalled OTLP endpoint blocks
         for the exporter's own timeout.) A flush still running at the deadline is abandoned
         and reported as failed (False), like one that raised or returned False. Providers
-        without ``force_flush`` (the API's no-op and proxy ones) count as flushed.
+        without ``force_flush`` (the API's no-op and proxy ones) count as flushed. Providers
+        not passed in are the global ones at the time of the flush, so an SDK the
+        application set up after building handoffmon is flushed too.
         """
         deadline = time.monotonic() + max(timeout_s, 0.0)
         millis = int(max(timeout_s, 0.0) * 1000)
         results: list[bool] = []
         threads = []
-        for provider in self._providers:
+        given_tracer, given_meter, given_logger = self._providers
+        providers = (
+            given_tracer or trace.get_tracer_provider(),
+            given_meter or metrics.get_meter_provider(),
+            given_logger or _logs.get_logger_provider(),
+        )
+        for provider in providers:
             flush = getattr(provider, "force_flush", None)
             if flush is None:
                 continue
