@@ -218,7 +218,7 @@ def _risk_table(fit: RuleFit, z: float, top: int = 6) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{escape(p.prefix_model)} → {escape(p.model)}</td>"
-        f"<td><b>{svg.pct(p.risk, 1, True)}</b> <span class='ci'>± {svg.pct(z * p.risk_se, 1)}</span></td>"
+        f"<td><b>{svg.pct(p.risk, 1, True)}</b> <span class='ci'>± {_pp(z * p.risk_se)}</span></td>"
         f"<td>{svg.pct(p.delta, 1, True) if p.observed else 'not yet observed'}</td><td>{p.n}</td></tr>"
         for p in ranked
     )
@@ -230,12 +230,20 @@ def _risk_table(fit: RuleFit, z: float, top: int = 6) -> str:
     )
 
 
-def _kpis(fit: RuleFit) -> str:
+def _pp(x: float) -> str:
+    """An unsigned width in percentage points (``0.021`` → ``2.1 pp``); NaN → ``–``."""
+    return f"{100 * x:.1f} pp" if svg.finite(x) else "–"
+
+
+def _kpis(fit: RuleFit, z: float, confidence: float) -> str:
     observed = [p for p in fit.pairs if p.observed]
     sig = [p for p in observed if p.significant]
     worst = min(observed, key=lambda p: p.delta, default=None)
     items = [
-        ("mean handoff effect μ", f"{svg.pct(fit.mu, 1, True)} pp"),
+        (
+            f"mean handoff effect μ ({round(100 * confidence)}% ± {_pp(z * fit.mu_se)})",
+            f"{svg.pct(fit.mu, 1, True)} pp",
+        ),
         ("pairs significant", f"{len(sig)} / {len(observed)}"),
         ("decomposition R²", f"{fit.r2:.2f}" if svg.finite(fit.r2) else "–"),
     ]
@@ -270,7 +278,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
     return f"""
 <section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}">
   {rule_warning(fit)}
-  {_kpis(fit)}
+  {_kpis(fit, z, result.confidence)}
   <div class="grid two">
     <div class="card"><h2>Handoff effect Δ(A→B)</h2>
       <p class="sub">adherence of B after A minus B's own baseline, compared within depth buckets</p>

@@ -253,3 +253,17 @@ def test_long_model_names_fit_the_handoff_bubbles_and_depth_labels_do_not_collid
     assert len(buckets) >= 12 and many.count('transform="rotate(-45') == len(buckets)
     few = depth_curves(("1", "2", "3+"), Series("m", "#000", *[[nan] * 3] * 4, [0] * 3))
     assert "rotate(-45" not in few
+
+
+def test_effect_widths_are_in_percentage_points_and_mu_has_its_interval(result: RefitResult) -> None:
+    """Δ, risk and μ are differences of adherence (pp): their ± must not read as a share ('%')."""
+    from statistics import NormalDist
+
+    fit = result.rules[ALL_RULES]
+    z = NormalDist().inv_cdf(0.5 + result.confidence / 2)
+    section = render_report(result).split('id="rule-0"')[1].split("</section>")[0]
+    table = section.split("Riskiest handoff paths")[1].split("</table>")[0]
+    worst = min((p for p in fit.pairs if p.risk == p.risk), key=lambda p: p.risk)
+    assert f"± {100 * z * worst.risk_se:.1f} pp</span>" in table
+    assert not re.search(r"± [\d.]+%", table)
+    assert f"mean handoff effect μ (95% ± {100 * z * fit.mu_se:.1f} pp)" in section
