@@ -11,6 +11,7 @@ from typing import Any
 from handoffmon.refit.result import ALL_RULES, RefitResult, RuleFit
 from handoffmon.report import svg
 from handoffmon.report.assets import CSS, SCRIPT
+from handoffmon.report.bidi import isolated
 from handoffmon.report.notices import page_warnings, rule_warning
 from handoffmon.report.routing import reordering_section
 from handoffmon.report.switch_costs import switch_cost_card
@@ -330,6 +331,7 @@ def render_report(
         title: page title.
         reordering: a risk-aware routing comparison, shown as "Adherence saved by reordering".
     """
+    result, truth = isolated(result, truth)
     rules = (
         [ALL_RULES, *sorted(r for r in result.rules if r != ALL_RULES)]
         if ALL_RULES in result.rules
