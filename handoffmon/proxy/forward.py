@@ -516,7 +516,7 @@ class Forwarder:
                 scope["method"], path_s, scope["query_string"], headers, body
             ) as resp:
                 status = resp.status
-                out_headers = response_headers(resp.raw_headers)
+                out_headers = response_headers(resp.raw_headers, status)
                 if self._monitor is not None and resp.content_type != "text/event-stream":
                     n = resp.content_length
                     if n is not None and n <= self._reply_cap:  # the usual reply: read whole

@@ -99,6 +99,11 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
             self._count(len(url))
 
         def on_header(self, name: bytes, value: bytes) -> None:
+            if not self._head_open:
+                # a chunked body's trailer field: httptools reports it as a header, and uvicorn
+                # would append it to the request's headers, forwarded upstream as one (RFC 9110
+                # §6.5.2: trailers are not merged into the header section); it is dropped
+                return
             self._count(len(name) + len(value) + 4)
             super().on_header(name, value)
 
@@ -110,11 +115,18 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
 
         def on_message_begin(self) -> None:
             self._parsed = 0
+            if self._head_since is None:
+                # a pipelined request that began in the same read as the one before it ended:
+                # its head is timed from here (no further read may come to start the clock)
+                self._head_since = self.loop.time()
+                if self._head_timer is None:
+                    self._head_timer = self.loop.call_later(timeout_s, self._head_check)
             super().on_message_begin()
             self.scope["extensions"] = {DISCONNECT_EXTENSION: self._watchers}
 
         def on_headers_complete(self) -> None:
             self._head_open = False
+            self._head_bytes = 0  # body bytes read with the head are not head bytes (400, not 431)
             self._head_since = None  # the timer, if pending, finds no head in progress
             super().on_headers_complete()
 
@@ -152,6 +164,11 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
             if not self._head_open or since is None or self.transport.is_closing():
                 return
             left = since + timeout_s - self.loop.time()
+            cycle = self.cycle
+            if left <= 0 and cycle is not None and not cycle.response_complete:
+                # a pipelined head stalled while the response before it is still going out:
+                # refused once that response is done, never written into the middle of it
+                left = timeout_s
             if left > 0:
                 self._head_timer = self.loop.call_later(left, self._head_check)
             else:

@@ -30,8 +30,14 @@ HOP_BY_HOP = frozenset(
 )
 """Headers that describe one connection, never forwarded in either direction (RFC 9110 §7.6.1)."""
 
-_NOT_FORWARDED_UP = HOP_BY_HOP | {b"host", b"content-length"}
-"""``host`` and ``content-length`` are recomputed by the client for the upstream request."""
+_NOT_FORWARDED_UP = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+"""``host`` and ``content-length`` are recomputed by the client for the upstream request;
+``expect: 100-continue`` was answered to the client already (uvicorn sends ``100 Continue``
+when the body is first read): forwarded, the upstream client would hold the body back until
+the upstream sent ``100 Continue`` too, and against one that waits for the body instead
+(RFC 9110 §10.1.1 lets it) the request hung until ``proxy.upstream_timeout_s``."""
+
+_NO_BODY_DROP = HOP_BY_HOP | {b"content-length"}
 
 SessionFactory = Callable[[], aiohttp.ClientSession]
 
@@ -107,11 +113,15 @@ def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]
     return out
 
 
-def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def response_headers(raw: Iterable[tuple[bytes, bytes]], status: int = 200) -> list[tuple[bytes, bytes]]:
     """Upstream response headers to send to the client, byte-exact, minus hop-by-hop
-    (incl. those named in ``Connection:``)."""
+    (incl. those named in ``Connection:``).
+
+    A 204 or 304 has no body whatever its ``content-length`` says (RFC 9110 §8.6: a 304 may
+    carry the length a 200 would have had): that header is dropped, as uvicorn would take
+    it as a promise of body bytes, raise, and drop the client's connection."""
     raw = list(raw)
-    drop = HOP_BY_HOP
+    drop = HOP_BY_HOP if status not in (204, 304) else _NO_BODY_DROP
     for k, _ in raw:
         if k.lower() == b"connection":
             drop = drop | _connection_named(raw)

@@ -4,11 +4,19 @@ bytes (the parse runs on the serving loop)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from handoffmon.ingress.sse import SSEChunks
+from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 
 BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -64,3 +72,165 @@ def test_crlf_comments_retry_and_multiline_data_fold_alike_at_every_split() -> N
         assert sse.outcome(completed=True).reply == whole.outcome(completed=True).reply, cut
     each, _ = _fed(data, 1)
     assert each.outcome(completed=True).reply == whole.outcome(completed=True).reply
+
+
+OK_REPLY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+class RawUpstream:
+    """An HTTP/1.1 upstream on a bare socket: it records each request's head and body as they
+    came over the wire and answers with ``reply`` bytes (what uvicorn would not let an app
+    send: a 304 with a ``content-length``; no ``100 Continue`` for an ``expect``)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.seen: list[tuple[bytes, bytes]] = []
+        self.reply = OK_REPLY
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn, contextlib.suppress(OSError):
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = re.search(rb"(?im)^content-length: *(\d+)", head)
+                n = int(length.group(1)) if length else 0
+                while len(buf) < n:
+                    buf += conn.recv(65536)
+                self.seen.append((head, buf[:n]))
+                buf = buf[n:]
+                conn.sendall(self.reply)
+
+
+@pytest.fixture(scope="module")
+def raw_proxy() -> Iterator[tuple[RawUpstream, Proxy]]:
+    up = RawUpstream()
+    cfg = proxy_config(up.url, proxy={"client_timeout_s": 0.5, "upstream_timeout_s": 5})
+    with running_proxy(cfg) as p:
+        yield up, p
+    up.sock.close()
+
+
+def _exchange(url: str, *writes: bytes | float, timeout_s: float = 5) -> tuple[bytes, float]:
+    """Write raw bytes to ``url`` (a float: a pause), read until the server closes or
+    ``timeout_s``; the bytes read and the seconds it took."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as s:
+        s.settimeout(timeout_s)
+        start = time.monotonic()
+        for w in writes:
+            if isinstance(w, float):
+                time.sleep(w)
+            else:
+                s.sendall(w)
+        out = b""
+        with contextlib.suppress(TimeoutError):
+            while data := s.recv(65536):
+                out += data
+        return out, time.monotonic() - start
+
+
+CHAT_BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def _post(extra: bytes = b"", body: bytes = CHAT_BODY) -> bytes:
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+    )
+
+
+def test_an_expect_100_continue_is_answered_by_serve_and_not_forwarded(
+    raw_proxy: tuple[RawUpstream, Proxy],
+) -> None:
+    """``curl`` sends ``expect: 100-continue`` with large bodies. serve answers it (uvicorn's
+    ``100 Continue``) and reads the body; forwarding the expectation made the upstream client
+    wait for a second ``100 Continue``, and an upstream that waits for the body instead (RFC
+    9110 allows it) left the request hanging until ``proxy.upstream_timeout_s`` (then a 504)."""
+    up, proxy = raw_proxy
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n" % len(CHAT_BODY)
+    out, took = _exchange(
+        proxy.url, head + b"expect: 100-continue\r\nconnection: close\r\n\r\n", 0.2, CHAT_BODY
+    )
+    assert out.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"), out
+    assert out.endswith(b"\r\n\r\n{}") and took < 2, (out, took)
+    head_seen, body_seen = up.seen[-1]
+    assert b"expect" not in head_seen.lower() and body_seen == CHAT_BODY
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/files/file-1/content"])
+def test_a_304_with_a_content_length_is_passed_without_breaking_the_connection(
+    raw_proxy: tuple[RawUpstream, Proxy], path: str
+) -> None:
+    """A 304 may carry the ``content-length`` its 200 would have (RFC 9110 §8.6) and has no
+    body. uvicorn took the header as a promise of body bytes: the response raised in serve
+    and the client's keep-alive connection was dropped. Now the client gets the 304 (its
+    other headers unchanged), and the same connection serves the next request."""
+    up, proxy = raw_proxy
+    up.reply = b'HTTP/1.1 304 Not Modified\r\netag: "v1"\r\ncontent-length: 10\r\n\r\n'
+    try:
+        method = b"POST" if "chat" in path else b"GET"
+        first = _post() if method == b"POST" else b"GET %s HTTP/1.1\r\nhost: x\r\n\r\n" % path.encode()
+        out, _ = _exchange(
+            proxy.url, first, 0.3, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
+    finally:
+        up.reply = OK_REPLY
+    assert out.startswith(b'HTTP/1.1 304 Not Modified\r\netag: "v1"\r\n\r\n'), out
+    assert out.count(b"HTTP/1.1 304 Not Modified") == 2, out  # the second answered on the same connection
+
+
+def test_a_chunked_body_s_trailer_is_not_forwarded_as_a_header(raw_proxy: tuple[RawUpstream, Proxy]) -> None:
+    """Trailer fields of a chunked request body are not header fields (RFC 9110 §6.5.2):
+    uvicorn appended them to the request's headers, so serve sent them upstream as headers
+    (here ``authorization``, which a direct call would not have sent as one)."""
+    up, proxy = raw_proxy
+    body = b"%x\r\n%s\r\n0\r\nauthorization: Bearer trailer\r\nx-late: 1\r\n\r\n" % (
+        len(CHAT_BODY),
+        CHAT_BODY,
+    )
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n"
+    out, _ = _exchange(proxy.url, head + b"connection: close\r\n\r\n" + body)
+    assert out.startswith(b"HTTP/1.1 200 OK") and out.endswith(b"{}"), out
+    head_seen, body_seen = up.seen[-1]
+    assert body_seen == CHAT_BODY
+    assert b"authorization" not in head_seen.lower() and b"x-late" not in head_seen.lower(), head_seen
+
+
+def test_a_pipelined_head_that_stalls_is_refused_after_the_client_timeout(
+    raw_proxy: tuple[RawUpstream, Proxy],
+) -> None:
+    """A complete request and the start of a second in one write, then nothing: the second
+    head began without a read of its own, so no clock started for it and the connection
+    stayed open until uvicorn's keep-alive timeout (75 s), past ``proxy.client_timeout_s``
+    (0.5 s here). Now the first is answered and the stalled second gets a 408."""
+    _, proxy = raw_proxy
+    out, took = _exchange(proxy.url, _post() + b"POST /v1/chat/completions HTTP/1.1\r\nhost:", timeout_s=5)
+    assert out.startswith(b"HTTP/1.1 200 OK") and b"{}HTTP/1.1 408 Request Timeout\r\n" in out, out
+    assert took < 3, took
+
+
+def test_a_malformed_chunked_body_read_with_its_head_is_a_400_not_a_431(
+    raw_proxy: tuple[RawUpstream, Proxy],
+) -> None:
+    """Body bytes read together with a small head counted as head bytes: a chunked body that
+    is malformed was answered ``431 Request Header Fields Too Large``, which sends its author
+    looking at the wrong thing."""
+    _, proxy = raw_proxy
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+    out, _ = _exchange(proxy.url, head + b"5\r\nhello\r\nZZ\r\n" + b"a" * 100_000)
+    assert out.startswith(b"HTTP/1.1 400 Bad Request\r\n"), out[:200]
