@@ -416,7 +416,7 @@ class OTelExporter:
             if _sampled_out(parent):
                 # the trace they belong to was not sampled (the caller's, or the own span the
                 # sampler dropped): events would be orphans of a trace no backend keeps
-                self._count(result)
+                self._count(result, parent)
                 return True
             if not self._own_span:
                 self._emit(TURN_EVENT, span_attributes(result), parent, end)
@@ -424,7 +424,7 @@ class OTelExporter:
             for check in result.checks:
                 attrs = evaluation_attributes(check, previous.get(check.rule), result)
                 self._emit(EVALUATION_EVENT, attrs, parent, end)
-            self._count(result)
+            self._count(result, parent)
             return True
         except Exception as exc:
             log_error(self._log, "export_failed", "export_otel", exc)
@@ -464,11 +464,14 @@ class OTelExporter:
         )
         self._events.emit(record)
 
-    def _count(self, result: TurnResult) -> None:
-        g, ctx, rec = self.guard, result.context, result.record
+    def _count(self, result: TurnResult, trace_context: Context | None) -> None:
+        """Count the turn, each measurement in the turn's ``trace_context``: this runs on a
+        worker thread, where no span is current, and the SDK's trace-based exemplar filter
+        links a point to the request's trace only through the context it is recorded in."""
+        g, ctx, rec, tc = self.guard, result.context, result.record, trace_context
         model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
         bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
-        self._turns.add(1, {"model": model, "prefix_model": prefix, "depth_bucket": bucket})
+        self._turns.add(1, {"model": model, "prefix_model": prefix, "depth_bucket": bucket}, tc)
         for check in result.checks:
             rule = g.rule(check.rule)
             self._checks.add(
@@ -480,8 +483,9 @@ class OTelExporter:
                     "depth_bucket": bucket,
                     "verdict": g.verdict(check.verdict),
                 },
+                tc,
             )
-            self._check_seconds.add(max(check.duration_s, 0.0), {"rule": rule})
+            self._check_seconds.add(max(check.duration_s, 0.0), {"rule": rule}, tc)
         handoff = g.handoff(rec.handoff)
         for tr in result.transitions:
             self._transitions.add(
@@ -493,18 +497,19 @@ class OTelExporter:
                     "from_verdict": g.verdict(tr.from_verdict),
                     "to_verdict": g.verdict(tr.to_verdict),
                 },
+                tc,
             )
         baseline, stats = refit_input_labels(result, g)
         for labels in baseline:
-            self._baseline_checks.add(1, dict(zip(BASELINE_LABELS, labels, strict=True)))
+            self._baseline_checks.add(1, dict(zip(BASELINE_LABELS, labels, strict=True)), tc)
         for labels, v in stats:
-            self._cell_stats.add(v, dict(zip(CELL_STAT_LABELS, labels, strict=True)))
+            self._cell_stats.add(v, dict(zip(CELL_STAT_LABELS, labels, strict=True)), tc)
         for method, n in _Tally(result.attribution_methods).items():
-            self._attributions.add(n, {"method": method_label(method)})
-        self._history_tokens.record(ctx.history_tokens, {"depth_bucket": bucket})
+            self._attributions.add(n, {"method": method_label(method)}, tc)
+        self._history_tokens.record(ctx.history_tokens, {"depth_bucket": bucket}, tc)
         if rec.fallbacks > 0:
             labels = fallback_labels(result, g, model)
-            self._fallbacks.add(rec.fallbacks, dict(zip(FALLBACK_LABELS, labels, strict=True)))
+            self._fallbacks.add(rec.fallbacks, dict(zip(FALLBACK_LABELS, labels, strict=True)), tc)
 
     def count_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
         """Add a shadow pair's increments to ``handoffmon_shadow_pair_stats``; never raises."""
