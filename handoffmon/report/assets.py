@@ -73,7 +73,8 @@ SCRIPT = """
 (function(){
   var tabs=document.querySelectorAll('.tab');
   tabs.forEach(function(t){t.addEventListener('click',function(){
-    tabs.forEach(function(o){o.classList.toggle('active',o===t);});
+    tabs.forEach(function(o){o.classList.toggle('active',o===t);
+      o.setAttribute('aria-selected',o===t?'true':'false');});
     document.querySelectorAll('section.rule').forEach(function(s){
       s.classList.toggle('hidden',s.id!==t.dataset.target);});
   });});

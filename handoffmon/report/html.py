@@ -277,7 +277,8 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
     unit = "checks (turns × rules)" if rule == ALL_RULES else "checked turns"
     markov = _markov_table(fit, models, truth, rule, result.markov_min_transitions)
     return f"""
-<section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}">
+<section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}" role="tabpanel"
+  aria-labelledby="tab-{idx}">
   {rule_warning(fit)}
   {_kpis(fit, z, result.confidence)}
   <div class="grid two">
@@ -338,7 +339,8 @@ def render_report(
         else sorted(result.rules)
     )
     tabs = "".join(
-        f'<button class="tab{" active" if i == 0 else ""}" data-target="rule-{i}">'
+        f'<button class="tab{" active" if i == 0 else ""}" data-target="rule-{i}" role="tab" id="tab-{i}" '
+        f'aria-controls="rule-{i}" aria-selected="{"true" if i == 0 else "false"}">'
         f"{'all rules' if r == ALL_RULES else escape(r)}</button>"
         for i, r in enumerate(rules)
     )

@@ -53,6 +53,14 @@ def _t(x: float, y: float, s: str, *, cls: str = "", anchor: str = "start", extr
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}{extra}>{escape(s)}</text>'
 
 
+def _open(kind: str, w: float, h: float, label: str) -> str:
+    """Opening tag of a chart: an image with an accessible name (screen readers announce it)."""
+    return (
+        f'<svg class="chart {kind}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(label)}">'
+    )
+
+
 @dataclass(frozen=True)
 class HeatCell:
     """One cell of the pair heatmap."""
@@ -77,7 +85,14 @@ def heatmap(
     left = max(96, 7 * max((len(r) for r in rows), default=0) + 24)
     title_x = left + cw * len(cols) / 2
     w, h = max(left + cw * len(cols) + 10, round(title_x + 145)), top + ch * len(rows) + 10  # axis title fits
-    out = [f'<svg class="chart heatmap" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">']
+    out = [
+        _open(
+            "heatmap",
+            w,
+            h,
+            "Handoff effect by pair: rows prefix model A, columns suffix model B, cell Δ in pp",
+        )
+    ]
     out.append(
         _t(
             title_x,
@@ -148,7 +163,9 @@ def legend_scale(scale: float, width: int = 260) -> str:
         for i in range(11)
     )
     return (
-        f'<svg class="legend" viewBox="0 0 {width} 34" width="{width}" height="34">'
+        f'<svg class="legend" viewBox="0 0 {width} 34" width="{width}" height="34" role="img" '
+        f'aria-label="colour scale from {pct(-scale, 0, True)} pp (hurts) to '
+        f'{pct(scale, 0, True)} pp (helps)">'
         f'<defs><linearGradient id="lg-{int(scale * 1000)}">{stops}</linearGradient></defs>'
         f'<rect x="0" y="2" width="{width}" height="12" rx="3" fill="url(#lg-{int(scale * 1000)})"/>'
         + _t(0, 30, pct(-scale, 0, True) + " pp (hurts)", cls="tick")
@@ -186,8 +203,7 @@ def interval_bars(bars: Sequence[Bar], *, title: str, span: float | None = None)
         return x0 + (width / 2) * max(-1.0, min(1.0, v / m))
 
     out = [
-        f'<svg class="chart bars" viewBox="0 0 {left + width + 20} {h}" width="{left + width + 20}" '
-        f'height="{h}" role="img">',
+        _open("bars", left + width + 20, h, title),
         _t(left, 16, title, cls="chart-title"),
     ]
     out.append(f'<line x1="{x0}" x2="{x0}" y1="{top - 6}" y2="{h - 22}" class="zero"/>')
@@ -257,7 +273,7 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
         return top + ph * (1 - (max(y_min, min(1.0, v)) - y_min) / (1 - y_min))
 
     out = [
-        f'<svg class="chart curve" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">',
+        _open("curve", w, h, f"Adherence by conversation depth of {series.name}"),
         _t(left, 14, series.name, cls="chart-title", extra=f' fill="{series.color}"'),
     ]
     for v in (y_min, (y_min + 1) / 2, 1.0):
@@ -311,7 +327,7 @@ def bubbles(rows: Sequence[str], cols: Sequence[str], counts: dict[tuple[str, st
     top, rh = 40, 58
     w, h = left + cw * len(cols) + 10, top + rh * len(rows) + 10
     peak = max([1, *counts.values()])
-    out = [f'<svg class="chart bubbles" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">']
+    out = [_open("bubbles", w, h, "Handoffs by pair: rows prefix model A, columns suffix model B, area ∝ n")]
     for j, col in enumerate(cols):
         out.append(_t(left + cw * j + cw / 2, top - 10, col, cls="tick", anchor="middle"))
     for i, row in enumerate(rows):
@@ -356,7 +372,7 @@ def scatter(points: Sequence[tuple[float, float, str, bool]], *, x_label: str, y
         return top + ph * (1 - (v + m) / (2 * m))
 
     out = [
-        f'<svg class="chart scatter" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">',
+        _open("scatter", w, h, f"{y_label} against {x_label}"),
         f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot-bg"/>',
         f'<line x1="{sx(-m):.1f}" y1="{sy(-m):.1f}" x2="{sx(m):.1f}" y2="{sy(m):.1f}" class="identity"/>',
         f'<line x1="{sx(0):.1f}" x2="{sx(0):.1f}" y1="{top}" y2="{top + ph}" class="zero"/>',

@@ -59,7 +59,7 @@ def test_one_tab_and_section_per_rule_with_pooled_first(result: RefitResult) -> 
     """Tabs: 'all rules' then each rule; one section per fit, only the first visible."""
     html = render_report(result)
     rules = sorted(r for r in result.rules if r != ALL_RULES)
-    tabs = re.findall(r'<button class="tab[^"]*" data-target="rule-(\d+)">([^<]+)</button>', html)
+    tabs = re.findall(r'<button class="tab[^"]*" data-target="rule-(\d+)"[^>]*>([^<]+)</button>', html)
     assert [t[1] for t in tabs] == ["all rules", *rules]
     sections = re.findall(r'<section class="rule( hidden)?" id="rule-(\d+)"', html)
     assert [s[0] for s in sections] == ["", *[" hidden"] * len(rules)]
@@ -267,3 +267,28 @@ def test_effect_widths_are_in_percentage_points_and_mu_has_its_interval(result: 
     assert f"± {100 * z * worst.risk_se:.1f} pp</span>" in table
     assert not re.search(r"± [\d.]+%", table)
     assert f"mean handoff effect μ (95% ± {100 * z * fit.mu_se:.1f} pp)" in section
+
+
+class _Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+
+
+def test_charts_have_accessible_names_and_tabs_are_an_aria_tablist(result: RefitResult, truth: dict) -> None:
+    """Every chart is an image with a name (not a nameless 'image'); tabs and panels are linked."""
+    parser = _Elements()
+    parser.feed(render_report(result, truth=truth))
+    charts = [a for tag, a in parser.elements if tag == "svg" and (a.get("role") == "img")]
+    assert len(charts) > 10 and all((a.get("aria-label") or "").strip() for a in charts)
+    names = [a["aria-label"] for a in charts if "curve" in (a.get("class") or "")]
+    assert "Adherence by conversation depth of atlas" in names
+    tabs = [a for tag, a in parser.elements if tag == "button" and "tab" in (a.get("class") or "")]
+    panels = {a["id"]: a for tag, a in parser.elements if tag == "section" and a.get("role") == "tabpanel"}
+    assert len(tabs) == len(result.rules) == len(panels)
+    assert all(t.get("role") == "tab" and t.get("aria-controls") in panels for t in tabs)
+    assert [t.get("aria-selected") for t in tabs] == ["true", *["false"] * (len(tabs) - 1)]
+    assert all(panels[t["aria-controls"]].get("aria-labelledby") == t.get("id") for t in tabs)

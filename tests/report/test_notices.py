@@ -28,7 +28,7 @@ def _sections(html: str) -> dict[str, str]:
     return {
         m.group(1): m.group(2)
         for m in re.finditer(
-            r'<section class="rule[^"]*" id="rule-\d+" data-rule="([^"]+)">(.*?)</section>', html, re.S
+            r'<section class="rule[^"]*" id="rule-\d+" data-rule="([^"]+)"[^>]*>(.*?)</section>', html, re.S
         )
     }
 
