@@ -256,6 +256,14 @@ class OTelExporter:
         self._refit_lock = threading.Lock()
         self._propagator = TraceContextTextMapPropagator()
         self._log = get_logger("handoffmon.exporters", exporter="otel")
+        if capture_content and not self._own_span:
+            # an opt-in that silently did nothing would read as "no text is captured" or be
+            # debugged as a pipeline fault: say once that join mode never carries text
+            self._log.warning(
+                "capture_content_ignored",
+                stage="export_otel",
+                reason="message text goes on own spans only; telemetry.otel_span is join",
+            )
 
     @classmethod
     def from_config(
