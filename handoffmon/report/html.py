@@ -69,6 +69,11 @@ def _sparse_note(fit: RuleFit) -> str:
     """Say why the matrix is empty when no pair has enough checked turns yet."""
     if any(p.observed for p in fit.pairs):
         return ""
+    if len(_models(fit)) == 1:
+        return (
+            '<p class="note warn">One model only: no conversation can change hands, so there is no '
+            "handoff effect to estimate. Adherence by depth and the Markov decay below still apply.</p>"
+        )
     return (
         '<p class="note warn">No handoff pair has reached the minimum number of checked turns yet; '
         "Δ and π/σ appear once more traffic has been recorded.</p>"
@@ -240,11 +245,11 @@ def _kpis(fit: RuleFit, z: float, confidence: float) -> str:
     observed = [p for p in fit.pairs if p.observed]
     sig = [p for p in observed if p.significant]
     worst = min(observed, key=lambda p: p.delta, default=None)
+    mu_key = "mean handoff effect μ"
+    if svg.finite(fit.mu) and svg.finite(fit.mu_se):
+        mu_key += f" ({round(100 * confidence)}% ± {_pp(z * fit.mu_se)})"
     items = [
-        (
-            f"mean handoff effect μ ({round(100 * confidence)}% ± {_pp(z * fit.mu_se)})",
-            f"{svg.pct(fit.mu, 1, True)} pp",
-        ),
+        (mu_key, f"{svg.pct(fit.mu, 1, True)} pp" if svg.finite(fit.mu) else "not estimable"),
         ("pairs significant", f"{len(sig)} / {len(observed)}"),
         ("decomposition R²", f"{fit.r2:.2f}" if svg.finite(fit.r2) else "–"),
     ]

@@ -84,7 +84,8 @@ def heatmap(
     ch, top = 46, 58
     left = max(96, 7 * max((len(r) for r in rows), default=0) + 24)
     title_x = left + cw * len(cols) / 2
-    w, h = max(left + cw * len(cols) + 10, round(title_x + 145)), top + ch * len(rows) + 10  # axis title fits
+    w = max(left + cw * len(cols) + 10, round(title_x + 145))  # the axis title fits
+    h = max(top + ch * len(rows) + 10, round(top + ch * len(rows) / 2 + 56))  # so does the rotated one
     out = [
         _open(
             "heatmap",

@@ -292,3 +292,28 @@ def test_charts_have_accessible_names_and_tabs_are_an_aria_tablist(result: Refit
     assert all(t.get("role") == "tab" and t.get("aria-controls") in panels for t in tabs)
     assert [t.get("aria-selected") for t in tabs] == ["true", *["false"] * (len(tabs) - 1)]
     assert all(panels[t["aria-controls"]].get("aria-labelledby") == t.get("id") for t in tabs)
+
+
+def test_a_one_model_deployment_says_there_is_nothing_to_hand_off() -> None:
+    """One model: no 'wait for more traffic' (no amount of traffic makes a handoff), μ 'not
+    estimable' rather than '– pp ± –', and the heatmap tall enough for its rotated axis title."""
+    from handoffmon.counts import Counts
+    from handoffmon.types import NO_PREFIX
+
+    two = simulate_counts(make_fleet(2, seed=3), 300, seed=1)
+    keep = {"sim-00", NO_PREFIX}
+    one = Counts(
+        checks={k: v for k, v in two.checks.items() if k.model == "sim-00" and k.prefix_model in keep},
+        baseline_checks={k: v for k, v in two.baseline_checks.items() if k.model == "sim-00"},
+        transitions={
+            k: v for k, v in two.transitions.items() if k.model == "sim-00" and k.handoff == "false"
+        },
+    )
+    result = refit(one, buckets=DepthBuckets(), now=0.0)
+    assert list(result.rules[ALL_RULES].models) == ["sim-00"]
+    section = render_report(result).split('id="rule-0"')[1].split("</section>")[0]
+    assert "One model only" in section and "once more traffic has been recorded" not in section
+    assert "not estimable</div>" in section and "± –" not in section
+    heat = re.search(r'<svg class="chart heatmap" viewBox="0 0 \d+ (\d+)"', section)
+    title = re.search(r'transform="rotate\(-90 12 (\d+)\)"', section)
+    assert heat and title and int(title.group(1)) + 50 <= int(heat.group(1))  # ~100 px title, centred
