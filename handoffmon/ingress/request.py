@@ -89,12 +89,17 @@ def _mapping(value: Any) -> Mapping[str, Any] | None:
 
 
 def _current_traceparent() -> str | None:
-    """The W3C traceparent of the caller's current OpenTelemetry span, if there is one."""
-    from opentelemetry import propagate
+    """The W3C traceparent of the caller's current OpenTelemetry span, if there is one.
 
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return carrier.get("traceparent")
+    Read from the span itself, not through the application's global propagator: with
+    ``OTEL_PROPAGATORS`` set to B3, X-Ray or baggage only, that writes no ``traceparent``, and
+    the turn's events would lose the caller's trace."""
+    from opentelemetry import trace
+
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
 def _span_traceparent(span: Any) -> str | None:

@@ -82,6 +82,28 @@ def test_litellm_parent_span_becomes_the_traceparent() -> None:
     assert req.metadata["traceparent"] == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
 
 
+def test_the_current_span_is_the_traceparent_whatever_the_global_propagator() -> None:
+    """``trace=True`` (``telemetry.otel``): the caller's current span becomes the turn's
+    traceparent even where the application propagates B3 or baggage only (``OTEL_PROPAGATORS``),
+    whose propagator writes no ``traceparent``; no span, no traceparent."""
+    from opentelemetry import propagate
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.sdk.trace import TracerProvider
+
+    parser = RequestParser(trace=True)
+    before = propagate.get_global_textmap()
+    propagate.set_global_textmap(W3CBaggagePropagator())
+    try:
+        with TracerProvider().get_tracer("t").start_as_current_span("app request") as span:
+            req = parser.router_call("g", MESSAGES, {})
+        outside = parser.router_call("g", MESSAGES, {})
+    finally:
+        propagate.set_global_textmap(before)
+    ctx = span.get_span_context()
+    assert req.metadata["traceparent"] == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+    assert "traceparent" not in outside.metadata
+
+
 def test_http_body_reads_only_conversation_headers() -> None:
     """serve: the configured header and traceparent are read from raw headers; auth never."""
     raw = [(b"authorization", b"Bearer sk-secret"), (b"X-Chat", b"c-9"), (b"traceparent", TP.encode())]
