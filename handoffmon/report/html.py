@@ -29,6 +29,28 @@ def _models(fit: RuleFit) -> list[str]:
     return sorted(names)
 
 
+MAX_SHOWN_MODELS = 30
+"""Models drawn in a tab's charts: the pair charts grow as K², so past this the page would
+run to megabytes per rule (K = 40: 3.8 MiB for 5 fits); the ones with most checked turns."""
+
+
+def _shown(fit: RuleFit, models: list[str]) -> list[str]:
+    if len(models) <= MAX_SHOWN_MODELS:
+        return models
+    traffic = {m: sum(fit.curves[m].n) if m in fit.curves else 0 for m in models}
+    return sorted(sorted(models, key=lambda m: (-traffic[m], m))[:MAX_SHOWN_MODELS])
+
+
+def _shown_note(models: list[str], shown: list[str]) -> str:
+    if len(shown) == len(models):
+        return ""
+    return (
+        f'<div class="banner" role="status"><b>Showing {len(shown)} of {len(models)} models</b> in the '
+        "charts of this tab: those with the most checked turns. The headline numbers and the riskiest "
+        "paths cover every model; the refit JSON holds every pair.</div>"
+    )
+
+
 def _scale(fit: RuleFit) -> float:
     vals = [abs(p.delta) for p in fit.pairs if p.observed and svg.finite(p.delta)]
     vals += [abs(p.risk) for p in fit.pairs if svg.finite(p.risk)]
@@ -276,7 +298,8 @@ def _handoff_counts(fit: RuleFit) -> dict[tuple[str, str], int]:
 
 def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, Any] | None) -> str:
     fit = result.rules[rule]
-    models = _models(fit)
+    every = _models(fit)
+    models = _shown(fit, every)
     z = _z(result.confidence)
     hidden = "" if idx == 0 else " hidden"
     unit = "checks (turns × rules)" if rule == ALL_RULES else "checked turns"
@@ -285,6 +308,7 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
 <section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}" role="tabpanel"
   aria-labelledby="tab-{idx}">
   {rule_warning(fit)}
+  {_shown_note(every, models)}
   {_kpis(fit, z, result.confidence)}
   <div class="grid two">
     <div class="card"><h2>Handoff effect Δ(A→B)</h2>
