@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from handoffmon.cli.exits import ExitCode, fail
@@ -74,9 +76,13 @@ def switch_matrix_cmd(
         write_text_atomic(out, result.to_json())
     except HandoffmonError as exc:
         fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)
-    sig = sum(p.significant for p in result.fit.pairs)
+    fit = result.fit
+    sig = sum(p.significant for p in fit.pairs)
+    observed = sum(p.observed for p in fit.pairs)
+    # adjusted, as `handoffmon refit` prints: the raw R² of a saturated fit (2 models) is 1.000
+    r2 = f"{fit.r2_adjusted:.3f}" if math.isfinite(fit.r2_adjusted) else "n/a (too few pairs)"
     click.echo(
         f"switch matrix: {len(table.models)} models, {len(table.episodes)} episodes, "
-        f"{sig}/{len(result.fit.pairs)} significant pairs, r2={result.fit.r2:.3f} -> {out}",
+        f"{sig}/{observed} observed pairs significant, adjusted r2={r2} -> {out}",
         err=True,
     )

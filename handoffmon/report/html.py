@@ -273,7 +273,10 @@ def _kpis(fit: RuleFit, z: float, confidence: float) -> str:
     items = [
         (mu_key, f"{svg.pct(fit.mu, 1, True)} pp" if svg.finite(fit.mu) else "not estimable"),
         ("pairs significant", f"{len(sig)} / {len(observed)}"),
-        ("decomposition R²", f"{fit.r2:.2f}" if svg.finite(fit.r2) else "–"),
+        (  # adjusted: with few pairs the raw R² of μ + π + σ is near 1 whatever the data
+            f"decomposition R² (adjusted, {fit.n_pairs} pairs)",
+            f"{fit.r2_adjusted:.2f}" if svg.finite(fit.r2_adjusted) else "– (too few pairs)",
+        ),
     ]
     if worst is not None:
         items.append(

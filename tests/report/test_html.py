@@ -335,3 +335,19 @@ def test_a_forty_model_refit_draws_the_thirty_busiest_and_says_so() -> None:
     assert sorted(rows) == sorted(busiest[:30]) and busiest[30] not in rows
     assert heat.count('class="diag"') == 30
     assert len(html) < 600_000 * len(result.rules)
+
+
+def test_the_r2_headline_is_the_adjusted_one_and_says_how_many_pairs(result: RefitResult) -> None:
+    """With few pairs the raw R² of μ + π + σ is near 1 whatever the data (2 models: exactly);
+    the KPI shows the adjusted R² the refit CLI prints, and '–' when it cannot be estimated."""
+    import dataclasses
+
+    fit = result.rules[ALL_RULES]
+    kpis = render_report(result).split('id="rule-0"')[1].split('<div class="grid two">')[0]
+    assert (
+        f'{fit.r2_adjusted:.2f}</div><div class="kpi-k">decomposition R² (adjusted, {fit.n_pairs} pairs)'
+        in kpis
+    )
+    saturated = dataclasses.replace(fit, r2=0.99999, r2_adjusted=float("nan"), n_pairs=2)
+    page = render_report(dataclasses.replace(result, rules={ALL_RULES: saturated}))
+    assert "– (too few pairs)</div>" in page and ">1.00<" not in page
