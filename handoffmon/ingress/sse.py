@@ -21,7 +21,8 @@ class SSEChunks:
     that are not JSON objects are counted in ``bad_events`` and skipped, never raised.
 
     Args:
-        max_buffer_bytes: an unterminated event longer than this is dropped (bounded memory).
+        max_buffer_bytes: an unterminated event longer than this is dropped (bounded memory)
+            and the outcome is ``too_large``: the reply lacks that event's text.
         max_chars: the folder's cap on the reply's text and arguments (``ChunkFolder``).
         folder: folds the events (default: a ``ChunkFolder`` of ``max_chars``).
     """
@@ -39,6 +40,8 @@ class SSEChunks:
         self.done = False
         self.events = 0
         self.bad_events = 0
+        self.overflowed = False
+        """An event past ``max_buffer_bytes`` was dropped."""
 
     def feed(self, data: bytes) -> None:
         """Consume the next bytes of the stream.
@@ -64,7 +67,7 @@ class SSEChunks:
             parts.append(data)
             self._size += len(data)
             if self._size > self._max_buffer:
-                self.bad_events += 1
+                self.overflowed = True
                 parts.clear()
                 self._size = 0
             return
@@ -73,7 +76,7 @@ class SSEChunks:
         parts.clear()
         self._size = 0
         if len(rest) > self._max_buffer:
-            self.bad_events += 1
+            self.overflowed = True
         elif rest:
             parts.append(rest)
             self._size = len(rest)
@@ -111,9 +114,10 @@ class SSEChunks:
             self.bad_events += 1
 
     def outcome(self, *, completed: bool) -> StreamOutcome:
-        """The folded reply; ``odd`` also counts events that were not JSON objects."""
+        """The folded reply; ``odd`` also counts events that were not JSON objects;
+        ``too_large`` also when an event was dropped for its size (the reply would lack it)."""
         out = self.folder.outcome(completed=completed)
-        return out._replace(odd=out.odd + self.bad_events)
+        return out._replace(odd=out.odd + self.bad_events, too_large=out.too_large or self.overflowed)
 
 
 class SSEFolder:

@@ -13,10 +13,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from handoffmon.ingress.sse import SSEChunks
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
+from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse
 
 BASE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -234,3 +236,38 @@ def test_a_malformed_chunked_body_read_with_its_head_is_a_400_not_a_431(
     head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
     out, _ = _exchange(proxy.url, head + b"5\r\nhello\r\nZZ\r\n" + b"a" * 100_000)
     assert out.startswith(b"HTTP/1.1 400 Bad Request\r\n"), out[:200]
+
+
+@pytest.fixture(scope="module")
+def scripted_proxy(scripted: tuple[ScriptedUpstream, str]) -> Iterator[tuple[ScriptedUpstream, str, Proxy]]:
+    cfg = proxy_config(scripted[1], proxy={"max_monitored_reply_bytes": 8 << 20})
+    with running_proxy(cfg) as p:
+        yield scripted[0], scripted[1], p
+
+
+def test_one_event_past_the_framing_buffer_is_not_recorded_as_a_shorter_reply(
+    scripted_proxy: tuple[ScriptedUpstream, str, Proxy],
+) -> None:
+    """One 1.5 MB event (an upstream that sends a long answer as a single chunk) inside the
+    monitored cap (8 MiB here) but past the SSE framing buffer (1 MiB): the client gets every
+    byte; the event cannot be read, so the turn is counted ``too_large``, never recorded with
+    the text of the other events only (a reply the client did not get)."""
+    app, url, proxy = scripted_proxy
+    big = "z" * 1_500_000
+    pieces = sse(_chunk(role="assistant", content="Start. "), _chunk(content=big), _chunk(content=" End."))
+    # as an upstream's socket delivers it: in reads of 64 KiB
+    data = b"".join(p for p in pieces if isinstance(p, bytes))
+    sid = app.add(Script([data[i : i + 65536] for i in range(0, len(data), 65536)]))
+    assert proxy.monitor.flush(10)
+    turns = int(proxy.monitor.snapshot().total_turns)
+    labels = {"reason": "too_large"}
+    large = proxy.registry.get_sample_value("handoffmon_proxy_unmonitored_requests_total", labels) or 0.0
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(timeout=30) as c:
+        direct = c.post(f"{url}/v1/chat/completions", json=body, headers={"x-script": sid})
+        proxied = c.post(f"{proxy.url}/v1/chat/completions", json=body, headers={"x-script": sid})
+    assert proxied.status_code == 200 and proxied.content == direct.content == data
+    assert proxy.monitor.flush(10)
+    assert int(proxy.monitor.snapshot().total_turns) == turns
+    after = proxy.registry.get_sample_value("handoffmon_proxy_unmonitored_requests_total", labels)
+    assert after == large + 1
