@@ -281,7 +281,13 @@ def _kpis(fit: RuleFit, z: float, confidence: float) -> str:
     if worst is not None:
         items.append(
             (
-                "riskiest observed handoff",
+                "riskiest observed handoff"
+                + (
+                    ""
+                    if worst.significant
+                    else f" (interval includes 0: {svg.pct(worst.ci_low, 0, True)}"
+                    f" to {svg.pct(worst.ci_high, 0, True)} pp)"
+                ),
                 f"{worst.prefix_model} → {worst.model} {svg.pct(worst.delta, 0, True)} pp",
             )
         )

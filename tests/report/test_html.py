@@ -351,3 +351,18 @@ def test_the_r2_headline_is_the_adjusted_one_and_says_how_many_pairs(result: Ref
     saturated = dataclasses.replace(fit, r2=0.99999, r2_adjusted=float("nan"), n_pairs=2)
     page = render_report(dataclasses.replace(result, rules={ALL_RULES: saturated}))
     assert "– (too few pairs)</div>" in page and ">1.00<" not in page
+
+
+def test_the_riskiest_handoff_kpi_says_when_its_interval_includes_zero(result: RefitResult) -> None:
+    """The lowest point estimate is often noise (0 of 6 significant under verdict routing): the KPI
+    says so with its interval instead of presenting it as a finding; a significant one reads plain."""
+    import dataclasses
+
+    fit = result.rules[ALL_RULES]
+    worst = min((p for p in fit.pairs if p.observed), key=lambda p: p.delta)
+    for significant in (True, False):
+        pairs = [dataclasses.replace(p, significant=significant) if p is worst else p for p in fit.pairs]
+        one = dataclasses.replace(result, rules={ALL_RULES: dataclasses.replace(fit, pairs=pairs)})
+        kpi = render_report(one).split("riskiest observed handoff")[1].split("</div>")[0]
+        noted = f" (interval includes 0: {100 * worst.ci_low:+.0f} to {100 * worst.ci_high:+.0f} pp)"
+        assert (kpi == noted) == (not significant) and (kpi == "") == significant
