@@ -65,7 +65,7 @@ table.markov{border-collapse:collapse;width:100%;font-size:13px}
 .markov th:first-child,.markov td:first-child{text-align:left}
 .markov th{color:var(--muted);font-weight:600}
 .markov .ci{color:var(--muted);font-size:11.5px}
-.markov td.ok{color:#2b8a3e;font-weight:600}
+.markov td.ok{color:#2b8a3e;font-weight:600}.markov td.miss{color:#b42318;font-weight:600}
 footer{color:var(--muted);font-size:12px;padding:10px 24px 30px}
 """
 

@@ -180,7 +180,9 @@ def _markov_table(
     truth = truth if rule != ALL_RULES else None  # planted stationary adherence is per rule
     head = (
         "<tr><th>model</th><th>p<sub>TF</sub></th><th>p<sub>FT</sub></th><th>stationary</th>"
-        "<th>half-life</th><th>log loss</th>" + ("<th>planted stationary</th>" if truth else "") + "</tr>"
+        "<th>half-life</th><th>log loss</th>"
+        + ("<th>planted stationary (✓ inside interval)</th>" if truth else "")
+        + "</tr>"
     )
     rows = []
     for m in models:
@@ -191,10 +193,12 @@ def _markov_table(
         if truth:
             st = truth.get("models", {}).get(m, {}).get("stationary", {})
             val = st.get(rule)
-            inside = val is not None and mk.stationary_ci[0] <= val <= mk.stationary_ci[1]
-            planted = (
-                f'<td class="{"ok" if inside else ""}">{svg.pct(val, 1) if val is not None else "–"}</td>'
-            )
+            if val is None:
+                planted = "<td>–</td>"
+            else:  # a mark, not only a colour: 'outside' must survive colour blindness and print
+                inside = mk.stationary_ci[0] <= val <= mk.stationary_ci[1]
+                cls, mark = ("ok", "✓") if inside else ("miss", "✗")
+                planted = f'<td class="{cls}">{svg.pct(val, 1)} {mark}</td>'
         hl = "∞" if math.isinf(mk.half_life_turns) else f"{mk.half_life_turns:.1f} turns"
         rows.append(
             f"<tr><td>{escape(m)}</td><td>{svg.pct(mk.p_tf, 1)}</td><td>{svg.pct(mk.p_ft, 1)}</td>"

@@ -366,3 +366,26 @@ def test_the_riskiest_handoff_kpi_says_when_its_interval_includes_zero(result: R
         kpi = render_report(one).split("riskiest observed handoff")[1].split("</div>")[0]
         noted = f" (interval includes 0: {100 * worst.ci_low:+.0f} to {100 * worst.ci_high:+.0f} pp)"
         assert (kpi == noted) == (not significant) and (kpi == "") == significant
+
+
+def test_planted_stationary_is_marked_inside_or_outside_not_only_coloured(
+    result: RefitResult, truth: dict
+) -> None:
+    """Each planted stationary adherence carries ✓ (inside the chain's interval) or ✗ (outside)."""
+    import copy
+
+    rule = sorted(r for r in result.rules if r != ALL_RULES)[0]
+    fit = result.rules[rule]
+    model = next(m for m in sorted(fit.markov_same_author or fit.markov))
+    mk = fit.markov_same_author.get(model) or fit.markov[model]
+    moved = copy.deepcopy(truth)
+    moved["models"][model]["stationary"][rule] = 0.01  # far outside any chain's interval
+    page = render_report(result, truth=moved)
+    idx = 1  # tabs: the pooled fit first, then the rules sorted, and `rule` is the first of those
+    section = page.split(f'id="rule-{idx}"')[1].split("</section>")[0]
+    row = section.split(f"<tr><td>{model}</td>")[1].split("</tr>")[0]
+    assert row.endswith('<td class="miss">1.0% ✗</td>'), row
+    inside = truth["models"][model]["stationary"][rule]
+    row = render_report(result, truth=truth).split(f'id="rule-{idx}"')[1].split(f"<tr><td>{model}</td>")[1]
+    ok = mk.stationary_ci[0] <= inside <= mk.stationary_ci[1]
+    assert row.split("</tr>")[0].endswith(f"{100 * inside:.1f}% {'✓' if ok else '✗'}</td>")
