@@ -70,6 +70,12 @@ def report(refit_json: str, out: str, truth_path: str | None, title: str) -> Non
             ExitCode.NO_DATA,
         )
     truth = _read_truth(truth_path)
+    fitted = {m for f in result.rules.values() for m in f.models}
+    if truth is not None and not fitted & set(truth["models"]):
+        # markers keyed by model name: a truth from another fleet would silently draw none
+        fail(
+            f"{truth_path}: the planted truth names none of the refit's {len(fitted)} models; nothing written"
+        )
     html = render_report(result, truth=truth, title=title)
     try:
         write_text_atomic(out, html.rstrip("\n"))

@@ -389,3 +389,25 @@ def test_planted_stationary_is_marked_inside_or_outside_not_only_coloured(
     row = render_report(result, truth=truth).split(f'id="rule-{idx}"')[1].split(f"<tr><td>{model}</td>")[1]
     ok = mk.stationary_ci[0] <= inside <= mk.stationary_ci[1]
     assert row.split("</tr>")[0].endswith(f"{100 * inside:.1f}% {'✓' if ok else '✗'}</td>")
+
+
+def test_a_truth_from_another_fleet_is_refused_not_silently_ignored(
+    result: RefitResult, tmp_path: Path
+) -> None:
+    """--truth whose models are none of the refit's would draw no marker and no recovery chart."""
+    import json
+
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    src, out, other = tmp_path / "refit.json", tmp_path / "r.html", tmp_path / "truth.json"
+    src.write_text(result.to_json(), encoding="utf-8")
+    other.write_text(json.dumps(Truth.of(make_fleet(3, seed=1)).to_dict()), encoding="utf-8")
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out), "--truth", str(other)])
+    assert res.exit_code == 1 and "names none of the refit's" in res.output and not out.exists()
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(Truth.of(default_fleet()).to_dict()), encoding="utf-8")
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out), "--truth", str(good)])
+    assert res.exit_code == 0, res.output
+    assert out.read_text(encoding="utf-8").count('class="truth"') == 2 * 6 * len(result.rules)
