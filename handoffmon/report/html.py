@@ -345,6 +345,33 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
 </section>"""
 
 
+MAX_RULE_TABS = 24
+"""Rule tabs besides the pooled one (refit.max_rules allows 100, each tab a full set of charts)."""
+
+
+def _checks(fit: RuleFit) -> int:
+    return sum(sum(c.n) for c in fit.curves.values())
+
+
+def _tab_rules(result: RefitResult) -> tuple[list[str], list[str]]:
+    """Tabs in order (pooled first, rules sorted) and the rules left without a tab (fewest checks)."""
+    named = [r for r in result.rules if r != ALL_RULES]
+    busiest = sorted(named, key=lambda r: (-_checks(result.rules[r]), r))
+    kept, left_out = sorted(busiest[:MAX_RULE_TABS]), sorted(busiest[MAX_RULE_TABS:])
+    return ([ALL_RULES] if ALL_RULES in result.rules else []) + kept, left_out
+
+
+def _rules_note(left_out: list[str]) -> str:
+    if not left_out:
+        return ""
+    listed = ", ".join(escape(r) for r in left_out[:20]) + (" …" if len(left_out) > 20 else "")
+    return (
+        f'<div class="banner" role="status"><b>{len(left_out)} rules without a tab</b> (the '
+        f"{MAX_RULE_TABS} with the most checks have one; the pooled tab covers all): {listed}. "
+        "Their fits are in the refit JSON.</div>"
+    )
+
+
 def _run_panel(run: Mapping[str, Any] | None) -> str:
     if not run:
         return ""
@@ -375,11 +402,7 @@ def render_report(
         reordering: a risk-aware routing comparison, shown as "Adherence saved by reordering".
     """
     result, truth = isolated(result, truth)
-    rules = (
-        [ALL_RULES, *sorted(r for r in result.rules if r != ALL_RULES)]
-        if ALL_RULES in result.rules
-        else sorted(result.rules)
-    )
+    rules, left_out = _tab_rules(result)
     tabs = "".join(
         f'<button class="tab{" active" if i == 0 else ""}" data-target="rule-{i}" role="tab" id="tab-{i}" '
         f'aria-controls="rule-{i}" aria-selected="{"true" if i == 0 else "false"}">'
@@ -400,6 +423,7 @@ def render_report(
 {page_warnings(result)}
 <p class="note">{escape(result.note)}</p>
 {reordering_section(reordering) if reordering is not None else ""}
+{_rules_note(left_out)}
 <nav class="tabs" role="tablist">{tabs}</nav>
 {sections}
 </main>

@@ -411,3 +411,22 @@ def test_a_truth_from_another_fleet_is_refused_not_silently_ignored(
     res = CliRunner().invoke(main, ["report", str(src), "--out", str(out), "--truth", str(good)])
     assert res.exit_code == 0, res.output
     assert out.read_text(encoding="utf-8").count('class="truth"') == 2 * 6 * len(result.rules)
+
+
+def test_a_refit_with_many_rules_gets_tabs_for_the_24_busiest_and_names_the_rest(result: RefitResult) -> None:
+    """refit.max_rules allows 100 rules, each tab a full set of charts: the page keeps the pooled tab
+    and the 24 rules with most checks, and names the others (their fits stay in the JSON)."""
+    import dataclasses
+
+    base = result.rules[sorted(r for r in result.rules if r != ALL_RULES)[0]]
+    quiet = dataclasses.replace(base, curves={})  # no checked turns drawn: the least busy
+    rules = {ALL_RULES: result.rules[ALL_RULES]}
+    rules |= {f"rule-{i:02d}": dataclasses.replace(base, rule=f"rule-{i:02d}") for i in range(24)}
+    rules |= {f"a-quiet-{i}": dataclasses.replace(quiet, rule=f"a-quiet-{i}") for i in range(6)}
+    html = render_report(dataclasses.replace(result, rules=rules))
+    tabs = re.findall(r'<button class="tab[^"]*" data-target="rule-\d+"[^>]*>([^<]+)</button>', html)
+    assert tabs == ["all rules", *(f"rule-{i:02d}" for i in range(24))]
+    assert html.count('<section class="rule') == 25
+    note = html.split("6 rules without a tab")[1].split("</div>")[0]
+    assert all(f"a-quiet-{i}" in note for i in range(6))
+    assert "without a tab" not in render_report(result)
