@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -254,10 +255,13 @@ def refit(
         fail(str(exc), ExitCode.NO_DATA if isinstance(exc, NoDataError) else ExitCode.ERROR)
     fit = result.rules["all"]
     observed = [p for p in fit.pairs if p.observed]
+    # not estimable (one model, no observed pair, as many parameters as pairs): said, not "nan"
+    mu = f"{fit.mu:.4f}" if math.isfinite(fit.mu) else "n/a (no observed pair)"
+    r2 = f"{fit.r2_adjusted:.3f}" if math.isfinite(fit.r2_adjusted) else "n/a (too few pairs)"
     click.echo(
         f"refit: {len(result.rules) - 1} rule(s), {len(fit.models)} model(s), "
         f"{len(observed)} observed pair(s), {sum(p.significant for p in observed)} significant; "
-        f"mu={fit.mu:.4f} adjusted r2={fit.r2_adjusted:.3f} -> {out}",
+        f"mu={mu} adjusted r2={r2} -> {out}",
         err=True,
     )
     if not observed:

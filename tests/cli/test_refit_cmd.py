@@ -235,6 +235,8 @@ def test_refit_too_thin_for_any_pair_hints_at_min_n_and_the_largest_cell(tmp_pat
     res = CliRunner().invoke(main, ["refit", "--source", str(src), "--out", str(tmp_path / "o.json")])
     assert res.exit_code == 0 and (tmp_path / "o.json").exists(), res.output
     assert "refit.min_n=30" in res.stderr and "largest handoff cell: 5 (a->b)" in res.stderr
+    assert "nan" not in res.stderr  # said: mu and the adjusted R² are not estimable
+    assert "mu=n/a (no observed pair) adjusted r2=n/a (too few pairs)" in res.stderr
     res = CliRunner().invoke(
         main, ["refit", "--source", str(src), "--out", str(tmp_path / "o.json"), "--min-n", "2"]
     )
