@@ -34,7 +34,8 @@ class SSEChunks:
         """The unterminated event's bytes so far (CRLF already folded to LF), unjoined."""
         self._size = 0
         self._cr = False
-        """The last read ended in ``\r``: held back, it may be half of a CRLF."""
+        """The last read ended in ``\r`` (read as a line end, as the SSE format reads a lone
+        CR): an ``\n`` opening the next read is the rest of that CRLF."""
         self._max_buffer = max_buffer_bytes
         self.folder: Folder = folder if folder is not None else ChunkFolder(max_chars)
         self.done = False
@@ -51,14 +52,13 @@ class SSEChunks:
         small reads costs O(N), not O(N^2) (a 0.9 MB event in 1,460-byte reads held the
         serving loop for 0.65 s when the whole buffer was rescanned on every read).
         """
-        if self._cr:
-            data = b"\r" + data
-            self._cr = False
+        if not data:
+            return
+        if self._cr and data.startswith(b"\n"):  # the LF of a CRLF split between reads
+            data = data[1:]
+        self._cr = data.endswith(b"\r")
         if b"\r" in data:
-            if data.endswith(b"\r"):
-                data = data[:-1]
-                self._cr = True
-            data = data.replace(b"\r\n", b"\n")
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")  # a lone CR ends a line too
         if not data:
             return
         parts = self._parts
@@ -85,7 +85,7 @@ class SSEChunks:
 
     def close(self) -> None:
         """End of stream: handle a last event that had no blank line after it."""
-        buf = b"".join(self._parts) + (b"\r" if self._cr else b"")
+        buf = b"".join(self._parts)
         self._parts.clear()
         self._size = 0
         self._cr = False

@@ -52,7 +52,7 @@ def test_a_large_event_in_small_reads_costs_about_what_it_costs_whole() -> None:
 
 
 def test_crlf_comments_retry_and_multiline_data_fold_alike_at_every_split() -> None:
-    """CRLF line endings, ``: ping`` comments, ``retry:``/``event:``/``id:`` fields and a
+    """CRLF (and lone CR) line endings, ``: ping`` comments, ``retry:``/``event:``/``id:`` fields and a
     ``data:`` split over two lines fold to the same reply wherever the bytes are cut
     (including between the CR and the LF)."""
     first = json.dumps(_chunk(role="assistant", content="Hel"))
@@ -74,6 +74,10 @@ def test_crlf_comments_retry_and_multiline_data_fold_alike_at_every_split() -> N
         assert sse.outcome(completed=True).reply == whole.outcome(completed=True).reply, cut
     each, _ = _fed(data, 1)
     assert each.outcome(completed=True).reply == whole.outcome(completed=True).reply
+    # a lone CR ends a line too (the SSE format's third line ending)
+    lone_cr, _ = _fed(data.replace(b"\r\n", b"\r"), 1)
+    assert (lone_cr.done, lone_cr.events, lone_cr.bad_events) == (True, 2, 0)
+    assert lone_cr.outcome(completed=True).reply == whole.outcome(completed=True).reply
 
 
 OK_REPLY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
