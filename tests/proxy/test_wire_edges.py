@@ -244,7 +244,7 @@ def test_a_malformed_chunked_body_read_with_its_head_is_a_400_not_a_431(
 
 @pytest.fixture(scope="module")
 def scripted_proxy(scripted: tuple[ScriptedUpstream, str]) -> Iterator[tuple[ScriptedUpstream, str, Proxy]]:
-    cfg = proxy_config(scripted[1], proxy={"max_monitored_reply_bytes": 8 << 20})
+    cfg = proxy_config(scripted[1], proxy={"max_monitored_reply_bytes": 8 << 20, "client_timeout_s": 0.5})
     with running_proxy(cfg) as p:
         yield scripted[0], scripted[1], p
 
@@ -275,3 +275,31 @@ def test_one_event_past_the_framing_buffer_is_not_recorded_as_a_shorter_reply(
     assert int(proxy.monitor.snapshot().total_turns) == turns
     after = proxy.registry.get_sample_value("handoffmon_proxy_unmonitored_requests_total", labels)
     assert after == large + 1
+
+
+def test_a_pipelined_head_stalling_during_a_stream_is_refused_after_the_stream_not_inside_it(
+    scripted_proxy: tuple[ScriptedUpstream, str, Proxy],
+) -> None:
+    """A client pipelines the start of its next request while a 1.5 s stream is still going
+    out (``proxy.client_timeout_s`` 0.5 s here) and never finishes it: the 408 comes after
+    the stream's last byte, never written into the middle of the event stream."""
+    app, _, proxy = scripted_proxy
+    a, b, c, done = sse(_chunk(role="assistant", content="a"), _chunk(content="b"), _chunk(content="c"))
+    pieces: list[bytes | float] = [a, 0.5, b, 0.5, c, 0.5, done]
+    sid = app.add(Script(pieces))
+    stream = b"".join(p for p in pieces if isinstance(p, bytes))
+    body = json.dumps(
+        {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    ).encode()
+    first = _post(b"x-script: %s\r\n" % sid.encode(), body)
+    out, took = _exchange(proxy.url, first, 0.2, b"POST /v1/chat/completions HTTP/1.1\r\nhost:", timeout_s=6)
+    head, _, rest = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK"), out[:300]
+    chunked, sep, after = rest.partition(b"0\r\n\r\n")
+    assert sep and after.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), out
+    decoded, cursor = b"", chunked
+    while cursor:
+        size, _, cursor = cursor.partition(b"\r\n")
+        decoded, cursor = decoded + cursor[: int(size, 16)], cursor[int(size, 16) + 2 :]
+    assert decoded == stream
+    assert took < 4, took
