@@ -40,7 +40,7 @@ from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.served import Outcome, ServedBy
 from handoffmon.ingress.sse import SSEFolder
-from handoffmon.integrations.held import held_bytes
+from handoffmon.integrations.held import weigh
 from handoffmon.integrations.responses_calls import api_messages, linked
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
@@ -317,7 +317,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 Deferred(_describe_proxy_response, (monitor.names, doc, served)),
                 latency_s=latency,
                 shadow=self._offer(cap, api is not None),
-                weight=held_bytes(cap.request.messages),
+                weight=weigh(monitor, cap.request.messages),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a proxy response")
@@ -384,7 +384,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 latency_s=latency,
                 streamed=True,
                 shadow=self._offer(cap, api),
-                weight=held_bytes(cap.request.messages),
+                weight=weigh(monitor, cap.request.messages),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a proxy stream")

@@ -23,7 +23,7 @@ from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.conversation import CALLER_HEADERS
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
-from handoffmon.integrations.held import held_by, held_bytes
+from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
@@ -147,7 +147,7 @@ class SdkTurns:
             self.monitor.finish_later(
                 self._read_later,
                 (cap, response, headers, time.perf_counter() - t0, source),
-                weight=held_by(cap.kwargs),
+                weight=weigh_call(self.monitor, cap.kwargs),
             )
             return
         try:
@@ -162,7 +162,7 @@ class SdkTurns:
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
                 shadow=self.offer(cap, api is not None),
-                weight=held_bytes(cap.request.messages),
+                weight=weigh(self.monitor, cap.request.messages),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not read a completion")
@@ -189,7 +189,7 @@ class SdkTurns:
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
                 shadow=self.offer(cap, api),
-                weight=held_bytes(cap.request.messages),
+                weight=weigh(self.monitor, cap.request.messages),
             )
         except Exception as exc:
             self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")

@@ -20,7 +20,7 @@ from handoffmon.ingress.chunks import MAX_REPLY_CHARS
 from handoffmon.ingress.served import after_fallbacks
 from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
-from handoffmon.integrations.held import held_by, held_bytes
+from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
@@ -283,7 +283,7 @@ class RouterWrapper:
                 Deferred(describe_response, (self._monitor.names, doc, served_by_response(response))),
                 latency_s=time.perf_counter() - t1,
                 shadow=self._offer(cap, api=True),
-                weight=held_bytes(cap.request.messages),
+                weight=weigh(self._monitor, cap.request.messages),
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a router response")
@@ -353,7 +353,9 @@ class RouterWrapper:
             )
         if isinstance(ctx, dict):  # read on the attribution thread, in order with other turns
             self._monitor.finish_later(
-                self._read_api, (ctx, api, response, t0, t1, time.perf_counter()), weight=held_by(ctx)
+                self._read_api,
+                (ctx, api, response, t0, t1, time.perf_counter()),
+                weight=weigh_call(self._monitor, ctx),
             )
             return response
         self._finish_as_chat(ctx, response, api.as_chat, t1)
@@ -390,7 +392,7 @@ class RouterWrapper:
                 self._outcome(response, tried),
                 latency_s=latency_s,
                 shadow=self._offer(cap),
-                weight=held_bytes(cap.request.messages),
+                weight=weigh(self._monitor, cap.request.messages),
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a router response")
@@ -423,7 +425,7 @@ class RouterWrapper:
         self._monitor.finish_later(
             self._read_call,
             (model, messages, kwargs, response, content, t0, t1, t2, tried),
-            weight=held_bytes(messages),
+            weight=weigh(self._monitor, messages),
         )
 
     def _read_call(
@@ -466,7 +468,7 @@ class RouterWrapper:
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
                 shadow=self._offer(cap, api),
-                weight=held_bytes(cap.request.messages),
+                weight=weigh(self._monitor, cap.request.messages),
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")

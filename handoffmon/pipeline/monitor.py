@@ -35,6 +35,11 @@ __all__ = ["STAGES", "Monitor"]
 _log = logging.getLogger("handoffmon.pipeline")
 
 
+UNWEIGHED_TURNS = 16
+"""Turns that may wait for attribution before the next ones weigh their histories
+(``Monitor.backlogged``)."""
+
+
 class Monitor:
     """The pipeline: one request-path protocol, then background stages behind bounded queues.
 
@@ -326,6 +331,15 @@ class Monitor:
     def count_error(self, stage: str, n: int = 1) -> None:
         """Count one of handoffmon's own failures (``monitor_errors{stage}``); see ``STAGES``."""
         self.errors.count(stage, n)
+
+    def backlogged(self) -> bool:
+        """Whether turns are backing up for the attribution thread: ``UNWEIGHED_TURNS`` or more
+        queued or being attributed. Only then does an integration weigh the history a turn keeps
+        alive against ``pipeline.max_queued_bytes`` (``integrations.held.weigh``), so the usual
+        request path skips the scan (the thread polls every 2 ms, so a few turns wait even
+        when it keeps up) and at most ``UNWEIGHED_TURNS`` unweighed histories are held beside
+        the budget, each one the application built for a call of its own. Never raises."""
+        return self._front.pending() >= UNWEIGHED_TURNS
 
     def stream_recordable(self, out: StreamOutcome) -> bool:
         """Count what a folded stream could not read as ``monitor_errors{stage="parse"}``: its

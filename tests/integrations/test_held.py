@@ -17,6 +17,7 @@ import pytest
 from handoffmon.integrations.held import SMALL_BYTES, held_bytes
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.integrations.router import RouterWrapper
+from handoffmon.pipeline.monitor import UNWEIGHED_TURNS
 from handoffmon.protocols import Authorship
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.testing import RecordingExporter
@@ -28,7 +29,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 BUDGET = 4 * 1024 * 1024
 CONFIG = make_config(pipeline={"max_queued_bytes": BUDGET, "attribution_queue_size": 1000})
 PAYLOAD = 512 * 1024  # characters of one request's fresh content
-CALLS = 24  # 12 MiB of payloads: three times the budget
+CALLS = 40  # 20 MiB of payloads: five times the budget
 
 
 class HeldStore(MemoryStore):
@@ -74,9 +75,11 @@ def _fresh(i: int) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("mode", ["router", "router_stream", "client"])
 def test_a_burst_of_large_requests_holds_at_most_the_byte_budget(mode: str) -> None:
-    """While the attribution thread is stalled, 24 requests of 512 KiB each: every call returns
-    its reply; the turns waiting hold at most ``max_queued_bytes``, the rest are dropped and
-    counted; once attribution runs again, every turn is either recorded or counted."""
+    """While the attribution thread is stalled, 40 requests of 512 KiB each: every call returns
+    its reply; the turns waiting hold at most ``max_queued_bytes`` besides the first
+    ``UNWEIGHED_TURNS``, which found no backlog and were not scanned (``integrations.held.weigh``);
+    the rest are dropped and counted; once attribution runs again, every turn is either recorded
+    or counted."""
     from litellm import Router
 
     store, exp = HeldStore(), RecordingExporter()
@@ -89,7 +92,7 @@ def test_a_burst_of_large_requests_holds_at_most_the_byte_budget(mode: str) -> N
         else:
             params = {"model": "openai/gpt-m", "api_key": "k", "mock_response": "fine"}
             wrapped = RouterWrapper(Router(model_list=[{"model_name": "m", "litellm_params": params}]), m)
-        peak = 0
+        peak = waiting = 0
         for i in range(CALLS):
             if mode == "client":
                 reply = client.chat.completions.create(model="m", messages=_fresh(i))
@@ -100,11 +103,17 @@ def test_a_burst_of_large_requests_holds_at_most_the_byte_budget(mode: str) -> N
             else:
                 stream = wrapped.completion(model="m", messages=_fresh(i), stream=True)
                 assert "".join(c.choices[0].delta.content or "" for c in stream) == "fine"
+            if i < UNWEIGHED_TURNS:
+                assert m.queued_bytes.held == 0  # no backlog yet: not weighed, not scanned
             peak = max(peak, m.queued_bytes.held)
+            waiting = max(waiting, m.stats["pending"])
         dropped = m.attribution_overflows
         store.go.set()
         assert m.flush(30)
         assert m.queued_bytes.held == 0  # every weight given back
     assert peak <= BUDGET
-    assert dropped >= CALLS - BUDGET // PAYLOAD  # the turns past the budget, counted
+    assert peak >= BUDGET // 2  # the backlog was weighed
+    # the requests kept alive: the unweighed ones, what the budget holds, one being attributed
+    assert waiting <= UNWEIGHED_TURNS + BUDGET // PAYLOAD + 1
+    assert dropped > 0  # the turns past the budget, counted
     assert len(exp.results) + dropped == CALLS
