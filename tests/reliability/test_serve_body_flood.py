@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -33,7 +34,10 @@ MESSAGES = 200_000
 """~7 MiB a request: about 1 s of attribution each on the benchmark hosts, while the six clients
 send several a second."""
 FLAT_MIB = 64.0
-"""Growth allowed over the second half: the budget (64 MiB of raw bodies) fills in the first."""
+"""Growth allowed from the middle third of the run to the last (medians of the RSS samples): the
+budget (64 MiB of raw bodies) fills in the first. Unbounded, the flood grew serve ~15 MiB a
+second (~150 MiB between those thirds); bounded, single samples still swing by 20-70 MiB as
+parsed 200,000-message requests overlap, which is why it is not the maximum that is compared."""
 
 
 def test_serve_memory_stays_flat_under_a_flood_of_large_bodies(tmp_path: Path) -> None:
@@ -75,8 +79,10 @@ def test_serve_memory_stays_flat_under_a_flood_of_large_bodies(tmp_path: Path) -
                 assert http.post("/admin/flush").status_code == 200
                 metrics = http.get("/metrics").text
     assert statuses and set(statuses) == {200}, set(statuses)
-    half = len(rss) // 2
-    assert max(rss[half:]) - rss[half] <= FLAT_MIB, rss
+    # flat: the last third's median against the middle third's (the first is the budget filling);
+    # a single sample's spike (an arena the allocator has not returned yet) is not a trend
+    third = len(rss) // 3
+    assert statistics.median(rss[2 * third :]) - statistics.median(rss[third : 2 * third]) <= FLAT_MIB, rss
     dropped = _sample(metrics, "handoffmon_queue_dropped_total")
     monitored = sum(
         float(line.rsplit(" ", 1)[1])
