@@ -257,7 +257,7 @@ def refit(
     observed = [p for p in fit.pairs if p.observed]
     # not estimable (one model, no observed pair, as many parameters as pairs): said, not "nan"
     mu = f"{fit.mu:.4f}" if math.isfinite(fit.mu) else "n/a (no observed pair)"
-    r2 = f"{fit.r2_adjusted:.3f}" if math.isfinite(fit.r2_adjusted) else "n/a (too few pairs)"
+    r2 = adjusted_r2_text(fit.r2_adjusted)
     click.echo(
         f"refit: {len(result.rules) - 1} rule(s), {len(fit.models)} model(s), "
         f"{len(observed)} observed pair(s), {sum(p.significant for p in observed)} significant; "
@@ -266,6 +266,12 @@ def refit(
     )
     if not observed:
         click.echo(_too_thin_hint(fit.pairs, settings.min_n), err=True)
+
+
+def adjusted_r2_text(r2_adjusted: float) -> str:
+    """A fit's adjusted R² as the summaries print it: "n/a (too few pairs)" when it is not
+    estimable (as many parameters as pairs), never "nan"."""
+    return f"{r2_adjusted:.3f}" if math.isfinite(r2_adjusted) else "n/a (too few pairs)"
 
 
 def _settings(base: RefitConfig | None, overrides: dict[str, float | int | None]) -> RefitConfig:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import click
 
 from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.cli.files import check_writable
 from handoffmon.cli.params import FiniteRange
+from handoffmon.cli.refit_cmd import adjusted_r2_text
 from handoffmon.errors import HandoffmonError, NoDataError
 
 
@@ -80,7 +79,7 @@ def switch_matrix_cmd(
     sig = sum(p.significant for p in fit.pairs)
     observed = sum(p.observed for p in fit.pairs)
     # adjusted, as `handoffmon refit` prints: the raw R² of a saturated fit (2 models) is 1.000
-    r2 = f"{fit.r2_adjusted:.3f}" if math.isfinite(fit.r2_adjusted) else "n/a (too few pairs)"
+    r2 = adjusted_r2_text(fit.r2_adjusted)
     click.echo(
         f"switch matrix: {len(table.models)} models, {len(table.episodes)} episodes, "
         f"{sig}/{observed} observed pairs significant, adjusted r2={r2} -> {out}",
