@@ -57,10 +57,8 @@ def weigh(monitor: Monitor, messages: Any) -> int:
 
 def weigh_call(monitor: Monitor, kwargs: Mapping[str, Any]) -> int:
     """:func:`weigh` of a call's arguments: its ``messages`` or Responses ``input``."""
-    if not monitor.backlogged():
-        return 0
     items = kwargs.get("messages")
-    return held_bytes(items if items is not None else kwargs.get("input"))
+    return weigh(monitor, items if items is not None else kwargs.get("input"))
 
 
 def _content(message: Any) -> Any:
