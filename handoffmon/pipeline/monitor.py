@@ -333,13 +333,15 @@ class Monitor:
         self.errors.count(stage, n)
 
     def backlogged(self) -> bool:
-        """Whether turns are backing up for the attribution thread: ``UNWEIGHED_TURNS`` or more
-        queued or being attributed. Only then does an integration weigh the history a turn keeps
-        alive against ``pipeline.max_queued_bytes`` (``integrations.held.weigh``), so the usual
-        request path skips the scan (the thread polls every 2 ms, so a few turns wait even
-        when it keeps up) and at most ``UNWEIGHED_TURNS`` unweighed histories are held beside
-        the budget, each one the application built for a call of its own. Never raises."""
-        return self._front.pending() >= UNWEIGHED_TURNS
+        """Whether turns are backing up in the pipeline: ``UNWEIGHED_TURNS`` or more waiting for
+        or in attribution or the checks (a turn keeps its last user message, and its history
+        for shadow continuation or ``capture_content``, until it is checked). Only then does an
+        integration weigh the history a turn keeps alive against ``pipeline.max_queued_bytes``
+        (``integrations.held.weigh``), so the usual request path skips the scan (the threads
+        poll every 2 ms, so a few turns wait even when they keep up) and at most
+        ``UNWEIGHED_TURNS`` unweighed histories are held beside the budget, each one the
+        application built for a call of its own, whichever stage backs up. Never raises."""
+        return self._front.pending() + self._pool.pending() >= UNWEIGHED_TURNS
 
     def stream_recordable(self, out: StreamOutcome) -> bool:
         """Count what a folded stream could not read as ``monitor_errors{stage="parse"}``: its

@@ -14,6 +14,8 @@ import httpx
 import openai
 import pytest
 
+from handoffmon.checkers import RuleSet, default_registry
+from handoffmon.config import RuleConfig
 from handoffmon.integrations.held import SMALL_BYTES, held_bytes
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.integrations.router import RouterWrapper
@@ -116,4 +118,44 @@ def test_a_burst_of_large_requests_holds_at_most_the_byte_budget(mode: str) -> N
     # the requests kept alive: the unweighed ones, what the budget holds, one being attributed
     assert waiting <= UNWEIGHED_TURNS + BUDGET // PAYLOAD + 1
     assert dropped > 0  # the turns past the budget, counted
+    assert len(exp.results) + dropped == CALLS
+
+
+def test_a_backlog_in_the_checks_is_weighed_too() -> None:
+    """The checks stall instead (a checker waits): turns pass attribution and wait for their
+    check holding their last user message, so the backlog that weighs new turns counts the
+    checks' queue too: past ``UNWEIGHED_TURNS`` waiting there, every new turn is weighed, and
+    at most the budget's worth of them are held. Two check workers: the checks run on threads of
+    their own, not after each attributed turn on the attribution thread."""
+    from litellm import Router
+
+    go = threading.Event()
+    registry = default_registry()
+
+    def factory(params: Any) -> Any:
+        def check(reply: str, ctx: Any) -> bool:
+            go.wait(30)
+            return True
+
+        return check
+
+    registry.register("slow", factory)
+    rules = RuleSet.from_config([RuleConfig(name="slow", check="slow")], registry=registry)
+    exp = RecordingExporter()
+    config = make_config(pipeline={"max_queued_bytes": BUDGET, "attribution_queue_size": 1000, "workers": 2})
+    with monitor(config, rules=rules, exporters=[exp]) as m:
+        params = {"model": "openai/gpt-m", "api_key": "k", "mock_response": "fine"}
+        wrapped = RouterWrapper(Router(model_list=[{"model_name": "m", "litellm_params": params}]), m)
+        peak = waiting = 0
+        for i in range(CALLS):
+            assert wrapped.completion(model="m", messages=_fresh(i)).choices[0].message.content == "fine"
+            peak = max(peak, m.queued_bytes.held)
+            waiting = max(waiting, m.stats["pending"])
+        dropped = m.attribution_overflows
+        go.set()
+        assert m.flush(30)
+        assert m.queued_bytes.held == 0
+    assert BUDGET // 2 <= peak <= BUDGET
+    assert waiting <= UNWEIGHED_TURNS + BUDGET // PAYLOAD + 1
+    assert dropped > 0
     assert len(exp.results) + dropped == CALLS
