@@ -601,8 +601,9 @@ class Forwarder:
         off too, and the turn is not recorded: the client did not receive a reply.
         """
         if turn is not None and (not 200 <= status < 300 or _encoding(headers) is not None):
-            # not read: an error status, or a compressed event stream
-            self._unread(turn, "upstream_status" if not 200 <= status < 300 else "bad_reply")
+            # not read: an error status, or a compressed event stream (forwarded as it came and
+            # counted ``encoded``: what the upstream sent is not judged, as for a request body)
+            self._unread(turn, "upstream_status" if not 200 <= status < 300 else "encoded")
             turn = None
         # The request is parsed once the stream has ended, on the attribution thread
         # (_read_stream): until then the reply is folded whatever the body holds.
@@ -716,8 +717,8 @@ class Forwarder:
         except ReplyTooLarge:
             self._skip("too_large")
             return None
-        except (ValueError, zlib.error):
-            self._skip("bad_reply")
+        except (ValueError, zlib.error):  # br, zstd, … or corrupt: not read, as a request body
+            self._skip("encoded")
             return None
         try:
             doc = loads(decoded)

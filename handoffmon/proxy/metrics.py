@@ -44,9 +44,11 @@ class ProxyMetrics:
         response was aborted and no turn recorded — ``server_state`` — a Responses API
         request naming a stored history handoffmon cannot find: both ``previous_response_id``
         and ``conversation``, which the API refuses, or a ``conversation`` without an id —
-        and ``encoded`` — a request body compressed other than gzip/deflate, or corrupt; a
-        gzip/deflate request is read from an inflated copy, at most ``proxy.max_body_bytes``,
-        else ``too_large`` — and ``unfinished`` — a ``background=True`` Responses API call's
+        and ``encoded`` — a request body or JSON reply compressed other than gzip/deflate, or
+        corrupt, or an event stream under any ``Content-Encoding`` (forwarded as it came, not
+        read); a gzip/deflate request or JSON reply is read from an inflated copy, at most
+        ``proxy.max_body_bytes`` (``proxy.max_monitored_reply_bytes``), else ``too_large`` —
+        and ``unfinished`` — a ``background=True`` Responses API call's
         first answer, still ``queued`` or ``in_progress``, whose reply comes later).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
