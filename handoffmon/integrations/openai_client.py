@@ -70,6 +70,13 @@ class SdkTurns:
         self.parser = RequestParser.from_config(monitor.config)
         self.shadow = shadow
 
+    def with_shadow(self, shadow: Callable[[], ShadowSource | None] | None) -> SdkTurns:
+        """These turns (the same monitor and parser) with their shadow calls made by ``shadow``:
+        a client copy's (``ClientWrapper._derived``)."""
+        turns = copy.copy(self)
+        turns.shadow = shadow
+        return turns
+
     def offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
         """The turn's shadow offer when the runtime runs shadow continuation (``api``: a call of
         another API, read as chat); on the thread the call finished on (an async client's source
@@ -442,6 +449,10 @@ class ClientWrapper:
     def _new_turns(self) -> SdkTurns:
         return SdkTurns(self._monitor)
 
+    def _turns_for(self, client: Any) -> SdkTurns:
+        """The turn plumbing of a wrapper of ``client``, a copy of this wrapper's client."""
+        return self._turns
+
     def _resources(self) -> Paths:
         """The client's resources, wrapped (``SyncCalls`` / ``AsyncCalls``), by path."""
         raise NotImplementedError
@@ -496,6 +507,7 @@ class ClientWrapper:
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)  # the same monitor, runtime and turn plumbing
         new._client = client
+        new._turns = self._turns_for(client)  # its shadow calls made by the copy, not by us
         new._attach()
         return new
 
@@ -577,6 +589,14 @@ class OpenAIClientWrapper(ClientWrapper):
     def _new_turns(self) -> SdkTurns:
         is_async = is_async_client(self._client, "openai", "AsyncOpenAI")
         return SdkTurns(self._monitor, _shadow(self._client, self._monitor, self._runtime, is_async))
+
+    def _turns_for(self, client: Any) -> SdkTurns:
+        """A copy's turns: shadow continuation of its turns goes through the copy (its
+        ``base_url``, default headers, timeout), as the application's calls on it do."""
+        if self._turns.shadow is None:
+            return self._turns
+        is_async = is_async_client(client, "openai", "AsyncOpenAI")
+        return self._turns.with_shadow(_shadow(client, self._monitor, self._runtime, is_async))
 
     def _resources(self) -> Paths:
         client, turns = self._client, self._turns
