@@ -40,6 +40,13 @@ SHADOW_METADATA = {"handoffmon_shadow": True}
 ROUTER_ONLY_PARAMS = frozenset({"silent_model", "include_fallback_errors"})
 """Deployment ``litellm_params`` the Router consumes itself and never passes to ``litellm.completion``."""
 
+SHADOW_SETS = frozenset({
+    "messages", "max_tokens", "max_completion_tokens", "timeout", "stream", "stream_timeout",
+    "num_retries", "max_retries", "metadata",
+})  # fmt: skip
+"""Deployment ``litellm_params`` a shadow call sets itself (``max_completion_tokens`` too: a
+deployment's own output cap could exceed ``max_output_tokens``, the bound the budget reserves)."""
+
 ROUTER_LOGGERS = ("LiteLLM Router", "LiteLLM")
 """LiteLLM's loggers (``verbose_router_logger``, ``verbose_logger``) that report a failed call."""
 
@@ -116,21 +123,9 @@ class RouterShadow:
         deployment = self._deployment(group) if group is not None else None
         if deployment is None:
             raise NoRoute(f"no router group serves only {target!r}")
-        params = {
-            k: v
-            for k, v in dict(_field(deployment, "litellm_params") or {}).items()
-            if k not in ROUTER_ONLY_PARAMS
-        }
         quiet = _IN_SHADOW_CALL.set(True)
         try:
-            response = litellm.completion(
-                **params,
-                messages=messages,
-                max_tokens=max_tokens,
-                timeout=timeout_s,
-                num_retries=0,
-                metadata=dict(SHADOW_METADATA),
-            )
+            response = litellm.completion(**call_params(deployment, messages, max_tokens, timeout_s))
         finally:
             _IN_SHADOW_CALL.reset(quiet)
         dep_id = _field(_field(deployment, "model_info") or {}, "id")
@@ -218,6 +213,27 @@ class RouterShadow:
         with self._lock:
             self._cache = (by_model, prices, now + GROUPS_TTL_S)
         return by_model, prices
+
+
+def call_params(deployment: Any, messages: list[Any], max_tokens: int, timeout_s: float) -> dict[str, Any]:
+    """``litellm.completion``'s arguments for a shadow call to ``deployment``: its ``litellm_params``
+    (less what only the Router reads, and the output caps ``SHADOW_SETS`` replaces), overridden by
+    the shadow call's own, as the Router lets a call's arguments override a deployment's. So a
+    deployment configured with its own ``timeout``, ``max_tokens``, ``num_retries``, ``metadata``,
+    ``max_retries`` or ``stream`` is still called once, bounded, not streamed, and tagged."""
+    own = dict(_field(deployment, "litellm_params") or {})
+    params = {k: v for k, v in own.items() if k not in ROUTER_ONLY_PARAMS and k not in SHADOW_SETS}
+    metadata = own.get("metadata")
+    return {
+        **params,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "timeout": timeout_s,
+        "stream": False,
+        "num_retries": 0,
+        "max_retries": 0,
+        "metadata": {**(metadata if isinstance(metadata, Mapping) else {}), **SHADOW_METADATA},
+    }
 
 
 def _field(d: Any, name: str) -> Any:
