@@ -425,7 +425,15 @@ def _describe_proxy_stream(names: Any, out: StreamOutcome, served: ServedBy, api
 
 def _decrypted_response_id(response_id: str) -> str:
     """The id behind a response id LiteLLM encrypted (itself when not encrypted, or when the
-    installed LiteLLM has no such hook)."""
+    installed LiteLLM has no such hook).
+
+    Only a running proxy encrypts ids (its ``ResponsesIDSecurity`` hook), and LiteLLM's
+    decryption reads the key from ``litellm.proxy.proxy_server``: in a process that has not
+    loaded that module (the hooks called in-process, a test) no id was encrypted, and importing
+    it here, on the attribution thread, would load the whole proxy server (5-9 s on an idle
+    core, over 20 s under load) before this turn or any queued behind it is recorded."""
+    if "litellm.proxy.proxy_server" not in sys.modules:
+        return response_id
     try:
         from litellm.proxy.hooks.responses_id_security import decrypted_response_id
     except ImportError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -188,6 +189,43 @@ async def test_responses_api_calls_are_turns(responses_api_base: str) -> None:
     assert [a.method for a in third_turn.context.attributions] == ["response_id"]
     assert third_turn.context.conversation_id == first_turn.context.conversation_id
     assert cb._starts == {}
+
+
+class _ImportsSeen:
+    """A ``sys.meta_path`` finder that records (and refuses) imports of the named modules."""
+
+    def __init__(self, *names: str) -> None:
+        self.names, self.seen = set(names), list[str]()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name in self.names:
+            self.seen.append(name)
+            raise ImportError(f"{name} refused by the test")
+
+
+async def test_a_responses_stream_outside_a_proxy_does_not_load_the_proxy_server(
+    responses_api_base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed Responses API turn seen by hooks called in-process (no proxy server loaded):
+    its id is recorded as sent, without importing ``litellm.proxy.proxy_server`` on the
+    attribution thread. LiteLLM's id decryption imports it for the key; that took 5-9 s on an
+    idle core and over 20 s under CPU load, so ``flush(10)`` of the Responses test timed out."""
+    seen = _ImportsSeen("litellm.proxy.proxy_server")
+    monkeypatch.delitem(sys.modules, "litellm.proxy.proxy_server", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [seen, *sys.meta_path])
+    exp = RecordingExporter()
+    router = responses_router(responses_api_base)
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
+        data = {"model": "alpha", "input": "hi", "litellm_call_id": "r-s"}
+        await cb.async_pre_call_hook(None, None, data, "aresponses")
+        stream = await router.aresponses(model="alpha", input="hi", stream=True)
+        passed = [e async for e in cb.async_post_call_streaming_iterator_hook(None, stream, data)]
+        assert m.flush(10)
+    assert seen.seen == []
+    (turn,) = exp.results
+    assert (turn.record.author, turn.record.streamed) == ("model-c", True)
+    assert turn.record.response_id == passed[-1].response.id
 
 
 async def test_responses_api_conversation_objects_are_turns(responses_api_base: str) -> None:
