@@ -16,7 +16,7 @@ import pytest
 
 from handoffmon.checkers import RuleSet, default_registry
 from handoffmon.config import RuleConfig
-from handoffmon.integrations.held import SMALL_BYTES, held_bytes
+from handoffmon.integrations.held import MESSAGE_BYTES, SMALL_BYTES, held_bytes
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.integrations.router import RouterWrapper
 from handoffmon.pipeline.monitor import UNWEIGHED_TURNS
@@ -50,9 +50,9 @@ def test_held_bytes_weighs_large_histories_only() -> None:
     """Small histories weigh nothing; a long list, a long string and a base64 image part weigh
     about their size; hostile shapes weigh their slots and never raise."""
     assert held_bytes([{"role": "user", "content": "hi"}] * 100) == 0
-    assert held_bytes([{"role": "user", "content": "x" * 100_000}]) == 8 + 100_000
+    assert held_bytes([{"role": "user", "content": "x" * 100_000}]) == 8 + MESSAGE_BYTES + 100_000
     many = [{"role": "user", "content": "abcd"}] * 100_000
-    assert held_bytes(many) == 100_000 * (8 + 4)
+    assert held_bytes(many) == 100_000 * (8 + MESSAGE_BYTES + 4)
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 200_000}}
     assert held_bytes([{"role": "user", "content": [{"type": "text", "text": "see"}, image]}]) > 200_000
     assert held_bytes(None) == 0 and held_bytes("x" * SMALL_BYTES) == 0
@@ -68,6 +68,24 @@ def test_held_bytes_weighs_large_histories_only() -> None:
 
     assert held_bytes(Hostile(["x" * 100_000])) == 0
     assert held_bytes([Loud(content="x")] * 10_000) == 80_000
+
+
+def test_many_empty_messages_weigh_what_they_keep_alive() -> None:
+    """340,000 empty message dicts a server parsed from a request: their dicts and strings are
+    what a queued turn keeps alive (measured with tracemalloc), not only the list's slots (8
+    bytes each: 2.7 MB of ~80 MB)."""
+    import json
+    import tracemalloc
+
+    payload = json.dumps([{"role": "user", "content": ""}] * 340_000)
+    tracemalloc.start()
+    try:
+        messages = json.loads(payload)
+        alive, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert alive > 60_000_000
+    assert alive <= held_bytes(messages) <= 1.5 * alive
 
 
 def _fresh(i: int) -> list[dict[str, Any]]:

@@ -6,7 +6,9 @@ the serving loop: every parse runs on the attribution thread, error replies' inc
 
 from __future__ import annotations
 
+import json
 import threading
+import tracemalloc
 from typing import Any
 
 import httpx
@@ -105,3 +107,64 @@ def test_error_replies_are_counted_off_the_loop_and_shed_as_unmonitored(
     assert (shed, counted) == (3, 5)
     assert counts.dropped == 0 and sum(counts.turns.values()) == 0
     assert parsed_on == ["handoffmon-attribution"] * 2
+
+
+EMPTY_MESSAGES = 100_000
+"""``{"role": "user", "content": ""}`` messages of one request: 2.9 MB raw, ~25 MB parsed."""
+
+
+def _parsed_bytes(body: bytes) -> int:
+    """What ``serve``'s attribution thread keeps alive of ``body`` once parsed (tracemalloc):
+    the JSON document and the request read from it."""
+    from handoffmon.config import config_from_mapping
+    from handoffmon.ingress import RequestParser
+
+    parser = RequestParser.from_config(config_from_mapping({}))
+    tracemalloc.start()
+    try:
+        doc = forward.loads(body)
+        request = parser.http_body(doc, [], received_at=0.0)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert request is not None and len(request.messages) == EMPTY_MESSAGES + 1
+    return held
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_burst_of_many_small_messages_is_weighed_as_parsed(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """A body of 100,000 empty messages is 2.9 MB raw but ~25 MB once parsed (measured here): a
+    burst of five with the attribution thread held up queues only the turns whose parsed weight
+    fits ``pipeline.max_queued_bytes``; the rest are forwarded and shed. Counted by raw bytes,
+    all five were queued, holding ~125 MB parsed against a 64 MiB budget. Nothing is cut: a
+    queued turn keeps its whole history."""
+    budget = 64 * 1024 * 1024
+    messages = [{"role": "system", "content": "s"}] + [{"role": "user", "content": ""}] * EMPTY_MESSAGES
+    body = json.dumps({"model": "model-a", "messages": messages, "stream": stream}).encode()
+    parsed = _parsed_bytes(body)
+    assert parsed > 7 * len(body)  # what the budget used to miss
+    gate, _ = _hold_up(monkeypatch)
+    cfg = proxy_config(upstream.url, pipeline={"max_queued_bytes": budget})
+    with running_proxy(cfg) as proxy, httpx.Client(base_url=proxy.url, timeout=60) as http:
+        monitor = proxy.monitor
+        for _ in range(5):
+            r = http.post(
+                "/v1/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            assert r.status_code == 200
+        held, dropped = monitor.queued_bytes.held, monitor.snapshot().dropped
+        gate.set()
+        assert monitor.flush(60)
+        counts = monitor.snapshot()
+        assert monitor.queued_bytes.held == 0
+    queued = 5 - dropped
+    assert queued >= 1 and dropped >= 1
+    assert held <= budget
+    assert held >= queued * (len(body) + parsed)  # each queued turn weighs what it will keep alive
+    assert sum(counts.turns.values()) == queued
+    (depth,) = {k.depth_bucket for k in counts.turns}
+    assert depth == "1"  # the whole history read: nothing capped
