@@ -22,8 +22,14 @@ _BUCKET = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*|\+)?$")
 
 
 def _show(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()  # as the JSON has it
     text = repr(value)
     return f"{text[:40]}…" if len(text) > 40 else text
+
+
+def _got(value: Any) -> str:
+    return "null" if value is None else f"{_kind(value)} {_show(value)}"
 
 
 def _kind(value: Any) -> str:
@@ -53,13 +59,13 @@ class DocReader:
     def mapping(self, value: Any, path: str) -> dict[str, Any]:
         """A JSON object."""
         if not isinstance(value, dict):
-            raise self.error(path, f"expected an object, got {_kind(value)} {_show(value)}")
+            raise self.error(path, f"expected an object, got {_got(value)}")
         return value
 
     def array(self, value: Any, path: str, length: int | None = None, along: str = "") -> list[Any]:
         """A JSON list (of ``length`` items when given; ``along`` names what fixes that length)."""
         if not isinstance(value, list):
-            raise self.error(path, f"expected a list, got {_kind(value)} {_show(value)}")
+            raise self.error(path, f"expected a list, got {_got(value)}")
         if length is not None and len(value) != length:
             raise self.error(path, f"{len(value)} value(s), but {along} has {length}")
         return value
@@ -67,7 +73,7 @@ class DocReader:
     def string(self, value: Any, path: str) -> str:
         """A JSON string."""
         if not isinstance(value, str):
-            raise self.error(path, f"expected a string, got {_kind(value)} {_show(value)}")
+            raise self.error(path, f"expected a string, got {_got(value)}")
         return value
 
     def integer(self, value: Any, path: str, minimum: int | None = None) -> int:
@@ -75,7 +81,7 @@ class DocReader:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise self.error(path, f"expected an integer, got {_kind(value)} {_show(value)}")
+            raise self.error(path, f"expected an integer, got {_got(value)}")
         if minimum is not None and value < minimum:
             raise self.error(path, f"expected an integer ≥ {minimum}, got {value}")
         return value
@@ -88,7 +94,7 @@ class DocReader:
             return float(value)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             null = " or null" if optional else ""
-            raise self.error(path, f"expected a number{null}, got {_kind(value)} {_show(value)}")
+            raise self.error(path, f"expected a number{null}, got {_got(value)}")
         return value
 
     def probability(self, value: Any, path: str, *, optional: bool = False) -> float | None:
@@ -104,6 +110,35 @@ class DocReader:
         if not 0 < x < 1:
             raise self.error(path, f"expected a number in (0, 1), got {x!r}")
         return x
+
+    def version(self, data: Mapping[str, Any], schema: str, known: int) -> int:
+        """The document's ``version``: an integer from 1 to ``known`` (not a boolean, not 0)."""
+        v = data.get("version")
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= known:
+            raise self.error(
+                "version", f"unsupported {schema} version {_show(v)} (this reader reads 1 to {known})"
+            )
+        return v
+
+    def share(self, value: Any, passes: int, n: int, path: str) -> float | None:
+        """An adherence that is ``passes / n`` (null when n = 0): the counts are what is compared,
+        the share what is shown, so a hand-edited one must not disagree with them."""
+        x = self.probability(value, path, optional=True)
+        expected = passes / n if n else None
+        if (x is None) != (expected is None) or (x is not None and abs(x - passes / n) > 1e-9):
+            want = "null" if expected is None else f"{expected:.6g}"
+            raise self.error(path, f"{_show(value)}, but passes/n = {passes}/{n} is {want}")
+        return x
+
+    def interval(self, lo: Any, hi: Any, share: float | None, path_lo: str, path_hi: str) -> tuple[Any, Any]:
+        """An interval's bounds: numbers in [0, 1] (or null) around ``share``."""
+        low = self.probability(lo, path_lo, optional=True)
+        high = self.probability(hi, path_hi, optional=True)
+        if share is not None and low is not None and low > share + 1e-9:
+            raise self.error(path_lo, f"{low!r} is above the interval's adherence {share!r}")
+        if share is not None and high is not None and high < share - 1e-9:
+            raise self.error(path_hi, f"{high!r} is below the interval's adherence {share!r}")
+        return low, high
 
     def items(self, value: Any, path: str, read: Callable[[Any, str], T]) -> list[T]:
         """Every item of a list, read by ``read(item, "path[i]")``."""

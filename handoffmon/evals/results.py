@@ -132,9 +132,8 @@ class EvalResult:
         """
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise InputError(f"{source}: not a {SCHEMA} document")
-        if not isinstance(data.get("version"), int) or data["version"] > VERSION:
-            raise InputError(f"{source}: unsupported {SCHEMA} version {data.get('version')!r}")
         doc = DocReader(source)
+        version = doc.version(data, SCHEMA, VERSION)
         confidence = doc.confidence(data.get("confidence", 0.95))
         verdicts = doc.mapping(doc.key(data, "verdicts", ""), "verdicts")
         authors = doc.mapping(data.get("authors") or {}, "authors")
@@ -143,10 +142,10 @@ class EvalResult:
             doc.string(doc.key(data, "database", ""), "database"),
             tuple(doc.items(doc.key(data, "models", ""), "models", doc.string)),
             tuple(doc.items(doc.key(data, "scripts", ""), "scripts", lambda v, at: _read_script(doc, v, at))),
-            tuple(doc.items(doc.key(data, "curves", ""), "curves", lambda v, at: _read_point(doc, v, at))),
+            _read_curves(doc, doc.key(data, "curves", "")),
             {k: doc.integer(v, f"verdicts.{k}", minimum=0) for k, v in verdicts.items()},
             confidence,
-            data["version"],
+            version,
             tuple(doc.items(data.get("pressure") or [], "pressure", lambda v, at: _read_fit(doc, v, at))),
             {
                 m: {
@@ -167,9 +166,11 @@ def _read_point(doc: DocReader, value: Any, at: str) -> CurvePoint:
     if passes > n:
         raise doc.error(f"{at}.passes", f"{passes} passes out of n = {n}")
 
-    def share(key: str) -> float:
-        return finite_or_nan(doc.number(doc.key(c, key, at), f"{at}.{key}", optional=True))
-
+    # compare adds up the counts, the report draws the share and interval: they must agree
+    share = doc.share(doc.key(c, "adherence", at), passes, n, f"{at}.adherence")
+    lo, hi = doc.interval(
+        doc.key(c, "ci_low", at), doc.key(c, "ci_high", at), share, f"{at}.ci_low", f"{at}.ci_high"
+    )
     return CurvePoint(
         doc.string(doc.key(c, "script", at), f"{at}.script"),
         model,
@@ -178,10 +179,26 @@ def _read_point(doc: DocReader, value: Any, at: str) -> CurvePoint:
         doc.integer(doc.key(c, "depth", at), f"{at}.depth", minimum=1),
         n,
         passes,
-        share("adherence"),
-        share("ci_low"),
-        share("ci_high"),
+        finite_or_nan(share),
+        finite_or_nan(lo),
+        finite_or_nan(hi),
     )
+
+
+def _read_curves(doc: DocReader, value: Any) -> tuple[CurvePoint, ...]:
+    """``curves``, each (script, model, author, rule, depth) once: compare adds them up, so a
+    point given twice (a concatenated or hand-edited file) would double its n."""
+    points = doc.items(value, "curves", lambda v, at: _read_point(doc, v, at))
+    first: dict[tuple[str, str, str, str, int], int] = {}
+    for i, c in enumerate(points):
+        j = first.setdefault((c.script, c.model, c.author, c.rule, c.depth), i)
+        if j != i:
+            raise doc.error(
+                f"curves[{i}]",
+                f"script {c.script!r}, model {c.model!r}, author {c.author!r}, rule {c.rule!r}, "
+                f"depth {c.depth} is also curves[{j}]: one point each",
+            )
+    return tuple(points)
 
 
 def _read_script(doc: DocReader, value: Any, at: str) -> dict[str, Any]:

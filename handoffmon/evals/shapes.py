@@ -89,15 +89,19 @@ class Shapes:
             raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise InputError(f"{source}: not a {SCHEMA} document")
-        if not isinstance(d.get("version"), int) or d["version"] > VERSION:
-            raise InputError(
-                f"{source}: unsupported {SCHEMA} version {d.get('version')!r} (reader knows ≤ {VERSION})"
-            )
         doc = DocReader(source)
+        version = doc.version(d, SCHEMA, VERSION)
         buckets = doc.bucket_labels(doc.key(d, "buckets", ""), "buckets")
         rules = tuple(
             doc.items(doc.key(d, "rules", ""), "rules", lambda r, at: _read_rule(doc, r, at, buckets))
         )
+        first: dict[tuple[str, str], int] = {}
+        for i, r in enumerate(rules):  # shape() would read only the first of two entries
+            j = first.setdefault((r.rule, r.model), i)
+            if j != i:
+                raise doc.error(
+                    f"rules[{i}]", f"rule {r.rule!r}, model {r.model!r} is also rules[{j}]: one entry each"
+                )
         confidence = doc.confidence(d.get("confidence", 0.95))
         return cls(
             doc.number(doc.key(d, "created_at", ""), "created_at"),
@@ -114,7 +118,7 @@ class Shapes:
                 )
             ),
             confidence,
-            d["version"],
+            version,
         )
 
     def shape(self, rule: str, model: str = POOLED) -> RuleShape | None:
@@ -124,7 +128,9 @@ class Shapes:
 
 _PER_BUCKET_COUNTS = ("n", "passes")
 _PER_BUCKET_SHARES = ("adherence", "ci_low", "ci_high")
+_PER_BUCKET_KEYS = (*_PER_BUCKET_COUNTS, *_PER_BUCKET_SHARES)
 _MARKOV_KEYS = ("p_tf", "p_ft", "stationary", "half_life_turns", "n_transitions")
+_MARKOV_PROBABILITIES = ("p_tf", "p_ft", "stationary")
 _STAT_KEYS = (*(f"p{q}" for q in PERCENTILES), "max")
 
 
@@ -132,17 +138,22 @@ def _read_rule(doc: DocReader, value: Any, at: str, buckets: tuple[str, ...]) ->
     """One ``rules[i]`` entry: every per-bucket list has one value per bucket."""
     r = doc.mapping(value, at)
     per: dict[str, tuple[Any, ...]] = {}
-    for k in (*_PER_BUCKET_COUNTS, *_PER_BUCKET_SHARES):
-        values = doc.array(doc.key(r, k, at), f"{at}.{k}", len(buckets), "buckets")
-        if k in _PER_BUCKET_COUNTS:
-            per[k] = tuple(doc.integer(v, f"{at}.{k}[{i}]", minimum=0) for i, v in enumerate(values))
-        elif k == "adherence":
-            per[k] = tuple(doc.probability(v, f"{at}.{k}[{i}]", optional=True) for i, v in enumerate(values))
-        else:
-            per[k] = tuple(doc.number(v, f"{at}.{k}[{i}]", optional=True) for i, v in enumerate(values))
+    raw = {k: doc.array(doc.key(r, k, at), f"{at}.{k}", len(buckets), "buckets") for k in _PER_BUCKET_KEYS}
+    for k in _PER_BUCKET_COUNTS:
+        per[k] = tuple(doc.integer(v, f"{at}.{k}[{i}]", minimum=0) for i, v in enumerate(raw[k]))
     for i, (p, n) in enumerate(zip(per["passes"], per["n"], strict=True)):
         if p > n:
             raise doc.error(f"{at}.passes[{i}]", f"{p} passes out of n = {n}")
+    # the counts are compared, the shares and intervals drawn: a hand edit must not make them disagree
+    per["adherence"] = tuple(
+        doc.share(v, per["passes"][i], per["n"][i], f"{at}.adherence[{i}]")
+        for i, v in enumerate(raw["adherence"])
+    )
+    bounds = [
+        doc.interval(lo, hi, per["adherence"][i], f"{at}.ci_low[{i}]", f"{at}.ci_high[{i}]")
+        for i, (lo, hi) in enumerate(zip(raw["ci_low"], raw["ci_high"], strict=True))
+    ]
+    per["ci_low"], per["ci_high"] = tuple(b[0] for b in bounds), tuple(b[1] for b in bounds)
     markov = doc.mapping(r.get("markov") or {}, f"{at}.markov")
     return RuleShape(
         doc.string(doc.key(r, "rule", at), f"{at}.rule"),
@@ -152,12 +163,22 @@ def _read_rule(doc: DocReader, value: Any, at: str, buckets: tuple[str, ...]) ->
         per["adherence"],
         per["ci_low"],
         per["ci_high"],
-        {
-            k: doc.number(markov[k], f"{at}.markov.{k}", optional=True, infinite=True)
-            for k in _MARKOV_KEYS
-            if k in markov
-        },
+        {k: _markov_value(doc, markov[k], f"{at}.markov.{k}", k) for k in _MARKOV_KEYS if k in markov},
     )
+
+
+def _markov_value(doc: DocReader, value: Any, path: str, key: str) -> float | None:
+    """A Markov parameter: p_tf, p_ft and stationary in [0, 1]; a half-life and a count ≥ 0 (or "inf").
+
+    The compare moves production along a(d+1) = a(d)(1 − p_TF) + (1 − a(d)) p_FT: a p_TF of 7
+    there gives adherences of 10^11, a negative one flags a clean eval.
+    """
+    if key in _MARKOV_PROBABILITIES:
+        return doc.probability(value, path, optional=True)
+    x = doc.number(value, path, optional=True, infinite=True)
+    if x is not None and not x >= 0:
+        raise doc.error(path, f"expected a number ≥ 0, got {x!r}")
+    return None if x is None else float(x)
 
 
 def _read_stats(doc: DocReader, value: Any, at: str, int_keys: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -130,6 +130,24 @@ SHAPES_CASES = [
     ("rules not a list", _set(("rules",), {"a": 1}), "rules", "expected a list"),
     ("a rule without its model", _drop(("rules", 0, "model")), "rules[0].model", "missing"),
     ("pair share as a string", _set(("handoff_pairs",), [PAIR]), "handoff_pairs[0].share", "number"),
+    # values that type-check but cannot be: each used to be compared (p_tf 7 moved production to 2e11,
+    # p_tf -0.5 flagged a clean eval), plotted, or read twice
+    ("markov p_tf above 1", _set(("rules", 0, "markov"), {"p_tf": 7.0, "p_ft": 0.1}), "rules[0].markov.p_tf",
+     "in [0, 1]"),
+    ("markov p_ft below 0", _set(("rules", 0, "markov"), {"p_tf": 0.1, "p_ft": -0.5}), "rules[0].markov.p_ft",
+     "in [0, 1]"),
+    ("markov half-life below 0", _set(("rules", 0, "markov"), {"half_life_turns": -3}),
+     "rules[0].markov.half_life_turns", "≥ 0"),
+    ("adherence not passes/n", _set(("rules", 0, "adherence", 0), 0.1), "rules[0].adherence[0]", "passes/n"),
+    ("adherence null with n > 0", _set(("rules", 0, "adherence", 0), None), "rules[0].adherence[0]",
+     "passes/n"),
+    ("interval above its adherence", _set(("rules", 0, "ci_low", 0), 0.99), "rules[0].ci_low[0]",
+     "interval"),
+    ("interval outside [0, 1]", _set(("rules", 0, "ci_high", 0), 4.0), "rules[0].ci_high[0]", "in [0, 1]"),
+    ("a rule and model twice", lambda d: d["rules"].insert(1, copy.deepcopy(d["rules"][0])), "rules[1]",
+     "also rules[0]"),
+    ("version 0", _set(("version",), 0), "version", "unsupported"),
+    ("version true", _set(("version",), True), "version", "unsupported"),
 ]  # fmt: skip
 
 EVAL_CASES = [
@@ -141,6 +159,12 @@ EVAL_CASES = [
     ("verdicts as a list", _set(("verdicts",), [1]), "verdicts", "expected an object"),
     ("authors' counts as strings", _set(("authors", "group-00"), {"sim-00": "12"}), "authors.group-00.sim-00",
      "expected an integer"),
+    ("adherence not passes/n", _set(("curves", 0, "adherence"), 0.01), "curves[0].adherence", "passes/n"),
+    ("interval outside [0, 1]", _set(("curves", 0, "ci_low"), -2.0), "curves[0].ci_low", "in [0, 1]"),
+    ("a curve point twice", lambda d: d["curves"].insert(1, copy.deepcopy(d["curves"][0])), "curves[1]",
+     "also curves[0]"),
+    ("version 0", _set(("version",), 0), "version", "unsupported"),
+    ("version true", _set(("version",), True), "version", "unsupported"),
 ]  # fmt: skip
 
 
