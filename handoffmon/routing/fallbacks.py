@@ -49,11 +49,18 @@ def reordered(fallbacks: Any, group: str, order: Sequence[str]) -> list[Any]:
 
     A plain list becomes ``order``. Otherwise ``{group: order}`` goes first (litellm takes
     the first exact match) and the group's old entry is dropped, so every other group's
-    fallbacks — and nested fallback hops — stay as they were.
+    fallbacks — and nested fallback hops — stay as they were. The entry dropped is the one litellm
+    reads for the group: the first whose *first* key is the group (litellm reads only an entry's
+    first key, so a dict naming the group as a later key — a YAML list item holding two groups —
+    is another group's entry, kept; a later duplicate entry is kept too, as litellm's provider-
+    prefixed and stripped-name matches of other groups take the last one).
     """
     if is_plain(fallbacks):
         return list(order)
-    return [
-        {group: list(order)},
-        *(e for e in fallbacks or () if not (isinstance(e, Mapping) and group in e)),
-    ]
+    rest = list(fallbacks or ())
+    own = next(
+        (i for i, e in enumerate(rest) if isinstance(e, Mapping) and e and next(iter(e)) == group), None
+    )
+    if own is not None:
+        del rest[own]
+    return [{group: list(order)}, *rest]
