@@ -289,8 +289,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             return (
                 None if request is None else monitor.capture(linked(request, link))
             )  # None: not a chat call
-        except Exception:
-            _log.warning("handoffmon could not start a proxy turn", exc_info=True)
+        except Exception as exc:
+            rt = self._runtime  # None when building it failed: logged by ``_available``
+            if rt is not None:
+                rt.monitor.errors.failed("integration", exc, "could not start a proxy turn")
             return None
 
     async def async_post_call_success_hook(
@@ -299,7 +301,13 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         """A non-streamed chat completion (or Responses or Messages API call) finished: queue
         it for attribution and checks."""
         latency = self._latency(data)  # pops the start on every path, turn or not
-        api = RESPONSES if _is_response(response) else MESSAGES if _is_message(response) else None
+        try:
+            api = RESPONSES if _is_response(response) else MESSAGES if _is_message(response) else None
+        except Exception as exc:  # a response that cannot even say what it is: not ours to read
+            rt = self._runtime
+            if rt is not None:
+                rt.monitor.errors.failed("integration", exc, "could not read a proxy response")
+            return None
         cap = self._begin(data, api)
         if cap is None:
             return None

@@ -336,3 +336,38 @@ async def test_a_config_that_cannot_load_is_said_once_per_retry_and_traffic_goes
         assert [r.context.requested_model for r in exp.results] == ["alpha"]
     finally:
         rt.close()
+
+
+class _Unreadable:
+    """A response whose every attribute read raises (not ``AttributeError``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"cannot read {name}")
+
+
+async def test_hook_failures_pass_the_call_through_and_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail-open, and counted: a response the success hook cannot even classify, and a capture
+    that raises, leave the call untouched (the hooks return ``None``, nothing raises into the
+    proxy) and each adds one ``monitor_errors{stage="integration"}``. Before, the first raised
+    into the proxy's request and the second was only logged (a traceback per request)."""
+    with runtime(CONFIG) as rt:
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
+        data = _request([{"role": "user", "content": "hi"}], "odd-1")
+        await cb.async_pre_call_hook(None, None, data, "acompletion")
+        assert await cb.async_post_call_success_hook(data, None, _Unreadable()) is None
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("capture failed")
+
+        monkeypatch.setattr(m, "capture", broken)
+        data = _request([{"role": "user", "content": "hi"}], "odd-2")
+        response = await fallback_router().acompletion(model="alpha", messages=data["messages"])
+        assert await cb.async_post_call_success_hook(data, None, response) is None
+        stream = await fallback_router().acompletion(model="alpha", messages=data["messages"], stream=True)
+        passed = [c async for c in cb.async_post_call_streaming_iterator_hook(None, stream, data)]
+        assert "".join(c.choices[0].delta.content or "" for c in passed) == "ok"
+        assert m.flush(10)
+        snap = m.snapshot()
+        assert snap.monitor_errors.get("integration") == 3
+        assert snap.total_turns == 0
+        assert cb._starts == {}
