@@ -22,6 +22,9 @@ from handoffmon.ingress import (
 from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.conversation import CALLER_HEADERS
+from handoffmon.ingress.fields import get
+from handoffmon.ingress.responses import unfinished
+from handoffmon.integrations.background import Background, history_bytes
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
@@ -69,6 +72,8 @@ class SdkTurns:
         self.monitor = monitor
         self.parser = RequestParser.from_config(monitor.config)
         self.shadow = shadow
+        self.background = Background(history_bytes)
+        """Background Responses calls waiting for ``retrieve`` (shared with a client copy's)."""
 
     def with_shadow(self, shadow: Callable[[], ShadowSource | None] | None) -> SdkTurns:
         """These turns (the same monitor and parser) with their shadow calls made by ``shadow``:
@@ -270,8 +275,40 @@ class _Calls:
                 lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is not None),
                 _folder(api),
             )
+        if api is RESPONSES and unfinished(response):  # background=True: the reply comes later
+            self._park(response, ctx, t0)
+            return response
         self._turns.finish(ctx, response, headers, t0, api)
         return response
+
+    def _park(self, response: Any, ctx: Capture | _Pending, t0: float) -> None:
+        """Keep a background call's turn until ``retrieve`` returns its reply (``background``)."""
+        try:
+            self._turns.background.park(get(response, "id"), ctx, t0)
+        except Exception as exc:
+            self._turns.monitor.errors.failed("integration", exc, "could not park a background call")
+
+    def _parked(self, response_id: Any, kwargs: Mapping[str, Any]) -> bool:
+        """Whether a ``retrieve`` may finish a parked background call (not a resumed stream)."""
+        return not kwargs.get("stream") and self._turns.background.waiting(response_id)
+
+    def _retrieved(self, response_id: str, response: Any, headers: Any) -> None:
+        """A ``retrieve`` of a parked call: its turn recorded with the response once finished."""
+        try:
+            if unfinished(response):  # still queued or in progress: polled again later
+                return
+            parked = self._turns.background.take(response_id)
+            if parked is not None:
+                self._turns.finish(parked.ctx, response, headers, parked.t0, RESPONSES)
+        except Exception as exc:
+            self._turns.monitor.errors.failed("integration", exc, "could not read a retrieved response")
+
+    def _forget(self, response_id: Any) -> None:
+        """``cancel`` / ``delete`` of a response: no reply of it will be a turn."""
+        try:
+            self._turns.background.forget(response_id)
+        except Exception as exc:  # pragma: no cover - the registry does not raise
+            self._turns.monitor.errors.failed("integration", exc, "could not forget a background call")
 
     def _raw_result(
         self, result: Any, ctx: Capture | _Pending, response: Any, t0: float, stream: bool
@@ -360,6 +397,64 @@ class AsyncCalls(_Calls):
         if not raw:
             return self._monitored(ctx, response, result.headers, t0, stream)
         return self._raw_result(result, ctx, response, t0, stream)
+
+
+class SyncResponses(SyncCalls):
+    """A sync client's ``responses``: ``create`` and ``parse`` as :class:`SyncCalls`, and
+    ``retrieve`` recording the turn of a background call it finds finished
+    (``integrations.background``)."""
+
+    def retrieve(self, response_id: str, **kwargs: Any) -> Any:
+        """The SDK's ``retrieve``; returns what the SDK returns."""
+        if not self._parked(response_id, kwargs):
+            return self._inner.retrieve(response_id, **kwargs)
+        raw = _raw(self._inner, "retrieve")
+        if raw is None:
+            response, headers = self._inner.retrieve(response_id, **kwargs), None
+        else:
+            result = raw(response_id, **kwargs)
+            response, headers = result.parse(), result.headers
+        self._retrieved(response_id, response, headers)
+        return response
+
+    def cancel(self, response_id: str, **kwargs: Any) -> Any:
+        """The SDK's ``cancel``; a parked background call is forgotten."""
+        self._forget(response_id)
+        return self._inner.cancel(response_id, **kwargs)
+
+    def delete(self, response_id: str, **kwargs: Any) -> Any:
+        """The SDK's ``delete``; a parked background call is forgotten."""
+        self._forget(response_id)
+        return self._inner.delete(response_id, **kwargs)
+
+
+class AsyncResponses(AsyncCalls):
+    """An async client's ``responses`` (see :class:`SyncResponses`)."""
+
+    async def retrieve(self, response_id: str, **kwargs: Any) -> Any:
+        """The SDK's ``retrieve``; returns what the SDK returns."""
+        if not self._parked(response_id, kwargs):
+            return await self._inner.retrieve(response_id, **kwargs)
+        raw = _raw(self._inner, "retrieve")
+        if raw is None:
+            response, headers = await self._inner.retrieve(response_id, **kwargs), None
+        else:
+            result = await raw(response_id, **kwargs)
+            response, headers = result.parse(), result.headers
+            if inspect.isawaitable(response):  # the non-legacy raw response parses asynchronously
+                response = await response
+        self._retrieved(response_id, response, headers)
+        return response
+
+    async def cancel(self, response_id: str, **kwargs: Any) -> Any:
+        """The SDK's ``cancel``; a parked background call is forgotten."""
+        self._forget(response_id)
+        return await self._inner.cancel(response_id, **kwargs)
+
+    async def delete(self, response_id: str, **kwargs: Any) -> Any:
+        """The SDK's ``delete``; a parked background call is forgotten."""
+        self._forget(response_id)
+        return await self._inner.delete(response_id, **kwargs)
 
 
 def caller_headers(client: Any, header_name: str) -> dict[str, str]:
@@ -600,12 +695,14 @@ class OpenAIClientWrapper(ClientWrapper):
 
     def _resources(self) -> Paths:
         client, turns = self._client, self._turns
-        kind = AsyncCalls if is_async_client(client, "openai", "AsyncOpenAI") else SyncCalls
+        is_async = is_async_client(client, "openai", "AsyncOpenAI")
+        kind = AsyncCalls if is_async else SyncCalls
         headers = caller_headers(client, turns.parser.header_name)
         paths: Paths = {("chat", "completions"): kind(client.chat.completions, turns, headers=headers)}
         responses = getattr(client, "responses", None)  # SDKs before the Responses API lack it
         if responses is not None:
-            paths[("responses",)] = kind(responses, turns, api=RESPONSES, headers=headers)
+            api_kind = AsyncResponses if is_async else SyncResponses
+            paths[("responses",)] = api_kind(responses, turns, api=RESPONSES, headers=headers)
         beta = getattr(getattr(client, "beta", None), "chat", None)  # LangChain's structured streams
         if beta is not None and getattr(beta, "completions", None) is not None:
             paths["beta", "chat", "completions"] = kind(beta.completions, turns, headers=headers)

@@ -34,6 +34,44 @@ CONFIG = make_config(
 REPLY = "a finished reply of several words"
 
 
+def response_doc(rid: str, status: str) -> dict[str, Any]:
+    """A Responses API response ``rid`` in ``status``; a ``completed`` one carries a reply that
+    passes ``says_enough``, the others no output."""
+    doc: dict[str, Any] = {
+        "id": rid,
+        "object": "response",
+        "created_at": 1,
+        "model": "gpt-bg",
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "status": status,
+        "output": [],
+    }
+    if status == "completed":
+        text = {"type": "output_text", "text": REPLY, "annotations": []}
+        message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed"}
+        doc.update(
+            output=[{**message, "content": [text]}],
+            usage={"input_tokens": 3, "output_tokens": 6, "total_tokens": 9},
+        )
+    else:
+        doc["background"] = True
+    return doc
+
+
+async def send_doc(send: Any, doc: dict[str, Any]) -> None:
+    """Answer 200 with ``doc`` as JSON."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(doc).encode()})
+
+
 class BackgroundUpstream:
     """``POST /v1/responses``: ``queued`` with no output for ``background: true``, else a
     completed response whose reply passes ``says_enough``."""
@@ -43,40 +81,8 @@ class BackgroundUpstream:
         if body is None:
             return
         req = json.loads(body)
-        doc: dict[str, Any] = {
-            "id": f"resp_{free_port()}",
-            "object": "response",
-            "created_at": 1,
-            "model": "gpt-bg",
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-        }
-        if req.get("background"):
-            doc.update(status="queued", background=True, output=[])
-        else:
-            doc.update(
-                status="completed",
-                output=[
-                    {
-                        "type": "message",
-                        "id": "msg_1",
-                        "role": "assistant",
-                        "status": "completed",
-                        "content": [{"type": "output_text", "text": REPLY, "annotations": []}],
-                    }
-                ],
-                usage={"input_tokens": 3, "output_tokens": 6, "total_tokens": 9},
-            )
-        payload = json.dumps(doc).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        status = "queued" if req.get("background") else "completed"
+        await send_doc(send, response_doc(f"resp_{free_port()}", status))
 
 
 @pytest.fixture(scope="module")
