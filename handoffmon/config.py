@@ -321,11 +321,19 @@ class TelemetryConfig(_Section):
         return v
 
 
+REFIT_MIN_INTERVAL_S = 1.0
+"""Smallest non-zero ``refit.interval_s`` (seconds)."""
+
+
 class RefitConfig(_Section):
     """The periodic refit inside a running monitor."""
 
     interval_s: float = Field(default=300.0, ge=0)
-    """0 disables the periodic refit."""
+    """Seconds between refits of this process's counts; 0 disables the periodic refit.
+    Otherwise at least 1, as ``handoffmon demo --refit-interval``: a refit of 50 models and 5
+    rules takes about 0.4 s of CPU, so an interval such as 0.001 kept a core busy refitting
+    counts that barely moved, while Prometheus scrapes the gauges every 15-60 s. A refit that
+    takes longer than the interval is followed by a pause as long as it took."""
     min_n: int = Field(default=30, ge=1)
     """Cells with fewer checked turns are not reported."""
     confidence: float = Field(default=0.95, gt=0, lt=1)
@@ -348,6 +356,17 @@ class RefitConfig(_Section):
     Bounds the refit's memory ((K+2)·K·buckets per rule) whatever clients send."""
     max_rules: int = Field(default=100, ge=1)
     """Rules in the fit (most checked turns first); the rest are reported as excluded."""
+
+    @field_validator("interval_s")
+    @classmethod
+    def _interval_floor(cls, v: float) -> float:
+        if 0 < v < REFIT_MIN_INTERVAL_S:
+            raise ValueError(
+                f"{v:g} s is below the minimum of {REFIT_MIN_INTERVAL_S:g} s (a refit loop that "
+                "short would keep a core busy): set 0 to turn the periodic refit off, or at least "
+                f"{REFIT_MIN_INTERVAL_S:g}"
+            )
+        return v
 
     @property
     def ridge(self) -> float:

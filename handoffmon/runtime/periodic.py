@@ -42,7 +42,9 @@ class PeriodicRefit:
         snapshot: returns the current ``Counts`` (e.g. the local aggregates' snapshot).
         publish: receives every ``RefitResult`` (e.g. sets the refit gauges); an
             explicit ``False`` return (as ``publish_refit`` gives) counts as a failure.
-        interval_s: seconds between refits; must be > 0 for ``start``.
+        interval_s: seconds between the end of a refit and the start of the next; must be > 0
+            for ``start``. A refit that took longer than this is followed by a pause as long
+            as it took, so the schedule never keeps more than half a core busy.
         buckets: depth buckets the counts use.
         settings: refit settings (``min_n``, ``confidence``, ``ridge``).
         clock: wall clock for ``created_at`` (injected for tests).
@@ -154,5 +156,10 @@ class PeriodicRefit:
             self._thread = None
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        pause = self.interval_s
+        while not self._stop.wait(pause):
+            started = time.monotonic()
             self.run_once()
+            # a refit slower than the interval (a large fleet, a slow snapshot) is followed by
+            # a pause at least as long as it took: the schedule takes at most half a core
+            pause = max(self.interval_s, time.monotonic() - started)

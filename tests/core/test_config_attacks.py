@@ -165,3 +165,16 @@ def test_a_variable_nested_below_a_value_is_named() -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(None, environ={"HANDOFFMON_STORE__BACKEND__X": "1"})
     assert exc.value.key == "store.backend" and "HANDOFFMON_STORE__BACKEND__X" in str(exc.value)
+
+
+@pytest.mark.parametrize("value", ["0.001", "0.5", "1e-9"])
+def test_a_refit_interval_below_one_second_is_refused(tmp_path: Path, value: str) -> None:
+    """``refit.interval_s: 0.001`` spun the refit loop (a refit of 50 models takes ~0.4 s of
+    CPU): any non-zero interval under 1 s is refused naming the key and the file (or the
+    variable); 0 (off) and 1 are accepted."""
+    err = _load(tmp_path, f"refit:\n  interval_s: {value}\n")
+    assert err.key == "refit.interval_s" and "minimum of 1 s" in str(err) and "set 0" in str(err)
+    with pytest.raises(ConfigError, match=r"refit\.interval_s.*HANDOFFMON_REFIT__INTERVAL_S"):
+        load_config(None, environ={"HANDOFFMON_REFIT__INTERVAL_S": value})
+    assert config_from_mapping({"refit": {"interval_s": 0}}).refit.interval_s == 0
+    assert config_from_mapping({"refit": {"interval_s": 1}}).refit.interval_s == 1

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 
 import numpy as np
 
@@ -97,3 +99,33 @@ def test_failed_refit_is_counted_as_monitor_error_stage_refit() -> None:
         text = generate_latest(rt.registry).decode()
     assert 'handoffmon_monitor_errors_total{stage="refit"} 2.0' in text
     assert periodic.stats.failures == 2
+
+
+def test_a_refit_slower_than_its_interval_is_followed_by_a_pause_as_long() -> None:
+    """interval 0.05 s, each refit ~0.25 s: the thread waited only the interval between
+    refits, so a slow refit kept a core ~85% busy; the pause after a refit is now at least as
+    long as the refit took (at most half a core)."""
+    counts = _counts()
+    spans: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def slow_snapshot() -> Counts:
+        started = time.monotonic()
+        while time.monotonic() - started < 0.25:  # a refit's CPU cost, simulated
+            pass
+        spans.append((started, 0.0))
+        return counts
+
+    def publish(_: RefitResult) -> None:
+        spans[-1] = (spans[-1][0], time.monotonic())
+        if len(spans) >= 3:
+            done.set()
+
+    job = PeriodicRefit(slow_snapshot, publish, 0.05, buckets=DepthBuckets())
+    job.start()
+    try:
+        assert done.wait(20.0)
+    finally:
+        job.stop()
+    for (start, end), (next_start, _) in itertools.pairwise(spans):
+        assert next_start - end >= end - start - 0.01, spans

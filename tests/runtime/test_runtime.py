@@ -69,7 +69,7 @@ def test_shared_runtime_is_one_per_registry_and_config() -> None:
 
 def test_periodic_refit_is_scheduled_by_the_runtime_and_publishes_gauges() -> None:
     """refit.interval_s > 0: the runtime's refit thread publishes the refit gauges; close() stops it."""
-    config = make_config(refit={"interval_s": 0.2, "min_n": 1}, telemetry={"log_turns": False})
+    config = make_config(refit={"interval_s": 1, "min_n": 1}, telemetry={"log_turns": False})
     rt = runtime(config)
     try:
         for i in range(6):
