@@ -33,6 +33,17 @@ CREATE TABLE IF NOT EXISTS handoffmon_conversation_state (
 _CHUNK = 500  # bound on SQL variables per statement (SQLite's default limit is 999+)
 
 
+class MissingDirectory(StoreError):
+    """The database file's directory does not exist (or is not a directory): a typo in
+    ``store.path`` far more often than a directory to create, so the store is not built (the
+    runtime reports it as a ``ConfigError`` naming ``store.path`` and the config file)."""
+
+    def __init__(self, path: Path) -> None:
+        parent = path.parent
+        what = "is not a directory" if parent.exists() else "does not exist"
+        super().__init__(f"directory {str(parent)!r} of the SQLite file {path.name!r} {what} (not created)")
+
+
 def _authorship(authors: str, depth: int, created_at: float, cid: str) -> Authorship:
     """A stored row as ``Authorship``; ``ValueError``/``TypeError`` when it cannot be read."""
     names = json.loads(authors)
@@ -85,7 +96,8 @@ class SQLiteStore:
     cannot be decoded).
 
     Args:
-        path: database file (created with its directory).
+        path: database file (created when missing, in a directory that must exist: a missing
+            directory is a ``MissingDirectory`` at once, not created).
         ttl_s: expiry after the last write.
         clock: wall clock (tests pass a fake).
         busy_timeout_s: how long a write waits for another writer's lock.
@@ -112,6 +124,8 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._closed = False
         self._open = False
+        if not self.path.parent.is_dir():
+            raise MissingDirectory(self.path)
         self.open_error: StoreError | None = None
         """Why the file could not be opened at start (``None``: it was). The store still starts:
         every call tries to open it again and fails with ``StoreError`` until it can (the store
@@ -123,13 +137,9 @@ class SQLiteStore:
             self.open_error = exc
 
     def _ensure_open(self) -> None:
-        """Create the directory and the tables once (``StoreError`` until that succeeds)."""
+        """Create the tables once (``StoreError`` until that succeeds)."""
         if self._open:
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create directory for {self.path}: {exc}") from exc
         with self._cursor(opening=True) as cur:
             cur.executescript(_SCHEMA)
         self._open = True

@@ -18,8 +18,8 @@ def test_memory_is_the_default_with_configured_bounds() -> None:
 
 
 def test_sqlite_backend_uses_the_configured_path(tmp_path: Path) -> None:
-    """backend sqlite opens (and creates) the configured file."""
-    path = tmp_path / "sub" / "h.db"
+    """backend sqlite opens (and creates) the configured file, in a directory that exists."""
+    path = tmp_path / "h.db"
     store = make_store(StoreConfig(backend="sqlite", path=str(path), ttl_s=60))
     assert isinstance(store, SQLiteStore) and store.ttl_s == 60
     assert path.exists()

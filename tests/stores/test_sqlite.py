@@ -222,3 +222,44 @@ def test_an_unopenable_file_starts_degraded_and_recovers(tmp_path: Path) -> None
     assert sum(load_counts_sqlite(path).turns.values()) == 4  # the turns counted while degraded too
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM handoffmon_attribution").fetchone()[0] > 0
+
+
+def test_a_missing_directory_is_not_created_and_names_store_path_and_the_file(tmp_path: Path) -> None:
+    """``store.path: /var/lib/handofmon/h.db`` (a typo) silently created the directory and a
+    fresh database beside the real one; now the store is not built and the runtime's error
+    names ``store.path`` and the config file, before anything is created."""
+    from handoffmon.config import load_config
+    from handoffmon.errors import ConfigError
+    from handoffmon.stores.sqlite import MissingDirectory
+
+    missing = tmp_path / "typo" / "h.db"
+    with pytest.raises(MissingDirectory, match="does not exist"):
+        SQLiteStore(missing)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MissingDirectory, match="is not a directory"):
+        SQLiteStore(tmp_path / "file" / "h.db")
+    cfg = tmp_path / "h.yaml"
+    cfg.write_text(f"store:\n  backend: sqlite\n  path: {missing}\n")
+    with pytest.raises(ConfigError) as exc:
+        build_runtime(load_config(cfg, environ={}), registry=None)
+    assert exc.value.key == "store.path" and exc.value.source == str(cfg), str(exc.value)
+    assert str(missing.parent) in str(exc.value)
+    assert not missing.parent.exists()
+
+
+def test_serve_with_a_missing_store_directory_exits_1_naming_the_key(tmp_path: Path) -> None:
+    """``handoffmon serve`` stops before listening, with the file and ``store.path`` (before,
+    it created the directory and served; the timeout ends such a run)."""
+    from tests.conftest import free_port
+
+    missing = tmp_path / "typo" / "h.db"
+    cfg = tmp_path / "h.yaml"
+    cfg.write_text(f"store:\n  backend: sqlite\n  path: {missing}\n")
+    args = ["serve", "--config", str(cfg), "--upstream", "http://127.0.0.1:9", "--port", str(free_port())]
+    res = subprocess.run(
+        [sys.executable, "-m", "handoffmon", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert res.returncode == 1, res.stderr
+    assert str(cfg) in res.stderr and "store.path" in res.stderr and "does not exist" in res.stderr
+    assert "handoffmon serve: http" not in res.stderr and "Traceback" not in res.stderr
+    assert not missing.parent.exists()
