@@ -53,7 +53,7 @@ def _deployment(router: str) -> str:
 
     try:
         data = yaml.safe_load(Path(router).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+    except (OSError, yaml.YAMLError, RecursionError):
         return _digest(None)  # router_from_config reports the file; this is only its fingerprint
     if not isinstance(data, dict):
         return _digest(data)
@@ -481,6 +481,8 @@ def compare_cmd(
                 raise HandoffmonError(f"{path}: not JSON: {exc.msg}") from exc
             except UnicodeDecodeError as exc:
                 raise HandoffmonError(f"{path}: not JSON (not UTF-8 text: {exc.reason})") from exc
+            except RecursionError as exc:  # the parser recurses per nesting level
+                raise HandoffmonError(f"{path}: nested too deeply to read (thousands of levels)") from exc
             if isinstance(data, dict) and data.get("schema") == "handoffmon.switch_matrix":
                 matrices.append(SwitchMatrixResult.from_dict(data, source=path))
             else:

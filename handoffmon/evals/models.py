@@ -98,6 +98,10 @@ def router_from_config(path: str | Path) -> Any:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read router config: {exc}", source=source) from exc
+    except RecursionError as exc:  # the parser recurses per nesting level
+        raise ConfigError(
+            "cannot read router config: nested too deeply (thousands of levels)", source=source
+        ) from exc
     if not isinstance(data, dict) or not isinstance(data.get("model_list"), list) or not data["model_list"]:
         raise ConfigError("expected a non-empty list", key="model_list", source=source)
     settings = data.get("router_settings") or {}

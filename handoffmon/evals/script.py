@@ -275,6 +275,8 @@ def load_script(path: str | Path) -> DriftScript:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", source=source) from exc
+    except RecursionError as exc:  # the parser recurses per nesting level
+        raise ConfigError("nested too deeply to read (thousands of levels)", source=source) from exc
     return script_from_dict(data, source)
 
 

@@ -87,6 +87,8 @@ class Shapes:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+        except RecursionError as exc:  # the parser recurses per nesting level
+            raise InputError(f"{source}: nested too deeply to read (thousands of levels)") from exc
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise InputError(f"{source}: not a {SCHEMA} document")
         doc = DocReader(source)

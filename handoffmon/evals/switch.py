@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from handoffmon.checkers.rules import RuleSet
+from handoffmon.errors import InputError
 from handoffmon.evals.models import Messages, Responder
 from handoffmon.evals.runner import (
     RunSettings,
@@ -68,6 +69,18 @@ class CacheStats:
     generated_keys: list[tuple[str, str, str]] = field(default_factory=list)
 
 
+class CorruptCacheEntry(InputError):
+    """A cache file that is not the JSON ``put`` writes (cut short by a full disk or a partial copy)."""
+
+    def __init__(self, path: Path, exc: Exception) -> None:
+        self.path = path
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        super().__init__(
+            f"{path}: unreadable cache entry ({reason}): rerun with --discard-stale to delete and "
+            "generate it again, or use a new --cache"
+        )
+
+
 class DiskCache:
     """JSON files: ``prefix/<task>/<episode>/<model>@T<t>.json`` and ``cell/…/<A>__<B>@T<t>.json``.
 
@@ -98,6 +111,8 @@ class DiskCache:
             data = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise CorruptCacheEntry(p, exc) from exc
         if isinstance(data, dict) and set(data) == {"fingerprint", "value"}:
             return data["fingerprint"], data["value"]
         return None, data
@@ -291,10 +306,21 @@ class SwitchMatrixRun:
             StaleRunsError: some entries differ and ``discard_stale`` is off (nothing is changed).
         """
         stale: list[tuple[str, str, str, dict[str, Any] | None]] = []
+        corrupt: list[tuple[str, str, str, CorruptCacheEntry]] = []
         for kind, episode, name in self.entries(episodes):
-            found = self.cache.entry(kind, self.task, episode, name)
+            try:
+                found = self.cache.entry(kind, self.task, episode, name)
+            except CorruptCacheEntry as exc:
+                corrupt.append((kind, episode, name, exc))
+                continue
             if found is not None and found[0] != self.fingerprint:
                 stale.append((kind, episode, name, found[0]))
+        if corrupt and not self.settings.discard_stale:
+            more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+            raise InputError(f"{corrupt[0][3]}{more}")
+        for kind, episode, name, _exc in corrupt:
+            self.cache.discard(kind, self.task, episode, name)
+            self.stats.discarded += 1
         if stale and not self.settings.discard_stale:
             labelled = [
                 (f"{kind} {name.split('@')[0]} of {episode}", have) for kind, episode, name, have in stale

@@ -81,3 +81,29 @@ def test_compare_html_with_two_eval_results_writes_nothing(tmp_path: Path) -> No
     assert not out.exists() and not html.exists()
     ok = CliRunner().invoke(main, args)  # the control: without --html the two results compare
     assert ok.exit_code in (0, 3) and out.exists(), ok.output
+
+
+def test_eval_run_names_a_script_or_router_nested_thousands_deep(tmp_path: Path) -> None:
+    """YAML 100,000 levels deep as the script or the --router: exit 1 naming that file, nothing written."""
+    deep = "[" * 100_000 + "]" * 100_000
+    good = tmp_path / "s.yaml"
+    good.write_text(
+        yaml.safe_dump(
+            {
+                "id": "d",
+                "runs": 1,
+                "turns": [{"user": "Hi", "checkpoint": True}],
+                "rules": [{"name": "no_commas", "check": "no_commas"}],
+            }
+        ),
+        encoding="utf-8",
+    )
+    bad_script, bad_router = tmp_path / "deep.yaml", tmp_path / "router.yaml"
+    bad_script.write_text(f"id: d\nturns: {deep}\n", encoding="utf-8")
+    bad_router.write_text(f"model_list: {deep}\n", encoding="utf-8")
+    out = ["--db", str(tmp_path / "e.sqlite"), "--out", str(tmp_path / "e.json"), "--no-progress"]
+    for script, router, named in ((bad_script, "sim", bad_script), (good, str(bad_router), bad_router)):
+        res = CliRunner().invoke(main, ["eval", "run", str(script), "--router", router, "--model", "m", *out])
+        assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+        assert str(named) in res.output and "nested too deeply" in res.output, res.output
+        assert not (tmp_path / "e.sqlite").exists() and not (tmp_path / "e.json").exists()

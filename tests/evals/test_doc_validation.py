@@ -205,3 +205,21 @@ def test_eval_run_reads_its_shapes_before_any_model_call(tmp_path: Path, docs: d
     assert not any(
         p.exists() for p in (tmp_path / "e.sqlite", tmp_path / "eval.json", tmp_path / "eval.html")
     )
+
+
+@pytest.mark.parametrize("doc", ["shapes", "eval"])
+def test_a_document_nested_thousands_deep_is_named(tmp_path: Path, docs: dict[str, Any], doc: str) -> None:
+    """100,000 nested lists (the parser recurses per level): exit 1 naming the file, not 'an input file'."""
+    (tmp_path / "shapes.json").write_text(json.dumps(docs["shapes"]), encoding="utf-8")
+    (tmp_path / "eval.json").write_text(json.dumps(docs["eval"]), encoding="utf-8")
+    (tmp_path / f"{doc}.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    res = CliRunner().invoke(
+        main,
+        [
+            *("eval", "compare", "--shapes", str(tmp_path / "shapes.json"), str(tmp_path / "eval.json")),
+            *("--out", str(tmp_path / "cmp.json")),
+        ],
+    )
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert f"error: {tmp_path / f'{doc}.json'}: nested too deeply" in res.output, res.output
+    assert not (tmp_path / "cmp.json").exists()

@@ -76,3 +76,18 @@ def test_another_deployment_or_an_unfingerprinted_cache_is_not_reused(tmp_path: 
     assert code == 1 and "1 cached prefix(es) or cell(s)" in out and "without a fingerprint" in out, out
     code, out = _matrix(tmp_path, "--discard-stale")
     assert code == 0 and "cells generated 0, cached 8 (1 stale cache entries discarded)" in out, out
+
+
+def test_a_corrupt_cache_entry_is_named_then_discarded_on_request(tmp_path: Path) -> None:
+    """A truncated cache file (a copy cut short, a full disk) stops the rerun naming the file (it used
+    to print only the JSON parser's message); --discard-stale deletes and regenerates it."""
+    assert _matrix(tmp_path)[0] == 0
+    (tmp_path / "m.json").unlink()
+    cell = next(p for p in sorted((tmp_path / "cache" / "cell").rglob("*.json")))
+    cell.write_text(cell.read_text()[:40], encoding="utf-8")
+    code, out = _matrix(tmp_path)
+    assert code == 1 and f"error: {cell}: unreadable cache entry" in out, out
+    assert "--discard-stale" in out and not (tmp_path / "m.json").exists(), out
+    code, out = _matrix(tmp_path, "--discard-stale")
+    assert code == 0 and "cells generated 1, cached 7 (1 stale cache entries discarded)" in out, out
+    assert json.loads(cell.read_text())["fingerprint"]["seed"] == 0
