@@ -8,7 +8,7 @@ import copy
 import importlib
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from handoffmon.ingress import (
@@ -207,6 +207,20 @@ class SdkTurns:
             self.monitor.errors.failed("integration", exc, "could not finish a streamed completion")
 
 
+def listed(kwargs: dict[str, Any]) -> None:
+    """``messages`` given as a one-shot iterable (a generator: the SDKs type it ``Iterable``),
+    read once into a list that both the SDK and the monitor get, in place in the wrapper's own
+    ``kwargs``. Read by the monitor first, a generator reached the SDK empty; left alone, the
+    monitor saw no history (the turn recorded at depth 1, its prompt empty). The request sent
+    is the same either way. Lists, tuples and what is not iterable are left as they are."""
+    messages = kwargs.get("messages")
+    if messages is None or type(messages) is list or type(messages) is tuple:
+        return
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        return
+    kwargs["messages"] = list(messages)  # what the generator raises, the SDK would have raised
+
+
 def _offer(source: ShadowSource | None, cap: Capture, api: bool) -> ShadowOffer | None:
     """A turn's shadow offer from its integration's ``source`` (``None``: shadow off)."""
     messages = cap.request.messages
@@ -260,7 +274,9 @@ class _Calls:
 
     def _begin(self, kwargs: dict[str, Any]) -> Capture | _Pending | None:
         """The call's capture, its request read with the headers the SDK sends (the client's
-        default caller headers under the call's ``extra_headers``: ``as_sent``)."""
+        default caller headers under the call's ``extra_headers``: ``as_sent``). ``kwargs`` is
+        the wrapper's own dict of the call's arguments (``listed`` may replace its messages)."""
+        listed(kwargs)
         return self._turns.begin(kwargs, self._api, self._headers)
 
     def _monitored(
