@@ -19,6 +19,7 @@ from handoffmon.ingress.request import ResponseLink
 from handoffmon.ingress.served import author
 from handoffmon.routing import Candidate, RoutingState
 from handoffmon.routing.fallbacks import is_plain, reordered
+from handoffmon.routing.policy import MAX_ORDERED
 from handoffmon.routing.prefix import PrefixLookup
 
 _log = logging.getLogger("handoffmon.routing")
@@ -28,6 +29,11 @@ FACTS_TTL_S = 60.0
 
 MAX_CACHED = 1024
 """Bound of the per-group caches (facts, and fallback lookups by the list's contents)."""
+
+MAX_CACHED_NAME = 256
+"""Longest group name, and most entries of a fallback list, kept in those caches: a list a
+request carries (a LiteLLM Proxy body) is the client's to make, so what the caches hold stays
+bounded in bytes, not only in entries (a longer list or name is looked up, not kept)."""
 
 
 class RouterRouting:
@@ -119,7 +125,10 @@ class RouterRouting:
         replaced or edited in place — applies to the next request; only each group's facts
         (model, price, latency) are reused for ``FACTS_TTL_S``.
         """
-        return tuple(self._candidate(g, now) for g in self._fallback_groups(source, group))
+        groups = self._fallback_groups(source, group)
+        return tuple(  # the policy orders the first MAX_ORDERED; the others need no facts
+            self._candidate(g, now) if i < MAX_ORDERED else Candidate(g, None) for i, g in enumerate(groups)
+        )
 
     def _fallback_groups(self, source: Any, group: str) -> tuple[str, ...]:
         """``fallback_groups``, cached by the list's contents: an edited list is a new key. (Measured
@@ -152,9 +161,10 @@ class RouterRouting:
             _cost_usd_per_mtok(deployments) if self._need_cost else None,
             self._latency_s(group) if self._need_latency else None,
         )
-        if len(self._groups) >= MAX_CACHED:
-            self._groups.clear()
-        self._groups[group] = (cand, now + FACTS_TTL_S)
+        if len(group) <= MAX_CACHED_NAME:  # a request's own list may name anything: not kept
+            if len(self._groups) >= MAX_CACHED:
+                self._groups.clear()
+            self._groups[group] = (cand, now + FACTS_TTL_S)
         return cand
 
     def _deployments(self, group: str) -> list[Any]:
@@ -219,16 +229,34 @@ def fallback_groups(fallbacks: Any, group: str) -> tuple[str, ...]:
 
 
 def _frozen(fallbacks: Any) -> Any:
-    """A hashable copy of a fallback list's contents (raises TypeError for unhashable values)."""
+    """A hashable copy of a fallback list's contents (raises TypeError for unhashable values, and
+    for a list too large to keep: more than ``MAX_CACHED_NAME`` entries, or groups in an entry,
+    or characters in a name)."""
     if type(fallbacks) is not list:
         return fallbacks
-    out = []
+    if len(fallbacks) > MAX_CACHED_NAME:
+        raise TypeError("too large to cache")
+    out: list[Any] = []
     for e in fallbacks:
         if type(e) is dict:
-            out.append(tuple([(k, tuple(v) if type(v) is list else v) for k, v in e.items()]))
-        else:
-            out.append(e)
+            entry = []
+            for k, v in e.items():
+                if type(v) is list:
+                    if len(v) > MAX_CACHED_NAME or any(_long(g) for g in v):
+                        raise TypeError("too large to cache")
+                    v = tuple(v)
+                if _long(k):
+                    raise TypeError("too large to cache")
+                entry.append((k, v))
+            e = tuple(entry)
+        elif _long(e):
+            raise TypeError("too large to cache")
+        out.append(e)
     return tuple(out)
+
+
+def _long(name: Any) -> bool:
+    return isinstance(name, str) and len(name) > MAX_CACHED_NAME
 
 
 def _field(d: Any, name: str) -> Any:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from handoffmon.ingress.apis import Api
 from handoffmon.ingress.request import ResponseLink
 from handoffmon.routing.fallbacks import entry_groups, reordered
-from handoffmon.routing.policy import Candidate
+from handoffmon.routing.policy import MAX_ORDERED, Candidate
 from handoffmon.routing.prefix import PrefixLookup
 from handoffmon.routing.state import RoutingState
 
@@ -28,6 +28,9 @@ _log = logging.getLogger("handoffmon.routing")
 
 MAX_CANDIDATES_CACHED = 1024
 """Bound of the group → candidate cache."""
+
+MAX_CACHED_NAME = 256
+"""Longest group name kept in that cache (so it is bounded in bytes too)."""
 
 
 class BodyRouting:
@@ -82,7 +85,10 @@ class BodyRouting:
             messages, link = self._history(doc)
             if not isinstance(messages, list):
                 return None
-            cands = tuple(self._candidate(g) for g in entry_groups(fallbacks, model))
+            cands = tuple(  # the policy orders the first MAX_ORDERED; the others need no model
+                self._candidate(g) if i < MAX_ORDERED else Candidate(g, None)
+                for i, g in enumerate(entry_groups(fallbacks, model))
+            )
             decision = state.route(cands, messages, self._lookup, now=self._clock(), link=link)
             if not decision.changed or not state.enforcing:
                 return None
@@ -107,9 +113,10 @@ class BodyRouting:
         hit = self._cands.get(group)
         if hit is None:
             hit = Candidate(group, self._canonical(group))
-            if len(self._cands) >= MAX_CANDIDATES_CACHED:
-                self._cands.clear()
-            self._cands[group] = hit
+            if len(group) <= MAX_CACHED_NAME:  # the body's names are the client's: long ones not kept
+                if len(self._cands) >= MAX_CANDIDATES_CACHED:
+                    self._cands.clear()
+                self._cands[group] = hit
         return hit
 
 

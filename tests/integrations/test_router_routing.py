@@ -343,3 +343,46 @@ def test_enforce_follows_the_routers_fallbacks_when_they_change(edit: str) -> No
         assert second["fallbacks"] == [{"g-p": ["g-c", "g-b", "g-d"]}, {"g-c": ["g-d"]}]
         reply = client.completion(model="g-p", messages=history)
         assert reply._hidden_params["model_id"] == "dep-d"
+
+
+def _proxy_adapter(router: Any, provider: SimProvider, rt: Any) -> tuple[Any, list[dict[str, Any]]]:
+    rt.routing.holder.table = PairRiskTable(RISKY_B, created_at=time.time())
+    client = wrap(router, runtime=rt)
+    return client._routing, _after_a(client, rt)
+
+
+def test_a_proxy_bodys_own_long_list_is_decided_quickly(world: tuple[Any, SimProvider]) -> None:
+    """A LiteLLM Proxy body is the client's: a 6,000-entry ``fallbacks`` list is reordered in its
+    first MAX_ORDERED entries only, every entry kept, the rest in place after them (the whole list
+    was insertion-sorted on the proxy's event loop: 3.5–8.2 s measured before)."""
+    from handoffmon.routing.policy import MAX_ORDERED
+
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        adapter, history = _proxy_adapter(router, provider, rt)
+        groups = ["g-b", "g-c"] * 3_000
+        body = {"model": "g-p", "messages": history, "fallbacks": [{"g-p": groups}]}
+        started = time.perf_counter()
+        assert adapter.apply_body(body)
+        assert time.perf_counter() - started < 1.0
+        ordered = body["fallbacks"][0]["g-p"]
+        assert ordered[:MAX_ORDERED] == ["g-c"] * (MAX_ORDERED // 2) + ["g-b"] * (MAX_ORDERED // 2)
+        assert ordered[MAX_ORDERED:] == groups[MAX_ORDERED:]
+
+
+def test_what_a_proxy_body_names_is_not_kept_in_the_caches(world: tuple[Any, SimProvider]) -> None:
+    """Long group names and long lists from request bodies are looked up, not cached: the caches
+    held up to 1,024 of each, so a client could make the proxy keep gigabytes."""
+    from handoffmon.integrations.router_routing import MAX_CACHED_NAME
+
+    router, provider = world
+    with _runtime(router, provider, mode="enforce") as rt:
+        adapter, history = _proxy_adapter(router, provider, rt)
+        long_name = "g-" + "x" * 100_000
+        for i in range(5):
+            body = {"model": "g-p", "messages": history, "fallbacks": [{"g-p": [f"{long_name}{i}", "g-b"]}]}
+            assert not adapter.apply_body(body)  # an unknown group is never moved, nor passed
+        long_list = [{"g-p": ["g-b", "g-c"]}, *({f"g-{i}": ["g-b"]} for i in range(1000))]
+        assert adapter.apply_body({"model": "g-p", "messages": history, "fallbacks": long_list})
+        assert all(len(g) <= MAX_CACHED_NAME for g in adapter._groups)
+        assert all(len(key[1]) <= MAX_CACHED_NAME for key in adapter._lists)
