@@ -14,6 +14,7 @@ from handoffmon.config import StoreConfig
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import Authorship, Merge, merge_authorship, merge_by_read_write
 from handoffmon.stores._rev import stored_rev
+from handoffmon.stores._text import is_utf8
 
 with requires_extra("redis", "the Redis store"):
     import redis
@@ -212,7 +213,10 @@ class _Keys:
     """Key layout shared by the sync and async stores: ``<prefix>a:<fingerprint key>``,
     ``<prefix>s:<conversation id>``, and ``<prefix>s#<BLAKE2b-128 hex>`` for a conversation
     id containing ``:`` or NUL, so no caller id makes a key name that reads as another kind
-    of key or a longer prefix (``a:b:s:x``), and ids stored before keep their keys."""
+    of key or a longer prefix (``a:b:s:x``), and ids stored before keep their keys; also for
+    an id holding a lone surrogate, which no key name can carry (redis-py raised
+    ``UnicodeEncodeError``: every state call of such a conversation failed, three in a row
+    paused the store for every conversation)."""
 
     def __init__(self, prefix: str, ttl_s: float) -> None:
         self.prefix = prefix
@@ -222,7 +226,7 @@ class _Keys:
         return f"{self.prefix}a:{fingerprint}"
 
     def state(self, conversation_id: str) -> str:
-        if ":" in conversation_id or "\x00" in conversation_id:
+        if ":" in conversation_id or "\x00" in conversation_id or not is_utf8(conversation_id):
             digest = hashlib.blake2b(conversation_id.encode("utf-8", "surrogatepass"), digest_size=16)
             return f"{self.prefix}s#{digest.hexdigest()}"
         return f"{self.prefix}s:{conversation_id}"

@@ -13,6 +13,7 @@ from pathlib import Path
 from handoffmon.errors import CorruptValue, StoreError, StoreTimeout
 from handoffmon.protocols import Authorship
 from handoffmon.stores._rev import stored_rev
+from handoffmon.stores._text import is_utf8
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS handoffmon_attribution (
@@ -42,6 +43,20 @@ class MissingDirectory(StoreError):
         parent = path.parent
         what = "is not a directory" if parent.exists() else "does not exist"
         super().__init__(f"directory {str(parent)!r} of the SQLite file {path.name!r} {what} (not created)")
+
+
+def _text(value: str) -> str | bytes:
+    """A text parameter as SQLite can take it: itself, or, when it holds a lone surrogate (a
+    caller's conversation id ``"\\ud800"`` decoded from JSON), its ``surrogatepass`` UTF-8
+    bytes, stored as a BLOB. A BLOB never equals a TEXT value, so such an id cannot meet
+    another one. (Before, ``sqlite3`` raised ``UnicodeEncodeError`` for it: every call of
+    that conversation failed, three in a row paused the store for every conversation.)"""
+    return value if is_utf8(value) else value.encode("utf-8", "surrogatepass")
+
+
+def _untext(value: str | bytes) -> str:
+    """Inverse of :func:`_text` for a value read back."""
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
 
 
 def _authorship(authors: str, depth: int, created_at: float, cid: str) -> Authorship:
@@ -79,7 +94,7 @@ def _select_state(cur: sqlite3.Cursor, conversation_id: str, now: float) -> str 
     """The stored state blob of a conversation, or ``None`` when missing or expired at ``now``."""
     cur.execute(
         "SELECT state FROM handoffmon_conversation_state WHERE conversation_id = ? AND expires_at > ?",
-        (conversation_id, now),
+        (_text(conversation_id), now),
     )
     row = cur.fetchone()
     return None if row is None else row[0]
@@ -211,7 +226,7 @@ class SQLiteStore:
         bad = 0
         with self._cursor() as cur:
             for start in range(0, len(keys), _CHUNK):
-                chunk = list(keys[start : start + _CHUNK])
+                chunk = [_text(k) for k in keys[start : start + _CHUNK]]
                 marks = ",".join("?" * len(chunk))
                 cur.execute(
                     "SELECT key, authors, depth, created_at, conversation_id FROM handoffmon_attribution"
@@ -223,8 +238,8 @@ class SQLiteStore:
                         names = json.loads(authors)
                         if not isinstance(names, list):
                             raise ValueError("authors is not a list")
-                        rows[key] = Authorship(
-                            tuple(str(a) for a in names), int(depth), float(created_at), cid
+                        rows[_untext(key)] = Authorship(
+                            tuple(str(a) for a in names), int(depth), float(created_at), _untext(cid)
                         )
                     except (ValueError, TypeError):
                         bad += 1
@@ -240,7 +255,7 @@ class SQLiteStore:
         now = self._clock()
         expires = now + self.ttl_s
         rows = [
-            (k, json.dumps(list(a.authors)), a.depth, a.created_at, a.conversation_id, expires)
+            (_text(k), json.dumps(list(a.authors)), a.depth, a.created_at, _text(a.conversation_id), expires)
             for k, a in items
         ]
         with self._cursor(write=True) as cur:
@@ -268,7 +283,7 @@ class SQLiteStore:
         with self._cursor(write=True) as cur:
             cur.execute(
                 "INSERT OR REPLACE INTO handoffmon_conversation_state VALUES (?, ?, ?)",
-                (conversation_id, blob, now + self.ttl_s),
+                (_text(conversation_id), blob, now + self.ttl_s),
             )
             self._maybe_purge(cur, now)
 
@@ -300,7 +315,7 @@ class SQLiteStore:
                     continue
                 cur.execute(
                     "INSERT OR REPLACE INTO handoffmon_conversation_state VALUES (?, ?, ?)",
-                    (conversation_id, blob, now + self.ttl_s),
+                    (_text(conversation_id), blob, now + self.ttl_s),
                 )
             self._maybe_purge(cur, now)
         return conflicts

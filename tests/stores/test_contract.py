@@ -108,6 +108,34 @@ def test_state_and_fingerprints_do_not_collide(store: AttributionStore) -> None:
     assert store.get_state("same") == {"x": 1}
 
 
+HOSTILE_IDS = ["a\ud800b", "a\udfffb", "\udcff" * 64, "nul\x00id", "x:y\x00\ud800", "é" * 120, ""]
+"""Conversation ids a caller can send: lone surrogates (JSON ``"\\ud800"``), NUL, colons, long
+non-ASCII text, empty."""
+
+
+def test_hostile_conversation_ids_round_trip_apart_without_a_failure(store: AttributionStore) -> None:
+    """Every call of a conversation whose id held a lone surrogate raised ``UnicodeEncodeError``
+    in SQLite and Redis (three in a row paused the store for every conversation); now each id
+    keeps its own attributions and state, distinct from every other, and the guard counts
+    nothing."""
+    guard = GuardedStore(store)
+    for i, cid in enumerate(HOSTILE_IDS):
+        guard.put_many([(f"k{i}", Authorship((f"m{i}",), i + 1, 1.0, cid))])
+        guard.put_state(cid, {"i": i, "text": cid})
+    got = guard.get_many([f"k{i}" for i in range(len(HOSTILE_IDS))])
+    assert [a.conversation_id if a else None for a in got] == HOSTILE_IDS
+    assert [guard.get_state(cid) for cid in HOSTILE_IDS] == [
+        {"i": i, "text": cid} for i, cid in enumerate(HOSTILE_IDS)
+    ]
+    if guard.native_cas:  # the shared stores' compare-and-set (the memory store has none)
+        assert guard.put_states_if([(HOSTILE_IDS[0], {"rev": 1}, 0), (HOSTILE_IDS[1], {"rev": 5}, 3)]) == {
+            HOSTILE_IDS[1]: {"i": 1, "text": HOSTILE_IDS[1]}
+        }
+        assert guard.get_state(HOSTILE_IDS[0]) == {"rev": 1}
+    stats = guard.stats()
+    assert stats.pop("put_state_conflicts") == int(guard.native_cas) and not any(stats.values()), stats
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_entries_expire_after_ttl(backend: str, tmp_path: Path) -> None:
     """Attributions and state written with ttl_s=0.3 are gone 0.5 s later (real clock)."""
