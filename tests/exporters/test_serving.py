@@ -22,6 +22,7 @@ from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import (
     metrics_asgi_app,
     metrics_wsgi_app,
+    multiprocess_counts,
     multiprocess_registry,
     start_metrics_server,
 )
@@ -156,3 +157,34 @@ def test_multiprocess_two_writers_summed_by_one_collector(tmp_path: Path) -> Non
     assert delta[L(prefix_model="gpt", model="claude", rule="json", bound="estimate")] == -0.12
     # no pid label leaks into max-mode gauges
     assert only(s, "handoffmon_label_limit")[L(label="model")] == 50
+
+
+def test_multiprocess_counts_sum_every_worker_of_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``multiprocess_counts``: the refit's counts of a whole multiprocess deployment (two workers
+    here, one of them exited), not one worker's. A LiteLLM Proxy with ``--num_workers 2`` refitted
+    each worker's own turns: its ``handoffmon_handoff_checked_turns`` read 67 of the 120 turns
+    ``handoffmon_turns_total`` counted for the pair."""
+    from handoffmon.counts import CheckKey, TurnKey
+    from handoffmon.sources import SourceError
+
+    run_worker(tmp_path, "gpt", "3", "none")
+    run_worker(tmp_path, "claude", "4", "1800000100")
+    counts = multiprocess_counts(str(tmp_path))
+    assert counts.turns == {
+        TurnKey("gpt", "none", "1", "false"): 3,
+        TurnKey("claude", "none", "1", "false"): 4,
+    }
+    assert counts.checks == {
+        CheckKey("json", "gpt", "none", "1", "fail"): 2,
+        CheckKey("json", "gpt", "none", "1", "pass"): 1,
+        CheckKey("json", "claude", "none", "1", "fail"): 2,
+        CheckKey("json", "claude", "none", "1", "pass"): 2,
+    }
+    assert counts.monitor_errors == {"check": 2}
+    run_worker(tmp_path, "gpt", "1", "none")  # a third process: its turn is added, nothing twice
+    assert multiprocess_counts(str(tmp_path)).turns[TurnKey("gpt", "none", "1", "false")] == 4
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    with pytest.raises(SourceError, match="PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess_counts()
