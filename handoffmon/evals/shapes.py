@@ -364,6 +364,16 @@ def handoff_pairs(counts: Counts) -> list[dict[str, Any]]:
     return [{"prefix_model": a, "model": b, "turns": n, "share": n / total} for (a, b), n in c.most_common()]
 
 
+def _refuse_pooled_name(models: set[str], source: str) -> None:
+    """``InputError`` when production names a model ``*``: its counts would be added into the
+    pooled-over-models entry of that name (counted twice there) and the model itself would vanish."""
+    if POOLED in models:
+        raise InputError(
+            f"{source}: model {POOLED!r} is reserved in shapes for the pooled-over-models entry; "
+            "rename it (attribution.canonical_models) before exporting shapes"
+        )
+
+
 def shapes_from_counts(
     counts: Counts,
     *,
@@ -375,6 +385,12 @@ def shapes_from_counts(
     """The shapes of production ``Counts`` (buckets inferred from the labels when not given)."""
     from handoffmon.sources.spec import infer_buckets
 
+    _refuse_pooled_name(
+        {k.model for k in counts.checks} | {k.prefix_model for k in counts.checks}
+        | {k.model for k in counts.transitions} | {k.model for k in counts.turns}
+        | {k.prefix_model for k in counts.turns},
+        source,
+    )  # fmt: skip
     buckets = buckets or infer_buckets(counts)
     if counts.session_lengths:
         sessions = percentiles_from_histogram(counts.session_lengths)
@@ -433,6 +449,11 @@ def shapes_from_refit(result: Any, *, source: str) -> Shapes:
     """
     from handoffmon.refit.result import ALL_RULES
 
+    _refuse_pooled_name(
+        {m for fit in result.rules.values() for m in fit.curves}
+        | {m for fit in result.rules.values() for p in fit.pairs for m in (p.prefix_model, p.model)},
+        source,
+    )
     buckets = DepthBuckets.from_labels(result.buckets) if result.buckets else DepthBuckets()
     z = _z(result.confidence)
     shapes = [

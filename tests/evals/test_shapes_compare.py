@@ -284,3 +284,33 @@ def test_shapes_from_prometheus_api(tmp_path: Path) -> None:
     assert [(p["prefix_model"], p["model"], p["turns"]) for p in shapes.handoff_pairs] == [("a", "b", 10)]
     assert "unavailable" in shapes.history_tokens
     assert any("histogram_quantile" in q.get("query", "") for q in seen)
+
+
+def test_a_production_model_named_like_the_pooled_entry_is_refused(tmp_path: Path) -> None:
+    """A model labelled '*' (the shapes' pooled-over-models name) used to be added into the pooled
+    entry: its 5 checks counted twice (n = 15 for 10 checks) and the model itself vanished, exit 0."""
+    cells = tmp_path / "cells.csv"
+    cells.write_text(
+        "rule,model,prefix_model,depth_bucket,n,passes\nr,*,none,1,5,3\nr,m,none,1,5,3\nr,m,*,2,5,3\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError, match=r"cells\.csv: model '\*' .*reserved"):
+        export_shapes(str(cells))
+    res = CliRunner().invoke(
+        main, ["shapes", "export", "--source", str(cells), "--out", str(tmp_path / "s.json")]
+    )
+    assert res.exit_code == 1 and f"error: {cells}: model '*'" in res.output, res.output
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_a_refit_with_a_model_named_like_the_pooled_entry_is_refused(
+    tmp_path: Path, production: tuple
+) -> None:
+    """Through a refit.json: its '*' curve and the pooled '*' entry would be two shapes of one key."""
+    from handoffmon.refit import refit
+
+    text = refit(production[2], buckets=BUCKETS).to_json()
+    assert '"m1"' in text
+    (tmp_path / "refit.json").write_text(text.replace('"m1"', '"*"'), encoding="utf-8")
+    with pytest.raises(InputError, match=r"refit\.json: model '\*' .*reserved"):
+        export_shapes(str(tmp_path / "refit.json"))
