@@ -4,7 +4,9 @@ A call is admitted only if every window can hold its **upper bound** (tokens: th
 prompt's UTF-8 bytes — a byte-level BPE token covers at least one byte — plus
 ``max_output_tokens``; money: that many tokens at the target's prices). After the call
 the reservation is settled to the reported usage, so a window never holds more than its
-limit, even with calls in flight.
+limit, even with calls in flight — unless a call used more than its bound (a history referring
+to an image or a file by URL or id, whose bytes bound nothing): that use is kept as reported,
+and the window admits nothing until it drains below the limit again.
 """
 
 from __future__ import annotations
@@ -149,12 +151,17 @@ class Budget:
             return Reservation(pair, tokens, usd, items)
 
     def settle(self, r: Reservation, tokens: float | None, usd: float | None) -> None:
-        """Settle a reservation to the call's reported use (None: keep the upper bound)."""
+        """Settle a reservation to the call's reported use (None: keep the upper bound).
+
+        A use above the bound is kept as reported, not cut to the bound: the bytes of a history
+        do not bound what it costs when it refers to content by URL or id (an image by URL, a
+        file by id), and a window that recorded only the bound would let every such call spend
+        past the limit unseen. Kept as used, it stops further calls until it drains."""
         with self._lock:
-            for name, used, bound in (("tokens", tokens, r.tokens), ("usd", usd, r.usd)):
+            for name, used in (("tokens", tokens), ("usd", usd)):
                 if used is not None:
                     window, item = r._items[name]
-                    window.settle(item, min(used, bound))
+                    window.settle(item, max(used, 0.0))
 
     def cancel(self, r: Reservation) -> None:
         """Give a reservation back whole (no call was sent): every window settles it to 0."""

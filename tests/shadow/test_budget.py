@@ -15,7 +15,8 @@ PRICES = (1e-6, 4e-6)
 def _drive(
     budget: Budget, clock: FakeClock, seconds: float, rate_per_s: float
 ) -> list[tuple[float, Reservation]]:
-    """Offer calls at ``rate_per_s`` with random prompt sizes; settle each to a random usage."""
+    """Offer calls at ``rate_per_s`` with random prompt sizes; settle each to a random usage within
+    its bound (a call's money at the prices it was reserved at)."""
     rng = random.Random(1)
     admitted = []
     t = 0.0
@@ -26,8 +27,8 @@ def _drive(
         tokens = budget.upper_bound_tokens(rng.randint(100, 4000), 5)
         r = budget.reserve(pair, tokens, PRICES, tokens - 256)
         if isinstance(r, Reservation):
-            used = rng.uniform(0.2, 1.0) * tokens
-            budget.settle(r, used, used * PRICES[1])
+            share = rng.uniform(0.2, 1.0)  # of the bound, in tokens and so in money
+            budget.settle(r, share * tokens, share * r.usd)
             admitted.append((clock(), r))
     return admitted
 
@@ -97,3 +98,22 @@ def test_the_per_conversation_map_stays_bounded_whatever_ids_clients_send() -> N
     clock.advance(3601)
     assert isinstance(budget.reserve(("a", "b"), 10.0, None, 5.0, last), Reservation)
     assert len(budget._conversations) == 1
+
+
+def test_a_call_that_used_more_than_its_bound_is_kept_as_used() -> None:
+    """A chat history referring to an image by URL is a few bytes whose tokens its bytes do not
+    bound (an image is ~1,500 tokens). Settling cut the reported use to the reservation's bound,
+    so the windows never saw what such calls spent and every one of them could pass the daily
+    money cap. Kept as reported, the overrun stops further calls until it drains."""
+    cfg = ShadowConfig(tokens_per_hour=10_000, usd_per_day=0.01, max_output_tokens=100)
+    clock = FakeClock(0.0)
+    budget = Budget(cfg, clock)
+    bound = budget.upper_bound_tokens(200, 2)  # an image_url message: 200 bytes
+    r = budget.reserve(("a", "b"), bound, PRICES, bound - 100)
+    assert isinstance(r, Reservation)
+    budget.settle(r, 12_000.0, 0.02)  # what the provider reported
+    used, _ = budget.usage()
+    assert (used["tokens"], used["usd"]) == (12_000.0, 0.02)
+    assert budget.reserve(("a", "b"), bound, PRICES, bound - 100) == "budget_tokens"
+    clock.advance(3601)
+    assert budget.reserve(("a", "b"), bound, PRICES, bound - 100) == "budget_money"  # the day still holds it
