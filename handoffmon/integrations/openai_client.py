@@ -168,9 +168,12 @@ class SdkTurns:
                 response = api.as_chat(response)
                 if response is None:  # not a finished reply (a queued background response)
                     return
+            reply = reply_message(response)
+            if reply is None:  # no choice (``choices: []``): no reply, no turn (as ``serve``)
+                return
             self.monitor.finish(
                 cap,
-                reply_message(response),
+                reply,
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
                 shadow=self.offer(cap, api is not None),
@@ -188,8 +191,8 @@ class SdkTurns:
         api: bool = False,
     ) -> None:
         try:
-            if not self.monitor.stream_recordable(out):
-                return
+            if not out.chunks or not self.monitor.stream_recordable(out):
+                return  # no chunk at all (an error event first, closed at once): no reply, no turn
             cap = self.resolve(ctx)
             if cap is None:
                 return

@@ -277,9 +277,12 @@ class RouterWrapper:
             doc = as_chat(response)
             if doc is None:  # not a finished reply (a queued background response): no turn
                 return
+            reply = reply_message(doc)
+            if reply is None:  # no choice, no output message: no reply, no turn (as ``serve``)
+                return
             self._monitor.finish(
                 cap,
-                reply_message(doc),
+                reply,
                 Deferred(describe_response, (self._monitor.names, doc, served_by_response(response))),
                 latency_s=time.perf_counter() - t1,
                 shadow=self._offer(cap, api=True),
@@ -386,6 +389,8 @@ class RouterWrapper:
     def _finish(self, cap: Capture, response: Any, latency_s: float, tried: tuple[Any, ...] | None) -> None:
         try:
             reply = reply_message(response)
+            if reply is None:  # no choice (``choices: []``): no reply, no turn (as ``serve``)
+                return
             self._monitor.finish(
                 cap,
                 reply,
@@ -439,10 +444,13 @@ class RouterWrapper:
         t1: float,
         t2: float,
         tried: tuple[Any, ...] | None,
-    ) -> Built:
-        """What ``_capture`` and ``_finish`` would have taken, on the attribution thread."""
-        request = self._parser.router_call(model, messages, kwargs, received_at=t0)
+    ) -> Built | None:
+        """What ``_capture`` and ``_finish`` would have taken, on the attribution thread;
+        ``None`` for a response with no choice (no reply, no turn)."""
         reply = reply_message(response)
+        if reply is None:
+            return None
+        request = self._parser.router_call(model, messages, kwargs, received_at=t0)
         if content is not _UNREAD and isinstance(reply, dict) and reply.get("content") is not content:
             reply = {**reply, "content": content}  # the text as returned, not as edited since
         outcome = self._outcome(response, tried)
@@ -459,8 +467,8 @@ class RouterWrapper:
         tried: tuple[Any, ...] | None = None,
     ) -> None:
         try:
-            if not self._monitor.stream_recordable(out):
-                return
+            if not out.chunks or not self._monitor.stream_recordable(out):
+                return  # no chunk at all (an error first, closed at once): no reply, no turn
             self._monitor.finish(
                 cap,
                 out.reply,
