@@ -240,8 +240,8 @@ def run_cmd(
         settings = _settings(
             kw["runs"], kw["concurrency"], kw["retries"], kw["seed"], kw["progress"], target, discard_stale
         )
+        group = resolve(model)  # an unknown --model stops before --db is created
         with ResultStore(db, label=" ".join(sys.argv[1:])[:500]) as store:
-            group = resolve(model)
             summary = asyncio.run(Runner(responder, store, settings).run(loaded, group))
             rows = list(store.rows(model=group))
             runs = {s.id: kw["runs"] or s.runs for s in loaded}  # what this eval asked for

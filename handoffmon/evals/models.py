@@ -171,8 +171,10 @@ class SimTarget:
         for m in self.fleet.models:
             if name in (m.name, m.group):
                 return str(m.group)
+        groups = ", ".join(dict.fromkeys(str(m.group) for m in self.fleet.models))
         raise ConfigError(
-            f"unknown simulated model {name!r} (known: {', '.join(self.fleet.names)})", key="--model"
+            f"unknown simulated model {name!r} (groups: {groups}; models: {', '.join(self.fleet.names)})",
+            key="--model",
         )
 
 

@@ -107,3 +107,33 @@ def test_eval_run_names_a_script_or_router_nested_thousands_deep(tmp_path: Path)
         assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
         assert str(named) in res.output and "nested too deeply" in res.output, res.output
         assert not (tmp_path / "e.sqlite").exists() and not (tmp_path / "e.json").exists()
+
+
+def test_eval_run_with_an_unknown_sim_model_lists_the_groups_and_creates_no_database(tmp_path: Path) -> None:
+    """The simulator's groups (general, ...) are what the docs tell users to request; the error used to
+    list only the authors, and left an empty --db behind."""
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        yaml.safe_dump(
+            {
+                "id": "u",
+                "runs": 1,
+                "rules": [{"name": "no_commas", "check": "no_commas"}],
+                "turns": [{"user": "Hi", "checkpoint": True}],
+            }
+        ),
+        encoding="utf-8",
+    )
+    db = tmp_path / "e.sqlite"
+    res = CliRunner().invoke(
+        main,
+        [
+            *("eval", "run", str(script), "--router", "sim", "--model", "nosuch"),
+            "--db",
+            str(db),
+            "--no-progress",
+        ],
+    )
+    assert res.exit_code == 1 and "unknown simulated model 'nosuch'" in res.output, res.output
+    assert "groups: general, fast, reasoning, budget, experimental, backup" in res.output, res.output
+    assert "models: atlas," in res.output and not db.exists(), res.output
