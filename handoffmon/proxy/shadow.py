@@ -20,7 +20,7 @@ from handoffmon.prices import cost_map_prices
 from handoffmon.proxy.forward import _decoded
 from handoffmon.proxy.upstream import Upstream, response_headers
 from handoffmon.runtime.shadow_calls import SHADOW_HEADER, call_on_loop, shadow_reply
-from handoffmon.shadow.turns import ShadowReply, ShadowSource
+from handoffmon.shadow.turns import NoRoute, ShadowReply, ShadowSource
 
 CREDENTIAL_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "openai-organization", "openai-project"}
@@ -36,6 +36,12 @@ class UpstreamStatusError(Exception):
     def __init__(self, status_code: int) -> None:
         super().__init__(f"upstream answered {status_code}")
         self.status_code = status_code
+
+
+class UpstreamFull(NoRoute):
+    """Every upstream slot (``proxy.max_upstream_requests``) was taken or waited for: the shadow
+    call was not sent, so it takes no slot from a client's request (skipped as ``no_route``, its
+    reservation given back)."""
 
 
 class UpstreamShadow:
@@ -78,7 +84,8 @@ class UpstreamShadow:
         body = json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": False})
         headers = [*self._headers, ("content-type", "application/json"), (SHADOW_HEADER, "1")]
         slots = self._upstream.slots
-        await slots.take()  # UpstreamBusy: counted as a failed call, and the breaker backs off
+        if not slots.try_take():  # never in line with the clients' requests for an upstream slot
+            raise UpstreamFull("no upstream slot free for a shadow call")
         try:
             async with self._upstream.request("POST", CHAT_PATH, b"", headers, body.encode()) as resp:
                 status, raw = resp.status, response_headers(resp.raw_headers)
