@@ -83,21 +83,19 @@ def test_compare_html_with_two_eval_results_writes_nothing(tmp_path: Path) -> No
     assert ok.exit_code in (0, 3) and out.exists(), ok.output
 
 
+def _one_turn_script(tmp_path: Path) -> Path:
+    """s.yaml: one checked turn, one rule, one run."""
+    script = tmp_path / "s.yaml"
+    rule = {"name": "no_commas", "check": "no_commas"}
+    doc = {"id": "u", "runs": 1, "rules": [rule], "turns": [{"user": "Hi", "checkpoint": True}]}
+    script.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return script
+
+
 def test_eval_run_names_a_script_or_router_nested_thousands_deep(tmp_path: Path) -> None:
     """YAML 100,000 levels deep as the script or the --router: exit 1 naming that file, nothing written."""
     deep = "[" * 100_000 + "]" * 100_000
-    good = tmp_path / "s.yaml"
-    good.write_text(
-        yaml.safe_dump(
-            {
-                "id": "d",
-                "runs": 1,
-                "turns": [{"user": "Hi", "checkpoint": True}],
-                "rules": [{"name": "no_commas", "check": "no_commas"}],
-            }
-        ),
-        encoding="utf-8",
-    )
+    good = _one_turn_script(tmp_path)
     bad_script, bad_router = tmp_path / "deep.yaml", tmp_path / "router.yaml"
     bad_script.write_text(f"id: d\nturns: {deep}\n", encoding="utf-8")
     bad_router.write_text(f"model_list: {deep}\n", encoding="utf-8")
@@ -112,18 +110,7 @@ def test_eval_run_names_a_script_or_router_nested_thousands_deep(tmp_path: Path)
 def test_eval_run_with_an_unknown_sim_model_lists_the_groups_and_creates_no_database(tmp_path: Path) -> None:
     """The simulator's groups (general, ...) are what the docs tell users to request; the error used to
     list only the authors, and left an empty --db behind."""
-    script = tmp_path / "s.yaml"
-    script.write_text(
-        yaml.safe_dump(
-            {
-                "id": "u",
-                "runs": 1,
-                "rules": [{"name": "no_commas", "check": "no_commas"}],
-                "turns": [{"user": "Hi", "checkpoint": True}],
-            }
-        ),
-        encoding="utf-8",
-    )
+    script = _one_turn_script(tmp_path)
     db = tmp_path / "e.sqlite"
     res = CliRunner().invoke(
         main,
