@@ -35,10 +35,17 @@ CONFLICTS = "conflicts"
 sharing the SQLite file) had written the conversation since it was read; folded again."""
 
 
+READS = frozenset({"get_many", "get_state", "get_state_stored"})
+"""Backend methods that only read: their success says nothing of writes failing meanwhile."""
+
+
 class _Breaker:
     """After ``trip_after`` consecutive failures, skip the backend for ``retry_after_s``.
 
-    The first call after the pause probes the backend again; any success closes the breaker.
+    The first call after the pause probes the backend again; a success closes the breaker,
+    except a read's while writes fail: a backend that answers reads but refuses writes (a
+    SQLite file another process holds locked, a full disk, a Redis out of memory) still
+    trips it, and stays unhealthy, where reads in between writes reset it before.
     """
 
     def __init__(self, retry_after_s: float, trip_after: int, clock: Callable[[], float]) -> None:
@@ -47,24 +54,30 @@ class _Breaker:
         self._clock = clock
         self._open_until = 0.0
         self._failures = 0
+        self._writes_failing = False
         self.down = False
-        """The last call tried failed (cleared by the next success)."""
+        """The last call tried failed (cleared by the next success; a read's clears it only
+        when no write has failed since the last write that succeeded)."""
 
     def allows(self) -> bool:
         return self._clock() >= self._open_until
 
-    def trip(self) -> None:
+    def trip(self, write: bool = False) -> None:
         self.down = True
+        self._writes_failing = self._writes_failing or write
         self._failures += 1
         if self._failures >= self._trip_after:
             self._failures = 0
             self._open_until = self._clock() + self._retry_after_s
 
-    def reset(self) -> None:
-        if self._failures or self._open_until or self.down:
+    def reset(self, write: bool = True) -> None:
+        if not write and self._writes_failing:
+            return  # reads answer, writes fail: not a recovery
+        if self._failures or self._open_until or self.down or self._writes_failing:
             self._failures = 0
             self._open_until = 0.0
             self.down = False
+            self._writes_failing = False
 
 
 class GuardedStore:
@@ -100,21 +113,22 @@ class GuardedStore:
         if not self._breaker.allows():
             self._count(op, StoreSkipped.kind)
             raise StoreSkipped(f"store {op} skipped: backing off after repeated failures")
+        write = method not in READS
         try:
             result = getattr(self.inner, method)(*args)
         except CorruptValue as exc:  # the backend answered: not a reason to back off
-            self._breaker.reset()
+            self._breaker.reset(write)
             self._failed(exc.op or op, exc.kind)
             return exc.partial  # type: ignore[return-value]
         except StoreError as exc:
-            self._breaker.trip()
+            self._breaker.trip(write)
             self._failed(op, exc.kind)
             raise
         except Exception as exc:  # a backend that does not translate its errors
-            self._breaker.trip()
+            self._breaker.trip(write)
             self._failed(op, StoreError.kind)
             raise StoreError(f"store {op} failed: {type(exc).__name__}: {exc}") from exc
-        self._breaker.reset()
+        self._breaker.reset(write)
         return result
 
     def failed_at_start(self, op: str, exc: StoreError) -> None:

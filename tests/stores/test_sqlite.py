@@ -263,3 +263,56 @@ def test_serve_with_a_missing_store_directory_exits_1_naming_the_key(tmp_path: P
     assert str(cfg) in res.stderr and "store.path" in res.stderr and "does not exist" in res.stderr
     assert "handoffmon serve: http" not in res.stderr and "Traceback" not in res.stderr
     assert not missing.parent.exists()
+
+
+def test_writes_failing_between_reads_that_answer_still_trip_the_breaker(tmp_path: Path) -> None:
+    """Another process holds the file's write lock (WAL: reads still answer). Each turn reads,
+    then writes: every write waited the busy timeout and failed, and the read in between reset
+    the breaker, so it never tripped and ``healthy`` (``/readyz``) said ``ok`` while no write
+    went through (a full disk alike: 947 write errors, 0 skipped, in a 300-turn run). A read
+    answering no longer clears failing writes: the third failed write trips the breaker."""
+    from handoffmon.errors import StoreSkipped, StoreTimeout
+    from handoffmon.stores import GuardedStore
+
+    path = tmp_path / "h.db"
+    store = SQLiteStore(path, busy_timeout_s=0.05)
+    store.put_many([("k", A)])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITE_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        clock = FakeClock()
+        guard = GuardedStore(store, clock=clock, trip_after=3, retry_after_s=1.0)
+        for _ in range(3):
+            assert guard.get_many(["k"]) == [A]  # reads answer
+            with pytest.raises(StoreTimeout):
+                guard.put_many([("k2", A)])
+            assert not guard.healthy
+        with pytest.raises(StoreSkipped):
+            guard.put_many([("k2", A)])
+        stats = guard.stats()
+        assert (stats["put_timeouts"], stats["put_skipped"], stats["get_errors"]) == (3, 1, 0), stats
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()  # the holder commits and exits
+        holder.wait(10)
+    clock.now += 1.5  # past the pause: the lock is gone, the write goes through
+    guard.put_many([("k2", A)])
+    assert guard.healthy and guard.get_many(["k2"]) == [A]
+    store.close()
+
+
+HOLD_WRITE_LOCK = textwrap.dedent(
+    """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    print("locked", flush=True)
+    sys.stdin.read()
+    conn.execute("COMMIT")
+    """
+)
