@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -100,6 +102,23 @@ def _select_state(cur: sqlite3.Cursor, conversation_id: str, now: float) -> str 
     return None if row is None else row[0]
 
 
+_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+_inherited: list[sqlite3.Connection] = []
+"""Connections a forked child inherited, kept open and never used: SQLite forbids using a
+connection across ``fork`` (its locks are the parent's), and closing it in the child would
+run SQLite's close on the parent's file descriptors and lock state."""
+
+
+def _after_fork_in_child() -> None:
+    """Every store forgets the parent's connections (each thread of the child opens its own)."""
+    for store in list(_stores):
+        store._forget_connections()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class SQLiteStore:
     """``AttributionStore`` in a SQLite file that survives restarts.
 
@@ -141,6 +160,7 @@ class SQLiteStore:
         self._open = False
         if not self.path.parent.is_dir():
             raise MissingDirectory(self.path)
+        _stores.add(self)
         self.open_error: StoreError | None = None
         """Why the file could not be opened at start (``None``: it was). The store still starts:
         every call tries to open it again and fails with ``StoreError`` until it can (the store
@@ -180,6 +200,16 @@ class SQLiteStore:
                 self._prune_dead_threads()
                 self._all[threading.current_thread()] = conn
         return conn
+
+    def _forget_connections(self) -> None:
+        """In a forked child: the parent's connections set aside (``_inherited``), the lock new."""
+        self._lock = threading.Lock()
+        main: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        _inherited.extend(self._all.values())
+        if main is not None and main not in self._all.values():
+            _inherited.append(main)
+        self._all = {}
+        self._local = threading.local()
 
     def _prune_dead_threads(self) -> None:
         """Close connections of threads that ended (lock held), so thread churn cannot leak them."""

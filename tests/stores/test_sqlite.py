@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -316,3 +318,44 @@ HOLD_WRITE_LOCK = textwrap.dedent(
     conn.execute("COMMIT")
     """
 )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(tmp_path: Path) -> None:
+    """SQLite forbids using a connection across ``fork`` (``gunicorn --preload``: the store is
+    opened in the master). The child's main thread went on with the parent's connection, and
+    its first new thread closed the parent's other connections (``_prune_dead_threads``: the
+    parent's threads look dead in the child). Now the child opens its own on every thread, the
+    inherited ones stay open and unused, and both processes' writes land in one sound file."""
+    store = SQLiteStore(tmp_path / "h.db")
+    store.put_many([("parent-main", A)])
+    assert run_in_threads(lambda i: store.put_many([("parent-thread", A)]), 1) == []
+    parents = list(store._all.values())
+    inherited = {id(c) for c in parents}
+    assert len(inherited) == 2
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            store.put_many([("child-main", A)])
+            errors = run_in_threads(lambda i: store.put_many([(f"child-thread-{i}", A)]), 2)
+            used = {id(c) for c in store._all.values()}
+            still_open = all(c.total_changes >= 0 for c in parents)  # a closed one raises
+            got = store.get_many(["parent-main", "parent-thread", "child-main", "child-thread-0"])
+            out = {"reused": sorted(used & inherited), "errors": [repr(e) for e in errors]}
+            out |= {"open": still_open, "read": [a is not None for a in got]}
+        except BaseException as exc:
+            out = {"error": repr(exc)}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        result = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert result == {"reused": [], "errors": [], "open": True, "read": [True] * 4}, result
+    store.put_many([("parent-after", A)])
+    assert store.get_many(["child-main", "child-thread-1", "parent-after"]) == [A, A, A]
+    with sqlite3.connect(tmp_path / "h.db") as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    store.close()
