@@ -84,13 +84,15 @@ class Background:
             old = self._parked.pop(response_id, None)
             if old is not None:
                 self._bytes -= old.weight
-            self._expire(now)
+            dropped = self._expire(now)
             while self._parked and (
                 len(self._parked) >= MAX_PARKED or self._bytes + weight > MAX_PARKED_BYTES
             ):
-                self._drop_oldest()
+                dropped += self._drop_oldest()
             self._parked[response_id] = Parked(ctx, t0, now + PARKED_TTL_S, weight)
             self._bytes += weight
+        if dropped:  # said outside the lock (a log handler may take its time)
+            self._forgot()
         return True
 
     def waiting(self, response_id: Any) -> bool:
@@ -116,17 +118,20 @@ class Background:
         if type(response_id) is str:
             self.take(response_id)
 
-    def _expire(self, now: float) -> None:
+    def _expire(self, now: float) -> int:
+        """Drop the expired calls (the oldest first; under the lock); returns how many."""
+        n = 0
         while self._parked:
             first = next(iter(self._parked.values()))
             if first.expires > now:
-                return
-            self._drop_oldest()
+                break
+            n += self._drop_oldest()
+        return n
 
-    def _drop_oldest(self) -> None:
+    def _drop_oldest(self) -> int:
         _, gone = self._parked.popitem(last=False)
         self._bytes -= gone.weight
-        self._forgot()
+        return 1
 
     def _forgot(self) -> None:
         if not self._told:

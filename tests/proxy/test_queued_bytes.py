@@ -6,6 +6,7 @@ the serving loop: every parse runs on the attribution thread, error replies' inc
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import tracemalloc
@@ -168,3 +169,29 @@ def test_a_burst_of_many_small_messages_is_weighed_as_parsed(
     assert sum(counts.turns.values()) == queued
     (depth,) = {k.depth_bucket for k in counts.turns}
     assert depth == "1"  # the whole history read: nothing capped
+
+
+def test_small_bodies_weigh_their_parsed_objects_once_turns_back_up(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bodies under 64 KiB weigh their raw bytes while the attribution thread keeps up (the
+    count stays off the usual request path), and their parsed objects too once 16 turns wait."""
+    from handoffmon.pipeline.monitor import UNWEIGHED_TURNS
+
+    messages = [{"role": "user", "content": ""}] * 400
+    body = json.dumps({"model": "model-a", "messages": messages}).encode()
+    assert 4096 < len(body) < forward.WEIGHED_BODY_BYTES
+    gate, _ = _hold_up(monkeypatch)
+    with running_proxy(proxy_config(upstream.url)) as proxy, httpx.Client(base_url=proxy.url) as http:
+        held = []
+        for _ in range(UNWEIGHED_TURNS + 4):
+            r = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 200
+            held.append(proxy.monitor.queued_bytes.held)
+        gate.set()
+        assert proxy.monitor.flush(30)
+    steps = [b - a for a, b in itertools.pairwise([0, *held])]
+    raw, parsed = steps[0], steps[-1]  # request and reply bytes; then with the request's objects
+    assert raw < 2 * len(body)
+    assert parsed - raw == forward.PARSED_OBJECT_BYTES * body.count(b"{")
+    assert steps[: UNWEIGHED_TURNS - 1] == [raw] * (UNWEIGHED_TURNS - 1)
