@@ -10,7 +10,7 @@ import time
 from bisect import bisect_left
 from collections import Counter as _Tally
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, GaugeSpec, Series, refit_series
+from handoffmon.exporters.store_failures import StoreStatsMirror
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
@@ -550,6 +551,8 @@ class PrometheusExporter:
         self._stage_keys: dict[str, tuple[str]] = {}
         """``(guard.stage(stage),)`` of the stages admitted as themselves (at most ``MAX_STAGES``)."""
         self._log = get_logger("handoffmon.exporters", exporter="prometheus")
+        self._store: StoreStatsMirror | None = None
+        """The store's counters, written to the multiprocess files (``observe_store``)."""
         self._sync_label_usage()
 
     @classmethod
@@ -570,10 +573,31 @@ class PrometheusExporter:
                 self._count_tables(result, self._t)
             else:
                 self._count(result)
-            return True
         except Exception as exc:
             log_error(self._log, "export_failed", "export_prometheus", exc)
             return False
+        if self._store is not None:
+            self._sync_store()
+        return True
+
+    def observe_store(
+        self, stats: Callable[[], dict[str, int]], evictions: Callable[[], dict[str, int]] | None = None
+    ) -> None:
+        """The store's ``stats()`` and ``evictions()`` (the runtime wires them). Under
+        ``PROMETHEUS_MULTIPROC_DIR`` they are written to the files after each turn as
+        ``handoffmon_store_failures_total`` and ``handoffmon_store_evictions_total``
+        (``StoreStatsMirror``), since a multiprocess ``/metrics`` never reads the
+        ``StoreStatsCollector`` that serves them otherwise; else nothing to do."""
+        if self.multiprocess:
+            self._store = StoreStatsMirror(stats, evictions)
+            self._sync_store()
+
+    def _sync_store(self) -> None:
+        try:
+            if self._store is not None:
+                self._store.sync()
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
 
     def _count(self, result: TurnResult) -> None:
         g, m, kid = self.guard, self._m, self._kids

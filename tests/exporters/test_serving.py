@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import os
 import subprocess
@@ -188,3 +189,31 @@ def test_multiprocess_counts_sum_every_worker_of_the_directory(
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     with pytest.raises(SourceError, match="PROMETHEUS_MULTIPROC_DIR"):
         multiprocess_counts()
+
+
+def test_multiprocess_serves_the_store_counters_of_every_worker(tmp_path: Path) -> None:
+    """Under PROMETHEUS_MULTIPROC_DIR (a LiteLLM Proxy with several workers) the store's failures
+    and evictions reach the multiprocess ``/metrics``, summed over workers; they were read only by
+    a scrape-time collector on each worker's registry, which that ``/metrics`` never serves."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    counted_by: list[dict[str, dict[str, int]]] = []
+    for n in ("5", "4"):
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.exporters.mp_store_worker", n],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        counted_by.append(json.loads(out.strip().splitlines()[-1]))
+    s = parse_exposition(get_multiprocess(tmp_path))
+    evicted = only(s, "handoffmon_store_evictions_total")
+    want = {what: sum(c["evictions"][what] for c in counted_by) for what in counted_by[0]["evictions"]}
+    assert want["conversations"] > 0
+    assert evicted == {L(what=what): n for what, n in want.items()}
+    failures = only(s, "handoffmon_store_failures_total")
+    assert len(failures) == len(counted_by[0]["stats"]) > 0
+    for name in counted_by[0]["stats"]:
+        op, _, kind = name.rpartition("_")
+        assert failures[L(op=op, kind=kind)] == sum(c["stats"][name] for c in counted_by)
