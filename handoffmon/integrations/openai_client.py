@@ -221,6 +221,8 @@ def listed(kwargs: dict[str, Any]) -> None:
         return
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
         return
+    if hasattr(messages, "model_dump"):  # a pydantic model iterates its fields: the SDK's to refuse
+        return
     kwargs["messages"] = list(messages)  # what the generator raises, the SDK would have raised
 
 

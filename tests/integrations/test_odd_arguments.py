@@ -81,3 +81,29 @@ async def test_messages_as_a_generator_are_sent_whole_and_attributed(is_async: b
     assert [len(json.loads(b)["messages"]) for b in through.bodies] == [1, 3]
     turns = [(r.context.depth, r.context.prefix_model, r.context.history_chars) for r in exp.results]
     assert turns == [(1, "none", 2), (2, "model-g", 2 + len(REPLY) + 4)]
+
+
+def test_only_iterables_of_messages_are_listed() -> None:
+    """A generator or a deque becomes a list; a list, a tuple, a string, a mapping, a pydantic
+    model (it iterates its fields) and ``omit`` stay the objects the application passed."""
+    from collections import deque
+
+    from pydantic import BaseModel
+
+    from handoffmon.integrations.openai_client import listed
+
+    class Odd(BaseModel):
+        role: str = "user"
+
+    message = {"role": "user", "content": "hi"}
+    for given in ((m for m in [message]), deque([message])):
+        kwargs: dict[str, Any] = {"messages": given}
+        listed(kwargs)
+        assert kwargs["messages"] == [message]
+    for kept in ([message], (message,), "hi", {"role": "user"}, Odd(), openai.omit, None, 3):
+        kwargs = {"messages": kept}
+        listed(kwargs)
+        assert kwargs["messages"] is kept
+    kwargs = {"model": "m"}
+    listed(kwargs)
+    assert kwargs == {"model": "m"}
