@@ -24,7 +24,7 @@ from handoffmon.attribution import ModelNames
 from handoffmon.ingress import served_by_headers
 from handoffmon.prices import cost_map_prices
 from handoffmon.runtime.shadow_calls import SHADOW_HEADER, call_on_loop, shadow_reply
-from handoffmon.shadow.turns import ShadowReply
+from handoffmon.shadow.turns import SHADOW_PARAMS, Params, ShadowReply
 
 SHADOW_HEADERS = {SHADOW_HEADER: "1"}
 """Header of every shadow call: a proxy or gateway can tell it from served traffic."""
@@ -46,9 +46,12 @@ class OpenAIShadow:
         self._names = names
         self._request_models = dict(request_models or {})
 
-    def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
-        """Ask ``target`` for a continuation, without retries; raises what the client raises."""
-        completions, kwargs = self._request(target, messages, max_tokens, timeout_s)
+    def call(
+        self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float, params: Params = None
+    ) -> ShadowReply:
+        """Ask ``target`` for a continuation, without retries, with the served request's ``params``;
+        raises what the client raises."""
+        completions, kwargs = self._request(target, messages, max_tokens, timeout_s, params)
         raw = getattr(getattr(completions, "with_raw_response", None), "create", None)
         if raw is None:
             response, headers = completions.create(**kwargs), None
@@ -58,7 +61,7 @@ class OpenAIShadow:
         return shadow_reply(self._names, response, served_by_headers(headers), self.prices(target))
 
     def _request(
-        self, target: str, messages: list[Any], max_tokens: int, timeout_s: float
+        self, target: str, messages: list[Any], max_tokens: int, timeout_s: float, params: Params = None
     ) -> tuple[Any, dict[str, Any]]:
         """(``chat.completions`` of the client without retries, the call's arguments)."""
         client = self._client
@@ -66,6 +69,7 @@ class OpenAIShadow:
         if callable(with_options):
             client = with_options(max_retries=0, timeout=timeout_s)
         kwargs = {
+            **{k: v for k, v in (params or {}).items() if k in SHADOW_PARAMS},
             "model": self._request_models.get(target, target),
             "messages": messages,
             "max_tokens": max_tokens,
@@ -103,14 +107,19 @@ class AsyncOpenAIShadow(OpenAIShadow):
         super().__init__(client, names, request_models)
         self._loop = loop
 
-    def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
-        """Ask ``target`` on the application's loop, without retries; raises what the client raises."""
+    def call(
+        self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float, params: Params = None
+    ) -> ShadowReply:
+        """Ask ``target`` on the application's loop, without retries, with the served request's
+        ``params``; raises what the client raises."""
         return call_on_loop(
-            self._loop, lambda: self._call(target, messages, max_tokens, timeout_s), timeout_s
+            self._loop, lambda: self._call(target, messages, max_tokens, timeout_s, params), timeout_s
         )
 
-    async def _call(self, target: str, messages: list[Any], max_tokens: int, timeout_s: float) -> ShadowReply:
-        completions, kwargs = self._request(target, messages, max_tokens, timeout_s)
+    async def _call(
+        self, target: str, messages: list[Any], max_tokens: int, timeout_s: float, params: Params = None
+    ) -> ShadowReply:
+        completions, kwargs = self._request(target, messages, max_tokens, timeout_s, params)
         raw = getattr(getattr(completions, "with_raw_response", None), "create", None)
         if raw is None:
             response, headers = await completions.create(**kwargs), None

@@ -29,7 +29,7 @@ from handoffmon.ingress import author, served_by_response
 from handoffmon.integrations.router_routing import fallback_groups
 from handoffmon.prices import cost_map_prices
 from handoffmon.runtime.shadow_calls import shadow_reply
-from handoffmon.shadow.turns import NoRoute, ShadowReply
+from handoffmon.shadow.turns import SHADOW_PARAMS, NoRoute, Params, ShadowReply
 
 GROUPS_TTL_S = 60.0
 """How long the Router's model → group map is reused before re-reading its model list."""
@@ -113,10 +113,12 @@ class RouterShadow:
 
     # -- ShadowSource ---------------------------------------------------------------------
 
-    def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
+    def call(
+        self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float, params: Params = None
+    ) -> ShadowReply:
         """Ask ``target`` through one deployment of its group, without fallbacks or retries (not
-        through the Router: no cooldowns); raises ``NoRoute`` when no group serves only it, else
-        what ``litellm.completion`` raises."""
+        through the Router: no cooldowns), with the served request's ``params``; raises ``NoRoute``
+        when no group serves only it, else what ``litellm.completion`` raises."""
         import litellm
 
         group = self._groups()[0].get(target)
@@ -125,7 +127,7 @@ class RouterShadow:
             raise NoRoute(f"no router group serves only {target!r}")
         quiet = _IN_SHADOW_CALL.set(True)
         try:
-            response = litellm.completion(**call_params(deployment, messages, max_tokens, timeout_s))
+            response = litellm.completion(**call_params(deployment, messages, max_tokens, timeout_s, params))
         finally:
             _IN_SHADOW_CALL.reset(quiet)
         dep_id = _field(_field(deployment, "model_info") or {}, "id")
@@ -215,10 +217,17 @@ class RouterShadow:
         return by_model, prices
 
 
-def call_params(deployment: Any, messages: list[Any], max_tokens: int, timeout_s: float) -> dict[str, Any]:
+def call_params(
+    deployment: Any,
+    messages: list[Any],
+    max_tokens: int,
+    timeout_s: float,
+    request: Params = None,
+) -> dict[str, Any]:
     """``litellm.completion``'s arguments for a shadow call to ``deployment``: its ``litellm_params``
     (less what only the Router reads, and the output caps ``SHADOW_SETS`` replaces), overridden by
-    the shadow call's own, as the Router lets a call's arguments override a deployment's. So a
+    the served request's generation parameters (``request``: ``turns.SHADOW_PARAMS`` only) and the
+    shadow call's own, as the Router lets a call's arguments override a deployment's. So a
     deployment configured with its own ``timeout``, ``max_tokens``, ``num_retries``, ``metadata``,
     ``max_retries`` or ``stream`` is still called once, bounded, not streamed, and tagged."""
     own = dict(_field(deployment, "litellm_params") or {})
@@ -226,6 +235,7 @@ def call_params(deployment: Any, messages: list[Any], max_tokens: int, timeout_s
     metadata = own.get("metadata")
     return {
         **params,
+        **{k: v for k, v in (request or {}).items() if k in SHADOW_PARAMS},
         "messages": messages,
         "max_tokens": max_tokens,
         "timeout": timeout_s,

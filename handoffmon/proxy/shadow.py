@@ -20,7 +20,7 @@ from handoffmon.prices import cost_map_prices
 from handoffmon.proxy.forward import _decoded
 from handoffmon.proxy.upstream import Upstream, response_headers
 from handoffmon.runtime.shadow_calls import SHADOW_HEADER, call_on_loop, shadow_reply
-from handoffmon.shadow.turns import NoRoute, ShadowReply, ShadowSource
+from handoffmon.shadow.turns import SHADOW_PARAMS, NoRoute, Params, ShadowReply, ShadowSource
 
 CREDENTIAL_HEADERS = frozenset(
     {"authorization", "api-key", "x-api-key", "openai-organization", "openai-project"}
@@ -73,15 +73,22 @@ class UpstreamShadow:
     def __repr__(self) -> str:  # no credentials in reprs
         return "UpstreamShadow()"
 
-    def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
-        """Ask ``target`` through the upstream (not streamed); raises on error statuses, transport errors."""
-        return call_on_loop(self._loop, lambda: self._post(target, messages, max_tokens), timeout_s)
+    def call(
+        self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float, params: Params = None
+    ) -> ShadowReply:
+        """Ask ``target`` through the upstream (not streamed), with the served request's ``params``;
+        raises on error statuses, transport errors."""
+        return call_on_loop(self._loop, lambda: self._post(target, messages, max_tokens, params), timeout_s)
 
-    async def _post(self, target: str, messages: list[Any], max_tokens: int) -> ShadowReply:
+    async def _post(
+        self, target: str, messages: list[Any], max_tokens: int, params: Params = None
+    ) -> ShadowReply:
         import aiohttp
 
         model = self._request_models.get(target, target)
-        body = json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "stream": False})
+        own = {k: v for k, v in (params or {}).items() if k in SHADOW_PARAMS}
+        doc = {**own, "model": model, "messages": messages, "max_tokens": max_tokens, "stream": False}
+        body = json.dumps(doc)
         headers = [*self._headers, ("content-type", "application/json"), (SHADOW_HEADER, "1")]
         slots = self._upstream.slots
         if not slots.try_take():  # never in line with the clients' requests for an upstream slot

@@ -8,6 +8,9 @@ from typing import Any, NamedTuple, Protocol
 
 from handoffmon.types import CheckResult
 
+Params = Mapping[str, Any] | None
+"""The served request's generation parameters a source's ``call`` repeats (``SHADOW_PARAMS``)."""
+
 
 class ShadowReply(NamedTuple):
     """A shadow call's reply.
@@ -39,7 +42,9 @@ class ShadowSource(Protocol):
 
     def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
         """Ask ``target`` (canonical model) to continue ``messages``, without fallbacks or retries;
-        raises ``NoRoute`` when it sent nothing because nothing serves the target."""
+        raises ``NoRoute`` when it sent nothing because nothing serves the target. The sources of
+        ``handoffmon`` also take ``params``: the served request's ``SHADOW_PARAMS`` to repeat
+        (``WithRequestParams`` passes them)."""
         ...
 
     def candidates(self, model: str) -> Sequence[str]:
@@ -92,14 +97,84 @@ class ShadowTurn(NamedTuple):
         return f"ShadowTurn({self.prefix_model!r}→{self.author!r})"
 
 
-def offer_of(source: ShadowSource, messages: list[Any], link: Any = None, api: bool = False) -> ShadowOffer:
+def offer_of(
+    source: ShadowSource,
+    messages: list[Any],
+    link: Any = None,
+    api: bool = False,
+    request: Mapping[str, Any] | None = None,
+) -> ShadowOffer:
     """An integration's offer of a turn: a chat completion's messages as they are; a Responses
     or Messages API call's (``api``) as read as chat, with why they cannot be sent, if they cannot
-    (``link``: the request's ``ResponseLink``, naming a stored history)."""
+    (``link``: the request's ``ResponseLink``, naming a stored history).
+
+    ``request``: the served chat completion's arguments (its keyword arguments or body), so the
+    shadow call is made with the same generation parameters (``SHADOW_PARAMS``) — without them a
+    rule those parameters act on compares a reply made with them to one made without. Read on the
+    shadow thread, not here: pass a mapping nobody changes after the call."""
+    if request is not None and not api:
+        source = WithRequestParams(source, request)
     if not api:
         return ShadowOffer(source, messages)
     stored = link is not None and bool(link.previous or link.conversation)
     return ShadowOffer(source, messages, unsent_history(messages, stored))
+
+
+SHADOW_PARAMS = frozenset({
+    "temperature", "top_p", "response_format", "tools", "tool_choice", "parallel_tool_calls",
+    "stop", "seed", "presence_penalty", "frequency_penalty", "reasoning_effort",
+})  # fmt: skip
+"""The served request's parameters a shadow call repeats: those that shape the reply the rules
+check. Not credentials, routing, metadata, streaming or anything else of the request; its
+``max_tokens`` / ``max_completion_tokens`` only lower ``shadow.max_output_tokens`` (the bound the
+budget reserved)."""
+
+
+def shadow_params(request: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """(the ``SHADOW_PARAMS`` the request set, not None; the smaller of its ``max_tokens`` and
+    ``max_completion_tokens``, ``None`` when it set neither as a positive integer)."""
+    params = {k: v for k, v in request.items() if k in SHADOW_PARAMS and v is not None}
+    caps = [
+        v
+        for v in (request.get("max_tokens"), request.get("max_completion_tokens"))
+        if type(v) is int and v > 0
+    ]
+    return params, (min(caps) if caps else None)
+
+
+class WithRequestParams:
+    """A ``ShadowSource`` asking its source with the served request's generation parameters.
+
+    Args:
+        source: the integration's source (its ``call`` takes ``params``).
+        request: the served call's arguments (read when the shadow call is made).
+    """
+
+    __slots__ = ("_request", "source")
+
+    def __init__(self, source: ShadowSource, request: Mapping[str, Any]) -> None:
+        self.source = source
+        self._request = request
+
+    def __repr__(self) -> str:  # no request content in reprs
+        return f"WithRequestParams({self.source!r})"
+
+    def call(self, target: str, messages: list[Any], *, max_tokens: int, timeout_s: float) -> ShadowReply:
+        params, cap = shadow_params(self._request)
+        limit = max_tokens if cap is None else min(cap, max_tokens)
+        call: Any = self.source.call
+        return call(target, messages, max_tokens=limit, timeout_s=timeout_s, params=params)  # type: ignore[no-any-return]
+
+    @property
+    def routable(self) -> Callable[[str], bool] | None:
+        """The source's ``routable``, if it has one."""
+        return getattr(self.source, "routable", None)
+
+    def candidates(self, model: str) -> Sequence[str]:
+        return self.source.candidates(model)
+
+    def prices(self, model: str) -> tuple[float, float] | None:
+        return self.source.prices(model)
 
 
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
