@@ -371,14 +371,14 @@ def _counters() -> _Counters:
             "handoffmon_label_values",
             "Distinct values admitted per capped label.",
             ("label",),
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
             registry=r,
         ),
         label_limit=Gauge(
             "handoffmon_label_limit",
             "Cap per label; values beyond it are exported as 'other'.",
             ("label",),
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
             registry=r,
         ),
         label_overflows=Counter(
@@ -392,7 +392,7 @@ def _counters() -> _Counters:
             "handoffmon_build_info",
             "Always 1; the handoffmon version as a label.",
             ("version",),
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
             registry=r,
         ),
     )

@@ -191,22 +191,19 @@ def test_multiprocess_counts_sum_every_worker_of_the_directory(
         multiprocess_counts()
 
 
+def worker_said(mp_dir: Path, module: str, *args: str) -> str:
+    """The last line a ``tests.exporters.<module>`` child process writing ``mp_dir`` printed."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp_dir), "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", f"tests.exporters.{module}", *args]
+    done = subprocess.run(argv, env=env, cwd=ROOT, check=True, capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
 def test_multiprocess_serves_the_store_counters_of_every_worker(tmp_path: Path) -> None:
     """Under PROMETHEUS_MULTIPROC_DIR (a LiteLLM Proxy with several workers) the store's failures
     and evictions reach the multiprocess ``/metrics``, summed over workers; they were read only by
     a scrape-time collector on each worker's registry, which that ``/metrics`` never serves."""
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    counted_by: list[dict[str, dict[str, int]]] = []
-    for n in ("5", "4"):
-        out = subprocess.run(
-            [sys.executable, "-m", "tests.exporters.mp_store_worker", n],
-            env=env,
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        counted_by.append(json.loads(out.strip().splitlines()[-1]))
+    counted_by = [json.loads(worker_said(tmp_path, "mp_store_worker", n)) for n in ("5", "4")]
     s = parse_exposition(get_multiprocess(tmp_path))
     evicted = only(s, "handoffmon_store_evictions_total")
     want = {what: sum(c["evictions"][what] for c in counted_by) for what in counted_by[0]["evictions"]}
@@ -217,3 +214,23 @@ def test_multiprocess_serves_the_store_counters_of_every_worker(tmp_path: Path) 
     for name in counted_by[0]["stats"]:
         op, _, kind = name.rpartition("_")
         assert failures[L(op=op, kind=kind)] == sum(c["stats"][name] for c in counted_by)
+
+
+def test_a_dead_workers_build_info_and_label_caps_go_with_it(tmp_path: Path) -> None:
+    """``handoffmon_build_info``, ``handoffmon_label_limit`` and ``handoffmon_label_values`` are
+    the live workers' (``livemax``): once a worker is marked dead (gunicorn's ``child_exit``,
+    LiteLLM's replacement worker at start) the version and cap it ran with are gone. As ``max``
+    gauges a rolling upgrade kept the old version, and a lowered cap its old value, until the
+    directory was wiped."""
+    from handoffmon._version import __version__
+    from handoffmon.exporters.serving import mark_process_dead
+
+    old = int(worker_said(tmp_path, "mp_gauge_worker", "0.0.1", "80"))
+    worker_said(tmp_path, "mp_gauge_worker", __version__, "50")
+    s = parse_exposition(get_multiprocess(tmp_path))
+    assert set(only(s, "handoffmon_build_info")) == {L(version="0.0.1"), L(version=__version__)}
+    assert only(s, "handoffmon_label_limit")[L(label="model")] == 80
+    mark_process_dead(old, str(tmp_path))
+    s = parse_exposition(get_multiprocess(tmp_path))
+    assert only(s, "handoffmon_build_info") == {L(version=__version__): 1}
+    assert only(s, "handoffmon_label_limit")[L(label="model")] == 50
