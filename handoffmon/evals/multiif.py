@@ -41,6 +41,8 @@ class MultiIFConversation:
     key: str
     language: str
     turns: tuple[MultiIFTurn, ...]
+    line: int = 0
+    """The CSV line the row ends on (errors name it)."""
 
 
 def _json(value: str, where: str) -> Any:
@@ -85,7 +87,7 @@ def read_multiif(path: str | Path) -> Iterator[MultiIFConversation]:
         for row in reader:
             where = f"{path}:{reader.line_num}"
             turns = [t for k in range(1, MAX_TURNS + 1) if (t := _turn(row, k, where)) is not None]
-            yield MultiIFConversation(row["key"], row.get("language", ""), tuple(turns))
+            yield MultiIFConversation(row["key"], row.get("language", ""), tuple(turns), reader.line_num)
 
 
 def _rules(turn: MultiIFTurn) -> tuple[RuleConfig, ...]:
@@ -119,11 +121,29 @@ def to_script(conv: MultiIFConversation, *, runs: int = 1, source: str = "multi-
 
 
 def load_multiif(path: str | Path, *, runs: int = 1, limit: int | None = None) -> list[DriftScript]:
-    """Every conversation of the CSV as a ``DriftScript`` (the first ``limit`` when given)."""
+    """Every conversation of the CSV as a ``DriftScript`` (the first ``limit`` when given).
+
+    Raises:
+        InputError: a bad cell, or an instruction id or kwarg no IFEval checker takes (naming
+            file, line and turn, as ``handoffmon ifeval`` does): run, every verdict of such a
+            rule would be ``error`` and drop out of n, so the eval would report without it.
+    """
+    from handoffmon.checkers import default_registry
+    from handoffmon.checkers.base import ParamError, UnknownChecker
+
+    registry = default_registry()
     out: list[DriftScript] = []
     for conv in read_multiif(path):
         if limit is not None and len(out) >= limit:
             break
+        for k, turn in enumerate(conv.turns, start=1):
+            for iid, kw in zip(turn.instruction_ids, turn.kwargs, strict=True):
+                try:
+                    registry.build(f"ifeval:{iid}", kw)
+                except UnknownChecker:
+                    raise InputError(f"{path}:{conv.line} turn_{k}: unknown instruction id {iid!r}") from None
+                except ParamError as exc:
+                    raise InputError(f"{path}:{conv.line} turn_{k}: {iid}: kwargs: {exc}") from exc
         out.append(to_script(conv, runs=runs, source=str(path)))
     return out
 

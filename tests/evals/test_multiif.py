@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,25 @@ def test_limit_and_bad_file_errors(tmp_path: Path) -> None:
     bad.write_text('key,turn_1_prompt,turn_1_instruction_id_list,turn_1_kwargs\nk1,"{not json",[],[]\n')
     with pytest.raises(InputError, match=r"bad\.csv:2 turn_1_prompt: not JSON"):
         list(read_multiif(bad))
+
+
+@pytest.mark.parametrize(
+    ("ids", "kwargs", "says"),
+    [
+        (["nope:nope"], [{}], "turn_1: unknown instruction id 'nope:nope'"),
+        (["change_case:english_lowercase"], [{"bogus": 1}], "turn_1: change_case:english_lowercase: kwargs"),
+    ],
+)
+def test_an_unknown_instruction_or_kwarg_is_refused_at_load(
+    tmp_path: Path, ids: list[str], kwargs: list[dict[str, int]], says: str
+) -> None:
+    """An instruction id no checker has (a typo, a newer Multi-IF) used to load and run, every verdict
+    'error', so the rule dropped out of n with exit 0; now the file and line are named, as by
+    ``handoffmon ifeval``."""
+    bad = tmp_path / "bad.csv"
+    with bad.open("w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["key", "turn_1_prompt", "turn_1_instruction_id_list", "turn_1_kwargs"])
+        w.writerow(["k1", json.dumps({"role": "user", "content": "Hi"}), json.dumps(ids), json.dumps(kwargs)])
+    with pytest.raises(InputError, match=rf"bad\.csv:2 {re.escape(says)}"):
+        load_multiif(bad)
