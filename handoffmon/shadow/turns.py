@@ -121,13 +121,14 @@ def offer_of(
 
 
 SHADOW_PARAMS = frozenset({
-    "temperature", "top_p", "response_format", "tools", "tool_choice", "parallel_tool_calls",
-    "stop", "seed", "presence_penalty", "frequency_penalty", "reasoning_effort",
+    "temperature", "top_p", "response_format", "stop", "seed", "presence_penalty",
+    "frequency_penalty", "reasoning_effort",
 })  # fmt: skip
-"""The served request's parameters a shadow call repeats: those that shape the reply the rules
+"""The served request's parameters a shadow call repeats: those that shape the text the rules
 check. Not credentials, routing, metadata, streaming or anything else of the request; its
 ``max_tokens`` / ``max_completion_tokens`` only lower ``shadow.max_output_tokens`` (the bound the
-budget reserved)."""
+budget reserved). Not its ``tools``: a shadow reply that only calls a tool would be checked as an
+empty text (served replies that only call tools are never shadowed)."""
 
 
 def shadow_params(request: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:

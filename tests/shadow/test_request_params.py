@@ -42,9 +42,9 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 def test_only_the_generation_parameters_are_taken() -> None:
-    """Credentials, endpoints, metadata, streaming and routing stay behind; unset ones too."""
+    """Credentials, endpoints, metadata, streaming, routing and tools stay behind; unset ones too."""
     params, cap = shadow_params(REQUEST)
-    assert params == {"temperature": 0.1, "response_format": JSON_FORMAT, "tools": TOOLS}
+    assert params == {"temperature": 0.1, "response_format": JSON_FORMAT}  # not tools: see SHADOW_PARAMS
     assert cap == 50
     assert shadow_params({"max_tokens": 80, "max_completion_tokens": 30})[1] == 30
     assert shadow_params({"max_tokens": True})[1] is None
@@ -74,7 +74,7 @@ def test_the_offer_passes_them_and_the_lower_output_cap() -> None:
     offer.source.call("a", HI, max_tokens=1024, timeout_s=5)
     offer.source.call("a", HI, max_tokens=20, timeout_s=5)
     assert [c["max_tokens"] for c in source.calls] == [50, 20]
-    assert source.calls[0]["params"] == {"temperature": 0.1, "response_format": JSON_FORMAT, "tools": TOOLS}
+    assert source.calls[0]["params"] == {"temperature": 0.1, "response_format": JSON_FORMAT}
     assert (offer.source.candidates("a"), offer.source.prices("a")) == (("b",), (1.0, 2.0))
     assert offer.source.routable is None  # the source has none: every target routable
     assert offer_of(source, HI).source is source
@@ -82,8 +82,8 @@ def test_the_offer_passes_them_and_the_lower_output_cap() -> None:
 
 
 def test_a_router_shadow_call_repeats_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through a Router deployment: litellm gets the request's response_format, temperature and
-    tools, the deployment's own key (not the request's), and the lower output cap."""
+    """Through a Router deployment: litellm gets the request's response_format and temperature
+    (over the deployment's own), the deployment's key (not the request's), the lower output cap."""
     pytest.importorskip("litellm")
     import litellm
     from litellm import Router
@@ -111,13 +111,9 @@ def test_a_router_shadow_call_repeats_them(monkeypatch: pytest.MonkeyPatch) -> N
     source = offer_of(RouterShadow(router, ModelNames({})), HI, request=REQUEST).source
     assert source.call(model, HI, max_tokens=1024, timeout_s=5).text == "{}"
     (kw,) = seen
-    assert (kw["response_format"], kw["temperature"], kw["tools"], kw["max_tokens"]) == (
-        JSON_FORMAT,
-        0.1,
-        TOOLS,
-        50,
-    )
-    assert (kw["api_key"], kw["stream"]) == ("k", False) and "api_base" not in kw and "fallbacks" not in kw
+    assert (kw["response_format"], kw["temperature"], kw["max_tokens"]) == (JSON_FORMAT, 0.1, 50)
+    assert (kw["api_key"], kw["stream"]) == ("k", False)
+    assert "api_base" not in kw and "fallbacks" not in kw and "tools" not in kw
 
 
 def test_an_openai_client_shadow_call_repeats_them() -> None:
@@ -142,10 +138,8 @@ def test_an_openai_client_shadow_call_repeats_them() -> None:
     source = offer_of(OpenAIShadow(client, ModelNames({})), HI, request=REQUEST).source
     assert source.call("model-c", HI, max_tokens=1024, timeout_s=5).text == "{}"
     (body,) = bodies
-    assert (body["response_format"], body["temperature"], body["tools"], body["max_tokens"]) == (
-        JSON_FORMAT, 0.1, TOOLS, 50,
-    )  # fmt: skip
-    assert "metadata" not in body and body.get("stream") in (None, False)
+    assert (body["response_format"], body["temperature"], body["max_tokens"]) == (JSON_FORMAT, 0.1, 50)
+    assert "metadata" not in body and "tools" not in body and body.get("stream") in (None, False)
 
 
 def test_a_serve_shadow_call_repeats_them() -> None:
@@ -182,10 +176,10 @@ def test_a_serve_shadow_call_repeats_them() -> None:
 
     assert asyncio.run(run()).text == "{}"
     (body,) = posted
-    assert (body["response_format"], body["temperature"], body["tools"], body["max_tokens"]) == (
-        JSON_FORMAT, 0.1, TOOLS, 50,
-    )  # fmt: skip
-    assert body["stream"] is False and "metadata" not in body and "api_key" not in body
+    assert (body["response_format"], body["temperature"], body["max_tokens"]) == (JSON_FORMAT, 0.1, 50)
+    assert (
+        body["stream"] is False and "metadata" not in body and "api_key" not in body and "tools" not in body
+    )
 
 
 def _completion(model: str) -> dict[str, Any]:
