@@ -234,6 +234,8 @@ def run_cmd(
             check_writable(path, option)  # before any model call, not after the run
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
         shapes = _read_shapes(shapes_path) if shapes_path else None  # a bad file stops before any call
+        if shapes is not None and not shapes.rules:
+            raise NoDataError(f"{shapes_path}: the shapes hold no production checks: nothing to overlay")
         responder, resolve, target = _target(
             kw["router"], kw["seed"], kw["sim_latency"], kw["config_path"], matrix=False
         )
@@ -250,8 +252,10 @@ def run_cmd(
                 store.export_jsonl(jsonl)
         if out:
             _write(out, result.to_json())
+        warning = None
         if html:
-            _write(html, _eval_page(result, shapes))
+            page, warning = _eval_page(result, shapes)
+            _write(html, page)
     except HandoffmonError as exc:
         _fail(exc)
     authors = ", ".join(f"{m} -> {', '.join(per)}" for m, per in result.authors.items()) or "none"
@@ -266,18 +270,26 @@ def run_cmd(
     )
     for script, run, err in summary.failed[:10]:
         click.echo(f"  failed {script}#{run}: {err}", err=True)
+    if warning:
+        click.echo(f"warning: --shapes: {warning}", err=True)
     sys.exit(int(ExitCode.RUN_FAILED if summary.failed else ExitCode.OK))
 
 
-def _eval_page(result: Any, shapes: Any) -> str:
-    """The eval HTML, with production overlaid (and compare's flags) when shapes are given."""
+def _eval_page(result: Any, shapes: Any) -> tuple[str, str | None]:
+    """The eval HTML, with production overlaid (and compare's flags) when shapes are given, and a
+    warning when the shapes have nothing to overlay: the run itself succeeded, so its page is
+    written without production rather than the command failing after the run."""
     from handoffmon.evals.html import eval_report
 
     if shapes is None:
-        return eval_report(result)
+        return eval_report(result), None
     from handoffmon.evals.compare import compare
 
-    return eval_report(result, shapes=shapes, comparison=compare(shapes, [result]))
+    try:
+        comparison = compare(shapes, [result])
+    except NoDataError as exc:
+        return eval_report(result, shapes=shapes), str(exc)
+    return eval_report(result, shapes=shapes, comparison=comparison), None
 
 
 def _read_shapes(path: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -149,3 +150,35 @@ def test_switch_matrix_over_few_scripts_warns_that_its_intervals_are_too_narrow(
     single = CliRunner().invoke(main, [*base, str(one), *opts])
     assert single.exit_code == 0 and "in 1 script(s)" in single.output, single.output
     assert "warning:" not in single.output, single.output
+
+
+def test_eval_run_with_shapes_of_other_models_still_writes_its_page(tmp_path: Path) -> None:
+    """Production shapes that share no (rule, author) with the run: the eval ran and its page is
+    written (no overlay) with a warning, exit 0; it used to exit 4 after the whole run, --html unwritten."""
+    cells = tmp_path / "cells.csv"
+    cells.write_text(
+        "rule,model,prefix_model,depth_bucket,n,passes\nno_commas,zzz,none,1,50,30\n", encoding="utf-8"
+    )
+    shapes = tmp_path / "shapes.json"
+    assert (
+        CliRunner().invoke(main, ["shapes", "export", "--source", str(cells), "--out", str(shapes)]).exit_code
+        == 0
+    )
+    files = {k: tmp_path / f"e.{k}" for k in ("sqlite", "json", "html")}
+    res_args = [
+        *("eval", "run", str(_one_turn_script(tmp_path)), "--router", "sim", "--model", "general"),
+        *("--db", str(files["sqlite"]), "--out", str(files["json"]), "--html", str(files["html"])),
+        *("--shapes", str(shapes), "--no-progress"),
+    ]
+    res = CliRunner().invoke(main, res_args)
+    assert res.exit_code == 0, res.output
+    assert "warning: --shapes: no (rule, author, depth) of the eval has production data" in res.output
+    assert "production models: zzz" in res.output and all(p.exists() for p in files.values()), res.output
+    assert "drift eval" in files["html"].read_text(encoding="utf-8")
+    for f in files.values():
+        f.unlink()
+    doc = json.loads(shapes.read_text(encoding="utf-8"))
+    shapes.write_text(json.dumps({**doc, "rules": []}), encoding="utf-8")  # no checks at all: known up front
+    empty = CliRunner().invoke(main, res_args)
+    assert empty.exit_code == 4 and f"error: {shapes}: the shapes hold no production checks" in empty.output
+    assert not any(p.exists() for p in files.values()), empty.output
