@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from handoffmon._extras import requires_extra
@@ -247,6 +248,19 @@ def _from_url(cls: Any, config: StoreConfig, retry: Any) -> Any:
         raise StoreError(f"invalid Redis URL for store.url: {exc}") from exc
 
 
+MGET_CHUNK = 5000
+"""Keys per ``MGET``. A history of hundreds of thousands of messages (a 10 MiB body holds
+~300,000) made one ``MGET`` that Redis answered only after ``store.timeout_s`` (200,000 keys:
+0.59 s, a ``StoreTimeout`` that also failed every turn looked up in the same batch, while
+Redis served no other client); even pipelined, the request alone outlasted the timeout to
+send. Longer histories are looked up one ``MGET`` of this many keys after another (each
+well inside the timeout); up to this many keys, one round trip as before."""
+
+
+def _chunks(names: list[str]) -> list[list[str]]:
+    return [names[i : i + MGET_CHUNK] for i in range(0, len(names), MGET_CHUNK)]
+
+
 _OVERWRITTEN = "Redis store: unreadable attribution values overwritten"
 
 
@@ -305,10 +319,14 @@ class RedisStore:
             raise translate(op, exc) from exc
 
     def get_many(self, keys: Sequence[str]) -> list[Authorship | None]:
-        """Look up fingerprints in one ``MGET``."""
+        """Look up fingerprints in one ``MGET`` (one per :data:`MGET_CHUNK` keys of a longer
+        history, one after the other: see there)."""
         if not keys:
             return []
-        raw = self._run("get", lambda: self._client.mget([self._keys.attribution(k) for k in keys]))
+        names = [self._keys.attribution(k) for k in keys]
+        raw: list[Any] = []
+        for chunk in _chunks(names):
+            raw += self._run("get", partial(self._client.mget, chunk))
         return decode_many(raw)
 
     def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:
@@ -559,7 +577,10 @@ class AsyncRedisStore:
         """See :meth:`RedisStore.get_many`."""
         if not keys:
             return []
-        raw = await self._run("get", lambda: self._client.mget([self._keys.attribution(k) for k in keys]))
+        names = [self._keys.attribution(k) for k in keys]
+        raw: list[Any] = []
+        for chunk in _chunks(names):
+            raw += await self._run("get", partial(self._client.mget, chunk))
         return decode_many(raw)
 
     async def put_many(self, items: Sequence[tuple[str, Authorship]]) -> None:

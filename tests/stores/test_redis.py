@@ -696,3 +696,39 @@ def test_values_keep_non_ascii_ids_as_utf8(store: RedisStore) -> None:
     store.merge_many([("c:0x2", odd)], merge_authorship)
     store.merge_many([("c:0x1", value)], merge_authorship)
     assert store.get_many(["c:0x2", "c:0x1"]) == [odd, value]
+
+
+HUGE = 500_000
+"""Keys of a hostile history (a 10 MiB body holds ~300,000 messages; wrap() has no limit)."""
+
+
+def test_a_huge_history_is_looked_up_in_chunks_without_a_timeout() -> None:
+    """One MGET of 500,000 keys at the default store.timeout_s (0.05 s) held the attribution
+    thread 11-15 s, then failed as a StoreTimeout (failing every turn batched with it); MGETs
+    of MGET_CHUNK keys one after the other answer in order in about 1-1.6 s, each inside the
+    timeout, sync and async alike."""
+    import asyncio
+
+    from handoffmon.stores.redis import MGET_CHUNK
+
+    require_redis()
+    cfg = _cfg(timeout_s=0.05)
+    keys = [f"c:0x{i:016x}" for i in range(HUGE)]
+    store = RedisStore(cfg)
+    store.put_many([(keys[0], A1), (keys[MGET_CHUNK], A2), (keys[-1], A1)])
+    got = store.get_many(keys)
+    assert len(got) == HUGE and (got[0], got[MGET_CHUNK], got[-1]) == (A1, A2, A1)
+    assert sum(a is not None for a in got) == 3
+
+    async def async_lookup() -> list[Authorship | None]:
+        astore = AsyncRedisStore(cfg)
+        try:
+            return await astore.get_many(keys)
+        finally:
+            await astore.close()
+
+    assert asyncio.run(async_lookup()) == got
+    redis.Redis(host="127.0.0.1", port=6379).delete(
+        *(f"{cfg.key_prefix}a:{k}" for k in (keys[0], keys[MGET_CHUNK], keys[-1]))
+    )
+    store.close()
