@@ -48,17 +48,25 @@ class _Section(BaseModel):
         return v
 
 
+MAX_TTL_S = 100 * 365 * 24 * 3600
+"""Largest ``store.ttl_s``: 100 years, "never" for any deployment (Redis takes no expiry past
+about 9·10^15 s)."""
+
+
 class StoreConfig(_Section):
     """Where attributions and per-conversation state live."""
 
     backend: Literal["memory", "sqlite", "redis"] = "memory"
     """``memory`` (one process, LRU + TTL), ``sqlite`` (one host, survives restarts), ``redis``."""
     path: str = "handoffmon.db"
-    """SQLite file (backend ``sqlite``); aggregates are kept in the same file."""
+    """SQLite file (backend ``sqlite``); aggregates are kept in the same file. Created when
+    missing, in a directory that must exist. Not ``:memory:`` or empty (each thread would get
+    a database of its own, empty: every store call of the pipeline failed)."""
     url: str = "redis://127.0.0.1:6379/0"
     """Redis URL (backend ``redis``)."""
-    ttl_s: float = Field(default=7 * 24 * 3600, gt=0)
-    """Forget attributions and conversation state this long after their last write."""
+    ttl_s: float = Field(default=7 * 24 * 3600, gt=0, le=MAX_TTL_S)
+    """Forget attributions and conversation state this long after their last write. At most
+    100 years (3153600000): from about 10^16 s Redis refused every write's expiry."""
     max_conversations: int = Field(default=100_000, gt=0)
     """Memory backend: LRU cap on tracked conversations (their messages are evicted together,
     counted in ``handoffmon_store_evictions_total{what="conversations"}``)."""
@@ -76,6 +84,17 @@ class StoreConfig(_Section):
     """Consecutive store failures (any backend) after which the store is skipped for a while."""
     backoff_s: float = Field(default=1.0, gt=0)
     """How long the store is skipped after ``backoff_after`` failures (then probed again)."""
+
+    @field_validator("path")
+    @classmethod
+    def _a_file(cls, v: str) -> str:
+        if not v.strip() or v.strip() == ":memory:":
+            raise ValueError(
+                f"{v!r} is no file: SQLite would give every thread a database of its own, empty "
+                "(the pipeline's threads could not read what another wrote); name a file, or use "
+                "backend: memory"
+            )
+        return v
 
 
 class AttributionConfig(_Section):

@@ -178,3 +178,20 @@ def test_a_refit_interval_below_one_second_is_refused(tmp_path: Path, value: str
         load_config(None, environ={"HANDOFFMON_REFIT__INTERVAL_S": value})
     assert config_from_mapping({"refit": {"interval_s": 0}}).refit.interval_s == 0
     assert config_from_mapping({"refit": {"interval_s": 1}}).refit.interval_s == 1
+
+
+@pytest.mark.parametrize("path", ['":memory:"', '""', '"  "'])
+def test_a_store_path_that_is_no_file_is_refused(tmp_path: Path, path: str) -> None:
+    """``store.path: ":memory:"`` (or empty) gave each of the pipeline's threads its own empty
+    database: every call but the first thread's failed ("no such table"), the monitor failing
+    open for ever. Refused at load, naming the key and the file."""
+    err = _load(tmp_path, f"store:\n  backend: sqlite\n  path: {path}\n")
+    assert err.key == "store.path" and "backend: memory" in str(err)
+
+
+def test_a_ttl_redis_cannot_store_is_refused(tmp_path: Path) -> None:
+    """``store.ttl_s: 1e16`` loaded, and Redis then refused every write ("invalid expire time"):
+    at most 100 years, refused at load naming the key and the file."""
+    err = _load(tmp_path, "store:\n  ttl_s: 1.0e16\n")
+    assert err.key == "store.ttl_s" and "3153600000" in str(err)
+    assert config_from_mapping({"store": {"ttl_s": 3_153_600_000}}).store.ttl_s == 3_153_600_000
