@@ -133,7 +133,9 @@ class RouterShadow:
         dep_id = _field(_field(deployment, "model_info") or {}, "id")
         # the deployment called, as the Router's response would name it (a direct call names none)
         served = served_by_response(response)._replace(deployment_id=str(dep_id) if dep_id else None)
-        return shadow_reply(self._names, response, served, self.prices(target))
+        model = _field(_field(deployment, "litellm_params") or {}, "model")
+        price = _prices(deployment, model) if isinstance(model, str) else None
+        return shadow_reply(self._names, response, served, price)  # what this deployment charged
 
     def routable(self, target: str) -> bool:
         """Whether some group serves only ``target`` (else no call could go to it)."""
@@ -150,7 +152,9 @@ class RouterShadow:
         return tuple(m for m in found if m is not None and m != model)
 
     def prices(self, model: str) -> tuple[float, float] | None:
-        """Per-token prices of ``model``'s deployment (its ``model_info``, else litellm's cost map)."""
+        """Per-token prices of ``model``'s deployments (their ``model_info``, else litellm's cost map):
+        the dearest input and output price among them, ``None`` when any is unknown — the budget
+        reserves at these before it knows which deployment a call goes to."""
         return self._groups()[1].get(model)
 
     # -- the Router's model list ----------------------------------------------------------
@@ -207,7 +211,8 @@ class RouterShadow:
                     author(self._names, dep_id if isinstance(dep_id, str) else None, model)
                 )
                 models.setdefault(group, set()).add(canonical)
-                prices.setdefault(canonical, _prices(dep, model))
+                price = _prices(dep, model)
+                prices[canonical] = _dearer(prices[canonical], price) if canonical in prices else price
         by_model: dict[str, str] = {}
         for group, found in models.items():
             if len(found) == 1:
@@ -248,6 +253,11 @@ def call_params(
 
 def _field(d: Any, name: str) -> Any:
     return d.get(name) if isinstance(d, Mapping) else getattr(d, name, None)
+
+
+def _dearer(a: tuple[float, float] | None, b: tuple[float, float] | None) -> tuple[float, float] | None:
+    """The higher input and output price of two deployments of one model (``None``: one unknown)."""
+    return None if a is None or b is None else (max(a[0], b[0]), max(a[1], b[1]))
 
 
 def _prices(deployment: Any, model: str) -> tuple[float, float] | None:

@@ -112,3 +112,37 @@ def test_a_router_whose_deployments_set_a_timeout_gets_its_shadow_pairs() -> Non
         assert _sample(rt, "handoffmon_shadow_calls_total", arm="handoff", outcome="error") == 0
         assert _sample(rt, "handoffmon_shadow_calls_total", arm="handoff", outcome="ok") == 1
         assert rt.snapshot().shadow[ShadowKey("brief", "model-c", "model-b", "prefix_only")] == 1
+
+
+def _priced(group: str, dep_id: str, model: str, price: tuple[float, float] | None) -> dict[str, Any]:
+    info: dict[str, Any] = {"id": dep_id}
+    if price is not None:
+        info.update(input_cost_per_token=price[0], output_cost_per_token=price[1])
+    return {
+        "model_name": group,
+        "litellm_params": {"model": model, "api_key": "k", "mock_response": "fine"},
+        "model_info": info,
+    }
+
+
+def test_a_model_served_at_several_prices_is_reserved_at_the_dearest() -> None:
+    """Two deployments canonically one model (``canonical_models``) at different prices: the
+    budget reserves before it knows which deployment the call goes to, so at the dearest price
+    (the first deployment's, 5x cheaper, before); one deployment without a price makes the price
+    unknown (under a money cap: ``no_price``), not the other's."""
+    from litellm import Router
+
+    names = ModelNames({"dep-x": "m", "dep-y": "m", "dep-z": "n", "dep-w": "n"})
+    router = Router(
+        model_list=[
+            _priced("g", "dep-x", "openai/gpt-x", (1e-6, 2e-6)),
+            _priced("g", "dep-y", "openai/gpt-y", (5e-6, 1e-5)),
+            _priced("h", "dep-z", "openai/gpt-z", (1e-6, 2e-6)),
+            _priced("h", "dep-w", "openai/gpt-w", None),
+        ]
+    )
+    source = RouterShadow(router, names)
+    assert source.prices("m") == (5e-6, 1e-5)
+    assert source.prices("n") is None
+    reply = source.call("m", HI, max_tokens=10, timeout_s=5)  # dep-x answers: spent at its prices
+    assert reply.tokens and reply.usd is not None and 0 < reply.usd <= reply.tokens * 2e-6
