@@ -106,7 +106,8 @@ class Comparison:
     notes: tuple[str, ...] = field(default_factory=tuple)
     unmatched: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Names only one side has (see ``unmatched_names``): ``eval_authors``, ``production_models``,
-    ``eval_rules``, ``production_rules``; empty lists are left out."""
+    ``eval_rules``, ``production_rules``; and ``eval_checkpoints`` production has no checks at
+    (``uncompared_checkpoints``); empty lists are left out."""
 
     @property
     def flagged(self) -> tuple[TooClean, ...]:
@@ -317,7 +318,33 @@ def unmatched_names(
     return {k: tuple(sorted(v)) for k, v in sorted(out.items()) if v}
 
 
+def uncompared_checkpoints(
+    shapes: Shapes,
+    evals: Sequence[EvalResult],
+    compared: Sequence[TooClean],
+    unmatched: dict[str, tuple[str, ...]],
+    model: str | None = None,
+) -> tuple[str, ...]:
+    """Eval (rule, author, depth) left out although production knows both names: production has
+    no counts for that rule on that author, or none in the bucket holding the depth (the eval
+    is deeper than production reaches there). ``rule · author @ depth (bucket)``, sorted."""
+    buckets = DepthBuckets.from_labels(shapes.buckets)
+    done = {(r.rule, r.model, r.depth) for r in compared}
+    skip_rules, skip_authors = set(unmatched.get("eval_rules", ())), set(unmatched.get("eval_authors", ()))
+    out = []
+    for rule, author, depth in sorted(eval_by_author(evals)):
+        if (rule, author, depth) in done or rule in skip_rules or author in skip_authors:
+            continue
+        if model is not None and author != model:
+            continue
+        shape = shapes.shape(rule, author)
+        where = "" if shape is None else f" ({buckets.bucket(depth)})"
+        out.append(f"{rule} · {author} @ {depth}{where}")
+    return tuple(out)
+
+
 _UNMATCHED_TEXT = {
+    "eval_checkpoints": "eval checkpoints production has no checks at (rule · author @ depth, not compared)",
     "eval_authors": "eval authors with no production counts (not compared)",
     "production_models": "production models the eval has no rows for",
     "eval_rules": "eval rules production has no counts for (not compared)",
@@ -373,6 +400,9 @@ def compare(
         )
     notes = [JOIN_NOTE]
     one_sided = unmatched_names(shapes, evals, model)
+    uncovered = uncompared_checkpoints(shapes, evals, rules, one_sided, model)
+    if uncovered:
+        one_sided = dict(sorted({**one_sided, "eval_checkpoints": uncovered}.items()))
     notes += unmatched_lines(one_sided)
     unmatched = sorted({(r.rule, r.depth_bucket) for r in rules if not r.depth_matched})
     if unmatched:

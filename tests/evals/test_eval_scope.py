@@ -189,3 +189,33 @@ def test_a_production_rule_that_always_fails_is_flagged_past_depth_2(tmp_path: P
     assert fail["depth_bucket"] == "5-8" and fail["depth_matched"] and fail["depth_shift"] == 0.0
     assert fail["flagged"] and fail["p_adjusted"] == fail["p_value"]  # a family of one
     assert not mid["depth_matched"] and not mid["flagged"] and mid["p_adjusted"] is None
+
+
+def test_eval_checkpoints_production_has_no_checks_at_are_listed(tmp_path: Path) -> None:
+    """atlas × no_commas at depth 6 where production's 5-8 bucket is empty, and birch × no_commas
+    (production checks no_commas on atlas only, birch only for tone): both used to drop out of the
+    comparison unlisted, exit 0; now they are in the notes, ``unmatched`` and a warning (--strict: 4)."""
+    shapes = Path(_shapes(tmp_path / "shapes.json", ["atlas", "birch"], rules=("no_commas", "tone")))
+    doc = json.loads(shapes.read_text())
+    i = doc["buckets"].index("5-8")
+    doc["rules"] = [r for r in doc["rules"] if (r["rule"], r["model"]) != ("no_commas", "birch")]
+    doc["rules"] = [r for r in doc["rules"] if (r["rule"], r["model"]) != ("tone", "atlas")]
+    for r in doc["rules"]:
+        if r["model"] == "atlas":
+            r["n"][i] = r["passes"][i] = 0
+            r["adherence"][i] = r["ci_low"][i] = r["ci_high"][i] = None
+    shapes.write_text(json.dumps(doc), encoding="utf-8")
+    shallow = _eval_doc(tmp_path / "e1.json", {"atlas": ["no_commas"]}, depth=1)
+    deep = _eval_doc(tmp_path / "e6.json", {"atlas": ["no_commas"], "birch": ["no_commas"]}, depth=6)
+    args = ["eval", "compare", "--shapes", str(shapes), shallow, deep, "--out", str(tmp_path / "cmp.json")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads((tmp_path / "cmp.json").read_text())
+    assert [(r["rule"], r["model"], r["depth"]) for r in out["rules"]] == [("no_commas", "atlas", 1)]
+    assert out["unmatched"] == {
+        "eval_checkpoints": ["no_commas · atlas @ 6 (5-8)", "no_commas · birch @ 6"],
+        "production_rules": ["tone"],
+    }
+    assert any("no_commas · birch @ 6" in n for n in out["notes"]), out["notes"]
+    assert any(s.startswith("warning: eval checkpoints") for s in res.stderr.splitlines()), res.stderr
+    assert CliRunner().invoke(main, [*args, "--strict"]).exit_code == 4
