@@ -490,9 +490,8 @@ def compare_cmd(
     could be compared (unknown --model, no production data for it, no shared rule or
     depth) or, with --strict, when some names have no match.
     """
-    from handoffmon.evals.compare import compare, render_text, unmatched_lines
+    from handoffmon.evals.compare import compare, read_switch_matrix, render_text, unmatched_lines
     from handoffmon.evals.results import EvalResult
-    from handoffmon.refit.result import SwitchMatrixResult
 
     try:
         check_writable(out, "--out")
@@ -509,7 +508,7 @@ def compare_cmd(
             except RecursionError as exc:  # the parser recurses per nesting level
                 raise HandoffmonError(f"{path}: nested too deeply to read (thousands of levels)") from exc
             if isinstance(data, dict) and data.get("schema") == "handoffmon.switch_matrix":
-                matrices.append(SwitchMatrixResult.from_dict(data, source=path))
+                matrices.append(read_switch_matrix(data, path))
             else:
                 evals.append((path, EvalResult.from_dict(data, source=path)))
         if html and len(evals) != 1:  # before anything is written

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -219,3 +220,46 @@ def test_eval_checkpoints_production_has_no_checks_at_are_listed(tmp_path: Path)
     assert any("no_commas · birch @ 6" in n for n in out["notes"]), out["notes"]
     assert any(s.startswith("warning: eval checkpoints") for s in res.stderr.splitlines()), res.stderr
     assert CliRunner().invoke(main, [*args, "--strict"]).exit_code == 4
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda d: d.update(cells="x"), "matrix.json: cells: expected a list"),
+        (
+            lambda d: d["cells"][0].update(prefix_model=5),
+            "matrix.json: cells[0].prefix_model: expected a string",
+        ),
+        (lambda d: d["cells"][1].pop("model"), "matrix.json: cells[1].model: missing"),
+        (
+            lambda d: d.update(version=0),
+            "matrix.json: version: unsupported handoffmon.switch_matrix version 0",
+        ),
+    ],
+)
+def test_a_broken_switch_matrix_names_file_and_key(tmp_path: Path, edit: Any, says: str) -> None:
+    """A hand-edited matrix used to crash compare with a traceback (cells as a string, a number as a
+    model name) or be read at version 0; now exit 1 naming the file and key, nothing written."""
+    shapes = _shapes(tmp_path / "shapes.json", ["atlas", "birch"])
+    cells = [
+        CellScore(f"e{i}", a, b, float((i + len(a + b)) % 2), (a, b), 1)
+        for i in range(6)
+        for a in ("atlas", "birch")
+        for b in ("atlas", "birch")
+    ]
+    doc = json.loads(analyse(cells, resamples=200, min_n=2).to_json())
+    edit(doc)
+    (tmp_path / "matrix.json").write_text(json.dumps(doc), encoding="utf-8")
+    args = [
+        "eval",
+        "compare",
+        "--shapes",
+        shapes,
+        str(tmp_path / "matrix.json"),
+        "--out",
+        str(tmp_path / "c.json"),
+    ]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    assert f"error: {tmp_path / says}" in res.stderr, res.stderr
+    assert not (tmp_path / "c.json").exists()
