@@ -32,8 +32,16 @@ CREATE TABLE IF NOT EXISTS handoffmon_conversation_state (
     state TEXT NOT NULL,
     expires_at REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS handoffmon_conversation_state_expiry
+    ON handoffmon_conversation_state (expires_at);
 """
 _CHUNK = 500  # bound on SQL variables per statement (SQLite's default limit is 999+)
+
+PURGE_BATCH = 10_000
+"""Expired rows of each table one write's purge deletes at most (the next write goes on while
+more remain). One ``DELETE`` of every expired row held the write lock ~1 s per million rows
+(after days stopped, or a shorter ``store.ttl_s``), past other processes' busy timeout; a
+batch of this many takes ~10 ms."""
 
 
 class MissingDirectory(StoreError):
@@ -360,21 +368,38 @@ class SQLiteStore:
         return True
 
     def purge(self) -> int:
-        """Delete expired rows now; returns how many went."""
-        with self._cursor(write=True) as cur:
-            return self._purge(cur, self._clock())
+        """Delete expired rows now, :data:`PURGE_BATCH` per table and transaction; returns how
+        many went."""
+        total = 0
+        while True:
+            with self._cursor(write=True) as cur:
+                n, more = self._purge(cur, self._clock())
+            total += n
+            if not more:
+                return total
 
     def _maybe_purge(self, cur: sqlite3.Cursor, now: float) -> None:
         if now >= self._next_purge:
-            self._next_purge = now + self._purge_every_s
-            self._purge(cur, now)
+            _, more = self._purge(cur, now)
+            self._next_purge = now if more else now + self._purge_every_s
 
     @staticmethod
-    def _purge(cur: sqlite3.Cursor, now: float) -> int:
-        cur.execute("DELETE FROM handoffmon_attribution WHERE expires_at <= ?", (now,))
-        n = cur.rowcount
-        cur.execute("DELETE FROM handoffmon_conversation_state WHERE expires_at <= ?", (now,))
-        return n + cur.rowcount
+    def _purge(cur: sqlite3.Cursor, now: float) -> tuple[int, bool]:
+        """Delete up to :data:`PURGE_BATCH` expired rows of each table; (how many, whether
+        expired rows may remain)."""
+        n, more = 0, False
+        for table, key in (
+            ("handoffmon_attribution", "key"),
+            ("handoffmon_conversation_state", "conversation_id"),
+        ):
+            cur.execute(
+                f"DELETE FROM {table} WHERE {key} IN"
+                f" (SELECT {key} FROM {table} WHERE expires_at <= ? LIMIT ?)",
+                (now, PURGE_BATCH),
+            )
+            n += cur.rowcount
+            more = more or cur.rowcount >= PURGE_BATCH
+        return n, more
 
     def close(self) -> None:
         """Close every thread's connection (idempotent)."""
