@@ -32,9 +32,13 @@ CREATE TABLE IF NOT EXISTS handoffmon_conversation_state (
     state TEXT NOT NULL,
     expires_at REAL NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS handoffmon_conversation_state_expiry
-    ON handoffmon_conversation_state (expires_at);
 """
+_STATE_EXPIRY_INDEX = """
+CREATE INDEX IF NOT EXISTS handoffmon_conversation_state_expiry
+    ON handoffmon_conversation_state (expires_at)
+"""
+"""The purge's index on state expiry (files written before it lacked it: the state purge
+scanned the whole table). Best effort: a file that cannot take it (read-only) still opens."""
 _CHUNK = 500  # bound on SQL variables per statement (SQLite's default limit is 999+)
 
 PURGE_BATCH = 10_000
@@ -185,6 +189,8 @@ class SQLiteStore:
             return
         with self._cursor(opening=True) as cur:
             cur.executescript(_SCHEMA)
+        with suppress(StoreError), self._cursor(opening=True) as cur:
+            cur.execute(_STATE_EXPIRY_INDEX)
         self._open = True
         self.open_error = None
 
@@ -380,8 +386,9 @@ class SQLiteStore:
 
     def _maybe_purge(self, cur: sqlite3.Cursor, now: float) -> None:
         if now >= self._next_purge:
-            _, more = self._purge(cur, now)
-            self._next_purge = now if more else now + self._purge_every_s
+            self._next_purge = now + self._purge_every_s  # a purge that fails waits its turn
+            if self._purge(cur, now)[1]:
+                self._next_purge = now  # more expired rows: the next write goes on
 
     @staticmethod
     def _purge(cur: sqlite3.Cursor, now: float) -> tuple[int, bool]:
