@@ -392,6 +392,13 @@ def shapes_from_counts(
         source,
     )  # fmt: skip
     buckets = buckets or infer_buckets(counts)
+    stray = sorted({k.depth_bucket for k, v in counts.checks.items() if v} - set(buckets.labels))
+    if stray:  # their checks would be left out of every bucket's adherence
+        raise InputError(
+            f"{source}: depth bucket(s) {', '.join(stray)} not one of the buckets "
+            f"{', '.join(buckets.labels)}: checks from two depth.buckets settings (a config change "
+            "inside the window, or two deployments summed: select one with --match)"
+        )
     if counts.session_lengths:
         sessions = percentiles_from_histogram(counts.session_lengths)
     else:

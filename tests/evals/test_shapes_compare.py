@@ -314,3 +314,24 @@ def test_a_refit_with_a_model_named_like_the_pooled_entry_is_refused(
     (tmp_path / "refit.json").write_text(text.replace('"m1"', '"*"'), encoding="utf-8")
     with pytest.raises(InputError, match=r"refit\.json: model '\*' .*reserved"):
         export_shapes(str(tmp_path / "refit.json"))
+
+
+def test_counts_in_depth_buckets_that_overlap_are_refused_not_dropped(tmp_path: Path) -> None:
+    """Series from two depth.buckets settings (9-12 and 9-16: a config change inside the window, or
+    two deployments summed) used to lose the 9-16 checks silently (n 50, not 110, exit 0)."""
+    cells = tmp_path / "cells.csv"
+    rows = ["1,100,90", "2,80,70", "3-4,120,100", "5-8,100,80", "9-12,50,40", "9-16,60,30"]
+    cells.write_text(
+        "rule,model,prefix_model,depth_bucket,n,passes\n"
+        + "".join(f"r,m,{'none' if r.startswith('1,') else 'm'},{r}\n" for r in rows),
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError, match=r"cells\.csv: depth bucket\(s\) 9-16 .*not one of the buckets"):
+        export_shapes(str(cells))
+    res = CliRunner().invoke(
+        main, ["shapes", "export", "--source", str(cells), "--out", str(tmp_path / "s.json")]
+    )
+    assert res.exit_code == 1 and "9-16" in res.output and not (tmp_path / "s.json").exists(), res.output
+    counts = Counts(checks={CheckKey("r", "m", NO_PREFIX, "9-16", "pass"): 5})
+    with pytest.raises(InputError, match=r"x: depth bucket\(s\) 9-16 .*1, 2, 3-4"):
+        shapes_from_counts(counts, source="x", buckets=DepthBuckets())  # explicit buckets: the same check
