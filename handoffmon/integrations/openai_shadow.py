@@ -30,6 +30,18 @@ SHADOW_HEADERS = {SHADOW_HEADER: "1"}
 """Header of every shadow call: a proxy or gateway can tell it from served traffic."""
 
 
+def client_timeout(client: Any) -> float | None:
+    """The seconds a client (an ``OpenAI`` or a ``with_options(timeout=...)`` copy of it) waits for
+    an answer: a number as it is, an ``httpx.Timeout``'s ``read``; ``None`` when it has none (no
+    timeout, ``NOT_GIVEN``, anything else)."""
+    timeout: Any = getattr(client, "timeout", None)
+    if hasattr(timeout, "read"):  # httpx.Timeout: read bounds the wait for the reply
+        timeout = timeout.read
+    if type(timeout) in (int, float) and timeout > 0:
+        return float(timeout)
+    return None
+
+
 class OpenAIShadow:
     """A ``ShadowSource`` over one synchronous OpenAI-compatible client.
 
@@ -63,8 +75,10 @@ class OpenAIShadow:
     def _request(
         self, target: str, messages: list[Any], max_tokens: int, timeout_s: float, params: Params = None
     ) -> tuple[Any, dict[str, Any]]:
-        """(``chat.completions`` of the client without retries, the call's arguments)."""
+        """(``chat.completions`` of the client without retries, the call's arguments); the call's
+        timeout is the smaller of ``timeout_s`` and the client's own (``client_timeout``)."""
         client = self._client
+        timeout_s = self._timeout(timeout_s)
         with_options = getattr(client, "with_options", None)
         if callable(with_options):
             client = with_options(max_retries=0, timeout=timeout_s)
@@ -77,6 +91,10 @@ class OpenAIShadow:
             "extra_headers": dict(SHADOW_HEADERS),
         }
         return client.chat.completions, kwargs
+
+    def _timeout(self, timeout_s: float) -> float:
+        own = client_timeout(self._client)
+        return timeout_s if own is None else min(timeout_s, own)
 
     def candidates(self, model: str) -> Sequence[str]:
         """None of its own: a client has no fallbacks (``shadow.candidates`` names them)."""
@@ -112,6 +130,7 @@ class AsyncOpenAIShadow(OpenAIShadow):
     ) -> ShadowReply:
         """Ask ``target`` on the application's loop, without retries, with the served request's
         ``params``; raises what the client raises."""
+        timeout_s = self._timeout(timeout_s)
         return call_on_loop(
             self._loop, lambda: self._call(target, messages, max_tokens, timeout_s, params), timeout_s
         )

@@ -96,3 +96,58 @@ async def test_async_client_continues_on_the_applications_event_loop() -> None:
     assert endpoint.seen == [("model-c", None, caller), ("model-c", None, caller), ("model-b", "1", caller)]
     assert counts.shadow[ShadowKey("brief", "model-c", "model-b", "prefix_only")] == 1
     assert sum(counts.turns.values()) == 2
+
+
+class TimedEndpoint(Endpoint):
+    """Also keeps each shadow request's read timeout (what httpx waits for the reply)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shadow_timeouts: list[float | None] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.headers.get("x-handoffmon-shadow"):
+            self.shadow_timeouts.append(request.extensions["timeout"]["read"])
+        return super().__call__(request)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "expected"),
+    [
+        (2.5, 2.5),  # the copy's own timeout, shorter than shadow.timeout_s (60 s)
+        (httpx.Timeout(90.0, read=1.5), 1.5),  # an httpx.Timeout: its read timeout
+        (300.0, 60.0),  # longer than shadow.timeout_s: the shadow budget's
+        (None, 60.0),  # no timeout at all: the shadow budget's
+    ],
+    ids=["float", "httpx", "longer", "none"],
+)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_with_options_copys_timeout_bounds_its_shadow_calls(
+    timeout: Any, expected: float, is_async: bool
+) -> None:
+    """Turns served through ``client.with_options(timeout=...)``: the copy's shadow call waits at
+    most the smaller of ``shadow.timeout_s`` and the copy's own timeout (it waited the shadow's 60 s
+    for an application that gives its calls 2.5 s)."""
+    endpoint = TimedEndpoint()
+    if is_async:
+        client: Any = openai.AsyncOpenAI(
+            api_key="k",
+            base_url="http://llm/v1",
+            http_client=httpx.AsyncClient(transport=httpx.MockTransport(endpoint)),
+        )
+    else:
+        client = openai.OpenAI(
+            api_key="k",
+            base_url="http://llm/v1",
+            http_client=httpx.Client(transport=httpx.MockTransport(endpoint)),
+        )
+    with _runtime() as rt:
+        copy = wrap(client, runtime=rt).with_options(timeout=timeout)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+        for i in range(2):
+            reply = copy.chat.completions.create(model="model-c", messages=messages)
+            reply = await reply if inspect.isawaitable(reply) else reply
+            messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"more {i}"}]
+            assert await asyncio.to_thread(rt.flush, 20)
+        assert rt.shadow.stats.calls == {("no_handoff", "ok"): 1}
+    assert endpoint.shadow_timeouts == [expected]
