@@ -1,4 +1,5 @@
-"""Per-target circuit breaker: shadow traffic stops by itself while a target answers 429/5xx."""
+"""Per-target circuit breaker: shadow traffic stops by itself while a target answers 429/5xx
+(or 401/403/404: misconfigured)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ class Breaker:
             self._probing.discard(target)
 
     def record(self, target: str, ok: bool) -> None:
-        """Report a finished call: ``ok`` False for 429, 5xx, timeouts and connection errors."""
+        """Report a finished call: ``ok`` False for 429, 5xx, timeouts, connection errors and
+        401/403/404 (``turns.failure_kind``)."""
         with self._lock:
             self._probing.discard(target)
             if ok:

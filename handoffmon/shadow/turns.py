@@ -236,15 +236,24 @@ def pair_verdicts(
     return out
 
 
-FAILURE_KINDS: tuple[str, ...] = ("rate_limited", "server_error", "timeout", "error")
-"""``failure_kind`` values; all but ``error`` trip the breaker."""
+FAILURE_KINDS: tuple[str, ...] = ("rate_limited", "server_error", "timeout", "misconfigured", "error")
+"""``failure_kind`` values; all but ``error`` trip the breaker. ``misconfigured``: 401, 403 or 404,
+a target the shadow calls cannot reach as configured (its key, its permissions, its model name),
+which will not heal by itself: counted as a breaker failure, so the target is probed once per
+cooldown instead of called on every sampled turn (a success would close a half-open breaker).
+``error``: anything else, 400 and 422 included (this request's own fault, not the target's)."""
+
+MISCONFIGURED_STATUSES = frozenset({401, 403, 404})
+"""HTTP statuses of a shadow call that say the target is misconfigured (``misconfigured``)."""
 
 
 def failure_kind(exc: BaseException) -> str:
-    """Classify a failed shadow call: 429, 5xx, timeout/connection, or anything else."""
+    """Classify a failed shadow call: 429, 5xx, timeout/connection, 401/403/404, or anything else."""
     status = getattr(exc, "status_code", None)
     if status == 429:
         return "rate_limited"
+    if status in MISCONFIGURED_STATUSES:
+        return "misconfigured"
     if isinstance(status, int) and status >= 500:
         name = type(exc).__name__.lower()
         return "timeout" if "timeout" in name else "server_error"
