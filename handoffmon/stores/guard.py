@@ -45,7 +45,9 @@ class _Breaker:
     The first call after the pause probes the backend again; a success closes the breaker,
     except a read's while writes fail: a backend that answers reads but refuses writes (a
     SQLite file another process holds locked, a full disk, a Redis out of memory) still
-    trips it, and stays unhealthy, where reads in between writes reset it before.
+    trips it, and stays unhealthy, where reads in between writes reset it before. A probe
+    that fails opens it again at once (not after ``trip_after`` more failures): a backend
+    still down costs one wait per pause, not ``trip_after``.
     """
 
     def __init__(self, retry_after_s: float, trip_after: int, clock: Callable[[], float]) -> None:
@@ -55,6 +57,7 @@ class _Breaker:
         self._open_until = 0.0
         self._failures = 0
         self._writes_failing = False
+        self._tripped = False  # opened since the last success: the next failure is a failed probe
         self.down = False
         """The last call tried failed (cleared by the next success; a read's clears it only
         when no write has failed since the last write that succeeded)."""
@@ -66,8 +69,9 @@ class _Breaker:
         self.down = True
         self._writes_failing = self._writes_failing or write
         self._failures += 1
-        if self._failures >= self._trip_after:
+        if self._failures >= self._trip_after or self._tripped:
             self._failures = 0
+            self._tripped = True
             self._open_until = self._clock() + self._retry_after_s
 
     def reset(self, write: bool = True) -> None:
@@ -78,6 +82,7 @@ class _Breaker:
             self._open_until = 0.0
             self.down = False
             self._writes_failing = False
+            self._tripped = False
 
 
 class GuardedStore:

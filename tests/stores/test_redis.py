@@ -247,6 +247,38 @@ def _hung_redis_backs_off(port: int) -> None:
     assert s.stats()["get_timeouts"] == 3 and s.stats()["get_skipped"] == 1
 
 
+def test_a_redis_still_down_after_the_pause_costs_one_wait_not_three() -> None:
+    """After the breaker opened, the probe that follows the pause failed and the guard went on
+    trying: three more timeouts per pause against a Redis that stays hung (150 ms of every
+    1.15 s at the default store.timeout_s, SQLite's 5 s busy wait three times over). A failed
+    probe now opens it again at once; a success still closes it."""
+    clock = FakeClock()
+    with silent_server() as port:
+        s = GuardedStore(RedisStore(_cfg(url=f"redis://127.0.0.1:{port}/0", timeout_s=0.05)), clock=clock)
+        for _ in range(3):
+            with pytest.raises(StoreTimeout):
+                s.get_many(["a"])
+        for _ in range(2):  # two pauses, one probe each
+            clock.now += 1.5
+            with pytest.raises(StoreTimeout):
+                s.put_many([("a", A1)])  # the probe
+            t0 = time.perf_counter()
+            with pytest.raises(StoreSkipped):
+                s.get_many(["a"])  # open again at once: no wait
+            assert time.perf_counter() - t0 < 0.01
+        stats = s.stats()
+        assert (stats["get_timeouts"], stats["put_timeouts"], stats["get_skipped"]) == (3, 2, 2), stats
+    require_redis()
+    s.inner = RedisStore(_cfg())
+    clock.now += 1.5
+    s.put_many([("a", A1)])  # a successful probe (a write: writes had failed) closes it
+    assert s.healthy and s.get_many(["a"]) == [A1]
+    with pytest.raises(StoreError):  # and the next failure is one of trip_after again
+        s.inner = RedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05))
+        s.get_many(["a"])
+    assert s.available
+
+
 def test_recovers_when_redis_comes_back() -> None:
     """Stop a private redis-server mid-use, then restart it: the store resumes by itself."""
     clock = FakeClock()
