@@ -8,7 +8,7 @@ import copy
 import importlib
 import inspect
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from handoffmon.ingress import (
@@ -65,6 +65,44 @@ class _Pending(NamedTuple):
     api: Api
 
 
+class _Chat(NamedTuple):
+    """A chat completion's capture and its keyword arguments (``_SentParams``), which its shadow
+    call repeats the generation parameters of; what ``_Calls._begin`` gives while shadow
+    continuation may run (a plain ``Capture`` otherwise)."""
+
+    cap: Capture
+    kwargs: Mapping[str, Any]
+
+
+class _SentParams(Mapping[str, Any]):
+    """A chat call's keyword arguments (the wrapper's own dict, which nothing changes after the
+    call) as its shadow call reads them, on the shadow thread (``turns.shadow_params``): a
+    ``response_format`` type (``parse``'s structured outputs, which ``create`` refuses) as the
+    JSON schema the SDK sends for it."""
+
+    __slots__ = ("_kwargs",)
+
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        self._kwargs = kwargs
+
+    def __repr__(self) -> str:  # no request content in reprs
+        return "_SentParams()"
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._kwargs[key]
+        if key == "response_format" and isinstance(value, type):
+            from openai.lib._parsing import type_to_response_format_param
+
+            return type_to_response_format_param(value)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kwargs)
+
+    def __len__(self) -> int:
+        return len(self._kwargs)
+
+
 class SdkTurns:
     """Capture/finish plumbing shared by the sync and async ``create``."""
 
@@ -82,11 +120,13 @@ class SdkTurns:
         turns.shadow = shadow
         return turns
 
-    def offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
+    def offer(
+        self, cap: Capture, api: bool = False, request: Mapping[str, Any] | None = None
+    ) -> ShadowOffer | None:
         """The turn's shadow offer when the runtime runs shadow continuation (``api``: a call of
-        another API, read as chat); on the thread the call finished on (an async client's source
-        is bound to that loop)."""
-        return _offer(self.shadow() if self.shadow is not None else None, cap, api)
+        another API, read as chat; ``request``: a chat call's arguments, ``_Chat``); on the
+        thread the call finished on (an async client's source is bound to that loop)."""
+        return _offer(self.shadow() if self.shadow is not None else None, cap, api, request)
 
     def begin(
         self, kwargs: Mapping[str, Any], api: Api | None = None, headers: Mapping[str, str] | None = None
@@ -153,7 +193,9 @@ class SdkTurns:
         headers: Mapping[str, Any] | None,
         t0: float,
         api: Api | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> None:
+        """Record a non-streamed call (``request``: a chat call's arguments, for its shadow call)."""
         if isinstance(cap, _Pending):  # read on the attribution thread, in order with other turns
             source = self.shadow() if self.shadow is not None else None
             self.monitor.finish_later(
@@ -176,7 +218,7 @@ class SdkTurns:
                 reply,
                 Deferred(describe_response, (self.monitor.names, response, served)),
                 latency_s=time.perf_counter() - t0,
-                shadow=self.offer(cap, api is not None),
+                shadow=self.offer(cap, api is not None, request),
                 weight=weigh(self.monitor, cap.request.messages),
             )
         except Exception as exc:
@@ -189,7 +231,9 @@ class SdkTurns:
         t0: float,
         out: StreamOutcome,
         api: bool = False,
+        request: Mapping[str, Any] | None = None,
     ) -> None:
+        """Record a stream that ended (``request``: a chat call's arguments, for its shadow call)."""
         try:
             if not out.chunks or not self.monitor.stream_recordable(out):
                 return  # no chunk at all (an error event first, closed at once): no reply, no turn
@@ -203,7 +247,7 @@ class SdkTurns:
                 Deferred(describe_stream, (self.monitor.names, out, served)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
-                shadow=self.offer(cap, api),
+                shadow=self.offer(cap, api, request),
                 weight=weigh(self.monitor, cap.request.messages),
             )
         except Exception as exc:
@@ -226,12 +270,15 @@ def listed(kwargs: dict[str, Any]) -> None:
     kwargs["messages"] = list(messages)  # what the generator raises, the SDK would have raised
 
 
-def _offer(source: ShadowSource | None, cap: Capture, api: bool) -> ShadowOffer | None:
-    """A turn's shadow offer from its integration's ``source`` (``None``: shadow off)."""
+def _offer(
+    source: ShadowSource | None, cap: Capture, api: bool, request: Mapping[str, Any] | None = None
+) -> ShadowOffer | None:
+    """A turn's shadow offer from its integration's ``source`` (``None``: shadow off; ``request``:
+    a chat call's arguments, whose generation parameters the shadow call repeats)."""
     messages = cap.request.messages
     if source is None or not messages:
         return None
-    return offer_of(source, messages, cap.request.link, api)
+    return offer_of(source, messages, cap.request.link, api, request)
 
 
 def _raw(completions: Any, name: str) -> Any:
@@ -277,29 +324,38 @@ class _Calls:
         """``create`` and ``parse`` as the SDK's streamed-response context managers, monitored."""
         return StreamingCalls(self)
 
-    def _begin(self, kwargs: dict[str, Any]) -> Capture | _Pending | None:
+    def _begin(self, kwargs: dict[str, Any]) -> Capture | _Pending | _Chat | None:
         """The call's capture, its request read with the headers the SDK sends (the client's
         default caller headers under the call's ``extra_headers``: ``as_sent``). ``kwargs`` is
-        the wrapper's own dict of the call's arguments (``listed`` may replace its messages)."""
+        the wrapper's own dict of the call's arguments (``listed`` may replace its messages):
+        a chat call's capture goes with it (``_Chat``) when shadow continuation may run."""
         listed(kwargs)
-        return self._turns.begin(kwargs, self._api, self._headers)
+        ctx = self._turns.begin(kwargs, self._api, self._headers)
+        if self._api is None and isinstance(ctx, Capture) and self._turns.shadow is not None:
+            return _Chat(ctx, _SentParams(kwargs))
+        return ctx
 
     def _monitored(
-        self, ctx: Capture | _Pending, response: Any, headers: Any, t0: float, stream: bool
+        self, ctx: Capture | _Pending | _Chat, response: Any, headers: Any, t0: float, stream: bool
     ) -> Any:
         """What the application gets for the parsed body ``response`` of a monitored call: a
         stream recorded when it ends, or ``response`` itself, recorded now."""
         api = self._api
+        request: Mapping[str, Any] | None = None
+        if isinstance(ctx, _Chat):
+            request = ctx.kwargs
+            ctx = ctx.cap
+        turn = ctx
         if stream:
             return self._stream(
                 response,
-                lambda out, _i: self._turns.stream_done(ctx, headers, t0, out, api is not None),
+                lambda out, _i: self._turns.stream_done(turn, headers, t0, out, api is not None, request),
                 _folder(api),
             )
         if api is RESPONSES and unfinished(response):  # background=True: the reply comes later
             self._park(response, ctx, t0)
             return response
-        self._turns.finish(ctx, response, headers, t0, api)
+        self._turns.finish(ctx, response, headers, t0, api, request)
         return response
 
     def _park(self, response: Any, ctx: Capture | _Pending, t0: float) -> None:
@@ -332,7 +388,7 @@ class _Calls:
             self._turns.monitor.errors.failed("integration", exc, "could not forget a background call")
 
     def _raw_result(
-        self, result: Any, ctx: Capture | _Pending, response: Any, t0: float, stream: bool
+        self, result: Any, ctx: Capture | _Pending | _Chat, response: Any, t0: float, stream: bool
     ) -> Any:
         """What ``with_raw_response`` returns: the SDK's raw response ``result`` (``response``
         is its parsed body); for a stream, one whose ``parse()`` gives the monitored stream."""

@@ -150,9 +150,10 @@ class RouterWrapper:
             return response
         if kwargs.get("stream"):
             return SyncStream(
-                response, lambda out, inner: self._stream_done(cap, t0, out, inner, tried=tried)
+                response,
+                lambda out, inner: self._stream_done(cap, t0, out, inner, tried=tried, request=kwargs),
             )
-        self._finish(cap, response, time.perf_counter() - t0, tried)
+        self._finish(cap, response, time.perf_counter() - t0, tried, kwargs)
         return response
 
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
@@ -175,9 +176,10 @@ class RouterWrapper:
             return response
         if kwargs.get("stream"):
             return AsyncStream(
-                response, lambda out, inner: self._stream_done(cap, t0, out, inner, tried=tried)
+                response,
+                lambda out, inner: self._stream_done(cap, t0, out, inner, tried=tried, request=kwargs),
             )
-        self._finish(cap, response, time.perf_counter() - t0, tried)
+        self._finish(cap, response, time.perf_counter() - t0, tried, kwargs)
         return response
 
     async def abatch_completion(self, *args: Any, **kwargs: Any) -> Any:
@@ -386,7 +388,16 @@ class RouterWrapper:
             self._monitor.errors.failed("integration", exc, "could not start a turn")
             return None
 
-    def _finish(self, cap: Capture, response: Any, latency_s: float, tried: tuple[Any, ...] | None) -> None:
+    def _finish(
+        self,
+        cap: Capture,
+        response: Any,
+        latency_s: float,
+        tried: tuple[Any, ...] | None,
+        request: Mapping[str, Any],
+    ) -> None:
+        """Queue a non-streamed chat completion (``request``: the call's keyword arguments, which
+        its shadow call repeats the generation parameters of)."""
         try:
             reply = reply_message(response)
             if reply is None:  # no choice (``choices: []``): no reply, no turn (as ``serve``)
@@ -396,7 +407,7 @@ class RouterWrapper:
                 reply,
                 self._outcome(response, tried),
                 latency_s=latency_s,
-                shadow=self._offer(cap),
+                shadow=self._offer(cap, request=request),
                 weight=weigh(self._monitor, cap.request.messages),
             )
         except Exception as exc:
@@ -455,7 +466,7 @@ class RouterWrapper:
             reply = {**reply, "content": content}  # the text as returned, not as edited since
         outcome = self._outcome(response, tried)
         cap = Capture(request, t1 - t0)
-        return cap, reply, outcome, t2 - t1, self._offer(cap)
+        return cap, reply, outcome, t2 - t1, self._offer(cap, request=kwargs)
 
     def _stream_done(
         self,
@@ -465,7 +476,10 @@ class RouterWrapper:
         inner: Any,
         api: bool = False,
         tried: tuple[Any, ...] | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> None:
+        """A stream ended: its turn queued (``request``: a chat completion's keyword arguments,
+        for its shadow call)."""
         try:
             if not out.chunks or not self._monitor.stream_recordable(out):
                 return  # no chunk at all (an error first, closed at once): no reply, no turn
@@ -475,19 +489,23 @@ class RouterWrapper:
                 Deferred(self._describe_stream, (out, inner, tried)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
-                shadow=self._offer(cap, api),
+                shadow=self._offer(cap, api, request),
                 weight=weigh(self._monitor, cap.request.messages),
             )
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not finish a streamed turn")
 
-    def _offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
+    def _offer(
+        self, cap: Capture, api: bool = False, request: Mapping[str, Any] | None = None
+    ) -> ShadowOffer | None:
         """The turn's shadow offer when the runtime runs shadow continuation (``api``: a call of
-        another API, read as chat)."""
+        another API, read as chat; ``request``: a chat completion's keyword arguments, the
+        wrapper's own dict, which nothing changes after the call: its shadow call repeats their
+        generation parameters, ``turns.SHADOW_PARAMS``)."""
         messages = cap.request.messages
         if self._shadow is None or not messages:
             return None
-        return offer_of(self._shadow, messages, cap.request.link, api)
+        return offer_of(self._shadow, messages, cap.request.link, api, request)
 
     def _describe_stream(self, out: StreamOutcome, inner: Any, tried: tuple[Any, ...] | None) -> Outcome:
         """Who served a finished stream (on the attribution thread); the router repoints the

@@ -168,6 +168,9 @@ class _Turn:
     """The forwarded request headers (a shadow call takes its credentials from them)."""
     parsed: bool = False
     capture: Capture | None = None
+    doc: dict[str, Any] | None = None
+    """The parsed chat completion body, kept for its shadow offer (shadow continuation on): the
+    shadow call repeats its generation parameters (``turns.SHADOW_PARAMS``)."""
     handed_off: bool = False
     """Queued with ``Monitor.finish_later``: parsed (and counted) on the attribution thread."""
 
@@ -442,6 +445,8 @@ class Forwarder:
             self._skip("no_messages")
             return None
         turn.capture = Capture(request, 0.0)
+        if self._shadow is not None and self._api is None:  # a chat body, parsed here only
+            turn.doc = doc
         return turn.capture
 
     def _unread(self, turn: _Turn, reason: str | None) -> None:
@@ -479,12 +484,13 @@ class Forwarder:
         loop: its calls run there)."""
         return self._shadow(turn.headers) if self._shadow is not None else None
 
-    def _offer(self, capture: Capture, source: ShadowSource | None) -> ShadowOffer | None:
-        """The turn's shadow offer, from its ``source``."""
+    def _offer(self, turn: _Turn, capture: Capture, source: ShadowSource | None) -> ShadowOffer | None:
+        """The turn's shadow offer, from its ``source``; a chat completion's repeats the generation
+        parameters of its body (``turn.doc``: parsed on the attribution thread, nobody else's)."""
         messages = capture.request.messages
         if source is None or not messages:
             return None
-        return offer_of(source, messages, capture.request.link, self._api is not None)
+        return offer_of(source, messages, capture.request.link, self._api is not None, turn.doc)
 
     def _parse_failed(self) -> None:
         """Monitoring a turn raised: the traffic is unaffected, the turn is counted unmonitored."""
@@ -716,7 +722,7 @@ class Forwarder:
             reply,
             Deferred(_describe_response, (self._monitor.names, doc, headers)),
             done - turn.started,
-            self._offer(capture, source),
+            self._offer(turn, capture, source),
         )
 
     def _reply(self, headers: list[tuple[bytes, bytes]], data: bytes) -> tuple[Any, dict[str, Any]] | None:
@@ -791,7 +797,7 @@ class Forwarder:
             out.reply,
             Deferred(_describe_stream, (monitor.names, out, headers)),
             done - turn.started,
-            self._offer(capture, source),
+            self._offer(turn, capture, source),
         )
 
 
