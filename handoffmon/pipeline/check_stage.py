@@ -21,7 +21,7 @@ from handoffmon.pipeline.errors import ErrorSink
 from handoffmon.pipeline.records import Attributed
 from handoffmon.pipeline.state import ConversationState
 from handoffmon.protocols import AttributionStore
-from handoffmon.shadow.turns import ShadowTurn
+from handoffmon.shadow.turns import NO_VERDICT, ShadowTurn
 from handoffmon.stores._rev import rev_of
 from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.memory import MemoryStore
@@ -398,7 +398,12 @@ class CheckStage:
             and not ctx.degraded
             and skip is None  # a cut-off reply, or one that only calls tools, has no verdicts to compare
         ):
-            offer = ShadowTurn(turn.shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
+            shadow = turn.shadow
+            if shadow.unsent is None and not any(c.verdict in ("pass", "fail") for c in checks):
+                # no rule judged the served reply: no shadow reply can pair with it, so the runner
+                # counts it as skipped (``no_verdict``) without spending budget on a call
+                shadow = shadow._replace(unsent=NO_VERDICT)
+            offer = ShadowTurn(shadow, ctx.conversation_id, ctx.prefix_model, author, checks, evaluate)
         # clean baseline turn: same author, and no other model's (or unattributed) text in the history
         clean = (
             ctx.prefix_model == author

@@ -59,7 +59,7 @@ class Skip(NamedTuple):
 SKIP_REASONS: tuple[str, ...] = (
     "disabled", "not_eligible", "history_stored", "history_not_chat", "not_sampled", "arm_off",
     "no_candidate", "not_allowed", "breaker_open", "budget_calls", "budget_tokens", "budget_money",
-    "no_price", "quota", "conversation_quota", "busy", "no_route",
+    "no_price", "quota", "conversation_quota", "busy", "no_route", "no_verdict",
 )  # fmt: skip
 """``conversation_quota``: the conversation had ``max_calls_per_conversation`` shadow calls in the
 last hour (checked with the budget, after the breaker).
@@ -70,7 +70,9 @@ all taken): nothing was sent, and the reservation is given back.
 ``busy``: the runtime's shadow queue was full (the decision's reservation is given back).
 ``history_stored``, ``history_not_chat``: an eligible Responses or Messages API turn whose history
 cannot be continued through chat completions (``turns.unsent_history``); counted before sampling,
-so their share of eligible turns shows whatever the sample rate."""
+so their share of eligible turns shows whatever the sample rate.
+``no_verdict``: an eligible turn whose served reply got no ``pass`` or ``fail`` (every rule
+``not_applicable`` or errored): no shadow reply could pair with it; also counted before sampling."""
 
 
 class ShadowPolicy:
@@ -132,7 +134,7 @@ class ShadowPolicy:
             messages: number of messages in the prompt.
             candidates: this turn's integration's candidates (default: the policy's).
             prices: this turn's integration's prices (default: the policy's).
-            unsent: why this eligible turn's history cannot be sent (``ShadowOffer.unsent``).
+            unsent: why this eligible turn is not to be sent (``ShadowOffer.unsent``).
             key: the turn's identity (its conversation and position): whether it is sampled,
                 and which candidate a no-handoff arm takes, are then fixed by it and the
                 secret (``shadow.seed``: the same on every replica and every run, so a seeded

@@ -56,14 +56,21 @@ class ShadowSource(Protocol):
         ...
 
 
+NO_VERDICT = "no_verdict"
+"""Skip reason (``ShadowOffer.unsent``) of a turn whose served reply got no ``pass`` or ``fail``
+(every rule ``not_applicable``, errored, or none ran): no shadow reply could form a pair with it."""
+
+
 class ShadowOffer(NamedTuple):
     """Attached by an integration to a finished turn (``Monitor.finish(shadow=...)``).
 
     Attributes:
         source: the integration that can make the shadow call.
         messages: the request's messages (the snapshot the parser took), to continue.
-        unsent: why the history cannot be continued as chat (a skip reason:
-            ``history_stored``, ``history_not_chat``; see ``unsent_history``), ``None`` when it can.
+        unsent: why the turn is not to be continued, a skip reason: its history cannot be sent as
+            chat (``history_stored``, ``history_not_chat``; see ``unsent_history``) or its served
+            reply got no verdict to pair with (``no_verdict``, set by the check stage); ``None``
+            when it can be.
     """
 
     source: ShadowSource
