@@ -26,7 +26,8 @@ from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, GaugeSpec, Series, refit_series
-from handoffmon.exporters.store_failures import StoreStatsMirror
+from handoffmon.exporters.serving import FileMirror, sync_file_mirrors
+from handoffmon.exporters.store_failures import StoreStatsCollector
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
@@ -551,7 +552,7 @@ class PrometheusExporter:
         self._stage_keys: dict[str, tuple[str]] = {}
         """``(guard.stage(stage),)`` of the stages admitted as themselves (at most ``MAX_STAGES``)."""
         self._log = get_logger("handoffmon.exporters", exporter="prometheus")
-        self._store: StoreStatsMirror | None = None
+        self._store: FileMirror | None = None
         """The store's counters, written to the multiprocess files (``observe_store``)."""
         self._sync_label_usage()
 
@@ -576,8 +577,8 @@ class PrometheusExporter:
         except Exception as exc:
             log_error(self._log, "export_failed", "export_prometheus", exc)
             return False
-        if self._store is not None:
-            self._sync_store()
+        if self.multiprocess:
+            self._sync_files()
         return True
 
     def observe_store(
@@ -586,18 +587,18 @@ class PrometheusExporter:
         """The store's ``stats()`` and ``evictions()`` (the runtime wires them). Under
         ``PROMETHEUS_MULTIPROC_DIR`` they are written to the files after each turn as
         ``handoffmon_store_failures_total`` and ``handoffmon_store_evictions_total``
-        (``StoreStatsMirror``), since a multiprocess ``/metrics`` never reads the
-        ``StoreStatsCollector`` that serves them otherwise; else nothing to do."""
+        (a ``FileMirror`` of their ``StoreStatsCollector``), since a multiprocess ``/metrics``
+        never reads the collector that serves them otherwise; else nothing to do."""
         if self.multiprocess:
-            self._store = StoreStatsMirror(stats, evictions)
-            self._sync_store()
+            self._store = FileMirror(StoreStatsCollector(stats, evictions))
+            self._sync_files()
 
-    def _sync_store(self) -> None:
-        try:
-            if self._store is not None:
-                self._store.sync()
-        except Exception as exc:
-            log_error(self._log, "observe_failed", "export_prometheus", exc)
+    def _sync_files(self) -> None:
+        """Write the growth of every scrape-time counter of the process (the store's, routing's,
+        shadow's: ``sync_file_mirrors``) to the multiprocess files; logs a failure, never raises."""
+        failed = sync_file_mirrors()
+        if failed is not None:
+            log_error(self._log, "observe_failed", "export_prometheus", failed)
 
     def _count(self, result: TurnResult) -> None:
         g, m, kid = self.guard, self._m, self._kids
@@ -762,6 +763,8 @@ class PrometheusExporter:
                 self._m.shadow_pair_stats.labels(*key).inc(n)
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
+        if self.multiprocess:  # the shadow call behind the pair is counted by now
+            self._sync_files()
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Nothing is buffered: values are read at scrape time."""
@@ -835,10 +838,12 @@ class PrometheusExporter:
             with self._refit_lock:
                 for name, values in series.items():
                     self._replace(name, values)
-            return True
         except Exception as exc:
             log_error(self._log, "publish_refit_failed", "refit_publish", exc)
             return False
+        if self.multiprocess:  # also writes the counters of an idle worker now and then
+            self._sync_files()
+        return True
 
     def _replace(self, name: str, values: Series) -> None:
         gauge = self._refit.get(name)

@@ -8,13 +8,17 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from handoffmon.exporters.serving import mirror_to_files
+
 
 class RoutingCollector(Collector):
     """Exposes the routing policy's decision counters and the age of its pair-risk table.
 
     ``mode`` is ``dry_run`` or ``enforce``, ``outcome`` one of ``routing.OUTCOMES``: both
     bounded. The table age is absent until a refit published a table. Reads counters
-    only; adds nothing to the request path.
+    only; adds nothing to the request path. Under ``PROMETHEUS_MULTIPROC_DIR`` the decisions
+    are also written to the files (``FileMirror``), which a multiprocess ``/metrics`` sums over
+    workers; the table age is this worker's only.
 
     Args:
         counts: returns decisions by (mode, outcome).
@@ -32,6 +36,7 @@ class RoutingCollector(Collector):
         self._counts = counts
         self._age = table_age_s
         self._clock = clock
+        self._files = mirror_to_files(self)
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(

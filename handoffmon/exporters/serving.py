@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import hmac
 import os
 import re
 import socket
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
@@ -16,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
+
+from handoffmon.pipeline import fork
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.counts import Counts
@@ -223,6 +227,106 @@ def mark_process_dead(pid: int, path: str | None = None) -> None:
     from prometheus_client.multiprocess import mark_process_dead as _mark
 
     _mark(pid, path)  # type: ignore[no-untyped-call]
+
+
+MAX_MIRRORED_SERIES = 1000
+"""Bound on the series one ``FileMirror`` writes (its collector's labels are bounded already)."""
+
+_file_counters: dict[str, tuple[Counter, tuple[str, ...]]] = {}
+"""The file-backed counters every mirror of this process writes, by name: one value per series and
+process, since two prometheus_client values of one series in one process overwrite each other's file
+entry."""
+_mirrors: weakref.WeakSet[FileMirror] = weakref.WeakSet()
+_mirrors_lock = threading.Lock()
+fork.renew_in_child(_mirrors_lock)
+
+
+class FileMirror:
+    """A scrape-time collector's counters, written into the ``PROMETHEUS_MULTIPROC_DIR`` files.
+
+    A multiprocess ``/metrics`` (LiteLLM Proxy with several workers, gunicorn) serves the files
+    only, never a worker's registry, so counters a collector computes at scrape time (the store's
+    failures and evictions, the routing decisions, the shadow calls) were missing there.
+    :meth:`sync` adds what each ``*_total`` sample of the collector gained since the last sync to
+    a file-backed counter of the same name and labels (created at 0 when first seen; at most
+    ``MAX_MIRRORED_SERIES`` series), so the multiprocess collector sums them over workers, dead
+    ones included, like handoffmon's other counters. Gauges are not mirrored. The worker's own
+    registry keeps serving the collector itself. After a fork the child's files start at 0 and it
+    adds only what grew in the child. Every live mirror of the process is synced by
+    :func:`sync_file_mirrors`, which the ``PrometheusExporter`` calls after each turn, shadow
+    pair and refit.
+    """
+
+    def __init__(self, collector: Collector) -> None:
+        self._collector = collector
+        self._seen: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._lock = threading.Lock()
+        with _mirrors_lock:
+            _mirrors.add(self)
+
+    def sync(self) -> None:
+        """Write what the collector's counters gained since the last call. Raises what the
+        collector raises."""
+        with self._lock:
+            for family in self._collector.collect():
+                if family.type != "counter":
+                    continue
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        self._add(family.name, family.documentation, sample.labels, sample.value)
+
+    def _add(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
+        key = (name, tuple(labels.values()))
+        seen = self._seen.get(key)
+        if seen is None and len(self._seen) >= MAX_MIRRORED_SERIES:
+            return
+        counter = _file_counter(name, doc, tuple(labels))
+        if counter is None:
+            return
+        child = counter.labels(*labels.values()) if labels else counter  # a new series starts at 0
+        if value > (seen or 0.0):
+            child.inc(value - (seen or 0.0))
+            seen = value
+        self._seen[key] = seen or 0.0
+
+
+def _file_counter(name: str, doc: str, labelnames: tuple[str, ...]) -> Counter | None:
+    """The process's file-backed counter ``name`` (None: it exists with other label names)."""
+    with _mirrors_lock:
+        made = _file_counters.get(name)
+        if made is None:
+            made = _file_counters[name] = (Counter(name, doc, labelnames, registry=None), labelnames)
+    return made[0] if made[1] == labelnames else None
+
+
+def mirror_to_files(collector: Collector) -> FileMirror | None:
+    """A ``FileMirror`` of ``collector`` under ``PROMETHEUS_MULTIPROC_DIR`` (its series written now,
+    at their values; a collector that fails is tried again at the next sync), else None. Keep a
+    reference: the mirror lives (and is synced) as long as it is referenced."""
+    from handoffmon.labels import MULTIPROC_ENV
+
+    if not os.environ.get(MULTIPROC_ENV):
+        return None
+    mirror = FileMirror(collector)
+    with contextlib.suppress(Exception):  # monitoring never breaks the runtime being built
+        mirror.sync()
+    return mirror
+
+
+def sync_file_mirrors() -> Exception | None:
+    """Sync every live ``FileMirror`` of this process; the first failure (the others are still
+    synced), else None. Never raises."""
+    if not _mirrors:
+        return None
+    with _mirrors_lock:
+        mirrors = list(_mirrors)
+    failed: Exception | None = None
+    for mirror in mirrors:
+        try:
+            mirror.sync()
+        except Exception as exc:
+            failed = failed or exc
+    return failed
 
 
 _SUM_QUERY = re.compile(r"^sum(?: by \(([^)]*)\))? ?\(([a-zA-Z_:][a-zA-Z0-9_:]*)\)$")

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from handoffmon.exporters.serving import mirror_to_files
+
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.shadow.stats import ShadowStats
 
@@ -16,7 +18,9 @@ class ShadowCollector(Collector):
     """Exposes a ``ShadowRunner``'s ``stats``. Every label is bounded: arms, outcomes, skip
     reasons and verdicts are fixed sets, targets are the ``shadow.targets`` allowlist.
 
-    Shadow calls are counted only here, never as served turns.
+    Shadow calls are counted only here, never as served turns. Under ``PROMETHEUS_MULTIPROC_DIR``
+    the counters are also written to the files (``FileMirror``), which a multiprocess ``/metrics``
+    sums over workers; the gauges (budget, breaker, pending) are this worker's only.
 
     Args:
         stats: returns the runner's ``ShadowStats``.
@@ -24,6 +28,7 @@ class ShadowCollector(Collector):
 
     def __init__(self, stats: Callable[[], ShadowStats]) -> None:
         self._stats = stats
+        self._files = mirror_to_files(self)
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()

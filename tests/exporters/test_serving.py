@@ -11,6 +11,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 from wsgiref.util import setup_testing_defaults
 
 import httpx
@@ -253,3 +254,71 @@ def test_a_workers_refit_covers_every_workers_turns(tmp_path: Path) -> None:
     assert only(s, "handoffmon_turns_total")[L(model="b", prefix_model="a", depth_bucket="2")] == 5
     checked = only(s, "handoffmon_handoff_checked_turns")
     assert checked[L(prefix_model="a", model="b", rule="short")] == 5
+
+
+def test_multiprocess_serves_routing_and_shadow_counters_of_every_worker(tmp_path: Path) -> None:
+    """Under PROMETHEUS_MULTIPROC_DIR the routing decisions and shadow counters reach the
+    multiprocess ``/metrics``, summed over workers (two real processes on one directory); they were
+    read only by scrape-time collectors on each worker's registry, which that ``/metrics`` never
+    serves, so they were absent. Two collectors of one process add up too (one file value per series
+    and process: two of them overwrite each other's)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    counted_by: list[dict[str, Any]] = []
+    for decisions, calls in (("7", "3"), ("5", "4")):
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.exporters.mp_mirror_worker", decisions, calls],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        counted_by.append(json.loads(out.strip().splitlines()[-1]))
+    s = parse_exposition(get_multiprocess(tmp_path))
+    decisions = only(s, "handoffmon_routing_decisions_total")
+    keys = counted_by[0]["routing"]
+    assert len(keys) > 2 and len(decisions) == len(keys)  # every (mode, outcome), 0 included
+    for key in keys:
+        mode, outcome = key.split(",")
+        assert decisions[L(mode=mode, outcome=outcome)] == sum(c["routing"][key] for c in counted_by)
+    assert decisions[L(mode="dry_run", outcome="reordered")] == 3 + 2
+    calls = 3 + 4 + 1 + 1  # each worker's two collectors
+    assert only(s, "handoffmon_shadow_calls_total") == {
+        L(arm="handoff", outcome="ok"): calls,
+        L(arm="no_handoff", outcome="timeout"): 4,
+    }
+    assert only(s, "handoffmon_shadow_skipped_total") == {L(reason="not_sampled"): 2 * calls}
+    assert only(s, "handoffmon_shadow_checks_total") == {L(arm="handoff", verdict="pass"): calls}
+    assert only(s, "handoffmon_shadow_pairs_total") == {L(arm="handoff"): calls}
+    assert only(s, "handoffmon_shadow_tokens_total") == {L(): 10.0 * calls}
+    assert only(s, "handoffmon_shadow_spend_usd_total") == {L(): 0.5 * calls}
+
+
+def test_file_mirror_writes_a_bounded_number_of_series() -> None:
+    """A ``FileMirror`` writes at most ``MAX_MIRRORED_SERIES`` series of its collector, and only
+    what each grew by since the last sync (gauges are left out)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from handoffmon.exporters import serving
+
+    grown = [1.0]
+
+    class Many:
+        def collect(self) -> Any:
+            family = CounterMetricFamily("test_mirror_bounded", "test", labels=["n"])
+            for i in range(serving.MAX_MIRRORED_SERIES + 500):
+                family.add_metric([str(i)], grown[0])
+            yield family
+            yield GaugeMetricFamily("test_mirror_gauge", "test", value=3.0)
+
+    mirror = serving.FileMirror(Many())
+    mirror.sync()
+    grown[0] = 5.0
+    serving.sync_file_mirrors()
+    counter = serving._file_counters["test_mirror_bounded"][0]
+    values = {
+        s.labels["n"]: s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total")
+    }
+    assert len(values) == serving.MAX_MIRRORED_SERIES
+    assert set(values.values()) == {5.0}
+    assert "test_mirror_gauge" not in serving._file_counters
