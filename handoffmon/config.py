@@ -76,6 +76,13 @@ class StoreConfig(_Section):
     and content), so the default covers 5,000 turns, more than any context window holds
     resent: it only binds when one conversation id is shared by unrelated traffic (a constant
     ``x-conversation-id``)."""
+    max_keys: int = Field(default=5_000_000, gt=0)
+    """Memory backend: cap on all conversations' attribution keys together (~100 B each: 5M is
+    about 0.5 GB, 2.5 times what 100,000 conversations of 10 turns hold); past it the least
+    recently used conversations are evicted as past ``max_conversations`` (counted in
+    ``handoffmon_store_evictions_total{what="conversations"}``). Without it only
+    ``max_conversations`` × ``max_keys_per_conversation`` bounded the store (10^9 keys).
+    At least ``max_keys_per_conversation``."""
     key_prefix: str = "handoffmon:"
     """Redis key prefix."""
     timeout_s: float = Field(default=0.05, gt=0)
@@ -84,6 +91,15 @@ class StoreConfig(_Section):
     """Consecutive store failures (any backend) after which the store is skipped for a while."""
     backoff_s: float = Field(default=1.0, gt=0)
     """How long the store is skipped after ``backoff_after`` failures (then probed again)."""
+
+    @model_validator(mode="after")
+    def _key_caps(self) -> StoreConfig:
+        if self.max_keys < self.max_keys_per_conversation:
+            raise ValueError(
+                f"max_keys ({self.max_keys}) is below max_keys_per_conversation "
+                f"({self.max_keys_per_conversation}): one conversation could outgrow the whole store"
+            )
+        return self
 
     @field_validator("path")
     @classmethod

@@ -34,6 +34,7 @@ def make_store(config: StoreConfig) -> AttributionStore:
     return MemoryStore(
         max_conversations=config.max_conversations,
         max_keys_per_conversation=config.max_keys_per_conversation,
+        max_keys=config.max_keys,
         ttl_s=config.ttl_s,
     )
 

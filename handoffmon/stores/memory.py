@@ -60,12 +60,17 @@ class MemoryStore:
     group); the least recently used groups are evicted together once there are more than
     ``max_conversations``. A group holding more than ``max_keys_per_conversation`` keys drops
     its oldest (first recorded) keys, so one conversation id shared by all traffic cannot grow
-    without bound; those drops are counted in :attr:`evicted_keys`. Keys and state expire
+    without bound; those drops are counted in :attr:`evicted_keys`. Past ``max_keys`` keys in
+    all, the least recently used groups are evicted too (counted in :attr:`evicted`), so the
+    store's size has a bound of its own, not only ``max_conversations`` ×
+    ``max_keys_per_conversation`` (10^9 keys, ~100 GB, at the defaults). Keys and state expire
     ``ttl_s`` after their last write.
 
     Args:
         max_conversations: LRU cap on groups (``store.max_conversations``).
         max_keys_per_conversation: cap on one group's keys (``store.max_keys_per_conversation``).
+        max_keys: cap on all groups' keys (``store.max_keys``), at least
+            ``max_keys_per_conversation``.
         ttl_s: expiry after the last write (``store.ttl_s``).
         clock: wall clock (tests pass a fake).
     """
@@ -79,19 +84,23 @@ class MemoryStore:
         *,
         max_conversations: int = 100_000,
         max_keys_per_conversation: int = 10_000,
+        max_keys: int = 5_000_000,
         ttl_s: float = 7 * 24 * 3600,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if max_conversations <= 0 or max_keys_per_conversation <= 0 or ttl_s <= 0:
             raise ValueError("max_conversations, max_keys_per_conversation and ttl_s must be positive")
+        if max_keys < max_keys_per_conversation:
+            raise ValueError("max_keys must be at least max_keys_per_conversation")
         self.max_conversations = max_conversations
         self.max_keys_per_conversation = max_keys_per_conversation
+        self.max_keys = max_keys
         self.ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
         self.evicted = 0
-        """Conversations evicted by the ``max_conversations`` cap."""
+        """Conversations evicted by the ``max_conversations`` or ``max_keys`` cap."""
         self.evicted_keys = 0
         """Keys dropped by the ``max_keys_per_conversation`` cap (oldest of their conversation)."""
         self._reset()
@@ -583,7 +592,8 @@ class MemoryStore:
 
     def _trim(self, now: float) -> None:
         groups = self._groups
-        while len(groups) > self.max_conversations:
+        # the key cap never drops the last group: one holds at most max_keys_per_conversation
+        while len(groups) > self.max_conversations or (self._live > self.max_keys and len(groups) > 1):
             self._drop_group(next(iter(groups)))
             self.evicted += 1
         horizon = now - self.ttl_s

@@ -195,3 +195,10 @@ def test_a_ttl_redis_cannot_store_is_refused(tmp_path: Path) -> None:
     err = _load(tmp_path, "store:\n  ttl_s: 1.0e16\n")
     assert err.key == "store.ttl_s" and "3153600000" in str(err)
     assert config_from_mapping({"store": {"ttl_s": 3_153_600_000}}).store.ttl_s == 3_153_600_000
+
+
+def test_a_total_key_cap_below_one_conversations_cap_is_refused(tmp_path: Path) -> None:
+    """``store.max_keys`` below ``store.max_keys_per_conversation``: one conversation could
+    outgrow the whole store; refused naming the section and the file."""
+    err = _load(tmp_path, "store:\n  max_keys: 10\n  max_keys_per_conversation: 20\n")
+    assert err.key == "store" and "max_keys (10)" in str(err)

@@ -12,9 +12,14 @@ from handoffmon.stores.sqlite import SQLiteStore
 
 def test_memory_is_the_default_with_configured_bounds() -> None:
     """The default backend is the memory store, with the configured cap and TTL."""
-    store = make_store(StoreConfig(max_conversations=7, max_keys_per_conversation=9, ttl_s=30))
+    store = make_store(StoreConfig(max_conversations=7, max_keys_per_conversation=9, max_keys=11, ttl_s=30))
     assert isinstance(store, MemoryStore)
-    assert (store.max_conversations, store.max_keys_per_conversation, store.ttl_s) == (7, 9, 30)
+    assert (store.max_conversations, store.max_keys_per_conversation, store.max_keys, store.ttl_s) == (
+        7,
+        9,
+        11,
+        30,
+    )
 
 
 def test_sqlite_backend_uses_the_configured_path(tmp_path: Path) -> None:

@@ -322,3 +322,22 @@ def test_key_cap_must_be_positive() -> None:
     """A cap of zero keys is refused at construction."""
     with pytest.raises(ValueError, match="max_keys_per_conversation"):
         MemoryStore(max_keys_per_conversation=0)
+
+
+def test_all_conversations_keys_together_stay_under_max_keys() -> None:
+    """The caps were per conversation and on the conversation count only: 100 conversations of
+    100 keys each under max_conversations=100 held 10,000 keys (at the defaults, up to 10^9).
+    Past max_keys the least recently used conversations go, counted as evictions of
+    conversations; the most recent stay readable."""
+    store = MemoryStore(max_conversations=100, max_keys_per_conversation=100, max_keys=1_000)
+    for c in range(100):
+        store.put_many([(f"c{c}:{i}", Authorship(("m",), i + 1, 1.0, f"conv-{c}")) for i in range(100)])
+        assert len(store) <= 1_000
+    assert store.evictions() == {"conversations": 90, "keys": 0}
+    assert store.get_many(["c99:0", "c90:99", "c89:0"]) == [
+        Authorship(("m",), 1, 1.0, "conv-99"),
+        Authorship(("m",), 100, 1.0, "conv-90"),
+        None,
+    ]
+    with pytest.raises(ValueError, match="max_keys"):
+        MemoryStore(max_keys_per_conversation=100, max_keys=99)
