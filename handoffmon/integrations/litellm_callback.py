@@ -44,7 +44,7 @@ from handoffmon.integrations.held import weigh
 from handoffmon.integrations.responses_calls import api_messages, linked
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
-from handoffmon.shadow.turns import ShadowOffer, offer_of
+from handoffmon.shadow.turns import ShadowOffer, offer_of, request_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.integrations.router_routing import RouterRouting
@@ -246,9 +246,15 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             if rt is not None:
                 rt.monitor.count_error("integration")
 
-    def _offer(self, cap: Capture, api: bool = False) -> ShadowOffer | None:
+    def _offer(self, cap: Capture, data: Mapping[str, Any], api: bool = False) -> ShadowOffer | None:
         """The turn's shadow offer: through the proxy's router, when the runtime runs shadow
-        continuation (``api``: a Responses or Messages API call, read as chat)."""
+        continuation (``api``: a Responses or Messages API call, read as chat).
+
+        ``data``: the request as the proxy hands it to its hooks — the client's body, its
+        generation parameters (``temperature``, ``response_format``, ``max_tokens``, ...) at the
+        top level, where the proxy's router reads them, beside the keys the proxy adds (metadata,
+        credentials, ids). The shadow call repeats those parameters (``offer_of``'s ``request``):
+        a copy of them only, taken now, since the proxy goes on using ``data``."""
         messages = cap.request.messages
         if self.runtime.shadow is None or not messages:
             return None
@@ -261,7 +267,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
 
             targets = self.runtime.shadow.config.targets
             source = self._shadow = RouterShadow(router, self.monitor.names, targets=targets)
-        return offer_of(source, messages, cap.request.link, api)
+        return offer_of(source, messages, cap.request.link, api, request=request_params(data))
 
     def _latency(self, data: Mapping[str, Any]) -> float | None:
         call_id = data.get("litellm_call_id")
@@ -324,7 +330,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 reply,
                 Deferred(_describe_proxy_response, (monitor.names, doc, served)),
                 latency_s=latency,
-                shadow=self._offer(cap, api is not None),
+                shadow=self._offer(cap, data, api is not None),
                 weight=weigh(monitor, cap.request.messages),
             )
         except Exception as exc:
@@ -391,7 +397,7 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 Deferred(_describe_proxy_stream, (monitor.names, out, _served(stream, data), api)),
                 latency_s=latency,
                 streamed=True,
-                shadow=self._offer(cap, api),
+                shadow=self._offer(cap, data, api),
                 weight=weigh(monitor, cap.request.messages),
             )
         except Exception as exc:

@@ -150,6 +150,16 @@ def shadow_params(request: Mapping[str, Any]) -> tuple[dict[str, Any], int | Non
     return params, (min(caps) if caps else None)
 
 
+REQUEST_KEYS = SHADOW_PARAMS | {"max_tokens", "max_completion_tokens"}
+"""The keys of a request ``shadow_params`` reads."""
+
+
+def request_params(request: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the ``REQUEST_KEYS`` a request has, nothing else of it (credentials, metadata):
+    for ``offer_of(request=...)`` when the caller keeps changing its own mapping after the call."""
+    return {k: request[k] for k in REQUEST_KEYS if k in request}
+
+
 class WithRequestParams:
     """A ``ShadowSource`` asking its source with the served request's generation parameters.
 

@@ -33,3 +33,19 @@ def shadow_runtime(
         }
     )
     return build_runtime(config, registry=None)
+
+
+def record_completions(monkeypatch: Any) -> list[dict[str, Any]]:
+    """The keyword arguments of every ``litellm.completion`` call from now on (a shadow call to a
+    Router deployment is one; a Router's own ``acompletion`` is not), which still runs."""
+    import litellm
+
+    seen: list[dict[str, Any]] = []
+    real = litellm.completion
+
+    def record(**kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(litellm, "completion", record)
+    return seen

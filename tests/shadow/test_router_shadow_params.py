@@ -19,6 +19,7 @@ from handoffmon.attribution import ModelNames
 from handoffmon.counts import ShadowKey
 from handoffmon.integrations import wrap
 from handoffmon.integrations.router_shadow import RouterShadow
+from tests.shadow.helpers import record_completions
 from tests.shadow.test_runner import _converse, _runtime, _sample
 
 MODEL = "openai/gpt-4o-mini"
@@ -59,16 +60,7 @@ def test_the_shadow_call_overrides_the_deployments_limits_and_streaming(
     ``max_completion_tokens`` beside it, which could exceed the bound the budget reserved),
     timeout, no retries of either kind, not streamed (a streamed reply read as text was empty,
     so the pair got the verdicts of an empty reply), and the deployment's metadata tagged."""
-    import litellm
-
-    seen: list[dict[str, Any]] = []
-    real = litellm.completion
-
-    def record(**kwargs: Any) -> Any:
-        seen.append(kwargs)
-        return real(**kwargs)
-
-    monkeypatch.setattr(litellm, "completion", record)
+    seen = record_completions(monkeypatch)
     source = _source(
         timeout=300, max_completion_tokens=4096, max_retries=5, num_retries=3,
         stream=True, metadata={"team": "x"},
