@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import struct
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -47,19 +48,33 @@ _REJECTED_BITS = 1 << 20
 _REJECTED_MASK = _REJECTED_BITS - 1
 
 
+_EMPTY_DB = struct.pack("i", 8) + bytes(4)
+"""A prometheus_client multiprocess file that holds no sample (its header: 8 bytes used)."""
+
+
 class _SharedNames:
     """A label's admitted names, shared by every process writing one multiprocess directory.
 
     One file per label (``handoffmon_labels_<label>.jsonl``: prometheus_client's collector
     reads ``*.db`` only), one JSON string per line, appended under an exclusive ``flock``:
     a name is admitted iff it is among the file's first ``cap`` lines, so every worker (and
-    every guard, whatever its cap) maps a name the same way and the workers together keep
-    at most ``cap`` names. The file is touched only for a name the process has not decided
-    yet; once the file holds ``cap`` names the caller never reads it again.
+    every guard, whatever its cap) maps a name alike and the workers together keep at most
+    ``cap`` names. The file is touched only for a name the process has not decided yet; once
+    the file holds ``cap`` names the caller never reads it again.
+
+    The names live as long as the metric files do, whose series carry them: beside the names
+    is an empty metric file, ``handoffmon_labels_<label>.db`` (a valid one, which the
+    multiprocess collector reads as no sample). Whatever empties the directory's ``*.db``
+    between runs (LiteLLM's proxy at start; an operator wiping the directory, as
+    prometheus_client asks) removes it too, and the next process that uses the names finds it
+    gone and starts from none: names admitted before a restart do not keep their places under
+    the cap, while workers restarted beside the files of the others (whose series are still
+    served) keep mapping those names alike.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.marker = path.with_suffix(".db")
 
     def admit(self, value: str, cap: int) -> tuple[bool, list[str]]:
         """(``value`` admitted, the admitted names — the file's first ``cap``), appending
@@ -69,6 +84,11 @@ class _SharedNames:
         with open(self.path, "a+", encoding="utf-8") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
+                if not self.marker.exists():  # the metric files were wiped (or a first run)
+                    f.truncate(0)
+                    fresh = self.marker.with_name(f"{self.marker.name}.{os.getpid()}.tmp")
+                    fresh.write_bytes(_EMPTY_DB)
+                    os.replace(fresh, self.marker)  # a scrape never reads it half-written
                 f.seek(0)
                 names: list[str] = []
                 for line in f:

@@ -8,6 +8,7 @@ the scrape show 20 model values and split a model's turns between its name (in o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from prometheus_client import generate_latest
 from handoffmon.exporters.serving import multiprocess_registry
 from handoffmon.labels import LabelGuard
 from tests.exporters.turns import only, parse_exposition
+from tests.exporters.workers import worker_said
 
 ROOT = Path(__file__).resolve().parents[2]
 CAP, TURNS = 10, 3
@@ -81,3 +83,27 @@ def test_unusable_directory_falls_back_to_a_per_process_cap(tmp_path: Path) -> N
     """A shared directory that cannot be written never breaks labelling: the cap applies per process."""
     guard = LabelGuard(max_models=1, shared_dir=tmp_path / "missing")
     assert [guard.model(m) for m in ("x", "y")] == ["x", "other"]
+
+
+def _admit(mp_dir: Path, names: str) -> list[str]:
+    """The labels a worker process capped at 2 models (started, run to its end) gives ``names``."""
+    labels: list[str] = json.loads(worker_said(mp_dir, "mp_admit_worker", "2", names))
+    return labels
+
+
+def test_names_admitted_before_a_restart_do_not_keep_their_places(tmp_path: Path) -> None:
+    """The admitted names outlive their workers' metric files (LiteLLM's proxy empties only the
+    directory's ``*.db`` at start): once those are wiped the next worker starts from no names, so a
+    replaced fleet's names do not hold the cap forever; while the files stay (their series are
+    still served), a worker started after the others keeps mapping their names alike. The
+    multiprocess collector still reads the directory."""
+    assert _admit(tmp_path, "old-a,old-b,old-c") == ["old-a", "old-b", "other"]
+    assert _admit(tmp_path, "old-c,new-a,old-b") == ["other", "other", "old-b"]  # files kept
+    for db in tmp_path.glob("*.db"):  # a restart: LiteLLM's wipe_directory
+        db.unlink()
+    files = list(tmp_path.glob("handoffmon_labels_*.jsonl"))
+    assert files and any("old-a" in f.read_text() for f in files)
+    assert _admit(tmp_path, "new-a,new-b,old-a") == ["new-a", "new-b", "other"]
+    assert not any("old-" in f.read_text() for f in tmp_path.glob("handoffmon_labels_*.jsonl"))
+    assert list(tmp_path.glob("*.db"))  # the markers, which the collector reads as no sample
+    assert list(multiprocess_registry(str(tmp_path)).collect()) == []

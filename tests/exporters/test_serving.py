@@ -29,6 +29,7 @@ from handoffmon.exporters.serving import (
     start_metrics_server,
 )
 from tests.exporters.turns import L, counted, make_result, only, parse_exposition
+from tests.exporters.workers import worker_said
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,15 +193,6 @@ def test_multiprocess_counts_sum_every_worker_of_the_directory(
         multiprocess_counts()
 
 
-def worker_said(mp_dir: Path, module: str, *args: str) -> str:
-    """The last line a ``tests.exporters.<module>`` child process writing ``mp_dir`` printed
-    (``""``: none)."""
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp_dir), "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", f"tests.exporters.{module}", *args]
-    done = subprocess.run(argv, env=env, cwd=ROOT, check=True, capture_output=True, text=True)
-    return ["", *done.stdout.strip().splitlines()][-1]
-
-
 def test_multiprocess_serves_the_store_counters_of_every_worker(tmp_path: Path) -> None:
     """Under PROMETHEUS_MULTIPROC_DIR (a LiteLLM Proxy with several workers) the store's failures
     and evictions reach the multiprocess ``/metrics``, summed over workers; they were read only by
@@ -262,18 +254,9 @@ def test_multiprocess_serves_routing_and_shadow_counters_of_every_worker(tmp_pat
     read only by scrape-time collectors on each worker's registry, which that ``/metrics`` never
     serves, so they were absent. Two collectors of one process add up too (one file value per series
     and process: two of them overwrite each other's)."""
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    counted_by: list[dict[str, Any]] = []
-    for decisions, calls in (("7", "3"), ("5", "4")):
-        out = subprocess.run(
-            [sys.executable, "-m", "tests.exporters.mp_mirror_worker", decisions, calls],
-            env=env,
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        counted_by.append(json.loads(out.strip().splitlines()[-1]))
+    counted_by: list[dict[str, Any]] = [
+        json.loads(worker_said(tmp_path, "mp_mirror_worker", *args)) for args in (("7", "3"), ("5", "4"))
+    ]
     s = parse_exposition(get_multiprocess(tmp_path))
     decisions = only(s, "handoffmon_routing_decisions_total")
     keys = counted_by[0]["routing"]
