@@ -118,8 +118,18 @@ def _decode_rows(
     return out, bad
 
 
+LOCK_WAIT_S = 0.25
+"""How long a write of the aggregates waits for another process's write lock on the file
+(SQLite's busy timeout). The writes run on a check worker's idle turn: a file locked for
+seconds by another process must not stall the checks (it held them 30 s before). A write
+that cannot get the lock keeps its increments pending and is tried again ``retry_s`` later;
+writers sharing a file hold the lock for milliseconds."""
+CLOSE_LOCK_WAIT_S = 5.0
+"""The last write, at close, waits longer: nothing is tried after it."""
+
+
 def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30.0, check_same_thread=False, isolation_level=None)
+    conn = sqlite3.connect(path, timeout=LOCK_WAIT_S, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(_SCHEMA)
@@ -385,12 +395,17 @@ class Aggregates:
             shadow=t["shadow"],
         )
 
-    def flush(self) -> None:
-        """Write pending increments to SQLite (no-op in memory mode).
+    def flush(self, *, final: bool = False) -> None:
+        """Write pending increments to SQLite (no-op in memory mode). After a failed write
+        (the file locked by another process past ``LOCK_WAIT_S``, a full disk) the next is
+        tried ``retry_s`` later, the increments kept pending meanwhile; ``final`` (at close)
+        tries at once and waits up to ``CLOSE_LOCK_WAIT_S`` for the lock.
 
         Raises:
             StoreError: the write failed; the increments stay pending for the next flush.
         """
+        if self._conn is not None and not final and self._clock() < self._next_try:
+            return  # backing off after a failed write
         if self._conn is None:
             if self._path is None or self._closed or self._clock() < self._next_try:
                 return
@@ -410,11 +425,14 @@ class Aggregates:
             return
         try:
             with self._io_lock:
+                if final and self._conn is not None:
+                    self._conn.execute(f"PRAGMA busy_timeout = {int(CLOSE_LOCK_WAIT_S * 1000)}")
                 self._write(rows)
         except sqlite3.Error as exc:
             with self._lock:
                 for kind, c in pending.items():
                     self._pending[kind].update(c)
+            self._next_try = self._clock() + self._retry_s
             raise StoreError(f"{self._path}: cannot persist aggregates: {exc}") from exc
 
     def _write(self, rows: list[tuple[str, str, int]]) -> None:
@@ -438,7 +456,7 @@ class Aggregates:
             self._closed = True
             return
         try:
-            self.flush()
+            self.flush(final=True)
         finally:
             with self._io_lock:
                 if self._conn is not None:

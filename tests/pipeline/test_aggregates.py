@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,39 @@ def test_two_writers_on_one_file_add_up(tmp_path: Path) -> None:
     a.close()
     b.close()
     assert load_counts_sqlite(path).total_turns == 100
+
+
+def test_a_file_locked_by_another_process_neither_stalls_the_writer_nor_loses_counts(tmp_path: Path) -> None:
+    """Another connection holds the file's write lock: a flush gives up after about
+    ``LOCK_WAIT_S`` (not SQLite's 30 s it waited before), keeps the increments pending, and
+    does not try again before ``retry_s`` (a locked file costs one wait per retry, not one per
+    idle turn); once the lock is gone, the next flush writes every increment."""
+    from handoffmon.pipeline.aggregates import LOCK_WAIT_S
+
+    path = str(tmp_path / "agg.db")
+    now = [0.0]
+    agg = Aggregates(path, retry_s=10.0, clock=lambda: now[0])
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's write transaction
+    try:
+        agg.add_turn(_result())
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match="cannot persist aggregates"):
+            agg.flush()
+        assert time.monotonic() - t0 < LOCK_WAIT_S + 2.0
+        agg.add_turn(_result())
+        t0 = time.monotonic()
+        agg.flush()  # within retry_s: not tried, nothing raised, nothing waited for
+        assert time.monotonic() - t0 < 0.1
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    now[0] = 11.0
+    agg.flush()
+    assert load_counts_sqlite(path).total_turns == 2
+    agg.add_turn(_result())
+    agg.close()  # the last write goes out at once, whatever the back-off
+    assert load_counts_sqlite(path).total_turns == 3
 
 
 def test_load_counts_sqlite_missing_file_is_a_store_error(tmp_path: Path) -> None:
