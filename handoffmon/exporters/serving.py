@@ -278,6 +278,8 @@ class FileMirror:
     def _add(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
         key = (name, tuple(labels.values()))
         seen = self._seen.get(key)
+        if seen is not None and value <= seen:  # the usual case: written already
+            return
         if seen is None and len(self._seen) >= MAX_MIRRORED_SERIES:
             return
         counter = _file_counter(name, doc, tuple(labels))
