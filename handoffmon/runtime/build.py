@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -10,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from handoffmon.config import HandoffmonConfig, load_config
+from handoffmon.counts import Counts
 from handoffmon.errors import ConfigError
-from handoffmon.exporters import build_exporters, refit_publisher
+from handoffmon.exporters import build_exporters, prometheus_exporter, refit_publisher
 from handoffmon.exporters.store_failures import StoreStatsCollector
-from handoffmon.labels import LabelGuard
+from handoffmon.labels import MULTIPROC_ENV, LabelGuard
 from handoffmon.pipeline import fork
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.protocols import AttributionStore, Exporter
@@ -110,13 +113,15 @@ def build_runtime(
     publish_gauges = refit_publisher(monitor.exporters)
     refit = None
     if config.refit.interval_s > 0:
+        snapshot, source = _refit_source(monitor)
         refit = PeriodicRefit(
-            monitor.snapshot,
+            snapshot,
             lambda result: _publish(publish_gauges, routing, result),
             config.refit.interval_s,
             buckets=config.buckets,
             settings=config.refit,
             clock=clock,
+            source=source,
             on_failure=lambda: monitor.count_error("refit"),
         )
     runtime = Runtime(
@@ -136,6 +141,26 @@ def build_runtime(
             runtime.close()  # nothing was queued yet: returns at once
             raise
     return runtime
+
+
+def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str]:
+    """What the periodic refit reads, and its ``source`` label: the monitor's own counts, or,
+    when its Prometheus exporter writes ``PROMETHEUS_MULTIPROC_DIR`` (LiteLLM Proxy with
+    ``--num_workers``, gunicorn), every worker's counters summed from that directory
+    (``serving.multiprocess_counts``), dead workers included, as ``/metrics`` sums them. A
+    worker's own counts hold only the turns it served (a proxy with two workers published
+    ``handoff_checked_turns`` 67 while the counters summed 120).
+
+    Every worker then refits the same deployment-wide counts, so whichever worker published
+    last (the refit gauges' ``mostrecent`` mode) shows the deployment's refit, and every
+    worker's routing table is the deployment's."""
+    exporter = prometheus_exporter(list(monitor.exporters))
+    where = os.environ.get(MULTIPROC_ENV)
+    if exporter is None or not exporter.multiprocess or not where:
+        return monitor.snapshot, "local"
+    from handoffmon.exporters.serving import multiprocess_counts
+
+    return functools.partial(multiprocess_counts, where), "multiprocess"
 
 
 def _routing(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegistry) -> RoutingState | None:

@@ -230,11 +230,6 @@ def test_a_dead_workers_build_info_and_label_caps_go_with_it(tmp_path: Path) -> 
     assert only(s, "handoffmon_label_limit")[L(label="model")] == 50
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime/build.py still refits monitor.snapshot (this worker's turns) under "
-    "PROMETHEUS_MULTIPROC_DIR; wiring serving.multiprocess_counts as the snapshot fixes it",
-)
 def test_a_workers_refit_covers_every_workers_turns(tmp_path: Path) -> None:
     """The periodic refit of one worker of a multiprocess deployment publishes the deployment's
     refit: its ``handoffmon_handoff_checked_turns`` for a->b counts both workers' handoffs (3 + 2),

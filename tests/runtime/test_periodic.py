@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
@@ -129,3 +131,32 @@ def test_a_refit_slower_than_its_interval_is_followed_by_a_pause_as_long() -> No
         job.stop()
     for (start, end), (next_start, _) in itertools.pairwise(spans):
         assert next_start - end >= end - start - 0.01, spans
+
+
+def test_a_multiprocess_runtime_refits_every_workers_counts_from_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``PROMETHEUS_MULTIPROC_DIR`` the periodic refit reads the directory (every worker's
+    counters, ``serving.multiprocess_counts``), not this worker's ``monitor.snapshot``; a directory
+    that cannot be read is a failed refit, counted, never raised. Without it: the local counts.
+    (tests/exporters/test_serving.py checks the sums with two real worker processes.)"""
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.runtime import build_runtime
+
+    config = HandoffmonConfig(refit={"interval_s": 60})
+    with build_runtime(config, registry=None, start=False) as rt:
+        result = rt.refit_now()
+        assert result is not None and result.source == "local"
+    where = tmp_path / "multiproc"
+    where.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(where))
+    with build_runtime(config, registry=None, start=False) as rt:
+        result = rt.refit_now()
+        assert result is not None and result.source == "multiprocess"
+        monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "elsewhere"))
+        assert rt.refit_now() is not None  # the directory is the one the runtime was built with
+        for f in where.iterdir():
+            f.unlink()
+        where.rmdir()
+        assert rt.refit_now() is None
+        assert rt.refit is not None and rt.refit.stats.failures == 1
