@@ -40,8 +40,10 @@ class UpstreamStatusError(Exception):
 
 class UpstreamFull(NoRoute):
     """Every upstream slot (``proxy.max_upstream_requests``) was taken or waited for: the shadow
-    call was not sent, so it takes no slot from a client's request (skipped as ``no_route``, its
-    reservation given back)."""
+    call was not sent, so it takes no slot from a client's request (skipped as ``busy``, its
+    reservation given back: the target is routable, serve was busy)."""
+
+    reason = "busy"
 
 
 class UpstreamShadow:

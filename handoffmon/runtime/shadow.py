@@ -20,6 +20,7 @@ from handoffmon.counts import ShadowKey
 from handoffmon.labels import LabelGuard
 from handoffmon.pipeline.worker import WorkerPool
 from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy, Skip
+from handoffmon.shadow.policy import SKIP_REASONS
 from handoffmon.shadow.recorder import PairRecorder
 from handoffmon.shadow.stats import ShadowStats
 from handoffmon.shadow.turns import NoRoute, ShadowTurn, failure_kind, pair_verdicts, prompt_bytes
@@ -145,9 +146,10 @@ class ShadowRunner:
             reply = turn.offer.source.call(
                 d.target, turn.offer.messages, max_tokens=c.max_output_tokens, timeout_s=c.timeout_s
             )
-        except NoRoute:  # the routes changed since the decision: nothing was sent
+        except NoRoute as exc:  # nothing was sent: the routes changed since the decision, or busy
             self._give_back(d)
-            self._count(self._skipped, "no_route")
+            reason = getattr(exc, "reason", "no_route")
+            self._count(self._skipped, reason if reason in SKIP_REASONS else "no_route")
             return
         except Exception as exc:
             kind = failure_kind(exc)

@@ -65,9 +65,11 @@ SKIP_REASONS: tuple[str, ...] = (
 last hour (checked with the budget, after the breaker).
 ``no_route``: the integration cannot send a call to the target (a Router with no group serving
 only that model); checked before the breaker and the budget, so it holds no budget. Also when the
-call found no way out after the decision (the Router's groups changed; ``serve``'s upstream slots
-all taken): nothing was sent, and the reservation is given back.
-``busy``: the runtime's shadow queue was full (the decision's reservation is given back).
+call found no way out after the decision (the Router's groups changed): nothing was sent, and the
+reservation is given back.
+``busy``: the runtime's shadow queue was full, or ``serve``'s upstream slots were all taken when
+the call was to be sent (``UpstreamFull``): nothing was sent, the decision's reservation is given
+back.
 ``history_stored``, ``history_not_chat``: an eligible Responses or Messages API turn whose history
 cannot be continued through chat completions (``turns.unsent_history``); counted before sampling,
 so their share of eligible turns shows whatever the sample rate.

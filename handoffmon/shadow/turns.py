@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from handoffmon.types import CheckResult
 
@@ -30,6 +30,10 @@ class ShadowReply(NamedTuple):
 
 class NoRoute(LookupError):
     """A shadow call that cannot be made: nothing serves only its target (nothing was sent)."""
+
+    reason: ClassVar[str] = "no_route"
+    """The skip reason the runner counts it under (one of ``policy.SKIP_REASONS``); a subclass
+    for another cause names its own (``serve``'s ``UpstreamFull``: ``busy``)."""
 
 
 class ShadowSource(Protocol):
