@@ -11,7 +11,9 @@ and otherwise ignored, the shadow reply is never returned, attributed or stored.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
@@ -80,6 +82,9 @@ class ShadowRunner:
         self._pairs: Counter[str] = Counter()
         self._tokens = 0.0
         self._usd = 0.0
+        self._closing = False
+        self._close_by = math.inf
+        """``time.monotonic()`` deadline of ``close``: a queued call not started by then is not made."""
         self._pool: WorkerPool[tuple[ShadowTurn, Decision]] = WorkerPool(
             self._run,
             workers=config.max_concurrency,
@@ -128,7 +133,7 @@ class ShadowRunner:
             return
         if not self._pool.submit((turn, decision), turn.conversation_id):
             self._give_back(decision)
-            self._count(self._skipped, "busy")
+            self._count(self._skipped, "shutdown" if self._closing else "busy")
 
     def _give_back(self, decision: Decision) -> None:
         """Undo a decision that made no call: its call, tokens and money, and the breaker's probe."""
@@ -140,6 +145,10 @@ class ShadowRunner:
 
     def _run(self, job: tuple[ShadowTurn, Decision]) -> None:
         turn, d = job
+        if time.monotonic() >= self._close_by:  # close's time is up: no call starts after it
+            self._give_back(d)
+            self._count(self._skipped, "shutdown")
+            return
         c = self.config
         breaker, budget = self.policy.breaker, self.policy.budget
         try:
@@ -226,5 +235,13 @@ class ShadowRunner:
         return self._pool.flush(timeout_s)
 
     def close(self, timeout_s: float | None = None) -> bool:
-        """Stop taking turns and finish the queued calls within ``timeout_s``; False on timeout."""
+        """Stop taking turns and finish the queued calls within ``timeout_s``; False on timeout.
+
+        A queued call not started within ``timeout_s`` is never made (the threads, which outlive
+        a timed-out close, skip it): its reservation is given back and it is counted as skipped
+        ``shutdown``, as is a turn offered after ``close``. A call in flight runs to its end
+        (``shadow.timeout_s`` at most)."""
+        self._closing = True
+        if timeout_s is not None:
+            self._close_by = time.monotonic() + max(0.0, timeout_s)
         return self._pool.close(timeout_s)

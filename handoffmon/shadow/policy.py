@@ -59,7 +59,7 @@ class Skip(NamedTuple):
 SKIP_REASONS: tuple[str, ...] = (
     "disabled", "not_eligible", "history_stored", "history_not_chat", "not_sampled", "arm_off",
     "no_candidate", "not_allowed", "breaker_open", "budget_calls", "budget_tokens", "budget_money",
-    "no_price", "quota", "conversation_quota", "busy", "no_route", "no_verdict",
+    "no_price", "quota", "conversation_quota", "busy", "no_route", "no_verdict", "shutdown",
 )  # fmt: skip
 """``conversation_quota``: the conversation had ``max_calls_per_conversation`` shadow calls in the
 last hour (checked with the budget, after the breaker).
@@ -70,6 +70,8 @@ reservation is given back.
 ``busy``: the runtime's shadow queue was full, or ``serve``'s upstream slots were all taken when
 the call was to be sent (``UpstreamFull``): nothing was sent, the decision's reservation is given
 back.
+``shutdown``: the runtime was closing: a turn offered after ``close``, or a queued call not started
+within ``close``'s timeout (never made after it; its reservation is given back).
 ``history_stored``, ``history_not_chat``: an eligible Responses or Messages API turn whose history
 cannot be continued through chat completions (``turns.unsent_history``); counted before sampling,
 so their share of eligible turns shows whatever the sample rate.

@@ -1,5 +1,5 @@
-"""``ShadowRunner``: a call that was not sent is counted under the reason its ``NoRoute`` names
-(``serve``'s full upstream: ``busy``)."""
+"""``ShadowRunner``: no shadow call starts after ``close``'s timeout; a call that was not sent is
+counted under the reason its ``NoRoute`` names (``serve``'s full upstream: ``busy``)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,42 @@ def _runner(**start: Any) -> ShadowRunner:
 def _turn(source: _Source, i: int) -> ShadowTurn:
     """A handoff turn (model-c wrote the history, model-b served) of conversation ``c<i>``."""
     return ShadowTurn(ShadowOffer(source, HISTORY), f"c{i}", "model-c", "model-b", (), lambda _t: ())
+
+
+def test_no_shadow_call_starts_after_close_timed_out() -> None:
+    """10 turns queued behind a call in flight and ``close(0.3)``: the call in flight ends, and the
+    9 queued calls, which the threads (outliving the timed-out close) used to make after close
+    returned (8 of 10 measured with ``close(0.5)``), are skipped as ``shutdown``, their
+    reservations given back. A turn offered after close is ``shutdown`` too, not ``busy``."""
+    source = _Source(hold=True)
+    runner = _runner()
+    for i in range(10):
+        runner.offer(_turn(source, i))
+    assert source.entered.wait(10)
+    assert runner.stats.budget_used["calls"] == 10
+    assert runner.close(0.3) is False  # the first call is still in flight
+    closed_at = time.monotonic()
+    source.release.set()
+    assert runner.flush(10)
+    assert [t for t in source.started if t >= closed_at] == []
+    stats = runner.stats
+    assert len(source.started) == 1 and stats.calls == {("handoff", "ok"): 1}
+    assert stats.skipped == {"shutdown": 9}
+    assert stats.budget_used["calls"] == 1  # the 9 reservations were given back
+    runner.offer(_turn(source, 10))
+    assert runner.stats.skipped == {"shutdown": 10} and len(source.started) == 1
+
+
+def test_a_close_with_time_left_makes_the_queued_calls() -> None:
+    """Calls queued at ``close`` that start within its timeout are made, as before."""
+    source = _Source()
+    runner = _runner(start=False)
+    for i in range(3):
+        runner.offer(_turn(source, i))
+    runner.start()
+    assert runner.close(10) is True
+    assert len(source.started) == 3 and runner.stats.calls == {("handoff", "ok"): 3}
+    assert "shutdown" not in runner.stats.skipped
 
 
 class _Elsewhere(NoRoute):
