@@ -45,17 +45,20 @@ def _fleet() -> Fleet:
     return Fleet(models=models, rules=RULES, mu=-0.05, fallbacks={})
 
 
-def _scripts(turns: int = 3, runs: int = 30) -> list:
+def _scripts(turns: int = 3, runs: tuple[int, ...] = (30, 6, 6, 6, 6, 6)) -> list:
+    """One script per entry of ``runs``, run that many times: by default 60 episodes from six
+    scripts (fewer than five make the script-level test weak, and ``eval switch-matrix`` warns),
+    the first with the 30 runs a one-script analysis needs."""
     return [
         script_from_dict(
             {
                 "id": f"task-{i}",
-                "runs": runs,
+                "runs": n,
                 "rules": RULE_DEFS,
                 "turns": [{"user": f"question {i}.{k}"} for k in range(turns)],
             }
         )
-        for i in range(2)
+        for i, n in enumerate(runs)
     ]
 
 
@@ -150,7 +153,7 @@ def test_planted_influence_and_susceptibility_order_is_recovered(matrix: dict) -
 
 def test_earlier_switch_hands_over_after_turn_t(tmp_path: Path, matrix: dict) -> None:
     """switch_at=1 on a 3-turn script: A writes turn 1, B writes turns 2-3; T outside 0..L-1 is rejected."""
-    scripts = _scripts(turns=3, runs=2)[:1]
+    scripts = _scripts(turns=3, runs=(2,))
     sm = SwitchMatrixRun(matrix["target"].responder, NAMES[:2], tmp_path, switch_at=1, score="all")
     scores = asyncio.run(sm.run(episodes_of(scripts)))
     assert {(s.prefix_model, s.suffix_model, s.authors) for s in scores} == {
