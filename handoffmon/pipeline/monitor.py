@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts, ShadowKey
-from handoffmon.errors import CorruptValue, StoreError
+from handoffmon.errors import ConfigError, CorruptValue, StoreError
 from handoffmon.ingress import Outcome, Request, StreamOutcome
 from handoffmon.labels import LabelGuard
 from handoffmon.pipeline import fork
@@ -30,7 +30,7 @@ from handoffmon.stores.memory import MemoryStore
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.checkers import RuleSet
 
-__all__ = ["STAGES", "Monitor"]
+__all__ = ["STAGES", "Monitor", "open_store"]
 
 _log = logging.getLogger("handoffmon.pipeline")
 
@@ -38,6 +38,30 @@ _log = logging.getLogger("handoffmon.pipeline")
 UNWEIGHED_TURNS = 16
 """Turns that may wait for attribution before the next ones weigh their histories
 (``Monitor.backlogged``)."""
+
+
+STORE_KEYS = {"sqlite": "store.path", "redis": "store.url"}
+"""The key a store that cannot be built at all points at (a missing directory, a bad URL)."""
+
+
+def open_store(config: HandoffmonConfig) -> AttributionStore:
+    """The store ``config.store`` describes (``Monitor`` and ``build_runtime`` build it so).
+
+    Raises:
+        ConfigError: it cannot be built at all (a SQLite file in a missing directory, a bad
+            Redis URL), naming its key and the config's source. A store that is built but cannot
+            be reached yet fails open instead.
+    """
+    from handoffmon.stores import make_store
+
+    try:
+        return make_store(config.store)
+    except StoreError as exc:
+        raise ConfigError(
+            f"cannot open the {config.store.backend} store: {exc}",
+            key=STORE_KEYS.get(config.store.backend, "store"),
+            source=config.source,
+        ) from exc
 
 
 class Monitor:
@@ -70,6 +94,10 @@ class Monitor:
         guard: caps the model and rule names the aggregates keep (``telemetry.max_models``
             / ``max_rules``, then ``other``); share it with the exporters (the ``Runtime``
             does) so kept and exported names agree. Ignored when ``aggregates`` is given.
+
+    Raises:
+        ConfigError: the store to build from ``config.store`` cannot be built at all
+            (``open_store``: names the key and the config's source).
     """
 
     def __init__(
@@ -92,6 +120,8 @@ class Monitor:
         self._closed = False
         self.attribution_overflows = 0
         """Captured turns dropped because the attribution queue was full."""
+        if store is None:  # first: a store path in a missing directory fails before anything opens
+            store = open_store(config)
         sqlite_path = config.store.path if config.store.backend == "sqlite" else None
         self.guard = guard if guard is not None else LabelGuard.from_config(config)
         """Caps the names kept in the aggregates (the exporters' guard when shared)."""
@@ -100,10 +130,6 @@ class Monitor:
         self.aggregates = aggregates
         self.errors = ErrorSink(self.aggregates, log_interval_s=config.pipeline.error_log_interval_s)
         self.names = ModelNames(config.attribution.canonical_models)
-        if store is None:
-            from handoffmon.stores import make_store
-
-            store = make_store(config.store)
         self.store = (
             store
             if isinstance(store, GuardedStore)

@@ -87,9 +87,7 @@ def build_runtime(
         logger=logger,
         guard=guard,
     )
-    if store is None:
-        store = _store(config)
-    monitor = Monitor(
+    monitor = Monitor(  # builds the store when none is given (ConfigError naming its key)
         config,
         store=store,
         rules=rules,
@@ -205,26 +203,6 @@ def _publish(
     if routing is not None:
         ok = routing.holder.publish(result) and ok
     return ok
-
-
-_STORE_KEYS = {"sqlite": "store.path", "redis": "store.url"}
-"""The key a store that cannot be built at all points at (a missing directory, a bad URL)."""
-
-
-def _store(config: HandoffmonConfig) -> AttributionStore:
-    """The configured store; ``ConfigError`` naming its key and the config's source when it cannot
-    be built (a store that is built but cannot be reached yet fails open instead)."""
-    from handoffmon.errors import StoreError
-    from handoffmon.stores import make_store
-
-    try:
-        return make_store(config.store)
-    except StoreError as exc:
-        raise ConfigError(
-            f"cannot open the {config.store.backend} store: {exc}",
-            key=_STORE_KEYS.get(config.store.backend, "store"),
-            source=config.source,
-        ) from exc
 
 
 _shared: dict[int, Runtime] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -215,3 +216,29 @@ def test_a_metrics_host_that_is_no_address_here_fails_naming_that_key_and_the_fi
     with pytest.raises(ConfigError) as exc:
         build_runtime(load_config(f, environ={}), registry=None)
     assert exc.value.key == "telemetry.metrics_host" and str(f) in str(exc.value), str(exc.value)
+
+
+def test_a_bare_monitor_names_store_path_and_the_file_for_a_missing_directory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Monitor(config)`` used directly (not through ``build_runtime``) with a SQLite
+    ``store.path`` in a missing directory raised the store's raw ``MissingDirectory`` (after its
+    aggregates had tried the same path and warned they count in memory); it now fails as
+    ``build_runtime`` does: a ``ConfigError`` naming ``store.path`` and the config file, before
+    anything opens, and nothing created."""
+    from handoffmon.config import load_config
+    from handoffmon.pipeline.monitor import Monitor
+
+    missing = tmp_path / "typo" / "h.db"
+    cfg = tmp_path / "h.yaml"
+    cfg.write_text(f"store:\n  backend: sqlite\n  path: {missing}\n")
+    config = load_config(cfg, environ={})
+    with pytest.raises(ConfigError) as exc:
+        Monitor(config, start=False)
+    assert exc.value.key == "store.path" and exc.value.source == str(cfg), str(exc.value)
+    assert str(missing.parent) in str(exc.value)
+    assert not missing.parent.exists()
+    assert "cannot open aggregates" not in caplog.text
+    with pytest.raises(ConfigError) as again:
+        build_runtime(config, registry=None)
+    assert str(again.value) == str(exc.value)
