@@ -481,7 +481,10 @@ class RoutingConfig(_Section):
     """Risk-aware fallback ordering (``docs/guides/routing.md``): off by default."""
 
     enabled: bool = False
-    """Order a request's router fallbacks by the refit's pair-risk table."""
+    """Order a request's router fallbacks by the refit's pair-risk table, which this process's
+    periodic refit publishes: a config file (or ``HANDOFFMON_*`` variables) enabling routing with
+    ``refit.interval_s: 0`` is refused, since no table would ever come (every decision
+    ``no_table``)."""
     mode: Literal["dry_run", "enforce"] = "dry_run"
     """``dry_run`` only counts what the policy would have changed; ``enforce`` changes the order."""
     rule: str = Field(default="all", min_length=1)
@@ -900,4 +903,30 @@ def load_config(
     if overrides:
         data = _merge(data, overrides)
         source = f"{source} + {ENV_PREFIX}* environment"
-    return config_from_mapping(data, source=source, env_names=names)
+    config = config_from_mapping(data, source=source, env_names=names)
+    _routing_has_a_table(config, names)
+    return config
+
+
+def _routing_has_a_table(config: HandoffmonConfig, env_names: Mapping[str, str]) -> None:
+    """Refuse ``routing.enabled`` with ``refit.interval_s: 0`` in a loaded config: routing's table
+    comes only from this process's periodic refit (no key reads one from elsewhere; a
+    ``handoffmon refit`` job publishes gauges, not the table), so it would never get one and
+    count ``no_table`` on every request. Checked at load, not in the model: code that builds its
+    config in Python may publish a table itself (``runtime.routing.holder.publish``, as
+    ``handoffmon demo --compare-routing`` does).
+
+    Raises:
+        ConfigError: naming both keys (and the variables that set them) and the source.
+    """
+    if not config.routing.enabled or config.refit.interval_s > 0:
+        return
+    by = {k: f" (set by {env_names[k]})" for k in ("routing.enabled", "refit.interval_s") if k in env_names}
+    raise ConfigError(
+        f"routing.enabled is true{by.get('routing.enabled', '')} but refit.interval_s is 0"
+        f"{by.get('refit.interval_s', '')}: no periodic refit runs, so routing never gets a "
+        "pair-risk table and keeps the router's order on every request (outcome no_table); set "
+        "refit.interval_s > 0 (e.g. 300) or routing.enabled: false",
+        key="routing.enabled",
+        source=config.source,
+    )

@@ -200,3 +200,32 @@ def test_a_variable_naming_no_section_is_not_read_and_warned_about(caplog: pytes
     assert [r.getMessage() for r in caplog.records] == [
         "HANDOFFMON_STOER__BACKEND is not read: no config section 'stoer' (did you mean 'store'?)"
     ]
+
+
+def test_routing_without_a_periodic_refit_is_refused_naming_both_keys_and_the_file(tmp_path: Path) -> None:
+    """``routing.enabled: true`` with ``refit.interval_s: 0`` never got a table (every decision
+    ``no_table``, the router's order for ever) and loaded silently; now load fails naming both
+    keys, the file, and a variable that set one. A config built in Python may publish a table
+    itself (``runtime.routing.holder``), so the model still takes it."""
+    from handoffmon.config import HandoffmonConfig, config_from_mapping
+
+    f = tmp_path / "h.yaml"
+    f.write_text("routing:\n  enabled: true\nrefit:\n  interval_s: 0\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(f, environ={})
+    msg = str(exc.value)
+    assert exc.value.key == "routing.enabled" and exc.value.source == str(f), msg
+    assert "refit.interval_s is 0" in msg and "no_table" in msg
+    f.write_text("routing:\n  enabled: true\n")
+    with pytest.raises(ConfigError, match=r"refit.interval_s is 0 \(set by HANDOFFMON_REFIT__INTERVAL_S\)"):
+        load_config(f, environ={"HANDOFFMON_REFIT__INTERVAL_S": "0"})
+    assert load_config(f, environ={}).refit.interval_s == 300  # the default refit publishes one
+    f.write_text("refit:\n  interval_s: 0\n")
+    with pytest.raises(ConfigError, match=r"routing.enabled is true \(set by HANDOFFMON_ROUTING__ENABLED\)"):
+        load_config(f, environ={"HANDOFFMON_ROUTING__ENABLED": "true"})
+    assert not load_config(f, environ={}).routing.enabled
+    data = {"routing": {"enabled": True}, "refit": {"interval_s": 0}}
+    assert config_from_mapping(data).routing.enabled and HandoffmonConfig.model_validate(data).routing.enabled
+    f.write_text("routing:\n  enabled: true\nrefit:\n  interval_s: 0\n")
+    result = CliRunner().invoke(main, ["config", "check", str(f)])
+    assert result.exit_code == 1 and "routing.enabled" in result.output and str(f) in result.output
