@@ -45,6 +45,5 @@ def test_an_empty_middle_bucket_does_not_collapse_the_percentiles(tmp_path: Path
     keys = [f"p{q}" for q in PERCENTILES]
     assert [sparse[k] for k in keys] == [dense[k] for k in keys], (sparse, dense)
     assert all(sparse[a] <= sparse[b] for a, b in itertools.pairwise(keys)) and sparse["p99"] <= 16
-    for k in keys:  # bucket resolution: the estimate ends the bucket before the one the exact value is in
-        est, true = BUCKETS.index(BUCKETS.bucket(sparse[k])), BUCKETS.index(BUCKETS.bucket(exact[k]))
-        assert true - 1 <= est <= true, (k, sparse[k], exact[k])
+    for k in keys:  # within one depth (a bucket early before the survival was interpolated in buckets)
+        assert abs(sparse[k] - exact[k]) <= 1, (k, sparse[k], exact[k])

@@ -165,10 +165,12 @@ def test_session_length_percentiles_and_suggested_checkpoints(production: tuple)
     )
     approx = no_hist.session_lengths
     assert approx["method"] == "turns_by_depth" and approx["conversations"] == len(lengths)
-    for q in (50, 90):  # bucket resolution: the estimate lies in the true value's bucket or the one before
-        true_i = BUCKETS.edges.index(BUCKETS.lower_bound(BUCKETS.bucket(s[f"p{q}"])))
-        est_i = BUCKETS.edges.index(BUCKETS.lower_bound(BUCKETS.bucket(approx[f"p{q}"])))
-        assert true_i - 1 <= est_i <= true_i
+    for q in (50, 75, 90, 95):  # survival interpolated in buckets: within max(1 depth, 7 %), as
+        # tests/evals/test_shapes_session_lengths.py derives (a bucket early was accepted before)
+        assert abs(approx[f"p{q}"] - s[f"p{q}"]) <= max(1, 0.07 * s[f"p{q}"]), (q, approx, s)
+    # lengths are capped at 40: 2 % of the conversations end exactly there, a step inside 33-48 that
+    # a survival interpolated through the bucket smooths out; p99 = 40 is still read in its bucket
+    assert s["p99"] == 40 and BUCKETS.bucket(approx["p99"]) == BUCKETS.bucket(40), approx
 
 
 def test_handoff_pairs_missing_from_the_matrix_are_listed(production: tuple) -> None:
