@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from handoffmon.counts import Counts
+from handoffmon.counts import CELL_TOTAL, Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.sources import SourceError
 
@@ -24,8 +24,17 @@ def infer_buckets(counts: Counts) -> DepthBuckets:
 
     Edges are 1, every label's lower bound and, for closed labels such as ``3-4``, the
     depth after its upper bound; so ``1, 2, 3-4`` → edges 1, 2, 3, 5 (labels 1, 2, 3-4, 5+).
+    The labels are those of every counter keyed by depth bucket (checks, clean-baseline checks,
+    turns, cell sums): a depth no rule was checked at still has turns, which count toward the
+    session lengths; inferred from the checks alone, turns in bucket ``2`` beside checks in
+    ``3-4`` fell into an inferred ``1-2`` no turn is labelled with and were dropped.
     """
-    labels = {k.depth_bucket for k in counts.checks}
+    labels = {
+        k.depth_bucket
+        for keys in (counts.checks, counts.baseline_checks, counts.turns, counts.cell_stats)
+        for k in keys
+        if k.depth_bucket != CELL_TOTAL
+    }
     if not labels:
         return DepthBuckets()
     edges = {1}

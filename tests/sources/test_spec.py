@@ -69,3 +69,46 @@ def test_infer_buckets_reproduces_labels_even_without_depth_one() -> None:
     from handoffmon.depth import DepthBuckets
 
     assert infer_buckets(Counts()).labels == DepthBuckets().labels
+
+
+def test_infer_buckets_knows_the_buckets_of_turns_without_checks() -> None:
+    """Turns in bucket 2 beside checks in 3-4 only: inferred from the checks the buckets were
+    1-2, 3-4, 5+ and the turn at depth 2 fell out of the session lengths; now 2 is a bucket."""
+    from handoffmon.counts import CELL_TOTAL, CellStatKey, Counts, TurnKey
+    from handoffmon.sources.spec import infer_buckets
+
+    checks = {CheckKey("r", "b", "a", "3-4", "pass"): 3}
+    turns = {TurnKey("b", "a", "3-4", "true"): 6, TurnKey("b", "b", "2", "false"): 4}
+    buckets = infer_buckets(Counts(checks=checks, turns=turns))
+    assert buckets.labels == ("1", "2", "3-4", "5+")
+    baseline = {CheckKey("r", "b", "b", "9-16", "pass"): 1}
+    stats = {
+        CellStatKey("r", "b", "a", "17-32", "depth"): 20,
+        CellStatKey("all", "b", "a", CELL_TOTAL, "y2"): 9,
+    }
+    assert infer_buckets(Counts(checks=checks, baseline_checks=baseline, cell_stats=stats)).labels == (
+        "1-2",
+        "3-4",
+        "5-8",
+        "9-16",
+        "17-32",
+        "33+",
+    )
+
+
+def test_session_lengths_of_the_fake_prometheus_count_every_turn() -> None:
+    """The fake Prometheus counts 10 turns in 3-4 and 1 in bucket 2 (checks only in 3-4): every
+    bucket the data names is known, so no turn is left out of the session lengths."""
+    from handoffmon.evals.shapes import shapes_from_counts
+    from handoffmon.sources.spec import infer_buckets
+    from tests.sources.fakeprom import fake_prometheus
+
+    with fake_prometheus() as (url, _):
+        counts = load_source(url).counts
+    named = {k.depth_bucket for k in counts.turns} | {k.depth_bucket for k in counts.checks}
+    assert named == {"2", "3-4"}
+    labels = set(infer_buckets(counts).labels)
+    assert named <= labels
+    assert sum(v for k, v in counts.turns.items() if k.depth_bucket in labels) == 11
+    shapes = shapes_from_counts(counts, source=url)
+    assert {"2", "3-4"} <= set(shapes.buckets)
