@@ -152,6 +152,17 @@ class MonitorObserver(Protocol):
 
 
 @runtime_checkable
+class IdleObserver(Protocol):
+    """Optional exporter extension: ``idle()`` is called on a check thread when its queue runs
+    empty (and every ``idle_every`` turns under load), for work worth batching over turns
+    rather than doing per turn. Must not raise, must not block."""
+
+    def idle(self) -> None:
+        """Do the batched work now."""
+        ...
+
+
+@runtime_checkable
 class ShadowPairObserver(Protocol):
     """Optional exporter extension: shadow pairs' counter increments (``Counts.shadow``).
 

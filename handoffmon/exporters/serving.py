@@ -253,8 +253,9 @@ class FileMirror:
     ones included, like handoffmon's other counters. Gauges are not mirrored. The worker's own
     registry keeps serving the collector itself. After a fork the child's files start at 0 and it
     adds only what grew in the child. Every live mirror of the process is synced by
-    :func:`sync_file_mirrors`, which the ``PrometheusExporter`` calls after each turn, shadow
-    pair and refit.
+    :func:`sync_file_mirrors`, which the ``PrometheusExporter`` calls on a check thread's idle
+    turn (at most every ``FILE_SYNC_S`` under load), after a shadow pair and a refit, and at
+    ``force_flush``.
     """
 
     def __init__(self, collector: Collector) -> None:

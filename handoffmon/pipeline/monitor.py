@@ -22,7 +22,7 @@ from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.errors import STAGES, ErrorSink
 from handoffmon.pipeline.records import Attributed, Built, Capture, Deferred, Finished, Later
 from handoffmon.pipeline.worker import ByteBudget, DequeWorker, WorkerPool
-from handoffmon.protocols import AttributionStore, Exporter, MonitorObserver, ShadowPairObserver
+from handoffmon.protocols import AttributionStore, Exporter, IdleObserver, MonitorObserver, ShadowPairObserver
 from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
 from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.memory import MemoryStore
@@ -161,6 +161,7 @@ class Monitor:
             conversation_id_key=config.attribution.conversation_id_key,
         )
         self._dispatch: list[ExporterDispatch] = []
+        self._idlers: list[Callable[[], None]] = []
         self.queued_bytes = ByteBudget(config.pipeline.max_queued_bytes)
         """Bytes of raw bodies the turns on their way through the pipeline hold (``serve``'s),
         taken when a turn is queued and given back once it is checked (or dropped)."""
@@ -336,10 +337,17 @@ class Monitor:
             d.submit(result)
 
     def _flush_aggregates(self) -> None:
+        """A check thread's idle turn: the aggregates' SQLite write, then every ``IdleObserver``
+        exporter's batched work."""
         try:
             self.aggregates.flush()
         except Exception as exc:
             self.errors.failed("aggregates", exc)
+        for idle in self._idlers:
+            try:
+                idle()
+            except Exception as exc:  # pragma: no cover - observers must not raise
+                self.errors.failed("export", exc)
 
     def set_shadow(self, offer: Callable[[ShadowTurn], None] | None) -> None:
         """Hand every checked turn that carries a shadow offer to ``offer`` (the runtime's
@@ -410,6 +418,7 @@ class Monitor:
         self.errors.observe_with(
             [d.exporter for d in self._dispatch if isinstance(d.exporter, MonitorObserver)]
         )
+        self._idlers = [d.exporter.idle for d in self._dispatch if isinstance(d.exporter, IdleObserver)]
 
     @property
     def exporters(self) -> tuple[Exporter, ...]:
