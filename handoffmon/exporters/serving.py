@@ -7,14 +7,13 @@ import contextlib
 import gzip
 import hmac
 import os
-import re
 import socket
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -23,9 +22,6 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from handoffmon.pipeline import fork
-
-if TYPE_CHECKING:  # pragma: no cover
-    from handoffmon.counts import Counts
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 ASGIApp = Callable[
@@ -330,52 +326,3 @@ def sync_file_mirrors() -> Exception | None:
         except Exception as exc:
             failed = failed or exc
     return failed
-
-
-_SUM_QUERY = re.compile(r"^sum(?: by \(([^)]*)\))? ?\(([a-zA-Z_:][a-zA-Z0-9_:]*)\)$")
-"""The queries ``PrometheusSource`` sends without a window or selector: ``sum by (a, b) (metric)``
-or ``sum(metric)``."""
-
-
-def multiprocess_counts(path: str | None = None) -> Counts:
-    """handoffmon's counters summed over every process that writes ``path`` (default
-    ``$PROMETHEUS_MULTIPROC_DIR``), dead workers included: what a refit of the whole deployment
-    reads, where a worker's own ``monitor.snapshot()`` holds only the turns that worker served.
-
-    The files are read once through prometheus_client's ``MultiProcessCollector`` and the
-    counters mapped to ``Counts`` exactly as ``PrometheusSource`` maps Prometheus' sums of them.
-
-    Raises:
-        SourceError: the directory cannot be read.
-    """
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    from handoffmon.sources import SourceError
-    from handoffmon.sources.prometheus import PrometheusSource
-
-    where = path if path is not None else os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if not where:
-        raise SourceError("no multiprocess directory: pass one or set PROMETHEUS_MULTIPROC_DIR")
-    try:
-        families = list(MultiProcessCollector(None, path=where).collect())  # type: ignore[no-untyped-call]
-    except (OSError, ValueError) as exc:
-        raise SourceError(f"cannot read the multiprocess directory {where}: {exc}") from exc
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in families:
-        if family.name.startswith("handoffmon_"):
-            for s in family.samples:
-                samples.setdefault(s.name, []).append((s.labels, s.value))
-
-    def fetch(url: str, params: dict[str, str]) -> dict[str, Any]:
-        match = _SUM_QUERY.match(params["query"])
-        if match is None:  # pragma: no cover - PrometheusSource sends no other query here
-            raise SourceError(f"unexpected query {params['query']!r}")
-        by = tuple(b.strip() for b in match.group(1).split(",")) if match.group(1) else ()
-        sums: dict[tuple[str, ...], float] = {}
-        for labels, value in samples.get(match.group(2), ()):
-            key = tuple(labels.get(b, "") for b in by)
-            sums[key] = sums.get(key, 0.0) + value
-        result = [{"metric": dict(zip(by, k, strict=True)), "value": [0, repr(v)]} for k, v in sums.items()]
-        return {"status": "success", "data": {"resultType": "vector", "result": result}}
-
-    return PrometheusSource(f"file://{where}", fetch=fetch).snapshot()

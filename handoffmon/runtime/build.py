@@ -145,7 +145,7 @@ def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str]:
     """What the periodic refit reads, and its ``source`` label: the monitor's own counts, or,
     when its Prometheus exporter writes ``PROMETHEUS_MULTIPROC_DIR`` (LiteLLM Proxy with
     ``--num_workers``, gunicorn), every worker's counters summed from that directory
-    (``serving.multiprocess_counts``), dead workers included, as ``/metrics`` sums them. A
+    (``sources.multiprocess.multiprocess_counts``), dead workers included, as ``/metrics`` sums them. A
     worker's own counts hold only the turns it served (a proxy with two workers published
     ``handoff_checked_turns`` 67 while the counters summed 120).
 
@@ -156,7 +156,7 @@ def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str]:
     where = os.environ.get(MULTIPROC_ENV)
     if exporter is None or not exporter.multiprocess or not where:
         return monitor.snapshot, "local"
-    from handoffmon.exporters.serving import multiprocess_counts
+    from handoffmon.sources.multiprocess import multiprocess_counts
 
     return functools.partial(multiprocess_counts, where), "multiprocess"
 

@@ -24,10 +24,10 @@ from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import (
     metrics_asgi_app,
     metrics_wsgi_app,
-    multiprocess_counts,
     multiprocess_registry,
     start_metrics_server,
 )
+from handoffmon.sources.multiprocess import multiprocess_counts
 from tests.exporters.turns import L, counted, make_result, only, parse_exposition
 from tests.exporters.workers import worker_said
 

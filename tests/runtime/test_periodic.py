@@ -137,7 +137,7 @@ def test_a_multiprocess_runtime_refits_every_workers_counts_from_the_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under ``PROMETHEUS_MULTIPROC_DIR`` the periodic refit reads the directory (every worker's
-    counters, ``serving.multiprocess_counts``), not this worker's ``monitor.snapshot``; a directory
+    counters, ``sources.multiprocess.multiprocess_counts``), not this worker's ``monitor.snapshot``; a directory
     that cannot be read is a failed refit, counted, never raised. Without it: the local counts.
     (tests/exporters/test_serving.py checks the sums with two real worker processes.)"""
     from handoffmon.config import HandoffmonConfig
