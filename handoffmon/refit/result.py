@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -485,8 +486,11 @@ class RefitResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> RefitResult:
-        """Rebuild from ``to_dict`` output; raises ``InputError`` for other schemas/versions."""
-        return _load_versioned(cls, data, source)
+        """Rebuild from ``to_dict`` output; raises ``InputError`` for other schemas/versions and,
+        naming the key, for values of another type or shape than ``to_dict`` writes."""
+        result = _load_versioned(cls, data, source)
+        _check_buckets(result, source)
+        return result
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "<json>") -> RefitResult:
@@ -495,6 +499,8 @@ class RefitResult:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+        except RecursionError:  # the parser recurses per nesting level
+            raise InputError(f"{source}: nested too deeply to read (thousands of levels)") from None
         return cls.from_dict(data, source=source)
 
 
@@ -557,12 +563,14 @@ class SwitchMatrixResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<dict>") -> SwitchMatrixResult:
-        """Rebuild from ``to_dict`` output."""
+        """Rebuild from ``to_dict`` output; raises ``InputError`` naming the key of a malformed value."""
+        if not isinstance(data, dict):
+            return _load_versioned(cls, data, source, schema="handoffmon.switch_matrix")
         data = dict(data)
         fit_keys = {f.name for f in dataclasses.fields(RuleFit)} - {"cells"}
         data["fit"] = {k: data.pop(k) for k in list(data) if k in fit_keys}
         return _load_versioned(
-            cls, data, source, schema="handoffmon.switch_matrix", known=SWITCH_MATRIX_VERSION
+            cls, data, source, schema="handoffmon.switch_matrix", known=SWITCH_MATRIX_VERSION, nested="fit"
         )
 
 
@@ -570,18 +578,123 @@ _T = typing.TypeVar("_T")
 
 
 def _load_versioned(
-    cls: type[_T], data: Any, source: str, schema: str = SCHEMA, known: int = SCHEMA_VERSION
+    cls: type[_T], data: Any, source: str, schema: str = SCHEMA, known: int = SCHEMA_VERSION, nested: str = ""
 ) -> _T:
+    """``data`` decoded as ``cls``; ``InputError`` "<source>: <key path>: <what is wrong>" for a
+    version that is not an integer from 1 to ``known`` and for any value of another type or shape
+    than the dataclasses declare (a list where an object is, a string where a number is, a
+    missing field). ``nested``: a key whose fields the document keeps at its top level."""
     if not isinstance(data, dict) or data.get("schema") != schema:
         raise InputError(f"{source}: not a {schema} document")
     version = data.get("version")
-    if not isinstance(version, int) or version > known:
-        raise InputError(f"{source}: unsupported {schema} version {version!r} (reader knows ≤ {known})")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= known:
+        raise InputError(
+            f"{source}: version: unsupported {schema} version {_shown(version)} "
+            f"(this reader reads 1 to {known})"
+        )
     body = {k: v for k, v in data.items() if k != "schema"}
     try:
         return typing.cast(_T, _decode(cls, body))
-    except (TypeError, ValueError, KeyError) as exc:
+    except _BadValue as exc:
+        path = "".join(reversed(exc.path)).lstrip(".")
+        if nested and path.startswith(f"{nested}."):
+            path = path[len(nested) + 1 :]
+        raise InputError(f"{source}: {path or '(document)'}: {exc.message}") from None
+    except (TypeError, ValueError) as exc:  # a record's own check (none yet): still no traceback
         raise InputError(f"{source}: malformed {schema} document: {exc}") from exc
+
+
+def _check_buckets(result: RefitResult, source: str) -> None:
+    """``InputError`` naming the key where per-bucket values do not run along the buckets.
+
+    ``buckets`` must be depth bucket labels as ``DepthBuckets`` writes them, every curve's
+    buckets among them, and each per-bucket list (``n``, ``adherence``, its interval,
+    ``fitted``) as long as its buckets, with counts ≥ 0 and shares in [0, 1]: the report zips
+    them and ``shapes export`` looks each curve bucket up in ``buckets``."""
+    from handoffmon.depth import DepthBuckets
+
+    def bad(path: str, message: str) -> InputError:
+        return InputError(f"{source}: {path}: {message}")
+
+    labels = result.buckets
+    for i, label in enumerate(labels):
+        if not _BUCKET_LABEL.match(label):
+            raise bad(f"buckets[{i}]", f"{label!r} is not a depth bucket label (like '1', '3-4' or '97+')")
+    try:
+        rebuilt = DepthBuckets.from_labels(labels).labels if labels else labels
+    except ValueError as exc:  # no bucket starting at 1
+        raise bad("buckets", f"not depth buckets: {exc}") from None
+    if rebuilt != labels:
+        raise bad("buckets", f"{', '.join(labels)} are not contiguous depth buckets from 1 in depth order")
+    for name, fit in result.rules.items():
+        for model, curve in fit.curves.items():
+            at = f"rules.{name}.curves.{model}"
+            for i, label in enumerate(curve.buckets):
+                if label not in labels:
+                    raise bad(f"{at}.buckets[{i}]", f"{label!r} is not one of the refit's buckets")
+            _check_per_bucket(curve, at, "buckets", len(curve.buckets), bad)
+        for j, cell in enumerate(fit.cells):
+            _check_per_bucket(cell, f"rules.{name}.cells[{j}]", "the refit's buckets", len(labels), bad)
+
+
+def _check_per_bucket(
+    row: DepthCurve | CellAdherence, at: str, along: str, length: int, bad: Callable[[str, str], InputError]
+) -> None:
+    for key in ("n", "adherence", "ci_low", "ci_high", "fitted"):
+        values = getattr(row, key, None)
+        if values is None:
+            continue
+        if len(values) != length:
+            raise bad(f"{at}.{key}", f"{len(values)} value(s), but {along} has {length}")
+        for i, x in enumerate(values):
+            if key == "n" and x < 0:
+                raise bad(f"{at}.n[{i}]", f"expected a count ≥ 0, got {x}")
+            if key != "n" and not (math.isnan(x) or 0.0 <= x <= 1.0):
+                raise bad(f"{at}.{key}[{i}]", f"expected a share in [0, 1] or null, got {x!r}")
+
+
+_BUCKET_LABEL = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*|\+)?$")
+
+
+class _BadValue(Exception):
+    """A value of the wrong type or shape; ``path`` collects the keys while unwinding (innermost first)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: list[str] = []
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as the document has it (null, true), cut to 40 characters."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    text = repr(value)
+    return f"{text[:40]}…" if len(text) > 40 else text
+
+
+def _expected(what: str, value: Any) -> _BadValue:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    got = "null" if value is None else f"{kinds.get(type(value), 'a number')} {_shown(value)}"
+    return _BadValue(f"expected {what}, got {got}")
+
+
+_SPECS: dict[type, tuple[dict[str, Any], frozenset[str]]] = {}
+"""Per dataclass: type hints of its fields and the fields without a default."""
+
+
+def _spec(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
+    spec = _SPECS.get(cls)
+    if spec is None:
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)
+        required = frozenset(
+            f.name
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+        spec = _SPECS[cls] = ({f.name: hints[f.name] for f in fields}, required)
+    return spec
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -649,12 +762,20 @@ def encode_floats(values: Any) -> list[Any]:
 
 
 def _decode(hint: Any, value: Any) -> Any:
-    """Inverse of ``_encode`` guided by type hints."""
+    """Inverse of ``_encode`` guided by type hints; ``_BadValue`` for a value of another type."""
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        hints = typing.get_type_hints(hint)
-        names = {f.name for f in dataclasses.fields(hint)}
-        kwargs = {k: _decode(hints[k], v) for k, v in value.items() if k in names}
+        if type(value) is not dict:
+            raise _expected("an object", value)
+        hints, required = _spec(typing.cast(type, hint))
+        for name in sorted(required - value.keys()):
+            exc = _BadValue("missing")
+            exc.path.append(f".{name}")
+            raise exc
+        kwargs = {}
+        for k, v in value.items():
+            if k in hints:
+                kwargs[k] = _decode_at(hints[k], v, f".{k}")
         return typing.cast(Any, hint)(**kwargs)
     if origin in (Union, types.UnionType):
         args = typing.get_args(hint)
@@ -662,18 +783,49 @@ def _decode(hint: Any, value: Any) -> Any:
             return None
         return _decode(next(a for a in args if a is not type(None)), value)
     if origin is dict:
+        if type(value) is not dict:
+            raise _expected("an object", value)
         _, vt = typing.get_args(hint)
-        return {k: _decode(vt, v) for k, v in value.items()}
-    if origin in (list, Sequence):
-        (it,) = typing.get_args(hint)
-        return [_decode(it, v) for v in value]
-    if origin is tuple:
+        return {k: _decode_at(vt, v, f".{k}") for k, v in value.items()}
+    if origin in (list, Sequence, tuple):
+        if type(value) is not list:
+            raise _expected("a list", value)
         args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v) for v in value)
-        return tuple(_decode(a, v) for a, v in zip(args, value, strict=True))
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(value) != len(args):
+                raise _BadValue(f"expected a list of {len(args)} values, got {len(value)}")
+            return tuple(_decode_at(a, v, f"[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+        items = [_decode_at(args[0], v, f"[{i}]") for i, v in enumerate(value)]
+        return items if origin is not tuple else tuple(items)
     if hint is float:
-        return NAN if value is None else float(value)
-    if hint is int and not isinstance(value, int):
-        raise TypeError(f"expected int, got {value!r}")
+        if value is None:
+            return NAN
+        if type(value) is float or type(value) is int:
+            return float(value)
+        if value in ("inf", "-inf"):
+            return float(value)
+        raise _expected("a number, null, 'inf' or '-inf'", value)
+    if hint is int:
+        if type(value) is float and value.is_integer():
+            return int(value)  # 3.0 as another JSON writer may put it
+        if type(value) is not int:
+            raise _expected("an integer", value)
+        return value
+    if hint is str:
+        if type(value) is not str:
+            raise _expected("a string", value)
+        return value
+    if hint is bool:
+        if type(value) is not bool:
+            raise _expected("true or false", value)
+        return value
     return value
+
+
+def _decode_at(hint: Any, value: Any, key: str) -> Any:
+    """``_decode`` of the value at ``key`` (``.name`` or ``[i]``), which a ``_BadValue`` records."""
+    try:
+        return _decode(hint, value)
+    except _BadValue as exc:
+        exc.path.append(key)
+        raise
