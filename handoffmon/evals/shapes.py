@@ -585,6 +585,8 @@ def export_shapes(
             text = Path(spec).read_text(encoding="utf-8")
         except OSError as exc:
             raise InputError(f"{spec}: cannot read: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{spec}: not UTF-8 text (byte {exc.start})") from exc
         shapes = shapes_from_refit(RefitResult.from_json(text, source=spec), source=spec)
         if not shapes.rules:
             raise NoDataError(f"{spec}: the refit holds no rule curves to export")

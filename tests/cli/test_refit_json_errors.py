@@ -130,6 +130,15 @@ def test_shapes_export_refuses_a_string_where_a_number_is(made: dict[str, Path],
     _one_error_line(res, f"{path}: rules.all.pairs[0].delta: expected a number")
 
 
+def test_shapes_export_names_a_refit_json_that_is_not_utf8(made: dict[str, Path], tmp_path: Path) -> None:
+    """A refit.json saved in Latin-1: "error: 'utf-8' codec can't decode…" before, no file."""
+    path = tmp_path / "latin1.json"
+    raw = made["refit"].read_bytes()
+    path.write_bytes(raw[:10] + b"\xe8" + raw[10:])  # one Latin-1 "è" inside the document
+    res = _run(["shapes", "export", "--source", str(path), "--out", str(tmp_path / "s.json")])
+    _one_error_line(res, f"{path}: not UTF-8 text")
+
+
 def test_eval_compare_refuses_a_damaged_switch_matrix_naming_the_key(made: dict[str, Path]) -> None:
     """mu a string and pairs an object (top-level keys of the matrix document): 'malformed …' without
     the key, and an object read as an empty list of pairs, before."""
