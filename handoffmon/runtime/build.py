@@ -149,6 +149,12 @@ def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str]:
     worker's own counts hold only the turns it served (a proxy with two workers published
     ``handoff_checked_turns`` 67 while the counters summed 120).
 
+    With the SQLite store the workers' aggregates share its file (increments written as deltas
+    by every worker), which holds what the directory holds and the history before the last
+    restart (LiteLLM empties the directory at start): the refit reads the file then
+    (``load_counts_sqlite``, ``source`` ``sqlite``; a worker's unwritten increments wait for
+    its next idle turn).
+
     Every worker then refits the same deployment-wide counts, so whichever worker published
     last (the refit gauges' ``mostrecent`` mode) shows the deployment's refit, and every
     worker's routing table is the deployment's."""
@@ -156,6 +162,10 @@ def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str]:
     where = os.environ.get(MULTIPROC_ENV)
     if exporter is None or not exporter.multiprocess or not where:
         return monitor.snapshot, "local"
+    if monitor.aggregates.path is not None:
+        from handoffmon.pipeline.aggregates import load_counts_sqlite
+
+        return functools.partial(load_counts_sqlite, monitor.aggregates.path), "sqlite"
     from handoffmon.sources.multiprocess import multiprocess_counts
 
     return functools.partial(multiprocess_counts, where), "multiprocess"

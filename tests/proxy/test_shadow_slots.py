@@ -19,7 +19,7 @@ def test_a_shadow_call_takes_no_slot_a_client_is_waiting_for() -> None:
     """With every slot (``proxy.max_upstream_requests``) taken, a shadow call queued behind the
     slots like a client's request: the next slot freed went to it first, and a client arriving
     after it waited a whole shadow call (up to ``shadow.timeout_s``). Now it is not sent: it
-    raises ``NoRoute`` at once (skipped as ``no_route``, its reservation given back), and the
+    raises ``NoRoute`` at once (``UpstreamFull``: skipped as ``busy``, its reservation given back), and the
     slots' queue holds only the clients."""
 
     async def run() -> tuple[type[BaseException] | None, float, int]:

@@ -137,8 +137,9 @@ def test_a_multiprocess_runtime_refits_every_workers_counts_from_the_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under ``PROMETHEUS_MULTIPROC_DIR`` the periodic refit reads the directory (every worker's
-    counters, ``sources.multiprocess.multiprocess_counts``), not this worker's ``monitor.snapshot``; a directory
-    that cannot be read is a failed refit, counted, never raised. Without it: the local counts.
+    counters, ``sources.multiprocess.multiprocess_counts``), not this worker's
+    ``monitor.snapshot``; a directory that cannot be read is a failed refit, counted, never
+    raised. Without it: the local counts.
     (tests/exporters/test_serving.py checks the sums with two real worker processes.)"""
     from handoffmon.config import HandoffmonConfig
     from handoffmon.runtime import build_runtime
@@ -160,3 +161,39 @@ def test_a_multiprocess_runtime_refits_every_workers_counts_from_the_directory(
         where.rmdir()
         assert rt.refit_now() is None
         assert rt.refit is not None and rt.refit.stats.failures == 1
+
+
+def test_a_multiprocess_runtime_on_sqlite_refits_the_shared_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``PROMETHEUS_MULTIPROC_DIR`` with the SQLite store, the refit reads the aggregates'
+    file, which every worker writes and which keeps the history a restart wipes from the
+    directory: another worker's turns written there, and ones from before a restart, are in
+    the refit; the directory alone would have neither."""
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.pipeline.aggregates import Aggregates
+    from handoffmon.runtime import build_runtime
+    from tests.pipeline.helpers import run_conversation
+
+    db = tmp_path / "h.db"
+    where = tmp_path / "multiproc"
+    where.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(where))
+    config = HandoffmonConfig(refit={"interval_s": 60}, store={"backend": "sqlite", "path": str(db)})
+    with build_runtime(config, registry=None, start=False) as before:  # a worker before the restart
+        before.start()
+        for i in range(3):
+            run_conversation(before.monitor, ["gpt", "gpt"], user=f"before {i}")
+        assert before.flush(30)
+    for f in where.iterdir():  # LiteLLM empties the directory at start
+        f.unlink()
+    with build_runtime(config, registry=None) as rt:
+        other = Aggregates(str(db))  # another live worker's aggregates, sharing the file
+        other.add_counts(Aggregates(str(db)).snapshot())  # as many turns again
+        other.close()
+        assert rt.refit is not None
+        read = rt.refit._snapshot()  # what the periodic refit reads
+        assert read.total_turns == 2 * 3 * 2, read.total_turns  # 3 conversations × 2 turns, twice
+        assert rt.monitor.snapshot().total_turns == 3 * 2  # this worker's own view: its file at start
+        result = rt.refit_now()
+        assert result is not None and result.source == "sqlite"
