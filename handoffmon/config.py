@@ -466,7 +466,7 @@ class ShadowConfig(_Section):
     timeout_s: float = Field(default=60.0, gt=0)
     """Timeout of one shadow call."""
     breaker_failures: int = Field(default=3, gt=0)
-    """Consecutive 429/5xx/timeouts of a target that stop its shadow traffic."""
+    """Consecutive 429/5xx/timeouts/401/403/404 of a target that stop its shadow traffic."""
     breaker_cooldown_s: float = Field(default=60.0, gt=0)
     """How long a stopped target gets no shadow traffic before one probe call."""
 

@@ -36,8 +36,8 @@ class ShadowCollector(Collector):
             CounterMetricFamily,
             "handoffmon_shadow_calls",
             "Shadow continuation calls by arm (handoff, no_handoff) and outcome (ok; rate_limited, "
-            "server_error, timeout, error: failed; wrong_author: another model answered; dry_run: "
-            "decided but not made).",
+            "server_error, timeout, misconfigured (401/403/404), error: failed; wrong_author: "
+            "another model answered; dry_run: decided but not made).",
             ("arm", "outcome"),
             s.calls,
         )
@@ -94,7 +94,7 @@ class ShadowCollector(Collector):
             GaugeMetricFamily,
             "handoffmon_shadow_breaker_open",
             "1 while a shadow target's circuit breaker stops its shadow traffic (after "
-            "shadow.breaker_failures consecutive 429/5xx/timeouts), else 0.",
+            "shadow.breaker_failures consecutive 429/5xx/timeouts/401/403/404), else 0.",
             ("target",),
             s.breaker_open,
         )

@@ -10,8 +10,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 EVICTIONS_HELP = (
-    "Conversations and keys the memory store dropped to stay within store.max_conversations "
-    "and store.max_keys_per_conversation, by what."
+    "Conversations and keys the memory store dropped to stay within store.max_conversations, "
+    "store.max_keys and store.max_keys_per_conversation, by what."
 )
 
 

@@ -34,6 +34,7 @@ CALL_OUTCOMES: tuple[str, ...] = (
     "rate_limited",
     "server_error",
     "timeout",
+    "misconfigured",
     "error",
     "wrong_author",
     "dry_run",
