@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+BUCKET_LABEL = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*|\+)?$")
+"""What a depth bucket's label looks like (``1``, ``3-4``, ``97+``), for readers of documents."""
 
 DEFAULT_EDGES: tuple[int, ...] = (1, 2, 3, 5, 9, 13, 17, 25, 33, 49, 65, 97)
 """Lower bounds of the default buckets. Deep buckets are at most half as wide as their

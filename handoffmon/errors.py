@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HandoffmonError(Exception):
     """Base class of every error handoffmon raises on purpose."""
@@ -83,3 +85,23 @@ class NoDataError(HandoffmonError):
     Empty results are errors, never a silent success: the CLI exits with
     ``ExitCode.NO_DATA`` (``handoffmon.cli.exits``).
     """
+
+
+def json_shown(value: Any) -> str:
+    """A value of a JSON document as the document has it (``null``, ``true``), cut to 40
+    characters: for the errors of the readers of handoffmon's documents."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    text = repr(value)
+    return f"{text[:40]}…" if len(text) > 40 else text
+
+
+def json_got(value: Any) -> str:
+    """What a JSON value is, for "expected …, got …": ``null``, or its kind and value
+    (``a string 'high'``, ``a number 3``, ``a list [1, 2]``)."""
+    if value is None:
+        return "null"
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number"
+    )
+    return f"{kind} {json_shown(value)}"

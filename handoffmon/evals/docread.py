@@ -10,32 +10,14 @@ list runs along another (per-bucket values), for length.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from handoffmon.errors import InputError
+from handoffmon.depth import BUCKET_LABEL
+from handoffmon.errors import InputError, json_got, json_shown
 
 T = TypeVar("T")
 _MISSING = object()
-_BUCKET = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*|\+)?$")
-
-
-def _show(value: Any) -> str:
-    if value is None or isinstance(value, bool):
-        return "null" if value is None else str(value).lower()  # as the JSON has it
-    text = repr(value)
-    return f"{text[:40]}…" if len(text) > 40 else text
-
-
-def _got(value: Any) -> str:
-    return "null" if value is None else f"{_kind(value)} {_show(value)}"
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), type(value).__name__
-    )
 
 
 class DocReader:
@@ -59,13 +41,13 @@ class DocReader:
     def mapping(self, value: Any, path: str) -> dict[str, Any]:
         """A JSON object."""
         if not isinstance(value, dict):
-            raise self.error(path, f"expected an object, got {_got(value)}")
+            raise self.error(path, f"expected an object, got {json_got(value)}")
         return value
 
     def array(self, value: Any, path: str, length: int | None = None, along: str = "") -> list[Any]:
         """A JSON list (of ``length`` items when given; ``along`` names what fixes that length)."""
         if not isinstance(value, list):
-            raise self.error(path, f"expected a list, got {_got(value)}")
+            raise self.error(path, f"expected a list, got {json_got(value)}")
         if length is not None and len(value) != length:
             raise self.error(path, f"{len(value)} value(s), but {along} has {length}")
         return value
@@ -73,7 +55,7 @@ class DocReader:
     def string(self, value: Any, path: str) -> str:
         """A JSON string."""
         if not isinstance(value, str):
-            raise self.error(path, f"expected a string, got {_got(value)}")
+            raise self.error(path, f"expected a string, got {json_got(value)}")
         return value
 
     def integer(self, value: Any, path: str, minimum: int | None = None) -> int:
@@ -81,7 +63,7 @@ class DocReader:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise self.error(path, f"expected an integer, got {_got(value)}")
+            raise self.error(path, f"expected an integer, got {json_got(value)}")
         if minimum is not None and value < minimum:
             raise self.error(path, f"expected an integer ≥ {minimum}, got {value}")
         return value
@@ -94,7 +76,7 @@ class DocReader:
             return float(value)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             null = " or null" if optional else ""
-            raise self.error(path, f"expected a number{null}, got {_got(value)}")
+            raise self.error(path, f"expected a number{null}, got {json_got(value)}")
         return value
 
     def probability(self, value: Any, path: str, *, optional: bool = False) -> float | None:
@@ -116,7 +98,7 @@ class DocReader:
         v = data.get("version")
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= known:
             raise self.error(
-                "version", f"unsupported {schema} version {_show(v)} (this reader reads 1 to {known})"
+                "version", f"unsupported {schema} version {json_shown(v)} (this reader reads 1 to {known})"
             )
         return v
 
@@ -127,7 +109,7 @@ class DocReader:
         expected = passes / n if n else None
         if (x is None) != (expected is None) or (x is not None and abs(x - passes / n) > 1e-9):
             want = "null" if expected is None else f"{expected:.6g}"
-            raise self.error(path, f"{_show(value)}, but passes/n = {passes}/{n} is {want}")
+            raise self.error(path, f"{json_shown(value)}, but passes/n = {passes}/{n} is {want}")
         return x
 
     def interval(self, lo: Any, hi: Any, share: float | None, path_lo: str, path_hi: str) -> tuple[Any, Any]:
@@ -150,7 +132,7 @@ class DocReader:
 
         labels = tuple(self.items(value, path, self.string))
         for i, lab in enumerate(labels):
-            if not _BUCKET.match(lab):
+            if not BUCKET_LABEL.match(lab):
                 raise self.error(
                     f"{path}[{i}]", f"{lab!r} is not a depth bucket label (like '1', '3-4' or '97+')"
                 )

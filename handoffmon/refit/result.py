@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -14,7 +13,8 @@ from typing import Any, Union, overload
 
 import orjson
 
-from handoffmon.errors import InputError
+from handoffmon.depth import BUCKET_LABEL
+from handoffmon.errors import InputError, json_got, json_shown
 
 SCHEMA = "handoffmon.refit"
 SCHEMA_VERSION = 2
@@ -589,7 +589,7 @@ def _load_versioned(
     version = data.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= known:
         raise InputError(
-            f"{source}: version: unsupported {schema} version {_shown(version)} "
+            f"{source}: version: unsupported {schema} version {json_shown(version)} "
             f"(this reader reads 1 to {known})"
         )
     body = {k: v for k, v in data.items() if k != "schema"}
@@ -618,7 +618,7 @@ def _check_buckets(result: RefitResult, source: str) -> None:
 
     labels = result.buckets
     for i, label in enumerate(labels):
-        if not _BUCKET_LABEL.match(label):
+        if not BUCKET_LABEL.match(label):
             raise bad(f"buckets[{i}]", f"{label!r} is not a depth bucket label (like '1', '3-4' or '97+')")
     try:
         rebuilt = DepthBuckets.from_labels(labels).labels if labels else labels
@@ -653,9 +653,6 @@ def _check_per_bucket(
                 raise bad(f"{at}.{key}[{i}]", f"expected a share in [0, 1] or null, got {x!r}")
 
 
-_BUCKET_LABEL = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*|\+)?$")
-
-
 class _BadValue(Exception):
     """A value of the wrong type or shape; ``path`` collects the keys while unwinding (innermost first)."""
 
@@ -665,18 +662,8 @@ class _BadValue(Exception):
         self.path: list[str] = []
 
 
-def _shown(value: Any) -> str:
-    """A JSON value as the document has it (null, true), cut to 40 characters."""
-    if value is None or isinstance(value, bool):
-        return "null" if value is None else str(value).lower()
-    text = repr(value)
-    return f"{text[:40]}…" if len(text) > 40 else text
-
-
 def _expected(what: str, value: Any) -> _BadValue:
-    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
-    got = "null" if value is None else f"{kinds.get(type(value), 'a number')} {_shown(value)}"
-    return _BadValue(f"expected {what}, got {got}")
+    return _BadValue(f"expected {what}, got {json_got(value)}")
 
 
 _SPECS: dict[type, tuple[dict[str, Any], frozenset[str]]] = {}
