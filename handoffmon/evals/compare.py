@@ -247,24 +247,12 @@ def too_clean(
 
 
 def read_switch_matrix(data: Any, source: str) -> Any:
-    """A ``handoffmon.switch_matrix`` document as ``SwitchMatrixResult``, the parts compare reads
-    checked first (``InputError`` naming file and key): its version, and ``cells`` as a list of
-    objects naming ``prefix_model`` and ``model``. A cell of another shape used to surface as a
-    traceback from the generic decoder, or as a number sorted among author names."""
-    from handoffmon.evals.docread import DocReader
-    from handoffmon.refit.result import SWITCH_MATRIX_VERSION, SwitchMatrixResult
+    """A ``handoffmon.switch_matrix`` document as ``SwitchMatrixResult``; ``InputError`` naming
+    the file and the key for a document of another shape (``SwitchMatrixResult.from_dict``
+    checks every value against its field)."""
+    from handoffmon.refit.result import SwitchMatrixResult
 
-    doc = DocReader(source)
-    doc.version(doc.mapping(data, ""), "handoffmon.switch_matrix", SWITCH_MATRIX_VERSION)
-    for i, cell in enumerate(doc.array(doc.key(data, "cells", ""), "cells")):
-        at = f"cells[{i}]"
-        c = doc.mapping(cell, at)
-        for key in ("prefix_model", "model"):
-            doc.string(doc.key(c, key, at), f"{at}.{key}")
-    try:
-        return SwitchMatrixResult.from_dict(data, source=source)
-    except (AttributeError, IndexError) as exc:  # a shape the generic decoder does not expect
-        raise InputError(f"{source}: malformed handoffmon.switch_matrix document: {exc}") from exc
+    return SwitchMatrixResult.from_dict(data, source=source)
 
 
 def matrix_pairs(matrices: Iterable[Any]) -> set[tuple[str, str]]:
