@@ -375,7 +375,8 @@ class Monitor:
         poll every 2 ms, so a few turns wait even when they keep up) and at most
         ``UNWEIGHED_TURNS`` unweighed histories are held beside the budget, each one the
         application built for a call of its own, whichever stage backs up. Never raises."""
-        return self._front.pending() + self._pool.pending() >= UNWEIGHED_TURNS
+        waiting = self._front.pending()
+        return waiting >= UNWEIGHED_TURNS or waiting + self._pool.pending() >= UNWEIGHED_TURNS
 
     def stream_recordable(self, out: StreamOutcome) -> bool:
         """Count what a folded stream could not read as ``monitor_errors{stage="parse"}``: its

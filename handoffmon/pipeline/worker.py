@@ -160,8 +160,12 @@ class WorkerPool(Generic[T]):
         return shard.submit(item)
 
     def pending(self) -> int:
-        """Items queued or in progress."""
-        return sum(w.pending() for w in self._shards)
+        """Items queued or in progress (``Monitor.backlogged`` asks on the request path: one
+        shard, the default, is read without a generator)."""
+        shards = self._shards
+        if len(shards) == 1:
+            return shards[0].pending()
+        return sum(w.pending() for w in shards)
 
     def after_fork(self) -> int:
         """In a forked child: every shard's :meth:`DequeWorker.after_fork`; the items forgotten."""
