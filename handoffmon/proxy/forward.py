@@ -422,6 +422,11 @@ class Forwarder:
             except (ValueError, zlib.error):  # br, zstd, … or corrupt
                 self._skip("encoded")
                 return None
+            # Queued at its compressed weight: parsed, it must still fit the whole budget (a
+            # 30 KB gzip body inflates to 10 MiB of empty objects, ~0.9 GB once parsed)
+            if self._monitor is not None and parsed_weight(body) > self._monitor.queued_bytes.limit:
+                self._skip("too_large")
+                return None
         try:
             doc = loads(body)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON

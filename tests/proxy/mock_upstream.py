@@ -139,9 +139,11 @@ class MockUpstream:
             )
             return
         try:
+            if headers.get("content-encoding") == "gzip":  # a compressed request, as a server may take
+                body = gzip.decompress(body)
             req = json.loads(body)
             messages = req["messages"]
-        except (ValueError, KeyError, TypeError, RecursionError):
+        except (ValueError, KeyError, TypeError, RecursionError, OSError, EOFError):
             err = {"error": {"message": "invalid request body", "type": "upstream_bad_request"}}
             await _send(send, 400, json.dumps(err).encode(), [])
             return

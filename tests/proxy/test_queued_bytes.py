@@ -195,3 +195,37 @@ def test_small_bodies_weigh_their_parsed_objects_once_turns_back_up(
     assert raw < 2 * len(body)
     assert parsed - raw == forward.PARSED_OBJECT_BYTES * body.count(b"{")
     assert steps[: UNWEIGHED_TURNS - 1] == [raw] * (UNWEIGHED_TURNS - 1)
+
+
+def test_a_compressed_body_too_large_once_parsed_is_not_parsed(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzip request body is queued at its compressed size (its inflated size is known only on
+    the attribution thread): ~30 KB that inflate to 100,000 empty messages, ~25 MB once parsed,
+    against a 4 MiB budget. It is forwarded and counted ``too_large``, never parsed; before, the
+    attribution thread parsed it whole. A compressed body that fits is still read."""
+    import gzip
+
+    budget = 4 * 1024 * 1024
+    messages = [{"role": "user", "content": ""}] * EMPTY_MESSAGES
+    big = gzip.compress(json.dumps({"model": "model-a", "messages": messages}).encode(), mtime=0)
+    small = gzip.compress(json.dumps({"model": "model-a", "messages": messages[:3]}).encode(), mtime=0)
+    assert len(big) < 64 * 1024  # queued at this weight
+    parsed: list[int] = []
+    loads = forward.loads
+
+    def recorded(data: Any) -> Any:
+        parsed.append(len(data))
+        return loads(data)
+
+    monkeypatch.setattr(forward, "loads", recorded)
+    cfg = proxy_config(upstream.url, pipeline={"max_queued_bytes": budget})
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    with running_proxy(cfg) as proxy, httpx.Client(base_url=proxy.url, timeout=60) as http:
+        assert http.post("/v1/chat/completions", content=big, headers=headers).status_code == 200
+        assert http.post("/v1/chat/completions", content=small, headers=headers).status_code == 200
+        assert proxy.monitor.flush(60)
+        counts = proxy.monitor.snapshot()
+        assert _unmonitored(proxy, "too_large") == 1
+    assert sum(counts.turns.values()) == 1  # the small one
+    assert max(parsed) < 1024 * 1024  # requests and replies; never the 2.8 MB inflated body
