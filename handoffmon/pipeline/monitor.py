@@ -193,7 +193,7 @@ class Monitor:
             workers=config.pipeline.workers,
             queue_size=config.pipeline.queue_size,
             on_error=lambda exc: self.errors.failed("pipeline", exc),
-            on_idle=self._flush_aggregates,
+            on_idle=self._on_idle,
             start=start,
             driven=driven,
             batch=checks.process_batch if checks.batched else None,
@@ -336,7 +336,7 @@ class Monitor:
         for d in self._dispatch:
             d.submit(result)
 
-    def _flush_aggregates(self) -> None:
+    def _on_idle(self) -> None:
         """A check thread's idle turn: the aggregates' SQLite write, then every ``IdleObserver``
         exporter's batched work."""
         try:
