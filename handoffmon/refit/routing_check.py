@@ -53,7 +53,9 @@ def verdict_routing(transitions: np.ndarray, deff: np.ndarray, z: float) -> Verd
     scale = float(np.sum(w * d) / np.sum(w)) if np.sum(w) > 0 else 1.0
     h_pass, h_fail = float(t[:, 0, 0].sum()), float(t[:, 0, 1].sum())
     n_pass, n_fail = float(out_of[:, 0].sum()), float(out_of[:, 1].sum())
-    if min(n_pass, n_fail) <= 0:
+    if min(n_pass, n_fail) <= 0 or h_pass + h_fail <= 0:
+        # No handoff at all (a one-model deployment): the ratio is 0/0. With ½ added to each
+        # count it would be the pass/fail imbalance n_pass/n_fail, and flagged at 99.5% adherence.
         nan = float("nan")
         return VerdictRouting(nan, nan, nan, int(n_fail), int(n_pass), False)
     ratio = (h_fail / n_fail) / (h_pass / n_pass) if h_pass > 0 else float("inf")

@@ -13,7 +13,7 @@ from handoffmon.refit import OBSERVATIONAL_NOTE, refit
 from handoffmon.refit.routing_check import verdict_routing
 from handoffmon.sim.calibration import standard_population
 from handoffmon.sim.counting import counts_from_rows
-from handoffmon.sim.population import simulate
+from handoffmon.sim.population import PopModel, Population, simulate
 from tests.refit.verdict_routing import verdict_routed_rows
 
 BUCKETS = DepthBuckets()
@@ -73,3 +73,18 @@ def test_no_transitions_gives_nan_not_a_flag() -> None:
     assert json.loads(result.to_json())["rules"]["r"]["handoff_after_fail_ratio"] is None
     empty = verdict_routing(np.zeros((0, 3, 2, 2)), np.zeros(0), 1.96)
     assert math.isnan(empty.ratio) and not empty.flagged
+
+
+def test_a_deployment_without_handoffs_is_not_flagged() -> None:
+    """One model, no handoff ever, 99.5% adherence: the after-fail/after-pass ratio is 0/0. With
+    ½ added to each count it came out as the pass/fail imbalance (inf, interval from 4.2), the
+    fit was flagged and the note warned that handoffs followed failures."""
+    pop = Population(models=(PopModel("solo", base=0.995, decay=0.0),), conversation_sd=0.0, turn_sd=0.0)
+    counts = counts_from_rows(simulate(pop, 3000, seed=1))
+    fails_then = sum(v for k, v in counts.transitions.items() if k.from_verdict == "fail")
+    assert fails_then >= 30 and not any(k.handoff == "true" for k in counts.transitions)
+    result = refit(counts, buckets=BUCKETS, now=0)
+    for fit in result.rules.values():
+        assert math.isnan(fit.handoff_after_fail_ratio) and not fit.verdict_routing
+    assert result.note == OBSERVATIONAL_NOTE
+    assert json.loads(result.to_json())["rules"]["all"]["handoff_after_fail_ci"] == [None, None]
