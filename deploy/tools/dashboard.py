@@ -24,10 +24,13 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DataSourceRef,
+    DataTransformerConfig,
+    DynamicConfigValue,
     VariableOption,
     VariableRefresh,
     VariableSort,
 )
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from deploy.tools.from_rules import DEFAULT_RULES, IDENTITY_LABELS, _load
 
@@ -68,10 +71,47 @@ def _ts(pid: int, title: str, unit: str, w: int, h: int, *targets: prometheus.Da
     return panel
 
 
-def _table(pid: int, title: str, w: int, h: int, *targets: prometheus.Dataquery) -> table.Panel:
+def _table(
+    pid: int,
+    title: str,
+    w: int,
+    h: int,
+    *targets: prometheus.Dataquery,
+    columns: Sequence[str] = (),
+    matrix: tuple[str, str] | None = None,
+) -> table.Panel:
+    """A table of instant queries, each in Grafana's "table" format: one frame per query
+    (labels as columns, the value as ``Value``, or ``Value #<refId>`` with several queries).
+    In the default time-series format every series is a frame of its own and the table shows
+    one of them at a time behind a frame selector. Several queries are merged into one row per
+    label set, their value columns named by ``columns`` (in refId order); ``matrix``
+    (row label, column label) pivots a single query's values into a grid."""
+    assert not columns or len(columns) == len(targets)
     panel = table.Panel().id(pid).title(title).datasource(DS).span(w).height(h)
     for t in targets:
-        panel = panel.with_target(t)
+        panel = panel.with_target(t.format(PromQueryFormat.TABLE))
+    renames: dict[str, str] = {}
+    if len(targets) > 1:
+        panel = panel.with_transformation(DataTransformerConfig(id_val="merge", options={}))
+        refs = [str(t.build().ref_id) for t in targets]
+        renames = {f"Value #{ref}": name for ref, name in zip(refs, columns, strict=True)}
+    elif columns:
+        renames = {"Value": columns[0]}
+    if matrix is not None:
+        row, column = matrix
+        panel = panel.with_transformation(
+            DataTransformerConfig(
+                id_val="groupingToMatrix",
+                options={"rowField": row, "columnField": column, "valueField": "Value"},
+            )
+        )
+    else:
+        panel = panel.with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={"excludeByName": {"Time": True}, "renameByName": renames},
+            )
+        )
     return panel
 
 
@@ -143,7 +183,8 @@ def _adherence(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                     q.ratio("model, depth_bucket", "handoffmon_checks_total", sel, "$__range", "increase"),
                     instant=True,
                 ),
-            )
+                columns=("adherence",),
+            ).unit("percentunit")
         )
         .with_panel(
             bargauge.Panel()
@@ -213,6 +254,7 @@ def _pairs(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 12,
                 9,
                 _target(est, instant=True),
+                matrix=("prefix_model", "model"),
             )
         )
         .with_panel(
@@ -222,6 +264,7 @@ def _pairs(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 12,
                 9,
                 *pair_table,
+                columns=("Δ", "Δ lower", "Δ upper", "significant", "fitted risk", "checked turns"),
             )
         )
         .with_panel(
@@ -235,6 +278,7 @@ def _pairs(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                     f"({_fit(q, 'handoffmon_handoff_significant')} == 1)",
                     instant=True,
                 ),
+                columns=("Δ",),
             )
         )
         .with_panel(
@@ -244,6 +288,7 @@ def _pairs(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 12,
                 9,
                 _target(_fit(q, "handoffmon_handoff_risk"), instant=True),
+                columns=("fitted risk",),
             )
         )
         .with_panel(
@@ -294,6 +339,7 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 _target("max(" + q.m("handoffmon_refit_mu", 'rule="$fit_rule"') + ")", "μ", "B", True)
             )
             .with_target(_target(f"time() - max({refit_ts})", "refit age", "C", True))
+            .override_by_query("C", [DynamicConfigValue(id_val="unit", value="s")])
             # verdict routing: handoffs after a failed check ÷ after a passed one, and the flag
             # (1: the Δ-based handoff alerts of the rule are held, HandoffRoutingFollowsFailures)
             .with_target(
@@ -446,6 +492,7 @@ def _shadow(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 12,
                 9,
                 *cost_table,
+                columns=("switch cost", "lower", "upper", "significant", "pairs", "disagrees with Δ"),
             )
         )
         .with_panel(
@@ -482,6 +529,8 @@ def _shadow(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 _target(spend, "USD per day at this rate", "B"),
                 _target(breaker, "breaker open: {{target}}", "C"),
             )
+            .override_by_query("B", [DynamicConfigValue(id_val="unit", value="currencyUSD")])
+            .override_by_query("C", [DynamicConfigValue(id_val="unit", value="short")])
         )
     )
 
@@ -589,7 +638,7 @@ def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashbo
                 8,
                 _target(refit_age, "age of the newest refit", "A"),
                 _target(refit_failures, "failed refits", "B"),
-            )
+            ).override_by_query("B", [DynamicConfigValue(id_val="unit", value="short")])
         )
         .with_panel(_ts(24, "Checker time per check by rule", "s", 8, 8, _target(check_cost, "{{rule}}")))
         .with_panel(

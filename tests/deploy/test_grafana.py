@@ -225,3 +225,94 @@ def test_generator_translates_value_templates_for_grafana() -> None:
     )
     assert rule["annotations"]["summary"] == "{{ $labels.job }} at {{ $values.B.Value | humanize }}"
     assert rule["uid"] == "handoffmon-x"
+
+
+def _outer_by(expr: str) -> str:
+    """The label list of the expression's first ``by (...)``: what one row of its table holds."""
+    m = re.search(r"\bby \(([^)]*)\)", expr)
+    assert m, expr
+    return m.group(1)
+
+
+def test_every_table_shows_all_its_series_in_one_frame() -> None:
+    """A Prometheus query in the default time-series format gives Grafana one frame per series,
+    and a table panel shows one frame at a time (a frame selector under the table): the pair
+    table would show one pair's Δ, and its interval, significance and risk queries would sit
+    behind the selector. Every table query is an instant query in "table" format (one frame
+    per query, labels as columns); a table of several queries merges them into one row per
+    label set (all aggregate by the same labels) and names every value column (Grafana calls
+    them "Value #<refId>")."""
+    tables = [p for p in panels(dashboard()) if p["type"] == "table"]
+    assert len(tables) >= 6
+    for panel in tables:
+        targets = panel["targets"]
+        assert all(t.get("format") == "table" and t.get("instant") for t in targets), panel["title"]
+        steps = [t["id"] for t in panel.get("transformations", [])]
+        if len(targets) > 1:
+            assert steps[:1] == ["merge"], panel["title"]
+            assert len({_outer_by(t["expr"]) for t in targets}) == 1, panel["title"]
+            value_columns = {f"Value #{t['refId']}" for t in targets}
+        else:
+            value_columns = {"Value"}
+        if "groupingToMatrix" in steps:
+            continue
+        (organize,) = [t for t in panel["transformations"] if t["id"] == "organize"]
+        renames = organize["options"]["renameByName"]
+        assert set(renames) == value_columns, panel["title"]
+        assert all(renames.values()) and len(set(renames.values())) == len(renames), panel["title"]
+        assert organize["options"]["excludeByName"] == {"Time": True}, panel["title"]
+
+
+def test_delta_matrix_pivots_prefix_models_into_rows_and_models_into_columns() -> None:
+    """The "Δ matrix" is a matrix, as its title says: Grafana's groupingToMatrix transformation
+    turns the (prefix_model, model, Value) rows into a row per prefix model and a column per
+    model, over labels the query keeps."""
+    (panel,) = [p for p in panels(dashboard()) if "Δ matrix" in p["title"]]
+    (target,) = panel["targets"]
+    assert _outer_by(target["expr"]) == "prefix_model, model"
+    (pivot,) = [t for t in panel["transformations"] if t["id"] == "groupingToMatrix"]
+    assert pivot["options"] == {"rowField": "prefix_model", "columnField": "model", "valueField": "Value"}
+
+
+def _unit(panel: dict, ref: str) -> str | None:  # type: ignore[type-arg]
+    """The unit Grafana shows query ``ref``'s values in: a byFrameRefID override, else the panel's."""
+    config = panel.get("fieldConfig", {})
+    for override in config.get("overrides", []):
+        if override["matcher"] == {"id": "byFrameRefID", "options": ref}:
+            for prop in override["properties"]:
+                if prop["id"] == "unit":
+                    return str(prop["value"])
+    unit = config.get("defaults", {}).get("unit")
+    return None if unit is None else str(unit)
+
+
+def test_every_query_is_shown_in_the_unit_of_its_quantity() -> None:
+    """A panel's unit applies to all its queries unless an override says otherwise, so a panel
+    mixing quantities needs overrides: an age (`time() - timestamp`) in seconds, money in a
+    currency, and counts of events (increase/rate of a counter, not a ratio) or 0/1 flags never
+    in seconds, percent or bytes (a shadow spend of 12 USD/day would read "1200%", one failed
+    refit "1 s")."""
+    not_a_count = {"s", "ms", "percentunit", "percent", "bytes", "currencyUSD"}
+    wrong: list[str] = []
+    checked = 0
+    for panel in panels(dashboard()):
+        for target in panel.get("targets", []):
+            expr, unit = target["expr"], _unit(panel, target["refId"])
+            where = f"{panel['title']} [{target['refId']}]: {unit}"
+            if expr.startswith("time() -"):
+                checked += 1
+                if unit != "s":
+                    wrong.append(where)
+            elif "_usd_" in expr:
+                checked += 1
+                if not (unit or "").startswith("currency"):
+                    wrong.append(where)
+            elif "/" not in expr and re.search(
+                r"\b(increase|rate)\(handoffmon_[a-z_]+(?<!_seconds)_total\{|_breaker_open\{|_verdict_routing\{",
+                expr,
+            ):
+                checked += 1
+                if unit in not_a_count:
+                    wrong.append(where)
+    assert checked >= 15
+    assert not wrong, wrong
