@@ -29,11 +29,13 @@ from handoffmon.exporters.store_failures import EVICTIONS_HELP
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
+    MAX_LABEL_CHARS,
+    OTHER,
     SHADOW_PAIR_LABELS,
     LabelGuard,
     refit_input_labels,
 )
-from handoffmon.types import CheckResult, TurnContent, TurnResult
+from handoffmon.types import UNKNOWN_MODEL, CheckResult, TurnContent, TurnResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from opentelemetry.context import Context
@@ -92,6 +94,17 @@ PROVIDER_NAMES: Mapping[str, str] = {
 }
 
 
+MAX_ID_CHARS = 256
+"""Longer response ids are cut to this (caller conversation ids already are, at ingress)."""
+
+
+def clip(value: str | None, limit: int = MAX_LABEL_CHARS) -> str | None:
+    """``value`` cut to ``limit`` characters: model, provider and deployment names come from
+    requests and upstream responses, and one 100 kB name must not ride on every span and event.
+    ``MAX_LABEL_CHARS`` by default, so a name on a span reads as the metrics' label for it."""
+    return value if value is None or len(value) <= limit else value[:limit]
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -103,19 +116,19 @@ def span_times(result: TurnResult, now: float | None = None) -> tuple[int, int]:
 
 
 def span_attributes(result: TurnResult) -> dict[str, Any]:
-    """GenAI + ``handoffmon.*`` attributes of a turn's span (no content)."""
+    """GenAI + ``handoffmon.*`` attributes of a turn's span (no content; names cut by ``clip``)."""
     ctx, rec = result.context, result.record
     attrs: dict[str, Any] = {
         OPERATION: "chat",
         CONVERSATION_ID: ctx.conversation_id,
         REQUEST_STREAM: rec.streamed,
-        RESPONSE_MODEL: rec.response_model or rec.author,
+        RESPONSE_MODEL: clip(rec.response_model or rec.author),
         "handoffmon.conversation_id_source": ctx.conversation_id_source,
         "handoffmon.depth": ctx.depth,
         "handoffmon.depth_bucket": result.depth_bucket,
-        "handoffmon.author": rec.author,
-        "handoffmon.authors": list(rec.authors),
-        "handoffmon.prefix_model": ctx.prefix_model,
+        "handoffmon.author": clip(rec.author),
+        "handoffmon.authors": [clip(a) for a in rec.authors],
+        "handoffmon.prefix_model": clip(ctx.prefix_model),
         "handoffmon.prefix_purity": float(ctx.prefix_purity),
         "handoffmon.prefix_authors": ctx.prefix_authors,
         "handoffmon.handoff": LabelGuard.handoff(rec.handoff),
@@ -127,13 +140,13 @@ def span_attributes(result: TurnResult) -> dict[str, Any]:
         "handoffmon.attribution_methods": list(result.attribution_methods),
     }
     optional = {
-        PROVIDER: PROVIDER_NAMES.get(rec.provider, rec.provider) if rec.provider else None,
-        REQUEST_MODEL: rec.requested_model or ctx.requested_model,
+        PROVIDER: clip(PROVIDER_NAMES.get(rec.provider, rec.provider)) if rec.provider else None,
+        REQUEST_MODEL: clip(rec.requested_model or ctx.requested_model),
         INPUT_TOKENS: rec.input_tokens,
         OUTPUT_TOKENS: rec.output_tokens,
-        FINISH_REASONS: [rec.finish_reason] if rec.finish_reason else None,
-        "handoffmon.deployment_id": rec.deployment_id,
-        RESPONSE_ID: rec.response_id,
+        FINISH_REASONS: [clip(rec.finish_reason)] if rec.finish_reason else None,
+        "handoffmon.deployment_id": clip(rec.deployment_id),
+        RESPONSE_ID: clip(rec.response_id, MAX_ID_CHARS),
     }
     attrs.update({k: v for k, v in optional.items() if v is not None})
     return attrs
@@ -177,11 +190,11 @@ def evaluation_attributes(
     if result is not None:
         rec, ctx = result.record, result.context
         if rec.response_id:
-            attrs[RESPONSE_ID] = rec.response_id
+            attrs[RESPONSE_ID] = clip(rec.response_id, MAX_ID_CHARS)
         attrs[CONVERSATION_ID] = ctx.conversation_id
         attrs["handoffmon.depth"] = ctx.depth
-        attrs["handoffmon.author"] = rec.author
-        attrs["handoffmon.prefix_model"] = ctx.prefix_model
+        attrs["handoffmon.author"] = clip(rec.author)
+        attrs["handoffmon.prefix_model"] = clip(ctx.prefix_model)
         attrs["handoffmon.handoff"] = LabelGuard.handoff(rec.handoff)
     return attrs
 
@@ -450,8 +463,10 @@ class OTelExporter:
         attrs = span_attributes(result)
         if self._capture and result.content is not None:
             attrs.update(content_attributes(result.content, result.record.finish_reason))
-        request_model = attrs.get(REQUEST_MODEL)
-        name = f"chat {request_model}" if request_model else "chat"
+        # span names must stay few (backends index them) while the requested model is whatever
+        # a client sent: its name passes the requested_model label cap, past it just "chat"
+        request_model = self.guard.requested_model(attrs.get(REQUEST_MODEL))
+        name = f"chat {request_model}" if request_model not in (OTHER, UNKNOWN_MODEL) else "chat"
         span = self._tracer.start_span(
             name, context=parent, kind=SpanKind.CLIENT, attributes=attrs, start_time=start
         )

@@ -1,0 +1,81 @@
+"""Names a client or an upstream chose (hostile model names) stay bounded on OTel spans and events."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from handoffmon.exporters.otel import MAX_ID_CHARS, OTelExporter
+from handoffmon.labels import MAX_LABEL_CHARS, LabelGuard
+from tests.exporters.turns import make_result
+
+HUGE = 100_000
+"""Characters in each hostile name (a model string a client may send through a wildcard route)."""
+
+
+def _exporter(
+    span: Literal["join", "own"], max_models: int = 5
+) -> tuple[OTelExporter, InMemorySpanExporter, InMemoryLogRecordExporter]:
+    spans, logs = InMemorySpanExporter(), InMemoryLogRecordExporter()
+    tp, lp = TracerProvider(), LoggerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    lp.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    guard = LabelGuard(max_models=max_models)
+    exporter = OTelExporter(tracer_provider=tp, logger_provider=lp, guard=guard, span=span)
+    return exporter, spans, logs
+
+
+def _hostile(i: int) -> Any:
+    name = f"m{i}-" + "x" * HUGE
+    return make_result(
+        conversation_id=f"c{i}",
+        author=name,
+        requested_model=name,
+        provider=name,
+        response_id=f"r{i}-" + "y" * HUGE,
+        checks=[("json", "pass")],
+    )
+
+
+def _longest(attributes: Any) -> int:
+    values = list(attributes.values())
+    texts = [v for v in values if isinstance(v, str)]
+    texts += [x for v in values if isinstance(v, tuple) for x in v if isinstance(x, str)]
+    return max(len(t) for t in texts)
+
+
+def test_own_span_names_stay_few_and_attributes_short_whatever_models_clients_send() -> None:
+    """40 distinct 100 kB requested models: span names take the requested_model label cap (5)
+    and the rest are plain ``chat``; no attribute is longer than a label (ids: 256)."""
+    exporter, spans, logs = _exporter("own", max_models=5)
+    for i in range(40):
+        assert exporter.export(_hostile(i))
+    finished = spans.get_finished_spans()
+    assert len(finished) == 40
+    names = {s.name for s in finished}
+    assert len(names) == 6 and "chat" in names  # 5 admitted models + the plain operation name
+    assert max(len(n) for n in names) == len("chat ") + MAX_LABEL_CHARS
+    first = finished[0].attributes
+    assert first["gen_ai.request.model"] == ("m0-" + "x" * HUGE)[:MAX_LABEL_CHARS]
+    assert first["handoffmon.author"] == first["gen_ai.request.model"]
+    assert first["gen_ai.response.id"] == ("r0-" + "y" * HUGE)[:MAX_ID_CHARS]
+    assert max(_longest(s.attributes) for s in finished) == MAX_ID_CHARS
+    records = [r.log_record for r in logs.get_finished_logs()]
+    assert len(records) == 40 and max(_longest(r.attributes) for r in records) == MAX_ID_CHARS
+
+
+@pytest.mark.parametrize("span", ["join", "own"])
+def test_join_events_carry_names_no_longer_than_a_label(span: Literal["join", "own"]) -> None:
+    """The ``handoffmon.turn`` and evaluation events (join) cut names like the own span does."""
+    exporter, _spans, logs = _exporter(span)
+    assert exporter.export(_hostile(1))
+    records = [r.log_record for r in logs.get_finished_logs()]
+    assert records and all(_longest(r.attributes) <= MAX_ID_CHARS for r in records)
+    model_attrs = [r.attributes[k] for r in records for k in ("handoffmon.author",) if k in r.attributes]
+    assert model_attrs and all(len(v) == MAX_LABEL_CHARS for v in model_attrs)
