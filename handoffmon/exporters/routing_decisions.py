@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import ClassVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -17,14 +18,18 @@ class RoutingCollector(Collector):
     ``mode`` is ``dry_run`` or ``enforce``, ``outcome`` one of ``routing.OUTCOMES``: both
     bounded. The table age is absent until a refit published a table. Reads counters
     only; adds nothing to the request path. Under ``PROMETHEUS_MULTIPROC_DIR`` the decisions
-    are also written to the files (``FileMirror``), which a multiprocess ``/metrics`` sums over
-    workers; the table age is this worker's only.
+    and the table age are also written to the files (``FileMirror``): a multiprocess
+    ``/metrics`` sums the decisions over workers and serves the oldest live worker's table age,
+    as of that worker's last write.
 
     Args:
         counts: returns decisions by (mode, outcome).
         table_age_s: returns the table's age in seconds given the time now (None: no table).
         clock: wall clock.
     """
+
+    file_gauges: ClassVar[Mapping[str, str]] = {"handoffmon_routing_table_age_seconds": "livemax"}
+    """Gauges a multiprocess ``/metrics`` serves (``FileMirror``): the oldest live worker's table."""
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
@@ -228,49 +228,85 @@ def mark_process_dead(pid: int, path: str | None = None) -> None:
 MAX_MIRRORED_SERIES = 1000
 """Bound on the series one ``FileMirror`` writes (its collector's labels are bounded already)."""
 
+GAUGE_MODES: dict[str, Callable[[Iterable[float]], float]] = {"livesum": sum, "livemax": max}
+"""How a ``FileMirror`` writes a scrape-time gauge (a collector's ``file_gauges``): the
+``multiprocess_mode`` of its file-backed gauge, which also combines the values of several
+collectors of one process (two runtimes' shadow budgets add up; a breaker is open if one is)."""
+
 _file_counters: dict[str, tuple[Counter, tuple[str, ...]]] = {}
 """The file-backed counters every mirror of this process writes, by name: one value per series and
 process, since two prometheus_client values of one series in one process overwrite each other's file
 entry."""
+_file_gauges: dict[str, tuple[Gauge, tuple[str, ...], str]] = {}
+"""The file-backed gauges of this process, by name (label names and mode)."""
+_gauges_written: set[tuple[str, tuple[str, ...]]] = set()
+"""Gauge series this process has written: one no mirror reports any more is written 0."""
 _mirrors: weakref.WeakSet[FileMirror] = weakref.WeakSet()
 _mirrors_lock = threading.Lock()
 fork.renew_in_child(_mirrors_lock)
+_gauges_lock = threading.Lock()  # the file gauges and what was written; taken after a mirror's own
+fork.renew_in_child(_gauges_lock)
+GaugeSample = tuple[str, str, tuple[str, ...], tuple[str, ...], float]
+"""A gauge sample to write: name, help, label names, label values, value."""
 
 
 class FileMirror:
-    """A scrape-time collector's counters, written into the ``PROMETHEUS_MULTIPROC_DIR`` files.
+    """A scrape-time collector's series, written into the ``PROMETHEUS_MULTIPROC_DIR`` files.
 
     A multiprocess ``/metrics`` (LiteLLM Proxy with several workers, gunicorn) serves the files
-    only, never a worker's registry, so counters a collector computes at scrape time (the store's
-    failures and evictions, the routing decisions, the shadow calls) were missing there.
-    :meth:`sync` adds what each ``*_total`` sample of the collector gained since the last sync to
-    a file-backed counter of the same name and labels (created at 0 when first seen; at most
-    ``MAX_MIRRORED_SERIES`` series), so the multiprocess collector sums them over workers, dead
-    ones included, like handoffmon's other counters. Gauges are not mirrored. The worker's own
-    registry keeps serving the collector itself. After a fork the child's files start at 0 and it
-    adds only what grew in the child. Every live mirror of the process is synced by
-    :func:`sync_file_mirrors`, which the ``PrometheusExporter`` calls on a check thread's idle
-    turn (at most every ``FILE_SYNC_S`` under load), after a shadow pair and a refit, and at
-    ``force_flush``.
+    only, never a worker's registry, so series a collector computes at scrape time (the store's
+    failures and evictions, the routing decisions and table age, the shadow calls, budget and
+    breakers) were missing there. :meth:`sync` adds what each ``*_total`` sample of the collector
+    gained since the last sync to a file-backed counter of the same name and labels (created at 0
+    when first seen; at most ``MAX_MIRRORED_SERIES`` series), so the multiprocess collector sums
+    them over workers, dead ones included, like handoffmon's other counters. The gauges the
+    collector names in its ``file_gauges`` attribute (name → a ``GAUGE_MODES`` mode) are set to
+    their value now in a file-backed gauge of that ``multiprocess_mode``: the live workers'
+    sum or maximum, as of each worker's last sync (a worker's series goes when it is marked
+    dead). Other gauges are not mirrored. The worker's own registry keeps serving the collector
+    itself. After a fork the child's files start at 0 and it adds only what grew in the child.
+    Every live mirror of the process is synced by :func:`sync_file_mirrors`, which the
+    ``PrometheusExporter`` calls on a check thread's idle turn (at most every ``FILE_SYNC_S``
+    under load), after a shadow pair and a refit, and at ``force_flush``.
     """
 
     def __init__(self, collector: Collector) -> None:
         self._collector = collector
+        gauges = dict(getattr(collector, "file_gauges", {}))
+        unknown = sorted(mode for mode in gauges.values() if mode not in GAUGE_MODES)
+        if unknown:
+            raise ValueError(f"file_gauges: unknown modes {unknown} (known: {sorted(GAUGE_MODES)})")
+        self._gauge_modes: dict[str, str] = gauges
         self._seen: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._gauges: list[GaugeSample] = []  # the collector's gauges at the last sync
         self._lock = threading.Lock()
         with _mirrors_lock:
             _mirrors.add(self)
 
-    def sync(self) -> None:
-        """Write what the collector's counters gained since the last call. Raises what the
-        collector raises."""
+    def sync(self, *, write_gauges: bool = True) -> None:
+        """Write what the collector's counters gained since the last call, and (``write_gauges``)
+        every mirror's gauges. Raises what the collector raises."""
         with self._lock:
+            gauges: list[GaugeSample] = []
             for family in self._collector.collect():
+                if family.type == "gauge" and family.name in self._gauge_modes:
+                    for sample in family.samples:
+                        names, values = tuple(sample.labels), tuple(sample.labels.values())
+                        gauges.append((family.name, family.documentation, names, values, sample.value))
+                    continue
                 if family.type != "counter":
                     continue
                 for sample in family.samples:
                     if sample.name.endswith("_total"):
                         self._add(family.name, family.documentation, sample.labels, sample.value)
+            self._gauges = gauges[:MAX_MIRRORED_SERIES]
+        if write_gauges:
+            _write_gauges()
+
+    def gauge_samples(self) -> list[tuple[GaugeSample, str]]:
+        """The collector's mirrored gauges at the last sync, each with its mode."""
+        with self._lock:
+            return [(g, self._gauge_modes[g[0]]) for g in self._gauges]
 
     def _add(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
         key = (name, tuple(labels.values()))
@@ -298,6 +334,37 @@ def _file_counter(name: str, doc: str, labelnames: tuple[str, ...]) -> Counter |
     return made[0] if made[1] == labelnames else None
 
 
+def _file_gauge(name: str, doc: str, labelnames: tuple[str, ...], mode: str) -> Gauge | None:
+    """The process's file-backed gauge ``name`` (None: it exists with other label names or mode;
+    call under ``_gauges_lock``)."""
+    made = _file_gauges.get(name)
+    if made is None:
+        gauge = Gauge(name, doc, labelnames, registry=None, multiprocess_mode=mode)  # type: ignore[arg-type]
+        made = _file_gauges[name] = (gauge, labelnames, mode)
+    return made[0] if made[1:] == (labelnames, mode) else None
+
+
+def _write_gauges() -> None:
+    """Set every mirrored gauge series of the process to its mirrors' combined value (a series
+    no live mirror reports any more: 0)."""
+    with _mirrors_lock:
+        mirrors = list(_mirrors)
+    combined: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...], str, list[float]]] = {}
+    for mirror in mirrors:  # each under its own lock, never under _mirrors_lock (sync's order)
+        for (name, doc, names, values, value), mode in mirror.gauge_samples():
+            entry = combined.setdefault((name, values), (doc, names, mode, []))
+            entry[3].append(value)
+    with _gauges_lock:
+        for (name, values), (doc, names, mode, found) in combined.items():
+            gauge = _file_gauge(name, doc, names, mode)
+            if gauge is not None:
+                (gauge.labels(*values) if values else gauge).set(GAUGE_MODES[mode](found))
+                _gauges_written.add((name, values))
+        for name, values in _gauges_written - combined.keys():
+            gauge = _file_gauges[name][0]
+            (gauge.labels(*values) if values else gauge).set(0.0)
+
+
 def mirror_to_files(collector: Collector) -> FileMirror | None:
     """A ``FileMirror`` of ``collector`` under ``PROMETHEUS_MULTIPROC_DIR`` (its series written now,
     at their values; a collector that fails is tried again at the next sync), else None. Keep a
@@ -322,7 +389,11 @@ def sync_file_mirrors() -> Exception | None:
     failed: Exception | None = None
     for mirror in mirrors:
         try:
-            mirror.sync()
+            mirror.sync(write_gauges=False)
         except Exception as exc:
             failed = failed or exc
+    try:
+        _write_gauges()  # once, every mirror's gauges combined
+    except Exception as exc:
+        failed = failed or exc
     return failed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -19,12 +19,22 @@ class ShadowCollector(Collector):
     reasons and verdicts are fixed sets, targets are the ``shadow.targets`` allowlist.
 
     Shadow calls are counted only here, never as served turns. Under ``PROMETHEUS_MULTIPROC_DIR``
-    the counters are also written to the files (``FileMirror``), which a multiprocess ``/metrics``
-    sums over workers; the gauges (budget, breaker, pending) are this worker's only.
+    the counters and the gauges are also written to the files (``FileMirror``): a multiprocess
+    ``/metrics`` sums the counters over workers, the budgets and pending calls over live workers
+    (each worker has its own budget), and shows a target's breaker open while any live worker's
+    is, each as of the worker's last write.
 
     Args:
         stats: returns the runner's ``ShadowStats``.
     """
+
+    file_gauges: ClassVar[Mapping[str, str]] = {
+        "handoffmon_shadow_budget_used": "livesum",
+        "handoffmon_shadow_budget_limit": "livesum",
+        "handoffmon_shadow_breaker_open": "livemax",
+        "handoffmon_shadow_pending": "livesum",
+    }
+    """Gauges a multiprocess ``/metrics`` serves (``FileMirror``), combined over live workers so."""
 
     def __init__(self, stats: Callable[[], ShadowStats]) -> None:
         self._stats = stats
