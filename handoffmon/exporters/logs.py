@@ -8,6 +8,7 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
+from handoffmon.labels import MAX_LABEL_CHARS
 from handoffmon.types import TurnResult
 
 TURN_EVENT = "handoffmon.turn"
@@ -16,6 +17,13 @@ TURN_EVENT = "handoffmon.turn"
 LogFormat = Literal["json", "console"]
 
 _MAX_ERROR_CHARS = 200
+
+
+def clip(value: str | None, limit: int = MAX_LABEL_CHARS) -> str | None:
+    """``value`` cut to ``limit`` characters: model, provider and deployment names come from
+    requests and upstream responses, and one 100 kB name must not ride on every log line, span
+    and event. ``MAX_LABEL_CHARS`` by default, so a name there reads as the metrics' label for it."""
+    return value if value is None or len(value) <= limit else value[:limit]
 
 
 def _processors(fmt: LogFormat) -> list[Any]:
@@ -94,7 +102,8 @@ def log_error(logger: Any, event: str, stage: str, exc: BaseException, **context
 
 
 def turn_fields(result: TurnResult) -> dict[str, Any]:
-    """The per-turn log event's fields: ids, depth, models, verdicts, timings. No content."""
+    """The per-turn log event's fields: ids, depth, models, verdicts, timings. No content; names
+    cut by ``clip``."""
     ctx, rec = result.context, result.record
     handoff = None if rec.handoff is None else bool(rec.handoff)
     failed = [c.rule for c in result.checks if c.verdict in ("fail", "error")]
@@ -103,14 +112,14 @@ def turn_fields(result: TurnResult) -> dict[str, Any]:
         "conversation_id_source": ctx.conversation_id_source,
         "depth": ctx.depth,
         "depth_bucket": result.depth_bucket,
-        "model": rec.author,
-        "authors": list(rec.authors),
-        "prefix_model": ctx.prefix_model,
+        "model": clip(rec.author),
+        "authors": [clip(a) for a in rec.authors],
+        "prefix_model": clip(ctx.prefix_model),
         "prefix_purity": round(ctx.prefix_purity, 4),
         "prefix_authors": ctx.prefix_authors,
         "handoff": handoff,
-        "requested_model": rec.requested_model or ctx.requested_model,
-        "deployment_id": rec.deployment_id,
+        "requested_model": clip(rec.requested_model or ctx.requested_model),
+        "deployment_id": clip(rec.deployment_id),
         "fallbacks": rec.fallbacks,
         "retries": rec.retries,
         "streamed": rec.streamed,
@@ -121,7 +130,7 @@ def turn_fields(result: TurnResult) -> dict[str, Any]:
         "reply_chars": rec.reply_chars,
         "input_tokens": rec.input_tokens,
         "output_tokens": rec.output_tokens,
-        "finish_reason": rec.finish_reason,
+        "finish_reason": clip(rec.finish_reason),
         "verdicts": {c.rule: c.verdict for c in result.checks},
         "failed": failed,
         "reasons": {c.rule: c.reason for c in result.checks if c.verdict in ("fail", "error") and c.reason},

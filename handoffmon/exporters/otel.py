@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from handoffmon._version import __version__
-from handoffmon.exporters.logs import get_logger, log_error
+from handoffmon.exporters.logs import clip, get_logger, log_error
 from handoffmon.exporters.prometheus import (
     FALLBACK_LABELS,
     HISTORY_TOKEN_BUCKETS,
@@ -29,7 +29,6 @@ from handoffmon.exporters.store_failures import EVICTIONS_HELP
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
-    MAX_LABEL_CHARS,
     OTHER,
     SHADOW_PAIR_LABELS,
     LabelGuard,
@@ -96,13 +95,6 @@ PROVIDER_NAMES: Mapping[str, str] = {
 
 MAX_ID_CHARS = 256
 """Longer response ids are cut to this (caller conversation ids already are, at ingress)."""
-
-
-def clip(value: str | None, limit: int = MAX_LABEL_CHARS) -> str | None:
-    """``value`` cut to ``limit`` characters: model, provider and deployment names come from
-    requests and upstream responses, and one 100 kB name must not ride on every span and event.
-    ``MAX_LABEL_CHARS`` by default, so a name on a span reads as the metrics' label for it."""
-    return value if value is None or len(value) <= limit else value[:limit]
 
 
 def _ns(seconds: float) -> int:

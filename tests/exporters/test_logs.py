@@ -67,6 +67,24 @@ def test_console_format_renders_key_values() -> None:
     assert "\x1b[" not in text
 
 
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_hostile_model_names_are_cut_and_cannot_forge_lines(fmt: str) -> None:
+    """Model and deployment names come from clients and upstreams: 100 kB names with a newline,
+    an ANSI escape and a bidi override give one line per turn, each name cut to a label's 128
+    characters (the line was 300 kB), and no raw control character."""
+    name = "gpt\n2026-01-01T00:00:00Z [error] forged\x1b[2J\u202e" + "x" * 100_000
+    out = io.StringIO()
+    turn = make_result(author=name, prefix_model=name, requested_model=name)
+    assert StructlogExporter(fmt=fmt, stream=out).export(turn)  # type: ignore[arg-type]
+    (line,) = out.getvalue().splitlines()
+    assert len(line) < 3_000
+    assert not any(c in line for c in "\x1b\u202e\r")
+    if fmt == "json":
+        event = json.loads(line)
+        assert event["model"] == event["prefix_model"] == event["requested_model"] == name[:128]
+        assert event["authors"] == [name[:128]] and event["deployment_id"] == name[:128]
+
+
 def test_default_goes_to_stdlib_logger_and_respects_its_level(caplog: pytest.LogCaptureFixture) -> None:
     """Without a logger, events go to stdlib `handoffmon.turns`; a disabled level skips them entirely."""
     exp = StructlogExporter()
