@@ -81,3 +81,44 @@ def test_normalize_messages_keeps_order() -> None:
     out = normalize_messages([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     assert [m.role for m in out] == ["user", "assistant"]
     assert [m.content for m in out] == ["a", "b"]
+
+
+def _words(n_chars: int) -> str:
+    """Short words and mixed whitespace runs, ``n_chars`` long."""
+    unit = "ab cd\n\t ef\u00a0gh  "
+    return (unit * (n_chars // len(unit) + 1))[:n_chars]
+
+
+def test_a_long_text_folds_exactly_like_a_short_one() -> None:
+    """Past one fold block, words and whitespace runs cut by a block boundary fold as if whole."""
+    from handoffmon.attribution.normalize import FOLD_BLOCK_CHARS, fold
+
+    b = FOLD_BLOCK_CHARS
+    texts = [
+        "x" * (b - 2) + "word" + " tail",  # a word across the boundary
+        "x" * (b - 1) + "  \n  " + "y",  # a whitespace run across it
+        "x" * (b - 1) + " " + "y",  # the boundary right after the last word
+        "x" * b + " y",  # ... right before the next one
+        "  " + " " * (2 * b) + "lonely  ",  # whole blocks of whitespace
+        "z" + " " * (2 * b) + "z",
+        _words(3 * b + 17),
+    ]
+    for text in texts:
+        assert fold(text) == " ".join(text.split())
+
+
+def test_folding_a_long_text_holds_memory_in_proportion_to_its_characters() -> None:
+    """A 4 MB reply of short words folds within 2x its size (a whole-text split held ~20x)."""
+    import tracemalloc
+
+    from handoffmon.attribution.normalize import fold
+
+    text = _words(4_000_000)
+    tracemalloc.start()
+    try:
+        folded = fold(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert folded.startswith("ab cd ef")
+    assert peak < 2 * len(text)
