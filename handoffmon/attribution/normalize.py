@@ -12,6 +12,9 @@ from handoffmon.types import Message
 
 _MESSAGE_FIELDS = ("role", "content", "refusal", "tool_calls", "function_call", "name", "tool_call_id")
 _BINARY_KEYS = ("url", "data", "file_data", "file_id", "image_url", "input_audio", "file")
+_VOLATILE_KEYS = frozenset(("cache_control",))
+"""Keys of a part that are not its content: Anthropic prompt caching puts ``cache_control`` on
+the last block of the request and moves it to the new last block on the next turn."""
 
 
 FOLD_BLOCK_CHARS = 1 << 16
@@ -68,7 +71,7 @@ def part_text(part: Any) -> str:
     A refusal part (``{"type": "refusal", "refusal": ...}``) is its text, as the message's
     ``refusal`` field is (``message_text``). An image part becomes ``[image_url:<xxh3 of its
     url or data>]``, audio ``[input_audio:<xxh3 of its data>]``; any other type
-    ``[<type>:<xxh3 of the part>]``.
+    ``[<type>:<xxh3 of the part>]``, less its ``cache_control``.
     """
     if isinstance(part, str):
         return fold(part)
@@ -83,7 +86,9 @@ def part_text(part: Any) -> str:
     if isinstance(payload, Mapping):
         inner = next((payload[k] for k in ("url", "data", "file_data", "file_id") if payload.get(k)), None)
         payload = inner if inner is not None else payload
-    return f"[{kind}:{_short_hash(payload if payload is not None else dict(p))}]"
+    if payload is None:  # the whole part, less what a client moves between resends
+        payload = {k: v for k, v in p.items() if k not in _VOLATILE_KEYS}
+    return f"[{kind}:{_short_hash(payload)}]"
 
 
 def content_text(content: Any) -> str:

@@ -222,3 +222,41 @@ def test_a_tool_call_whose_start_carries_its_input_folds_alike() -> None:
     out = folder.outcome(completed=True)
     assert normalize_message(out.reply) == normalize_message(reply_message(message_as_chat(message)))
     assert out.reply["tool_calls"][0]["function"]["arguments"] == '{"query":"x"}'
+
+
+def test_a_cache_breakpoint_moved_off_an_image_keeps_the_chain() -> None:
+    """Prompt caching puts ``cache_control`` on the request's last block and moves it to the new
+    last block next turn: a short reply after an image the breakpoint left is still found by
+    chain (the image's digest ignored the moved key; before, the reply was ``unknown``)."""
+    from handoffmon.attribution import Attributor
+    from handoffmon.stores.memory import MemoryStore
+
+    attributor = Attributor(MemoryStore())
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    cache = {"cache_control": {"type": "ephemeral"}}
+    first = read_request(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "What is it?"}, {**image, **cache}]}
+            ],
+        }
+    ).doc
+    assert first is not None
+    ctx = attributor.attribute(first["messages"])
+    reply = reply_message(message_as_chat({"content": [{"type": "text", "text": "A cat."}]}))
+    attributor.persist(attributor.record(ctx, reply, ["claude"]))
+    nxt = read_request(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "What is it?"}, image]},
+                {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+                {"role": "user", "content": [{"type": "text", "text": "Sure?", **cache}]},
+            ],
+        }
+    ).doc
+    assert nxt is not None
+    ctx = attributor.attribute(nxt["messages"])
+    assert [(a.author, a.method) for a in ctx.attributions] == [("claude", "chain")]
+    assert (ctx.depth, ctx.prefix_model) == (2, "claude")
