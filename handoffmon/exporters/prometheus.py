@@ -405,6 +405,23 @@ def _counters() -> _Counters:
     )
 
 
+_file_counters_lock = threading.Lock()
+_process_counters: list[_Counters] = []
+
+
+def _file_counters() -> _Counters:
+    """The process's one set of per-turn metrics under ``PROMETHEUS_MULTIPROC_DIR``, shared by
+    every exporter of the process. Each prometheus_client value writes its own running total
+    into the process's file entry for its series, so two exporters of one process (two runtimes,
+    two wrapped routers) with their own metrics overwrote each other's counts: 6 turns counted
+    through two exporters read 4. After a fork the child keeps the set; prometheus_client moves
+    its values to the child's own files."""
+    with _file_counters_lock:
+        if not _process_counters:
+            _process_counters.append(_counters())
+        return _process_counters[0]
+
+
 def _refit_gauge(spec: GaugeSpec) -> Gauge:
     # mostrecent: under PROMETHEUS_MULTIPROC_DIR the last process that published wins.
     return Gauge(spec.name, spec.help, spec.labels, multiprocess_mode="mostrecent", registry=None)
@@ -532,7 +549,7 @@ class PrometheusExporter:
         self._files_dirty = False  # a turn came since the scrape-time counters were last written
         self._files_synced_at = float("-inf")
         self._exemplars = exemplars and not self.multiprocess
-        self._m = _counters()
+        self._m = _file_counters() if self.multiprocess and os.environ.get(MULTIPROC_ENV) else _counters()
         self._refit = _refit_gauges()
         self._late = {spec.name: spec for spec in REFIT_GAUGES if not spec.labels}
         """Label-less refit gauges: created, and served, from the first refit that sets them."""
