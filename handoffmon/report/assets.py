@@ -24,7 +24,7 @@ header .meta{margin:0;color:#c9d4ea;font-size:13px}
 .kpis{display:flex;gap:12px;flex-wrap:wrap;margin:0 0 14px}
 .kpi{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:10px 16px;min-width:170px;
  box-shadow:0 1px 2px rgba(16,24,40,.04)}
-.kpi-v{font-size:20px;font-weight:650}
+.kpi-v{font-size:20px;font-weight:650;overflow-wrap:anywhere}
 .kpi-k{color:var(--muted);font-size:12px}
 header .kpis{margin:14px 0 0}
 header .kpi{background:rgba(255,255,255,.08);border-color:rgba(255,255,255,.15);min-width:120px;
@@ -62,7 +62,7 @@ svg text{font-family:inherit}
 .pt{fill:rgba(37,99,180,.55);stroke:#1d3f72}.pt.hot{fill:rgba(192,57,43,.7);stroke:#7a1d12}
 table.markov{border-collapse:collapse;width:100%;font-size:13px}
 .markov th,.markov td{padding:6px 8px;border-bottom:1px solid var(--line);text-align:right}
-.markov th:first-child,.markov td:first-child{text-align:left}
+.markov th:first-child,.markov td:first-child{text-align:left;overflow-wrap:anywhere}
 .markov th{color:var(--muted);font-weight:600}
 .markov .ci{color:var(--muted);font-size:11.5px}
 .markov td.ok{color:#2b8a3e;font-weight:600}.markov td.miss{color:#b42318;font-weight:600}

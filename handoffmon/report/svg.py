@@ -16,6 +16,13 @@ SPARSE_N = 30
 """Depth buckets with fewer checked turns are drawn faded (wide, noisy intervals)."""
 PALETTE = ("#2563b4", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0b7285", "#e67700", "#495057", "#5c940d")
 """Series colours (models)."""
+MAX_TICK_CHARS = 32
+"""Model names longer than this are shortened in chart labels (middle ellipsis; the full name
+is the label's tooltip): a name sets column widths and margins, and a Bedrock ARN (~100
+characters) made each of 30 heatmap columns ~700 px wide."""
+CHAR_PX = 7
+"""About the width of one tick-font character, in px."""
+_FSI, _PDI = "\u2068", "\u2069"
 
 
 def finite(x: float | None) -> bool:
@@ -48,6 +55,50 @@ def pct(x: float, digits: int = 0, signed: bool = False) -> str:
     return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}%"
 
 
+def tick_name(name: str) -> str:
+    """``name`` as chart labels show it: at most ``MAX_TICK_CHARS`` characters, the start and the
+    end kept (names differ most in their version suffix), a bidi isolate (FSI … PDI) kept whole."""
+    inner = name[1:-1] if len(name) > 1 and name[0] == _FSI and name[-1] == _PDI else name
+    if len(inner) <= MAX_TICK_CHARS:
+        return name
+    head = MAX_TICK_CHARS // 3
+    short = f"{inner[:head]}…{inner[head + 1 - MAX_TICK_CHARS :]}"
+    return f"{_FSI}{short}{_PDI}" if inner is not name else short
+
+
+def _tick(x: float, y: float, name: str, *, anchor: str, extra: str = "") -> str:
+    """A model name as a tick label, shortened by ``tick_name`` with the full name as its tooltip."""
+    shown = tick_name(name)
+    title = f"<title>{escape(name)}</title>" if shown != name else ""
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" class="tick"{extra}>{title}'
+        f"{escape(shown)}</text>"
+    )
+
+
+def _widest(names: Sequence[str]) -> int:
+    """Characters of the longest of ``names`` as ticks show them."""
+    return max((len(tick_name(n)) for n in names), default=0)
+
+
+def _column_ticks(cols: Sequence[str], left: float, cw: float, top: float) -> tuple[list[str], float]:
+    """Column labels centred over columns ``cw`` wide, turned 45° when the widest does not fit
+    (columns then keep their width whatever the names); returns them and the px they reach
+    right of the last column."""
+    turned = CHAR_PX * _widest(cols) + 16 > cw
+    out = []
+    for j, col in enumerate(cols):
+        x = left + cw * j + cw / 2
+        extra = f' transform="rotate(-45 {x:.1f} {top - 10:.1f})"' if turned else ""
+        out.append(_tick(x, top - 10, col, anchor="start" if turned else "middle", extra=extra))
+    return out, (_turned_extent(cols) - cw / 2 if turned else 0.0)
+
+
+def _turned_extent(cols: Sequence[str]) -> int:
+    """How far (px, up and right) a column label turned 45° reaches."""
+    return math.ceil(0.71 * CHAR_PX * _widest(cols)) + 4
+
+
 def _t(x: float, y: float, s: str, *, cls: str = "", anchor: str = "start", extra: str = "") -> str:
     c = f' class="{cls}"' if cls else ""
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}{extra}>{escape(s)}</text>'
@@ -77,14 +128,17 @@ def heatmap(
 ) -> str:
     """Square heatmap, rows = prefix models, columns = suffix models; diagonal shown as baseline.
 
-    Columns and the row-label margin widen with the longest model name (about 7 px a
-    character at the tick font), so long names never overlap or run off the chart.
+    The row-label margin widens with the longest model name (about 7 px a character at the
+    tick font); column labels too long for a column are turned 45°, so columns keep their
+    width; names past ``MAX_TICK_CHARS`` are shortened (``tick_name``).
     """
-    cw = max(74, 7 * max((len(c) for c in cols), default=0) + 16)
-    ch, top = 46, 58
-    left = max(96, 7 * max((len(r) for r in rows), default=0) + 24)
+    cw, ch, top = 74, 46, 58
+    if CHAR_PX * _widest(cols) + 16 > cw:
+        top += _turned_extent(cols)
+    left = max(96, CHAR_PX * _widest(rows) + 24)
+    ticks, overhang = _column_ticks(cols, left, cw, top)
     title_x = left + cw * len(cols) / 2
-    w = max(left + cw * len(cols) + 10, round(title_x + 145))  # the axis title fits
+    w = max(left + cw * len(cols) + 10 + round(overhang), round(title_x + 145))  # the axis title fits
     h = max(top + ch * len(rows) + 10, round(top + ch * len(rows) / 2 + 56))  # so does the rotated one
     out = [
         _open(
@@ -103,11 +157,10 @@ def heatmap(
             anchor="middle",
         )
     )
-    for j, col in enumerate(cols):
-        out.append(_t(left + cw * j + cw / 2, top - 10, col, cls="tick", anchor="middle"))
+    out.extend(ticks)
     for i, row in enumerate(rows):
         y = top + ch * i
-        out.append(_t(left - 8, y + ch / 2 + 4, row, cls="tick", anchor="end"))
+        out.append(_tick(left - 8, y + ch / 2 + 4, row, anchor="end"))
         for j, col in enumerate(cols):
             x = left + cw * j
             out.append(_heat_cell(x, y, cw, ch, row, col, cells.get((row, col)), scale))
@@ -191,10 +244,10 @@ class Bar:
 def interval_bars(bars: Sequence[Bar], *, title: str, span: float | None = None) -> str:
     """Horizontal bars from zero with interval whiskers; optional diamond markers (truth).
 
-    The label margin widens with the longest label (about 7 px a character).
+    The label margin widens with the longest label (about 7 px a character, ``tick_name``).
     """
     bh, width, top = 30, 300, 30
-    left = max(86, 7 * max((len(b.label) for b in bars), default=0) + 16)
+    left = max(86, CHAR_PX * _widest([b.label for b in bars]) + 16)
     finite_vals = [abs(v) for b in bars for v in (b.value, b.low, b.high, b.reference or 0.0) if finite(v)]
     m = span or max([0.02, *finite_vals]) * 1.1
     h = top + bh * len(bars) + 26
@@ -211,7 +264,7 @@ def interval_bars(bars: Sequence[Bar], *, title: str, span: float | None = None)
     for i, b in enumerate(bars):
         y = top + bh * i
         out.append(f"<g><title>{escape(b.tooltip or b.label)}</title>")
-        out.append(_t(left - 8, y + bh / 2 + 4, b.label, cls="tick", anchor="end"))
+        out.append(_t(left - 8, y + bh / 2 + 4, tick_name(b.label), cls="tick", anchor="end"))
         if finite(b.value):
             x1, x2 = sorted((x0, sx(b.value)))
             color = diverging(b.value, m * 0.8)
@@ -275,7 +328,7 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
 
     out = [
         _open("curve", w, h, f"Adherence by conversation depth of {series.name}"),
-        _t(left, 14, series.name, cls="chart-title", extra=f' fill="{series.color}"'),
+        _t(left, 14, tick_name(series.name), cls="chart-title", extra=f' fill="{series.color}"'),
     ]
     for v in (y_min, (y_min + 1) / 2, 1.0):
         out.append(f'<line x1="{left}" x2="{w - right}" y1="{sy(v):.1f}" y2="{sy(v):.1f}" class="gridline"/>')
@@ -322,18 +375,20 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
 
 def bubbles(rows: Sequence[str], cols: Sequence[str], counts: dict[tuple[str, str], int]) -> str:
     """Handoff frequency by ordered pair: circle area ∝ checked turns in the cell."""
-    # like the heatmap: columns and the row-label margin widen with the longest name (~7 px a char)
-    cw = max(58, 7 * max((len(c) for c in cols), default=0) + 16)
-    left = max(96, 7 * max((len(r) for r in rows), default=0) + 24)
-    top, rh = 40, 58
-    w, h = left + cw * len(cols) + 10, top + rh * len(rows) + 10
+    # like the heatmap: the row-label margin widens with the longest name (~7 px a char), column
+    # labels too long for a column are turned
+    cw, top, rh = 58, 40, 58
+    if CHAR_PX * _widest(cols) + 16 > cw:
+        top += _turned_extent(cols)
+    left = max(96, CHAR_PX * _widest(rows) + 24)
+    ticks, overhang = _column_ticks(cols, left, cw, top)
+    w, h = left + cw * len(cols) + 10 + round(overhang), top + rh * len(rows) + 10
     peak = max([1, *counts.values()])
     out = [_open("bubbles", w, h, "Handoffs by pair: rows prefix model A, columns suffix model B, area ∝ n")]
-    for j, col in enumerate(cols):
-        out.append(_t(left + cw * j + cw / 2, top - 10, col, cls="tick", anchor="middle"))
+    out.extend(ticks)
     for i, row in enumerate(rows):
         cy = top + rh * i + rh / 2
-        out.append(_t(left - 8, cy + 4, row, cls="tick", anchor="end"))
+        out.append(_tick(left - 8, cy + 4, row, anchor="end"))
         for j, col in enumerate(cols):
             cx = left + cw * j + cw / 2
             n = counts.get((row, col), 0)

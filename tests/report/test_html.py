@@ -236,17 +236,27 @@ def _texts(svg_text: str) -> list[tuple[float, str, str]]:
 
 
 def test_long_model_names_fit_the_handoff_bubbles_and_depth_labels_do_not_collide() -> None:
-    """Row labels of the bubble chart start inside the chart, column labels get their own slot,
-    and 12 depth buckets' labels are turned instead of printed over each other (~7 px a char)."""
+    """Row labels of the bubble chart start inside the chart; column labels too long for their
+    column are turned 45° (parallel, a line apart) and stay inside the chart; 12 depth buckets'
+    labels are turned instead of printed over each other (~7 px a char)."""
     from handoffmon.report.svg import Series, bubbles, depth_curves
 
     names = ["a-rather-long-deployment-name-1", "a-rather-long-deployment-name-2", "short"]
     chart = bubbles(names, names, {(names[0], names[1]): 10})
+    width = float(re.search(r'viewBox="0 0 ([\d.]+) ', chart).group(1))  # type: ignore[union-attr]
     texts = _texts(chart)
     rows = [(x, label) for x, anchor, label in texts if anchor == "end"]
     assert rows and all(x - 7 * len(label) >= 0 for x, label in rows)
-    cols = sorted(x for x, anchor, label in texts if anchor == "middle" and label in names)
-    assert len(cols) == 3 and min(b - a for a, b in itertools.pairwise(cols)) >= 7 * len(names[0])
+    turned = re.findall(
+        r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="start" class="tick" transform="rotate\(-45 [^"]+\)">'
+        r"([^<]*)</text>",
+        chart,
+    )
+    assert sorted(label for _, _, label in turned) == sorted(names)
+    reach = [(float(x) + 0.71 * 7 * len(label), float(y) - 0.71 * 7 * len(label)) for x, y, label in turned]
+    assert all(right <= width and top >= 0 for right, top in reach)
+    cols = sorted(float(x) for x, _, _ in turned)
+    assert min(b - a for a, b in itertools.pairwise(cols)) * 0.71 >= 14  # a line apart, across
     buckets = DepthBuckets().labels
     nan = float("nan")
     many = depth_curves(buckets, Series("m", "#000", *[[nan] * len(buckets)] * 4, [0] * len(buckets)))
