@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 
@@ -134,3 +135,72 @@ def test_identity_labels_can_be_swapped_and_the_result_still_passes_promtool(tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with pytest.raises(ValueError):
         tool.relabel(text, ["bad-label"])
+
+
+def _expand(values: str) -> list[float | None]:
+    """promtool's expanding notation (``0+10x30 _ 5x3 stale``) as one value per interval
+    (None: no sample)."""
+    out: list[float | None] = []
+    for token in str(values).split():
+        if token in ("_", "stale"):
+            out.append(None)
+            continue
+        m = re.fullmatch(r"(_|-?[\d.e]+)(?:([+-])([\d.e]+))?x(\d+)", token)
+        if not m:
+            out.append(float(token))
+            continue
+        start, sign, step, times = m.groups()
+        if start == "_":
+            out.extend([None] * int(times))
+            continue
+        delta = (float(step) if sign == "+" else -float(step)) if step else 0.0
+        out.extend(float(start) + i * delta for i in range(int(times) + 1))
+    return out
+
+
+def _minutes(duration: str) -> float:
+    return sum(float(n) * {"h": 60, "m": 1, "s": 1 / 60}[u] for n, u in re.findall(r"(\d+)([hms])", duration))
+
+
+def test_expanding_notation_reader() -> None:
+    """The reader below agrees with promtool's notation on the forms the suite uses."""
+    assert _expand("0+10x2 _ 5x1 3-1x2") == [0, 10, 20, None, 5, 5, 3, 2, 1]
+
+
+def test_every_alert_is_tested_quiet_without_handoffmon_series() -> None:
+    """A Prometheus that never scraped handoffmon (no handoffmon series at all) fires nothing:
+    no alert reads absent data as a problem (an `absent()` or `or vector(1)` would)."""
+    quiet: set[str] = set()
+    for case in load_yaml(RULES_TEST)["tests"]:
+        if any("handoffmon" in s["series"] for s in case["input_series"]):
+            continue
+        quiet |= {c["alertname"] for c in case.get("alert_rule_test", []) if not c.get("exp_alerts")}
+    assert quiet == EXPECTED_ALERTS
+
+
+def test_every_alert_is_tested_across_a_counter_reset() -> None:
+    """A replica restart resets its counters: every alert is evaluated after a reset of a
+    counter in its test's input (a `_total` series whose value falls), and the reset cases
+    expect both firing alerts (a failure that goes on through the restart keeps firing) and
+    quiet ones (a restart alone pages nothing)."""
+    evaluated: set[str] = set()
+    firing = quiet = 0
+    for case in load_yaml(RULES_TEST)["tests"]:
+        interval = _minutes(case.get("interval", "1m"))
+        resets = []
+        for s in case["input_series"]:
+            if "_total{" not in s["series"]:
+                continue
+            seen = [(i, v) for i, v in enumerate(_expand(s["values"])) if v is not None]
+            resets += [i * interval for (_, a), (i, b) in itertools.pairwise(seen) if b < a]
+        if not resets:
+            continue
+        for check in case.get("alert_rule_test", []):
+            if _minutes(check["eval_time"]) > min(resets):
+                evaluated.add(check["alertname"])
+                if check.get("exp_alerts"):
+                    firing += 1
+                else:
+                    quiet += 1
+    assert evaluated == EXPECTED_ALERTS
+    assert firing >= 10 and quiet >= 10
