@@ -131,7 +131,6 @@ class PairSums:
     into_var_h: np.ndarray
     into_var_b: np.ndarray
     into_inv_nb: np.ndarray
-    into_neff_h: np.ndarray
 
     def __add__(self, other: PairSums) -> PairSums:
         out: dict[str, Any] = {}
@@ -141,8 +140,8 @@ class PairSums:
         return PairSums(**out)
 
 
-def pair_sums(arr: RuleArrays, deff_h: np.ndarray, *, adjust_depth: bool = True) -> PairSums:
-    """Sums of one rule. ``deff_h`` (K, K) only weights the into-B handoff arm's effective n."""
+def pair_sums(arr: RuleArrays, *, adjust_depth: bool = True) -> PairSums:
+    """Sums of one rule."""
     k = arr.base_passes.shape[0]
     xh, nh = arr.passes[:k], arr.passes[:k] + arr.fails[:k]
     xb, nb = arr.base_passes, arr.base_passes + arr.base_fails
@@ -159,8 +158,6 @@ def pair_sums(arr: RuleArrays, deff_h: np.ndarray, *, adjust_depth: bool = True)
     off = ~np.eye(k, dtype=bool)
     off3 = off[..., None]
     into_omega = np.where(off3, omega, 0.0).sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        neff = np.where(off & (deff_h > 0), n_used / deff_h, 0.0)
     x_used = np.where(valid, xh, 0.0).sum(-1)
     var_h = (nh_v**2 * vh).sum(-1)
     block = None
@@ -185,7 +182,6 @@ def pair_sums(arr: RuleArrays, deff_h: np.ndarray, *, adjust_depth: bool = True)
         into_var_h=np.where(off, var_h, 0.0).sum(0),
         into_var_b=(into_omega**2 * vb).sum(-1),
         into_inv_nb=(into_omega**2 * inv_b).sum(-1),
-        into_neff_h=np.nan_to_num(neff).sum(0),
     )
 
 
@@ -324,6 +320,7 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
     )
     q = bh_adjust(p)
     nan = np.nan
+    per_b = {"deff_b": deff_b[0], "df_b": df_b[0]} if k else {"deff_b": np.zeros(0), "df_b": np.zeros(0)}
     return DeltaTable(
         n=s.n.astype(np.int64),
         n_used=s.n_used.astype(np.int64),
@@ -340,9 +337,7 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         coverage=np.where(s.n > 0, coverage, nan),
         reported=reported,
         block_cov=_block_cov(s, deff_h, deff_b),
-        into=_into(
-            s, deff_b[0] if k else np.zeros(0), _into_df(g, n2, s.n), df_b[0] if k else np.zeros(0), z, min_n
-        ),
+        into=_into(s, _into_neff(s.n_used, deff_h), **per_b, min_n=min_n, z=z, df_h=_into_df(g, n2, s.n)),
     )
 
 
@@ -372,16 +367,29 @@ def _into_df(g: np.ndarray, n2: np.ndarray, n: np.ndarray) -> np.ndarray:
     return cluster_df(*(np.where(off, x, 0.0).sum(axis=0) for x in (g, n2, n)))
 
 
+def _into_neff(n_used: np.ndarray, deff_h: np.ndarray) -> np.ndarray:
+    """(K,) effective checks of the handoff arm into each B: Σ over prefixes of each cell's used
+    checks over its design effect — the fit's own, from the cluster sums it was given (pooled
+    over rules in ``all``, where the R checks of a turn are one cluster member). Summed per rule
+    instead, the pooled fit counted a turn's R checks as R independent ones."""
+    off = ~np.eye(n_used.shape[0], dtype=bool)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        neff = np.where(off & (deff_h > 0), n_used / deff_h, 0.0)
+    return np.asarray(np.nan_to_num(neff).sum(axis=0))
+
+
 def _into(
-    s: PairSums, deff_b: np.ndarray, df_h: np.ndarray, df_b: np.ndarray, z: float, min_n: int
-) -> IntoTable:
+    s: PairSums, neff_h: np.ndarray, deff_b: np.ndarray, df_h: np.ndarray, df_b: np.ndarray, z: float,
+    min_n: int,
+) -> IntoTable:  # fmt: skip
+    """Δ into each B; ``deff_b``/``df_b`` (K,) are B's baseline's, ``neff_h`` from ``_into_neff``."""
     with np.errstate(invalid="ignore", divide="ignore"):
         p_h, p_b = s.into_x_h / s.into_n_used, np.clip(s.into_x_b / s.into_n_used, 0.0, 1.0)
         nstar_b = s.into_n_used**2 / s.into_inv_nb / deff_b
-        var_h = p_h * (1 - p_h) / s.into_neff_h
+        var_h = p_h * (1 - p_h) / neff_h
         var_b = p_b * (1 - p_b) / nstar_b
     df = welch_df(var_h, df_h, var_b, df_b)
-    lo, hi = newcombe(p_h, s.into_neff_h, p_b, nstar_b, t_quantile(z, df))
+    lo, hi = newcombe(p_h, neff_h, p_b, nstar_b, t_quantile(z, df))
     ok = (s.into_n_used >= min_n) & (s.into_inv_nb > 0)
     return IntoTable(
         n=s.into_n_used.astype(np.int64),

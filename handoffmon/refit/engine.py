@@ -15,7 +15,7 @@ from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
 from handoffmon.refit.decomposition import LowRankBlocks, decompose
 from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
-from handoffmon.refit.intervals import design_effect, wilson, z_value
+from handoffmon.refit.intervals import wilson, z_value
 from handoffmon.refit.markov import curve_losses, fit_markov, implied_curve, transition_design_effect
 from handoffmon.refit.result import (
     ALL_RULES,
@@ -148,15 +148,10 @@ class _RuleFitter:
         self.z = z_value(settings.confidence)
 
     def rule_input(self, arr: RuleArrays) -> _FitInput:
-        k = len(self.cells.models)
-        g, y2, yn, n2 = (arr.clusters[:k, :, i] for i in range(4))
-        deff_h = design_effect(
-            g, y2, yn, n2, arr.passes[:k].sum(-1), (arr.passes[:k] + arr.fails[:k]).sum(-1)
-        )
-        sums = pair_sums(arr, deff_h, adjust_depth=self.cells.depth_sums)
+        sums = pair_sums(arr, adjust_depth=self.cells.depth_sums)
         prefix = None
         if self.shadow:  # the like-for-like observational contrast for the switch costs
-            prefix = pair_sums(swap_roles(arr), deff_h.T, adjust_depth=self.cells.depth_sums)
+            prefix = pair_sums(swap_roles(arr), adjust_depth=self.cells.depth_sums)
         return _FitInput(sums, arr.clusters, arr.passes, arr.fails, arr.transitions, prefix)
 
     def fit(self, rule: str, inp: _FitInput) -> RuleFit:

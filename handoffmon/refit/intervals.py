@@ -42,12 +42,29 @@ def cluster_df(conversations: np.ndarray, n2: np.ndarray, n: np.ndarray) -> np.n
     Cells without cluster sums (G = 0: a source without them) get ∞, i.e. the normal
     reference of independent turns.
     """
+    n2 = np.asarray(n2, dtype=float)
+    n = np.asarray(n, dtype=float)
+    g = effective_clusters(conversations, n2, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = np.maximum(n * n / n2 - 1.0, 1.0)
+    return np.where((g > 0) & (n2 > 0) & (n > 0) & np.isfinite(df), df, np.inf)
+
+
+def effective_clusters(conversations: np.ndarray, n2: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """G, or N²/Σn_c² where that is larger: the conversations a cell's sums speak for.
+
+    With exact sums N²/Σn_c² ≤ G (Cauchy–Schwarz), so this is G. Over a window
+    (``increase``), a conversation that began before it adds to Σn² but not to G: a cell
+    carried by such conversations has G = 0 beside Σn² > 0, which read as "no cluster sums"
+    (independent turns, the normal reference). N²/Σn_c² of the increments is a lower bound on
+    the conversations behind them, so the cell counts as that many, at least one.
+    """
     g = np.asarray(conversations, dtype=float)
     n2 = np.asarray(n2, dtype=float)
     n = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        df = np.maximum(n * n / n2 - 1.0, 1.0)
-    return np.where((g >= 1) & (n2 > 0) & (n > 0) & np.isfinite(df), df, np.inf)
+        kish = np.where((n2 > 0) & (n > 0), n * n / n2, 0.0)
+    return np.where(np.isfinite(kish), np.maximum(g, kish), g)
 
 
 def welch_df(v1: np.ndarray, df1: np.ndarray, v2: np.ndarray, df2: np.ndarray) -> np.ndarray:
@@ -213,12 +230,13 @@ def design_effect(
     (the ratio estimator's sandwich variance with the usual small-sample factor), V_bin =
     p̃(1 − p̃)/N with p̃ = (x + ½)/(N + 1). Cells with no cluster sums (G = 0: a source
     without them) get 1, i.e. independent turns; a cell carried by one conversation
-    (G = 1) gets N, i.e. one effective turn. Rounding can make the sum of squares a
+    (G = 1, or fewer than two by ``effective_clusters`` over a window) gets N, i.e. one
+    effective turn. Rounding can make the sum of squares a
     hair negative; it is floored at 0.
     """
-    g = np.asarray(conversations, dtype=float)
     x = np.asarray(x, dtype=float)
     n = np.asarray(n, dtype=float)
+    g = effective_clusters(conversations, n2, n)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = x / n
         ss = np.maximum(y2 - 2 * p * yn + p * p * n2, 0.0)
@@ -226,7 +244,7 @@ def design_effect(
         pt = (x + 0.5) / (n + 1.0)
         v_bin = pt * (1 - pt) / n
         deff = np.maximum(v_cl / v_bin, 1.0)
-    deff = np.where(g >= 2, deff, np.where(g == 1, np.maximum(n, 1.0), 1.0))
+    deff = np.where(g >= 2, deff, np.where(g > 0, np.maximum(n, 1.0), 1.0))
     return np.where(np.isfinite(deff) & (n > 0), deff, 1.0)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from handoffmon.refit.intervals import t_sf2, wilson
+from handoffmon.refit.intervals import effective_clusters, t_sf2, wilson
 
 
 def newcombe_paired(
@@ -69,10 +69,12 @@ def paired_design_effect(b: np.ndarray, c: np.ndarray, n: np.ndarray, sums: np.n
 
     V_cl = G/(G − 1) · Σ_c (d_c − Δ̂ n_c)² / n² with d_c = b_c − c_c, so Σd² = Σb² − 2Σbc +
     Σc² and Σdn = Σbn − Σcn; V_mult = (q̃ − Δ̂²)/n with q̃ = (b + c + ½)/(n + 1), positive
-    even without discordant pairs. G = 0 (no sums) gives 1; one conversation gives n.
+    even without discordant pairs. G = 0 (no sums) gives 1; one conversation gives n, also
+    when it began before a window (G = 0 beside Σn² > 0: ``intervals.effective_clusters``).
     """
     b, c, n = (np.asarray(v, dtype=float) for v in (b, c, n))
     g, b2, c2, bc, bn, cn, n2 = np.moveaxis(np.asarray(sums, dtype=float), -1, 0)
+    g = effective_clusters(g, n2, n)  # a window's straddling conversations add Σn², not G
     with np.errstate(invalid="ignore", divide="ignore"):
         delta = (b - c) / n
         d2, dn = b2 - 2 * bc + c2, bn - cn
@@ -81,7 +83,7 @@ def paired_design_effect(b: np.ndarray, c: np.ndarray, n: np.ndarray, sums: np.n
         q = (b + c + 0.5) / (n + 1.0)
         v_mult = np.maximum(q - delta * delta, q / (n + 1.0)) / n
         deff = np.maximum(v_cl / v_mult, 1.0)
-    deff = np.where(g >= 2, deff, np.where(g == 1, np.maximum(n, 1.0), 1.0))
+    deff = np.where(g >= 2, deff, np.where(g > 0, np.maximum(n, 1.0), 1.0))
     return np.where(np.isfinite(deff) & (n > 0), deff, 1.0)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from handoffmon.config import RefitConfig
 from handoffmon.counts import CELL_TOTAL, CellStatKey, CheckKey, Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit import refit
@@ -180,3 +181,61 @@ def test_depth_adjustment_does_not_extrapolate_from_a_sparse_bucket() -> None:
     assert pair is not None and pair.observed
     assert abs(pair.delta) < 1e-9
     assert -1.0 <= pair.ci_low <= pair.delta <= pair.ci_high <= 1.0
+
+
+def _window_counts(straddles: bool) -> Counts:
+    """b's clean baseline from 40 conversations at 90%; the handoff cell a→b from one ping-pong
+    conversation that passes 20 of its 40 checks in the window. ``straddles``: it began before
+    the window with 9 of 10 passed in the cell, so the window's increase of its sums has G = 0
+    and Σn² = 50² − 10² (a windowed Prometheus source); else it lies wholly inside (G = 1)."""
+    checks: dict[CheckKey, int] = {}
+    stats: dict[CellStatKey, int] = {}
+    rng = np.random.default_rng(7)
+    g = y2 = yn = n2 = x_tot = n_tot = 0
+    for _ in range(40):
+        n = int(rng.integers(5, 15))
+        y = int(rng.binomial(n, 0.9))
+        g, y2, yn, n2, x_tot, n_tot = g + 1, y2 + y * y, yn + y * n, n2 + n * n, x_tot + y, n_tot + n
+    checks[CheckKey("r", "b", "b", "3-4", "pass")] = x_tot
+    checks[CheckKey("r", "b", "b", "3-4", "fail")] = n_tot - x_tot
+    checks[CheckKey("r", "b", "a", "3-4", "pass")] = 20
+    checks[CheckKey("r", "b", "a", "3-4", "fail")] = 20
+    checks[CheckKey("r", "a", "none", "1", "pass")] = 100
+    y0, n0 = (9, 10) if straddles else (0, 0)
+    y, n = y0 + 20, n0 + 40
+    handoff = (int(not straddles), y * y - y0 * y0, y * n - y0 * n0, n * n - n0 * n0)
+    for prefix, values in (("b", (g, y2, yn, n2)), ("a", handoff)):
+        for stat, v in zip(("conversations", "y2", "yn", "n2"), values, strict=True):
+            stats[CellStatKey("r", "b", prefix, CELL_TOTAL, stat)] = v
+    return Counts(checks=checks, baseline_checks=dict(checks), cell_stats=stats)
+
+
+def test_a_window_cell_of_one_conversation_that_began_before_it_stays_one_conversation() -> None:
+    """Over a window a conversation that began earlier adds to Σn² but not to G. A cell carried
+    by one such conversation read G = 0 as "no cluster sums": 40 independent turns, Δ = −0.4
+    with an interval of [−0.54, −0.25] and flagged. It is one conversation: the same interval as
+    when the conversation lies inside the window, and not significant."""
+    settings = RefitConfig(min_n=30)
+    windowed, inside = (
+        refit(_window_counts(s), buckets=BUCKETS, settings=settings, now=0).rules["r"].pair("a", "b")
+        for s in (True, False)
+    )
+    assert windowed is not None and inside is not None and windowed.observed
+    assert windowed.delta < -0.3
+    assert windowed.design_effect == inside.design_effect == 40.0
+    assert (windowed.ci_low, windowed.ci_high) == pytest.approx((inside.ci_low, inside.ci_high))
+    assert windowed.ci_low < -0.8 and windowed.ci_high > 0 and not windowed.significant
+
+
+@pytest.mark.parametrize("rules", [1, 8])
+def test_pooled_delta_into_a_model_clusters_turns_not_checks(rules: int) -> None:
+    """With two models every handoff into b comes from a, so Δ into b is Δ(a→b) and its interval
+    is the pair's. Pooled over eight identical rules it stays so; the into arm's effective n was
+    summed over the rules' own design effects, counting a turn's eight checks as eight
+    independent ones (the interval 0.110 wide instead of 0.113)."""
+    fit = refit(_correlated_rules(rules), buckets=BUCKETS, now=0).rules["all"]
+    into, pair = fit.models["b"], fit.pair("a", "b")
+    assert pair is not None and into.into_n == round(pair.n * pair.coverage)
+    assert into.into_delta == pytest.approx(pair.delta, abs=1e-12)
+    assert into.into_ci_low == pytest.approx(pair.ci_low, abs=3e-4)
+    assert into.into_ci_high == pytest.approx(pair.ci_high, abs=3e-4)

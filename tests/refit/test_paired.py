@@ -78,3 +78,16 @@ def test_design_effect_independent_vs_clustered() -> None:
     one = _cluster_sums(np.zeros(10, int), ym[:10], yp[:10])
     b, c = float(np.sum(ym[:10] & ~yp[:10])), float(np.sum(yp[:10] & ~ym[:10]))
     assert paired_design_effect(b, c, 10.0, one) == 10.0
+
+
+def test_design_effect_of_a_conversation_that_began_before_the_window() -> None:
+    """A window's increase of one conversation's sums (4 earlier pairs, 10 in the window) has
+    G = 0 but Σn² = 14² − 4²: still one conversation (n), not independent pairs (1)."""
+    before = _cluster_sums(np.zeros(4, int), np.ones(4, bool), np.zeros(4, bool))
+    ym, yp = np.arange(14) % 2 == 0, np.arange(14) % 3 == 0
+    ym[:4], yp[:4] = True, False
+    after = _cluster_sums(np.zeros(14, int), ym, yp)
+    window = after - before
+    assert window[0] == 0 and window[6] == 14**2 - 4**2
+    b, c = float(np.sum(ym[4:] & ~yp[4:])), float(np.sum(yp[4:] & ~ym[4:]))
+    assert paired_design_effect(b, c, 10.0, window) == 10.0
