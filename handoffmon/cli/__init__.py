@@ -45,13 +45,16 @@ class LazyGroup(click.Group):
         User errors no command caught end as one ``error:`` line and exit 1 (``ExitCode.ERROR``)
         (click's own ``Error:`` of a ``ClickException`` included),
         never a traceback: a file argument that does not exist or is a directory (click's
-        ``Path`` check, which would otherwise exit 2, the code kept for usage errors), a file
+        ``Path`` check, which would otherwise exit 2, the code kept for usage errors such as a
+        missing argument or option), a file
         that is not UTF-8 text, a file or directory the OS refuses.
         """
         try:
             return super().invoke(ctx)
         except MissingExtraError as exc:
             fail(str(exc))
+        except click.MissingParameter:
+            raise  # a usage error (exit 2) whatever the parameter's type, a FILE one too
         except click.BadParameter as exc:
             if isinstance(getattr(exc.param, "type", None), click.Path):
                 fail(exc.format_message())

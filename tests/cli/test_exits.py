@@ -83,3 +83,21 @@ def test_config_check_rejects_reserved_rule_names(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"rules": [{"name": "all_caps", "check": "no_commas"}]}))
     assert CliRunner().invoke(main, ["config", "check", str(good)]).exit_code == ExitCode.OK
+
+
+def test_a_missing_argument_or_option_is_a_usage_error_whatever_its_type(tmp_path: Path) -> None:
+    """`report` without REFIT_JSON, `check` without --rules, `config check` without FILE: click's
+    usage error, exit 2 like `refit` without --out; it was 1 when the parameter was a FILE."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: [{name: r, check: no_commas}]\n", encoding="utf-8")
+    cases = (
+        (["report"], "Missing argument 'REFIT_JSON'"),
+        (["config", "check"], "Missing argument 'FILE'"),
+        (["check", "--rules", str(rules)], "Missing option '--input'"),
+        (["eval", "compare", "--shapes", str(rules)], "Missing argument 'RESULTS...'"),
+        (["refit", "--source", str(rules)], "Missing option '--out'"),
+    )
+    for args, message in cases:
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == ExitCode.USAGE, (args, res.output)
+        assert message in res.output and "Usage: " in res.output and "error:" not in res.output
