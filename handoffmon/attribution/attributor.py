@@ -37,6 +37,7 @@ from handoffmon.attribution.fingerprint import (
 )
 from handoffmon.attribution.fingerprint import ROLE_SALTS as _SALTS
 from handoffmon.attribution.names import ModelNames
+from handoffmon.attribution.normalize import text_only
 from handoffmon.attribution.pending import PendingOverlay, merge_authorship
 from handoffmon.errors import StoreError
 from handoffmon.protocols import AttributionStore, Authorship, merge_by_read_write
@@ -626,7 +627,9 @@ class Attributor:
         ``conversation``: the provider conversation object the call continued; the reply is
         its new head (``RecordedReply.head``). ``alternatives``: the other choices of an
         ``n > 1`` completion, recorded with the same authorship, so the next turn is attributed
-        whichever choice the application kept.
+        whichever choice the application kept. A reply of several parts is also recorded as its
+        text alone, concatenated (``normalize.text_only``): what an application sends back
+        when it keeps the SDK's ``output_text`` or joins the text blocks.
 
         Returns:
             What ``persist`` writes, and the conversation's final id.
@@ -653,6 +656,9 @@ class Attributor:
         if self.content_fallback:
             fp = content_fingerprint(d, n, ctx.tail_fingerprint, self.min_content_chars)
             items.append((content_key(fp), auth))
+        joined = text_only(reply)
+        if joined is not None:
+            alternatives = (*alternatives, joined)
         for alternative in alternatives:
             da, na = raw_digest(_as_reply(alternative), self._texts)[1:]
             if da == d:  # the same message as the first choice: already recorded

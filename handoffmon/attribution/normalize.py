@@ -106,6 +106,38 @@ def content_text(content: Any) -> str:
     return part_text(content)
 
 
+_TEXT_KINDS = frozenset(("text", "input_text", "output_text"))
+
+
+def text_only(message: Any) -> dict[str, Any] | None:
+    """A reply of several parts as an application that keeps only its text sends it back: the
+    text parts concatenated with nothing between them, as the SDKs' own shortcuts do (the
+    Responses API's ``output_text``; Anthropic text blocks joined, split mid-sentence by
+    citations), tool calls kept. ``None`` when ``message`` is not a dict of two or more parts
+    with some text (a plain reply resends as itself)."""
+    if type(message) is not dict:
+        return None
+    content = message.get("content")
+    if not isinstance(content, (list, tuple)) or len(content) < 2:
+        return None
+    texts = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif (
+            isinstance(part, Mapping)
+            and part.get("type") in _TEXT_KINDS
+            and isinstance(part.get("text"), str)
+        ):
+            texts.append(part["text"])
+    if not texts:
+        return None
+    out = {"role": "assistant", "content": "".join(texts)}
+    if message.get("tool_calls"):
+        out["tool_calls"] = message["tool_calls"]
+    return out
+
+
 def message_text(content: Any, refusal: Any) -> str:
     """Normalized text of a message: its ``content`` (``content_text``), then its ``refusal``
     (structured outputs: the model's refusal, content null) as one more part. A refusal sent

@@ -427,3 +427,33 @@ def test_the_readers_are_total(body: Any, response: Any, events: list[Any]) -> N
         folder.feed(event)
     out = folder.outcome(completed=True)
     assert out.chunks == len(events) and out.reply["role"] == "assistant"
+
+
+def test_a_reply_of_several_parts_sent_back_as_the_sdks_output_text_is_attributed() -> None:
+    """An application that keeps ``response.output_text`` (the SDK joins the text parts with
+    nothing between them) and sends it back as the assistant message: the reply is found by
+    chain, not ``unknown`` (the parts read as history join with a space)."""
+    from handoffmon.attribution import Attributor
+    from handoffmon.stores.memory import MemoryStore
+
+    attributor = Attributor(MemoryStore())
+    first = read_request({"model": "m", "input": "hi", "store": False}).doc
+    assert first is not None
+    ctx = attributor.attribute(first["messages"])
+    doc = response_as_chat(_response([REASONING, MESSAGE]))
+    assert doc is not None
+    attributor.persist(attributor.record(ctx, doc["choices"][0]["message"], ["gpt-x"]))
+    raw = _response([REASONING, MESSAGE], parallel_tool_calls=True, tool_choice="auto", tools=[])
+    raw["usage"] = {
+        **raw["usage"],
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 2},
+    }
+    output_text = Response.model_validate(raw).output_text
+    assert output_text == "First part.Second  part."
+    for sent in ([MESSAGE], [{"role": "assistant", "content": output_text}]):
+        body = {"model": "m", "input": [{"role": "user", "content": "hi"}, *sent, "more"], "store": False}
+        nxt = read_request(body).doc
+        assert nxt is not None
+        ctx = attributor.attribute(nxt["messages"])
+        assert [(a.author, a.method) for a in ctx.attributions] == [("gpt-x", "chain")]
