@@ -39,6 +39,35 @@ UID = "handoffmon-overview"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RUNBOOKS = "https://github.com/handoffmon/handoffmon/blob/main/docs/operations/alerting.md"
 DEEP = 'depth_bucket=~"(9|[1-9][0-9]+)(-[0-9]+|\\\\+)?"'
+NO_REFIT = "No refit yet (refit.interval_s, or the refit job and its Pushgateway)"
+SERVE_ONLY = "Only handoffmon serve exports these"
+NO_DATA = {
+    4: NO_REFIT,
+    7: NO_REFIT,
+    8: NO_REFIT,
+    9: "No significant Δ (or no refit yet)",
+    10: NO_REFIT,
+    11: "No handoffs between models",
+    13: NO_REFIT,
+    14: NO_REFIT,
+    15: NO_REFIT,
+    17: "No earlier assistant messages yet",
+    23: NO_REFIT,
+    31: "No router fallbacks",
+    32: "No router fallbacks",
+    33: SERVE_ONLY,
+    34: "Off: routing.enabled",
+    35: "Off: routing.enabled (or no refit yet)",
+    36: SERVE_ONLY,
+    37: SERVE_ONLY,
+    41: "Off: shadow.enabled (or no refit yet)",
+    42: "Off: shadow.enabled",
+    43: "Off: shadow.enabled",
+    44: "Off: shadow.enabled",
+    45: "Off: shadow.enabled",
+}
+"""What an empty panel means (Grafana's ``noValue``) where a healthy deployment leaves it empty: a
+feature that is off, no refit yet, no fallbacks. Elsewhere "No data" stays: a fault."""
 
 
 class Queries:
@@ -68,7 +97,7 @@ def _ts(pid: int, title: str, unit: str, w: int, h: int, *targets: prometheus.Da
     panel = timeseries.Panel().id(pid).title(title).datasource(DS).unit(unit).span(w).height(h)
     for t in targets:
         panel = panel.with_target(t)
-    return panel
+    return panel.no_value(NO_DATA[pid]) if pid in NO_DATA else panel
 
 
 def _table(
@@ -88,6 +117,8 @@ def _table(
     (row label, column label) pivots a single query's values into a grid."""
     assert not columns or len(columns) == len(targets)
     panel = table.Panel().id(pid).title(title).datasource(DS).span(w).height(h)
+    if pid in NO_DATA:
+        panel = panel.no_value(NO_DATA[pid])
     for t in targets:
         panel = panel.with_target(t.format(PromQueryFormat.TABLE))
     renames: dict[str, str] = {}
@@ -189,6 +220,7 @@ def _adherence(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         .with_panel(
             bargauge.Panel()
             .id(4)
+            .no_value(NO_DATA[4])
             .title("Stationary adherence (Markov long run) — fit rule $fit_rule")
             .datasource(DS)
             .unit("percentunit")
@@ -311,6 +343,7 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         return (
             bargauge.Panel()
             .id(pid)
+            .no_value(NO_DATA[pid])
             .title(title)
             .datasource(DS)
             .span(8)
@@ -328,6 +361,7 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         .with_panel(
             stat.Panel()
             .id(15)
+            .no_value(NO_DATA[15])
             .title("Refit fit quality, verdict routing and age — fit rule $fit_rule")
             .datasource(DS)
             .span(8)
@@ -428,6 +462,7 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
         .with_panel(
             stat.Panel()
             .id(35)
+            .no_value(NO_DATA[35])
             .title("Routing pair-risk table age (RoutingTableStale at 1 h)")
             .datasource(DS)
             .unit("s")
