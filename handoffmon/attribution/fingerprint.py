@@ -38,7 +38,7 @@ DEFAULT_MIN_CONTENT_CHARS = 32
 
 
 def _salt(role: str) -> int:
-    return int(xxh3_64_intdigest(f"handoffmon/role/{role}".encode()))
+    return int(xxh3_64_intdigest(f"handoffmon/role/{role}".encode("utf-8", "surrogatepass")))
 
 
 ROLE_SALTS: Mapping[str, int] = {r: _salt(r) for r in ("user", "assistant", "tool", "function", "system")}

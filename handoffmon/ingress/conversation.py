@@ -21,20 +21,29 @@ end up in logs, exemplars and every stored attribution value; a character cut ma
 
 
 def clean_id(value: Any) -> str | None:
-    """A caller id as text: stripped, truncated to ``MAX_ID_BYTES`` of UTF-8 (whole
-    characters); ``None`` when blank."""
+    """A caller id as text: stripped, lone surrogates (JSON ``"\\ud800"``) spelled as their
+    escapes, truncated to ``MAX_ID_BYTES`` of UTF-8 (whole characters); ``None`` when blank.
+
+    The id is exported (OpenMetrics exemplars, OTel attributes, logs), and text that is not
+    UTF-8 fails there: one exemplar holding a lone surrogate made every ``/metrics`` scrape
+    raise. Escaped, two such ids stay two ids."""
     if value is None:
         return None
     text = value.strip() if isinstance(value, str) else str(value).strip()
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) * 4 <= MAX_ID_BYTES:  # short enough whatever its characters
         return text or None
-    raw = text.encode("utf-8", "surrogatepass")
+    raw = text.encode("utf-8")
     if len(raw) <= MAX_ID_BYTES:
         return text
     end = MAX_ID_BYTES
     while raw[end] & 0xC0 == 0x80:  # a continuation byte: the cut would split its character
         end -= 1
-    return raw[:end].decode("utf-8", "surrogatepass") or None
+    return raw[:end].decode("utf-8") or None
 
 
 def header(headers: Mapping[str, Any], name: str) -> Any:

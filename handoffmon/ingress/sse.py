@@ -137,7 +137,7 @@ class SSEFolder:
     def feed(self, chunk: object) -> None:
         """Take one chunk: raw bytes (or text) of the stream, or one decoded event."""
         if isinstance(chunk, (bytes, bytearray, str)):
-            self._sse.feed(chunk.encode() if isinstance(chunk, str) else bytes(chunk))
+            self._sse.feed(chunk.encode("utf-8", "surrogatepass") if isinstance(chunk, str) else bytes(chunk))
         else:
             self.folder.feed(chunk)
 

@@ -179,3 +179,19 @@ def test_a_name_is_left_out_of_every_digest() -> None:
             assert message_digest(normalize_message(named)) == message_digest(normalize_message(plain))
     bare = raw_digest({"role": "tool", "content": "x"}, cache)
     assert raw_digest({"role": "tool", "content": "x", "tool_call_id": "c1"}, cache) != bare
+
+
+def test_a_role_holding_a_lone_surrogate_is_chained_not_degraded() -> None:
+    """JSON lets a client send ``"role": "\\ud800"``; salting that role raised
+    UnicodeEncodeError and the whole turn was degraded. It is a role like any other now, and
+    the reply after it is attributed."""
+    errors: list[BaseException] = []
+    attributor = Attributor(MemoryStore(), on_error=lambda _stage, exc: errors.append(exc))
+    history: list[dict[str, Any]] = [{"role": "\ud800", "content": "odd"}, {"role": "user", "content": "hi"}]
+    ctx = attributor.attribute(history)
+    attributor.persist(attributor.record(ctx, "Hello!", ["m-a"]))
+    ctx = attributor.attribute(
+        [*history, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "x"}]
+    )
+    assert not ctx.degraded and errors == []
+    assert [(a.author, a.method) for a in ctx.attributions] == [("m-a", "chain")]

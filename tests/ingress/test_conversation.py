@@ -61,4 +61,23 @@ def test_long_ids_are_cut_at_256_utf8_bytes_between_characters() -> None:
         assert len(cut) == chars and (unit * 300).startswith(cut)
     assert caller_conversation_id(metadata={"session_id": "ü" * 128}) == "ü" * 128  # exactly 256 bytes
     lone = caller_conversation_id(metadata={"session_id": "\ud800" * 200})
-    assert lone == "\ud800" * 85
+    assert lone == "\\ud800" * 42 + "\\ud8"  # escaped (see below), then cut at 256 bytes
+
+
+def test_an_id_holding_a_lone_surrogate_is_exportable_and_stays_distinct() -> None:
+    """JSON lets a client send ``"\\ud800"``; the id reaches OpenMetrics exemplars, where one
+    lone surrogate made every scrape raise UnicodeEncodeError. It is spelled as its escape:
+    valid UTF-8, and two such ids stay two ids."""
+    from prometheus_client import CollectorRegistry, Counter
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    ids = [
+        caller_conversation_id(metadata={"conversation_id": f"conv-{c}"}) for c in ("\ud800", "\udfff", "ü")
+    ]
+    assert ids == ["conv-\\ud800", "conv-\\udfff", "conv-ü"]
+    registry = CollectorRegistry()
+    turns = Counter("turns", "turns", ["n"], registry=registry)
+    for n, cid in enumerate(ids):
+        assert cid is not None
+        turns.labels(str(n)).inc(exemplar={"conversation_id": cid})
+    assert b'conversation_id="conv-\\\\ud800"' in generate_latest(registry)

@@ -101,3 +101,19 @@ def test_garbage_events_are_counted_not_raised() -> None:
     )
     out = acc.outcome(completed=True)
     assert acc.bad_events == 1 and out.odd == 1 and out.reply["content"] == "ok"
+
+
+def test_text_holding_a_lone_surrogate_folds_as_its_json_escape() -> None:
+    """``SSEFolder`` takes a stream's text as well as its bytes; text that is not UTF-8 (a lone
+    surrogate) made ``feed`` raise. It now folds as the same event sent as bytes with the JSON
+    escape ``\\ud800`` does."""
+    from handoffmon.ingress.chunks import ChunkFolder
+    from handoffmon.ingress.sse import SSEFolder
+
+    as_text, as_bytes = SSEFolder(ChunkFolder()), SSEFolder(ChunkFolder())
+    as_text.feed('data: {"choices": [{"index": 0, "delta": {"content": "\ud800"}}]}\n\n')
+    as_bytes.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "\\ud800"}}]}\n\n')
+    for folder in (as_text, as_bytes):
+        folder.feed('data: {"choices": [{"index": 0, "delta": {"content": "ok"}}]}\n\n')
+    assert as_text.outcome(completed=True) == as_bytes.outcome(completed=True)
+    assert as_text.outcome(completed=True).reply["content"] == "\ud800ok"
