@@ -34,7 +34,15 @@ from handoffmon.labels import (
     LabelGuard,
     refit_input_labels,
 )
-from handoffmon.types import UNKNOWN_MODEL, CheckResult, TurnContent, TurnResult
+from handoffmon.types import (
+    ATTRIBUTION_METHODS,
+    MONITOR_STAGES,
+    UNKNOWN_MODEL,
+    VERDICTS,
+    CheckResult,
+    TurnContent,
+    TurnResult,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from opentelemetry.context import Context
@@ -257,6 +265,9 @@ class OTelExporter:
         self._store_stats: Callable[[], dict[str, int]] | None = None
         self._store_evictions: Callable[[], dict[str, int]] | None = None
         self._instruments(meter)
+        self._verdict_cells: set[tuple[str, str, str, str]] = set()
+        self._cells_lock = threading.Lock()
+        self._init_known_series()
         self._refit: dict[str, Series] = {}
         self._refit_lock = threading.Lock()
         self._propagator = TraceContextTextMapPropagator()
@@ -372,6 +383,16 @@ class OTelExporter:
             meter.create_observable_gauge(
                 spec.name, callbacks=[self._refit_callback(spec.name, spec.labels)], description=spec.help
             )
+
+    def _init_known_series(self) -> None:
+        """Series whose attributes are known up front start at 0, as the Prometheus exporter's
+        do: a counter's first point is otherwise its first failure, and ``increase()`` over a
+        series that appears at 1 is 0, so the first monitoring error or drop would never alert."""
+        for stage in MONITOR_STAGES:
+            self._errors.add(0, {"stage": self.guard.stage(stage)})
+        for method in ATTRIBUTION_METHODS:
+            self._attributions.add(0, {"method": method})
+        self._dropped.add(0)
 
     def observe_store(
         self, stats: Callable[[], dict[str, int]], evictions: Callable[[], dict[str, int]] | None = None
@@ -489,6 +510,7 @@ class OTelExporter:
         self._turns.add(1, {"model": model, "prefix_model": prefix, "depth_bucket": bucket}, tc)
         for check in result.checks:
             rule = g.rule(check.rule)
+            self._init_verdicts((rule, model, prefix, bucket))
             self._checks.add(
                 1,
                 {
@@ -525,6 +547,21 @@ class OTelExporter:
         if rec.fallbacks > 0:
             labels = fallback_labels(result, g, model)
             self._fallbacks.add(rec.fallbacks, dict(zip(FALLBACK_LABELS, labels, strict=True)), tc)
+
+    def _init_verdicts(self, cell: tuple[str, str, str, str]) -> None:
+        """Every verdict of a new (rule, model, prefix, bucket) cell at 0, as in Prometheus, so
+        a fail ratio reads 0 rather than no data, and its first failure counts in ``increase()``.
+        Bounded: the guard caps the four attributes. No trace context: a zero is no exemplar."""
+        if cell in self._verdict_cells:
+            return
+        with self._cells_lock:
+            if cell in self._verdict_cells:
+                return
+            self._verdict_cells.add(cell)
+        rule, model, prefix, bucket = cell
+        for verdict in VERDICTS:
+            labels = {"rule": rule, "model": model, "prefix_model": prefix, "depth_bucket": bucket}
+            self._checks.add(0, {**labels, "verdict": verdict})
 
     def count_shadow(self, increments: Mapping[ShadowKey, int]) -> None:
         """Add a shadow pair's increments to ``handoffmon_shadow_pair_stats``; never raises."""

@@ -244,7 +244,9 @@ def test_counters_mirror_prometheus_names_and_labels(
         (("depth_bucket", "2"), ("model", "llama"), ("prefix_model", "unknown")): 1,
     }
     checks = points(reader, "handoffmon_checks")
-    assert len(checks) == 11 and sum(p.value for p in checks.values()) == 12
+    assert sum(p.value for p in checks.values()) == 12 and sum(1 for p in checks.values() if p.value) == 11
+    cells = {tuple(kv for kv in k if kv[0] != "verdict") for k in checks}
+    assert len(checks) == 4 * len(cells) == 40  # every verdict of a cell, from its first check on
     key = (
         ("depth_bucket", "3-4"),
         ("model", "claude"),
@@ -265,6 +267,7 @@ def test_counters_mirror_prometheus_names_and_labels(
     assert {k: p.value for k, p in points(reader, "handoffmon_attributions").items()} == {
         (("method", "chain"),): 5,
         (("method", "content"),): 1,
+        (("method", "response_id"),): 0,  # every method from the start, as in Prometheus
         (("method", "unknown"),): 1,
     }
 
@@ -512,3 +515,19 @@ def test_store_failures_reach_otel_when_the_runtime_wires_a_failing_store(
     expected = {(("kind", k.rpartition("_")[2]), ("op", k.rpartition("_")[0])): n for k, n in stats.items()}
     assert failures == expected
     assert sum(p.value for p in points(reader, "handoffmon_turns").values()) == 3
+
+
+def test_monitoring_health_series_exist_at_zero_before_any_failure(reader: InMemoryMetricReader) -> None:
+    """Before any turn, handoffmon_monitor_errors for every stage and handoffmon_queue_dropped
+    are reported at 0, as Prometheus does: through OTLP → Prometheus the first error otherwise
+    created its series at 1, which increase() reads as 0, so a first failure never alerted.
+    After a count_error the stage's point is 1, the others stay 0."""
+    from handoffmon.types import MONITOR_STAGES
+
+    exporter = OTelExporter(meter_provider=MeterProvider(metric_readers=[reader]), guard=LabelGuard())
+    errors = {k: p.value for k, p in points(reader, "handoffmon_monitor_errors").items()}
+    assert errors == {(("stage", s),): 0 for s in MONITOR_STAGES}
+    assert {k: p.value for k, p in points(reader, "handoffmon_queue_dropped").items()} == {(): 0}
+    exporter.count_error("check")
+    errors = {k: p.value for k, p in points(reader, "handoffmon_monitor_errors").items()}
+    assert errors[(("stage", "check"),)] == 1 and sum(errors.values()) == 1

@@ -57,7 +57,8 @@ def _otel(reader: InMemoryMetricReader) -> Series:
 
 def test_fallbacks_and_attributions_match_prometheus() -> None:
     """Every per-turn counter series (fallbacks with requested_model, attributions by
-    method including response_id, turns, checks, ...) has the same labels and value in both."""
+    method including response_id, turns, checks, ...) has the same labels and value in both,
+    the series Prometheus starts at 0 (every verdict of a cell, every stage's errors) too."""
     reader = InMemoryMetricReader()
     otel = OTelExporter(meter_provider=MeterProvider(metric_readers=[reader]), guard=LabelGuard())
     prom = PrometheusExporter(CollectorRegistry(), guard=LabelGuard())
@@ -67,8 +68,9 @@ def test_fallbacks_and_attributions_match_prometheus() -> None:
     per_turn = {name for name, _ in o} - {"handoffmon_label_overflows", "handoffmon_store_failures"}
     assert {"handoffmon_fallbacks", "handoffmon_attributions", "handoffmon_turns"} <= per_turn
     for name in per_turn:
-        nonzero = {k: v for k, v in p.items() if k[0] == name and v}
-        assert {k: v for k, v in o.items() if k[0] == name} == nonzero, name
+        assert {k: v for k, v in o.items() if k[0] == name} == {k: v for k, v in p.items() if k[0] == name}, (
+            name
+        )
     assert o[("handoffmon_fallbacks", (("model", "claude"), ("requested_model", "big-group")))] == 2
     assert o[("handoffmon_attributions", (("method", "response_id"),))] == 1
 
