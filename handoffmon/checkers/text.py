@@ -88,8 +88,24 @@ def phrase_pattern(phrase: str, *, whole_word: bool = True) -> str:
 def any_phrase_regex(
     phrases: tuple[str, ...], *, key: str, case_sensitive: bool = False, whole_word: bool = True
 ) -> Any:
-    """One RE2 alternation that matches wherever any of ``phrases`` occurs."""
-    source = "|".join(f"(?:{phrase_pattern(ph, whole_word=whole_word)})" for ph in phrases)
+    """One RE2 alternation that matches wherever any of ``phrases`` occurs.
+
+    With ``whole_word``, the phrases are grouped by which sides take a word boundary and each
+    group's boundaries are written once around the group's alternation:
+    ``L(?:a|b|…)T`` matches where ``LaT|LbT|…`` does, but repeating the Unicode boundary
+    classes once per phrase makes a DFA too big for RE2's memory budget, and RE2 then falls
+    back to its NFA: 150 keywords took 17 s per MB of non-ASCII text, against 3 ms grouped.
+    """
+    if not whole_word:
+        source = "|".join(f"(?:{_re2_escape(ph)})" for ph in phrases)
+        return compile_safe(source, key=key, ignore_case=not case_sensitive)
+    groups: dict[tuple[bool, bool], list[str]] = {}
+    for ph in phrases:
+        groups.setdefault((_is_word_char(ph[0]), _is_word_char(ph[-1])), []).append(_re2_escape(ph))
+    source = "|".join(
+        (_LEAD if lead else "") + "(?:" + "|".join(bodies) + ")" + (_TRAIL if trail else "")
+        for (lead, trail), bodies in groups.items()
+    )
     return compile_safe(source, key=key, ignore_case=not case_sensitive)
 
 
