@@ -45,8 +45,27 @@ def fold(text: str) -> str:
     return "".join(out)
 
 
+UNREADABLE = "[unreadable]"
+"""What ``_dumps`` gives for a value JSON cannot spell (nested past the recursion limit, or
+holding itself): a stable text, so the message is still chained rather than the turn degraded."""
+
+
+def _dumps(value: object, **spelling: Any) -> str:
+    """``json.dumps`` with sorted keys (``default=str``), total: keys of mixed types (a Python
+    caller's dict) in their own order, a value JSON cannot spell as ``UNREADABLE``."""
+    try:
+        return json.dumps(value, sort_keys=True, default=str, **spelling)
+    except TypeError:  # keys that do not sort against each other
+        try:
+            return json.dumps(value, default=str, **spelling)
+        except (TypeError, ValueError, RecursionError):
+            return UNREADABLE
+    except (ValueError, RecursionError):
+        return UNREADABLE
+
+
 def _short_hash(value: object) -> str:
-    raw = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    raw = value if isinstance(value, str) else _dumps(value)
     return f"{xxhash.xxh3_64_intdigest(raw.encode('utf-8', 'surrogatepass')):016x}"
 
 
@@ -152,7 +171,7 @@ def _canonical_arguments(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
             return json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return fold(arguments)
     return arguments
 
@@ -173,7 +192,7 @@ def tool_calls_text(tool_calls: Any, function_call: Any = None) -> str:
         calls.append(["", fn.get("name") or "", _canonical_arguments(fn.get("arguments"))])
     if not calls:
         return ""
-    return json.dumps(calls, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _dumps(calls, separators=(",", ":"), ensure_ascii=False)
 
 
 def normalize_message(msg: Mapping[str, Any] | Any, *, default_role: str = "user") -> Message:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from openai.types.chat import ChatCompletionMessage
 
@@ -122,3 +123,37 @@ def test_folding_a_long_text_holds_memory_in_proportion_to_its_characters() -> N
         tracemalloc.stop()
     assert folded.startswith("ab cd ef")
     assert peak < 2 * len(text)
+
+
+def test_values_json_cannot_spell_are_chained_not_degraded() -> None:
+    """A part nested past the recursion limit, one that holds itself, one whose keys do not
+    sort (a Python caller's dict), tool-call arguments nested past the limit: each raised out
+    of the digest and degraded the whole turn. Each digests stably now, and the reply after
+    it is attributed by chain."""
+    from handoffmon.attribution import Attributor
+    from handoffmon.stores.memory import MemoryStore
+
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5_000):
+        node["x"] = {}
+        node = node["x"]
+    looped: dict[str, Any] = {"type": "thing"}
+    looped["self"] = looped
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[" * 5_000 + "]" * 5_000}}
+    odd_messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "thing", "payload": deep}]},
+        {"role": "user", "content": [looped]},
+        {"role": "user", "content": [{"type": "thing", 1: "one", "b": "two"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    errors: list[BaseException] = []
+    for odd in odd_messages:
+        attributor = Attributor(MemoryStore(), on_error=lambda _stage, exc: errors.append(exc))
+        history: list[dict[str, Any]] = [odd, {"role": "user", "content": "hi"}]
+        ctx = attributor.attribute(history)
+        attributor.persist(attributor.record(ctx, "Hello!", ["m-a"]))
+        history += [{"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "x"}]
+        ctx = attributor.attribute(history)
+        assert not ctx.degraded and errors == []
+        assert [(a.author, a.method) for a in ctx.attributions][-1] == ("m-a", "chain")
