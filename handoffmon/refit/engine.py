@@ -16,7 +16,13 @@ from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
 from handoffmon.refit.decomposition import LowRankBlocks, decompose
 from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
 from handoffmon.refit.intervals import wilson, z_value
-from handoffmon.refit.markov import curve_losses, fit_markov, implied_curve, transition_design_effect
+from handoffmon.refit.markov import (
+    curve_losses,
+    curve_start,
+    fit_markov,
+    implied_curve,
+    transition_design_effect,
+)
 from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
@@ -228,12 +234,13 @@ class _RuleFitter:
         x, n = self._observed(inp)
         with np.errstate(invalid="ignore", divide="ignore"):
             initial = x[:, 0] / n[:, 0] if n.shape[1] else np.full(k, np.nan)
+        start, first = curve_start(x, n)  # depth 1's adherence, or a fallback's first bucket's
         deff = self._transition_deff(inp, dt) if k else np.zeros(0)
         out = {}
         for name, h in _TURNS:
             trans = inp.transitions.sum(axis=1) if h is None else inp.transitions[:, h]
             ma = fit_markov(trans, self.z, deff=deff, min_from=self.settings.markov_min_transitions)
-            curve = implied_curve(initial, ma.p_tf, ma.p_ft, self.buckets.edges)
+            curve = implied_curve(start, ma.p_tf, ma.p_ft, self.buckets.edges, first)
             ll, mse = curve_losses(curve, x, n)
             from_counts = trans.astype(np.int64).sum(axis=2)  # (K, 2): out of pass, out of fail
             ok = (np.isfinite(ma.p_tf) & np.isfinite(ma.p_ft)).tolist()

@@ -24,7 +24,9 @@ Given the from-state the to-states are binomial, so the MLEs get Wilson interval
   which is mostly the chain's own persistence, made the intervals 1.6–2.3× too wide
   (coverage 1.00 at every level of heterogeneity: ``tests/refit/test_markov.py``).
 * implied curve a(d) = s + (a₁ − s)·λ^(d−1), λ = 1 − p_TF − p_FT, started at the
-  observed depth-1 adherence a₁; each bucket's value is the curve averaged over the
+  observed depth-1 adherence a₁ (a model never checked at depth 1 — a fallback that opens no
+  conversation — starts at the observed adherence of its first bucket, at that bucket's first
+  depth, and has no curve before it: ``curve_start``); each bucket's value is the curve averaged over the
   bucket's depths (the open last bucket "lo+" is averaged over lo … 2·lo − 1).
 * half-life ln 2 / −ln|λ| turns (0 when λ = 0, inf when |λ| = 1).
 * log loss = mean binomial cross-entropy and mse = mean squared error (Brier) of the
@@ -175,18 +177,52 @@ def bucket_depths(edges: tuple[int, ...]) -> list[np.ndarray]:
 
 
 def implied_curve(
-    initial: np.ndarray, p_tf: np.ndarray, p_ft: np.ndarray, edges: tuple[int, ...]
+    initial: np.ndarray,
+    p_tf: np.ndarray,
+    p_ft: np.ndarray,
+    edges: tuple[int, ...],
+    first: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(K, D) bucket-averaged a(d) = s + (a₁ − s) λ^(d−1); a constant a₁ when the chain never moves."""
+    """(K, D) bucket-averaged a(d) = s + (a₁ − s) λ^(d−1); a constant a₁ when the chain never moves.
+
+    ``first`` (K,) bucket indexes: the curve of model k starts at ``initial[k]`` at the first
+    depth of bucket ``first[k]`` instead of depth 1 (a(d) = s + (a − s) λ^(d − lo)) and is NaN
+    in the buckets before it (``curve_start``). NaN throughout for a chain that is not
+    published (NaN p_TF or p_FT).
+    """
     lam = 1.0 - p_tf - p_ft
     total = p_tf + p_ft
+    lo = np.ones(len(initial)) if first is None else np.asarray(edges, dtype=float)[np.maximum(first, 0)]
     with np.errstate(invalid="ignore", divide="ignore"):
-        s = np.where(total > 0, p_ft / total, initial)
+        # no chain (NaN: not published) → no curve; λ⁰ = 1 had put a₁ in the first bucket
+        s = np.where(total > 0, p_ft / total, np.where(total == 0, initial, np.nan))
     cols = []
     for depths in bucket_depths(edges):
-        powers = np.power(lam[:, None], (depths - 1)[None, :]).mean(axis=1)
-        cols.append(s + (initial - s) * powers)
+        steps = depths[None, :] - lo[:, None]
+        powers = np.power(lam[:, None], np.maximum(steps, 0)).mean(axis=1)
+        cols.append(np.where(steps[:, 0] >= 0, s + (initial - s) * powers, np.nan))
     return np.stack(cols, axis=1) if cols else np.zeros((len(initial), 0))
+
+
+def curve_start(passes: np.ndarray, checked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each model's implied curve starts: (K,) the observed adherence of its first bucket
+    with checks and (K,) that bucket's index (0 — depth 1 — for a model that opens
+    conversations; NaN and 0 for a model never checked).
+
+    A fallback that never opens a conversation has no depth-1 adherence; its curve starts at
+    the first depth it was seen at, as every other model's starts at its first turn. Started
+    at depth 1 its curve, log loss and MSE were NaN although its chain was published.
+    """
+    checked = np.asarray(checked, dtype=float)
+    k = len(checked)
+    if not checked.shape[1]:
+        return np.full(k, np.nan), np.zeros(k, dtype=np.int64)
+    seen = checked > 0
+    first = np.where(seen.any(axis=1), seen.argmax(axis=1), 0)
+    rows = np.arange(k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.asarray(passes, dtype=float)[rows, first] / checked[rows, first]
+    return value, first
 
 
 def curve_losses(curve: np.ndarray, passes: np.ndarray, checked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

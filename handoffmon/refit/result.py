@@ -275,7 +275,8 @@ class MarkovFit:
         stationary_ci: interval of ``stationary``.
         half_life_turns: turns for the distance to ``stationary`` to halve; inf when
             the chain never moves, 0 when it mixes in one step.
-        initial: observed adherence at depth bucket 1 (start of the implied curve).
+        initial: observed adherence at depth bucket 1 (start of the implied curve); NaN for a
+            model never checked at depth 1, whose curve starts at its first bucket's adherence.
         log_loss: mean binomial cross-entropy of the implied curve vs observed checks.
         mse: mean squared error (Brier) of the curve's probability vs every observed check.
         n_transitions: pass/fail transitions used.

@@ -239,3 +239,39 @@ def test_pooled_delta_into_a_model_clusters_turns_not_checks(rules: int) -> None
     assert into.into_delta == pytest.approx(pair.delta, abs=1e-12)
     assert into.into_ci_low == pytest.approx(pair.ci_low, abs=3e-4)
     assert into.into_ci_high == pytest.approx(pair.ci_high, abs=3e-4)
+
+
+def _into_counts(with_one_conversation: bool) -> Counts:
+    """c's clean baseline: 400 one-check conversations at 90%; b→c: 400 one-check handoffs at
+    85%; a→c (optional): one ping-pong conversation of 40 handoffs into c, 30 passed."""
+    checks: dict[CheckKey, int] = {}
+    stats: dict[CellStatKey, int] = {}
+    cells = [("c", 360, 400, 400), ("b", 340, 400, 400)]
+    if with_one_conversation:
+        cells.append(("a", 30, 40, 1))
+    for prefix, x, n, g in cells:
+        checks[CheckKey("r", "c", prefix, "3-4", "pass")] = x
+        checks[CheckKey("r", "c", prefix, "3-4", "fail")] = n - x
+        size = n // g
+        y = x // g if g > 1 else x
+        ys = [1] * x + [0] * (n - x) if g > 1 else [y]
+        sums = (g, sum(v * v for v in ys), sum(v * size for v in ys), g * size * size)
+        for stat, v in zip(("conversations", "y2", "yn", "n2"), sums, strict=True):
+            stats[CellStatKey("r", "c", prefix, CELL_TOTAL, stat)] = v
+    for m in ("a", "b"):
+        checks[CheckKey("r", m, "none", "1", "pass")] = 100
+    return Counts(checks=checks, baseline_checks={k: v for k, v in checks.items() if k.prefix_model == "c"},
+                  cell_stats=stats)  # fmt: skip
+
+
+def test_delta_into_a_model_weights_each_cell_by_its_checks() -> None:
+    """The into arm's pass rate pools the cells by checks, so 40 checks of one conversation carry
+    9% of its weight as one cluster: adding them widens the interval (effective n 440²/(40·40 +
+    400) ≈ 97, not 400 + 40/40 = 401 from summing each cell's n/deff, which left it as it was)."""
+    settings = RefitConfig(min_n=30)
+    without, with_one = (
+        refit(_into_counts(w), buckets=BUCKETS, settings=settings, now=0).rules["r"].models["c"]
+        for w in (False, True)
+    )
+    assert with_one.into_n == 440 and without.into_n == 400
+    assert with_one.into_ci_high - with_one.into_ci_low > 1.3 * (without.into_ci_high - without.into_ci_low)

@@ -9,9 +9,11 @@ import pytest
 
 from handoffmon.counts import CheckKey, Counts, TransitionKey
 from handoffmon.depth import DepthBuckets
-from handoffmon.refit import refit
+from handoffmon.refit import RefitResult, refit
 from handoffmon.refit.cells import z_value
 from handoffmon.refit.markov import curve_losses, fit_markov, half_life, implied_curve
+from handoffmon.sim.counting import counts_from_rows
+from handoffmon.sim.population import PopModel, Population, simulate
 
 
 def simulate_transitions(p_tf: float, p_ft: float, a1: float, n_conv: int, turns: int, rng) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -168,3 +170,24 @@ def test_markov_intervals_cover_the_population_chain_when_conversations_differ()
             fit.stationary_ci[0] <= st <= fit.stationary_ci[1],
         ]
     assert 0.90 <= float(np.mean(hits)) <= 0.99
+
+
+def test_a_fallback_that_never_opens_a_conversation_gets_a_curve() -> None:
+    """A model routed to only on handoffs is never checked at depth 1. Its chain is published,
+    but its curve, log loss and MSE were NaN (started at a depth-1 adherence it has none of).
+    The curve now starts at its first bucket's observed adherence and is null before it; the
+    model that opens conversations keeps its depth-1 start."""
+    models = (PopModel("main", base=0.9, decay=0.004), PopModel("fallback", base=0.85, start=0.0))
+    pop = Population(models=models, handoff_rate=0.1, pingpong_share=0.0)
+    result = refit(counts_from_rows(simulate(pop, 3000, seed=1)), buckets=DepthBuckets(), now=0)
+    fit = result.rules["rule_a"]
+    curve, chain = fit.curves["fallback"], fit.markov["fallback"]
+    assert curve.n[0] == 0 and curve.n[1] > 500 and math.isnan(chain.initial)
+    assert math.isnan(curve.fitted[0]) and curve.fitted[1] == pytest.approx(curve.adherence[1], abs=0.02)
+    assert all(0.0 <= v <= 1.0 for v in curve.fitted[1:])
+    assert curve.fitted[-1] == pytest.approx(chain.stationary, abs=1e-6)  # deep buckets: at the chain's level
+    assert math.isfinite(chain.log_loss) and 0.0 < chain.mse < 0.25
+    main = fit.curves["main"]
+    assert main.fitted[0] == pytest.approx(fit.markov["main"].initial) == pytest.approx(main.adherence[0])
+    back = RefitResult.from_json(result.to_json()).rules["rule_a"].curves["fallback"]
+    assert math.isnan(back.fitted[0]) and back.fitted[1:] == curve.fitted[1:]
