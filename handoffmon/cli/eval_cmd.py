@@ -223,7 +223,8 @@ def run_cmd(
     Every row records the requested --model and the author that answered (after the
     router's fallbacks). A rerun resumes a run only when its seed, router deployment and
     canonical-name map are those its stored turns were made with; otherwise it stops
-    (exit 1) unless --discard-stale. Exit status 5 when some runs failed (rerun to resume).
+    (exit 1) unless --discard-stale. Exit status 4 when SCRIPTS hold no script, or --shapes
+    no production checks; 5 when some runs failed (rerun to resume).
     """
     from handoffmon.evals.results import build_result
     from handoffmon.evals.runner import Runner
@@ -350,7 +351,8 @@ def switch_matrix_cmd(
     """K×K prefix→suffix cells; prefixes cached on disk by (task, episode, prefix model).
 
     Cells are named by the author that answered each requested model (the names
-    production uses); exit status 5 when model calls failed (rerun resumes from the cache).
+    production uses); exit status 5 when model calls failed (rerun resumes from the cache),
+    4 when SCRIPTS hold no script or no pair reached --min-n (nothing is written then).
     The cache is reused only under the seed, router deployment and canonical-name map its
     entries were made with; otherwise it stops (exit 1) unless --discard-stale.
     """

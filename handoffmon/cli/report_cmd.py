@@ -44,9 +44,11 @@ def _read_truth(path: str | None) -> dict[str, Any] | None:
 )
 @click.option("--title", default="handoffmon — handoff risk report", show_default=True, help="Page title.")
 def report(refit_json: str, out: str, truth_path: str | None, title: str) -> None:
-    """Render REFIT_JSON (from `handoffmon refit` or `handoffmon demo`) as one offline HTML page."""
-    # exit 1: an unreadable or malformed REFIT_JSON, an --out that cannot be written; 4: REFIT_JSON
-    # holds no fit or no model (nothing is written then)
+    """Render REFIT_JSON (from `handoffmon refit` or `handoffmon demo`) as one offline HTML page.
+
+    Exit status 1 on an unreadable or malformed REFIT_JSON or --truth, or an --out that cannot
+    be written; 4 when REFIT_JSON holds no fit or no model. Nothing is written then.
+    """
     from handoffmon.refit.result import RefitResult
     from handoffmon.report import render_report
 

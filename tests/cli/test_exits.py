@@ -101,3 +101,33 @@ def test_a_missing_argument_or_option_is_a_usage_error_whatever_its_type(tmp_pat
         res = CliRunner().invoke(main, args)
         assert res.exit_code == ExitCode.USAGE, (args, res.output)
         assert message in res.output and "Usage: " in res.output and "error:" not in res.output
+
+
+STATUSES_BEYOND_ERROR = {
+    ("check",): {4},
+    ("ifeval",): {4},
+    ("refit",): {4},
+    ("report",): {4},
+    ("shapes", "export"): {4},
+    ("stats", "switch-matrix"): {4},
+    ("eval", "compare"): {3, 4},
+    ("eval", "run"): {4, 5},
+    ("eval", "switch-matrix"): {4, 5},
+}
+"""Each command that can end with an exit status above 1, and those statuses (the code's
+``fail(..., ExitCode.X)`` and ``NoDataError`` paths)."""
+
+
+def test_every_help_names_the_exit_statuses_its_command_can_end_with() -> None:
+    """`report --help` said nothing of its exit 4 (a refit with no fit or model), `eval run` and
+    `eval switch-matrix` only of 5, though both end with 4 on an empty script directory."""
+    import re
+
+    for path, statuses in STATUSES_BEYOND_ERROR.items():
+        res = CliRunner().invoke(main, [*path, "--help"], terminal_width=200)
+        assert res.exit_code == 0, path
+        text = " ".join(res.output.split("Options:")[0].split())
+        start = re.search(r"\bexit\b", text, re.IGNORECASE)
+        assert start is not None, (path, text)
+        said = text[start.start() :]
+        assert all(re.search(rf"\b{code}\b", said) for code in statuses), (path, said)
