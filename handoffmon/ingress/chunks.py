@@ -26,6 +26,12 @@ or not: each costs one stored fingerprint, so the bound keeps a hostile ``n`` fr
 state. A stream's choices at further indexes are skipped (not counted odd: the request asked
 for them)."""
 
+MAX_DEPLOYMENTS = 16
+"""Deployments a stream's reply is credited to (``StreamOutcome.deployment_ids``): a mid-stream
+fallback makes two. Past this many switches the last entry is replaced, so the first ones and
+the one that finished the reply are kept and a stream whose chunks alternate deployments
+cannot grow the turn's authors (each a stored name) with its length."""
+
 MAX_REPLY_CHARS = 16 * 1024 * 1024
 """Characters of text and tool-call arguments one reply (all its choices) may fold (the default of ``serve``'s
 ``proxy.max_monitored_reply_bytes`` for JSON replies): past it the folder keeps nothing more and
@@ -70,7 +76,8 @@ class StreamOutcome(NamedTuple):
         reply: the assistant message as a client would resend it (``role``, ``content`` —
             ``None`` when no text arrived — and ``tool_calls``), for recording and checking.
         deployment_ids: deployments that produced content, in order, consecutive duplicates
-            merged (two for a mid-stream fallback continuation; LiteLLM chunks only).
+            merged (two for a mid-stream fallback continuation; LiteLLM chunks only; at most
+            ``MAX_DEPLOYMENTS``, the last the one that produced the latest content).
         response_model: last model string a chunk reported.
         response_id: the completion id the chunks carried.
         finish_reason: last finish reason seen.
@@ -307,8 +314,13 @@ class ChunkFolder:
         ok, produced = self._delta(get(choice, "delta"), self._first)
         if produced:
             dep = hidden_params(chunk).get("model_id")
-            if type(dep) is str and dep and (not self._ids or self._ids[-1] != dep):
-                self._ids.append(dep)
+            ids = self._ids
+            if type(dep) is str and dep and (not ids or ids[-1] != dep):
+                if len(ids) >= MAX_DEPLOYMENTS:  # keep the first ones and the latest
+                    ids.pop()
+                    if ids[-1] == dep:
+                        return ok
+                ids.append(dep)
         return ok
 
     def _delta(self, delta: Any, reply: _Reply) -> tuple[bool, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from hypothesis import given, settings
@@ -231,3 +232,19 @@ def test_refusal_pieces_fold_into_refusal() -> None:
     assert out.reply == {"role": "assistant", "content": None, "refusal": "I can't help with that."}
     assert out.odd == 0
     assert _fold(_delta({"refusal": 5})).odd == 1
+
+
+def test_deployments_credited_are_bounded_and_keep_the_latest() -> None:
+    """A stream whose chunks alternate deployments credited the turn to one more author per
+    switch (200,000 for 200,000 chunks, each a stored name). At most MAX_DEPLOYMENTS are kept:
+    the first ones and the one that produced the latest content, never two alike in a row."""
+    from handoffmon.ingress.chunks import MAX_DEPLOYMENTS
+
+    def chunk(dep: str) -> dict[str, Any]:
+        return {**_delta({"content": "x"}), "_hidden_params": {"model_id": dep}}
+
+    out = _fold(*(chunk(f"d{i % 2}") for i in range(10_000)), chunk("d-last"))
+    ids = out.deployment_ids
+    assert len(ids) == MAX_DEPLOYMENTS and ids[:3] == ("d0", "d1", "d0") and ids[-1] == "d-last"
+    assert all(a != b for a, b in pairwise(ids))
+    assert _fold(chunk("a"), chunk("b"), chunk("b")).deployment_ids == ("a", "b")
