@@ -358,3 +358,27 @@ def test_compose_gives_litellm_the_master_key_it_refuses_to_start_without() -> N
     doc = (ROOT / "docs" / "operations" / "compose.md").read_text(encoding="utf-8")
     assert "export LITELLM_MASTER_KEY=sk-$(openssl rand -hex 16)" in doc
     assert '-H "Authorization: Bearer $LITELLM_MASTER_KEY"' in doc
+
+
+def test_k8s_grace_period_covers_serve_shutdown(tmp_path: Path) -> None:
+    """On SIGTERM serve answers /readyz 503 for proxy.drain_delay_s, lets in-flight requests
+    finish (uvicorn's timeout_graceful_shutdown) and drains its check queue
+    (pipeline.shutdown_timeout_s): the pod's terminationGracePeriodSeconds must outlast all three,
+    or the kubelet's SIGKILL cuts replies and drops the turns still queued."""
+    from handoffmon.config import load_config
+    from handoffmon.proxy.server import uvicorn_options
+
+    cm = next(d for d in _k8s_docs() if d["kind"] == "ConfigMap")
+    path = tmp_path / "handoffmon.yaml"
+    path.write_text(cm["data"]["handoffmon.yaml"], encoding="utf-8")
+    config = load_config(path, environ={})
+    budget = (
+        config.proxy.drain_delay_s
+        + uvicorn_options(config)["timeout_graceful_shutdown"]
+        + config.pipeline.shutdown_timeout_s
+    )
+    deployment = next(
+        d for d in _k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "handoffmon"
+    )
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= budget + 2, (grace, budget)
