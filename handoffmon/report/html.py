@@ -316,6 +316,13 @@ def _rule_section(result: RefitResult, rule: str, idx: int, truth: Mapping[str, 
     z = _z(result.confidence)
     hidden = "" if idx == 0 else " hidden"
     unit = "checks (turns × rules)" if rule == ALL_RULES else "checked turns"
+    if not every:  # empty axes and chart frames would read as a rendering fault: say why instead
+        return f"""
+<section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}" role="tabpanel"
+  aria-labelledby="tab-{idx}">
+  <div class="banner warn" role="status"><b>No model has a checked turn in this refit</b>: there is
+  nothing to chart yet. Refit again once the monitor has counted checked turns.</div>
+</section>"""
     markov = _markov_table(fit, models, truth, rule, result.markov_min_transitions)
     return f"""
 <section class="rule{hidden}" id="rule-{idx}" data-rule="{escape(rule)}" role="tabpanel"

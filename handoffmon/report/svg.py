@@ -137,8 +137,8 @@ def heatmap(
         top += _turned_extent(cols)
     left = max(96, CHAR_PX * _widest(rows) + 24)
     ticks, overhang = _column_ticks(cols, left, cw, top)
-    title_x = left + cw * len(cols) / 2
-    w = max(left + cw * len(cols) + 10 + round(overhang), round(title_x + 145))  # the axis title fits
+    title_x = max(left + cw * len(cols) / 2, 150)  # the axis title fits, even over a few columns
+    w = max(left + cw * len(cols) + 10 + round(overhang), round(title_x + 145))
     h = max(top + ch * len(rows) + 10, round(top + ch * len(rows) / 2 + 56))  # so does the rotated one
     out = [
         _open(

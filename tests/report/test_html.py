@@ -157,6 +157,21 @@ def test_empty_and_two_model_refits_render_without_errors() -> None:
     assert html.count('<section class="rule') == len(small.rules)
 
 
+def test_a_refit_of_no_model_says_so_and_a_one_model_heatmap_keeps_its_axis_title() -> None:
+    """No model: a banner says there is nothing to chart, instead of empty axes and frames (the
+    heatmap's axis title ran off its left edge). One model: the title is centred at least half
+    its width (~145 px, as the chart's right side allows) from the left edge."""
+    from handoffmon.counts import Counts
+    from handoffmon.report.svg import heatmap
+
+    empty = render_report(refit(Counts(), buckets=DepthBuckets(), now=0.0))
+    assert "No model has a checked turn in this refit" in empty
+    assert '<svg class="chart' not in empty
+    one = heatmap(["gpt-4o"], ["gpt-4o"], {}, 0.1)
+    title = re.search(r'<text x="([\d.]+)" y="16\.0" text-anchor="middle" class="axis-title">', one)
+    assert title is not None and float(title.group(1)) >= 145
+
+
 def test_sparse_depth_buckets_are_faded(result: RefitResult) -> None:
     """Buckets with fewer than 30 checked turns are drawn at reduced opacity, the others are not."""
     from handoffmon.report.svg import SPARSE_N
@@ -178,7 +193,7 @@ def test_riskiest_paths_include_pairs_never_observed_and_empty_matrix_says_why(r
     assert f"{worst.prefix_model} → {worst.model}</td><td><b>{100 * worst.risk:+.1f}" in table
     assert "No handoff pair has reached" not in section
     empty = render_report(refit(Counts(), buckets=DepthBuckets(), now=0.0))
-    assert "No handoff pair has reached" in empty
+    assert "No model has a checked turn in this refit" in empty
 
 
 def test_report_command_refuses_a_refit_of_no_counts(tmp_path: Path) -> None:
