@@ -11,6 +11,7 @@ Skips locally (fails under ``CI=true``) when the binary is missing.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
@@ -19,7 +20,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,15 @@ class PromServer:
     proc: subprocess.Popen[bytes]
     data_dir: Path
     log_path: Path
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with every request of these helpers (basic auth when the server requires it)."""
 
     def api(self, path: str, params: dict[str, str] | None = None, timeout_s: float = 10.0) -> Any:
         """GET ``/api/v1/<path>``; returns ``data`` or raises ``PromQueryError`` with the error text."""
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        request = urllib.request.Request(f"{self.url}/api/v1/{path}{query}", headers=self.headers)
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/{path}{query}", timeout=timeout_s) as resp:
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
                 body = json.load(resp)
         except urllib.error.HTTPError as exc:
             body = json.load(exc)
@@ -141,6 +145,7 @@ def prometheus_server(
     start_timeout_s: float = 30.0,
     scrape_configs: Sequence[dict[str, Any]] | None = None,
     alertmanagers: Sequence[str] = (),
+    basic_auth: tuple[str, str, str] | None = None,
 ) -> Iterator[PromServer]:
     """Start Prometheus on a free loopback port with a temp TSDB; stop it on exit.
 
@@ -153,6 +158,8 @@ def prometheus_server(
         start_timeout_s: how long to wait for ``/-/ready``.
         scrape_configs: full scrape configs instead of one job over ``targets``.
         alertmanagers: Alertmanager ``host:port`` addresses to send alerts to.
+        basic_auth: (user, password, its bcrypt hash): every endpoint then requires HTTP basic
+            auth (``--web.config.file``); the helpers send it.
     """
     binary = require_binary("prometheus")
     port = free_port()
@@ -175,9 +182,16 @@ def prometheus_server(
         "--storage.tsdb.retention.time=1h",
         "--log.level=warn",
     ]
+    headers: dict[str, str] = {}
+    if basic_auth is not None:
+        user, password, hashed = basic_auth
+        web = tmp_path / "web.yml"
+        web.write_text(yaml.safe_dump({"basic_auth_users": {user: hashed}}), encoding="utf-8")
+        args.append(f"--web.config.file={web}")
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    server = PromServer(url=f"http://127.0.0.1:{port}", proc=proc, data_dir=data_dir, log_path=log_path)
+    server = PromServer(f"http://127.0.0.1:{port}", proc, data_dir, log_path, headers)
     try:
         if not server.wait_for(lambda: _ready(server), start_timeout_s, 0.2):
             raise AssertionError(f"prometheus did not become ready:\n{server.log_tail()}")
@@ -195,7 +209,8 @@ def _ready(server: PromServer) -> bool:
     if server.proc.poll() is not None:
         raise AssertionError(f"prometheus exited with {server.proc.returncode}:\n{server.log_tail()}")
     try:
-        with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as resp:
+        request = urllib.request.Request(f"{server.url}/-/ready", headers=server.headers)
+        with urllib.request.urlopen(request, timeout=1) as resp:
             return bool(resp.status == 200)
     except OSError:
         return False

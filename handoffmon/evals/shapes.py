@@ -531,32 +531,27 @@ def prometheus_history_tokens(
     base_url: str, *, match: str | None = None, timeout_s: float = 10.0
 ) -> dict[str, Any]:
     """Percentiles of ``handoffmon_history_tokens`` over all depth buckets (histogram_quantile),
-    restricted to the series ``match`` selects (``{job="prod"}``; None = all).
+    restricted to the series ``match`` selects (``{job="prod"}``; None = all), read as the
+    Prometheus source reads (its credentials and headers).
 
     Returns ``{}`` when the histogram has no data; raises ``SourceError`` when unreachable.
     """
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
     from handoffmon.sources import SourceError
-    from handoffmon.sources.prometheus import parse_match, select
+    from handoffmon.sources.prometheus import PrometheusSource, select
 
-    buckets = select("handoffmon_history_tokens_bucket", parse_match(match))
-    url = base_url.replace("prometheus://", "http://", 1).rstrip("/") + "/api/v1/query"
+    source = PrometheusSource(base_url, match=match, timeout_s=timeout_s)
+    buckets = select("handoffmon_history_tokens_bucket", source.matchers)
     out: dict[str, Any] = {}
     for q in PERCENTILES:
         query = f"histogram_quantile({q / 100}, sum by (le) ({buckets}))"
-        try:
-            with urllib.request.urlopen(
-                f"{url}?{urllib.parse.urlencode({'query': query})}", timeout=timeout_s
-            ) as r:
-                body = json.loads(r.read().decode("utf-8"))
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise SourceError(f"cannot query history tokens at {url}: {exc}") from exc
-        result = (body.get("data") or {}).get("result") or []
+        result = source.query(query, what="handoffmon_history_tokens")
         if result:
-            value = float(result[0]["value"][1])
+            try:
+                value = float(result[0]["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise SourceError(
+                    f"malformed Prometheus series for handoffmon_history_tokens: {exc}"
+                ) from exc
             if math.isfinite(value):
                 out[f"p{q}"] = value
     return out

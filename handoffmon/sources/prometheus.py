@@ -22,17 +22,28 @@ false``) and has no switch costs.
 A ``match`` selector such as ``{job="prod",namespace="llm"}`` restricts every query to
 one deployment; without it every handoffmon a Prometheus scrapes (staging and
 production, two teams) is summed into one refit.
+
+A Prometheus behind authentication (Grafana Mimir or Cloud, Thanos or Cortex with tenants,
+an OAuth or kube-rbac proxy) is read with credentials in the URL
+(``https://user:password@host``: HTTP basic auth), a bearer token
+(``HANDOFFMON_PROMETHEUS_TOKEN``, or ``HANDOFFMON_PROMETHEUS_TOKEN_FILE``: a file such as a
+mounted service-account token, read when the source is built) and extra headers
+(``HANDOFFMON_PROMETHEUS_HEADERS``: ``Name: value`` lines, e.g. ``X-Scope-OrgID: team-a``).
+Credentials never appear in the source's label, the refit JSON or error messages, and are
+not sent on to another host when Prometheus redirects.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from handoffmon.counts import CellStatKey, CheckKey, Counts, ShadowKey, TransitionKey, TurnKey
@@ -55,8 +66,100 @@ _SELECTOR = re.compile(rf"^\{{{_MATCHER}(?:,{_MATCHER})*,?\s*\}}$")
 _DURATION = re.compile(r"^(?:\d+(?:ms|[smhdwy]))+$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
-Fetch = Callable[[str, dict[str, str]], dict[str, Any]]
+Fetch = Callable[[str, dict[str, str]], Any]
 """(url, params) → decoded JSON body; injectable for tests."""
+
+TOKEN_ENV = "HANDOFFMON_PROMETHEUS_TOKEN"
+"""A bearer token for the Prometheus source (``Authorization: Bearer …``)."""
+TOKEN_FILE_ENV = "HANDOFFMON_PROMETHEUS_TOKEN_FILE"
+"""A file holding that token (a mounted Kubernetes service-account token), read when the
+source is built."""
+HEADERS_ENV = "HANDOFFMON_PROMETHEUS_HEADERS"
+"""Extra request headers for the Prometheus source, one ``Name: value`` per line (or
+separated by ``;``), e.g. ``X-Scope-OrgID: team-a`` for a multi-tenant Mimir, Cortex or Thanos."""
+MAX_TOKEN_CHARS = 65536
+"""Longest bearer token read from ``HANDOFFMON_PROMETHEUS_TOKEN_FILE``."""
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without the ``user:password@`` of its authority, and the basic-auth header they
+    make (``{}`` when there are none). The user and password are percent-decoded.
+
+    Raises:
+        SourceError: the URL's port is not a number (the message leaves the credentials out).
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, {}
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise SourceError(f"{host}: the source URL's port is not a number") from exc
+    netloc = f"{host}:{port}" if port is not None else host
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
+
+
+def auth_headers(environ: Mapping[str, str]) -> dict[str, str]:
+    """The request headers ``HANDOFFMON_PROMETHEUS_TOKEN`` (or ``_TOKEN_FILE``) and
+    ``HANDOFFMON_PROMETHEUS_HEADERS`` ask for.
+
+    Raises:
+        SourceError: both token variables set, an unreadable or empty token file, a malformed
+            header line (each message names the variable, never the secret).
+    """
+    out: dict[str, str] = {}
+    for line in re.split(r"[\n;]", environ.get(HEADERS_ENV, "")):
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not _HEADER_NAME.match(name) or not value or any(c in value for c in "\r\n\0"):
+            shown = name if _HEADER_NAME.match(name) else "a line"
+            raise SourceError(f"{HEADERS_ENV}: {shown} is not a 'Name: value' header line")
+        out[name] = value
+    token, path = environ.get(TOKEN_ENV, ""), environ.get(TOKEN_FILE_ENV, "")
+    if token and path:
+        raise SourceError(f"set {TOKEN_ENV} or {TOKEN_FILE_ENV}, not both")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                token = fh.read(MAX_TOKEN_CHARS + 1).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SourceError(f"{TOKEN_FILE_ENV}: cannot read {path}: {exc}") from exc
+        if not token:
+            raise SourceError(f"{TOKEN_FILE_ENV}: {path} is empty")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise SourceError(
+                f"{TOKEN_FILE_ENV}: {path} holds over {MAX_TOKEN_CHARS} characters: not a token"
+            )
+    token = token.strip()
+    if token:
+        if any(c in token for c in "\r\n\0 "):
+            raise SourceError(f"{TOKEN_FILE_ENV if path else TOKEN_ENV}: the token holds whitespace")
+        if any(k.lower() == "authorization" for k in out):
+            raise SourceError(f"{HEADERS_ENV} sets Authorization and a bearer token is set too")
+        out["Authorization"] = f"Bearer {token}"
+    return out
+
+
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, without the credentials when one leads to another host."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if (
+            new is not None
+            and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc
+        ):
+            new.remove_header("Authorization")
+        return new
 
 
 def parse_duration(window: str) -> float:
@@ -89,13 +192,15 @@ def select(metric: str, matchers: str) -> str:
     return f"{metric}{{{matchers}}}" if matchers else metric
 
 
-def _urllib_fetch(timeout_s: float) -> Fetch:
-    def fetch(url: str, params: dict[str, str]) -> dict[str, Any]:
+def _urllib_fetch(timeout_s: float, headers: Mapping[str, str] | None = None) -> Fetch:
+    opener = urllib.request.build_opener(_SameHostRedirects)
+    sent = dict(headers or {})
+
+    def fetch(url: str, params: dict[str, str]) -> Any:
         full = f"{url}?{urllib.parse.urlencode(params)}"
         try:
-            with urllib.request.urlopen(full, timeout=timeout_s) as resp:
-                body: dict[str, Any] = json.loads(resp.read().decode("utf-8"))
-                return body
+            with opener.open(urllib.request.Request(full, headers=sent), timeout=timeout_s) as resp:
+                return json.loads(resp.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:300]
             raise SourceError(f"Prometheus query failed ({exc.code}) at {url}: {detail}") from exc
@@ -118,6 +223,11 @@ class PrometheusSource:
         timeout_s: per-query HTTP timeout.
         fetch: transport override (tests); default uses ``urllib``.
         clock: evaluation time source.
+        environ: where ``HANDOFFMON_PROMETHEUS_TOKEN``, ``_TOKEN_FILE`` and ``_HEADERS`` are
+            read (default: the process environment).
+
+    Raises:
+        SourceError: a malformed ``window``, ``match`` or authentication setting.
     """
 
     def __init__(
@@ -129,14 +239,23 @@ class PrometheusSource:
         timeout_s: float = 10.0,
         fetch: Fetch | None = None,
         clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         if base_url.startswith("prometheus://"):
             base_url = "http://" + base_url[len("prometheus://") :]
+        base_url, headers = split_credentials(base_url)
         self.base_url = base_url.rstrip("/")
+        """The URL queried, without credentials."""
         self.window = window
         self.window_s = parse_duration(window) if window else None
         self.matchers = parse_match(match)
-        self._fetch = fetch or _urllib_fetch(timeout_s)
+        extra = auth_headers(os.environ if environ is None else environ)
+        if headers and any(k.lower() == "authorization" for k in extra):
+            raise SourceError(
+                f"the source URL carries a user and password and {TOKEN_ENV}, {TOKEN_FILE_ENV} or "
+                f"{HEADERS_ENV} sets Authorization too: use one"
+            )
+        self._fetch = fetch or _urllib_fetch(timeout_s, {**headers, **extra})
         self._clock = clock
 
     @property
@@ -150,23 +269,38 @@ class PrometheusSource:
         inner = f"increase({series}[{self.window}])" if self.window else series
         return f"sum by ({', '.join(by)}) ({inner})" if by else f"sum({inner})"
 
+    def query(self, expr: str, at: float | None = None, *, what: str | None = None) -> list[dict[str, Any]]:
+        """Run one instant query (at ``at``, default now); its result series (a vector).
+
+        Raises:
+            SourceError: unreachable, an error answer, or a body that is not a vector result
+                (named by ``what``, default the query).
+        """
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        body = self._fetch(f"{self.base_url}/api/v1/query", params)
+        what = what or expr
+        if not isinstance(body, dict):
+            raise SourceError(f"{self.base_url} answered the query for {what} with no Prometheus API body")
+        if body.get("status") != "success":
+            raise SourceError(f"Prometheus query for {what} failed: {body.get('error', body)}")
+        data = body.get("data")
+        data = data if isinstance(data, dict) else {}
+        if data.get("resultType") != "vector":
+            raise SourceError(f"Prometheus returned {data.get('resultType')!r} for {what}, expected vector")
+        result = data.get("result", [])
+        if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
+            raise SourceError(f"malformed Prometheus result for {what}: {str(result)[:200]}")
+        return result
+
     def vector(self, metric: str, by: tuple[str, ...], at: float) -> list[tuple[dict[str, str], int]]:
         """Run one instant query; returns (labels, rounded value) per series."""
-        body = self._fetch(
-            f"{self.base_url}/api/v1/query", {"query": self.query_for(metric, by), "time": f"{at:.3f}"}
-        )
-        if body.get("status") != "success":
-            raise SourceError(f"Prometheus query for {metric} failed: {body.get('error', body)}")
-        data = body.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise SourceError(f"Prometheus returned {data.get('resultType')!r} for {metric}, expected vector")
         out = []
-        for series in data.get("result", []):
+        for series in self.query(self.query_for(metric, by), at, what=metric):
             try:
                 value = round(float(series["value"][1]))
                 labels = {k: str(series["metric"].get(k, "")) for k in by}
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
-                raise SourceError(f"malformed Prometheus series for {metric}: {series!r}") from exc
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                raise SourceError(f"malformed Prometheus series for {metric}: {str(series)[:200]}") from exc
             if value > 0:
                 out.append((labels, value))
         return out

@@ -79,12 +79,43 @@ CANNED = {
 }
 
 
+def reply(
+    handler: BaseHTTPRequestHandler, code: int, body: bytes, content_type: str = "application/json"
+) -> None:
+    """Send ``body`` with ``code`` from a request handler."""
+    handler.send_response(code)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """Serve ``handler`` on a free loopback port (yielded) in a thread; shut down on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @contextmanager
 def fake_prometheus() -> Iterator[tuple[str, list[dict[str, str]]]]:
     """A loopback HTTP server answering /api/v1/query with canned vectors; records queries."""
     seen: list[dict[str, str]] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             url = urllib.parse.urlparse(self.path)
             params = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
@@ -95,21 +126,7 @@ def fake_prometheus() -> Iterator[tuple[str, list[dict[str, str]]]]:
                 body, code = {"status": "error", "errorType": "bad_data", "error": "unknown"}, 400
             else:
                 body, code = CANNED[metric], 200
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply(self, code, json.dumps(body).encode())
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"prometheus://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_server(Handler) as port:
+        yield f"prometheus://127.0.0.1:{port}", seen
