@@ -235,7 +235,9 @@ class Attributor:
             indices: list[int] = []
             chains: list[int] = []
             contents: list[int] = []
-            snapshot: list[dict[str, str]] | None = [] if seed == CHAIN_SEED else None
+            # copied only when the cache could keep it: every message costs at least its overhead
+            keepable = seed == CHAIN_SEED and self._prefixes.could_keep(len(messages))
+            snapshot: list[dict[str, str]] | None = [] if keepable else None
         else:
             start, h, chars, held, prev_role, prev_bytes, indices, chains, contents, snapshot = resumed
         min_chars = self.min_content_chars

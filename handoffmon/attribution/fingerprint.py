@@ -224,6 +224,11 @@ class PrefixCache:
         self._bytes -= hit[0]
         return (hit[1], hit[2]) if len(hit[1]) == length else None
 
+    def could_keep(self, messages: int) -> bool:
+        """Whether a history of this many messages may fit (whatever their characters): the
+        attributor copies a history only then (a copy of a 1M-message history was ~190 MB)."""
+        return messages * self.MESSAGE_OVERHEAD_BYTES <= self.max_bytes >> 4
+
     def remember(self, history: list[dict[str, str]], held_chars: int, state: tuple[Any, ...]) -> None:
         """Keep a non-empty history copy (which the caller no longer changes) and its state."""
         size = held_chars + len(history) * self.MESSAGE_OVERHEAD_BYTES

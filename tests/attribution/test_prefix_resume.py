@@ -117,3 +117,22 @@ def test_a_repeated_history_resumes() -> None:
     assert resumed[0] is not None
     history[1] = {"role": "assistant", "content": "edited"}
     assert _fields(a, history) == _fields(Attributor(MemoryStore()), tuple(history))
+
+
+def test_a_history_too_long_to_keep_is_not_copied() -> None:
+    """The scan copied every history for the resume cache and only then found it too large to
+    keep: 50,000 messages held ~9.6 MB more while they were scanned (~190 MB for a million).
+    A history that cannot fit is not copied (its texts cached, the scan holds ~1 KB)."""
+    import tracemalloc
+
+    attributor = Attributor(MemoryStore())
+    history = [{"role": "user", "content": f"m{i % 500}"} for i in range(50_000)]
+    attributor.attribute(history)  # the texts cached, as a client's next turn finds them
+    tracemalloc.start()
+    try:
+        ctx = attributor.attribute(history)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ctx.history_chars == sum(len(m["content"]) for m in history) and not ctx.degraded
+    assert peak < 1_000_000
