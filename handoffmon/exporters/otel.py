@@ -152,17 +152,82 @@ def span_attributes(result: TurnResult) -> dict[str, Any]:
     return attrs
 
 
-def content_attributes(content: TurnContent, finish_reason: str | None) -> dict[str, str]:
-    """``gen_ai.input.messages`` / ``gen_ai.output.messages`` as JSON (opt-in only)."""
-    inputs = [
-        {"role": m.role, "parts": [{"type": "text", "content": m.content}]} for m in content.input_messages
-    ]
-    output: dict[str, Any] = {
-        "role": "assistant",
-        "parts": [{"type": "text", "content": content.output_text}],
-    }
+MAX_CONTENT_BYTES = 64 * 1024
+"""Budget of each captured content attribute, in UTF-8 bytes of its JSON. The history grows
+with every turn and is captured again on each one; unbounded, one deep conversation made spans
+of megabytes, and an OTLP exporter refuses a batch over its message limit (gRPC: 4 MiB) whole,
+the application's own spans with it."""
+CONTENT_TRUNCATED = "handoffmon.content_truncated"
+INPUT_MESSAGES_DROPPED = "handoffmon.input_messages_dropped"
+
+
+def _text_part(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": text}]}
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    """The longest start of ``text`` whose JSON string fits ``max_bytes`` (whole characters)."""
+    lo, hi = 0, min(len(text), max_bytes)  # a character takes at least one byte
+    while lo < hi:  # JSON escaping makes the size of a prefix only monotonic: bisect it
+        mid = (lo + hi + 1) // 2
+        if len(json.dumps(text[:mid]).encode()) <= max_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
+def _fit(message: dict[str, Any], text: str, max_bytes: int) -> tuple[dict[str, Any], bool]:
+    """``message`` whose text part is cut so its JSON fits ``max_bytes``; whether it was cut."""
+    if len(text) <= max_bytes and len(json.dumps(message).encode()) <= max_bytes:
+        return message, False
+    envelope = len(json.dumps(dict(message, parts=[{"type": "text", "content": ""}])).encode())
+    room = max_bytes - envelope + 2  # the empty string's quotes are counted by _cut
+    return dict(message, parts=[{"type": "text", "content": _cut(text, max(room, 2))}]), True
+
+
+def content_attributes(
+    content: TurnContent, finish_reason: str | None, max_bytes: int = MAX_CONTENT_BYTES
+) -> dict[str, Any]:
+    """``gen_ai.input.messages`` / ``gen_ai.output.messages`` as JSON (opt-in only).
+
+    Each stays within ``max_bytes``: the oldest input messages are dropped first (their count
+    in ``handoffmon.input_messages_dropped``), then the text of the newest one, or of the
+    reply, is cut from its end (``handoffmon.content_truncated``). Only what is kept is encoded.
+    """
+    messages = content.input_messages
+    output = _text_part("assistant", content.output_text)
     output["finish_reason"] = finish_reason or "stop"
-    return {INPUT_MESSAGES: json.dumps(inputs), OUTPUT_MESSAGES: json.dumps([output])}
+    # JSON escapes a character into at most 6 bytes; a part's envelope is under 80 with its role
+    bound = sum(6 * (len(m.content) + len(m.role)) + 80 for m in messages)
+    if (
+        bound <= max_bytes
+        and 6 * (len(content.output_text) + len(output["finish_reason"])) + 100 <= max_bytes
+    ):
+        inputs = [_text_part(m.role, m.content) for m in messages]
+        return {INPUT_MESSAGES: json.dumps(inputs), OUTPUT_MESSAGES: json.dumps([output])}
+    kept: list[dict[str, Any]] = []
+    cut_in, total = False, 2  # the list's brackets
+    for m in reversed(messages):  # newest first: keep the longest recent run that fits
+        if not kept:
+            part, cut_in = _fit(_text_part(m.role, m.content), m.content, max_bytes - 2)
+        elif len(m.content) > max_bytes:
+            break
+        else:
+            part = _text_part(m.role, m.content)
+        size = len(json.dumps(part).encode()) + (2 if kept else 0)  # ", " between items
+        if kept and total + size > max_bytes:
+            break
+        kept.append(part)
+        total += size
+    kept.reverse()
+    output, cut_out = _fit(output, content.output_text, max_bytes - 2)
+    attrs: dict[str, Any] = {INPUT_MESSAGES: json.dumps(kept), OUTPUT_MESSAGES: json.dumps([output])}
+    if len(kept) < len(messages):
+        attrs[INPUT_MESSAGES_DROPPED] = len(messages) - len(kept)
+    if cut_in or cut_out:
+        attrs[CONTENT_TRUNCATED] = True
+    return attrs
 
 
 def evaluation_attributes(

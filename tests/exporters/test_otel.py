@@ -531,3 +531,36 @@ def test_monitoring_health_series_exist_at_zero_before_any_failure(reader: InMem
     exporter.count_error("check")
     errors = {k: p.value for k, p in points(reader, "handoffmon_monitor_errors").items()}
     assert errors[(("stage", "check"),)] == 1 and sum(errors.values()) == 1
+
+
+def test_captured_content_is_bounded_keeping_the_newest_messages(spans: InMemorySpanExporter) -> None:
+    """A 400-message history of 1 kB messages and a 1 MB reply (opt-in capture): each content
+    attribute stays within 64 KiB of JSON (unbounded, the span carried 2.4 MB and 1.4 MB, and an
+    OTLP batch over its limit is refused whole): the newest messages are kept, whole and in
+    order, the number dropped is said, and the reply's text is its start."""
+    from handoffmon.exporters.otel import MAX_CONTENT_BYTES
+    from handoffmon.types import Message, TurnContent
+
+    history = tuple(
+        Message("user" if i % 2 == 0 else "assistant", f"{i:03d} " + "é" * 996) for i in range(400)
+    )
+    reply = "ab\n" * 350_000
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    exporter = OTelExporter(
+        tracer_provider=tp, meter_provider=MeterProvider(), capture_content=True, span="own"
+    )
+    assert exporter.export(make_result(content=TurnContent(history, reply)))
+    (span,) = spans.get_finished_spans()
+    attrs = span.attributes
+    inputs, outputs = attrs["gen_ai.input.messages"], attrs["gen_ai.output.messages"]
+    assert len(inputs.encode()) <= MAX_CONTENT_BYTES and len(outputs.encode()) <= MAX_CONTENT_BYTES
+    kept = json.loads(inputs)
+    assert kept == [
+        {"role": m.role, "parts": [{"type": "text", "content": m.content}]} for m in history[-len(kept) :]
+    ]
+    assert len(kept) >= 8 and attrs["handoffmon.input_messages_dropped"] == 400 - len(kept)
+    (out,) = json.loads(outputs)
+    text = out["parts"][0]["content"]
+    assert reply.startswith(text) and len(text) > 10_000 and out["finish_reason"] == "stop"
+    assert attrs["handoffmon.content_truncated"] is True
