@@ -15,6 +15,13 @@ CheckVerdict = Literal["pass", "fail", "not_applicable"]
 """What a checker may answer. ``error`` is reserved for the rule runner (raise / over budget)."""
 
 _MISSING: Any = object()
+
+OVERRUN = 8.0
+"""A check whose predicted CPU time (reply length × ``Checker.cost``) is over this many times
+its budget is not run: ``error`` / ``too_large``. Costs are the worst shapes measured on a
+loaded 2-core VM (Punkt on ``a. a. a.`` costs 8 times what it does on prose); the margin
+keeps ordinary long replies checked (a sentence count runs up to 72,700 characters under the
+default 50 ms), while a 10 MB reply can no longer hold a worker for 40 s."""
 _T = TypeVar("_T")
 
 
@@ -115,6 +122,13 @@ class Params:
             raise ParamError("", "params must be a mapping")
         self._raw = dict(raw)
         self._seen: set[builtins.str] = set()
+        self.cost: builtins.float | None = None
+        """Set by a factory whose cost depends on its params (:meth:`set_cost`)."""
+
+    def set_cost(self, ns_per_char: builtins.float) -> None:
+        """The built check's worst CPU cost per reply character, in nanoseconds, when it
+        depends on the params (a unit, a number of keywords); else the spec's ``cost`` holds."""
+        self.cost = ns_per_char
 
     def _get(self, key: builtins.str, default: Any) -> Any:
         self._seen.add(key)
@@ -240,12 +254,17 @@ class CheckerSpec:
         factory: builds the check function from params.
         stateful: reads ``CheckContext.previous_value`` (the rule runner then sets ``ctx.rule``).
         summary: one line for docs and ``--help``.
+        cost: worst CPU time per reply character in nanoseconds, as measured on hostile shapes
+            (0: unknown, never refused). The rule runner refuses a reply whose predicted time
+            is over :data:`OVERRUN` times its budget (``error`` / ``too_large``), since Python
+            cannot stop a check once it runs. A factory can refine it (:meth:`Params.set_cost`).
     """
 
     name: str
     factory: CheckerFactory
     stateful: bool = False
     summary: str = ""
+    cost: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +274,12 @@ class Checker:
     kind: str
     fn: CheckFn
     stateful: bool = False
+    cost: float = 0.0
+    """Worst CPU nanoseconds per reply character (``CheckerSpec.cost``); 0 = unknown."""
+
+    def max_chars(self, budget_s: float) -> int | None:
+        """The longest reply this check may be given under ``budget_s`` (``None``: no limit)."""
+        return int(budget_s * OVERRUN * 1e9 / self.cost) if self.cost > 0 else None
 
     def __call__(self, reply: str, ctx: CheckContext) -> CheckOutcome:
         """Run the check."""
@@ -286,11 +311,14 @@ class CheckerRegistry:
         stateful: bool = False,
         summary: str = "",
         replace: bool = False,
+        cost: float = 0.0,
     ) -> None:
-        """Add a checker kind; refuses to shadow an existing name unless ``replace``."""
+        """Add a checker kind; refuses to shadow an existing name unless ``replace``.
+
+        ``cost``: worst CPU nanoseconds per reply character (see ``CheckerSpec.cost``)."""
         if name in self._specs and not replace:
             raise ValueError(f"checker {name!r} is already registered")
-        self._specs[name] = CheckerSpec(name, factory, stateful, summary)
+        self._specs[name] = CheckerSpec(name, factory, stateful, summary, cost)
 
     def __contains__(self, name: object) -> bool:
         return name in self._specs
@@ -318,7 +346,7 @@ class CheckerRegistry:
                 raise typo from exc
             raise
         p.finish()
-        return Checker(name, fn, spec.stateful)
+        return Checker(name, fn, spec.stateful, spec.cost if p.cost is None else p.cost)
 
     def copy(self) -> CheckerRegistry:
         """An independent registry with the same kinds."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from handoffmon.checkers.base import (
+    OVERRUN,
     CheckContext,
     Checker,
     CheckerRegistry,
@@ -39,6 +40,7 @@ __all__ = ["METADATA_KEY", "REQUEST_SOURCE", "Rule", "RuleSet", "Scope"]
 
 _log = logging.getLogger("handoffmon.checkers")
 _VALID_VERDICTS = frozenset({"pass", "fail", "not_applicable"})
+_OVERRUN_NS = OVERRUN * 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +95,13 @@ class Rule:
         core (application threads, other processes) is not charged to the checker, so a
         busy host does not turn into error verdicts. Python cannot pre-empt a running
         function, so an over-budget check is detected after it returns (RE2 keeps regex
-        time linear; size caps keep the rest bounded). ``duration_s`` is wall time.
+        time linear; size caps keep the rest bounded). A reply too long for the checker to
+        finish within ``OVERRUN`` × the budget (its measured ``cost`` per character) is not
+        run: ``error`` / ``too_large``. ``duration_s`` is wall time.
         """
         checker = self.checker
+        if checker.cost > 0 and len(reply) * checker.cost > self.budget_s * _OVERRUN_NS:
+            return CheckResult(self.name, "error", "too_large", 0.0)
         start, cpu_start = time.perf_counter(), time.thread_time()
         try:
             c = replace(ctx, rule=self.name) if checker.stateful else ctx

@@ -135,6 +135,12 @@ def phrase_prefilter(phrases: tuple[str, ...], *, case_sensitive: bool) -> Any:
     return may_match
 
 
+def _alternation_cost(keywords: tuple[str, ...]) -> float:
+    """Worst ns per character of one alternation: the prefilter scans once per keyword
+    (100 keywords: 80 ns per character of ASCII words)."""
+    return max(30.0, 1.5 * len(keywords))
+
+
 def _keyword_params(p: Params) -> tuple[tuple[str, ...], bool, bool]:
     return p.str_list("keywords"), p.bool("case_sensitive", False), p.bool("whole_word", True)
 
@@ -146,6 +152,7 @@ def keywords_present(p: Params) -> CheckFn:
     if require == "any":
         rx = any_phrase_regex(keywords, key="keywords", case_sensitive=case_sensitive, whole_word=whole_word)
         may_match = phrase_prefilter(keywords, case_sensitive=case_sensitive)
+        p.set_cost(_alternation_cost(keywords))
 
         def check_any(reply: str, ctx: CheckContext) -> CheckOutcome:
             text = clean_text(reply)
@@ -159,6 +166,7 @@ def keywords_present(p: Params) -> CheckFn:
         )
         for k in keywords
     ]
+    p.set_cost(max(30, 10 * len(each)))  # one RE2 search per keyword: ~4 ns per character each
 
     def check_all(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)
@@ -173,6 +181,7 @@ def keywords_absent(p: Params) -> CheckFn:
     keywords, case_sensitive, whole_word = _keyword_params(p)
     rx = any_phrase_regex(keywords, key="keywords", case_sensitive=case_sensitive, whole_word=whole_word)
     may_match = phrase_prefilter(keywords, case_sensitive=case_sensitive)
+    p.set_cost(_alternation_cost(keywords))
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)

@@ -145,3 +145,34 @@ def test_regex_bomb_is_linear_with_re2() -> None:
     verdict, _, elapsed = _run("regex_must_match", {"pattern": r"(a+)+$"}, "a" * MB + "!")
     assert verdict == "fail"
     assert elapsed < 0.5
+
+
+TEN_MB = 10 * MB
+HUGE = (
+    "The quick brown fox, e.g. Mr. SMITH, jumps. a. a. a.\n* item\n- x\n1. y\n\n"
+    "abc\x00\u202edef\u200b\u200dghi \ud800 ע ت 你好，世界。{}[]<>\n"
+)
+HUGE = (HUGE * (TEN_MB // len(HUGE) + 1))[:TEN_MB]
+
+
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    GENERAL
+    + [(f"ifeval:{i}", IFEVAL_KWARGS.get(i, {})) for i in sorted(INSTRUCTIONS)]
+    + [(f"ifeval_loose:{i}", IFEVAL_KWARGS.get(i, {})) for i in sorted(INSTRUCTIONS)],
+    ids=[f"{k}-{i}" for i, (k, _) in enumerate(GENERAL)]
+    + sorted(INSTRUCTIONS)
+    + [f"loose-{i}" for i in sorted(INSTRUCTIONS)],
+)
+def test_ten_mb_reply_costs_at_most_a_few_budgets(kind: str, params: dict[str, object]) -> None:
+    """A 10 MB reply (prose, Punkt-hard ``a. a.``, markdown, NUL, bidi, zero-width, lone
+    surrogates, CJK) under the default 50 ms budget: a verdict or ``error``, never more than a
+    second of CPU (capital-word counting took 39 s before replies were sized against the
+    checker's cost, Punkt sentences 11 s)."""
+    rule = Rule("r", REG.build(kind, params), budget_s=0.05)
+    ctx = CheckContext(user_message="Are you sure?", previous={"r": "a"})
+    start = time.process_time()
+    res = rule.run(HUGE, ctx)
+    elapsed = time.process_time() - start
+    assert res.verdict in VALID or res.reason in ("too_large", "over_budget"), (res.verdict, res.reason)
+    assert elapsed < 1.0, f"{kind} on 10 MB took {elapsed:.2f}s ({res.verdict}/{res.reason})"

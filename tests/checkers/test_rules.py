@@ -9,6 +9,7 @@ import pytest
 
 from handoffmon.checkers import (
     CheckContext,
+    CheckerRegistry,
     CheckOutcome,
     RequestRulePolicy,
     RuleSet,
@@ -302,3 +303,47 @@ def test_scope_that_raises_is_an_error_verdict_and_later_rules_run() -> None:
         ("b", "error", "scope_error"),
         ("c", "fail", "comma_found"),
     ]
+
+
+def test_reply_too_long_for_the_checkers_cost_is_refused_unrun() -> None:
+    """A check whose predicted CPU (length × cost) is over OVERRUN × budget is not run: error /
+    too_large, at once; a reply within it runs; a checker with no cost is never refused."""
+    from handoffmon.checkers.base import OVERRUN
+
+    calls: list[int] = []
+
+    def counts(reply: str, ctx: CheckContext) -> CheckOutcome:
+        calls.append(len(reply))
+        return CheckOutcome("pass")
+
+    reg = CheckerRegistry()
+    reg.register("costly", lambda p: counts, cost=1000.0)  # 1 µs per character
+    reg.register("free", lambda p: counts)
+    rs = RuleSet.from_config([rule("c", "costly"), rule("f", "free")], registry=reg, budget_s=0.01)  # type: ignore[arg-type]
+    limit = rs.rules[0].checker.max_chars(0.01)
+    assert limit == int(0.01 * OVERRUN * 1e6) and rs.rules[1].checker.max_chars(0.01) is None
+    ok, big = "x" * limit, "x" * (limit + 1)
+    assert verdicts(rs.evaluate(ok, CheckContext())) == {"c": "pass", "f": "pass"}
+    assert calls == [limit, limit]
+    calls.clear()
+    (over, free) = rs.evaluate(big, CheckContext())
+    assert (over.verdict, over.reason, over.duration_s) == ("error", "too_large", 0.0)
+    assert free.verdict == "pass" and calls == [limit + 1]  # only the costless checker ran
+
+
+def test_checker_cost_follows_its_params() -> None:
+    """A factory refines its spec's cost: sentences cost Punkt's, all-keywords one search each."""
+    reg = default_registry()
+    assert (
+        reg.build("length", {"unit": "sentences", "max": 3}).cost
+        > 100 * reg.build("length", {"unit": "chars", "max": 3}).cost
+    )
+    few = reg.build("keywords_present", {"keywords": ["a"]}).cost
+    many = reg.build("keywords_present", {"keywords": [f"k{i}" for i in range(50)]}).cost
+    assert many >= 10 * few
+    capitals = {"capital_frequency": 2, "capital_relation": "at least"}
+    strict = reg.build("ifeval:change_case:capital_word_frequency", capitals)
+    loose = reg.build("ifeval_loose:change_case:capital_word_frequency", capitals)
+    assert loose.cost > strict.cost > 0
+    one = reg.build("ifeval:keywords:forbidden_words", {"forbidden_words": ["a"]}).cost
+    assert reg.build("ifeval:keywords:forbidden_words", {"forbidden_words": ["a", "b", "c"]}).cost == 3 * one

@@ -19,9 +19,48 @@ LOOSE_PREFIX = "ifeval_loose:"
 _NOT_FOLLOWED = CheckOutcome("fail", "not_followed")
 
 
-def _factory(builder: Builder, mode: Mode) -> object:
+COSTS: dict[str, tuple[float, float]] = {
+    "change_case:capital_word_frequency": (5100, 9600),
+    "change_case:english_capital": (100, 100),
+    "change_case:english_lowercase": (200, 1100),
+    "combination:repeat_prompt": (10, 40),
+    "combination:two_responses": (5, 40),
+    "detectable_content:number_placeholders": (340, 400),
+    "detectable_content:postscript": (10, 50),
+    "detectable_format:constrained_response": (5, 35),
+    "detectable_format:json_format": (75, 300),
+    "detectable_format:multiple_sections": (35, 225),
+    "detectable_format:number_bullet_lists": (450, 3400),
+    "detectable_format:number_highlighted_sections": (30, 40),
+    "detectable_format:title": (85, 500),
+    "keywords:existence": (15, 180),
+    "keywords:forbidden_words": (65, 95),
+    "keywords:frequency": (45, 145),
+    "keywords:letter_frequency": (100, 630),
+    "language:response_language": (260, 700),
+    "length_constraints:nth_paragraph_first_word": (45, 85),
+    "length_constraints:number_paragraphs": (35, 150),
+    "length_constraints:number_sentences": (5400, 5400),
+    "length_constraints:number_words": (220, 220),
+    "punctuation:no_comma": (5, 25),
+    "startend:end_checker": (10, 30),
+    "startend:quotation": (5, 25),
+}
+"""Instruction id → worst CPU nanoseconds per reply character (strict, loose), measured on
+1 MB hostile shapes and rounded up by half (``CheckerSpec.cost``); the keyword-list
+instructions cost this much per keyword."""
+
+_PER_KEYWORD = {"keywords:existence": "keywords", "keywords:forbidden_words": "forbidden_words"}
+
+
+def _factory(iid: str, builder: Builder, mode: Mode) -> object:
+    strict, loose = COSTS[iid]
+    cost = strict if mode == "strict" else loose
+
     def factory(p: Params) -> CheckFn:
         instruction = builder(p)
+        listed = p.raw(_PER_KEYWORD[iid], ()) if iid in _PER_KEYWORD else ()
+        p.set_cost(cost * max(1, len(listed) if isinstance(listed, (list, tuple)) else 1))
 
         def check(reply: str, ctx: CheckContext) -> CheckOutcome:
             return PASS if follows(instruction, reply, mode) else _NOT_FOLLOWED
@@ -38,14 +77,14 @@ def ifeval_specs() -> list[CheckerSpec]:
         specs.append(
             CheckerSpec(
                 STRICT_PREFIX + iid,
-                _factory(builder, "strict"),  # type: ignore[arg-type]
+                _factory(iid, builder, "strict"),  # type: ignore[arg-type]
                 summary=f"IFEval {iid} (strict)",
             )
         )
         specs.append(
             CheckerSpec(
                 LOOSE_PREFIX + iid,
-                _factory(builder, "loose"),  # type: ignore[arg-type]
+                _factory(iid, builder, "loose"),  # type: ignore[arg-type]
                 summary=f"IFEval {iid} (loose)",
             )
         )
