@@ -11,6 +11,7 @@ adds it (agent frameworks name each agent's messages), no model returns it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from sys import getsizeof
 from typing import Any
 
 from xxhash import xxh3_64_intdigest
@@ -141,16 +142,21 @@ def continuation_seed(previous_response_id: str) -> int:
     return response_fingerprint(previous_response_id) ^ CHAIN_SEED
 
 
+_STR_HEADER_BYTES = getsizeof("")
+"""An ASCII string's bytes less its characters (``ENTRY_OVERHEAD_BYTES`` counts the header)."""
+
+
 class TextCache:
     """Bounded cache: raw content string → digest of its folded text, folded length, digest bytes.
 
     Safe because strings are immutable and folding is a pure function. Clients resend
     every message on every later turn, so folding runs about once per message. Bounded
-    by an estimate of the memory held — each entry costs its characters plus
+    by an estimate of the memory held — each entry costs its string's bytes (1, 2 or 4 a
+    character: CPython stores a string with an emoji at 4 bytes a character) plus
     ``ENTRY_OVERHEAD_BYTES`` (the key object, the value tuple and the dict slot), so many
     short messages cannot outgrow the bound; when full it is cleared (cheap, and refills
-    in a turn). Strings longer than ``max_bytes / 64`` are never cached (they would
-    flush the rest).
+    in a turn). Strings over ``max_bytes / 64`` bytes are never cached (they would flush
+    the rest).
 
     Args:
         max_bytes: estimated bytes held before the cache is cleared.
@@ -174,7 +180,7 @@ class TextCache:
             if hit is not None:
                 return hit
             value = _text_entry(fold(content))
-            size = len(content) + self.ENTRY_OVERHEAD_BYTES
+            size = getsizeof(content) - _STR_HEADER_BYTES + self.ENTRY_OVERHEAD_BYTES
             if size <= self.max_chars >> 6:
                 if self._chars + size > self.max_chars:
                     self.entries.clear()

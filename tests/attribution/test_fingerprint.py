@@ -195,3 +195,22 @@ def test_a_role_holding_a_lone_surrogate_is_chained_not_degraded() -> None:
     )
     assert not ctx.degraded and errors == []
     assert [(a.author, a.method) for a in ctx.attributions] == [("m-a", "chain")]
+
+
+def test_text_cache_bound_holds_for_text_stored_four_bytes_a_character() -> None:
+    """CPython stores a string holding an emoji at 4 bytes a character; the estimate counted
+    characters, so such messages filled the cache to ~2.3x ``max_bytes`` (measured with
+    tracemalloc). It counts the string's bytes now."""
+    import sys
+    import tracemalloc
+
+    keys = [f"message {i:08d} " + "🙂" * 2_000 for i in range(2_000)]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    cache = TextCache(max_bytes=1_000_000)
+    for k in keys:
+        cache.text(k)
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    held = grown + sum(sys.getsizeof(k) for k in cache.entries)  # the cache keeps its keys alive
+    assert 0 < len(cache) < len(keys) and held <= 1_000_000, held
