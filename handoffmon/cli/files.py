@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -43,8 +44,31 @@ def check_writable(path: str | None, option: str) -> None:
         raise InputError(f"{option} {path}: file is not writable")
 
 
+def replace_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file of this writer's own and a rename.
+
+    The temp file is named for this process (``.<name>.<pid>.<random>.tmp`` beside ``path``)
+    and created exclusively: two writers of one path (overlapping refit jobs, say) each rename
+    a whole file of their own, the last one winning, instead of truncating each other's temp
+    file mid-write. It is created with the umask's permissions, as the file itself would be.
+
+    Raises:
+        OSError: the file cannot be written; no temp file is left.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+        tmp.replace(target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
 def write_text_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file and rename (``-`` = stdout).
+    """Write ``text`` and a newline to ``path`` via :func:`replace_text` (``-`` = stdout).
 
     Raises:
         InputError: the file cannot be written (naming it and why); no temp file is left.
@@ -52,11 +76,7 @@ def write_text_atomic(path: str, text: str) -> None:
     if path == "-":
         click.echo(text)
         return
-    tmp = Path(f"{path}.tmp")
     try:
-        tmp.write_text(text + "\n", encoding="utf-8")
-        tmp.replace(path)
+        replace_text(path, text + "\n")
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from exc

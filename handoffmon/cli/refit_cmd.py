@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from handoffmon.cli.exits import ExitCode, fail
-from handoffmon.cli.files import check_writable, write_text_atomic
+from handoffmon.cli.files import check_writable, replace_text, write_text_atomic
 from handoffmon.cli.params import Finite
 from handoffmon.errors import HandoffmonError, NoDataError
 
@@ -126,9 +126,7 @@ def write_failure_file(path: str, at: float) -> None:
         own = (REFIT_FAILURE_GAUGE, f"# HELP {REFIT_FAILURE_GAUGE} ", f"# TYPE {REFIT_FAILURE_GAUGE} ")
         lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
         kept = "".join(line for line in lines if not line.startswith(own))
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(kept + generate_latest(failure_registry(at)).decode(), encoding="utf-8")
-    tmp.replace(target)
+    replace_text(path, kept + generate_latest(failure_registry(at)).decode())
 
 
 MATCH_OPTION = click.option(
