@@ -35,8 +35,9 @@ METADATA_KEY = "handoffmon"
 REQUEST_SOURCE = "<request metadata>"
 BASE_KEY = f"metadata.{METADATA_KEY}.rules"
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
-"""A declared rule name: 1–64 characters of letters, digits and ``_ . : / -`` (IFEval ids fit)."""
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/#-]{0,63}")
+"""A declared rule name: 1–64 characters of letters, digits and ``_ . : / # -`` (IFEval ids
+fit, and so do ``<id>#2``, the names ``ifeval_rules`` gives an id repeated in one list)."""
 
 RESERVED_NAMES = RESERVED_RULE_NAMES
 """Names that mean something else in metrics and refit output (``all`` = pooled rules,
@@ -100,20 +101,27 @@ def json_size(value: Any, limit: int, *, key: str = BASE_KEY) -> int:
         elif node is None or isinstance(node, (bool, int, float)):
             size += 5 if isinstance(node, (bool, type(None))) else len(repr(node))
         elif isinstance(node, Mapping):
-            size += 2
+            size += 2 + 5 * len(node)  # '"":' and ',' with the shortest value, before looking
+            _over(size, limit, key)
             for field, item in node.items():
                 if not isinstance(field, str):
                     raise RequestRuleRejected("malformed", "mapping keys must be strings", key=key)
-                size += len(field) + 4
+                size += len(field) - 1
+                _over(size, limit, key)
                 stack.append((item, depth + 1))
         elif isinstance(node, (list, tuple)):
             size += 2 + len(node)
+            _over(size, limit, key)  # before queueing a million items
             stack.extend((item, depth + 1) for item in node)
         else:
             raise RequestRuleRejected("malformed", f"{type(node).__name__} is not a JSON value", key=key)
-        if size > limit:
-            raise RequestRuleRejected("too_large", f"rules are limited to {limit} bytes as JSON", key=key)
+        _over(size, limit, key)
     return size
+
+
+def _over(size: int, limit: int, key: str) -> None:
+    if size > limit:
+        raise RequestRuleRejected("too_large", f"rules are limited to {limit} bytes as JSON", key=key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +213,15 @@ class RequestRuleGate:
         if len(raw) > policy.max_per_request:
             raise RequestRuleRejected("too_many", f"at most {policy.max_per_request} rules per request")
         rules = tuple(self._admit(item, f"{BASE_KEY}[{i}]") for i, item in enumerate(raw))
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.name in seen:  # the later one would silently replace the earlier
+                raise RequestRuleRejected(
+                    "invalid",
+                    f"rule name {rule.name!r} is declared twice in this request",
+                    key=f"{BASE_KEY}[{rule.name!r}].name",
+                )
+            seen.add(rule.name)
         self._fits_conversation(rules, declared)
         self._claim_names({r.name for r in rules})
         return rules
@@ -237,7 +254,9 @@ class RequestRuleGate:
             raise RequestRuleRejected("invalid", err["msg"], key=f"{where}.{loc}" if loc else where) from None
         if NAME.fullmatch(cfg.name) is None:
             raise RequestRuleRejected(
-                "bad_name", "names are 1-64 characters of letters, digits and _ . : / -", key=f"{where}.name"
+                "bad_name",
+                "names are 1-64 characters of letters, digits and _ . : / # -",
+                key=f"{where}.name",
             )
         if cfg.name in self._configured:
             raise RequestRuleRejected(

@@ -151,6 +151,13 @@ def test_ifeval_ids_are_valid_names() -> None:
         (meta({"name": "p", "check": "length", "params": {"unit": "words"}}), "invalid"),
         (meta({"name": "x", "check": "regex_must_match", "params": {"pattern": "(?=look)ahead"}}), "invalid"),
         (meta(no_commas("a"), {"name": "b", "check": "nope"}), "not_allowed"),
+        (
+            meta(
+                no_commas("twice"),
+                {"name": "twice", "check": "length", "params": {"unit": "words", "max": 3}},
+            ),
+            "invalid",
+        ),
     ],
 )
 def test_bad_declarations_are_rejected_whole_with_a_code(metadata: Any, code: str) -> None:
@@ -222,3 +229,68 @@ def test_evaluate_with_request_rules_still_runs_configured_rules() -> None:
     )
     out = rs.evaluate("a, b", CheckContext(), extra)
     assert [(r.rule, r.verdict) for r in out] == [("cfg", "fail"), ("words", "fail")]
+
+
+def test_a_name_declared_twice_in_one_request_is_refused_naming_it() -> None:
+    """Two rules of one name in one declaration: the later one used to replace the earlier
+    without a word (a range written as two constraints lost one). Refused, naming the rule."""
+    rs = RuleSet()
+    twice = meta(no_commas("n"), {"name": "n", "check": "length", "params": {"unit": "words", "max": 3}})
+    with pytest.raises(RequestRuleRejected) as exc:
+        rs.parse_request_rules(twice)
+    assert exc.value.code == "invalid" and exc.value.key == "metadata.handoffmon.rules['n'].name"
+    assert "declared twice" in str(exc.value)
+
+
+def test_instruction_lists_with_a_repeated_id_are_admitted_whole() -> None:
+    """``ifeval_rules`` names an id's second occurrence ``<id>#2``: the request gate takes it,
+    and both bounds of the range are checked."""
+    from handoffmon.checkers.ifeval.adapter import ifeval_rules
+
+    iid = "length_constraints:number_words"
+    rules = ifeval_rules(
+        [iid, iid], [{"relation": "at least", "num_words": 3}, {"relation": "less than", "num_words": 5}]
+    )
+    declared = [r.model_dump(mode="json", exclude_defaults=True) for r in rules]
+    rs = RuleSet()
+    admitted = rs.parse_request_rules({"handoffmon": {"rules": declared}})
+    assert [r.name for r in admitted] == [iid, f"{iid}#2"]
+
+    def verdicts(text: str) -> list[str]:
+        return [r.verdict for r in rs.evaluate(text, CheckContext(), admitted)]
+
+    assert verdicts("one two three four") == ["pass", "pass"]
+    assert verdicts("one two") == ["fail", "pass"]
+    assert verdicts("one two three four five six") == ["pass", "fail"]
+
+
+class _Counted(list):  # type: ignore[type-arg]
+    """A list that counts the items anyone iterates over."""
+
+    seen = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for item in super().__iter__():
+            _Counted.seen += 1
+            yield item
+
+
+def test_json_size_refuses_a_wide_list_or_mapping_without_walking_it() -> None:
+    """A list or mapping of a million short items is refused after a bounded look: the walk
+    used to queue every item before comparing the size (0.19 s for a million-key params)."""
+    _Counted.seen = 0
+    with pytest.raises(RequestRuleRejected) as exc:
+        json_size({"keywords": _Counted(["k"] * 10**6)}, 1024)
+    assert exc.value.code == "too_large" and _Counted.seen == 0
+    wide = {f"k{i}": 1 for i in range(10**6)}
+    looked = []
+
+    class Spy(dict):  # type: ignore[type-arg]
+        def items(self):  # type: ignore[no-untyped-def]
+            for pair in super().items():
+                looked.append(pair[0])
+                yield pair
+
+    with pytest.raises(RequestRuleRejected):
+        json_size(Spy(wide), 1024)
+    assert len(looked) < 200

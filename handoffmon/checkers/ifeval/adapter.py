@@ -6,6 +6,7 @@ Params are the instruction's IFEval kwargs, with the same names, e.g.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,19 +95,27 @@ def ifeval_specs() -> list[CheckerSpec]:
 def ifeval_rules(
     instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, Any] | None], *, loose: bool = False
 ) -> tuple[RuleConfig, ...]:
-    """Rules for an IFEval / Multi-IF instruction list: one rule per id, named by the id.
+    """Rules for an IFEval / Multi-IF instruction list: one rule per instruction, named by its id.
 
     Naming rules by instruction id makes Multi-IF's accumulation natural: a later turn that
-    redeclares an id (possibly with new kwargs) replaces it (``RuleSet.accumulate``).
-    ``None`` kwargs values are dropped (Multi-IF files carry them). Raises ``ValueError``
-    when the two lists differ in length.
+    redeclares an id (possibly with new kwargs) replaces it (``RuleSet.accumulate``). An id
+    listed again in the same list is a second constraint, not a replacement (IFEval writes
+    ranges so: ``number_words`` at least 600, then less than 701), so its k-th occurrence is
+    named ``<id>#k``, as the Multi-IF scripts name it. ``None`` kwargs values are dropped
+    (Multi-IF files carry them). Raises ``ValueError`` when the two lists differ in length.
     """
     if len(instruction_ids) != len(kwargs):
         raise ValueError("instruction_ids and kwargs must have the same length")
     prefix = LOOSE_PREFIX if loose else STRICT_PREFIX
-    return tuple(
-        RuleConfig(
-            name=iid, check=prefix + iid, params={k: v for k, v in (kw or {}).items() if v is not None}
+    seen: Counter[str] = Counter()
+    rules = []
+    for iid, kw in zip(instruction_ids, kwargs, strict=True):
+        seen[iid] += 1
+        rules.append(
+            RuleConfig(
+                name=iid if seen[iid] == 1 else f"{iid}#{seen[iid]}",
+                check=prefix + iid,
+                params={k: v for k, v in (kw or {}).items() if v is not None},
+            )
         )
-        for iid, kw in zip(instruction_ids, kwargs, strict=True)
-    )
+    return tuple(rules)
