@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from xxhash import xxh3_64_intdigest
 
@@ -92,6 +92,25 @@ class _Scan:
     contents: list[int]  # their content-only fingerprints
 
 
+PREFILL_MAX_CHARS = 1024
+"""A trailing assistant message longer than this is not taken for a prefill."""
+
+PREFILL_MAX_KEPT = 1024
+"""Prefills kept for their replies (cleared when full: a turn never recorded leaves one)."""
+
+
+class _Prefill(NamedTuple):
+    """A prefill (a history's trailing assistant message) and the chain before it."""
+
+    text: str
+    at: int
+    """Its index in the history."""
+    before: int
+    """Chain fingerprint of the history before the prefill."""
+    tail: int
+    """Context digest of the message before the prefill (binds a short merged reply)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A history scanned, and the store's answer for its keys, ahead of ``Attributor.attribute``
@@ -162,6 +181,9 @@ class Attributor:
         # id (bounded, oldest dropped): the next call finds one before it is in the store.
         self._heads: dict[str, Authorship] = {}
         self._heads_lock = threading.Lock()
+        # Histories ending in a short assistant message no key attributes (a prefill: the reply
+        # continues it), by history fingerprint: record() also keys prefill + reply (_Prefill).
+        self._prefills: dict[int, _Prefill] = {}
 
     # -- hot path ---------------------------------------------------------------------
 
@@ -282,7 +304,42 @@ class Attributor:
             state = (h, chars, held, prev_role, prev_bytes, indices, chains, contents)
             self._prefixes.remember(snapshot, held, state)
         tail = xxh3_64_intdigest(prev_bytes, _salt_of(prev_role)) if prev_role is not None else 0
+        if prev_role == "assistant":
+            self._note_prefill(messages, indices, chains, seed, h)
         return _Scan(h, chars, tail, indices, chains, contents)
+
+    def _note_prefill(
+        self, messages: Sequence[Any], indices: list[int], chains: list[int], seed: int, h: int
+    ) -> None:
+        """Keep what :meth:`record` needs to key a prefill and its reply as one message.
+
+        A history ending in an assistant message asks the model to continue it (Anthropic's
+        prefill, ``prefix: true`` elsewhere), and the application then sends the two back as
+        one message. Kept: the prefill (a text of at most ``PREFILL_MAX_CHARS``), its index,
+        and the chain and context digest of the history before it, re-chained from the
+        previous assistant message (the hot loop keeps neither)."""
+        last = messages[indices[-1]]
+        text = last.get("content") if isinstance(last, Mapping) else None
+        if type(text) is not str or len(text) > PREFILL_MAX_CHARS:
+            return
+        if len(indices) > 1:
+            before, start = chains[-2], indices[-2] + 1
+            prev_role, prev_bytes = (
+                "assistant",
+                raw_digest(messages[indices[-2]], self._texts)[1].to_bytes(8, "little"),
+            )
+        else:
+            before, start, prev_role, prev_bytes = seed, 0, None, b""
+        for raw in messages[start : indices[-1]]:
+            role, d, _ = raw_digest(raw, self._texts)
+            if role in UNCHAINED_ROLES:
+                continue
+            prev_role, prev_bytes = role, d.to_bytes(8, "little")
+            before = xxh3_64_intdigest(prev_bytes, before ^ role_salt(role))
+        tail = xxh3_64_intdigest(prev_bytes, _salt_of(prev_role)) if prev_role is not None else 0
+        if len(self._prefills) >= PREFILL_MAX_KEPT:
+            self._prefills.clear()
+        self._prefills[h] = _Prefill(text, indices[-1], before, tail)
 
     def _resume(self, messages: list[Any]) -> tuple[Any, ...] | None:
         """The scan state of ``messages[:-2]`` (the next turn: reply and new message) or of
@@ -670,6 +727,9 @@ class Attributor:
             if self.content_fallback:
                 fa = content_fingerprint(da, na, ctx.tail_fingerprint, self.min_content_chars)
                 items.append((content_key(fa), auth))
+        prefill = self._prefills.pop(ctx.history_fingerprint, None) if self._prefills else None
+        if prefill is not None:
+            items += self._with_prefill(prefill, ctx, reply, auth)
         head = None
         if response_id or conversation:
             earlier = ctx.attributions[max(0, len(ctx.attributions) - RESPONSE_AUTHORS + 1) :]
@@ -686,6 +746,28 @@ class Attributor:
         else:
             self._verify(h)
         return RecordedReply(cid, items[0][0], tuple(items), seq, head, n)
+
+    def _with_prefill(
+        self, prefill: _Prefill, ctx: TurnContext, reply: Any, auth: Authorship
+    ) -> list[tuple[str, Authorship]]:
+        """The keys of a prefill and its reply sent back as one message (see
+        :meth:`_note_prefill`): chained from the history before the prefill, one turn less
+        deep than the context (which counted the prefill as an earlier turn). Only when no key
+        attributed the prefill (a model's earlier message is a turn, not a prefill) and the
+        reply is text alone."""
+        last = ctx.attributions[-1] if ctx.attributions else None
+        if last is None or last.index != prefill.at or last.method != "unknown":
+            return []
+        text = reply if isinstance(reply, str) else reply.get("content") if type(reply) is dict else None
+        if type(text) is not str or (type(reply) is dict and reply.get("tool_calls")):
+            return []
+        d, n, b = self._texts.text(prefill.text + text)
+        merged = Authorship(auth.authors, max(ctx.depth - 1, 1), auth.created_at, auth.conversation_id)
+        items = [(chain_key(xxh3_64_intdigest(b, prefill.before ^ ASSISTANT_SALT)), merged)]
+        if self.content_fallback:
+            fp = content_fingerprint(d, n, prefill.tail, self.min_content_chars)
+            items.append((content_key(fp), merged))
+        return items
 
     def _remember_head(self, key: str, head: Authorship) -> None:
         """Keep a conversation's head recorded here until it is persisted (bounded like the

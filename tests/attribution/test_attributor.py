@@ -498,3 +498,39 @@ def test_non_string_roles_are_attributed_not_degraded(attributor: Attributor, ro
     ctx = attributor.attribute([{"role": role, "content": "hello there"}, {"role": "user", "content": "x"}])
     assert errors == []
     assert not ctx.degraded
+
+
+def test_a_prefill_and_its_reply_sent_back_as_one_message_are_attributed(attributor: Attributor) -> None:
+    """A history ending in an assistant message the application wrote (Anthropic's prefill:
+    ``{`` to force JSON) asks the model to continue it; the application then sends prefill and
+    reply back as one message. That message was ``unknown``; it is the replying model's now, at
+    the turn's true depth (the prefilled turn counted the prefill as an earlier turn)."""
+    chat = Chat(attributor)
+    chat.turn("What is the refund policy?", LONG_A, "gpt-4o")
+    chat.history += [{"role": "user", "content": "As JSON please."}, {"role": "assistant", "content": "{"}]
+    ctx = attributor.attribute(chat.history)
+    assert ctx.attributions[-1].method == "unknown"  # the prefill, not attributable
+    reply = '"refund_days": 30}'
+    attributor.persist(attributor.record(ctx, reply, ["claude"]))
+    chat.history[-1] = {"role": "assistant", "content": "{" + reply}
+    ctx = chat.ask("Thanks!")
+    assert [(a.author, a.depth, a.method) for a in ctx.attributions] == [
+        ("gpt-4o", 1, "chain"),
+        ("claude", 2, "chain"),
+    ]
+    assert (ctx.depth, ctx.prefix_model) == (3, "claude")
+    truncated = [m for m in chat.history if m["content"] != LONG_A]  # found by content too
+    assert [(a.author, a.method) for a in attributor.attribute(truncated).attributions] == [
+        ("claude", "content")
+    ]
+
+
+def test_a_models_message_at_the_end_of_a_history_is_a_turn_not_a_prefill(attributor: Attributor) -> None:
+    """A history ending in a message a model wrote (another agent's turn) is no prefill: the
+    next reply is not also keyed as that message joined to it."""
+    chat = Chat(attributor)
+    chat.turn("Plan the trip.", LONG_A, "gpt-4o")
+    ctx = attributor.attribute(chat.history)
+    assert ctx.attributions[-1].method == "chain"
+    recorded = attributor.record(ctx, LONG_B, ["claude"])
+    assert len(recorded.items) == 2  # the reply's chain and content keys only
