@@ -145,7 +145,8 @@ def text_only(message: Any) -> dict[str, Any] | None:
             texts.append(part)
         elif (
             isinstance(part, Mapping)
-            and part.get("type") in _TEXT_KINDS
+            and type(kind := part.get("type")) is str  # (an unhashable type: not a set lookup)
+            and kind in _TEXT_KINDS
             and isinstance(part.get("text"), str)
         ):
             texts.append(part["text"])

@@ -157,3 +157,16 @@ def test_values_json_cannot_spell_are_chained_not_degraded() -> None:
         ctx = attributor.attribute(history)
         assert not ctx.degraded and errors == []
         assert [(a.author, a.method) for a in ctx.attributions][-1] == ("m-a", "chain")
+
+
+def test_text_only_reads_any_part_type_without_raising() -> None:
+    """A reply part whose ``type`` is a list (an upstream's odd JSON) made ``text_only`` raise,
+    and with it ``record``: the reply went unrecorded. Such a part is not text."""
+    from handoffmon.attribution.normalize import text_only
+
+    reply = {
+        "role": "assistant",
+        "content": [{"type": ["text"], "text": "x"}, {"type": "text", "text": "ok"}],
+    }
+    assert text_only(reply) == {"role": "assistant", "content": "ok"}
+    assert text_only({"role": "assistant", "content": [{"type": {}}, {"type": None}]}) is None
