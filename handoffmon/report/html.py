@@ -18,6 +18,15 @@ from handoffmon.report.switch_costs import switch_cost_card
 from handoffmon.routing.compare import RoutingComparison
 
 
+def _utc(ts: float) -> str:
+    """``ts`` as a UTC minute, or ``time unknown`` for what no clock can show (NaN, ±1e20: a
+    damaged document, which ``time.gmtime`` would raise on)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+    except (OverflowError, OSError, ValueError):
+        return "time unknown"
+
+
 def _z(confidence: float) -> float:
     from statistics import NormalDist
 
@@ -417,7 +426,7 @@ def render_report(
         for i, r in enumerate(rules)
     )
     sections = "".join(_rule_section(result, r, i, truth) for i, r in enumerate(rules))
-    created = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(result.created_at))
+    created = _utc(result.created_at)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

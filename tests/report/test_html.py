@@ -455,3 +455,23 @@ def test_a_refit_with_many_rules_gets_tabs_for_the_24_busiest_and_names_the_rest
     note = html.split("6 rules without a tab")[1].split("</div>")[0]
     assert all(f"a-quiet-{i}" in note for i in range(6))
     assert "without a tab" not in render_report(result)
+
+
+@pytest.mark.parametrize("created_at", [1e20, -1e20, None])
+def test_a_refit_time_no_clock_can_show_renders_as_unknown(
+    result: RefitResult, tmp_path: Path, created_at: float | None
+) -> None:
+    """A refit document whose created_at is 1e20, -1e20 or null (NaN) loads, but
+    `handoffmon report` died in time.gmtime with a traceback; the page now says 'time unknown'."""
+    import json
+
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    src = tmp_path / "refit.json"
+    src.write_text(json.dumps({**result.to_dict(), "created_at": created_at}), encoding="utf-8")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "refit time unknown" in out.read_text(encoding="utf-8")
