@@ -395,7 +395,7 @@ def bubbles(rows: Sequence[str], cols: Sequence[str], counts: dict[tuple[str, st
             if row == col:
                 out.append(f'<circle cx="{cx}" cy="{cy}" r="2" class="diag-dot"/>')
                 continue
-            r = 3 + 22 * math.sqrt(n / peak)
+            r = 3 + 22 * math.sqrt(max(n, 0) / peak)  # a damaged document may hold n < 0
             out.append(
                 f'<g><circle cx="{cx}" cy="{cy}" r="{r:.1f}" class="bubble"/>'
                 f"<title>{escape(row)} → {escape(col)}: n = {n}</title>"

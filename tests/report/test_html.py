@@ -475,3 +475,12 @@ def test_a_refit_time_no_clock_can_show_renders_as_unknown(
     res = CliRunner().invoke(main, ["report", str(src), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "refit time unknown" in out.read_text(encoding="utf-8")
+
+
+def test_a_negative_pair_count_from_a_damaged_document_still_renders() -> None:
+    """A refit JSON whose pair has n = -1 loads; the bubble chart died in math.sqrt (ValueError:
+    math domain error) and with it the whole report. Found by mutating each number of a refit."""
+    from handoffmon.report.svg import bubbles
+
+    chart = bubbles(["a", "b"], ["a", "b"], {("a", "b"): -1, ("b", "a"): 4})
+    assert chart.count('class="bubble"') == 2 and "n = -1" in chart
