@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from handoffmon.cli.refit_cmd import REFIT_FAILURE_GAUGE
 from handoffmon.config import HandoffmonConfig
+from handoffmon.sources.prometheus import HEADERS_ENV, TOKEN_ENV, TOKEN_FILE_ENV
 from tests.docs.snippets import DOCS, README, ROOT, pages, resolve_command
 
 GENERATED = {
@@ -27,6 +28,8 @@ NOT_CONFIG_VARIABLES = {
     "SOAK_S",  # the soak tests' length (tests/reliability)
     "METRICS_TOKEN",  # docker-compose's own variable, passed on as HANDOFFMON_TELEMETRY__METRICS_TOKEN
     "FUZZ_EXAMPLES",  # the adversarial wrapper suite's example count (tests/integrations)
+    # the Prometheus source's credentials (sources/prometheus.py), read by refit and shapes export
+    *(name.removeprefix("HANDOFFMON_") for name in (TOKEN_ENV, TOKEN_FILE_ENV, HEADERS_ENV)),
 }
 NOT_METRICS = {"handoffmon_buckets", "handoffmon_rows", "handoffmon_shadow"}
 """Tables of the turn-log SQL (guides/turn-logs.md); the shadow calls' metadata key (guides/shadow.md)."""
