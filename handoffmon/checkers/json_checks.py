@@ -35,17 +35,23 @@ def parse_json(text: str, *, fenced: bool) -> tuple[Any, CheckOutcome | None]:
     """Parse ``text``; on failure return a ``fail`` outcome instead of raising.
 
     Deeply nested input (e.g. 10,000 ``[``) makes the parser raise ``RecursionError``;
-    that is a failed reply (``json_too_deep``), not a crashed checker.
+    that is a failed reply (``json_too_deep``), not a crashed checker. ``NaN``, ``Infinity``
+    and ``-Infinity``, which Python's parser takes but JSON (RFC 8259) has not, fail as
+    ``invalid_json``: a strict consumer of the reply would refuse them.
     """
     body = strip_fence(text) if fenced else text
     if not body.strip():
         return None, CheckOutcome("fail", "empty_json")
     try:
-        return json.loads(body), None
+        return json.loads(body, parse_constant=_not_json), None
     except RecursionError:
         return None, CheckOutcome("fail", "json_too_deep")
     except ValueError:
         return None, CheckOutcome("fail", "invalid_json")
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _fence_param(p: Params) -> bool:
@@ -78,7 +84,8 @@ def model_reason(error: Mapping[str, Any] | None) -> str:
 
 
 def valid_json(p: Params) -> CheckFn:
-    """The reply parses as JSON. Params: allow_code_fence (true: a ```json fence is stripped)."""
+    """The reply parses as JSON (RFC 8259: no ``NaN`` or ``Infinity``). Params: allow_code_fence
+    (true: a ```json fence is stripped)."""
     fenced = _fence_param(p)
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:

@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+import re
+import unicodedata
+
 from handoffmon.checkers.base import PASS, CheckContext, CheckFn, CheckOutcome, ParamError, Params
+
+NO_LANGUAGE = "zxx"
+"""The model's label for text with no linguistic content (emoji, symbols)."""
+
+
+@functools.cache
+def invisible() -> re.Pattern[str]:
+    """Unicode format characters (category Cf: zero-width spaces and joiners, bidi controls,
+    the byte-order mark, soft hyphens): invisible to a reader, but they split the byte n-grams
+    the model reads, so English with a zero-width space in each word scored below 0.5."""
+    chars = "".join(chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf")
+    return re.compile(f"[{re.escape(chars)}]+")
 
 
 def warm() -> None:
@@ -35,6 +51,10 @@ def language(p: Params) -> CheckFn:
         min_confidence: below this probability → not_applicable (default 0.5).
         min_chars: shorter replies (stripped) → not_applicable (default 20).
         max_chars: only the first max_chars characters are examined (default 2000).
+
+    Invisible format characters (zero-width, bidi controls, BOM) are removed before anything
+    is counted or read; text with no linguistic content (emoji, symbols: the model's ``zxx``)
+    is ``not_applicable`` / ``no_language`` unless ``zxx`` is allowed.
     """
     from handoffmon.checkers.langid_model import identifier
 
@@ -51,14 +71,17 @@ def language(p: Params) -> CheckFn:
     if candidates and not allowed & set(candidates):
         raise ParamError("candidates", "no allowed language is among the candidates")
     classify = identifier(candidates).classify
+    strip_invisible = invisible().sub
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
-        text = reply.strip()[:max_chars]
+        text = strip_invisible("", reply.strip()[: 2 * max_chars]).strip()[:max_chars]
         if len(text) < min_chars:
             return CheckOutcome("not_applicable", "too_short")
         lang, prob = classify(text)
         if prob < min_conf:
             return CheckOutcome("not_applicable", "low_confidence")
+        if lang == NO_LANGUAGE and lang not in allowed:
+            return CheckOutcome("not_applicable", "no_language")
         return PASS if lang in allowed else CheckOutcome("fail", f"language:{lang}")
 
     return check

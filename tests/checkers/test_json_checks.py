@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import BaseModel
 
-from handoffmon.checkers import CheckContext, ParamError, default_registry
+from handoffmon.checkers import CheckContext, CheckOutcome, ParamError, default_registry
 
 REG = default_registry()
 SCHEMA = {
@@ -94,3 +94,17 @@ def test_bad_model_spec_fails_at_build(spec: str) -> None:
     with pytest.raises(ParamError) as e:
         REG.build("pydantic_model", {"model": spec})
     assert e.value.key == "model"
+
+
+@pytest.mark.parametrize("reply", ["NaN", "Infinity", "-Infinity", '{"a": NaN}', "[1, Infinity]"])
+def test_non_finite_constants_are_not_json(reply: str) -> None:
+    """Python's parser takes NaN and Infinity; RFC 8259 has no such values, and a strict
+    consumer refuses them: valid_json and json_schema fail them as invalid_json."""
+    ctx = CheckContext()
+    assert REG.build("valid_json", {}).fn(reply, ctx) == CheckOutcome("fail", "invalid_json")
+    schema = REG.build("json_schema", {"schema": {"type": ["object", "array", "number"]}})
+    assert schema.fn(reply, ctx) == CheckOutcome("fail", "invalid_json")
+    assert (
+        REG.build("valid_json", {}).fn(reply.replace("NaN", "1").replace("Infinity", "2"), ctx).verdict
+        == "pass"
+    )

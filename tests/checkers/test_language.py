@@ -77,3 +77,22 @@ def test_cache_cold_benchmark_times_warm_and_swept_passes() -> None:
     assert events[:3] == ["a", "b", "c"]  # warm-up, no sweep
     assert events[3:] == ["a", "b", "c", "sweep", "a", "sweep", "b", "sweep", "c"] * 2
     assert cold99 >= cold50 >= 3000 > warm50
+
+
+def test_invisible_characters_do_not_hide_the_language() -> None:
+    """Zero-width spaces inside words, a BOM, bidi controls: the reader sees English, and so
+    does the check (a zero-width space in each word read as low confidence); invisible
+    characters alone are too short, not a language."""
+    english = "This is an English sentence about the weather in the city today."
+    zero_width = " ".join(w[:2] + "\u200b" + w[2:] for w in english.split())
+    assert run(zero_width, languages=["en"]) == ("pass", "")
+    assert run("\ufeff\u202e" + english + "\u202c\u200d", languages=["en"]) == ("pass", "")
+    assert run("\u200b" * 100 + "hi", languages=["en"]) == ("not_applicable", "too_short")
+
+
+def test_emoji_only_is_no_language_not_a_failure() -> None:
+    """Emoji and symbols (the model's ``zxx``) are no language: not_applicable, not a reply in
+    the wrong language; a rule that allows ``zxx`` passes them."""
+    emoji = "😀🎉👍🔥" * 10
+    assert run(emoji, languages=["en"]) == ("not_applicable", "no_language")
+    assert run(emoji, languages=["en", "zxx"]) == ("pass", "")
