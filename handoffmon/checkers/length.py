@@ -11,7 +11,12 @@ from handoffmon.checkers.base import CheckContext, CheckFn, CheckOutcome, ParamE
 
 _WORD = re.compile(r"\w+")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
-_BULLET = re.compile(r"^[ \t]*(?:[*\-+•‣◦▪]|\d{1,9}[.)])[ \t]+\S", re.MULTILINE)
+_BULLET = re.compile(
+    r"^(?![ \t]*([*\-_])(?:[ \t]*\1){2,}[ \t]*$)[ \t]*(?:[*\-+•‣◦▪]|\d{1,9}[.)])[ \t]+\S", re.MULTILINE
+)
+"""A list item's first line; not a thematic break (``* * *``, ``- - -``), which CommonMark
+reads first."""
+_FENCE = re.compile(r"^[ \t]{0,3}(?:```|~~~)[^\n]*", re.MULTILINE)
 
 
 def count_chars(text: str) -> int:
@@ -39,8 +44,19 @@ def count_paragraphs(text: str) -> int:
 
 
 def count_bullets(text: str) -> int:
-    """Lines that start a markdown bullet (``*``, ``-``, ``+``, ``•``) or a numbered item (``1.``, ``2)``)."""
-    return sum(1 for _ in _BULLET.finditer(text))
+    """Lines that start a markdown bullet (``*``, ``-``, ``+``, ``•``) or a numbered item (``1.``, ``2)``),
+    outside fenced code blocks (an unclosed fence runs to the end, as in CommonMark) and
+    other than thematic breaks."""
+    if "```" not in text and "~~~" not in text:
+        return sum(1 for _ in _BULLET.finditer(text))
+    total, start, inside = 0, 0, False
+    for fence in _FENCE.finditer(text):
+        if not inside:
+            total += sum(1 for _ in _BULLET.finditer(text, start, fence.start()))
+        inside, start = not inside, fence.end()
+    if not inside:
+        total += sum(1 for _ in _BULLET.finditer(text, start))
+    return total
 
 
 COUNTERS: dict[str, Callable[[str], int]] = {
@@ -52,9 +68,10 @@ COUNTERS: dict[str, Callable[[str], int]] = {
 }
 
 
-COSTS: dict[str, float] = {"chars": 5, "words": 30, "sentences": 5500, "paragraphs": 15, "bullets": 45}
+COSTS: dict[str, float] = {"chars": 5, "words": 30, "sentences": 5500, "paragraphs": 15, "bullets": 140}
 """Worst CPU nanoseconds per character of each counter (``CheckerSpec.cost``), measured on
-1 MB hostile shapes (``a. a. a.`` for Punkt sentences), rounded up by half."""
+1 MB hostile shapes (``a. a. a.`` for Punkt sentences, a fence every other line for
+bullets), rounded up by half."""
 
 
 def length(p: Params) -> CheckFn:

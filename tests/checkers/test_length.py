@@ -44,3 +44,23 @@ def test_bad_bounds_fail_at_build() -> None:
     with pytest.raises(ParamError) as e:
         REG.build("length", {"unit": "tokens", "max": 2})
     assert e.value.key == "unit"
+
+
+@pytest.mark.parametrize(
+    ("reply", "bullets"),
+    [
+        ("* * *\n", 0),  # thematic breaks, which CommonMark reads before list items
+        ("- - -", 0),
+        ("  *   *  *  ", 0),
+        ("* a\n* * *\n- b", 2),
+        ("* item\n```\n- code\n* code\n```\n- after", 2),  # not the lines of a code block
+        ("~~~python\n* x\n~~~\n* y", 1),
+        ("```\n- never closed", 0),
+        ("* a\n  - b\n1) c\n2. d", 4),
+    ],
+)
+def test_bullets_skip_thematic_breaks_and_code_blocks(reply: str, bullets: int) -> None:
+    """``* * *`` is a rule, not an item; a ``- x`` line inside a fenced code block is code."""
+    assert count_bullets(reply) == bullets
+    check = REG.build("length", {"unit": "bullets", "min": bullets, "max": bullets})
+    assert check(reply, CheckContext()).verdict == "pass"
