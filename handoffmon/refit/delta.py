@@ -45,6 +45,7 @@ from handoffmon.refit.intervals import (
     binomial_var,
     cluster_df,
     design_effect,
+    matched_n,
     newcombe,
     newcombe_p,
     t_quantile,
@@ -308,8 +309,9 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         p_h, p_b = s.x_h / s.n_used, np.clip(s.x_b / s.n_used, 0.0, 1.0)
         var_h, var_b = deff_h * s.var_h / s.n_used**2, deff_b * s.var_b / s.n_used**2
         var = var_h + var_b
-        nstar_h = s.n_used / deff_h
-        nstar_b = s.n_used**2 / s.inv_nb / deff_b
+        # each arm's effective n is the one whose binomial variance is its own (Korn & Graubard)
+        nstar_h = matched_n(p_h, var_h, s.n_used / deff_h)
+        nstar_b = matched_n(p_b, var_b, s.n_used**2 / s.inv_nb / deff_b)
         coverage = s.n_used / s.n
     df = welch_df(var_h, cluster_df(g, n2, s.n), var_b, df_b)
     reported = ~np.eye(k, dtype=bool) & (s.n_used >= min_n) & (s.n_base >= min_n) & (s.inv_nb > 0)
@@ -337,7 +339,7 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         coverage=np.where(s.n > 0, coverage, nan),
         reported=reported,
         block_cov=_block_cov(s, deff_h, deff_b),
-        into=_into(s, _into_neff(s.n_used, deff_h), **per_b, min_n=min_n, z=z, df_h=_into_df(g, n2, s.n)),
+        into=_into(s, deff_h, **per_b, min_n=min_n, z=z, df_h=_into_df(g, n2, s.n)),
     )
 
 
@@ -385,17 +387,22 @@ def _into_neff(n_used: np.ndarray, deff_h: np.ndarray) -> np.ndarray:
 
 
 def _into(
-    s: PairSums, neff_h: np.ndarray, deff_b: np.ndarray, df_h: np.ndarray, df_b: np.ndarray, z: float,
+    s: PairSums, deff_h: np.ndarray, deff_b: np.ndarray, df_h: np.ndarray, df_b: np.ndarray, z: float,
     min_n: int,
 ) -> IntoTable:  # fmt: skip
-    """Δ into each B; ``deff_b``/``df_b`` (K,) are B's baseline's, ``neff_h`` from ``_into_neff``."""
+    """Δ into each B; ``deff_h`` (K, K) the cells' design effects, ``deff_b``/``df_b`` (K,) B's
+    baseline's. The handoff arm's variance is the cells' (each times its design effect), as the
+    pairs' is; its effective n falls back on ``_into_neff`` where the pass rate is 0 or 1."""
+    off = ~np.eye(len(deff_b), dtype=bool)
+    neff_h = _into_neff(s.n_used, deff_h)
     with np.errstate(invalid="ignore", divide="ignore"):
+        var_h = np.where(off & (s.n_used > 0), deff_h * s.var_h, 0.0).sum(axis=0) / s.into_n_used**2
         p_h, p_b = s.into_x_h / s.into_n_used, np.clip(s.into_x_b / s.into_n_used, 0.0, 1.0)
-        nstar_b = s.into_n_used**2 / s.into_inv_nb / deff_b
-        var_h = p_h * (1 - p_h) / neff_h
-        var_b = p_b * (1 - p_b) / nstar_b
+        var_b = deff_b * s.into_var_b / s.into_n_used**2
+        nstar_b = matched_n(p_b, var_b, s.into_n_used**2 / s.into_inv_nb / deff_b)
+        nstar_h = matched_n(p_h, var_h, neff_h)
     df = welch_df(var_h, df_h, var_b, df_b)
-    lo, hi = newcombe(p_h, neff_h, p_b, nstar_b, t_quantile(z, df))
+    lo, hi = newcombe(p_h, nstar_h, p_b, nstar_b, t_quantile(z, df))
     ok = (s.into_n_used >= min_n) & (s.into_inv_nb > 0)
     return IntoTable(
         n=s.into_n_used.astype(np.int64),

@@ -275,3 +275,24 @@ def test_delta_into_a_model_weights_each_cell_by_its_checks() -> None:
     )
     assert with_one.into_n == 440 and without.into_n == 400
     assert with_one.into_ci_high - with_one.into_ci_low > 1.3 * (without.into_ci_high - without.into_ci_low)
+
+
+def test_interval_agrees_with_the_reported_standard_error() -> None:
+    """The interval's arms take the effective n whose binomial variance is the arm's clustered,
+    depth-stratified variance (Korn & Graubard), so its half-width is the t quantile times the
+    reported ``se``. The baseline arm had n² / Σ Ω_j²/n_j / deff: exact for one bucket, but for a
+    model near 100% whose handoffs sit deep (ping-pong) and whose baseline's pass rate falls with
+    depth, its variance was the pooled p(1 − p) in place of the deep buckets' larger one — pairs
+    into atlas (97%) had ``se`` 1.2–1.4 times the interval's, and held no effect 0.88–0.92 of the
+    time (Δ into atlas 0.83)."""
+    from handoffmon.sim.calibration import standard_population
+
+    rows = simulate(standard_population(), 3000, seed=np.random.default_rng([11, 0]))
+    fit = refit(counts_from_rows(rows, DepthBuckets()), buckets=DepthBuckets(), now=0).rules["rule_0"]
+    ratios = {
+        f"{p.prefix_model}->{p.model}": p.se / ((p.ci_high - p.ci_low) / (2 * 1.959964))
+        for p in fit.pairs
+        if p.observed
+    }
+    assert len(ratios) == 20 and sum(1 for r in ratios if r.endswith("->atlas")) == 4
+    assert all(0.85 < r < 1.02 for r in ratios.values()), ratios  # t quantile ≥ z: below 1

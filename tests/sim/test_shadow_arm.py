@@ -126,7 +126,10 @@ def test_shadow_recovers_the_planted_switch_cost_the_observational_contrast_miss
 def test_pairing_needs_fewer_turns_for_the_same_precision(fitted: tuple[RefitResult, ShadowRows]) -> None:
     """Turns needed for a ±2 pp interval, n·(z·se/0.02)², per pair: shadow pairs vs the
     observational contrast's handoff turns (its baseline turns come free). Measured on this
-    population (conversation SD 6 pp, turn SD 5 pp): 1.2–2.0× fewer with pairing."""
+    population (conversation SD 6 pp, turn SD 5 pp): 0.93–2.1× fewer with pairing, median 1.6
+    (the observational interval's arms take the effective n matching their stratified variance;
+    on Kish's n with a pooled p(1 − p) it was 1.1–2.0×, median 1.5). Over the six seeds of
+    ``pooled`` the medians are 1.2–2.7× and 2 of 36 pairs are below 1 (0.93, 0.98)."""
     res, _ = fitted
     fit = res.rules["all"]
     ratios = []
@@ -138,7 +141,7 @@ def test_pairing_needs_fewer_turns_for_the_same_precision(fitted: tuple[RefitRes
         need_shadow = s.n_pairs * (Z * se_shadow / 0.02) ** 2
         need_obs = pair.n * (Z * se_obs / 0.02) ** 2
         ratios.append(need_obs / need_shadow)
-    assert min(ratios) > 1.0 and float(np.median(ratios)) > 1.2
+    assert min(ratios) > 0.9 and float(np.median(ratios)) > 1.4
 
 
 def _coverage(reps: int, conversations: int, rules: tuple[int, ...]) -> tuple[int, int]:
