@@ -7,7 +7,7 @@ import os
 import click
 
 from handoffmon.cli.exits import fail
-from handoffmon.config import load_config, unmatched_env_names
+from handoffmon.config import HandoffmonConfig, load_config, unmatched_env_names
 from handoffmon.errors import ConfigError
 
 
@@ -19,7 +19,10 @@ def config() -> None:
 @config.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
 def check(file: str) -> None:
-    """Validate FILE (YAML or TOML) and the rules it declares; exit 1 on error."""
+    """Validate FILE (YAML or TOML) and the rules it declares; exit 1 on error.
+
+    Warnings on stderr (exit 0) for a FILE that sets nothing and for a config with no rules.
+    """
     # ``HANDOFFMON_*`` overrides in the environment are validated with it. A variable shaped like
     # one whose section is no config key (``HANDOFFMON_STOER__BACKEND``) is an error here: a
     # running monitor only warns about it and ignores it, and this check is where a typo must
@@ -36,6 +39,25 @@ def check(file: str) -> None:
         f"ok: {file}: store={cfg.store.backend}, {len(cfg.rules)} rule(s), "
         f"depth buckets {', '.join(cfg.buckets.labels)}"
     )
+    for line in _warnings(file, cfg):
+        click.echo(f"warning: {line}", err=True)
+
+
+def _warnings(file: str, cfg: HandoffmonConfig) -> list[str]:
+    """What is valid but probably not meant: a file that sets nothing (a template rendered
+    empty, a wrong mount), a monitor with no rule to check."""
+    out = []
+    if not cfg.model_fields_set:
+        out.append(f"{file} sets nothing (empty or null): every setting is its default")
+    if not cfg.rules:
+        out.append(
+            "no rules: turns and handoffs are counted, but only rules requests declare in "
+            "metadata.handoffmon.rules are checked"
+            if cfg.request_rules.enabled
+            else "no rules and request_rules.enabled is false: no turn is ever checked, so there "
+            "is no adherence to export or refit"
+        )
+    return out
 
 
 def _check_rules(cfg: object, source: str) -> None:
