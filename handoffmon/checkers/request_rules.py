@@ -271,7 +271,7 @@ class RequestRuleGate:
             )
         compiled = self._compile(cfg, where)
         if isinstance(compiled, RuleError):
-            raise RequestRuleRejected("invalid", str(compiled), key=compiled.key or where) from compiled
+            raise RequestRuleRejected("invalid", _bare(compiled), key=compiled.key or where) from compiled
         return cfg
 
     def _fits_conversation(self, rules: Sequence[RuleConfig], declared: Sequence[Mapping[str, Any]]) -> None:
@@ -302,6 +302,14 @@ class RequestRuleGate:
                     f"(request_rules.max_names); new names are refused",
                 )
             self._names |= new
+
+
+def _bare(exc: RuleError) -> str:
+    """``exc``'s message without the ``source: key '…': `` it starts with, which the
+    rejection that carries it adds again."""
+    text = str(exc)
+    where = ": ".join([*([exc.source] if exc.source else []), *([f"key {exc.key!r}"] if exc.key else [])])
+    return text[len(where) + 2 :] if where and text.startswith(where + ": ") else text
 
 
 def _declaration(metadata: Any) -> Sequence[Any] | None:

@@ -294,3 +294,16 @@ def test_json_size_refuses_a_wide_list_or_mapping_without_walking_it() -> None:
     with pytest.raises(RequestRuleRejected):
         json_size(Spy(wide), 1024)
     assert len(looked) < 200
+
+
+def test_a_compile_error_names_the_source_and_key_once() -> None:
+    """A bad regex's rejection reads ``<request metadata>: key '…': rule 'x': invalid regex…``;
+    it used to carry the source and key twice."""
+    rs = RuleSet()
+    bad = meta({"name": "x", "check": "regex_must_match", "params": {"pattern": "(a{1000}){1000}"}})
+    with pytest.raises(RequestRuleRejected) as exc:
+        rs.parse_request_rules(bad)
+    text = str(exc.value)
+    assert exc.value.code == "invalid" and text.count("<request metadata>") == 1
+    key = "metadata.handoffmon.rules['x'].params.pattern"
+    assert text.startswith(f"<request metadata>: key {key!r}: rule 'x': ")
