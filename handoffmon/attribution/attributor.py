@@ -90,6 +90,9 @@ class _Scan:
     indices: list[int]  # of the assistant messages
     chains: list[int]  # their chained fingerprints
     contents: list[int]  # their content-only fingerprints
+    prefill: bool = False
+    """The last message is an assistant message marked ``prefix: true`` (a prefill the reply
+    continues, as DeepSeek, Mistral and LiteLLM spell it): not an earlier turn."""
 
 
 PREFILL_MAX_CHARS = 1024
@@ -109,6 +112,8 @@ class _Prefill(NamedTuple):
     """Chain fingerprint of the history before the prefill."""
     tail: int
     """Context digest of the message before the prefill (binds a short merged reply)."""
+    marked: bool
+    """Marked ``prefix: true``: left out of the context's attributions already."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,24 +309,25 @@ class Attributor:
             state = (h, chars, held, prev_role, prev_bytes, indices, chains, contents)
             self._prefixes.remember(snapshot, held, state)
         tail = xxh3_64_intdigest(prev_bytes, _salt_of(prev_role)) if prev_role is not None else 0
-        if prev_role == "assistant":
-            self._note_prefill(messages, indices, chains, seed, h)
-        return _Scan(h, chars, tail, indices, chains, contents)
+        prefill = prev_role == "assistant" and self._note_prefill(messages, indices, chains, seed, h)
+        return _Scan(h, chars, tail, indices, chains, contents, prefill)
 
     def _note_prefill(
         self, messages: Sequence[Any], indices: list[int], chains: list[int], seed: int, h: int
-    ) -> None:
+    ) -> bool:
         """Keep what :meth:`record` needs to key a prefill and its reply as one message.
 
         A history ending in an assistant message asks the model to continue it (Anthropic's
         prefill, ``prefix: true`` elsewhere), and the application then sends the two back as
         one message. Kept: the prefill (a text of at most ``PREFILL_MAX_CHARS``), its index,
         and the chain and context digest of the history before it, re-chained from the
-        previous assistant message (the hot loop keeps neither)."""
+        previous assistant message (the hot loop keeps neither). Returns whether the message
+        is marked ``prefix: true``."""
         last = messages[indices[-1]]
         text = last.get("content") if isinstance(last, Mapping) else None
+        marked = isinstance(last, Mapping) and last.get("prefix") is True
         if type(text) is not str or len(text) > PREFILL_MAX_CHARS:
-            return
+            return marked
         if len(indices) > 1:
             before, start = chains[-2], indices[-2] + 1
             prev_role, prev_bytes = (
@@ -339,7 +345,8 @@ class Attributor:
         tail = xxh3_64_intdigest(prev_bytes, _salt_of(prev_role)) if prev_role is not None else 0
         if len(self._prefills) >= PREFILL_MAX_KEPT:
             self._prefills.clear()
-        self._prefills[h] = _Prefill(text, indices[-1], before, tail)
+        self._prefills[h] = _Prefill(text, indices[-1], before, tail, marked)
+        return marked
 
     def _resume(self, messages: list[Any]) -> tuple[Any, ...] | None:
         """The scan state of ``messages[:-2]`` (the next turn: reply and new message) or of
@@ -599,6 +606,8 @@ class Attributor:
         hidden: tuple[list[MessageAttribution], Authorship | None] | None = None,
     ) -> TurnContext:
         attributions, stored = self._attributions(scan, found)
+        if scan.prefill:  # the reply continues it: no earlier turn
+            attributions, stored = attributions[:-1], stored[:-1]
         if hidden is not None:  # a continued response's history comes first
             attributions = hidden[0] + attributions
             stored = [hidden[1], *stored]
@@ -752,17 +761,19 @@ class Attributor:
     ) -> list[tuple[str, Authorship]]:
         """The keys of a prefill and its reply sent back as one message (see
         :meth:`_note_prefill`): chained from the history before the prefill, one turn less
-        deep than the context (which counted the prefill as an earlier turn). Only when no key
-        attributed the prefill (a model's earlier message is a turn, not a prefill) and the
-        reply is text alone."""
+        deep than the context when that counted the prefill as an earlier turn. Only for a
+        prefill marked ``prefix: true`` or one no key attributed (a model's earlier message is a
+        turn, not a prefill), and a reply of text alone."""
         last = ctx.attributions[-1] if ctx.attributions else None
-        if last is None or last.index != prefill.at or last.method != "unknown":
+        unmarked = not prefill.marked
+        if unmarked and (last is None or last.index != prefill.at or last.method != "unknown"):
             return []
         text = reply if isinstance(reply, str) else reply.get("content") if type(reply) is dict else None
         if type(text) is not str or (type(reply) is dict and reply.get("tool_calls")):
             return []
         d, n, b = self._texts.text(prefill.text + text)
-        merged = Authorship(auth.authors, max(ctx.depth - 1, 1), auth.created_at, auth.conversation_id)
+        depth = max(ctx.depth - unmarked, 1)  # an unmarked prefill was counted as a turn
+        merged = Authorship(auth.authors, depth, auth.created_at, auth.conversation_id)
         items = [(chain_key(xxh3_64_intdigest(b, prefill.before ^ ASSISTANT_SALT)), merged)]
         if self.content_fallback:
             fp = content_fingerprint(d, n, prefill.tail, self.min_content_chars)

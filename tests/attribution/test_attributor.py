@@ -13,6 +13,7 @@ from handoffmon.protocols import AttributionStore, Authorship
 from handoffmon.stores.memory import MemoryStore
 from handoffmon.stores.sqlite import SQLiteStore
 from handoffmon.testing import FakeClock
+from handoffmon.types import TurnContext
 from tests.attribution.chat import Chat
 from tests.stores.helpers import run_in_threads
 
@@ -500,29 +501,37 @@ def test_non_string_roles_are_attributed_not_degraded(attributor: Attributor, ro
     assert not ctx.degraded
 
 
+def _prefilled(attributor: Attributor, marked: bool) -> tuple[TurnContext, TurnContext]:
+    """One gpt-4o turn, then a turn prefilled with ``{`` (``prefix: true`` when ``marked``) that
+    claude continues, sent back as one message; the contexts of the prefilled turn and the next."""
+    chat = Chat(attributor)
+    chat.turn("What is the refund policy?", LONG_A, "gpt-4o")
+    prefill: dict[str, object] = {"role": "assistant", "content": "{", **({"prefix": True} if marked else {})}
+    chat.history += [{"role": "user", "content": "As JSON please."}, prefill]
+    prefilled = attributor.attribute(chat.history)
+    reply = '"refund_days": 30}'
+    attributor.persist(attributor.record(prefilled, reply, ["claude"]))
+    chat.history[-1] = {"role": "assistant", "content": "{" + reply}
+    nxt = chat.ask("Thanks!")
+    assert [(a.author, a.depth, a.method) for a in nxt.attributions] == [
+        ("gpt-4o", 1, "chain"),
+        ("claude", 2, "chain"),
+    ]
+    assert (nxt.depth, nxt.prefix_model) == (3, "claude")
+    truncated = [m for m in chat.history if m["content"] != LONG_A]  # found by content too
+    assert [(a.author, a.method) for a in attributor.attribute(truncated).attributions] == [
+        ("claude", "content")
+    ]
+    return prefilled, nxt
+
+
 def test_a_prefill_and_its_reply_sent_back_as_one_message_are_attributed(attributor: Attributor) -> None:
     """A history ending in an assistant message the application wrote (Anthropic's prefill:
     ``{`` to force JSON) asks the model to continue it; the application then sends prefill and
     reply back as one message. That message was ``unknown``; it is the replying model's now, at
     the turn's true depth (the prefilled turn counted the prefill as an earlier turn)."""
-    chat = Chat(attributor)
-    chat.turn("What is the refund policy?", LONG_A, "gpt-4o")
-    chat.history += [{"role": "user", "content": "As JSON please."}, {"role": "assistant", "content": "{"}]
-    ctx = attributor.attribute(chat.history)
-    assert ctx.attributions[-1].method == "unknown"  # the prefill, not attributable
-    reply = '"refund_days": 30}'
-    attributor.persist(attributor.record(ctx, reply, ["claude"]))
-    chat.history[-1] = {"role": "assistant", "content": "{" + reply}
-    ctx = chat.ask("Thanks!")
-    assert [(a.author, a.depth, a.method) for a in ctx.attributions] == [
-        ("gpt-4o", 1, "chain"),
-        ("claude", 2, "chain"),
-    ]
-    assert (ctx.depth, ctx.prefix_model) == (3, "claude")
-    truncated = [m for m in chat.history if m["content"] != LONG_A]  # found by content too
-    assert [(a.author, a.method) for a in attributor.attribute(truncated).attributions] == [
-        ("claude", "content")
-    ]
+    prefilled, _ = _prefilled(attributor, marked=False)
+    assert prefilled.attributions[-1].method == "unknown"  # the prefill, not attributable
 
 
 def test_a_models_message_at_the_end_of_a_history_is_a_turn_not_a_prefill(attributor: Attributor) -> None:
@@ -534,3 +543,13 @@ def test_a_models_message_at_the_end_of_a_history_is_a_turn_not_a_prefill(attrib
     assert ctx.attributions[-1].method == "chain"
     recorded = attributor.record(ctx, LONG_B, ["claude"])
     assert len(recorded.items) == 2  # the reply's chain and content keys only
+
+
+def test_a_prefill_marked_prefix_true_is_no_earlier_turn(attributor: Attributor) -> None:
+    """``{"role": "assistant", "content": "{", "prefix": true}`` (DeepSeek, Mistral, LiteLLM)
+    says the reply continues that message: the prefilled turn's depth and prefix model are
+    those of the history before it (it counted as an ``unknown`` earlier turn), and prefill +
+    reply sent back as one message are the replying model's at that depth."""
+    prefilled, _ = _prefilled(attributor, marked=True)
+    assert [(a.author, a.method) for a in prefilled.attributions] == [("gpt-4o", "chain")]
+    assert (prefilled.depth, prefilled.prefix_model, prefilled.handoff_for("claude")) == (2, "gpt-4o", True)
