@@ -21,19 +21,17 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 from inside uvicorn, after the app was built and the banner printed."""
 
 
-def _log_level(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if value.lower() not in LOG_LEVELS:
-        raise click.BadParameter(f"{value!r} is not one of {', '.join(LOG_LEVELS)}.", ctx, param)
-    return value.lower()
-
-
 @click.command("serve")
 @click.option("--upstream", help="Upstream OpenAI-compatible base URL (overrides proxy.upstream).")
 @click.option("--host", help="Listen address (overrides proxy.host).")
 @click.option("--port", type=int, help="Listen port (overrides proxy.port).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML/TOML config file.")
 @click.option(
-    "--log-level", default="warning", show_default=True, callback=_log_level, help="uvicorn log level."
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="uvicorn log level.",
 )
 def serve(
     upstream: str | None, host: str | None, port: int | None, config_path: str | None, log_level: str

@@ -104,3 +104,10 @@ def test_serve_blames_a_metrics_host_that_is_no_address_here(tmp_path) -> None: 
         res = CliRunner().invoke(main, args)
         assert res.exit_code == ExitCode.ERROR, res.output
         assert "'telemetry.metrics_host'" in res.stderr and host in res.stderr, res.stderr
+
+
+def test_serve_help_lists_the_log_levels_it_accepts() -> None:
+    """`serve --help` showed `--log-level TEXT` and refused all but six names; it lists them."""
+    res = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    assert "--log-level [critical|error|warning|info|debug|trace]" in res.output
