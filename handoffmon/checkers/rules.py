@@ -31,7 +31,7 @@ from handoffmon.checkers.request_rules import (
 from handoffmon.checkers.safe_regex import clean_text
 from handoffmon.config import RuleConfig, ScopeConfig
 from handoffmon.errors import RuleError
-from handoffmon.types import CheckResult
+from handoffmon.types import CheckResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.config import HandoffmonConfig
@@ -287,7 +287,10 @@ class RuleSet:
             ctx: the turn's context.
             extra_rules: the conversation's accumulated per-request rules. One whose name
                 collides with a configured rule is skipped; one that fails to compile
-                yields an ``error`` verdict with reason ``invalid_rule``.
+                yields an ``error`` verdict with reason ``invalid_rule``. Together they may
+                use ``OVERRUN`` × the budget of CPU (0.4 s by default): once past it, the rest
+                yield ``error`` / ``turn_budget`` unrun, so sixteen declared rules that each
+                stay under their own limit cannot hold a worker for seconds every turn.
             skip: a reason the reply cannot be checked (``tool_calls``: it only calls tools).
                 Every applicable rule then yields ``not_applicable`` with this reason, unrun.
         """
@@ -308,6 +311,7 @@ class RuleSet:
                     continue
                 if applies:
                     append(rule.run(text, ctx))
+        spent, share = 0.0, self.budget_s * OVERRUN  # CPU the declared rules of this turn may use
         for cfg in extra_rules:
             name = getattr(cfg, "name", None)
             if name in self.names:
@@ -315,16 +319,26 @@ class RuleSet:
             compiled = self._compiled(cfg) if isinstance(cfg, RuleConfig) else None
             if not isinstance(compiled, Rule):
                 results.append(CheckResult(str(name or "invalid"), "error", "invalid_rule"))
+            elif skip is None and spent > share:
+                self._run_if_applies(compiled, text, ctx, results, "turn_budget", verdict="error")
             else:
+                cpu = time.thread_time()
                 self._run_if_applies(compiled, text, ctx, results, skip)
+                spent += time.thread_time() - cpu
         return tuple(results)
 
     @staticmethod
     def _run_if_applies(
-        rule: Rule, text: str, ctx: CheckContext, out: list[CheckResult], skip: str | None = None
+        rule: Rule,
+        text: str,
+        ctx: CheckContext,
+        out: list[CheckResult],
+        skip: str | None = None,
+        *,
+        verdict: Verdict = "not_applicable",
     ) -> None:
-        """Run ``rule`` when its scope covers the turn (``skip``: a ``not_applicable`` verdict
-        with that reason instead); a scope that raises is an ``error`` verdict.
+        """Run ``rule`` when its scope covers the turn (``skip``: a ``verdict`` with that reason
+        instead, unrun); a scope that raises is an ``error`` verdict.
 
         A malformed context must not break evaluation, nor hide the rule: the error
         verdict is counted like a checker error (``monitor_errors{stage="check"}``).
@@ -335,6 +349,4 @@ class RuleSet:
             out.append(CheckResult(rule.name, "error", "scope_error"))
             return
         if applies:
-            out.append(
-                rule.run(text, ctx) if skip is None else CheckResult(rule.name, "not_applicable", skip)
-            )
+            out.append(rule.run(text, ctx) if skip is None else CheckResult(rule.name, verdict, skip))

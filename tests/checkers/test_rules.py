@@ -347,3 +347,40 @@ def test_checker_cost_follows_its_params() -> None:
     assert loose.cost > strict.cost > 0
     one = reg.build("ifeval:keywords:forbidden_words", {"forbidden_words": ["a"]}).cost
     assert reg.build("ifeval:keywords:forbidden_words", {"forbidden_words": ["a", "b", "c"]}).cost == 3 * one
+
+
+def test_declared_rules_of_one_turn_share_a_cpu_budget() -> None:
+    """Sixteen declared rules that each stay within their own limit (here 30 ms of CPU under a
+    50 ms budget) used to cost 16 × 30 ms every turn; past OVERRUN × budget of CPU the rest
+    are error / turn_budget, unrun. Configured rules are not counted and always run."""
+    from handoffmon.checkers.base import OVERRUN
+
+    ran: list[str] = []
+
+    def burns(reply: str, ctx: CheckContext) -> CheckOutcome:
+        end = time.thread_time() + 0.03
+        while time.thread_time() < end:
+            pass
+        return CheckOutcome("pass")
+
+    reg = CheckerRegistry()
+    reg.register("burn", lambda p: burns)
+    reg.register("mark", lambda p: lambda reply, ctx: ran.append("cfg") or CheckOutcome("pass"))  # type: ignore[func-returns-value]
+    policy = RequestRulePolicy(allowed_exact=frozenset({"burn"}))
+    rs = RuleSet.from_config([rule("cfg", "mark")], registry=reg, budget_s=0.05, request=policy)  # type: ignore[arg-type]
+    declared = rs.parse_request_rules(
+        {"handoffmon": {"rules": [{"name": f"r{i}", "check": "burn"} for i in range(16)]}}
+    )
+    start = time.thread_time()
+    out = rs.evaluate("x", CheckContext(), declared)
+    elapsed = time.thread_time() - start
+    assert out[0].rule == "cfg" and ran == ["cfg"]
+    ran_declared = [r for r in out[1:] if r.verdict == "pass"]
+    refused = [r for r in out[1:] if (r.verdict, r.reason) == ("error", "turn_budget")]
+    assert len(ran_declared) + len(refused) == 16 and refused
+    assert len(ran_declared) <= int(0.05 * OVERRUN / 0.03) + 1
+    assert elapsed < 0.05 * OVERRUN + 0.1
+    scoped = rs.parse_request_rules(
+        {"handoffmon": {"rules": [{"name": "late", "check": "burn", "scope": {"min_depth": 5}}]}}
+    )
+    assert [r.rule for r in rs.evaluate("x", CheckContext(), (*declared, *scoped))][-1] != "late"
