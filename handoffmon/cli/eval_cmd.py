@@ -14,7 +14,7 @@ import click
 from handoffmon._extras import requires_extra
 from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.cli.files import check_writable
-from handoffmon.cli.params import FiniteRange, NonNegativeFinite
+from handoffmon.cli.params import RESAMPLES_OPTION, FiniteRange, NonNegativeFinite
 from handoffmon.errors import HandoffmonError, NoDataError
 
 _ROUTER_HELP = "litellm Router config (YAML with model_list), or 'sim' / 'sim:K' for the offline simulator"
@@ -156,8 +156,20 @@ _common = [
     click.option(
         "--runs", type=click.IntRange(min=1), help="replays per script (default: each script's runs)"
     ),
-    click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1)),
-    click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0)),
+    click.option(
+        "--concurrency",
+        default=8,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="in flight at once: conversations (eval run), model calls (eval switch-matrix)",
+    ),
+    click.option(
+        "--retries",
+        default=3,
+        show_default=True,
+        type=click.IntRange(min=0),
+        help="extra attempts per model call before its run is given up (a rerun resumes it)",
+    ),
     click.option(
         "--seed", default=0, show_default=True, type=int, help="base seed (per-run seeds derive from it)"
     ),
@@ -172,7 +184,7 @@ _common = [
         type=NonNegativeFinite(),
         help="simulator seconds per call",
     ),
-    click.option("--progress/--no-progress", default=True, show_default=True),
+    click.option("--progress/--no-progress", default=True, show_default=True, help="progress bar on stderr"),
     click.option(
         "--config",
         "config_path",
@@ -307,14 +319,26 @@ def _read_shapes(path: str) -> Any:
 @eval_group.command("switch-matrix")
 @click.argument("scripts", nargs=-1, type=click.Path(exists=True))
 @click.option("--models", required=True, help="comma-separated models (K ≥ 2)")
-@click.option("--cache", "cache_dir", default=".handoffmon-prefix-cache", show_default=True)
+@click.option(
+    "--cache",
+    "cache_dir",
+    default=".handoffmon-prefix-cache",
+    show_default=True,
+    help="directory of cached prefix generations and cells (a rerun resumes from it)",
+)
 @click.option("--out", required=True, help="switch-matrix JSON ('-' for stdout)")
 @click.option("--scores", help="also write episode,prefix_model,suffix_model,score CSV")
 @click.option(
     "--switch-at", type=click.IntRange(min=0), help="prefix turns T (default L-1: final-turn switch)"
 )
-@click.option("--score", type=click.Choice(["all", "mean"]), default="all", show_default=True)
-@click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
+@click.option(
+    "--score",
+    type=click.Choice(["all", "mean"]),
+    default="all",
+    show_default=True,
+    help="an episode's score: 1 if every decided rule passed (all), or the share that passed (mean)",
+)
+@RESAMPLES_OPTION
 @click.option(
     "--min-n", default=20, show_default=True, type=click.IntRange(min=2), help="min paired episodes"
 )
@@ -460,11 +484,35 @@ def _distinct_models(names: list[str], resolve: Any) -> list[str]:
 
 
 @eval_group.command("compare")
-@click.option("--shapes", "shapes_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--shapes",
+    "shapes_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="production shapes.json (handoffmon shapes export)",
+)
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--alpha", default=0.05, show_default=True, type=FiniteRange(0, 1, min_open=True))
-@click.option("--min-gap", default=0.05, show_default=True, type=FiniteRange(0, 1))
-@click.option("--min-share", default=0.01, show_default=True, type=FiniteRange(0, 1))
+@click.option(
+    "--alpha",
+    default=0.05,
+    show_default=True,
+    type=FiniteRange(0, 1, min_open=True),
+    help="flag 'too clean' when the Holm-adjusted one-sided p is below this",
+)
+@click.option(
+    "--min-gap",
+    default=0.05,
+    show_default=True,
+    type=FiniteRange(0, 1),
+    help="and eval adherence exceeds production's by at least this (0.05 = 5 pp)",
+)
+@click.option(
+    "--min-share",
+    default=0.01,
+    show_default=True,
+    type=FiniteRange(0, 1),
+    help="list production handoff pairs with at least this share of handoff turns the matrix lacks",
+)
 @click.option("--model", help="compare only this author (eval rows and production counts)")
 @click.option("--out", help="comparison JSON ('-' for stdout; the text report then goes to stderr)")
 @click.option("--html", help="eval HTML report with production overlaid and flagged checkpoints marked")

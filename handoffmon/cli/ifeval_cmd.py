@@ -27,7 +27,14 @@ from handoffmon.errors import HandoffmonError
     type=click.Path(dir_okay=False),
     help="JSONL of {prompt, response}.",
 )
-@click.option("--mode", type=click.Choice(["strict", "loose"]), default="strict", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["strict", "loose"]),
+    default="strict",
+    show_default=True,
+    help="IFEval's strict scoring, or loose (each response also with its first, last or both lines "
+    "dropped, and with its asterisks removed)",
+)
 @click.option(
     "--output",
     "output_path",

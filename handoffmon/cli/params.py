@@ -64,3 +64,13 @@ def PositiveFinite() -> FiniteFloat:
 def NonNegativeFinite() -> FiniteFloat:
     """A finite number >= 0."""
     return FiniteFloat(min=0)
+
+
+RESAMPLES_OPTION = click.option(
+    "--resamples",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=100),
+    help="BCa bootstrap resamples",
+)
+"""``--resamples`` of the commands that bootstrap (``eval switch-matrix``, ``stats switch-matrix``)."""

@@ -42,7 +42,11 @@ def shapes() -> None:
 @MATCH_OPTION
 @click.option("--out", required=True, help="shapes.json ('-' for stdout)")
 @click.option(
-    "--confidence", default=0.95, show_default=True, type=FiniteRange(0, 1, min_open=True, max_open=True)
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=FiniteRange(0, 1, min_open=True, max_open=True),
+    help="confidence level of the Wilson intervals and Markov fits",
 )
 def export(source: str, match: str | None, out: str, confidence: float) -> None:
     """Write versioned production shapes ("schema": "handoffmon.shapes", "version": 1) to --out.

@@ -6,7 +6,7 @@ import click
 
 from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.cli.files import check_writable
-from handoffmon.cli.params import FiniteRange
+from handoffmon.cli.params import RESAMPLES_OPTION, FiniteRange
 from handoffmon.cli.refit_cmd import adjusted_r2_text
 from handoffmon.errors import HandoffmonError, NoDataError
 
@@ -21,12 +21,22 @@ def stats() -> None:
     "--scores", required=True, type=click.Path(dir_okay=False), help="episode,prefix_model,suffix_model,score"
 )
 @click.option("--out", required=True, help="output matrix.json ('-' for stdout)")
-@click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
+@RESAMPLES_OPTION
 @click.option("--seed", type=int, help="RNG seed for reproducible intervals")
 @click.option(
-    "--confidence", default=0.95, show_default=True, type=FiniteRange(0, 1, min_open=True, max_open=True)
+    "--confidence",
+    default=0.95,
+    show_default=True,
+    type=FiniteRange(0, 1, min_open=True, max_open=True),
+    help="interval confidence level",
 )
-@click.option("--ridge", default=1.0, show_default=True, type=FiniteRange(min=0))
+@click.option(
+    "--ridge",
+    default=1.0,
+    show_default=True,
+    type=FiniteRange(min=0),
+    help="ridge strength of the π/σ decomposition (0: plain least squares)",
+)
 @click.option(
     "--min-n", default=20, show_default=True, type=click.IntRange(min=2), help="min paired episodes"
 )
