@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -37,7 +38,8 @@ VERDICT_COLUMNS = ("pass", "fail", "not_applicable", "error")
     "output_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write every verdict as JSONL (line, rule, verdict, reason).",
+    help="Write every verdict as JSONL (line, rule, verdict, reason); '-': stdout, and the summary "
+    "goes to stderr.",
 )
 @click.option(
     "--budget-s", type=PositiveFinite(), default=0.05, show_default=True, help="Per-check time budget."
@@ -80,6 +82,7 @@ def check(rules_path: str, input_path: str, output_path: str | None, budget_s: f
             write_text_atomic(output_path, "\n".join(lines))
         except HandoffmonError as exc:
             fail(str(exc))
+    say = functools.partial(click.echo, err=output_path == "-")  # stdout carries the verdicts
     names = list(rules.names) + sorted(set(tally.counts) - set(rules.names))
     summary: list[dict[str, Any]] = []
     for name in names:
@@ -92,13 +95,13 @@ def check(rules_path: str, input_path: str, output_path: str | None, budget_s: f
             }
         )
     if as_json:
-        click.echo(json.dumps({"replies": len(per_line), "rules": summary}, indent=2))
+        say(json.dumps({"replies": len(per_line), "rules": summary}, indent=2))
         return
-    click.echo(f"{len(per_line)} replies, {len(names)} rules  (pass rate = pass / (pass + fail))")
-    click.echo(f"{'rule':32} {'pass':>6} {'fail':>6} {'n/a':>6} {'error':>6}  pass rate")
+    say(f"{len(per_line)} replies, {len(names)} rules  (pass rate = pass / (pass + fail))")
+    say(f"{'rule':32} {'pass':>6} {'fail':>6} {'n/a':>6} {'error':>6}  pass rate")
     for row in summary:
         rate = "-" if row["pass_rate"] is None else f"{row['pass_rate']:.1%}"
-        click.echo(
+        say(
             f"{row['rule'][:32]:32} {row['pass']:>6} {row['fail']:>6} {row['not_applicable']:>6} "
             f"{row['error']:>6}  {rate:>9}"
         )

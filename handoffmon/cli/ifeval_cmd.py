@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 
@@ -40,7 +41,8 @@ from handoffmon.errors import HandoffmonError
     "output_path",
     required=True,
     type=click.Path(dir_okay=False),
-    help="Write the reference's eval_results fields per prompt (JSONL).",
+    help="Write the reference's eval_results fields per prompt (JSONL); '-': stdout, and the "
+    "accuracy goes to stderr.",
 )
 @click.option("--by-instruction", is_flag=True, help="Also print accuracy per instruction id.")
 def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by_instruction: bool) -> None:
@@ -69,10 +71,11 @@ def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by
         write_text_atomic(output_path, "\n".join(json.dumps(r.to_json()) for r in results))
     except HandoffmonError as exc:
         fail(str(exc))
+    say = functools.partial(click.echo, err=output_path == "-")  # stdout carries the results
     acc = accuracy(results)
-    click.echo(f"mode: {mode}  prompts: {acc.prompts}  instructions: {acc.instructions}")
-    click.echo(f"prompt-level: {acc.prompt_level:.4f}")
-    click.echo(f"instruction-level: {acc.instruction_level:.4f}")
+    say(f"mode: {mode}  prompts: {acc.prompts}  instructions: {acc.instructions}")
+    say(f"prompt-level: {acc.prompt_level:.4f}")
+    say(f"instruction-level: {acc.instruction_level:.4f}")
     if by_instruction:
         total: Counter[str] = Counter()
         followed: Counter[str] = Counter()
@@ -81,4 +84,4 @@ def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by
                 total[iid] += 1
                 followed[iid] += ok
         for iid in sorted(total):
-            click.echo(f"{iid:48} {followed[iid] / total[iid]:.4f}  (n={total[iid]})")
+            say(f"{iid:48} {followed[iid] / total[iid]:.4f}  (n={total[iid]})")

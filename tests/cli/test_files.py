@@ -45,3 +45,42 @@ def test_a_failed_write_names_the_file_and_leaves_nothing(tmp_path: Path) -> Non
     with pytest.raises(InputError, match="cannot write"):
         write_text_atomic(str(tmp_path / "missing" / "out.json"), "{}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_to_stdout_keeps_stdout_machine_readable(tmp_path: Path) -> None:
+    """`check --output -` printed its JSONL verdicts and then the summary (a pretty JSON object
+    with --json, a table without) on stdout, and `ifeval --output -` its results then the
+    accuracy lines: neither stream parsed as JSONL. The summary goes to stderr then, as
+    `eval compare --out -` already does."""
+    import json
+
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules: [{name: short, check: length, params: {unit: words, max: 2}}]\n", encoding="utf-8"
+    )
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text('{"reply": "one two three"}\n{"reply": "one"}\n', encoding="utf-8")
+    inputs = tmp_path / "input.jsonl"
+    inputs.write_text(
+        '{"key": 1, "prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}\n',
+        encoding="utf-8",
+    )
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text('{"prompt": "p", "response": "a, b"}\n', encoding="utf-8")
+    for args, summary in (
+        (
+            ["check", "--rules", str(rules), "--input", str(replies), "--output", "-", "--json"],
+            '"replies": 2',
+        ),
+        (["check", "--rules", str(rules), "--input", str(replies), "--output", "-"], "2 replies, 1 rules"),
+        (["ifeval", "--input", str(inputs), "--responses", str(responses), "--output", "-"], "prompt-level"),
+    ):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, (args, res.output)
+        rows = [json.loads(line) for line in res.stdout.splitlines()]
+        assert rows and all(isinstance(r, dict) for r in rows)
+        assert summary in res.stderr and summary not in res.stdout
