@@ -229,8 +229,8 @@ class MessagesStreamFolder(EventFolder):
     The blocks are rebuilt from ``content_block_start`` and their deltas (text, and a tool
     call's ``partial_json``), then read as a response. ``message_stop`` ends the stream
     (``done``). Never raises; events it cannot read count in ``odd``. Bounded as
-    ``ChunkFolder``: at most ``MAX_TOOL_CALLS`` blocks are kept, and text and tool input past
-    ``max_chars`` make the outcome ``too_large`` with nothing kept.
+    ``ChunkFolder``: at most ``MAX_TOOL_CALLS`` blocks are kept, and text, tool input and other
+    blocks (as JSON) past ``max_chars`` make the outcome ``too_large`` with nothing kept.
 
     Args:
         max_chars: characters of text and tool input kept before nothing more is.
@@ -270,8 +270,10 @@ class MessagesStreamFolder(EventFolder):
             if kept["type"] in _CALL_BLOCKS:  # input its start carries whole (no deltas follow)
                 kept["input"] = get(block, "input")
                 self._count(len(canonical_input(kept["input"])) if kept["input"] else 0)
-            elif kept["type"] != "text":
+            elif kept["type"] != "text":  # kept whole (a server tool's result): its JSON counts
                 kept = block if isinstance(block, dict) else {"type": kept["type"]}
+                if not self._count(len(json.dumps(kept, ensure_ascii=False, default=str))):
+                    return
             self._blocks[index] = kept
             self._pieces[index] = Pieces()
             self._count(len(kept.get("text") or "") if kept.get("type") == "text" else 0)

@@ -260,3 +260,28 @@ def test_a_cache_breakpoint_moved_off_an_image_keeps_the_chain() -> None:
     ctx = attributor.attribute(nxt["messages"])
     assert [(a.author, a.method) for a in ctx.attributions] == [("claude", "chain")]
     assert (ctx.depth, ctx.prefix_model) == (2, "claude")
+
+
+def test_blocks_kept_whole_count_against_the_cap() -> None:
+    """A server tool's result block (web search results) is kept whole, and counted nothing:
+    128 such blocks of 1 MB each (serve's SSE event cap) held 128 MB past a 16M-character cap.
+    Its JSON counts now: past ``max_chars`` the stream keeps nothing and is ``too_large``."""
+    result = {
+        "type": "web_search_tool_result",
+        "tool_use_id": "srvtoolu_1",
+        "content": [{"title": "x" * 5_000}],
+    }
+    folder = MessagesStreamFolder(max_chars=4_000)
+    folder.feed({"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {}}})
+    folder.feed({"type": "content_block_start", "index": 0, "content_block": result})
+    folder.feed({"type": "message_stop"})
+    out = folder.outcome(completed=True)
+    assert out.too_large and out.reply == {"role": "assistant", "content": None}
+    roomy = MessagesStreamFolder()
+    for event in (
+        {"type": "content_block_start", "index": 0, "content_block": result},
+        {"type": "message_stop"},
+    ):
+        roomy.feed(event)
+    assert not roomy.outcome(completed=True).too_large
+    assert roomy.outcome(completed=True).reply["content"] == [result]
