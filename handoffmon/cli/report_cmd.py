@@ -83,4 +83,4 @@ def report(refit_json: str, out: str, truth_path: str | None, title: str) -> Non
         write_text_atomic(out, html.rstrip("\n"))
     except HandoffmonError as exc:
         fail(str(exc))
-    click.echo(f"wrote {out} ({len(html) // 1024} KiB, {len(result.rules)} fits)")
+    click.echo(f"wrote {out} ({len(html) // 1024} KiB, {len(result.rules)} fits)", err=True)  # as refit

@@ -84,3 +84,23 @@ def test_output_to_stdout_keeps_stdout_machine_readable(tmp_path: Path) -> None:
         rows = [json.loads(line) for line in res.stdout.splitlines()]
         assert rows and all(isinstance(r, dict) for r in rows)
         assert summary in res.stderr and summary not in res.stdout
+
+
+def test_report_to_stdout_is_the_page_alone(tmp_path: Path) -> None:
+    """`report --out -` printed the page and then 'wrote - (55 KiB, 2 fits)' on stdout, after
+    </html>; the line goes to stderr, as the other commands' summaries do."""
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+    from handoffmon.depth import DepthBuckets
+    from handoffmon.refit import refit
+    from handoffmon.sim.fleet import make_fleet
+    from handoffmon.sim.offline import simulate_counts
+
+    src = tmp_path / "refit.json"
+    fit = refit(simulate_counts(make_fleet(3, n_rules=1), 300, seed=1), buckets=DepthBuckets(), now=0.0)
+    src.write_text(fit.to_json(), encoding="utf-8")
+    res = CliRunner().invoke(main, ["report", str(src), "--out", "-"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("<!doctype html>") and res.stdout.rstrip().endswith("</html>")
+    assert "wrote -" in res.stderr
