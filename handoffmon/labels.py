@@ -34,6 +34,21 @@ ALWAYS_ALLOWED: frozenset[str] = frozenset({NO_PREFIX, UNKNOWN_MODEL, OTHER})
 MAX_LABEL_CHARS = 128
 """Longer names are truncated before they are admitted (bounds series size too)."""
 
+
+def exportable(value: str) -> str:
+    """``value`` as valid UTF-8: a lone surrogate (a client's JSON ``"\\ud800"``, text decoded with
+    ``surrogateescape``) spelled as its backslash escape. prometheus_client encodes the exposition
+    as UTF-8, so one such label value made every ``/metrics`` scrape raise. ASCII is returned
+    as is, without encoding."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 MAX_STAGES = 32
 """Distinct ``stage`` label values of the monitor's own health metrics."""
 
@@ -140,7 +155,7 @@ class _Admitter:
         first rejection in this process; see ``_first_rejection``)."""
         self._rejected: bytearray | None = None
         for value in seed:
-            self._admit(value[:MAX_LABEL_CHARS])
+            self._admit(exportable(value[:MAX_LABEL_CHARS]))
 
     def _admit(self, value: str) -> bool:
         if value in self._admitted:
@@ -298,7 +313,7 @@ class LabelGuard:
 
     @staticmethod
     def _map(admitter: _Admitter, raw: str | None) -> str:
-        value = (raw or UNKNOWN_MODEL)[:MAX_LABEL_CHARS]
+        value = exportable((raw or UNKNOWN_MODEL)[:MAX_LABEL_CHARS])
         label = admitter.get(value)
         return OTHER if label is None else label
 
