@@ -29,6 +29,7 @@ from handoffmon.exporters.store_failures import EVICTIONS_HELP
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
+    MAX_LABEL_CHARS,
     OTHER,
     SHADOW_PAIR_LABELS,
     LabelGuard,
@@ -162,7 +163,8 @@ INPUT_MESSAGES_DROPPED = "handoffmon.input_messages_dropped"
 
 
 def _text_part(role: str, text: str) -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "content": text}]}
+    # a role is whatever the client sent: cut like a name, so no role outgrows the budget
+    return {"role": role[:MAX_LABEL_CHARS], "parts": [{"type": "text", "content": text}]}
 
 
 def _cut(text: str, max_bytes: int) -> str:
@@ -199,7 +201,7 @@ def content_attributes(
     output = _text_part("assistant", content.output_text)
     output["finish_reason"] = finish_reason or "stop"
     # JSON escapes a character into at most 6 bytes; a part's envelope is under 80 with its role
-    bound = sum(6 * (len(m.content) + len(m.role)) + 80 for m in messages)
+    bound = sum(6 * (len(m.content) + min(len(m.role), MAX_LABEL_CHARS)) + 80 for m in messages)
     if (
         bound <= max_bytes
         and 6 * (len(content.output_text) + len(output["finish_reason"])) + 100 <= max_bytes

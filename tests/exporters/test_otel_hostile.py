@@ -79,3 +79,18 @@ def test_join_events_carry_names_no_longer_than_a_label(span: Literal["join", "o
     assert records and all(_longest(r.attributes) <= MAX_ID_CHARS for r in records)
     model_attrs = [r.attributes[k] for r in records for k in ("handoffmon.author",) if k in r.attributes]
     assert model_attrs and all(len(v) == MAX_LABEL_CHARS for v in model_attrs)
+
+
+def test_a_client_sent_role_cannot_outgrow_the_content_budget() -> None:
+    """Roles are whatever the client sent: a 1 MB role on the newest message kept the captured
+    input over 1 MB although its text was cut to nothing; roles are cut like names."""
+    import json
+
+    from handoffmon.exporters.otel import MAX_CONTENT_BYTES, content_attributes
+    from handoffmon.types import Message, TurnContent
+
+    history = (Message("user", "hello"), Message("r" * 1_000_000, "text"))
+    attrs = content_attributes(TurnContent(history, "ok"), "stop")
+    assert len(attrs["gen_ai.input.messages"].encode()) <= MAX_CONTENT_BYTES
+    (newest,) = json.loads(attrs["gen_ai.input.messages"])[-1:]
+    assert newest == {"role": "r" * MAX_LABEL_CHARS, "parts": [{"type": "text", "content": "text"}]}
