@@ -101,3 +101,23 @@ def test_promises_hold_over_many_replicates() -> None:
     harm = calibrate(standard_population(harmful=HARMFUL), replicates=100, conversations=8000, seed=2)
     assert harm.power >= 0.90
     assert 0.93 <= harm.coverage <= 0.97
+
+
+@pytest.mark.slow
+def test_pairs_into_the_model_near_100_percent_hold_no_effect() -> None:
+    """120 null refits: the Δ intervals of the pairs into atlas (97% adherence, the ping-pong
+    partner whose handoffs sit deep) hold 0. On Kish's effective n with a pooled p(1 − p) they
+    held it 440 of 480 times (0.917; the interval 1.2–1.4× narrower than the pairs' own se);
+    with the arms' n matched to their stratified variance 457 (0.952). Bound: 0.95 less two
+    binomial SEs at this count (0.930)."""
+    pop, buckets = standard_population(), DepthBuckets()
+    covered = total = 0
+    for i in range(120):
+        rows = simulate(pop, 3000, seed=np.random.default_rng([11, i]))
+        fit = refit(counts_from_rows(rows, buckets), buckets=buckets, now=0.0).rules[pop.rules[0]]
+        for p in fit.pairs:
+            if p.observed and p.model == "atlas":
+                total += 1
+                covered += p.ci_low <= 0.0 <= p.ci_high
+    assert total >= 400
+    assert covered / total >= 0.95 - 2 * math.sqrt(0.05 * 0.95 / total), (covered, total)
