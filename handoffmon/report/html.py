@@ -161,6 +161,7 @@ def _curves(fit: RuleFit, models: list[str], buckets: tuple[str, ...]) -> str:
         if svg.finite(v) and n >= 30
     ]
     y_min = min(0.6, max(0.0, math.floor((min(seen, default=0.5) - 0.08) * 10) / 10))
+    labels = svg.tick_names(models)
     for i, m in enumerate(models):
         c = fit.curves.get(m)
         if c is None:
@@ -175,6 +176,7 @@ def _curves(fit: RuleFit, models: list[str], buckets: tuple[str, ...]) -> str:
             c.fitted,
             c.n,
             mk.stationary if mk else float("nan"),
+            labels[m],
         )
         out.append(svg.depth_curves(c.buckets or buckets, series, y_min=y_min))
     return (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -55,48 +55,97 @@ def pct(x: float, digits: int = 0, signed: bool = False) -> str:
     return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}%"
 
 
+def _unwrap(name: str) -> tuple[str, bool]:
+    """``name`` without its bidi isolate (FSI … PDI), and whether it had one."""
+    wrapped = len(name) > 1 and name[0] == _FSI and name[-1] == _PDI
+    return (name[1:-1], True) if wrapped else (name, False)
+
+
+def _wrap(short: str, wrapped: bool) -> str:
+    return f"{_FSI}{short}{_PDI}" if wrapped else short
+
+
 def tick_name(name: str) -> str:
     """``name`` as chart labels show it: at most ``MAX_TICK_CHARS`` characters, the start and the
     end kept (names differ most in their version suffix), a bidi isolate (FSI … PDI) kept whole."""
-    inner = name[1:-1] if len(name) > 1 and name[0] == _FSI and name[-1] == _PDI else name
+    inner, wrapped = _unwrap(name)
     if len(inner) <= MAX_TICK_CHARS:
         return name
     head = MAX_TICK_CHARS // 3
-    short = f"{inner[:head]}…{inner[head + 1 - MAX_TICK_CHARS :]}"
-    return f"{_FSI}{short}{_PDI}" if inner is not name else short
+    return _wrap(f"{inner[:head]}…{inner[head + 1 - MAX_TICK_CHARS :]}", wrapped)
 
 
-def _tick(x: float, y: float, name: str, *, anchor: str, extra: str = "") -> str:
-    """A model name as a tick label, shortened by ``tick_name`` with the full name as its tooltip."""
-    shown = tick_name(name)
-    title = f"<title>{escape(name)}</title>" if shown != name else ""
+def _shared_start(a: str, b: str) -> int:
+    """Characters ``a`` and ``b`` share at their start."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _where_it_differs(name: str, others: Sequence[str]) -> str:
+    """``name`` shortened around the first character no other of ``others`` shares with it
+    (after a common start), keeping 5 characters of its start and 13 of its end."""
+    inner, wrapped = _unwrap(name)
+    rest = [_unwrap(o)[0] for o in others]
+    at = max(_shared_start(inner, o) for o in rest)
+    tail = MAX_TICK_CHARS - 5 - 12 - 2
+    return _wrap(f"{inner[:5]}…{inner[max(at - 4, 5) : max(at - 4, 5) + 12]}…{inner[-tail:]}", wrapped)
+
+
+def tick_names(names: Iterable[str]) -> dict[str, str]:
+    """Each of ``names`` → its chart label: ``tick_name``, except where two names shorten alike
+    (a model's Bedrock profiles in two regions differ only mid-name): those show the stretch
+    where they first differ, and are numbered if they still read alike."""
+    unique = list(dict.fromkeys(names))
+    shown = {n: tick_name(n) for n in unique}
+    alike: dict[str, list[str]] = {}
+    for n in unique:
+        alike.setdefault(shown[n], []).append(n)
+    for group in alike.values():
+        if len(group) > 1:
+            for n in group:
+                shown[n] = _where_it_differs(n, [o for o in group if o != n])
+    seen: dict[str, int] = {}
+    for n in unique:
+        label = shown[n]
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:
+            shown[n] = f"{label} #{seen[label]}"
+    return shown
+
+
+def _tick(x: float, y: float, name: str, label: str, *, anchor: str, extra: str = "") -> str:
+    """A model name as the tick ``label`` (``tick_names``), the full name its tooltip when they differ."""
+    title = f"<title>{escape(name)}</title>" if label != name else ""
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" class="tick"{extra}>{title}'
-        f"{escape(shown)}</text>"
+        f"{escape(label)}</text>"
     )
 
 
-def _widest(names: Sequence[str]) -> int:
-    """Characters of the longest of ``names`` as ticks show them."""
-    return max((len(tick_name(n)) for n in names), default=0)
+def _widest(labels: Iterable[str]) -> int:
+    """Characters of the longest of ``labels``."""
+    return max((len(label) for label in labels), default=0)
 
 
-def _column_ticks(cols: Sequence[str], left: float, cw: float, top: float) -> tuple[list[str], float]:
+def _column_ticks(
+    cols: Sequence[str], labels: Mapping[str, str], left: float, cw: float, top: float
+) -> tuple[list[str], float]:
     """Column labels centred over columns ``cw`` wide, turned 45° when the widest does not fit
     (columns then keep their width whatever the names); returns them and the px they reach
     right of the last column."""
-    turned = CHAR_PX * _widest(cols) + 16 > cw
+    widest = _widest(labels[c] for c in cols)
+    turned = CHAR_PX * widest + 16 > cw
     out = []
     for j, col in enumerate(cols):
         x = left + cw * j + cw / 2
         extra = f' transform="rotate(-45 {x:.1f} {top - 10:.1f})"' if turned else ""
-        out.append(_tick(x, top - 10, col, anchor="start" if turned else "middle", extra=extra))
-    return out, (_turned_extent(cols) - cw / 2 if turned else 0.0)
+        out.append(_tick(x, top - 10, col, labels[col], anchor="start" if turned else "middle", extra=extra))
+    return out, (_turned_extent(widest) - cw / 2 if turned else 0.0)
 
 
-def _turned_extent(cols: Sequence[str]) -> int:
-    """How far (px, up and right) a column label turned 45° reaches."""
-    return math.ceil(0.71 * CHAR_PX * _widest(cols)) + 4
+def _turned_extent(widest: int) -> int:
+    """How far (px, up and right) a column label of ``widest`` characters turned 45° reaches."""
+    return math.ceil(0.71 * CHAR_PX * widest) + 4
 
 
 def _t(x: float, y: float, s: str, *, cls: str = "", anchor: str = "start", extra: str = "") -> str:
@@ -130,13 +179,15 @@ def heatmap(
 
     The row-label margin widens with the longest model name (about 7 px a character at the
     tick font); column labels too long for a column are turned 45°, so columns keep their
-    width; names past ``MAX_TICK_CHARS`` are shortened (``tick_name``).
+    width; names past ``MAX_TICK_CHARS`` are shortened (``tick_names``).
     """
     cw, ch, top = 74, 46, 58
-    if CHAR_PX * _widest(cols) + 16 > cw:
-        top += _turned_extent(cols)
-    left = max(96, CHAR_PX * _widest(rows) + 24)
-    ticks, overhang = _column_ticks(cols, left, cw, top)
+    labels = tick_names([*rows, *cols])
+    widest = _widest(labels[c] for c in cols)
+    if CHAR_PX * widest + 16 > cw:
+        top += _turned_extent(widest)
+    left = max(96, CHAR_PX * _widest(labels[r] for r in rows) + 24)
+    ticks, overhang = _column_ticks(cols, labels, left, cw, top)
     title_x = max(left + cw * len(cols) / 2, 150)  # the axis title fits, even over a few columns
     w = max(left + cw * len(cols) + 10 + round(overhang), round(title_x + 145))
     h = max(top + ch * len(rows) + 10, round(top + ch * len(rows) / 2 + 56))  # so does the rotated one
@@ -160,7 +211,7 @@ def heatmap(
     out.extend(ticks)
     for i, row in enumerate(rows):
         y = top + ch * i
-        out.append(_tick(left - 8, y + ch / 2 + 4, row, anchor="end"))
+        out.append(_tick(left - 8, y + ch / 2 + 4, row, labels[row], anchor="end"))
         for j, col in enumerate(cols):
             x = left + cw * j
             out.append(_heat_cell(x, y, cw, ch, row, col, cells.get((row, col)), scale))
@@ -244,10 +295,11 @@ class Bar:
 def interval_bars(bars: Sequence[Bar], *, title: str, span: float | None = None) -> str:
     """Horizontal bars from zero with interval whiskers; optional diamond markers (truth).
 
-    The label margin widens with the longest label (about 7 px a character, ``tick_name``).
+    The label margin widens with the longest label (about 7 px a character, ``tick_names``).
     """
     bh, width, top = 30, 300, 30
-    left = max(86, CHAR_PX * _widest([b.label for b in bars]) + 16)
+    labels = tick_names(b.label for b in bars)
+    left = max(86, CHAR_PX * _widest(labels.values()) + 16)
     finite_vals = [abs(v) for b in bars for v in (b.value, b.low, b.high, b.reference or 0.0) if finite(v)]
     m = span or max([0.02, *finite_vals]) * 1.1
     h = top + bh * len(bars) + 26
@@ -264,7 +316,7 @@ def interval_bars(bars: Sequence[Bar], *, title: str, span: float | None = None)
     for i, b in enumerate(bars):
         y = top + bh * i
         out.append(f"<g><title>{escape(b.tooltip or b.label)}</title>")
-        out.append(_t(left - 8, y + bh / 2 + 4, tick_name(b.label), cls="tick", anchor="end"))
+        out.append(_t(left - 8, y + bh / 2 + 4, labels[b.label], cls="tick", anchor="end"))
         if finite(b.value):
             x1, x2 = sorted((x0, sx(b.value)))
             color = diverging(b.value, m * 0.8)
@@ -306,6 +358,8 @@ class Series:
     fitted: Sequence[float]
     n: Sequence[int]
     stationary: float = float("nan")
+    label: str = ""
+    """The title shown (``tick_names`` of the models drawn beside it); ``tick_name(name)`` if empty."""
 
 
 def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) -> str:
@@ -328,7 +382,13 @@ def depth_curves(buckets: Sequence[str], series: Series, *, y_min: float = 0.4) 
 
     out = [
         _open("curve", w, h, f"Adherence by conversation depth of {series.name}"),
-        _t(left, 14, tick_name(series.name), cls="chart-title", extra=f' fill="{series.color}"'),
+        _t(
+            left,
+            14,
+            series.label or tick_name(series.name),
+            cls="chart-title",
+            extra=f' fill="{series.color}"',
+        ),
     ]
     for v in (y_min, (y_min + 1) / 2, 1.0):
         out.append(f'<line x1="{left}" x2="{w - right}" y1="{sy(v):.1f}" y2="{sy(v):.1f}" class="gridline"/>')
@@ -378,17 +438,19 @@ def bubbles(rows: Sequence[str], cols: Sequence[str], counts: dict[tuple[str, st
     # like the heatmap: the row-label margin widens with the longest name (~7 px a char), column
     # labels too long for a column are turned
     cw, top, rh = 58, 40, 58
-    if CHAR_PX * _widest(cols) + 16 > cw:
-        top += _turned_extent(cols)
-    left = max(96, CHAR_PX * _widest(rows) + 24)
-    ticks, overhang = _column_ticks(cols, left, cw, top)
+    labels = tick_names([*rows, *cols])
+    widest = _widest(labels[c] for c in cols)
+    if CHAR_PX * widest + 16 > cw:
+        top += _turned_extent(widest)
+    left = max(96, CHAR_PX * _widest(labels[r] for r in rows) + 24)
+    ticks, overhang = _column_ticks(cols, labels, left, cw, top)
     w, h = left + cw * len(cols) + 10 + round(overhang), top + rh * len(rows) + 10
     peak = max([1, *counts.values()])
     out = [_open("bubbles", w, h, "Handoffs by pair: rows prefix model A, columns suffix model B, area ∝ n")]
     out.extend(ticks)
     for i, row in enumerate(rows):
         cy = top + rh * i + rh / 2
-        out.append(_tick(left - 8, cy + 4, row, anchor="end"))
+        out.append(_tick(left - 8, cy + 4, row, labels[row], anchor="end"))
         for j, col in enumerate(cols):
             cx = left + cw * j + cw / 2
             n = counts.get((row, col), 0)

@@ -117,3 +117,23 @@ def test_hostile_names_render_escaped_in_a_page_that_keeps_its_width(tmp_path: P
     assert int(page_w.group(1)) <= 1400
     assert int(heat_w.group(1)) < 2_000
     assert 'id="report-ready"' in dom
+
+
+def test_names_alike_at_both_ends_get_labels_that_tell_them_apart(tmp_path: Path) -> None:
+    """A model's Bedrock profiles in two regions differ only mid-name: shortened to start and
+    end they read alike in every chart (the shortening's own regression). They show where they
+    differ instead, each label still MAX_TICK_CHARS long."""
+    from handoffmon.report.svg import bubbles, tick_names
+
+    us = ARN.format("06")
+    eu = us.replace("us-east-1", "eu-west-1").replace("/us.", "/eu.")
+    labels = tick_names([us, eu, "gpt-4o"])
+    assert labels[us] != labels[eu] and "us-east" in labels[us] and "eu-west" in labels[eu]
+    assert len(labels[us]) == len(labels[eu]) == MAX_TICK_CHARS and labels["gpt-4o"] == "gpt-4o"
+    twins = tick_names(
+        ["a" * 20 + "X" + "b" * 10 + "Y" + "c" * 30, "a" * 20 + "X" + "b" * 10 + "Z" + "c" * 30]
+    )
+    assert len(set(twins.values())) == 2
+    chart = bubbles([us, eu], [us, eu], {(us, eu): 3})
+    shown = re.findall(r'class="tick"[^>]*><title>[^<]*</title>([^<]*)</text>', chart)
+    assert sorted(set(shown)) == sorted({labels[us], labels[eu]})
