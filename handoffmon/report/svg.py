@@ -143,6 +143,20 @@ def _column_ticks(
     return out, (_turned_extent(widest) - cw / 2 if turned else 0.0)
 
 
+def _pair_axes(
+    rows: Sequence[str], cols: Sequence[str], cw: float, top: float
+) -> tuple[dict[str, str], float, float, list[str], float]:
+    """A pair chart's labels (``tick_names`` of rows and columns), its top (raised when the
+    column labels are turned), its row-label margin, the column ticks and their overhang."""
+    labels = tick_names([*rows, *cols])
+    widest = _widest(labels[c] for c in cols)
+    if CHAR_PX * widest + 16 > cw:
+        top += _turned_extent(widest)
+    left = max(96, CHAR_PX * _widest(labels[r] for r in rows) + 24)
+    ticks, overhang = _column_ticks(cols, labels, left, cw, top)
+    return labels, top, left, ticks, overhang
+
+
 def _turned_extent(widest: int) -> int:
     """How far (px, up and right) a column label of ``widest`` characters turned 45° reaches."""
     return math.ceil(0.71 * CHAR_PX * widest) + 4
@@ -181,13 +195,8 @@ def heatmap(
     tick font); column labels too long for a column are turned 45°, so columns keep their
     width; names past ``MAX_TICK_CHARS`` are shortened (``tick_names``).
     """
-    cw, ch, top = 74, 46, 58
-    labels = tick_names([*rows, *cols])
-    widest = _widest(labels[c] for c in cols)
-    if CHAR_PX * widest + 16 > cw:
-        top += _turned_extent(widest)
-    left = max(96, CHAR_PX * _widest(labels[r] for r in rows) + 24)
-    ticks, overhang = _column_ticks(cols, labels, left, cw, top)
+    cw, ch = 74, 46
+    labels, top, left, ticks, overhang = _pair_axes(rows, cols, cw, 58)
     title_x = max(left + cw * len(cols) / 2, 150)  # the axis title fits, even over a few columns
     w = max(left + cw * len(cols) + 10 + round(overhang), round(title_x + 145))
     h = max(top + ch * len(rows) + 10, round(top + ch * len(rows) / 2 + 56))  # so does the rotated one
@@ -437,13 +446,8 @@ def bubbles(rows: Sequence[str], cols: Sequence[str], counts: dict[tuple[str, st
     """Handoff frequency by ordered pair: circle area ∝ checked turns in the cell."""
     # like the heatmap: the row-label margin widens with the longest name (~7 px a char), column
     # labels too long for a column are turned
-    cw, top, rh = 58, 40, 58
-    labels = tick_names([*rows, *cols])
-    widest = _widest(labels[c] for c in cols)
-    if CHAR_PX * widest + 16 > cw:
-        top += _turned_extent(widest)
-    left = max(96, CHAR_PX * _widest(labels[r] for r in rows) + 24)
-    ticks, overhang = _column_ticks(cols, labels, left, cw, top)
+    cw, rh = 58, 58
+    labels, top, left, ticks, overhang = _pair_axes(rows, cols, cw, 40)
     w, h = left + cw * len(cols) + 10 + round(overhang), top + rh * len(rows) + 10
     peak = max([1, *counts.values()])
     out = [_open("bubbles", w, h, "Handoffs by pair: rows prefix model A, columns suffix model B, area ∝ n")]
