@@ -8,7 +8,7 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
-from handoffmon.labels import MAX_LABEL_CHARS
+from handoffmon.labels import MAX_LABEL_CHARS, exportable
 from handoffmon.types import TurnResult
 
 TURN_EVENT = "handoffmon.turn"
@@ -20,10 +20,11 @@ _MAX_ERROR_CHARS = 200
 
 
 def clip(value: str | None, limit: int = MAX_LABEL_CHARS) -> str | None:
-    """``value`` cut to ``limit`` characters: model, provider and deployment names come from
-    requests and upstream responses, and one 100 kB name must not ride on every log line, span
-    and event. ``MAX_LABEL_CHARS`` by default, so a name there reads as the metrics' label for it."""
-    return value if value is None or len(value) <= limit else value[:limit]
+    """``value`` cut to ``limit`` characters and made valid UTF-8 (``labels.exportable``): model,
+    provider and deployment names come from requests and upstream responses, and one 100 kB name
+    must not ride on every log line, span and event, nor a lone surrogate make OTLP drop the
+    attribute. ``MAX_LABEL_CHARS`` by default, so a name there reads as the metrics' label for it."""
+    return None if value is None else exportable(value[:limit])
 
 
 def _processors(fmt: LogFormat) -> list[Any]:

@@ -121,7 +121,7 @@ def span_attributes(result: TurnResult) -> dict[str, Any]:
     ctx, rec = result.context, result.record
     attrs: dict[str, Any] = {
         OPERATION: "chat",
-        CONVERSATION_ID: ctx.conversation_id,
+        CONVERSATION_ID: clip(ctx.conversation_id, MAX_ID_CHARS),
         REQUEST_STREAM: rec.streamed,
         RESPONSE_MODEL: clip(rec.response_model or rec.author),
         "handoffmon.conversation_id_source": ctx.conversation_id_source,
@@ -258,7 +258,7 @@ def evaluation_attributes(
         rec, ctx = result.record, result.context
         if rec.response_id:
             attrs[RESPONSE_ID] = clip(rec.response_id, MAX_ID_CHARS)
-        attrs[CONVERSATION_ID] = ctx.conversation_id
+        attrs[CONVERSATION_ID] = clip(ctx.conversation_id, MAX_ID_CHARS)
         attrs["handoffmon.depth"] = ctx.depth
         attrs["handoffmon.author"] = clip(rec.author)
         attrs["handoffmon.prefix_model"] = clip(ctx.prefix_model)

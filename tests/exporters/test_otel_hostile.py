@@ -94,3 +94,30 @@ def test_a_client_sent_role_cannot_outgrow_the_content_budget() -> None:
     assert len(attrs["gen_ai.input.messages"].encode()) <= MAX_CONTENT_BYTES
     (newest,) = json.loads(attrs["gen_ai.input.messages"])[-1:]
     assert newest == {"role": "r" * MAX_LABEL_CHARS, "parts": [{"type": "text", "content": "text"}]}
+
+
+@pytest.mark.parametrize("span", ["join", "own"])
+def test_lone_surrogates_in_names_and_ids_reach_otlp_as_escapes(
+    span: Literal["join", "own"], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller id or model name holding a lone surrogate (a client's JSON "\\ud800"): the OTLP
+    encoder could not encode it as UTF-8, logged a traceback and dropped the attribute, for
+    every span and event of such a turn. It arrives spelled as its escape, as labels are."""
+    import logging
+
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    exporter, spans, logs = _exporter(span)
+    turn = make_result(
+        conversation_id="c\ud800", author="gpt\ud800", requested_model="g\udc80", checks=[("json", "pass")]
+    )
+    with caplog.at_level(logging.ERROR):
+        assert exporter.export(turn)
+        encode_spans(spans.get_finished_spans()).SerializeToString()
+        encode_logs(logs.get_finished_logs()).SerializeToString()
+    assert not [r for r in caplog.records if "Failed to encode" in r.getMessage()]
+    records = [r.log_record.attributes for r in logs.get_finished_logs()]
+    finished = [s.attributes for s in spans.get_finished_spans()]
+    for attrs in [*records, *finished]:
+        assert attrs["gen_ai.conversation.id"] == "c\\ud800" and attrs["handoffmon.author"] == "gpt\\ud800"
