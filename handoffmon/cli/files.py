@@ -51,6 +51,7 @@ def replace_text(path: str, text: str) -> None:
     and created exclusively: two writers of one path (overlapping refit jobs, say) each rename
     a whole file of their own, the last one winning, instead of truncating each other's temp
     file mid-write. It is created with the umask's permissions, as the file itself would be.
+    Text that is not valid UTF-8 (lone surrogates) is written as its backslash escape.
 
     Raises:
         OSError: the file cannot be written; no temp file is left.
@@ -58,10 +59,12 @@ def replace_text(path: str, text: str) -> None:
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
+        # a lone surrogate (a name read from JSON "\ud800") is written as its escape, as
+        # labels are: strict UTF-8 raised and left the temp file behind
+        with open(tmp, "x", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
         tmp.replace(target)
-    except OSError:
+    except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise

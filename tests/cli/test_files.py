@@ -104,3 +104,28 @@ def test_report_to_stdout_is_the_page_alone(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("<!doctype html>") and res.stdout.rstrip().endswith("</html>")
     assert "wrote -" in res.stderr
+
+
+def test_a_lone_surrogate_is_written_as_its_escape_and_no_temp_file_stays(tmp_path: Path) -> None:
+    """A model named "\\ud800bad" in a refit JSON (valid JSON) made `handoffmon report` die in the
+    UTF-8 encoder with a traceback, leaving its temp file behind; the page is written, the name
+    spelled as its escape as labels are, and a write that raises leaves no temp file."""
+    import json
+
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+    from handoffmon.depth import DepthBuckets
+    from handoffmon.refit import refit
+    from handoffmon.sim.fleet import make_fleet
+    from handoffmon.sim.offline import simulate_counts
+
+    fit = refit(simulate_counts(make_fleet(3, n_rules=1), 300, seed=1), buckets=DepthBuckets(), now=0.0)
+    name = sorted(fit.rules["all"].models)[0]
+    src = tmp_path / "refit.json"
+    src.write_text(fit.to_json().replace(f'"{name}"', json.dumps("\ud800bad")), encoding="utf-8")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "\\ud800bad" in out.read_text(encoding="utf-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "refit.json"]
