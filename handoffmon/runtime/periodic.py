@@ -30,6 +30,8 @@ class RefitStats:
     last_success_at: float | None
     last_duration_s: float | None
     last_error: str | None
+    empty_runs: int = 0
+    """Runs that found no checks in the snapshot (nothing refitted or published)."""
 
 
 class PeriodicRefit:
@@ -78,6 +80,7 @@ class PeriodicRefit:
         self._lock = threading.Lock()
         self._runs = 0
         self._failures = 0
+        self._empty_runs = 0
         self._last_success_at: float | None = None
         self._last_duration_s: float | None = None
         self._last_error: str | None = None
@@ -88,7 +91,12 @@ class PeriodicRefit:
         """Runs, failures and the last outcome."""
         with self._lock:
             return RefitStats(
-                self._runs, self._failures, self._last_success_at, self._last_duration_s, self._last_error
+                self._runs,
+                self._failures,
+                self._last_success_at,
+                self._last_duration_s,
+                self._last_error,
+                self._empty_runs,
             )
 
     @property
@@ -97,13 +105,27 @@ class PeriodicRefit:
         return self._thread is not None and self._thread.is_alive()
 
     def run_once(self) -> RefitResult | None:
-        """Snapshot, refit and publish once; returns the result or None on failure."""
+        """Snapshot, refit and publish once; returns the result, or None on failure and when
+        the snapshot holds no checks yet.
+
+        A snapshot with no checks (a fresh process before its first checked turn) is neither
+        refitted nor published: a refit of nothing would stamp a refit success and publish an
+        empty pair-risk table (the routing policy would read "a table with no pairs" instead of
+        ``no_table``), as ``handoffmon refit`` refuses it (exit 4). It is counted as a run
+        (``stats.empty_runs``), not a failure."""
         from handoffmon.refit import refit
 
         started = time.perf_counter()
         try:
+            counts = self._snapshot()
+            if not any(counts.checks.values()):  # no key, or only keys counting 0 checks
+                with self._lock:
+                    self._runs += 1
+                    self._empty_runs += 1
+                log.debug("handoffmon refit skipped: no checks yet")
+                return None
             result = refit(
-                self._snapshot(),
+                counts,
                 buckets=self._buckets,
                 settings=self._settings,
                 source=self._source,

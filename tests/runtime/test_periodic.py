@@ -141,26 +141,33 @@ def test_a_multiprocess_runtime_refits_every_workers_counts_from_the_directory(
     ``monitor.snapshot``; a directory that cannot be read is a failed refit, counted, never
     raised. Without it: the local counts.
     (tests/exporters/test_serving.py checks the sums with two real worker processes.)"""
-    from handoffmon.config import HandoffmonConfig
     from handoffmon.runtime import build_runtime
+    from tests.pipeline.helpers import make_config, run_conversation
 
-    config = HandoffmonConfig(refit={"interval_s": 60})
-    with build_runtime(config, registry=None, start=False) as rt:
+    config = make_config(refit={"interval_s": 60})
+    with build_runtime(config, registry=None) as rt:
+        run_conversation(rt.monitor, ["gpt", "gpt"])
+        assert rt.flush(30)
         result = rt.refit_now()
         assert result is not None and result.source == "local"
     where = tmp_path / "multiproc"
     where.mkdir()
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(where))
-    with build_runtime(config, registry=None, start=False) as rt:
-        result = rt.refit_now()
-        assert result is not None and result.source == "multiprocess"
+    with build_runtime(config, registry=None) as rt:
+        # this process's prometheus_client chose its values before the variable was set, so its
+        # turns are not in the files: the directory read holds no checks, and nothing is published
+        run_conversation(rt.monitor, ["gpt", "gpt"])
+        assert rt.flush(30)
+        assert rt.refit is not None and rt.refit_now() is None
+        assert (rt.refit.stats.empty_runs, rt.refit.stats.failures) == (1, 0)
         monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "elsewhere"))
-        assert rt.refit_now() is not None  # the directory is the one the runtime was built with
+        assert rt.refit_now() is None  # the directory is the one the runtime was built with: read
+        assert (rt.refit.stats.empty_runs, rt.refit.stats.failures) == (2, 0)
         for f in where.iterdir():
             f.unlink()
         where.rmdir()
         assert rt.refit_now() is None
-        assert rt.refit is not None and rt.refit.stats.failures == 1
+        assert (rt.refit.stats.empty_runs, rt.refit.stats.failures) == (2, 1)
 
 
 def test_a_multiprocess_runtime_on_sqlite_refits_the_shared_file(
@@ -170,16 +177,15 @@ def test_a_multiprocess_runtime_on_sqlite_refits_the_shared_file(
     file, which every worker writes and which keeps the history a restart wipes from the
     directory: another worker's turns written there, and ones from before a restart, are in
     the refit; the directory alone would have neither."""
-    from handoffmon.config import HandoffmonConfig
     from handoffmon.pipeline.aggregates import Aggregates
     from handoffmon.runtime import build_runtime
-    from tests.pipeline.helpers import run_conversation
+    from tests.pipeline.helpers import make_config, run_conversation
 
     db = tmp_path / "h.db"
     where = tmp_path / "multiproc"
     where.mkdir()
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(where))
-    config = HandoffmonConfig(refit={"interval_s": 60}, store={"backend": "sqlite", "path": str(db)})
+    config = make_config(refit={"interval_s": 60}, store={"backend": "sqlite", "path": str(db)})
     with build_runtime(config, registry=None, start=False) as before:  # a worker before the restart
         before.start()
         for i in range(3):
@@ -197,3 +203,27 @@ def test_a_multiprocess_runtime_on_sqlite_refits_the_shared_file(
         assert rt.monitor.snapshot().total_turns == 3 * 2  # this worker's own view: its file at start
         result = rt.refit_now()
         assert result is not None and result.source == "sqlite"
+
+
+def test_a_snapshot_with_no_checks_is_neither_refitted_nor_published() -> None:
+    """A fresh process before its first checked turn: nothing is published (a refit of nothing
+    stamped a refit success and published an empty pair-risk table), nothing counts as a failure;
+    the first snapshot with checks is refitted and published as usual."""
+    published: list[RefitResult] = []
+    failed: list[int] = []
+    counts = _counts()
+    empty = Counts(checks={key: 0 for key in counts.checks})  # keys that count no check
+    current = [Counts(), empty]
+    job = PeriodicRefit(
+        lambda: current[0], published.append, 60, buckets=DepthBuckets(), on_failure=lambda: failed.append(1)
+    )
+    assert job.run_once() is None
+    current[0] = empty
+    assert job.run_once() is None
+    assert published == [] and failed == []
+    stats = job.stats
+    assert (stats.runs, stats.empty_runs, stats.failures, stats.last_success_at) == (2, 2, 0, None)
+    current[0] = counts
+    result = job.run_once()
+    assert result is not None and published == [result]
+    assert job.stats.runs == 3 and job.stats.empty_runs == 2 and job.stats.last_success_at is not None

@@ -118,6 +118,8 @@ def test_failed_refit_counts_a_refit_error() -> None:
 
     config = make_config(refit={"interval_s": 60}, telemetry={"log_turns": False})
     with runtime(config, exporters=[BrokenGauges()]) as rt:
+        run_conversation(rt.monitor, ["a"])  # a checked turn: a refit of no checks publishes nothing
+        assert rt.flush(10)
         assert rt.refit_now() is None
         assert rt.monitor.snapshot().monitor_errors == {"refit": 1}
         assert rt.registry.get_sample_value("handoffmon_monitor_errors_total", {"stage": "refit"}) == 1.0
