@@ -18,6 +18,9 @@ LogFormat = Literal["json", "console"]
 
 _MAX_ERROR_CHARS = 200
 
+MAX_ID_CHARS = 256
+"""Longer ids are cut to this (caller conversation ids already are, at ingress)."""
+
 
 def clip(value: str | None, limit: int = MAX_LABEL_CHARS) -> str | None:
     """``value`` cut to ``limit`` characters and made valid UTF-8 (``labels.exportable``): model,
@@ -109,7 +112,7 @@ def turn_fields(result: TurnResult) -> dict[str, Any]:
     handoff = None if rec.handoff is None else bool(rec.handoff)
     failed = [c.rule for c in result.checks if c.verdict in ("fail", "error")]
     return {
-        "conversation_id": ctx.conversation_id,
+        "conversation_id": clip(ctx.conversation_id, MAX_ID_CHARS),
         "conversation_id_source": ctx.conversation_id_source,
         "depth": ctx.depth,
         "depth_bucket": result.depth_bucket,

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from handoffmon._version import __version__
-from handoffmon.exporters.logs import clip, get_logger, log_error
+from handoffmon.exporters.logs import MAX_ID_CHARS, clip, get_logger, log_error
 from handoffmon.exporters.prometheus import (
     FALLBACK_LABELS,
     HISTORY_TOKEN_BUCKETS,
@@ -100,10 +100,6 @@ PROVIDER_NAMES: Mapping[str, str] = {
     "watsonx": "ibm.watsonx.ai",
     "watsonx_text": "ibm.watsonx.ai",
 }
-
-
-MAX_ID_CHARS = 256
-"""Longer response ids are cut to this (caller conversation ids already are, at ingress)."""
 
 
 def _ns(seconds: float) -> int:

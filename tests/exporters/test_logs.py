@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import structlog
@@ -155,3 +156,28 @@ def test_exception_rendering_never_shows_local_variables() -> None:
 def test_export_never_raises() -> None:
     """A malformed result returns False."""
     assert StructlogExporter(stream=io.StringIO()).export(object()) is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_a_lone_surrogate_in_an_id_or_name_does_not_lose_the_line(fmt: str, tmp_path: Path) -> None:
+    """A caller conversation id with a lone surrogate (ids are decoded with surrogatepass): the
+    console renderer passed it through raw and a UTF-8 file handler failed on it ('--- Logging
+    error ---'), so the turn's line was lost. Ids and names are spelled as their escapes."""
+    path = tmp_path / "turns.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    logger = logging.getLogger(f"test.logs.surrogate.{fmt}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(handler)
+    raised = []
+    handler.handleError = lambda record: raised.append(record)  # type: ignore[method-assign]
+    try:
+        assert StructlogExporter(logger, fmt=fmt).export(
+            make_result(conversation_id="c\udc80", author="gpt\ud800")
+        )  # type: ignore[arg-type]
+    finally:
+        handler.close()
+        logger.removeHandler(handler)
+    assert raised == []
+    (line,) = path.read_text(encoding="utf-8").splitlines()
+    assert "udc80" in line and "ud800" in line
