@@ -12,9 +12,21 @@ from typing import Any
 PROBE = """
 <script>
 (function(){
-  function box(e){var r=e.getBoundingClientRect();
-    return {x:r.left,y:r.top,w:r.width,h:r.height,t:e.textContent};}
-  function overlaps(a,b){return a.x<b.x+b.w-0.5&&b.x<a.x+a.w-0.5&&a.y<b.y+b.h-0.5&&b.y<a.y+a.h-0.5;}
+  // a label's box as drawn: its own bounding box through its transform (a rotated column label
+  // is a rotated rectangle; its axis-aligned bounding rect would overlap its neighbours' always)
+  function box(e){var r=e.getBoundingClientRect(),b=e.getBBox(),m=e.getScreenCTM();
+    var q=[[b.x,b.y],[b.x+b.width,b.y],[b.x+b.width,b.y+b.height],[b.x,b.y+b.height]].map(function(p){
+      return [m.a*p[0]+m.c*p[1]+m.e,m.b*p[0]+m.d*p[1]+m.f];});
+    return {q:q,x:r.left,y:r.top,w:r.width,h:r.height,t:e.textContent};}
+  // separating-axis test of two convex quads, with the 0.5 px slack the axis-aligned test had
+  function apart(a,b){for(var i=0;i<4;i++){var p=a[i],n=a[(i+1)%4],ax=[p[1]-n[1],n[0]-p[0]];
+      var len=Math.hypot(ax[0],ax[1])||1;
+      var pa=a.map(function(v){return (v[0]*ax[0]+v[1]*ax[1])/len;});
+      var pb=b.map(function(v){return (v[0]*ax[0]+v[1]*ax[1])/len;});
+      if(Math.max.apply(null,pa)<=Math.min.apply(null,pb)+0.5||Math.max.apply(null,pb)<=Math.min.apply(null,pa)+0.5)
+        return true;}
+    return false;}
+  function overlaps(a,b){return !apart(a.q,b.q)&&!apart(b.q,a.q);}
   var out={svgs:[],emptyCards:[],cards:[]};
   document.querySelectorAll('.card').forEach(function(c){
     var h=c.querySelector('h2');var title=h?h.textContent:'';
