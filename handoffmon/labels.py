@@ -36,17 +36,22 @@ MAX_LABEL_CHARS = 128
 
 
 def exportable(value: str) -> str:
-    """``value`` as valid UTF-8: a lone surrogate (a client's JSON ``"\\ud800"``, text decoded with
-    ``surrogateescape``) spelled as its backslash escape. prometheus_client encodes the exposition
-    as UTF-8, so one such label value made every ``/metrics`` scrape raise. ASCII is returned
-    as is, without encoding."""
-    if value.isascii():
+    """``value`` with every character that is not printable spelled as its escape (``\\x1b``,
+    ``\\u202e``, ``\\ud800``): controls (a newline, ESC, NUL), format characters (bidi overrides
+    that display a name reversed, zero-width characters that make two names look alike), and a
+    lone surrogate (a client's JSON ``"\\ud800"``), which is not UTF-8: prometheus_client encodes
+    the exposition as UTF-8, so one such label value made every ``/metrics`` scrape raise.
+    Printable text (``str.isprintable``: letters of any script, spaces, symbols) is returned as is."""
+    if value.isprintable():
         return value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
+    return "".join(c if c.isprintable() else _escaped(c) for c in value)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 MAX_STAGES = 32

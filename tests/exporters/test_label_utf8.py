@@ -1,5 +1,6 @@
 """Label values a client chose that are not valid UTF-8 (a lone surrogate: JSON ``"\\ud800"``,
-text decoded with ``surrogateescape``) are exported spelled as their escape. prometheus_client
+text decoded with ``surrogateescape``) or not printable (controls, bidi overrides, zero-width
+characters) are exported spelled as their escape. prometheus_client
 encodes the exposition as UTF-8, so one such model or rule name made every ``/metrics`` scrape
 of the process raise ``UnicodeEncodeError``, in the text and the OpenMetrics format alike."""
 
@@ -37,6 +38,11 @@ def test_exportable_keeps_valid_text_and_bounds_what_it_escapes() -> None:
     text = "modèle-日本-🙂"
     assert exportable(text) is text  # valid UTF-8 is returned as is
     assert exportable("a\ud800b") == "a\\ud800b"
+    # controls and format characters: a newline or ESC in a name, a bidi override that shows it
+    # reversed, a zero-width space that makes two names look alike
+    assert exportable("gpt\n4\x1b[31m\x00") == "gpt\\x0a4\\x1b[31m\\x00"
+    assert exportable("\u202egpt") == "\\u202egpt" and exportable("g\u200bpt") == "g\\u200bpt"
+    assert LabelGuard().model("g\u200bpt") != LabelGuard().model("gpt")
     guard = LabelGuard()
     long = guard.model("\udfff" * 1000)
     assert long == "\\udfff" * MAX_LABEL_CHARS  # cut to MAX_LABEL_CHARS characters, then escaped

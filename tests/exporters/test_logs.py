@@ -12,6 +12,7 @@ import structlog
 from structlog.testing import CapturingLogger
 
 from handoffmon.exporters.logs import TURN_EVENT, StructlogExporter, get_logger, log_error, make_logger
+from handoffmon.labels import exportable
 from tests.exporters.turns import make_result
 
 
@@ -82,8 +83,10 @@ def test_hostile_model_names_are_cut_and_cannot_forge_lines(fmt: str) -> None:
     assert not any(c in line for c in "\x1b\u202e\r")
     if fmt == "json":
         event = json.loads(line)
-        assert event["model"] == event["prefix_model"] == event["requested_model"] == name[:128]
-        assert event["authors"] == [name[:128]] and event["deployment_id"] == name[:128]
+        label = exportable(name[:128])  # as the label value: controls spelled as escapes
+        assert label.startswith("gpt\\x0a2026") and "\\x1b[2J\\u202e" in label
+        assert event["model"] == event["prefix_model"] == event["requested_model"] == label
+        assert event["authors"] == [label] and event["deployment_id"] == label
 
 
 def test_default_goes_to_stdlib_logger_and_respects_its_level(caplog: pytest.LogCaptureFixture) -> None:
