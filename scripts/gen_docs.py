@@ -270,6 +270,8 @@ def _commands(group: Any, ctx: Any, path: str) -> Iterator[tuple[str, Any, Any]]
 
 def cli_block() -> str:
     """Usage, help and options of every command, from click."""
+    import inspect
+
     import click
 
     from handoffmon.cli import main
@@ -278,7 +280,8 @@ def cli_block() -> str:
     lines: list[str] = []
     for path, cmd, ctx in _commands(main, root, "handoffmon"):
         usage = " ".join(cmd.collect_usage_pieces(ctx))
-        lines += [f"## `{path}`\n", f"```text\n{path} {usage}\n```\n", (cmd.help or "").strip(), ""]
+        # cleandoc: a docstring's later paragraphs are indented, which Markdown reads as code
+        lines += [f"## `{path}`\n", f"```text\n{path} {usage}\n```\n", inspect.cleandoc(cmd.help or ""), ""]
         params = [p for p in cmd.get_params(ctx) if p.get_help_record(ctx) is not None and p.name != "help"]
         if params:
             lines += ["| option | description |", "|---|---|"]

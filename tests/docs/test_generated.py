@@ -128,3 +128,12 @@ def test_performance_page_reads_the_newest_checked_in_runner_json() -> None:
     page = (DOCS / "operations" / "performance.md").read_text(encoding="utf-8")
     assert f"(benchmarks/{newest.name})" in page
     assert "| overhead |" in page and "| proxy |" in page and "load average" in page
+
+
+def test_cli_reference_has_no_help_paragraph_markdown_reads_as_code() -> None:
+    """A command's docstring indents its later paragraphs; copied as is, Markdown rendered each as
+    a code block (every command's second paragraph in the CLI reference)."""
+    text = gen_docs().cli_block()
+    outside_fences = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    indented = [line for line in outside_fences.splitlines() if line.startswith("    ") and line.strip()]
+    assert indented == [], indented[:3]
