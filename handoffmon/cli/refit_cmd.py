@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,7 +85,36 @@ def publish_gauges(
         write_to_textfile(metrics_file, registry)
     if pushgateway:
         job, key = _push_key(push_labels)
-        push_to_gateway(pushgateway, job=job, grouping_key=key, registry=registry, timeout=10)
+        url, handler = push_target(pushgateway)
+        push_to_gateway(url, job=job, grouping_key=key, registry=registry, timeout=10, handler=handler)
+
+
+def push_target(pushgateway: str) -> tuple[str, Callable[..., Callable[[], None]]]:
+    """The ``--pushgateway`` address without credentials, and the prometheus_client handler that
+    sends them: ``https://user:password@host:9091`` pushes with HTTP basic auth (the
+    Pushgateway's ``--web.config.file``); the credentials appear in no message.
+
+    Raises:
+        SourceError: the address's port is not a number.
+    """
+    from prometheus_client.exposition import basic_auth_handler, default_handler
+
+    from handoffmon.sources.prometheus import split_credentials
+
+    spelled = pushgateway if "://" in pushgateway else f"http://{pushgateway}"
+    url, headers = split_credentials(spelled)
+    if not headers:
+        return pushgateway, default_handler
+    parts = urllib.parse.urlsplit(spelled)
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+
+    def handler(
+        url: str, method: str, timeout: float | None, headers: list[tuple[str, str]], data: bytes
+    ) -> Callable[[], None]:
+        return basic_auth_handler(url, method, timeout, headers, data, user, password)
+
+    return url, handler
 
 
 def failure_registry(at: float) -> CollectorRegistry:
@@ -106,7 +137,9 @@ def push_failure(pushgateway: str, push_labels: tuple[str, ...], at: float) -> N
     from prometheus_client import pushadd_to_gateway
 
     job, key = _push_key(push_labels)
-    pushadd_to_gateway(pushgateway, job=job, grouping_key=key, registry=failure_registry(at), timeout=10)
+    url, handler = push_target(pushgateway)
+    registry = failure_registry(at)
+    pushadd_to_gateway(url, job=job, grouping_key=key, registry=registry, timeout=10, handler=handler)
 
 
 def write_failure_file(path: str, at: float) -> None:
@@ -163,7 +196,8 @@ MATCH_OPTION = click.option(
 @click.option("--compact", is_flag=True, help="write JSON without indentation (about half the size)")
 @click.option(
     "--pushgateway",
-    help="also push the refit gauges to this Pushgateway (host:port); a failed refit pushes its time",
+    help="also push the refit gauges to this Pushgateway (host:port, or a URL; "
+    "https://user:password@host:port pushes with basic auth); a failed refit pushes its time",
 )
 @click.option(
     "--push-label",

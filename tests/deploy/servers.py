@@ -6,6 +6,7 @@ skipped locally (failed under ``CI=true``) when a binary is missing.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import threading
@@ -88,7 +89,12 @@ class Process:
 
 @contextmanager
 def _run(
-    args: list[str], url: str, log_path: Path, ready_path: str, timeout_s: float = 30.0
+    args: list[str],
+    url: str,
+    log_path: Path,
+    ready_path: str,
+    timeout_s: float = 30.0,
+    headers: dict[str, str] | None = None,
 ) -> Iterator[Process]:
     with log_path.open("wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -99,7 +105,8 @@ def _run(
             if proc.poll() is not None:
                 raise AssertionError(f"{args[0]} exited with {proc.returncode}:\n{server.log_tail()}")
             try:
-                with urllib.request.urlopen(f"{url}{ready_path}", timeout=1) as resp:
+                ready = urllib.request.Request(f"{url}{ready_path}", headers=headers or {})
+                with urllib.request.urlopen(ready, timeout=1) as resp:
                     if resp.status == 200:
                         break
             except OSError:
@@ -154,12 +161,21 @@ def alertmanager(tmp_path: Path, config: dict[str, Any]) -> Iterator[Process]:
 
 
 @contextmanager
-def pushgateway(tmp_path: Path) -> Iterator[Process]:
+def pushgateway(tmp_path: Path, basic_auth: tuple[str, str, str] | None = None) -> Iterator[Process]:
     """Debian's Pushgateway on a free loopback port, without persistence: Debian's build
     defaults ``--persistence.file`` to a machine-wide file, which would load whatever any
-    earlier gateway on the machine was sent."""
+    earlier gateway on the machine was sent. ``basic_auth``: (user, password, its bcrypt hash):
+    every request must carry them (``--web.config.file``)."""
     binary = require_binary(PUSHGATEWAY)
     port = free_port()
     args = [binary, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file=", "--log.level=warn"]
-    with _run(args, f"http://127.0.0.1:{port}", tmp_path / "pushgateway.log", "/-/ready") as server:
+    headers: dict[str, str] = {}
+    if basic_auth is not None:
+        web = tmp_path / "pushgateway-web.yml"
+        user, password, hashed = basic_auth
+        web.write_text(yaml.safe_dump({"basic_auth_users": {user: hashed}}), encoding="utf-8")
+        args.append(f"--web.config.file={web}")
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    log = tmp_path / "pushgateway.log"
+    with _run(args, f"http://127.0.0.1:{port}", log, "/-/ready", headers=headers) as server:
         yield server
