@@ -605,13 +605,18 @@ def _load_versioned(
         raise InputError(f"{source}: malformed {schema} document: {exc}") from exc
 
 
+MAX_CREATED_AT = 32503680000.0
+"""Year 3000: a later ``created_at`` is not a UNIX time in seconds (milliseconds, a damaged file)."""
+
+
 def _check_buckets(result: RefitResult, source: str) -> None:
     """``InputError`` naming the key where per-bucket values do not run along the buckets.
 
     ``buckets`` must be depth bucket labels as ``DepthBuckets`` writes them, every curve's
     buckets among them, and each per-bucket list (``n``, ``adherence``, its interval,
     ``fitted``) as long as its buckets, with counts ≥ 0 and shares in [0, 1]: the report zips
-    them and ``shapes export`` looks each curve bucket up in ``buckets``."""
+    them and ``shapes export`` looks each curve bucket up in ``buckets``. Also ``created_at`` a
+    UNIX time in seconds and every pair's ``n`` ≥ 0 (the report dates and sizes by them)."""
     from handoffmon.depth import DepthBuckets
 
     def bad(path: str, message: str) -> InputError:
@@ -627,7 +632,12 @@ def _check_buckets(result: RefitResult, source: str) -> None:
         raise bad("buckets", f"not depth buckets: {exc}") from None
     if rebuilt != labels:
         raise bad("buckets", f"{', '.join(labels)} are not contiguous depth buckets from 1 in depth order")
+    if not (math.isfinite(result.created_at) and 0.0 <= result.created_at < MAX_CREATED_AT):
+        raise bad("created_at", f"expected a UNIX time in seconds, got {result.created_at!r}")
     for name, fit in result.rules.items():
+        for j, pair in enumerate(fit.pairs):
+            if pair.n < 0:
+                raise bad(f"rules.{name}.pairs[{j}].n", f"expected a count ≥ 0, got {pair.n}")
         for model, curve in fit.curves.items():
             at = f"rules.{name}.curves.{model}"
             for i, label in enumerate(curve.buckets):

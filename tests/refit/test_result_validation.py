@@ -79,6 +79,11 @@ REFIT_CASES: list[tuple[str, Edit, str, str]] = [
      "expected a share in [0, 1]"),
     ("cells a list of strings", _set(("rules", "all", "cells"), ["x"]),
      "rules.all.cells[0]", "expected an object"),
+    ("a pair's negative count", _set(("rules", "r0", "pairs", 1, "n"), -1), "rules.r0.pairs[1].n",
+     "expected a count ≥ 0, got -1"),
+    ("created_at in milliseconds", _set(("created_at",), 1.8e12), "created_at", "expected a UNIX time"),
+    ("created_at negative", _set(("created_at",), -1e20), "created_at", "expected a UNIX time"),
+    ("created_at null (NaN)", _set(("created_at",), None), "created_at", "expected a UNIX time"),
 ]  # fmt: skip
 
 

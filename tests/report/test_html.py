@@ -458,11 +458,13 @@ def test_a_refit_with_many_rules_gets_tabs_for_the_24_busiest_and_names_the_rest
 
 
 @pytest.mark.parametrize("created_at", [1e20, -1e20, None])
-def test_a_refit_time_no_clock_can_show_renders_as_unknown(
+def test_a_refit_time_no_clock_can_show_is_refused_on_read_and_unknown_on_the_page(
     result: RefitResult, tmp_path: Path, created_at: float | None
 ) -> None:
-    """A refit document whose created_at is 1e20, -1e20 or null (NaN) loads, but
-    `handoffmon report` died in time.gmtime with a traceback; the page now says 'time unknown'."""
+    """A refit document whose created_at is 1e20, -1e20 or null (NaN) made `handoffmon report`
+    die in time.gmtime with a traceback. Reading it now fails naming the key (exit 1, no
+    traceback); a result built in memory with such a time still renders, as 'time unknown'."""
+    import dataclasses
     import json
 
     from click.testing import CliRunner
@@ -473,8 +475,10 @@ def test_a_refit_time_no_clock_can_show_renders_as_unknown(
     src.write_text(json.dumps({**result.to_dict(), "created_at": created_at}), encoding="utf-8")
     out = tmp_path / "r.html"
     res = CliRunner().invoke(main, ["report", str(src), "--out", str(out)])
-    assert res.exit_code == 0, res.output
-    assert "refit time unknown" in out.read_text(encoding="utf-8")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "created_at: expected a UNIX time" in res.stderr and not out.exists()
+    at = float("nan") if created_at is None else created_at
+    assert "refit time unknown" in render_report(dataclasses.replace(result, created_at=at))
 
 
 def test_a_negative_pair_count_from_a_damaged_document_still_renders() -> None:
