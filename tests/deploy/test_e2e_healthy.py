@@ -26,7 +26,7 @@ from tests.deploy.shipped import TEMPLATE_VALUES, dashboard, panels, substitute
 from tests.promserver import PromServer, prometheus_server
 from tests.shadow.test_runner import CANONICAL, RULES, _converse, _router
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]  # 6-9 s each: the slow phase
 
 VALUES = {**TEMPLATE_VALUES, "__rate_interval": "10s"}
 CONVERSATIONS = (

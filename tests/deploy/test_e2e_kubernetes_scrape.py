@@ -26,7 +26,7 @@ from tests.deploy.servers import pushgateway
 from tests.deploy.shipped import DEPLOY, RULES, load_yaml
 from tests.promserver import prometheus_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]  # 6-9 s each: the slow phase
 
 SCRAPE = DEPLOY / "prometheus" / "prometheus-kubernetes.yml"
 TOKEN = "k8s-scrape-token"

@@ -23,7 +23,7 @@ from tests.promserver import PromServer, prometheus_server
 from tests.proxy.conftest import proxy_config, running_proxy
 from tests.proxy.mock_upstream import MockUpstream, ServerThread
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]  # 6-9 s each: the slow phase
 
 VALUES = {**TEMPLATE_VALUES, "__rate_interval": "10s"}
 RATIO = "handoffmon:proxy_upstream_errors:ratio_rate5m"
