@@ -22,6 +22,16 @@ its budget is not run: ``error`` / ``too_large``. Costs are the worst shapes mea
 loaded 2-core VM (Punkt on ``a. a. a.`` costs 8 times what it does on prose); the margin
 keeps ordinary long replies checked (a sentence count runs up to 72,700 characters under the
 default 50 ms), while a 10 MB reply can no longer hold a worker for 40 s."""
+
+TOO_LARGE = "too_large"
+"""The ``error`` reason of a check not run because the reply is too long for its budget."""
+TURN_BUDGET = "turn_budget"
+"""The ``error`` reason of a declared rule not run because the turn's declared rules used
+their share of CPU."""
+LIMIT_REASONS = frozenset({TOO_LARGE, TURN_BUDGET})
+"""``error`` reasons that are handoffmon's own limits at work, not a failure: the checks show
+them (``handoffmon_checks_total{verdict="error"}``), ``monitor_errors`` does not count them, so
+a deployment with long replies does not page as failing (MonitorErrors)."""
 _T = TypeVar("_T")
 
 

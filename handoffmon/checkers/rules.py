@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from handoffmon.checkers.base import (
     OVERRUN,
+    TOO_LARGE,
+    TURN_BUDGET,
     CheckContext,
     Checker,
     CheckerRegistry,
@@ -101,7 +103,7 @@ class Rule:
         """
         checker = self.checker
         if checker.cost > 0 and len(reply) * checker.cost > self.budget_s * _OVERRUN_NS:
-            return CheckResult(self.name, "error", "too_large", 0.0)
+            return CheckResult(self.name, "error", TOO_LARGE, 0.0)
         start, cpu_start = time.perf_counter(), time.thread_time()
         try:
             c = replace(ctx, rule=self.name) if checker.stateful else ctx
@@ -320,7 +322,7 @@ class RuleSet:
             if not isinstance(compiled, Rule):
                 results.append(CheckResult(str(name or "invalid"), "error", "invalid_rule"))
             elif skip is None and spent > share:
-                self._run_if_applies(compiled, text, ctx, results, "turn_budget", verdict="error")
+                self._run_if_applies(compiled, text, ctx, results, TURN_BUDGET, verdict="error")
             else:
                 cpu = time.thread_time()
                 self._run_if_applies(compiled, text, ctx, results, skip)

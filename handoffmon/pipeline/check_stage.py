@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from handoffmon.checkers.base import CheckContext
+from handoffmon.checkers.base import LIMIT_REASONS, CheckContext
 from handoffmon.config import RuleConfig
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import RuleError, StoreError
@@ -588,7 +588,8 @@ class CheckStage:
         except Exception as exc:
             self._errors.failed("check", exc)
             return ()
-        errors = [c for c in checks if c.verdict == "error"]
+        # a limit at work (a reply too long for its checker) is shown by the verdict, not a failure
+        errors = [c for c in checks if c.verdict == "error" and c.reason not in LIMIT_REASONS]
         if errors:
             self._errors.count("check", len(errors))
         return checks
