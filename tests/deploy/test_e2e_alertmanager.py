@@ -19,7 +19,7 @@ from tests.deploy.demo_fleets import RISKY_PAIR
 from tests.deploy.servers import alertmanager, alertmanager_test_config, webhook_receiver
 from tests.deploy.shipped import ALERTMANAGER_CONFIG, load_yaml
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]  # replay stack: 30-50 s
 
 NOTIFY_TIMEOUT_S = 90.0
 QUIET_AFTER_S = 12.0

@@ -29,7 +29,7 @@ from tests.deploy.shipped import (
 )
 from tests.promserver import PromServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]  # replay stack: 30-50 s
 
 SERVE_ONLY = (
     "handoffmon_proxy_",
