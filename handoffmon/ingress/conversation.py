@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from handoffmon.labels import exportable
+
 CALLER_HEADERS = ("x-conversation-id", "x-litellm-session-id")
 """Headers read (case-insensitively) after the configured one."""
 
@@ -21,20 +23,16 @@ end up in logs, exemplars and every stored attribution value; a character cut ma
 
 
 def clean_id(value: Any) -> str | None:
-    """A caller id as text: stripped, lone surrogates (JSON ``"\\ud800"``) spelled as their
-    escapes, truncated to ``MAX_ID_BYTES`` of UTF-8 (whole characters); ``None`` when blank.
+    """A caller id as text: stripped, characters that are not printable (a lone surrogate: JSON
+    ``"\\ud800"``; controls) spelled as their escapes (``labels.exportable``), truncated to
+    ``MAX_ID_BYTES`` of UTF-8 (whole characters); ``None`` when blank.
 
     The id is exported (OpenMetrics exemplars, OTel attributes, logs), and text that is not
     UTF-8 fails there: one exemplar holding a lone surrogate made every ``/metrics`` scrape
     raise. Escaped, two such ids stay two ids."""
     if value is None:
         return None
-    text = value.strip() if isinstance(value, str) else str(value).strip()
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = exportable(value.strip() if isinstance(value, str) else str(value).strip())
     if len(text) * 4 <= MAX_ID_BYTES:  # short enough whatever its characters
         return text or None
     raw = text.encode("utf-8")
