@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,15 +98,12 @@ def push_target(pushgateway: str) -> tuple[str, Callable[..., Callable[[], None]
     """
     from prometheus_client.exposition import basic_auth_handler, default_handler
 
-    from handoffmon.sources.prometheus import split_credentials
+    from handoffmon.sources.prometheus import url_credentials
 
-    spelled = pushgateway if "://" in pushgateway else f"http://{pushgateway}"
-    url, headers = split_credentials(spelled)
-    if not headers:
+    url, credentials = url_credentials(pushgateway if "://" in pushgateway else f"http://{pushgateway}")
+    if credentials is None:
         return pushgateway, default_handler
-    parts = urllib.parse.urlsplit(spelled)
-    user = urllib.parse.unquote(parts.username or "")
-    password = urllib.parse.unquote(parts.password or "")
+    user, password = credentials
 
     def handler(
         url: str, method: str, timeout: float | None, headers: list[tuple[str, str]], data: bytes

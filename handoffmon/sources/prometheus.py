@@ -82,16 +82,16 @@ MAX_TOKEN_CHARS = 65536
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
-def split_credentials(url: str) -> tuple[str, dict[str, str]]:
-    """``url`` without the ``user:password@`` of its authority, and the basic-auth header they
-    make (``{}`` when there are none). The user and password are percent-decoded.
+def url_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without the ``user:password@`` of its authority, and the (percent-decoded) user
+    and password (``None`` when there are none).
 
     Raises:
         SourceError: the URL's port is not a number (the message leaves the credentials out).
     """
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
-        return url, {}
+        return url, None
     host = parts.hostname or ""
     if ":" in host:  # an IPv6 literal
         host = f"[{host}]"
@@ -102,8 +102,21 @@ def split_credentials(url: str) -> tuple[str, dict[str, str]]:
     netloc = f"{host}:{port}" if port is not None else host
     user = urllib.parse.unquote(parts.username or "")
     password = urllib.parse.unquote(parts.password or "")
-    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {token}"}
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), (user, password)
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without its credentials (``url_credentials``), and the basic-auth header they
+    make (``{}`` when there are none).
+
+    Raises:
+        SourceError: the URL's port is not a number.
+    """
+    url, credentials = url_credentials(url)
+    if credentials is None:
+        return url, {}
+    token = base64.b64encode(":".join(credentials).encode()).decode("ascii")
+    return url, {"Authorization": f"Basic {token}"}
 
 
 def auth_headers(environ: Mapping[str, str]) -> dict[str, str]:
