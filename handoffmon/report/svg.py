@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -127,33 +127,27 @@ def _widest(labels: Iterable[str]) -> int:
     return max((len(label) for label in labels), default=0)
 
 
-def _column_ticks(
-    cols: Sequence[str], labels: Mapping[str, str], left: float, cw: float, top: float
-) -> tuple[list[str], float]:
-    """Column labels centred over columns ``cw`` wide, turned 45° when the widest does not fit
-    (columns then keep their width whatever the names); returns them and the px they reach
-    right of the last column."""
-    widest = _widest(labels[c] for c in cols)
-    turned = CHAR_PX * widest + 16 > cw
-    out = []
-    for j, col in enumerate(cols):
-        x = left + cw * j + cw / 2
-        extra = f' transform="rotate(-45 {x:.1f} {top - 10:.1f})"' if turned else ""
-        out.append(_tick(x, top - 10, col, labels[col], anchor="start" if turned else "middle", extra=extra))
-    return out, (_turned_extent(widest) - cw / 2 if turned else 0.0)
-
-
 def _pair_axes(
     rows: Sequence[str], cols: Sequence[str], cw: float, top: float
 ) -> tuple[dict[str, str], float, float, list[str], float]:
-    """A pair chart's labels (``tick_names`` of rows and columns), its top (raised when the
-    column labels are turned), its row-label margin, the column ticks and their overhang."""
+    """A pair chart's labels (``tick_names`` of rows and columns), its top, its row-label
+    margin, the column ticks and the px they reach right of the last column.
+
+    Column labels are centred over columns ``cw`` wide, or turned 45° when the widest does not
+    fit (columns then keep their width whatever the names; the top is raised to make room)."""
     labels = tick_names([*rows, *cols])
     widest = _widest(labels[c] for c in cols)
-    if CHAR_PX * widest + 16 > cw:
+    turned = CHAR_PX * widest + 16 > cw
+    if turned:
         top += _turned_extent(widest)
     left = max(96, CHAR_PX * _widest(labels[r] for r in rows) + 24)
-    ticks, overhang = _column_ticks(cols, labels, left, cw, top)
+    ticks = []
+    for j, col in enumerate(cols):
+        x = left + cw * j + cw / 2
+        extra = f' transform="rotate(-45 {x:.1f} {top - 10:.1f})"' if turned else ""
+        anchor = "start" if turned else "middle"
+        ticks.append(_tick(x, top - 10, col, labels[col], anchor=anchor, extra=extra))
+    overhang = _turned_extent(widest) - cw / 2 if turned else 0.0
     return labels, top, left, ticks, overhang
 
 
