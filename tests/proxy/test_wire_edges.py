@@ -132,8 +132,10 @@ def raw_proxy() -> Iterator[tuple[RawUpstream, Proxy]]:
 
 
 def _exchange(url: str, *writes: bytes | float, timeout_s: float = 5) -> tuple[bytes, float]:
-    """Write raw bytes to ``url`` (a float: a pause), read until the server closes or
-    ``timeout_s``; the bytes read and the seconds it took."""
+    """Write raw bytes to ``url`` (a float: a pause), read until the server closes (or resets:
+    a server that answers before reading the whole request and closes sends a reset for the
+    unread bytes, which can arrive after its answer) or ``timeout_s``; the bytes read and the
+    seconds it took."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port))) as s:
         s.settimeout(timeout_s)
@@ -144,7 +146,7 @@ def _exchange(url: str, *writes: bytes | float, timeout_s: float = 5) -> tuple[b
             else:
                 s.sendall(w)
         out = b""
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
             while data := s.recv(65536):
                 out += data
         return out, time.monotonic() - start
