@@ -180,12 +180,17 @@ def read_request(body: Any) -> AnthropicRequest:
     system = _system(body.get("system"))
     if system is not None:
         messages.append({"role": "system", "content": system})
-    for msg in body["messages"]:
+    turns = body["messages"]
+    for msg in turns:
         role, content = get(msg, "role"), get(msg, "content")
         if role == "assistant":
             messages.append(assistant_message(content))
         else:
             messages.extend(_user_messages(role if isinstance(role, str) and role else "user", content))
+    if turns and get(turns[-1], "role") == "assistant":
+        # The Messages API continues a trailing assistant message (a prefill): said in chat the
+        # way LiteLLM, DeepSeek and Mistral say it, so it is no earlier turn (attribution)
+        messages[-1]["prefix"] = True
     doc: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     if isinstance(body.get("metadata"), dict):
         doc["metadata"] = body["metadata"]
