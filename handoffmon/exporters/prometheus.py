@@ -24,6 +24,7 @@ from prometheus_client.utils import floatToGoString
 from handoffmon._version import __version__
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
+from handoffmon.exporters.file_refresh import FileRefresher
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import REFIT_GAUGES, GaugeSpec, Series, refit_series
 from handoffmon.exporters.serving import FileMirror, sync_file_mirrors
@@ -69,8 +70,12 @@ FILE_SYNC_S = 1.0
 """Under ``PROMETHEUS_MULTIPROC_DIR``, how often at most a busy check thread writes the
 scrape-time counters' growth (store failures, routing decisions, shadow calls) to the files
 (``serving.FileMirror``): every turn, it cost 81-103 µs a turn on the check thread. The rest
-is written on the thread's idle turn (``idle``), at a shadow pair, a refit and ``force_flush``."""
+is written on the thread's idle turn (``idle``), at a shadow pair, a refit and ``force_flush``,
+and every ``FILE_REFRESH_S`` by the process's ``FILE_REFRESHER``."""
 _now = time.monotonic
+FILE_REFRESHER = FileRefresher(sync_file_mirrors)
+"""The process's timer that writes the scrape-time series to the multiprocess files without
+turns; held by every multiprocess exporter from its first write to its ``shutdown``."""
 
 
 FALLBACK_LABELS: tuple[str, ...] = ("requested_model", "model")
@@ -548,6 +553,7 @@ class PrometheusExporter:
         self.multiprocess = (MULTIPROC_ENV in os.environ) if multiprocess is None else multiprocess
         self._files_dirty = False  # a turn came since the scrape-time counters were last written
         self._files_synced_at = float("-inf")
+        self._closed = False  # shut down: holds the FILE_REFRESHER no more
         self._exemplars = exemplars and not self.multiprocess
         self._m = _file_counters() if self.multiprocess and os.environ.get(MULTIPROC_ENV) else _counters()
         self._refit = _refit_gauges()
@@ -631,6 +637,8 @@ class PrometheusExporter:
         """Write the growth of every scrape-time counter of the process (the store's, routing's,
         shadow's: ``sync_file_mirrors``) to the multiprocess files; logs a failure, never raises."""
         self._files_dirty, self._files_synced_at = False, _now()
+        if os.environ.get(MULTIPROC_ENV) and not self._closed:
+            FILE_REFRESHER.hold(self)  # from now on the files move without turns too
         failed = sync_file_mirrors()
         if failed is not None:
             log_error(self._log, "observe_failed", "export_prometheus", failed)
@@ -809,7 +817,10 @@ class PrometheusExporter:
         return True
 
     def shutdown(self) -> None:
-        """Nothing to release (the registry belongs to the caller)."""
+        """Release the process's ``FILE_REFRESHER`` (stopped with the last multiprocess exporter);
+        the registry belongs to the caller."""
+        self._closed = True
+        FILE_REFRESHER.release(self)
 
     # -- MonitorObserver ----------------------------------------------------------------
 

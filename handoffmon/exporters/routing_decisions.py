@@ -16,11 +16,13 @@ class RoutingCollector(Collector):
     """Exposes the routing policy's decision counters and the age of its pair-risk table.
 
     ``mode`` is ``dry_run`` or ``enforce``, ``outcome`` one of ``routing.OUTCOMES``: both
-    bounded. The table age is absent until a refit published a table. Reads counters
-    only; adds nothing to the request path. Under ``PROMETHEUS_MULTIPROC_DIR`` the decisions
-    and the table age are also written to the files (``FileMirror``): a multiprocess
-    ``/metrics`` sums the decisions over workers and serves the oldest live worker's table age,
-    as of that worker's last write.
+    bounded. The table age and its timestamp are absent until a refit published a table. Reads
+    counters only; adds nothing to the request path. Under ``PROMETHEUS_MULTIPROC_DIR`` the
+    decisions and the table's age and timestamp are also written to the files (``FileMirror``): a
+    multiprocess ``/metrics`` sums the decisions over workers and serves the oldest live worker's
+    table. Its age there is as of the worker's last write (at most ``FILE_REFRESH_S`` ago while
+    the worker's exporter is up); ``time() - handoffmon_routing_table_timestamp_seconds`` is the
+    age at query time, whatever the worker does.
 
     Args:
         counts: returns decisions by (mode, outcome).
@@ -28,7 +30,10 @@ class RoutingCollector(Collector):
         clock: wall clock.
     """
 
-    file_gauges: ClassVar[Mapping[str, str]] = {"handoffmon_routing_table_age_seconds": "livemax"}
+    file_gauges: ClassVar[Mapping[str, str]] = {
+        "handoffmon_routing_table_age_seconds": "livemax",
+        "handoffmon_routing_table_timestamp_seconds": "livemin",
+    }
     """Gauges a multiprocess ``/metrics`` serves (``FileMirror``): the oldest live worker's table."""
 
     def __init__(
@@ -53,10 +58,17 @@ class RoutingCollector(Collector):
         for (mode, outcome), value in sorted(self._counts().items()):
             family.add_metric([mode, outcome], value)
         yield family
-        age = self._age(self._clock())
+        now = self._clock()
+        age = self._age(now)
         if age is not None:
             yield GaugeMetricFamily(
                 "handoffmon_routing_table_age_seconds",
                 "Seconds since the refit behind the routing policy's pair-risk table.",
                 value=age,
+            )
+            yield GaugeMetricFamily(
+                "handoffmon_routing_table_timestamp_seconds",
+                "UNIX time of the refit behind the routing policy's pair-risk table (its age at "
+                "query time: time() minus this).",
+                value=now - age,
             )

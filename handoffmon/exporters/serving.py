@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gzip
 import hmac
+import math
 import os
 import socket
 import threading
@@ -228,10 +229,15 @@ def mark_process_dead(pid: int, path: str | None = None) -> None:
 MAX_MIRRORED_SERIES = 1000
 """Bound on the series one ``FileMirror`` writes (its collector's labels are bounded already)."""
 
-GAUGE_MODES: dict[str, Callable[[Iterable[float]], float]] = {"livesum": sum, "livemax": max}
+GAUGE_MODES: dict[str, Callable[[Iterable[float]], float]] = {"livesum": sum, "livemax": max, "livemin": min}
 """How a ``FileMirror`` writes a scrape-time gauge (a collector's ``file_gauges``): the
 ``multiprocess_mode`` of its file-backed gauge, which also combines the values of several
-collectors of one process (two runtimes' shadow budgets add up; a breaker is open if one is)."""
+collectors of one process (two runtimes' shadow budgets add up; a breaker is open if one is; the
+oldest routing table's timestamp is the least)."""
+GONE_VALUES: dict[str, float] = {"livesum": 0.0, "livemax": 0.0, "livemin": math.inf}
+"""What a gauge series no mirror of the process reports any more is written as (a file entry
+cannot be removed): what leaves the other processes' values as they are when combined (a
+timestamp of 0 would be the oldest table of all)."""
 
 _file_counters: dict[str, tuple[Counter, tuple[str, ...]]] = {}
 """The file-backed counters every mirror of this process writes, by name: one value per series and
@@ -246,6 +252,12 @@ _mirrors_lock = threading.Lock()
 fork.renew_in_child(_mirrors_lock)
 _gauges_lock = threading.Lock()  # the file gauges and what was written; taken after a mirror's own
 fork.renew_in_child(_gauges_lock)
+_sync_lock = threading.Lock()
+"""One ``sync_file_mirrors`` at a time (a check thread's and the ``FileRefresher``'s), and none
+across a fork: prometheus_client's lock over the files is out of reach of ``fork.renew_locks``, so
+a fork during a write would leave it held in the child (``_fork_prepare``)."""
+fork.renew_in_child(_sync_lock)
+_sync_held_for_fork = False
 GaugeSample = tuple[str, str, tuple[str, ...], tuple[str, ...], float]
 """A gauge sample to write: name, help, label names, label values, value."""
 
@@ -262,12 +274,14 @@ class FileMirror:
     them over workers, dead ones included, like handoffmon's other counters. The gauges the
     collector names in its ``file_gauges`` attribute (name → a ``GAUGE_MODES`` mode) are set to
     their value now in a file-backed gauge of that ``multiprocess_mode``: the live workers'
-    sum or maximum, as of each worker's last sync (a worker's series goes when it is marked
-    dead). Other gauges are not mirrored. The worker's own registry keeps serving the collector
-    itself. After a fork the child's files start at 0 and it adds only what grew in the child.
-    Every live mirror of the process is synced by :func:`sync_file_mirrors`, which the
+    sum, maximum or minimum, as of each worker's last sync (a worker's series goes when it is
+    marked dead). Other gauges are not mirrored. The worker's own registry keeps serving the
+    collector itself. After a fork the child's files start at 0 and it adds only what grew in
+    the child. Every live mirror of the process is synced by :func:`sync_file_mirrors`, which the
     ``PrometheusExporter`` calls on a check thread's idle turn (at most every ``FILE_SYNC_S``
-    under load), after a shadow pair and a refit, and at ``force_flush``.
+    under load), after a shadow pair and a refit, at ``force_flush``, and every
+    ``file_refresh.FILE_REFRESH_S`` from its ``FileRefresher`` thread, turns or not (a gauge
+    computed from the clock, such as a table's age, keeps moving on a quiet worker).
     """
 
     def __init__(self, collector: Collector) -> None:
@@ -361,8 +375,8 @@ def _write_gauges() -> None:
                 (gauge.labels(*values) if values else gauge).set(GAUGE_MODES[mode](found))
                 _gauges_written.add((name, values))
         for name, values in _gauges_written - combined.keys():
-            gauge = _file_gauges[name][0]
-            (gauge.labels(*values) if values else gauge).set(0.0)
+            gauge, _, mode = _file_gauges[name]
+            (gauge.labels(*values) if values else gauge).set(GONE_VALUES[mode])
 
 
 def mirror_to_files(collector: Collector) -> FileMirror | None:
@@ -387,13 +401,36 @@ def sync_file_mirrors() -> Exception | None:
     with _mirrors_lock:
         mirrors = list(_mirrors)
     failed: Exception | None = None
-    for mirror in mirrors:
+    with _sync_lock:
+        for mirror in mirrors:
+            try:
+                mirror.sync(write_gauges=False)
+            except Exception as exc:
+                failed = failed or exc
         try:
-            mirror.sync(write_gauges=False)
+            _write_gauges()  # once, every mirror's gauges combined
         except Exception as exc:
             failed = failed or exc
-    try:
-        _write_gauges()  # once, every mirror's gauges combined
-    except Exception as exc:
-        failed = failed or exc
     return failed
+
+
+def _fork_prepare() -> None:
+    """Before a fork: wait (a write takes ~0.1 ms; at most a second) for a sync in progress."""
+    global _sync_held_for_fork
+    _sync_held_for_fork = _sync_lock.acquire(timeout=1.0)
+
+
+def _fork_parent() -> None:
+    global _sync_held_for_fork
+    if _sync_held_for_fork:
+        _sync_held_for_fork = False
+        _sync_lock.release()
+
+
+def _fork_child() -> None:
+    global _sync_held_for_fork
+    _sync_held_for_fork = False  # the lock itself is renewed (``fork.renew_in_child``)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(before=_fork_prepare, after_in_parent=_fork_parent, after_in_child=_fork_child)

@@ -6,6 +6,7 @@ workers showed "No data" on those panels and RoutingTableStale's table-age signa
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +33,8 @@ def test_gauges_of_live_workers_are_combined_and_a_dead_workers_go(tmp_path: Pat
     worker_said(tmp_path, "mp_file_gauge_worker", "120", "2", "0")
     s = scrape(tmp_path)
     assert only(s, "handoffmon_routing_table_age_seconds") == {L(): 7200.0}
+    oldest = only(s, "handoffmon_routing_table_timestamp_seconds")[L()]
+    assert 7200.0 <= time.time() - oldest < 7260.0  # the older table's refit time
     assert only(s, "handoffmon_shadow_budget_used") == {
         L(window="calls"): 5 + 1 + 2 + 1,
         L(window="tokens"): 10 * (5 + 1 + 2 + 1),
@@ -47,6 +50,7 @@ def test_gauges_of_live_workers_are_combined_and_a_dead_workers_go(tmp_path: Pat
     mark_process_dead(old, str(tmp_path))  # gunicorn's child_exit hook
     s = scrape(tmp_path)
     assert only(s, "handoffmon_routing_table_age_seconds") == {L(): 120.0}
+    assert 120.0 <= time.time() - only(s, "handoffmon_routing_table_timestamp_seconds")[L()] < 180.0
     assert only(s, "handoffmon_shadow_budget_used")[L(window="calls")] == 2 + 1
     assert only(s, "handoffmon_shadow_breaker_open") == {L(target="model-b"): 0.0}
     assert only(s, "handoffmon_routing_decisions_total") == {L(mode="enforce", outcome="reordered"): 2}
@@ -55,7 +59,11 @@ def test_gauges_of_live_workers_are_combined_and_a_dead_workers_go(tmp_path: Pat
 class Gauges:
     """A collector with mirrored gauges whose values the test sets."""
 
-    file_gauges: ClassVar[Mapping[str, str]] = {"test_mirror_sum": "livesum", "test_mirror_max": "livemax"}
+    file_gauges: ClassVar[Mapping[str, str]] = {
+        "test_mirror_sum": "livesum",
+        "test_mirror_max": "livemax",
+        "test_mirror_min": "livemin",
+    }
 
     def __init__(self, values: dict[str, dict[str, float]]) -> None:
         self.values = values
@@ -77,21 +85,31 @@ def test_one_process_combines_its_mirrors_and_zeroes_what_went_away() -> None:
     """In one process (no files here: the process-local values a file would hold) the mirrors of
     several collectors are combined per series by the gauge's mode, the way each file holds one
     value per series and process; a series no mirror reports any more is written 0, so a closed
-    runtime's pending calls or open breaker do not linger."""
-    a = Gauges({"test_mirror_sum": {"x": 2.0, "y": 1.0}, "test_mirror_max": {"x": 0.0}})
-    b = Gauges({"test_mirror_sum": {"x": 3.0}, "test_mirror_max": {"x": 1.0}})
+    runtime's pending calls or open breaker do not linger, and a minimum (a table's timestamp)
+    +Inf, which leaves other processes' values as they are (0 would be the oldest table of all)."""
+    a = Gauges(
+        {
+            "test_mirror_sum": {"x": 2.0, "y": 1.0},
+            "test_mirror_max": {"x": 0.0},
+            "test_mirror_min": {"x": 5.0},
+        }
+    )
+    b = Gauges({"test_mirror_sum": {"x": 3.0}, "test_mirror_max": {"x": 1.0}, "test_mirror_min": {"x": 7.0}})
     ma, mb = serving.FileMirror(a), serving.FileMirror(b)
     assert serving.sync_file_mirrors() is None
     assert written("test_mirror_sum") == {"x": 5.0, "y": 1.0}
     assert written("test_mirror_max") == {"x": 1.0}
-    b.values = {"test_mirror_sum": {}, "test_mirror_max": {}}
+    assert written("test_mirror_min") == {"x": 5.0}
+    b.values = {"test_mirror_sum": {}, "test_mirror_max": {}, "test_mirror_min": {}}
     a.values["test_mirror_sum"]["x"] = 4.0
     assert serving.sync_file_mirrors() is None
     assert written("test_mirror_sum") == {"x": 4.0, "y": 1.0}
     assert written("test_mirror_max") == {"x": 0.0}
-    a.values = {"test_mirror_sum": {}, "test_mirror_max": {}}
+    assert written("test_mirror_min") == {"x": 5.0}
+    a.values = {"test_mirror_sum": {}, "test_mirror_max": {}, "test_mirror_min": {}}
     ma.sync()  # one mirror's own sync writes every mirror's gauges too
     assert written("test_mirror_sum") == {"x": 0.0, "y": 0.0}
+    assert written("test_mirror_min") == {"x": math.inf}
     assert mb is not None
 
 

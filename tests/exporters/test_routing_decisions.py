@@ -1,4 +1,4 @@
-"""``handoffmon_routing_decisions_total{mode,outcome}`` and the table age, through a real registry."""
+"""``handoffmon_routing_decisions_total{mode,outcome}``, the table age and timestamp, in a real registry."""
 
 from __future__ import annotations
 
@@ -24,5 +24,8 @@ def test_every_mode_and_outcome_is_exposed_from_zero_and_counts() -> None:
     text = generate_latest(registry).decode()
     assert text.count("handoffmon_routing_decisions_total{") == 2 * len(OUTCOMES)
     assert "handoffmon_routing_table_age_seconds" not in text
+    assert "handoffmon_routing_table_timestamp_seconds" not in text
     state.holder.table = PairRiskTable({}, created_at=40.0)
     assert registry.get_sample_value("handoffmon_routing_table_age_seconds") == 60.0
+    # the age at query time, time() - this, whether or not the process still writes its files
+    assert registry.get_sample_value("handoffmon_routing_table_timestamp_seconds") == 40.0
