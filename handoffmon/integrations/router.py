@@ -100,6 +100,13 @@ class RouterWrapper:
         """The wrapped router."""
         return self._router
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The wrapped router's class, so ``isinstance(wrapper, litellm.Router)`` holds (as a
+        client wrapper passes for its SDK client): code that types its router (a pydantic
+        field, an ``isinstance`` check) takes the wrapper. ``type(wrapper)`` stays the wrapper's."""
+        return type(self._router)
+
     def __getattr__(self, name: str) -> Any:
         if name == "_router":  # not set yet (an instance made without __init__): no recursion
             raise AttributeError(name)

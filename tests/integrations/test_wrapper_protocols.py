@@ -167,3 +167,35 @@ async def test_an_anthropic_client_wrapper_is_a_context_manager(messages_base: s
         assert rt.flush(10) and len(exp.results) == 1
     finally:
         rt.close()
+
+
+def test_a_router_wrapper_passes_type_checks_as_its_router() -> None:
+    """``isinstance(wrapped, litellm.Router)`` holds, as ``isinstance(wrapped, openai.OpenAI)``
+    does for a client wrapper: code that types its router (a pydantic ``InstanceOf[Router]``
+    field here, an ``assert isinstance(router, Router)`` in an application) takes the wrapper,
+    and the calls made through it stay turns. ``type()`` still names the wrapper, and
+    ``copy.copy`` still gives a wrapper of the same router and monitor."""
+    import copy
+
+    import pydantic
+
+    exp = RecordingExporter()
+    rt = _runtime(exp)
+    try:
+        router = fallback_router()
+        wrapped = wrap(router, runtime=rt)
+        assert isinstance(wrapped, litellm.Router) and type(wrapped).__name__ == "RouterWrapper"
+        assert not isinstance(wrapped, openai.OpenAI)
+
+        class Settings(pydantic.BaseModel):
+            router: pydantic.InstanceOf[litellm.Router]
+
+        settings = Settings(router=wrapped)
+        assert settings.router is wrapped
+        settings.router.completion(model="alpha", messages=[{"role": "user", "content": "typed"}])
+        shallow = copy.copy(wrapped)
+        assert type(shallow) is type(wrapped) and shallow.router is router and shallow.monitor is rt.monitor
+        assert wrap(wrapped, runtime=rt) is wrapped  # still known as a wrapper: one layer
+        assert rt.flush(10) and [r.record.deployment_id for r in exp.results] == ["dep-c"]
+    finally:
+        rt.close()
