@@ -63,7 +63,10 @@ class StoreConfig(_Section):
     missing, in a directory that must exist. Not ``:memory:`` or empty (each thread would get
     a database of its own, empty: every store call of the pipeline failed)."""
     url: str = "redis://127.0.0.1:6379/0"
-    """Redis URL (backend ``redis``)."""
+    """Redis URL (backend ``redis``): ``redis://[[user]:password@]host[:port][/db]``,
+    ``rediss://`` for TLS, ``unix:///path.sock[?db=N]``. A malformed one (another scheme, a port
+    or database that is no number) is refused at load; a well-formed one whose server does not
+    answer fails open at start."""
     ttl_s: float = Field(default=7 * 24 * 3600, gt=0, le=MAX_TTL_S)
     """Forget attributions and conversation state this long after their last write. At most
     100 years (3153600000): from about 10^16 s Redis refused every write's expiry."""
@@ -101,6 +104,16 @@ class StoreConfig(_Section):
             )
         return self
 
+    @field_validator("url")
+    @classmethod
+    def _a_redis_url(cls, v: str, info: ValidationInfo) -> str:
+        # checked only where it is read (backend ``redis``); a leftover value elsewhere is unused
+        if info.data.get("backend") == "redis":
+            problem = redis_url_problem(v)
+            if problem:
+                raise ValueError(f"not a Redis URL: {problem}")
+        return v
+
     @field_validator("path")
     @classmethod
     def _a_file(cls, v: str) -> str:
@@ -111,6 +124,40 @@ class StoreConfig(_Section):
                 "backend: memory"
             )
         return v
+
+
+REDIS_URL_FORMS = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS) or unix:///path.sock[?db=N]"
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What makes ``url`` no URL the Redis client can use, or ``None``. Never quotes the URL (it
+    may hold a password). Stricter than redis-py, which reads a database path it cannot parse
+    (``/abc``, a letter O for a zero) as database 0 and ``/1/2`` as database 12 without a word."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("redis", "rediss", "unix"):
+        return f"the scheme must be redis://, rediss:// or unix:// ({REDIS_URL_FORMS})"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return f"the port is not a number from 0 to 65535 ({REDIS_URL_FORMS})"
+    del port  # parsed only to be checked
+    dbs = parse_qs(parts.query).get("db", [])
+    if scheme == "unix":
+        if not parts.path:
+            return f"no socket path ({REDIS_URL_FORMS})"
+    else:
+        path = unquote(parts.path)
+        if path.startswith("/"):
+            path = path[1:]
+        if path and not dbs:
+            dbs = [path]
+    for db in dbs:
+        if not (db.isascii() and db.isdigit()):
+            return f"the database is not a number (a path /0, /1, … or ?db=N; {REDIS_URL_FORMS})"
+    return None
 
 
 class AttributionConfig(_Section):

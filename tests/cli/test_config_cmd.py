@@ -34,3 +34,13 @@ def test_a_config_with_rules_checks_without_warnings(tmp_path: Path) -> None:
     path.write_text("rules:\n  - {name: r, check: no_commas}\n", encoding="utf-8")
     code, out, err = _check(path)
     assert (code, err) == (0, "") and "1 rule(s)" in out
+
+
+def test_a_malformed_redis_url_fails_the_check_naming_the_key(tmp_path: Path) -> None:
+    """``config check`` said ok to a Redis URL the store could not use (the deploy then failed, or
+    with ``/abc`` silently wrote to database 0)."""
+    path = tmp_path / "redis.yaml"
+    path.write_text("store:\n  backend: redis\n  url: redis://127.0.0.1:6379/abc\n", encoding="utf-8")
+    code, out, err = _check(path)
+    assert code == 1 and out == ""
+    assert str(path) in err and "'store.url'" in err and "database" in err

@@ -202,3 +202,51 @@ def test_a_total_key_cap_below_one_conversations_cap_is_refused(tmp_path: Path) 
     outgrow the whole store; refused naming the section and the file."""
     err = _load(tmp_path, "store:\n  max_keys: 10\n  max_keys_per_conversation: 20\n")
     assert err.key == "store" and "max_keys (10)" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("htp://127.0.0.1:6379/0", "scheme"),
+        ("127.0.0.1:6379", "scheme"),
+        ("''", "scheme"),
+        ("redis://127.0.0.1:notaport/0", "port"),
+        ("redis://127.0.0.1:99999/0", "port"),
+        ("redis://:s3cret@127.0.0.1:6379/abc", "database"),
+        ("redis://127.0.0.1:6379/1/2", "database"),
+        ("redis://127.0.0.1:6379/-1", "database"),
+        ("redis://127.0.0.1:6379/0?db=x", "database"),
+        ("unix://", "socket"),
+    ],
+)
+def test_a_malformed_redis_url_is_refused_at_load(tmp_path: Path, url: str, why: str) -> None:
+    """A malformed ``store.url`` loaded (``config check`` said ok) and failed only when the
+    runtime was built; worse, a database path that is no number (``/abc``, a letter O for a 0)
+    was silently database 0 and ``/1/2`` database 12 (redis-py drops what it cannot read), so
+    the monitor shared another environment's keys. Refused at load naming the key and the file,
+    without echoing the URL (it may hold a password)."""
+    err = _load(tmp_path, f"store:\n  backend: redis\n  url: {url}\n")
+    assert err.key == "store.url" and why in str(err)
+    assert "s3cret" not in str(err)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://127.0.0.1",
+        "REDIS://h:1/15",
+        "redis://user:p%40ss@h:6379/2",
+        "rediss://h:6380/",
+        "redis://h/0?db=3",
+        "unix:///run/redis.sock?db=1",
+    ],
+)
+def test_well_formed_redis_urls_still_load(url: str) -> None:
+    assert config_from_mapping({"store": {"backend": "redis", "url": url}}).store.url == url
+
+
+def test_the_redis_url_is_not_checked_for_another_backend() -> None:
+    """``store.url`` is read by the Redis backend only: a leftover value under ``memory`` (an
+    environment-wide ``HANDOFFMON_STORE__URL``) does not stop a process that never uses it."""
+    assert config_from_mapping({"store": {"backend": "memory", "url": "nope"}}).store.backend == "memory"
