@@ -59,6 +59,20 @@ class MissingDirectory(StoreError):
         super().__init__(f"directory {str(parent)!r} of the SQLite file {path.name!r} {what} (not created)")
 
 
+class NotAFile(StoreError):
+    """``store.path`` names something that exists but is no regular file: a directory (the
+    directory meant to hold the file), a device. It can never open, so the store is not built
+    (the runtime reports it as a ``ConfigError`` naming ``store.path`` and the config file)
+    rather than starting degraded for ever."""
+
+    def __init__(self, path: Path) -> None:
+        if path.is_dir():
+            what = f"is a directory: name a file in it (e.g. {str(path / 'handoffmon.db')!r})"
+        else:
+            what = "exists but is not a regular file"
+        super().__init__(f"the SQLite file {str(path)!r} {what}")
+
+
 def _text(value: str) -> str | bytes:
     """A text parameter as SQLite can take it: itself, or, when it holds a lone surrogate (a
     caller's conversation id ``"\\ud800"`` decoded from JSON), its ``surrogatepass`` UTF-8
@@ -143,7 +157,8 @@ class SQLiteStore:
 
     Args:
         path: database file (created when missing, in a directory that must exist: a missing
-            directory is a ``MissingDirectory`` at once, not created).
+            directory is a ``MissingDirectory`` at once, not created; a directory or device
+            there a ``NotAFile``).
         ttl_s: expiry after the last write.
         clock: wall clock (tests pass a fake).
         busy_timeout_s: how long a write waits for another writer's lock.
@@ -172,6 +187,8 @@ class SQLiteStore:
         self._open = False
         if not self.path.parent.is_dir():
             raise MissingDirectory(self.path)
+        if self.path.exists() and not self.path.is_file():
+            raise NotAFile(self.path)
         _stores.add(self)
         self.open_error: StoreError | None = None
         """Why the file could not be opened at start (``None``: it was). The store still starts:

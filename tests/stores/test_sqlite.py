@@ -166,12 +166,13 @@ def test_concurrent_processes_write_safely(tmp_path: Path) -> None:
 
 
 def test_failures_raise_store_error(tmp_path: Path) -> None:
-    """An unusable path, or use after close, raises StoreError naming the file (the store is
-    still built: ``open_error`` says why it could not open)."""
-    (tmp_path / "dir.db").mkdir()
-    unusable = SQLiteStore(tmp_path / "dir.db")
-    assert unusable.open_error is not None and "dir.db" in str(unusable.open_error)
-    with pytest.raises(StoreError, match=r"dir\.db"):
+    """An unusable file, or use after close, raises StoreError naming the file (the store is
+    still built: ``open_error`` says why it could not open). (A directory there is refused
+    outright: ``test_a_store_path_that_is_a_directory_is_refused_...``.)"""
+    (tmp_path / "bad.db").write_bytes(b"not a database" * 100)
+    unusable = SQLiteStore(tmp_path / "bad.db")
+    assert unusable.open_error is not None and "bad.db" in str(unusable.open_error)
+    with pytest.raises(StoreError, match=r"bad\.db"):
         unusable.get_many(["k"])
     store = SQLiteStore(tmp_path / "ok.db")
     store.close()
@@ -247,6 +248,28 @@ def test_a_missing_directory_is_not_created_and_names_store_path_and_the_file(tm
     assert exc.value.key == "store.path" and exc.value.source == str(cfg), str(exc.value)
     assert str(missing.parent) in str(exc.value)
     assert not missing.parent.exists()
+
+
+def test_a_store_path_that_is_a_directory_is_refused_naming_store_path_and_the_file(tmp_path: Path) -> None:
+    """``store.path: /var/lib/handoffmon`` (the directory, not a file in it) started "degraded"
+    and stayed so for ever: the store and the aggregates tried to open the directory every
+    ``store.backoff_s`` ("unable to open database file"), every turn's attribution unknown,
+    nothing persisted. Like a missing directory it can only be a mistake: refused before
+    anything starts, naming ``store.path`` and the config file."""
+    from handoffmon.config import load_config
+    from handoffmon.errors import ConfigError
+    from handoffmon.stores.sqlite import NotAFile
+
+    with pytest.raises(NotAFile, match="is a directory"):
+        SQLiteStore(tmp_path)
+    with pytest.raises(NotAFile, match="not a regular file"):
+        SQLiteStore("/dev/null")
+    cfg = tmp_path / "h.yaml"
+    cfg.write_text(f"store:\n  backend: sqlite\n  path: {tmp_path}\n")
+    with pytest.raises(ConfigError) as exc:
+        build_runtime(load_config(cfg, environ={}), registry=None)
+    assert exc.value.key == "store.path" and exc.value.source == str(cfg), str(exc.value)
+    assert "is a directory" in str(exc.value) and "handoffmon.db" in str(exc.value)
 
 
 def test_serve_with_a_missing_store_directory_exits_1_naming_the_key(tmp_path: Path) -> None:
