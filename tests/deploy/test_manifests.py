@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shutil
@@ -312,6 +313,106 @@ def test_compose_litellm_config_fails_over_in_a_real_router() -> None:
             assert int(headers.get("x-litellm-attempted-fallbacks") or 0) >= 1
     assert set(served) == {"general-mock", "backup-mock"}, served
     assert 5 <= served["backup-mock"] <= 35, served
+
+
+def _bind_mounts(service: dict[str, Any]) -> list[tuple[Path, str]]:
+    """A compose service's bind mounts of local paths as (local path, container path); short
+    (`./src:/target:ro`) and long (`type: bind`) syntax, named volumes left out."""
+    mounts: list[tuple[Path, str]] = []
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            src, target = str(volume.get("source", "")), str(volume.get("target", ""))
+        else:
+            src, target = [*str(volume).split(":"), ""][:2]
+        if src.startswith("."):
+            mounts.append(((DEPLOY / src).resolve(), target.rstrip("/")))
+    return mounts
+
+
+def _local_files(service: dict[str, Any], container_path: str) -> list[Path]:
+    """The local files a service sees at or under `container_path` through its bind mounts."""
+    container_path = container_path.rstrip("/")
+    found: list[Path] = []
+    for local, target in _bind_mounts(service):
+        if container_path == target or container_path.startswith(target + "/"):
+            local = local / container_path[len(target) :].lstrip("/")  # the mount covers the path
+        elif not target.startswith(container_path + "/"):
+            continue  # else: the mount lies inside the path
+        found.extend(sorted(f for f in local.rglob("*") if f.is_file()) if local.is_dir() else [local])
+    return [f for f in found if f.exists()]
+
+
+def _has_alert_rules(path: Path) -> bool:
+    """A YAML rules file (Prometheus or Grafana provisioning format) with an alerting rule."""
+    if path.suffix not in (".yml", ".yaml"):
+        return False
+    doc = load_yaml(path) or {}
+    rules = [r for g in doc.get("groups") or [] for r in g.get("rules") or []]
+    return any("alert" in r or "title" in r for r in rules)
+
+
+def _alert_paths(compose: dict[str, Any]) -> set[str]:
+    """Which alert paths a compose file provisions: "grafana" (Grafana-managed rules in its
+    provisioning directory) and "prometheus" (Prometheus evaluates alerting rules and sends
+    them to an Alertmanager)."""
+    paths: set[str] = set()
+    services = compose["services"]
+    grafana = services.get("grafana", {})
+    env = grafana.get("environment") or {}
+    root = env.get("GF_PATHS_PROVISIONING", "/etc/grafana/provisioning") if isinstance(env, dict) else ""
+    if any(_has_alert_rules(f) for f in _local_files(grafana, f"{root}/alerting")):
+        paths.add("grafana")
+    prometheus = services.get("prometheus", {})
+    flags = [str(a) for a in prometheus.get("command", []) if str(a).startswith("--config.file=")]
+    config_path = flags[0].split("=", 1)[1] if flags else "/etc/prometheus/prometheus.yml"
+    for config_file in _local_files(prometheus, config_path):
+        config = load_yaml(config_file)
+        if not (config.get("alerting") or {}).get("alertmanagers"):
+            continue
+        config_dir = config_path.rsplit("/", 1)[0]
+        rule_files = [
+            f
+            for pattern in config.get("rule_files") or []
+            for f in _local_files(
+                prometheus, pattern if pattern.startswith("/") else f"{config_dir}/{pattern}"
+            )
+        ]
+        if any(_has_alert_rules(f) for f in rule_files):
+            paths.add("prometheus")
+    return paths
+
+
+def test_compose_alerts_through_one_path_prometheus_to_alertmanager() -> None:
+    """Compose provisions ONE alert path: Prometheus evaluates the shipped alerts and sends them
+    to Alertmanager; Grafana provisions no Grafana-managed copy (both would fire every alert
+    twice, with two sets of notifications). Grafana still shows Prometheus's alerts through the
+    datasource's manageAlerts. The detector itself recognises the doubled setup compose had."""
+    compose = load_yaml(DEPLOY / "docker-compose.yml")
+    assert _alert_paths(compose) == {"prometheus"}
+    ds = load_yaml(DEPLOY / "grafana" / "provisioning" / "datasources" / "handoffmon.yml")
+    (prometheus_ds,) = [d for d in ds["datasources"] if d["type"] == "prometheus"]
+    assert prometheus_ds["jsonData"]["manageAlerts"] is True
+    # the detector sees Grafana-managed rules however they are mounted, and the documented
+    # alternative (Grafana rules, no `alerting:` block in prometheus.yml) is one path again
+    doubled = copy.deepcopy(compose)
+    doubled["services"]["grafana"]["volumes"].append(
+        "./grafana/alerting:/etc/grafana/provisioning/alerting:ro"
+    )
+    assert _alert_paths(doubled) == {"grafana", "prometheus"}
+    whole = copy.deepcopy(compose)
+    whole["services"]["grafana"]["volumes"].append(
+        {"type": "bind", "source": "./grafana", "target": "/etc/grafana/provisioning"}
+    )
+    assert "grafana" in _alert_paths(whole)
+    file_only = copy.deepcopy(compose)
+    file_only["services"]["grafana"]["volumes"].append(
+        "./grafana/alerting/handoffmon-alerts.yml:/etc/grafana/provisioning/alerting/a.yml:ro"
+    )
+    assert "grafana" in _alert_paths(file_only)
+    assert not any(
+        _has_alert_rules(f)
+        for f in _local_files(compose["services"]["prometheus"], "/etc/prometheus/prometheus.yml")
+    )
 
 
 def test_compose_declares_the_v2_requirement_and_ships_alertmanager() -> None:
