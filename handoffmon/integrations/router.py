@@ -524,7 +524,13 @@ class RouterWrapper:
         return describe_stream(self._monitor.names, out, served, self._deployment_model)
 
     def _deployment_model(self, deployment_id: str) -> str | None:
-        """The provider model string of a router deployment (cached, bounded)."""
+        """The provider model string of a router deployment, as the router lists it now (a
+        deployment given a new model under its id, by ``set_model_list`` or
+        ``upsert_deployment``, is read anew: ``_listed_model``); through ``get_deployment``,
+        cached (bounded), for a router that keeps no index of its deployments."""
+        listed = _listed_model(self._router, deployment_id)
+        if listed is not _UNREAD:
+            return listed  # type: ignore[no-any-return]
         if deployment_id in self._dep_names:
             return self._dep_names[deployment_id]
         name: str | None = None
@@ -537,6 +543,29 @@ class RouterWrapper:
         if len(self._dep_names) < MAX_DEPLOYMENT_NAMES:
             self._dep_names[deployment_id] = name
         return name
+
+
+def _listed_model(router: Any, deployment_id: str) -> Any:
+    """``deployment_id``'s provider model string from a litellm Router's model list, through its
+    index of deployment ids (``model_id_to_deployment_index_map``, kept by ``set_model_list``,
+    ``upsert_deployment`` and deletions): O(1) and never stale, where ``get_deployment`` builds a
+    pydantic ``Deployment`` (about 130 µs). ``None`` for an id not listed; ``_UNREAD`` for a
+    router with no such index."""
+    index = getattr(router, "model_id_to_deployment_index_map", None)
+    if type(index) is not dict:
+        return _UNREAD
+    try:
+        i = index.get(deployment_id)
+        if i is None:
+            return None
+        entry = router.model_list[i]
+        params = (
+            entry.get("litellm_params") if isinstance(entry, dict) else getattr(entry, "litellm_params", None)
+        )
+        model = params.get("model") if isinstance(params, dict) else getattr(params, "model", None)
+    except Exception:  # a list changing under the read (another thread): the author rule's fallbacks
+        return None
+    return model if isinstance(model, str) else None
 
 
 def _tried(model: Any, kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:

@@ -397,3 +397,39 @@ def test_a_streamed_reply_past_the_folders_cap_is_counted_and_not_recorded(
         snap = m.snapshot()
     assert exp.results == [] and snap.total_turns == 0
     assert snap.monitor_errors == {"parse": 1}
+
+
+@pytest.mark.parametrize("update", ["set_model_list", "upsert_deployment"])
+async def test_a_deployment_updated_under_its_id_credits_its_new_model_streamed_or_not(update: str) -> None:
+    """A deployment given a new model under the same id (``set_model_list`` on a config reload,
+    ``upsert_deployment``) after it served streams: the next stream's author is the new model,
+    as the next plain reply's is (a stream's author was read from a cache of the first lookup,
+    so every later stream went on crediting the old model)."""
+    from litellm import Router
+    from litellm.types.router import Deployment
+
+    def deployment(model: str, reply: str) -> dict[str, Any]:
+        params = {"model": model, "api_key": "k", "mock_response": reply}
+        return {"model_name": "chat", "litellm_params": params, "model_info": {"id": "dep-1"}}
+
+    exp = RecordingExporter()
+    messages = [{"role": "user", "content": "hi"}]
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(Router(model_list=[deployment("openai/gpt-old", "old reply")]), m)
+        for _ in range(2):  # streamed, then not
+            assert await _call(wrapped, "astream", "chat", messages) == "old reply"
+            assert await _call(wrapped, "async", "chat", messages) == "old reply"
+        if update == "set_model_list":
+            wrapped.set_model_list([deployment("openai/gpt-new", "new reply")])
+        else:
+            wrapped.upsert_deployment(Deployment(**deployment("openai/gpt-new", "new reply")))
+        assert await _call(wrapped, "astream", "chat", messages) == "new reply"
+        assert await _call(wrapped, "stream", "chat", messages) == "new reply"
+        assert await _call(wrapped, "async", "chat", messages) == "new reply"
+        m.flush(10)
+    authors = [(r.record.author, r.record.streamed) for r in exp.results]
+    assert authors == [("openai/gpt-old", True), ("openai/gpt-old", False)] * 2 + [
+        ("openai/gpt-new", True),
+        ("openai/gpt-new", True),
+        ("openai/gpt-new", False),
+    ]
