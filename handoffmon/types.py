@@ -38,6 +38,27 @@ MONITOR_STAGES: tuple[str, ...] = (
 """Stages that count their own failures (``handoffmon_monitor_errors_total{stage}``); exported at 0
 from the start so dashboards and ``rate()`` show 0, not "No data"."""
 
+CHECK_ERROR_REASONS: tuple[str, ...] = (
+    "too_large",
+    "turn_budget",
+    "over_budget",
+    "raised",
+    "bad_outcome",
+    "scope_error",
+    "invalid_rule",
+    "other",
+)
+"""Why a check's verdict is ``error`` (``handoffmon_check_errors_total{reason}``): the first three
+are handoffmon's limits at work (``checkers.base.LIMIT_REASONS``), the others failures."""
+
+
+def check_error_reason(reason: str) -> str:
+    """The ``reason`` label of an ``error`` verdict's reason (``raised:ValueError`` is ``raised``;
+    one outside :data:`CHECK_ERROR_REASONS` is ``other``)."""
+    head = reason.partition(":")[0]
+    return head if head in CHECK_ERROR_REASONS else "other"
+
+
 NO_PREFIX = "none"
 """Prefix model of a depth-1 turn (nothing was written before it)."""
 

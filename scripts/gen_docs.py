@@ -185,6 +185,7 @@ def monitor_metrics_block() -> str:
         depth=2, prefix_model="a", checks=[("r", "pass")], transitions=[("r", "pass", "pass")], fallbacks=1
     )
     exporter.export(turn)
+    exporter.export(make_turn_result(checks=[("r", "error")]))  # handoffmon_check_errors_total
     # a clean same-author turn: the baseline verdicts and the cells' cluster sums
     own = make_turn_result(depth=3, author="a", prefix_model="a", checks=[("r", "pass")])
     _, cluster = ConversationState().tally("a", "a", True, own.checks)

@@ -28,10 +28,17 @@ TOO_LARGE = "too_large"
 TURN_BUDGET = "turn_budget"
 """The ``error`` reason of a declared rule not run because the turn's declared rules used
 their share of CPU."""
-LIMIT_REASONS = frozenset({TOO_LARGE, TURN_BUDGET})
+OVER_BUDGET = "over_budget"
+"""The ``error`` reason of a check that used more CPU than its budget (its verdict is dropped)."""
+LIMIT_REASONS = frozenset({TOO_LARGE, TURN_BUDGET, OVER_BUDGET})
 """``error`` reasons that are handoffmon's own limits at work, not a failure: the checks show
-them (``handoffmon_checks_total{verdict="error"}``), ``monitor_errors`` does not count them, so
-a deployment with long replies does not page as failing (MonitorErrors)."""
+them (``handoffmon_checks_total{verdict="error"}``, by reason in
+``handoffmon_check_errors_total{rule, reason}``), ``monitor_errors`` does not count them, so a
+deployment with long replies or a tight budget does not page as failing (MonitorErrors). A
+check over its budget is the same limit found after the fact (Python cannot stop a check): the
+budget counts the check's own CPU, but a CPU-starved host (SMT siblings, cache and frequency
+contention) makes the same work cost more of it. A checker that raises or answers nonsense
+(``raised:*``, ``bad_outcome``, ``scope_error``) is a failure and is counted."""
 _T = TypeVar("_T")
 
 

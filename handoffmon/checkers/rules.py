@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from handoffmon.checkers.base import (
+    OVER_BUDGET,
     OVERRUN,
     TOO_LARGE,
     TURN_BUDGET,
@@ -99,7 +100,8 @@ class Rule:
         function, so an over-budget check is detected after it returns (RE2 keeps regex
         time linear; size caps keep the rest bounded). A reply too long for the checker to
         finish within ``OVERRUN`` × the budget (its measured ``cost`` per character) is not
-        run: ``error`` / ``too_large``. ``duration_s`` is wall time.
+        run: ``error`` / ``too_large``; one that ran over is ``error`` / ``over_budget``. Both
+        are limits, not failures (``LIMIT_REASONS``). ``duration_s`` is wall time.
         """
         checker = self.checker
         if checker.cost > 0 and len(reply) * checker.cost > self.budget_s * _OVERRUN_NS:
@@ -119,7 +121,7 @@ class Rule:
             return CheckResult(self.name, "error", "bad_outcome", duration)
         # CPU time never exceeds wall time: read the CPU clock again only when it could matter
         if duration > self.budget_s and time.thread_time() - cpu_start > self.budget_s:
-            return CheckResult(self.name, "error", "over_budget", duration)
+            return CheckResult(self.name, "error", OVER_BUDGET, duration)
         extracted = None if out.extracted is None else ctx.memory.remember(self.name, str(out.extracted))
         return CheckResult(self.name, out.verdict, out.reason, duration, extracted)
 

@@ -43,6 +43,7 @@ from handoffmon.types import (
     CheckResult,
     TurnContent,
     TurnResult,
+    check_error_reason,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -371,6 +372,9 @@ class OTelExporter:
         )
         self._checks = c("handoffmon_checks", "{check}", "Rule verdicts on turns.")
         self._check_seconds = c("handoffmon_check_seconds", "s", "Time spent in each rule's checker.")
+        self._check_errors = c(
+            "handoffmon_check_errors", "{check}", "Error verdicts by rule and reason (limits and failures)."
+        )
         self._transitions = c(
             "handoffmon_rule_transitions", "{transition}", "Consecutive verdicts of a rule."
         )
@@ -574,6 +578,7 @@ class OTelExporter:
         for check in result.checks:
             rule = g.rule(check.rule)
             self._init_verdicts((rule, model, prefix, bucket))
+            verdict = g.verdict(check.verdict)
             self._checks.add(
                 1,
                 {
@@ -581,11 +586,13 @@ class OTelExporter:
                     "model": model,
                     "prefix_model": prefix,
                     "depth_bucket": bucket,
-                    "verdict": g.verdict(check.verdict),
+                    "verdict": verdict,
                 },
                 tc,
             )
             self._check_seconds.add(max(check.duration_s, 0.0), {"rule": rule}, tc)
+            if verdict == "error":
+                self._check_errors.add(1, {"rule": rule, "reason": check_error_reason(check.reason)}, tc)
         handoff = g.handoff(rec.handoff)
         for tr in result.transitions:
             self._transitions.add(

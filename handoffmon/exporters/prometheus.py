@@ -36,7 +36,7 @@ from handoffmon.labels import (
     LabelGuard,
     refit_input_labels,
 )
-from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS, TurnResult
+from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS, TurnResult, check_error_reason
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.config import HandoffmonConfig
@@ -224,6 +224,7 @@ class _Tables:
         self.turns = _CounterTable(m.turns)
         self.checks = _CounterTable(m.checks)
         self.check_seconds = _CounterTable(m.check_seconds)
+        self.check_errors = _CounterTable(m.check_errors)
         self.baseline_checks = _CounterTable(m.baseline_checks)
         self.cell_stats = _CounterTable(m.cell_stats)
         self.transitions = _CounterTable(m.transitions)
@@ -234,6 +235,7 @@ class _Tables:
             "handoffmon_turns": self.turns,
             "handoffmon_checks": self.checks,
             "handoffmon_check_seconds": self.check_seconds,
+            "handoffmon_check_errors": self.check_errors,
             "handoffmon_baseline_checks": self.baseline_checks,
             "handoffmon_cell_stats": self.cell_stats,
             "handoffmon_rule_transitions": self.transitions,
@@ -264,6 +266,7 @@ class _Counters:
     turns: Counter
     checks: Counter
     check_seconds: Counter
+    check_errors: Counter
     transitions: Counter
     baseline_checks: Counter
     cell_stats: Counter
@@ -284,6 +287,7 @@ _PER_TURN = (
     "turns",
     "checks",
     "check_seconds",
+    "check_errors",
     "baseline_checks",
     "cell_stats",
     "transitions",
@@ -311,6 +315,15 @@ def _counters() -> _Counters:
         ),
         check_seconds=Counter(
             "handoffmon_check_seconds", "Time spent in each rule's checker.", ("rule",), registry=r
+        ),
+        check_errors=Counter(
+            "handoffmon_check_errors",
+            "Error verdicts by rule and reason: limits at work (too_large: reply too long to check, "
+            "turn_budget: declared rules past the turn's CPU share, over_budget: a check over its CPU "
+            "budget) and failures (raised, bad_outcome, scope_error, invalid_rule, other), which "
+            "alone count in handoffmon_monitor_errors_total{stage='check'}.",
+            ("rule", "reason"),
+            registry=r,
         ),
         transitions=Counter(
             "handoffmon_rule_transitions",
@@ -655,8 +668,11 @@ class PrometheusExporter:
             rule = g.rule(check.rule)
             if (rule, model, prefix, bucket) not in self._verdict_sets:
                 self._init_verdicts(rule, model, prefix, bucket)
-            checks(rule, model, prefix, bucket, g.verdict(check.verdict)).inc(1, exemplar=ex)
+            verdict = g.verdict(check.verdict)
+            checks(rule, model, prefix, bucket, verdict).inc(1, exemplar=ex)
             check_seconds(rule).inc(max(check.duration_s, 0.0))
+            if verdict == "error":
+                kid["check_errors"](rule, check_error_reason(check.reason)).inc()
         baseline, stats = refit_input_labels(result, g)
         for labels in baseline:
             kid["baseline_checks"](*labels).inc()
@@ -715,6 +731,8 @@ class PrometheusExporter:
                         t.checks.exemplars[key] = ex
                     skey = (rule,)
                     seconds[skey] += max(check.duration_s, 0.0)
+                    if verdict == "error":
+                        t.check_errors.values[(rule, check_error_reason(check.reason))] += 1
             # refit_input_labels(result, g), inlined: it looks the turn's names up again
             model2 = models.get(author) or g.model(author)  # type: ignore[arg-type]
             prefix2 = models.get(prefix_name) or g.model(prefix_name)

@@ -588,7 +588,8 @@ class CheckStage:
         except Exception as exc:
             self._errors.failed("check", exc)
             return ()
-        # a limit at work (a reply too long for its checker) is shown by the verdict, not a failure
+        # a limit at work (a reply too long for its checker, a check over its CPU budget) is shown
+        # by the verdict and handoffmon_check_errors_total{reason}, not counted as a failure
         errors = [c for c in checks if c.verdict == "error" and c.reason not in LIMIT_REASONS]
         if errors:
             self._errors.count("check", len(errors))

@@ -33,6 +33,7 @@ def test_rows_a_default_monitor_never_exports_are_marked() -> None:
         own = make_turn_result(depth=3, author="a", prefix_model="a", checks=[("r", "pass")])
         _, cluster = ConversationState().tally("a", "a", True, own.checks)
         prom.export(dataclasses.replace(own, clean=True, cluster=cluster))  # baseline and cell sums
+        prom.export(make_turn_result(checks=[("r", "error")]))  # check errors by reason
         prom.observe_overhead("begin", 1e-5)
         prom.count_error("export")
         prom.count_drop()

@@ -6,8 +6,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from handoffmon.checkers import CheckOutcome, RuleSet, default_registry
 from handoffmon.config import RuleConfig
 from handoffmon.counts import CheckKey, TransitionKey, TurnKey
+from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.ingress import Outcome
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.pipeline.monitor import Monitor
@@ -141,6 +145,52 @@ def test_a_reply_too_long_for_its_checker_is_an_error_verdict_not_a_monitor_fail
     assert [(c.verdict, c.reason) for r in exp.results for c in r.checks] == [("error", "too_large")]
     assert snap.checks == {CheckKey("sentences", "a", "none", "1", "error"): 1}
     assert snap.monitor_errors == {}
+
+
+def _slow_and_raising_rules() -> RuleSet:
+    """``slow`` burns 30 ms of CPU (its budget is 10 ms), ``boom`` raises."""
+    reg = default_registry()
+
+    def slow(p: Any) -> Any:
+        def check(reply: str, ctx: Any) -> Any:
+            end = time.thread_time() + 0.03
+            while time.thread_time() < end:
+                pass
+            return CheckOutcome("pass")
+
+        return check
+
+    def boom(p: Any) -> Any:
+        def check(reply: str, ctx: Any) -> Any:
+            raise RuntimeError("checker bug")
+
+        return check
+
+    reg.register("slow", slow)
+    reg.register("boom", boom)
+    rules = [RuleConfig(name="slow", check="slow"), RuleConfig(name="boom", check="boom")]
+    return RuleSet.from_config(rules, registry=reg, budget_s=0.01)
+
+
+def test_a_check_over_its_budget_is_a_limit_shown_by_reason_not_a_monitor_failure() -> None:
+    """A check that used more CPU than its budget is ``error``/``over_budget``: a limit found
+    after the fact, like ``too_large``, so it no longer pages MonitorErrors (a CPU-starved host
+    makes checks cost more CPU); ``handoffmon_check_errors_total{rule, reason}`` shows it, beside
+    a raising checker's ``raised``, which still counts in monitor_errors."""
+    registry = CollectorRegistry()
+    prom = PrometheusExporter(registry)
+    with monitor(rules=_slow_and_raising_rules(), exporters=[prom]) as m:
+        run_conversation(m, ["a"])
+        assert m.flush(10)
+        snap = m.snapshot()
+    assert snap.monitor_errors == {"check": 1}  # boom's; slow's is not a failure
+
+    def errors(rule: str, reason: str) -> float | None:
+        return registry.get_sample_value("handoffmon_check_errors_total", {"rule": rule, "reason": reason})
+
+    assert errors("slow", "over_budget") == 1.0
+    assert errors("boom", "raised") == 1.0
+    assert registry.get_sample_value("handoffmon_monitor_errors_total", {"stage": "check"}) == 1.0
 
 
 def test_store_failures_fail_open_and_are_counted() -> None:
