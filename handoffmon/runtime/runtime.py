@@ -151,10 +151,14 @@ class Runtime:
         try:
             if probe():
                 return
+            # why (a refused connection, or an answer refusing: a database index out of range,
+            # a wrong password), so the operator does not look at the network for a wrong URL
+            why = getattr(store, "ping_error", None)
             _log.warning(
-                "handoffmon: the %s store does not answer at start; running degraded (failing open: "
+                "handoffmon: the %s store does not answer at start%s; running degraded (failing open: "
                 "attribution unknown until it answers, tried again every %.1fs)",
                 self.config.store.backend,
+                f" ({why})" if isinstance(why, str) and why else "",
                 self.config.store.backoff_s,
             )
             failed_at_start(

@@ -310,6 +310,10 @@ class RedisStore:
         self._client = client or _from_url(redis.Redis, cfg, Retry)
         self._merge = self._client.register_script(MERGE_SCRIPT)
         self._cas = self._client.register_script(CAS_SCRIPT)
+        self.ping_error: str | None = None
+        """Why the last :meth:`ping` failed (redis-py's message: refused connection, timeout,
+        ``DB index is out of range``, a rejected password; never the URL), ``None`` after one
+        that answered."""
 
     @staticmethod
     def _run(op: str, call: Callable[[], T]) -> T:
@@ -541,11 +545,15 @@ class RedisStore:
         self._run("put_state", lambda: self._client.set(key, payload, px=self._keys.ttl_ms))
 
     def ping(self) -> bool:
-        """Whether Redis answers now (for readiness probes); never raises."""
+        """Whether Redis answers now (for readiness probes); never raises. Why not is kept in
+        :attr:`ping_error`."""
         try:
-            return bool(self._client.ping())
-        except _FAILURES:
+            ok = bool(self._client.ping())
+        except _FAILURES as exc:
+            self.ping_error = f"{type(exc).__name__}: {exc}"
             return False
+        self.ping_error = None
+        return ok
 
     def close(self) -> None:
         """Release the connection pool."""

@@ -186,6 +186,28 @@ def test_a_redis_down_at_start_starts_degraded_and_counted_from_the_first_scrape
         rt.close()
 
 
+def test_a_redis_that_refuses_at_start_fails_open_with_the_reason_in_the_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Redis that answers but refuses (a database index past ``databases``, a wrong password)
+    was reported as one that "does not answer at start": the operator looked at the network
+    while the URL was wrong. It still fails open (the server may be reconfigured; monitoring
+    never stops the application), and the warning now says why."""
+    from tests.conftest import require_redis
+
+    require_redis()
+    cfg = make_config(store={"backend": "redis", "url": "redis://127.0.0.1:6379/999", "timeout_s": 1.0})
+    with caplog.at_level("WARNING", logger="handoffmon.runtime"):
+        rt = build_runtime(cfg, registry=None)
+    try:
+        assert rt.started and not rt.monitor.store.healthy
+        failures = {"op": "get", "kind": "errors"}
+        assert rt.registry.get_sample_value("handoffmon_store_failures_total", failures) == 1.0
+        assert "DB index is out of range" in caplog.text, caplog.text
+    finally:
+        rt.close()
+
+
 def test_a_healthy_store_is_not_counted_at_start() -> None:
     rt = build_runtime(make_config(store={"backend": "memory"}), registry=None)
     try:
