@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Sequence
 
 from tests.conftest import free_port, port_open, require_binary
 
@@ -11,9 +12,11 @@ from tests.conftest import free_port, port_open, require_binary
 class RedisServer:
     """A throwaway ``redis-server --save ''`` the test owns (never the system one)."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, args: Sequence[str] = ()) -> None:
         self.binary = require_binary("redis-server")
         self.port = port or free_port()
+        self.args = list(args)
+        """Extra ``redis-server`` options (``["--maxmemory", "2mb"]``)."""
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -23,7 +26,7 @@ class RedisServer:
     def start(self, timeout_s: float = 5.0) -> None:
         """Start on ``self.port`` and wait until it accepts connections."""
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--save", "", "--appendonly", "no"]
+        args += ["--save", "", "--appendonly", "no", *self.args]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while not port_open("127.0.0.1", self.port, 0.05):

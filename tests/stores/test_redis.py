@@ -299,6 +299,45 @@ def test_recovers_when_redis_comes_back() -> None:
         s.close()
 
 
+def test_a_redis_out_of_memory_refuses_writes_trips_the_breaker_and_recovers() -> None:
+    """A Redis past ``maxmemory`` with ``noeviction`` (a private server) answers reads and
+    refuses every write with OOM. Each refused write is counted (``put`` errors; the merge
+    script as ``get``, the op it is counted under), the reads in between do not reset the
+    breaker, so three refused writes pause the store (``skipped``) instead of trying every
+    write; once memory is freed, the first call after the pause writes again and the store is
+    healthy."""
+    clock = FakeClock()
+    with RedisServer(args=["--maxmemory-policy", "noeviction"]) as server:
+        raw = redis.Redis.from_url(server.url)
+        s = GuardedStore(RedisStore(_cfg(url=server.url)), clock=clock)
+        s.put_many([("k", A1)])
+        # full: a limit below what it holds (filling up to a limit leaves it just under it as
+        # soon as the refused command's buffer is freed, so a small write may pass again)
+        raw.config_set("maxmemory", 1)
+        with pytest.raises(redis.ResponseError, match="maxmemory"):
+            raw.set("probe", b"x")
+        with pytest.raises(StoreError, match="maxmemory"):
+            s.put_many([("k2", A2)])
+        assert s.get_many(["k"]) == [A1]  # reads still answer...
+        with pytest.raises(StoreError, match="maxmemory"):
+            s.merge_many([("k3", A2)], merge_authorship)
+        assert s.get_many(["k"]) == [A1]  # ...and do not reset the row of failed writes
+        with pytest.raises(StoreError, match="maxmemory"):
+            s.put_state("c", {"x": 1})
+        assert not s.available and not s.healthy
+        with pytest.raises(StoreSkipped):
+            s.put_many([("k2", A2)])
+        stats = s.stats()
+        assert (stats["put_errors"], stats["get_errors"], stats["put_state_errors"]) == (1, 1, 1)
+        assert stats["put_skipped"] == 1
+        raw.config_set("maxmemory", 0)  # memory freed (a bigger limit, keys expired)
+        clock.now += 1.5
+        s.put_many([("k2", A2)])
+        assert s.get_many(["k", "k2"]) == [A1, A2] and s.healthy and s.available
+        raw.close()
+        s.close()
+
+
 def test_threads_share_one_store(store: RedisStore) -> None:
     """Eight threads writing and reading distinct keys all see their own values."""
     errors: list[str] = []
