@@ -259,7 +259,12 @@ def refit(
             raise NoDataError(f"{loaded.label}: no checks to refit (empty store or stale scrape target)")
         buckets = cfg.buckets if cfg else infer_buckets(loaded.counts)
         result = run(
-            loaded.counts, buckets=buckets, settings=settings, source=loaded.label, window_s=loaded.window_s
+            loaded.counts,
+            buckets=buckets,
+            settings=settings,
+            source=loaded.label,
+            window_s=loaded.window_s,
+            exact=loaded.exact,
         )
         write_text_atomic(out, result.to_json(indent=None if compact else 2))
         if metrics_file or pushgateway:
@@ -294,6 +299,14 @@ def refit(
     )
     if not observed:
         click.echo(_too_thin_hint(fit.pairs, settings.min_n), err=True)
+    if result.input_repaired_cells:
+        first = result.input_repairs[0]
+        click.echo(
+            f"warning: {result.input_repaired_cells} cell(s) had cluster sums that contradict their "
+            f"checks and were read conservatively (wider intervals), first {first.rule} "
+            f"{first.prefix_model}->{first.model} ({', '.join(first.violated)}): see input_repairs",
+            err=True,
+        )
 
 
 def adjusted_r2_text(r2_adjusted: float) -> str:

@@ -16,6 +16,7 @@ from handoffmon.refit.result import (
     CellAdherence,
     CellMean,
     DepthCurve,
+    InputRepair,
     MarkovFit,
     ModelScores,
     PairEffect,
@@ -35,6 +36,7 @@ __all__ = [
     "CellAdherence",
     "CellMean",
     "DepthCurve",
+    "InputRepair",
     "MarkovFit",
     "ModelScores",
     "PairEffect",
@@ -53,6 +55,7 @@ def refit(
     source: str = "local",
     now: float | None = None,
     window_s: float | None = None,
+    exact: bool = False,
 ) -> RefitResult:
     """Fit everything from one ``Counts`` snapshot.
 
@@ -62,11 +65,19 @@ def refit(
         settings: ``min_n``, ``confidence``, ``prior_sd_pp``, ``fdr``, … (defaults: ``RefitConfig()``).
         source: label recorded in the result.
         now: creation time (UNIX seconds); ``time.time()`` when None.
-        window_s: time window the counts cover, if known.
+        window_s: time window the counts cover, if known (the cluster sums are then checked
+            as increments, see ``handoffmon.refit.inputs``).
+        exact: the counts are totals at rest (a SQLite file, a turn log): cluster sums that no
+            set of conversations can give are an ``InputError`` naming the cell. Otherwise
+            (Prometheus, a multiprocess directory, a live snapshot) such cells are read
+            conservatively and listed in ``RefitResult.input_repairs``.
 
     Returns:
         A ``RefitResult`` with one ``RuleFit`` per rule and one for ``"all"``. Its Δ
         are observational (see ``OBSERVATIONAL_NOTE``).
+
+    Raises:
+        InputError: ``exact`` counts whose cluster sums no conversations can give.
     """
     from handoffmon.refit.engine import run_refit
 
@@ -77,4 +88,5 @@ def refit(
         source=source,
         now=now,
         window_s=window_s,
+        exact=exact,
     )

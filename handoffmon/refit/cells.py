@@ -97,7 +97,9 @@ class CellArrays:
         transitions: int array (R, K, 3, 2, 2).
         clean_baseline: the counts carried clean-baseline checks (else every same-author
             turn is the baseline).
-        clustered: the counts carried cluster sums (else turns count as independent).
+        clustered: the counts carried cluster sums, any of the four (else turns count as
+            independent; a source whose ``conversations`` series alone went missing is still
+            clustered, and ``refit.inputs`` checks its cells).
         depth_sums: the counts carried per-bucket depth sums (else no within-bucket adjustment).
         excluded_models: models left out because of ``max_models``.
         excluded_rules: rules left out because of ``max_rules``.
@@ -230,7 +232,7 @@ def _build_cells(
         cluster_sums=_cluster_sums(f, stat_codes, stat_values, (pooled_map, p_map, m_map)),
         transitions=_transitions(counts, rules, models),
         clean_baseline=bool(np.any(base.verdict >= 0)),
-        clustered=bool(np.any(stat_codes[:, 4] == f.code("conversations"))),
+        clustered=bool(np.any(np.isin(stat_codes[:, 4], [f.code(name) for name in CLUSTER_STATS]))),
         depth_sums=bool(len(depth.values)),
         excluded_models=tuple(sorted(f.names[i] for i in seen_models - set(model_ids) - f.specials())),
         excluded_rules=tuple(sorted(f.names[i] for i in seen_rules - set(rule_ids))),

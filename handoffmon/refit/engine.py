@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from handoffmon.refit.assemble import PairArrays, model_scores, pair_effects
 from handoffmon.refit.cells import CellArrays, RuleArrays, build_cells
 from handoffmon.refit.decomposition import LowRankBlocks, decompose
 from handoffmon.refit.delta import DeltaTable, PairSums, deltas, pair_sums
+from handoffmon.refit.inputs import check_cells
 from handoffmon.refit.intervals import wilson, z_value
 from handoffmon.refit.markov import (
     curve_losses,
@@ -26,6 +28,7 @@ from handoffmon.refit.markov import (
 from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
+    REPAIR_NOTE,
     SWITCH_COST_NOTE,
     VERDICT_ROUTING_NOTE,
     CellAdherence,
@@ -38,6 +41,8 @@ from handoffmon.refit.result import (
 from handoffmon.refit.routing_check import verdict_routing
 from handoffmon.refit.switch_costs import shadow_cells, swap, swap_roles, switch_costs
 from handoffmon.refit.threads import single_threaded_blas
+
+log = logging.getLogger("handoffmon.refit")
 
 _TURNS = (("all", None), ("handoff", 0), ("same_author", 1))
 """MarkovFit.turns → index on the handoff axis of the transitions (None = summed)."""
@@ -63,10 +68,11 @@ def run_refit(
     source: str = "local",
     now: float | None = None,
     window_s: float | None = None,
+    exact: bool = False,
 ) -> RefitResult:
     """See ``handoffmon.refit.refit``."""
     with single_threaded_blas():
-        return _run(counts, buckets, settings, source, now, window_s)
+        return _run(counts, buckets, settings, source, now, window_s, exact)
 
 
 def _run(
@@ -76,8 +82,22 @@ def _run(
     source: str,
     now: float | None,
     window_s: float | None,
+    exact: bool,
 ) -> RefitResult:
     cells = build_cells(counts, buckets, max_models=settings.max_models, max_rules=settings.max_rules)
+    checked = check_cells(cells, source=source, exact=exact, windowed=window_s is not None)
+    cells = checked.cells
+    if checked.repaired:
+        log.warning(
+            "handoffmon refit: %s: %d cell(s) with contradictory cluster sums read conservatively "
+            "(input_repairs in the result), first %s %s->%s: %s",
+            source,
+            checked.repaired,
+            checked.repairs[0].rule,
+            checked.repairs[0].prefix_model,
+            checked.repairs[0].model,
+            ", ".join(checked.repairs[0].violated),
+        )
     fitter = _RuleFitter(cells, buckets, settings, shadow_cells(counts.shadow))
     fits: dict[str, RuleFit] = {}
     pooled: _FitInput | None = None
@@ -101,7 +121,7 @@ def _run(
         created_at=time.time() if now is None else float(now),
         source=source,
         observational=True,
-        note=OBSERVATIONAL_NOTE + _routing_warning(fits),
+        note=OBSERVATIONAL_NOTE + _routing_warning(fits) + _repair_note(checked.repaired),
         rules=fits,
         confidence=settings.confidence,
         min_n=settings.min_n,
@@ -117,7 +137,16 @@ def _run(
         excluded_rules=cells.excluded_rules,
         switch_cost_note=SWITCH_COST_NOTE if fitter.shadow else "",
         prior=settings.prior,
+        input_repairs=checked.repairs,
+        input_repaired_cells=checked.repaired,
     )
+
+
+def _repair_note(repaired: int) -> str:
+    """The note's sentence on cells whose cluster sums were repaired (else empty)."""
+    if not repaired:
+        return ""
+    return REPAIR_NOTE.format(cells=repaired)
 
 
 def _routing_warning(fits: dict[str, RuleFit]) -> str:

@@ -49,6 +49,13 @@ VERDICT_ROUTING_NOTE = (
     "are biased negative; confirm with shadow continuation before acting on them."
 )
 
+REPAIR_NOTE = (
+    " Warning: {cells} cell(s) had conversation-cluster sums that contradict their checks (a "
+    "series lost or reset on its own, one stat counted without the others); each was read as one "
+    "conversation, or without its conversation count, so its intervals are wider than the data "
+    "would give: see input_repairs."
+)
+
 NAN = float("nan")
 
 
@@ -427,6 +434,40 @@ class RuleFit:
 
 
 @dataclass(frozen=True)
+class InputRepair:
+    """A cell whose conversation-cluster sums contradicted its checks or each other in an
+    approximate source (Prometheus, a multiprocess directory), and how it was read instead.
+
+    Attributes:
+        rule: the rule, or ``"all"`` for the sums pooled over rules.
+        prefix_model: the cell's prefix model.
+        model: the cell's model.
+        violated: the relations that failed beyond the tolerance, e.g. ``checks <= n2``.
+        conversations: G as read.
+        y2: Σy² as read.
+        yn: Σyn as read.
+        n2: Σn² as read.
+        checks: the cell's checked turns N (the clean baseline's on the diagonal).
+        passes: their passes Y.
+        action: ``one_conversation`` (the cell read as one conversation holding all its checks:
+            design effect N, the widest reading) or ``conversations_dropped`` (only G exceeded the
+            checks: G ignored, the cell counts as N²/Σn² conversations).
+    """
+
+    rule: str
+    prefix_model: str
+    model: str
+    violated: tuple[str, ...]
+    conversations: int
+    y2: int
+    yn: int
+    n2: int
+    checks: int
+    passes: int
+    action: str
+
+
+@dataclass(frozen=True)
 class RefitResult:
     """A full refit: one ``RuleFit`` per rule plus ``"all"``.
 
@@ -454,6 +495,9 @@ class RefitResult:
         excluded_rules: rules beyond ``refit.max_rules``, left out of the fit.
         switch_cost_note: what ``RuleFit.switch_costs`` estimate and what they are compared
             with (empty when the counts hold no shadow pairs).
+        input_repairs: cells whose cluster sums contradicted their checks in an approximate
+            source and were read conservatively (the largest 100; see ``InputRepair``).
+        input_repaired_cells: how many cells were repaired in all.
     """
 
     created_at: float
@@ -476,6 +520,8 @@ class RefitResult:
     excluded_rules: tuple[str, ...] = ()
     switch_cost_note: str = ""
     prior: str = "fixed"
+    input_repairs: tuple[InputRepair, ...] = ()
+    input_repaired_cells: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN/inf become null/"inf")."""

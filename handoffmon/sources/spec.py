@@ -12,11 +12,18 @@ from handoffmon.sources import SourceError
 
 @dataclass(frozen=True)
 class Loaded:
-    """Counts plus where they came from and the window they cover."""
+    """Counts plus where they came from, the window they cover and whether they are exact.
+
+    ``exact``: totals at rest (a SQLite file, a turn log, a cells CSV), whose cluster sums the
+    refit refuses when no conversations can give them; Prometheus answers are approximate
+    (series read one by one, ``increase`` extrapolated per series) and are repaired and
+    reported instead (``handoffmon.refit.inputs``).
+    """
 
     counts: Counts
     label: str
     window_s: float | None = None
+    exact: bool = False
 
 
 def infer_buckets(counts: Counts) -> DepthBuckets:
@@ -90,7 +97,7 @@ def load_source(
         from handoffmon.sources.sqlite import read_sqlite
 
         path = spec[len("sqlite://") :]
-        loaded = Loaded(read_sqlite(path), f"sqlite://{path}")
+        loaded = Loaded(read_sqlite(path), f"sqlite://{path}", exact=True)
     elif is_prometheus:
         from handoffmon.sources.prometheus import PrometheusSource
 
@@ -99,11 +106,11 @@ def load_source(
     elif is_turn_log(spec):
         from handoffmon.sources.turns import read_turns
 
-        loaded = Loaded(read_turns(spec, buckets), spec)
+        loaded = Loaded(read_turns(spec, buckets), spec, exact=True)
     elif Path(spec).suffix.lower() == ".csv":
         from handoffmon.sources.csv import read_cells_csv
 
-        loaded = Loaded(read_cells_csv(spec), spec)
+        loaded = Loaded(read_cells_csv(spec), spec, exact=True)
     elif Path(spec).suffix.lower() in (".db", ".sqlite", ".sqlite3"):
         raise SourceError(f"unknown source {spec!r}: a SQLite file is read as sqlite://{spec}")
     else:
@@ -116,5 +123,7 @@ def load_source(
         from handoffmon.sources.csv import read_transitions_csv
 
         extra = read_transitions_csv(transitions)
-        loaded = Loaded(loaded.counts.merge(extra), f"{loaded.label}+{transitions}", loaded.window_s)
+        loaded = Loaded(
+            loaded.counts.merge(extra), f"{loaded.label}+{transitions}", loaded.window_s, loaded.exact
+        )
     return loaded

@@ -1,0 +1,231 @@
+"""The refit's input check: each cell's conversation-cluster sums against each other and its checks.
+
+Per cell, over conversations c with y_c ≤ n_c passes in n_c checks (N = Σn_c, Y = Σy_c), the
+sums G, Σy², Σyn, Σn² obey, whatever the conversations: every sum ≥ 0, Y ≤ Σy² ≤ Σyn ≤ Σn²,
+N ≤ Σn² ≤ N², Σy² ≤ Y², Σyn ≤ Y·N, 1 ≤ G ≤ N (a cell with checks), Y² ≤ G·Σy² and
+N² ≤ G·Σn² (Cauchy–Schwarz). A cell that breaks one (a hand-edited SQLite file, a Prometheus
+series lost to relabeling, one stat reset without the others) does not fail loudly on its
+own: G = 0 reads as independent turns (design effect 1), a Σn² below the checks as tiny
+conversations, both narrower than the data allow.
+
+Exact sources (a SQLite file, a turn log: totals at rest) are refused with the cell and the
+relation named. Approximate ones (Prometheus, a multiprocess directory: series read one by one
+while turns land, ``increase`` extrapolated per series, resets) are checked with a tolerance
+(``REL_TOLERANCE``, ``ABS_TOLERANCE``) and a cell beyond it is repaired towards the wider
+interval and listed in the result (``RefitResult.input_repairs``). Over a window only the
+relations that increments obey are checked: a conversation that straddles the window's start
+adds its cross terms to Σy², Σyn and Σn² but not to G, so G = 0 beside Σn² > 0, Σn² > N² and
+Y² > G·Σy² are expected there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from handoffmon.errors import InputError
+from handoffmon.refit.cells import CellArrays, ClusterSums
+from handoffmon.refit.result import InputRepair
+
+REL_TOLERANCE = 0.05
+"""Relative slack of an approximate source's relations: ``increase`` extrapolates each series to
+the window's edges by its own samples (a series born in the window differs from its siblings),
+and a scrape can land between a turn's increments of two series."""
+ABS_TOLERANCE = 2.0
+"""Absolute slack on top (rounding of extrapolated counts in small cells)."""
+MAX_LISTED = 100
+"""Repaired cells listed in the result (the largest by checks); all are counted."""
+
+ONE_CONVERSATION = "one_conversation"
+"""Repair: the cell reads as one conversation holding all its checks (design effect N, one
+degree of freedom), the widest reading its checks allow."""
+CONVERSATIONS_DROPPED = "conversations_dropped"
+"""Repair when only G exceeds the checks: G is ignored and the cell counts as N²/Σn²
+conversations (a lower bound on the conversations behind consistent Σn² and N)."""
+
+_V = dict[str, np.ndarray]
+_Relation = tuple[str, Callable[[_V], np.ndarray], Callable[[_V], np.ndarray], bool, bool]
+_NO_SLACK = frozenset({"conversations >= 0", "y2 >= 0", "yn >= 0", "n2 >= 0", "conversations >= 1"})
+"""Relations checked without tolerance: a sign or a missing series is no rounding."""
+_RELATIONS: tuple[_Relation, ...] = (
+    # (name, lhs, rhs, holds for windowed increments, needs the cell's checks)
+    ("conversations >= 0", lambda v: -v["g"], lambda v: 0 * v["g"], True, False),
+    ("y2 >= 0", lambda v: -v["y2"], lambda v: 0 * v["g"], True, False),
+    ("yn >= 0", lambda v: -v["yn"], lambda v: 0 * v["g"], True, False),
+    ("n2 >= 0", lambda v: -v["n2"], lambda v: 0 * v["g"], True, False),
+    ("y2 <= yn", lambda v: v["y2"], lambda v: v["yn"], True, False),
+    ("yn <= n2", lambda v: v["yn"], lambda v: v["n2"], True, False),
+    ("passes <= y2", lambda v: v["y"], lambda v: v["y2"], True, True),
+    ("checks <= n2", lambda v: v["n"], lambda v: v["n2"], True, True),
+    ("conversations <= checks", lambda v: v["g"], lambda v: v["n"], True, True),
+    ("conversations >= 1", lambda v: np.minimum(v["n"], 1.0), lambda v: v["g"], False, True),
+    ("n2 <= checks^2", lambda v: v["n2"], lambda v: v["n"] ** 2, False, True),
+    ("y2 <= passes^2", lambda v: v["y2"], lambda v: v["y"] ** 2, False, True),
+    ("yn <= passes*checks", lambda v: v["yn"], lambda v: v["y"] * v["n"], False, True),
+    ("passes^2 <= conversations*y2", lambda v: v["y"] ** 2, lambda v: v["g"] * v["y2"], False, True),
+    ("checks^2 <= conversations*n2", lambda v: v["n"] ** 2, lambda v: v["g"] * v["n2"], False, True),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """``check_cells``' outcome: the cells to fit, the repairs listed and how many cells were repaired."""
+
+    cells: CellArrays
+    repairs: tuple[InputRepair, ...] = ()
+    repaired: int = 0
+
+
+def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) -> Checked:
+    """Check every fitted cell's cluster sums against each other and its checks.
+
+    Args:
+        cells: the refit's cells (``build_cells``).
+        source: the source's label, named in errors.
+        exact: totals at rest (SQLite file, turn log): a violated relation is an error.
+            Otherwise violations beyond the tolerance are repaired and reported.
+        windowed: the counts are increases over a window (only relations increments obey).
+
+    Raises:
+        InputError: an exact source breaks a relation (source, cell, relation and values named),
+            or a source with clean-baseline counts carries no cluster sums at all.
+    """
+    if not cells.clustered:
+        if exact and len(cells.baseline.rule) and len(cells.checks.rule):
+            raise InputError(
+                f"{source}: clean-baseline counts but no conversation-cluster sums "
+                "(cell_stats conversations, y2, yn, n2): a handoffmon that keeps one keeps the other; "
+                "the file was edited or cut"
+            )
+        return Checked(cells)
+    keys, v = _cell_values(cells)
+    r = len(cells.rules)
+    pooled_n_known = not cells.excluded_rules  # pooled sums also cover rules beyond max_rules
+    knows_n = (keys[0] < r) | pooled_n_known
+    slack_rel, slack_abs = (0.0, 0.0) if exact else (REL_TOLERANCE, ABS_TOLERANCE)
+    broken: list[tuple[str, np.ndarray]] = []
+    for name, lhs, rhs, in_window, needs_n in _RELATIONS:
+        if windowed and not exact and not in_window:
+            continue
+        right = rhs(v)
+        bad = lhs(v) > right if name in _NO_SLACK else lhs(v) > right + slack_rel * np.abs(right) + slack_abs
+        if needs_n:
+            bad &= knows_n
+        broken.append((name, bad))
+    any_bad = np.logical_or.reduce([b for _, b in broken]) if broken else np.zeros(len(keys[0]), bool)
+    if not np.any(any_bad):
+        return Checked(cells)
+    idx = np.flatnonzero(any_bad)
+    idx = idx[np.lexsort((-v["n"][idx],))]  # largest cells first
+    if exact:
+        i = int(idx[0])
+        names = [name for name, bad in broken if bad[i]]
+        others = f" ({len(idx) - 1} other cell(s) too)" if len(idx) > 1 else ""
+        raise InputError(
+            f"{source}: {_cell_name(cells, keys, i)}: its conversation-cluster sums break "
+            f"{', '.join(names)} ({_values(v, i)}){others}: no set of conversations gives these sums "
+            "(a damaged or hand-edited file?)"
+        )
+    only_g = np.zeros(len(any_bad), dtype=bool)
+    for name, bad in broken:
+        if name == "conversations <= checks":
+            only_g = bad.copy()
+    for name, bad in broken:
+        if name != "conversations <= checks":
+            only_g &= ~bad
+    repairs = [
+        _repair(cells, keys, v, i, [name for name, bad in broken if bad[i]], bool(only_g[i]))
+        for i in idx[:MAX_LISTED].tolist()
+    ]
+    return Checked(_repaired(cells, keys, v, any_bad, only_g), tuple(repairs), len(idx))
+
+
+def _cell_values(cells: CellArrays) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], _V]:
+    """Per cluster-sum row and per fitted cell with checks: (rule, prefix, model) and G, Σy², Σyn,
+    Σn², N, Y (N, Y of the clean baseline on the diagonal when the counts carry one; the pooled
+    rule's summed over rules). Rows come first, in ``cluster_sums`` order."""
+    r, p, k = len(cells.rules), len(cells.prefixes), len(cells.models)
+    c = cells.cluster_sums
+    e = cells.checks
+    use = (e.prefix != e.model) if cells.clean_baseline else np.ones(len(e.rule), dtype=bool)
+    parts = [(e.rule[use], e.prefix[use], e.model[use], e.passes[use], e.fails[use])]
+    if cells.clean_baseline:
+        b = cells.baseline
+        parts.append((b.rule, b.model, b.model, b.passes, b.fails))
+    rule, prefix, model, passes, fails = (np.concatenate([part[j] for part in parts]) for j in range(5))
+    rule = np.concatenate([rule, np.full(len(rule), r)])  # every check again, in the pooled rule
+    prefix, model = np.tile(prefix, 2), np.tile(model, 2)
+    passes, fails = np.tile(passes, 2), np.tile(fails, 2)
+    sums_flat = (c.rule * p + c.prefix) * k + c.model
+    checks_flat = (rule * p + prefix) * k + model
+    flat, inverse = np.unique(np.concatenate([sums_flat, checks_flat]), return_inverse=True)
+    # rows of ``cluster_sums`` first, so index i < len(c.rule) is row i of the sums
+    order = np.concatenate([sums_flat, np.setdiff1d(flat, sums_flat)])
+    pos = np.searchsorted(flat, order)
+    inv_order = np.empty(len(flat), dtype=np.int64)
+    inv_order[pos] = np.arange(len(order))
+    at = inv_order[inverse[len(sums_flat) :]]
+    size = len(order)
+    v: _V = {
+        "n": np.bincount(at, weights=passes + fails, minlength=size),
+        "y": np.bincount(at, weights=passes, minlength=size),
+    }
+    for j, name in enumerate(("g", "y2", "yn", "n2")):
+        v[name] = np.concatenate([c.sums[:, j], np.zeros(size - len(c.rule))])
+    rr, rem = np.divmod(order, p * k)
+    pp, mm = np.divmod(rem, k)
+    return (rr, pp, mm), v
+
+
+def _cell_name(cells: CellArrays, keys: tuple[np.ndarray, ...], i: int) -> str:
+    rules = (*cells.rules, "all")
+    return f"cell {rules[keys[0][i]]} {cells.prefixes[keys[1][i]]}->{cells.models[keys[2][i]]}"
+
+
+def _values(v: _V, i: int) -> str:
+    shown = ("conversations", "y2", "yn", "n2", "checks", "passes")
+    return ", ".join(
+        f"{s} = {v[k][i]:.0f}" for s, k in zip(shown, ("g", "y2", "yn", "n2", "n", "y"), strict=True)
+    )
+
+
+def _repair(
+    cells: CellArrays, keys: tuple[np.ndarray, ...], v: _V, i: int, violated: list[str], only_g: bool
+) -> InputRepair:
+    rules = (*cells.rules, "all")
+    return InputRepair(
+        rule=rules[keys[0][i]],
+        prefix_model=cells.prefixes[keys[1][i]],
+        model=cells.models[keys[2][i]],
+        violated=tuple(violated),
+        conversations=int(v["g"][i]),
+        y2=int(v["y2"][i]),
+        yn=int(v["yn"][i]),
+        n2=int(v["n2"][i]),
+        checks=int(v["n"][i]),
+        passes=int(v["y"][i]),
+        action=CONVERSATIONS_DROPPED if only_g else ONE_CONVERSATION,
+    )
+
+
+def _repaired(
+    cells: CellArrays, keys: tuple[np.ndarray, ...], v: _V, bad: np.ndarray, only_g: np.ndarray
+) -> CellArrays:
+    """``cells`` with each bad cell's sums replaced: G = 0 where only G was too large, else the
+    sums of one conversation holding the cell's checks (G = 1, Σy² = Y², Σyn = YN, Σn² = N²)."""
+    c = cells.cluster_sums
+    m = len(c.rule)
+    cols = [v["g"].copy(), v["y2"].copy(), v["yn"].copy(), v["n2"].copy()]
+    one = bad & ~only_g
+    cols[0] = np.where(only_g, 0.0, np.where(one, 1.0, cols[0]))
+    cols[1] = np.where(one, v["y"] ** 2, cols[1])
+    cols[2] = np.where(one, v["y"] * v["n"], cols[2])
+    cols[3] = np.where(one, v["n"] ** 2, cols[3])
+    extra = np.flatnonzero(one[m:]) + m  # cells with checks but no row of sums: rows added
+    sums = np.column_stack(cols)
+    old = (c.rule, c.prefix, c.model)
+    rule, prefix, model = (np.concatenate([o, key[extra]]) for o, key in zip(old, keys, strict=True))
+    new = ClusterSums(rule, prefix, model, np.concatenate([sums[:m], sums[extra]]))
+    return dataclasses.replace(cells, cluster_sums=new)
