@@ -155,11 +155,16 @@ def _counts_from_rows(rows: Iterable[tuple[str, str, int]], source: object) -> C
     )
 
 
-def load_counts_sqlite(path: str | Path) -> Counts:
+def load_counts_sqlite(path: str | Path, *, strict: bool = False) -> Counts:
     """Read the aggregates a monitor persisted into a SQLite file (the refit CLI's input).
 
+    Rows this release cannot read are skipped with a warning, unless ``strict`` (the refit's
+    SQLite source): then the first one, or a count that is not an integer ≥ 0, is an error, so
+    a damaged or hand-edited file is never refitted with some of its counters missing.
+
     Raises:
-        StoreError: the file cannot be opened or has no aggregates table.
+        StoreError: the file cannot be opened or has no aggregates table; with ``strict``, an
+            unreadable row or a count that is not an integer ≥ 0 (kind and key named).
     """
     if not Path(path).exists():
         raise StoreError(f"{path}: no such SQLite file")
@@ -171,7 +176,27 @@ def load_counts_sqlite(path: str | Path) -> Counts:
             conn.close()
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: cannot read handoffmon aggregates: {exc}") from exc
+    if strict:
+        _check_rows(rows, path)
     return _counts_from_rows(rows, path)
+
+
+def _check_rows(rows: Iterable[tuple[str, str, int]], source: object) -> None:
+    """``StoreError`` for the first row of a known kind whose key this release cannot read or
+    whose count is not an integer ≥ 0 (SQLite keeps any value in an INTEGER column)."""
+    for kind, raw, value in rows:
+        if kind not in _KIND_SET:
+            continue
+        shown = f"{kind} {str(raw)[:120]!r}"
+        try:
+            _decode(kind, raw)
+        except (ValueError, TypeError, OverflowError):
+            raise StoreError(f"{source}: row {shown} of {_TABLE}: key not readable by this release") from None
+        if type(value) is not int or value < 0:
+            raise StoreError(
+                f"{source}: row {shown} of {_TABLE}: count {value!r} is not an integer >= 0 "
+                "(a damaged or hand-edited file?)"
+            )
 
 
 class Aggregates:
