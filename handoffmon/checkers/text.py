@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from handoffmon.checkers.base import (
@@ -135,6 +136,103 @@ def phrase_prefilter(phrases: tuple[str, ...], *, case_sensitive: bool) -> Any:
     return may_match
 
 
+MAX_PASS_MATCHES = 64
+"""Matches one pass of :func:`phrases_present` reads before it starts a pass without the phrases
+found so far (a reply repeating one keyword would otherwise cost an RE2 call per repetition)."""
+
+
+@functools.lru_cache(maxsize=32)
+def _tagged_alternation(
+    phrases: tuple[str, ...], case_sensitive: bool, whole_word: bool
+) -> tuple[Any, tuple[int, ...]]:
+    """:func:`any_phrase_regex` with each phrase in a capture group, and which phrase (its
+    index) each group is. Cached: the same keywords in another rule, or a later turn's
+    remaining keywords, compile once (32 sets: one of 150 keywords holds ~0.4 MB once used)."""
+    groups: dict[tuple[bool, bool], list[int]] = {}
+    for i, ph in enumerate(phrases):
+        edges = (_is_word_char(ph[0]), _is_word_char(ph[-1])) if whole_word else (False, False)
+        groups.setdefault(edges, []).append(i)
+    order = tuple(i for members in groups.values() for i in members)
+    source = "|".join(
+        (_LEAD if lead else "")
+        + "(?:"
+        + "|".join(f"({_re2_escape(phrases[i])})" for i in members)
+        + ")"
+        + (_TRAIL if trail else "")
+        for (lead, trail), members in groups.items()
+    )
+    return compile_safe(source, key="keywords", ignore_case=not case_sensitive), order
+
+
+def _scan(rx: Any, order: tuple[int, ...], data: bytes) -> set[int]:
+    """The phrases (indices) one pass over ``data`` (UTF-8) finds, at most ``MAX_PASS_MATCHES``
+    matches. Bytes, not ``str``: RE2's wrapper encodes a ``str`` again at every call (210 µs a
+    search of 12 kB).
+
+    Each search resumes at the match's last character: the boundary a match consumes after its
+    phrase can be the boundary before the next one (``cat dog``)."""
+    found: set[int] = set()
+    pos = 0
+    for _ in range(MAX_PASS_MATCHES):
+        m = rx.search(data, pos)
+        if m is None:
+            break
+        found.add(order[m.lastindex - 1])
+        start, last = m.start(), m.end() - 1
+        while last > start and data[last] & 0xC0 == 0x80:  # back to the character's first byte
+            last -= 1
+        pos = max(start + 1, last)
+    return found
+
+
+def phrases_present(
+    text: str,
+    phrases: tuple[str, ...],
+    candidates: list[int],
+    *,
+    case_sensitive: bool,
+    whole_word: bool,
+) -> set[int]:
+    """Which ``phrases`` (indices) occur in ``text``, as a search of each one's own pattern would
+    say, with one alternation per pass instead of one pattern per phrase (compiling 150 patterns,
+    each with its Unicode boundary classes, took 0.24-0.58 s).
+
+    ``candidates``: the phrases that may occur (the others are not looked for). A pass reports
+    one phrase per match, so a phrase can be hidden behind another at the same place (``new``
+    inside ``new york``) or one overlapping it; the next pass looks only for the phrases not found
+    yet, and passes stop when one finds nothing: what is left does not occur."""
+    found: set[int] = set()
+    left = candidates
+    data = text.encode("utf-8") if left else b""
+    while left:
+        rx, order = _tagged_alternation(tuple(phrases[i] for i in left), case_sensitive, whole_word)
+        new = {left[j] for j in _scan(rx, order, data)}
+        if not new:
+            break
+        found |= new
+        left = [i for i in left if i not in new]
+    return found
+
+
+def _candidates(phrases: tuple[str, ...], *, case_sensitive: bool) -> Any:
+    """``candidates(text)``: the phrases (indices) that may occur in ``text``, by the substring
+    test of :func:`phrase_prefilter`, the text folded once for all of them."""
+    everything = list(range(len(phrases)))
+    if case_sensitive:
+        return lambda text: [i for i, ph in enumerate(phrases) if ph in text]
+    if not all(ph.isascii() for ph in phrases):
+        return lambda text: everything
+    folded = tuple(ph.lower() for ph in phrases)
+
+    def candidates(text: str) -> list[int]:
+        if not text.isascii():
+            return everything
+        low = text.lower()
+        return [i for i, ph in enumerate(folded) if ph in low]
+
+    return candidates
+
+
 def _alternation_cost(keywords: tuple[str, ...]) -> float:
     """Worst ns per character of one alternation: the prefilter scans once per keyword
     (100 keywords: 80 ns per character of ASCII words)."""
@@ -159,19 +257,17 @@ def keywords_present(p: Params) -> CheckFn:
             return passed(may_match(text) and rx.search(text) is not None, "no_keyword_found")
 
         return check_any
-    each = [
-        (
-            any_phrase_regex((k,), key="keywords", case_sensitive=case_sensitive, whole_word=whole_word),
-            phrase_prefilter((k,), case_sensitive=case_sensitive),
-        )
-        for k in keywords
-    ]
-    p.set_cost(max(30, 10 * len(each)))  # one RE2 search per keyword: ~4 ns per character each
+    _tagged_alternation(keywords, case_sensitive, whole_word)  # a bad keyword fails at load
+    candidates = _candidates(keywords, case_sensitive=case_sensitive)
+    p.set_cost(max(30, 10 * len(keywords)))  # a substring test per keyword, then RE2 passes
 
     def check_all(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)
-        missing = sum(1 for rx, may_match in each if not may_match(text) or rx.search(text) is None)
-        return passed(missing == 0, f"missing_{missing}_of_{len(each)}_keywords")
+        found = phrases_present(
+            text, keywords, candidates(text), case_sensitive=case_sensitive, whole_word=whole_word
+        )
+        missing = len(keywords) - len(found)
+        return passed(missing == 0, f"missing_{missing}_of_{len(keywords)}_keywords")
 
     return check_all
 
