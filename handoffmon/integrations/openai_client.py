@@ -24,7 +24,7 @@ from handoffmon.ingress.chunks import MAX_REPLY_CHARS, Folder
 from handoffmon.ingress.conversation import CALLER_HEADERS
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.responses import unfinished
-from handoffmon.integrations.background import Background, history_bytes
+from handoffmon.integrations.background import history_bytes
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
@@ -32,6 +32,7 @@ from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, pa
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Built, Capture, Deferred
+from handoffmon.runtime.background import Background
 from handoffmon.shadow.turns import ShadowOffer, ShadowSource, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover

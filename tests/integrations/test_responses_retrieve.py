@@ -18,8 +18,8 @@ from typing import Any
 import openai
 import pytest
 
-from handoffmon.integrations import background as bg
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
+from handoffmon.runtime import background as bg
 from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
 from tests.integrations.test_responses_background import CONFIG, REPLY, response_doc, send_doc
