@@ -339,6 +339,9 @@ def _routes(state: ProxyState) -> list[Route]:
         state.metrics,
         max_body_bytes=proxy.max_body_bytes,
         client_timeout_s=proxy.client_timeout_s,
+        max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
+        # polls, cancels and deletes of the background calls the Responses forwarder parked
+        background=responses.background,
     )
     return [
         Route("/healthz", _healthz, methods=["GET"]),

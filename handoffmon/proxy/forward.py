@@ -29,6 +29,7 @@ from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.responses import unfinished
 from handoffmon.ingress.sse import SSEChunks
 from handoffmon.pipeline.records import Built, Capture, Deferred
+from handoffmon.proxy.background import BackgroundCalls, Poll
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import (
     UnforwardableHeader,
@@ -155,7 +156,7 @@ async def _receive_within(receive: Receive, timeout_s: float) -> Message:
 @dataclass
 class _Turn:
     """A chat completion in flight that may be monitored: the request body is parsed on the
-    attribution thread (:meth:`Forwarder._capture`), once the reply is finished."""
+    attribution thread (:meth:`Forwarder.capture_of`), once the reply is finished."""
 
     body: bytes
     raw_headers: Sequence[tuple[bytes, bytes]]
@@ -263,6 +264,7 @@ class Forwarder:
         routing: BodyRouting | None = None,
         shadow: Callable[[Sequence[tuple[str, str]]], ShadowSource | None] | None = None,
         api: Api | None = None,
+        background: BackgroundCalls | None = None,
     ) -> None:
         self._upstream = upstream
         self._api = api
@@ -276,6 +278,11 @@ class Forwarder:
         self._monitor = monitor
         self._parser = RequestParser.from_config(monitor.config) if monitor is not None else None
         self._route = route
+        self.background = (
+            BackgroundCalls(monitor, self) if api is RESPONSES and monitor is not None else background
+        )
+        """The parked background Responses calls: this forwarder's own (``POST /v1/responses``),
+        or the ones the pass-through forwarder's polls, cancels and deletes may concern."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._monitor is None:
@@ -312,7 +319,7 @@ class Forwarder:
             if turn is not None and not turn.parsed and not turn.handed_off:
                 # never reached the monitor (upstream error, client gone): a body that is not
                 # a chat request is still counted as such
-                self._unread(turn, None)
+                self.unread(turn, None)
 
     async def _pass(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request that is only forwarded: its body goes upstream as it arrives (file
@@ -339,7 +346,8 @@ class Forwarder:
                     headers.append(("Content-Length", v.decode("latin-1")))
                     break
             body = self._upload(body, receive)
-        await self._watched(scope, receive, body, headers, send, None, watch_receive=not streamed)
+        poll = self.background.poll_of(scope) if self.background is not None else None
+        await self._watched(scope, receive, body, headers, send, None, watch_receive=not streamed, poll=poll)
 
     async def _watched(
         self,
@@ -351,11 +359,12 @@ class Forwarder:
         turn: _Turn | None,
         *,
         watch_receive: bool = True,
+        poll: Poll | None = None,
     ) -> None:
         """:meth:`_forward`, cancelled (and counted) if the client leaves before the end."""
         watch = _DisconnectWatch(scope, receive, watch_receive=watch_receive)
         try:
-            await self._forward(scope, body, headers, send, turn, watch)
+            await self._forward(scope, body, headers, send, turn, watch, poll)
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
@@ -402,13 +411,13 @@ class Forwarder:
             await send_json(send, 400, error_body(msg, "header_not_utf8", "invalid_request_error"))
             return None
 
-    def _capture(self, turn: _Turn) -> Capture | None:
+    def capture_of(self, turn: _Turn) -> Capture | None:
         """The turn's parsed request; ``None`` (counted as unmonitored) when the body is not a
         chat request.
 
         ``serve`` forwards the body's bytes unchanged and parses them for the monitor only, on
         the attribution thread (:meth:`_read_json`, :meth:`_read_stream`,
-        :meth:`_count_unread`): nothing of it is on the request path (``begin_s`` 0)."""
+        :meth:`count_unread`): nothing of it is on the request path (``begin_s`` 0)."""
         if turn.parsed:
             return turn.capture
         turn.parsed = True
@@ -454,7 +463,7 @@ class Forwarder:
             turn.doc = doc
         return turn.capture
 
-    def _unread(self, turn: _Turn, reason: str | None) -> None:
+    def unread(self, turn: _Turn, reason: str | None) -> None:
         """A request with no reply to record (an error status, a compressed or cut-off stream,
         no answer at all): counted ``unmonitored{reason}`` when its body is a chat request,
         else by what the body is (``bad_json``, ``no_messages``). The body is read on the
@@ -464,18 +473,18 @@ class Forwarder:
         assert self._monitor is not None
         turn.handed_off = True
         self._monitor.finish_later(
-            self._count_unread,
+            self.count_unread,
             (turn, reason),
-            weight=self._weight(turn.body),
+            weight=self.queued_weight(turn.body),
             shed=(lambda: self._skip(reason)) if reason is not None else _nothing,
         )
 
-    def _count_unread(self, turn: _Turn, reason: str | None) -> None:
-        """``_unread``'s build (attribution thread): counts the request; nothing to record."""
-        if self._capture(turn) is not None and reason is not None:
+    def count_unread(self, turn: _Turn, reason: str | None) -> None:
+        """:meth:`unread`'s build (attribution thread): counts the request; nothing to record."""
+        if self.capture_of(turn) is not None and reason is not None:
             self._skip(reason)
 
-    def _weight(self, body: bytes) -> int:
+    def queued_weight(self, body: bytes) -> int:
         """A queued request body's weight: :func:`parsed_weight` from
         :data:`WEIGHED_BODY_BYTES` up or while turns back up, else its raw bytes (at most
         ``UNWEIGHED_TURNS`` such turns wait beside the budget: ~21 MiB parsed at worst)."""
@@ -484,7 +493,7 @@ class Forwarder:
             return parsed_weight(body)
         return n
 
-    def _source(self, turn: _Turn) -> ShadowSource | None:
+    def shadow_source(self, turn: _Turn) -> ShadowSource | None:
         """The turn's shadow source when the runtime runs shadow continuation (on the serving
         loop: its calls run there)."""
         return self._shadow(turn.headers) if self._shadow is not None else None
@@ -514,7 +523,10 @@ class Forwarder:
         send: Send,
         turn: _Turn | None,
         watch: _DisconnectWatch,
+        poll: Poll | None = None,
     ) -> None:
+        """Forward the request; ``poll``: a request about a parked background call (the pass-through
+        forwarder's), whose answer goes to ``self.background``."""
         path = scope.get("raw_path") or scope["path"].encode()
         path_s = path.decode("latin-1") if isinstance(path, bytes) else path
         slots = self._upstream.slots
@@ -537,7 +549,12 @@ class Forwarder:
             ) as resp:
                 status = resp.status
                 out_headers = response_headers(resp.raw_headers, status)
-                if self._monitor is not None and resp.content_type != "text/event-stream":
+                if poll is not None and self.background is not None and not poll.retrieve:
+                    self.background.answered(poll, status)  # a cancel or delete: forgets the call
+                    poll = None
+                if (
+                    self._monitor is not None or poll is not None
+                ) and resp.content_type != "text/event-stream":
                     n = resp.content_length
                     if n is not None and n <= self._reply_cap:  # the usual reply: read whole
                         got: bytes | list[bytes] = await resp.read()
@@ -545,7 +562,9 @@ class Forwarder:
                         got = [] if n is not None else await _read_upto(resp, self._reply_cap)
                     if isinstance(got, list):  # past proxy.max_monitored_reply_bytes: not held whole
                         if turn is not None:
-                            self._unread(turn, "too_large")
+                            self.unread(turn, "too_large")
+                        if poll is not None and self.background is not None:
+                            self.background.too_large(poll, status)
                         await self._stream(resp, status, out_headers, send, None, watch, got)
                         return
                     data = got
@@ -589,6 +608,8 @@ class Forwarder:
                     self._finish_json(turn, status, out_headers, data)
                 except Exception:  # monitoring is on the side: the reply goes out regardless
                     self._parse_failed()
+            elif poll is not None and self.background is not None:  # never raises
+                self.background.polled(poll, status, out_headers, data)
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
             watch.done = True
             await send({"type": "http.response.body", "body": data})
@@ -623,7 +644,7 @@ class Forwarder:
         if turn is not None and (not 200 <= status < 300 or _encoding(headers) is not None):
             # not read: an error status, or a compressed event stream (forwarded as it came and
             # counted ``encoded``: what the upstream sent is not judged, as for a request body)
-            self._unread(turn, "upstream_status" if not 200 <= status < 300 else "encoded")
+            self.unread(turn, "upstream_status" if not 200 <= status < 300 else "encoded")
             turn = None
         # The request is parsed once the stream has ended, on the attribution thread
         # (_read_stream): until then the reply is folded whatever the body holds.
@@ -646,7 +667,7 @@ class Forwarder:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (TimeoutError, aiohttp.ClientError):
             if pending and turn is not None:
-                self._unread(turn, "truncated")
+                self.unread(turn, "truncated")
             self._broke_off(status, watch)
             return
         except BaseException:  # client gone (cancelled): the client saw a partial reply
@@ -693,17 +714,24 @@ class Forwarder:
 
     def _finish_json(self, turn: _Turn, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
         if not 200 <= status < 300:
-            self._unread(turn, "upstream_status")
+            self.unread(turn, "upstream_status")
             return
         assert self._monitor is not None
+        if (
+            self._api is RESPONSES
+            and self.background is not None
+            and self.background.park(turn, headers, data)
+        ):
+            turn.handed_off = True  # background=True: recorded from the poll that finds it finished
+            return
         # The request path only queues the bytes (the ~20-40 µs of parsing both bodies run on
         # the attribution thread, in order with every other turn), within the monitor's
         # pipeline.max_queued_bytes: a flood of large bodies is shed, not held.
         turn.handed_off = True
         self._monitor.finish_later(
             self._read_json,
-            (turn, headers, data, time.monotonic(), self._source(turn)),
-            weight=self._weight(turn.body) + len(data),
+            (turn, headers, data, time.monotonic(), self.shadow_source(turn)),
+            weight=self.queued_weight(turn.body) + len(data),
         )
 
     def _read_json(
@@ -716,8 +744,21 @@ class Forwarder:
     ) -> Built | None:
         """``Monitor.finish_later``'s build for a JSON reply (attribution thread): the parsed
         request and reply, or ``None`` when either is not monitored (counted)."""
-        capture = self._capture(turn)
+        capture = self.capture_of(turn)
         got = self._reply(headers, data) if capture is not None else None
+        return self.built(turn, capture, got, headers, done, source)
+
+    def built(
+        self,
+        turn: _Turn,
+        capture: Capture | None,
+        got: tuple[Any, dict[str, Any]] | None,
+        headers: Sequence[tuple[bytes, bytes]],
+        done: float,
+        source: ShadowSource | None,
+    ) -> Built | None:
+        """A JSON reply's turn: its parsed request, its reply document and message (``got``:
+        :meth:`reply_of`), the call's latency to ``done``; ``None`` when either is missing."""
         if capture is None or got is None:
             return None
         assert self._monitor is not None
@@ -733,18 +774,32 @@ class Forwarder:
     def _reply(self, headers: list[tuple[bytes, bytes]], data: bytes) -> tuple[Any, dict[str, Any]] | None:
         """The reply document and its assistant message; ``None`` (counted) when unreadable."""
         try:
+            doc = self.document(headers, data)
+        except Unreadable as exc:
+            self._skip(exc.reason)
+            return None
+        return self.reply_of(doc)
+
+    def document(self, headers: Sequence[tuple[bytes, bytes]], data: bytes) -> Any:
+        """The reply's parsed JSON body.
+
+        Raises:
+            Unreadable: with its ``unmonitored`` reason (``too_large``, ``encoded``, ``bad_reply``).
+        """
+        try:
             decoded = _decoded(headers, data, self._reply_cap)
         except ReplyTooLarge:
-            self._skip("too_large")
-            return None
+            raise Unreadable("too_large") from None
         except (ValueError, zlib.error):  # br, zstd, … or corrupt: not read, as a request body
-            self._skip("encoded")
-            return None
+            raise Unreadable("encoded") from None
         try:
-            doc = loads(decoded)
+            return loads(decoded)
         except (ValueError, RecursionError):
-            self._skip("bad_reply")
-            return None
+            raise Unreadable("bad_reply") from None
+
+    def reply_of(self, doc: Any) -> tuple[Any, dict[str, Any]] | None:
+        """A parsed reply document (read as chat) and its assistant message; ``None`` (counted)
+        when it is no reply."""
         if self._api is not None:
             if self._api is RESPONSES and unfinished(doc):  # background=True: the reply comes later
                 self._skip("unfinished")
@@ -767,9 +822,9 @@ class Forwarder:
         turn.handed_off = True
         self._monitor.finish_later(
             self._read_stream,
-            (turn, headers, out, sse.events, time.monotonic(), self._source(turn)),
+            (turn, headers, out, sse.events, time.monotonic(), self.shadow_source(turn)),
             streamed=True,
-            weight=self._weight(turn.body) + _reply_chars(out.reply),
+            weight=self.queued_weight(turn.body) + _reply_chars(out.reply),
         )
         return True
 
@@ -784,7 +839,7 @@ class Forwarder:
     ) -> Built | None:
         """``Monitor.finish_later``'s build for a folded stream (attribution thread): its
         request parsed, or ``None`` when it is not monitored (counted)."""
-        capture = self._capture(turn)
+        capture = self.capture_of(turn)
         if capture is None:
             return None
         if events == 0:
@@ -841,7 +896,7 @@ def _reply_chars(reply: dict[str, Any]) -> int:
     return n
 
 
-def _describe_response(names: ModelNames, doc: Any, headers: list[tuple[bytes, bytes]]) -> Outcome:
+def _describe_response(names: ModelNames, doc: Any, headers: Sequence[tuple[bytes, bytes]]) -> Outcome:
     """``describe_response`` with the served-by headers read there too (attribution thread)."""
     return describe_response(names, doc, served_by_headers(headers))
 
@@ -910,6 +965,14 @@ def _encoding(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
         if k.lower() == b"content-encoding" and v.strip().lower() not in (b"", b"identity"):
             return v.strip().lower()
     return None
+
+
+class Unreadable(Exception):
+    """A reply the monitor cannot read; ``reason``: how it is counted ``unmonitored``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class ReplyTooLarge(Exception):

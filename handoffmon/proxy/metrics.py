@@ -48,8 +48,10 @@ class ProxyMetrics:
         corrupt, or an event stream under any ``Content-Encoding`` (forwarded as it came, not
         read); a gzip/deflate request or JSON reply is read from an inflated copy, at most
         ``proxy.max_body_bytes`` (``proxy.max_monitored_reply_bytes``), else ``too_large`` —
-        and ``unfinished`` — a ``background=True`` Responses API call's
-        first answer, still ``queued`` or ``in_progress``, whose reply comes later).
+        and ``unfinished`` — a ``background=True`` Responses API call answered ``queued`` or
+        ``in_progress`` whose reply was not recorded: cancelled, deleted, forgotten past the
+        bounds of ``proxy.background`` or expired while parked, or never parked; a parked
+        call counts nowhere until then, and not at all once a poll records its turn).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too), ``busy`` (no upstream slot within

@@ -12,12 +12,19 @@ Every answer starts with a reasoning item, as reasoning models' do. ``x-mock-sta
 that error status; ``x-mock-cut-after`` ends a stream after that many events, without its
 terminal event. A ``json_schema`` text format (structured outputs) is answered with the text as
 JSON (``{"answer", "depth"}``).
+
+A ``background`` call (not streamed) answers ``queued`` with no output; ``GET
+.../responses/{id}`` then answers ``in_progress`` ``x-mock-polls`` times (a header of the
+call, default 0), then the finished response (``x-mock-final-status``: ``incomplete`` or
+``failed`` instead of ``completed``); ``POST .../responses/{id}/cancel`` makes it
+``cancelled``, ``DELETE .../responses/{id}`` deletes it (then a 404), as OpenAI's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +33,7 @@ from tests.proxy.mock_upstream import read_request, schedule
 TOOL_WORDS = "use the tool"
 RESPONSES_PATHS = ("/v1/responses", "/openai/v1/responses", "/openai/responses")
 """OpenAI's path and Azure OpenAI's two (its ``/openai/v1`` API and ``?api-version=`` one)."""
+RESPONSE_PATH = re.compile(r"(?:/v1|/openai/v1|/openai)/responses/([^/]+)(/cancel)?")
 
 
 def responses_text(model: str, depth: int) -> str:
@@ -62,6 +70,10 @@ class ResponsesUpstream:
     """Response id → its depth (user messages through it): the chains it can continue."""
     conversations: dict[str, int] = field(default_factory=dict)
     """Conversation id → its depth so far (``conversation``: a string or ``{"id"}``)."""
+    background: dict[str, list[Any]] = field(default_factory=dict)
+    """Background response id → [its finished response, ``in_progress`` polls left, cancelled]."""
+    polled: list[str] = field(default_factory=list)
+    """The paths of every retrieve, cancel and delete it received."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = await read_request(scope, receive, send)
@@ -69,6 +81,11 @@ class ResponsesUpstream:
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.seen.append(body)
+        one = RESPONSE_PATH.fullmatch(scope["path"])
+        if one is not None:
+            self.polled.append(f"{scope['method']} {scope['path']}")
+            await self._one(send, scope["method"], one.group(1), one.group(2) is not None, headers)
+            return
         if scope["path"] not in RESPONSES_PATHS or scope["method"] != "POST":
             await send_body(send, 404, b'{"error": {"message": "no route", "type": "not_found"}}')
             return
@@ -141,6 +158,8 @@ class ResponsesUpstream:
             "usage": {"input_tokens": 12 * depth, "output_tokens": 30, "total_tokens": 12 * depth + 30},
         }
         if req.get("background") and not req.get("stream"):  # the reply comes later (retrieve)
+            final = {**response, "status": headers.get("x-mock-final-status", "completed")}
+            self.background[response["id"]] = [final, int(headers.get("x-mock-polls", "0")), False]
             response = {**response, "status": "queued", "output": [], "usage": None}
         if req.get("store") is not False:
             self.stored[response["id"]] = depth
@@ -148,6 +167,34 @@ class ResponsesUpstream:
             await self._stream(send, response, int(headers.get("x-mock-cut-after", "0")))
         else:
             await send_body(send, 200, json.dumps(response).encode())
+
+    async def _one(self, send: Any, method: str, rid: str, cancel: bool, headers: dict[str, str]) -> None:
+        """``GET`` / ``DELETE .../responses/{id}``, ``POST .../responses/{id}/cancel``."""
+        if "x-mock-status" in headers:
+            err = b'{"error": {"message": "upstream overloaded", "type": "server_error"}}'
+            await send_body(send, int(headers["x-mock-status"]), err)
+            return
+        held = self.background.get(rid)
+        if held is None or (method, cancel) not in (("GET", False), ("DELETE", False), ("POST", True)):
+            err = {"message": f"Response with id '{rid}' not found.", "type": "invalid_request_error"}
+            await send_body(send, 404, json.dumps({"error": err}).encode())
+            return
+        final, polls, cancelled = held
+        if method == "DELETE":
+            del self.background[rid]
+            gone = {"id": rid, "object": "response", "deleted": True}
+            await send_body(send, 200, json.dumps(gone).encode())
+            return
+        if cancel:
+            held[2] = cancelled = True
+        if cancelled:
+            doc = {**final, "status": "cancelled", "output": [], "usage": None}
+        elif polls > 0:
+            held[1] = polls - 1
+            doc = {**final, "status": "in_progress", "output": [], "usage": None}
+        else:
+            doc = final
+        await send_body(send, 200, json.dumps(doc).encode())
 
     async def _stream(self, send: Any, response: dict[str, Any], cut_after: int) -> None:
         start = {**response, "status": "in_progress", "output": [], "usage": None}

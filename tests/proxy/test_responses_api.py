@@ -192,10 +192,12 @@ def test_conversation_objects_are_turns(proxy: Proxy) -> None:
     assert delta(after.attributions, before.attributions) == Counter({"response_id": 1 + 2 + 3})
 
 
-def test_a_background_calls_queued_answer_is_forwarded_and_counted_unfinished(proxy: Proxy) -> None:
+def test_a_background_calls_queued_answer_is_forwarded_and_parked(proxy: Proxy) -> None:
     """``background=True``: the first answer is ``queued`` with no output, its reply comes
     later; forwarded unchanged, no turn (an empty reply would fail every rule against a model
-    that has not answered yet), counted as ``unfinished``, not as an unreadable reply."""
+    that has not answered yet) and nothing counted while the call waits for a poll
+    (``tests/proxy/test_background_responses.py``); deleted unpolled, it is counted
+    ``unfinished``, not as an unreadable reply."""
     before = snapshot(proxy)
     reasons = ("unfinished", "bad_reply")
     name = "handoffmon_proxy_unmonitored_requests_total"
@@ -204,6 +206,8 @@ def test_a_background_calls_queued_answer_is_forwarded_and_counted_unfinished(pr
     r = httpx.post(f"{proxy.url}/v1/responses", json=body)
     assert r.status_code == 200 and r.json()["status"] == "queued"
     assert proxy.monitor.flush(10)
+    assert {r: sample(proxy, name, {"reason": r}) for r in reasons} == counted
+    assert httpx.delete(f"{proxy.url}/v1/responses/{r.json()['id']}").status_code == 200
     after = snapshot(proxy)
     assert sum(delta(after.turns, before.turns).values()) == 0
     now = {r: sample(proxy, name, {"reason": r}) for r in reasons}

@@ -1,0 +1,266 @@
+"""``handoffmon serve`` recording background Responses API calls, driven by the real OpenAI SDK.
+
+``client.responses.create(background=True)`` answers ``queued``; ``serve`` parks the call
+(``proxy.background``) and the first ``client.responses.retrieve(id)`` that returns it finished
+records the turn, once, with its author and depth; ``cancel`` / ``delete`` forget it. The
+upstream is ``tests/proxy/responses_upstream.py`` (``x-mock-polls``: ``in_progress`` answers
+before the finished one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from handoffmon.runtime import background as bg
+from tests.conftest import free_port
+from tests.proxy.conftest import Proxy, proxy_config, running_proxy
+from tests.proxy.mock_upstream import ServerThread, schedule
+from tests.proxy.responses_upstream import ResponsesUpstream, responses_text
+from tests.proxy.test_responses_api import RULES
+from tests.proxy.turn_counts import delta, expected_turns, sample, snapshot
+
+UNMONITORED = "handoffmon_proxy_unmonitored_requests_total"
+REASONS = ("unfinished", "bad_reply", "too_large", "upstream_status", "bad_json", "no_messages")
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, Proxy]]:
+    """The Responses upstream's URL, and a proxy in front of it (both for this module)."""
+    with ServerThread(ResponsesUpstream(), free_port()) as srv:
+        config = proxy_config(srv.url, rules=RULES, pipeline={"check_budget_s": 10.0})
+        with running_proxy(config) as p:
+            yield srv.url, p
+
+
+@pytest.fixture
+def proxy(served: tuple[str, Proxy]) -> Proxy:
+    return served[1]
+
+
+def _client(proxy: Proxy, prefix: str = "/v1") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{proxy.url}{prefix}", api_key="sk-test", max_retries=0)
+
+
+def _unmonitored(proxy: Proxy) -> dict[str, float]:
+    return {r: sample(proxy, UNMONITORED, {"reason": r}) for r in REASONS}
+
+
+def _grew(proxy: Proxy, before: dict[str, float], **by: int) -> None:
+    """The unmonitored counts moved by exactly ``by`` (every other reason unchanged)."""
+    assert _unmonitored(proxy) == {r: before[r] + by.get(r, 0) for r in REASONS}
+
+
+def _times(turns: Counter[Any], n: int) -> Counter[Any]:
+    return Counter({k: v * n for k, v in turns.items()})
+
+
+def _polled(client: openai.OpenAI, rid: str, polls: int = 10) -> Any:
+    """``retrieve`` until the response is no longer queued or in progress."""
+    for _ in range(polls):
+        got = client.responses.retrieve(rid)
+        if got.status not in ("queued", "in_progress"):
+            return got
+    raise AssertionError(f"{rid} still {got.status}")
+
+
+@pytest.mark.parametrize("prefix", ["/v1", "/openai/v1", "/openai"])
+def test_polled_background_calls_are_turns_once_with_author_and_depth(proxy: Proxy, prefix: str) -> None:
+    """A conversation of background calls, each polled through ``in_progress`` to its reply: one
+    turn per call (author from ``model``, depth, hand-off), both rules checked once each, nothing
+    counted unmonitored; polling a finished call again records nothing more. Azure OpenAI's
+    ``/openai/v1`` and ``/openai`` paths too."""
+    before, counted = snapshot(proxy), _unmonitored(proxy)
+    client = _client(proxy, prefix)
+    items: list[Any] = []
+    turns = 4
+    for d in range(1, turns + 1):
+        items.append({"role": "user", "content": f"background {prefix} question {d}"})
+        queued = client.responses.create(
+            model="gpt-x", input=items, background=True, extra_headers={"x-mock-polls": "2"}
+        )
+        assert queued.status == "queued" and queued.output_text == ""
+        final = _polled(client, queued.id)
+        assert final.status == "completed" and final.output_text == responses_text(schedule(d), d)
+        assert client.responses.retrieve(queued.id).status == "completed"  # polled again: no turn
+        items += [o.model_dump(exclude_none=True) for o in final.output]
+    client.close()
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(d) for d in range(1, turns + 1)])
+    attributed = delta(after.attributions, before.attributions)
+    assert attributed.get("unknown", 0) == 0 and sum(attributed.values()) == turns * (turns - 1) // 2
+    verdicts: Counter[tuple[str, str]] = Counter()
+    for k, n in delta(after.checks, before.checks).items():
+        verdicts[k.rule, k.verdict] += n
+    assert verdicts == Counter({("no_commas", "fail"): turns, ("says_done", "pass"): turns})
+    _grew(proxy, counted)
+
+
+async def test_async_client_background_call_is_one_turn(proxy: Proxy) -> None:
+    """The async SDK: ``await responses.create(background=True)``, then ``retrieve`` polls."""
+    import asyncio
+
+    before = await asyncio.to_thread(snapshot, proxy)
+    client = openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key="sk-test", max_retries=0)
+    queued = await client.responses.create(
+        model="gpt-x", input="async background", background=True, extra_headers={"x-mock-polls": "1"}
+    )
+    statuses = [(await client.responses.retrieve(queued.id)).status for _ in range(3)]
+    await client.close()
+    assert statuses == ["in_progress", "completed", "completed"]
+    after = await asyncio.to_thread(snapshot, proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(1)])
+
+
+@pytest.mark.parametrize("final", ["incomplete", "failed"])
+def test_an_incomplete_or_failed_reply_is_a_turn_as_for_the_wrapped_client(proxy: Proxy, final: str) -> None:
+    """A response that ends ``incomplete`` or ``failed`` is finished: its turn is recorded (as
+    the wrapped client and a non-background call record it), once."""
+    before, counted = snapshot(proxy), _unmonitored(proxy)
+    client = _client(proxy)
+    queued = client.responses.create(
+        model="gpt-x", input=f"ends {final}", background=True, extra_headers={"x-mock-final-status": final}
+    )
+    assert _polled(client, queued.id).status == final
+    client.responses.retrieve(queued.id)
+    client.close()
+    assert delta(snapshot(proxy).turns, before.turns) == expected_turns([schedule(1)])
+    _grew(proxy, counted)
+
+
+def test_a_parked_call_is_counted_nowhere_until_cancel_or_delete_forget_it(proxy: Proxy) -> None:
+    """Waiting, a call is neither a turn nor unmonitored; ``cancel`` and ``delete`` forget it,
+    counting it ``unfinished`` once: a later retrieve (``cancelled``) records nothing."""
+    before, counted = snapshot(proxy), _unmonitored(proxy)
+    client = _client(proxy)
+    kw: Any = {"model": "gpt-x", "background": True, "extra_headers": {"x-mock-polls": "5"}}
+    cancelled = client.responses.create(input="to be cancelled", **kw)
+    deleted = client.responses.create(input="to be deleted", **kw)
+    snapshot(proxy)
+    _grew(proxy, counted)  # both parked: nothing counted yet
+    assert client.responses.cancel(cancelled.id).status == "cancelled"
+    snapshot(proxy)
+    _grew(proxy, counted, unfinished=1)
+    assert client.responses.retrieve(cancelled.id).status == "cancelled"
+    client.responses.delete(deleted.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(deleted.id)
+    client.close()
+    after = snapshot(proxy)
+    assert sum(delta(after.turns, before.turns).values()) == 0
+    _grew(proxy, counted, unfinished=2)
+
+
+def test_an_upstream_error_on_a_poll_leaves_the_call_parked(proxy: Proxy) -> None:
+    """A poll the upstream answers 503 is forwarded as it came and records nothing; the next
+    poll that finds the call finished records its turn."""
+    before, counted = snapshot(proxy), _unmonitored(proxy)
+    client = _client(proxy)
+    queued = client.responses.create(model="gpt-x", input="poll through an outage", background=True)
+    with pytest.raises(openai.InternalServerError) as err:
+        client.responses.retrieve(queued.id, extra_headers={"x-mock-status": "503"})
+    assert err.value.status_code == 503
+    assert sum(delta(snapshot(proxy).turns, before.turns).values()) == 0
+    assert client.responses.retrieve(queued.id).status == "completed"
+    client.close()
+    assert delta(snapshot(proxy).turns, before.turns) == expected_turns([schedule(1)])
+    _grew(proxy, counted)
+
+
+def test_bounds_forget_the_oldest_call_and_count_it_unfinished(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``MAX_PARKED`` calls the oldest is forgotten (counted ``unfinished``; its reply,
+    retrieved later, no turn); a call whose body alone is past ``MAX_PARKED_BYTES`` is not
+    parked (``unfinished`` at once, as before); an expired call is counted when the next call
+    is parked."""
+    monkeypatch.setattr(bg, "MAX_PARKED", 2)
+    monkeypatch.setattr(bg, "MAX_PARKED_BYTES", 64 * 1024)
+    before, counted = snapshot(proxy), _unmonitored(proxy)
+    client = _client(proxy)
+    ids = [client.responses.create(model="gpt-x", input=f"bounded {i}", background=True).id for i in range(3)]
+    snapshot(proxy)
+    _grew(proxy, counted, unfinished=1)  # the first, pushed out by the third
+    assert [_polled(client, rid).status for rid in ids] == ["completed"] * 3
+    assert delta(snapshot(proxy).turns, before.turns) == _times(expected_turns([schedule(1)]), 2)
+    huge = client.responses.create(model="gpt-x", input="x" * (100 * 1024), background=True)
+    assert _polled(client, huge.id).status == "completed"
+    snapshot(proxy)
+    _grew(proxy, counted, unfinished=2)
+    monkeypatch.setattr(bg, "PARKED_TTL_S", 0.2)
+    late = client.responses.create(model="gpt-x", input="polled too late", background=True)
+    time.sleep(0.3)
+    assert _polled(client, late.id).status == "completed"  # expired: forwarded only
+    monkeypatch.setattr(bg, "PARKED_TTL_S", 3600.0)
+    last = client.responses.create(model="gpt-x", input="expires the one before", background=True)
+    assert _polled(client, last.id).status == "completed"
+    client.close()
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == _times(expected_turns([schedule(1)]), 3)
+    _grew(proxy, counted, unfinished=3)
+
+
+def test_a_failing_park_or_poll_read_fails_open(proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A park that raises: the answer goes out unchanged, counted as a monitor error and
+    ``unfinished``. A poll whose read raises: the answer goes out unchanged, counted, the call
+    stays parked and the next poll records it."""
+    errors = sample(proxy, "handoffmon_monitor_errors_total", {"stage": "integration"})
+    before, counted = snapshot(proxy), _unmonitored(proxy)
+    client = _client(proxy)
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("broken store")
+
+    with monkeypatch.context() as m:
+        m.setattr(bg.Background, "park", broken)
+        queued = client.responses.create(model="gpt-x", input="park fails", background=True)
+    assert queued.status == "queued"
+    assert _polled(client, queued.id).status == "completed"
+    snapshot(proxy)
+    _grew(proxy, counted, unfinished=1)
+    parked = client.responses.create(model="gpt-x", input="peek fails", background=True)
+    with monkeypatch.context() as m:
+        m.setattr(bg.Background, "peek", broken)
+        assert client.responses.retrieve(parked.id).output_text == responses_text(schedule(1), 1)
+    assert client.responses.retrieve(parked.id).status == "completed"
+    client.close()
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(1)])
+    assert sample(proxy, "handoffmon_monitor_errors_total", {"stage": "integration"}) == errors + 2
+    _grew(proxy, counted, unfinished=1)
+
+
+def test_a_poll_on_another_replica_is_forwarded_only(served: tuple[str, Proxy]) -> None:
+    """Two replicas: the call parked on the first, polled on the second, which forwards the
+    reply and records nothing; the first records the turn when it is polled there."""
+    config = proxy_config(served[0], rules=RULES)
+    with running_proxy(config) as first, running_proxy(config) as second:
+        queued = httpx.post(
+            f"{first.url}/v1/responses", json={"model": "gpt-x", "input": "two replicas", "background": True}
+        ).json()
+        elsewhere = httpx.get(f"{second.url}/v1/responses/{queued['id']}")
+        assert elsewhere.json()["status"] == "completed"
+        assert snapshot(second).turns == {} and snapshot(first).turns == {}
+        assert httpx.get(f"{first.url}/v1/responses/{queued['id']}").json()["status"] == "completed"
+        assert snapshot(first).turns == expected_turns([schedule(1)])
+        assert snapshot(second).turns == {}
+
+
+def test_a_streamed_retrieve_is_not_recorded(proxy: Proxy) -> None:
+    """``GET /v1/responses/{id}?stream=true`` is forwarded only (as the wrapped client's
+    ``retrieve(id, stream=True)``): the call stays parked for a plain poll."""
+    before = snapshot(proxy)
+    client = _client(proxy)
+    queued = client.responses.create(model="gpt-x", input="resumed as a stream", background=True)
+    client.close()
+    streamed = httpx.get(f"{proxy.url}/v1/responses/{queued.id}", params={"stream": "true"})
+    assert streamed.status_code == 200  # this upstream answers JSON either way
+    assert sum(delta(snapshot(proxy).turns, before.turns).values()) == 0
+    assert httpx.get(f"{proxy.url}/v1/responses/{queued.id}").json()["status"] == "completed"
+    assert delta(snapshot(proxy).turns, before.turns) == expected_turns([schedule(1)])
