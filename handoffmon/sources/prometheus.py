@@ -37,16 +37,18 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import re
 import time
+import typing
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from handoffmon.counts import CellStatKey, CheckKey, Counts, ShadowKey, TransitionKey, TurnKey
+from handoffmon.counts import CLUSTER_STATS, CellStatKey, CheckKey, Counts, ShadowKey, TransitionKey, TurnKey
 from handoffmon.labels import SHADOW_PAIR_LABELS
 from handoffmon.sources import SourceError
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
@@ -80,6 +82,12 @@ separated by ``;``), e.g. ``X-Scope-OrgID: team-a`` for a multi-tenant Mimir, Co
 MAX_TOKEN_CHARS = 65536
 """Longest bearer token read from ``HANDOFFMON_PROMETHEUS_TOKEN_FILE``."""
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+MAX_LABEL_VALUE_CHARS = 1024
+"""Longest key label value read: handoffmon exports at most 128 characters (``labels.MAX_LABEL_CHARS``),
+a few times that once control characters are spelled as escapes."""
+MAX_RESPONSE_BYTES = 256 << 20
+"""Largest query answer read (256 MiB, about a million series): a bigger one is refused, not
+held in memory."""
 
 
 def url_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -213,7 +221,13 @@ def _urllib_fetch(timeout_s: float, headers: Mapping[str, str] | None = None) ->
         full = f"{url}?{urllib.parse.urlencode(params)}"
         try:
             with opener.open(urllib.request.Request(full, headers=sent), timeout=timeout_s) as resp:
-                return json.loads(resp.read().decode("utf-8"))
+                body = resp.read(MAX_RESPONSE_BYTES + 1)
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise SourceError(
+                    f"Prometheus at {url} answered over {MAX_RESPONSE_BYTES >> 20} MiB for one query: "
+                    "narrow it with --match"
+                )
+            return json.loads(body.decode("utf-8"))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:300]
             raise SourceError(f"Prometheus query failed ({exc.code}) at {url}: {detail}") from exc
@@ -306,16 +320,48 @@ class PrometheusSource:
         return result
 
     def vector(self, metric: str, by: tuple[str, ...], at: float) -> list[tuple[dict[str, str], int]]:
-        """Run one instant query; returns (labels, rounded value) per series."""
+        """Run one instant query; returns (labels, rounded value) per series (zeros left out).
+
+        Raises:
+            SourceError: a series that no sum of handoffmon counters gives: a value that is not
+                a finite number ≥ 0 (NaN, ±Inf, negative: a gauge or a recording rule under the
+                name), a key label missing, empty or over ``MAX_LABEL_VALUE_CHARS`` (dropped by
+                relabeling, not a handoffmon series), or two series with the same key labels
+                (each message names the metric and the series).
+        """
         out = []
+        seen: set[tuple[str, ...]] = set()
         for series in self.query(self.query_for(metric, by), at, what=metric):
+            shown = str(series)[:200]
             try:
-                value = round(float(series["value"][1]))
-                labels = {k: str(series["metric"].get(k, "")) for k in by}
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-                raise SourceError(f"malformed Prometheus series for {metric}: {str(series)[:200]}") from exc
+                raw = float(series["value"][1])
+                found = series["metric"]
+                labels = {k: found.get(k) for k in by}
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                raise SourceError(f"malformed Prometheus series for {metric}: {shown}") from exc
+            if not math.isfinite(raw) or round(raw) < 0:
+                raise SourceError(
+                    f"Prometheus series for {metric} has value {series['value'][1]!r}, not a count >= 0 "
+                    f"(a gauge or a rule writing under that name?): {shown}"
+                )
+            for k, v in labels.items():
+                if not isinstance(v, str) or not v or len(v) > MAX_LABEL_VALUE_CHARS:
+                    what = "no" if not v else ("a non-string" if not isinstance(v, str) else "an over-long")
+                    raise SourceError(
+                        f"Prometheus series for {metric} has {what} {k!r} label (handoffmon sets every "
+                        f"key label, at most {MAX_LABEL_VALUE_CHARS} characters; dropped or rewritten "
+                        f"by relabeling?): {shown}"
+                    )
+            key = tuple(labels[k] for k in by)
+            if key in seen:
+                raise SourceError(
+                    f"Prometheus answered two series for {metric} with the same labels {dict(labels)} "
+                    "(a sum by those labels has one; a proxy between?)"[:400]
+                )
+            seen.add(key)
+            value = round(raw)
             if value > 0:
-                out.append((labels, value))
+                out.append((typing.cast(dict[str, str], labels), value))
         return out
 
     def snapshot(self) -> Counts:
@@ -349,6 +395,13 @@ class PrometheusSource:
             ShadowKey(*(lab[k] for k in SHADOW_PAIR_LABELS)): v
             for lab, v in self.vector(SHADOW_PAIR_STATS, SHADOW_PAIR_LABELS, at)
         }
+        if baseline and not any(k.stat in CLUSTER_STATS for k in stats):
+            # both are written for every clean checked turn since they were introduced together
+            raise SourceError(
+                f"{self.label}: {BASELINE_CHECKS} has series but {CELL_STATS} has no cluster sums "
+                '(stat="conversations", "y2", "yn", "n2"): dropped by relabeling or a recording '
+                "rule? Without them every interval would treat turns as independent"
+            )
         return Counts(
             checks=checks,
             transitions=trans,
