@@ -136,3 +136,62 @@ def test_a_lock_a_parent_thread_held_at_the_fork_is_free_in_the_child() -> None:
         assert got == {"free": [True] * len(held), "flushed": True, "turns": 1}
     finally:
         rt.close()
+
+
+@pytest.mark.integration
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_shares_the_redis_store_on_connections_of_its_own() -> None:
+    """``gunicorn --preload`` with the Redis store: the parent records a turn and forks. The child's
+    continuation is attributed from Redis (the child's copy of the parent's in-process state
+    is dropped at the fork, so the attribution comes from the store), on connections the child
+    opened itself (redis-py's pool notices the new pid), and the parent's connection still
+    works afterwards: no reply of one process is read by the other."""
+    import uuid
+
+    import redis
+
+    from tests.conftest import require_redis
+
+    require_redis()
+    prefix = f"hm-test-fork:{uuid.uuid4().hex}:"
+    exp = RecordingExporter()
+    config = make_config(store={"backend": "redis", "key_prefix": prefix, "timeout_s": 1.0})
+    rt = build_runtime(config, registry=None, exporters=[exp])
+    raw = redis.Redis(host="127.0.0.1", port=6379)
+    try:
+        wrapped = wrap(fallback_router(), runtime=rt)
+        history: list[dict[str, Any]] = [{"role": "user", "content": "before the fork (redis)"}]
+        text = wrapped.completion(model="primary", messages=history).choices[0].message.content
+        assert rt.flush(10) and not rt.monitor.store.inner.ping_error
+        parent_pid = os.getpid()
+
+        def child() -> dict[str, Any]:
+            reply = {"role": "assistant", "content": text}
+            follow_up = [*history, reply, {"role": "user", "content": "go on"}]
+            wrapped.completion(model="alpha", messages=follow_up)
+            flushed = rt.flush(5)
+            pool: Any = rt.monitor.store.inner._client.connection_pool
+            return {
+                "flushed": flushed,
+                "last": [exp.results[-1].context.depth, exp.results[-1].context.prefix_model],
+                "method": [a.method for a in exp.results[-1].context.attributions],
+                "pool_pid_is_child": pool.pid == os.getpid() != parent_pid,
+                "healthy": rt.monitor.store.healthy,
+            }
+
+        got = _in_child(child)
+        assert got == {
+            "flushed": True,
+            "last": [2, "openai/gpt-b"],
+            "method": ["chain"],
+            "pool_pid_is_child": True,
+            "healthy": True,
+        }
+        wrapped.completion(model="alpha", messages=[{"role": "user", "content": "parent after (redis)"}])
+        assert rt.flush(10) and len(exp.results) == 2 and rt.monitor.store.healthy
+    finally:
+        rt.close()
+        keys = list(raw.scan_iter(f"{prefix}*"))
+        if keys:
+            raw.delete(*keys)
+        raw.close()
