@@ -8,13 +8,22 @@ from typing import Any, TypeVar
 
 from handoffmon.attribution import ModelNames
 from handoffmon.ingress import describe_response, reply_message
-from handoffmon.pipeline.reply import reply_text
+from handoffmon.pipeline.reply import calls_tools_only, reply_text
 from handoffmon.shadow.turns import ShadowReply
 
 T = TypeVar("T")
 
 SHADOW_HEADER = "x-handoffmon-shadow"
 """Request header of every shadow call over HTTP (value ``1``): a gateway can tell it from served traffic."""
+
+
+class NoShadowReply(ValueError):
+    """A shadow call answered with nothing to check: no choice, or a reply that only calls tools.
+
+    A served call like that is no turn (no choice) or gets no verdicts (tools only), so it is
+    never offered; a shadow reply like it, checked as an empty text, would pair a non-answer
+    with the served reply. The runner counts it as a failed call (``error``), with no pair.
+    """
 
 
 class ShadowLoopGone(RuntimeError):
@@ -24,7 +33,15 @@ class ShadowLoopGone(RuntimeError):
 def shadow_reply(
     names: ModelNames, response: Any, served: Any, price: tuple[float, float] | None
 ) -> ShadowReply:
-    """A shadow call's reply: its text, the canonical model that wrote it, its tokens and cost."""
+    """A shadow call's reply: its text, the canonical model that wrote it, its tokens and cost.
+
+    Raises:
+        NoShadowReply: the response holds no choice, or its reply only calls tools.
+    """
+    message = reply_message(response)
+    text = reply_text(message)
+    if message is None or calls_tools_only(message, text):
+        raise NoShadowReply("no choice" if message is None else "the reply only calls tools")
     outcome = describe_response(names, response, served)
     wrote = names.canonical(outcome.authors[-1]) if outcome.authors else None
     tin, tout = outcome.input_tokens, outcome.output_tokens
@@ -34,7 +51,7 @@ def shadow_reply(
         if price is not None and tin is not None and tout is not None
         else None
     )
-    return ShadowReply(reply_text(reply_message(response)), wrote, tokens, usd)
+    return ShadowReply(text, wrote, tokens, usd)
 
 
 def call_on_loop(
