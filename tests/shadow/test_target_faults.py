@@ -31,7 +31,9 @@ TOOL_ONLY = {
             "message": {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                "tool_calls": [
+                    {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
             },
         }
     ]
@@ -128,7 +130,8 @@ def test_a_target_answering_no_reply_forms_no_pair(quiet_litellm: None, answer: 
 
 def test_a_timing_out_target_is_counted_and_never_reaches_the_application(quiet_litellm: None) -> None:
     """litellm's mock timeout on every shadow call (one at a time): counted as ``timeout``, the
-    breaker opens after ``breaker_failures``; the application's replies and turn counts equal a run without shadow."""
+    breaker opens after ``breaker_failures``; the application's replies and turn counts equal a
+    run without shadow."""
     router = _router({"mock_timeout": True})
     with _runtime(True, breaker_failures=2, timeout_s=0.2) as rt:
         replies, _ = _second_turns(wrap(router, runtime=rt), rt, 4, wait_shadow=True)
