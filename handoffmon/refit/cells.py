@@ -18,7 +18,7 @@ from typing import TypeVar
 import numpy as np
 
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, POOLED_RULE, Counts
-from handoffmon.depth import DepthBuckets
+from handoffmon.depth import BUCKET_LABEL, DepthBuckets
 from handoffmon.refit.intervals import wilson, z_value
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
@@ -217,10 +217,12 @@ def _build_cells(
     r_map = f.remap(rule_ids)
     b_map = f.remap_buckets(buckets)
     maps = (r_map, p_map, m_map, b_map)
+    base = f.table(counts.baseline_checks, "baseline_checks")
+    _check_bucket_labels(f, raw.bucket[keep], base.bucket[base.verdict >= 0])
     stat_codes = f.codes(counts.cell_stats, "cell_stats")
     stat_values = np.fromiter(counts.cell_stats.values(), dtype=np.float64, count=len(stat_codes))
     depth = f.depth_table(stat_codes, stat_values)
-    base = f.table(counts.baseline_checks, "baseline_checks")
+    _check_bucket_labels(f, depth.bucket[depth.bucket != f.code(CELL_TOTAL)])  # a whole-cell depth: ignored
     pooled_map = f.remap(rule_ids, {POOLED_RULE: len(rules)})
     return CellArrays(
         rules=rules,
@@ -390,6 +392,20 @@ class _KeyCodes:
 _NAMES_MAX = 1 << 16
 _KEY_CODES = _KeyCodes()
 _CODES_LOCK = threading.Lock()
+
+
+def _check_bucket_labels(f: _Factors, *columns: np.ndarray) -> None:
+    """``InputError`` naming the first depth bucket label of checked turns that is not one
+    (``abc``, ``0``, ``-3``): mapped through its lower bound it was dropped, or read as depth 1."""
+    for column in columns:
+        for code in np.flatnonzero(np.bincount(column)).tolist() if len(column) else ():
+            label = f.names[code]
+            if not BUCKET_LABEL.match(label):
+                from handoffmon.errors import InputError
+
+                raise InputError(
+                    f"depth bucket {label[:80]!r} of checked turns is not a bucket label like 1, 3-4 or 97+"
+                )
 
 
 def _present(codes: np.ndarray, keep: np.ndarray) -> set[int]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from handoffmon.counts import CELL_TOTAL, Counts
-from handoffmon.depth import DepthBuckets
+from handoffmon.depth import BUCKET_LABEL, DepthBuckets
 from handoffmon.sources import SourceError
 
 
@@ -46,6 +46,8 @@ def infer_buckets(counts: Counts) -> DepthBuckets:
         return DepthBuckets()
     edges = {1}
     for label in labels:
+        if not BUCKET_LABEL.match(label):
+            raise SourceError(f"depth bucket {label[:80]!r} is not a bucket label like 1, 3-4 or 97+")
         edges.add(DepthBuckets.lower_bound(label))
         if not label.endswith("+"):
             edges.add(int(label.split("-")[-1]) + 1)

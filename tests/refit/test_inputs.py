@@ -188,3 +188,14 @@ def test_pooled_sums_are_checked_too() -> None:
 def test_clean_baseline_without_any_cluster_sums_is_refused_from_a_file() -> None:
     with pytest.raises(InputError, match="no conversation-cluster sums"):
         refit(replace(_counts(), cell_stats={}), buckets=BUCKETS, settings=SETTINGS, exact=True)
+
+
+@pytest.mark.parametrize("label", ["abc", "0", "-3", "2-"])
+def test_a_depth_bucket_that_is_no_label_is_an_error(label: str) -> None:
+    """A checked turn's bucket 'abc' was dropped from every cell and '0' read as depth 1,
+    silently; now the refit names the label."""
+    checks = dict(_counts().checks)
+    key = next(iter(checks))
+    checks[key._replace(depth_bucket=label)] = checks.pop(key)
+    with pytest.raises(InputError, match=f"depth bucket '{label}' of checked turns"):
+        refit(replace(_counts(), checks=checks), buckets=BUCKETS, settings=SETTINGS)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -220,3 +221,16 @@ def test_every_conversations_series_lost_is_still_a_clustered_read_and_reported(
     doc = json.loads(out)
     assert doc["clustered"] is True and doc["input_repaired_cells"] > 10
     assert all("conversations >= 1" in r["violated"] for r in doc["input_repairs"])
+
+
+@pytest.mark.parametrize("extra", [(), ("--config", "CONFIG")])
+def test_a_series_with_no_depth_bucket_label_is_an_error(extra: tuple[str, ...], tmp_path: Path) -> None:
+    """depth_bucket="abc": without --config the buckets inferred from the labels stopped on a
+    bare int() error, with it the series were dropped from every cell."""
+    config = tmp_path / "handoffmon.yaml"
+    config.write_text("rules: []\n")
+    series = fleet_series(_counts())
+    labels, value = series["handoffmon_checks_total"][0]
+    series["handoffmon_checks_total"][0] = ({**labels, "depth_bucket": "abc"}, value)
+    code, out, err = _refit(series, *(str(config) if a == "CONFIG" else a for a in extra))
+    assert code == 1 and out == "" and "depth bucket 'abc'" in err
