@@ -26,6 +26,7 @@ from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError
 from handoffmon.exporters.serving import render, token_ok
 from handoffmon.ingress.apis import MESSAGES, RESPONSES
+from handoffmon.proxy.background import BackgroundCalls
 from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import SessionFactory, Upstream
@@ -57,6 +58,8 @@ class ProxyState:
         self.draining = False
         self.metrics = ProxyMetrics(runtime.registry, runtime.monitor.queued_bytes, upstream)
         self.renderer = MetricsRenderer(runtime.registry, config.proxy.metrics_render_timeout_s)
+        self.background: BackgroundCalls | None = None
+        """The Responses forwarder's parked background calls (``_routes``)."""
 
 
 class MetricsRenderer:
@@ -334,6 +337,10 @@ def _routes(state: ProxyState) -> list[Route]:
         )
         for api in (RESPONSES, MESSAGES)
     )
+    state.background = responses.background
+    if state.background is not None:
+        calls = state.background.calls
+        state.metrics.background_calls = calls.__len__
     passthrough = Forwarder(
         state.upstream,
         state.metrics,
@@ -450,6 +457,8 @@ def _lifespan(state: ProxyState) -> Any:
         finally:
             state.ready = False
             state.renderer.close()
+            if state.background is not None:  # counted unfinished: no poll will reach us again
+                state.background.close()
             # drain first: queued shadow calls still need the upstream pool and this loop
             await asyncio.to_thread(_drain, state)
             await state.upstream.close()

@@ -24,7 +24,9 @@ read — ``too_large`` / ``encoded`` / ``bad_reply``, or — cancelled, deleted,
 bound, found expired — ``unfinished``; a body that is no monitored request is counted by what it
 is (``bad_json``, ``no_messages``, ``server_state``) instead, as for any call. An unfinished
 answer that could not be parked (no id, a body past the bound alone) is counted ``unfinished``
-at once, as before. So each monitored call is counted once: checked, or unmonitored.
+at once, as before; a ``serve`` shutting down counts the calls still parked ``unfinished``
+(:meth:`BackgroundCalls.close`). So each monitored call is counted once: checked, or
+unmonitored. ``handoffmon_proxy_background_calls`` is how many wait.
 
 Fail-open: a failure here is counted in ``handoffmon_monitor_errors_total{stage="integration"}``
 and the answer goes out unchanged. A poll landing on another replica finds nothing there and is
@@ -206,6 +208,14 @@ class BackgroundCalls:
                     self._responses.unread(gone.ctx, "too_large")
         except Exception as exc:
             self._monitor.errors.failed("integration", exc, "could not read a background poll")
+
+    def close(self) -> None:
+        """Shutdown, before the monitor drains: every parked call counted ``unfinished`` (no
+        poll will reach this process again)."""
+        try:
+            self.calls.clear()
+        except Exception as exc:  # pragma: no cover - clear does not raise
+            self._monitor.errors.failed("integration", exc, "could not count background calls")
 
     # -- the attribution thread ---------------------------------------------------------------
 

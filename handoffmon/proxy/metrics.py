@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -25,6 +26,10 @@ UNMONITORED_REASONS = (
     "unfinished",
 )
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream", "busy")
+
+
+def _none() -> int:
+    return 0
 
 
 def _status_class(status: int) -> str:
@@ -64,6 +69,9 @@ class ProxyMetrics:
         and reply bytes turns hold until they are checked, and ``pipeline.max_queued_bytes``
         (read at scrape time from ``queued``): drops while the first nears the second come
         from the byte budget, not a full queue.
+        ``handoffmon_proxy_background_calls``: ``background=True`` Responses API calls parked
+        until a poll finds them finished (``proxy.background``; at most 256), read at scrape
+        time from :attr:`background_calls`.
 
     Args:
         registry: where the series live.
@@ -121,6 +129,14 @@ class ProxyMetrics:
             registry=None,
         )
         most.set_function(lambda: upstream.max_requests if upstream is not None else 0)
+        self.background_calls: Callable[[], int] = _none
+        """How many background calls are parked (set by the app once its forwarders exist)."""
+        parked = Gauge(
+            "handoffmon_proxy_background_calls",
+            "Background Responses API calls parked until a poll finds them finished (at most 256).",
+            registry=None,
+        )
+        parked.set_function(lambda: self.background_calls())
         # served without ``_created`` samples, like the exporter's own metrics
         register_metrics(
             registry,
@@ -133,6 +149,7 @@ class ProxyMetrics:
                 limit,
                 in_flight,
                 most,
+                parked,
             ],
         )
         classes = [f"{c}xx" for c in range(1, 6)]

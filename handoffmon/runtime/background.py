@@ -139,6 +139,14 @@ class Background:
             if got is not None:
                 self._dropped([got])
 
+    def clear(self) -> None:
+        """Drop every parked call (a ``serve`` shutting down: each one handed to ``on_drop``)."""
+        with self._lock:
+            dropped = list(self._parked.values())
+            self._parked.clear()
+            self._bytes = 0
+        self._dropped(dropped)
+
     def _expire(self, now: float, dropped: list[Parked]) -> int:
         """Drop the expired calls (the oldest first; under the lock); returns how many."""
         n = 0

@@ -144,6 +144,7 @@ def test_a_parked_call_is_counted_nowhere_until_cancel_or_delete_forget_it(proxy
     deleted = client.responses.create(input="to be deleted", **kw)
     snapshot(proxy)
     _grew(proxy, counted)  # both parked: nothing counted yet
+    assert sample(proxy, "handoffmon_proxy_background_calls", {}) == 2
     assert client.responses.cancel(cancelled.id).status == "cancelled"
     snapshot(proxy)
     _grew(proxy, counted, unfinished=1)
@@ -155,6 +156,7 @@ def test_a_parked_call_is_counted_nowhere_until_cancel_or_delete_forget_it(proxy
     after = snapshot(proxy)
     assert sum(delta(after.turns, before.turns).values()) == 0
     _grew(proxy, counted, unfinished=2)
+    assert sample(proxy, "handoffmon_proxy_background_calls", {}) == 0
 
 
 def test_an_upstream_error_on_a_poll_leaves_the_call_parked(proxy: Proxy) -> None:
@@ -238,7 +240,8 @@ def test_a_failing_park_or_poll_read_fails_open(proxy: Proxy, monkeypatch: pytes
 
 def test_a_poll_on_another_replica_is_forwarded_only(served: tuple[str, Proxy]) -> None:
     """Two replicas: the call parked on the first, polled on the second, which forwards the
-    reply and records nothing; the first records the turn when it is polled there."""
+    reply and records nothing; the first records the turn when it is polled there. A call
+    still parked when its replica shuts down is counted ``unfinished`` by the drain."""
     config = proxy_config(served[0], rules=RULES)
     with running_proxy(config) as first, running_proxy(config) as second:
         queued = httpx.post(
@@ -250,6 +253,11 @@ def test_a_poll_on_another_replica_is_forwarded_only(served: tuple[str, Proxy]) 
         assert httpx.get(f"{first.url}/v1/responses/{queued['id']}").json()["status"] == "completed"
         assert snapshot(first).turns == expected_turns([schedule(1)])
         assert snapshot(second).turns == {}
+        body = {"model": "gpt-x", "input": "never polled", "background": True}
+        assert httpx.post(f"{second.url}/v1/responses", json=body).json()["status"] == "queued"
+        assert sample(second, UNMONITORED, {"reason": "unfinished"}) == 0
+    assert sample(second, UNMONITORED, {"reason": "unfinished"}) == 1
+    assert sample(first, UNMONITORED, {"reason": "unfinished"}) == 0
 
 
 def test_a_streamed_retrieve_is_not_recorded(proxy: Proxy) -> None:

@@ -31,3 +31,6 @@ def test_on_drop_gets_every_call_that_leaves_untaken(monkeypatch: pytest.MonkeyP
     now[0] += bg.PARKED_TTL_S + 1
     parked.park("new", "new", 0.0)  # parking expires what is older
     assert gone[-1] == "older" and len(gone) == 5 and len(parked) == 1
+    parked.park("last", "last", now[0])
+    parked.clear()  # a serve shutting down
+    assert gone[-2:] == ["new", "last"] and len(parked) == 0 and parked.held == 0
