@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 import types
 from collections.abc import Callable, Mapping
@@ -137,9 +138,15 @@ class RouterWrapper:
 
     # -- calls --------------------------------------------------------------------------
 
-    def completion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
-        """``Router.completion`` with monitoring; ``stream=True`` returns a wrapped iterator."""
+    def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+        """``Router.completion`` with monitoring; ``stream=True`` returns a wrapped iterator.
+        (``args``: options the wrapped callable takes by position, ``_by_name``.)"""
         drain_finalized()
+        if args:
+            named = _by_name(self._router.completion, args, kwargs)
+            if named is None:  # they do not fit: the router's own error, as unwrapped
+                return self._router.completion(model, messages, *args, **kwargs)
+            kwargs = named
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         tried = _tried(model, kwargs) if self._module else None
@@ -163,9 +170,16 @@ class RouterWrapper:
         self._finish(cap, response, time.perf_counter() - t0, tried, kwargs)
         return response
 
-    async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
-        """``Router.acompletion`` with monitoring; ``stream=True`` returns a wrapped async iterator."""
+    async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+        """``Router.acompletion`` with monitoring; ``stream=True`` returns a wrapped async iterator.
+        (``args``: options the wrapped callable takes by position, as ``Router.acompletion(model,
+        messages, stream)``: ``_by_name``.)"""
         drain_finalized()
+        if args:
+            named = _by_name(self._router.acompletion, args, kwargs)
+            if named is None:  # they do not fit: the router's own error, as unwrapped
+                return await self._router.acompletion(model, messages, *args, **kwargs)
+            kwargs = named
         if self._routing is not None:
             kwargs = self._routing.apply(model, messages, kwargs) or kwargs
         tried = _tried(model, kwargs) if self._module else None
@@ -543,6 +557,24 @@ class RouterWrapper:
         if len(self._dep_names) < MAX_DEPLOYMENT_NAMES:
             self._dep_names[deployment_id] = name
         return name
+
+
+def _by_name(call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """``kwargs`` with ``args``, the positional arguments after ``model`` and ``messages``, under
+    the names ``call`` gives those positions (``Router.acompletion``'s ``stream``,
+    ``litellm.completion``'s ``timeout``, ``temperature``, ...), so the monitor reads them as
+    the router does. ``None`` when they do not fit its signature (too many, a name also given
+    by keyword, no signature to read): the call is then made as written, and raises."""
+    try:
+        params = list(inspect.signature(call).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    taken = params[2 : 2 + len(args)]
+    if len(taken) < len(args) or any(
+        p.kind is not p.POSITIONAL_OR_KEYWORD or p.name in kwargs for p in taken
+    ):
+        return None
+    return {**kwargs, **{p.name: a for p, a in zip(taken, args, strict=True)}}
 
 
 def _listed_model(router: Any, deployment_id: str) -> Any:

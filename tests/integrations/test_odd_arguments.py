@@ -107,3 +107,39 @@ def test_only_iterables_of_messages_are_listed() -> None:
     kwargs = {"model": "m"}
     listed(kwargs)
     assert kwargs == {"model": "m"}
+
+
+async def test_arguments_the_router_and_litellm_take_by_position_are_taken_by_the_wrapper() -> None:
+    """``Router.acompletion(model, messages, stream)`` names ``stream`` as its third positional
+    parameter, and ``litellm.completion(model, messages, timeout, temperature, ...)`` takes
+    its options by position too: the wrapper refused them (``TypeError``: too many positional
+    arguments) where the router answers. Now each such call is made as the application wrote
+    it and is a turn, streamed where the position says so; too many arguments still raise the
+    router's own ``TypeError``."""
+    import litellm
+
+    from handoffmon.integrations.router import RouterWrapper
+    from tests.integrations.routers import ALPHA_REPLY, fallback_router
+
+    messages = [{"role": "user", "content": "positional"}]
+    exp = RecordingExporter()
+    with monitor(make_config(), exporters=[exp]) as m:
+        router = RouterWrapper(fallback_router(), m)
+        stream = await router.acompletion("alpha", messages, True)
+        assert "".join([c.choices[0].delta.content or "" async for c in stream]) == ALPHA_REPLY
+        reply = await router.acompletion("alpha", messages, False)
+        assert reply.choices[0].message.content == ALPHA_REPLY
+        llm = RouterWrapper(litellm, m)
+        reply = llm.completion("openai/gpt-4o", messages, 30.0, api_key="k", mock_response="by position")
+        assert reply.choices[0].message.content == "by position"
+        with pytest.raises(TypeError) as unwrapped:
+            await fallback_router().acompletion("alpha", messages, True, "one too many")
+        with pytest.raises(TypeError) as wrapped:
+            await router.acompletion("alpha", messages, True, "one too many")
+        assert str(wrapped.value) == str(unwrapped.value)
+        assert m.flush(10)
+    assert [(r.record.author, r.record.streamed) for r in exp.results] == [
+        ("openai/gpt-c", True),
+        ("openai/gpt-c", False),
+        ("openai/gpt-4o", False),
+    ]
