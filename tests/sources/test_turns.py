@@ -154,3 +154,23 @@ def test_handoffmon_own_turn_log_is_a_source(tmp_path: Path) -> None:
     assert counts.turns == live.turns
     assert counts.baseline_checks == live.baseline_checks
     assert {k: v for k, v in counts.cell_stats.items() if v} == live.cell_stats  # the SQL keeps zeros
+
+
+def test_cli_refit_of_a_turn_log_is_exact_and_a_cut_last_line_is_an_error(logs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``handoffmon refit`` reads a turn log as exact totals (its cluster sums are checked
+    strictly, ``refit.inputs``): a real log passes with nothing repaired; a log whose last line
+    was cut by a crashed writer stops with the file named, never a refit of what was left."""
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    _, jsonl, _, _ = logs
+    res = CliRunner().invoke(main, ["refit", "--source", str(jsonl), "--out", "-", "--min-n", "5"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["clustered"] and doc["input_repaired_cells"] == 0 and doc["input_repairs"] == []
+    text = jsonl.read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
+    res = CliRunner().invoke(main, ["refit", "--source", str(cut), "--out", "-"])
+    assert res.exit_code == 1 and res.stdout == "" and f"{cut}: not a readable turn log" in res.stderr
