@@ -629,6 +629,14 @@ class HandoffmonConfig(_Section):
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     _source: str = PrivateAttr(default="<config>")
+    _empty_file: str | None = PrivateAttr(default=None)
+
+    @property
+    def empty_file(self) -> str | None:
+        """The config file ``load_config`` read when it sets nothing (empty, only comments,
+        ``null``), else ``None``: valid, but rarely meant (a template rendered empty, a wrong
+        mount), so the runtime warns at start as ``config check`` does."""
+        return self._empty_file
 
     @property
     def source(self) -> str:
@@ -944,6 +952,7 @@ def load_config(
     if path is not None:
         source = str(path)
         data = _read_file(Path(path))
+    empty_file = str(path) if path is not None and not data else None
     overrides, names = _env_overrides(env)
     for line in unmatched_env_names(env):
         _log.warning("%s", line)
@@ -951,6 +960,7 @@ def load_config(
         data = _merge(data, overrides)
         source = f"{source} + {ENV_PREFIX}* environment"
     config = config_from_mapping(data, source=source, env_names=names)
+    config._empty_file = empty_file
     _routing_has_a_table(config, names)
     return config
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import time
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.runtime.shadow import ShadowRunner
 
 __all__ = ["build_runtime", "shared_runtime"]
+
+_log = logging.getLogger("handoffmon.runtime")
 
 
 def build_runtime(
@@ -76,6 +79,12 @@ def build_runtime(
         HandoffmonError: ``registry`` already shows another runtime's series.
     """
     config = config if config is not None else load_config()
+    if config.empty_file is not None:
+        _log.warning(
+            "handoffmon: config file %s sets nothing (empty or null): every setting not set by a "
+            "HANDOFFMON_* variable is its default (store.backend memory, no configured rules)",
+            config.empty_file,
+        )
     own = CollectorRegistry()
     guard = LabelGuard.from_config(config)  # one cap for exported labels and kept aggregates
     built = build_exporters(

@@ -208,6 +208,36 @@ def test_a_redis_that_refuses_at_start_fails_open_with_the_reason_in_the_warning
         rt.close()
 
 
+@pytest.mark.parametrize("text", ["", "# store: {backend: redis}\n", "null\n", "---\n"])
+def test_a_config_file_that_sets_nothing_is_warned_about_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    """A config file rendered empty (a template whose values were missing, a ConfigMap mounted
+    as an empty file) is valid YAML: the monitor started on every default (the memory store,
+    no configured rule) without a word, where ``config check`` warns. Now the start warns
+    too, naming the file; it still starts (the defaults are a working monitor)."""
+    from handoffmon.config import load_config
+
+    f = tmp_path / "handoffmon.yaml"
+    f.write_text(text)
+    with caplog.at_level("WARNING", logger="handoffmon.runtime"):
+        rt = build_runtime(load_config(f, environ={}), registry=None)
+    rt.close()
+    assert rt.config.empty_file == str(f)
+    assert f"{f} sets nothing (empty or null)" in caplog.text, caplog.text
+    caplog.clear()
+    env = {"HANDOFFMON_PIPELINE__WORKERS": "2"}  # the file still sets nothing: named alone
+    with caplog.at_level("WARNING", logger="handoffmon.runtime"):
+        build_runtime(load_config(f, environ=env), registry=None).close()
+    assert f"config file {f} sets nothing" in caplog.text, caplog.text
+    caplog.clear()
+    f.write_text("store: {backend: memory}\n")
+    with caplog.at_level("WARNING", logger="handoffmon.runtime"):
+        build_runtime(load_config(f, environ={}), registry=None).close()
+        build_runtime(make_config(), registry=None).close()
+    assert "sets nothing" not in caplog.text
+
+
 def test_a_healthy_store_is_not_counted_at_start() -> None:
     rt = build_runtime(make_config(store={"backend": "memory"}), registry=None)
     try:
