@@ -18,10 +18,12 @@ A ``background`` call (not streamed) answers ``queued`` with no output; ``GET
 call, default 0), then the finished response (``x-mock-final-status``: ``incomplete`` or
 ``failed`` instead of ``completed``); ``POST .../responses/{id}/cancel`` makes it
 ``cancelled``, ``DELETE .../responses/{id}`` deletes it (then a 404), as OpenAI's.
+``x-mock-gzip`` (any value) answers JSON under ``Content-Encoding: gzip``.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
@@ -166,7 +168,7 @@ class ResponsesUpstream:
         if req.get("stream"):
             await self._stream(send, response, int(headers.get("x-mock-cut-after", "0")))
         else:
-            await send_body(send, 200, json.dumps(response).encode())
+            await send_body(send, 200, json.dumps(response).encode(), "x-mock-gzip" in headers)
 
     async def _one(self, send: Any, method: str, rid: str, cancel: bool, headers: dict[str, str]) -> None:
         """``GET`` / ``DELETE .../responses/{id}``, ``POST .../responses/{id}/cancel``."""
@@ -194,7 +196,7 @@ class ResponsesUpstream:
             doc = {**final, "status": "in_progress", "output": [], "usage": None}
         else:
             doc = final
-        await send_body(send, 200, json.dumps(doc).encode())
+        await send_body(send, 200, json.dumps(doc).encode(), "x-mock-gzip" in headers)
 
     async def _stream(self, send: Any, response: dict[str, Any], cut_after: int) -> None:
         start = {**response, "status": "in_progress", "output": [], "usage": None}
@@ -271,8 +273,12 @@ class ResponsesUpstream:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def send_body(send: Any, status: int, body: bytes) -> None:
-    """Answer ``status`` with a JSON ``body``."""
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+async def send_body(send: Any, status: int, body: bytes, gzipped: bool = False) -> None:
+    """Answer ``status`` with a JSON ``body`` (``gzipped``: under ``Content-Encoding: gzip``)."""
+    headers = [(b"content-type", b"application/json")]
+    if gzipped:
+        body = gzip.compress(body)
+        headers.append((b"content-encoding", b"gzip"))
+    headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -272,3 +272,21 @@ def test_a_streamed_retrieve_is_not_recorded(proxy: Proxy) -> None:
     assert sum(delta(snapshot(proxy).turns, before.turns).values()) == 0
     assert httpx.get(f"{proxy.url}/v1/responses/{queued.id}").json()["status"] == "completed"
     assert delta(snapshot(proxy).turns, before.turns) == expected_turns([schedule(1)])
+
+
+def test_gzip_answers_are_read_from_an_inflated_copy(proxy: Proxy) -> None:
+    """The queued answer and the polls under ``Content-Encoding: gzip`` (the SDK asks for it):
+    parked, then recorded from the inflated poll answer."""
+    before, counted = snapshot(proxy), _unmonitored(proxy)
+    client = _client(proxy)
+    gz = {"x-mock-gzip": "1", "x-mock-polls": "1"}
+    queued = client.responses.create(model="gpt-x", input="gzip please", background=True, extra_headers=gz)
+    assert queued.status == "queued"
+    assert client.responses.retrieve(queued.id, extra_headers=gz).status == "in_progress"
+    final = client.responses.retrieve(queued.id, extra_headers=gz)
+    assert final.output_text == responses_text(schedule(1), 1)
+    client.close()
+    again = httpx.get(f"{proxy.url}/v1/responses/{queued.id}", headers=gz)
+    assert again.headers["content-encoding"] == "gzip" and again.json()["status"] == "completed"
+    assert delta(snapshot(proxy).turns, before.turns) == expected_turns([schedule(1)])
+    _grew(proxy, counted)
