@@ -300,8 +300,10 @@ class PrometheusSource:
         """Run one instant query (at ``at``, default now); its result series (a vector).
 
         Raises:
-            SourceError: unreachable, an error answer, or a body that is not a vector result
-                (named by ``what``, default the query).
+            SourceError: unreachable, an error answer, an answer with ``warnings`` (Thanos,
+                Mimir and Cortex answer a query some stores or ingesters missed with success and
+                a warning: a partial sum, whose cells' stats would not add up), or a body that
+                is not a vector result (named by ``what``, default the query).
         """
         params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
         body = self._fetch(f"{self.base_url}/api/v1/query", params)
@@ -310,11 +312,21 @@ class PrometheusSource:
             raise SourceError(f"{self.base_url} answered the query for {what} with no Prometheus API body")
         if body.get("status") != "success":
             raise SourceError(f"Prometheus query for {what} failed: {body.get('error', body)}")
+        warnings = body.get("warnings")
+        if warnings:
+            shown = (
+                "; ".join(str(w) for w in warnings)[:300]
+                if isinstance(warnings, list)
+                else str(warnings)[:300]
+            )
+            raise SourceError(
+                f"Prometheus answered the query for {what} with warnings (a partial answer?): {shown}"
+            )
         data = body.get("data")
         data = data if isinstance(data, dict) else {}
         if data.get("resultType") != "vector":
             raise SourceError(f"Prometheus returned {data.get('resultType')!r} for {what}, expected vector")
-        result = data.get("result", [])
+        result = data.get("result")
         if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
             raise SourceError(f"malformed Prometheus result for {what}: {str(result)[:200]}")
         return result

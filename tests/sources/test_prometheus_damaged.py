@@ -67,8 +67,9 @@ def fleet_series(counts: Counts) -> dict[str, Series]:
 
 
 @contextmanager
-def serving(series: dict[str, Series]) -> Iterator[str]:
-    """A fake Prometheus answering every query with ``series`` of the metric it names."""
+def serving(series: dict[str, Series], extra: dict[str, Any] | None = None) -> Iterator[str]:
+    """A fake Prometheus answering every query with ``series`` of the metric it names (and the
+    top-level keys ``extra`` to the cell-stats query, e.g. a partial answer's warnings)."""
 
     class Handler(QuietHandler):
         def do_GET(self) -> None:
@@ -76,15 +77,19 @@ def serving(series: dict[str, Series]) -> Iterator[str]:
             metric = re.search(r"handoffmon_[a-z_]+_total", params.get("query", ""))
             found = series.get(metric.group(0), []) if metric else []
             result = [{"metric": m, "value": [1700000000.0, v]} for m, v in found]
-            body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+            body: dict[str, Any] = {"status": "success", "data": {"resultType": "vector", "result": result}}
+            if metric and metric.group(0) == "handoffmon_cell_stats_total":
+                body.update(extra or {})
             reply(self, 200, json.dumps(body).encode())
 
     with loopback_server(Handler) as port:
         yield f"prometheus://127.0.0.1:{port}"
 
 
-def _refit(series: dict[str, Series], *extra: str) -> tuple[int, str, str]:
-    with serving(series) as url:
+def _refit(
+    series: dict[str, Series], *extra: str, body: dict[str, Any] | None = None
+) -> tuple[int, str, str]:
+    with serving(series, body) as url:
         res = CliRunner().invoke(main, ["refit", "--source", url, "--out", "-", "--min-n", "5", *extra])
     return res.exit_code, res.stdout, res.stderr
 
@@ -234,3 +239,15 @@ def test_a_series_with_no_depth_bucket_label_is_an_error(extra: tuple[str, ...],
     series["handoffmon_checks_total"][0] = ({**labels, "depth_bucket": "abc"}, value)
     code, out, err = _refit(series, *(str(config) if a == "CONFIG" else a for a in extra))
     assert code == 1 and out == "" and "depth bucket 'abc'" in err
+
+
+def test_a_partial_answer_is_an_error() -> None:
+    """Thanos, Mimir and Cortex answer a query some stores missed with success and warnings: a
+    partial sum (its cells' stats would not add up), refused naming the metric; so is a vector
+    answer without its result list (it read as no series)."""
+    warned = {"warnings": ["partial response: store 10.0.0.7:10901 unavailable"]}
+    code, out, err = _refit(fleet_series(_counts()), body=warned)
+    assert code == 1 and out == ""
+    assert "handoffmon_cell_stats_total with warnings" in err and "store 10.0.0.7:10901" in err
+    code, out, err = _refit(fleet_series(_counts()), body={"data": {"resultType": "vector"}})
+    assert code == 1 and "malformed Prometheus result for handoffmon_cell_stats_total" in err
