@@ -389,8 +389,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     ) -> None:
         try:
             monitor = self.monitor
-            if not monitor.stream_recordable(out):
-                return
+            if not out.chunks or not monitor.stream_recordable(out):
+                return  # no chunk at all (the client gone before the first): no reply, no turn
             monitor.finish(
                 cap,
                 out.reply,

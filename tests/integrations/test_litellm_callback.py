@@ -371,3 +371,56 @@ async def test_hook_failures_pass_the_call_through_and_are_counted(monkeypatch: 
         assert snap.monitor_errors.get("integration") == 3
         assert snap.total_turns == 0
         assert cb._starts == {}
+
+
+class _SlowFirstEvent:
+    """An Anthropic Messages upstream that sends its event-stream headers at once and no event
+    for a minute (a reply slow to start: a long think, a loaded provider)."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await asyncio.sleep(60)
+
+
+async def test_a_stream_the_client_leaves_before_its_first_event_is_no_turn() -> None:
+    """A ``/v1/messages`` stream (a real Router's ``aanthropic_messages``) whose client hangs up
+    before the first event arrived (Claude Code's Esc, a browser's stop): the proxy cancels the
+    hook's iteration, no reply was seen, so no turn, as in the wrappers and ``serve``. It was
+    recorded as an empty reply of the deployment (``handoffmon_turns_total`` counted it)."""
+    exp = RecordingExporter()
+    with ServerThread(_SlowFirstEvent(), free_port()) as srv, runtime(CONFIG, exporters=[exp]) as rt:
+        from litellm import Router
+
+        params = {"model": "anthropic/claude-x", "api_key": "k", "api_base": srv.url}
+        router = Router(model_list=[{"model_name": "claude", "litellm_params": params}], num_retries=0)
+        cb, m = HandoffmonCallback(runtime=rt), rt.monitor
+        messages = [{"role": "user", "content": "hi"}]
+        data = {
+            "model": "claude",
+            "messages": messages,
+            "max_tokens": 50,
+            "litellm_call_id": "call-gone",
+            "proxy_server_request": {"url": "http://proxy/v1/messages"},
+        }
+        await cb.async_pre_call_hook(None, None, data, "anthropic_messages")
+        stream = await router.aanthropic_messages(
+            model="claude", messages=messages, max_tokens=50, stream=True
+        )
+
+        async def relay() -> None:  # the proxy's response body, cancelled when the client is gone
+            async for _ in cb.async_post_call_streaming_iterator_hook(None, stream, data):
+                pass
+
+        task = asyncio.create_task(relay())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert m.flush(10)
+        assert exp.results == [] and m.snapshot().total_turns == 0
+        assert cb._starts == {}
