@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,17 @@ _UNSUPPORTED_HINTS = (
 
 
 _WARM_UP = "Warm-up text: Are you sure? 123, ÄÖÜ éè ñ ß — «ok» 你好.\n- item\n"
+
+_PROBE = (
+    "a" * 400 + "abc déf ghi ע ت 你好 " * 15 + "The quick brown fox, e.g. Mr. Smith, jumps. 3.5? Yes!\n" * 6
+)
+"""Text a pattern is timed on at load: runs of one letter, non-ASCII words and prose, the shapes
+that made RE2 leave its DFA for its NFA in the checks audit."""
+REGEX_COST = 300.0
+"""The regex checkers' cost (ns per character) unless their pattern measures slower."""
+PROBE_MARGIN = 4.0
+"""How much slower than on ``_PROBE`` a pattern was found on 1 MB replies (its DFA cache fills up;
+measured 1-3.4x)."""
 
 
 def clean_text(text: str) -> str:
@@ -99,3 +111,18 @@ def compile_safe(
     # case folding). Pay that at load time, not against the first reply's time budget.
     compiled.search(_WARM_UP)
     return compiled
+
+
+def regex_cost(compiled: Any) -> float:
+    """A compiled pattern's worst CPU cost per character (ns) for ``Checker.cost``: RE2 is linear,
+    but a pattern whose DFA outgrows its memory runs on the NFA at up to ~30 µs per character
+    (``(?s)(.{0,100}){10}z`` took 24 s on 1 MB), so a reply it would spend seconds on must be
+    refused as ``too_large``. Measured on ``_PROBE`` (~0.1 s for the worst patterns) the second
+    time (the first builds DFA states a long reply reuses: ``\\w{1000}`` read 25 µs per character
+    then, 0.02 on 1 MB), times ``PROBE_MARGIN``; ``REGEX_COST`` at least."""
+    data = _PROBE.encode("utf-8")
+    compiled.search(data)
+    start = time.thread_time()
+    compiled.search(data)
+    ns_per_char = (time.thread_time() - start) * 1e9 / len(_PROBE)
+    return max(REGEX_COST, PROBE_MARGIN * ns_per_char)

@@ -307,3 +307,38 @@ def test_a_declaration_of_many_new_keywords_compiles_in_milliseconds() -> None:
         assert built < 0.05, f"compiling 150 keywords took {built:.3f}s"
         assert checked < 0.05, f"checking took {checked:.3f}s"
         assert outcome.verdict == "fail" and outcome.reason.startswith("missing_")
+
+
+def test_a_regex_slow_per_character_is_refused_on_a_long_reply_not_run_for_seconds() -> None:
+    """RE2 is linear, but a pattern whose DFA outgrows its memory runs on the NFA: ``(.{0,100}){10}z``
+    took 5.3 s on a 200 kB non-ASCII reply (24 s on 1 MB) with the flat 300 ns per character.
+    Its cost is now measured at load, so the long reply is ``too_large`` at once, while an
+    ordinary pattern keeps the flat cost and still checks a 1 MB reply."""
+    import time
+
+    slow = REG.build("regex_must_match", {"pattern": r"(?s)(.{0,100}){10}z"})
+    text = ("abc déf ghi ע ت " * 13_000)[:200_000]
+    start = time.process_time()
+    result = Rule("r", slow, budget_s=0.05).run(text, CTX)
+    assert time.process_time() - start < 0.1
+    assert (result.verdict, result.reason) == ("error", "too_large")
+    assert Rule("r", slow, budget_s=0.05).run("a z", CTX).verdict == "pass"  # short replies still checked
+    plain = REG.build("regex_must_match", {"pattern": r"(?i)\bsorry\b"})
+    assert plain.cost == 300.0
+    assert Rule("r", plain, budget_s=0.05).run("x " * 500_000 + "Sorry.", CTX).verdict == "pass"
+
+
+def test_counting_matches_stops_at_min_count() -> None:
+    """``min_count`` counted every match (4.4 s for ``.`` on 1 MB): now up to ``min_count``, at
+    most 10,000; the reason still says how many were found when there are fewer."""
+    import time
+
+    count = REG.build("regex_must_match", {"pattern": ".", "min_count": 2})
+    start = time.process_time()
+    assert count("a" * 1_000_000, CTX).verdict == "pass"
+    assert time.process_time() - start < 0.1
+    few = REG.build("regex_must_match", {"pattern": "b", "min_count": 3})
+    assert few("b a b", CTX).reason == "pattern_found_2_times"
+    with pytest.raises(ParamError, match="must be <= 10000") as caught:
+        REG.build("regex_must_match", {"pattern": ".", "min_count": 10_001})
+    assert caught.value.key == "min_count"
