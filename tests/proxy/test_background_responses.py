@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from handoffmon.runtime import background as bg
+from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.mock_upstream import ServerThread, schedule
@@ -290,3 +291,23 @@ def test_gzip_answers_are_read_from_an_inflated_copy(proxy: Proxy) -> None:
     assert again.headers["content-encoding"] == "gzip" and again.json()["status"] == "completed"
     assert delta(snapshot(proxy).turns, before.turns) == expected_turns([schedule(1)])
     _grew(proxy, counted)
+
+
+def test_the_turn_carries_the_calls_latency_and_the_finished_response(proxy: Proxy) -> None:
+    """Latency from the call to the poll that found it finished (not the poll's own); the
+    turn's author, depth and response id those of the finished response."""
+    rec = RecordingExporter()
+    proxy.monitor.add_exporter(rec)
+    client = _client(proxy)
+    started = time.perf_counter()
+    queued = client.responses.create(model="gpt-x", input="how long did it take", background=True)
+    time.sleep(0.3)
+    final = client.responses.retrieve(queued.id)
+    took = time.perf_counter() - started
+    client.close()
+    snapshot(proxy)
+    assert len(rec.results) == 1
+    result = rec.results[0]
+    assert 0.3 <= result.record.latency_s <= took
+    assert (result.record.author, result.context.depth) == (schedule(1), 1)
+    assert result.record.response_id == final.id == queued.id
