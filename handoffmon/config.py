@@ -6,6 +6,7 @@ import difflib
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import UnionType
@@ -126,6 +127,9 @@ class StoreConfig(_Section):
         return v
 
 
+_HTTP_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name (RFC 9110 ``token``)."""
+
 REDIS_URL_FORMS = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS) or unix:///path.sock[?db=N]"
 
 
@@ -166,7 +170,10 @@ class AttributionConfig(_Section):
     canonical_models: dict[str, str] = Field(default_factory=dict)
     """Deployment id or provider model name → canonical model name."""
     conversation_header: str = "x-conversation-id"
-    """Request header carrying the caller's conversation id (case-insensitive)."""
+    """Request header carrying the caller's conversation id (case-insensitive). An HTTP header
+    name: letters, digits and ``!#$%&'*+-.^_`|~``; empty, whitespace, ``:`` or a control
+    character is refused at load (no request could carry it: every conversation would get a
+    derived id without a word)."""
     content_fallback: bool = True
     """Attribute by content-only fingerprint when the chain breaks."""
     text_cache_bytes: int = Field(default=16_000_000, gt=0)
@@ -182,6 +189,17 @@ class AttributionConfig(_Section):
     value (e.g. ``HANDOFFMON_ATTRIBUTION__CONVERSATION_ID_KEY``): a conversation whose
     history a replica cannot find in the store is identified by deriving its id again. Setting
     or changing it changes the ids of conversations in flight once. Unset: unkeyed ids."""
+
+    @field_validator("conversation_header")
+    @classmethod
+    def _an_http_header_name(cls, v: str) -> str:
+        if not _HTTP_TOKEN.fullmatch(v):
+            raise ValueError(
+                f"{v!r} is no HTTP header name (letters, digits and !#$%&'*+-.^_`|~; no space, "
+                "':' or control character): no request could carry it, so every conversation "
+                "would get a derived id"
+            )
+        return v
 
 
 class PipelineConfig(_Section):

@@ -250,3 +250,19 @@ def test_the_redis_url_is_not_checked_for_another_backend() -> None:
     """``store.url`` is read by the Redis backend only: a leftover value under ``memory`` (an
     environment-wide ``HANDOFFMON_STORE__URL``) does not stop a process that never uses it."""
     assert config_from_mapping({"store": {"backend": "memory", "url": "nope"}}).store.backend == "memory"
+
+
+@pytest.mark.parametrize("header", ['""', '"x-conversation-id "', '"x conv"', '"x-conv:id"', '"x-conv\\n"'])
+def test_a_conversation_header_no_request_can_carry_is_refused(tmp_path: Path, header: str) -> None:
+    """``conversation_header: "x-conversation-id "`` (a trailing space pasted along) loaded, and no
+    request header ever matched it: every conversation silently got a derived id (identical
+    openings merge, ids change when the caller's would not). An empty name, whitespace, ``:``
+    or a control character can be no HTTP header name: refused naming the key and the file."""
+    err = _load(tmp_path, f"attribution:\n  conversation_header: {header}\n")
+    assert err.key == "attribution.conversation_header" and "HTTP header name" in str(err)
+
+
+def test_header_names_any_case_and_token_characters_still_load() -> None:
+    for header in ("X-Conversation-Id", "x_session", "conv.id~1"):
+        cfg = config_from_mapping({"attribution": {"conversation_header": header}})
+        assert cfg.attribution.conversation_header == header
