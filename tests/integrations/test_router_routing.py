@@ -386,3 +386,77 @@ def test_what_a_proxy_body_names_is_not_kept_in_the_caches(world: tuple[Any, Sim
         assert adapter.apply_body({"model": "g-p", "messages": history, "fallbacks": long_list})
         assert all(len(g) <= MAX_CACHED_NAME for g in adapter._groups)
         assert all(len(key[1]) <= MAX_CACHED_NAME for key in adapter._lists)
+
+
+def test_tables_swapped_under_concurrent_requests_give_only_whole_decisions() -> None:
+    """8 threads decide 800 requests (and make real Router calls) while the refit thread keeps
+    swapping the table: b risky, c risky, stale, none, all-NaN risks, a table of 200 models none
+    of them this router's. Each decision is one table's — c first (the b-risky table) or the
+    router's order — none fails, each is counted once, and every real call is served."""
+    import threading
+
+    nan = float("nan")
+    now = time.time()
+    b_risky = PairRiskTable(RISKY_MOCK_B, created_at=now)
+    c_risky = PairRiskTable(
+        {
+            ("openai/model-a", "openai/model-b"): PairRisk(0.0, 0.01),
+            ("openai/model-a", "openai/model-c"): PairRisk(-0.3, 0.01),
+        },
+        created_at=now,
+    )
+    stale = PairRiskTable(RISKY_MOCK_B, created_at=now - 10 * 3600)
+    nans = PairRiskTable({k: PairRisk(nan, nan, adherence=nan) for k in RISKY_MOCK_B}, created_at=now)
+    strangers = PairRiskTable(
+        {
+            (f"m{i}", f"m{j}"): PairRisk(-0.1 * (i < j), 0.01)
+            for i in range(200)
+            for j in range(200)
+            if i != j
+        },
+        created_at=now,
+    )
+    tables = [b_risky, c_risky, stale, None, nans, strangers]
+    router = _mock_router([{"g-p": ["g-b", "g-c"]}])
+    with _mock_runtime(RISKY_MOCK_B) as rt:
+        client = wrap(router, runtime=rt)
+        history = _after_a(client, rt)
+        holder, done = rt.routing.holder, threading.Event()
+        seen: list[Any] = []
+        served: list[str] = []
+        barrier = threading.Barrier(9)
+
+        def swap() -> None:
+            barrier.wait()
+            i = 0
+            while not done.is_set():
+                holder.table = tables[i % len(tables)]
+                i += 1
+                time.sleep(0.0001)  # a swap every ~0.1 ms, without holding the GIL in between
+
+        def decide() -> None:
+            barrier.wait()
+            for k in range(100):
+                seen.append(client._routing.apply("g-p", history, {}))
+                if k % 50 == 0:
+                    served.append(client.completion(model="g-p", messages=history)._hidden_params["model_id"])
+
+        swapper = threading.Thread(target=swap)
+        workers = [threading.Thread(target=decide) for _ in range(8)]
+        for t in [swapper, *workers]:
+            t.start()
+        for t in workers:
+            t.join()
+        done.set()
+        swapper.join()
+        counts = rt.routing.counts.snapshot()
+    assert len(seen) == 800
+    assert {None if s is None else repr(s["fallbacks"]) for s in seen} <= {
+        None,
+        repr([{"g-p": ["g-c", "g-b"]}]),
+    }
+    assert any(s is not None for s in seen) and any(s is None for s in seen)
+    assert counts[("enforce", "error")] == 0
+    decided = sum(n for (mode, outcome), n in counts.items() if mode == "enforce")
+    assert decided == 800 + len(served) + 1  # + the real calls' own decisions, + turn 1 ("single")
+    assert len(served) == 16 and set(served) <= {"dep-b", "dep-c"}
