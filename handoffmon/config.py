@@ -61,8 +61,10 @@ class StoreConfig(_Section):
     """``memory`` (one process, LRU + TTL), ``sqlite`` (one host, survives restarts), ``redis``."""
     path: str = "handoffmon.db"
     """SQLite file (backend ``sqlite``); aggregates are kept in the same file. Created when
-    missing, in a directory that must exist. Not ``:memory:`` or empty (each thread would get
-    a database of its own, empty: every store call of the pipeline failed)."""
+    missing, in a directory that must exist. A relative path is relative to the process's
+    working directory, not to the config file: give an absolute one in deployments. Not
+    ``:memory:`` or empty (each thread would get a database of its own, empty: every store call
+    of the pipeline failed)."""
     url: str = "redis://127.0.0.1:6379/0"
     """Redis URL (backend ``redis``): ``redis://[[user]:password@]host[:port][/db]``,
     ``rediss://`` for TLS, ``unix:///path.sock[?db=N]``. A malformed one (another scheme, a port
