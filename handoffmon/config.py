@@ -869,6 +869,38 @@ def unmatched_env_names(environ: Mapping[str, str]) -> list[str]:
     return lines
 
 
+def misnamed_env_names(environ: Mapping[str, str]) -> list[str]:
+    """``HANDOFFMON_<SECTION>_<KEY>`` variables (one ``_`` where config variables take ``__``)
+    that name a section's key exactly, each with the variable meant (``HANDOFFMON_STORE_BACKEND
+    is not read: … (did you mean HANDOFFMON_STORE__BACKEND?)``).
+
+    They are not read: such a name is also what a wrapper's own variable may be called (the
+    compose file's host-side ``HANDOFFMON_STORE_BACKEND``, passed on as
+    ``HANDOFFMON_STORE__BACKEND``), so a running monitor and ``config check`` warn and go on.
+    Names that are no section's key (``HANDOFFMON_METRICS_TOKEN``) are not listed.
+    """
+    lines = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or ENV_NESTED in name:
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        if rest in HandoffmonConfig.model_fields:
+            continue
+        for section, field in HandoffmonConfig.model_fields.items():
+            model = _unwrap(field.annotation)
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                continue
+            key = rest[len(section) + 1 :] if rest.startswith(f"{section}_") else ""
+            if key in model.model_fields:
+                meant = f"{ENV_PREFIX}{section.upper()}{ENV_NESTED}{key.upper()}"
+                lines.append(
+                    f"{name} is not read: sections and keys are separated by '{ENV_NESTED}' "
+                    f"(did you mean {meant}?)"
+                )
+                break
+    return lines
+
+
 def _did_you_mean(name: str, model: type[BaseModel] | None) -> str:
     """`` (did you mean 'backend'?)`` for the closest field of ``model``, or ``""``."""
     if model is None:
@@ -974,7 +1006,7 @@ def load_config(
         data = _read_file(Path(path))
     empty_file = str(path) if path is not None and not data else None
     overrides, names = _env_overrides(env)
-    for line in unmatched_env_names(env):
+    for line in [*unmatched_env_names(env), *misnamed_env_names(env)]:
         _log.warning("%s", line)
     if overrides:
         data = _merge(data, overrides)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 
 import click
 
 from handoffmon.cli.exits import fail
-from handoffmon.config import HandoffmonConfig, load_config, unmatched_env_names
+from handoffmon.config import HandoffmonConfig, load_config, misnamed_env_names, unmatched_env_names
 from handoffmon.errors import ConfigError
 
 
@@ -21,14 +24,16 @@ def config() -> None:
 def check(file: str) -> None:
     """Validate FILE (YAML or TOML) and the rules it declares; exit 1 on error.
 
-    Warnings on stderr (exit 0) for a FILE that sets nothing and for a config with no rules.
+    Warnings on stderr (exit 0) for a FILE that sets nothing, for a config with no rules, and
+    for a HANDOFFMON_<SECTION>_<KEY> variable (one '_' where config variables take '__').
     """
     # ``HANDOFFMON_*`` overrides in the environment are validated with it. A variable shaped like
     # one whose section is no config key (``HANDOFFMON_STOER__BACKEND``) is an error here: a
     # running monitor only warns about it and ignores it, and this check is where a typo must
     # surface.
     try:
-        cfg = load_config(file)
+        with _quiet_config_log():  # what it would warn about is said below, once, as warning/error
+            cfg = load_config(file)
         _check_rules(cfg, cfg.source)  # the source names the environment when it set a rule
     except ConfigError as exc:
         fail(str(exc))
@@ -39,8 +44,21 @@ def check(file: str) -> None:
         f"ok: {file}: store={cfg.store.backend}, {len(cfg.rules)} rule(s), "
         f"depth buckets {', '.join(cfg.buckets.labels)}"
     )
-    for line in _warnings(file, cfg):
+    for line in [*_warnings(file, cfg), *misnamed_env_names(os.environ)]:
         click.echo(f"warning: {line}", err=True)
+
+
+@contextlib.contextmanager
+def _quiet_config_log() -> Iterator[None]:
+    """Silence ``handoffmon.config``'s warnings about the environment (each was printed twice:
+    as a log line, then as this command's warning or error)."""
+    log = logging.getLogger("handoffmon.config")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _warnings(file: str, cfg: HandoffmonConfig) -> list[str]:

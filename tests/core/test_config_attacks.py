@@ -266,3 +266,40 @@ def test_header_names_any_case_and_token_characters_still_load() -> None:
     for header in ("X-Conversation-Id", "x_session", "conv.id~1"):
         cfg = config_from_mapping({"attribution": {"conversation_header": header}})
         assert cfg.attribution.conversation_header == header
+
+
+def test_a_variable_with_one_underscore_before_a_key_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``HANDOFFMON_STORE_BACKEND=redis`` (one ``_`` where sections and keys take ``__``; the
+    compose file's own host-side variable has that name) was ignored without a word: the
+    monitor ran on the memory store. Still not read (it is no config variable), but warned
+    about with the variable meant; names that are no section's key are left alone."""
+    env = {
+        "HANDOFFMON_STORE_BACKEND": "redis",
+        "HANDOFFMON_REQUEST_RULES_MAX_NAMES": "3",
+        "HANDOFFMON_METRICS_TOKEN": "x",  # no section's key: another tool's variable
+        "HANDOFFMON_STORE_BACKEDN": "redis",  # not a key: not guessed at
+        "HANDOFFMON_SOAK_S": "6",
+    }
+    with caplog.at_level("WARNING", logger="handoffmon.config"):
+        cfg = load_config(None, environ=env)
+    assert cfg.store.backend == "memory" and cfg.request_rules.max_names == 256
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "HANDOFFMON_REQUEST_RULES_MAX_NAMES is not read: sections and keys are separated by '__' "
+        "(did you mean HANDOFFMON_REQUEST_RULES__MAX_NAMES?)",
+        "HANDOFFMON_STORE_BACKEND is not read: sections and keys are separated by '__' "
+        "(did you mean HANDOFFMON_STORE__BACKEND?)",
+    ]
+
+
+def test_config_check_warns_about_a_variable_with_one_underscore(tmp_path: Path) -> None:
+    """A warning, exit 0: the compose workflow exports HANDOFFMON_STORE_BACKEND on the host for
+    compose to pass on as HANDOFFMON_STORE__BACKEND, and a check in that shell must not fail."""
+    f = tmp_path / "h.yaml"
+    f.write_text("rules:\n  - {name: r, check: no_commas}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(f)], env={"HANDOFFMON_STORE_BACKEND": "redis"})
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count("HANDOFFMON_STORE_BACKEND is not read") == 1  # not the log line too
+    assert "warning: HANDOFFMON_STORE_BACKEND is not read" in res.stderr
+    assert "HANDOFFMON_STORE__BACKEND?" in res.stderr
