@@ -42,7 +42,7 @@ ROUTER_ONLY_PARAMS = frozenset({"silent_model", "include_fallback_errors"})
 
 SHADOW_SETS = frozenset({
     "messages", "max_tokens", "max_completion_tokens", "timeout", "stream", "stream_timeout",
-    "num_retries", "max_retries", "metadata",
+    "num_retries", "max_retries", "metadata", "no-log",
 })  # fmt: skip
 """Deployment ``litellm_params`` a shadow call sets itself (``max_completion_tokens`` too: a
 deployment's own output cap could exceed ``max_output_tokens``, the bound the budget reserves)."""
@@ -234,7 +234,11 @@ def call_params(
     the served request's generation parameters (``request``: ``turns.SHADOW_PARAMS`` only) and the
     shadow call's own, as the Router lets a call's arguments override a deployment's. So a
     deployment configured with its own ``timeout``, ``max_tokens``, ``num_retries``, ``metadata``,
-    ``max_retries`` or ``stream`` is still called once, bounded, not streamed, and tagged."""
+    ``max_retries`` or ``stream`` is still called once, bounded, not streamed, and tagged.
+
+    ``no-log``: LiteLLM runs none of its logging callbacks for the call (an application's Langfuse,
+    S3 or own ``CustomLogger`` would get the history and the target's reply), only a LiteLLM
+    Proxy's own cost tracking; ``litellm.global_disable_no_log_param = True`` logs them again."""
     own = dict(_field(deployment, "litellm_params") or {})
     params = {k: v for k, v in own.items() if k not in ROUTER_ONLY_PARAMS and k not in SHADOW_SETS}
     metadata = own.get("metadata")
@@ -248,6 +252,7 @@ def call_params(
         "num_retries": 0,
         "max_retries": 0,
         "metadata": {**(metadata if isinstance(metadata, Mapping) else {}), **SHADOW_METADATA},
+        "no-log": True,  # LiteLLM's logging callbacks never get the history or the reply
     }
 
 
