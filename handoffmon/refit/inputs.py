@@ -13,9 +13,11 @@ relation named. Approximate ones (Prometheus, a multiprocess directory: series r
 while turns land, ``increase`` extrapolated per series, resets) are checked with a tolerance
 (``REL_TOLERANCE``, ``ABS_TOLERANCE``) and a cell beyond it is repaired towards the wider
 interval and listed in the result (``RefitResult.input_repairs``). Over a window only the
-relations that increments obey are checked: a conversation that straddles the window's start
-adds its cross terms to Σy², Σyn and Σn² but not to G, so G = 0 beside Σn² > 0, Σn² > N² and
-Y² > G·Σy² are expected there.
+relations that increments obey and ``increase`` keeps are checked: a conversation that straddles
+the window's start adds its cross terms to Σy², Σyn and Σn² but not to G, so G = 0 beside
+Σn² > 0, Σn² > N² and Y² > G·Σy² are expected there; and ``increase`` drops the first sample of
+every series born in the window, which undercounts N (a cell's checks are many sparse series),
+so G > N is expected too.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ REL_TOLERANCE = 0.05
 the window's edges by its own samples (a series born in the window differs from its siblings),
 and a scrape can land between a turn's increments of two series."""
 ABS_TOLERANCE = 2.0
-"""Absolute slack on top (rounding of extrapolated counts in small cells)."""
+"""Absolute slack on top (rounding, a turn in flight in a small cell)."""
+WINDOW_REL_TOLERANCE = 0.5
+WINDOW_ABS_TOLERANCE = 10.0
+"""Slack over a window: ``increase`` drops the first sample of every series born in the window
+and each stat is its own series, so a young or small cell's stats move apart by about one
+scrape's increments. Against a real Prometheus (1 s scrapes, 40 turns/s, a restart, a 12 s
+window) healthy cells broke Σyn ≤ Σn² by 12 vs 9 and N ≤ Σn² by 11 vs 9; a lost series (a
+stat at 0 beside checks) is still far outside."""
 MAX_LISTED = 100
 """Repaired cells listed in the result (the largest by checks); all are counted."""
 
@@ -59,7 +68,10 @@ _RELATIONS: tuple[_Relation, ...] = (
     ("yn <= n2", lambda v: v["yn"], lambda v: v["n2"], True, False),
     ("passes <= y2", lambda v: v["y"], lambda v: v["y2"], True, True),
     ("checks <= n2", lambda v: v["n"], lambda v: v["n2"], True, True),
-    ("conversations <= checks", lambda v: v["g"], lambda v: v["n"], True, True),
+    # G ≤ N holds for increments too, but ``increase`` loses the first sample of a series born in
+    # the window and a cell's checks are many sparse series (bucket × verdict) beside one G
+    # series: a healthy 12 s window across a restart had G > N in 14 cells of about 50
+    ("conversations <= checks", lambda v: v["g"], lambda v: v["n"], False, True),
     ("conversations >= 1", lambda v: np.minimum(v["n"], 1.0), lambda v: v["g"], False, True),
     ("n2 <= checks^2", lambda v: v["n2"], lambda v: v["n"] ** 2, False, True),
     ("y2 <= passes^2", lambda v: v["y2"], lambda v: v["y"] ** 2, False, True),
@@ -105,6 +117,8 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
     pooled_n_known = not cells.excluded_rules  # pooled sums also cover rules beyond max_rules
     knows_n = (keys[0] < r) | pooled_n_known
     slack_rel, slack_abs = (0.0, 0.0) if exact else (REL_TOLERANCE, ABS_TOLERANCE)
+    if windowed and not exact:
+        slack_rel, slack_abs = WINDOW_REL_TOLERANCE, WINDOW_ABS_TOLERANCE
     broken: list[tuple[str, np.ndarray]] = []
     for name, lhs, rhs, in_window, needs_n in _RELATIONS:
         if windowed and not exact and not in_window:

@@ -8,7 +8,9 @@ Run: ``python -m tests.sources.replica --seed 1 --turns 3000 --port P --sqlite F
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
+import threading
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -67,17 +69,27 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--turns", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--sqlite", required=True)
+    ap.add_argument(
+        "--stream-per-s", type=float, default=0.0, help="after ready, keep counting this many turns a second"
+    )
     args = ap.parse_args(argv)
     aggregates = Aggregates(args.sqlite)
     registry = CollectorRegistry()
     exporter = PrometheusExporter(registry)
-    for turn in synthetic_turns(args.seed, args.turns):
+    turns = synthetic_turns(args.seed, 10**9 if args.stream_per_s else args.turns)
+    for turn in itertools.islice(turns, args.turns):
         aggregates.add_turn(turn)
         assert exporter.export(turn)
     aggregates.flush()
     server = start_metrics_server(registry, args.port)
     print("ready", flush=True)
-    sys.stdin.read()
+    if args.stream_per_s:  # live traffic while Prometheus scrapes (windowed reads, restarts)
+        done = threading.Event()
+        threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+        while not done.wait(1.0 / args.stream_per_s):
+            assert exporter.export(next(turns))
+    else:
+        sys.stdin.read()
     server.close()
     aggregates.close()
 
