@@ -67,6 +67,7 @@ def window_reads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ref
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_windowed_read_across_a_restart_needs_no_repair(
     window_reads: tuple[RefitResult, RefitResult],
 ) -> None:
@@ -76,6 +77,7 @@ def test_a_windowed_read_across_a_restart_needs_no_repair(
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_series_dropped_by_relabeling_is_repaired_in_that_cell_only(
     window_reads: tuple[RefitResult, RefitResult],
 ) -> None:
