@@ -180,12 +180,16 @@ class ShadowPolicy:
             return Skip("no_route")
         if not self.breaker.allow(target):
             return Skip("breaker_open")
-        size = prompt_bytes() if callable(prompt_bytes) else prompt_bytes
-        tokens = self.budget.upper_bound_tokens(size, messages)
-        prompt = tokens - c.max_output_tokens
-        reserved = self.budget.reserve(
-            (prefix_model, model), tokens, (prices or self._prices)(target), prompt, conversation
-        )
+        try:  # from here on a half-open breaker's probe is this turn's: given back on any failure
+            size = prompt_bytes() if callable(prompt_bytes) else prompt_bytes
+            tokens = self.budget.upper_bound_tokens(size, messages)
+            prompt = tokens - c.max_output_tokens
+            reserved = self.budget.reserve(
+                (prefix_model, model), tokens, (prices or self._prices)(target), prompt, conversation
+            )
+        except BaseException:
+            self.breaker.release(target)
+            raise
         if isinstance(reserved, str):
             self.breaker.release(target)
             return Skip(reserved)

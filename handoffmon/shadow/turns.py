@@ -235,8 +235,11 @@ def unsent_history(messages: Sequence[Any], stored: bool) -> str | None:
 
 
 def prompt_bytes(messages: Sequence[Any]) -> int:
-    """UTF-8 bytes of the messages as JSON: an upper bound of their content's bytes."""
-    return sum(len(json.dumps(m, ensure_ascii=False, default=str).encode("utf-8")) for m in messages)
+    """UTF-8 bytes of the messages as JSON: an upper bound of their content's bytes (a lone
+    surrogate, which a client's JSON may carry, counted as the 3 bytes of any BMP character)."""
+    return sum(
+        len(json.dumps(m, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")) for m in messages
+    )
 
 
 def pair_verdicts(

@@ -207,3 +207,27 @@ def test_bad_shadow_seed_and_cap_fail_fast_naming_the_key() -> None:
                      ({"max_calls_per_conversation": 0}, "shadow.max_calls_per_conversation")):  # fmt: skip
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             config_from_mapping({"shadow": bad}, source="handoffmon.yaml")
+
+
+def test_a_lone_surrogate_is_sized_and_a_failed_sizing_gives_the_probe_back() -> None:
+    """A client's JSON may carry a lone surrogate (``"\\ud800"``). Sizing such a history for the
+    budget raised UnicodeEncodeError — after the half-open breaker had granted its one probe —
+    so the turn counted as handoffmon's own failure and the probe was never given back: the target
+    got no shadow call again until a restart. The history is sized (a surrogate as 3 bytes, as
+    any BMP character), and a sizing that raises anyway gives the probe back."""
+    from handoffmon.shadow.turns import prompt_bytes
+
+    messages = [{"role": "user", "content": "x\ud800y"}]
+    assert prompt_bytes(messages) == prompt_bytes([{"role": "user", "content": "x\u4e00y"}])
+    clock = FakeClock(0.0)
+    p = _policy(clock, targets=["a"])
+    for _ in range(2):
+        p.breaker.record("a", ok=False)
+    clock.advance(31)
+
+    def broken() -> int:
+        raise RuntimeError("sizing failed")
+
+    with pytest.raises(RuntimeError):
+        p.decide("a", "b", broken, 1)
+    assert isinstance(p.decide("a", "b", lambda: prompt_bytes(messages), 1), Decision)  # the probe
