@@ -48,6 +48,18 @@ class _Section(BaseModel):
                 raise ValueError(f"expected a number, got {str(v).lower()}")
         return v
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _duration_fits(cls, v: Any, info: ValidationInfo) -> Any:
+        """A duration (a ``…_s`` number) of at most 100 years: Python's waits take at most ~292
+        (``threading.TIMEOUT_MAX``), so ``shutdown_timeout_s: 1e12`` made ``close()`` raise
+        OverflowError, ``refit.interval_s: 1e12`` killed the refit thread, and a Redis
+        ``timeout_s`` of 1e12 failed every call."""
+        name = info.field_name or ""
+        if name.endswith("_s") and isinstance(v, float | int) and v > MAX_TTL_S:
+            raise ValueError(f"at most {MAX_TTL_S} (100 years): a longer wait overflows Python's timers")
+        return v
+
 
 MAX_TTL_S = 100 * 365 * 24 * 3600
 """Largest ``store.ttl_s``: 100 years, "never" for any deployment (Redis takes no expiry past

@@ -303,3 +303,31 @@ def test_config_check_warns_about_a_variable_with_one_underscore(tmp_path: Path)
     assert res.stderr.count("HANDOFFMON_STORE_BACKEND is not read") == 1  # not the log line too
     assert "warning: HANDOFFMON_STORE_BACKEND is not read" in res.stderr
     assert "HANDOFFMON_STORE__BACKEND?" in res.stderr
+
+
+def _duration_keys() -> list[str]:
+    """Every float setting in seconds (``…_s``), as ``section.key``."""
+    from handoffmon.config import HandoffmonConfig
+
+    keys = []
+    for section, field in HandoffmonConfig.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and hasattr(model, "model_fields")):
+            continue
+        for key, sub in model.model_fields.items():
+            if key.endswith("_s") and "float" in str(sub.annotation):
+                keys.append(f"{section}.{key}")
+    return keys
+
+
+@pytest.mark.parametrize("dotted", _duration_keys())
+def test_a_duration_past_100_years_is_refused(dotted: str) -> None:
+    """``pipeline.shutdown_timeout_s: 1e12`` loaded, then ``close()`` (and the exit hook) raised
+    OverflowError from a thread wait; ``refit.interval_s: 1e12`` killed the refit thread with
+    a traceback; ``store.timeout_s: 1e12`` failed every Redis call (the socket timeout
+    overflowed) while the start said the store "does not answer". Python's waits take at most
+    ~292 years: every duration is capped at 100 years (as ``store.ttl_s`` was), naming the key."""
+    section, key = dotted.split(".")
+    with pytest.raises(ConfigError) as exc:
+        config_from_mapping({section: {key: 1e12}})
+    assert exc.value.key == dotted and "3153600000" in str(exc.value)
