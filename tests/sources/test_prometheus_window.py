@@ -32,11 +32,13 @@ def _replica(port: int, seed: int, db: Path) -> subprocess.Popen[str]:
 
 
 @pytest.fixture(scope="module")
-def window_reads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RefitResult, RefitResult]]:
+def window_reads(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RefitResult, RefitResult, RefitResult]]:
     """One replica streaming 40 turns/s, restarted half-way (its counters reset, its
     conversations restart as new clusters), scraped every second by two jobs of one Prometheus:
     ``full`` as is, ``cut`` without the n2 series of cell json m1->m2. Yields the windowed
-    refits of both (job selected by --match)."""
+    refits of both (job selected by --match) and the counter totals of ``full``."""
     from tests.promserver import prometheus_server
 
     tmp = tmp_path_factory.mktemp("window")
@@ -56,32 +58,33 @@ def window_reads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ref
             proc = _replica(port, 2, tmp / "b.sqlite")  # a restart: fresh counters and state
             time.sleep(8)
             reads = []
-            for job in ("full", "cut"):
-                src = PrometheusSource(prom.url, window="12s", match=f'{{job="{job}"}}')
+            for job, window in (("full", "12s"), ("cut", "12s"), ("full", None)):
+                src = PrometheusSource(prom.url, window=window, match=f'{{job="{job}"}}')
                 counts = src.snapshot()
                 buckets = infer_buckets(counts) if counts.checks else DepthBuckets()
                 reads.append(refit(counts, buckets=buckets, source=src.label, window_s=src.window_s))
-            yield reads[0], reads[1]
+            yield reads[0], reads[1], reads[2]
     finally:
         proc.communicate("", timeout=10)
 
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_a_windowed_read_across_a_restart_needs_no_repair(
-    window_reads: tuple[RefitResult, RefitResult],
-) -> None:
-    full, _ = window_reads
+def test_a_windowed_read_across_a_restart_needs_no_repair(window_reads: tuple[RefitResult, ...]) -> None:
+    """And the counter totals read while turns stream in (a scrape between a turn's increments
+    of two series) need none either."""
+    full, _, totals = window_reads
     assert full.clustered and full.rules["json"].pairs
     assert full.input_repaired_cells == 0, full.input_repairs[:3]
+    assert totals.input_repaired_cells == 0, totals.input_repairs[:3]
 
 
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_series_dropped_by_relabeling_is_repaired_in_that_cell_only(
-    window_reads: tuple[RefitResult, RefitResult],
+    window_reads: tuple[RefitResult, ...],
 ) -> None:
-    _, cut = window_reads
+    _, cut, _ = window_reads
     cells = {(r.rule, r.prefix_model, r.model) for r in cut.input_repairs}
     assert cells == {("json", "m1", "m2")}, cut.input_repairs
     assert cut.input_repairs[0].n2 == 0 and cut.input_repairs[0].action == "one_conversation"
