@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -375,7 +376,11 @@ async def test_hook_failures_pass_the_call_through_and_are_counted(monkeypatch: 
 
 class _SlowFirstEvent:
     """An Anthropic Messages upstream that sends its event-stream headers at once and no event
-    for a minute (a reply slow to start: a long think, a loaded provider)."""
+    until ``release`` is set (a reply slow to start: a long think, a loaded provider); then it
+    ends the body, so the server can stop at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -384,7 +389,9 @@ class _SlowFirstEvent:
             pass
         headers = [(b"content-type", b"text/event-stream")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await asyncio.sleep(60)
+        while not self.release.wait(0):
+            await asyncio.sleep(0.02)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def test_a_stream_the_client_leaves_before_its_first_event_is_no_turn() -> None:
@@ -393,7 +400,8 @@ async def test_a_stream_the_client_leaves_before_its_first_event_is_no_turn() ->
     hook's iteration, no reply was seen, so no turn, as in the wrappers and ``serve``. It was
     recorded as an empty reply of the deployment (``handoffmon_turns_total`` counted it)."""
     exp = RecordingExporter()
-    with ServerThread(_SlowFirstEvent(), free_port()) as srv, runtime(CONFIG, exporters=[exp]) as rt:
+    upstream = _SlowFirstEvent()
+    with ServerThread(upstream, free_port()) as srv, runtime(CONFIG, exporters=[exp]) as rt:
         from litellm import Router
 
         params = {"model": "anthropic/claude-x", "api_key": "k", "api_base": srv.url}
@@ -421,6 +429,7 @@ async def test_a_stream_the_client_leaves_before_its_first_event_is_no_turn() ->
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        upstream.release.set()
         assert m.flush(10)
         assert exp.results == [] and m.snapshot().total_turns == 0
         assert cb._starts == {}
