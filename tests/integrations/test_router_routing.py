@@ -460,3 +460,40 @@ def test_tables_swapped_under_concurrent_requests_give_only_whole_decisions() ->
     decided = sum(n for (mode, outcome), n in counts.items() if mode == "enforce")
     assert decided == 800 + len(served) + 1  # + the real calls' own decisions, + turn 1 ("single")
     assert len(served) == 16 and set(served) <= {"dep-b", "dep-c"}
+
+
+def _redis_runtime(url: str, prefix: str, timeout_s: float = 1.0) -> Any:
+    return _mock_runtime(
+        RISKY_MOCK_B,
+        store={"backend": "redis", "url": url, "key_prefix": prefix, "timeout_s": timeout_s},
+    )
+
+
+@pytest.mark.integration
+def test_a_replica_routes_by_the_prefix_another_replica_recorded_in_redis() -> None:
+    """Two replicas on one real Redis: turn 1 served on replica 1 (author model-a), turn 2 on
+    replica 2, whose g-p request fails over. Replica 2 finds the prefix model in Redis and
+    enforces c before the risky b; with Redis unreachable it answers in the router's order
+    (``no_prefix``) without waiting past the store's timeout per lookup."""
+    import uuid
+
+    from tests.conftest import free_port, require_redis
+
+    require_redis()
+    prefix = f"hm-test:{uuid.uuid4().hex}:"
+    router = _mock_router([{"g-p": ["g-b", "g-c"]}])
+    with _redis_runtime("redis://127.0.0.1:6379/0", prefix) as one:
+        history = _after_a(wrap(router, runtime=one), one)
+    with _redis_runtime("redis://127.0.0.1:6379/0", prefix) as two:
+        reply = wrap(router, runtime=two).completion(model="g-p", messages=history)
+        assert reply._hidden_params["model_id"] == "dep-c"
+        assert two.routing.counts.snapshot()[("enforce", "reordered")] == 1
+    with _redis_runtime(f"redis://127.0.0.1:{free_port()}/0", prefix, timeout_s=0.05) as down:
+        client = wrap(router, runtime=down)
+        started = time.perf_counter()
+        decision = client._routing.apply("g-p", history, {})
+        assert time.perf_counter() - started < 1.0
+        assert decision is None
+        assert client.completion(model="g-p", messages=history)._hidden_params["model_id"] == "dep-b"
+        counts = down.routing.counts.snapshot()
+        assert counts[("enforce", "no_prefix")] == 2 and counts[("enforce", "error")] == 0
