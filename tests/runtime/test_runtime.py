@@ -238,6 +238,31 @@ def test_a_config_file_that_sets_nothing_is_warned_about_at_start(
     assert "sets nothing" not in caplog.text
 
 
+def test_a_redis_down_at_start_is_used_once_it_comes_up_without_a_restart() -> None:
+    """Redis not yet up when the application starts (a compose stack starting in any order):
+    the runtime starts failing open, and once Redis listens the first call past
+    ``store.backoff_s`` uses it: the store is healthy again, a conversation's second turn is
+    attributed by chain, and the failures counted stay those of the outage."""
+    from tests.stores.redis_server import RedisServer
+
+    server = RedisServer()
+    cfg = make_config(store={"backend": "redis", "url": server.url, "timeout_s": 0.5, "backoff_s": 0.2})
+    exp = RecordingExporter()
+    rt = build_runtime(cfg, registry=None, exporters=[exp])
+    try:
+        assert not rt.monitor.store.healthy
+        server.start()
+        time.sleep(0.3)  # past store.backoff_s
+        run_conversation(rt.monitor, ["a", "b"])
+        assert rt.flush(10) and rt.monitor.store.healthy
+        assert [a.method for a in exp.results[-1].context.attributions] == ["chain"]
+        failures = {"op": "get", "kind": "errors"}
+        assert rt.registry.get_sample_value("handoffmon_store_failures_total", failures) == 1.0
+    finally:
+        rt.close()
+        server.stop()
+
+
 def test_a_healthy_store_is_not_counted_at_start() -> None:
     rt = build_runtime(make_config(store={"backend": "memory"}), registry=None)
     try:
