@@ -207,3 +207,16 @@ def test_a_depth_bucket_that_is_no_label_is_an_error(label: str) -> None:
     checks[key._replace(depth_bucket=label)] = checks.pop(key)
     with pytest.raises(InputError, match=f"depth bucket '{label}' of checked turns"):
         refit(replace(_counts(), checks=checks), buckets=BUCKETS, settings=SETTINGS)
+
+
+def test_sparse_cell_totals_equal_the_dense_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large cell spaces (K = 200 × 100 rules) total the cells via a sort instead of bins: the
+    same repairs and the same intervals, cells without any sums row included."""
+    import handoffmon.refit.inputs as inputs
+
+    damaged = _damaged(conversations=None, y2=None, yn=None, n2=None)
+    dense = refit(damaged, buckets=BUCKETS, settings=SETTINGS, now=0.0)
+    monkeypatch.setattr(inputs, "_DENSE_CELLS_MAX", 0)
+    sparse = refit(damaged, buckets=BUCKETS, settings=SETTINGS, now=0.0)
+    assert sparse.input_repairs == dense.input_repairs and dense.input_repaired_cells == 1
+    assert sparse.to_json() == dense.to_json()
