@@ -265,7 +265,8 @@ def test_cumulative_refits_change_the_order_rarely_with_no_hysteresis() -> None:
     looks at z = 1.96); a 5 pp difference is acted on in 95% of the refits (at least 80 of 100 in
     every run) and the order changes at most 8 times; a difference right at min_effect_pp (2 pp),
     the worst case, changes the order about 5 times per 100 refits (measured 5.1 on average over
-    200 runs, at most 20) between two orders the operator's own threshold calls equivalent. See docs/guides/routing.md."""
+    200 runs, at most 20) between two orders the operator's own threshold calls equivalent. See
+    docs/guides/routing.md."""
     none = [_refits(s, 0.0) for s in range(50)]
     assert sum(o.count("reordered") for o in none) / (50 * 100) <= 0.03
     clear = [_refits(s, 0.05) for s in range(50)]
