@@ -101,6 +101,12 @@ class StoreConfig(_Section):
     ``handoffmon_store_evictions_total{what="conversations"}``). Without it only
     ``max_conversations`` × ``max_keys_per_conversation`` bounded the store (10^9 keys).
     At least ``max_keys_per_conversation``."""
+    max_state_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Memory backend: cap on all conversations' states together, in bytes as stored (256 MiB);
+    past it the least recently used conversations are evicted (counted in
+    ``handoffmon_store_evictions_total{what="conversations"}``). A state is usually under
+    1 KB, but one that declares many long-named rules and alternates models keeps up to
+    ~40 KB of cells: without it only ``max_conversations`` bounded them (~4 GB)."""
     key_prefix: str = "handoffmon:"
     """Redis key prefix."""
     timeout_s: float = Field(default=0.05, gt=0)

@@ -36,6 +36,7 @@ def make_store(config: StoreConfig) -> AttributionStore:
         max_keys_per_conversation=config.max_keys_per_conversation,
         max_keys=config.max_keys,
         ttl_s=config.ttl_s,
+        max_state_bytes=config.max_state_bytes,
     )
 
 

@@ -63,8 +63,10 @@ class MemoryStore:
     without bound; those drops are counted in :attr:`evicted_keys`. Past ``max_keys`` keys in
     all, the least recently used groups are evicted too (counted in :attr:`evicted`), so the
     store's size has a bound of its own, not only ``max_conversations`` ×
-    ``max_keys_per_conversation`` (10^9 keys, ~100 GB, at the defaults). Keys and state expire
-    ``ttl_s`` after their last write.
+    ``max_keys_per_conversation`` (10^9 keys, ~100 GB, at the defaults). So do the states:
+    past ``max_state_bytes`` of them (as stored) in all, the least recently used groups are
+    evicted (counted in :attr:`evicted`; the latest is kept, even alone past the cap). Keys and
+    state expire ``ttl_s`` after their last write.
 
     Args:
         max_conversations: LRU cap on groups (``store.max_conversations``).
@@ -73,6 +75,8 @@ class MemoryStore:
             ``max_keys_per_conversation``.
         ttl_s: expiry after the last write (``store.ttl_s``).
         clock: wall clock (tests pass a fake).
+        max_state_bytes: cap on all groups' states together, as stored
+            (``store.max_state_bytes``).
     """
 
     cache_size = 1024
@@ -87,20 +91,24 @@ class MemoryStore:
         max_keys: int = 5_000_000,
         ttl_s: float = 7 * 24 * 3600,
         clock: Callable[[], float] = time.time,
+        max_state_bytes: int = 256 * 1024 * 1024,
     ) -> None:
-        if max_conversations <= 0 or max_keys_per_conversation <= 0 or ttl_s <= 0:
-            raise ValueError("max_conversations, max_keys_per_conversation and ttl_s must be positive")
+        if max_conversations <= 0 or max_keys_per_conversation <= 0 or ttl_s <= 0 or max_state_bytes <= 0:
+            raise ValueError(
+                "max_conversations, max_keys_per_conversation, max_state_bytes and ttl_s must be positive"
+            )
         if max_keys < max_keys_per_conversation:
             raise ValueError("max_keys must be at least max_keys_per_conversation")
         self.max_conversations = max_conversations
         self.max_keys_per_conversation = max_keys_per_conversation
         self.max_keys = max_keys
+        self.max_state_bytes = max_state_bytes
         self.ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
         self.evicted = 0
-        """Conversations evicted by the ``max_conversations`` or ``max_keys`` cap."""
+        """Conversations evicted by the ``max_conversations``, ``max_keys`` or ``max_state_bytes`` cap."""
         self.evicted_keys = 0
         """Keys dropped by the ``max_keys_per_conversation`` cap (oldest of their conversation)."""
         self._reset()
@@ -138,6 +146,7 @@ class MemoryStore:
         self._groups: OrderedDict[str, int] = OrderedDict()
         self._g_name: list[str] = []
         self._g_state: list[object] = []
+        self._state_bytes = 0  # of every group's state as stored (``_stored_size``)
         self._g_head = array("i")
         self._g_tail = array("i")
         self._g_count = array("I")
@@ -357,9 +366,16 @@ class MemoryStore:
         except ValueError:  # not plain data (a test's object, a dict subclass): keep a copy
             copy = dict(state)
         with self._lock:
-            self._g_state[self._group(conversation_id, now)] = copy
+            gid = self._group(conversation_id, now)
+            self._state_bytes += _stored_size(copy) - _stored_size(self._g_state[gid])
+            self._g_state[gid] = copy
             self._trim(now)
         return copy
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of all conversations' states as stored (what ``max_state_bytes`` caps)."""
+        return self._state_bytes
 
     def close(self) -> None:
         """Forget everything; later calls raise ``StoreError``."""
@@ -584,6 +600,7 @@ class MemoryStore:
     def _release_group(self, name: str, gid: int) -> None:
         del self._groups[name]
         self._g_name[gid] = ""
+        self._state_bytes -= _stored_size(self._g_state[gid])
         self._g_state[gid] = None
         self._g_head[gid] = -1
         self._g_tail[gid] = -1
@@ -593,7 +610,9 @@ class MemoryStore:
     def _trim(self, now: float) -> None:
         groups = self._groups
         # the key cap never drops the last group: one holds at most max_keys_per_conversation
-        while len(groups) > self.max_conversations or (self._live > self.max_keys and len(groups) > 1):
+        while len(groups) > self.max_conversations or (
+            len(groups) > 1 and (self._live > self.max_keys or self._state_bytes > self.max_state_bytes)
+        ):
             self._drop_group(next(iter(groups)))
             self.evicted += 1
         horizon = now - self.ttl_s
@@ -603,3 +622,9 @@ class MemoryStore:
             if written[gid] >= horizon:
                 break
             self._drop_group(name)
+
+
+def _stored_size(state: object) -> int:
+    """Bytes a stored state takes: its ``marshal`` blob's length (a state that is not plain data,
+    kept as a dict copy, counts 0: tests only)."""
+    return len(state) if isinstance(state, bytes) else 0

@@ -12,8 +12,11 @@ from handoffmon.stores.sqlite import SQLiteStore
 
 def test_memory_is_the_default_with_configured_bounds() -> None:
     """The default backend is the memory store, with the configured cap and TTL."""
-    store = make_store(StoreConfig(max_conversations=7, max_keys_per_conversation=9, max_keys=11, ttl_s=30))
-    assert isinstance(store, MemoryStore)
+    config = StoreConfig(
+        max_conversations=7, max_keys_per_conversation=9, max_keys=11, max_state_bytes=13, ttl_s=30
+    )
+    store = make_store(config)
+    assert isinstance(store, MemoryStore) and store.max_state_bytes == 13
     assert (store.max_conversations, store.max_keys_per_conversation, store.max_keys, store.ttl_s) == (
         7,
         9,

@@ -341,3 +341,28 @@ def test_all_conversations_keys_together_stay_under_max_keys() -> None:
     ]
     with pytest.raises(ValueError, match="max_keys"):
         MemoryStore(max_keys_per_conversation=100, max_keys=99)
+
+
+def test_all_conversations_states_together_stay_under_max_state_bytes() -> None:
+    """States had no bound of their own: only ``max_conversations`` (100,000) times a state's
+    size, and a conversation that declares 32 long-named rules and alternates models keeps
+    ~40 KB of cells (measured: 40,940 B marshalled), so hostile traffic could hold ~4 GB where
+    ``max_keys`` promises ~0.5 GB for the keys. Past ``max_state_bytes`` (as stored) the least
+    recently used conversations go, counted as evictions of conversations; the latest state is
+    kept, even alone past the cap; replacing or expiring a state gives its bytes back."""
+    clock = FakeClock()
+    store = MemoryStore(max_conversations=1_000, max_state_bytes=100_000, ttl_s=60, clock=clock)
+    big = {"cells": ["x" * 10_000]}
+    for c in range(50):
+        store.put_state(f"conv-{c}", big)
+        assert store.state_bytes <= 100_000
+    assert store.evictions()["conversations"] == 41 and len(store) == 9
+    assert store.get_state("conv-49") == big and store.get_state("conv-40") is None
+    store.put_state("conv-49", {"cells": []})  # replaced: its 10 KB are given back
+    assert store.state_bytes < 9 * 10_100
+    clock.now += 61
+    store.put_state("fresh", {"cells": ["y" * 200_000]})  # past the cap alone: kept
+    assert store.get_state("fresh") is not None and len(store) == 1
+    assert 200_000 < store.state_bytes < 200_100
+    with pytest.raises(ValueError, match="max_state_bytes"):
+        MemoryStore(max_state_bytes=0)
