@@ -9,7 +9,8 @@ own: G = 0 reads as independent turns (design effect 1), a Σn² below the check
 conversations, both narrower than the data allow.
 
 Exact sources (a SQLite file, a turn log: totals at rest) are refused with the cell and the
-relation named. Approximate ones (Prometheus, a multiprocess directory: series read one by one
+relation named, beyond a hair of slack (``EXACT_REL_TOLERANCE``: workers sharing a store can
+race on one conversation's partial counts). Approximate ones (Prometheus, a multiprocess directory: series read one by one
 while turns land, ``increase`` extrapolated per series, resets) are checked with a tolerance
 (``REL_TOLERANCE``, ``ABS_TOLERANCE``) and a cell beyond it is repaired towards the wider
 interval and listed in the result (``RefitResult.input_repairs``). Over a window only the
@@ -31,6 +32,12 @@ from handoffmon.errors import InputError
 from handoffmon.refit.cells import CellArrays, ClusterSums
 from handoffmon.refit.result import InputRepair
 
+EXACT_REL_TOLERANCE = 0.01
+EXACT_ABS_TOLERANCE = 2.0
+"""Slack of an exact source: workers sharing a SQLite store can both start from the same stored
+partial counts of a conversation (two of its turns checked at once) and add the same square's
+increment twice, a Σn² two short in a one-conversation cell; nothing a hand or a lost row does
+stays inside it."""
 REL_TOLERANCE = 0.05
 """Relative slack of an approximate source's relations: ``increase`` extrapolates each series to
 the window's edges by its own samples (a series born in the window differs from its siblings),
@@ -98,7 +105,8 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
     Args:
         cells: the refit's cells (``build_cells``).
         source: the source's label, named in errors.
-        exact: totals at rest (SQLite file, turn log): a violated relation is an error.
+        exact: totals at rest (SQLite file, turn log): a violated relation (beyond 1% + 2; a
+            sign or a missing G at once) is an error.
             Otherwise violations beyond the tolerance are repaired and reported.
         windowed: the counts are increases over a window (only relations increments obey).
 
@@ -118,8 +126,10 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
     r = len(cells.rules)
     pooled_n_known = not cells.excluded_rules  # pooled sums also cover rules beyond max_rules
     knows_n = (keys[0] < r) | pooled_n_known
-    slack_rel, slack_abs = (0.0, 0.0) if exact else (REL_TOLERANCE, ABS_TOLERANCE)
-    if windowed and not exact:
+    slack_rel, slack_abs = REL_TOLERANCE, ABS_TOLERANCE
+    if exact:
+        slack_rel, slack_abs = EXACT_REL_TOLERANCE, EXACT_ABS_TOLERANCE
+    elif windowed:
         slack_rel, slack_abs = WINDOW_REL_TOLERANCE, WINDOW_ABS_TOLERANCE
     broken: list[tuple[str, np.ndarray]] = []
     for name, lhs, rhs, in_window, needs_n in _RELATIONS:

@@ -166,10 +166,13 @@ def test_window_tolerates_what_increments_do_and_repairs_the_rest() -> None:
 def test_small_slips_of_an_approximate_read_are_tolerated() -> None:
     """A scrape between a turn's increments, or ``increase`` extrapolating two series apart,
     moves a stat by a few percent: not a repair."""
-    result = refit(_damaged(yn=_stat("n2") + 1), buckets=BUCKETS, settings=SETTINGS)
-    assert result.input_repaired_cells == 0
+    slipped = _damaged(yn=int(_stat("n2") * 1.03) + 3)
+    assert refit(slipped, buckets=BUCKETS, settings=SETTINGS).input_repaired_cells == 0
     with pytest.raises(InputError, match="yn <= n2"):
-        refit(_damaged(yn=_stat("n2") + 1), buckets=BUCKETS, settings=SETTINGS, exact=True)
+        refit(slipped, buckets=BUCKETS, settings=SETTINGS, exact=True)
+    # an exact source keeps a hair of slack: two workers racing on one conversation's counts
+    raced = refit(_damaged(n2=_stat("n2") - 2), buckets=BUCKETS, settings=SETTINGS, exact=True)
+    assert raced.input_repaired_cells == 0
 
 
 def test_a_cell_with_checks_and_no_sums_beside_clustered_cells_is_repaired() -> None:
