@@ -10,8 +10,9 @@ conversations, both narrower than the data allow.
 
 Exact sources (a SQLite file, a turn log: totals at rest) are refused with the cell and the
 relation named, beyond a hair of slack (``EXACT_REL_TOLERANCE``: workers sharing a store can
-race on one conversation's partial counts). Approximate ones (Prometheus, a multiprocess directory: series read one by one
-while turns land, ``increase`` extrapolated per series, resets) are checked with a tolerance
+race on one conversation's partial counts). Approximate ones (Prometheus, a multiprocess
+directory: series read one by one while turns land, ``increase`` extrapolated per series,
+resets) are checked with a tolerance
 (``REL_TOLERANCE``, ``ABS_TOLERANCE``) and a cell beyond it is repaired towards the wider
 interval and listed in the result (``RefitResult.input_repairs``). Over a window only the
 relations that increments obey and ``increase`` keeps are checked: a conversation that straddles
