@@ -237,8 +237,9 @@ def call_params(
     ``max_retries`` or ``stream`` is still called once, bounded, not streamed, and tagged.
 
     ``no-log``: LiteLLM runs none of its logging callbacks for the call (an application's Langfuse,
-    S3 or own ``CustomLogger`` would get the history and the target's reply), only a LiteLLM
-    Proxy's own cost tracking; ``litellm.global_disable_no_log_param = True`` logs them again."""
+    S3 or own ``CustomLogger`` would get the history and the target's reply; a LiteLLM Proxy's
+    spend logs too), only its ``_PROXY_`` hooks; ``litellm.global_disable_no_log_param = True``
+    logs them again."""
     own = dict(_field(deployment, "litellm_params") or {})
     params = {k: v for k, v in own.items() if k not in ROUTER_ONLY_PARAMS and k not in SHADOW_SETS}
     metadata = own.get("metadata")
