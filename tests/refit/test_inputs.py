@@ -170,9 +170,21 @@ def test_small_slips_of_an_approximate_read_are_tolerated() -> None:
     assert refit(slipped, buckets=BUCKETS, settings=SETTINGS).input_repaired_cells == 0
     with pytest.raises(InputError, match="yn <= n2"):
         refit(slipped, buckets=BUCKETS, settings=SETTINGS, exact=True)
-    # an exact source keeps a hair of slack: two workers racing on one conversation's counts
-    raced = refit(_damaged(n2=_stat("n2") - 2), buckets=BUCKETS, settings=SETTINGS, exact=True)
-    assert raced.input_repaired_cells == 0
+    # an exact source keeps a hair of slack: two workers racing on a one-conversation cell's
+    # counts leave its Σn² 2 short of N²
+    rule, prefix, model = _cell()
+    cell = _clean().rules[rule].pair(prefix, model)
+    assert cell is not None
+    n = cell.n
+    y = round(
+        sum(
+            v
+            for k, v in _counts().checks.items()
+            if (k.rule, k.prefix_model, k.model, k.verdict) == (rule, prefix, model, "pass")
+        )
+    )
+    raced = _damaged(conversations=1, y2=y * y, yn=y * n, n2=n * n - 2)
+    assert refit(raced, buckets=BUCKETS, settings=SETTINGS, exact=True).input_repaired_cells == 0
 
 
 def test_a_cell_with_checks_and_no_sums_beside_clustered_cells_is_repaired() -> None:
