@@ -124,9 +124,36 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
             )
         return Checked(cells)
     keys, v = _cell_values(cells)
-    r = len(cells.rules)
+    broken = _broken(cells, keys, v, exact=exact, windowed=windowed)
+    any_bad = np.logical_or.reduce([b for _, b in broken])
+    if not np.any(any_bad):
+        return Checked(cells)
+    idx = np.flatnonzero(any_bad)
+    idx = idx[np.argsort(-v["n"][idx], kind="stable")]  # largest cells first
+    if exact:
+        i = int(idx[0])
+        names = [name for name, bad in broken if bad[i]]
+        others = f" ({len(idx) - 1} other cell(s) too)" if len(idx) > 1 else ""
+        raise InputError(
+            f"{source}: {_cell_name(cells, keys, i)}: its conversation-cluster sums break "
+            f"{', '.join(names)} ({_values(v, i)}){others}: no set of conversations gives these sums "
+            "(a damaged or hand-edited file?)"
+        )
+    g_only = dict(broken).get("conversations <= checks", np.zeros(len(any_bad), dtype=bool))
+    only_g = g_only & ~np.logical_or.reduce([b for name, b in broken if name != "conversations <= checks"])
+    repairs = [
+        _repair(cells, keys, v, i, [name for name, bad in broken if bad[i]], bool(only_g[i]))
+        for i in idx[:MAX_LISTED].tolist()
+    ]
+    return Checked(_repaired(cells, keys, v, any_bad, only_g), tuple(repairs), len(idx))
+
+
+def _broken(
+    cells: CellArrays, keys: tuple[np.ndarray, ...], v: _V, *, exact: bool, windowed: bool
+) -> list[tuple[str, np.ndarray]]:
+    """(relation, cells that break it beyond the source's slack) for every relation checked."""
     pooled_n_known = not cells.excluded_rules  # pooled sums also cover rules beyond max_rules
-    knows_n = (keys[0] < r) | pooled_n_known
+    knows_n = (keys[0] < len(cells.rules)) | pooled_n_known
     slack_rel, slack_abs = REL_TOLERANCE, ABS_TOLERANCE
     if exact:
         slack_rel, slack_abs = EXACT_REL_TOLERANCE, EXACT_ABS_TOLERANCE
@@ -137,36 +164,10 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
         if windowed and not exact and not in_window:
             continue
         right = rhs(v)
-        bad = lhs(v) > right if name in _NO_SLACK else lhs(v) > right + slack_rel * np.abs(right) + slack_abs
-        if needs_n:
-            bad &= knows_n
-        broken.append((name, bad))
-    any_bad = np.logical_or.reduce([b for _, b in broken]) if broken else np.zeros(len(keys[0]), bool)
-    if not np.any(any_bad):
-        return Checked(cells)
-    idx = np.flatnonzero(any_bad)
-    idx = idx[np.lexsort((-v["n"][idx],))]  # largest cells first
-    if exact:
-        i = int(idx[0])
-        names = [name for name, bad in broken if bad[i]]
-        others = f" ({len(idx) - 1} other cell(s) too)" if len(idx) > 1 else ""
-        raise InputError(
-            f"{source}: {_cell_name(cells, keys, i)}: its conversation-cluster sums break "
-            f"{', '.join(names)} ({_values(v, i)}){others}: no set of conversations gives these sums "
-            "(a damaged or hand-edited file?)"
-        )
-    only_g = np.zeros(len(any_bad), dtype=bool)
-    for name, bad in broken:
-        if name == "conversations <= checks":
-            only_g = bad.copy()
-    for name, bad in broken:
-        if name != "conversations <= checks":
-            only_g &= ~bad
-    repairs = [
-        _repair(cells, keys, v, i, [name for name, bad in broken if bad[i]], bool(only_g[i]))
-        for i in idx[:MAX_LISTED].tolist()
-    ]
-    return Checked(_repaired(cells, keys, v, any_bad, only_g), tuple(repairs), len(idx))
+        slack = 0.0 if name in _NO_SLACK else slack_rel * np.abs(right) + slack_abs
+        bad = lhs(v) > right + slack
+        broken.append((name, bad & knows_n if needs_n else bad))
+    return broken
 
 
 def _cell_values(cells: CellArrays) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], _V]:
