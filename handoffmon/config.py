@@ -80,8 +80,9 @@ class StoreConfig(_Section):
     url: str = "redis://127.0.0.1:6379/0"
     """Redis URL (backend ``redis``): ``redis://[[user]:password@]host[:port][/db]``,
     ``rediss://`` for TLS, ``unix:///path.sock[?db=N]``. A malformed one (another scheme, a port
-    or database that is no number) is refused at load; a well-formed one whose server does not
-    answer fails open at start."""
+    or database that is no number) is refused at load, and so is a timeout in its query
+    (``?socket_timeout=``: it would override ``timeout_s``); a well-formed one whose server
+    does not answer fails open at start."""
     ttl_s: float = Field(default=7 * 24 * 3600, gt=0, le=MAX_TTL_S)
     """Forget attributions and conversation state this long after their last write. At most
     100 years (3153600000): from about 10^16 s Redis refused every write's expiry."""
@@ -132,7 +133,7 @@ class StoreConfig(_Section):
         if info.data.get("backend") == "redis":
             problem = redis_url_problem(v)
             if problem:
-                raise ValueError(f"not a Redis URL: {problem}")
+                raise ValueError(problem)
         return v
 
     @field_validator("path")
@@ -161,17 +162,21 @@ def redis_url_problem(url: str) -> str | None:
 
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in ("redis", "rediss", "unix"):
-        return f"the scheme must be redis://, rediss:// or unix:// ({REDIS_URL_FORMS})"
+        return f"not a Redis URL: the scheme must be redis://, rediss:// or unix:// ({REDIS_URL_FORMS})"
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        return f"the port is not a number from 0 to 65535 ({REDIS_URL_FORMS})"
+        return f"not a Redis URL: the port is not a number from 0 to 65535 ({REDIS_URL_FORMS})"
     del port  # parsed only to be checked
-    dbs = parse_qs(parts.query).get("db", [])
+    query = parse_qs(parts.query)
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        if name in query:
+            return f"?{name}= in the URL would override store.timeout_s (the fail-open wait): set that key"
+    dbs = query.get("db", [])
     if scheme == "unix":
         if not parts.path:
-            return f"no socket path ({REDIS_URL_FORMS})"
+            return f"not a Redis URL: no socket path ({REDIS_URL_FORMS})"
     else:
         path = unquote(parts.path)
         if path.startswith("/"):
@@ -180,7 +185,10 @@ def redis_url_problem(url: str) -> str | None:
             dbs = [path]
     for db in dbs:
         if not (db.isascii() and db.isdigit()):
-            return f"the database is not a number (a path /0, /1, … or ?db=N; {REDIS_URL_FORMS})"
+            return (
+                "not a Redis URL: the database is not a number (a path /0, /1, … or ?db=N; "
+                f"{REDIS_URL_FORMS})"
+            )
     return None
 
 

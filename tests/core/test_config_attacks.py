@@ -331,3 +331,12 @@ def test_a_duration_past_100_years_is_refused(dotted: str) -> None:
     with pytest.raises(ConfigError) as exc:
         config_from_mapping({section: {key: 1e12}})
     assert exc.value.key == dotted and "3153600000" in str(exc.value)
+
+
+@pytest.mark.parametrize("query", ["socket_timeout=30", "socket_connect_timeout=30"])
+def test_a_timeout_in_the_redis_url_is_refused_for_store_timeout_s(tmp_path: Path, query: str) -> None:
+    """redis-py lets the URL's ``?socket_timeout=30`` override ``store.timeout_s`` (measured: the
+    client waited 30 s, not 0.05): a hung Redis then held the attribution thread 30 s per
+    call. Refused at load, naming ``store.url`` and the key to use instead."""
+    err = _load(tmp_path, f"store:\n  backend: redis\n  url: redis://127.0.0.1:6379/0?{query}\n")
+    assert err.key == "store.url" and "store.timeout_s" in str(err)
