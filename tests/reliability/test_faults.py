@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from handoffmon.checkers import RuleSet, default_registry
 from handoffmon.checkers.base import passed
@@ -158,10 +159,13 @@ def _bad_rules() -> RuleSet:
 
 
 async def test_raising_and_over_budget_checkers_under_proxy_traffic() -> None:
-    """serve with a raising and an over-budget checker: 64 concurrent requests answered; verdicts kept."""
+    """serve with a raising and an over-budget checker: 64 concurrent requests answered; verdicts
+    kept. The raising checker is the monitor's failure; the over-budget one a limit at work (an
+    ``error`` verdict, not a monitor error): both shown by reason."""
+    registry = CollectorRegistry()
     with upstream_thread() as (url, _):
         config = proxy_config(url)
-        rt = build_runtime(config, registry=None, rules=_bad_rules())
+        rt = build_runtime(config, registry=registry, rules=_bad_rules())
         m = rt.monitor
         app = create_app(config, runtime=rt)
         with ServerThread(app, free_port(), **uvicorn_options(config)) as srv:
@@ -174,6 +178,12 @@ async def test_raising_and_over_budget_checkers_under_proxy_traffic() -> None:
                     return str(r.json()["choices"][0]["message"]["content"])
 
                 replies = await asyncio.gather(*(ask(i) for i in range(64)))
+        assert m.flush(30)
+        sample = registry.get_sample_value
+        reasons = {
+            (rule, reason): sample("handoffmon_check_errors_total", {"rule": rule, "reason": reason})
+            for rule, reason in (("boom", "raised"), ("slow", "over_budget"), ("boom", "over_budget"))
+        }
         rt.close(30)
     assert replies == [reply_text(schedule(1), 1)] * 64
     snap = m.snapshot()
@@ -182,7 +192,8 @@ async def test_raising_and_over_budget_checkers_under_proxy_traffic() -> None:
     for key, n in snap.checks.items():
         verdicts[(key.rule, key.verdict)] = verdicts.get((key.rule, key.verdict), 0) + n
     assert verdicts == {("boom", "error"): 64, ("slow", "error"): 64, ("short", "pass"): 64}
-    assert snap.monitor_errors == {"check": 128}
+    assert snap.monitor_errors == {"check": 64}
+    assert reasons == {("boom", "raised"): 64, ("slow", "over_budget"): 64, ("boom", "over_budget"): None}
 
 
 SLOW_S = 3.0
