@@ -54,6 +54,7 @@ def test_promtool_unit_tests_pass() -> None:
     assert "SUCCESS" in proc.stdout
 
 
+@pytest.mark.slow
 def test_promtool_unit_tests_catch_a_broken_threshold(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The unit tests are not vacuous: loosening HandoffPairRisky's Δ threshold makes them fail."""
     broken = RULES.read_text(encoding="utf-8").replace('bound="upper"}) < -0.05', 'bound="upper"}) < -0.5')

@@ -25,6 +25,7 @@ def _documented(marker: str) -> list[str]:
     return argv[1:]
 
 
+@pytest.mark.slow
 def test_the_offline_switch_matrix_example_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -38,6 +38,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     yield from _loop(tmp_path_factory, conversations=40, runs=20, matrix_runs=20)
 
 
+@pytest.mark.slow
 def test_compare_joins_on_the_author_and_flags_only_the_planted_rule(loop: dict[str, Any]) -> None:
     """eval compare --model sim-00 --out -: stdout is the JSON alone, cells compared, no_commas flagged."""
     res, c = loop["compare"], loop["comparison"]
@@ -96,6 +97,7 @@ def test_model_with_no_data_or_an_empty_source_exits_non_zero(loop: dict[str, An
     assert res.exit_code == 4 and not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow
 def test_eval_page_in_chromium_overlays_production_on_a_depth_axis(loop: dict[str, Any]) -> None:
     """Every chart: x is the depth (equal spacing per turn), production bands, the flags only on no_commas."""
     binary = require_binary("chromium")
@@ -118,6 +120,7 @@ def test_eval_page_in_chromium_overlays_production_on_a_depth_axis(loop: dict[st
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000
 
 
+@pytest.mark.slow
 def test_matrix_page_in_chromium_shows_only_what_a_matrix_has(loop: dict[str, Any]) -> None:
     """No depth or Markov cards, no empty card, no overlapping or clipped label (long names included)."""
     binary = require_binary("chromium")

@@ -408,6 +408,7 @@ _dicts = st.dictionaries(st.sampled_from(_KEYS), _json, max_size=5)
     response={"output": [{"type": "message", "role": "assistant", "content": [{"type": {}}]}]},
     events=[],
 )
+@pytest.mark.slow
 def test_the_readers_are_total(body: Any, response: Any, events: list[Any]) -> None:
     """Whatever a client or an upstream sends (any JSON, with the API's own keys in odd
     places): nothing raises, and every result has the shape its caller relies on."""

@@ -71,6 +71,7 @@ async def test_wrapped_module_functions_are_turns() -> None:
     assert [r.record.streamed for r in results] == [False, False, True, True]
 
 
+@pytest.mark.slow
 def test_the_proxy_callback_in_an_sdk_process_says_it_monitors_nothing() -> None:
     """``litellm.callbacks = [handoffmon_callback]`` in a process that is not a LiteLLM Proxy:
     the SDK's calls reach only the logging hooks, which the callback does not monitor, so it

@@ -342,6 +342,7 @@ def _via_serve(upstream: str, tmp: Path) -> dict[str, dict[Any, float]]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_same_conversations_give_the_same_series_in_wrap_callback_and_serve(
     proxy: tuple[str, Path], tmp_path: Path
 ) -> None:
@@ -403,6 +404,7 @@ def chain_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 
 
 @pytest.mark.parametrize("by", ["previous_response_id", "conversation"])
+@pytest.mark.slow
 def test_proxy_records_responses_api_histories_kept_by_the_provider(
     chain_proxy: tuple[str, Path], by: str
 ) -> None:
@@ -436,6 +438,7 @@ def test_proxy_records_responses_api_histories_kept_by_the_provider(
         assert attributed == {}
 
 
+@pytest.mark.slow
 def test_proxy_records_streamed_responses_under_the_ids_the_next_call_names(
     chain_proxy: tuple[str, Path],
 ) -> None:
@@ -502,6 +505,7 @@ def messages_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
             yield url, tmp / "handoffmon.db"
 
 
+@pytest.mark.slow
 def test_proxy_records_anthropic_messages_api_turns(messages_proxy: tuple[str, Path]) -> None:
     """The Anthropic SDK → LiteLLM Proxy ``/v1/messages`` (the callback's hooks), JSON and
     streamed (the proxy hands the hook raw SSE bytes), a tool call among them: every turn with

@@ -27,7 +27,7 @@ from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, POOLED_RULE, CellStatKe
 from handoffmon.pipeline.aggregates import Aggregates
 from tests.integrations.test_litellm_proxy import MASTER_KEY, _delta, _series, running_proxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BACKUP = "the backup deployment answers with this long reply"
 BACKUP2 = "backup two answers"

@@ -133,6 +133,7 @@ def converse(reps: list[Replica], turns: int, tag: str, stream: bool = False) ->
         c.close()
 
 
+@pytest.mark.slow
 def test_two_replicas_share_attribution_through_redis(tmp_path: Path) -> None:
     """Turns alternating between two serve processes: every earlier message attributed, none unknown."""
     require_redis()
@@ -151,6 +152,7 @@ def test_two_replicas_share_attribution_through_redis(tmp_path: Path) -> None:
         assert b"Traceback" not in r.proc.stderr.read()  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_redis_outage_fails_open_and_recovers(tmp_path: Path) -> None:
     """Redis stopped mid-run: requests all succeed, unknowns counted; after restart, full attribution."""
     with RedisServer() as server, replicas(tmp_path, server.url) as (reps, _):

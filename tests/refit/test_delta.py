@@ -134,6 +134,7 @@ def _few_conversations_rows(rng: np.random.Generator) -> TurnRows:
                     np.zeros(len(c_arr), dtype=np.int64), verdict, zero, zero, p_arr == 0, 0.0)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_cell_carried_by_few_conversations_keeps_its_level() -> None:
     """No effect, a handoff cell dominated by a few conversations: the t reference (effective
     conversations − 1 degrees of freedom) keeps false positives within twice nominal at 5%

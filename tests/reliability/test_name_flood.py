@@ -51,6 +51,7 @@ def _assert_names_capped(report: dict[str, Any]) -> None:
     assert report["refits"]["runs"] >= 1 and report["refits"]["failures"] == 0
 
 
+@pytest.mark.slow
 def test_a_name_flood_with_small_caps_plateaus() -> None:
     report = _flood(2_000, "small", timeout_s=400)
     _assert_names_capped(report)

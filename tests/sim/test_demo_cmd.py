@@ -25,6 +25,7 @@ def _turns_total(text: str) -> float:
     return sum(float(v) for v in re.findall(r"^handoffmon_turns_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
 
+@pytest.mark.slow
 def test_small_demo_with_serve_exits_zero_writes_outputs_and_serves_live_metrics(tmp_path: Path) -> None:
     """A small seeded demo: summary beside the planted truth, three files, and a /metrics endpoint
     whose turn counter keeps growing with live traffic and which carries the refit gauges; exits 0
