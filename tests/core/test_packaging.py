@@ -101,6 +101,7 @@ def test_wheel_metadata_core_has_no_integration(wheel: Path) -> None:
     assert "plots" not in extras
 
 
+@pytest.mark.slow
 def test_pip_install_handoffmon_resolves_without_litellm(wheel: Path, tmp_path: Path) -> None:
     """`pip install handoffmon` (resolved by pip from the wheel, deps included) installs no integration."""
     report = tmp_path / "report.json"

@@ -16,7 +16,7 @@ from tests.deploy.conftest import shortened_rules
 from tests.deploy.servers import pushgateway
 from tests.promserver import prometheus_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 LABELS = ["--push-label", "job=handoffmon", "--push-label", "namespace=llm-prod"]
 

@@ -19,7 +19,7 @@ from tests.conftest import free_port
 from tests.deploy.shipped import RULES, TEMPLATE_VALUES, alert_rules, dashboard, panel_targets, substitute
 from tests.promserver import prometheus_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 VALUES = {**TEMPLATE_VALUES, "__rate_interval": "10s"}
 

@@ -24,7 +24,7 @@ from tests.promserver import prometheus_server
 from tests.shadow.test_persisted import shadow_config
 from tests.shadow.test_runner import _converse, _router
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 VALUES = {**TEMPLATE_VALUES, "__rate_interval": "10s"}
 SHADOW = ("handoffmon_shadow_", "handoffmon_switch_cost")

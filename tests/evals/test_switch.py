@@ -16,6 +16,8 @@ from handoffmon.evals.script import script_from_dict
 from handoffmon.evals.switch import SwitchMatrixRun, analyse, episodes_of
 from handoffmon.sim.fleet import DEFAULT_RULES, Fleet, SimModel
 
+pytestmark = pytest.mark.slow  # a simulated switch matrix with paired BCa resamples (~30 s)
+
 RULES = DEFAULT_RULES[:4]
 NAMES = ("m-a", "m-b", "m-c")
 PI = (-0.15, 0.0, 0.15)  # planted prefix influence (sums to zero)

@@ -49,6 +49,7 @@ def plant(exp: PrometheusExporter) -> None:
     exp.export(make_result(depth=3, author="gpt", prefix_model="unknown", checks=[("json", "error")]))
 
 
+@pytest.mark.slow
 def test_real_prometheus_adherence_by_depth_and_handoff_rate(tmp_path: Path) -> None:
     """Prometheus 2.x scrapes /metrics; adherence by depth bucket and the documented handoff PromQL match."""
     exp = PrometheusExporter(CollectorRegistry(), multiprocess=False)
@@ -67,6 +68,7 @@ def test_real_prometheus_adherence_by_depth_and_handoff_rate(tmp_path: Path) -> 
         assert [float(r["value"][1]) for r in up] == [1.0]
 
 
+@pytest.mark.slow
 def test_real_prometheus_stores_conversation_id_exemplars(tmp_path: Path) -> None:
     """With telemetry.exemplars, Prometheus (exemplar storage on) keeps conversation ids as exemplars."""
     exp = PrometheusExporter(CollectorRegistry(), exemplars=True, multiprocess=False)

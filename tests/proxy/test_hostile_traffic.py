@@ -287,6 +287,7 @@ def test_a_path_with_dot_segments_is_refused_and_never_forwarded(
     assert ok.status_code == 404 and len(app.seen) == seen + 1  # a dotted name is not a segment
 
 
+@pytest.mark.slow
 def test_a_stream_of_tiny_deltas_holds_about_its_characters() -> None:
     """200,000 two-character deltas (400,000 characters): the folder holds them joined in
     blocks (under 3 bytes per character), not as one ~50-byte object per delta (over 25)."""

@@ -61,6 +61,7 @@ def _switch_costs(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_refit_from_sqlite_and_prometheus_gives_the_in_process_switch_costs(tmp_path: Path) -> None:
     """Conversations alpha, alpha, primary (→ backup): a no-handoff pair c→c shadowed by model-b and a
     handoff pair c→b shadowed by model-c in each conversation (two pairs per cluster), over three rules

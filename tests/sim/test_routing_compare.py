@@ -16,6 +16,7 @@ from handoffmon.sim.fleet import default_fleet
 from handoffmon.sim.routing_compare import COMPARE_ROUTING, by_conversation, compare_routing, run_arm
 
 
+@pytest.mark.slow
 def test_missing_or_stale_table_runs_exactly_the_routers_traffic() -> None:
     """Routing off, routing on with no table, and with a table older than max_table_age_s: every
     conversation gets the same groups, authors and reply texts, turn for turn."""
