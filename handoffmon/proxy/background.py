@@ -87,6 +87,12 @@ _RESPONSE_PATH = re.compile(r"(?:/v1|/openai/v1|/openai)/responses/([^/]+)(/canc
 
 PARKED_OVERHEAD_BYTES = 1024
 """What a parked call keeps alive besides its request body (its headers, the turn object)."""
+MAX_COMPRESSED_PARK_READ = 64 * 1024
+"""A compressed answer larger than this is not read on the request path to see whether it is
+unfinished (an unfinished response has no output: a few kB compressed); it is read as a finished
+one, on the attribution thread, and counted ``unfinished`` if it was not."""
+_UNFINISHED_TOKENS = (b'"queued"', b'"in_progress"')
+"""One of them is in every unfinished response's JSON (its ``status``)."""
 
 
 class Poll(NamedTuple):
@@ -131,9 +137,16 @@ class BackgroundCalls:
     def park(self, turn: Any, headers: Sequence[tuple[bytes, bytes]], data: bytes) -> bool:
         """Park ``turn`` when its 2xx JSON answer ``data`` is an unfinished response; True when
         parked (the caller records nothing now). Only a request mentioning ``background`` (or
-        compressed) has its answer parsed here; never raises."""
+        compressed) whose answer can be an unfinished response — it holds ``"queued"`` or
+        ``"in_progress"``, or is compressed and small — has its answer parsed here, on the
+        request path; never raises."""
         try:
             if b"background" not in turn.body and not _compressed(turn.raw_headers):
+                return False
+            if _compressed(headers):
+                if len(data) > MAX_COMPRESSED_PARK_READ:
+                    return False
+            elif not any(token in data for token in _UNFINISHED_TOKENS):
                 return False
             try:
                 doc = self._responses.document(headers, data)

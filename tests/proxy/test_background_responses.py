@@ -9,6 +9,7 @@ before the finished one).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from handoffmon.proxy.forward import Forwarder
 from handoffmon.runtime import background as bg
 from handoffmon.testing import RecordingExporter
 from tests.conftest import free_port
@@ -311,3 +313,34 @@ def test_the_turn_carries_the_calls_latency_and_the_finished_response(proxy: Pro
     assert 0.3 <= result.record.latency_s <= took
     assert (result.record.author, result.context.depth) == (schedule(1), 1)
     assert result.record.response_id == final.id == queued.id
+
+
+def test_only_an_answer_that_can_be_unfinished_is_parsed_on_the_request_path(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call whose input mentions ``background`` but that is answered finished: its answer is
+    read on the attribution thread only, as any call's, not parsed again on the event loop to see
+    whether it is to be parked. A background call's queued answer is parsed there (and parked)."""
+    on_loop: list[int] = []
+    real = Forwarder.document
+
+    def spy(self: Forwarder, headers: Any, data: bytes) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(len(data))
+        except RuntimeError:  # the attribution thread
+            pass
+        return real(self, headers, data)
+
+    monkeypatch.setattr(Forwarder, "document", spy)
+    before = snapshot(proxy)
+    client = _client(proxy)
+    done = client.responses.create(model="gpt-x", input="what is in the background of this photo?")
+    assert done.status == "completed"
+    assert on_loop == []
+    queued = client.responses.create(model="gpt-x", input="a background question", background=True)
+    assert queued.status == "queued" and len(on_loop) == 1
+    assert _polled(client, queued.id).status == "completed"
+    client.close()
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == _times(expected_turns([schedule(1)]), 2)
