@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from handoffmon.checkers.base import (
@@ -130,19 +131,38 @@ def phrase_prefilter(phrases: tuple[str, ...], *, case_sensitive: bool) -> Any:
     there (the other fold partners of ASCII letters, the Kelvin sign and long s, are not ASCII):
     a non-ASCII phrase disables the filter, a non-ASCII text always may match.
     """
-    if case_sensitive:
-        return lambda text: any(ph in text for ph in phrases)
-    if not all(ph.isascii() for ph in phrases):
-        return lambda text: True
-    folded = tuple(ph.lower() for ph in phrases)
+    compared, fold = _substring_view(phrases, case_sensitive=case_sensitive)
 
     def may_match(text: str) -> bool:
-        if not text.isascii():
-            return True
-        low = text.lower()
-        return any(ph in low for ph in folded)
+        folded = fold(text)
+        return folded is None or any(ph in folded for ph in compared)
 
     return may_match
+
+
+def _substring_view(
+    phrases: tuple[str, ...], *, case_sensitive: bool
+) -> tuple[tuple[str, ...], Callable[[str], str | None]]:
+    """The substring test :func:`phrase_prefilter` and :func:`_candidates` share: the phrases as
+    compared, and ``fold(text)``, the text to look for them in, or ``None`` when every phrase
+    may occur (a non-ASCII phrase or text without ``case_sensitive``)."""
+    if case_sensitive:
+        return phrases, _same
+    if not all(ph.isascii() for ph in phrases):
+        return phrases, _nothing_folded
+    return tuple(ph.lower() for ph in phrases), _ascii_lower
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _nothing_folded(text: str) -> None:
+    return None
+
+
+def _ascii_lower(text: str) -> str | None:
+    return text.lower() if text.isascii() else None
 
 
 MAX_PASS_MATCHES = 64
@@ -227,17 +247,13 @@ def _candidates(phrases: tuple[str, ...], *, case_sensitive: bool) -> Any:
     """``candidates(text)``: the phrases (indices) that may occur in ``text``, by the substring
     test of :func:`phrase_prefilter`, the text folded once for all of them."""
     everything = list(range(len(phrases)))
-    if case_sensitive:
-        return lambda text: [i for i, ph in enumerate(phrases) if ph in text]
-    if not all(ph.isascii() for ph in phrases):
-        return lambda text: everything
-    folded = tuple(ph.lower() for ph in phrases)
+    compared, fold = _substring_view(phrases, case_sensitive=case_sensitive)
 
     def candidates(text: str) -> list[int]:
-        if not text.isascii():
+        folded = fold(text)
+        if folded is None:
             return everything
-        low = text.lower()
-        return [i for i, ph in enumerate(folded) if ph in low]
+        return [i for i, ph in enumerate(compared) if ph in folded]
 
     return candidates
 
