@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -93,6 +94,7 @@ def _one_turn_script(tmp_path: Path) -> Path:
     return script
 
 
+@pytest.mark.slow
 def test_eval_run_names_a_script_or_router_nested_thousands_deep(tmp_path: Path) -> None:
     """YAML 100,000 levels deep as the script or the --router: exit 1 naming that file, nothing written."""
     deep = "[" * 100_000 + "]" * 100_000

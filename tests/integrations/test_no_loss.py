@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from handoffmon.integrations.router import RouterWrapper
 from tests.integrations.zero_router import ZeroLatencyRouter
 from tests.pipeline.helpers import make_config, monitor
@@ -28,6 +30,7 @@ async def _task(wrapped: Any, task: int) -> None:
                 await asyncio.sleep(0)  # interleave the tasks
 
 
+@pytest.mark.slow
 async def test_ten_thousand_turns_from_eight_tasks_are_all_counted() -> None:
     """Every turn reaches the aggregates exactly once: turns, checks, transitions and attributions."""
     router = ZeroLatencyRouter({"g1": ("dep-1", "openai/m1"), "g2": ("dep-2", "openai/m2")})

@@ -323,6 +323,7 @@ class _BigBlockingCollector:
         yield g
 
 
+@pytest.mark.slow
 async def test_metrics_render_off_the_event_loop_and_within_a_time_bound(
     scripted: tuple[ScriptedUpstream, str],
 ) -> None:

@@ -161,6 +161,7 @@ def _replicate_fit(planted, rng):  # type: ignore[no-untyped-def]
     return refit(counts, buckets=B7, settings=RefitConfig(prior_sd_pp=100), now=0).rules["r0"]
 
 
+@pytest.mark.slow
 def test_decomposition_intervals_are_calibrated_with_the_shared_baseline_modelled() -> None:
     """200 replicates, K = 6: 95% intervals of risk and of σ cover the planted values
     92–98% of the time. All Δ(·→B) share B's baseline; GLS on that covariance is what

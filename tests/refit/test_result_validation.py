@@ -167,6 +167,7 @@ def _fuzz(doc: dict[str, Any], read: Callable[[dict[str, Any]], object], runs: i
     return refused
 
 
+@pytest.mark.slow
 def test_fuzzed_refit_documents_fail_cleanly_in_every_reader() -> None:
     """120 random edits of a real refit document read as ``handoffmon report`` and
     ``shapes export --source refit.json`` read it (decode, render the page, rebuild the shapes).

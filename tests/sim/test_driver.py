@@ -128,6 +128,7 @@ def test_streaming_traffic_collects_garbage_only_at_safe_points_before_python_3_
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="CPython gh-148891 is fixed by 3.12's collector")
+@pytest.mark.slow
 def test_safe_point_collection_survives_the_interpreter_bug_it_works_around() -> None:
     """The 20-line reproduction of the bug (a finalizer setting a ContextVar, collected from
     inside ``ContextVar.set``) crashes this interpreter within a second; run as the driver runs
