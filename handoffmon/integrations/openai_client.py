@@ -28,7 +28,7 @@ from handoffmon.integrations.background import history_bytes
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
-from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response
+from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response, stream_helper
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Built, Capture, Deferred
@@ -312,8 +312,9 @@ class _Calls:
         return getattr(self._inner, name)
 
     def stream(self, **kwargs: Any) -> Any:
-        """The SDK's ``stream`` helper, making its request through the monitored ``create``."""
-        return type(self._inner).stream(self, **kwargs)
+        """The SDK's ``stream`` helper, making its request through the monitored ``create``; left
+        early, its stream is recorded at the ``with`` block's exit (``StreamHelper``)."""
+        return stream_helper(type(self._inner).stream(self, **kwargs))
 
     @property
     def with_raw_response(self) -> RawCalls:

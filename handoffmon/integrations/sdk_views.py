@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from handoffmon.integrations.streaming import AsyncStream, SyncStream
+
 
 class MonitoredCalls(Protocol):
     """What the views need of a wrapped resource (``openai_client.SyncCalls`` / ``AsyncCalls``)."""
@@ -156,6 +158,7 @@ class StreamedCall:
         self._kwargs = kwargs
         self._ctx = calls._begin(kwargs)  # the arguments as of the call, like create's
         self._t0 = 0.0
+        self._wrapped: ParsedResponse | None = None
         self.manager = method(**kwargs)  # the SDK sends the request when it is entered
 
     def _wrap(self, response: Any) -> Any:
@@ -163,16 +166,25 @@ class StreamedCall:
         if ctx is None:
             return response
         stream = bool(self._kwargs.get("stream"))
-        return parsed_response(
+        self._wrapped = parsed_response(
             response, lambda parsed: calls._monitored(ctx, parsed, response.headers, t0, stream)
         )
+        return self._wrapped
+
+    def _left(self) -> Any:
+        """The monitored stream the application parsed from the response, if any: the SDK's
+        exit closes the HTTP response only, so the wrapper closes the stream (``close_under``)."""
+        return None if self._wrapped is None else self._wrapped._done
 
     def __enter__(self) -> Any:
         self._t0 = time.perf_counter()
         return self._wrap(self.manager.__enter__())
 
     def __exit__(self, *exc: Any) -> Any:
-        return self.manager.__exit__(*exc)
+        try:
+            return self.manager.__exit__(*exc)
+        finally:
+            close_under(self._left())
 
 
 class AsyncStreamedCall:
@@ -187,7 +199,85 @@ class AsyncStreamedCall:
         return call._wrap(await call.manager.__aenter__())
 
     async def __aexit__(self, *exc: Any) -> Any:
-        return await self._call.manager.__aexit__(*exc)
+        try:
+            return await self._call.manager.__aexit__(*exc)
+        finally:
+            await aclose_under(self._call._left())
+
+
+def close_under(stream: Any) -> None:
+    """Close ``stream`` when it is a monitored :class:`SyncStream`: what the application left
+    (an SDK helper's exit, which closes only the HTTP response under it, else leaves the turn
+    to the stream's finalizer, after a next turn continuing it). A stream read to its end was
+    reported already; closing again does nothing."""
+    if isinstance(stream, SyncStream):
+        stream.close()
+
+
+async def aclose_under(stream: Any) -> None:
+    """The async twin of :func:`close_under`."""
+    if isinstance(stream, AsyncStream):
+        await stream.aclose()
+
+
+class _Helper:
+    """What :class:`StreamHelper` and :class:`AsyncStreamHelper` share: passing for the SDK's
+    manager (``isinstance``), its other attributes, the stream under the helper."""
+
+    def __init__(self, manager: Any) -> None:
+        self._manager = manager
+        self._helper: Any = None
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self._manager)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._manager, name)
+
+    def _raw(self) -> Any:
+        # the SDK helpers keep the stream they read from as ``_raw_stream``
+        return getattr(self._helper, "_raw_stream", None)
+
+
+class StreamHelper(_Helper):
+    """An SDK stream helper's manager (``chat.completions.stream``, ``responses.stream``) whose
+    exit also closes the monitored stream the helper reads: the helper's own ``close`` closes
+    the HTTP response only. Passes for the SDK's manager (``isinstance``); every other
+    attribute is the manager's.
+
+    Args:
+        manager: the SDK's (sync) stream manager.
+    """
+
+    def __enter__(self) -> Any:
+        self._helper = self._manager.__enter__()
+        return self._helper
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return self._manager.__exit__(*exc)
+        finally:
+            close_under(self._raw())
+
+
+class AsyncStreamHelper(_Helper):
+    """:class:`StreamHelper` of an async client's helper (``async with``)."""
+
+    async def __aenter__(self) -> Any:
+        self._helper = await self._manager.__aenter__()
+        return self._helper
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        try:
+            return await self._manager.__aexit__(*exc)
+        finally:
+            await aclose_under(self._raw())
+
+
+def stream_helper(manager: Any) -> StreamHelper | AsyncStreamHelper:
+    """The SDK's stream helper ``manager`` in a :class:`StreamHelper` (or its async twin)."""
+    return AsyncStreamHelper(manager) if hasattr(manager, "__aenter__") else StreamHelper(manager)
 
 
 class View:
