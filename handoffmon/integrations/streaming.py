@@ -15,12 +15,14 @@ knows every stream dropped before it was reported.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import pickle
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, SupportsIndex
 
 from handoffmon.ingress import ChunkFolder, StreamOutcome
 from handoffmon.ingress.chunks import Folder
@@ -120,38 +122,87 @@ def _ensure_drainer() -> None:
         _drainer_pid = pid
 
 
+class _Turn:
+    """The turn a stream (and its copies) reports: the folder its chunks go to, the wrapped stream
+    the report names, and the one-shot callback, in a one-element list that deep copies share
+    (``list.pop`` is atomic and lock-free, so a finalizer may take it). When the last copy
+    reading it is dropped with the turn unreported, it hands the report over (module docstring)."""
+
+    __slots__ = ("folder", "inner", "once")
+
+    def __init__(self, folder: Folder, inner: Any, once: list[OnDone]) -> None:
+        self.folder, self.inner, self.once = folder, inner, once
+
+    def take(self) -> OnDone | None:
+        try:
+            return self.once.pop()
+        except IndexError:
+            return None
+
+    def done(self, completed: bool) -> None:
+        cb = self.take()
+        if cb is not None:
+            _report(cb, self.folder, self.inner, completed)
+
+    def __del__(self) -> None:
+        """Every copy of the stream was dropped without closing it: hand the report over, nothing
+        else. No lock, no logging, no callback here (see the module docstring): a ``put`` on a
+        ``SimpleQueue`` is safe even when this thread is inside ``put`` or holds any lock."""
+        cb = self.take()
+        if cb is not None:
+            _FINALIZED.put((cb, self.folder, self.inner))
+            _WAKE.put(None)
+
+
 class _Base:
-    """Shared state: the wrapped stream, the folder (default: a ``ChunkFolder``) and the one-shot
-    completion callback."""
+    """Shared state: the wrapped stream, what it is read through (``_it``) and its :class:`_Turn`
+    (the folder, default a ``ChunkFolder``, and the one-shot completion callback).
+
+    Copies behave as the wrapped stream's (a stream's ``copy.copy`` shares its connection; its
+    ``deepcopy`` and ``pickle`` raise, as the SDKs' and LiteLLM's do) and report the turn once:
+    a shallow copy shares the turn (the chunks either copy yields go to one folder), a deep copy
+    of a stream that allows one is a second reading of it (its own folder, copied) whose turn is
+    reported by whichever reading ends (or is dropped) first.
+    """
 
     def __init__(self, inner: Any, on_done: OnDone, folder: Folder | None = None) -> None:
         self._inner = inner
-        self._folder: Folder = folder if folder is not None else ChunkFolder()
-        self._on_done: OnDone | None = on_done
+        self._it: Any = inner
+        self._turn = _Turn(folder if folder is not None else ChunkFolder(), inner, [on_done])
         _ensure_drainer()
 
     def _feed(self, chunk: Any) -> None:
-        self._folder.feed(chunk)  # total: never raises into the application's stream
+        self._turn.folder.feed(chunk)  # total: never raises into the application's stream
 
     def _done(self, completed: bool) -> None:
-        cb, self._on_done = self._on_done, None
-        if cb is not None:
-            _report(cb, self._folder, self._inner, completed)
+        self._turn.done(completed)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        try:  # read from __dict__: an instance made without __init__ has no _inner (no recursion)
+            inner = self.__dict__["_inner"]
+        except KeyError:
+            raise AttributeError(name) from None
+        return getattr(inner, name)
 
-    def __del__(self) -> None:
-        """The consumer dropped the stream without closing it: hand the report over, nothing else.
+    def __copy__(self) -> Any:
+        inner = copy.copy(self._inner)  # the stream's own error when it cannot be copied
+        return self._copied(inner, inner if self._it is self._inner else self._it, self._turn)
 
-        No lock, no logging, no callback here (see the module docstring): a ``put`` on a
-        ``SimpleQueue`` is safe even when this thread is inside ``put`` or holds any lock.
-        """
-        cb = self.__dict__.get("_on_done")
-        if cb is not None:
-            self._on_done = None
-            _FINALIZED.put((cb, self._folder, self._inner))
-            _WAKE.put(None)
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        inner = copy.deepcopy(self._inner, memo)
+        it = inner if self._it is self._inner else copy.deepcopy(self._it, memo)
+        turn = self._turn
+        return self._copied(inner, it, _Turn(copy.deepcopy(turn.folder, memo), inner, turn.once))
+
+    def _copied(self, inner: Any, it: Any, turn: _Turn) -> Any:
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._inner, new._it, new._turn = inner, it, turn
+        return new
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        pickle.dumps(self._inner, int(protocol))  # the stream's own error when it cannot be pickled
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object: its turn is reported in this process")
 
 
 class SyncStream(_Base):
@@ -159,8 +210,8 @@ class SyncStream(_Base):
 
     def __init__(self, inner: Any, on_done: OnDone, folder: Folder | None = None) -> None:
         super().__init__(inner, on_done, folder)
-        plain = hasattr(inner, "__iter__") and not hasattr(inner, "__next__")
-        self._it = iter(inner) if plain else inner
+        if hasattr(inner, "__iter__") and not hasattr(inner, "__next__"):  # a plain iterable
+            self._it = iter(inner)
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -198,8 +249,8 @@ class AsyncStream(_Base):
 
     def __init__(self, inner: Any, on_done: OnDone, folder: Folder | None = None) -> None:
         super().__init__(inner, on_done, folder)
-        plain = hasattr(inner, "__aiter__") and not hasattr(inner, "__anext__")
-        self._it = inner.__aiter__() if plain else inner
+        if hasattr(inner, "__aiter__") and not hasattr(inner, "__anext__"):  # a plain async iterable
+            self._it = inner.__aiter__()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self
