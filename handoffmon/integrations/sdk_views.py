@@ -66,6 +66,11 @@ class ParsedResponse:
         self._monitored = monitored
         self._done = done
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The SDK response's class: ``isinstance(raw, LegacyAPIResponse)`` holds, as unwrapped."""
+        return type(self._response)
+
     def parse(self, **kwargs: Any) -> Any:
         """The monitored result (with ``to=``: the SDK's own parse, not monitored)."""
         if kwargs:
@@ -161,6 +166,11 @@ class StreamedCall:
         self._wrapped: ParsedResponse | None = None
         self.manager = method(**kwargs)  # the SDK sends the request when it is entered
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The SDK's context manager class (``ResponseContextManager``), as unwrapped."""
+        return type(self.manager)
+
     def _wrap(self, response: Any) -> Any:
         ctx, t0, calls = self._ctx, self._t0, self._calls
         if ctx is None:
@@ -192,6 +202,11 @@ class AsyncStreamedCall:
 
     def __init__(self, call: StreamedCall) -> None:
         self._call = call
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The SDK's context manager class (``AsyncResponseContextManager``), as unwrapped."""
+        return type(self._call.manager)
 
     async def __aenter__(self) -> Any:
         call = self._call
