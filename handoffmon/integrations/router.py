@@ -222,6 +222,11 @@ class RouterWrapper:
             return await self._router.abatch_completion_fastest_response(*args, **kwargs)
         return await self._batch("abatch_completion_fastest_response", args, kwargs)
 
+    async def schedule_acompletion(self, *args: Any, **kwargs: Any) -> Any:
+        """``Router.schedule_acompletion`` (request prioritization: the call waits for the
+        scheduler's turn), its ``acompletion`` the monitored one: see :meth:`_batch`."""
+        return await self._batch("schedule_acompletion", args, kwargs)
+
     async def _batch(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """LiteLLM's batch method ``name`` run with this wrapper as ``self``: the
         ``self.acompletion`` it calls for each model and request is the monitored one, and
