@@ -119,7 +119,10 @@ class Monitor:
         self._clock = clock
         self._closed = False
         self.attribution_overflows = 0
-        """Captured turns dropped because the attribution queue was full."""
+        """Captured turns dropped because the attribution queue (or the byte budget) was full."""
+        self.lost_at_close = 0
+        """Turns lost at shutdown: still queued when :meth:`close` ran out of time, or finished
+        after it (also in ``handoffmon_queue_dropped_total``)."""
         if store is None:  # first: a store path in a missing directory fails before anything opens
             store = open_store(config)
         sqlite_path = config.store.path if config.store.backend == "sqlite" else None
@@ -202,7 +205,7 @@ class Monitor:
             attributor=self.attributor,
             names=self.names,
             errors=self.errors,
-            submit=self._pool.submit,
+            submit=self._to_checks,
             capture_content=config.telemetry.capture_content,
             release=self.queued_bytes.give,
         )
@@ -292,9 +295,12 @@ class Monitor:
             self.queued_bytes.give(weight)
         if shed is not None:
             shed()
+            return
+        if self._closed:  # not an overflow: the turn came after close()
+            self.lost_at_close += 1
         else:
             self.attribution_overflows += 1
-            self.errors.drop()
+        self.errors.drop()
 
     def finish_later(
         self,
@@ -324,6 +330,15 @@ class Monitor:
             self.errors.failed("record", exc)
 
     # -- background -----------------------------------------------------------------------
+
+    def _to_checks(self, turn: Attributed, key: str) -> bool:
+        """Hand an attributed turn to the check queue; False when it is dropped (the attribution
+        stage counts it), which after :meth:`close` is a turn lost at shutdown."""
+        if self._pool.submit(turn, key):
+            return True
+        if self._closed:
+            self.lost_at_close += 1
+        return False
 
     def _front_failed(self, exc: BaseException) -> None:  # pragma: no cover - the stage fails open itself
         self.errors.failed("pipeline", exc)
@@ -432,14 +447,16 @@ class Monitor:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Monitor health: errors by stage, dropped turns, turns queued or in progress, and
-        ``attribution_overflows``: turns dropped because the attribution queue was full."""
+        """Monitor health: errors by stage, dropped turns, turns queued or in progress,
+        ``attribution_overflows``: turns dropped because the attribution queue was full, and
+        ``lost_at_close``: the dropped turns lost at shutdown (:meth:`close`)."""
         snap = self.aggregates.snapshot()
         return {
             "monitor_errors": dict(snap.monitor_errors),
             "dropped": snap.dropped,
             "pending": self._front.pending() + self._pool.pending(),
             "attribution_overflows": self.attribution_overflows,
+            "lost_at_close": self.lost_at_close,
         }
 
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -458,6 +475,11 @@ class Monitor:
     def close(self, timeout_s: float | None = None) -> None:
         """Drain the queues, shut exporters down, persist aggregates, close the store. Idempotent.
 
+        When the queues do not drain in time, the turns still queued are dropped, each counted
+        once in ``handoffmon_queue_dropped_total`` and ``lost_at_close`` (as is each turn
+        finished after close), and logged as "N turn(s) lost at shutdown"; a turn a stage is
+        handling then is left to finish (or to be dropped and counted by the next stage).
+
         Args:
             timeout_s: overall budget; defaults to ``pipeline.shutdown_timeout_s``.
         """
@@ -469,11 +491,24 @@ class Monitor:
         deadline = time.monotonic() + budget
         front_ok = self._front.close(budget)  # drains into the pool
         if not (self._pool.close(max(0.0, deadline - time.monotonic())) and front_ok):
-            _log.warning("handoffmon pipeline did not drain within %.1fs", budget)
-            self.errors.count("pipeline")
+            self._lost(budget)
         for d in self._dispatch:
             d.close(max(0.0, deadline - time.monotonic()))
         self._close_storage()
+
+    def _lost(self, budget: float) -> None:
+        """The queues did not drain within ``budget``: their turns are dropped and counted, one
+        by one, before the exporters close (so a final push carries them)."""
+        lost = self._front.abandon() + self._pool.abandon()
+        self.lost_at_close += lost
+        if lost:
+            self.errors.drop(lost)
+        _log.warning(
+            "handoffmon: %d turn(s) lost at shutdown: the pipeline did not drain within %.1fs "
+            "(counted in handoffmon_queue_dropped_total)",
+            lost,
+            budget,
+        )
 
     def _close_storage(self) -> None:
         try:

@@ -189,6 +189,10 @@ class WorkerPool(Generic[T]):
             w.stop_accepting()
         return all([w.close(_left(deadline)) for w in self._shards])
 
+    def abandon(self) -> int:
+        """Every shard's :meth:`DequeWorker.abandon`: the items none of them will handle."""
+        return sum(w.abandon() for w in self._shards)
+
 
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -466,3 +470,17 @@ class DequeWorker(Generic[T]):
         self._wake.set()
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
+
+    def abandon(self) -> int:
+        """After a :meth:`close` that ran out of time: refuse new items and take the queued ones
+        off the deque, so the thread handles none of them later; how many. The item the thread
+        is handling (``pending`` counts it) is not among them: it ends where its handler leaves
+        it. ``popleft`` is atomic, so an item is either taken here or handled, never both."""
+        self._closed = True
+        items, n = self._items, 0
+        while True:
+            try:
+                items.popleft()
+            except IndexError:
+                return n
+            n += 1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from handoffmon.checkers import CheckOutcome, RuleSet, default_registry
@@ -15,6 +18,7 @@ from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.ingress import Outcome
 from handoffmon.pipeline.aggregates import load_counts_sqlite
 from handoffmon.pipeline.monitor import Monitor
+from handoffmon.pipeline.records import Deferred
 from handoffmon.testing import RecordingExporter
 from handoffmon.types import TurnResult
 from tests.pipeline.helpers import (
@@ -250,6 +254,78 @@ def test_hanging_exporter_stalls_nothing_and_is_counted() -> None:
     hung.release.set()
 
 
+def _hanging_rules(release: threading.Event, entered: threading.Event) -> RuleSet:
+    """One rule, ``hang``, whose checker blocks on its first reply until ``release`` is set."""
+    reg = default_registry()
+
+    def factory(p: Any) -> Any:
+        def check(reply: str, ctx: Any) -> Any:
+            if not entered.is_set():
+                entered.set()
+                release.wait(30)
+            return CheckOutcome("pass")
+
+        return check
+
+    reg.register("hang", factory)
+    return RuleSet.from_config([RuleConfig(name="hang", check="hang")], registry=reg)
+
+
+def _turns_of(m: Monitor, n: int) -> None:
+    for i in range(n):
+        turn(m, [{"role": "user", "content": f"conversation {i}"}], "ok", "a", metadata={"session_id": "s"})
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["attribution-thread-checks", "check-threads"])
+def test_turns_still_queued_when_close_runs_out_are_counted_one_by_one(
+    workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A check that hangs on the first of 5 turns and ``close(0.3)``: the 4 turns still queued
+    (behind the attribution thread running checks, or in the check thread's queue) are each
+    counted once as dropped and lost at close — no ``pipeline`` error, not an overflow — and
+    logged as lost; the turn in progress is recorded when its check returns, not counted lost.
+    (Before: one ``pipeline`` error for all of them, and the 4 were still handled after close.)"""
+    release, entered = threading.Event(), threading.Event()
+    m = monitor(make_config(pipeline={"workers": workers}), rules=_hanging_rules(release, entered))
+    _turns_of(m, 5)
+    assert entered.wait(5)
+    with caplog.at_level(logging.WARNING, logger="handoffmon.pipeline"):
+        m.close(0.3)
+    assert "4 turn(s) lost at shutdown" in caplog.text
+    release.set()
+    assert m._front.close(5) and m._pool.close(5)  # the threads end after the turn in progress
+    snap = m.snapshot()
+    assert (snap.dropped, m.lost_at_close, m.attribution_overflows) == (4, 4, 0)
+    assert snap.total_turns == 1 and "pipeline" not in snap.monitor_errors
+
+
+def test_a_turn_finished_after_close_or_left_in_attribution_is_lost_once() -> None:
+    """Reading who served the first of 5 turns hangs (on the attribution thread) and
+    ``close(0.3)``: 4 are lost at close, the one in attribution when it returns (the check queue
+    is closed by then), and a turn finished after close: 6 dropped, 6 lost at close, none an
+    attribution overflow. (Before: the late turn counted in ``dropped`` and in
+    ``attribution_overflows``, and the close as a ``pipeline`` error.)"""
+    release, entered = threading.Event(), threading.Event()
+
+    def describe() -> Outcome:
+        entered.set()
+        release.wait(30)
+        return Outcome(authors=("a",))
+
+    m = monitor(make_config())
+    m.finish(m.capture(request(m, [{"role": "user", "content": "hanging"}])), "ok", Deferred(describe, ()))
+    _turns_of(m, 4)
+    assert entered.wait(5)
+    m.close(0.3)
+    assert (m.snapshot().dropped, m.lost_at_close) == (4, 4)
+    release.set()
+    assert m._front.close(5)
+    _turns_of(m, 1)
+    snap = m.snapshot()
+    assert (snap.dropped, m.lost_at_close, m.attribution_overflows) == (6, 6, 0)
+    assert snap.total_turns == 0 and "pipeline" not in snap.monitor_errors
+
+
 def _wait_until(cond: Any, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
@@ -339,7 +415,13 @@ def test_atexit_hook_drains_an_unclosed_monitor() -> None:
     """The process-exit hook closes a monitor nobody closed, so queued turns still get counted."""
     m = monitor(start=False)
     run_conversation(m, ["a", "a"])
-    assert m.stats == {"monitor_errors": {}, "dropped": 0, "pending": 2, "attribution_overflows": 0}
+    assert m.stats == {
+        "monitor_errors": {},
+        "dropped": 0,
+        "pending": 2,
+        "attribution_overflows": 0,
+        "lost_at_close": 0,
+    }
     m._atexit()  # what atexit runs at interpreter exit
     assert m.closed
     assert m.snapshot().total_turns == 2
