@@ -35,15 +35,17 @@ def author_of(response: Any, names: ModelNames, fallback: str) -> str:
 
     The serving deployment comes from ``response._hidden_params`` (after the router's
     fallbacks) and goes through the same author rule (``ingress.author``) and ``ModelNames``
-    (``attribution.canonical_models``) as the monitor, so eval rows and production
-    counts join on one name. ``fallback`` (the requested model) is used only when the
-    response names nothing.
+    (``attribution.canonical_models``) as the monitor, and is cut and escaped as production's
+    label of it is (``LabelGuard.model``: ``MAX_LABEL_CHARS``, unprintable characters
+    escaped), so eval rows and production counts join on one name. ``fallback`` (the
+    requested model) is used only when the response names nothing.
     """
     from handoffmon.ingress import author, served_by_response
+    from handoffmon.labels import MAX_LABEL_CHARS, exportable
 
     served = served_by_response(response)
     raw = author(names, served.deployment_id, served.model_name, served.response_model)
-    return names.canonical(raw or fallback)
+    return exportable(names.canonical(raw or fallback)[:MAX_LABEL_CHARS])
 
 
 def _text(response: Any) -> str:
@@ -126,12 +128,58 @@ def seeded_sim_provider_class() -> type:
     model never sees in its reply) makes runs with different seeds independent, as
     sampled runs of a real model are, and runs with the same seed identical.
     """
-    from handoffmon.sim.provider import SimProvider
+    import numpy as np
+
+    from handoffmon.sim.provider import SimProvider, TurnTruth, history_key
+    from handoffmon.sim.provider import _seed_from as seed_from
 
     class SeededSimProvider(SimProvider):  # type: ignore[misc,valid-type]
         def _keyed(self, messages: list[Any], kwargs: Mapping[str, Any]) -> list[Any]:
             seed = (kwargs.get("optional_params") or {}).get("seed")
             return [{"role": "seed", "content": str(seed)}, *messages] if seed is not None else messages
+
+        def previous(self, messages: Sequence[Mapping[str, Any]]) -> tuple[int, Any]:
+            """As the simulator's, also for a history another process wrote (a resumed run).
+
+            The simulator keeps each conversation's hidden state (the previous turn's intent
+            and author) in memory, so a conversation resumed from turns ``eval run --db``
+            stored, or from prefixes ``eval switch-matrix`` cached, continued as if no turn
+            came before it: no prefix author, no handoff effect. A reply is a function of
+            (seed, history, model), so each stored assistant turn is redrawn with each fleet
+            model until one writes its text, and remembered; a turn no model writes (a
+            history the simulator did not produce) leaves the state unknown, as before.
+            """
+            depth, prev = super().previous(messages)
+            if prev is not None or depth == 1:
+                return depth, prev
+            for i, m in enumerate(messages):
+                if m.get("role") != "assistant":
+                    continue
+                key = history_key(messages[: i + 1])
+                with self._lock:
+                    known = self._turns.get(key)
+                if known is None:
+                    known = self._redraw(messages[:i], str(m.get("content") or ""), prev)
+                    if known is None:
+                        return depth, None
+                    with self._lock:
+                        self._remember(self._turns, key, known)
+                prev = known
+            return depth, prev
+
+        def _redraw(self, context: Messages, text: str, before: Any) -> Any:
+            """The record of the fleet model that writes ``text`` after ``context``, or None."""
+            depth = 1 + sum(1 for m in context if m.get("role") == "assistant")
+            key = history_key(context)
+            prefix = before.author if before is not None else None
+            chained = before.intent if before is not None else None
+            for model in self.fleet.names:
+                rng = np.random.default_rng(seed_from(self.seed, "turn", key, model))
+                intent = self.dynamics.draw(model, prefix, depth, chained, rng)
+                written, answer = self.writer.compose(intent, rng, before.answer if before else None)
+                if written == text:
+                    return TurnTruth(model, prefix, depth, intent, written, answer, chained)
+            return None
 
         async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
             name = self._model_name(model)
