@@ -202,10 +202,12 @@ def monitor_metrics_block() -> str:
         exporter.count_shadow(increments)
         shadow = shadow.merge(Counts(shadow=increments))
     exporter.publish_refit(refit(counts.merge(shadow), buckets=DepthBuckets()))
-    # the runtime registers the store guard's failure counters beside the exporter, in every mode
-    # (and, on the memory store, what its caps evicted)
+    # the runtime registers the store guard's operation and failure counters beside the exporter,
+    # in every mode (and, on the memory store, what its caps evicted)
     exporter.registry.register(
-        StoreStatsCollector(lambda: {"get_errors": 0}, lambda: {"conversations": 0, "keys": 0})
+        StoreStatsCollector(
+            lambda: {"get_errors": 0}, lambda: {"conversations": 0, "keys": 0}, lambda: {"get": 0}
+        )
     )
     # and, with routing.enabled, the routing policy's decisions and its table's age
     routing = RoutingCollector(lambda: {("dry_run", "unchanged"): 0}, lambda now: 0.0)

@@ -411,7 +411,8 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
     decisions = (
         f"sum by (mode, outcome) (rate({q.m('handoffmon_routing_decisions_total')}[$__rate_interval]))"
     )
-    table_age = f"max({q.m('handoffmon_routing_table_age_seconds')})"
+    # at query time from the refit time, as RoutingTableStale: a hung worker's age gauge freezes low
+    table_age = f"time() - min({q.m('handoffmon_routing_table_timestamp_seconds')})"
     held = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes')})"
     limit = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes_limit')})"
     in_flight = f"max by (instance) ({q.m('handoffmon_proxy_upstream_requests')})"
@@ -580,7 +581,11 @@ def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashbo
         "histogram_quantile(0.99, sum by (stage, le) "
         f"(rate({q.m('handoffmon_overhead_seconds_bucket')}[$__rate_interval])))"
     )
-    store = f"sum by (op, kind) (rate({q.m('handoffmon_store_failures_total')}[$__rate_interval]))"
+    store = (  # the share of the op's calls, as StoreFailures reads it
+        f"sum by (op, kind) (rate({q.m('handoffmon_store_failures_total')}[$__rate_interval]))\n"
+        "/ on (op) group_left\n"
+        f"sum by (op) (rate({q.m('handoffmon_store_operations_total')}[$__rate_interval]))"
+    )
     evictions = f"sum by (what) (rate({q.m('handoffmon_store_evictions_total')}[$__rate_interval]))"
     cap = f"max by (label) ({q.m('handoffmon_label_values')} / {q.m('handoffmon_label_limit')})"
     refit_age = f"time() - max({q.m('handoffmon_refit_last_success_timestamp_seconds')})"
@@ -644,13 +649,14 @@ def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashbo
         .with_panel(
             _ts(
                 21,
-                "Attribution store failures (fail-open) and memory-store evictions per second",
-                "ops",
+                "Attribution store failures as a share of calls (fail-open; StoreFailures at 1%) "
+                "and memory-store evictions per second",
+                "percentunit",
                 8,
                 8,
                 _target(store, "{{op}} {{kind}}", "A"),
                 _target(evictions, "evicted {{what}}", "B"),
-            )
+            ).override_by_query("B", [DynamicConfigValue(id_val="unit", value="ops")])
         )
         .with_panel(
             bargauge.Panel()

@@ -25,7 +25,7 @@ from handoffmon.exporters.prometheus import (
     method_label,
 )
 from handoffmon.exporters.refit_series import REFIT_GAUGES, Series, refit_series
-from handoffmon.exporters.store_failures import EVICTIONS_HELP
+from handoffmon.exporters.store_failures import EVICTIONS_HELP, OPERATIONS_HELP
 from handoffmon.labels import (
     BASELINE_LABELS,
     CELL_STAT_LABELS,
@@ -328,6 +328,7 @@ class OTelExporter:
         self._meter = meter
         self._store_stats: Callable[[], dict[str, int]] | None = None
         self._store_evictions: Callable[[], dict[str, int]] | None = None
+        self._store_operations: Callable[[], dict[str, int]] | None = None
         self._instruments(meter)
         self._verdict_cells: set[tuple[str, str, str, str]] = set()
         self._cells_lock = threading.Lock()
@@ -441,6 +442,12 @@ class OTelExporter:
             ),
         )
         meter.create_observable_counter(
+            "handoffmon_store_operations",
+            callbacks=[self._observe_operations],
+            unit="{operation}",
+            description=OPERATIONS_HELP,
+        )
+        meter.create_observable_counter(
             "handoffmon_store_evictions",
             callbacks=[self._observe_evictions],
             unit="{item}",
@@ -462,14 +469,19 @@ class OTelExporter:
         self._dropped.add(0)
 
     def observe_store(
-        self, stats: Callable[[], dict[str, int]], evictions: Callable[[], dict[str, int]] | None = None
+        self,
+        stats: Callable[[], dict[str, int]],
+        evictions: Callable[[], dict[str, int]] | None = None,
+        operations: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         """Report ``stats()`` (``{op}_{kind}`` → count, a store's ``stats``) as
-        ``handoffmon_store_failures{op, kind}``, and ``evictions()`` (``what`` → count, the
-        memory store's) as ``handoffmon_store_evictions{what}``, at each collection (the
+        ``handoffmon_store_failures{op, kind}``, ``operations()`` (``op`` → calls, the store
+        guard's) as ``handoffmon_store_operations{op}``, and ``evictions()`` (``what`` → count,
+        the memory store's) as ``handoffmon_store_evictions{what}``, at each collection (the
         runtime wires it)."""
         self._store_stats = stats
         self._store_evictions = evictions
+        self._store_operations = operations
 
     def _observe_overflows(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, {"label": label}) for label, n in sorted(self.guard.overflows().items())]
@@ -487,6 +499,12 @@ class OTelExporter:
         if evictions is None:
             return []
         return [Observation(n, {"what": what}) for what, n in sorted(evictions().items())]
+
+    def _observe_operations(self, options: CallbackOptions) -> Iterable[Observation]:
+        operations = self._store_operations
+        if operations is None:
+            return []
+        return [Observation(n, {"op": op}) for op, n in sorted(operations().items())]
 
     def _observe_store(self, options: CallbackOptions) -> Iterable[Observation]:
         stats = self._store_stats

@@ -635,15 +635,19 @@ class PrometheusExporter:
             self._sync_files()
 
     def observe_store(
-        self, stats: Callable[[], dict[str, int]], evictions: Callable[[], dict[str, int]] | None = None
+        self,
+        stats: Callable[[], dict[str, int]],
+        evictions: Callable[[], dict[str, int]] | None = None,
+        operations: Callable[[], dict[str, int]] | None = None,
     ) -> None:
-        """The store's ``stats()`` and ``evictions()`` (the runtime wires them). Under
-        ``PROMETHEUS_MULTIPROC_DIR`` they are written to the files (``idle``, ``FILE_SYNC_S``) as
-        ``handoffmon_store_failures_total`` and ``handoffmon_store_evictions_total``
-        (a ``FileMirror`` of their ``StoreStatsCollector``), since a multiprocess ``/metrics``
+        """The store's ``stats()``, ``evictions()`` and ``operations()`` (the runtime wires them).
+        Under ``PROMETHEUS_MULTIPROC_DIR`` they are written to the files (``idle``,
+        ``FILE_SYNC_S``) as ``handoffmon_store_failures_total``,
+        ``handoffmon_store_evictions_total`` and ``handoffmon_store_operations_total`` (a
+        ``FileMirror`` of their ``StoreStatsCollector``), since a multiprocess ``/metrics``
         never reads the collector that serves them otherwise; else nothing to do."""
         if self.multiprocess:
-            self._store = FileMirror(StoreStatsCollector(stats, evictions))
+            self._store = FileMirror(StoreStatsCollector(stats, evictions, operations))
             self._sync_files()
 
     def _sync_files(self) -> None:

@@ -1,6 +1,6 @@
-"""The store's own counters, read at scrape time: ``handoffmon_store_failures_total{op, kind}``
-(the store guard's failures) and ``handoffmon_store_evictions_total{what}`` (what the memory
-store's caps dropped)."""
+"""The store's own counters, read at scrape time: ``handoffmon_store_operations_total{op}`` and
+``handoffmon_store_failures_total{op, kind}`` (the store guard's calls and failures) and
+``handoffmon_store_evictions_total{what}`` (what the memory store's caps dropped)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,20 @@ EVICTIONS_HELP = (
 
 FAILURES_HELP = "Attribution store operations that failed or were skipped (fail-open), by op and kind."
 
+OPERATIONS_HELP = (
+    "Attribution store operations (backend calls, made or skipped; a Redis batch of many turns is "
+    "one), by op: the denominator of handoffmon_store_failures_total."
+)
+
 
 class StoreStatsCollector(Collector):
     """Exposes a store's ``stats()`` as ``handoffmon_store_failures_total{op, kind}`` at scrape time.
 
     ``kind`` is ``errors`` (the backend failed), ``timeouts``, ``corrupt``, ``conflicts`` or
     ``skipped`` (not tried while the store was backing off after a failure). With
+    ``operations`` (``GuardedStore.operations``), ``handoffmon_store_operations_total{op}``: every
+    call the guard made or skipped, one per call whatever it carries, the unit failures are
+    counted in (failures / operations is the share of calls that failed). With
     ``evictions`` (``GuardedStore.evictions``), a backend that evicts by its own caps (the
     memory store) also exposes ``handoffmon_store_evictions_total{what}``: ``conversations``
     (the least recently used, past ``store.max_conversations``; the next turn of one starts
@@ -31,12 +39,21 @@ class StoreStatsCollector(Collector):
     """
 
     def __init__(
-        self, stats: Callable[[], dict[str, int]], evictions: Callable[[], dict[str, int]] | None = None
+        self,
+        stats: Callable[[], dict[str, int]],
+        evictions: Callable[[], dict[str, int]] | None = None,
+        operations: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         self._stats = stats
         self._evictions = evictions
+        self._operations = operations
 
     def collect(self) -> Iterator[Metric]:
+        if self._operations is not None:
+            family = CounterMetricFamily("handoffmon_store_operations", OPERATIONS_HELP, labels=["op"])
+            for op, value in sorted(self._operations().items()):
+                family.add_metric([op], value)
+            yield family
         family = CounterMetricFamily("handoffmon_store_failures", FAILURES_HELP, labels=["op", "kind"])
         for name, value in sorted(self._stats().items()):
             family.add_metric(list(_op_kind(name)), value)

@@ -109,12 +109,14 @@ def build_runtime(
     if callable(store_stats):
         evictions = getattr(monitor.store, "evictions", None)
         evictions = evictions if callable(evictions) else None
+        operations = getattr(monitor.store, "operations", None)
+        operations = operations if callable(operations) else None
         if config.telemetry.prometheus:
-            own.register(StoreStatsCollector(store_stats, evictions))
+            own.register(StoreStatsCollector(store_stats, evictions, operations))
         for exporter in monitor.exporters:
             observe_store = getattr(exporter, "observe_store", None)
             if callable(observe_store):  # the OTel exporter: the same counters as observables
-                observe_store(store_stats, evictions)
+                observe_store(store_stats, evictions, operations)
     routing = _routing(config, monitor, own)
     shadow = _shadow(config, monitor, own)
     publish_gauges = refit_publisher(monitor.exporters)

@@ -3,6 +3,7 @@
 Backends raise ``StoreError`` (``StoreTimeout``, ``CorruptValue``, ...). The guard counts
 every failure by operation and kind — exported as ``handoffmon_store_failures_total{op,
 kind}`` by the runtime whichever entry point built it (wrap, LiteLLM callback, serve) —
+and every call it makes (``handoffmon_store_operations_total{op}``, the failures' denominator),
 reports it to the pipeline's error sink (``monitor_errors{stage="store"}``), and stops
 calling a backend that failed ``trip_after`` times in a row for ``retry_after_s``
 (``kind="skipped"``), so a dead or hung Redis costs at most a few timeouts per pause.
@@ -29,6 +30,10 @@ OPS = ("get", "put", "get_state", "put_state")
 
 KINDS = ("errors", "timeouts", "corrupt", "skipped")
 """Failure kinds: backend error, no answer in time, undecodable value, not tried (backing off)."""
+
+STATE_READS = frozenset({"merge_many_get_state", "merge_get_states"})
+"""Backend methods counted as ``get`` that also read conversation states: one ``get_state``
+operation each too, the op their unreadable states are counted under (``get_state_corrupt``)."""
 
 CONFLICTS = "conflicts"
 """``put_state_conflicts``: state writes refused because another writer (a replica, a process
@@ -111,10 +116,19 @@ class GuardedStore:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {f"{op}_{kind}": 0 for op in OPS for kind in KINDS}
         self._counts[f"put_state_{CONFLICTS}"] = 0
+        self._ops: dict[str, int] = dict.fromkeys(OPS, 0)
 
     def _call(self, op: str, method: str, *args: Any) -> Any:
         """The backend's ``method(*args)``, counted and backed off as ``op`` (the method is looked
-        up inside the guard, so a backend without it fails like one that raised)."""
+        up inside the guard, so a backend without it fails like one that raised).
+
+        Every call is one operation of ``op`` (``operations()``), skipped ones included, however
+        many keys or turns it carries: the unit its failures are counted in, so a batch of 64
+        turns in one Redis round trip is one operation and, failing, one failure."""
+        with self._lock:
+            self._ops[op] += 1
+            if method in STATE_READS:
+                self._ops["get_state"] += 1
         if not self._breaker.allows():
             self._count(op, StoreSkipped.kind)
             raise StoreSkipped(f"store {op} skipped: backing off after repeated failures")
@@ -138,8 +152,11 @@ class GuardedStore:
 
     def failed_at_start(self, op: str, exc: StoreError) -> None:
         """The backend could not be opened at start (a corrupt or read-only SQLite file): count
-        it as a failed ``op`` and report the store failing open (``healthy`` False) until a
-        call succeeds; calls go on trying it, backed off as after any failure."""
+        it as a failed ``op`` (an operation that failed) and report the store failing open
+        (``healthy`` False) until a call succeeds; calls go on trying it, backed off as after
+        any failure."""
+        with self._lock:
+            self._ops[op] = self._ops.get(op, 0) + 1
         self._breaker.trip()
         self._failed(op, exc.kind)
 
@@ -277,6 +294,14 @@ class GuardedStore:
         """Failure counters ``<op>_<kind>`` (``kind`` in ``KINDS``)."""
         with self._lock:
             return dict(self._counts)
+
+    def operations(self) -> dict[str, int]:
+        """Backend calls made or skipped, by ``op`` (``OPS``): one per call whatever it carries
+        (a Redis batch of many turns' merges and state reads is one ``get``, and one
+        ``get_state``), the unit ``stats()`` counts failures in, so failures / operations is
+        the share of calls that failed."""
+        with self._lock:
+            return dict(self._ops)
 
     def evictions(self) -> dict[str, int]:
         """The backend's own eviction counters (``MemoryStore.evictions``), ``{}`` for a backend

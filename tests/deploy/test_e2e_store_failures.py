@@ -1,6 +1,7 @@
 """StoreFailures on a real Prometheus scraping real runtimes: the shipped expression (a ratio of
-failed store calls to counted turns) finds the replica whose Redis is unreachable and not the
-healthy one, so the two series it divides come from the same target with the same labels.
+failed store calls to store calls, ``handoffmon_store_operations_total``) finds the replica whose
+Redis is unreachable and not the healthy one, so the two series it divides come from the same
+target with the same labels.
 
 Two wrap-mode runtimes serve a real ``litellm.Router`` (``mock_response``): ``broken`` points its
 store at a Redis port nobody listens on (every call fails, then is skipped while the guard backs
@@ -72,8 +73,9 @@ def test_store_failures_ratio_finds_the_replica_whose_redis_is_down(
     two_deployments: tuple[PromServer, list[tuple[Any, Any]]],
 ) -> None:
     """Conversations of three turns on each deployment until the shipped StoreFailures expression
-    (without `for`) returns the broken replica's gets, with a finite ratio well over 0.01 failed
-    calls per turn; nothing for the healthy one; MonitorErrors leaves the store stage to it."""
+    (without `for`) returns the broken replica's gets: every get failed or was skipped, and each
+    is one operation, so the ratio is 1 (100% of its calls); nothing for the healthy one, whose
+    gets were counted too; MonitorErrors leaves the store stage to it."""
     prom, clients = two_deployments
     found: list[dict[str, Any]] = []
 
@@ -81,16 +83,20 @@ def test_store_failures_ratio_finds_the_replica_whose_redis_is_down(
         for i, (client, rt) in enumerate(clients):
             _converse(client, rt, ["alpha", "backup", "alpha"], f"c{i}-{len(found)}")
         found[:] = prom.query(_expr("StoreFailures"))
-        # +Inf until Prometheus has two samples of the new turn series (a store series is
-        # exported from 0, a turn series from its first turn): wait for the ratio
-        return any(r["metric"]["op"] == "get" and float(r["value"][1]) < 10 for r in found)
+        return any(r["metric"]["op"] == "get" for r in found)
 
     assert prom.wait_for(failing, 40), (found, prom.query("handoffmon_store_failures_total > 0"))
     assert {r["metric"]["job"] for r in found} == {"broken"}, found
     ratios = {r["metric"]["op"]: float(r["value"][1]) for r in found}
-    # about one failed or skipped get per turn, divided by the turns of the same target (a
-    # denominator that matched nothing would fall back to 0 and stay +Inf: the wait times out)
-    assert 0.1 < ratios["get"] < 10, ratios
+    # every get failed or was skipped, divided by the gets of the same target (a denominator
+    # that matched nothing would fall back to 0: +Inf)
+    assert ratios["get"] == pytest.approx(1.0, rel=0.02), ratios
     assert prom.query(_expr("MonitorErrors")) == []
-    healthy_turns = prom.query('sum(handoffmon_turns_total{job="healthy"})')
-    assert healthy_turns and float(healthy_turns[0]["value"][1]) >= 3
+
+    def scraped(query: str) -> float:
+        found = prom.query(query)
+        return float(found[0]["value"][1]) if found else 0.0
+
+    # the healthy one's first conversation (3 turns) reaches a scrape
+    assert prom.wait_for(lambda: scraped('sum(handoffmon_turns_total{job="healthy"})') >= 3, 20)
+    assert scraped('sum(handoffmon_store_operations_total{job="healthy", op="get"})') >= 3

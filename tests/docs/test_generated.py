@@ -68,7 +68,9 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
     assert exp.publish_refit(refit(counts, buckets=DepthBuckets()))
     proxy = CollectorRegistry()
     ProxyMetrics(proxy, ByteBudget(1))
-    proxy.register(StoreStatsCollector(lambda: {"get_errors": 1}, lambda: {"conversations": 0}))
+    proxy.register(
+        StoreStatsCollector(lambda: {"get_errors": 1}, lambda: {"conversations": 0}, lambda: {"get": 2})
+    )
     # a runtime with routing.enabled registers the routing policy's series beside the exporter
     from handoffmon.config import RoutingConfig
     from handoffmon.exporters.routing_decisions import RoutingCollector

@@ -1,6 +1,6 @@
 """Child process for the multiprocess store-counter test: a runtime on a memory store capped at
 two conversations drives conversations into PROMETHEUS_MULTIPROC_DIR, then prints its store's
-``evictions()`` and ``stats()`` as JSON.
+``evictions()``, ``stats()`` and ``operations()`` as JSON.
 
 Usage: python -m tests.exporters.mp_store_worker N_CONVERSATIONS
 """
@@ -23,7 +23,8 @@ def main(argv: list[str]) -> None:
             run_conversation(rt.monitor, ["gpt", "gpt"], user=f"hello {i}")
         assert rt.flush(30)
         store = rt.monitor.store
-        print(json.dumps({"evictions": store.evictions(), "stats": store.stats()}))  # type: ignore[attr-defined]
+        counted = {"evictions": store.evictions(), "stats": store.stats(), "operations": store.operations()}  # type: ignore[attr-defined]
+        print(json.dumps(counted))
 
 
 if __name__ == "__main__":

@@ -194,9 +194,10 @@ def test_multiprocess_counts_sum_every_worker_of_the_directory(
 
 
 def test_multiprocess_serves_the_store_counters_of_every_worker(tmp_path: Path) -> None:
-    """Under PROMETHEUS_MULTIPROC_DIR (a LiteLLM Proxy with several workers) the store's failures
-    and evictions reach the multiprocess ``/metrics``, summed over workers; they were read only by
-    a scrape-time collector on each worker's registry, which that ``/metrics`` never serves."""
+    """Under PROMETHEUS_MULTIPROC_DIR (a LiteLLM Proxy with several workers) the store's
+    operations, failures and evictions reach the multiprocess ``/metrics``, summed over workers;
+    they were read only by a scrape-time collector on each worker's registry, which that
+    ``/metrics`` never serves."""
     counted_by = [json.loads(worker_said(tmp_path, "mp_store_worker", n)) for n in ("5", "4")]
     s = parse_exposition(get_multiprocess(tmp_path))
     evicted = only(s, "handoffmon_store_evictions_total")
@@ -208,6 +209,10 @@ def test_multiprocess_serves_the_store_counters_of_every_worker(tmp_path: Path) 
     for name in counted_by[0]["stats"]:
         op, _, kind = name.rpartition("_")
         assert failures[L(op=op, kind=kind)] == sum(c["stats"][name] for c in counted_by)
+    operations = only(s, "handoffmon_store_operations_total")
+    want = {op: sum(c["operations"][op] for c in counted_by) for op in counted_by[0]["operations"]}
+    assert want["get"] > 0 and want["put_state"] > 0
+    assert operations == {L(op=op): n for op, n in want.items()}
 
 
 def test_a_dead_workers_build_info_and_label_caps_go_with_it(tmp_path: Path) -> None:

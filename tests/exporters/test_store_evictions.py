@@ -1,5 +1,6 @@
-"""``handoffmon_store_evictions_total{what}``: what the memory store's caps dropped, in
-Prometheus and OTel alike, wired by the runtime without hand wiring."""
+"""``handoffmon_store_evictions_total{what}`` (what the memory store's caps dropped) and
+``handoffmon_store_operations_total{op}`` (the store guard's calls), in Prometheus and OTel alike,
+wired by the runtime without hand wiring."""
 
 from __future__ import annotations
 
@@ -67,3 +68,30 @@ def test_a_store_without_caps_of_its_own_has_no_eviction_series(tmp_path: object
         rt.close()
     assert "handoffmon_store_failures_total{" in text
     assert "handoffmon_store_evictions" not in text
+
+
+def test_store_operations_are_exported_by_both_exporters_on_every_backend(tmp_path: object) -> None:
+    """Memory and SQLite behind the runtime's guard: both exporters report exactly the guard's
+    ``operations()``, under the ``op`` values of the failures counter (so the ratio joins)."""
+    for store in ({"backend": "memory"}, {"backend": "sqlite", "path": f"{tmp_path}/store.db"}):
+        config = HandoffmonConfig.model_validate(
+            {"store": store, "telemetry": {"prometheus": True, "otel": True}}
+        )
+        reader = InMemoryMetricReader()
+        rt = build_runtime(config, registry=None, meter_provider=MeterProvider(metric_readers=[reader]))
+        try:
+            run_conversation(rt.monitor, ["a", "b", "a"])
+            assert rt.flush(10)
+            want = rt.monitor.store.operations()  # type: ignore[attr-defined]
+            text = generate_latest(rt.registry).decode()
+            prom = _samples(text, "handoffmon_store_operations_total")
+            otel = {k[0][1]: p.value for k, p in points(reader, "handoffmon_store_operations").items()}
+        finally:
+            rt.close()
+        assert want["get"] > 0 and want["put_state"] > 0, want
+        assert prom == {f'op="{op}"': float(n) for op, n in want.items()}, store
+        assert otel == want, store
+        failed_ops = {
+            k.split('op="')[1].split('"')[0] for k in _samples(text, "handoffmon_store_failures_total")
+        }
+        assert set(want) <= failed_ops  # every op has its failures' series to divide

@@ -230,9 +230,48 @@ def test_backend_failures_raise_store_errors_and_are_counted_alike(
         for op in ops:
             with pytest.raises(error):
                 OPS[op](guarded)
-        stats = guarded.stats()
+        stats, operations = guarded.stats(), guarded.operations()
     assert {op: stats[f"{op}_{kind}"] for op in ops} == dict.fromkeys(ops, 1)
+    assert {op: operations[op] for op in ops} == dict.fromkeys(ops, 1)  # every call failed: ratio 1
     assert reported == [(op, kind) for op in ops]
+
+
+def test_the_guard_counts_each_backend_call_as_one_operation(store: AttributionStore) -> None:
+    """``operations()`` (``handoffmon_store_operations_total{op}``) counts one per call whatever it
+    carries, as failures are counted: a put of 3 keys is one ``put``; a merge is one ``get``
+    where the backend merges natively, else a ``get`` and a ``put`` through the guard; a merge
+    with a state read also one ``get_state``; an empty call reaches no backend and counts
+    nothing. Healthy calls fail nothing."""
+    guard = GuardedStore(store)
+    assert guard.operations() == {"get": 0, "put": 0, "get_state": 0, "put_state": 0}
+    guard.put_many([("k1", A1), ("k2", A2), ("k3", MARKER)])
+    assert guard.get_many(["k1", "k2", "k3", "nope"]) == [A1, A2, MARKER, None]
+    guard.get_many([])
+    guard.put_state("c1", {"n": 1})
+    assert guard.get_state("c1") == {"n": 1}
+    assert guard.operations() == {"get": 1, "put": 1, "get_state": 1, "put_state": 1}
+    native = bool(getattr(store, "native_merge", False))
+    guard.merge_many([("k1", A2)], lambda old, new: new)
+    assert guard.operations() == {"get": 2, "put": 1 + (not native), "get_state": 1, "put_state": 1}
+    assert guard.merge_many_get_state([("k2", A1)], lambda old, new: new, "c1") == {"n": 1}
+    assert guard.operations() == {"get": 3, "put": 1 + 2 * (not native), "get_state": 2, "put_state": 1}
+    stats = guard.stats()
+    assert not any(stats.values()), stats
+
+
+def test_calls_skipped_while_backing_off_are_operations_too(tmp_path: Path) -> None:
+    """A closed backend behind a guard that trips at once: the first call fails, the next ones
+    are skipped; each is an operation, so failures (errors + skipped) / operations stays 1
+    through the pause instead of counting skipped calls against no calls."""
+    raw = _build("memory", tmp_path)
+    raw.close()
+    guard = GuardedStore(raw, trip_after=1, retry_after_s=60.0)
+    for _ in range(4):
+        with pytest.raises(StoreError):
+            guard.get_many(["k"])
+    stats = guard.stats()
+    assert (stats["get_errors"], stats["get_skipped"]) == (1, 3)
+    assert guard.operations()["get"] == 4
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])

@@ -807,3 +807,25 @@ def test_a_huge_history_is_looked_up_in_chunks_without_a_timeout() -> None:
         *(f"{cfg.key_prefix}a:{k}" for k in (keys[0], keys[MGET_CHUNK], keys[-1]))
     )
     store.close()
+
+
+def test_a_batch_of_turns_in_one_round_trip_is_one_operation(store: RedisStore) -> None:
+    """``handoffmon_store_operations_total`` counts round trips, the unit failures are counted
+    in: 64 queued turns' merges and state reads in one ``merge_get_states`` are one ``get`` and
+    one ``get_state``, their states written back in one ``put_states`` one ``put_state``. On a
+    Redis that is down the same batch is one failed ``get`` of one: the failure ratio is 1, not
+    1/64 as when counted against turns."""
+    turns = [([(f"k{i}", A1)], f"c{i}") for i in range(64)]
+    guard = GuardedStore(store)
+    assert guard.merge_get_states(turns, merge_authorship) == [None] * 64
+    guard.put_states([(f"c{i}", {"depth": 1}) for i in range(64)])
+    assert guard.operations() == {"get": 1, "put": 0, "get_state": 1, "put_state": 1}
+    down = GuardedStore(RedisStore(_cfg(url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05)))
+    with pytest.raises(StoreError):
+        down.merge_get_states(turns, merge_authorship)
+    with pytest.raises(StoreError):
+        down.put_states([(f"c{i}", {"depth": 1}) for i in range(64)])
+    stats, operations = down.stats(), down.operations()
+    assert (stats["get_errors"], operations["get"]) == (1, 1)
+    assert (stats["put_state_errors"], operations["put_state"]) == (1, 1)
+    down.close()
