@@ -210,7 +210,7 @@ def _with_common(f: Any) -> Any:
     help="delete stored runs made with another --seed, router deployment or name map, and run them again",
 )
 @click.option("--out", help="eval JSON (curves with Wilson intervals; '-' for stdout)")
-@click.option("--jsonl", help="export every row as JSONL")
+@click.option("--jsonl", help="export every row of --db as JSONL ('-' for stdout)")
 @click.option("--html", help="HTML report of the curves")
 @click.option(
     "--shapes",
@@ -243,6 +243,8 @@ def run_cmd(
     from handoffmon.evals.store import ResultStore
 
     try:
+        if out == jsonl == "-":
+            raise click.UsageError("--out and --jsonl cannot both be '-': stdout carries one of them")
         for option, path in (("--out", out), ("--jsonl", jsonl), ("--html", html)):
             check_writable(path, option)  # before any model call, not after the run
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
@@ -261,7 +263,9 @@ def run_cmd(
             rows = list(store.rows(model=group))
             runs = {s.id: kw["runs"] or s.runs for s in loaded}  # what this eval asked for
             result = build_result(rows, loaded, str(Path(db).resolve()), model=group, runs=runs)
-            if jsonl:
+            if jsonl == "-":
+                store.write_jsonl(sys.stdout)
+            elif jsonl:
                 store.export_jsonl(jsonl)
         if out:
             _write(out, result.to_json())

@@ -7,13 +7,16 @@ conversation from its stored turns and continues at the first missing one.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from handoffmon.errors import StoreError
 
@@ -277,13 +280,28 @@ class ResultStore:
             self._db.execute(f"SELECT COUNT(*) FROM {table} WHERE session=?", (session,)).fetchone()[0]
         )
 
-    def export_jsonl(self, path: str | Path) -> int:
-        """Write every row as one JSON object per line (atomic); returns the number written."""
-        tmp = Path(f"{path}.tmp")
+    def write_jsonl(self, fh: TextIO) -> int:
+        """Write every row to ``fh`` as one JSON object per line; returns the number written."""
         n = 0
-        with tmp.open("w", encoding="utf-8") as fh:
-            for row in self.rows():
-                fh.write(json.dumps(asdict(row), ensure_ascii=False) + "\n")
-                n += 1
-        tmp.replace(path)
+        for row in self.rows():
+            fh.write(json.dumps(asdict(row), ensure_ascii=False) + "\n")
+            n += 1
+        return n
+
+    def export_jsonl(self, path: str | Path) -> int:
+        """Write every row as one JSON object per line (atomic); returns the number written.
+
+        The rows stream through a temp file of this process's own beside ``path``, renamed
+        over it when complete: an error part way leaves the previous file whole and no temp file.
+        """
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            with tmp.open("x", encoding="utf-8", errors="backslashreplace") as fh:
+                n = self.write_jsonl(fh)
+            tmp.replace(target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         return n
