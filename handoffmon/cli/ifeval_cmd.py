@@ -58,6 +58,9 @@ def ifeval(input_path: str, responses_path: str, mode: str, output_path: str, by
         inputs = read_inputs(input_path)
         path = responses_path
         responses = read_responses(responses_path)
+        missing = next((i for i in inputs if i.prompt not in responses), None)
+        if missing is not None:
+            fail(f"{responses_path}: no response for the prompt of {input_path} key {missing.key}")
         results = run(inputs, responses, mode)  # type: ignore[arg-type]
     except UnicodeDecodeError as exc:
         fail(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")

@@ -122,12 +122,23 @@ def read_inputs(path: str | Path) -> list[PromptInput]:
             or not all(isinstance(k, dict) for k in kwargs)
         ):
             raise InputError(f"{where}: 'kwargs' must be a list of objects, one per instruction id")
-        inp = PromptInput(
-            int(obj.get("key", lineno)), _field(obj, "prompt", str, where), tuple(ids), tuple(kwargs)
-        )
+        if not all(isinstance(i, str) for i in ids):
+            raise InputError(f"{where}: every instruction id must be a string, got {ids!r}"[:300])
+        prompt = _field(obj, "prompt", str, where)
+        inp = PromptInput(_key(obj, lineno, where), prompt, tuple(ids), tuple(kwargs))
         _validate(inp, where)
         out.append(inp)
     return out
+
+
+def _key(obj: Mapping[str, Any], lineno: int, where: str) -> int:
+    """The line's ``key`` (an integer; an integral float such as 7.0 reads as 7), or its line number."""
+    key = obj.get("key", lineno)
+    if isinstance(key, float) and key.is_integer():
+        return int(key)
+    if isinstance(key, bool) or not isinstance(key, int):
+        raise InputError(f"{where}: field 'key' must be an integer, got {json.dumps(key)[:80]}")
+    return key
 
 
 def _validate(inp: PromptInput, where: str) -> None:
