@@ -70,6 +70,9 @@ NO_DATA = {
 feature that is off, no refit yet, no fallbacks. Elsewhere "No data" stays: a fault."""
 
 
+STANDING = "handoffmon:refit_standing_fit:last_success"
+
+
 class Queries:
     """PromQL builders that put the identity selector into every metric selector."""
 
@@ -80,6 +83,12 @@ class Queries:
     def m(self, metric: str, matchers: str = "") -> str:
         """``metric{<identity>, matchers}``."""
         return f"{metric}{{{self.sel}{', ' + matchers if matchers else ''}}}"
+
+    def fit(self, metric: str, matchers: str = "") -> str:
+        """``metric{<identity>, matchers}`` of the fit the alerts stand on: a refit job's pooled
+        fit while it is fresh, else the replicas' local ones (the recording rule
+        ``handoffmon:refit_standing_fit:last_success``), so a pair never shows twice."""
+        return f"({self.m(metric, matchers)} and on (fit) {self.m(STANDING)})"
 
     def ratio(self, by: str, metric: str, extra: str, window: str, fn: str = "rate") -> str:
         """pass / (pass + fail) of ``handoffmon_checks_total`` by ``by``."""
@@ -232,7 +241,7 @@ def _adherence(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 _target(
                     "max by (model, after_handoff) "
                     + "("
-                    + q.m("handoffmon_stationary_adherence", 'rule="$fit_rule", model=~"$model"')
+                    + q.fit("handoffmon_stationary_adherence", 'rule="$fit_rule", model=~"$model"')
                     + ")",
                     "{{model}} · after handoff: {{after_handoff}}",
                     instant=True,
@@ -257,7 +266,7 @@ def _adherence(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
 
 def _fit(q: Queries, metric: str, extra: str = "") -> str:
     matchers = 'rule="$fit_rule", model=~"$model"' + (f", {extra}" if extra else "")
-    return f"max by (prefix_model, model) ({q.m(metric, matchers)})"
+    return f"max by (prefix_model, model) {q.fit(metric, matchers)}"
 
 
 def _pairs(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
@@ -348,10 +357,10 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
             .datasource(DS)
             .span(8)
             .height(8)
-            .with_target(_target(f"max by (model) ({q.m(metric, fit)})", "{{model}}", instant=True))
+            .with_target(_target(f"max by (model) {q.fit(metric, fit)}", "{{model}}", instant=True))
         )
 
-    refit_ts = q.m("handoffmon_refit_last_success_timestamp_seconds")
+    refit_ts = q.m(STANDING)
     return (
         d.with_row(dashboard.Row("Models: influence and susceptibility").id(12))
         .with_panel(gauge(13, "Prefix influence π — fit rule $fit_rule", "handoffmon_prefix_influence"))
@@ -366,21 +375,16 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
             .datasource(DS)
             .span(8)
             .height(8)
-            .with_target(
-                _target("max(" + q.m("handoffmon_refit_r2", 'rule="$fit_rule"') + ")", "R²", "A", True)
-            )
-            .with_target(
-                _target("max(" + q.m("handoffmon_refit_mu", 'rule="$fit_rule"') + ")", "μ", "B", True)
-            )
+            .with_target(_target("max" + q.fit("handoffmon_refit_r2", 'rule="$fit_rule"'), "R²", "A", True))
+            .with_target(_target("max" + q.fit("handoffmon_refit_mu", 'rule="$fit_rule"'), "μ", "B", True))
             .with_target(_target(f"time() - max({refit_ts})", "refit age", "C", True))
             .override_by_query("C", [DynamicConfigValue(id_val="unit", value="s")])
             # verdict routing: handoffs after a failed check ÷ after a passed one, and the flag
             # (1: the Δ-based handoff alerts of the rule are held, HandoffRoutingFollowsFailures)
             .with_target(
                 _target(
-                    "max("
-                    + q.m("handoffmon_handoff_after_fail_ratio", 'rule="$fit_rule", bound="estimate"')
-                    + ")",
+                    "max"
+                    + q.fit("handoffmon_handoff_after_fail_ratio", 'rule="$fit_rule", bound="estimate"'),
                     "handoffs after fail ÷ after pass",
                     "D",
                     True,
@@ -388,7 +392,7 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
             )
             .with_target(
                 _target(
-                    "max(" + q.m("handoffmon_verdict_routing", 'rule="$fit_rule"') + ")",
+                    "max" + q.fit("handoffmon_verdict_routing", 'rule="$fit_rule"'),
                     "verdict routing (1: Δ alerts held)",
                     "E",
                     True,

@@ -28,16 +28,18 @@ def refit_registry(result: RefitResult, config: HandoffmonConfig | None = None) 
     """A fresh registry holding only the refit gauges, set from ``result``.
 
     Same names, labels and label caps as the in-process exporter, so dashboards and
-    alert rules work whether the gauges come from a replica or from a refit job.
+    alert rules work whether the gauges come from a replica or from a refit job; the label
+    ``fit="pooled"`` says a job fitted them over the deployment's counts (a replica's own
+    refit says ``fit="local"``), and the alert rules stand on it where it is fresh.
     """
     from prometheus_client import CollectorRegistry, Gauge
 
     from handoffmon.config import HandoffmonConfig
-    from handoffmon.exporters.refit_series import REFIT_GAUGES, refit_series
+    from handoffmon.exporters.refit_series import POOLED, REFIT_GAUGES, refit_series
     from handoffmon.labels import LabelGuard
 
     registry = CollectorRegistry()
-    series = refit_series(result, LabelGuard.from_config(config or HandoffmonConfig()))
+    series = refit_series(result, LabelGuard.from_config(config or HandoffmonConfig()), POOLED)
     for spec in REFIT_GAUGES:
         gauge = Gauge(spec.name, spec.help, spec.labels, registry=registry)
         for labels, value in series[spec.name].items():
@@ -119,8 +121,11 @@ def failure_registry(at: float) -> CollectorRegistry:
     from here)."""
     from prometheus_client import CollectorRegistry, Gauge
 
+    from handoffmon.exporters.refit_series import FIT_LABEL, POOLED
+
     registry = CollectorRegistry()
-    Gauge(REFIT_FAILURE_GAUGE, "UNIX time of the last failed refit.", registry=registry).set(at)
+    gauge = Gauge(REFIT_FAILURE_GAUGE, "UNIX time of the last failed refit.", (FIT_LABEL,), registry=registry)
+    gauge.labels(POOLED).set(at)  # the same fit label as the job's success gauges (RefitFailing)
     return registry
 
 

@@ -26,7 +26,7 @@ from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.file_refresh import FileRefresher
 from handoffmon.exporters.logs import get_logger, log_error
-from handoffmon.exporters.refit_series import REFIT_GAUGES, GaugeSpec, Series, refit_series
+from handoffmon.exporters.refit_series import FIT_LABEL, REFIT_GAUGES, GaugeSpec, Series, refit_series
 from handoffmon.exporters.serving import FileMirror, sync_file_mirrors
 from handoffmon.exporters.store_failures import StoreStatsCollector
 from handoffmon.labels import (
@@ -446,10 +446,12 @@ def _refit_gauge(spec: GaugeSpec) -> Gauge:
 
 
 def _refit_gauges() -> dict[str, Gauge]:
-    """The labelled refit gauges. A label-less gauge (the last success timestamp) would be
-    served as 0 from its creation (and, in multiprocess mode, written to the files as 0): "a
-    refit succeeded in 1970". ``PrometheusExporter`` creates those at their first publish."""
-    return {spec.name: _refit_gauge(spec) for spec in REFIT_GAUGES if spec.labels}
+    """The refit gauges labelled by more than ``fit``. A gauge of a refit's own (the last
+    success timestamp) is served from its creation, as 0 without labels (and, in multiprocess
+    mode, written to the files as 0): "a refit succeeded in 1970"; with ``fit`` only its HELP
+    line, while alert rules and tests tell "no refit yet" by its absence.
+    ``PrometheusExporter`` creates those at their first publish."""
+    return {spec.name: _refit_gauge(spec) for spec in REFIT_GAUGES if spec.labels != (FIT_LABEL,)}
 
 
 class OwnMetrics(Collector):
@@ -570,7 +572,7 @@ class PrometheusExporter:
         self._exemplars = exemplars and not self.multiprocess
         self._m = _file_counters() if self.multiprocess and os.environ.get(MULTIPROC_ENV) else _counters()
         self._refit = _refit_gauges()
-        self._late = {spec.name: spec for spec in REFIT_GAUGES if not spec.labels}
+        self._late = {spec.name: spec for spec in REFIT_GAUGES if spec.labels == (FIT_LABEL,)}
         """Label-less refit gauges: created, and served, from the first refit that sets them."""
         # Per-turn metrics live in plain tables served at scrape time, except under
         # PROMETHEUS_MULTIPROC_DIR, where only prometheus_client's values reach the files.

@@ -25,7 +25,16 @@ class GaugeSpec:
     help: str
 
 
-REFIT_GAUGES: tuple[GaugeSpec, ...] = (
+FIT_LABEL = "fit"
+"""The label every refit gauge carries last: who fitted the values (``LOCAL`` or ``POOLED``)."""
+LOCAL = "local"
+"""``fit`` of a process's own periodic refit over the counts it holds (a replica's share)."""
+POOLED = "pooled"
+"""``fit`` of a refit job (``handoffmon refit --pushgateway / --metrics-file``) over the
+deployment's counts, pooled over its replicas. The alert rules stand on it where it is fresh."""
+FITS = (LOCAL, POOLED)
+
+_SPECS: tuple[GaugeSpec, ...] = (
     GaugeSpec(
         "handoffmon_prefix_influence",
         ("model", "rule"),
@@ -143,7 +152,19 @@ REFIT_GAUGES: tuple[GaugeSpec, ...] = (
         "pair differ by more than their combined interval allows (the handoff cell is likely "
         "confounded by routing), else 0.",
     ),
+    GaugeSpec(
+        "handoffmon_refit_input_repaired_cells",
+        (),
+        "Refit: cells whose conversation-cluster sums contradicted their checks and were read "
+        "conservatively (wider intervals; damaged or racing input, see the result's input_repairs); "
+        "0 when none.",
+    ),
 )
+
+REFIT_GAUGES: tuple[GaugeSpec, ...] = tuple(
+    GaugeSpec(spec.name, (*spec.labels, FIT_LABEL), spec.help) for spec in _SPECS
+)
+"""Every refit gauge; the last label, ``fit``, says who fitted it (``LOCAL``, ``POOLED``)."""
 
 _AFTER_HANDOFF = (("all", "markov"), ("true", "markov_handoff_turns"), ("false", "markov_same_author"))
 
@@ -159,7 +180,7 @@ class _Builder:
 
     def __init__(self, guard: LabelGuard) -> None:
         self.guard = guard
-        self.out: dict[str, Series] = {spec.name: {} for spec in REFIT_GAUGES}
+        self.out: dict[str, Series] = {spec.name: {} for spec in _SPECS}
 
     def model(self, name: str) -> str | None:
         label = self.guard.model(name)
@@ -221,7 +242,7 @@ class _Builder:
                 _put(self.out["handoffmon_adherence_half_life_turns"], (m, rule, flag), mf.half_life_turns)
 
 
-def refit_series(result: RefitResult, guard: LabelGuard) -> dict[str, Series]:
+def refit_series(result: RefitResult, guard: LabelGuard, fit: str = LOCAL) -> dict[str, Series]:
     """Every refit gauge's series for one ``RefitResult``.
 
     Rule ``all`` carries the values pooled over rules. Values the refit could not
@@ -231,16 +252,21 @@ def refit_series(result: RefitResult, guard: LabelGuard) -> dict[str, Series]:
     Args:
         result: the refit.
         guard: the label guard shared with the counters.
+        fit: who fitted it, the value of the last label ``fit`` of every series: ``LOCAL``
+            (a process's periodic refit) or ``POOLED`` (a refit job over the deployment).
 
     Returns:
         Gauge name → {label values: value}, with an entry for every gauge in
         ``REFIT_GAUGES`` (possibly empty).
     """
+    if fit not in FITS:
+        raise ValueError(f"fit must be one of {FITS}, got {fit!r}")
     builder = _Builder(guard)
-    for name, fit in result.rules.items():
+    for name, rule_fit in result.rules.items():
         rule = guard.rule(name)
         if rule == OTHER and name != OTHER:
             continue
-        builder.add_rule(rule, fit)
+        builder.add_rule(rule, rule_fit)
     builder.out["handoffmon_refit_last_success_timestamp_seconds"][()] = float(result.created_at)
-    return builder.out
+    builder.out["handoffmon_refit_input_repaired_cells"][()] = float(result.input_repaired_cells)
+    return {name: {(*key, fit): v for key, v in series.items()} for name, series in builder.out.items()}

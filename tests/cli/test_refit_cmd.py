@@ -104,9 +104,13 @@ def test_metrics_file_holds_the_refit_gauges_in_text_format(tmp_path: Path) -> N
         for fam in text_string_to_metric_families(prom.read_text())
         for s in fam.samples
     }
-    key = ("handoffmon_prefix_influence", (("model", "m01"), ("rule", "all")))
+    # a job's fit over the deployment's counts: every gauge says fit="pooled"
+    key = ("handoffmon_prefix_influence", (("fit", "pooled"), ("model", "m01"), ("rule", "all")))
     assert samples[key] == result.rules["all"].models["m01"].prefix_influence
-    assert samples[("handoffmon_refit_last_success_timestamp_seconds", ())] == result.created_at
+    pooled = (("fit", "pooled"),)
+    assert samples[("handoffmon_refit_last_success_timestamp_seconds", pooled)] == result.created_at
+    assert samples[("handoffmon_refit_input_repaired_cells", pooled)] == result.input_repaired_cells
+    assert all(dict(labels).get("fit") == "pooled" for _, labels in samples)
     assert not any(name.startswith("handoffmon_checks") for name, _ in samples)  # only refit gauges
 
 
@@ -172,6 +176,7 @@ def test_failed_refit_adds_its_time_to_the_metrics_file_and_keeps_the_last_succe
         "handoffmon_refit_last_failure_timestamp_seconds",
         "handoffmon_refit_last_success_timestamp_seconds",
     )
+    pooled = (("fit", "pooled"),)  # the same fit label as the job's success gauges
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     # no earlier success: the file holds the failure alone
@@ -180,22 +185,22 @@ def test_failed_refit_adds_its_time_to_the_metrics_file_and_keeps_the_last_succe
         main, ["refit", "--source", str(empty), "--out", str(out), "--metrics-file", str(prom)]
     )
     assert res.exit_code == 4, res.output
-    assert set(_file_samples(prom)) == {(fail_name, ())}
-    assert before <= _file_samples(prom)[(fail_name, ())] <= time.time()
+    assert set(_file_samples(prom)) == {(fail_name, pooled)}
+    assert before <= _file_samples(prom)[(fail_name, pooled)] <= time.time()
     # a success, then two failures
     res = CliRunner().invoke(
         main, ["refit", *_csv_inputs(tmp_path), "--out", str(out), "--metrics-file", str(prom)]
     )
     assert res.exit_code == 0, res.output
     success = _file_samples(prom)
-    assert (fail_name, ()) not in success
+    assert (fail_name, pooled) not in success
     for _ in range(2):
         res = CliRunner().invoke(
             main, ["refit", "--source", str(empty), "--out", str(out), "--metrics-file", str(prom)]
         )
         assert res.exit_code == 4, res.output
     after = _file_samples(prom)
-    assert after.pop((fail_name, ())) > after[(ok_name, ())]
+    assert after.pop((fail_name, pooled)) > after[(ok_name, pooled)]
     assert after == success  # the last success's gauges stay
     text = prom.read_text()
     assert text.count(f"# TYPE {fail_name} gauge") == 1 and not list(tmp_path.glob("*.tmp"))

@@ -155,7 +155,7 @@ def test_relabelled_alertmanager_config_refuses_a_list_without_the_identity(tmp_
     """A config whose list the relabelling cannot find (another order) is refused, not written
     with a list that compares only part of the identity."""
     odd = ALERTMANAGER_CONFIG.read_text(encoding="utf-8").replace(
-        "equal: [job, namespace, cluster]", "equal: [cluster, namespace, job]"
+        "equal: [job, namespace, cluster, fit]", "equal: [cluster, namespace, job, fit]"
     )
     path = tmp_path / "alertmanager.yml"
     path.write_text(odd, encoding="utf-8")

@@ -27,6 +27,7 @@ EXPECTED_ALERTS = {
     "RoutingTableStale",
     "ProxyUpstreamErrors",
     "RefitFailing",
+    "RefitInputRepaired",
     "StoreFailures",
     "LabelCapPressure",
     "LabelCapReached",

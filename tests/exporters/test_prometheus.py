@@ -17,6 +17,7 @@ from handoffmon.labels import LabelGuard
 from handoffmon.protocols import Exporter, MonitorObserver
 from tests.exporters.refits import make_refit
 from tests.exporters.turns import (
+    LF,
     L,
     chk,
     counted,
@@ -184,33 +185,34 @@ def test_publish_refit_sets_every_gauge(exporter: PrometheusExporter) -> None:
     """Refit values land in the documented gauges with rule="all" for pooled values."""
     assert exporter.publish_refit(make_refit())
     s = scrape(exporter)
-    assert only(s, "handoffmon_prefix_influence")[L(model="gpt", rule="json")] == -0.06
-    assert only(s, "handoffmon_suffix_susceptibility")[L(model="claude", rule="all")] == -0.03
-    assert only(s, "handoffmon_prefix_influence_stderr")[L(model="gpt", rule="json")] == 0.02
-    assert only(s, "handoffmon_suffix_susceptibility_stderr")[L(model="claude", rule="all")] == 0.02
-    assert only(s, "handoffmon_handoff_risk")[L(prefix_model="gpt", model="claude", rule="all")] == -0.1
+    assert only(s, "handoffmon_prefix_influence")[LF(model="gpt", rule="json")] == -0.06
+    assert only(s, "handoffmon_suffix_susceptibility")[LF(model="claude", rule="all")] == -0.03
+    assert only(s, "handoffmon_prefix_influence_stderr")[LF(model="gpt", rule="json")] == 0.02
+    assert only(s, "handoffmon_suffix_susceptibility_stderr")[LF(model="claude", rule="all")] == 0.02
+    assert only(s, "handoffmon_handoff_risk")[LF(prefix_model="gpt", model="claude", rule="all")] == -0.1
     delta = only(s, "handoffmon_handoff_delta")
-    assert delta[L(prefix_model="gpt", model="claude", rule="json", bound="estimate")] == -0.12
-    assert delta[L(prefix_model="gpt", model="claude", rule="json", bound="lower")] == pytest.approx(-0.17)
-    assert delta[L(prefix_model="gpt", model="claude", rule="json", bound="upper")] == pytest.approx(-0.07)
+    assert delta[LF(prefix_model="gpt", model="claude", rule="json", bound="estimate")] == -0.12
+    assert delta[LF(prefix_model="gpt", model="claude", rule="json", bound="lower")] == pytest.approx(-0.17)
+    assert delta[LF(prefix_model="gpt", model="claude", rule="json", bound="upper")] == pytest.approx(-0.07)
     sig = only(s, "handoffmon_handoff_significant")
-    assert sig[L(prefix_model="gpt", model="claude", rule="json")] == 1
-    assert sig[L(prefix_model="claude", model="gpt", rule="json")] == 0
+    assert sig[LF(prefix_model="gpt", model="claude", rule="json")] == 1
+    assert sig[LF(prefix_model="claude", model="gpt", rule="json")] == 0
     assert (
-        only(s, "handoffmon_handoff_checked_turns")[L(prefix_model="gpt", model="claude", rule="json")] == 100
+        only(s, "handoffmon_handoff_checked_turns")[LF(prefix_model="gpt", model="claude", rule="json")]
+        == 100
     )
     stat = only(s, "handoffmon_stationary_adherence")
     assert stat == {
-        L(model=m, rule=r, after_handoff=f): v
+        LF(model=m, rule=r, after_handoff=f): v
         for r in ("json", "all")
         for m, f, v in (("gpt", "all", 0.75), ("claude", "true", 0.5), ("claude", "false", 0.8))
     }
     assert math.isinf(
-        only(s, "handoffmon_adherence_half_life_turns")[L(model="claude", rule="json", after_handoff="true")]
+        only(s, "handoffmon_adherence_half_life_turns")[LF(model="claude", rule="json", after_handoff="true")]
     )
-    assert only(s, "handoffmon_refit_r2") == {L(rule="all"): 0.7}  # json's R² is NaN → left out
-    assert only(s, "handoffmon_refit_mu") == {L(rule="json"): -0.05, L(rule="all"): -0.05}
-    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1_800_000_100.0}
+    assert only(s, "handoffmon_refit_r2") == {LF(rule="all"): 0.7}  # json's R² is NaN → left out
+    assert only(s, "handoffmon_refit_mu") == {LF(rule="json"): -0.05, LF(rule="all"): -0.05}
+    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {LF(): 1_800_000_100.0}
 
 
 def test_last_success_timestamp_is_absent_until_a_refit_succeeds(exporter: PrometheusExporter) -> None:
@@ -223,7 +225,7 @@ def test_last_success_timestamp_is_absent_until_a_refit_succeeds(exporter: Prome
     assert "handoffmon_turns_total" in text and name not in text
     exporter.publish_refit(make_refit(created_at=1_800_000_100.0))
     text = generate_latest(exporter.registry).decode()
-    assert f"{name} 1.8000001e+09" in text
+    assert f'{name}{{fit="local"}} 1.8000001e+09' in text
     assert f"# TYPE {name} gauge" in text
     assert text.count(f"# TYPE {name} ") == 1
     with pytest.raises(ValueError, match="Duplicated timeseries"):
@@ -238,9 +240,11 @@ def test_republishing_removes_vanished_series(exporter: PrometheusExporter) -> N
     delta = only(s, "handoffmon_handoff_delta")
     assert {dict(k)["prefix_model"] for k in delta} == {"gpt"}
     assert len(delta) == 6  # gpt→claude × (json, all) × 3 bounds
-    assert L(prefix_model="claude", model="gpt", rule="json") not in only(s, "handoffmon_handoff_significant")
-    assert only(s, "handoffmon_handoff_risk")[L(prefix_model="claude", model="gpt", rule="json")] == 0.01
-    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1_800_000_200.0}
+    assert LF(prefix_model="claude", model="gpt", rule="json") not in only(
+        s, "handoffmon_handoff_significant"
+    )
+    assert only(s, "handoffmon_handoff_risk")[LF(prefix_model="claude", model="gpt", rule="json")] == 0.01
+    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {LF(): 1_800_000_200.0}
 
 
 def test_refit_models_beyond_cap_are_left_out() -> None:

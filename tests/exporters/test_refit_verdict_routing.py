@@ -22,7 +22,7 @@ from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.refit_series import REFIT_GAUGES
 from handoffmon.refit.result import RefitResult, SwitchCost
 from tests.exporters.refits import NAN, make_refit
-from tests.exporters.turns import L, only, parse_exposition
+from tests.exporters.turns import LF, only, parse_exposition
 
 RATIO = "handoffmon_handoff_after_fail_ratio"
 FLAG = "handoffmon_verdict_routing"
@@ -89,17 +89,18 @@ def _otel(result: RefitResult) -> dict[str, dict[tuple[tuple[str, Any], ...], fl
 def test_prometheus_publishes_ratio_bounds_and_flag_per_rule() -> None:
     """json flagged → 1 with its three bounds, all cleared → 0, tone without data → absent."""
     s = _prometheus(_refit())
-    assert only(s, RATIO) == {L(rule=r, bound=b): pytest.approx(v) for (r, b), v in EXPECTED_RATIO.items()}
-    assert only(s, FLAG) == {L(rule=r): v for (r,), v in EXPECTED_FLAG.items()}
+    assert only(s, RATIO) == {LF(rule=r, bound=b): pytest.approx(v) for (r, b), v in EXPECTED_RATIO.items()}
+    assert only(s, FLAG) == {LF(rule=r): v for (r,), v in EXPECTED_FLAG.items()}
 
 
 def test_otel_publishes_the_same_values() -> None:
     """The OTel observable gauges carry the same series as the Prometheus gauges."""
     got = _otel(_refit())
     assert got[RATIO] == {
-        (("bound", b), ("rule", r)): pytest.approx(v) for (r, b), v in EXPECTED_RATIO.items()
+        (("bound", b), ("fit", "local"), ("rule", r)): pytest.approx(v)
+        for (r, b), v in EXPECTED_RATIO.items()
     }
-    assert got[FLAG] == {(("rule", r),): v for (r,), v in EXPECTED_FLAG.items()}
+    assert got[FLAG] == {(("fit", "local"), ("rule", r)): v for (r,), v in EXPECTED_FLAG.items()}
 
 
 def test_an_unflagged_fit_without_the_check_publishes_no_ratio() -> None:
@@ -137,11 +138,11 @@ def test_handoffs_only_after_failures_keep_flag_and_lower_bound_in_both_exporter
     result = dataclasses.replace(base, rules=fits)
     s = _prometheus(result)
     assert only(s, RATIO) == {
-        L(rule="json", bound="estimate"): math.inf,
-        L(rule="json", bound="lower"): 2.0,
-        L(rule="json", bound="upper"): math.inf,
+        LF(rule="json", bound="estimate"): math.inf,
+        LF(rule="json", bound="lower"): 2.0,
+        LF(rule="json", bound="upper"): math.inf,
     }
-    assert only(s, FLAG) == {L(rule="json"): 1.0}
+    assert only(s, FLAG) == {LF(rule="json"): 1.0}
     got = _otel(result)
-    assert got[RATIO] == {(("bound", "lower"), ("rule", "json")): 2.0}
-    assert got[FLAG] == {(("rule", "json"),): 1.0}
+    assert got[RATIO] == {(("bound", "lower"), ("fit", "local"), ("rule", "json")): 2.0}
+    assert got[FLAG] == {(("fit", "local"), ("rule", "json")): 1.0}

@@ -107,6 +107,11 @@ def L(**labels: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
 
 
+def LF(**labels: str) -> tuple[tuple[str, str], ...]:
+    """``L`` of a refit gauge published by a process's own refit (``fit="local"``)."""
+    return L(fit="local", **labels)
+
+
 def sample_content(user: str, reply: str) -> TurnContent:
     """Opt-in turn content for capture tests."""
     return TurnContent(
