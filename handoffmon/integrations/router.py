@@ -22,6 +22,7 @@ from handoffmon.ingress.served import after_fallbacks
 from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
+from handoffmon.integrations.module_batch import BATCH_HELPERS, calling_through
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
@@ -111,7 +112,10 @@ class RouterWrapper:
     def __getattr__(self, name: str) -> Any:
         if name == "_router":  # not set yet (an instance made without __init__): no recursion
             raise AttributeError(name)
-        return getattr(self._router, name)
+        attr = getattr(self._router, name)
+        if name in BATCH_HELPERS and self._module:  # litellm's helpers calling litellm.completion
+            return calling_through(attr, self.completion)
+        return attr
 
     _OWN = frozenset(
         {
