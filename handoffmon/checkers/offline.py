@@ -134,14 +134,21 @@ LineResults = list[tuple[int, tuple[CheckResult, ...]]]
 
 
 def replay(rules: RuleSet, lines: Iterable[ReplyLine], path: str = "<input>") -> tuple[Tally, LineResults]:
-    """Evaluate every line; ``InputError`` naming file and line for bad per-request rules.
+    """Every line's results (in memory: see :func:`replay_lines` for a file of any size)."""
+    tally = Tally()
+    return tally, list(replay_lines(rules, lines, tally, path))
+
+
+def replay_lines(
+    rules: RuleSet, lines: Iterable[ReplyLine], tally: Tally, path: str = "<input>"
+) -> Iterator[tuple[int, tuple[CheckResult, ...]]]:
+    """Evaluate line by line, yielding (line number, results) and counting them in ``tally``;
+    ``InputError`` naming file and line for bad per-request rules.
 
     Lines sharing a ``conversation_id`` carry state forward as the pipeline does: extracted
     values become the next line's ``previous`` and per-request rules accumulate, within the
-    rule set's ``request_rules`` limits.
+    rule set's ``request_rules`` limits. Only the conversations' state is kept.
     """
-    tally = Tally()
-    per_line = []
     convs: dict[str, _Conversation] = {}
     for line in lines:
         conv = (
@@ -162,5 +169,4 @@ def replay(rules: RuleSet, lines: Iterable[ReplyLine], path: str = "<input>") ->
         results = rules.evaluate(line.reply, ctx, conv.rules)
         conv.previous.update({r.rule: r.extracted for r in results if r.extracted is not None})
         tally.add(results)
-        per_line.append((line.lineno, results))
-    return tally, per_line
+        yield line.lineno, results

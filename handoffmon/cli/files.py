@@ -12,7 +12,9 @@ import contextlib
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -67,6 +69,31 @@ def replace_text(path: str, text: str) -> None:
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def open_atomic(path: str) -> Iterator[TextIO]:
+    """A text file to stream into, renamed over ``path`` when the block ends without an error.
+
+    The temp file is :func:`replace_text`'s (this writer's own, beside ``path``); an error in
+    the block or in the write removes it and leaves ``path`` as it was.
+
+    Raises:
+        InputError: the file cannot be written (naming it and why).
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8", errors="backslashreplace") as f:
+            yield f
+        tmp.replace(target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        # the temp file's own errors (a full disk); an input file's carry its own name
+        if isinstance(exc, OSError) and exc.filename in (None, str(tmp)):
+            raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from exc
         raise
 
 
