@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -15,6 +16,10 @@ FILE_REFRESH_S = 5.0
 budget and breaker state are at most this old in a multiprocess ``/metrics`` (a scrape interval is
 15-60 s). A write costs ~0.1 ms."""
 
+SYNC_FAILURE_STAGE = "export"
+"""The ``handoffmon_monitor_errors_total{stage}`` a failed write of the files counts in: the
+Prometheus exporter's work, like its other failures (``ExporterDispatch``); MonitorErrors sees it."""
+
 
 class FileRefresher:
     """One daemon thread per process that calls ``sync`` every ``interval_s`` while an owner holds it.
@@ -23,7 +28,10 @@ class FileRefresher:
     (the routing table's age) would otherwise stop at its value at the worker's last turn: a quiet
     worker whose refits stopped never looked stale. Owners (the multiprocess
     ``PrometheusExporter``s) are held weakly; the thread ends when the last one releases it or is
-    collected, and is started again in a forked child if the parent's was running.
+    collected, and is started again in a forked child if the parent's was running. A failed write
+    is logged once per run of failures and counted every time in
+    ``monitor_errors{stage="export"}`` through one owner's ``count_error`` (the owners share the
+    process's files: one count per failure, however many exporters hold the thread).
 
     Args:
         sync: writes the files; returns the first failure (else None), never raises.
@@ -78,9 +86,21 @@ class FileRefresher:
             if not self._owners:  # every owner was collected without a release
                 return
             failed = self._sync()
-            if failed is not None and not failing:  # logged once per run of failures
-                log_error(self._log, "observe_failed", "export_prometheus", failed)
+            if failed is not None:
+                self._count_failure()
+                if not failing:  # logged once per run of failures
+                    log_error(self._log, "observe_failed", "export_prometheus", failed)
             failing = failed is not None
+
+    def _count_failure(self) -> None:
+        """Count one failed write through the first owner that counts errors (an exporter's
+        ``count_error``); a count that fails is dropped (error accounting must not raise)."""
+        for owner in list(self._owners):
+            count = getattr(owner, "count_error", None)
+            if callable(count):
+                with contextlib.suppress(Exception):
+                    count(SYNC_FAILURE_STAGE)
+                return
 
     def _after_fork(self) -> int:
         """In a forked child (no thread): start it again if an owner lives."""

@@ -24,7 +24,7 @@ from prometheus_client.utils import floatToGoString
 from handoffmon._version import __version__
 from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
 from handoffmon.errors import HandoffmonError
-from handoffmon.exporters.file_refresh import FileRefresher
+from handoffmon.exporters.file_refresh import SYNC_FAILURE_STAGE, FileRefresher
 from handoffmon.exporters.logs import get_logger, log_error
 from handoffmon.exporters.refit_series import FIT_LABEL, REFIT_GAUGES, GaugeSpec, Series, refit_series
 from handoffmon.exporters.serving import FileMirror, sync_file_mirrors
@@ -654,13 +654,15 @@ class PrometheusExporter:
 
     def _sync_files(self) -> None:
         """Write the growth of every scrape-time counter of the process (the store's, routing's,
-        shadow's: ``sync_file_mirrors``) to the multiprocess files; logs a failure, never raises."""
+        shadow's: ``sync_file_mirrors``) to the multiprocess files; logs a failure and counts it
+        (``monitor_errors{stage="export"}``, as the ``FILE_REFRESHER`` does), never raises."""
         self._files_dirty, self._files_synced_at = False, _now()
         if os.environ.get(MULTIPROC_ENV) and not self._closed:
             FILE_REFRESHER.hold(self)  # from now on the files move without turns too
         failed = sync_file_mirrors()
         if failed is not None:
             log_error(self._log, "observe_failed", "export_prometheus", failed)
+            self.count_error(SYNC_FAILURE_STAGE)
 
     def _count(self, result: TurnResult) -> None:
         g, m, kid = self.guard, self._m, self._kids

@@ -50,6 +50,53 @@ def test_an_idle_workers_table_age_grows_in_a_multiprocess_scrape(tmp_path: Path
             proc.kill()
 
 
+@pytest.mark.slow  # a real worker process: ~1.2 s each
+@pytest.mark.parametrize(
+    ("argv", "turns", "want"),
+    [(["0.02"], 1, ">= 5"), (["3600", "turn"], 2, "== 1")],
+    ids=["timer", "check-thread"],
+)
+def test_a_failing_write_of_the_files_counts_a_monitor_error(
+    tmp_path: Path, argv: list[str], turns: int, want: str
+) -> None:
+    """A real worker whose multiprocess directory is taken away (a tmp cleaner; the same as one
+    it may not write): each write of its files fails to create the file its routing table's
+    timestamp needs, and each failure is counted in ``handoffmon_monitor_errors_total{stage=
+    "export"}`` in the files it still holds open, so MonitorErrors sees it (it was only logged).
+    ``timer``: no turn meanwhile, every ``FileRefresher`` tick counts one. ``check-thread``: the
+    timer never ticks; one turn and its flush write the files once, one error."""
+    mp_dir, moved = tmp_path / "mp", tmp_path / "moved"
+    mp_dir.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(mp_dir), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "tests.exporters.mp_unwritable_worker", *argv]
+    export = L(stage="export")
+    with subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            assert proc.stdout.readline().strip().isdigit()  # one turn written
+            assert only(scrape(mp_dir), "handoffmon_monitor_errors_total")[export] == 0
+            mp_dir.rename(moved)
+            mp_dir.write_text("not a directory")  # no file can be created under it
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "routing"
+
+            def errors() -> float:
+                return only(scrape(moved), "handoffmon_monitor_errors_total")[export]
+
+            if want == "== 1":
+                time.sleep(0.2)  # nothing else writes: the count stays at the one failure
+                assert errors() == 1
+            else:
+                assert _wait(lambda: errors() >= 5), errors()
+            assert sum(only(scrape(moved), "handoffmon_turns_total").values()) == turns
+            assert "handoffmon_routing_table_timestamp_seconds" not in {n for n, _ in scrape(moved)}
+        finally:
+            proc.kill()
+
+
 class Syncs:
     """A ``sync`` that counts its calls (and can fail)."""
 
