@@ -80,7 +80,7 @@ def test_refit_publisher_reaches_every_gauge_exporter() -> None:
     )
     assert refit_publisher(exporters)(make_refit()) is True
     assert (
-        "handoffmon_refit_last_success_timestamp_seconds 1.8000001e+09"
+        'handoffmon_refit_last_success_timestamp_seconds{fit="local"} 1.8000001e+09'
         in generate_latest(prometheus_exporter(exporters).registry).decode()
     )
     names = {

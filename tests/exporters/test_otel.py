@@ -283,10 +283,10 @@ def test_health_api_and_refit_gauges(exporter: OTelExporter, reader: InMemoryMet
     assert points(reader, "handoffmon_monitor_errors")[(("stage", "store"),)].value == 1
     assert points(reader, "handoffmon_queue_dropped")[()].value == 3
     infl = points(reader, "handoffmon_prefix_influence")
-    assert infl[(("model", "gpt"), ("rule", "json"))].value == -0.06
+    assert infl[(("fit", "local"), ("model", "gpt"), ("rule", "json"))].value == -0.06
     delta = points(reader, "handoffmon_handoff_delta")
     assert delta[
-        (("bound", "upper"), ("model", "claude"), ("prefix_model", "gpt"), ("rule", "all"))
+        (("bound", "upper"), ("fit", "local"), ("model", "claude"), ("prefix_model", "gpt"), ("rule", "all"))
     ].value == (pytest.approx(-0.07))
 
 

@@ -28,7 +28,7 @@ from handoffmon.exporters.serving import (
     start_metrics_server,
 )
 from handoffmon.sources.multiprocess import multiprocess_counts
-from tests.exporters.turns import L, counted, make_result, only, parse_exposition
+from tests.exporters.turns import LF, L, counted, make_result, only, parse_exposition
 from tests.exporters.workers import worker_said
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +123,7 @@ def test_multiprocess_without_a_refit_serves_no_success_timestamp(tmp_path: Path
     assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {}
     run_worker(tmp_path, "claude", "1", "1800000100")
     s = parse_exposition(get_multiprocess(tmp_path))
-    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1800000100.0}
+    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {LF(): 1800000100.0}
 
 
 def get_multiprocess(mp_dir: Path) -> str:
@@ -153,11 +153,11 @@ def test_multiprocess_two_writers_summed_by_one_collector(tmp_path: Path) -> Non
     assert counted(s, "handoffmon_monitor_errors_total") == {L(stage="check"): 2}
     assert only(s, "handoffmon_overhead_seconds_count") == {L(stage="attribution"): 2}
     # mostrecent: the second process published last
-    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {(): 1800000501.0}
+    assert only(s, "handoffmon_refit_last_success_timestamp_seconds") == {LF(): 1800000501.0}
     # limit: removal is impossible in multiprocess mode, so the vanished pair reads NaN
     delta = only(s, "handoffmon_handoff_delta")
-    assert math.isnan(delta[L(prefix_model="claude", model="gpt", rule="json", bound="estimate")])
-    assert delta[L(prefix_model="gpt", model="claude", rule="json", bound="estimate")] == -0.12
+    assert math.isnan(delta[LF(prefix_model="claude", model="gpt", rule="json", bound="estimate")])
+    assert delta[LF(prefix_model="gpt", model="claude", rule="json", bound="estimate")] == -0.12
     # no pid label leaks into max-mode gauges
     assert only(s, "handoffmon_label_limit")[L(label="model")] == 50
 
@@ -245,7 +245,7 @@ def test_a_workers_refit_covers_every_workers_turns(tmp_path: Path) -> None:
     s = parse_exposition(get_multiprocess(tmp_path))
     assert only(s, "handoffmon_turns_total")[L(model="b", prefix_model="a", depth_bucket="2")] == 5
     checked = only(s, "handoffmon_handoff_checked_turns")
-    assert checked[L(prefix_model="a", model="b", rule="short")] == 5
+    assert checked[LF(prefix_model="a", model="b", rule="short")] == 5
 
 
 def test_multiprocess_serves_routing_and_shadow_counters_of_every_worker(tmp_path: Path) -> None:

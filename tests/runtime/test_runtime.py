@@ -80,7 +80,7 @@ def test_periodic_refit_is_scheduled_by_the_runtime_and_publishes_gauges() -> No
         _wait(lambda: rt.refit is not None and rt.refit.stats.runs > 0)
         assert rt.refit.stats.failures == 0, rt.refit.stats.last_error
         assert (
-            rt.registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds")
+            rt.registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds", {"fit": "local"})
             == rt.refit.stats.last_success_at
         )
     finally:
@@ -98,9 +98,12 @@ def test_refit_of_real_counts_fills_the_influence_gauges() -> None:
         assert result is not None and result.min_n == 10
         pi = result.rules["all"].models["m1"].prefix_influence
         assert rt.registry.get_sample_value(
-            "handoffmon_prefix_influence", {"model": "m1", "rule": "all"}
+            "handoffmon_prefix_influence", {"model": "m1", "rule": "all", "fit": "local"}
         ) == pytest.approx(pi)
-        assert rt.registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds") == 50.0
+        assert (
+            rt.registry.get_sample_value("handoffmon_refit_last_success_timestamp_seconds", {"fit": "local"})
+            == 50.0
+        )
 
 
 def test_no_refit_schedule_when_disabled() -> None:

@@ -187,10 +187,10 @@ def test_the_refit_gauges_say_which_pairs_shadow_contradicts(fitted: tuple[Refit
     res, _ = fitted
     series = refit_series(res, LabelGuard())["handoffmon_switch_cost_disagrees"]
     want = {
-        (s.prefix_model, s.model, rule): 1.0 if s.disagree else 0.0
+        (s.prefix_model, s.model, rule, "local"): 1.0 if s.disagree else 0.0
         for rule, fit in res.rules.items()
         for s in fit.switch_costs
         if np.isfinite(s.estimate)
     }
     assert series == want
-    assert sum(v for (_, _, rule), v in series.items() if rule == "all") >= 4
+    assert sum(v for (_, _, rule, _), v in series.items() if rule == "all") >= 4
