@@ -88,7 +88,11 @@ def _extractor(p: Params) -> Any:
     """A function reply → last extracted answer (or ``None``), from ``pattern`` or ``tag``."""
     if p.has("pattern"):
         rx = compile_safe(
-            p.str("pattern"), key="pattern", ignore_case=p.bool("ignore_case", False), dotall=True
+            p.str("pattern"),
+            key="pattern",
+            ignore_case=p.bool("ignore_case", False),
+            dotall=True,
+            max_mem=p.limits.regex_max_mem,
         )
         if p.has("tag"):
             raise ParamError("tag", "give either tag or pattern, not both")

@@ -127,16 +127,38 @@ class ParamError(ValueError):
         super().__init__(message)
 
 
+@dataclass(frozen=True, slots=True)
+class BuildLimits:
+    """What a checker built from params may cost, for the factories that measure it (the regex
+    checkers, ``safe_regex``).
+
+    Attributes:
+        max_cost_ns: the most CPU per reply character its checks may take; a pattern measured
+            above it is refused (``ParamError`` naming its key). ``None``: no limit.
+        regex_max_mem: RE2's memory for one compiled pattern; compile time grows with it (with
+            RE2's default 8 MiB, ``(\\pL|\\pN|\\pP){300}`` took 0.3 s to compile); a
+            pattern that needs more is refused.
+    """
+
+    max_cost_ns: builtins.float | None = None
+    regex_max_mem: builtins.int = 8 << 20
+
+
+NO_LIMITS = BuildLimits()
+
+
 class Params:
     """Typed, validated access to a rule's ``params`` mapping.
 
     Factories read every parameter through this object and call :meth:`finish`, so
-    unknown keys and wrong types fail at load time naming the key.
+    unknown keys and wrong types fail at load time naming the key. ``limits``: what the built
+    checker may cost (:class:`BuildLimits`).
     """
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, Any], limits: BuildLimits = NO_LIMITS) -> None:
         if not isinstance(raw, Mapping):
             raise ParamError("", "params must be a mapping")
+        self.limits = limits
         self._raw = dict(raw)
         self._seen: set[builtins.str] = set()
         self.cost: builtins.float | None = None
@@ -351,10 +373,11 @@ class CheckerRegistry:
         except KeyError:
             raise UnknownChecker(name) from None
 
-    def build(self, name: str, params: Mapping[str, Any]) -> Checker:
-        """Build a checker; raises ``UnknownChecker`` or ``ParamError`` (naming the key)."""
+    def build(self, name: str, params: Mapping[str, Any], limits: BuildLimits = NO_LIMITS) -> Checker:
+        """Build a checker within ``limits``; raises ``UnknownChecker`` or ``ParamError`` (naming
+        the key)."""
         spec = self.spec(name)
-        p = Params(params)
+        p = Params(params, limits)
         try:
             fn = spec.factory(p)
         except ParamError as exc:

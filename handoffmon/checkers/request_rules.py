@@ -43,6 +43,12 @@ RESERVED_NAMES = RESERVED_RULE_NAMES
 """Names that mean something else in metrics and refit output (``all`` = pooled rules,
 ``other`` = labels past the cardinality cap); the config model refuses them too."""
 
+REQUEST_REGEX_MAX_MEM = 1 << 20
+"""RE2 memory for a pattern a request declares (a configured one has RE2's 8 MiB). The check
+thread compiles declared rules, and compile time grows with the program: ``(\\pL|\\pN|\\pP){300}``
+took 0.3 s to compile in 8 MiB and is refused in 13 ms in 1 MiB; a slow pattern's cost probe
+(``safe_regex.regex_cost``) runs in ~20 ms in it (RE2's NFA, ~10 µs per character)."""
+
 MAX_DEPTH = 8
 """Deepest nesting of lists/mappings a declared rule may have."""
 

@@ -15,6 +15,7 @@ from handoffmon.checkers.base import (
     OVERRUN,
     TOO_LARGE,
     TURN_BUDGET,
+    BuildLimits,
     CheckContext,
     Checker,
     CheckerRegistry,
@@ -27,11 +28,12 @@ from handoffmon.checkers.extracted import CLEAR, ExtractedMemory, FingerprintMem
 from handoffmon.checkers.request_rules import (
     DEFAULT_POLICY,
     METADATA_KEY,
+    REQUEST_REGEX_MAX_MEM,
     REQUEST_SOURCE,
     RequestRuleGate,
     RequestRulePolicy,
 )
-from handoffmon.checkers.safe_regex import clean_text
+from handoffmon.checkers.safe_regex import clean_text, max_cost_ns
 from handoffmon.config import RuleConfig, ScopeConfig
 from handoffmon.errors import RuleError
 from handoffmon.types import CheckResult, Verdict
@@ -152,6 +154,11 @@ class RuleSet:
     ) -> None:
         self.registry = registry if registry is not None else default_registry()
         self.budget_s = budget_s
+        cap = max_cost_ns(budget_s, OVERRUN)
+        self._limits = BuildLimits(max_cost_ns=cap)
+        """Configured rules: a regex too slow for a 4,000-character reply fails at load."""
+        self._request_limits = BuildLimits(max_cost_ns=cap, regex_max_mem=REQUEST_REGEX_MAX_MEM)
+        """Declared rules, compiled on the check thread: RE2's memory bounds their compile time."""
         self.memory = memory
         self._cache_size = request.cache_size
         self._cache: OrderedDict[str, Rule | RuleError] = OrderedDict()
@@ -213,9 +220,12 @@ class RuleSet:
         return dict(self._gate.rejections)
 
     def compile(self, cfg: RuleConfig, *, where: str = "rules", source: str = "<config>") -> Rule:
-        """Build one rule; raises ``RuleError`` with key ``<where>.check`` or ``<where>.params.<key>``."""
+        """Build one rule; raises ``RuleError`` with key ``<where>.check`` or ``<where>.params.<key>``
+        (a regex too slow for the check budget: ``safe_regex.MIN_REPLY_CHARS``). A rule from a
+        request (``source`` is ``REQUEST_SOURCE``) is built within ``REQUEST_REGEX_MAX_MEM``."""
+        limits = self._request_limits if source == REQUEST_SOURCE else self._limits
         try:
-            checker = self.registry.build(cfg.check, cfg.params)
+            checker = self.registry.build(cfg.check, cfg.params, limits)
         except UnknownChecker:
             known = ", ".join(n for n in self.registry.names() if not n.startswith("ifeval"))
             raise RuleError(

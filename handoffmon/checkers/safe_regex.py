@@ -79,18 +79,29 @@ def ascii_literal_finder(pattern: str, *, ignore_case: bool = False) -> Callable
 
 
 def compile_safe(
-    pattern: str, *, key: str, ignore_case: bool = False, multiline: bool = False, dotall: bool = False
+    pattern: str,
+    *,
+    key: str,
+    ignore_case: bool = False,
+    multiline: bool = False,
+    dotall: bool = False,
+    max_mem: int | None = None,
 ) -> Any:
-    """Compile ``pattern`` with RE2 (linear time: no catastrophic backtracking).
+    """Compile ``pattern`` with RE2 (linear time: no catastrophic backtracking), in at most
+    ``max_mem`` bytes (``BuildLimits.regex_max_mem``; default RE2's 8 MiB): compile time grows
+    with the program, so a smaller budget refuses a pattern that would take long to compile.
 
     Raises:
-        ParamError: naming ``key`` for invalid syntax or for constructs RE2 does not support
-            (backreferences, lookaround, atomic groups, possessive quantifiers).
+        ParamError: naming ``key`` for invalid syntax, a pattern too large for ``max_mem``, or
+            constructs RE2 does not support (backreferences, lookaround, atomic groups,
+            possessive quantifiers).
     """
     flags = "".join(f for f, on in (("i", ignore_case), ("m", multiline), ("s", dotall)) if on)
     source = f"(?{flags}){pattern}" if flags else pattern
     options = re2.Options()
     options.log_errors = False
+    if max_mem is not None:
+        options.max_mem = max_mem
     try:
         compiled = re2.compile(clean_text(source), options)
     except re2.error as exc:
@@ -113,16 +124,40 @@ def compile_safe(
     return compiled
 
 
-def regex_cost(compiled: Any) -> float:
+def regex_cost(compiled: Any, *, key: str = "pattern", max_ns: float | None = None) -> float:
     """A compiled pattern's worst CPU cost per character (ns) for ``Checker.cost``: RE2 is linear,
     but a pattern whose DFA outgrows its memory runs on the NFA at up to ~30 µs per character
     (``(?s)(.{0,100}){10}z`` took 24 s on 1 MB), so a reply it would spend seconds on must be
     refused as ``too_large``. Measured on ``_PROBE`` (~0.1 s for the worst patterns) the second
     time (the first builds DFA states a long reply reuses: ``\\w{1000}`` read 25 µs per character
-    then, 0.02 on 1 MB), times ``PROBE_MARGIN``; ``REGEX_COST`` at least."""
+    then, 0.02 on 1 MB), times ``PROBE_MARGIN``; ``REGEX_COST`` at least.
+
+    Raises:
+        ParamError: naming ``key`` when the cost is over ``max_ns`` (``BuildLimits.max_cost_ns``).
+    """
     data = _PROBE.encode("utf-8")
     compiled.search(data)
     start = time.thread_time()
     compiled.search(data)
     ns_per_char = (time.thread_time() - start) * 1e9 / len(_PROBE)
-    return max(REGEX_COST, PROBE_MARGIN * ns_per_char)
+    cost = max(REGEX_COST, PROBE_MARGIN * ns_per_char)
+    if max_ns is not None and cost > max_ns:
+        raise ParamError(
+            key,
+            f"regex too slow: measured {cost / 1000:.0f} µs per character of reply (RE2 left its "
+            f"DFA for its NFA), over the {max_ns / 1000:.0f} µs a rule may take to check a "
+            f"{MIN_REPLY_CHARS:,}-character reply within its budget; simplify the pattern "
+            "(nested or long counted repetitions) or raise pipeline.check_budget_s",
+        )
+    return cost
+
+
+MIN_REPLY_CHARS = 4_000
+"""A regex rule must be able to check a reply this long (about 1,000 tokens) within
+``OVERRUN`` × its check budget; a costlier pattern is refused when the rule is built."""
+
+
+def max_cost_ns(budget_s: float, overrun: float) -> float:
+    """``BuildLimits.max_cost_ns`` for a check budget: :data:`MIN_REPLY_CHARS` in ``overrun`` ×
+    ``budget_s`` of CPU."""
+    return budget_s * overrun * 1e9 / MIN_REPLY_CHARS

@@ -37,12 +37,12 @@ def regex_must_match(p: Params) -> CheckFn:
     Params: pattern, ignore_case, multiline, dotall, min_count.
     """
     flags = _regex_flags(p)
-    rx = compile_safe(p.str("pattern"), key="pattern", **flags)
+    rx = compile_safe(p.str("pattern"), key="pattern", max_mem=p.limits.regex_max_mem, **flags)
     min_count = p.int("min_count", 1, min_value=1)
     if min_count > MAX_MIN_COUNT:
         raise ParamError("min_count", f"must be <= {MAX_MIN_COUNT}, got {min_count}")
     found_in = ascii_literal_finder(p.str("pattern"), ignore_case=flags["ignore_case"])
-    p.set_cost(regex_cost(rx))
+    p.set_cost(regex_cost(rx, key="pattern", max_ns=p.limits.max_cost_ns))
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)
@@ -59,9 +59,9 @@ def regex_must_match(p: Params) -> CheckFn:
 def regex_must_not_match(p: Params) -> CheckFn:
     """``pattern`` (RE2 syntax) must not occur. Params: pattern, ignore_case, multiline, dotall."""
     flags = _regex_flags(p)
-    rx = compile_safe(p.str("pattern"), key="pattern", **flags)
+    rx = compile_safe(p.str("pattern"), key="pattern", max_mem=p.limits.regex_max_mem, **flags)
     found_in = ascii_literal_finder(p.str("pattern"), ignore_case=flags["ignore_case"])
-    p.set_cost(regex_cost(rx))
+    p.set_cost(regex_cost(rx, key="pattern", max_ns=p.limits.max_cost_ns))
 
     def check(reply: str, ctx: CheckContext) -> CheckOutcome:
         text = clean_text(reply)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -307,3 +308,22 @@ def test_a_compile_error_names_the_source_and_key_once() -> None:
     assert exc.value.code == "invalid" and text.count("<request metadata>") == 1
     key = "metadata.handoffmon.rules['x'].params.pattern"
     assert text.startswith(f"<request metadata>: key {key!r}: rule 'x': ")
+
+
+def test_a_hostile_declared_regex_costs_the_check_thread_milliseconds_not_a_third_of_a_second() -> None:
+    """Patterns whose RE2 program is huge (0.3-0.7 s each to compile in RE2's default 8 MiB),
+    declared per request, are refused as ``invalid`` within ``REQUEST_REGEX_MAX_MEM``: four
+    distinct ones (no cache helps) cost the check thread well under 0.2 s of CPU, and the same
+    pattern still compiles as a configured rule. The compile cache stays bounded."""
+    rs = RuleSet(request=RequestRulePolicy(cache_size=2))
+    hostile = [rf"(\pL|\pN|\pZ){{{n}}}" for n in (297, 296, 295, 294)]
+    start = time.thread_time()
+    for i, pattern in enumerate(hostile):
+        declared = {"name": f"h{i}", "check": "regex_must_match", "params": {"pattern": pattern}}
+        assert rejected(rs, meta(declared)) == "invalid"
+    assert time.thread_time() - start < 0.2
+    assert len(rs._cache) == 2
+    configured = RuleSet.from_config(
+        [RuleConfig(name="h", check="regex_must_match", params={"pattern": hostile[0]})]
+    )
+    assert configured.names == ("h",)

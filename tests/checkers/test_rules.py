@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,7 @@ from handoffmon.checkers import (
     Scope,
     default_registry,
 )
-from handoffmon.config import RuleConfig, config_from_mapping
+from handoffmon.config import RuleConfig, config_from_mapping, load_config
 from handoffmon.errors import RuleError
 
 
@@ -384,3 +385,24 @@ def test_declared_rules_of_one_turn_share_a_cpu_budget() -> None:
         {"handoffmon": {"rules": [{"name": "late", "check": "burn", "scope": {"min_depth": 5}}]}}
     )
     assert [r.rule for r in rs.evaluate("x", CheckContext(), (*declared, *scoped))][-1] != "late"
+
+
+SLOW_REGEX = r"(?s)(.{0,100}){10}z"
+"""A pattern RE2 runs on its NFA: ~150 µs per character measured (a 4,000-character reply: 0.6 s)."""
+
+
+def test_a_regex_too_slow_for_the_budget_fails_at_load_naming_key_and_file(tmp_path: Path) -> None:
+    """A configured pattern whose measured cost would not check a 4,000-character reply within
+    OVERRUN × pipeline.check_budget_s fails when the rules are built, naming the rule's key and
+    the config file; a larger budget takes it, and then it is measured at load, not on a check.
+    (Before: it loaded, and every reply past ~2,500 characters was an ``error`` / ``too_large``.)"""
+    path = tmp_path / "handoffmon.yaml"
+    path.write_text(
+        f"rules:\n  - name: slow\n    check: regex_must_not_match\n    params: {{pattern: '{SLOW_REGEX}'}}\n"
+    )
+    with pytest.raises(RuleError) as e:
+        RuleSet.for_monitor(load_config(path))
+    assert e.value.key == "rules['slow'].params.pattern" and e.value.source == str(path)
+    assert "regex too slow" in str(e.value) and str(path) in str(e.value)
+    roomy = RuleSet.from_config([rule("slow", "regex_must_not_match", {"pattern": SLOW_REGEX})], budget_s=1.0)
+    assert roomy.rules[0].checker.cost > 100_000  # ns per character, measured when built
