@@ -176,6 +176,21 @@ class ShadowPairObserver(Protocol):
         ...
 
 
+@runtime_checkable
+class NoReplyObserver(Protocol):
+    """Optional exporter extension: responses that finished without a reply.
+
+    ``Monitor.count_no_reply`` calls it (on the adapter's thread: the request path, or the
+    attribution thread) for each Responses API answer ``failed``, ``cancelled`` or
+    ``incomplete`` with no output, which is no turn (``ingress.responses.NoReply``). Must not
+    raise, must not block.
+    """
+
+    def count_no_reply(self, status: str) -> None:
+        """Count one response that finished in ``status`` without a reply."""
+        ...
+
+
 class Clock(Protocol):
     """Injectable time source (tests pass a fake)."""
 

@@ -54,12 +54,15 @@ class RecordingExporter:
 
     Attributes:
         results: every exported turn, in export order.
+        no_replies: responses that finished without a reply, by status (``NoReplyObserver``:
+            no turn, see ``ingress.responses.NoReply``).
         flushed: how many times ``force_flush`` was called.
         shut: whether ``shutdown`` was called.
     """
 
     def __init__(self) -> None:
         self.results: list[TurnResult] = []
+        self.no_replies: Counter[str] = Counter()
         self.flushed = 0
         self.shut = False
 
@@ -67,6 +70,10 @@ class RecordingExporter:
         """Keep the result."""
         self.results.append(result)
         return True
+
+    def count_no_reply(self, status: str) -> None:
+        """Count a response that finished without a reply."""
+        self.no_replies[status] += 1
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Count the flush (nothing is buffered)."""

@@ -38,6 +38,11 @@ MONITOR_STAGES: tuple[str, ...] = (
 """Stages that count their own failures (``handoffmon_monitor_errors_total{stage}``); exported at 0
 from the start so dashboards and ``rate()`` show 0, not "No data"."""
 
+NO_REPLY_STATUSES: tuple[str, ...] = ("failed", "cancelled", "incomplete")
+"""Statuses of a Responses API answer that finished without a reply and is no turn
+(``handoffmon_responses_without_reply_total{status}``, exported at 0 from the start):
+``failed``, ``cancelled``, ``incomplete`` with no output text and no tool call."""
+
 CHECK_ERROR_REASONS: tuple[str, ...] = (
     "too_large",
     "turn_budget",

@@ -38,6 +38,7 @@ from handoffmon.labels import (
 from handoffmon.types import (
     ATTRIBUTION_METHODS,
     MONITOR_STAGES,
+    NO_REPLY_STATUSES,
     UNKNOWN_MODEL,
     VERDICTS,
     CheckResult,
@@ -394,6 +395,11 @@ class OTelExporter:
         self._fallbacks = c("handoffmon_fallbacks", "{fallback}", "Router fallbacks before the reply.")
         self._errors = c("handoffmon_monitor_errors", "{error}", "handoffmon's own failures, by stage.")
         self._dropped = c("handoffmon_queue_dropped", "{turn}", "Turns dropped because the queue was full.")
+        self._no_reply = c(
+            "handoffmon_responses_without_reply",
+            "{response}",
+            "Responses API answers that finished without a reply (no turn), by status.",
+        )
         self._overhead = meter.create_histogram(
             "handoffmon_overhead_seconds",
             "s",
@@ -467,6 +473,8 @@ class OTelExporter:
         for method in ATTRIBUTION_METHODS:
             self._attributions.add(0, {"method": method})
         self._dropped.add(0)
+        for status in NO_REPLY_STATUSES:
+            self._no_reply.add(0, {"status": status})
 
     def observe_store(
         self,
@@ -727,6 +735,13 @@ class OTelExporter:
         """Add ``n`` to ``handoffmon_queue_dropped``; never raises."""
         try:
             self._dropped.add(n)
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_otel", exc)
+
+    def count_no_reply(self, status: str) -> None:
+        """Add 1 to ``handoffmon_responses_without_reply{status}``; never raises."""
+        try:
+            self._no_reply.add(1, {"status": status if status in NO_REPLY_STATUSES else "other"})
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_otel", exc)
 

@@ -36,7 +36,14 @@ from handoffmon.labels import (
     LabelGuard,
     refit_input_labels,
 )
-from handoffmon.types import ATTRIBUTION_METHODS, MONITOR_STAGES, VERDICTS, TurnResult, check_error_reason
+from handoffmon.types import (
+    ATTRIBUTION_METHODS,
+    MONITOR_STAGES,
+    NO_REPLY_STATUSES,
+    VERDICTS,
+    TurnResult,
+    check_error_reason,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.config import HandoffmonConfig
@@ -274,6 +281,7 @@ class _Counters:
     attributions: Counter
     fallbacks: Counter
     errors: Counter
+    no_reply: Counter
     dropped: Counter
     overhead: Histogram
     history_tokens: Histogram
@@ -373,6 +381,14 @@ def _counters() -> _Counters:
             "handoffmon_monitor_errors",
             "handoffmon's own failures (fail-open), by stage.",
             ("stage",),
+            registry=r,
+        ),
+        no_reply=Counter(
+            "handoffmon_responses_without_reply",
+            "Responses API answers that finished without a reply, by status (failed, cancelled, "
+            "incomplete with no output text and no tool call): an upstream failure, recorded as no turn "
+            "and checked by no rule.",
+            ("status",),
             registry=r,
         ),
         dropped=Counter(
@@ -792,6 +808,8 @@ class PrometheusExporter:
         """Children whose label values are known up front start at 0 (no "No data" panels)."""
         for stage in MONITOR_STAGES:
             self._m.errors.labels(self.guard.stage(stage))
+        for status in NO_REPLY_STATUSES:
+            self._m.no_reply.labels(status)
         for method in ATTRIBUTION_METHODS:
             if self._t is not None:
                 self._t.attributions.values[(method,)] = 0.0
@@ -895,6 +913,15 @@ class PrometheusExporter:
         """Increment ``handoffmon_queue_dropped_total`` by ``n``; never raises."""
         try:
             self._m.dropped.inc(n)
+        except Exception as exc:
+            log_error(self._log, "observe_failed", "export_prometheus", exc)
+
+    # -- NoReplyObserver ----------------------------------------------------------------
+
+    def count_no_reply(self, status: str) -> None:
+        """Increment ``handoffmon_responses_without_reply_total{status}``; never raises."""
+        try:
+            self._m.no_reply.labels(status if status in NO_REPLY_STATUSES else "other").inc()
         except Exception as exc:
             log_error(self._log, "observe_failed", "export_prometheus", exc)
 

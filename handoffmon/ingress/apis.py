@@ -19,8 +19,10 @@ class Api(NamedTuple):
     """Route label in ``handoffmon_proxy_requests_total{route}``."""
     read_request: Callable[[Any], tuple[dict[str, Any] | None, str | None, ResponseLink | None]]
     """A request body as a chat body, why it is not monitored, and its link to stored history."""
-    as_chat: Callable[[Any], dict[str, Any] | None]
-    """A (non-streamed) response as a chat completion document; ``None`` when it is not one."""
+    as_chat: Callable[[Any], dict[str, Any] | responses.NoReply | None]
+    """A (non-streamed) response as a chat completion document; a ``NoReply`` when it finished
+    without a reply (a Responses API ``failed`` response: counted, never a turn); ``None`` when
+    it is no finished response (a ``queued`` background call's: its reply comes later)."""
     folder: Callable[[int], Folder]
     """A stream folder keeping at most that many characters of reply."""
 

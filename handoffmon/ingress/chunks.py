@@ -90,6 +90,10 @@ class StreamOutcome(NamedTuple):
             was kept (``reply`` has no text), and the adapter does not record the turn.
         alternatives: the assistant messages of choices 1… of an ``n > 1`` stream, by index
             (the first ``MAX_ALTERNATIVES``), as ``reply``.
+        no_reply: the stream's final response finished without a reply (Responses API
+            ``failed``, ``cancelled``, ``incomplete`` with no output:
+            ``ingress.responses.NoReply``): its status; the adapter records no turn
+            (``Monitor.stream_recordable`` counts it).
     """
 
     reply: dict[str, Any]
@@ -104,6 +108,7 @@ class StreamOutcome(NamedTuple):
     odd: int
     too_large: bool = False
     alternatives: tuple[dict[str, Any], ...] = ()
+    no_reply: str | None = None
 
 
 class Folder(Protocol):

@@ -39,8 +39,13 @@ from handoffmon.ingress.request import ResponseLink
 CONVERSATION_KEY = "conversation"
 """The request field that continues a ``conversation`` object the provider stores."""
 
-TERMINAL_EVENTS = frozenset(("response.completed", "response.incomplete", "response.failed"))
-"""Stream events carrying the final response object (the last event of a stream)."""
+TERMINAL_EVENTS: dict[str, str] = {
+    "response.completed": "completed",
+    "response.incomplete": "incomplete",
+    "response.failed": "failed",
+}
+"""Stream events carrying the final response object (the last event of a stream), and the
+status each implies (read when the response does not say its own)."""
 
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text"))
 _SKIPPED_ITEMS = frozenset(("reasoning", "item_reference"))
@@ -290,12 +295,49 @@ def unfinished(response: Any) -> bool:
     return isinstance(status, str) and status in UNFINISHED  # (an odd status may be unhashable)
 
 
-def finished_as_chat(response: Any) -> dict[str, Any] | None:
-    """:func:`response_as_chat` of a (non-streamed) response that has finished; ``None`` for an
-    :func:`unfinished` one, which is no turn."""
+class NoReply(NamedTuple):
+    """A finished response that is no turn: it ``failed`` or was ``cancelled`` (whatever output
+    it kept), or ended ``incomplete`` with no output text and no tool call (its tokens spent on
+    reasoning, say). Recorded, it would be an empty reply failing every rule, charged to the
+    model for what was the upstream's failure; the adapters count it instead
+    (``Monitor.no_reply``). An ``incomplete`` response with output (``max_output_tokens`` cut
+    it) is a turn: a real, truncated reply that a length rule should see."""
+
+    status: str
+    """One of ``types.NO_REPLY_STATUSES``."""
+
+
+def _said_nothing(message: dict[str, Any]) -> bool:
+    """A reply with no tool call and no content but empty text parts."""
+    if message.get("tool_calls"):
+        return False
+    content = message.get("content")
+    if isinstance(content, list):
+        return all(type(p) is dict and p.get("type") == "text" and not p.get("text") for p in content)
+    return not content
+
+
+def no_reply(status: Any, message: dict[str, Any]) -> NoReply | None:
+    """The :class:`NoReply` of a finished response in ``status`` whose reply read as chat is
+    ``message``; ``None`` when it is a turn (any other status, even an odd one, reads as before)."""
+    if status == "failed" or status == "cancelled":  # == only: an odd status may be unhashable
+        return NoReply(status)
+    if status == "incomplete" and _said_nothing(message):
+        return NoReply("incomplete")
+    return None
+
+
+def finished_as_chat(response: Any) -> dict[str, Any] | NoReply | None:
+    """:func:`response_as_chat` of a (non-streamed) response that has finished, or its
+    :class:`NoReply` when it finished without a reply; ``None`` for an :func:`unfinished` one
+    (its reply is still to come) and for what is no response. Neither is a turn, but only a
+    ``NoReply`` is final: a background call answered ``None`` stays parked."""
     if unfinished(response):
         return None
-    return response_as_chat(response)
+    doc = response_as_chat(response)
+    if doc is None:
+        return None
+    return no_reply(get(response, "status"), doc["choices"][0]["message"]) or doc
 
 
 class ResponsesStreamFolder(EventFolder):
@@ -318,6 +360,7 @@ class ResponsesStreamFolder(EventFolder):
         self._items: dict[int, Any] = {}
         self._texts: dict[tuple[int, int], Pieces] = {}
         self._final: Any = None
+        self._status: str | None = None
         self._model: str | None = None
         self._id: str | None = None
 
@@ -331,6 +374,8 @@ class ResponsesStreamFolder(EventFolder):
             if not isinstance(get(response, "output"), (list, tuple)):
                 self.odd += 1
                 return
+            status = get(response, "status")
+            self._status = status if isinstance(status, str) else TERMINAL_EVENTS[kind]
             self._final, self.done = response, True
             return
         if kind in ("response.created", "response.in_progress"):
@@ -398,6 +443,7 @@ class ResponsesStreamFolder(EventFolder):
         reply = choice["message"]
         if self.too_large and final is None:
             reply = {"role": "assistant", "content": None}
+        nothing = no_reply(self._status, reply) if final is not None else None
         return StreamOutcome(
             reply=reply,
             deployment_ids=(),
@@ -408,8 +454,9 @@ class ResponsesStreamFolder(EventFolder):
             output_tokens=usage.get("completion_tokens")
             if type(usage.get("completion_tokens")) is int
             else None,
-            completed=completed and get(final, "status") != "failed",
+            completed=completed and self._status != "failed",
             chunks=self.chunks,
             odd=self.odd,
             too_large=self.too_large and final is None,
+            no_reply=nothing.status if nothing is not None else None,
         )

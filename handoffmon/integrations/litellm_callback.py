@@ -321,10 +321,12 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             doc, served = (
                 (response, None) if api is None else (api.as_chat(response), _served(response, data))
             )
+            monitor = self.monitor
+            if monitor.no_reply(doc):  # finished without a reply (failed): counted, no turn
+                return None
             reply = reply_message(doc)
             if reply is None:
                 return None
-            monitor = self.monitor
             monitor.finish(
                 cap,
                 reply,

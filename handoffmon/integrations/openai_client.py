@@ -28,7 +28,14 @@ from handoffmon.integrations.background import history_bytes
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
-from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response, stream_helper
+from handoffmon.integrations.sdk_views import (
+    Forwarding,
+    RawCalls,
+    StreamingCalls,
+    View,
+    parsed_response,
+    stream_helper,
+)
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Built, Capture, Deferred
@@ -181,6 +188,8 @@ class SdkTurns:
         shadow source, taken when the call finished)."""
         cap = self.resolve(ctx)
         doc = ctx.api.as_chat(response)
+        if self.monitor.no_reply(doc):  # finished without a reply (failed): counted, no turn
+            return None
         reply = reply_message(doc)
         if cap is None or reply is None:
             return None
@@ -209,7 +218,9 @@ class SdkTurns:
             served = served_by_headers(headers)
             if api is not None:  # another API's response, read as a chat completion
                 response = api.as_chat(response)
-                if response is None:  # not a finished reply (a queued background response)
+                if response is None:  # no finished response (a queued background one is parked)
+                    return
+                if self.monitor.no_reply(response):  # finished without a reply: counted, no turn
                     return
             reply = reply_message(response)
             if reply is None:  # no choice (``choices: []``): no reply, no turn (as ``serve``)
@@ -292,7 +303,7 @@ def _folder(api: Api | None) -> Folder | None:
     return api.folder(MAX_REPLY_CHARS) if api is not None else None
 
 
-class _Calls:
+class _Calls(Forwarding):
     """A wrapped SDK resource: ``chat.completions`` (or, with ``api``, the resource of that API:
     ``responses``, an Anthropic client's ``messages``) with ``create`` and ``parse``
     (structured outputs) monitored, also when called through ``with_raw_response`` or
@@ -307,9 +318,6 @@ class _Calls:
         self._turns = turns
         self._api = api
         self._headers = headers or {}  # the client's default caller headers (``caller_headers``)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def stream(self, **kwargs: Any) -> Any:
         """The SDK's ``stream`` helper, making its request through the monitored ``create``; left

@@ -309,6 +309,8 @@ class RouterWrapper:
             doc = as_chat(response)
             if doc is None:  # not a finished reply (a queued background response): no turn
                 return
+            if self._monitor.no_reply(doc):  # finished without a reply (failed): counted, no turn
+                return
             reply = reply_message(doc)
             if reply is None:  # no choice, no output message: no reply, no turn (as ``serve``)
                 return
@@ -360,6 +362,8 @@ class RouterWrapper:
         ``None`` when it is not monitored (a stored history it cannot name, no input, not a
         response)."""
         chat = api.as_chat(response)
+        if self._monitor.no_reply(chat):  # finished without a reply (failed): counted, no turn
+            return None
         reply = reply_message(chat)
         cap = self._resolve_api(kwargs, api, t0, t1) if reply is not None else None
         if cap is None:

@@ -13,6 +13,7 @@ from handoffmon.config import HandoffmonConfig
 from handoffmon.counts import Counts, ShadowKey
 from handoffmon.errors import ConfigError, CorruptValue, StoreError
 from handoffmon.ingress import Outcome, Request, StreamOutcome
+from handoffmon.ingress.responses import NoReply
 from handoffmon.labels import LabelGuard
 from handoffmon.pipeline import fork
 from handoffmon.pipeline.aggregates import Aggregates
@@ -22,7 +23,14 @@ from handoffmon.pipeline.dispatch import ExporterDispatch
 from handoffmon.pipeline.errors import STAGES, ErrorSink
 from handoffmon.pipeline.records import Attributed, Built, Capture, Deferred, Finished, Later
 from handoffmon.pipeline.worker import ByteBudget, DequeWorker, WorkerPool
-from handoffmon.protocols import AttributionStore, Exporter, IdleObserver, MonitorObserver, ShadowPairObserver
+from handoffmon.protocols import (
+    AttributionStore,
+    Exporter,
+    IdleObserver,
+    MonitorObserver,
+    NoReplyObserver,
+    ShadowPairObserver,
+)
 from handoffmon.shadow.turns import ShadowOffer, ShadowTurn
 from handoffmon.stores.guard import GuardedStore
 from handoffmon.stores.memory import MemoryStore
@@ -165,6 +173,7 @@ class Monitor:
         )
         self._dispatch: list[ExporterDispatch] = []
         self._idlers: list[Callable[[], None]] = []
+        self._no_reply_counters: list[Callable[[str], None]] = []
         self.queued_bytes = ByteBudget(config.pipeline.max_queued_bytes)
         """Bytes of raw bodies the turns on their way through the pipeline hold (``serve``'s),
         taken when a turn is queued and given back once it is checked (or dropped)."""
@@ -396,10 +405,35 @@ class Monitor:
     def stream_recordable(self, out: StreamOutcome) -> bool:
         """Count what a folded stream could not read as ``monitor_errors{stage="parse"}``: its
         odd parts, and the reply itself when it passed ``ChunkFolder``'s cap. False for such a
-        reply (``too_large``: nothing of it was kept), which the adapter must not record."""
+        reply (``too_large``: nothing of it was kept), which the adapter must not record, and
+        for a stream whose response finished without a reply (``out.no_reply``: counted by
+        :meth:`count_no_reply`)."""
         if out.odd or out.too_large:
             self.errors.count("parse", out.odd + out.too_large)
+        if out.no_reply is not None:
+            self.count_no_reply(out.no_reply)
+            return False
         return not out.too_large
+
+    def no_reply(self, doc: Any) -> bool:
+        """Whether ``doc`` — a response as an ``Api.as_chat`` read it — finished without a reply
+        (``ingress.responses.NoReply``: a Responses API response ``failed``, ``cancelled`` or
+        ``incomplete`` with no output): then it is counted (:meth:`count_no_reply`) and the
+        adapter records no turn. Never raises."""
+        if type(doc) is not NoReply:
+            return False
+        self.count_no_reply(doc.status)
+        return True
+
+    def count_no_reply(self, status: str) -> None:
+        """Count one response that finished without a reply, by its status
+        (``handoffmon_responses_without_reply_total{status}``, in every exporter that is a
+        ``NoReplyObserver``): an upstream failure, not a turn, so no rule fails for it."""
+        for count in self._no_reply_counters:
+            try:
+                count(status)
+            except Exception as exc:  # pragma: no cover - observers must not raise
+                self.errors.failed("export", exc)
 
     # -- control ------------------------------------------------------------------------
 
@@ -435,6 +469,9 @@ class Monitor:
             [d.exporter for d in self._dispatch if isinstance(d.exporter, MonitorObserver)]
         )
         self._idlers = [d.exporter.idle for d in self._dispatch if isinstance(d.exporter, IdleObserver)]
+        self._no_reply_counters = [
+            d.exporter.count_no_reply for d in self._dispatch if isinstance(d.exporter, NoReplyObserver)
+        ]
 
     @property
     def exporters(self) -> tuple[Exporter, ...]:

@@ -805,6 +805,10 @@ class Forwarder:
                 self._skip("unfinished")
                 return None
             doc = self._api.as_chat(doc)
+            assert self._monitor is not None
+            if self._monitor.no_reply(doc):  # finished without a reply (failed): counted, no turn
+                self._skip("no_reply")
+                return None
         reply = reply_message(doc)
         if not isinstance(reply, dict):
             self._skip("bad_reply")
@@ -851,6 +855,10 @@ class Forwarder:
             monitor.count_error("parse", out.odd)
         if out.too_large:  # past proxy.max_monitored_reply_bytes characters: nothing was kept
             self._skip("too_large")
+            return None
+        if out.no_reply is not None:  # finished without a reply (response.failed): no turn
+            monitor.count_no_reply(out.no_reply)
+            self._skip("no_reply")
             return None
         return (
             capture,

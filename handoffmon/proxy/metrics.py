@@ -24,6 +24,7 @@ UNMONITORED_REASONS = (
     "server_state",
     "encoded",
     "unfinished",
+    "no_reply",
 )
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream", "busy")
 
@@ -56,7 +57,11 @@ class ProxyMetrics:
         and ``unfinished`` — a ``background=True`` Responses API call answered ``queued`` or
         ``in_progress`` whose reply was not recorded: cancelled, deleted, forgotten past the
         bounds of ``proxy.background`` or expired while parked, or never parked; a parked
-        call counts nowhere until then, and not at all once a poll records its turn).
+        call counts nowhere until then, and not at all once a poll records its turn — and
+        ``no_reply`` — a Responses API answer, streamed or not, background or not, that
+        finished without a reply: ``failed``, ``cancelled``, or ``incomplete`` with no output
+        text and no tool call, also counted by status in
+        ``handoffmon_responses_without_reply_total``).
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too), ``busy`` (no upstream slot within

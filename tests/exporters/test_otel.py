@@ -533,6 +533,26 @@ def test_monitoring_health_series_exist_at_zero_before_any_failure(reader: InMem
     assert errors[(("stage", "check"),)] == 1 and sum(errors.values()) == 1
 
 
+def test_responses_without_reply_start_at_zero_and_count_by_status(reader: InMemoryMetricReader) -> None:
+    """handoffmon_responses_without_reply: every status at 0 before any, then one per call of
+    ``count_no_reply`` (a status outside the known three, never sent, would read ``other``)."""
+    from handoffmon.types import NO_REPLY_STATUSES
+
+    exporter = OTelExporter(meter_provider=MeterProvider(metric_readers=[reader]), guard=LabelGuard())
+    got = {k: p.value for k, p in points(reader, "handoffmon_responses_without_reply").items()}
+    assert got == {(("status", s),): 0 for s in NO_REPLY_STATUSES}
+    exporter.count_no_reply("failed")
+    exporter.count_no_reply("failed")
+    exporter.count_no_reply("odd")
+    got = {k: p.value for k, p in points(reader, "handoffmon_responses_without_reply").items()}
+    assert got == {
+        (("status", "failed"),): 2,
+        (("status", "cancelled"),): 0,
+        (("status", "incomplete"),): 0,
+        (("status", "other"),): 1,
+    }
+
+
 def test_captured_content_is_bounded_keeping_the_newest_messages(spans: InMemorySpanExporter) -> None:
     """A 400-message history of 1 kB messages and a 1 MB reply (opt-in capture): each content
     attribute stays within 64 KiB of JSON (unbounded, the span carried 2.4 MB and 1.4 MB, and an

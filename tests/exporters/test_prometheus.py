@@ -126,6 +126,22 @@ def test_health_api_counts_errors_drops_and_overhead_buckets(exporter: Prometheu
     }
 
 
+def test_responses_without_reply_start_at_zero_and_count_by_status(exporter: PrometheusExporter) -> None:
+    """handoffmon_responses_without_reply_total: every status at 0 before any (``increase()``
+    sees the first), then one per ``count_no_reply``; an unknown status (never sent) reads
+    ``other``, so the label stays bounded."""
+    name = "handoffmon_responses_without_reply_total"
+    assert only(scrape(exporter), name) == {L(status=s): 0 for s in ("failed", "cancelled", "incomplete")}
+    for status in ("incomplete", "failed", "incomplete", "odd"):
+        exporter.count_no_reply(status)
+    assert only(scrape(exporter), name) == {
+        L(status="failed"): 1,
+        L(status="cancelled"): 0,
+        L(status="incomplete"): 2,
+        L(status="other"): 1,
+    }
+
+
 def test_conversation_ids_are_exemplars_in_openmetrics_only() -> None:
     """With exemplars on, the conversation id rides on turn/check counters in OpenMetrics (not a label)."""
     exp = PrometheusExporter(CollectorRegistry(), exemplars=True, multiprocess=False)

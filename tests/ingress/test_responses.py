@@ -13,7 +13,9 @@ from openai.types.responses import Response
 from handoffmon.attribution.normalize import normalize_message
 from handoffmon.ingress.request import ResponseLink
 from handoffmon.ingress.responses import (
+    NoReply,
     ResponsesStreamFolder,
+    finished_as_chat,
     items_as_messages,
     read_request,
     response_as_chat,
@@ -302,6 +304,83 @@ def test_failed_stream_is_not_completed_and_odd_events_are_counted() -> None:
     folder.feed({"type": "response.failed", "response": _response([], status="failed")})
     out = folder.outcome(completed=True)
     assert folder.done and out.completed is False and out.odd == 3 and out.chunks == 5
+
+
+def _sdk(raw: dict[str, Any]) -> Response:
+    """The OpenAI SDK's ``Response`` of ``raw`` (the wrapped client's shape)."""
+    usage = {
+        **raw["usage"],
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 2},
+    }
+    return Response.model_validate(
+        {**raw, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "usage": usage}
+    )
+
+
+EMPTY_TEXT = {**MESSAGE, "content": [{"type": "output_text", "text": "", "annotations": []}]}
+CUT = {"incomplete_details": {"reason": "max_output_tokens"}}
+
+
+@pytest.mark.parametrize(
+    ("status", "output", "extra", "expected"),
+    [
+        ("failed", [MESSAGE], {"error": {"code": "server_error", "message": "x"}}, NoReply("failed")),
+        ("failed", [], {}, NoReply("failed")),
+        ("cancelled", [REASONING], {}, NoReply("cancelled")),
+        ("incomplete", [REASONING], CUT, NoReply("incomplete")),
+        ("incomplete", [REASONING, EMPTY_TEXT], CUT, NoReply("incomplete")),
+        ("incomplete", [], {"incomplete_details": {"reason": "content_filter"}}, NoReply("incomplete")),
+        ("incomplete", [REASONING, MESSAGE], CUT, "length"),
+        ("incomplete", [REASONING, CALL], CUT, "length"),
+        ("completed", [], {}, "stop"),
+        ([], [], {}, None),  # an odd status reads as before
+    ],
+)
+def test_a_response_finished_without_a_reply_is_no_reply(
+    status: Any, output: list[dict[str, Any]], extra: dict[str, Any], expected: Any
+) -> None:
+    """``finished_as_chat``: ``failed`` and ``cancelled`` (whatever output they kept) and
+    ``incomplete`` with no text and no tool call are a ``NoReply`` of that status, the same read
+    from the SDK's ``Response``; ``incomplete`` with text or a call stays a chat document
+    (finish reason ``length``), as does anything else; ``queued`` / ``in_progress`` are ``None``
+    (unfinished: the reply is still to come)."""
+    response = _response(output, status=status, **extra)
+    reads = [response] if type(status) is not str else [response, _sdk(response)]
+    for doc in map(finished_as_chat, reads):
+        if isinstance(expected, NoReply):
+            assert doc == expected and type(doc) is NoReply
+        else:
+            assert isinstance(doc, dict) and doc["choices"][0]["finish_reason"] == expected
+    for unfinished in ("queued", "in_progress"):
+        assert finished_as_chat(_response([], status=unfinished)) is None
+    assert finished_as_chat({"object": "chat.completion", "choices": []}) is None
+
+
+@pytest.mark.parametrize(
+    ("terminal", "status", "output", "expected"),
+    [
+        ("response.failed", "failed", [MESSAGE], "failed"),
+        ("response.failed", None, [], "failed"),  # the status the event implies
+        ("response.incomplete", "incomplete", [REASONING], "incomplete"),
+        ("response.incomplete", "incomplete", [REASONING, MESSAGE], None),
+        ("response.completed", "completed", [MESSAGE], None),
+    ],
+)
+def test_a_stream_finished_without_a_reply_says_so(
+    terminal: str, status: str | None, output: list[dict[str, Any]], expected: str | None
+) -> None:
+    """The folder's outcome names the status of a stream whose terminal event carries a response
+    without a reply (``no_reply``); one with text, or cut off before its terminal event, none."""
+    response = {**_response(output, **CUT), "status": status}
+    folder = ResponsesStreamFolder()
+    for event in _events(response)[:-1]:
+        folder.feed(event)
+    assert folder.outcome(completed=False).no_reply is None  # cut off: what the deltas built
+    folder.feed({"type": terminal, "response": response})
+    out = folder.outcome(completed=True)
+    assert folder.done and out.no_reply == expected
+    assert out.completed is (terminal != "response.failed")
 
 
 def test_stream_text_past_the_cap_keeps_nothing() -> None:

@@ -15,9 +15,13 @@ JSON (``{"answer", "depth"}``).
 
 A ``background`` call (not streamed) answers ``queued`` with no output; ``GET
 .../responses/{id}`` then answers ``in_progress`` ``x-mock-polls`` times (a header of the
-call, default 0), then the finished response (``x-mock-final-status``: ``incomplete`` or
-``failed`` instead of ``completed``); ``POST .../responses/{id}/cancel`` makes it
+call, default 0), then the finished response; ``POST .../responses/{id}/cancel`` makes it
 ``cancelled``, ``DELETE .../responses/{id}`` deletes it (then a 404), as OpenAI's.
+``x-mock-final-status`` (``incomplete``, ``failed``, ``cancelled``) finishes any call — JSON,
+background or streamed (its terminal event ``response.incomplete`` / ``response.failed``) — in
+that status instead of ``completed`` (``incomplete`` for ``max_output_tokens``, ``failed`` with
+a ``server_error``); ``x-mock-final-output: none`` leaves only the reasoning item in its output
+(its tokens all spent on reasoning).
 ``x-mock-gzip`` (any value) answers JSON under ``Content-Encoding: gzip``.
 """
 
@@ -143,6 +147,9 @@ class ResponsesUpstream:
                     "content": [{"type": "output_text", "text": text, "annotations": []}],
                 }
             )
+        final_status = headers.get("x-mock-final-status", "completed")
+        if headers.get("x-mock-final-output") == "none":
+            output = output[:1]
         response = {
             "id": f"resp_{digest}",
             "object": "response",
@@ -159,10 +166,12 @@ class ResponsesUpstream:
             "tools": req.get("tools") or [],
             "usage": {"input_tokens": 12 * depth, "output_tokens": 30, "total_tokens": 12 * depth + 30},
         }
+        if final_status != "completed":
+            response = _finished_as(response, final_status)
         if req.get("background") and not req.get("stream"):  # the reply comes later (retrieve)
-            final = {**response, "status": headers.get("x-mock-final-status", "completed")}
+            final = response
             self.background[response["id"]] = [final, int(headers.get("x-mock-polls", "0")), False]
-            response = {**response, "status": "queued", "output": [], "usage": None}
+            response = {**response, "status": "queued", "output": [], "usage": None, **_UNSET}
         if req.get("store") is not False:
             self.stored[response["id"]] = depth
         if req.get("stream"):
@@ -193,13 +202,13 @@ class ResponsesUpstream:
             doc = {**final, "status": "cancelled", "output": [], "usage": None}
         elif polls > 0:
             held[1] = polls - 1
-            doc = {**final, "status": "in_progress", "output": [], "usage": None}
+            doc = {**final, "status": "in_progress", "output": [], "usage": None, **_UNSET}
         else:
             doc = final
         await send_body(send, 200, json.dumps(doc).encode(), "x-mock-gzip" in headers)
 
     async def _stream(self, send: Any, response: dict[str, Any], cut_after: int) -> None:
-        start = {**response, "status": "in_progress", "output": [], "usage": None}
+        start = {**response, "status": "in_progress", "output": [], "usage": None, **_UNSET}
         events: list[dict[str, Any]] = [
             {"type": "response.created", "response": start},
             {"type": "response.in_progress", "response": start},
@@ -262,7 +271,8 @@ class ResponsesUpstream:
             else:
                 events.append({"type": "response.output_item.added", "output_index": index, "item": item})
             events.append({"type": "response.output_item.done", "output_index": index, "item": item})
-        events.append({"type": "response.completed", "response": response})
+        terminal = {"incomplete": "response.incomplete", "failed": "response.failed"}
+        events.append({"type": terminal.get(response["status"], "response.completed"), "response": response})
         if cut_after:
             events = events[:cut_after]
         head = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -271,6 +281,21 @@ class ResponsesUpstream:
             data = f"event: {event['type']}\ndata: {json.dumps({**event, 'sequence_number': seq})}\n\n"
             await send({"type": "http.response.body", "body": data.encode(), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+_UNSET = {"error": None, "incomplete_details": None}
+"""An unfinished response's ``error`` and ``incomplete_details``."""
+
+
+def _finished_as(response: dict[str, Any], status: str) -> dict[str, Any]:
+    """``response`` finished in ``status`` (``incomplete``: cut at ``max_output_tokens``;
+    ``failed``: a server error), its output as it is."""
+    doc = {**response, "status": status}
+    if status == "incomplete":
+        doc["incomplete_details"] = {"reason": "max_output_tokens"}
+    elif status == "failed":
+        doc["error"] = {"code": "server_error", "message": "The model failed to generate a response."}
+    return doc
 
 
 async def send_body(send: Any, status: int, body: bytes, gzipped: bool = False) -> None:

@@ -22,6 +22,7 @@ import pytest
 from handoffmon.proxy.forward import Forwarder
 from handoffmon.runtime import background as bg
 from handoffmon.testing import RecordingExporter
+from handoffmon.types import NO_REPLY_STATUSES
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.mock_upstream import ServerThread, schedule
@@ -30,7 +31,8 @@ from tests.proxy.test_responses_api import RULES
 from tests.proxy.turn_counts import delta, expected_turns, sample, snapshot
 
 UNMONITORED = "handoffmon_proxy_unmonitored_requests_total"
-REASONS = ("unfinished", "bad_reply", "too_large", "upstream_status", "bad_json", "no_messages")
+REASONS = ("unfinished", "no_reply", "bad_reply", "too_large", "upstream_status", "bad_json", "no_messages")
+WITHOUT_REPLY = "handoffmon_responses_without_reply_total"
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,10 @@ def _client(proxy: Proxy, prefix: str = "/v1") -> openai.OpenAI:
 
 def _unmonitored(proxy: Proxy) -> dict[str, float]:
     return {r: sample(proxy, UNMONITORED, {"reason": r}) for r in REASONS}
+
+
+def _without_reply(proxy: Proxy) -> dict[str, float]:
+    return {s: sample(proxy, WITHOUT_REPLY, {"status": s}) for s in NO_REPLY_STATUSES}
 
 
 def _grew(proxy: Proxy, before: dict[str, float], **by: int) -> None:
@@ -121,20 +127,54 @@ async def test_async_client_background_call_is_one_turn(proxy: Proxy) -> None:
     assert delta(after.turns, before.turns) == expected_turns([schedule(1)])
 
 
-@pytest.mark.parametrize("final", ["incomplete", "failed"])
-def test_an_incomplete_or_failed_reply_is_a_turn_as_for_the_wrapped_client(proxy: Proxy, final: str) -> None:
-    """A response that ends ``incomplete`` or ``failed`` is finished: its turn is recorded (as
-    the wrapped client and a non-background call record it), once."""
-    before, counted = snapshot(proxy), _unmonitored(proxy)
+def test_an_incomplete_reply_with_output_is_a_turn(proxy: Proxy) -> None:
+    """A response that ends ``incomplete`` (``max_output_tokens``) with its text is finished: a
+    real, truncated reply, recorded as the call's turn (as the wrapped client and a
+    non-background call record it), once; nothing counted without a reply."""
+    before, counted, failed = snapshot(proxy), _unmonitored(proxy), _without_reply(proxy)
     client = _client(proxy)
     queued = client.responses.create(
-        model="gpt-x", input=f"ends {final}", background=True, extra_headers={"x-mock-final-status": final}
+        model="gpt-x",
+        input="ends incomplete",
+        background=True,
+        extra_headers={"x-mock-final-status": "incomplete"},
     )
-    assert _polled(client, queued.id).status == final
+    final = _polled(client, queued.id)
+    assert final.status == "incomplete" and final.output_text == responses_text(schedule(1), 1)
     client.responses.retrieve(queued.id)
     client.close()
     assert delta(snapshot(proxy).turns, before.turns) == expected_turns([schedule(1)])
     _grew(proxy, counted)
+    assert _without_reply(proxy) == failed
+
+
+@pytest.mark.parametrize(
+    ("final", "output"),
+    [("failed", "kept"), ("failed", "none"), ("cancelled", "kept"), ("incomplete", "none")],
+)
+def test_a_call_finished_without_a_reply_is_no_turn_and_counted_by_status(
+    proxy: Proxy, final: str, output: str
+) -> None:
+    """Changed (was a turn with an empty reply, failing every rule): a background call whose
+    poll finds it ``failed`` or ``cancelled`` (upstream, not through ``serve``; whatever
+    output it kept), or ``incomplete`` with no text (its tokens spent on reasoning), is no turn
+    and no check; the poll takes the call out, counted once as ``unmonitored{reason="no_reply"}``
+    and ``responses_without_reply{status}``; polling again counts nothing more."""
+    before, counted, failed = snapshot(proxy), _unmonitored(proxy), _without_reply(proxy)
+    client = _client(proxy)
+    headers = {"x-mock-final-status": final, "x-mock-final-output": output, "x-mock-polls": "1"}
+    queued = client.responses.create(
+        model="gpt-x", input=f"ends {final}", background=True, extra_headers=headers
+    )
+    assert _polled(client, queued.id).status == final
+    assert client.responses.retrieve(queued.id).status == final
+    client.close()
+    after = snapshot(proxy)
+    assert sum(delta(after.turns, before.turns).values()) == 0
+    assert sum(delta(after.checks, before.checks).values()) == 0
+    _grew(proxy, counted, no_reply=1)
+    assert _without_reply(proxy) == {s: failed[s] + (s == final) for s in NO_REPLY_STATUSES}
+    assert sample(proxy, "handoffmon_proxy_background_calls", {}) == 0
 
 
 def test_a_parked_call_is_counted_nowhere_until_cancel_or_delete_forget_it(proxy: Proxy) -> None:

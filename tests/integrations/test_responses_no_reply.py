@@ -1,0 +1,210 @@
+"""A Responses API answer that finished without a reply is no turn in the in-process adapters.
+
+``failed`` (whatever output it kept), ``cancelled``, or ``incomplete`` with no output text and
+no tool call (its tokens spent on reasoning): recorded, it would be an empty reply failing every
+rule, charged to the model for the upstream's failure. Each is counted by status instead
+(``Monitor.no_reply``: ``RecordingExporter.no_replies`` here,
+``handoffmon_responses_without_reply_total`` in Prometheus). ``incomplete`` with its text
+(``max_output_tokens``) stays a turn, checked as any reply.
+
+The real ``openai`` SDK (sync and async; ``create``, ``create(stream=True)``, the
+``responses.stream`` helper, ``background=True`` with ``retrieve``), a real ``litellm.Router``
+and the LiteLLM Proxy callback's hook talk HTTP to the
+OpenAI-shaped upstream of ``tests/proxy/responses_upstream.py`` (``x-mock-final-status``,
+``x-mock-final-output``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from handoffmon.integrations.litellm_callback import HandoffmonCallback
+from handoffmon.integrations.openai_client import OpenAIClientWrapper
+from handoffmon.integrations.router import RouterWrapper
+from handoffmon.testing import RecordingExporter
+from tests.conftest import free_port
+from tests.integrations.test_responses_retrieve import _maybe
+from tests.pipeline.helpers import make_config, monitor, runtime
+from tests.proxy.mock_upstream import ServerThread
+from tests.proxy.responses_upstream import ResponsesUpstream
+
+CONFIG = make_config(
+    rules=[{"name": "says_enough", "check": "length", "params": {"unit": "words", "min": 3}}]
+)
+MODES = ["sync", "async", "stream", "astream", "helper", "ahelper", "background", "abackground"]
+TERMINAL = ("response.completed", "response.failed", "response.incomplete")
+
+
+@pytest.fixture(scope="module")
+def api_base() -> Iterator[str]:
+    with ServerThread(ResponsesUpstream(), free_port()) as srv:
+        yield f"{srv.url}/v1"
+
+
+async def _final(events: Any) -> Any:
+    """The response of a stream's terminal event (sync or async iterator)."""
+    final = None
+    if hasattr(events, "__aiter__"):
+        async for event in events:
+            final = event.response if event.type in TERMINAL else final
+    else:
+        for event in events:
+            final = event.response if event.type in TERMINAL else final
+    return final
+
+
+async def _ask(wrapped: OpenAIClientWrapper, mode: str, **kwargs: Any) -> Any:
+    """One call in ``mode``; the finished ``Response`` the application saw."""
+    responses = wrapped.responses
+    if mode in ("sync", "async"):
+        return await _maybe(responses.create(**kwargs))
+    if mode in ("stream", "astream"):
+        return await _final(await _maybe(responses.create(stream=True, **kwargs)))
+    if mode == "helper":
+        with responses.stream(**kwargs) as events:
+            return await _final(events)
+    if mode == "ahelper":
+        async with responses.stream(**kwargs) as aevents:
+            return await _final(aevents)
+    # background: queued, then one poll in progress (the call stays parked), then finished
+    queued = await _maybe(responses.create(background=True, **kwargs))
+    assert queued.status == "queued"
+    polled = await _maybe(responses.retrieve(queued.id))
+    assert polled.status == "in_progress" and responses._turns.background.waiting(queued.id)
+    final = await _maybe(responses.retrieve(queued.id))
+    assert not responses._turns.background.waiting(queued.id)
+    again = await _maybe(responses.retrieve(queued.id))  # polled again: counted once
+    assert again.status == final.status
+    return final
+
+
+async def _run(
+    api_base: str, mode: str, headers: dict[str, str], **extra: Any
+) -> tuple[Any, RecordingExporter]:
+    """One call in ``mode`` through a wrapped client of a fresh monitor, drained: the response
+    the application saw, and what the monitor exported. The mock's ``headers`` are the client's
+    default headers: ``extra_headers`` would make the wrapper read the request on the request
+    path, never later."""
+    exp = RecordingExporter()
+    raw = openai.AsyncOpenAI if mode.startswith("a") else openai.OpenAI
+    defaults = {**headers, "x-mock-polls": "1"}  # a background call: one poll in progress
+    with monitor(CONFIG, exporters=[exp]) as m:
+        client = raw(api_key="k", base_url=api_base, max_retries=0, default_headers=defaults)
+        final = await _ask(OpenAIClientWrapper(client, m), mode, model="gpt-x", input="hi there", **extra)
+        assert m.flush(10)
+    return final, exp
+
+
+@pytest.mark.parametrize("metadata", [None, {"tags": "t"}], ids=["read_later", "read_now"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("status", "output"),
+    [("failed", "kept"), ("failed", "none"), ("incomplete", "none")],
+    ids=["failed_with_text", "failed_empty", "incomplete_empty"],
+)
+async def test_an_answer_finished_without_a_reply_is_no_turn_and_counted(
+    api_base: str, mode: str, status: str, output: str, metadata: Any
+) -> None:
+    """Changed (was an empty-reply turn failing ``says_enough``): no turn, no check, counted
+    once by status; the application gets the SDK's response unchanged."""
+    extra = {} if metadata is None else {"metadata": metadata}
+    headers = {"x-mock-final-status": status, "x-mock-final-output": output}
+    final, exp = await _run(api_base, mode, headers, **extra)
+    assert final.status == status and (final.output_text == "") == (output == "none")
+    assert exp.results == []
+    assert exp.no_replies == Counter({status: 1})
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_incomplete_answer_with_text_is_a_turn(api_base: str, mode: str) -> None:
+    """``incomplete`` at ``max_output_tokens`` with its text: a real, truncated reply, one turn
+    checked as any (finish reason ``length``), nothing counted without a reply."""
+    final, exp = await _run(api_base, mode, {"x-mock-final-status": "incomplete"})
+    assert final.status == "incomplete" and final.output_text
+    got = [(r.record.reply_chars, r.record.finish_reason) for r in exp.results]
+    assert got == [(len(final.output_text), "length")]
+    assert exp.verdicts() == Counter({("says_enough", "pass"): 1})
+    assert exp.no_replies == Counter()
+
+
+@pytest.mark.parametrize("mode", ["background", "abackground"])
+async def test_a_background_call_cancelled_upstream_is_no_turn(api_base: str, mode: str) -> None:
+    """A background call the upstream reports ``cancelled`` (not cancelled through the wrapper,
+    which forgets the call): the retrieve that finds it takes it out, counted ``cancelled``."""
+    final, exp = await _run(api_base, mode, {"x-mock-final-status": "cancelled"})
+    assert final.status == "cancelled"
+    assert exp.results == [] and exp.no_replies == Counter({"cancelled": 1})
+
+
+def _router(api_base: str, *headers: dict[str, str]) -> Any:
+    """A Router whose model group ``g<i>`` sends the mock's ``headers[i]`` (in its deployment's
+    parameters: ``extra_headers`` in a call would make the wrapper read it on the request path)."""
+    from litellm import Router
+
+    params = {"model": "openai/gpt-x", "api_key": "k", "api_base": api_base}
+    groups = [
+        {"model_name": f"g{i}", "litellm_params": {**params, "extra_headers": h}}
+        for i, h in enumerate(headers)
+    ]
+    return Router(model_list=groups, num_retries=0)
+
+
+async def _events_of(stream: Any) -> Any:
+    """The terminal event's type of a LiteLLM Responses stream."""
+    last = None
+    async for event in stream:
+        last = str(getattr(event.type, "value", event.type))
+    return last
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "metadata", "stream"])
+async def test_a_wrapped_router_records_no_turn_for_an_answer_without_a_reply(
+    api_base: str, mode: str
+) -> None:
+    """``Router.responses`` / ``aresponses`` (read later, read now with metadata, streamed): an
+    answer ``failed`` with its text (a stream: ``incomplete`` with none, since LiteLLM raises on
+    ``response.failed``) is no turn, counted; ``incomplete`` with its text is one turn."""
+    nothing = {"x-mock-final-status": "incomplete", "x-mock-final-output": "none"}
+    cases = [
+        ({"x-mock-final-status": "failed"} if mode != "stream" else nothing),
+        {"x-mock-final-status": "incomplete"},
+    ]
+    exp = RecordingExporter()
+    extra: dict[str, Any] = {"metadata": {"tags": ["t"]}} if mode == "metadata" else {}
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(_router(api_base, *cases), m)
+        for i, headers in enumerate(cases):
+            kw: dict[str, Any] = {"model": f"g{i}", "input": "hi there", **extra}
+            if mode == "sync":
+                assert wrapped.responses(**kw).status == headers["x-mock-final-status"]
+            elif mode == "stream":
+                assert await _events_of(await wrapped.aresponses(stream=True, **kw)) == "response.incomplete"
+            else:
+                assert (await wrapped.aresponses(**kw)).status == headers["x-mock-final-status"]
+        assert m.flush(10)
+    assert exp.verdicts() == Counter({("says_enough", "pass"): 1})
+    assert exp.no_replies == Counter({"incomplete" if mode == "stream" else "failed": 1})
+
+
+async def test_the_proxy_callback_records_no_turn_for_an_answer_without_a_reply(api_base: str) -> None:
+    """The success hook of a LiteLLM Proxy's ``/v1/responses`` call: ``failed`` is no turn,
+    counted; ``incomplete`` with its text is one turn."""
+    statuses = ("failed", "incomplete")
+    router = _router(api_base, *({"x-mock-final-status": s} for s in statuses))
+    exp = RecordingExporter()
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb = HandoffmonCallback(runtime=rt)
+        for i, status in enumerate(statuses):
+            data = {"model": f"g{i}", "input": "hi there", "litellm_call_id": f"nr-{i}"}
+            await cb.async_pre_call_hook(None, None, data, "aresponses")
+            response = await router.aresponses(model=f"g{i}", input="hi there")
+            assert response.status == status
+            assert await cb.async_post_call_success_hook(data, None, response) is None
+        assert rt.monitor.flush(10)
+    assert exp.verdicts() == Counter({("says_enough", "pass"): 1})
+    assert exp.no_replies == Counter({"failed": 1})
