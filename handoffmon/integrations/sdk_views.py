@@ -46,7 +46,30 @@ class MonitoredCalls(Protocol):
 _UNSET: Any = object()
 
 
-class ParsedResponse:
+class Forwarding:
+    """Stands for an SDK object (the instance attribute named by ``_INNER``): every attribute it
+    does not have is that object's, and it passes for that object's class (``isinstance``), as
+    the client wrappers do. Without that attribute (an instance ``copy.copy`` is still filling
+    in) it has no other attributes either, instead of recursing."""
+
+    _INNER = "_inner"
+
+    def _sdk(self) -> Any:
+        return self.__dict__.get(self._INNER, _UNSET)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        inner = self._sdk()
+        return type(self) if inner is _UNSET else type(inner)
+
+    def __getattr__(self, name: str) -> Any:
+        inner = self._sdk()
+        if inner is _UNSET:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+
+class ParsedResponse(Forwarding):
     """An SDK response object, except that ``parse()`` without arguments gives what the wrapper
     made of the parsed body: a stream recorded when it ends, or the reply, recorded. The first
     call computes it (``monitored(parsed)``), later calls return it; every other attribute is
@@ -66,10 +89,7 @@ class ParsedResponse:
         self._monitored = monitored
         self._done = done
 
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        """The SDK response's class: ``isinstance(raw, LegacyAPIResponse)`` holds, as unwrapped."""
-        return type(self._response)
+    _INNER = "_response"  # passes for the SDK response's class (``LegacyAPIResponse``, ...)
 
     def parse(self, **kwargs: Any) -> Any:
         """The monitored result (with ``to=``: the SDK's own parse, not monitored)."""
@@ -79,9 +99,6 @@ class ParsedResponse:
             assert self._monitored is not None
             self._done = self._monitored(self._response.parse())
         return self._done
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._response, name)
 
     def __repr__(self) -> str:
         return repr(self._response)
@@ -107,16 +124,13 @@ def parsed_response(
     return kind(response, monitored, done)
 
 
-class RawCalls:
+class RawCalls(Forwarding):
     """``<resource>.with_raw_response``: ``create`` and ``parse`` monitored, returning the SDK's
     raw response; every other method the SDK's."""
 
     def __init__(self, calls: MonitoredCalls) -> None:
         self._calls = calls
         self._inner = calls._inner.with_raw_response  # AttributeError as the SDK's when absent
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def create(self, **kwargs: Any) -> Any:
         """The SDK's ``with_raw_response.create``, monitored (a coroutine for an async client)."""
@@ -127,16 +141,13 @@ class RawCalls:
         return self._calls._call("parse", kwargs, raw=True)
 
 
-class StreamingCalls:
+class StreamingCalls(Forwarding):
     """``<resource>.with_streaming_response``: ``create`` and ``parse`` give the SDK's context
     manager, whose response records the turn when its body is read through ``parse()``."""
 
     def __init__(self, calls: MonitoredCalls) -> None:
         self._calls = calls
         self._inner = calls._inner.with_streaming_response
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def create(self, **kwargs: Any) -> StreamedCall | AsyncStreamedCall:
         """The SDK's ``with_streaming_response.create``, monitored."""
@@ -235,20 +246,15 @@ async def aclose_under(stream: Any) -> None:
         await stream.aclose()
 
 
-class _Helper:
+class _Helper(Forwarding):
     """What :class:`StreamHelper` and :class:`AsyncStreamHelper` share: passing for the SDK's
     manager (``isinstance``), its other attributes, the stream under the helper."""
+
+    _INNER = "_manager"
 
     def __init__(self, manager: Any) -> None:
         self._manager = manager
         self._helper: Any = None
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        return type(self._manager)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._manager, name)
 
     def _raw(self) -> Any:
         # the SDK helpers keep the stream they read from as ``_raw_stream``
@@ -295,7 +301,7 @@ def stream_helper(manager: Any) -> StreamHelper | AsyncStreamHelper:
     return AsyncStreamHelper(manager) if hasattr(manager, "__aenter__") else StreamHelper(manager)
 
 
-class View:
+class View(Forwarding):
     """An SDK object (``client.with_raw_response``, ``client.beta``, a ``chat`` namespace) with
     some attributes replaced by monitored ones; every other attribute is the SDK object's.
 
@@ -307,6 +313,3 @@ class View:
     def __init__(self, inner: Any, **attrs: Any) -> None:
         self._inner = inner
         self.__dict__.update(attrs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)

@@ -8,10 +8,12 @@ that branches on ``isinstance`` against the SDK's classes took its other branch.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import httpx
 import openai
+import pytest
 from openai._legacy_response import LegacyAPIResponse
 from openai._response import (
     APIResponse,
@@ -79,3 +81,50 @@ async def test_async_streaming_response_is_the_sdks_class() -> None:
             assert (await response.parse()).choices[0].message.content == "reply number 1"
         m.flush(10)
     assert len(exp.results) == 1
+
+
+PATHS = [
+    ("chat",),
+    ("chat", "completions"),
+    ("responses",),
+    ("chat", "completions", "with_raw_response"),
+    ("chat", "completions", "with_streaming_response"),
+    ("responses", "with_raw_response"),
+    ("with_raw_response",),
+    ("with_streaming_response",),
+    ("with_raw_response", "chat"),
+    ("with_raw_response", "chat", "completions"),
+]
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        obj = getattr(obj, name)
+    return obj
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_monitored_resources_pass_for_the_sdks(is_async: bool) -> None:
+    """``client.chat``, ``client.chat.completions``, ``client.responses`` and their raw and
+    streamed-response views are instances of the SDK's classes for them, as the client is."""
+    with monitor(make_config()) as m:
+        wrapped = _client(m, is_async)
+        for path in PATHS:
+            sdk = _at(wrapped.client, path)
+            assert isinstance(_at(wrapped, path), type(sdk)), path
+
+
+def test_copies_of_monitored_resources_stay_monitored() -> None:
+    """``copy.copy`` of ``client.chat.completions`` (and the other views) works as the SDK's does,
+    where it raised ``RecursionError``, and the copy's calls are turns."""
+    exp = RecordingExporter()
+    with monitor(make_config(), exporters=[exp]) as m:
+        wrapped = _client(m, is_async=False)
+        for path in PATHS:
+            assert isinstance(copy.copy(_at(wrapped, path)), type(_at(wrapped.client, path))), path
+        completions = copy.copy(wrapped.chat.completions)
+        assert completions.create(model="primary", messages=HI).choices[0].message.content == "reply number 1"
+        raw = copy.copy(wrapped.chat.completions.with_raw_response.create(model="primary", messages=HI))
+        assert raw.parse().choices[0].message.content == "reply number 2"
+        m.flush(10)
+    assert len(exp.results) == 2
