@@ -202,7 +202,7 @@ def overlay_chart(panel: Panel) -> str:
     out = [
         f'<svg class="chart overlay" viewBox="0 0 {f.w} {f.h}" width="{f.w}" height="{f.h}" role="img" '
         f'data-rule="{escape(panel.rule)}" data-model="{escape(panel.author)}" data-x-axis="depth">',
-        _text(f.left, 15, f"{panel.rule} · {panel.author}", "chart-title"),
+        _chart_title(f.left, panel.rule, panel.author, int((f.w - f.left) / TITLE_CHAR_PX)),
     ]
     for v in (f.y_min, (f.y_min + 1) / 2, 1.0):
         out.append(_line(f.left, f.w - f.right, f.sy(v), f.sy(v), "gridline"))
@@ -215,6 +215,33 @@ def overlay_chart(panel: Panel) -> str:
     pw = f.w - f.left - f.right
     out.append(_text(f.left + pw / 2, f.h - 6, "depth (assistant turn)", "axis-title", "middle"))
     return "".join(out) + "</svg>"
+
+
+TITLE_CHAR_PX = 7.5
+"""About the width of one chart-title character (12.5 px, bold), in px."""
+
+
+def _middle(name: str, chars: int) -> str:
+    """``name`` in at most ``chars`` characters: its start and end kept, an ellipsis between."""
+    if len(name) <= chars:
+        return name
+    head = max(chars // 3, 1)
+    return f"{name[:head]}…{name[len(name) - max(chars - head - 1, 1) :]}"
+
+
+def _chart_title(x: float, rule: str, author: str, chars: int) -> str:
+    """``rule · author`` in at most ``chars`` characters (a 128-character author ran past the
+    chart's edge), each name shortened in its middle as needed; the whole of it is the tooltip."""
+    whole = f"{rule} · {author}"
+    text = whole
+    if len(whole) > chars:
+        room = chars - 3
+        short_rule = _middle(rule, max(room // 2, room - len(author)))
+        text = f"{short_rule} · {_middle(author, room - len(short_rule))}"
+    return (
+        f'<text x="{x:.1f}" y="15" text-anchor="start" class="chart-title">{escape(text)}'
+        f"<title>{escape(whole)}</title></text>"
+    )
 
 
 def _ticks(panel: Panel, x_max: int) -> list[int]:
