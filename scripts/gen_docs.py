@@ -357,7 +357,7 @@ def refit_json_block() -> str:
     from handoffmon.refit import result as r
 
     records = (r.RefitResult, r.RuleFit, r.PairEffect, r.ModelScores, r.MarkovFit, r.DepthCurve)
-    records += (r.CellAdherence, r.SwitchCost, r.InputRepair)
+    records += (r.CellAdherence, r.SwitchCost, r.InputRepair, r.ShadowInputRepair)
     lines = [f"Schema `{r.SCHEMA}`, version {r.SCHEMA_VERSION}.", ""]
     for cls in records:
         docs = _attribute_docs(cls)

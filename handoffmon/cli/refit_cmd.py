@@ -304,14 +304,29 @@ def refit(
     )
     if not observed:
         click.echo(_too_thin_hint(fit.pairs, settings.min_n), err=True)
-    if result.input_repaired_cells:
-        first = result.input_repairs[0]
-        click.echo(
-            f"warning: {result.input_repaired_cells} cell(s) had cluster sums that contradict their "
-            f"checks and were read conservatively (wider intervals), first {first.rule} "
-            f"{first.prefix_model}->{first.model} ({', '.join(first.violated)}): see input_repairs",
-            err=True,
-        )
+    for warning in _repair_warnings(result):
+        click.echo(warning, err=True)
+
+
+def _repair_warnings(result: RefitResult) -> list[str]:
+    """One warning per kind of repaired input (cells, shadow pair cells), naming the first."""
+    kinds = (
+        (
+            result.input_repaired_cells, result.input_repairs, "cell(s)", "checks", "intervals",
+            "input_repairs",
+        ),
+        (
+            result.shadow_input_repaired_cells, result.shadow_input_repairs, "shadow pair cell(s)",
+            "paired tables", "switch-cost intervals", "shadow_input_repairs",
+        ),
+    )  # fmt: skip
+    return [
+        f"warning: {count} {what} had cluster sums that contradict their {against} and were read "
+        f"conservatively (wider {widened}), first {repairs[0].rule} {repairs[0].prefix_model}->"
+        f"{repairs[0].model} ({', '.join(repairs[0].violated)}): see {key}"
+        for count, repairs, what, against, widened, key in kinds
+        if count
+    ]
 
 
 def adjusted_r2_text(r2_adjusted: float) -> str:

@@ -22,6 +22,7 @@ from handoffmon.refit.result import (
     PairEffect,
     RefitResult,
     RuleFit,
+    ShadowInputRepair,
     SwitchMatrixResult,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "PairEffect",
     "RefitResult",
     "RuleFit",
+    "ShadowInputRepair",
     "SwitchMatrixResult",
     "refit",
 ]
@@ -67,17 +69,19 @@ def refit(
         now: creation time (UNIX seconds); ``time.time()`` when None.
         window_s: time window the counts cover, if known (the cluster sums are then checked
             as increments, see ``handoffmon.refit.inputs``).
-        exact: the counts are totals at rest (a SQLite file, a turn log): cluster sums that no
-            set of conversations can give are an ``InputError`` naming the cell. Otherwise
-            (Prometheus, a multiprocess directory, a live snapshot) such cells are read
-            conservatively and listed in ``RefitResult.input_repairs``.
+        exact: the counts are totals at rest (a SQLite file, a turn log, a monitor's own
+            snapshot): cluster sums of a cell or a shadow pair cell that no set of conversations
+            can give are an ``InputError`` naming the cell. Otherwise (Prometheus, a
+            multiprocess directory) such cells are read conservatively and listed in
+            ``RefitResult.input_repairs`` and ``shadow_input_repairs``.
 
     Returns:
         A ``RefitResult`` with one ``RuleFit`` per rule and one for ``"all"``. Its Δ
         are observational (see ``OBSERVATIONAL_NOTE``).
 
     Raises:
-        InputError: ``exact`` counts whose cluster sums no conversations can give.
+        InputError: ``exact`` counts whose cluster sums (of a cell or a shadow pair cell) no
+            conversations can give.
     """
     from handoffmon.refit.engine import run_refit
 

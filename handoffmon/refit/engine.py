@@ -29,6 +29,7 @@ from handoffmon.refit.result import (
     ALL_RULES,
     OBSERVATIONAL_NOTE,
     REPAIR_NOTE,
+    SHADOW_REPAIR_NOTE,
     SWITCH_COST_NOTE,
     VERDICT_ROUTING_NOTE,
     CellAdherence,
@@ -39,6 +40,7 @@ from handoffmon.refit.result import (
     SwitchCost,
 )
 from handoffmon.refit.routing_check import verdict_routing
+from handoffmon.refit.shadow_inputs import check_shadow
 from handoffmon.refit.switch_costs import shadow_cells, swap, swap_roles, switch_costs
 from handoffmon.refit.threads import single_threaded_blas
 
@@ -98,7 +100,21 @@ def _run(
             checked.repairs[0].model,
             ", ".join(checked.repairs[0].violated),
         )
-    fitter = _RuleFitter(cells, buckets, settings, shadow_cells(counts.shadow))
+    shadow = check_shadow(
+        shadow_cells(counts.shadow),
+        source=source,
+        exact=exact,
+        windowed=window_s is not None,
+        min_pairs=settings.min_n,
+    )
+    if shadow.repaired:
+        first = shadow.repairs[0]
+        log.warning(
+            "handoffmon refit: %s: %d shadow pair cell(s) with contradictory cluster sums read "
+            "conservatively (shadow_input_repairs in the result), first %s %s->%s: %s",
+            source, shadow.repaired, first.rule, first.prefix_model, first.model, ", ".join(first.violated),
+        )  # fmt: skip
+    fitter = _RuleFitter(cells, buckets, settings, shadow.cells)
     fits: dict[str, RuleFit] = {}
     pooled: _FitInput | None = None
     for i, rule in enumerate(cells.rules):
@@ -121,7 +137,7 @@ def _run(
         created_at=time.time() if now is None else float(now),
         source=source,
         observational=True,
-        note=OBSERVATIONAL_NOTE + _routing_warning(fits) + _repair_note(checked.repaired),
+        note=OBSERVATIONAL_NOTE + _routing_warning(fits) + _repair_note(checked.repaired, shadow.repaired),
         rules=fits,
         confidence=settings.confidence,
         min_n=settings.min_n,
@@ -139,14 +155,15 @@ def _run(
         prior=settings.prior,
         input_repairs=checked.repairs,
         input_repaired_cells=checked.repaired,
+        shadow_input_repairs=shadow.repairs,
+        shadow_input_repaired_cells=shadow.repaired,
     )
 
 
-def _repair_note(repaired: int) -> str:
-    """The note's sentence on cells whose cluster sums were repaired (else empty)."""
-    if not repaired:
-        return ""
-    return REPAIR_NOTE.format(cells=repaired)
+def _repair_note(repaired: int, shadow_repaired: int) -> str:
+    """The note's sentences on cells and shadow pair cells whose cluster sums were repaired."""
+    cells = REPAIR_NOTE.format(cells=repaired) if repaired else ""
+    return cells + (SHADOW_REPAIR_NOTE.format(cells=shadow_repaired) if shadow_repaired else "")
 
 
 def _routing_warning(fits: dict[str, RuleFit]) -> str:

@@ -8,7 +8,8 @@ series lost to relabeling, one stat reset without the others) does not fail loud
 own: G = 0 reads as independent turns (design effect 1), a Σn² below the checks as tiny
 conversations, both narrower than the data allow.
 
-Exact sources (a SQLite file, a turn log: totals at rest) are refused with the cell and the
+Exact sources (a SQLite file, whether ``handoffmon refit`` or the in-process refit of workers
+sharing the store reads it, a turn log: totals at rest) are refused with the cell and the
 relation named, beyond a hair of slack (``EXACT_REL_TOLERANCE``: workers sharing a store can
 race on one conversation's partial counts). Approximate ones (Prometheus, a multiprocess
 directory: series read one by one while turns land, ``increase`` extrapolated per series,
@@ -19,13 +20,14 @@ relations that increments obey and ``increase`` keeps are checked: a conversatio
 the window's start adds its cross terms to Σy², Σyn and Σn² but not to G, so G = 0 beside
 Σn² > 0, Σn² > N² and Y² > G·Σy² are expected there; and ``increase`` drops the first sample of
 every series born in the window, which undercounts N (a cell's checks are many sparse series),
-so G > N is expected too.
+so G > N is expected too. Shadow pairs' sums get the same policy (``refit.shadow_inputs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -64,11 +66,13 @@ CONVERSATIONS_DROPPED = "conversations_dropped"
 """Repair when only G exceeds the checks: G is ignored and the cell counts as N²/Σn²
 conversations (a lower bound on the conversations behind consistent Σn² and N)."""
 
-_V = dict[str, np.ndarray]
-_Relation = tuple[str, Callable[[_V], np.ndarray], Callable[[_V], np.ndarray], bool, bool]
+Values = dict[str, np.ndarray]
+"""A relation's operands by name, one entry per row (cell or shadow pair)."""
+Relation = tuple[str, Callable[[Values], np.ndarray], Callable[[Values], np.ndarray], bool, bool]
+"""(name, lhs, rhs, holds for windowed increments, needs the row's checks): lhs ≤ rhs."""
 _NO_SLACK = frozenset({"conversations >= 0", "y2 >= 0", "yn >= 0", "n2 >= 0", "conversations >= 1"})
 """Relations checked without tolerance: a sign or a missing series is no rounding."""
-_RELATIONS: tuple[_Relation, ...] = (
+_RELATIONS: tuple[Relation, ...] = (
     # (name, lhs, rhs, holds for windowed increments, needs the cell's checks)
     ("conversations >= 0", lambda v: -v["g"], lambda v: 0 * v["g"], True, False),
     ("y2 >= 0", lambda v: -v["y2"], lambda v: 0 * v["g"], True, False),
@@ -91,16 +95,22 @@ _RELATIONS: tuple[_Relation, ...] = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class Checked:
-    """``check_cells``' outcome: the cells to fit, the repairs listed and how many cells were repaired."""
+_Cells = TypeVar("_Cells")
+_Repair = TypeVar("_Repair")
 
-    cells: CellArrays
-    repairs: tuple[InputRepair, ...] = ()
+
+@dataclasses.dataclass(frozen=True)
+class Checked(Generic[_Cells, _Repair]):
+    """An input check's outcome: the cells to fit, the repairs listed and how many were repaired."""
+
+    cells: _Cells
+    repairs: tuple[_Repair, ...] = ()
     repaired: int = 0
 
 
-def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) -> Checked:
+def check_cells(
+    cells: CellArrays, *, source: str, exact: bool, windowed: bool
+) -> Checked[CellArrays, InputRepair]:
     """Check every fitted cell's cluster sums against each other and its checks.
 
     Args:
@@ -125,11 +135,10 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
         return Checked(cells)
     keys, v = _cell_values(cells)
     broken = _broken(cells, keys, v, exact=exact, windowed=windowed)
-    any_bad = np.logical_or.reduce([b for _, b in broken])
-    if not np.any(any_bad):
+    found = triage(broken, v["n"], "conversations <= checks")
+    if found is None:
         return Checked(cells)
-    idx = np.flatnonzero(any_bad)
-    idx = idx[np.argsort(-v["n"][idx], kind="stable")]  # largest cells first
+    any_bad, idx, only_g = found
     if exact:
         i = int(idx[0])
         names = [name for name, bad in broken if bad[i]]
@@ -139,8 +148,6 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
             f"{', '.join(names)} ({_values(v, i)}){others}: no set of conversations gives these sums "
             "(a damaged or hand-edited file?)"
         )
-    g_only = dict(broken).get("conversations <= checks", np.zeros(len(any_bad), dtype=bool))
-    only_g = g_only & ~np.logical_or.reduce([b for name, b in broken if name != "conversations <= checks"])
     repairs = [
         _repair(cells, keys, v, i, [name for name, bad in broken if bad[i]], bool(only_g[i]))
         for i in idx[:MAX_LISTED].tolist()
@@ -148,29 +155,55 @@ def check_cells(cells: CellArrays, *, source: str, exact: bool, windowed: bool) 
     return Checked(_repaired(cells, keys, v, any_bad, only_g), tuple(repairs), len(idx))
 
 
+def triage(
+    broken: list[tuple[str, np.ndarray]], n: np.ndarray, g_bound: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """None when no row breaks a relation; else (rows that break one, their indexes with the
+    most checks or pairs first, rows that break only ``g_bound``: G above the checks)."""
+    any_bad = np.logical_or.reduce([bad for _, bad in broken])
+    if not np.any(any_bad):
+        return None
+    idx = np.flatnonzero(any_bad)
+    others = np.logical_or.reduce([bad for name, bad in broken if name != g_bound] + [np.zeros_like(any_bad)])
+    return any_bad, idx[np.argsort(-n[idx], kind="stable")], any_bad & ~others
+
+
 def _broken(
-    cells: CellArrays, keys: tuple[np.ndarray, ...], v: _V, *, exact: bool, windowed: bool
+    cells: CellArrays, keys: tuple[np.ndarray, ...], v: Values, *, exact: bool, windowed: bool
 ) -> list[tuple[str, np.ndarray]]:
     """(relation, cells that break it beyond the source's slack) for every relation checked."""
     pooled_n_known = not cells.excluded_rules  # pooled sums also cover rules beyond max_rules
     knows_n = (keys[0] < len(cells.rules)) | pooled_n_known
+    return [
+        (name, bad & knows_n if needs_n else bad)
+        for name, bad, needs_n in broken_relations(_RELATIONS, _NO_SLACK, v, exact=exact, windowed=windowed)
+    ]
+
+
+def broken_relations(
+    relations: tuple[Relation, ...], no_slack: frozenset[str], v: Values, *, exact: bool, windowed: bool
+) -> list[tuple[str, np.ndarray, bool]]:
+    """(relation, rows that break it beyond the source's slack, whether it needs the checks) for
+    every relation of ``relations`` the source's kind is checked against (cells and shadow pairs).
+
+    Over a window an approximate source is checked only against the relations increments obey;
+    the relations named in ``no_slack`` (signs, a missing G) get no slack."""
     slack_rel, slack_abs = REL_TOLERANCE, ABS_TOLERANCE
     if exact:
         slack_rel, slack_abs = EXACT_REL_TOLERANCE, EXACT_ABS_TOLERANCE
     elif windowed:
         slack_rel, slack_abs = WINDOW_REL_TOLERANCE, WINDOW_ABS_TOLERANCE
-    broken: list[tuple[str, np.ndarray]] = []
-    for name, lhs, rhs, in_window, needs_n in _RELATIONS:
+    broken: list[tuple[str, np.ndarray, bool]] = []
+    for name, lhs, rhs, in_window, needs_n in relations:
         if windowed and not exact and not in_window:
             continue
         right = rhs(v)
-        slack = 0.0 if name in _NO_SLACK else slack_rel * np.abs(right) + slack_abs
-        bad = lhs(v) > right + slack
-        broken.append((name, bad & knows_n if needs_n else bad))
+        slack = 0.0 if name in no_slack else slack_rel * np.abs(right) + slack_abs
+        broken.append((name, lhs(v) > right + slack, needs_n))
     return broken
 
 
-def _cell_values(cells: CellArrays) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], _V]:
+def _cell_values(cells: CellArrays) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], Values]:
     """Per cluster-sum row and per fitted cell with checks: (rule, prefix, model) and G, Σy², Σyn,
     Σn², N, Y (N, Y of the clean baseline on the diagonal when the counts carry one; the pooled
     rule's summed over rules). Rows come first, in ``cluster_sums`` order.
@@ -209,7 +242,7 @@ def _cell_values(cells: CellArrays) -> tuple[tuple[np.ndarray, np.ndarray, np.nd
         at = inv_order[inverse[len(sums_flat) :]]
         n = np.bincount(at, weights=checks_n, minlength=len(order))
         y = np.bincount(at, weights=checks_y, minlength=len(order))
-    v: _V = {"n": n, "y": y}
+    v: Values = {"n": n, "y": y}
     for j, name in enumerate(("g", "y2", "yn", "n2")):
         v[name] = np.concatenate([c.sums[:, j], np.zeros(len(order) - len(c.rule))])
     rr, rem = np.divmod(order, p * k)
@@ -222,7 +255,7 @@ def _cell_name(cells: CellArrays, keys: tuple[np.ndarray, ...], i: int) -> str:
     return f"cell {rules[keys[0][i]]} {cells.prefixes[keys[1][i]]}->{cells.models[keys[2][i]]}"
 
 
-def _values(v: _V, i: int) -> str:
+def _values(v: Values, i: int) -> str:
     shown = ("conversations", "y2", "yn", "n2", "checks", "passes")
     return ", ".join(
         f"{s} = {v[k][i]:.0f}" for s, k in zip(shown, ("g", "y2", "yn", "n2", "n", "y"), strict=True)
@@ -230,7 +263,7 @@ def _values(v: _V, i: int) -> str:
 
 
 def _repair(
-    cells: CellArrays, keys: tuple[np.ndarray, ...], v: _V, i: int, violated: list[str], only_g: bool
+    cells: CellArrays, keys: tuple[np.ndarray, ...], v: Values, i: int, violated: list[str], only_g: bool
 ) -> InputRepair:
     rules = (*cells.rules, "all")
     return InputRepair(
@@ -249,7 +282,7 @@ def _repair(
 
 
 def _repaired(
-    cells: CellArrays, keys: tuple[np.ndarray, ...], v: _V, bad: np.ndarray, only_g: np.ndarray
+    cells: CellArrays, keys: tuple[np.ndarray, ...], v: Values, bad: np.ndarray, only_g: np.ndarray
 ) -> CellArrays:
     """``cells`` with each bad cell's sums replaced: G = 0 where only G was too large, else the
     sums of one conversation holding the cell's checks (G = 1, Σy² = Y², Σyn = YN, Σn² = N²)."""

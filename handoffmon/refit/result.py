@@ -56,6 +56,12 @@ REPAIR_NOTE = (
     "would give: see input_repairs."
 )
 
+SHADOW_REPAIR_NOTE = (
+    " Warning: {cells} shadow pair cell(s) had conversation-cluster sums that contradict their "
+    "paired tables; each was read as one conversation, or without its conversation count, so its "
+    "switch-cost intervals are wider than the data would give: see shadow_input_repairs."
+)
+
 NAN = float("nan")
 
 
@@ -468,6 +474,50 @@ class InputRepair:
 
 
 @dataclass(frozen=True)
+class ShadowInputRepair:
+    """A shadow pair cell of an approximate source whose cluster sums no conversations can give.
+
+    Its sums contradicted its paired table or each other in Prometheus or a multiprocess
+    directory; ``action`` says how it was read instead.
+
+    Attributes:
+        rule: the rule, or ``"all"`` for the sums pooled over rules.
+        prefix_model: A, who wrote the prefix.
+        model: B, the other continuation.
+        violated: the relations that failed beyond the tolerance, e.g. ``pairs <= n2``.
+        conversations: G as read.
+        b2: Σb² as read (b: pairs only B passed, per conversation).
+        c2: Σc² as read (c: pairs only A passed).
+        bc: Σbc as read.
+        bn: Σbn as read.
+        cn: Σcn as read.
+        n2: Σn² as read.
+        pairs: the cell's pairs N (its paired table's total).
+        model_only: B, pairs only B passed.
+        prefix_only: C, pairs only A passed.
+        action: ``one_conversation`` (read as one conversation holding all its pairs: design
+            effect N, the widest reading) or ``conversations_dropped`` (only G exceeded the pairs:
+            G ignored, the cell counts as N²/Σn² conversations).
+    """
+
+    rule: str
+    prefix_model: str
+    model: str
+    violated: tuple[str, ...]
+    conversations: int
+    b2: int
+    c2: int
+    bc: int
+    bn: int
+    cn: int
+    n2: int
+    pairs: int
+    model_only: int
+    prefix_only: int
+    action: str
+
+
+@dataclass(frozen=True)
 class RefitResult:
     """A full refit: one ``RuleFit`` per rule plus ``"all"``.
 
@@ -498,6 +548,10 @@ class RefitResult:
         input_repairs: cells whose cluster sums contradicted their checks in an approximate
             source and were read conservatively (the largest 100; see ``InputRepair``).
         input_repaired_cells: how many cells were repaired in all.
+        shadow_input_repairs: shadow pair cells whose cluster sums contradicted their paired
+            table in an approximate source and were read conservatively (the largest 100; see
+            ``ShadowInputRepair``).
+        shadow_input_repaired_cells: how many shadow pair cells were repaired in all.
     """
 
     created_at: float
@@ -522,6 +576,8 @@ class RefitResult:
     prior: str = "fixed"
     input_repairs: tuple[InputRepair, ...] = ()
     input_repaired_cells: int = 0
+    shadow_input_repairs: tuple[ShadowInputRepair, ...] = ()
+    shadow_input_repaired_cells: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN/inf become null/"inf")."""

@@ -15,11 +15,13 @@ import threading
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from handoffmon.counts import ShadowKey
 from handoffmon.depth import DepthBuckets
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.exporters.serving import start_metrics_server
 from handoffmon.pipeline.aggregates import Aggregates
 from handoffmon.pipeline.state import ConversationState
+from handoffmon.shadow.recorder import PairRecorder
 from handoffmon.types import CheckResult, Transition, TurnContext, TurnRecord, TurnResult
 
 MODELS = ("m0", "m1", "m2", "m3")
@@ -62,6 +64,31 @@ def synthetic_turns(seed: int, n: int):  # type: ignore[no-untyped-def]
         )
 
 
+class ShadowPairs:
+    """Shadow pairs of a share of the synthetic turns, as the live runner records them
+    (``PairRecorder``): a handoff turn A→B shadowed by A, a same-author turn by the next model.
+    Its own random stream, so the turns are the same with or without it."""
+
+    def __init__(self, seed: int, rate: float) -> None:
+        self.rng = np.random.default_rng([seed, 7])
+        self.rate = rate
+        self.recorder = PairRecorder()
+
+    def pair(self, turn: TurnResult) -> dict[ShadowKey, int]:
+        """The turn's shadow increments (empty: not sampled, depth 1 or an unknown prefix)."""
+        author, prefix = turn.record.author, turn.context.prefix_model
+        if prefix not in MODELS or self.rng.random() >= self.rate:
+            return {}
+        handoff = prefix != author
+        model = author if handoff else MODELS[(MODELS.index(author) + 1) % len(MODELS)]
+        verdicts = {}
+        for check in turn.checks:
+            if check.verdict in ("pass", "fail"):
+                served, other = check.verdict == "pass", bool(self.rng.random() < 0.65)
+                verdicts[check.rule] = (served, other) if handoff else (other, served)
+        return self.recorder.add(turn.context.conversation_id, prefix, model, handoff, verdicts)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Count, serve, print ``ready``, block until stdin closes."""
     ap = argparse.ArgumentParser()
@@ -72,14 +99,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--stream-per-s", type=float, default=0.0, help="after ready, keep counting this many turns a second"
     )
+    ap.add_argument(
+        "--shadow-rate", type=float, default=0.0, help="share of turns shadowed (ShadowPairs; exported only)"
+    )
     args = ap.parse_args(argv)
     aggregates = Aggregates(args.sqlite)
     registry = CollectorRegistry()
     exporter = PrometheusExporter(registry)
     turns = synthetic_turns(args.seed, 10**9 if args.stream_per_s else args.turns)
+    shadow = ShadowPairs(args.seed, args.shadow_rate)
+
+    def count(turn: TurnResult) -> None:
+        assert exporter.export(turn)
+        if args.shadow_rate and (pair := shadow.pair(turn)):
+            exporter.count_shadow(pair)
+
     for turn in itertools.islice(turns, args.turns):
         aggregates.add_turn(turn)
-        assert exporter.export(turn)
+        count(turn)
     aggregates.flush()
     server = start_metrics_server(registry, args.port)
     print("ready", flush=True)
@@ -87,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         done = threading.Event()
         threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
         while not done.wait(1.0 / args.stream_per_s):
-            assert exporter.export(next(turns))
+            count(next(turns))
     else:
         sys.stdin.read()
     server.close()

@@ -23,11 +23,11 @@ import pytest
 from click.testing import CliRunner
 
 from handoffmon.cli import main
-from handoffmon.counts import CELL_TOTAL, Counts
+from handoffmon.counts import CELL_TOTAL, SHADOW_TABLE, Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.sim.calibration import standard_population
 from handoffmon.sim.counting import counts_from_rows
-from handoffmon.sim.population import simulate
+from handoffmon.sim.shadow_arm import shadow_counts, simulate_shadowed
 from handoffmon.sources.prometheus import MAX_LABEL_VALUE_CHARS
 from tests.sources.fakeprom import QuietHandler, loopback_server, reply
 
@@ -36,8 +36,11 @@ Series = list[tuple[dict[str, str], str]]
 
 @cache
 def _counts() -> Counts:
-    rows = simulate(replace(standard_population(rules=1), not_applicable_rate=0.0), 120, seed=21)
-    return counts_from_rows(rows, DepthBuckets())
+    """120 clustered conversations, half their deep turns shadowed (the served rows are
+    ``simulate``'s whatever the shadow rate)."""
+    pop = replace(standard_population(rules=1), not_applicable_rate=0.0)
+    rows, pairs = simulate_shadowed(pop, 120, rate=0.5, seed=21)
+    return replace(counts_from_rows(rows, DepthBuckets()), shadow=shadow_counts(pairs))
 
 
 def fleet_series(counts: Counts) -> dict[str, Series]:
@@ -63,6 +66,8 @@ def fleet_series(counts: Counts) -> dict[str, Series]:
         add("handoffmon_baseline_checks_total", labels, v)
     for sk, v in counts.cell_stats.items():
         add("handoffmon_cell_stats_total", sk._asdict(), v)
+    for pk, v in counts.shadow.items():
+        add("handoffmon_shadow_pair_stats_total", pk._asdict(), v)
     return out
 
 
@@ -121,6 +126,7 @@ def test_a_full_answer_refits_like_the_counts_with_nothing_repaired() -> None:
     assert code == 0, err
     doc = json.loads(out)
     assert doc["clustered"] and doc["input_repaired_cells"] == 0 and "warning" not in err
+    assert doc["shadow_input_repaired_cells"] == 0 and doc["rules"]["all"]["switch_costs"]
 
 
 def test_a_lost_stat_series_is_repaired_reported_and_widens_the_interval() -> None:
@@ -251,3 +257,63 @@ def test_a_partial_answer_is_an_error() -> None:
     assert "handoffmon_cell_stats_total with warnings" in err and "store 10.0.0.7:10901" in err
     code, out, err = _refit(fleet_series(_counts()), body={"data": {"resultType": "vector"}})
     assert code == 1 and "malformed Prometheus result for handoffmon_cell_stats_total" in err
+
+
+def _biggest_shadow_cell() -> tuple[str, str, str]:
+    """(rule, A, B) of the per-rule shadow cell with the most pairs."""
+    n: dict[tuple[str, str, str], int] = {}
+    for k, v in _counts().shadow.items():
+        if k.stat in SHADOW_TABLE and k.rule != "all":
+            n[(k.rule, k.prefix_model, k.model)] = n.get((k.rule, k.prefix_model, k.model), 0) + v
+    return max(n, key=lambda c: (n[c], c))
+
+
+def _shadow_set(
+    series: dict[str, Series], cell: tuple[str, str, str], stat: str, value: str | None
+) -> dict[str, Series]:
+    """``series`` with one shadow stat series of ``cell`` set to ``value`` (None: lost)."""
+    want = dict(zip(("rule", "prefix_model", "model", "stat"), (*cell, stat), strict=True))
+    old = series["handoffmon_shadow_pair_stats_total"]
+    kept = [(m, v) for m, v in old if m != want]
+    assert len(kept) == len(old) - 1
+    if value is not None:
+        kept.append((want, value))
+    return {**series, "handoffmon_shadow_pair_stats_total": kept}
+
+
+def _cost(doc: dict[str, Any], cell: tuple[str, str, str]) -> dict[str, Any]:
+    rule, a, b = cell
+    return next(s for s in doc["rules"][rule]["switch_costs"] if (s["prefix_model"], s["model"]) == (a, b))
+
+
+def test_a_lost_shadow_series_is_repaired_reported_and_widens_the_switch_cost() -> None:
+    """The ``conversations`` series of one shadow cell dropped: the refit says so on stderr and in
+    the JSON, and the switch cost's interval holds the one of the full answer (before, G = 0 gave
+    it a design effect of 1: independent pairs)."""
+    cell = _biggest_shadow_cell()
+    code, out, _ = _refit(fleet_series(_counts()))
+    full = _cost(json.loads(out), cell)
+    code, out, err = _refit(_shadow_set(fleet_series(_counts()), cell, "conversations", None))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["shadow_input_repaired_cells"] == 1 and doc["input_repaired_cells"] == 0
+    assert "warning: 1 shadow pair cell(s) had cluster sums" in err
+    (repair,) = doc["shadow_input_repairs"]
+    assert (repair["rule"], repair["prefix_model"], repair["model"]) == cell
+    assert repair["action"] == "one_conversation" and "conversations >= 1" in repair["violated"]
+    damaged = _cost(doc, cell)
+    assert damaged["design_effect"] == repair["pairs"] > full["design_effect"]
+    assert damaged["ci_low"] < full["ci_low"] and damaged["ci_high"] > full["ci_high"]
+
+
+def test_over_a_window_a_lost_shadow_conversations_series_is_tolerated_and_a_reset_n2_is_not() -> None:
+    cell = _biggest_shadow_cell()
+    code, out, err = _refit(
+        _shadow_set(fleet_series(_counts()), cell, "conversations", None), "--window", "1h"
+    )
+    assert code == 0 and json.loads(out)["shadow_input_repaired_cells"] == 0, err
+    code, out, err = _refit(_shadow_set(fleet_series(_counts()), cell, "n2", "2"), "--window", "1h")
+    assert code == 0, err
+    repairs = json.loads(out)["shadow_input_repairs"]
+    assert [(r["rule"], r["prefix_model"], r["model"]) for r in repairs] == [cell]
+    assert "pairs <= n2" in repairs[0]["violated"]

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _replica(port: int, seed: int, db: Path) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "tests.sources.replica", "--seed", str(seed), "--turns", "300"]
-    cmd += ["--port", str(port), "--sqlite", str(db), "--stream-per-s", "40"]
+    cmd += ["--port", str(port), "--sqlite", str(db), "--stream-per-s", "40", "--shadow-rate", "1"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
@@ -35,10 +35,11 @@ def _replica(port: int, seed: int, db: Path) -> subprocess.Popen[str]:
 def window_reads(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[RefitResult, RefitResult, RefitResult]]:
-    """One replica streaming 40 turns/s, restarted half-way (its counters reset, its
-    conversations restart as new clusters), scraped every second by two jobs of one Prometheus:
-    ``full`` as is, ``cut`` without the n2 series of cell json m1->m2. Yields the windowed
-    refits of both (job selected by --match) and the counter totals of ``full``."""
+    """One replica streaming 40 turns/s, each shadowed, restarted half-way (its counters
+    reset, its conversations restart as new clusters), scraped every second by two jobs of one
+    Prometheus: ``full`` as is, ``cut`` without the n2 series of cell json m1->m2 and of its
+    shadow pair cell. Yields the windowed refits of both (job selected by --match) and the
+    counter totals of ``full``."""
     from tests.promserver import prometheus_server
 
     tmp = tmp_path_factory.mktemp("window")
@@ -46,7 +47,7 @@ def window_reads(
     target = {"static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
     drop = {
         "source_labels": ["__name__", "rule", "prefix_model", "model", "stat"],
-        "regex": "handoffmon_cell_stats_total;json;m1;m2;n2",
+        "regex": "handoffmon_(cell_stats|shadow_pair_stats)_total;json;m1;m2;n2",
         "action": "drop",
     }
     scrape = [{"job_name": "full", **target}, {"job_name": "cut", **target, "metric_relabel_configs": [drop]}]
@@ -77,6 +78,10 @@ def test_a_windowed_read_across_a_restart_needs_no_repair(window_reads: tuple[Re
     assert full.clustered and full.rules["json"].pairs
     assert full.input_repaired_cells == 0, full.input_repairs[:3]
     assert totals.input_repaired_cells == 0, totals.input_repairs[:3]
+    # the shadow pairs' sums too (their tables' series are born in the window as well)
+    assert len(full.rules["json"].switch_costs) >= 8 and len(totals.rules["all"].switch_costs) >= 8
+    assert full.shadow_input_repaired_cells == 0, full.shadow_input_repairs[:3]
+    assert totals.shadow_input_repaired_cells == 0, totals.shadow_input_repairs[:3]
 
 
 @pytest.mark.integration
@@ -88,3 +93,6 @@ def test_a_series_dropped_by_relabeling_is_repaired_in_that_cell_only(
     cells = {(r.rule, r.prefix_model, r.model) for r in cut.input_repairs}
     assert cells == {("json", "m1", "m2")}, cut.input_repairs
     assert cut.input_repairs[0].n2 == 0 and cut.input_repairs[0].action == "one_conversation"
+    pairs = {(r.rule, r.prefix_model, r.model) for r in cut.shadow_input_repairs}
+    assert pairs == {("json", "m1", "m2")}, cut.shadow_input_repairs
+    assert cut.shadow_input_repairs[0].n2 == 0 and "pairs <= n2" in cut.shadow_input_repairs[0].violated
