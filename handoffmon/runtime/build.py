@@ -122,7 +122,7 @@ def build_runtime(
     publish_gauges = refit_publisher(monitor.exporters)
     refit = None
     if config.refit.interval_s > 0:
-        snapshot, source = _refit_source(monitor)
+        snapshot, source, exact = _refit_source(monitor)
         refit = PeriodicRefit(
             snapshot,
             lambda result: _publish(publish_gauges, routing, result),
@@ -132,6 +132,7 @@ def build_runtime(
             clock=clock,
             source=source,
             on_failure=lambda: monitor.count_error("refit"),
+            exact=exact,
         )
     runtime = Runtime(
         config,
@@ -152,8 +153,9 @@ def build_runtime(
     return runtime
 
 
-def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str]:
-    """What the periodic refit reads, and its ``source`` label: the monitor's own counts, or,
+def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str, bool]:
+    """What the periodic refit reads, its ``source`` label and whether the input check treats it
+    as exact (``refit(exact=...)``): the monitor's own counts, or,
     when its Prometheus exporter writes ``PROMETHEUS_MULTIPROC_DIR`` (LiteLLM Proxy with
     ``--num_workers``, gunicorn), every worker's counters summed from that directory
     (``sources.multiprocess.multiprocess_counts``), dead workers included, as ``/metrics`` sums them. A
@@ -168,18 +170,26 @@ def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str]:
 
     Every worker then refits the same deployment-wide counts, so whichever worker published
     last (the refit gauges' ``mostrecent`` mode) shows the deployment's refit, and every
-    worker's routing table is the deployment's."""
+    worker's routing table is the deployment's.
+
+    The SQLite file is read as ``handoffmon refit --source sqlite://`` reads it, strictly and as
+    exact: a row this release cannot read, or cluster sums no conversations can give, fail the
+    run (counted as a refit failure) instead of being skipped or repaired here and refused
+    there. The directory is approximate (read file by file while workers write), and so is the
+    monitor's own snapshot: its counts start with the process while its conversations' state may
+    be older (Redis keeps it across restarts and replicas), so its sums can hold conversations
+    that straddle its start."""
     exporter = prometheus_exporter(list(monitor.exporters))
     where = os.environ.get(MULTIPROC_ENV)
     if exporter is None or not exporter.multiprocess or not where:
-        return monitor.snapshot, "local"
+        return monitor.snapshot, "local", False
     if monitor.aggregates.path is not None:
         from handoffmon.pipeline.aggregates import load_counts_sqlite
 
-        return functools.partial(load_counts_sqlite, monitor.aggregates.path), "sqlite"
+        return functools.partial(load_counts_sqlite, monitor.aggregates.path, strict=True), "sqlite", True
     from handoffmon.sources.multiprocess import multiprocess_counts
 
-    return functools.partial(multiprocess_counts, where), "multiprocess"
+    return functools.partial(multiprocess_counts, where), "multiprocess", False
 
 
 def _routing(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegistry) -> RoutingState | None:

@@ -53,6 +53,10 @@ class PeriodicRefit:
         source: label recorded in each result.
         on_failure: called (never raising into the loop) after each failed refit; the
             runtime counts it as ``handoffmon_monitor_errors_total{stage="refit"}``.
+        exact: the snapshot holds totals at rest (a SQLite file): cluster sums no conversations
+            can give make the run fail (counted like any failure, the cell named in
+            ``stats.last_error``), as ``handoffmon refit`` refuses that file; otherwise such
+            cells are repaired and listed in the result (``handoffmon.refit.refit``).
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class PeriodicRefit:
         clock: Callable[[], float] = time.time,
         source: str = "local",
         on_failure: Callable[[], object] | None = None,
+        exact: bool = False,
     ) -> None:
         self._snapshot = snapshot
         self._publish = publish
@@ -75,6 +80,7 @@ class PeriodicRefit:
         self._clock = clock
         self._source = source
         self._on_failure = on_failure
+        self.exact = exact
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -130,6 +136,7 @@ class PeriodicRefit:
                 settings=self._settings,
                 source=self._source,
                 now=self._clock(),
+                exact=self.exact,
             )
             if self._publish(result) is False:
                 raise RuntimeError("publisher reported failure")

@@ -227,3 +227,30 @@ def test_a_snapshot_with_no_checks_is_neither_refitted_nor_published() -> None:
     result = job.run_once()
     assert result is not None and published == [result]
     assert job.stats.runs == 3 and job.stats.empty_runs == 2 and job.stats.last_success_at is not None
+
+
+@pytest.mark.parametrize("damage", [False, True])
+def test_a_monitors_own_snapshot_repairs_damaged_shadow_sums_and_reports_them(damage: bool) -> None:
+    """The in-process refit of a monitor's own counts (memory store) is approximate: its counts
+    start with the process while conversation state may be older (Redis), so cluster sums it
+    cannot reconcile are repaired and listed (``shadow_input_repairs``), the run succeeds and
+    publishes; healthy shadow sums are neither refused nor repaired."""
+    from handoffmon.config import HandoffmonConfig
+    from handoffmon.runtime import build_runtime
+    from tests.refit.test_shadow_inputs import damaged, shadowed_counts
+
+    counts = shadowed_counts()
+    cell = ("all", "a", "b")
+    shadow = damaged(counts, cell, conversations=None).shadow if damage else counts.shadow
+    config = HandoffmonConfig(refit={"interval_s": 60, "min_n": 5})
+    with build_runtime(config, registry=None, start=False) as rt:
+        assert rt.refit is not None and not rt.refit.exact
+        rt.monitor.aggregates.add_counts(counts)
+        rt.monitor.aggregates.add_shadow(shadow)
+        result = rt.refit_now()
+        assert result is not None and result.source == "local" and rt.refit.stats.failures == 0
+        assert result.rules["all"].switch_costs
+        assert result.shadow_input_repaired_cells == int(damage)
+        if damage:
+            (repair,) = result.shadow_input_repairs
+            assert (repair.rule, repair.prefix_model, repair.model) == cell and repair.conversations == 0

@@ -15,13 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from handoffmon.cli import main
-from handoffmon.counts import CELL_TOTAL
+from handoffmon.counts import CELL_TOTAL, SHADOW_TABLE
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import StoreError
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.sim.calibration import standard_population
 from handoffmon.sim.live import live_config, replay
 from handoffmon.sim.population import simulate
+from handoffmon.sim.shadow_arm import shadow_counts, simulate_shadowed
 from handoffmon.sources.sqlite import read_sqlite
 from handoffmon.stores.memory import MemoryStore
 
@@ -69,15 +70,20 @@ def _handoff_cell(db: Path) -> tuple[str, str, str]:
 
 
 def _set(db: Path, cell: tuple[str, str, str], stat: str, value: object) -> None:
-    key = json.dumps([*cell, CELL_TOTAL, stat], separators=(",", ":"))
+    _set_row(db, "cell_stats", [*cell, CELL_TOTAL, stat], value)
+
+
+def _set_row(db: Path, kind: str, key: list[str], value: object) -> None:
+    """Set (None: delete) the count of one row, as a hand or a lost row would."""
+    raw = json.dumps(key, separators=(",", ":"))
     with sqlite3.connect(db) as conn:
         if value is None:
-            done = conn.execute("DELETE FROM handoffmon_counts WHERE kind = 'cell_stats' AND key = ?", (key,))
+            done = conn.execute("DELETE FROM handoffmon_counts WHERE kind = ? AND key = ?", (kind, raw))
         else:
             done = conn.execute(
-                "UPDATE handoffmon_counts SET value = ? WHERE kind = 'cell_stats' AND key = ?", (value, key)
+                "UPDATE handoffmon_counts SET value = ? WHERE kind = ? AND key = ?", (value, kind, raw)
             )
-        assert done.rowcount == 1
+        assert done.rowcount == 1, raw
 
 
 def test_intact_store_file_refits_clustered_with_nothing_repaired(db: Path) -> None:
@@ -152,3 +158,109 @@ def test_truncated_and_foreign_files_are_errors_and_an_empty_store_is_no_data(
         conn.execute("DELETE FROM handoffmon_counts")
     code, out, err = _refit(db)
     assert code == 4 and out == "" and "no checks to refit" in err
+
+
+@pytest.fixture(scope="module")
+def shadow_store_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite aggregates file of 60 clustered conversations through a real Monitor, half their
+    deep turns shadowed: the pairs counted through ``Monitor.count_shadow`` (the recorder's
+    increments: ``shadow_counts`` equals them key for key, ``tests/shadow/test_recorder.py``)."""
+    pop = replace(standard_population(rules=1), not_applicable_rate=0.0)
+    rows, pairs = simulate_shadowed(pop, 60, rate=0.5, seed=12)
+    db = tmp_path_factory.mktemp("sqlite-shadow") / "hm.sqlite"
+    config = live_config(rows, DepthBuckets(), store={"backend": "sqlite", "path": str(db)})
+    with Monitor(config, store=MemoryStore()) as monitor:
+        replay(rows, monitor)
+        monitor.count_shadow(shadow_counts(pairs))
+    return db
+
+
+def shadow_cell(db: Path) -> tuple[str, str, str]:
+    """(rule, A, B) of the per-rule shadow cell with the most pairs."""
+    pairs: dict[tuple[str, str, str], int] = {}
+    for key, value in read_sqlite(db).shadow.items():
+        if key.stat in SHADOW_TABLE and key.rule != "all":
+            pairs[key[:3]] = pairs.get(key[:3], 0) + value
+    return max(pairs, key=lambda cell: (pairs[cell], cell))
+
+
+def set_shadow(db: Path, cell: tuple[str, str, str], stat: str, value: int | None) -> None:
+    _set_row(db, "shadow", [*cell, stat], value)
+
+
+@pytest.fixture
+def shadow_db(shadow_store_file: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "shadow.sqlite"
+    shutil.copy(shadow_store_file, copy)
+    return copy
+
+
+def test_intact_shadow_store_file_refits_its_switch_costs_with_nothing_refused(shadow_db: Path) -> None:
+    code, out, err = _refit(shadow_db)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["shadow_input_repaired_cells"] == 0 and doc["input_repaired_cells"] == 0
+    rule, a, b = shadow_cell(shadow_db)
+    assert any((s["prefix_model"], s["model"]) == (a, b) for s in doc["rules"][rule]["switch_costs"])
+
+
+@pytest.mark.parametrize(
+    ("stat", "value", "relation"),
+    [
+        ("conversations", None, "conversations >= 1"),  # one row lost: read as independent pairs
+        ("n2", 0, "pairs <= n2"),  # hand-edited
+        ("bc", 10**6, "b2 + 2bc + c2 <= bn + cn"),
+    ],
+)
+def test_a_damaged_shadow_cell_is_refused_naming_file_pair_and_relation(
+    shadow_db: Path, stat: str, value: int | None, relation: str
+) -> None:
+    rule, a, b = cell = shadow_cell(shadow_db)
+    set_shadow(shadow_db, cell, stat, value)
+    code, out, err = _refit(shadow_db)
+    assert code == 1 and out == ""
+    assert f"sqlite://{shadow_db}: shadow pairs {rule} {a}->{b}:" in err and relation in err
+
+
+@pytest.mark.parametrize("damaged", ["shadow", "cell"])
+def test_the_periodic_refit_of_a_damaged_file_fails_counted_as_the_cli_refuses_it(
+    damaged: str, shadow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One policy for one file: the in-process refit of workers sharing the SQLite store
+    (``PROMETHEUS_MULTIPROC_DIR``) reads it as exact, like ``handoffmon refit``. A damaged shadow
+    cell or cell fails the run (it was repaired there while the CLI refused it): counted as
+    ``handoffmon_monitor_errors_total{stage="refit"}`` (RefitFailing), the cell named in the
+    stats, nothing published (the routing table ages into ``stale``), the schedule keeps going."""
+    from handoffmon.runtime import build_runtime
+    from tests.pipeline.helpers import make_config
+
+    where = tmp_path / "multiproc"
+    where.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(where))
+    config = make_config(
+        refit={"interval_s": 60, "min_n": 5}, store={"backend": "sqlite", "path": str(shadow_db)}
+    )
+    if damaged == "shadow":
+        rule, a, b = shadow_cell(shadow_db)
+        named, relation = f"shadow pairs {rule} {a}->{b}:", "conversations >= 1"
+    else:
+        rule, model, prefix = _handoff_cell(shadow_db)
+        named, relation = f"cell {rule} {prefix}->{model}:", "checks <= n2"
+    with build_runtime(config, registry=None, start=False) as rt:
+        assert rt.refit is not None and rt.refit.exact
+        healthy = rt.refit_now()
+        assert healthy is not None and healthy.source == "sqlite" and healthy.shadow_input_repaired_cells == 0
+        if damaged == "shadow":
+            set_shadow(shadow_db, (rule, a, b), "conversations", None)
+        else:
+            _set(shadow_db, (rule, model, prefix), "n2", 0)
+        assert rt.refit_now() is None and rt.refit.run_once() is None
+        stats = rt.refit.stats
+        assert (stats.runs, stats.failures, stats.last_success_at) == (3, 2, healthy.created_at)
+        assert named in (stats.last_error or "") and relation in (stats.last_error or "")
+        assert rt.refit.last_result is healthy
+        # what handoffmon_monitor_errors_total{stage="refit"} shows (the directory's copy of it is
+        # per process in prometheus_client: not re-read per test)
+        assert rt.monitor.aggregates.snapshot().monitor_errors.get("refit") == 2
+    code, _, err = _refit(shadow_db)
+    assert code == 1 and named in err and relation in err
