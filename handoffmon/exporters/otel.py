@@ -394,7 +394,11 @@ class OTelExporter:
         )
         self._fallbacks = c("handoffmon_fallbacks", "{fallback}", "Router fallbacks before the reply.")
         self._errors = c("handoffmon_monitor_errors", "{error}", "handoffmon's own failures, by stage.")
-        self._dropped = c("handoffmon_queue_dropped", "{turn}", "Turns dropped because the queue was full.")
+        self._dropped = c(
+            "handoffmon_queue_dropped",
+            "{turn}",
+            "Turns dropped unrecorded: a queue or the byte budget was full, or lost at shutdown.",
+        )
         self._no_reply = c(
             "handoffmon_responses_without_reply",
             "{response}",

@@ -392,7 +392,10 @@ def _counters() -> _Counters:
             registry=r,
         ),
         dropped=Counter(
-            "handoffmon_queue_dropped", "Turns dropped because the background queue was full.", registry=r
+            "handoffmon_queue_dropped",
+            "Turns dropped unrecorded: a queue or the byte budget was full, or lost at shutdown (still "
+            "queued when close() ran out of time, or finished after it).",
+            registry=r,
         ),
         overhead=Histogram(
             "handoffmon_overhead_seconds",
