@@ -264,3 +264,24 @@ def test_the_periodic_refit_of_a_damaged_file_fails_counted_as_the_cli_refuses_i
         assert rt.monitor.aggregates.snapshot().monitor_errors.get("refit") == 2
     code, _, err = _refit(shadow_db)
     assert code == 1 and named in err and relation in err
+
+
+def test_the_periodic_refit_reads_the_file_strictly_as_the_cli_does(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row this release cannot read fails the in-process run (counted) instead of being skipped
+    there while ``handoffmon refit`` refuses the file: a lost row of checks or sums shifts every
+    interval."""
+    from handoffmon.runtime import build_runtime
+    from tests.pipeline.helpers import make_config
+
+    where = tmp_path / "multiproc"
+    where.mkdir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(where))
+    config = make_config(refit={"interval_s": 60, "min_n": 5}, store={"backend": "sqlite", "path": str(db)})
+    with build_runtime(config, registry=None, start=False) as rt:
+        assert rt.refit is not None and rt.refit_now() is not None
+        with sqlite3.connect(db) as conn:
+            conn.execute("INSERT INTO handoffmon_counts VALUES ('checks', 'not json', 3)")
+        assert rt.refit_now() is None
+        assert rt.refit.stats.failures == 1 and "key not readable" in (rt.refit.stats.last_error or "")
