@@ -2,7 +2,8 @@
 ``queued`` (or ``in_progress``) and no output: the reply comes later, through
 ``responses.retrieve`` or a stream. That answer is no turn — recorded, it would be an empty
 reply failing every rule, charged to the model — so no adapter records one; a call that did
-finish is recorded as always.
+finish with a reply is recorded as always (one that finished without a reply, ``failed`` say,
+is no turn either: ``test_responses_no_reply.py``).
 
 A real ``openai`` client (sync and async, with and without metadata, which moves the request
 read onto the request path), a real ``litellm.Router`` and the LiteLLM Proxy callback's hook
@@ -157,8 +158,11 @@ async def test_the_proxy_callback_records_no_turn_for_a_queued_background_respon
 
 def test_an_odd_status_is_read_as_before() -> None:
     """``RESPONSES.as_chat`` stays total: a status that is no string (an upstream's odd JSON,
-    even an unhashable one) reads the response as before; only queued/in_progress are no turn."""
+    even an unhashable one) reads the response as before. queued/in_progress are ``None`` (the
+    reply is still to come: a background call stays parked), which is not what a finished
+    response without a reply reads as (``NoReply``: no turn, and final)."""
     from handoffmon.ingress.apis import RESPONSES
+    from handoffmon.ingress.responses import NoReply
 
     item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": REPLY}]}
     for status in ([], {"a": 1}, None, 3, "completed", "incomplete"):
@@ -166,3 +170,5 @@ def test_an_odd_status_is_read_as_before() -> None:
         assert doc is not None and doc["choices"][0]["message"]["content"] == REPLY
     for status in ("queued", "in_progress"):
         assert RESPONSES.as_chat({"id": "r", "status": status, "output": [item]}) is None
+    for status in ("failed", "cancelled"):
+        assert RESPONSES.as_chat({"id": "r", "status": status, "output": [item]}) == NoReply(status)
