@@ -569,7 +569,7 @@ def export_shapes(
     """
     from pathlib import Path
 
-    if spec.lower().endswith(".json"):
+    if spec.lower().endswith(".json") and "://" not in spec:  # sqlite://agg.json is SQLite
         from handoffmon.refit.result import RefitResult
         from handoffmon.sources import SourceError
 
