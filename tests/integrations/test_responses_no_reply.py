@@ -192,10 +192,12 @@ async def test_a_wrapped_router_records_no_turn_for_an_answer_without_a_reply(
 
 
 async def test_the_proxy_callback_records_no_turn_for_an_answer_without_a_reply(api_base: str) -> None:
-    """The success hook of a LiteLLM Proxy's ``/v1/responses`` call: ``failed`` is no turn,
-    counted; ``incomplete`` with its text is one turn."""
+    """The hooks of a LiteLLM Proxy's ``/v1/responses`` call: ``failed`` (success hook) and a
+    stream ending ``response.incomplete`` with no text (streaming hook) are no turn, counted;
+    ``incomplete`` with its text is one turn."""
     statuses = ("failed", "incomplete")
-    router = _router(api_base, *({"x-mock-final-status": s} for s in statuses))
+    nothing = {"x-mock-final-status": "incomplete", "x-mock-final-output": "none"}
+    router = _router(api_base, *({"x-mock-final-status": s} for s in statuses), nothing)
     exp = RecordingExporter()
     with runtime(CONFIG, exporters=[exp]) as rt:
         cb = HandoffmonCallback(runtime=rt)
@@ -205,6 +207,11 @@ async def test_the_proxy_callback_records_no_turn_for_an_answer_without_a_reply(
             response = await router.aresponses(model=f"g{i}", input="hi there")
             assert response.status == status
             assert await cb.async_post_call_success_hook(data, None, response) is None
+        data = {"model": "g2", "input": "hi there", "litellm_call_id": "nr-2"}
+        await cb.async_pre_call_hook(None, None, data, "aresponses")
+        stream = await router.aresponses(model="g2", input="hi there", stream=True)
+        passed = [e async for e in cb.async_post_call_streaming_iterator_hook(None, stream, data)]
+        assert str(getattr(passed[-1].type, "value", passed[-1].type)) == "response.incomplete"
         assert rt.monitor.flush(10)
     assert exp.verdicts() == Counter({("says_enough", "pass"): 1})
-    assert exp.no_replies == Counter({"failed": 1})
+    assert exp.no_replies == Counter({"failed": 1, "incomplete": 1})
