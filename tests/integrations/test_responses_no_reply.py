@@ -215,3 +215,20 @@ async def test_the_proxy_callback_records_no_turn_for_an_answer_without_a_reply(
         assert rt.monitor.flush(10)
     assert exp.verdicts() == Counter({("says_enough", "pass"): 1})
     assert exp.no_replies == Counter({"failed": 1, "incomplete": 1})
+
+
+async def test_a_router_stream_litellm_breaks_off_at_response_failed_is_a_cut_off_turn(api_base: str) -> None:
+    """Not a no-reply: LiteLLM raises to the application at ``response.failed`` instead of
+    passing the event on, so the wrapper sees a stream the upstream broke off, recorded as any
+    (a turn whose rules are ``not_applicable``, reason ``incomplete``: no adherence drop).
+    Pins what docs/guides/wrap-router.md says, should LiteLLM start passing the event on."""
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(_router(api_base, {"x-mock-final-status": "failed"}), m)
+        with pytest.raises(Exception, match="failed to generate"):
+            await _events_of(await wrapped.aresponses(model="g0", input="hi there", stream=True))
+        assert m.flush(10)
+    assert [(c.rule, c.verdict, c.reason) for r in exp.results for c in r.checks] == [
+        ("says_enough", "not_applicable", "incomplete")
+    ]
+    assert exp.no_replies == Counter()
