@@ -13,7 +13,7 @@ import click
 
 from handoffmon._extras import requires_extra
 from handoffmon.cli.exits import ExitCode, fail
-from handoffmon.cli.files import check_writable
+from handoffmon.cli.files import check_writable, one_stdout
 from handoffmon.cli.params import RESAMPLES_OPTION, FiniteRange, NonNegativeFinite
 from handoffmon.errors import HandoffmonError, NoDataError
 
@@ -243,9 +243,9 @@ def run_cmd(
     from handoffmon.evals.store import ResultStore
 
     try:
-        if out == jsonl == "-":
-            raise click.UsageError("--out and --jsonl cannot both be '-': stdout carries one of them")
-        for option, path in (("--out", out), ("--jsonl", jsonl), ("--html", html)):
+        outputs = (("--out", out), ("--jsonl", jsonl), ("--html", html))
+        one_stdout(*outputs)
+        for option, path in outputs:
             check_writable(path, option)  # before any model call, not after the run
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
         shapes = _read_shapes(shapes_path) if shapes_path else None  # a bad file stops before any call
@@ -387,7 +387,9 @@ def switch_matrix_cmd(
     from handoffmon.evals.switch import SwitchMatrixRun, analyse, episodes_of, scores_csv
 
     try:
-        for option, path in (("--out", out), ("--scores", scores), ("--html", html)):
+        outputs = (("--out", out), ("--scores", scores), ("--html", html))
+        one_stdout(*outputs)
+        for option, path in outputs:
             check_writable(path, option)  # before any model call, not after the run
         loaded = _scripts(scripts, kw["multi_if"], kw["limit"])
         names = [m.strip() for m in models.split(",") if m.strip()]
@@ -548,6 +550,7 @@ def compare_cmd(
     from handoffmon.evals.results import EvalResult
 
     try:
+        one_stdout(("--out", out), ("--html", html))
         check_writable(out, "--out")
         check_writable(html, "--html")
         shapes = _read_shapes(shapes_path)
@@ -590,7 +593,7 @@ def compare_cmd(
             _write(html, page)
     except HandoffmonError as exc:
         _fail(exc)
-    click.echo(render_text(c), err=out == "-")
+    click.echo(render_text(c), err="-" in (out, html))  # stdout carries the JSON or the page
     for line in unmatched_lines(c.unmatched):
         click.echo(f"warning: {line}", err=True)
     if strict and c.unmatched:

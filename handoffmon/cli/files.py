@@ -46,6 +46,14 @@ def check_writable(path: str | None, option: str) -> None:
         raise InputError(f"{option} {path}: file is not writable")
 
 
+def one_stdout(*outputs: tuple[str, str | None]) -> None:
+    """``click.UsageError`` when more than one of (option, path) ``outputs`` is ``-``: stdout
+    carries one document (JSON, then a CSV or a page after it, parses as neither)."""
+    on = [option for option, path in outputs if path == "-"]
+    if len(on) > 1:
+        raise click.UsageError(f"{' and '.join(on)} cannot all be '-': stdout carries one output")
+
+
 def replace_text(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temp file of this writer's own and a rename.
 
