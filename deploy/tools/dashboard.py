@@ -70,7 +70,7 @@ NO_DATA = {
 feature that is off, no refit yet, no fallbacks. Elsewhere "No data" stays: a fault."""
 
 
-STANDING = "handoffmon:refit_standing_fit:last_success"
+SUCCESS = "handoffmon_refit_last_success_timestamp_seconds"
 
 
 class Queries:
@@ -84,11 +84,26 @@ class Queries:
         """``metric{<identity>, matchers}``."""
         return f"{metric}{{{self.sel}{', ' + matchers if matchers else ''}}}"
 
+    def pooled_fresh(self) -> str:
+        """The newest success of the deployment's pooled fit (a refit job's) while under an hour
+        old, as the rules' ``handoffmon:refit_standing_fit:last_success`` has it (inlined: the
+        dashboard works without the rules file)."""
+        pooled = self.m(SUCCESS, 'fit="pooled"')
+        return f"(max({pooled}) > time() - 3600)"
+
     def fit(self, metric: str, matchers: str = "") -> str:
         """``metric{<identity>, matchers}`` of the fit the alerts stand on: a refit job's pooled
-        fit while it is fresh, else the replicas' local ones (the recording rule
-        ``handoffmon:refit_standing_fit:last_success``), so a pair never shows twice."""
-        return f"({self.m(metric, matchers)} and on (fit) {self.m(STANDING)})"
+        fit while it is fresh, else the replicas' local ones, so a pair never shows twice."""
+        extra = f"{matchers}, " if matchers else ""
+        pooled, local = self.m(metric, extra + 'fit="pooled"'), self.m(metric, extra + 'fit!="pooled"')
+        fresh = self.pooled_fresh()
+        return f"(\n  {pooled} and on () {fresh}\nor\n  {local} unless on () {fresh}\n)"
+
+    def refit_success(self) -> str:
+        """The newest success of the fit the alerts stand on (the pooled fit's when it is over
+        an hour old and no local fit exists: the age then shows how stale it is)."""
+        local, pooled = self.m(SUCCESS, 'fit!="pooled"'), self.m(SUCCESS, 'fit="pooled"')
+        return f"({self.pooled_fresh()} or max({local}) or max({pooled}))"
 
     def ratio(self, by: str, metric: str, extra: str, window: str, fn: str = "rate") -> str:
         """pass / (pass + fail) of ``handoffmon_checks_total`` by ``by``."""
@@ -360,7 +375,7 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
             .with_target(_target(f"max by (model) {q.fit(metric, fit)}", "{{model}}", instant=True))
         )
 
-    refit_ts = q.m(STANDING)
+    refit_age = f"time() - {q.refit_success()}"
     return (
         d.with_row(dashboard.Row("Models: influence and susceptibility").id(12))
         .with_panel(gauge(13, "Prefix influence π — fit rule $fit_rule", "handoffmon_prefix_influence"))
@@ -377,7 +392,7 @@ def _models(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
             .height(8)
             .with_target(_target("max" + q.fit("handoffmon_refit_r2", 'rule="$fit_rule"'), "R²", "A", True))
             .with_target(_target("max" + q.fit("handoffmon_refit_mu", 'rule="$fit_rule"'), "μ", "B", True))
-            .with_target(_target(f"time() - max({refit_ts})", "refit age", "C", True))
+            .with_target(_target(refit_age, "refit age", "C", True))
             .override_by_query("C", [DynamicConfigValue(id_val="unit", value="s")])
             # verdict routing: handoffs after a failed check ÷ after a passed one, and the flag
             # (1: the Δ-based handoff alerts of the rule are held, HandoffRoutingFollowsFailures)
