@@ -8,7 +8,9 @@ variance of the same linear contrast: each conversation's influence Σ_h r_i/N �
 with r_i the check's residual around its bucket's mean (the plug-in sandwich, what
 per-conversation data would give) or around its planted expectation (the oracle only a
 simulator has). It prints, per model, the spread of Δ over the refits against each variance,
-the arms' shared-conversation covariance, and each interval's coverage of no effect.
+the arms' shared-conversation covariance, each interval's coverage of no effect and a candidate
+baseline variance from today's counters (``candidate_var_b``); then, by depth bucket, where the
+baseline arm's variance sits.
 """
 
 from __future__ import annotations
@@ -42,6 +44,28 @@ def counter_vars(arr: RuleArrays, s: PairSums) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         var_h = np.where(off & (s.n_used > 0), deff_h * s.var_h, 0.0).sum(0) / s.into_n_used**2
         return var_h, deff_b * s.into_var_b / s.into_n_used**2
+
+
+def candidate_var_b(arr: RuleArrays, s: PairSums, b: int, omega: np.ndarray, widths: np.ndarray) -> float:
+    """A baseline-arm variance today's counters can give (not what the refit does): each bucket's
+    binomial variance at B's baseline depth curve (weighted least squares of p_j on the bucket's
+    mean depth, clipped to [0.005, 0.995]) in place of its own p̃, times a per-bucket design
+    effect 1 + (min(width_j, n_j) − 1)·ρ, ρ = (deff − 1)/(Σn²/N − 1) from the baseline's
+    cluster sums (a clean conversation has at most one check per depth in a bucket)."""
+    x, n = arr.base_passes[b], arr.base_passes[b] + arr.base_fails[b]
+    use = n > 0
+    depth = np.where(use, arr.base_depth[b] / np.maximum(n, 1), 0.0)
+    p = np.where(use, x / np.maximum(n, 1), 0.0)
+    root = np.sqrt(n[use])
+    design = np.c_[np.ones(use.sum()), depth[use]] * root[:, None]
+    coef = np.linalg.lstsq(design, p[use] * root, rcond=None)[0]
+    curve = np.clip(coef[0] + coef[1] * depth, 0.005, 0.995)
+    g, y2, yn, n2 = arr.clusters[b, b]
+    deff = design_effect(g, y2, yn, n2, s.base_x[b], s.base_n[b])
+    rho = float(np.clip((deff - 1) / max(n2 / s.base_n[b] - 1, 1e-9), 0.0, 1.0))
+    per_bucket = 1 + (np.minimum(widths, np.maximum(n, 1)) - 1) * rho
+    var = np.where(use, curve * (1 - curve) / np.maximum(n, 1), 0.0)
+    return float(np.sum(omega**2 * var * per_bucket) / s.into_n_used[b] ** 2)
 
 
 def influences(
@@ -79,6 +103,7 @@ def influences(
         conv = np.count_nonzero(np.bincount(rows.conversation[sel], minlength=c))
         by_bucket.append((into_omega[j] / n, conv, nb[b, j], np.sum(oracle_j**2), np.sum(plug_j**2)))
     return {
+        "into_omega": into_omega,
         "buckets": np.array(by_bucket),
         "plug_h": per_conv(hand, (y - cell_mean) / n),
         "plug_b": per_conv(base, w * (y - base_mean)),
@@ -97,6 +122,7 @@ def one_refit(pop: Any, seed: list[int], buckets: DepthBuckets) -> list[dict[str
     into = deltas(s, arr.clusters, Z, 30, 0.05).into
     vh, vb = counter_vars(arr, s)
     names, out = list(cells.models), []
+    widths = np.diff([*buckets.edges, 10**6]).astype(float)
     for name in MODELS:
         b = names.index(name)
         if not into.reported[b]:
@@ -113,6 +139,7 @@ def one_refit(pop: Any, seed: list[int], buckets: DepthBuckets) -> list[dict[str
             "oracle_h": np.sum(f["oracle_h"] ** 2), "oracle_b": np.sum(f["oracle_b"] ** 2),
             "oracle_cov": np.sum(f["oracle_h"] * f["oracle_b"]), "conversations": g, "both": both,
             "buckets": f["buckets"],
+            "candidate_b": candidate_var_b(arr, s, b, f["into_omega"], widths),
         })  # fmt: skip
     return out
 
@@ -140,7 +167,8 @@ def report(rows: list[dict[str, Any]], labels: tuple[str, ...]) -> None:
         print(
             f"{name:6s} refits {len(r)}  SD of Δ {100 * a['err'].std(ddof=1):.2f} pp | SE counters "
             f"{se(counters):.2f} (handoff {se(a['counter_h']):.2f}, baseline {se(a['counter_b']):.2f}) "
-            f"| oracle {se(oracle):.2f} ({se(a['oracle_h']):.2f}, {se(a['oracle_b']):.2f}) | plug-in "
+            f"| oracle {se(oracle):.2f} ({se(a['oracle_h']):.2f}, {se(a['oracle_b']):.2f}) | candidate "
+            f"baseline {se(a['candidate_b']):.2f} | plug-in "
             f"{se(plug):.2f} ({se(a['plug_h']):.2f}, {se(a['plug_b']):.2f}) | 2·cov/var plug-in "
             f"{share[0]:+.4f} oracle {share[1]:+.4f} | covers 0: interval {covers[0]:.3f}, ±1.96 plug-in "
             f"{covers[1]:.3f} | conversations {a['conversations'].mean():.0f}"
