@@ -28,7 +28,14 @@ from handoffmon.integrations.background import history_bytes
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
-from handoffmon.integrations.sdk_views import RawCalls, StreamingCalls, View, parsed_response, stream_helper
+from handoffmon.integrations.sdk_views import (
+    Forwarding,
+    RawCalls,
+    StreamingCalls,
+    View,
+    parsed_response,
+    stream_helper,
+)
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Built, Capture, Deferred
@@ -296,7 +303,7 @@ def _folder(api: Api | None) -> Folder | None:
     return api.folder(MAX_REPLY_CHARS) if api is not None else None
 
 
-class _Calls:
+class _Calls(Forwarding):
     """A wrapped SDK resource: ``chat.completions`` (or, with ``api``, the resource of that API:
     ``responses``, an Anthropic client's ``messages``) with ``create`` and ``parse``
     (structured outputs) monitored, also when called through ``with_raw_response`` or
@@ -311,9 +318,6 @@ class _Calls:
         self._turns = turns
         self._api = api
         self._headers = headers or {}  # the client's default caller headers (``caller_headers``)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def stream(self, **kwargs: Any) -> Any:
         """The SDK's ``stream`` helper, making its request through the monitored ``create``; left
