@@ -538,28 +538,40 @@ class OTelExporter:
     # -- Exporter ---------------------------------------------------------------------
 
     def export(self, result: TurnResult) -> bool:
-        """Emit the turn's events (and own span) and count it; returns False (and logs) on failure."""
+        """Emit the turn's events (and own span) and count it; returns False (and logs) on failure.
+
+        The two fail apart: a span or event the application's pipeline refuses (a processor
+        that raises) still leaves the turn in the counters, which then agree with Prometheus'.
+        """
+        parent: Context | None = None
+        emitted = True
         try:
             parent = self._parent(result)
-            end = span_times(result)[1]
             if self._own_span:
                 parent = self._span(result, parent)
-            if _sampled_out(parent):
-                # the trace they belong to was not sampled (the caller's, or the own span the
-                # sampler dropped): events would be orphans of a trace no backend keeps
-                self._count(result, parent)
-                return True
-            if not self._own_span:
-                self._emit(TURN_EVENT, span_attributes(result), parent, end)
-            previous = {t.rule: t.from_verdict for t in result.transitions}
-            for check in result.checks:
-                attrs = evaluation_attributes(check, previous.get(check.rule), result)
-                self._emit(EVALUATION_EVENT, attrs, parent, end)
+            # when the trace was not sampled (the caller's, or the own span the sampler
+            # dropped), events would be orphans of a trace no backend keeps
+            if not _sampled_out(parent):
+                self._events_of(result, parent)
+        except Exception as exc:
+            log_error(self._log, "export_failed", "export_otel", exc)
+            emitted = False
+        try:
             self._count(result, parent)
-            return True
         except Exception as exc:
             log_error(self._log, "export_failed", "export_otel", exc)
             return False
+        return emitted
+
+    def _events_of(self, result: TurnResult, parent: Context | None) -> None:
+        """The turn's ``handoffmon.turn`` event (join mode) and one evaluation event per check."""
+        end = span_times(result)[1]
+        if not self._own_span:
+            self._emit(TURN_EVENT, span_attributes(result), parent, end)
+        previous = {t.rule: t.from_verdict for t in result.transitions}
+        for check in result.checks:
+            attrs = evaluation_attributes(check, previous.get(check.rule), result)
+            self._emit(EVALUATION_EVENT, attrs, parent, end)
 
     def _parent(self, result: TurnResult) -> Context | None:
         traceparent = result.context.metadata.get("traceparent")
