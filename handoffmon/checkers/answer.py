@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from handoffmon.checkers.base import PASS, CheckContext, CheckFn, CheckOutcome, ParamError, Params
-from handoffmon.checkers.safe_regex import clean_text, compile_safe
+from handoffmon.checkers.safe_regex import clean_text, compile_safe, regex_cost
 from handoffmon.checkers.text import any_phrase_regex
 
 MAX_EXTRACTED = 200
@@ -94,6 +94,7 @@ def _extractor(p: Params) -> Any:
             dotall=True,
             max_mem=p.limits.regex_max_mem,
         )
+        p.set_cost(regex_cost(rx, key="pattern", max_ns=p.limits.max_cost_ns))  # finditer: one scan
         if p.has("tag"):
             raise ParamError("tag", "give either tag or pattern, not both")
 

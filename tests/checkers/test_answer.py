@@ -6,6 +6,8 @@ import pytest
 
 from handoffmon.checkers import CheckContext, ParamError, default_registry
 from handoffmon.checkers.answer import normalize_answer
+from handoffmon.checkers.base import BuildLimits
+from handoffmon.checkers.safe_regex import REGEX_COST
 
 REG = default_registry()
 
@@ -82,3 +84,17 @@ def test_normalize_answer() -> None:
     """Case, inner whitespace and surrounding punctuation do not count as a change."""
     assert normalize_answer('  "The   Answer." ') == "the answer"
     assert len(normalize_answer("x" * 10_000)) == 200
+
+
+def test_flip_pattern_is_measured_when_built_and_a_too_slow_one_is_refused() -> None:
+    """answer_flip's ``pattern`` is a regex like the regex checkers': its cost is measured when
+    the rule is built (not the tag's 10 ns per character), and one too slow for the limit is
+    refused naming ``pattern``. (Before: ``(?s)(.{0,100}){10}z``, ~150 µs per character, was
+    costed at 10 ns, so a 100,000-character reply ran for seconds instead of being too_large.)"""
+    plain = REG.build("answer_flip", {"pattern": r"Answer:\s*(\d+)"})
+    assert plain.cost >= REGEX_COST > REG.build("answer_flip", {}).cost
+    slow = {"pattern": r"(.{0,100}){10}z"}  # dotall is on for extractor patterns
+    assert REG.build("answer_flip", slow).cost > 100_000
+    with pytest.raises(ParamError) as e:
+        REG.build("answer_flip", slow, BuildLimits(max_cost_ns=100_000))
+    assert e.value.key == "pattern" and "regex too slow" in str(e.value)
