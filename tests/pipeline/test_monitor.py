@@ -299,6 +299,20 @@ def test_turns_still_queued_when_close_runs_out_are_counted_one_by_one(
     assert snap.total_turns == 1 and "pipeline" not in snap.monitor_errors
 
 
+def test_turns_lost_at_shutdown_reach_the_exporters_before_they_close() -> None:
+    """What an operator reads: ``handoffmon_queue_dropped_total`` carries the 4 turns lost by a
+    ``close(0.3)`` (counted before the exporters shut down), ``monitor_errors{pipeline}`` none."""
+    release, entered = threading.Event(), threading.Event()
+    registry = CollectorRegistry()
+    m = monitor(rules=_hanging_rules(release, entered), exporters=[PrometheusExporter(registry)])
+    _turns_of(m, 5)
+    assert entered.wait(5)
+    m.close(0.3)
+    release.set()
+    assert registry.get_sample_value("handoffmon_queue_dropped_total") == 4.0
+    assert registry.get_sample_value("handoffmon_monitor_errors_total", {"stage": "pipeline"}) == 0.0
+
+
 def test_a_turn_finished_after_close_or_left_in_attribution_is_lost_once() -> None:
     """Reading who served the first of 5 turns hangs (on the attribution thread) and
     ``close(0.3)``: 4 are lost at close, the one in attribution when it returns (the check queue
