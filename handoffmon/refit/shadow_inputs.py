@@ -113,6 +113,13 @@ def check_shadow(
     if not rows:
         return Checked(cells)
     v = _values(np.stack([cells[rule][pair] for rule, pair in rows]))
+    if not any(np.any(v[key]) for key in _SUMS):  # hand-built counts: independent pairs, as said
+        if exact:
+            raise InputError(
+                f"{source}: shadow pair tables but no conversation-cluster sums (shadow conversations, "
+                "b2, c2, bc, bn, cn, n2): handoffmon counts both for every pair; the file was edited or cut"
+            )
+        return Checked(cells)
     broken = [
         (name, bad)
         for name, bad, _ in broken_relations(_RELATIONS, _NO_SLACK, v, exact=exact, windowed=windowed)

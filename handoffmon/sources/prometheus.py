@@ -48,7 +48,16 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from handoffmon.counts import CLUSTER_STATS, CellStatKey, CheckKey, Counts, ShadowKey, TransitionKey, TurnKey
+from handoffmon.counts import (
+    CLUSTER_STATS,
+    SHADOW_CLUSTER,
+    CellStatKey,
+    CheckKey,
+    Counts,
+    ShadowKey,
+    TransitionKey,
+    TurnKey,
+)
 from handoffmon.labels import SHADOW_PAIR_LABELS
 from handoffmon.sources import SourceError
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
@@ -407,6 +416,12 @@ class PrometheusSource:
             ShadowKey(*(lab[k] for k in SHADOW_PAIR_LABELS)): v
             for lab, v in self.vector(SHADOW_PAIR_STATS, SHADOW_PAIR_LABELS, at)
         }
+        if shadow and not any(k.stat in SHADOW_CLUSTER for k in shadow):
+            raise SourceError(
+                f"{self.label}: {SHADOW_PAIR_STATS} has paired tables but no cluster sums "
+                '(stat="conversations", "b2", "c2", "bc", "bn", "cn", "n2"): dropped by relabeling '
+                "or a recording rule? Without them every switch cost would treat pairs as independent"
+            )
         if baseline and not any(k.stat in CLUSTER_STATS for k in stats):
             # both are written for every clean checked turn since they were introduced together
             raise SourceError(

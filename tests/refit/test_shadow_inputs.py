@@ -210,3 +210,18 @@ def test_repairs_round_trip_through_the_document() -> None:
     old = result.to_dict()
     del old["shadow_input_repairs"], old["shadow_input_repaired_cells"]  # a document of the last release
     assert RefitResult.from_dict(old).shadow_input_repairs == ()
+
+
+def test_tables_without_any_cluster_sums_are_refused_from_a_file_and_read_unclustered_otherwise() -> None:
+    """Counts that keep no shadow sums at all (hand-built, as in ``test_switch_costs``) read as
+    independent pairs, unchanged; an exact source kept them (the recorder counts both), so there
+    the sums were cut."""
+    from handoffmon.counts import SHADOW_CLUSTER
+
+    tables = {k: v for k, v in shadowed_counts().shadow.items() if k.stat not in SHADOW_CLUSTER}
+    counts = dataclasses.replace(shadowed_counts(), shadow=tables)
+    result = refit(counts, buckets=BUCKETS, settings=SETTINGS)
+    assert result.shadow_input_repaired_cells == 0 and result.rules["all"].switch_costs
+    assert {s.design_effect for s in result.rules["all"].switch_costs} == {1.0}
+    with pytest.raises(InputError, match="shadow pair tables but no conversation-cluster sums"):
+        refit(counts, buckets=BUCKETS, settings=SETTINGS, source="hm.db", exact=True)

@@ -317,3 +317,14 @@ def test_over_a_window_a_lost_shadow_conversations_series_is_tolerated_and_a_res
     repairs = json.loads(out)["shadow_input_repairs"]
     assert [(r["rule"], r["prefix_model"], r["model"]) for r in repairs] == [cell]
     assert "pairs <= n2" in repairs[0]["violated"]
+
+
+def test_shadow_tables_without_any_cluster_sums_are_an_error() -> None:
+    """Every shadow cluster series dropped (a relabeling keeping the tables): each switch cost
+    would have read its pairs as independent."""
+    series = fleet_series(_counts())
+    series["handoffmon_shadow_pair_stats_total"] = [
+        (m, v) for m, v in series["handoffmon_shadow_pair_stats_total"] if m["stat"] in SHADOW_TABLE
+    ]
+    code, out, err = _refit(series)
+    assert code == 1 and out == "" and "has paired tables but no cluster sums" in err
