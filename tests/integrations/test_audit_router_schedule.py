@@ -8,17 +8,11 @@ method, so its call reached the router unmonitored and the turn was lost.
 
 from __future__ import annotations
 
-import os
 from typing import Any
-
-import pytest
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-pytest.importorskip("litellm")
 
 from handoffmon.integrations import wrap
 from handoffmon.testing import RecordingExporter
-from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router
+from tests.integrations.routers import BACKUP_REPLY, CANONICAL, fallback_router  # sets the local cost map
 from tests.pipeline.helpers import make_config, runtime
 
 CONFIG = make_config(attribution={"canonical_models": CANONICAL})
