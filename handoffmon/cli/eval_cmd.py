@@ -235,8 +235,9 @@ def run_cmd(
     Every row records the requested --model and the author that answered (after the
     router's fallbacks). A rerun resumes a run only when its seed, router deployment and
     canonical-name map are those its stored turns were made with; otherwise it stops
-    (exit 1) unless --discard-stale. Exit status 4 when SCRIPTS hold no script, or --shapes
-    no production checks; 5 when some runs failed (rerun to resume).
+    (exit 1) unless --discard-stale. Exit status 4 when SCRIPTS hold no script, --shapes
+    no production checks, or no checkpoint got a pass or fail verdict (nothing is written
+    then); 5 when some runs failed (rerun to resume).
     """
     from handoffmon.evals.results import build_result
     from handoffmon.evals.runner import Runner
@@ -263,6 +264,7 @@ def run_cmd(
             rows = list(store.rows(model=group))
             runs = {s.id: kw["runs"] or s.runs for s in loaded}  # what this eval asked for
             result = build_result(rows, loaded, str(Path(db).resolve()), model=group, runs=runs)
+            _check_decided(result, summary, db)
             if jsonl == "-":
                 store.write_jsonl(sys.stdout)
             elif jsonl:
@@ -290,6 +292,18 @@ def run_cmd(
     if warning:
         click.echo(f"warning: --shapes: {warning}", err=True)
     sys.exit(int(ExitCode.RUN_FAILED if summary.failed else ExitCode.OK))
+
+
+def _check_decided(result: Any, summary: Any, db: str) -> None:
+    """``NoDataError`` when no checkpoint got a pass or fail verdict (and no run failed, which
+    a rerun resumes): every curve has n = 0, and a page of empty charts is no all-clear."""
+    if summary.failed or result.verdicts.get("pass", 0) + result.verdicts.get("fail", 0):
+        return
+    got = ", ".join(f"{k} {v}" for k, v in sorted(result.verdicts.items())) or "no checkpoint rows"
+    raise NoDataError(
+        f"no checkpoint got a pass or fail verdict ({got}): nothing to report, nothing written "
+        f"(the turns stay in {db}); put checkpoints where the rules apply"
+    )
 
 
 def _eval_page(result: Any, shapes: Any) -> tuple[str, str | None]:
