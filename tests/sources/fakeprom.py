@@ -70,6 +70,11 @@ CANNED = {
     "handoffmon_shadow_pair_stats_total": _vector(
         [
             ({"rule": "json", "prefix_model": "a", "model": "b", "stat": "prefix_only"}, "5"),
+            # one conversation holding the 5 pairs (the sums a source must carry beside its tables)
+            *(
+                ({"rule": "json", "prefix_model": "a", "model": "b", "stat": stat}, value)
+                for stat, value in (("conversations", "1"), ("c2", "25"), ("cn", "25"), ("n2", "25"))
+            ),
             ({"rule": "all", "prefix_model": "a", "model": "b", "stat": "n2"}, "0"),
         ]
     ),

@@ -49,7 +49,10 @@ def test_snapshot_parses_vectors_into_counts(fake_prometheus) -> None:  # type: 
         CellStatKey("json", "b", "a", "3-4", "depth"): 33,
         CellStatKey("all", "b", "a", "*", "y2"): 12,
     }
-    assert counts.shadow == {ShadowKey("json", "a", "b", "prefix_only"): 5}
+    assert counts.shadow == {
+        ShadowKey("json", "a", "b", stat): value
+        for stat, value in (("prefix_only", 5), ("conversations", 1), ("c2", 25), ("cn", 25), ("n2", 25))
+    }
     assert (
         counts.attributions == {"chain": 9}
         and counts.monitor_errors == {"checker": 2}
