@@ -264,6 +264,23 @@ def evaluation_attributes(
     return attrs
 
 
+def _collected(
+    collector: Any, family: str, sample: str
+) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    """Callback reading the ``sample`` values of one ``family`` of a prometheus_client collector."""
+
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(s.value, dict(s.labels))
+            for f in collector.collect()
+            if f.name == family
+            for s in f.samples
+            if s.name == sample
+        ]
+
+    return observe
+
+
 def _sampled_out(context: Context | None) -> bool:
     """Whether ``context`` holds a valid span context whose trace was not sampled."""
     if context is None:
@@ -494,6 +511,23 @@ class OTelExporter:
         self._store_stats = stats
         self._store_evictions = evictions
         self._store_operations = operations
+
+    def observe_collector(self, collector: Any) -> None:
+        """Mirror a prometheus_client collector the runtime reads at scrape time (routing
+        decisions and table age, shadow calls and budgets) as instruments read at each
+        collection, with its names and labels: its counters as observable counters (the
+        name without ``_total``), its gauges as observable gauges, including those it yields
+        only later (``file_gauges``: the routing table's age once a table is published)."""
+        families = {f.name: (f.type, f.documentation) for f in collector.collect()}
+        for name in getattr(collector, "file_gauges", {}):
+            families.setdefault(name, ("gauge", ""))
+        for name, (kind, help_text) in families.items():
+            if kind == "counter":
+                observe = _collected(collector, name, f"{name}_total")
+                self._meter.create_observable_counter(name, callbacks=[observe], description=help_text)
+            elif kind == "gauge":
+                observe = _collected(collector, name, name)
+                self._meter.create_observable_gauge(name, callbacks=[observe], description=help_text)
 
     def _observe_overflows(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, {"label": label}) for label, n in sorted(self.guard.overflows().items())]

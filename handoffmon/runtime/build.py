@@ -27,6 +27,7 @@ from handoffmon.runtime.runtime import Runtime
 if TYPE_CHECKING:  # pragma: no cover
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
+    from prometheus_client.registry import Collector
 
     from handoffmon.checkers import RuleSet
     from handoffmon.refit.result import RefitResult
@@ -200,8 +201,7 @@ def _routing(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegi
     from handoffmon.routing import RoutingState
 
     state = RoutingState(config.routing, on_failure=lambda: monitor.count_error("refit"))
-    if config.telemetry.prometheus:
-        registry.register(RoutingCollector(state.counts.snapshot, state.table_age_s))
+    _expose(config, monitor, registry, lambda: RoutingCollector(state.counts.snapshot, state.table_age_s))
     return state
 
 
@@ -221,9 +221,27 @@ def _shadow(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegis
         sink=monitor.count_shadow,
     )
     monitor.set_shadow(runner.offer)
-    if config.telemetry.prometheus:
-        registry.register(ShadowCollector(lambda: runner.stats))
+    _expose(config, monitor, registry, lambda: ShadowCollector(lambda: runner.stats))
     return runner
+
+
+def _expose(
+    config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegistry, build: Callable[[], Collector]
+) -> None:
+    """Serve a scrape-time collector in ``registry`` (with Prometheus on) and hand it to the
+    exporters that mirror collectors (the OTel exporter's ``observe_collector``)."""
+    observers = [
+        observe
+        for exporter in monitor.exporters
+        if callable(observe := getattr(exporter, "observe_collector", None))
+    ]
+    if not (config.telemetry.prometheus or observers):
+        return
+    collector = build()
+    if config.telemetry.prometheus:
+        registry.register(collector)
+    for observe in observers:
+        observe(collector)
 
 
 def _publish(

@@ -1,0 +1,65 @@
+"""The series a runtime adds beside the exporters' own (routing decisions and table age, shadow
+calls, budgets, breaker) reach OpenTelemetry too, with Prometheus' values: metrics.md says the
+OTel exporter emits the same instruments under the names without ``_total``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client import CollectorRegistry
+
+from handoffmon.exporters import prometheus_exporter
+from tests.pipeline.helpers import make_config, runtime
+
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+PREFIXES = ("handoffmon_routing_", "handoffmon_shadow_")
+
+
+def _prometheus(registry: CollectorRegistry) -> Series:
+    out: Series = {}
+    for family in registry.collect():
+        for s in family.samples:
+            if s.name.startswith(PREFIXES) and not s.name.endswith("_created"):
+                out[(s.name.removesuffix("_total"), tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _otel(reader: InMemoryMetricReader) -> tuple[Series, dict[str, Any]]:
+    out: Series = {}
+    kinds: dict[str, Any] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if not m.name.startswith(PREFIXES):
+                    continue
+                kinds[m.name] = m.data
+                for p in m.data.data_points:
+                    labels = tuple(sorted((k, str(v)) for k, v in (p.attributes or {}).items()))
+                    out[(m.name, labels)] = p.value
+    return out, kinds
+
+
+def test_routing_and_shadow_series_are_otel_instruments_with_prometheus_values() -> None:
+    reader = InMemoryMetricReader()
+    config = make_config(
+        telemetry={"otel": True, "prometheus": True, "log_turns": False},
+        routing={"enabled": True},
+        shadow={"enabled": True, "sample_rate": 1.0, "targets": ["model-c"]},
+        refit={"interval_s": 0},
+    )
+    with runtime(config, meter_provider=MeterProvider(metric_readers=[reader])) as rt:
+        assert rt.routing is not None
+        for i in range(5):
+            rt.routing.counts.count("dry_run", "reordered" if i % 2 else "unchanged")
+        registry = prometheus_exporter(list(rt.monitor.exporters)).registry
+        own = getattr(rt, "registry", registry)
+        prom = {**_prometheus(registry), **_prometheus(own)}
+        otel, kinds = _otel(reader)
+    assert prom[("handoffmon_routing_decisions", (("mode", "dry_run"), ("outcome", "reordered")))] == 2
+    assert any(name.startswith("handoffmon_shadow_") for name, _ in prom)
+    assert otel == prom
+    assert kinds["handoffmon_routing_decisions"].is_monotonic
+    assert not hasattr(kinds["handoffmon_shadow_budget_limit"], "is_monotonic")  # a gauge
