@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import secrets
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -127,15 +129,19 @@ class DiskCache:
     def put(
         self, kind: str, task: str, episode: str, name: str, value: Any, fingerprint: dict[str, Any]
     ) -> None:
-        """Store atomically (temp file + rename), with the fingerprint it was made under."""
+        """Store atomically (a temp file of this writer's own, then a rename), with the
+        fingerprint it was made under. ASCII JSON: a reply's lone surrogate (a provider's
+        ``"\\ud800"``) is kept as its escape, which UTF-8 text cannot hold."""
         p = self.path(kind, task, episode, name)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"fingerprint": fingerprint, "value": value}, ensure_ascii=False, sort_keys=True),
-            encoding="utf-8",
-        )
-        tmp.replace(p)
+        text = json.dumps({"fingerprint": fingerprint, "value": value}, sort_keys=True)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            tmp.write_text(text, encoding="ascii")
+            tmp.replace(p)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def discard(self, kind: str, task: str, episode: str, name: str) -> None:
         """Delete one entry (absent is fine)."""
