@@ -28,6 +28,7 @@ class RoutingCollector(Collector):
         counts: returns decisions by (mode, outcome).
         table_age_s: returns the table's age in seconds given the time now (None: no table).
         clock: wall clock.
+        files: also write the series to the multiprocess files (``PROMETHEUS_MULTIPROC_DIR``).
     """
 
     file_gauges: ClassVar[Mapping[str, str]] = {
@@ -42,11 +43,13 @@ class RoutingCollector(Collector):
         table_age_s: Callable[[float], float | None],
         *,
         clock: Callable[[], float] = time.time,
+        files: bool = True,
     ) -> None:
         self._counts = counts
         self._age = table_age_s
         self._clock = clock
-        self._files = mirror_to_files(self)
+        # files=False: read by OpenTelemetry only, with Prometheus off (nothing to write for it)
+        self._files = mirror_to_files(self) if files else None
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(

@@ -26,6 +26,7 @@ class ShadowCollector(Collector):
 
     Args:
         stats: returns the runner's ``ShadowStats``.
+        files: also write the series to the multiprocess files (``PROMETHEUS_MULTIPROC_DIR``).
     """
 
     file_gauges: ClassVar[Mapping[str, str]] = {
@@ -36,9 +37,10 @@ class ShadowCollector(Collector):
     }
     """Gauges a multiprocess ``/metrics`` serves (``FileMirror``), combined over live workers so."""
 
-    def __init__(self, stats: Callable[[], ShadowStats]) -> None:
+    def __init__(self, stats: Callable[[], ShadowStats], *, files: bool = True) -> None:
         self._stats = stats
-        self._files = mirror_to_files(self)
+        # files=False: read by OpenTelemetry only, with Prometheus off (nothing to write for it)
+        self._files = mirror_to_files(self) if files else None
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()

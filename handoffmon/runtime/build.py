@@ -201,7 +201,12 @@ def _routing(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegi
     from handoffmon.routing import RoutingState
 
     state = RoutingState(config.routing, on_failure=lambda: monitor.count_error("refit"))
-    _expose(config, monitor, registry, lambda: RoutingCollector(state.counts.snapshot, state.table_age_s))
+    _expose(
+        config,
+        monitor,
+        registry,
+        lambda files: RoutingCollector(state.counts.snapshot, state.table_age_s, files=files),
+    )
     return state
 
 
@@ -221,12 +226,15 @@ def _shadow(config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegis
         sink=monitor.count_shadow,
     )
     monitor.set_shadow(runner.offer)
-    _expose(config, monitor, registry, lambda: ShadowCollector(lambda: runner.stats))
+    _expose(config, monitor, registry, lambda files: ShadowCollector(lambda: runner.stats, files=files))
     return runner
 
 
 def _expose(
-    config: HandoffmonConfig, monitor: Monitor, registry: CollectorRegistry, build: Callable[[], Collector]
+    config: HandoffmonConfig,
+    monitor: Monitor,
+    registry: CollectorRegistry,
+    build: Callable[[bool], Collector],
 ) -> None:
     """Serve a scrape-time collector in ``registry`` (with Prometheus on) and hand it to the
     exporters that mirror collectors (the OTel exporter's ``observe_collector``)."""
@@ -237,7 +245,7 @@ def _expose(
     ]
     if not (config.telemetry.prometheus or observers):
         return
-    collector = build()
+    collector = build(config.telemetry.prometheus)  # multiprocess files only for Prometheus
     if config.telemetry.prometheus:
         registry.register(collector)
     for observe in observers:

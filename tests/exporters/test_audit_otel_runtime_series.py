@@ -4,8 +4,13 @@ OTel exporter emits the same instruments under the names without ``_total``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
@@ -63,3 +68,38 @@ def test_routing_and_shadow_series_are_otel_instruments_with_prometheus_values()
     assert otel == prom
     assert kinds["handoffmon_routing_decisions"].is_monotonic
     assert not hasattr(kinds["handoffmon_shadow_budget_limit"], "is_monotonic")  # a gauge
+
+
+CHILD = """
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from tests.pipeline.helpers import make_config, runtime
+
+config = make_config(
+    telemetry={"otel": True, "prometheus": False, "log_turns": False},
+    routing={"enabled": True},
+    shadow={"enabled": True, "sample_rate": 1.0, "targets": ["model-c"]},
+    refit={"interval_s": 0},
+)
+reader = InMemoryMetricReader()
+with runtime(config, meter_provider=MeterProvider(metric_readers=[reader])) as rt:
+    rt.routing.counts.count("dry_run", "reordered")
+    names = {m.name for rm in reader.get_metrics_data().resource_metrics
+             for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"handoffmon_routing_decisions", "handoffmon_shadow_budget_limit"} <= names, names
+"""
+
+
+@pytest.mark.slow
+def test_with_prometheus_off_no_metric_file_is_written_for_otel_alone(tmp_path: Path) -> None:
+    """Prometheus off, ``PROMETHEUS_MULTIPROC_DIR`` set (the application's, from the process
+    start, as prometheus_client needs it): the routing and shadow series reach OTel, and
+    handoffmon writes no metric file into the application's directory (only the label guard's
+    shared admissions, ``handoffmon_labels_*``)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], cwd=root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("handoffmon_labels_")] == []
