@@ -55,6 +55,14 @@ def test_promtool_unit_tests_pass() -> None:
     assert "SUCCESS" in proc.stdout
 
 
+def test_promtool_unit_tests_pass_with_the_recording_rules_one_interval_late() -> None:
+    """Each rule group runs on its own timer: with the alert groups evaluated before the recording
+    rules, the switch from a stale pooled fit to the local fits keeps a firing alert firing."""
+    proc = _promtool("test", "rules", str(RULES_TEST.with_name("handoffmon-rules.lag.test.yml")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
 @pytest.mark.slow
 def test_promtool_unit_tests_catch_a_broken_threshold(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The unit tests are not vacuous: loosening HandoffPairRisky's Δ threshold makes them fail."""
