@@ -145,6 +145,18 @@ class ResultStore:
             self._db.execute("ROLLBACK")
             raise StoreError(f"{self.path}: cannot store rows: {exc}") from exc
 
+    @staticmethod
+    def _utf8(text: str | None) -> str | None:
+        """``text`` as SQLite can hold it: a lone surrogate (a provider's JSON ``"\\ud800"``)
+        spelled as its escape; its INSERT raised UnicodeEncodeError and failed the run."""
+        if text is None:
+            return None
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return text
+
     def _insert_rows(self, rows: Sequence[Row]) -> None:
         self._db.executemany(
             "INSERT OR IGNORE INTO rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -156,8 +168,8 @@ class ResultStore:
                     r.turn,
                     r.rule,
                     r.verdict,
-                    r.reason,
-                    r.extracted,
+                    self._utf8(r.reason),
+                    self._utf8(r.extracted),
                     int(r.checkpoint),
                     int(r.derail),
                     r.author,
@@ -238,8 +250,8 @@ class ResultStore:
                     model,
                     run,
                     turn.turn,
-                    turn.user,
-                    turn.reply,
+                    self._utf8(turn.user),
+                    self._utf8(turn.reply),
                     turn.author,
                     history_tokens,
                     self.session,
@@ -252,6 +264,10 @@ class ResultStore:
         except sqlite3.Error as exc:
             self._db.execute("ROLLBACK")
             raise StoreError(f"{self.path}: cannot store turn: {exc}") from exc
+        except BaseException:  # not left open: the next turn's BEGIN would fail
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     def rows(
         self, *, script: str | None = None, model: str | None = None, checkpoints_only: bool = False

@@ -22,3 +22,21 @@ def test_a_reply_with_a_lone_surrogate_round_trips_and_leaves_no_temp_file(tmp_p
     assert cache.get("prefix", "drift", "ep#0", "atlas@T2", FP) == value
     files = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
     assert len(files) == 1 and files[0].endswith(".json"), files
+
+
+def test_the_results_database_stores_a_reply_with_a_lone_surrogate(tmp_path: Path) -> None:
+    """``eval run --db``: the reply and an extracted value are stored with the surrogate escaped,
+    and the next turn stores normally (the INSERT raised UnicodeEncodeError, not a sqlite3.Error,
+    so its transaction stayed open and the next turn's BEGIN failed too)."""
+    from handoffmon.evals.store import ResultStore, Row, StoredTurn
+
+    def row(turn: int, extracted: str | None) -> Row:
+        return Row("s", "m", 0, turn, "r", "pass", "", extracted, True, False, "atlas", 1)
+
+    with ResultStore(tmp_path / "e.sqlite") as store:
+        store.add_turn(StoredTurn(1, "hi", "hola \ud800", "atlas", 1), "s", "m", 0, 1, [row(1, "x\udc80")])
+        store.add_turn(StoredTurn(2, "and?", "bien", "atlas", 2), "s", "m", 0, 2, [row(2, None)])
+        turns = store.stored_turns("s", "m", 0)
+        extracted = [r.extracted for r in store.rows()]
+    assert [t.reply for t in turns] == ["hola \\ud800", "bien"]
+    assert extracted == ["x\\udc80", None]
