@@ -20,21 +20,32 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+from scipy.special import ndtri
 
 from handoffmon.depth import DepthBuckets
 from handoffmon.refit.cells import RuleArrays, build_cells
-from handoffmon.refit.delta import PairSums, _depth_coefficients, _omega, deltas, pair_sums
-from handoffmon.refit.intervals import design_effect
+from handoffmon.refit.delta import (
+    PairSums,
+    _depth_coefficients,
+    _into_df,
+    _into_neff,
+    _omega,
+    deltas,
+    pair_sums,
+)
+from handoffmon.refit.intervals import cluster_df, design_effect, matched_n, newcombe, t_quantile, welch_df
 from handoffmon.sim.calibration import standard_population
 from handoffmon.sim.counting import clean_mask, counts_from_rows
 from handoffmon.sim.population import TurnRows, clipped_mean, simulate
 
 MODELS = ("atlas", "birch", "cedar", "dune", "ember")
+LEVELS = (0.95, 0.99, 0.999)
 Z = 1.959964
 
 
-def counter_vars(arr: RuleArrays, s: PairSums) -> tuple[np.ndarray, np.ndarray]:
-    """(K,) each arm's variance of Δ into B as ``delta._into`` computes it."""
+def counter_vars(arr: RuleArrays, s: PairSums) -> dict[str, np.ndarray]:
+    """(K,) each arm's variance of Δ into B as ``delta._into`` computes it, with the fallback
+    effective n and the degrees of freedom its interval takes."""
     k = s.n.shape[0]
     g, y2, yn, n2 = (arr.clusters[:k, :, q] for q in range(4))
     deff_h = design_effect(g, y2, yn, n2, s.x_all, s.n)
@@ -42,8 +53,29 @@ def counter_vars(arr: RuleArrays, s: PairSums) -> tuple[np.ndarray, np.ndarray]:
     deff_b = design_effect(g[d, d], y2[d, d], yn[d, d], n2[d, d], s.base_x, s.base_n)
     off = ~np.eye(k, dtype=bool)
     with np.errstate(invalid="ignore", divide="ignore"):
-        var_h = np.where(off & (s.n_used > 0), deff_h * s.var_h, 0.0).sum(0) / s.into_n_used**2
-        return var_h, deff_b * s.into_var_b / s.into_n_used**2
+        return {
+            "var_h": np.where(off & (s.n_used > 0), deff_h * s.var_h, 0.0).sum(0) / s.into_n_used**2,
+            "var_b": deff_b * s.into_var_b / s.into_n_used**2,
+            "n_h": _into_neff(s.n_used, deff_h),
+            "n_b": s.into_n_used**2 / s.into_inv_nb / deff_b,
+            "df_h": _into_df(g, n2, s.n),
+            "df_b": cluster_df(g[d, d], n2[d, d], s.base_n),
+        }
+
+
+def covers(s: PairSums, arms: dict[str, np.ndarray], b: int, var_b: float, truth: float) -> list[float]:
+    """Whether ``_into``'s interval, with ``var_b`` for the baseline arm, holds ``truth`` at each of
+    ``LEVELS``."""
+    n, v_b = s.into_n_used[b], np.asarray(var_b)
+    p_h, p_b = s.into_x_h[b] / n, np.clip(s.into_x_b[b] / n, 0.0, 1.0)
+    n_h = matched_n(p_h, arms["var_h"][b], arms["n_h"][b])
+    n_b = matched_n(p_b, v_b, arms["n_b"][b])
+    df = welch_df(arms["var_h"][b], arms["df_h"][b], v_b, arms["df_b"][b])
+    out = []
+    for level in LEVELS:
+        lo, hi = newcombe(p_h, n_h, p_b, n_b, t_quantile(float(ndtri(0.5 + level / 2)), df))
+        out.append(float(lo <= truth <= hi))
+    return out
 
 
 def candidate_var_b(arr: RuleArrays, s: PairSums, b: int, omega: np.ndarray, widths: np.ndarray) -> float:
@@ -120,7 +152,8 @@ def one_refit(pop: Any, seed: list[int], buckets: DepthBuckets) -> list[dict[str
     arr = cells.rule_arrays(0)
     s = pair_sums(arr)
     into = deltas(s, arr.clusters, Z, 30, 0.05).into
-    vh, vb = counter_vars(arr, s)
+    arms = counter_vars(arr, s)
+    vh, vb = arms["var_h"], arms["var_b"]
     names, out = list(cells.models), []
     widths = np.diff([*buckets.edges, 10**6]).astype(float)
     for name in MODELS:
@@ -141,6 +174,8 @@ def one_refit(pop: Any, seed: list[int], buckets: DepthBuckets) -> list[dict[str
             "buckets": f["buckets"],
             "candidate_b": candidate_var_b(arr, s, b, f["into_omega"], widths),
         })  # fmt: skip
+        out[-1]["covers"] = np.array(covers(s, arms, b, vb[b], f["truth"]))
+        out[-1]["candidate_covers"] = np.array(covers(s, arms, b, out[-1]["candidate_b"], f["truth"]))
     return out
 
 
@@ -154,6 +189,7 @@ def report(rows: list[dict[str, Any]], labels: tuple[str, ...]) -> None:
             continue
         a = {key: np.array([x[key] for x in r], dtype=float) for key in r[0] if key != "model"}
         by_bucket[name] = a.pop("buckets")
+        levels = {key: a.pop(key).mean(axis=0) for key in ("covers", "candidate_covers")}
         plug = a["plug_h"] + a["plug_b"] - 2 * a["plug_cov"]
         oracle = a["oracle_h"] + a["oracle_b"] - 2 * a["oracle_cov"]
         counters = a["counter_h"] + a["counter_b"]
@@ -173,6 +209,12 @@ def report(rows: list[dict[str, Any]], labels: tuple[str, ...]) -> None:
             f"{share[0]:+.4f} oracle {share[1]:+.4f} | covers 0: interval {covers[0]:.3f}, ±1.96 plug-in "
             f"{covers[1]:.3f} | conversations {a['conversations'].mean():.0f}"
             f", with both arms {a['both'].mean():.0f}"
+        )
+        at = {key: "/".join(f"{c:.3f}" for c in v) for key, v in levels.items()}
+        print(
+            f"       covers 0 at {'/'.join(map(str, LEVELS))}: interval {at['covers']}, with the candidate "
+            f"baseline {at['candidate_covers']} (SD of Δ over its SE "
+            f"{a['err'].std(ddof=1) / np.sqrt(np.mean(a['counter_h'] + a['candidate_b'])):.2f})"
         )
     for name, t in by_bucket.items():
         report_buckets(name, t, labels)
