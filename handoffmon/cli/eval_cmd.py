@@ -566,6 +566,10 @@ def compare_cmd(
     """
     from handoffmon.evals.compare import compare, read_switch_matrix, render_text, unmatched_lines
     from handoffmon.evals.results import EvalResult
+    from handoffmon.labels import MAX_LABEL_CHARS, exportable
+
+    if model is not None:  # named as both sides name authors: production's label of it
+        model = exportable(model[:MAX_LABEL_CHARS])
 
     try:
         one_stdout(("--out", out), ("--html", html))

@@ -10,6 +10,7 @@ data", listing two names that differ only past character 128.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -46,3 +47,20 @@ def test_an_unmapped_long_provider_model_is_named_as_production_labels_it() -> N
     """No canonical name: the provider model string, cut where production cuts it."""
     author = author_of(_response("dep-9", LONG), ModelNames(), "chat")
     assert author == LabelGuard().model(LONG) == LONG[:MAX_LABEL_CHARS]
+
+
+def test_compare_model_is_matched_as_production_labels_it(tmp_path: Path) -> None:
+    """``eval compare --model`` with the name as configured (a zero-width character, or all 147
+    characters of an ARN) finds the author both sides wrote as its label."""
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+    from tests.evals.test_eval_scope import _eval_doc, _shapes
+
+    for name in ("Atlas\u200b (EU)", LONG):
+        label = LabelGuard().model(name)
+        shapes = _shapes(tmp_path / "shapes.json", [label])
+        ev = _eval_doc(tmp_path / "eval.json", {label: ["no_commas"]})
+        res = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, ev, "--model", name])
+        assert res.exit_code in (0, 3), res.output
+        assert "compared 1 (rule, model, depth)" in res.output, res.output
