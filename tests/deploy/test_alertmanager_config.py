@@ -27,7 +27,7 @@ def test_amtool_check_config_accepts_the_example() -> None:
     """`amtool check-config` parses the routes, receivers and inhibitions."""
     proc = _amtool("check-config", str(ALERTMANAGER_CONFIG))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS" in proc.stdout and "3 inhibit rules" in proc.stdout
+    assert "SUCCESS" in proc.stdout and "4 inhibit rules" in proc.stdout
 
 
 def test_amtool_check_config_rejects_a_broken_copy(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +77,7 @@ def test_every_inhibition_compares_the_whole_identity_list() -> None:
     """Each inhibition's `equal` holds job, namespace, cluster, in the rules' order (the text
     ``from_rules --identity-labels`` rewrites): one deployment's alert never mutes another's."""
     config = load_yaml(ALERTMANAGER_CONFIG)
-    assert len(config["inhibit_rules"]) == 3
+    assert len(config["inhibit_rules"]) == 4
     for rule in config["inhibit_rules"]:
         equal = rule["equal"]
         start = equal.index("job")
@@ -93,18 +93,17 @@ def _post_alerts(am: Process, alerts: list[dict[str, str]]) -> None:
         assert resp.status == 200
 
 
-def _states(am: Process, expected: dict[tuple[str, ...], str]) -> dict[tuple[str, ...], str]:
-    """(alertname, env, rule) → Alertmanager's state of each alert: polled until it is
+def _states(
+    am: Process, expected: dict[tuple[str, ...], str], key: tuple[str, ...] = ("alertname", "env", "rule")
+) -> dict[tuple[str, ...], str]:
+    """The ``key`` labels of each alert ("" where absent) → Alertmanager's state: polled until it is
     ``expected`` or 20 s have passed. Alertmanager marks an alert suppressed asynchronously,
     after it is held (its inhibitor reads the alerts' subscription), so a read as soon as all
     are held can still show an inhibited alert ``active`` (seen once in a loaded test run)."""
     deadline = time.monotonic() + 20
     while True:
         held = am.get_json("/api/v2/alerts")
-        states = {
-            (a["labels"]["alertname"], a["labels"]["env"], a["labels"].get("rule", "")): a["status"]["state"]
-            for a in held
-        }
+        states = {tuple(a["labels"].get(name, "") for name in key): a["status"]["state"] for a in held}
         if states == expected or time.monotonic() > deadline:
             return states
         time.sleep(0.2)
@@ -161,3 +160,32 @@ def test_relabelled_alertmanager_config_refuses_a_list_without_the_identity(tmp_
     path.write_text(odd, encoding="utf-8")
     with pytest.raises(ValueError, match=r"inhibit_rules\[2\]"):
         from_rules_tool().render_alertmanager(["job", "env"], path)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_failing_refit_mutes_refit_stale_of_its_fit_and_the_no_success_one(tmp_path: Path) -> None:
+    """The shipped config with the label sets the rules give these alerts: RefitFailing always
+    names its fit; RefitStale names it, except "no refit success at all while turns flow" (no
+    `fit`), which a refit failing from its first run raises too. A failing fit mutes RefitStale of
+    the same fit and the fit-less one (one cause, one notification), not the other fit's."""
+    base = {"job": "prod", "severity": "warning"}
+    alerts = [
+        {**base, "alertname": "RefitFailing", "fit": "pooled"},
+        {**base, "alertname": "RefitStale", "fit": "pooled"},
+        {**base, "alertname": "RefitStale"},
+        {**base, "alertname": "RefitStale", "fit": "local"},
+        {"job": "staging", "severity": "warning", "alertname": "RefitStale"},
+    ]
+    config = alertmanager_test_config(load_yaml(ALERTMANAGER_CONFIG), "http://127.0.0.1:9/hook")
+    expected = {
+        ("RefitFailing", "prod", "pooled"): "active",
+        ("RefitStale", "prod", "pooled"): "suppressed",
+        ("RefitStale", "prod", ""): "suppressed",
+        ("RefitStale", "prod", "local"): "active",
+        ("RefitStale", "staging", ""): "active",
+    }
+    with alertmanager(tmp_path, config) as am:
+        _post_alerts(am, alerts)
+        states = _states(am, expected, ("alertname", "job", "fit"))
+    assert states == expected, states
