@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import require_binary
-from tests.deploy.shipped import dashboard, panel_targets, substitute
+from tests.deploy.shipped import TEMPLATE_VALUES, dashboard, panel_targets, substitute
 
 PAIR = 'prefix_model="a", model="b", rule="all", bound="upper"'
 INPUT = (
@@ -24,10 +24,10 @@ INPUT = (
 SERIES = "".join(f"\n      - series: '{series}'\n        values: '{values}'" for series, values in INPUT)
 
 
-def _target(title_part: str, expr_part: str) -> str:
+def _target(title_part: str, expr_part: str, job: str = "prod") -> str:
     found = [e for t, e in panel_targets(dashboard()) if title_part in t and expr_part in e]
     assert len(found) == 1, found
-    return substitute(found[0])
+    return substitute(found[0], {**TEMPLATE_VALUES, "job": job})
 
 
 def _check(expr: str, eval_time: str, labels: str, value: float) -> str:
@@ -35,6 +35,27 @@ def _check(expr: str, eval_time: str, labels: str, value: float) -> str:
         f"      - expr: {json.dumps(expr)}\n        eval_time: {eval_time}\n        exp_samples:\n"
         f"          - labels: '{labels}'\n            value: {value}\n"
     )
+
+
+def _check_empty(expr: str, eval_time: str) -> str:
+    return f"      - expr: {json.dumps(expr)}\n        eval_time: {eval_time}\n        exp_samples: []\n"
+
+
+def _promtool(tmp_path: Path, series: str, checks: str) -> None:
+    test = tmp_path / "dashboard.test.yml"
+    test.write_text(
+        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:"
+        f"{series}\n    promql_expr_test:\n{checks}",
+        encoding="utf-8",
+    )
+    out = subprocess.run(
+        [require_binary("promtool"), "test", "rules", str(test)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_pair_table_and_refit_age_follow_the_standing_fit(tmp_path: Path) -> None:
@@ -50,17 +71,27 @@ def test_pair_table_and_refit_age_follow_the_standing_fit(tmp_path: Path) -> Non
         + _check(age, "60m", "{}", 1800)
         + _check(age, "100m", "{}", 0)
     )
-    test = tmp_path / "dashboard.test.yml"
-    test.write_text(
-        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:"
-        f"{SERIES}\n    promql_expr_test:\n{checks}",
-        encoding="utf-8",
+    _promtool(tmp_path, SERIES, checks)
+
+
+def test_a_stale_pooled_fit_without_local_fits_shows_no_pair_and_its_age(tmp_path: Path) -> None:
+    """A deployment whose only fit is the job's (no in-process refit): its pair while the job
+    pushes; an hour after its last push no pair (no fit stands, the alerts are quiet) and the age
+    of that push (RefitStale's), not "No data"; a deployment with no refit at all shows neither,
+    and never another deployment's values."""
+    solo = (
+        ('handoffmon_refit_last_success_timestamp_seconds{job="solo", fit="pooled"}', "0+60x30 1800x170"),
+        (f'handoffmon_handoff_delta{{job="solo", fit="pooled", {PAIR}}}', "0.3x200"),
     )
-    out = subprocess.run(
-        [require_binary("promtool"), "test", "rules", str(test)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    series = SERIES + "".join(f"\n      - series: '{s}'\n        values: '{v}'" for s, v in solo)
+    pair = '{prefix_model="a", model="b"}'
+    upper, age = ("Pairs: Δ with interval", 'bound="upper"'), ("Refit fit quality", "time() - ((max(")
+    checks = (
+        _check(_target(*upper, job="solo"), "60m", pair, 0.3)
+        + _check_empty(_target(*upper, job="solo"), "100m")
+        + _check(_target(*age, job="solo"), "60m", "{}", 1800)
+        + _check(_target(*age, job="solo"), "100m", "{}", 4200)
+        + _check_empty(_target(*upper, job="none"), "100m")
+        + _check_empty(_target(*age, job="none"), "100m")
     )
-    assert out.returncode == 0, out.stdout + out.stderr
+    _promtool(tmp_path, series, checks)
