@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from handoffmon._extras import requires_extra
 from handoffmon.attribution.names import ModelNames
+from handoffmon.config import load_yaml_text
 from handoffmon.errors import ConfigError
 
 Messages = Sequence[Mapping[str, Any]]
@@ -96,9 +97,9 @@ def router_from_config(path: str | Path) -> Any:
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     source = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    try:  # a key given twice is refused: PyYAML keeps the last (a second model_list) silently
+        data = load_yaml_text(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, ValueError) as exc:
         raise ConfigError(f"cannot read router config: {exc}", source=source) from exc
     except RecursionError as exc:  # the parser recurses per nesting level
         raise ConfigError(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from handoffmon.config import RuleConfig
+from handoffmon.config import RuleConfig, load_yaml_text
 from handoffmon.errors import ConfigError
 
 ScriptKind = Literal["drift", "pressure"]
@@ -272,11 +272,13 @@ def load_script(path: str | Path) -> DriftScript:
     except OSError as exc:
         raise ConfigError(f"cannot read script: {exc.strerror}", source=source) from exc
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text)  # a key given twice is refused: PyYAML keeps the last silently
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", source=source) from exc
     except RecursionError as exc:  # the parser recurses per nesting level
         raise ConfigError("nested too deeply to read (thousands of levels)", source=source) from exc
+    except ValueError as exc:  # a duplicate key, or a scalar the YAML constructors reject
+        raise ConfigError(str(exc), source=source) from exc
     return script_from_dict(data, source)
 
 
