@@ -38,10 +38,15 @@ MONITOR_STAGES: tuple[str, ...] = (
 """Stages that count their own failures (``handoffmon_monitor_errors_total{stage}``); exported at 0
 from the start so dashboards and ``rate()`` show 0, not "No data"."""
 
-NO_REPLY_STATUSES: tuple[str, ...] = ("failed", "cancelled", "incomplete")
-"""Statuses of a Responses API answer that finished without a reply and is no turn
-(``handoffmon_responses_without_reply_total{status}``, exported at 0 from the start):
-``failed``, ``cancelled``, ``incomplete`` with no output text and no tool call."""
+NO_REPLY_STATUSES: tuple[str, ...] = ("failed", "cancelled", "incomplete", "refusal", "error")
+"""How an answer (Responses or Messages API) finished without a reply, which is no turn
+(``handoffmon_responses_without_reply_total{status}``, exported at 0 from the start): a
+Responses API answer ``failed``, ``cancelled``, or ``incomplete`` with no output text and no
+tool call (a Messages API answer cut at ``max_tokens`` with nothing but thinking is
+``incomplete`` too); a Messages API answer stopped for ``refusal`` before any text
+(``refusal``); a Responses or Messages API stream the upstream ended with an error before
+any text (``error``: an ``error`` event, or the SDK or LiteLLM raising it to the
+application)."""
 
 CHECK_ERROR_REASONS: tuple[str, ...] = (
     "too_large",

@@ -419,7 +419,7 @@ class OTelExporter:
         self._no_reply = c(
             "handoffmon_responses_without_reply",
             "{response}",
-            "Responses API answers that finished without a reply (no turn), by status.",
+            "Responses and Messages API answers that finished without a reply (no turn), by status.",
         )
         self._overhead = meter.create_histogram(
             "handoffmon_overhead_seconds",

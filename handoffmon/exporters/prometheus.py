@@ -385,9 +385,10 @@ def _counters() -> _Counters:
         ),
         no_reply=Counter(
             "handoffmon_responses_without_reply",
-            "Responses API answers that finished without a reply, by status (failed, cancelled, "
-            "incomplete with no output text and no tool call): an upstream failure, recorded as no turn "
-            "and checked by no rule.",
+            "Responses and Messages API answers that finished without a reply, by status (failed, "
+            "cancelled, incomplete with no output text and no tool call; refusal before any text; error: "
+            "a stream the upstream ended with an error before any text): recorded as no turn and checked "
+            "by no rule.",
             ("status",),
             registry=r,
         ),

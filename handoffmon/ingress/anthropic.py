@@ -33,6 +33,7 @@ from handoffmon.ingress.chunks import (
 from handoffmon.ingress.conversation import SESSION_KEY
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.request import ResponseLink
+from handoffmon.ingress.responses import NoReply, said_nothing
 
 _SKIPPED_BLOCKS = frozenset(("thinking", "redacted_thinking"))
 _CALL_BLOCKS = frozenset(("tool_use", "server_tool_use"))
@@ -45,6 +46,9 @@ _FINISH = {
     "refusal": "content_filter",
 }
 """``stop_reason`` → chat ``finish_reason`` (``pause_turn`` and unknown reasons: none)."""
+_NO_REPLY = {"refusal": "refusal", "max_tokens": "incomplete", "model_context_window_exceeded": "incomplete"}
+"""``stop_reason`` of an answer that, with no text and no tool call, is no turn → its
+``NoReply`` status (``types.NO_REPLY_STATUSES``)."""
 
 
 class AnthropicRequest(NamedTuple):
@@ -228,6 +232,28 @@ def message_as_chat(message: Any) -> dict[str, Any] | None:
     return doc
 
 
+def no_reply(reason: Any, message: dict[str, Any]) -> NoReply | None:
+    """The :class:`~handoffmon.ingress.responses.NoReply` of a message that stopped for
+    ``reason`` and whose reply read as chat is ``message``: stopped for ``refusal`` (the API's
+    classifier) or cut at ``max_tokens`` (every token spent on thinking) before any text or
+    tool call. Recorded, it would be an empty reply failing every rule, as a Responses API
+    answer ``incomplete`` without output would. ``None`` when it is a turn: any text (a refusal
+    that says something is a real reply), a tool call, or any other stop reason (an
+    ``end_turn`` with ``content: []`` is what the model chose to say, as a Responses API answer
+    ``completed`` without output is)."""
+    status = _NO_REPLY.get(reason) if isinstance(reason, str) else None
+    return NoReply(status) if status is not None and said_nothing(message) else None
+
+
+def answer_as_chat(message: Any) -> dict[str, Any] | NoReply | None:
+    """:func:`message_as_chat` of a (non-streamed) Messages API response, or its ``NoReply``
+    when it stopped without a reply (:func:`no_reply`): the ``Api.as_chat`` of ``MESSAGES``."""
+    doc = message_as_chat(message)
+    if doc is None:
+        return None
+    return no_reply(get(message, "stop_reason"), doc["choices"][0]["message"]) or doc
+
+
 class MessagesStreamFolder(EventFolder):
     """Folds a Messages API event stream (SDK events or decoded JSON) into a ``StreamOutcome``.
 
@@ -337,6 +363,11 @@ class MessagesStreamFolder(EventFolder):
         assert doc is not None  # _message always has a content list
         (choice,) = doc["choices"]
         reply = {"role": "assistant", "content": None} if self.too_large else choice["message"]
+        nothing = None
+        if self._error and not self.too_large and said_nothing(reply):
+            nothing = NoReply("error")  # the upstream failed it before any text
+        elif not self.too_large:
+            nothing = no_reply(self._reason, reply)
         return StreamOutcome(
             reply=reply,
             deployment_ids=(),
@@ -345,8 +376,9 @@ class MessagesStreamFolder(EventFolder):
             finish_reason=choice["finish_reason"],
             input_tokens=self._usage.get("input_tokens"),
             output_tokens=self._usage.get("output_tokens"),
-            completed=completed and not self._error,
+            completed=completed and self.done and not self._error,  # message_stop: the API always ends so
             chunks=self.chunks,
             odd=self.odd,
             too_large=self.too_large,
+            no_reply=nothing.status if nothing is not None else None,
         )

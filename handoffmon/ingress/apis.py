@@ -32,5 +32,5 @@ RESPONSES = Api(
 )
 """The OpenAI Responses API (``POST /v1/responses``; ADR 0010, 0011)."""
 
-MESSAGES = Api("messages", anthropic.read_request, anthropic.message_as_chat, anthropic.MessagesStreamFolder)
+MESSAGES = Api("messages", anthropic.read_request, anthropic.answer_as_chat, anthropic.MessagesStreamFolder)
 """The Anthropic Messages API (``POST /v1/messages``; ADR 0012)."""

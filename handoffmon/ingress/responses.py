@@ -307,8 +307,8 @@ class NoReply(NamedTuple):
     """One of ``types.NO_REPLY_STATUSES``."""
 
 
-def _said_nothing(message: dict[str, Any]) -> bool:
-    """A reply with no tool call and no content but empty text parts."""
+def said_nothing(message: dict[str, Any]) -> bool:
+    """A reply (read as chat) with no tool call and no content but empty text parts."""
     if message.get("tool_calls"):
         return False
     content = message.get("content")
@@ -322,7 +322,7 @@ def no_reply(status: Any, message: dict[str, Any]) -> NoReply | None:
     ``message``; ``None`` when it is a turn (any other status, even an odd one, reads as before)."""
     if status == "failed" or status == "cancelled":  # == only: an odd status may be unhashable
         return NoReply(status)
-    if status == "incomplete" and _said_nothing(message):
+    if status == "incomplete" and said_nothing(message):
         return NoReply("incomplete")
     return None
 

@@ -247,7 +247,7 @@ class SdkTurns:
     ) -> None:
         """Record a stream that ended (``request``: a chat call's arguments, for its shadow call)."""
         try:
-            if not out.chunks or not self.monitor.stream_recordable(out):
+            if not self.monitor.stream_recordable(out) or not out.chunks:
                 return  # no chunk at all (an error event first, closed at once): no reply, no turn
             cap = self.resolve(ctx)
             if cap is None:

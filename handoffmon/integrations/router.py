@@ -515,7 +515,7 @@ class RouterWrapper:
         """A stream ended: its turn queued (``request``: a chat completion's keyword arguments,
         for its shadow call)."""
         try:
-            if not out.chunks or not self._monitor.stream_recordable(out):
+            if not self._monitor.stream_recordable(out) or not out.chunks:
                 return  # no chunk at all (an error first, closed at once): no reply, no turn
             self._monitor.finish(
                 cap,

@@ -1,5 +1,7 @@
-"""Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``, or a Responses API
-event folder), report once at the end.
+"""Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``, or a Responses or
+Messages API event folder), report once at the end. An event stream that raised an error the
+upstream sent (:func:`upstream_error`) before any text is reported as no reply
+(``StreamOutcome.no_reply`` ``error``: no turn, counted); cut off otherwise.
 
 A stream the application drops without closing is reported from its finalizer, and a
 finalizer may run in any thread at any allocation, including inside a monitor lock that
@@ -25,7 +27,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, SupportsIndex
 
 from handoffmon.ingress import ChunkFolder, StreamOutcome
-from handoffmon.ingress.chunks import Folder
+from handoffmon.ingress.chunks import EventFolder, Folder
+from handoffmon.ingress.responses import said_nothing
+from handoffmon.ingress.sse import SSEFolder
 from handoffmon.pipeline import fork
 
 _log = logging.getLogger("handoffmon.integrations")
@@ -57,9 +61,39 @@ def _after_fork() -> int:
 fork.on_fork(_after_fork)
 
 
-def _report(cb: OnDone, folder: Folder, inner: Any, completed: bool) -> None:
+def upstream_error(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a stream, is an error the upstream sent in it: the SDK's (or
+    LiteLLM's) exception for an ``error`` event, or LiteLLM's ``InternalServerError`` at a
+    Responses API ``response.failed``. Such an exception carries the upstream's status code or
+    error body; a dropped connection or a timeout (``APIConnectionError`` and its subclasses,
+    in the OpenAI and Anthropic SDKs and LiteLLM, which give one a status code) does not count,
+    nor does anything else the iteration raised."""
+    if any(c.__name__ == "APIConnectionError" for c in type(exc).__mro__):
+        return False
+    return type(getattr(exc, "status_code", None)) is int or getattr(exc, "body", None) is not None
+
+
+def _of_events(folder: Folder) -> bool:
+    """A Responses or Messages API event stream's folder (also as raw SSE bytes: LiteLLM's
+    Messages streams), not a chat completion stream's."""
+    return isinstance(folder.folder if isinstance(folder, SSEFolder) else folder, EventFolder)
+
+
+def _report(
+    cb: OnDone, folder: Folder, inner: Any, completed: bool, error: BaseException | None = None
+) -> None:
     try:
-        cb(folder.outcome(completed=completed), inner)
+        out = folder.outcome(completed=completed)
+        if (
+            error is not None
+            and out.no_reply is None
+            and not out.too_large
+            and _of_events(folder)  # a Responses or Messages API stream (chat: untouched)
+            and said_nothing(out.reply)
+            and upstream_error(error)
+        ):  # the upstream ended it with an error before any text: no turn, counted (no_reply)
+            out = out._replace(no_reply="error")
+        cb(out, inner)
     except Exception:
         _log.warning("handoffmon stream completion failed", exc_info=True)
 
@@ -139,10 +173,10 @@ class _Turn:
         except IndexError:
             return None
 
-    def done(self, completed: bool) -> None:
+    def done(self, completed: bool, error: BaseException | None = None) -> None:
         cb = self.take()
         if cb is not None:
-            _report(cb, self.folder, self.inner, completed)
+            _report(cb, self.folder, self.inner, completed, error)
 
     def __del__(self) -> None:
         """Every copy of the stream was dropped without closing it: hand the report over, nothing
@@ -174,8 +208,8 @@ class _Base:
     def _feed(self, chunk: Any) -> None:
         self._turn.folder.feed(chunk)  # total: never raises into the application's stream
 
-    def _done(self, completed: bool) -> None:
-        self._turn.done(completed)
+    def _done(self, completed: bool, error: BaseException | None = None) -> None:
+        self._turn.done(completed, error)
 
     def __getattr__(self, name: str) -> Any:
         try:  # read from __dict__: an instance made without __init__ has no _inner (no recursion)
@@ -222,8 +256,8 @@ class SyncStream(_Base):
         except StopIteration:
             self._done(True)
             raise
-        except BaseException:
-            self._done(False)
+        except BaseException as exc:
+            self._done(False, exc)
             raise
         self._feed(chunk)
         return chunk
@@ -261,8 +295,8 @@ class AsyncStream(_Base):
         except StopAsyncIteration:
             self._done(True)
             raise
-        except BaseException:
-            self._done(False)
+        except BaseException as exc:
+            self._done(False, exc)
             raise
         self._feed(chunk)
         return chunk

@@ -535,7 +535,7 @@ def test_monitoring_health_series_exist_at_zero_before_any_failure(reader: InMem
 
 def test_responses_without_reply_start_at_zero_and_count_by_status(reader: InMemoryMetricReader) -> None:
     """handoffmon_responses_without_reply: every status at 0 before any, then one per call of
-    ``count_no_reply`` (a status outside the known three, never sent, would read ``other``)."""
+    ``count_no_reply`` (a status outside the known five, never sent, would read ``other``)."""
     from handoffmon.types import NO_REPLY_STATUSES
 
     exporter = OTelExporter(meter_provider=MeterProvider(metric_readers=[reader]), guard=LabelGuard())
@@ -543,12 +543,15 @@ def test_responses_without_reply_start_at_zero_and_count_by_status(reader: InMem
     assert got == {(("status", s),): 0 for s in NO_REPLY_STATUSES}
     exporter.count_no_reply("failed")
     exporter.count_no_reply("failed")
+    exporter.count_no_reply("error")
     exporter.count_no_reply("odd")
     got = {k: p.value for k, p in points(reader, "handoffmon_responses_without_reply").items()}
     assert got == {
         (("status", "failed"),): 2,
         (("status", "cancelled"),): 0,
         (("status", "incomplete"),): 0,
+        (("status", "refusal"),): 0,
+        (("status", "error"),): 1,
         (("status", "other"),): 1,
     }
 

@@ -131,13 +131,16 @@ def test_responses_without_reply_start_at_zero_and_count_by_status(exporter: Pro
     sees the first), then one per ``count_no_reply``; an unknown status (never sent) reads
     ``other``, so the label stays bounded."""
     name = "handoffmon_responses_without_reply_total"
-    assert only(scrape(exporter), name) == {L(status=s): 0 for s in ("failed", "cancelled", "incomplete")}
-    for status in ("incomplete", "failed", "incomplete", "odd"):
+    statuses = ("failed", "cancelled", "incomplete", "refusal", "error")  # the Messages API's two too
+    assert only(scrape(exporter), name) == {L(status=s): 0 for s in statuses}
+    for status in ("incomplete", "failed", "incomplete", "refusal", "odd"):
         exporter.count_no_reply(status)
     assert only(scrape(exporter), name) == {
         L(status="failed"): 1,
         L(status="cancelled"): 0,
         L(status="incomplete"): 2,
+        L(status="refusal"): 1,
+        L(status="error"): 0,
         L(status="other"): 1,
     }
 

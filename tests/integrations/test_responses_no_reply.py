@@ -218,8 +218,9 @@ async def test_the_proxy_callback_records_no_turn_for_an_answer_without_a_reply(
 
 
 async def test_a_router_stream_litellm_breaks_off_at_response_failed_is_a_cut_off_turn(api_base: str) -> None:
-    """Not a no-reply: LiteLLM raises to the application at ``response.failed`` instead of
-    passing the event on, so the wrapper sees a stream the upstream broke off, recorded as any
+    """Not a no-reply when text came first: LiteLLM raises to the application at
+    ``response.failed`` instead of passing the event on, so the wrapper sees a stream the
+    upstream broke off after some text, recorded as any
     (a turn whose rules are ``not_applicable``, reason ``incomplete``: no adherence drop).
     Pins what docs/guides/wrap-router.md says, should LiteLLM start passing the event on."""
     exp = RecordingExporter()
@@ -232,3 +233,21 @@ async def test_a_router_stream_litellm_breaks_off_at_response_failed_is_a_cut_of
         ("says_enough", "not_applicable", "incomplete")
     ]
     assert exp.no_replies == Counter()
+
+
+async def test_a_router_stream_litellm_breaks_off_at_response_failed_before_any_text_is_no_turn(
+    api_base: str,
+) -> None:
+    """The same break-off with no text before it (the output only a reasoning item): the wrapper
+    sees LiteLLM's ``InternalServerError`` (the upstream's error, not a dropped connection)
+    end an event stream that said nothing, so no turn, counted ``error`` (a ``failed`` the
+    wrapper cannot name as such)."""
+    exp = RecordingExporter()
+    nothing = {"x-mock-final-status": "failed", "x-mock-final-output": "none"}
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(_router(api_base, nothing), m)
+        with pytest.raises(Exception, match="failed to generate"):
+            await _events_of(await wrapped.aresponses(model="g0", input="hi there", stream=True))
+        assert m.flush(10)
+    assert exp.results == []
+    assert exp.no_replies == Counter({"error": 1})

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
+import httpx
+import openai
+
 from handoffmon.ingress import ChunkFolder, StreamOutcome
+from handoffmon.ingress.anthropic import MessagesStreamFolder
+from handoffmon.ingress.responses import ResponsesStreamFolder
 from handoffmon.integrations.streaming import AsyncStream, SyncStream
 
 
@@ -140,3 +146,63 @@ def test_router_wrapper_records_both_authors_of_a_continued_stream() -> None:
         "dep-b",
         True,
     )
+
+
+def _raising(events: list[Any], exc: BaseException) -> Any:
+    yield from events
+    raise exc
+
+
+def _ended_by(exc: BaseException, folder: Any, events: list[Any]) -> StreamOutcome:
+    """The outcome a stream of ``events`` that then raised ``exc`` reports."""
+    seen: list[StreamOutcome] = []
+    s = SyncStream(_raising(events, exc), lambda out, _inner: seen.append(out), folder)
+    try:
+        list(s)
+    except BaseException as raised:
+        assert raised is exc
+    (out,) = seen
+    return out
+
+
+def _openai_status_error(status: int) -> Any:
+    req = httpx.Request("POST", "http://x/v1/responses")
+    return openai.InternalServerError(
+        "boom", response=httpx.Response(status, request=req), body={"code": "x"}
+    )
+
+
+def test_an_event_stream_the_upstream_ends_with_an_error_before_any_text_is_no_reply() -> None:
+    """The SDK's (or LiteLLM's) exception for an error the upstream sent: status code or body.
+    After text, or a dropped connection or timeout (no status code, no body; LiteLLM gives
+    its ``APIConnectionError`` one), or a chat stream: cut off, as before."""
+    req = httpx.Request("POST", "http://x/v1/messages")
+    start = {"type": "message_start", "message": {"id": "m", "model": "c", "content": []}}
+    text = [
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+    ]
+    upstream = [
+        _openai_status_error(500),
+        openai.APIError("stream error", req, body={"message": "m"}),  # the openai SDK's error event
+        anthropic.APIStatusError(
+            "overloaded", response=httpx.Response(200, request=req), body={"type": "error"}
+        ),
+    ]
+    for exc in upstream:
+        assert _ended_by(exc, MessagesStreamFolder(), [start]).no_reply == "error", exc
+        assert _ended_by(exc, ResponsesStreamFolder(), [{"type": "response.created"}]).no_reply == "error"
+        said = _ended_by(exc, MessagesStreamFolder(), [start, *text])
+        assert (said.no_reply, said.completed, said.reply["content"]) == (None, False, "Hi")
+        assert _ended_by(exc, ChunkFolder(), [Chunk({"role": "assistant"})]).no_reply is None
+    connection = [
+        openai.APIConnectionError(request=req),
+        openai.APITimeoutError(request=req),
+        anthropic.APIConnectionError(request=req),
+        httpx.RemoteProtocolError("peer closed"),
+        RuntimeError("the application's own"),
+    ]
+    litellm_connection = type("APIConnectionError", (Exception,), {"status_code": 500, "body": {}})
+    for exc in [*connection, litellm_connection("x")]:
+        out = _ended_by(exc, MessagesStreamFolder(), [start])
+        assert (out.no_reply, out.completed) == (None, False), exc

@@ -7,7 +7,11 @@ its number of user messages with text (tool results alone do not count); the aut
 ``use the tool`` is answered with a thinking block and a ``tool_use`` block (no text) until the
 conversation ends with its ``tool_result``. Every answer starts with a thinking block, as
 extended thinking's do. ``x-mock-status`` answers that error status; ``x-mock-cut-after``
-ends a stream after that many events, without ``message_stop``. A ``json_schema`` output format
+ends a stream after that many events, without ``message_stop``; ``x-mock-error-after`` ends
+it after that many events (0: at once) with an ``error`` event (``overloaded_error``, as the
+API sends mid-stream).
+``x-mock-stop-reason`` answers that ``stop_reason``; ``x-mock-content: thinking`` keeps only the
+thinking block, ``x-mock-content: empty`` no block at all (``content: []``). A ``json_schema`` output format
 (``output_config.format``, structured outputs) is answered with the text as JSON
 (``{"answer", "depth"}``).
 """
@@ -98,6 +102,9 @@ class MessagesUpstream:
                 text = json.dumps({"answer": text, "depth": depth})  # structured outputs
             content.append({"type": "text", "text": text})
             reason = "end_turn"
+        reason = headers.get("x-mock-stop-reason", reason)
+        if headers.get("x-mock-content") in ("thinking", "empty"):
+            content = content[:1] if headers["x-mock-content"] == "thinking" else []
         message = {
             "id": f"msg_{digest}",
             "type": "message",
@@ -109,11 +116,18 @@ class MessagesUpstream:
             "usage": {"input_tokens": 12 * depth, "output_tokens": 30},
         }
         if req.get("stream"):
-            await self._stream(send, message, int(headers.get("x-mock-cut-after", "0")))
+            await self._stream(
+                send,
+                message,
+                int(headers.get("x-mock-cut-after", "0")),
+                int(headers.get("x-mock-error-after", "-1")),
+            )
         else:
             await send_body(send, 200, json.dumps(message).encode())
 
-    async def _stream(self, send: Any, message: dict[str, Any], cut_after: int) -> None:
+    async def _stream(
+        self, send: Any, message: dict[str, Any], cut_after: int, error_after: int = -1
+    ) -> None:
         start = {
             **message,
             "content": [],
@@ -161,6 +175,9 @@ class MessagesUpstream:
         events.append({"type": "message_stop"})
         if cut_after:
             events = events[:cut_after]
+        if error_after >= 0:
+            error = {"type": "overloaded_error", "message": "Overloaded"}
+            events = [*events[:error_after], {"type": "error", "error": error}]
         await send(
             {
                 "type": "http.response.start",

@@ -22,6 +22,7 @@ from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.messages_upstream import TOOL_WORDS, MessagesUpstream, messages_text
 from tests.proxy.mock_upstream import ServerThread, schedule
+from tests.proxy.test_responses_no_reply import _counted
 from tests.proxy.turn_counts import delta, expected_turns, sample, snapshot
 
 TURNS = 6
@@ -191,3 +192,69 @@ def test_cut_off_stream_records_what_the_client_saw(proxy: Proxy) -> None:
     after = snapshot(proxy)
     assert delta(after.turns, before.turns) == expected_turns([schedule(1), schedule(2)])
     assert delta(after.attributions, before.attributions) == Counter({"chain": 1})
+
+
+# -- an answer without a reply ------------------------------------------------------------
+# A Messages API answer that says nothing because the upstream made it so — stopped for
+# ``refusal`` or cut at ``max_tokens`` before any text (JSON or stream), or a stream the API
+# ended with an ``error`` event before any text (over raw HTTP, so the event reaches serve's
+# folder as it reaches the client; an SDK would raise it) — is no turn, no check; counted
+# ``unmonitored{reason="no_reply"}`` and ``responses_without_reply{status}`` (``refusal``,
+# ``incomplete``, ``error``). A refusal with text, and an ``error`` after some text (a cut-off
+# turn), stay turns.
+
+
+def _post_mock(proxy: Proxy, stream: bool, headers: dict[str, str]) -> str:
+    body: dict[str, Any] = {
+        "model": "claude-x",
+        "max_tokens": 10,
+        "stream": stream,
+        "messages": [{"role": "user", "content": f"stream {stream}"}],
+    }
+    r = httpx.post(f"{proxy.url}/v1/messages", json=body, headers=headers, timeout=10)
+    assert r.status_code == 200
+    return r.text
+
+
+REFUSED = {"x-mock-stop-reason": "refusal", "x-mock-content": "empty"}
+THOUGHT_ONLY = {"x-mock-stop-reason": "max_tokens", "x-mock-content": "thinking"}
+
+
+@pytest.mark.parametrize(
+    ("stream", "headers", "status"),
+    [
+        (False, REFUSED, "refusal"),
+        (True, REFUSED, "refusal"),
+        (False, THOUGHT_ONLY, "incomplete"),
+        (True, THOUGHT_ONLY, "incomplete"),
+        (True, {"x-mock-error-after": "6"}, "error"),  # message_start, ping, the thinking block
+    ],
+)
+def test_an_answer_without_any_text_is_no_turn_and_counted(
+    proxy: Proxy, stream: bool, headers: dict[str, str], status: str
+) -> None:
+    before, counted = snapshot(proxy), _counted(proxy)
+    text = _post_mock(proxy, stream, headers)
+    assert '"text_delta"' not in text and '"type": "text"' not in text  # the client got no text
+    after = snapshot(proxy)
+    assert sum(delta(after.turns, before.turns).values()) == 0
+    assert sum(delta(after.checks, before.checks).values()) == 0
+    assert _counted(proxy) == {k: v + (k in (status, "no_reply")) for k, v in counted.items()}
+
+
+@pytest.mark.parametrize(
+    ("stream", "headers"),
+    [
+        (False, {"x-mock-stop-reason": "refusal"}),
+        (True, {"x-mock-stop-reason": "refusal"}),
+        (True, {"x-mock-error-after": "9"}),
+    ],
+)
+def test_a_refusal_with_text_or_an_error_after_text_is_a_turn(
+    proxy: Proxy, stream: bool, headers: dict[str, str]
+) -> None:
+    before, counted = snapshot(proxy), _counted(proxy)
+    assert "Message" in _post_mock(proxy, stream, headers)
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(1)])
+    assert _counted(proxy) == counted
