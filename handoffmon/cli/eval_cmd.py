@@ -565,6 +565,7 @@ def compare_cmd(
     depth) or, with --strict, when some names have no match.
     """
     from handoffmon.evals.compare import compare, read_switch_matrix, render_text, unmatched_lines
+    from handoffmon.evals.docread import DuplicateKey, unique_object
     from handoffmon.evals.results import EvalResult
     from handoffmon.labels import MAX_LABEL_CHARS, exportable
 
@@ -579,9 +580,11 @@ def compare_cmd(
         evals, matrices = [], []
         for path in results:
             try:
-                data = json.loads(Path(path).read_text(encoding="utf-8"))
+                data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_object)
             except json.JSONDecodeError as exc:
                 raise HandoffmonError(f"{path}: not JSON: {exc.msg}") from exc
+            except DuplicateKey as exc:
+                raise HandoffmonError(f"{path}: {exc}") from exc
             except UnicodeDecodeError as exc:
                 raise HandoffmonError(f"{path}: not JSON (not UTF-8 text: {exc.reason})") from exc
             except RecursionError as exc:  # the parser recurses per nesting level

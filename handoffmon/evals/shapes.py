@@ -19,7 +19,7 @@ from typing import Any
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError, NoDataError
-from handoffmon.evals.docread import DocReader
+from handoffmon.evals.docread import DocReader, DuplicateKey, unique_object
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
 SCHEMA = "handoffmon.shapes"
@@ -85,9 +85,11 @@ class Shapes:
         adherences numbers (or null); keys this reader does not know are ignored.
         """
         try:
-            d = json.loads(text)
+            d = json.loads(text, object_pairs_hook=unique_object)
         except json.JSONDecodeError as exc:
             raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+        except DuplicateKey as exc:
+            raise InputError(f"{source}: {exc}") from exc
         except RecursionError as exc:  # the parser recurses per nesting level
             raise InputError(f"{source}: nested too deeply to read (thousands of levels)") from exc
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
