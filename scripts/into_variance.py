@@ -63,14 +63,18 @@ def counter_vars(arr: RuleArrays, s: PairSums) -> dict[str, np.ndarray]:
         }
 
 
-def covers(s: PairSums, arms: dict[str, np.ndarray], b: int, var_b: float, truth: float) -> list[float]:
-    """Whether ``_into``'s interval, with ``var_b`` for the baseline arm, holds ``truth`` at each of
-    ``LEVELS``."""
+def covers(
+    s: PairSums, arms: dict[str, np.ndarray], b: int, var_b: float, truth: float, df_b: float | None = None
+) -> list[float]:
+    """Whether ``_into``'s interval, with ``var_b`` (and ``df_b``, if given) for the baseline arm,
+    holds ``truth`` at each of ``LEVELS``."""
     n, v_b = s.into_n_used[b], np.asarray(var_b)
     p_h, p_b = s.into_x_h[b] / n, np.clip(s.into_x_b[b] / n, 0.0, 1.0)
     n_h = matched_n(p_h, arms["var_h"][b], arms["n_h"][b])
     n_b = matched_n(p_b, v_b, arms["n_b"][b])
-    df = welch_df(arms["var_h"][b], arms["df_h"][b], v_b, arms["df_b"][b])
+    df = welch_df(
+        arms["var_h"][b], arms["df_h"][b], v_b, np.asarray(arms["df_b"][b] if df_b is None else df_b)
+    )
     out = []
     for level in LEVELS:
         lo, hi = newcombe(p_h, n_h, p_b, n_b, t_quantile(float(ndtri(0.5 + level / 2)), df))
@@ -78,12 +82,16 @@ def covers(s: PairSums, arms: dict[str, np.ndarray], b: int, var_b: float, truth
     return out
 
 
-def candidate_var_b(arr: RuleArrays, s: PairSums, b: int, omega: np.ndarray, widths: np.ndarray) -> float:
+def candidate_var_b(
+    arr: RuleArrays, s: PairSums, b: int, omega: np.ndarray, widths: np.ndarray
+) -> tuple[float, float]:
     """A baseline-arm variance today's counters can give (not what the refit does): each bucket's
     binomial variance at B's baseline depth curve (weighted least squares of p_j on the bucket's
     mean depth, clipped to [0.005, 0.995]) in place of its own p̃, times a per-bucket design
     effect 1 + (min(width_j, n_j) − 1)·ρ, ρ = (deff − 1)/(Σn²/N − 1) from the baseline's
-    cluster sums (a clean conversation has at most one check per depth in a bucket)."""
+    cluster sums (a clean conversation has at most one check per depth in a bucket). Also its
+    degrees of freedom by Welch–Satterthwaite over the buckets, each with its fewest possible
+    conversations (⌈n_j/width_j⌉) less one, at least 1."""
     x, n = arr.base_passes[b], arr.base_passes[b] + arr.base_fails[b]
     use = n > 0
     depth = np.where(use, arr.base_depth[b] / np.maximum(n, 1), 0.0)
@@ -97,7 +105,9 @@ def candidate_var_b(arr: RuleArrays, s: PairSums, b: int, omega: np.ndarray, wid
     rho = float(np.clip((deff - 1) / max(n2 / s.base_n[b] - 1, 1e-9), 0.0, 1.0))
     per_bucket = 1 + (np.minimum(widths, np.maximum(n, 1)) - 1) * rho
     var = np.where(use, curve * (1 - curve) / np.maximum(n, 1), 0.0)
-    return float(np.sum(omega**2 * var * per_bucket) / s.into_n_used[b] ** 2)
+    v = omega**2 * var * per_bucket / s.into_n_used[b] ** 2
+    df = np.maximum(np.ceil(n / widths) - 1, 1)
+    return float(v.sum()), float(v.sum() ** 2 / np.sum(v**2 / df))
 
 
 def influences(
@@ -172,10 +182,12 @@ def one_refit(pop: Any, seed: list[int], buckets: DepthBuckets) -> list[dict[str
             "oracle_h": np.sum(f["oracle_h"] ** 2), "oracle_b": np.sum(f["oracle_b"] ** 2),
             "oracle_cov": np.sum(f["oracle_h"] * f["oracle_b"]), "conversations": g, "both": both,
             "buckets": f["buckets"],
-            "candidate_b": candidate_var_b(arr, s, b, f["into_omega"], widths),
         })  # fmt: skip
+        cand_b, cand_df = candidate_var_b(arr, s, b, f["into_omega"], widths)
+        out[-1]["candidate_b"] = cand_b
         out[-1]["covers"] = np.array(covers(s, arms, b, vb[b], f["truth"]))
-        out[-1]["candidate_covers"] = np.array(covers(s, arms, b, out[-1]["candidate_b"], f["truth"]))
+        out[-1]["candidate_covers"] = np.array(covers(s, arms, b, cand_b, f["truth"]))
+        out[-1]["candidate_df_covers"] = np.array(covers(s, arms, b, cand_b, f["truth"], cand_df))
     return out
 
 
@@ -189,7 +201,9 @@ def report(rows: list[dict[str, Any]], labels: tuple[str, ...]) -> None:
             continue
         a = {key: np.array([x[key] for x in r], dtype=float) for key in r[0] if key != "model"}
         by_bucket[name] = a.pop("buckets")
-        levels = {key: a.pop(key).mean(axis=0) for key in ("covers", "candidate_covers")}
+        levels = {
+            key: a.pop(key).mean(axis=0) for key in ("covers", "candidate_covers", "candidate_df_covers")
+        }
         plug = a["plug_h"] + a["plug_b"] - 2 * a["plug_cov"]
         oracle = a["oracle_h"] + a["oracle_b"] - 2 * a["oracle_cov"]
         counters = a["counter_h"] + a["counter_b"]
@@ -213,7 +227,8 @@ def report(rows: list[dict[str, Any]], labels: tuple[str, ...]) -> None:
         at = {key: "/".join(f"{c:.3f}" for c in v) for key, v in levels.items()}
         print(
             f"       covers 0 at {'/'.join(map(str, LEVELS))}: interval {at['covers']}, with the candidate "
-            f"baseline {at['candidate_covers']} (SD of Δ over its SE "
+            f"baseline {at['candidate_covers']}, and its bucket degrees of freedom "
+            f"{at['candidate_df_covers']} (SD of Δ over its SE "
             f"{a['err'].std(ddof=1) / np.sqrt(np.mean(a['counter_h'] + a['candidate_b'])):.2f})"
         )
     for name, t in by_bucket.items():
