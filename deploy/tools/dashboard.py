@@ -435,6 +435,13 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
     held = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes')})"
     limit = f"max by (instance) ({q.m('handoffmon_proxy_queued_bytes_limit')})"
     in_flight = f"max by (instance) ({q.m('handoffmon_proxy_upstream_requests')})"
+    no_reply = f"rate({q.m('handoffmon_responses_without_reply_total')}[$__rate_interval])"
+    no_reply_rate = f"sum by (status) ({no_reply})"
+    replica_turns = f"sum by (instance) (rate({q.m('handoffmon_turns_total')}[$__rate_interval]))"
+    no_reply_share = (  # as AnswersWithoutReply reads it: no-reply / (no-reply + turns counted)
+        f"sum by (instance) ({no_reply})\n/\n(sum by (instance) ({no_reply})\n+\n"
+        f"({replica_turns} or 0 * sum by (instance) ({no_reply})))"
+    )
     most = f"max by (instance) ({q.m('handoffmon_proxy_upstream_requests_limit')})"
     return (
         d.with_row(dashboard.Row("Routing: fallbacks and the proxy").id(30))
@@ -511,6 +518,18 @@ def _routing(d: dashboard.Dashboard, q: Queries) -> dashboard.Dashboard:
                 _target(in_flight, "in flight: {{instance}}", "A"),
                 _target(most, "limit: {{instance}}", "B"),
             )
+        )
+        .with_panel(
+            _ts(
+                38,
+                "Answers without a reply (no turn) per second by status, and each replica's share of its "
+                "answers (AnswersWithoutReply at 5%)",
+                "ops",
+                24,
+                8,
+                _target(no_reply_rate, "{{status}}", "A"),
+                _target(no_reply_share, "share: {{instance}}", "B"),
+            ).override_by_query("B", [DynamicConfigValue(id_val="unit", value="percentunit")])
         )
     )
 

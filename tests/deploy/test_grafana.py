@@ -115,6 +115,7 @@ def test_dashboard_covers_every_required_view() -> None:
         "handoffmon_attributions_total",
         "handoffmon_monitor_errors_total",
         "handoffmon_queue_dropped_total",
+        "handoffmon_responses_without_reply_total",
         "handoffmon_overhead_seconds_bucket",
         "handoffmon_refit_last_success_timestamp_seconds",
         "handoffmon_fallbacks_total",

@@ -23,6 +23,7 @@ EXPECTED_ALERTS = {
     "AttributionCoverageFalling",
     "MonitorErrors",
     "QueueDrops",
+    "AnswersWithoutReply",
     "RouterFallbacksFrequent",
     "RoutingTableStale",
     "ProxyUpstreamErrors",
