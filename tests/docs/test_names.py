@@ -105,9 +105,15 @@ def _known_metrics() -> set[str]:
 @pytest.mark.parametrize("page", PROSE_PAGES, ids=_rel)
 def test_metric_names_in_the_docs_exist(page: Path) -> None:
     """Every `handoffmon_…` series a page names is in the generated metrics reference."""
-    names = set(re.findall(r"(?<![\w./])(handoffmon_[a-z0-9_]+)(?![\w]|\.\w)", _text(page)))
-    missing = sorted(names - _known_metrics() - NOT_METRICS)
+    text = _text(page)
+    names = set(re.findall(r"(?<![\w./])(handoffmon_[a-z0-9_]+)(?![\w*]|\.\w)", text))
+    known = _known_metrics()
+    missing = sorted(names - known - NOT_METRICS)
     assert not missing, f"{_rel(page)} names metrics that no exporter defines: {missing}"
+    # a family named by its prefix (`handoffmon_proxy_*`) must name at least one series
+    families = set(re.findall(r"(?<![\w./])(handoffmon_[a-z0-9_]+)\*", text))
+    empty = sorted(f for f in families if not any(k.startswith(f) for k in known))
+    assert not empty, f"{_rel(page)} names metric families with no series: {empty}"
 
 
 @pytest.mark.parametrize("page", PROSE_PAGES, ids=_rel)
