@@ -346,9 +346,11 @@ class ResponsesStreamFolder(EventFolder):
     The terminal event (``response.completed``, ``.incomplete``, ``.failed``) carries the
     whole response: the reply is then read from it as from a JSON response. Before it (a
     stream cut off), the reply is what the deltas built: text per content part, tool calls
-    from their ``output_item`` events. Never raises; events it cannot read count in ``odd``.
-    Bounded as ``ChunkFolder``: at most ``MAX_TOOL_CALLS`` output items are kept, and text and
-    tool-call arguments past ``max_chars`` make the outcome ``too_large`` with nothing kept.
+    from their ``output_item`` events, and the outcome is not ``completed`` however the
+    stream ended (its body may just end): a cut-off turn, not a finished reply to judge.
+    Never raises; events it cannot read count in ``odd``. Bounded as ``ChunkFolder``: at most
+    ``MAX_TOOL_CALLS`` output items are kept, and text and tool-call arguments past
+    ``max_chars`` make the outcome ``too_large`` with nothing kept.
 
     Args:
         max_chars: characters of text and arguments kept before nothing more is
@@ -454,7 +456,8 @@ class ResponsesStreamFolder(EventFolder):
             output_tokens=usage.get("completion_tokens")
             if type(usage.get("completion_tokens")) is int
             else None,
-            completed=completed and self._status != "failed",
+            # the terminal event: the API always ends so; a body that just ended before it is cut off
+            completed=completed and self.done and self._status != "failed",
             chunks=self.chunks,
             odd=self.odd,
             too_large=self.too_large and final is None,

@@ -295,6 +295,38 @@ def test_cut_off_stream_keeps_what_the_deltas_built() -> None:
     assert out.finish_reason is None and out.completed is False and out.response_id == "resp_1"
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [[], [{"type": "response.completed", "response": {"status": "completed"}}]],
+    ids=["body_ended", "unreadable_terminal"],
+)
+@pytest.mark.parametrize(
+    ("cut", "said"), [(1, ""), (5, "Firs"), (-1, None)], ids=["no_text", "some_text", "all_but_it"]
+)
+def test_a_stream_without_its_terminal_event_is_not_completed_however_it_ended(
+    cut: int, said: str, tail: list[dict[str, Any]]
+) -> None:
+    """The adapter says the stream ended normally (``completed=True``: the HTTP body just
+    ended, the SDK's iterator stopped) but the terminal event never came (or came without an
+    ``output`` list, counted odd): a cut-off reply, not ``completed``, whatever the deltas
+    built; the same events with their terminal event are."""
+    response = _response([REASONING, MESSAGE])
+    events = _events(response)
+    folder = ResponsesStreamFolder()
+    for event in [*events[:-1][:cut], *tail]:
+        folder.feed(event)
+    out = folder.outcome(completed=True)
+    assert not folder.done and out.completed is False and out.no_reply is None
+    assert out.odd == len(tail) and out.finish_reason is None
+    doc = response_as_chat(response)
+    assert doc is not None
+    assert reply_text(out.reply) == (said if said is not None else reply_text(doc["choices"][0]["message"]))
+    whole = ResponsesStreamFolder()
+    for event in events:
+        whole.feed(event)
+    assert whole.outcome(completed=True).completed is True
+
+
 def test_failed_stream_is_not_completed_and_odd_events_are_counted() -> None:
     folder = ResponsesStreamFolder()
     folder.feed({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hel"})

@@ -251,3 +251,75 @@ async def test_a_router_stream_litellm_breaks_off_at_response_failed_before_any_
         assert m.flush(10)
     assert exp.results == []
     assert exp.no_replies == Counter({"error": 1})
+
+
+# -- a stream cut before its terminal event -------------------------------------------------
+# The HTTP body ends cleanly after ``x-mock-cut-after`` events, without ``response.completed``
+# (``.incomplete``, ``.failed``): the SDK's iterator just stops. No complete reply: a cut-off
+# turn (rules ``not_applicable``, reason ``incomplete``), not an empty or short reply every
+# rule judges (it was a ``completed`` turn before). Cut after 4 events: created, in progress,
+# the reasoning item added and done, no text; after 12: some text.
+
+CUTS = [("4", False), ("12", True)]
+CUT_OFF = [("says_enough", "not_applicable", "incomplete")]
+
+
+def _cut_off(exp: RecordingExporter, text: bool) -> None:
+    """``exp`` got one cut-off turn (with some text or none), nothing counted without a reply."""
+    assert [(c.rule, c.verdict, c.reason) for r in exp.results for c in r.checks] == CUT_OFF
+    assert [r.record.reply_chars > 0 for r in exp.results] == [text]
+    assert exp.no_replies == Counter()
+
+
+@pytest.mark.parametrize("mode", ["stream", "astream", "helper", "ahelper"])
+@pytest.mark.parametrize(("cut", "text"), CUTS, ids=["no_text", "some_text"])
+async def test_a_stream_cut_before_its_terminal_event_is_a_cut_off_turn(
+    api_base: str, mode: str, cut: str, text: bool
+) -> None:
+    final, exp = await _run(api_base, mode, {"x-mock-cut-after": cut})
+    assert final is None  # the application saw no terminal event either
+    _cut_off(exp, text)
+
+
+# LiteLLM (1.108) raises ``APIConnectionError`` to the application when the body ends
+# without a terminal event: a dropped connection to the wrapper, not the upstream's error, so
+# a cut-off turn with text or without (an older LiteLLM that just stopped would reach the
+# folder's rule, as the SDK above does).
+ENDED_EARLY = "closed the responses stream before any terminal event"
+
+
+@pytest.mark.parametrize(("cut", "text"), CUTS, ids=["no_text", "some_text"])
+async def test_a_router_stream_cut_before_its_terminal_event_is_a_cut_off_turn(
+    api_base: str, cut: str, text: bool
+) -> None:
+    import litellm
+
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = RouterWrapper(_router(api_base, {"x-mock-cut-after": cut}), m)
+        with pytest.raises(litellm.APIConnectionError, match=ENDED_EARLY):
+            await _events_of(await wrapped.aresponses(model="g0", input="hi there", stream=True))
+        assert m.flush(10)
+    _cut_off(exp, text)
+
+
+@pytest.mark.parametrize(("cut", "text"), CUTS, ids=["no_text", "some_text"])
+async def test_the_proxy_callback_records_a_stream_cut_before_its_terminal_event_as_cut_off(
+    api_base: str, cut: str, text: bool
+) -> None:
+    import litellm
+
+    router = _router(api_base, {"x-mock-cut-after": cut})
+    exp = RecordingExporter()
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb = HandoffmonCallback(runtime=rt)
+        data = {"model": "g0", "input": "hi there", "litellm_call_id": f"cut-{cut}"}
+        await cb.async_pre_call_hook(None, None, data, "aresponses")
+        stream = await router.aresponses(model="g0", input="hi there", stream=True)
+        passed: list[Any] = []
+        with pytest.raises(litellm.APIConnectionError, match=ENDED_EARLY):
+            async for event in cb.async_post_call_streaming_iterator_hook(None, stream, data):
+                passed.append(event)
+        assert passed and all(str(getattr(e.type, "value", e.type)) not in TERMINAL for e in passed)
+        assert rt.monitor.flush(10)
+    _cut_off(exp, text)

@@ -285,3 +285,21 @@ def test_cut_off_stream_records_what_the_client_saw(proxy: Proxy) -> None:
     after = snapshot(proxy)
     assert delta(after.turns, before.turns) == expected_turns([schedule(1), schedule(2)])
     assert delta(after.attributions, before.attributions).get("unknown", 0) == 0
+
+
+@pytest.mark.parametrize("cut", ["4", "12"], ids=["no_text", "some_text"])
+def test_a_stream_cut_before_its_terminal_event_is_a_turn_no_rule_judges(proxy: Proxy, cut: str) -> None:
+    """The body ends cleanly after ``cut`` events (the reasoning item only, or some text too),
+    without ``response.completed``: a cut-off turn, every rule ``not_applicable`` (reason
+    ``incomplete``), as the Messages API's without ``message_stop``. It was a completed turn,
+    judged: an empty reply fails every rule, a partial one is judged as if whole."""
+    before = snapshot(proxy)
+    body = {"model": "gpt-x", "input": f"cut after {cut}", "stream": True}
+    r = httpx.post(f"{proxy.url}/v1/responses", json=body, headers={"x-mock-cut-after": cut})
+    assert r.status_code == 200 and r.text.count("data:") == int(cut)
+    assert ('"response.output_text.delta"' in r.text) == (cut == "12")
+    assert "response.completed" not in r.text
+    after = snapshot(proxy)
+    assert delta(after.turns, before.turns) == expected_turns([schedule(1)])
+    verdicts = Counter((k.rule, k.verdict) for k in delta(after.checks, before.checks).elements())
+    assert verdicts == Counter({(rule["name"], "not_applicable"): 1 for rule in RULES})
