@@ -181,7 +181,7 @@ MATCH_OPTION = click.option(
 )
 @click.option("--transitions", type=click.Path(dir_okay=False), help="transitions.csv to merge in")
 @MATCH_OPTION
-@click.option("--window", help="Prometheus duration for increase(), e.g. 1h (default: counter totals)")
+@click.option("--window", help="Prometheus duration, e.g. 1h: count its increments (default: counter totals)")
 @click.option("--out", required=True, help="output JSON file ('-' for stdout)")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config file (buckets, refit)")
 @click.option("--min-n", type=int, help="override refit.min_n")

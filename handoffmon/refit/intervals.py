@@ -54,7 +54,7 @@ def effective_clusters(conversations: np.ndarray, n2: np.ndarray, n: np.ndarray)
     """G, or N²/Σn_c² where that is larger: the conversations a cell's sums speak for.
 
     With exact sums N²/Σn_c² ≤ G (Cauchy–Schwarz), so this is G. Over a window
-    (``increase``), a conversation that began before it adds to Σn² but not to G: a cell
+    (its increments), a conversation that began before it adds to Σn² but not to G: a cell
     carried by such conversations has G = 0 beside Σn² > 0, which read as "no cluster sums"
     (independent turns, the normal reference). N²/Σn_c² of the increments is a lower bound on
     the conversations behind them, so the cell counts as that many, at least one.

@@ -534,7 +534,7 @@ class RefitResult:
         prior: ``empirical`` (prior SDs fitted per rule, see ``RuleFit.prior_sd_pi_pp``) or
             ``fixed``.
         buckets: depth bucket labels used.
-        window_s: time window the counts cover (Prometheus ``increase``), if any.
+        window_s: time window the counts cover (a Prometheus source's ``--window``), if any.
         version: schema version of this document.
         fdr: Benjamini–Hochberg level behind ``PairEffect.significant``.
         markov_min_transitions: transitions needed out of each state to publish a chain.

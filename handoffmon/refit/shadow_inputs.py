@@ -69,7 +69,7 @@ _RELATIONS: tuple[Relation, ...] = (
      True, False),
     ("bn + cn <= n2", lambda v: v["bn"] + v["cn"], lambda v: v["n2"], True, False),
     ("pairs <= n2", lambda v: v["n"], lambda v: v["n2"], True, False),
-    # as for the cells, ``increase`` loses the first sample of every series born in a window
+    # G <= N holds for increments too; not checked over a window, as for the cells (``inputs``)
     (_G_BOUND, lambda v: v["g"], lambda v: v["n"], False, False),
     ("conversations >= 1", lambda v: np.minimum(v["n"], 1.0), lambda v: v["g"], False, False),
     ("n2 <= pairs^2", lambda v: v["n2"], lambda v: v["n"] ** 2, False, False),
@@ -99,10 +99,11 @@ def check_shadow(
         windowed: the counts are increases over a window (only relations increments obey).
         min_pairs: over a window, cells with fewer pairs (``refit.min_n``: no switch cost is
             estimated for them, so none can be too narrow) are not checked. A small cell's
-            series are born in the window, and a counter reset goes unseen by ``increase`` when
-            the new count reaches the old one by the first scrape: a healthy 12 s window across
-            a restart (real Prometheus) read one pooled cell of 8 pairs with Σbn + Σcn = 11
-            beside Σn² = 0.
+            series are born in the window: read with ``increase``, whose per-series reset
+            detection missed a restart where the new count reached the old one by the first
+            scrape, a healthy 12 s window across a restart (real Prometheus) read one pooled
+            cell of 8 pairs with Σbn + Σcn = 11 beside Σn² = 0 (the source now shares one reset
+            per scraped process: ``sources.prometheus.window_increases``).
 
     Raises:
         InputError: an exact source breaks a relation (source, rule, pair, relation and values named).

@@ -2,10 +2,25 @@
 
 Each counter is summed over replicas (every label not in the key is aggregated away,
 e.g. ``instance`` and ``job``) with one instant query, all at the same evaluation
-time. With a ``window`` the query is ``increase(metric[window])`` — the counts of the
-last window; Prometheus extrapolates ``increase`` to the window edges, so those counts
-are rounded to integers. Without a window the raw counter totals are summed, which
-equals merging the replicas' local aggregates exactly.
+time. Without a window the raw counter totals are summed, which equals merging the
+replicas' local aggregates exactly.
+
+With a ``window`` the counts are the increments of the last window, computed here from the
+raw counters (``window_increases``), not by PromQL's ``increase``: ``increase`` detects a
+counter reset per series, as a sample below the one before it, and extrapolates each series
+to the window's edges by its own samples. A cell's stats are separate series, so a replica
+restart could count as a reset in some of them and not in others: measured against a real
+Prometheus, a cell's ``y2`` went 37, 38 | 36 … 60 across a restart (a reset: 61 counted) and
+its ``yn`` 37, 38 | 38 … 62 (no sample below the one before: 25 counted, the 38 of the old
+process lost), which read as Σy² = 67 > Σyn = 27 and repaired a healthy cell. Here each
+series is read as sampled (``metric[window:step]``, ``WINDOW_STEPS`` points) and a reset is
+a property of the scraped process: a step at which any series of a target (the labels
+outside the key: ``job``, ``instance``, …) falls below its previous value restarts every
+series of that target from 0; a series that appears after the target's first step was 0
+until then (not its first sample lost, as ``increase`` does); nothing is extrapolated. So
+all stats of a cell share one reset and one baseline, and their increments obey the same
+relations as the turns behind them. A restart after which every series of a target is at or
+above its old value stays undetectable (from counters alone), as for ``increase``.
 
 The clean-baseline verdicts and the per-cell depth and conversation-cluster sums
 (``handoffmon_baseline_checks_total``, ``handoffmon_cell_stats_total``) are read the same
@@ -36,6 +51,8 @@ not sent on to another host when Prometheus redirects.
 from __future__ import annotations
 
 import base64
+import bisect
+import itertools
 import json
 import math
 import os
@@ -94,6 +111,11 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 MAX_LABEL_VALUE_CHARS = 1024
 """Longest key label value read: handoffmon exports at most 128 characters (``labels.MAX_LABEL_CHARS``),
 a few times that once control characters are spelled as escapes."""
+WINDOW_STEPS = 120
+"""Points per series of a windowed read (``metric[window:window/WINDOW_STEPS]``): bounded
+whatever the window and scrape interval. A step coarser than the scrape interval loses a
+restarted process's last increments before the restart, the same turns' increments in every
+series of the target (so the relations between them still hold)."""
 MAX_RESPONSE_BYTES = 256 << 20
 """Largest query answer read (256 MiB, about a million series): a bigger one is refused, not
 held in memory."""
@@ -300,13 +322,16 @@ class PrometheusSource:
         return f"{self.base_url}{{{self.matchers}}}" if self.matchers else self.base_url
 
     def query_for(self, metric: str, by: tuple[str, ...]) -> str:
-        """The PromQL summing ``metric`` over replicas by ``by``."""
+        """The PromQL summing ``metric``'s counter totals over replicas by ``by`` (a window is
+        read by ``window_query_for``)."""
         series = select(metric, self.matchers)
-        inner = f"increase({series}[{self.window}])" if self.window else series
-        return f"sum by ({', '.join(by)}) ({inner})" if by else f"sum({inner})"
+        return f"sum by ({', '.join(by)}) ({series})" if by else f"sum({series})"
 
-    def query(self, expr: str, at: float | None = None, *, what: str | None = None) -> list[dict[str, Any]]:
-        """Run one instant query (at ``at``, default now); its result series (a vector).
+    def query(
+        self, expr: str, at: float | None = None, *, what: str | None = None, result_type: str = "vector"
+    ) -> list[dict[str, Any]]:
+        """Run one instant query (at ``at``, default now); its result series (a ``result_type``:
+        ``vector``, or ``matrix`` for a range or subquery).
 
         Raises:
             SourceError: unreachable, an error answer, an answer with ``warnings`` (Thanos,
@@ -333,8 +358,10 @@ class PrometheusSource:
             )
         data = body.get("data")
         data = data if isinstance(data, dict) else {}
-        if data.get("resultType") != "vector":
-            raise SourceError(f"Prometheus returned {data.get('resultType')!r} for {what}, expected vector")
+        if data.get("resultType") != result_type:
+            raise SourceError(
+                f"Prometheus returned {data.get('resultType')!r} for {what}, expected {result_type}"
+            )
         result = data.get("result")
         if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
             raise SourceError(f"malformed Prometheus result for {what}: {str(result)[:200]}")
@@ -357,22 +384,10 @@ class PrometheusSource:
             try:
                 raw = float(series["value"][1])
                 found = series["metric"]
-                labels = {k: found.get(k) for k in by}
             except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
                 raise SourceError(f"malformed Prometheus series for {metric}: {shown}") from exc
-            if not math.isfinite(raw) or round(raw) < 0:
-                raise SourceError(
-                    f"Prometheus series for {metric} has value {series['value'][1]!r}, not a count >= 0 "
-                    f"(a gauge or a rule writing under that name?): {shown}"
-                )
-            for k, v in labels.items():
-                if not isinstance(v, str) or not v or len(v) > MAX_LABEL_VALUE_CHARS:
-                    what = "no" if not v else ("a non-string" if not isinstance(v, str) else "an over-long")
-                    raise SourceError(
-                        f"Prometheus series for {metric} has {what} {k!r} label (handoffmon sets every "
-                        f"key label, at most {MAX_LABEL_VALUE_CHARS} characters; dropped or rewritten "
-                        f"by relabeling?): {shown}"
-                    )
+            _check_count(metric, raw, series["value"][1], shown)
+            labels = _key_labels(metric, found, by, shown)
             key = tuple(labels[k] for k in by)
             if key in seen:
                 raise SourceError(
@@ -382,39 +397,98 @@ class PrometheusSource:
             seen.add(key)
             value = round(raw)
             if value > 0:
-                out.append((typing.cast(dict[str, str], labels), value))
+                out.append((labels, value))
         return out
 
+    def window_query_for(self, metric: str) -> str:
+        """The PromQL reading ``metric``'s raw series over the window, ``WINDOW_STEPS`` points each."""
+        assert self.window_s is not None
+        step_ms = max(1, int(self.window_s * 1000 / WINDOW_STEPS))
+        return f"{select(metric, self.matchers)}[{self.window}:{step_ms}ms]"
+
+    def window_vectors(
+        self, families: Mapping[str, tuple[str, ...]], at: float
+    ) -> dict[str, list[tuple[dict[str, str], int]]]:
+        """Each metric's window increments summed by its key labels (as ``vector`` answers),
+        from the raw series of every family at once: a target's resets are found across all
+        of them (``window_increases``).
+
+        Raises:
+            SourceError: as ``vector`` does, for a series no handoffmon counter gives.
+        """
+        rows: list[tuple[str, tuple[str, ...], dict[str, str], tuple[tuple[str, str], ...]]] = []
+        points: list[list[tuple[float, float]]] = []
+        for metric, by in families.items():
+            for series in self.query(self.window_query_for(metric), at, what=metric, result_type="matrix"):
+                shown = str(series)[:200]
+                try:
+                    found = series["metric"]
+                    pts = sorted((float(t), float(v)) for t, v in series["values"])
+                    target = tuple(
+                        sorted((k, str(v)) for k, v in found.items() if k not in by and k != "__name__")
+                    )
+                except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                    raise SourceError(f"malformed Prometheus series for {metric}: {shown}") from exc
+                for _, v in pts:
+                    _check_count(metric, v, v, shown)
+                labels = _key_labels(metric, found, by, shown)
+                rows.append((metric, tuple(labels[k] for k in by), labels, target))
+                points.append(pts)
+        increases = window_increases([row[3] for row in rows], points)
+        sums: dict[str, dict[tuple[str, ...], tuple[dict[str, str], float]]] = {m: {} for m in families}
+        for (metric, key, labels, _), inc in zip(rows, increases, strict=True):
+            _, total = sums[metric].get(key, (labels, 0.0))
+            sums[metric][key] = (labels, total + inc)
+        return {
+            m: [(labels, round(v)) for labels, v in by_key.values() if round(v) > 0]
+            for m, by_key in sums.items()
+        }
+
     def snapshot(self) -> Counts:
-        """All counters summed over replicas, evaluated at one instant."""
+        """All counters summed over replicas, evaluated at one instant (over a window: their
+        increments, ``window_vectors``)."""
         at = self._clock()
         checks_by = ("rule", "model", "prefix_model", "depth_bucket", "verdict")
         trans_by = ("rule", "model", "handoff", "from_verdict", "to_verdict")
         turns_by = ("model", "prefix_model", "depth_bucket")
-        checks = {CheckKey(*(lab[k] for k in checks_by)): v for lab, v in self.vector(CHECKS, checks_by, at)}  # type: ignore[arg-type]
+        base_by = ("rule", "model", "depth_bucket", "verdict")
+        stats_by = ("rule", "model", "prefix_model", "depth_bucket", "stat")
+        families = {
+            CHECKS: checks_by,
+            TRANSITIONS: trans_by,
+            TURNS: turns_by,
+            ATTRIBUTIONS: ("method",),
+            MONITOR_ERRORS: ("stage",),
+            DROPPED: (),
+            BASELINE_CHECKS: base_by,
+            CELL_STATS: stats_by,
+            SHADOW_PAIR_STATS: SHADOW_PAIR_LABELS,
+        }
+        read = self.window_vectors(families, at) if self.window else None
+
+        def vector(metric: str, by: tuple[str, ...], at: float) -> list[tuple[dict[str, str], int]]:
+            return read[metric] if read is not None else self.vector(metric, by, at)
+
+        checks = {CheckKey(*(lab[k] for k in checks_by)): v for lab, v in vector(CHECKS, checks_by, at)}  # type: ignore[arg-type]
         trans = {
             TransitionKey(*(lab[k] for k in trans_by)): v  # type: ignore[arg-type]
-            for lab, v in self.vector(TRANSITIONS, trans_by, at)
+            for lab, v in vector(TRANSITIONS, trans_by, at)
         }
         turns: dict[TurnKey, int] = {}
-        for lab, v in self.vector(TURNS, turns_by, at):
+        for lab, v in vector(TURNS, turns_by, at):
             key = TurnKey(lab["model"], lab["prefix_model"], lab["depth_bucket"], _handoff(lab))
             turns[key] = turns.get(key, 0) + v
-        attributions = {lab["method"]: v for lab, v in self.vector(ATTRIBUTIONS, ("method",), at)}
-        errors = {lab["stage"]: v for lab, v in self.vector(MONITOR_ERRORS, ("stage",), at)}
-        dropped = sum(v for _, v in self.vector(DROPPED, (), at))
-        base_by = ("rule", "model", "depth_bucket", "verdict")
+        attributions = {lab["method"]: v for lab, v in vector(ATTRIBUTIONS, ("method",), at)}
+        errors = {lab["stage"]: v for lab, v in vector(MONITOR_ERRORS, ("stage",), at)}
+        dropped = sum(v for _, v in vector(DROPPED, (), at))
         baseline = {
             CheckKey(lab["rule"], lab["model"], lab["model"], lab["depth_bucket"], lab["verdict"]): v  # type: ignore[arg-type]
-            for lab, v in self.vector(BASELINE_CHECKS, base_by, at)
+            for lab, v in vector(BASELINE_CHECKS, base_by, at)
         }
-        stats_by = ("rule", "model", "prefix_model", "depth_bucket", "stat")
-        stats = {
-            CellStatKey(*(lab[k] for k in stats_by)): v for lab, v in self.vector(CELL_STATS, stats_by, at)
-        }
+        stats = {CellStatKey(*(lab[k] for k in stats_by)): v for lab, v in vector(CELL_STATS, stats_by, at)}
         shadow = {
             ShadowKey(*(lab[k] for k in SHADOW_PAIR_LABELS)): v
-            for lab, v in self.vector(SHADOW_PAIR_STATS, SHADOW_PAIR_LABELS, at)
+            for lab, v in vector(SHADOW_PAIR_STATS, SHADOW_PAIR_LABELS, at)
         }
         if shadow and not any(k.stat in SHADOW_CLUSTER for k in shadow):
             raise SourceError(
@@ -440,6 +514,69 @@ class PrometheusSource:
             cell_stats=stats,
             shadow=shadow,
         )
+
+
+def window_increases(
+    targets: list[tuple[tuple[str, str], ...]], points: list[list[tuple[float, float]]]
+) -> list[float]:
+    """Each series' increment over its ``points`` (time, value; sorted), with its target's
+    resets and baseline shared by all series of that target (``targets[i]``: series i's labels
+    outside the key).
+
+    A target resets at a time at which any of its series falls below its previous value (a
+    restarted process: all its counters start again from 0). Per series, each stretch between
+    resets adds its last value minus its start: 0 after a reset, and 0 too for a series first
+    seen after the target's first time (it did not exist, so it was 0); only a series present
+    at the target's first time counts from its value there. Nothing is extrapolated."""
+    by_target: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for i, target in enumerate(targets):
+        if points[i]:
+            by_target.setdefault(target, []).append(i)
+    out = [0.0] * len(points)
+    for idxs in by_target.values():
+        first = min(points[i][0][0] for i in idxs)
+        resets = sorted(
+            {t for i in idxs for (_, before), (t, v) in itertools.pairwise(points[i]) if v < before}
+        )
+        for i in idxs:
+            total = 0.0
+            for seg, group in itertools.groupby(points[i], key=lambda p: bisect.bisect_right(resets, p[0])):
+                stretch = list(group)
+                start = stretch[0][1] if seg == 0 and stretch[0][0] == first else 0.0
+                total += stretch[-1][1] - start
+            out[i] = total
+    return out
+
+
+def _check_count(metric: str, raw: float, shown_value: object, shown: str) -> None:
+    """Raises SourceError unless ``raw`` is a count ≥ 0."""
+    if not math.isfinite(raw) or round(raw) < 0:
+        raise SourceError(
+            f"Prometheus series for {metric} has value {shown_value!r}, not a count >= 0 "
+            f"(a gauge or a rule writing under that name?): {shown}"
+        )
+
+
+def _key_labels(metric: str, found: Any, by: tuple[str, ...], shown: str) -> dict[str, str]:
+    """The key labels ``by`` of a series' labels ``found``.
+
+    Raises:
+        SourceError: the labels are not a mapping, or a key label is missing, empty, not a
+            string or over ``MAX_LABEL_VALUE_CHARS``.
+    """
+    try:
+        labels = {k: found.get(k) for k in by}
+    except AttributeError as exc:
+        raise SourceError(f"malformed Prometheus series for {metric}: {shown}") from exc
+    for k, v in labels.items():
+        if not isinstance(v, str) or not v or len(v) > MAX_LABEL_VALUE_CHARS:
+            what = "no" if not v else ("a non-string" if not isinstance(v, str) else "an over-long")
+            raise SourceError(
+                f"Prometheus series for {metric} has {what} {k!r} label (handoffmon sets every "
+                f"key label, at most {MAX_LABEL_VALUE_CHARS} characters; dropped or rewritten "
+                f"by relabeling?): {shown}"
+            )
+    return typing.cast(dict[str, str], labels)
 
 
 def _handoff(labels: dict[str, str]) -> str:

@@ -16,7 +16,7 @@ class Loaded:
 
     ``exact``: totals at rest (a SQLite file, a turn log, a cells CSV), whose cluster sums the
     refit refuses when no conversations can give them; Prometheus answers are approximate
-    (series read one by one, ``increase`` extrapolated per series) and are repaired and
+    (series read one by one while turns land) and are repaired and
     reported instead (``handoffmon.refit.inputs``).
     """
 

@@ -67,7 +67,8 @@ def test_refit_errors_exit_1_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_refit_from_prometheus_with_window_records_the_window(tmp_path: Path) -> None:
-    """prometheus://HOST:PORT --window 1h: increase() queries, window_s = 3600 in the JSON."""
+    """prometheus://HOST:PORT --window 1h: each metric's raw series over the hour, window_s = 3600
+    in the JSON."""
     from tests.sources.fakeprom import fake_prometheus
 
     with fake_prometheus() as (url, seen):
@@ -77,7 +78,7 @@ def test_refit_from_prometheus_with_window_records_the_window(tmp_path: Path) ->
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout[: res.stdout.rindex("}") + 1])
     assert doc["window_s"] == 3600.0 and doc["source"].startswith("http://127.0.0.1:")
-    assert all("[1h]" in p["query"] for p in seen)
+    assert all("[1h:" in p["query"] for p in seen)
 
 
 def _csv_inputs(tmp_path: Path) -> list[str]:

@@ -18,6 +18,23 @@ def _vector(series: list[tuple[dict[str, str], str]]) -> dict[str, Any]:
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
+WINDOW_QUERY = re.compile(r"\[[0-9a-z]+:[0-9a-z]+\]")
+"""A windowed read's subquery (``metric[1h:30000ms]``)."""
+
+
+def as_window(body: dict[str, Any], query: str) -> dict[str, Any]:
+    """``body`` (a vector answer) as a windowed read (``WINDOW_QUERY``) gets it: each series a
+    matrix from 0 at the window's start to its value, so its window increment is that value;
+    other queries get ``body`` itself."""
+    data = body.get("data")
+    if not WINDOW_QUERY.search(query) or not isinstance(data, dict) or data.get("resultType") != "vector":
+        return body
+    result = [
+        {"metric": s["metric"], "values": [[s["value"][0] - 3600, "0"], s["value"]]} for s in data["result"]
+    ]
+    return {**body, "data": {"resultType": "matrix", "result": result}}
+
+
 CANNED = {
     "handoffmon_checks_total": _vector(
         [
@@ -130,7 +147,7 @@ def fake_prometheus() -> Iterator[tuple[str, list[dict[str, str]]]]:
             if url.path != "/api/v1/query" or metric is None:
                 body, code = {"status": "error", "errorType": "bad_data", "error": "unknown"}, 400
             else:
-                body, code = CANNED[metric], 200
+                body, code = as_window(CANNED[metric], query), 200
             reply(self, code, json.dumps(body).encode())
 
     with loopback_server(Handler) as port:

@@ -29,7 +29,7 @@ from handoffmon.sim.calibration import standard_population
 from handoffmon.sim.counting import counts_from_rows
 from handoffmon.sim.shadow_arm import shadow_counts, simulate_shadowed
 from handoffmon.sources.prometheus import MAX_LABEL_VALUE_CHARS
-from tests.sources.fakeprom import QuietHandler, loopback_server, reply
+from tests.sources.fakeprom import QuietHandler, as_window, loopback_server, reply
 
 Series = list[tuple[dict[str, str], str]]
 
@@ -85,7 +85,7 @@ def serving(series: dict[str, Series], extra: dict[str, Any] | None = None) -> I
             body: dict[str, Any] = {"status": "success", "data": {"resultType": "vector", "result": result}}
             if metric and metric.group(0) == "handoffmon_cell_stats_total":
                 body.update(extra or {})
-            reply(self, 200, json.dumps(body).encode())
+            reply(self, 200, json.dumps(as_window(body, params.get("query", ""))).encode())
 
     with loopback_server(Handler) as port:
         yield f"prometheus://127.0.0.1:{port}"

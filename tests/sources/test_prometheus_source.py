@@ -61,19 +61,56 @@ def test_snapshot_parses_vectors_into_counts(fake_prometheus) -> None:  # type: 
 
 
 def test_queries_sum_over_replicas_at_one_instant(fake_prometheus) -> None:  # type: ignore[no-untyped-def]
-    """Every query is `sum by (<key labels>)`, with increase() over the window, all at the same time."""
+    """Every totals query is `sum by (<key labels>)`; over a window each metric's raw series
+    are read (a subquery of WINDOW_STEPS points), all at the same time."""
     url, seen = fake_prometheus
-    PrometheusSource(url, window="1h", clock=lambda: 1700000000.0).snapshot()
+    counts = PrometheusSource(url, window="1h", clock=lambda: 1700000000.0).snapshot()
     queries = {p["query"] for p in seen}
-    assert (
-        "sum by (rule, model, prefix_model, depth_bucket, verdict) (increase(handoffmon_checks_total[1h]))"
-        in queries
-    )
-    assert "sum(increase(handoffmon_queue_dropped_total[1h]))" in queries
+    assert "handoffmon_checks_total[1h:30000ms]" in queries
+    assert "handoffmon_queue_dropped_total[1h:30000ms]" in queries
     assert {p["time"] for p in seen} == {"1700000000.000"}
+    assert counts.dropped == 5 and counts.attributions == {"chain": 9}
     seen.clear()
     PrometheusSource(url).snapshot()
     assert "sum by (method) (handoffmon_attributions_total)" in {p["query"] for p in seen}
+
+
+RESTART = {
+    # one cell's stats as a real Prometheus sampled them across a replica restart (seconds
+    # before the read; the restart between -10.7 and -7.7): y2 falls, yn does not
+    "conversations": [(-11.7, 41), (-10.7, 42), (-7.7, 27), (-3.7, 41), (-0.7, 48)],
+    "n2": [(-11.7, 50), (-10.7, 51), (-7.7, 47), (-3.7, 69), (-0.7, 76)],
+    "y2": [(-11.7, 37), (-10.7, 38), (-7.7, 36), (-3.7, 55), (-0.7, 60)],
+    "yn": [(-11.7, 37), (-10.7, 38), (-7.7, 38), (-3.7, 57), (-0.7, 62)],
+}
+
+
+def test_a_window_shares_each_targets_resets_and_baseline_across_its_series() -> None:
+    """A restart is one reset for every series of the scraped process (yn, which never fell,
+    counts its new process from 0 like y2: 1 + 62, not increase's 62 - 37 = 25, which read as
+    Σy² > Σyn); a series first seen inside the window counts from 0; another target
+    without a reset counts from its first sample."""
+    at = 1700000000.0
+    cell = {"rule": "json", "model": "m1", "prefix_model": "m1", "depth_bucket": "all"}
+
+    def series(instance: str, stat: str, points: list[tuple[float, int]]) -> dict[str, Any]:
+        labels = {"__name__": "handoffmon_cell_stats_total", "job": "full", "instance": instance, **cell}
+        return {"metric": {**labels, "stat": stat}, "values": [[at + t, str(v)] for t, v in points]}
+
+    result = [series("a:1", stat, points) for stat, points in RESTART.items()]
+    result.append(series("b:1", "yn", [(-11.7, 38), (-0.7, 40)]))  # b never restarted
+    result.append(series("b:1", "y2", [(-3.7, 3), (-0.7, 4)]))  # born in the window
+    seen: list[str] = []
+
+    def fetch(url: str, params: dict[str, str]) -> Any:
+        seen.append(params["query"])
+        found = result if params["query"].startswith("handoffmon_cell_stats_total[") else []
+        return {"status": "success", "data": {"resultType": "matrix", "result": found}}
+
+    counts = PrometheusSource("http://x", window="12s", fetch=fetch, clock=lambda: at).snapshot()
+    got = {k.stat: v for k, v in counts.cell_stats.items()}
+    assert got == {"conversations": 1 + 48, "n2": 1 + 76, "y2": 1 + 60 + 4, "yn": 1 + 62 + 2}
+    assert "handoffmon_cell_stats_total[12s:100ms]" in seen
 
 
 def test_errors_become_source_errors() -> None:
@@ -152,13 +189,13 @@ def test_refit_from_prometheus_equals_refit_from_merged_local_aggregates(two_job
 
 
 def test_match_selects_one_deployment_in_every_query(fake_prometheus) -> None:  # type: ignore[no-untyped-def]
-    """`match` puts its label matchers on every metric, inside increase(); malformed selectors,
+    """`match` puts its label matchers on every metric, inside the window; malformed selectors,
     metric names and PromQL beyond matchers are refused before any query."""
     url, seen = fake_prometheus
     src = PrometheusSource(url, window="1h", match='{job="prod", namespace=~"llm|llm-eu"}')
     src.snapshot()
     queries = {p["query"] for p in seen}
-    assert 'sum(increase(handoffmon_queue_dropped_total{job="prod", namespace=~"llm|llm-eu"}[1h]))' in queries
+    assert 'handoffmon_queue_dropped_total{job="prod", namespace=~"llm|llm-eu"}[1h:30000ms]' in queries
     assert all('{job="prod", namespace=~"llm|llm-eu"}' in q for q in queries), queries
     assert src.label == f'{src.base_url}{{job="prod", namespace=~"llm|llm-eu"}}'
     for bad in ('job="prod"', 'up{job="prod"}', "{}", "{job=prod}", '{job="a"} or vector(1)'):

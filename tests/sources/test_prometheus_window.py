@@ -1,8 +1,11 @@
-"""``--window`` against a real Prometheus scraping live traffic across a restart: the refit's
-input check (``refit.inputs``) tolerates what ``increase`` really does (per-series
-extrapolation, series born inside the window, a counter reset, conversations straddling the
-window's start) and repairs only what breaks, here a cell's ``n2`` series dropped by a
-``metric_relabel_configs`` rule as a user might write one."""
+"""``--window`` against a real Prometheus scraping live traffic across a restart: the window
+read (one reset and baseline per scraped process, ``sources.prometheus.window_increases``)
+and the refit's input check (``refit.inputs``) repair no healthy cell (series born inside the
+window, the restart, conversations straddling the window's start) and repair what breaks,
+here a cell's ``n2`` series dropped by a ``metric_relabel_configs`` rule as a user might write
+one. Read with ``increase``, whose reset detection is per series, a healthy cell's Σy² came
+out above its Σyn in about 1 run in 5 (a stat whose new count reached its old one by the
+first scrape after the restart lost its whole old count)."""
 
 from __future__ import annotations
 
