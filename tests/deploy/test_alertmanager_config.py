@@ -154,7 +154,7 @@ def test_relabelled_alertmanager_config_refuses_a_list_without_the_identity(tmp_
     """A config whose list the relabelling cannot find (another order) is refused, not written
     with a list that compares only part of the identity."""
     odd = ALERTMANAGER_CONFIG.read_text(encoding="utf-8").replace(
-        "equal: [job, namespace, cluster, fit]", "equal: [cluster, namespace, job, fit]"
+        "equal: [job, namespace, cluster, fit, instance]", "equal: [cluster, namespace, job, fit, instance]"
     )
     path = tmp_path / "alertmanager.yml"
     path.write_text(odd, encoding="utf-8")
@@ -164,28 +164,37 @@ def test_relabelled_alertmanager_config_refuses_a_list_without_the_identity(tmp_
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_a_failing_refit_mutes_refit_stale_of_its_fit_and_the_no_success_one(tmp_path: Path) -> None:
+def test_a_failing_refit_mutes_refit_stale_of_its_fit_replica_and_the_no_success_one(tmp_path: Path) -> None:
     """The shipped config with the label sets the rules give these alerts: RefitFailing always
     names its fit; RefitStale names it, except "no refit success at all while turns flow" (no
     `fit`), which a refit failing from its first run raises too. A failing fit mutes RefitStale of
-    the same fit and the fit-less one (one cause, one notification), not the other fit's."""
+    the same fit and the fit-less one (one cause, one notification), not the other fit's. Local
+    fits are per replica (`instance`): r1's failing refit mutes r1's RefitStale, not r2's (a
+    hung refit there, another cause)."""
     base = {"job": "prod", "severity": "warning"}
+    fleet = {"job": "fleet", "severity": "warning", "fit": "local"}
     alerts = [
         {**base, "alertname": "RefitFailing", "fit": "pooled"},
         {**base, "alertname": "RefitStale", "fit": "pooled"},
         {**base, "alertname": "RefitStale"},
-        {**base, "alertname": "RefitStale", "fit": "local"},
+        {**base, "alertname": "RefitStale", "fit": "local", "instance": "r1:4100"},
         {"job": "staging", "severity": "warning", "alertname": "RefitStale"},
+        {**fleet, "alertname": "RefitFailing", "instance": "r1:4100"},
+        {**fleet, "alertname": "RefitStale", "instance": "r1:4100"},
+        {**fleet, "alertname": "RefitStale", "instance": "r2:4100"},
     ]
     config = alertmanager_test_config(load_yaml(ALERTMANAGER_CONFIG), "http://127.0.0.1:9/hook")
     expected = {
-        ("RefitFailing", "prod", "pooled"): "active",
-        ("RefitStale", "prod", "pooled"): "suppressed",
-        ("RefitStale", "prod", ""): "suppressed",
-        ("RefitStale", "prod", "local"): "active",
-        ("RefitStale", "staging", ""): "active",
+        ("RefitFailing", "prod", "pooled", ""): "active",
+        ("RefitStale", "prod", "pooled", ""): "suppressed",
+        ("RefitStale", "prod", "", ""): "suppressed",
+        ("RefitStale", "prod", "local", "r1:4100"): "active",
+        ("RefitStale", "staging", "", ""): "active",
+        ("RefitFailing", "fleet", "local", "r1:4100"): "active",
+        ("RefitStale", "fleet", "local", "r1:4100"): "suppressed",
+        ("RefitStale", "fleet", "local", "r2:4100"): "active",
     }
     with alertmanager(tmp_path, config) as am:
         _post_alerts(am, alerts)
-        states = _states(am, expected, ("alertname", "job", "fit"))
+        states = _states(am, expected, ("alertname", "job", "fit", "instance"))
     assert states == expected, states
