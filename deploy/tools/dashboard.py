@@ -627,6 +627,10 @@ def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashbo
     evictions = f"sum by (what) (rate({q.m('handoffmon_store_evictions_total')}[$__rate_interval]))"
     cap = f"max by (label) ({q.m('handoffmon_label_values')} / {q.m('handoffmon_label_limit')})"
     refit_age = f"time() - max({q.m('handoffmon_refit_last_success_timestamp_seconds')})"
+    # each replica's own local fit, as RefitStale (fit="local") reads it: a replica whose refit
+    # hangs among fresh ones ages here while the newest refit stays young
+    local_success = q.m(SUCCESS, 'fit!="pooled"')
+    replica_refit_age = f"time() - max by (instance) ({local_success})"
     refit_sel = q.m("handoffmon_monitor_errors_total", 'stage="refit"')
     refit_failures = f"sum(increase({refit_sel}[$__rate_interval]))"
     seconds_sel = q.m("handoffmon_check_seconds_total", 'rule=~"$rule"')
@@ -717,6 +721,7 @@ def _health(d: dashboard.Dashboard, q: Queries, alerts: Sequence[str]) -> dashbo
                 8,
                 _target(refit_age, "age of the newest refit", "A"),
                 _target(refit_failures, "failed refits", "B"),
+                _target(replica_refit_age, "local refit age: {{instance}}", "C"),
             ).override_by_query("B", [DynamicConfigValue(id_val="unit", value="short")])
         )
         .with_panel(_ts(24, "Checker time per check by rule", "s", 8, 8, _target(check_cost, "{{rule}}")))

@@ -95,3 +95,26 @@ def test_a_stale_pooled_fit_without_local_fits_shows_no_pair_and_its_age(tmp_pat
         + _check_empty(_target(*age, job="none"), "100m")
     )
     _promtool(tmp_path, series, checks)
+
+
+def test_refit_age_shows_each_replicas_local_fit_so_a_hung_one_ages_beside_fresh_ones(tmp_path: Path) -> None:
+    """The refit age panel draws each replica's local fit as RefitStale (fit="local") reads it: r3,
+    whose refit hangs at minute 60 while r1 and r2 refit every minute, is 40 minutes old at
+    minute 100 (the newest refit stays at 0); the pooled fit draws no replica line."""
+    hung = (
+        (
+            'handoffmon_refit_last_success_timestamp_seconds{job="prod", instance="r3", fit="local"}',
+            "0+60x60 3600x140",
+        ),
+    )
+    series = SERIES + "".join(f"\n      - series: '{s}'\n        values: '{v}'" for s, v in hung)
+    replicas = _target("Refit age and failed", "max by (instance)")
+    samples = "".join(
+        f"          - labels: '{{instance=\"{r}\"}}'\n            value: {v}\n"
+        for r, v in (("r1", 0), ("r2", 0), ("r3", 2400))
+    )
+    checks = (
+        f"      - expr: {json.dumps(replicas)}\n        eval_time: 100m\n        exp_samples:\n{samples}"
+        + _check(_target("Refit age and failed", "time() - max(handoffmon"), "100m", "{}", 0)
+    )
+    _promtool(tmp_path, series, checks)
