@@ -564,8 +564,8 @@ def compare_cmd(
     could be compared (unknown --model, no production data for it, no shared rule or
     depth) or, with --strict, when some names have no match.
     """
+    from handoffmon.errors import DuplicateKey, unique_object
     from handoffmon.evals.compare import compare, read_switch_matrix, render_text, unmatched_lines
-    from handoffmon.evals.docread import DuplicateKey, unique_object
     from handoffmon.evals.results import EvalResult
     from handoffmon.labels import MAX_LABEL_CHARS, exportable
 

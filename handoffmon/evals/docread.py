@@ -20,25 +20,6 @@ T = TypeVar("T")
 _MISSING = object()
 
 
-class DuplicateKey(ValueError):
-    """A key given twice in one JSON object (``json.loads`` would keep the last silently)."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        super().__init__(f"key {key[:80]!r} given twice in one object: keep one")
-
-
-def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` of ``json.loads`` refusing a repeated key (``DuplicateKey``): a
-    hand-edited document with a second, pasted ``"rules"`` list was read as the second only."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 class DocReader:
     """Typed access to one parsed JSON document; every error names ``source`` and the key path."""
 

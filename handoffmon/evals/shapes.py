@@ -18,8 +18,8 @@ from typing import Any
 
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
-from handoffmon.errors import InputError, NoDataError
-from handoffmon.evals.docread import DocReader, DuplicateKey, unique_object
+from handoffmon.errors import DuplicateKey, InputError, NoDataError, unique_object
+from handoffmon.evals.docread import DocReader
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
 SCHEMA = "handoffmon.shapes"
