@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from handoffmon.counts import Counts
@@ -38,6 +39,13 @@ def multiprocess_counts(path: str | None = None) -> Counts:
         families = list(MultiProcessCollector(None, path=where).collect())  # type: ignore[no-untyped-call]
     except (OSError, ValueError) as exc:
         raise SourceError(f"cannot read the multiprocess directory {where}: {exc}") from exc
+    return counts_from_families(families, f"file://{where}")
+
+
+def counts_from_families(families: Iterable[Any], label: str) -> Counts:
+    """handoffmon's counters among prometheus_client metric ``families`` (a registry's
+    ``collect()``), mapped to ``Counts`` by ``PrometheusSource`` as it maps Prometheus' sums of
+    them; ``label`` names the source in its errors."""
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in families:
         if family.name.startswith("handoffmon_"):
@@ -56,4 +64,4 @@ def multiprocess_counts(path: str | None = None) -> Counts:
         result = [{"metric": dict(zip(by, k, strict=True)), "value": [0, repr(v)]} for k, v in sums.items()]
         return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
-    return PrometheusSource(f"file://{where}", fetch=fetch).snapshot()
+    return PrometheusSource(label, fetch=fetch).snapshot()

@@ -24,6 +24,8 @@ from handoffmon.errors import InputError, NoDataError
 from handoffmon.types import VERDICTS
 
 COLUMNS = ("conversation_id", "depth", "model", "prefix_model", "rule", "verdict")
+PADDED = ("depth", "verdict")
+"""Columns read with surrounding spaces trimmed; the names (ids, models, rules) are kept exactly."""
 VERDICTS_MAP = "verdicts"
 """handoffmon's own turn log has, instead of ``rule``/``verdict``, this map rule → verdict."""
 SUFFIXES = (".jsonl", ".ndjson", ".csv", ".parquet")
@@ -72,7 +74,7 @@ def _expand_verdicts(con: Any, path: Path, types: dict[str, str]) -> None:
     keep, model = f"EXCLUDE ({VERDICTS_MAP})", ""
     if "model" in types:  # a missing column is reported by the caller
         keep = f"EXCLUDE (model, {VERDICTS_MAP})"
-        model = "coalesce(NULLIF(trim(CAST(r.model AS VARCHAR)), ''), 'unknown') AS model, "
+        model = "coalesce(NULLIF(CAST(r.model AS VARCHAR), ''), 'unknown') AS model, "
     con.execute(
         f"CREATE TEMP TABLE expanded AS SELECT r.* {keep}, "
         f"{model}e.key AS rule, e.value ->> '$' AS verdict "
@@ -105,7 +107,9 @@ def _load(con: Any, path: Path) -> None:
     missing = [c for c in COLUMNS if c not in have]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(COLUMNS)})")
-    text = {c: f"trim(CAST({c} AS VARCHAR))" for c in COLUMNS}
+    # names as written, spaces included, as the SQLite and Prometheus sources keep them (a
+    # canonical name " atlas " must join across sources); depth and verdict may be padded
+    text = {c: f"trim(CAST({c} AS VARCHAR))" if c in PADDED else f"CAST({c} AS VARCHAR)" for c in COLUMNS}
     verdicts = ", ".join(f"'{v}'" for v in VERDICTS)
     checks = [
         *(

@@ -174,3 +174,46 @@ def test_cli_refit_of_a_turn_log_is_exact_and_a_cut_last_line_is_an_error(logs, 
     cut.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
     res = CliRunner().invoke(main, ["refit", "--source", str(cut), "--out", "-"])
     assert res.exit_code == 1 and res.stdout == "" and f"{cut}: not a readable turn log" in res.stderr
+
+
+def test_names_with_surrounding_spaces_read_the_same_from_turn_log_sqlite_and_prometheus(
+    tmp_path: Path,
+) -> None:
+    """A model named " atlas " (and one named by spaces alone) is counted by the monitor as
+    given; its turn log, its SQLite aggregates and its Prometheus series all read it back so,
+    key for key, so the name joins across sources (the turn log trimmed it to "atlas")."""
+    import logging
+
+    from handoffmon.exporters.logs import StructlogExporter
+    from handoffmon.pipeline.aggregates import load_counts_sqlite
+    from handoffmon.sources.multiprocess import counts_from_families
+    from tests.pipeline.helpers import make_config, run_conversation, runtime
+
+    path, db = tmp_path / "handoffmon-turns.jsonl", tmp_path / "aggregates.sqlite"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    stdlib = logging.getLogger("test.spaced_names")
+    stdlib.setLevel(logging.INFO)
+    stdlib.propagate = False
+    stdlib.addHandler(handler)
+    config = make_config(store={"backend": "sqlite", "path": str(db)}, refit={"interval_s": 0})
+    rt = runtime(config, exporters=[StructlogExporter(stdlib)])
+    try:
+        for c, authors in enumerate([[" atlas ", " atlas ", "b"], ["b", "  ", " atlas "], [" atlas "]]):
+            run_conversation(rt.monitor, authors, metadata=[{"conversation_id": f"c{c}"}] * len(authors))
+        assert rt.flush(10)
+        live = rt.monitor.snapshot()
+        families = list(rt.registry.collect())
+    finally:
+        rt.close()
+        stdlib.removeHandler(handler)
+        handler.close()
+    assert {k.model for k in live.checks} == {" atlas ", "  ", "b"}
+    assert {k.prefix_model for k in live.checks} == {"none", " atlas ", "  ", "b"}
+    logged = load_source(str(path)).counts
+    stored = load_counts_sqlite(str(db))
+    scraped = counts_from_families(families, "registry")
+    for counts in (logged, stored, scraped):
+        assert counts.checks == live.checks
+        assert counts.baseline_checks == live.baseline_checks
+        assert {k: v for k, v in counts.cell_stats.items() if v} == live.cell_stats
+    assert logged.turns == stored.turns == scraped.turns == live.turns
