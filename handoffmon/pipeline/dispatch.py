@@ -24,9 +24,11 @@ class ExporterDispatch:
     Every turn an exporter did not take counts one ``monitor_errors{stage="export"}`` via
     ``on_error``: a failing export (raises or returns False), a turn refused by a full queue
     (the exporter hangs or is too slow), and at a shutdown that does not finish in time each
-    turn left behind (queued or in progress). A ``force_flush`` that fails or returns False
-    at close counts one more. None of them blocks the pipeline. Delivery beyond the
-    exporter (an OpenTelemetry SDK's OTLP exporter failing in its own thread) is not seen here.
+    turn left behind (queued or in progress). A ``force_flush`` that raises or returns False
+    at close counts one more (logged with the exception it raised), a ``shutdown`` that raises
+    one more; ``shutdown`` is called after a failed flush too. None of them blocks the
+    pipeline. Delivery beyond the exporter (an OpenTelemetry SDK's OTLP exporter failing in its
+    own thread) is not seen here.
 
     Args:
         exporter: the exporter.
@@ -53,8 +55,8 @@ class ExporterDispatch:
         if self.exporter.export(result) is False:
             self._on_error("export", 1)
 
-    def _raised(self, exc: BaseException) -> None:
-        _log.warning("handoffmon exporter %s raised: %r", type(self.exporter).__name__, exc)
+    def _raised(self, exc: BaseException, call: str = "export") -> None:
+        _log.warning("handoffmon exporter %s: %s raised %r", type(self.exporter).__name__, call, exc)
         self._on_error("export", 1)
 
     def submit(self, result: TurnResult) -> None:
@@ -89,11 +91,17 @@ class ExporterDispatch:
             )
             self._on_error("export", left)
             return
+        budget = 5.0 if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            budget = 5.0 if deadline is None else max(0.0, deadline - time.monotonic())
             if self.exporter.force_flush(budget) is False:
-                _log.warning("handoffmon exporter %s did not flush in time", type(self.exporter).__name__)
+                _log.warning(
+                    "handoffmon exporter %s: force_flush returned False (timed out or failed)",
+                    type(self.exporter).__name__,
+                )
                 self._on_error("export", 1)
+        except Exception as exc:
+            self._raised(exc, "force_flush")
+        try:  # after a failed flush too: the exporter's threads and files are released either way
             self.exporter.shutdown()
         except Exception as exc:
-            self._raised(exc)
+            self._raised(exc, "shutdown")
