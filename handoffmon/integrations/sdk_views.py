@@ -69,11 +69,22 @@ class Forwarding:
         return getattr(inner, name)
 
 
+class _Parsed:
+    """What ``parse()`` made of a response's body, in one object that the response's copies hold
+    (``copy.copy`` copies the attributes): the SDK's copies parse to the one stream, so the
+    monitored ones give one monitored stream, whose turn is recorded once."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 class ParsedResponse(Forwarding):
     """An SDK response object, except that ``parse()`` without arguments gives what the wrapper
     made of the parsed body: a stream recorded when it ends, or the reply, recorded. The first
-    call computes it (``monitored(parsed)``), later calls return it; every other attribute is
-    the SDK response's.
+    call, on the response or any ``copy.copy`` of it, computes it (``monitored(parsed)``), later
+    calls return it; every other attribute is the SDK response's.
 
     Args:
         response: the SDK's (legacy or streaming) API response.
@@ -87,18 +98,23 @@ class ParsedResponse(Forwarding):
     ) -> None:
         self._response = response
         self._monitored = monitored
-        self._done = done
+        self._parsed = _Parsed(done)
 
     _INNER = "_response"  # passes for the SDK response's class (``LegacyAPIResponse``, ...)
+
+    def _once(self, parsed: Any) -> Any:
+        if self._parsed.value is _UNSET:  # a copy may have parsed meanwhile (the SDK's same body)
+            assert self._monitored is not None
+            self._parsed.value = self._monitored(parsed)
+        return self._parsed.value
 
     def parse(self, **kwargs: Any) -> Any:
         """The monitored result (with ``to=``: the SDK's own parse, not monitored)."""
         if kwargs:
             return self._response.parse(**kwargs)
-        if self._done is _UNSET:
-            assert self._monitored is not None
-            self._done = self._monitored(self._response.parse())
-        return self._done
+        if self._parsed.value is _UNSET:
+            return self._once(self._response.parse())
+        return self._parsed.value
 
     def __repr__(self) -> str:
         return repr(self._response)
@@ -110,10 +126,9 @@ class AsyncParsedResponse(ParsedResponse):
     async def parse(self, **kwargs: Any) -> Any:  # type: ignore[override]
         if kwargs:
             return await self._response.parse(**kwargs)
-        if self._done is _UNSET:
-            assert self._monitored is not None
-            self._done = self._monitored(await self._response.parse())
-        return self._done
+        if self._parsed.value is _UNSET:
+            return self._once(await self._response.parse())
+        return self._parsed.value
 
 
 def parsed_response(
@@ -195,7 +210,7 @@ class StreamedCall:
     def _left(self) -> Any:
         """The monitored stream the application parsed from the response, if any: the SDK's
         exit closes the HTTP response only, so the wrapper closes the stream (``close_under``)."""
-        return None if self._wrapped is None else self._wrapped._done
+        return None if self._wrapped is None else self._wrapped._parsed.value
 
     def __enter__(self) -> Any:
         self._t0 = time.perf_counter()

@@ -128,3 +128,39 @@ def test_copies_of_monitored_resources_stay_monitored() -> None:
         assert raw.parse().choices[0].message.content == "reply number 2"
         m.flush(10)
     assert len(exp.results) == 2
+
+
+async def _streamed_copies(client: Any, is_async: bool) -> tuple[bool, list[str]]:
+    """``with_streaming_response.create(stream=True)``; the response copied before ``parse()``,
+    then parsed through the copy and the original: (the same stream from both, the chunks' text
+    read one from the copy's stream and the rest from the original's)."""
+    manager = client.chat.completions.with_streaming_response.create(
+        model="primary", messages=HI, stream=True
+    )
+    if is_async:
+        async with manager as response:
+            other = copy.copy(response)
+            first, stream = await other.parse(), await response.parse()
+            head = (await first.__anext__()).choices[0].delta.content
+            return first is stream, [head, *[c.choices[0].delta.content async for c in stream]]
+    with manager as response:
+        other = copy.copy(response)
+        first, stream = other.parse(), response.parse()
+        head = next(first).choices[0].delta.content
+        return first is stream, [head, *[c.choices[0].delta.content for c in stream]]
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_copied_streaming_response_parses_to_one_monitored_stream(is_async: bool) -> None:
+    """``copy.copy`` of a ``with_streaming_response`` response, then ``parse()`` on the copy and
+    on the original: the SDK gives one stream from both, so does the wrapper, and the turn is
+    recorded once, whole. (Before: two monitored streams over the one SDK stream, each recording
+    the chunks read through it: two turns, 'reply' and ' number 1'.)"""
+    with monitor(make_config()) as m:
+        unwrapped = await _streamed_copies(_client(m, is_async).client, is_async)
+    assert unwrapped == (True, ["reply", " number", " 1"])
+    exp = RecordingExporter()
+    with monitor(make_config(), exporters=[exp]) as m:
+        assert await _streamed_copies(_client(m, is_async), is_async) == unwrapped
+        assert m.flush(10)
+    assert [(r.record.reply_chars, r.record.streamed) for r in exp.results] == [(len("reply number 1"), True)]
