@@ -49,6 +49,14 @@ class _Row:
             raise self.error(column, "empty value")
         return value
 
+    def name(self, column: str) -> str:
+        """A rule or model name exactly as written, spaces included: the SQLite, Prometheus and
+        turn-log sources keep a model named " atlas " so, and ``write_cells_csv`` writes it so."""
+        value = self.values.get(column) or ""
+        if not value:
+            raise self.error(column, "empty value")
+        return value
+
     def parse(self, column: str, conv: Callable[[str], _T], what: str) -> _T:
         raw = self.text(column)
         try:
@@ -102,7 +110,7 @@ def read_cells_csv(path: str | Path) -> Counts:
     """Read a cells.csv into ``Counts.checks`` (pass = passes, fail = n − passes)."""
     checks: Counter[CheckKey] = Counter()
     for row in _rows(path, CELLS_COLUMNS):
-        rule, prefix, model = row.text("rule"), row.text("prefix_model"), row.text("model")
+        rule, prefix, model = row.name("rule"), row.name("prefix_model"), row.name("model")
         bucket = _bucket_label(row)
         n, passes = row.count("n"), row.count("passes")
         if passes > n:
@@ -117,8 +125,8 @@ def read_transitions_csv(path: str | Path) -> Counts:
     trans: Counter[TransitionKey] = Counter()
     for row in _rows(path, TRANSITIONS_COLUMNS):
         key = TransitionKey(
-            row.text("rule"),
-            row.text("model"),
+            row.name("rule"),
+            row.name("model"),
             row.choice("handoff", HANDOFF_VALUES),
             row.choice("from_verdict", VERDICTS),  # type: ignore[arg-type]
             row.choice("to_verdict", VERDICTS),  # type: ignore[arg-type]

@@ -68,6 +68,30 @@ def test_write_then_read_round_trips_synthetic_counts(tmp_path: Path) -> None:
     assert back.transitions == {k: v for k, v in counts.transitions.items()}
 
 
+def test_names_with_surrounding_spaces_round_trip(tmp_path: Path) -> None:
+    """A model named " atlas " (and one named by spaces alone) is written and read back as the
+    monitor counted it and the SQLite and Prometheus sources read it (it was read as "atlas",
+    and "  " refused as an empty value); counts and verdicts are still read trimmed."""
+    counts = Counts(
+        checks={
+            CheckKey(" r", " atlas ", "none", "1", "pass"): 3,
+            CheckKey(" r", "b", " atlas ", "2", "fail"): 2,
+            CheckKey(" r", "  ", "b", "2", "pass"): 1,
+        },
+        transitions={TransitionKey(" r", " atlas ", "false", "pass", "fail"): 4},
+    )
+    write_cells_csv(counts, tmp_path / "c.csv")
+    write_transitions_csv(counts, tmp_path / "t.csv")
+    back = read_cells_csv(tmp_path / "c.csv").merge(read_transitions_csv(tmp_path / "t.csv"))
+    assert {k: v for k, v in back.checks.items() if v} == counts.checks
+    assert back.transitions == counts.transitions
+    padded = _write(tmp_path, "p.csv", "rule,prefix_model,model,depth_bucket,n,passes\nr,a,b, 2 , 3 , 1\n")
+    assert read_cells_csv(padded).checks == {
+        CheckKey("r", "b", "a", "2", "pass"): 1,
+        CheckKey("r", "b", "a", "2", "fail"): 2,
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
