@@ -345,8 +345,8 @@ class OTelExporter:
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
         self._meter = meter
         self._store_stats: Callable[[], dict[str, int]] | None = None
-        self._store_evictions: Callable[[], dict[str, int]] | None = None
-        self._store_operations: Callable[[], dict[str, int]] | None = None
+        self._store_counts: dict[str, Callable[[], dict[str, int]] | None] = {}
+        """The store's counts by one label (``op`` → calls, ``what`` → evictions), once wired."""
         self._instruments(meter)
         self._verdict_cells: set[tuple[str, str, str, str]] = set()
         self._cells_lock = threading.Lock()
@@ -470,13 +470,13 @@ class OTelExporter:
         )
         meter.create_observable_counter(
             "handoffmon_store_operations",
-            callbacks=[self._observe_operations],
+            callbacks=[self._counts_by("op")],
             unit="{operation}",
             description=OPERATIONS_HELP,
         )
         meter.create_observable_counter(
             "handoffmon_store_evictions",
-            callbacks=[self._observe_evictions],
+            callbacks=[self._counts_by("what")],
             unit="{item}",
             description=EVICTIONS_HELP,
         )
@@ -509,8 +509,7 @@ class OTelExporter:
         the memory store's) as ``handoffmon_store_evictions{what}``, at each collection (the
         runtime wires it)."""
         self._store_stats = stats
-        self._store_evictions = evictions
-        self._store_operations = operations
+        self._store_counts = {"what": evictions, "op": operations}
 
     def observe_collector(self, collector: Any) -> None:
         """Mirror a prometheus_client collector the runtime reads at scrape time (routing
@@ -540,17 +539,14 @@ class OTelExporter:
 
         return observe
 
-    def _observe_evictions(self, options: CallbackOptions) -> Iterable[Observation]:
-        evictions = self._store_evictions
-        if evictions is None:
-            return []
-        return [Observation(n, {"what": what}) for what, n in sorted(evictions().items())]
+    def _counts_by(self, label: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """Callback of the store's counts keyed by ``label`` (``observe_store`` wires them)."""
 
-    def _observe_operations(self, options: CallbackOptions) -> Iterable[Observation]:
-        operations = self._store_operations
-        if operations is None:
-            return []
-        return [Observation(n, {"op": op}) for op, n in sorted(operations().items())]
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            read = self._store_counts.get(label)
+            return [] if read is None else [Observation(n, {label: k}) for k, n in sorted(read().items())]
+
+        return observe
 
     def _observe_store(self, options: CallbackOptions) -> Iterable[Observation]:
         stats = self._store_stats
