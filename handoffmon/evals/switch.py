@@ -441,16 +441,20 @@ def analyse(
 def scores_csv(scores: Sequence[CellScore]) -> str:
     """``episode,prefix_model,suffix_model,score`` (the ``stats switch-matrix`` input format).
 
-    Named by author and without off-author episodes, like the matrix ``analyse`` builds.
+    Named by author, without off-author episodes and NaN scores, like the matrix ``analyse``
+    builds; names are written exactly (quoted where CSV needs it) and ``read_scores_csv``
+    reads them back so.
     """
+    import math
+
+    from handoffmon.sources.csv import scores_csv_text
+
     authors = author_map(scores)
-    lines = ["episode,prefix_model,suffix_model,score"]
-    lines += [
-        f"{s.episode},{authors[s.prefix_model]},{authors[s.suffix_model]},{s.score!r}"
+    return scores_csv_text(
+        (s.episode, authors[s.prefix_model], authors[s.suffix_model], s.score)
         for s in scores
-        if _on_author(s, authors)
-    ]
-    return "\n".join(lines) + "\n"
+        if _on_author(s, authors) and not math.isnan(s.score)
+    )
 
 
 def messages_of(turns: Sequence[dict[str, str]]) -> Messages:

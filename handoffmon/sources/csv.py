@@ -15,9 +15,10 @@ Every problem raises ``InputError`` naming the file, the line and the column.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -145,6 +146,8 @@ def _finite(raw: str) -> float:
 def read_scores_csv(path: str | Path) -> list[tuple[str, str, str, float]]:
     """Read a switch-matrix scores.csv; a repeated (episode, prefix, suffix) is an error.
 
+    Model names are read exactly as written (``scores_csv`` writes author names so).
+
     Raises:
         InputError: a missing column or a bad row (file and line named).
         NoDataError: the file holds no rows.
@@ -152,7 +155,7 @@ def read_scores_csv(path: str | Path) -> list[tuple[str, str, str, float]]:
     seen: dict[tuple[str, str, str], int] = {}
     out: list[tuple[str, str, str, float]] = []
     for row in _rows(path, SCORES_COLUMNS):
-        key = (row.text("episode"), row.text("prefix_model"), row.text("suffix_model"))
+        key = (row.text("episode"), row.name("prefix_model"), row.name("suffix_model"))
         if key in seen:
             raise row.error(
                 "episode",
@@ -163,6 +166,16 @@ def read_scores_csv(path: str | Path) -> list[tuple[str, str, str, float]]:
     if not out:
         raise NoDataError(f"{path}: no rows")
     return out
+
+
+def scores_csv_text(rows: Iterable[tuple[str, str, str, float]]) -> str:
+    """A scores.csv of (episode, prefix_model, suffix_model, score) rows, names quoted where CSV
+    needs it (round-trips with ``read_scores_csv``)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(SCORES_COLUMNS)
+    w.writerows((e, a, b, repr(score)) for e, a, b, score in rows)
+    return out.getvalue()
 
 
 def write_cells_csv(counts: Counts, path: str | Path) -> None:

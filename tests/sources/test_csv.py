@@ -171,3 +171,25 @@ def test_cells_csv_counts_equal_the_same_counts_refit(tmp_path: Path) -> None:
         refit(back, **kw).to_json()
         == refit(Counts(checks=counts.checks, transitions=counts.transitions), **kw).to_json()
     )  # type: ignore[arg-type]
+
+
+def test_switch_matrix_scores_round_trip_names_exactly(tmp_path: Path) -> None:
+    """``scores_csv`` (eval switch-matrix --scores) and ``read_scores_csv`` (stats switch-matrix)
+    keep author names exactly: surrounding spaces, a comma, a quote and a formula-looking name
+    come back as written (they were written unquoted and read trimmed: " atlas " became "atlas",
+    "gpt,4" split into two fields). A NaN score (no rule decided at the final turn) is left out
+    as ``analyse`` leaves it out, so the file reads back instead of being refused."""
+    from handoffmon.evals.switch import CellScore, scores_csv
+
+    names = [" atlas ", 'gpt,4 "mini"', '=HYPERLINK("http://x")', "-1+2", "  "]
+    cells = [
+        CellScore(f"s#{e}", a, b, float((e + i + j) % 3) / 2, (a, b), 1)
+        for e in range(3)
+        for i, a in enumerate(names)
+        for j, b in enumerate(names)
+    ]
+    cells.append(CellScore("t#0", names[0], names[1], float("nan"), (names[0], names[1]), 1))
+    path = _write(tmp_path, "scores.csv", scores_csv(cells))
+    back = read_scores_csv(path)
+    assert back == [(c.episode, c.prefix_model, c.suffix_model, c.score) for c in cells[:-1]]
+    assert {r[1] for r in back} == set(names)
