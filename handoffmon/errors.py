@@ -124,3 +124,19 @@ def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DuplicateKey(key)
         out[key] = value
     return out
+
+
+def parse_json_document(text: str, source: str) -> Any:
+    """``json.loads(text)`` for a JSON file a command was given: ``InputError`` naming ``source``
+    and the line and column of a syntax error, the key given twice in one object
+    (``unique_object``), or a nesting too deep to parse (the parser recurses per level)."""
+    import json
+
+    try:
+        return json.loads(text, object_pairs_hook=unique_object)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    except DuplicateKey as exc:
+        raise InputError(f"{source}: {exc}") from exc
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply to read (thousands of levels)") from None

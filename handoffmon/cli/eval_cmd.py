@@ -564,7 +564,7 @@ def compare_cmd(
     could be compared (unknown --model, no production data for it, no shared rule or
     depth) or, with --strict, when some names have no match.
     """
-    from handoffmon.errors import DuplicateKey, unique_object
+    from handoffmon.errors import parse_json_document
     from handoffmon.evals.compare import compare, read_switch_matrix, render_text, unmatched_lines
     from handoffmon.evals.results import EvalResult
     from handoffmon.labels import MAX_LABEL_CHARS, exportable
@@ -580,15 +580,9 @@ def compare_cmd(
         evals, matrices = [], []
         for path in results:
             try:
-                data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_object)
-            except json.JSONDecodeError as exc:
-                raise HandoffmonError(f"{path}: not JSON: {exc.msg}") from exc
-            except DuplicateKey as exc:
-                raise HandoffmonError(f"{path}: {exc}") from exc
+                data = parse_json_document(Path(path).read_text(encoding="utf-8"), path)
             except UnicodeDecodeError as exc:
                 raise HandoffmonError(f"{path}: not JSON (not UTF-8 text: {exc.reason})") from exc
-            except RecursionError as exc:  # the parser recurses per nesting level
-                raise HandoffmonError(f"{path}: nested too deeply to read (thousands of levels)") from exc
             if isinstance(data, dict) and data.get("schema") == "handoffmon.switch_matrix":
                 matrices.append(read_switch_matrix(data, path))
             else:

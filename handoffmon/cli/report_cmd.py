@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,16 +9,18 @@ import click
 
 from handoffmon.cli.exits import ExitCode, fail
 from handoffmon.cli.files import check_writable, write_text_atomic
-from handoffmon.errors import HandoffmonError
+from handoffmon.errors import HandoffmonError, InputError, parse_json_document
 
 
 def _read_truth(path: str | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        data = parse_json_document(Path(path).read_text(encoding="utf-8"), path)
+    except (OSError, UnicodeDecodeError) as exc:
         fail(f"{path}: cannot read planted truth: {exc}")
+    except InputError as exc:  # a syntax error, a key given twice, nesting too deep
+        fail(str(exc))
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
         fail(f"{path}: not a truth document (expected a 'models' mapping)")
     return data

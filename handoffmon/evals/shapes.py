@@ -18,7 +18,7 @@ from typing import Any
 
 from handoffmon.counts import Counts
 from handoffmon.depth import DepthBuckets
-from handoffmon.errors import DuplicateKey, InputError, NoDataError, unique_object
+from handoffmon.errors import InputError, NoDataError, parse_json_document
 from handoffmon.evals.docread import DocReader
 from handoffmon.types import NO_PREFIX, UNKNOWN_MODEL
 
@@ -84,14 +84,7 @@ class Shapes:
         Per-bucket lists must have one value per bucket, counts must be integers and
         adherences numbers (or null); keys this reader does not know are ignored.
         """
-        try:
-            d = json.loads(text, object_pairs_hook=unique_object)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-        except DuplicateKey as exc:
-            raise InputError(f"{source}: {exc}") from exc
-        except RecursionError as exc:  # the parser recurses per nesting level
-            raise InputError(f"{source}: nested too deeply to read (thousands of levels)") from exc
+        d = parse_json_document(text, source)
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise InputError(f"{source}: not a {SCHEMA} document")
         doc = DocReader(source)

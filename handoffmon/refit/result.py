@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import types
 import typing
@@ -14,7 +13,7 @@ from typing import Any, Union, overload
 import orjson
 
 from handoffmon.depth import BUCKET_LABEL
-from handoffmon.errors import DuplicateKey, InputError, json_got, json_shown, unique_object
+from handoffmon.errors import InputError, json_got, json_shown, parse_json_document
 
 SCHEMA = "handoffmon.refit"
 SCHEMA_VERSION = 2
@@ -598,15 +597,7 @@ class RefitResult:
     @classmethod
     def from_json(cls, text: str, *, source: str = "<json>") -> RefitResult:
         """Rebuild from ``to_json`` output."""
-        try:
-            data = json.loads(text, object_pairs_hook=unique_object)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-        except DuplicateKey as exc:
-            raise InputError(f"{source}: {exc}") from exc
-        except RecursionError:  # the parser recurses per nesting level
-            raise InputError(f"{source}: nested too deeply to read (thousands of levels)") from None
-        return cls.from_dict(data, source=source)
+        return cls.from_dict(parse_json_document(text, source), source=source)
 
 
 @dataclass(frozen=True)

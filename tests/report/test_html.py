@@ -488,3 +488,38 @@ def test_a_negative_pair_count_from_a_damaged_document_still_renders() -> None:
 
     chart = bubbles(["a", "b"], ["a", "b"], {("a", "b"): -1, ("b", "a"): 4})
     assert chart.count('class="bubble"') == 2 and "n = -1" in chart
+
+
+def test_a_truth_with_a_key_given_twice_is_refused_naming_file_and_key(
+    result: RefitResult, tmp_path: Path
+) -> None:
+    """A hand-edited --truth with a model pasted twice was read as the last copy (json.loads keeps
+    it) and drawn with exit 0; it is refused as a refit JSON with a repeated key is (exit 1, the
+    file and the key named, nothing written). A truth that is not JSON names its line and column."""
+    import json
+
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    src, out, truth = tmp_path / "refit.json", tmp_path / "r.html", tmp_path / "truth.json"
+    src.write_text(result.to_json(), encoding="utf-8")
+    doc = Truth.of(default_fleet()).to_dict()
+    model = sorted(doc["models"])[0]
+    text = json.dumps(doc)
+    pasted = json.dumps({model: doc["models"][model]})[1:-1]
+    truth.write_text(text.replace('"models": {', '"models": {' + pasted + ", ", 1), encoding="utf-8")
+    assert json.loads(truth.read_text(encoding="utf-8")) == doc  # what the reader used to accept
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out), "--truth", str(truth)])
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith(f"error: {truth}: ") and f"{model!r} given twice" in res.output, res.output
+    assert not out.exists()
+    truth.write_text('{"models": {}\n,}', encoding="utf-8")
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out), "--truth", str(truth)])
+    assert res.exit_code == 1 and res.output.startswith(f"error: {truth}: line 2, column 2: "), res.output
+    truth.write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")  # was a RecursionError traceback
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out), "--truth", str(truth)])
+    assert (
+        res.exit_code == 1
+        and res.output == f"error: {truth}: nested too deeply to read (thousands of levels)\n"
+    )
