@@ -29,11 +29,12 @@ from handoffmon.ingress.chunks import (
     Pieces,
     StreamOutcome,
     parts_content,
+    said_nothing,
 )
 from handoffmon.ingress.conversation import SESSION_KEY
 from handoffmon.ingress.fields import get
 from handoffmon.ingress.request import ResponseLink
-from handoffmon.ingress.responses import NoReply, said_nothing
+from handoffmon.ingress.responses import NoReply
 
 _SKIPPED_BLOCKS = frozenset(("thinking", "redacted_thinking"))
 _CALL_BLOCKS = frozenset(("tool_use", "server_tool_use"))
@@ -275,7 +276,6 @@ class MessagesStreamFolder(EventFolder):
         self._model: str | None = None
         self._reason: str | None = None
         self._usage: dict[str, Any] = {}
-        self._error = False
 
     def _event(self, event: Any) -> None:
         kind = get(event, "type")
@@ -327,7 +327,7 @@ class MessagesStreamFolder(EventFolder):
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
-            self._error = True
+            self.error = True
 
     def _take_usage(self, usage: Any) -> None:
         for key in ("input_tokens", "output_tokens"):
@@ -364,7 +364,7 @@ class MessagesStreamFolder(EventFolder):
         (choice,) = doc["choices"]
         reply = {"role": "assistant", "content": None} if self.too_large else choice["message"]
         nothing = None
-        if self._error and not self.too_large and said_nothing(reply):
+        if self.failed_silent(reply):
             nothing = NoReply("error")  # the upstream failed it before any text
         elif not self.too_large:
             nothing = no_reply(self._reason, reply)
@@ -376,7 +376,7 @@ class MessagesStreamFolder(EventFolder):
             finish_reason=choice["finish_reason"],
             input_tokens=self._usage.get("input_tokens"),
             output_tokens=self._usage.get("output_tokens"),
-            completed=completed and self.done and not self._error,  # message_stop: the API always ends so
+            completed=completed and self.done and not self.error,  # message_stop: the API always ends so
             chunks=self.chunks,
             odd=self.odd,
             too_large=self.too_large,

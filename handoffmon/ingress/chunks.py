@@ -9,6 +9,12 @@ into ``refusal``; a tool call is keyed by ``index`` — its ``id``, ``type`` and
 pieces are appended. The folder is total: whatever a chunk holds,
 ``feed`` never raises; parts it cannot fold are skipped and counted in ``odd`` (the
 adapter counts them as ``monitor_errors{stage="parse"}``).
+
+A stream that raises instead of giving its next event is told to its folder (``raised``), so
+the verdict on how it ended is the folder's, the same in every adapter: an event stream (the
+Responses and Messages APIs) that the upstream ended with an error before any text is no
+reply (``StreamOutcome.no_reply`` ``error``: no turn, counted); a chat stream, or one that
+said something, is cut off.
 """
 
 from __future__ import annotations
@@ -118,8 +124,33 @@ class Folder(Protocol):
     def feed(self, chunk: Any) -> None:
         """Take one event; never raises."""
 
+    def raised(self, exc: BaseException) -> None:
+        """The stream raised ``exc`` instead of giving its next event; never raises."""
+
     def outcome(self, *, completed: bool) -> StreamOutcome:
         """The folded reply so far."""
+
+
+def upstream_error(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a stream, is an error the upstream sent in it: the SDK's (or
+    LiteLLM's) exception for an ``error`` event, or LiteLLM's ``InternalServerError`` at a
+    Responses API ``response.failed``. Such an exception carries the upstream's status code or
+    error body; a dropped connection or a timeout (``APIConnectionError`` and its subclasses,
+    in the OpenAI and Anthropic SDKs and LiteLLM, which give one a status code) does not count,
+    nor does anything else the iteration raised."""
+    if any(c.__name__ == "APIConnectionError" for c in type(exc).__mro__):
+        return False
+    return type(getattr(exc, "status_code", None)) is int or getattr(exc, "body", None) is not None
+
+
+def said_nothing(message: dict[str, Any]) -> bool:
+    """A reply (read as chat) with no tool call and no content but empty text parts."""
+    if message.get("tool_calls"):
+        return False
+    content = message.get("content")
+    if isinstance(content, list):
+        return all(type(p) is dict and p.get("type") == "text" and not p.get("text") for p in content)
+    return not content
 
 
 def parts_content(parts: list[Any]) -> Any:
@@ -134,7 +165,9 @@ def parts_content(parts: list[Any]) -> Any:
 
 class EventFolder:
     """What the folders of typed event streams (the Responses and Messages APIs) share: the
-    event and odd counts, a ``feed`` that never raises, and the cap on the reply's size.
+    event and odd counts, a ``feed`` that never raises, the cap on the reply's size, and the
+    upstream's error ending the stream (``error``: an ``error`` event, or an exception the
+    stream raised for one, :func:`upstream_error`).
 
     Args:
         max_chars: characters of text and arguments kept before nothing more is
@@ -148,6 +181,9 @@ class EventFolder:
         self.chunks = 0
         self.odd = 0
         self.too_large = False
+        self.error = False
+        """The upstream ended the stream with an error (its ``error`` event, or the exception
+        an SDK or LiteLLM raised for it)."""
 
     def feed(self, event: Any) -> None:
         """Take one event; never raises."""
@@ -156,6 +192,19 @@ class EventFolder:
             self._event(event)
         except Exception:
             self.odd += 1
+
+    def raised(self, exc: BaseException) -> None:
+        """The stream raised ``exc``: the upstream's error (:func:`upstream_error`) ends it as
+        an ``error`` event would; anything else (a dropped connection) leaves it cut off."""
+        try:
+            self.error = self.error or upstream_error(exc)
+        except Exception:  # an exception that cannot even be looked at: not the upstream's
+            self.odd += 1
+
+    def failed_silent(self, reply: dict[str, Any]) -> bool:
+        """The upstream's error ended the stream before ``reply`` said anything: no reply
+        (``no_reply`` ``error``), as long as the reply was kept (not ``too_large``)."""
+        return self.error and not self.too_large and said_nothing(reply)
 
     def _event(self, event: Any) -> None:
         raise NotImplementedError
@@ -275,6 +324,10 @@ class ChunkFolder:
                 self.odd += 1
         except Exception:  # a shape nobody anticipated: skip the chunk, keep the stream
             self.odd += 1
+
+    def raised(self, exc: BaseException) -> None:
+        """The stream raised ``exc``: a chat stream is cut off whatever it was (the turn keeps
+        the text so far; ``completed`` is the adapter's False)."""
 
     def _chunk(self, chunk: Any) -> bool:
         """Fold one chunk; False when some part of it was skipped."""

@@ -31,6 +31,7 @@ from handoffmon.ingress.chunks import (
     Pieces,
     StreamOutcome,
     parts_content,
+    said_nothing,
 )
 from handoffmon.ingress.conversation import SESSION_KEY, clean_id
 from handoffmon.ingress.fields import get
@@ -307,16 +308,6 @@ class NoReply(NamedTuple):
     """One of ``types.NO_REPLY_STATUSES``."""
 
 
-def said_nothing(message: dict[str, Any]) -> bool:
-    """A reply (read as chat) with no tool call and no content but empty text parts."""
-    if message.get("tool_calls"):
-        return False
-    content = message.get("content")
-    if isinstance(content, list):
-        return all(type(p) is dict and p.get("type") == "text" and not p.get("text") for p in content)
-    return not content
-
-
 def no_reply(status: Any, message: dict[str, Any]) -> NoReply | None:
     """The :class:`NoReply` of a finished response in ``status`` whose reply read as chat is
     ``message``; ``None`` when it is a turn (any other status, even an odd one, reads as before)."""
@@ -446,6 +437,8 @@ class ResponsesStreamFolder(EventFolder):
         if self.too_large and final is None:
             reply = {"role": "assistant", "content": None}
         nothing = no_reply(self._status, reply) if final is not None else None
+        if nothing is None and self.failed_silent(reply):  # the upstream's error before any text
+            nothing = NoReply("error")
         return StreamOutcome(
             reply=reply,
             deployment_ids=(),

@@ -141,6 +141,10 @@ class SSEFolder:
         else:
             self.folder.feed(chunk)
 
+    def raised(self, exc: BaseException) -> None:
+        """The stream raised ``exc``: told to ``folder``."""
+        self.folder.raised(exc)
+
     def outcome(self, *, completed: bool) -> StreamOutcome:
         """The folded reply (an event with no blank line after it is read first)."""
         self._sse.close()

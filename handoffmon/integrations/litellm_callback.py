@@ -363,6 +363,10 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
                 folder.feed(chunk)  # total: never raises into the stream
                 yield chunk
             completed = True
+        except BaseException as exc:
+            if folder is not None:
+                folder.raised(exc)  # the folder's verdict (an upstream error: no reply), as the wrappers'
+            raise
         finally:
             latency = self._latency(request_data)  # pops the start on every path, turn or not
             if cap is not None and folder is not None:
@@ -391,8 +395,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
     ) -> None:
         try:
             monitor = self.monitor
-            if not out.chunks or not monitor.stream_recordable(out):
-                return  # no chunk at all (the client gone before the first): no reply, no turn
+            if not monitor.stream_recordable(out) or not out.chunks:
+                return  # no reply (counted), or no chunk at all (the client gone before the first)
             monitor.finish(
                 cap,
                 out.reply,

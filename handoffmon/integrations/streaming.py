@@ -1,7 +1,7 @@
 """Stream wrappers: yield chunks unchanged, fold them (``ingress.ChunkFolder``, or a Responses or
-Messages API event folder), report once at the end. An event stream that raised an error the
-upstream sent (:func:`upstream_error`) before any text is reported as no reply
-(``StreamOutcome.no_reply`` ``error``: no turn, counted); cut off otherwise.
+Messages API event folder), report once at the end. An exception the stream raised is told to
+the folder (``Folder.raised``), whose outcome says what it made of it (an upstream error
+before any text of an event stream: ``no_reply`` ``error``), as in every other adapter.
 
 A stream the application drops without closing is reported from its finalizer, and a
 finalizer may run in any thread at any allocation, including inside a monitor lock that
@@ -27,9 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, SupportsIndex
 
 from handoffmon.ingress import ChunkFolder, StreamOutcome
-from handoffmon.ingress.chunks import EventFolder, Folder
-from handoffmon.ingress.responses import said_nothing
-from handoffmon.ingress.sse import SSEFolder
+from handoffmon.ingress.chunks import Folder
 from handoffmon.pipeline import fork
 
 _log = logging.getLogger("handoffmon.integrations")
@@ -61,39 +59,13 @@ def _after_fork() -> int:
 fork.on_fork(_after_fork)
 
 
-def upstream_error(exc: BaseException) -> bool:
-    """Whether ``exc``, raised by a stream, is an error the upstream sent in it: the SDK's (or
-    LiteLLM's) exception for an ``error`` event, or LiteLLM's ``InternalServerError`` at a
-    Responses API ``response.failed``. Such an exception carries the upstream's status code or
-    error body; a dropped connection or a timeout (``APIConnectionError`` and its subclasses,
-    in the OpenAI and Anthropic SDKs and LiteLLM, which give one a status code) does not count,
-    nor does anything else the iteration raised."""
-    if any(c.__name__ == "APIConnectionError" for c in type(exc).__mro__):
-        return False
-    return type(getattr(exc, "status_code", None)) is int or getattr(exc, "body", None) is not None
-
-
-def _of_events(folder: Folder) -> bool:
-    """A Responses or Messages API event stream's folder (also as raw SSE bytes: LiteLLM's
-    Messages streams), not a chat completion stream's."""
-    return isinstance(folder.folder if isinstance(folder, SSEFolder) else folder, EventFolder)
-
-
 def _report(
     cb: OnDone, folder: Folder, inner: Any, completed: bool, error: BaseException | None = None
 ) -> None:
     try:
-        out = folder.outcome(completed=completed)
-        if (
-            error is not None
-            and out.no_reply is None
-            and not out.too_large
-            and _of_events(folder)  # a Responses or Messages API stream (chat: untouched)
-            and said_nothing(out.reply)
-            and upstream_error(error)
-        ):  # the upstream ended it with an error before any text: no turn, counted (no_reply)
-            out = out._replace(no_reply="error")
-        cb(out, inner)
+        if error is not None:
+            folder.raised(error)
+        cb(folder.outcome(completed=completed), inner)
     except Exception:
         _log.warning("handoffmon stream completion failed", exc_info=True)
 

@@ -433,3 +433,45 @@ async def test_a_stream_the_client_leaves_before_its_first_event_is_no_turn() ->
         assert m.flush(10)
         assert exp.results == [] and m.snapshot().total_turns == 0
         assert cb._starts == {}
+
+
+async def test_a_messages_stream_the_upstream_fails_before_its_first_event_is_counted_no_reply() -> None:
+    """A ``/v1/messages`` stream that raises the upstream's error (an ``APIStatusError``, as the
+    Anthropic SDK or LiteLLM raise for an ``error`` event) before any event: no turn, counted
+    ``error``, as the wrappers count it (``EventFolder.raised``); a stream that raised a dropped
+    connection before any event is nothing at all. The hook returned before counting when no
+    chunk had come."""
+    import anthropic
+    import httpx
+
+    req = httpx.Request("POST", "http://x/v1/messages")
+    failures = {
+        "upstream": anthropic.APIStatusError(
+            "overloaded", response=httpx.Response(529, request=req), body={"type": "error"}
+        ),
+        "dropped": anthropic.APIConnectionError(request=req),
+    }
+    for name, exc in failures.items():
+        exp = RecordingExporter()
+        with runtime(CONFIG, exporters=[exp]) as rt:
+            cb = HandoffmonCallback(runtime=rt)
+            messages = [{"role": "user", "content": "hi"}]
+            data = {
+                "model": "claude",
+                "messages": messages,
+                "max_tokens": 50,
+                "litellm_call_id": f"call-{name}",
+                "proxy_server_request": {"url": "http://proxy/v1/messages"},
+            }
+            await cb.async_pre_call_hook(None, None, data, "anthropic_messages")
+
+            async def failing(exc: BaseException = exc) -> Any:
+                raise exc
+                yield b""  # an async generator
+
+            with pytest.raises(type(exc)):
+                async for _ in cb.async_post_call_streaming_iterator_hook(None, failing(), data):
+                    pass
+            assert rt.monitor.flush(10)
+        assert exp.results == [], name
+        assert exp.no_replies == ({"error": 1} if name == "upstream" else {}), name

@@ -323,3 +323,32 @@ async def test_the_proxy_callback_records_a_stream_cut_before_its_terminal_event
         assert passed and all(str(getattr(e.type, "value", e.type)) not in TERMINAL for e in passed)
         assert rt.monitor.flush(10)
     _cut_off(exp, text)
+
+
+@pytest.mark.parametrize("adapter", ["router", "callback"])
+async def test_litellm_breaking_off_at_response_failed_before_any_text_is_one_verdict_in_every_adapter(
+    api_base: str, adapter: str
+) -> None:
+    """The same LiteLLM stream (the upstream's ``response.failed`` with no text before it, which
+    LiteLLM raises as its ``InternalServerError``) read by the wrapped Router and by the LiteLLM
+    Proxy callback's streaming hook: one verdict from the one folder (``EventFolder.raised``),
+    no turn, counted ``error``. The hook used to record it as a cut-off turn with no text."""
+    nothing = {"x-mock-final-status": "failed", "x-mock-final-output": "none"}
+    router = _router(api_base, nothing)
+    exp = RecordingExporter()
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        if adapter == "router":
+            wrapped = RouterWrapper(router, rt.monitor)
+            with pytest.raises(Exception, match="failed to generate"):
+                await _events_of(await wrapped.aresponses(model="g0", input="hi there", stream=True))
+        else:
+            cb = HandoffmonCallback(runtime=rt)
+            data = {"model": "g0", "input": "hi there", "litellm_call_id": "failed-no-text"}
+            await cb.async_pre_call_hook(None, None, data, "aresponses")
+            stream = await router.aresponses(model="g0", input="hi there", stream=True)
+            with pytest.raises(Exception, match="failed to generate"):
+                async for _ in cb.async_post_call_streaming_iterator_hook(None, stream, data):
+                    pass
+        assert rt.monitor.flush(10)
+    assert exp.results == []
+    assert exp.no_replies == Counter({"error": 1})
