@@ -270,6 +270,7 @@ def refit(
             source=loaded.label,
             window_s=loaded.window_s,
             exact=loaded.exact,
+            repair=loaded.repair,
         )
         write_text_atomic(out, result.to_json(indent=None if compact else 2))
         if metrics_file or pushgateway:

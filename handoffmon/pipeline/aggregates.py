@@ -139,7 +139,7 @@ def _connect(path: str) -> sqlite3.Connection:
 def _counts_from_rows(rows: Iterable[tuple[str, str, int]], source: object) -> Counts:
     tables: dict[str, dict[Any, int]] = {k: {} for k in _KINDS}
     for kind, key, value in _decode_rows(rows, source)[0]:
-        if value:
+        if value > 0 or (value and kind != "session_lengths"):  # a torn move reads as 0 (_check_rows)
             tables[kind][key] = value
     return Counts(
         checks=tables["checks"],
@@ -183,7 +183,13 @@ def load_counts_sqlite(path: str | Path, *, strict: bool = False) -> Counts:
 
 def _check_rows(rows: Iterable[tuple[str, str, int]], source: object) -> None:
     """``StoreError`` for the first row of a known kind whose key this release cannot read or
-    whose count is not an integer ≥ 0 (SQLite keeps any value in an INTEGER column)."""
+    whose count is not an integer ≥ 0 (SQLite keeps any value in an INTEGER column).
+
+    A session length may be negative: a conversation's move to a deeper length (−1 at the old,
+    +1 at the new) is written by the worker that served the turn, and the +1 that put it at the
+    old length by another one, whose flush can come later or, after a crash, never (measured: a
+    Monitor that lost one flush left −27 at that depth). It is read as 0; the refit does not
+    use the lengths, and refusing it failed every periodic refit after the crash."""
     for kind, raw, value in rows:
         if kind not in _KIND_SET:
             continue
@@ -192,7 +198,7 @@ def _check_rows(rows: Iterable[tuple[str, str, int]], source: object) -> None:
             _decode(kind, raw)
         except (ValueError, TypeError, OverflowError):
             raise StoreError(f"{source}: row {shown} of {_TABLE}: key not readable by this release") from None
-        if type(value) is not int or value < 0:
+        if type(value) is not int or (value < 0 and kind != "session_lengths"):
             raise StoreError(
                 f"{source}: row {shown} of {_TABLE}: count {value!r} is not an integer >= 0 "
                 "(a damaged or hand-edited file?)"

@@ -58,6 +58,7 @@ def refit(
     now: float | None = None,
     window_s: float | None = None,
     exact: bool = False,
+    repair: bool = False,
 ) -> RefitResult:
     """Fit everything from one ``Counts`` snapshot.
 
@@ -74,14 +75,18 @@ def refit(
             can give are an ``InputError`` naming the cell. Otherwise (Prometheus, a
             multiprocess directory) such cells are read conservatively and listed in
             ``RefitResult.input_repairs`` and ``shadow_input_repairs``.
+        repair: with ``exact``, such cells are checked at the exact slack but repaired and
+            listed, not refused: a SQLite aggregates file, which a worker's crash tears (its
+            unflushed increments lost, its conversations' partial counts kept in the store;
+            ``handoffmon.refit.inputs``).
 
     Returns:
         A ``RefitResult`` with one ``RuleFit`` per rule and one for ``"all"``. Its Δ
         are observational (see ``OBSERVATIONAL_NOTE``).
 
     Raises:
-        InputError: ``exact`` counts whose cluster sums (of a cell or a shadow pair cell) no
-            conversations can give.
+        InputError: ``exact`` counts (without ``repair``) whose cluster sums (of a cell or a
+            shadow pair cell) no conversations can give.
     """
     from handoffmon.refit.engine import run_refit
 
@@ -93,4 +98,5 @@ def refit(
         now=now,
         window_s=window_s,
         exact=exact,
+        repair=repair,
     )

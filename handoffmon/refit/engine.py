@@ -71,10 +71,11 @@ def run_refit(
     now: float | None = None,
     window_s: float | None = None,
     exact: bool = False,
+    repair: bool = False,
 ) -> RefitResult:
     """See ``handoffmon.refit.refit``."""
     with single_threaded_blas():
-        return _run(counts, buckets, settings, source, now, window_s, exact)
+        return _run(counts, buckets, settings, source, now, window_s, exact, repair)
 
 
 def _run(
@@ -85,9 +86,10 @@ def _run(
     now: float | None,
     window_s: float | None,
     exact: bool,
+    repair: bool = False,
 ) -> RefitResult:
     cells = build_cells(counts, buckets, max_models=settings.max_models, max_rules=settings.max_rules)
-    checked = check_cells(cells, source=source, exact=exact, windowed=window_s is not None)
+    checked = check_cells(cells, source=source, exact=exact, windowed=window_s is not None, repair=repair)
     cells = checked.cells
     if checked.repaired:
         log.warning(
@@ -106,6 +108,7 @@ def _run(
         exact=exact,
         windowed=window_s is not None,
         min_pairs=settings.min_n,
+        repair=repair,
     )
     if shadow.repaired:
         first = shadow.repairs[0]

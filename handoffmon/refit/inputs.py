@@ -22,6 +22,15 @@ reads raw samples with one reset and baseline per scraped process (``window_incr
 PromQL's ``increase`` detected resets per series, so a restart could reset a cell's Σy² and
 not its Σyn (measured: Σy² = 67 beside Σyn = 27 on a healthy cell).
 Shadow pairs' sums get the same policy (``refit.shadow_inputs``).
+
+A SQLite aggregates file is totals at rest, checked at the exact slack, but repaired rather than
+refused (``repair``): a worker's crash tears it. The increments a worker had not flushed (it
+writes them at its idle turns) are lost, while the conversations' partial counts (y_c, n_c),
+kept in the store, are not; their next checks add cross terms whose checks the file never got,
+and a conversation whose first check in a cell was lost is missing from G. A small cell then
+breaks a relation for good (a real ``Monitor`` that lost one flush: G = 0 beside checks, Σn²
+above N², ``tests/refit/test_torn_sqlite.py``), and refusing it failed every periodic refit
+from then on. A turn log cannot be torn so and stays refused.
 """
 
 from __future__ import annotations
@@ -113,7 +122,7 @@ class Checked(Generic[_Cells, _Repair]):
 
 
 def check_cells(
-    cells: CellArrays, *, source: str, exact: bool, windowed: bool
+    cells: CellArrays, *, source: str, exact: bool, windowed: bool, repair: bool = False
 ) -> Checked[CellArrays, InputRepair]:
     """Check every fitted cell's cluster sums against each other and its checks.
 
@@ -124,9 +133,13 @@ def check_cells(
             sign or a missing G at once) is an error.
             Otherwise violations beyond the tolerance are repaired and reported.
         windowed: the counts are increases over a window (only relations increments obey).
+        repair: with ``exact``, a cell that breaks a relation beyond the exact slack is repaired
+            and reported instead of refused: a SQLite aggregates file, which a worker's crash
+            tears (module docstring).
 
     Raises:
-        InputError: an exact source breaks a relation (source, cell, relation and values named),
+        InputError: an exact source breaks a relation and ``repair`` is off (source, cell,
+            relation and values named),
             or a source with clean-baseline counts carries no cluster sums at all.
     """
     if not cells.clustered:
@@ -143,7 +156,7 @@ def check_cells(
     if found is None:
         return Checked(cells)
     any_bad, idx, only_g = found
-    if exact:
+    if exact and not repair:
         i = int(idx[0])
         names = [name for name, bad in broken if bad[i]]
         others = f" ({len(idx) - 1} other cell(s) too)" if len(idx) > 1 else ""

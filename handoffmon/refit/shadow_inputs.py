@@ -86,7 +86,7 @@ _RELATIONS: tuple[Relation, ...] = (
 
 
 def check_shadow(
-    cells: ShadowCells, *, source: str, exact: bool, windowed: bool, min_pairs: int = 0
+    cells: ShadowCells, *, source: str, exact: bool, windowed: bool, min_pairs: int = 0, repair: bool = False
 ) -> Checked[ShadowCells, ShadowInputRepair]:
     """Check every shadow pair cell's cluster sums against each other and its paired table.
 
@@ -97,6 +97,8 @@ def check_shadow(
             ``EXACT_ABS_TOLERANCE``; a sign or a missing G at once) is an error. Otherwise
             violations beyond the tolerance are repaired and reported.
         windowed: the counts are increases over a window (only relations increments obey).
+        repair: with ``exact``, violations are repaired and reported instead of refused (a SQLite
+            file a crash tore: ``refit.inputs``).
         min_pairs: over a window, cells with fewer pairs (``refit.min_n``: no switch cost is
             estimated for them, so none can be too narrow) are not checked. A small cell's
             series are born in the window: read with ``increase``, whose per-series reset
@@ -106,7 +108,8 @@ def check_shadow(
             per scraped process: ``sources.prometheus.window_increases``).
 
     Raises:
-        InputError: an exact source breaks a relation (source, rule, pair, relation and values named).
+        InputError: an exact source breaks a relation and ``repair`` is off (source, rule, pair,
+            relation and values named).
     """
     rows = [(rule, pair) for rule in sorted(cells) for pair in sorted(cells[rule])]
     if windowed and not exact:
@@ -129,7 +132,7 @@ def check_shadow(
     if found is None:
         return Checked(cells)
     any_bad, idx, only_g = found
-    if exact:
+    if exact and not repair:
         i = int(idx[0])
         rule, (a, b) = rows[i]
         others = f" ({len(idx) - 1} other pair cell(s) too)" if len(idx) > 1 else ""

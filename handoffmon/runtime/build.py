@@ -134,6 +134,7 @@ def build_runtime(
             source=source,
             on_failure=lambda: monitor.count_error("refit"),
             exact=exact,
+            repair=exact,  # the only exact source here is the SQLite file, which a crash can tear
         )
     runtime = Runtime(
         config,
@@ -174,9 +175,11 @@ def _refit_source(monitor: Monitor) -> tuple[Callable[[], Counts], str, bool]:
     worker's routing table is the deployment's.
 
     The SQLite file is read as ``handoffmon refit --source sqlite://`` reads it, strictly and as
-    exact: a row this release cannot read, or cluster sums no conversations can give, fail the
-    run (counted as a refit failure) instead of being skipped or repaired here and refused
-    there. The directory is approximate (read file by file while workers write), and so is the
+    exact: a row this release cannot read fails the run (counted as a refit failure) instead of
+    being skipped here and refused there; cluster sums no conversations can give, which a
+    worker's crash leaves in small cells for good, are repaired and listed in both
+    (``input_repaired_cells``, RefitInputRepaired), not a failure of every refit after the
+    crash. The directory is approximate (read file by file while workers write), and so is the
     monitor's own snapshot: its counts start with the process while its conversations' state may
     be older (Redis keeps it across restarts and replicas), so its sums can hold conversations
     that straddle its start."""

@@ -53,10 +53,13 @@ class PeriodicRefit:
         source: label recorded in each result.
         on_failure: called (never raising into the loop) after each failed refit; the
             runtime counts it as ``handoffmon_monitor_errors_total{stage="refit"}``.
-        exact: the snapshot holds totals at rest (a SQLite file): cluster sums no conversations
-            can give make the run fail (counted like any failure, the cell named in
-            ``stats.last_error``), as ``handoffmon refit`` refuses that file; otherwise such
-            cells are repaired and listed in the result (``handoffmon.refit.refit``).
+        exact: the snapshot holds totals at rest (a SQLite file): cluster sums are checked at
+            the exact slack, as ``handoffmon refit`` checks that file.
+        repair: with ``exact``, cells no conversations can give are repaired and listed in the
+            result (``input_repaired_cells``: RefitInputRepaired) instead of failing the run: a
+            worker's crash leaves small cells of a SQLite file so for good
+            (``handoffmon.refit.inputs``), and ``handoffmon refit`` reads that file the same way.
+            Without ``exact`` they are always repaired and listed.
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class PeriodicRefit:
         source: str = "local",
         on_failure: Callable[[], object] | None = None,
         exact: bool = False,
+        repair: bool = False,
     ) -> None:
         self._snapshot = snapshot
         self._publish = publish
@@ -81,6 +85,7 @@ class PeriodicRefit:
         self._source = source
         self._on_failure = on_failure
         self.exact = exact
+        self.repair = repair
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -137,6 +142,7 @@ class PeriodicRefit:
                 source=self._source,
                 now=self._clock(),
                 exact=self.exact,
+                repair=self.repair,
             )
             if self._publish(result) is False:
                 raise RuntimeError("publisher reported failure")

@@ -18,12 +18,16 @@ class Loaded:
     refit refuses when no conversations can give them; Prometheus answers are approximate
     (series read one by one while turns land) and are repaired and
     reported instead (``handoffmon.refit.inputs``).
+
+    ``repair``: an exact source whose contradictory cells are repaired and reported rather than
+    refused, because a crash can leave them so (a SQLite file: ``refit.inputs``).
     """
 
     counts: Counts
     label: str
     window_s: float | None = None
     exact: bool = False
+    repair: bool = False
 
 
 def infer_buckets(counts: Counts) -> DepthBuckets:
@@ -99,7 +103,7 @@ def load_source(
         from handoffmon.sources.sqlite import read_sqlite
 
         path = spec[len("sqlite://") :]
-        loaded = Loaded(read_sqlite(path), f"sqlite://{path}", exact=True)
+        loaded = Loaded(read_sqlite(path), f"sqlite://{path}", exact=True, repair=True)
     elif is_prometheus:
         from handoffmon.sources.prometheus import PrometheusSource
 
@@ -126,6 +130,10 @@ def load_source(
 
         extra = read_transitions_csv(transitions)
         loaded = Loaded(
-            loaded.counts.merge(extra), f"{loaded.label}+{transitions}", loaded.window_s, loaded.exact
+            loaded.counts.merge(extra),
+            f"{loaded.label}+{transitions}",
+            loaded.window_s,
+            loaded.exact,
+            loaded.repair,
         )
     return loaded

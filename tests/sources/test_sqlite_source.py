@@ -1,7 +1,9 @@
 """The SQLite source against damaged files: a real store file written by a real ``Monitor``
 (the live pipeline, ``sim.live``), then edited the way a hand or a crash would, refitted through
-``handoffmon refit``. A file no conversations can give is refused naming the cell; nothing is
-refitted with counters quietly missing."""
+``handoffmon refit``. A row it cannot read is refused; a cell whose cluster sums no
+conversations can give (which a worker's crash leaves behind: ``tests/refit/test_torn_sqlite.py``)
+is read as one conversation and listed, naming the cell; nothing is refitted with counters
+quietly missing."""
 
 from __future__ import annotations
 
@@ -101,14 +103,22 @@ def test_intact_store_file_refits_clustered_with_nothing_repaired(db: Path) -> N
         ("y2", 10**9, "y2 <= yn"),
     ],
 )
-def test_a_damaged_cell_is_refused_naming_file_cell_and_relation(
+def test_a_damaged_cell_is_repaired_and_listed_naming_file_cell_and_relation(
     db: Path, stat: str, value: object, relation: str
 ) -> None:
+    """Checked at the exact slack, repaired rather than refused: a crash tears small cells of a
+    SQLite file for good, and refusing them failed every refit after it."""
     rule, model, prefix = cell = _handoff_cell(db)
     _set(db, cell, stat, value)
     code, out, err = _refit(db)
-    assert code == 1 and out == ""
-    assert f"sqlite://{db}: cell {rule} {prefix}->{model}:" in err and relation in err
+    assert code == 0, err
+    doc = json.loads(out)
+    listed = [
+        r for r in doc["input_repairs"] if (r["rule"], r["prefix_model"], r["model"]) == (rule, prefix, model)
+    ]
+    assert doc["input_repaired_cells"] >= 1 and len(listed) == 1 and relation in listed[0]["violated"]
+    assert listed[0]["action"] == "one_conversation"
+    assert f"{rule} {prefix}->{model}" in err and relation in err
 
 
 SET = (
@@ -212,25 +222,30 @@ def test_intact_shadow_store_file_refits_its_switch_costs_with_nothing_refused(s
         ("bc", 10**6, "b2 + 2bc + c2 <= bn + cn"),
     ],
 )
-def test_a_damaged_shadow_cell_is_refused_naming_file_pair_and_relation(
+def test_a_damaged_shadow_cell_is_repaired_and_listed_naming_file_pair_and_relation(
     shadow_db: Path, stat: str, value: int | None, relation: str
 ) -> None:
     rule, a, b = cell = shadow_cell(shadow_db)
     set_shadow(shadow_db, cell, stat, value)
     code, out, err = _refit(shadow_db)
-    assert code == 1 and out == ""
-    assert f"sqlite://{shadow_db}: shadow pairs {rule} {a}->{b}:" in err and relation in err
+    assert code == 0, err
+    doc = json.loads(out)
+    listed = [
+        r for r in doc["shadow_input_repairs"] if (r["rule"], r["prefix_model"], r["model"]) == (rule, a, b)
+    ]
+    assert doc["shadow_input_repaired_cells"] >= 1 and len(listed) == 1 and relation in listed[0]["violated"]
+    assert f"{rule} {a}->{b}" in err and relation in err
 
 
 @pytest.mark.parametrize("damaged", ["shadow", "cell"])
-def test_the_periodic_refit_of_a_damaged_file_fails_counted_as_the_cli_refuses_it(
+def test_the_periodic_refit_of_a_damaged_file_repairs_and_lists_it_as_the_cli_does(
     damaged: str, shadow_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One policy for one file: the in-process refit of workers sharing the SQLite store
-    (``PROMETHEUS_MULTIPROC_DIR``) reads it as exact, like ``handoffmon refit``. A damaged shadow
-    cell or cell fails the run (it was repaired there while the CLI refused it): counted as
-    ``handoffmon_monitor_errors_total{stage="refit"}`` (RefitFailing), the cell named in the
-    stats, nothing published (the routing table ages into ``stale``), the schedule keeps going."""
+    (``PROMETHEUS_MULTIPROC_DIR``) reads it as exact, like ``handoffmon refit``, and both repair
+    a damaged shadow cell or cell and list it (RefitInputRepaired reads the count). It had failed
+    the run (RefitFailing, nothing published) for as long as the cell stayed broken, which after
+    a worker's crash is for good (``tests/refit/test_torn_sqlite.py``)."""
     from handoffmon.runtime import build_runtime
     from tests.pipeline.helpers import make_config
 
@@ -241,29 +256,38 @@ def test_the_periodic_refit_of_a_damaged_file_fails_counted_as_the_cli_refuses_i
         refit={"interval_s": 60, "min_n": 5}, store={"backend": "sqlite", "path": str(shadow_db)}
     )
     if damaged == "shadow":
-        rule, a, b = shadow_cell(shadow_db)
-        named, relation = f"shadow pairs {rule} {a}->{b}:", "conversations >= 1"
+        rule, prefix, model = shadow_cell(shadow_db)
+        relation = "conversations >= 1"
     else:
         rule, model, prefix = _handoff_cell(shadow_db)
-        named, relation = f"cell {rule} {prefix}->{model}:", "checks <= n2"
+        relation = "checks <= n2"
     with build_runtime(config, registry=None, start=False) as rt:
-        assert rt.refit is not None and rt.refit.exact
+        assert rt.refit is not None and rt.refit.exact and rt.refit.repair
         healthy = rt.refit_now()
         assert healthy is not None and healthy.source == "sqlite" and healthy.shadow_input_repaired_cells == 0
+        assert healthy.input_repaired_cells == 0
         if damaged == "shadow":
-            set_shadow(shadow_db, (rule, a, b), "conversations", None)
+            set_shadow(shadow_db, (rule, prefix, model), "conversations", None)
         else:
             _set(shadow_db, (rule, model, prefix), "n2", 0)
-        assert rt.refit_now() is None and rt.refit.run_once() is None
+        result = rt.refit_now()
+        assert result is not None
         stats = rt.refit.stats
-        assert (stats.runs, stats.failures, stats.last_success_at) == (3, 2, healthy.created_at)
-        assert named in (stats.last_error or "") and relation in (stats.last_error or "")
-        assert rt.refit.last_result is healthy
-        # what handoffmon_monitor_errors_total{stage="refit"} shows (the directory's copy of it is
-        # per process in prometheus_client: not re-read per test)
-        assert rt.monitor.aggregates.snapshot().monitor_errors.get("refit") == 2
-    code, _, err = _refit(shadow_db)
-    assert code == 1 and named in err and relation in err
+        assert (stats.runs, stats.failures, stats.last_success_at) == (2, 0, result.created_at)
+        repairs = result.shadow_input_repairs if damaged == "shadow" else result.input_repairs
+        listed = [r for r in repairs if (r.rule, r.prefix_model, r.model) == (rule, prefix, model)]
+        assert len(listed) == 1 and relation in listed[0].violated
+        assert (
+            result.shadow_input_repaired_cells if damaged == "shadow" else result.input_repaired_cells
+        ) >= 1
+        assert "refit" not in rt.monitor.aggregates.snapshot().monitor_errors
+    code, out, err = _refit(shadow_db)
+    assert code == 0 and f"{rule} {prefix}->{model}" in err and relation in err
+    doc = json.loads(out)
+    key = "shadow_input_repairs" if damaged == "shadow" else "input_repairs"
+    assert [(r["rule"], r["prefix_model"], r["model"]) for r in doc[key]] == [
+        (r.rule, r.prefix_model, r.model) for r in repairs
+    ]
 
 
 def test_the_periodic_refit_reads_the_file_strictly_as_the_cli_does(
