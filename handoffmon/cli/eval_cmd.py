@@ -107,9 +107,10 @@ def _target(
         return tg.responder, tg.group_of, target
     target = {"names": _digest(mapping)}
     if router:
+        litellm_router = m.router_from_config(router)
         return (
-            m.RouterResponder(m.router_from_config(router), names=names),
-            str,
+            m.RouterResponder(litellm_router, names=names),
+            m.router_group_of(litellm_router, router),
             {
                 "deployment": f"{router} {_deployment(router)}",
                 **target,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -119,6 +119,34 @@ def router_from_config(path: str | Path) -> Any:
         raise ConfigError(
             f"litellm rejected the router config: {exc}", key="model_list", source=source
         ) from exc
+
+
+def router_group_of(router: Any, source: str) -> Callable[[str], str]:
+    """``--model`` resolver of a ``litellm.Router``: the name itself when the router can route it
+    (a group, an alias, a wildcard, a deployment id or a deployment's litellm model: the router's
+    own lookup decides), else ``ConfigError`` naming ``source`` and the router's groups, before
+    any call (every call would fail, be retried, and the run end as "failed, rerun to resume")."""
+    lookup = getattr(router, "_common_checks_available_deployment", None)
+
+    def group_of(name: str) -> str:
+        if lookup is None:  # a litellm without that lookup: the first call says it instead
+            return name
+        with requires_extra("evals", "an eval run through a litellm Router"):
+            from litellm.exceptions import BadRequestError
+
+        try:
+            lookup(model=name, messages=[{"role": "user", "content": ""}])
+        except BadRequestError as exc:
+            groups = ", ".join(router.get_model_names())
+            raise ConfigError(
+                f"{name!r} is no model group of the router (groups: {groups}), nor an alias, wildcard, "
+                "deployment id or deployment model of it",
+                key="--model",
+                source=source,
+            ) from exc
+        return name
+
+    return group_of
 
 
 def seeded_sim_provider_class() -> type:

@@ -1,0 +1,83 @@
+"""A --model / --models that the --router config cannot route is refused before any call (audit 2026-12-07).
+
+``eval run --router router.yaml --model general`` against a router whose groups are ``chat`` and
+``chat-backup`` (the feedback-loop guide's command on the shipped template) made every call,
+retried each (50 runs, 150 retried calls, 28 s of LiteLLM error dumps) and exited 5, "rerun to
+resume", as if a provider had failed. The router's own lookup (groups, aliases, wildcards,
+deployment ids and litellm model names all route) now decides before --db or --cache is made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from handoffmon.cli import main
+
+
+def _script(tmp_path: Path) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "id": "s",
+                "runs": 2,
+                "rules": [{"name": "no_commas", "check": "no_commas"}],
+                "turns": [{"user": "Hi", "checkpoint": True}, {"user": "And now?", "checkpoint": True}],
+            }
+        ),
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def _router(tmp_path: Path) -> str:
+    def dep(name: str, model: str, reply: str) -> dict:
+        return {"model_name": name, "litellm_params": {"model": model, "mock_response": reply}}
+
+    path = tmp_path / "router.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model_list": [
+                    dep("chat", "openai/gpt-4o-mini", "hola amigo"),
+                    dep("chat-backup", "anthropic/claude-3-5-haiku-latest", "hola"),
+                    dep("mistral/*", "mistral/*", "bonjour"),
+                ],
+                "router_settings": {"model_group_alias": {"assistant": "chat"}},
+            }
+        ),
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, ["eval", *args, "--no-progress"])
+    return res.exit_code, res.output
+
+
+def test_eval_run_refuses_a_model_the_router_has_no_route_for(tmp_path: Path) -> None:
+    script, router = _script(tmp_path), _router(tmp_path)
+    db, out = tmp_path / "e.sqlite", tmp_path / "eval.json"
+    files = ["--db", str(db), "--out", str(out)]
+    code, text = _run(tmp_path, "run", script, "--router", router, "--model", "general", *files)
+    assert code == 1, text
+    assert text.startswith(f"error: {router}: key '--model': 'general' is no model group of the router"), text
+    assert "chat, chat-backup, mistral/*" in text and "retried" not in text, text
+    assert not db.exists() and not out.exists()
+    for name in ("chat", "assistant", "mistral/mistral-small", "openai/gpt-4o-mini"):
+        code, text = _run(tmp_path, "run", script, "--router", router, "--model", name, *files)
+        assert code == 0 and ", 0 retried call(s), 0 failed run(s)" in text, (name, text)
+
+
+def test_switch_matrix_refuses_a_model_the_router_has_no_route_for(tmp_path: Path) -> None:
+    script, router = _script(tmp_path), _router(tmp_path)
+    cache, out = tmp_path / "cache", tmp_path / "m.json"
+    args = ["switch-matrix", script, "--router", router, "--cache", str(cache), "--out", str(out)]
+    code, text = _run(tmp_path, *args, "--models", "chat,experimental")
+    assert code == 1, text
+    assert f"{router}: key '--model': 'experimental' is no model group of the router" in text, text
+    assert not cache.exists() and not out.exists()
