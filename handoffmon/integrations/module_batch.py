@@ -6,10 +6,15 @@ name ``litellm`` in their module's globals. The wrapper hands out a copy of each
 globals name a view of the module with ``completion`` the wrapper's: the same code, defaults and
 threads, its calls recorded as turns, and nothing global changed (the module, and an unwrapped
 call of the helper, stay litellm's own).
+
+The copy's globals read every other name live from the helper's own module (:class:`_Globals`),
+so a copy made once stays the helper as litellm has it now: the wrapper keeps it
+(``RouterWrapper``) and makes a new one only when ``litellm.<helper>`` itself is replaced.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
 import types
 from collections.abc import Callable
@@ -33,17 +38,33 @@ class _Module:
         return getattr(self._module, name)
 
 
+class _Globals(dict[str, Any]):
+    """A helper copy's globals: ``litellm`` the wrapper's view and ``__builtins__`` its own, every
+    other name read from the helper module's globals when the code asks (``__missing__``: a
+    global read of a ``dict`` subclass goes through it), so a name that module rebinds later
+    (a monkeypatch) is the one the copy sees, as the helper itself does."""
+
+    __slots__ = ("_live",)
+
+    def __init__(self, live: dict[str, Any], module: _Module) -> None:
+        super().__init__(__builtins__=live.get("__builtins__", builtins), litellm=module)
+        self._live = live
+
+    def __missing__(self, name: str) -> Any:
+        return self._live[name]
+
+
 def calling_through(helper: Any, completion: Callable[..., Any]) -> Any:
     """A copy of litellm's batch ``helper`` whose ``litellm.completion`` is ``completion``; the
     helper itself when it is not a plain function reading ``litellm`` from its globals (a
     LiteLLM release that made its calls some other way: they reach litellm unmonitored)."""
     if not isinstance(helper, types.FunctionType):
         return helper
-    scope = dict(helper.__globals__)  # read by the helper's comprehensions too (their own code)
-    module = scope.get("litellm")
+    live = helper.__globals__
+    module = live.get("litellm")
     if not isinstance(module, types.ModuleType):
         return helper
-    scope["litellm"] = _Module(module, completion)
+    scope = _Globals(live, _Module(module, completion))  # the helper's comprehensions read it too
     code, name = helper.__code__, helper.__name__
     copy = types.FunctionType(code, scope, name, helper.__defaults__, helper.__closure__)
     copy.__kwdefaults__ = helper.__kwdefaults__

@@ -8,6 +8,7 @@ were litellm's own functions, so none of their calls was a turn.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -73,3 +74,60 @@ def test_the_helpers_stay_litellms_for_a_router() -> None:
         wrapped = RouterWrapper(Router(model_list=[]), m)
         with pytest.raises(AttributeError):
             wrapped.batch_completion  # noqa: B018
+
+
+def _one_call(**kwargs: Any) -> Any:
+    """A stand-in for a batch helper: calls ``litellm.completion`` through its module's globals."""
+    return litellm.completion(**kwargs)
+
+
+def test_a_helper_is_made_once_and_again_when_litellm_replaces_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapper keeps the copy of a helper (it cost 9 µs per attribute read) while
+    ``litellm.<helper>`` is the same function; a helper replaced after the first read (a
+    monkeypatch, an instrumentation library) gives a new copy calling through the wrapper."""
+    exp = RecordingExporter()
+    kwargs: dict[str, Any] = {
+        "model": "openai/gpt-x",
+        "api_key": "k",
+        "mock_response": "one",
+        "messages": ASK,
+    }
+    with monitor(make_config(), exporters=[exp]) as m:
+        llm = RouterWrapper(litellm, m)
+        first = llm.batch_completion
+        assert llm.batch_completion is first and first is not litellm.batch_completion
+        assert llm.batch_completion_models is not first
+        other = copy.copy(llm)  # shares the wrapper's dict of kept helpers: each calls its own wrapper
+        assert other.batch_completion.__globals__["litellm"].completion.__self__ is other
+        assert llm.batch_completion.__globals__["litellm"].completion.__self__ is llm
+        first = llm.batch_completion
+        monkeypatch.setattr(litellm, "batch_completion", _one_call)
+        replaced = llm.batch_completion
+        assert replaced is not first and replaced.__wrapped__ is _one_call
+        assert _text(replaced(**kwargs)) == "one"
+        m.flush(10)
+    assert _turns(exp) == [("openai/gpt-x", 1, "none")]
+
+
+def test_a_kept_helper_reads_its_modules_names_as_they_are_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name the helper's module rebinds after the copy was made (its ``ThreadPoolExecutor``,
+    patched to count) is the one the kept copy uses, as litellm's own helper does: the copy's
+    globals are read live, not a snapshot that the kept copy would carry on with."""
+    import sys
+
+    module = sys.modules[litellm.batch_completion.__module__]
+    pools: list[Any] = []
+
+    class Counted(module.ThreadPoolExecutor):  # type: ignore[misc,name-defined]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            pools.append(self)
+
+    kwargs: dict[str, Any] = {"model": "openai/gpt-x", "api_key": "k", "mock_response": "one"}
+    with monitor(make_config()) as m:
+        llm = RouterWrapper(litellm, m)
+        kept = llm.batch_completion
+        monkeypatch.setattr(module, "ThreadPoolExecutor", Counted)
+        assert llm.batch_completion is kept
+        assert [_text(a) for a in kept(messages=[ASK], **kwargs)] == ["one"]
+        assert len(pools) == 1
