@@ -45,7 +45,8 @@ def build_exporters(
     - ``telemetry.prometheus`` → ``PrometheusExporter`` on ``registry`` (a fresh
       ``CollectorRegistry`` when None; never the global one unless passed). Serve it with
       ``serving.start_metrics_server(exporter.registry, port)``.
-    - ``telemetry.otel`` (or any provider passed) → ``OTelExporter`` on the given
+    - ``telemetry.otel`` (or any provider passed) → ``OTelExporter`` (the counting, inline)
+      and its ``events`` (events and own span, on a thread of their own) on the given
       providers, else on the OTel API's current global ones (never installs providers).
     - ``telemetry.log_turns`` → ``StructlogExporter`` (``logger``: a structlog logger
       used as is, a stdlib logger, or None for stdlib ``handoffmon.turns``) rendering
@@ -80,15 +81,16 @@ def build_exporters(
     if telemetry.otel or any(p is not None for p in providers):
         from handoffmon.exporters.otel import OTelExporter
 
-        out.append(
-            OTelExporter.from_config(
-                config,
-                tracer_provider=tracer_provider,
-                meter_provider=meter_provider,
-                logger_provider=logger_provider,
-                guard=guard,
-            )
+        otel = OTelExporter.from_config(
+            config,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            logger_provider=logger_provider,
+            guard=guard,
         )
+        # the events first: the counting exporter's close flushes the providers after their
+        # thread has drained
+        out += [otel.events, otel]
     if telemetry.log_turns:
         from handoffmon.exporters.logs import StructlogExporter
 

@@ -289,6 +289,108 @@ def _sampled_out(context: Context | None) -> bool:
     return span_context.is_valid and not span_context.trace_flags.sampled
 
 
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _parent(result: TurnResult) -> Context | None:
+    """The caller's span context captured with the request (its ``traceparent``), if any."""
+    traceparent = result.context.metadata.get("traceparent")
+    if not isinstance(traceparent, str):
+        return None
+    return _PROPAGATOR.extract({"traceparent": traceparent})
+
+
+class OTelEvents:
+    """The turn's events (and own span): :attr:`OTelExporter.events`, an exporter of its own.
+
+    Apart from the counting so that the pipeline runs it on a thread and queue of its own
+    (``export_inline`` unset): an application's span or log pipeline that blocks (a
+    ``SimpleSpanProcessor`` exporting to a collector that does not answer) holds only this
+    thread, and the turns its full queue refuses, like those whose events raised, are each one
+    ``monitor_errors{stage="export"}``, while :class:`OTelExporter` has counted them all.
+    ``force_flush`` is the :class:`OTelExporter`'s, which closes after it (``build_exporters``
+    lists this one first), so what is emitted here while draining is flushed too.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None,
+        logger_provider: Any,
+        guard: LabelGuard,
+        capture_content: bool,
+        own_span: bool,
+    ) -> None:
+        self.guard = guard
+        self._capture = capture_content
+        self._own_span = own_span
+        self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+        self._events = _logs.get_logger(SCOPE, __version__, logger_provider=logger_provider)
+        self._log = get_logger("handoffmon.exporters", exporter="otel_events")
+
+    def export(self, result: TurnResult) -> bool:
+        """Emit the turn's events (and own span); False (and logged) when the pipeline refused them."""
+        try:
+            parent = _parent(result)
+            if self._own_span:
+                parent = self._span(result, parent)
+            # when the trace was not sampled (the caller's, or the own span the sampler
+            # dropped), events would be orphans of a trace no backend keeps
+            if not _sampled_out(parent):
+                self._events_of(result, parent)
+        except Exception as exc:
+            log_error(self._log, "export_failed", "export_otel", exc)
+            return False
+        return True
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Nothing of its own to flush: :meth:`OTelExporter.force_flush` flushes the providers."""
+        return True
+
+    def shutdown(self) -> None:
+        """Nothing to release: the providers belong to the application."""
+
+    def _events_of(self, result: TurnResult, parent: Context | None) -> None:
+        """The turn's ``handoffmon.turn`` event (join mode) and one evaluation event per check."""
+        end = span_times(result)[1]
+        if not self._own_span:
+            self._emit(TURN_EVENT, span_attributes(result), parent, end)
+        previous = {t.rule: t.from_verdict for t in result.transitions}
+        for check in result.checks:
+            attrs = evaluation_attributes(check, previous.get(check.rule), result)
+            self._emit(EVALUATION_EVENT, attrs, parent, end)
+
+    def _span(self, result: TurnResult, parent: Context | None) -> Context:
+        """The own ``chat`` span, ended; returns its context for the evaluation events."""
+        start, end = span_times(result)
+        attrs = span_attributes(result)
+        if self._capture and result.content is not None:
+            attrs.update(content_attributes(result.content, result.record.finish_reason))
+        # span names must stay few (backends index them) while the requested model is whatever
+        # a client sent: its name passes the requested_model label cap, past it just "chat"
+        request_model = self.guard.requested_model(attrs.get(REQUEST_MODEL))
+        name = f"chat {request_model}" if request_model not in (OTHER, UNKNOWN_MODEL) else "chat"
+        span = self._tracer.start_span(
+            name, context=parent, kind=SpanKind.CLIENT, attributes=attrs, start_time=start
+        )
+        span.end(end_time=end)
+        return trace.set_span_in_context(span)
+
+    def _emit(
+        self, name: str, attributes: dict[str, Any], context: Context | None, timestamp_ns: int
+    ) -> None:
+        # a LogRecord rather than emit(**fields): the keyword form is newer than the record's
+        # event_name and context (opentelemetry-api >= 1.35)
+        record = LogRecord(
+            timestamp=timestamp_ns,
+            context=context,
+            severity_number=SeverityNumber.INFO,
+            attributes=attributes,
+            event_name=name,
+        )
+        self._events.emit(record)
+
+
 class OTelExporter:
     """Exports each turn and handoffmon's counters through OpenTelemetry, the way GenAI stacks run it.
 
@@ -302,6 +404,11 @@ class OTelExporter:
     the caller's GenAI span when no parent was captured. When the parent span was not
     sampled (its ``traceparent`` flags say so, or the own span's sampler dropped it) the
     turn's events are skipped, like the spans of that trace; the metrics still count it.
+
+    Two exporters for the pipeline: this one counts (:meth:`export`, inline), and
+    :attr:`events` emits the events and own span on a thread of its own, so the counting
+    never waits on span delivery; ``build_exporters`` registers both. Each turn is counted in
+    its captured ``traceparent``'s context, so sampled turns carry exemplars of that trace.
 
     ``span="own"`` (stacks with no GenAI instrumentation): one CLIENT span per turn,
     ``chat {request_model}``, with the GenAI and ``handoffmon.*`` attributes, dated from
@@ -323,6 +430,11 @@ class OTelExporter:
         span: ``join`` the caller's trace, or emit an ``own`` span per turn.
     """
 
+    export_inline = True
+    """Counting is in-memory work on the SDK's instruments: the pipeline calls :meth:`export`
+    on its check thread, as it does the Prometheus exporter's. The events and own span, which
+    an application's processor may make wait on a collector, are :attr:`events`' work."""
+
     def __init__(
         self,
         *,
@@ -334,14 +446,19 @@ class OTelExporter:
         span: Literal["join", "own"] = "join",
     ) -> None:
         self.guard = guard or LabelGuard()
-        self._capture = capture_content
         self._own_span = span == "own"
         # None = the global one, looked up again at each flush: before the application sets
         # its SDK the API hands out proxies, which forward to the SDK once it is set but have
         # no force_flush of their own
         self._providers = (tracer_provider, meter_provider, logger_provider)
-        self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
-        self._events = _logs.get_logger(SCOPE, __version__, logger_provider=logger_provider)
+        self.events = OTelEvents(
+            tracer_provider=tracer_provider,
+            logger_provider=logger_provider,
+            guard=self.guard,
+            capture_content=capture_content,
+            own_span=self._own_span,
+        )
+        """The turn's events and own span, a second exporter (``build_exporters`` adds it)."""
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
         self._meter = meter
         self._store_stats: Callable[[], dict[str, int]] | None = None
@@ -353,7 +470,6 @@ class OTelExporter:
         self._init_known_series()
         self._refit: dict[str, Series] = {}
         self._refit_lock = threading.Lock()
-        self._propagator = TraceContextTextMapPropagator()
         self._log = get_logger("handoffmon.exporters", exporter="otel")
         if capture_content and not self._own_span:
             # an opt-in that silently did nothing would read as "no text is captured" or be
@@ -568,76 +684,18 @@ class OTelExporter:
     # -- Exporter ---------------------------------------------------------------------
 
     def export(self, result: TurnResult) -> bool:
-        """Emit the turn's events (and own span) and count it; returns False (and logs) on failure.
+        """Count the turn (in memory: the SDK's instruments); False (and logged) on failure.
 
-        The two fail apart: a span or event the application's pipeline refuses (a processor
-        that raises) still leaves the turn in the counters, which then agree with Prometheus'.
+        Only the counting: the turn's events and own span are :attr:`events`' work, on a
+        thread of their own, so a span pipeline that is slow or fails (a synchronous
+        ``SimpleSpanProcessor`` waiting on a collector) never holds or loses a count.
         """
-        parent: Context | None = None
-        emitted = True
         try:
-            parent = self._parent(result)
-            if self._own_span:
-                parent = self._span(result, parent)
-            # when the trace was not sampled (the caller's, or the own span the sampler
-            # dropped), events would be orphans of a trace no backend keeps
-            if not _sampled_out(parent):
-                self._events_of(result, parent)
-        except Exception as exc:
-            log_error(self._log, "export_failed", "export_otel", exc)
-            emitted = False
-        try:
-            self._count(result, parent)
+            self._count(result, _parent(result))
         except Exception as exc:
             log_error(self._log, "export_failed", "export_otel", exc)
             return False
-        return emitted
-
-    def _events_of(self, result: TurnResult, parent: Context | None) -> None:
-        """The turn's ``handoffmon.turn`` event (join mode) and one evaluation event per check."""
-        end = span_times(result)[1]
-        if not self._own_span:
-            self._emit(TURN_EVENT, span_attributes(result), parent, end)
-        previous = {t.rule: t.from_verdict for t in result.transitions}
-        for check in result.checks:
-            attrs = evaluation_attributes(check, previous.get(check.rule), result)
-            self._emit(EVALUATION_EVENT, attrs, parent, end)
-
-    def _parent(self, result: TurnResult) -> Context | None:
-        traceparent = result.context.metadata.get("traceparent")
-        if not isinstance(traceparent, str):
-            return None
-        return self._propagator.extract({"traceparent": traceparent})
-
-    def _span(self, result: TurnResult, parent: Context | None) -> Context:
-        """The own ``chat`` span, ended; returns its context for the evaluation events."""
-        start, end = span_times(result)
-        attrs = span_attributes(result)
-        if self._capture and result.content is not None:
-            attrs.update(content_attributes(result.content, result.record.finish_reason))
-        # span names must stay few (backends index them) while the requested model is whatever
-        # a client sent: its name passes the requested_model label cap, past it just "chat"
-        request_model = self.guard.requested_model(attrs.get(REQUEST_MODEL))
-        name = f"chat {request_model}" if request_model not in (OTHER, UNKNOWN_MODEL) else "chat"
-        span = self._tracer.start_span(
-            name, context=parent, kind=SpanKind.CLIENT, attributes=attrs, start_time=start
-        )
-        span.end(end_time=end)
-        return trace.set_span_in_context(span)
-
-    def _emit(
-        self, name: str, attributes: dict[str, Any], context: Context | None, timestamp_ns: int
-    ) -> None:
-        # a LogRecord rather than emit(**fields): the keyword form is newer than the record's
-        # event_name and context (opentelemetry-api >= 1.35)
-        record = LogRecord(
-            timestamp=timestamp_ns,
-            context=context,
-            severity_number=SeverityNumber.INFO,
-            attributes=attributes,
-            event_name=name,
-        )
-        self._events.emit(record)
+        return True
 
     def _count(self, result: TurnResult, trace_context: Context | None) -> None:
         """Count the turn, each measurement in the turn's ``trace_context``: this runs on a

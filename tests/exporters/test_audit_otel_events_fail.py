@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from handoffmon.exporters import build_exporters
 from handoffmon.exporters.otel import OTelExporter
-from tests.exporters.turns import make_result
+from tests.exporters.turns import make_result, prometheus_total
 from tests.pipeline.helpers import make_config, monitor, run_conversation
 
 SAMPLED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -65,11 +65,12 @@ def _points(reader: InMemoryMetricReader, name: str) -> dict[tuple[tuple[str, An
 
 @pytest.mark.parametrize("span", ["join", "own"])
 def test_a_failing_event_pipeline_still_counts_the_turn(span: str) -> None:
-    """export() reports the failure (False) and the turn and its checks are in the counters."""
+    """The events' exporter reports the failure (False); the counting one took the turn and its checks."""
     tp, lp, mp, reader = _providers()
     exp = OTelExporter(tracer_provider=tp, logger_provider=lp, meter_provider=mp, span=span)  # type: ignore[arg-type]
     result = make_result(checks=[("json", "pass"), ("lang", "fail")], metadata={"traceparent": SAMPLED})
-    assert exp.export(result) is False
+    assert exp.events.export(result) is False
+    assert exp.export(result) is True
     assert sum(_points(reader, "handoffmon_turns").values()) == 1
     checks = {dict(k)["verdict"]: v for k, v in _points(reader, "handoffmon_checks").items() if v}
     assert checks == {"pass": 1, "fail": 1}
@@ -91,13 +92,7 @@ def test_through_the_monitor_otel_and_prometheus_agree_and_count_the_failure(spa
     m = monitor(config, exporters=exporters)
     run_conversation(m, ["a", "b", "a"], metadata=[{"traceparent": SAMPLED}] * 3)
     assert m.flush(10)
-    prom_turns = sum(
-        s.value
-        for f in registry.collect()
-        if f.name == "handoffmon_turns"
-        for s in f.samples
-        if s.name == "handoffmon_turns_total"
-    )
+    prom_turns = prometheus_total(registry, "handoffmon_turns")
     assert prom_turns == 3
     assert sum(_points(reader, "handoffmon_turns").values()) == prom_turns
     assert registry.get_sample_value("handoffmon_monitor_errors_total", {"stage": "export"}) == 3

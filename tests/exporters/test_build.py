@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from handoffmon.config import HandoffmonConfig
 from handoffmon.exporters import RefitPublisher, build_exporters, prometheus_exporter
 from handoffmon.exporters.logs import StructlogExporter
-from handoffmon.exporters.otel import OTelExporter
+from handoffmon.exporters.otel import OTelEvents, OTelExporter
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.protocols import Exporter
 
@@ -27,12 +27,18 @@ def test_defaults_give_prometheus_and_logs_on_fresh_registries() -> None:
 
 
 def test_flags_select_exporters_and_providers_enable_otel() -> None:
-    """telemetry.otel adds the OTel exporter; passing a provider does too; everything can be off."""
+    """telemetry.otel adds the OTel exporters (its events first, then its counting, whose close
+    flushes the providers); passing a provider does too; everything can be off."""
     cfg = HandoffmonConfig(telemetry={"otel": True, "prometheus": False, "log_turns": False})
-    assert [type(e) for e in build_exporters(cfg)] == [OTelExporter]
+    events, otel = build_exporters(cfg)
+    assert isinstance(otel, OTelExporter) and events is otel.events
+    assert type(otel).export_inline is True and not getattr(type(events), "export_inline", False)
     off = HandoffmonConfig(telemetry={"prometheus": False, "log_turns": False})
     assert build_exporters(off) == []
-    assert [type(e) for e in build_exporters(off, tracer_provider=TracerProvider())] == [OTelExporter]
+    assert [type(e) for e in build_exporters(off, tracer_provider=TracerProvider())] == [
+        OTelEvents,
+        OTelExporter,
+    ]
 
 
 def test_given_registry_and_caps_are_used() -> None:
@@ -41,7 +47,8 @@ def test_given_registry_and_caps_are_used() -> None:
     cfg = HandoffmonConfig(
         telemetry={"otel": True, "max_models": 7}, rules=[{"name": "r", "check": "no_commas"}]
     )
-    prom, otel, _ = build_exporters(cfg, registry=reg)
+    prom, events, otel, _ = build_exporters(cfg, registry=reg)
+    assert isinstance(events, OTelEvents) and events.guard is prom.guard
     assert isinstance(prom, PrometheusExporter) and prom.registry is reg
     assert isinstance(otel, OTelExporter) and otel.guard is prom.guard
     assert prom.guard.usage()["model"] == (0, 7) and "r" in prom.guard.rules

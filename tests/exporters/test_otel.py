@@ -25,7 +25,7 @@ from handoffmon.exporters.otel import OTelExporter
 from handoffmon.labels import LabelGuard
 from handoffmon.protocols import Exporter, MonitorObserver, ShadowPairObserver
 from tests.exporters.refits import make_refit
-from tests.exporters.turns import FINISHED_AT, make_result, sample_content, scripted_conversation
+from tests.exporters.turns import FINISHED_AT, export_turn, make_result, sample_content, scripted_conversation
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_turn_span_follows_genai_conventions(exporter: OTelExporter, spans: InMe
         methods=["chain", "content"],
         history_tokens=800,
     )
-    assert exporter.export(result)
+    assert export_turn(exporter, result)
     (span,) = spans.get_finished_spans()
     assert span.name == "chat gpt-group"
     assert span.kind is SpanKind.CLIENT
@@ -151,7 +151,7 @@ def test_each_verdict_is_a_genai_evaluation_event(
         reasons={"lang": "expected de, got en", "re": "timeout"},
         response_id="chatcmpl-77",
     )
-    exporter.export(result)
+    export_turn(exporter, result)
     (span,) = spans.get_finished_spans()
     assert span.events == ()  # span events are being deprecated: none
     records = events(logs, "gen_ai.evaluation.result")
@@ -204,7 +204,7 @@ def test_join_mode_adds_no_span_and_parents_events_to_the_callers_span(
     exp = OTelExporter(**_providers(spans, logs))
     tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     result = make_result(metadata={"traceparent": tp}, checks=[("json", "fail")], response_id="chatcmpl-5")
-    assert exp.export(result)
+    assert export_turn(exp, result)
     assert spans.get_finished_spans() == ()
     (turn,) = events(logs, "handoffmon.turn")
     (evaluation,) = events(logs, "gen_ai.evaluation.result")
@@ -222,7 +222,7 @@ def test_join_mode_without_a_parent_still_correlates_by_response_id(
 ) -> None:
     """No trace context captured: the events carry no trace, only gen_ai.response.id to join on."""
     exp = OTelExporter(**_providers(spans, logs))
-    exp.export(make_result(checks=[("json", "pass")], response_id="chatcmpl-6"))
+    export_turn(exp, make_result(checks=[("json", "pass")], response_id="chatcmpl-6"))
     (evaluation,) = events(logs, "gen_ai.evaluation.result")
     assert evaluation.trace_id == 0 and evaluation.attributes["gen_ai.response.id"] == "chatcmpl-6"
     assert spans.get_finished_spans() == ()
@@ -233,7 +233,7 @@ def test_counters_mirror_prometheus_names_and_labels(
 ) -> None:
     """handoffmon_turns/checks/rule_transitions/attributions carry the Prometheus labels and values."""
     for r in scripted_conversation():
-        exporter.export(r)
+        export_turn(exporter, r)
     turns = points(reader, "handoffmon_turns")
     assert {k: p.value for k, p in turns.items()} == {
         (("depth_bucket", "1"), ("model", "gpt"), ("prefix_model", "none")): 2,
@@ -313,7 +313,7 @@ def test_traceparent_in_metadata_parents_the_span(
 ) -> None:
     """A W3C traceparent carried in the turn metadata links the background span to the request trace."""
     tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    exporter.export(make_result(metadata={"traceparent": tp}))
+    export_turn(exporter, make_result(metadata={"traceparent": tp}))
     (span,) = spans.get_finished_spans()
     assert span.context.trace_id == 0x4BF92F3577B34DA6A3CE929D0E0E4736
     assert span.parent is not None and span.parent.span_id == 0x00F067AA0BA902B7
@@ -324,12 +324,12 @@ def test_content_only_with_opt_in(spans: InMemorySpanExporter) -> None:
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(spans))
     content = sample_content("what is 2+2?", "4")
-    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), span="own").export(
-        make_result(content=content)
+    off_exporter = OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), span="own")
+    on_exporter = OTelExporter(
+        tracer_provider=tp, meter_provider=MeterProvider(), capture_content=True, span="own"
     )
-    OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), capture_content=True, span="own").export(
-        make_result(content=content)
-    )
+    assert export_turn(off_exporter, make_result(content=content))
+    assert export_turn(on_exporter, make_result(content=content))
     off, on = spans.get_finished_spans()
     assert "gen_ai.input.messages" not in off.attributes and "gen_ai.output.messages" not in off.attributes
     assert json.loads(on.attributes["gen_ai.input.messages"])[1] == {
@@ -345,9 +345,9 @@ def test_never_installs_global_providers() -> None:
     """Building and using the exporter leaves the OTel API's global providers as they were."""
     before_t, before_m = trace.get_tracer_provider(), metrics.get_meter_provider()
     exp = OTelExporter()  # falls back to the (proxy) global providers
-    assert exp.export(make_result(checks=[("json", "pass")]))
+    assert export_turn(exp, make_result(checks=[("json", "pass")]))
     exp2 = OTelExporter(tracer_provider=TracerProvider(), meter_provider=MeterProvider(), span="own")
-    assert exp2.export(make_result())
+    assert export_turn(exp2, make_result())
     assert trace.get_tracer_provider() is before_t
     assert metrics.get_meter_provider() is before_m
     assert type(before_t).__name__ == "ProxyTracerProvider"
@@ -413,10 +413,10 @@ def test_otlp_http_export_decodes_as_genai_span_and_counters(otlp_receiver: tupl
         SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{url}/v1/logs", timeout=5))
     )
     exp = OTelExporter(tracer_provider=tp, meter_provider=mp, logger_provider=lp, span="own")
-    exp.export(
-        make_result(conversation_id="otlp-1", depth=2, prefix_model="gpt-4o", checks=[("json", "fail")])
+    export_turn(
+        exp, make_result(conversation_id="otlp-1", depth=2, prefix_model="gpt-4o", checks=[("json", "fail")])
     )
-    exp.export(make_result(conversation_id="otlp-2"))
+    export_turn(exp, make_result(conversation_id="otlp-2"))
     assert mp.force_flush(10_000)
     tp.shutdown()
     mp.shutdown()
@@ -469,12 +469,12 @@ def test_force_flush_drains_the_applications_batch_processor_without_shutting_it
     tp = TracerProvider()
     tp.add_span_processor(BatchSpanProcessor(spans, schedule_delay_millis=3_600_000))
     exp = OTelExporter(tracer_provider=tp, meter_provider=MeterProvider(), span="own")
-    exp.export(make_result())
+    export_turn(exp, make_result())
     assert spans.get_finished_spans() == ()
     assert exp.force_flush(5.0)
     assert len(spans.get_finished_spans()) == 1
     exp.shutdown()
-    exp.export(make_result())
+    export_turn(exp, make_result())
     assert tp.force_flush(5000) and len(spans.get_finished_spans()) == 2
 
 
@@ -486,7 +486,7 @@ def test_label_overflows_are_an_observable_counter_like_prometheus(
     guard = LabelGuard(max_models=2)
     otel = OTelExporter(**_providers(spans, logs, reader), guard=guard)
     for r in scripted_conversation():
-        otel.export(r)
+        export_turn(otel, r)
     overflows = {k: p.value for k, p in points(reader, "handoffmon_label_overflows").items()}
     assert overflows[(("label", "model"),)] == guard.overflows()["model"] > 0
     assert set(overflows) == {(("label", label),) for label in guard.overflows()}
@@ -573,7 +573,7 @@ def test_captured_content_is_bounded_keeping_the_newest_messages(spans: InMemory
     exporter = OTelExporter(
         tracer_provider=tp, meter_provider=MeterProvider(), capture_content=True, span="own"
     )
-    assert exporter.export(make_result(content=TurnContent(history, reply)))
+    assert export_turn(exporter, make_result(content=TurnContent(history, reply)))
     (span,) = spans.get_finished_spans()
     attrs = span.attributes
     inputs, outputs = attrs["gen_ai.input.messages"], attrs["gen_ai.output.messages"]

@@ -11,7 +11,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from handoffmon.exporters.otel import OTelExporter
 from handoffmon.labels import LabelGuard
 from handoffmon.types import Message, TurnContent
-from tests.exporters.turns import make_result
+from tests.exporters.turns import export_turn, make_result
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -31,7 +31,7 @@ def test_join_mode_warns_that_capture_content_has_no_effect(caplog: pytest.LogCa
     (warning,) = _warnings(caplog)
     assert "capture_content_ignored" in warning and "join" in warning
     content = TurnContent((Message("user", "secret question"),), "secret answer")
-    assert exporter.export(make_result(content=content, checks=[("json", "pass")]))
+    assert export_turn(exporter, make_result(content=content, checks=[("json", "pass")]))
     records = events.get_finished_logs()
     assert len(records) == 2  # the turn event and one evaluation
     assert not any("secret" in str(r.log_record.attributes) for r in records)

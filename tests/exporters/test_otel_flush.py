@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -20,40 +18,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from handoffmon.exporters.otel import OTelExporter
+from tests.exporters.otlp_endpoint import stalled_otlp_endpoint
 from tests.exporters.turns import make_result
 
 STALL_S = 3.0
 
 
-class _Slow(BaseHTTPRequestHandler):
-    """An OTLP endpoint that takes STALL_S to answer each export."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        time.sleep(STALL_S)
-        try:
-            self.send_response(200)
-            self.end_headers()
-        except OSError:
-            pass
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def slow_endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    level = logging.getLogger("opentelemetry").level
-    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)  # the SDK logs every failed export
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        logging.getLogger("opentelemetry").setLevel(level)
-        server.shutdown()
-        server.server_close()
+    """An OTLP endpoint that takes STALL_S to answer each export."""
+    with stalled_otlp_endpoint(STALL_S) as url:
+        yield url
 
 
 def _otlp_providers(endpoint: str) -> tuple[TracerProvider, LoggerProvider, MeterProvider]:

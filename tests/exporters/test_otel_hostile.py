@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from handoffmon.exporters.otel import MAX_ID_CHARS, OTelExporter
 from handoffmon.labels import MAX_LABEL_CHARS, LabelGuard
-from tests.exporters.turns import make_result
+from tests.exporters.turns import export_turn, make_result
 
 HUGE = 100_000
 """Characters in each hostile name (a model string a client may send through a wildcard route)."""
@@ -55,7 +55,7 @@ def test_own_span_names_stay_few_and_attributes_short_whatever_models_clients_se
     and the rest are plain ``chat``; no attribute is longer than a label (ids: 256)."""
     exporter, spans, logs = _exporter("own", max_models=5)
     for i in range(40):
-        assert exporter.export(_hostile(i))
+        assert export_turn(exporter, _hostile(i))
     finished = spans.get_finished_spans()
     assert len(finished) == 40
     names = {s.name for s in finished}
@@ -74,7 +74,7 @@ def test_own_span_names_stay_few_and_attributes_short_whatever_models_clients_se
 def test_join_events_carry_names_no_longer_than_a_label(span: Literal["join", "own"]) -> None:
     """The ``handoffmon.turn`` and evaluation events (join) cut names like the own span does."""
     exporter, _spans, logs = _exporter(span)
-    assert exporter.export(_hostile(1))
+    assert export_turn(exporter, _hostile(1))
     records = [r.log_record for r in logs.get_finished_logs()]
     assert records and all(_longest(r.attributes) <= MAX_ID_CHARS for r in records)
     model_attrs = [r.attributes[k] for r in records for k in ("handoffmon.author",) if k in r.attributes]
@@ -113,7 +113,7 @@ def test_lone_surrogates_in_names_and_ids_reach_otlp_as_escapes(
         conversation_id="c\ud800", author="gpt\ud800", requested_model="g\udc80", checks=[("json", "pass")]
     )
     with caplog.at_level(logging.ERROR):
-        assert exporter.export(turn)
+        assert export_turn(exporter, turn)
         encode_spans(spans.get_finished_spans()).SerializeToString()
         encode_logs(logs.get_finished_logs()).SerializeToString()
     assert not [r for r in caplog.records if "Failed to encode" in r.getMessage()]

@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
 
     from handoffmon.exporters.otel import OTelExporter
     from handoffmon.labels import LabelGuard
-    from tests.exporters.turns import make_result
+    from tests.exporters.turns import export_turn, make_result
 
     joined = OTelExporter(guard=LabelGuard())  # built first: the globals are still the proxies
     own = OTelExporter(guard=LabelGuard(), span="own")
@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent(
     trace.set_tracer_provider(tp)
     _logs.set_logger_provider(lp)
 
-    assert joined.export(make_result()) and own.export(make_result())
+    assert export_turn(joined, make_result()) and export_turn(own, make_result())
     assert spans.get_finished_spans() == () and events.get_finished_logs() == ()
     assert joined.force_flush(5.0) and own.force_flush(5.0)
     print(len(spans.get_finished_spans()), len(events.get_finished_logs()))

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 
 from handoffmon.exporters.otel import OTelExporter
-from tests.exporters.turns import make_result
+from tests.exporters.turns import export_turn, make_result
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SAMPLED = f"00-{TRACE}-00f067aa0ba902b7-01"
@@ -34,7 +34,7 @@ def _run(span: str, traceparent: str | None, sampler: object = None) -> tuple[in
         span=span,
     )
     meta = {"traceparent": traceparent} if traceparent else None
-    assert exp.export(make_result(checks=[("json", "pass"), ("lang", "fail")], metadata=meta))
+    assert export_turn(exp, make_result(checks=[("json", "pass"), ("lang", "fail")], metadata=meta))
     data = reader.get_metrics_data()
     turns = sum(
         p.value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from handoffmon.testing import make_turn_result as make_result  # the exporter tests' short name
@@ -127,3 +129,17 @@ def chk(rule: str, model: str, prefix: str, bucket: str, verdict: str) -> tuple[
 def tr(rule: str, model: str, handoff: str, a: str, b: str) -> tuple[tuple[str, str], ...]:
     """Label set of a ``handoffmon_rule_transitions_total`` series."""
     return L(rule=rule, model=model, handoff=handoff, from_verdict=a, to_verdict=b)
+
+
+def export_turn(exporter: Any, result: TurnResult) -> bool:
+    """Both halves of an ``OTelExporter``, as the pipeline runs them: the events (and own
+    span), then the counting; True when both took the turn."""
+    emitted = exporter.events.export(result)
+    return bool(exporter.export(result) and emitted)
+
+
+def prometheus_total(registry: Any, name: str) -> float:
+    """The sum of counter ``name``'s ``_total`` samples over all its labels in ``registry``."""
+    return sum(
+        s.value for f in registry.collect() if f.name == name for s in f.samples if s.name == f"{name}_total"
+    )
