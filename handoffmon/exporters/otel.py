@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import Counter as _Tally
@@ -264,21 +265,52 @@ def evaluation_attributes(
     return attrs
 
 
-def _collected(
-    collector: Any, family: str, sample: str
-) -> Callable[[CallbackOptions], Iterable[Observation]]:
-    """Callback reading the ``sample`` values of one ``family`` of a prometheus_client collector."""
+class _CollectorSnapshot:
+    """One ``collect()`` of a prometheus_client collector per OTel collection cycle, shared by
+    the callbacks of its families (``observe_collector``).
 
-    def observe(options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(s.value, dict(s.labels))
-            for f in collector.collect()
-            if f.name == family
-            for s in f.samples
-            if s.name == sample
-        ]
+    The SDK calls every observable instrument's callback once per cycle, one after the other:
+    the first family asked reads the collector, the others are served from that reading, and
+    a family asked again (the next cycle, or another reader's) reads it anew. So every family
+    of one cycle comes from the same reading, as in a Prometheus scrape, and a collector of
+    ten families is read once a cycle, not ten times. Values that are not finite (a budget's
+    ``+Inf`` limit) are left out: OTLP points are finite, and the SDK would log a warning for
+    each one at every cycle.
+    """
 
-    return observe
+    def __init__(self, collector: Any) -> None:
+        self._collector = collector
+        self._lock = threading.Lock()
+        self._points: dict[str, list[Observation]] = {}
+        self._served: set[str] = set()
+        self._read = False
+
+    def families(self) -> dict[str, tuple[str, str]]:
+        """Name → (type, help) of every family the collector yields now."""
+        return {f.name: (f.type, f.documentation) for f in self._collector.collect()}
+
+    def callback(self, family: str, sample: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """Callback reading the ``sample`` values of ``family``."""
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            with self._lock:
+                if not self._read or family in self._served:
+                    self._read = False  # a collect() that raises is retried by the next family
+                    self._points = self._take()
+                    self._served = set()
+                    self._read = True
+                self._served.add(family)
+                return self._points.get(sample, [])
+
+        return observe
+
+    def _take(self) -> dict[str, list[Observation]]:
+        points: dict[str, list[Observation]] = {}
+        for f in self._collector.collect():
+            for s in f.samples:
+                if math.isfinite(s.value):
+                    points.setdefault(s.name, []).append(Observation(s.value, dict(s.labels)))
+        return points
 
 
 def _sampled_out(context: Context | None) -> bool:
@@ -633,15 +665,16 @@ class OTelExporter:
         collection, with its names and labels: its counters as observable counters (the
         name without ``_total``), its gauges as observable gauges, including those it yields
         only later (``file_gauges``: the routing table's age once a table is published)."""
-        families = {f.name: (f.type, f.documentation) for f in collector.collect()}
+        snapshot = _CollectorSnapshot(collector)
+        families = snapshot.families()
         for name in getattr(collector, "file_gauges", {}):
             families.setdefault(name, ("gauge", ""))
         for name, (kind, help_text) in families.items():
             if kind == "counter":
-                observe = _collected(collector, name, f"{name}_total")
+                observe = snapshot.callback(name, f"{name}_total")
                 self._meter.create_observable_counter(name, callbacks=[observe], description=help_text)
             elif kind == "gauge":
-                observe = _collected(collector, name, name)
+                observe = snapshot.callback(name, name)
                 self._meter.create_observable_gauge(name, callbacks=[observe], description=help_text)
 
     def _observe_overflows(self, options: CallbackOptions) -> Iterable[Observation]:
