@@ -6,6 +6,7 @@ replicas) or from CSV files, so the refit has one input type.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,34 @@ def in_cell(author: str, prefix_model: str, clean: bool) -> bool:
     prefix) turns always, same-author turns only when clean (the diagonal is the clean
     baseline)."""
     return clean or prefix_model != author
+
+
+PLAN_CACHE = 1024
+"""Turn shapes (``turn_shape``) whose keys the aggregates and the Prometheus tables each keep
+built (cleared when full): a deployment sees a few of them at a time."""
+
+_rule_verdict = operator.attrgetter("rule", "verdict")
+_transition_shape = operator.attrgetter("rule", "from_verdict", "to_verdict")
+_step_rule = operator.itemgetter(0)
+
+
+def turn_shape(result: TurnResult) -> tuple[object, ...]:
+    """What a finished turn's counter keys depend on, besides the label guard: its author,
+    prefix model, depth bucket, handoff and cleanliness, its checks' rules and verdicts, its
+    transitions and its cluster steps' rules (not its depth, durations or cluster values, which
+    are what it adds). Turns of one shape add to the same keys, so the aggregates and the
+    Prometheus tables build those once per shape instead of once per turn (issue 21)."""
+    rec, ctx = result.record, result.context
+    return (
+        rec.author,
+        ctx.prefix_model,
+        result.depth_bucket,
+        rec.handoff,
+        result.clean,
+        tuple(map(_rule_verdict, result.checks)),
+        tuple(map(_transition_shape, result.transitions)),
+        tuple(map(_step_rule, result.cluster)),
+    )
 
 
 def turn_cell_stats(

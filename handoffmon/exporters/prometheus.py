@@ -22,7 +22,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from handoffmon._version import __version__
-from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, in_cell
+from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, PLAN_CACHE, in_cell, turn_shape
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.file_refresh import SYNC_FAILURE_STAGE, FileRefresher
 from handoffmon.exporters.logs import get_logger, log_error
@@ -83,6 +83,17 @@ _now = time.monotonic
 FILE_REFRESHER = FileRefresher(sync_file_mirrors)
 """The process's timer that writes the scrape-time series to the multiprocess files without
 turns; held by every multiprocess exporter from its first write to its ``shutdown``."""
+
+
+_METHOD_KEYS = 64
+_TablePlan = tuple[
+    tuple[str, str, str],
+    tuple[tuple[tuple[str, ...], tuple[str], str | None], ...],
+    tuple[tuple[str, ...], ...],
+    tuple[tuple[str, ...], ...],
+    tuple[tuple[tuple[str, ...], ...], ...],
+    tuple[tuple[str, ...], ...],
+]
 
 
 FALLBACK_LABELS: tuple[str, ...] = ("requested_model", "model")
@@ -609,6 +620,10 @@ class PrometheusExporter:
         self._m.build_info.labels(__version__).set(1)
         self._init_known_labels()
         self._verdict_sets: set[tuple[str, str, str, str]] = set()
+        self._plans: dict[tuple[Any, ...], _TablePlan] = {}
+        """A turn shape's table keys (``_plan``), at most ``PLAN_CACHE``."""
+        self._method_keys: dict[str, tuple[str]] = {}
+        """``(method_label(method),)`` per attribution method seen, at most ``_METHOD_KEYS``."""
         self._kids = {name: _Children(getattr(self._m, name)) for name in _PER_TURN}
         self._published: dict[str, set[tuple[str, ...]]] = {spec.name: set() for spec in REFIT_GAUGES}
         self._refit_lock = threading.Lock()
@@ -721,6 +736,118 @@ class PrometheusExporter:
             self._sync_label_usage()
 
     def _count_tables(self, result: TurnResult, t: _Tables) -> None:
+        """``_count`` into the plain tables, from the keys of the turn's shape (``_plan``). The
+        first turn of a shape is counted by ``_count_tables_slow``, which calls the guard as
+        ``_count`` does; its keys are then kept: the guard maps a name it has seen the same
+        way for good (admitted: itself; over a cap: ``other``) and looking it up again changes
+        nothing (an overflow counts at a name's first rejection). Same label values, side
+        effects, values and series order either way."""
+        if self._exemplars:
+            self._count_tables_slow(result, t)
+            return
+        ctx, rec, g = result.context, result.record, self.guard
+        bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
+        if bucket != result.depth_bucket:  # not one of the guard's buckets: it depends on the depth
+            self._count_tables_slow(result, t)
+            return
+        shape, cluster, found = turn_shape(result), result.cluster, result.checks
+        try:
+            plan = self._plans.get(shape)
+        except TypeError:  # a name or verdict that is not a string: counted as before, never kept
+            self._count_tables_slow(result, t)
+            return
+        if plan is None:
+            self._count_tables_slow(result, t)
+            plans = self._plans
+            if len(plans) >= PLAN_CACHE:
+                plans.clear()
+            plans[shape] = self._plan(result, shape)
+            return
+        turn, checks, baseline, depth_keys, cluster_keys, transitions = plan
+        with t.lock:
+            t.turns.values[turn] += 1
+            if checks:
+                counts, seconds = t.checks.values, t.check_seconds.values
+                for (key, skey, error_rule), check in zip(checks, found, strict=True):
+                    counts[key] += 1
+                    seconds[skey] += max(check.duration_s, 0.0)
+                    if error_rule is not None:
+                        t.check_errors.values[(error_rule, check_error_reason(check.reason))] += 1
+            if baseline:
+                d = t.baseline_checks.values
+                for key in baseline:
+                    d[key] += 1
+            d = t.cell_stats.values
+            if depth_keys:
+                depth = ctx.depth
+                for key in depth_keys:
+                    d[key] += depth
+            for keys, step in zip(cluster_keys, cluster, strict=True):
+                _, conversations, y2, yn, n2 = step
+                if conversations:
+                    d[keys[0]] += conversations
+                if y2:
+                    d[keys[1]] += y2
+                if yn:
+                    d[keys[2]] += yn
+                if n2:
+                    d[keys[3]] += n2
+            if transitions:
+                d = t.transitions.values
+                for key in transitions:
+                    d[key] += 1
+            methods = result.attribution_methods
+            if methods:  # one at a time: the same sums, series in order of first appearance
+                d, method_keys = t.attributions.values, self._method_keys
+                for method in methods:
+                    mkey = method_keys.get(method)
+                    if mkey is None:
+                        mkey = (method_label(method),)
+                        if len(method_keys) < _METHOD_KEYS:
+                            method_keys[method] = mkey
+                    d[mkey] += 1
+            t.history_tokens.observe((bucket,), ctx.history_tokens)
+        if rec.fallbacks > 0:
+            self._m.fallbacks.labels(*fallback_labels(result, g, turn[0])).inc(rec.fallbacks)
+        if g.version != self._guard_version or g.overflow_total != self._overflow_total:
+            self._sync_label_usage()
+
+    def _plan(self, result: TurnResult, shape: tuple[Any, ...]) -> _TablePlan:
+        """The table keys of a turn of this shape, once ``_count_tables_slow`` counted one (its
+        names seen by the guard, its check cells' verdicts created at 0)."""
+        g = self.guard
+        author, prefix_name, bucket, handoff_flag, clean = shape[:5]
+        found = result.checks
+        model, prefix = g.model(author), g.model(prefix_name)
+        norm = g.verdict
+        checks = tuple(
+            (
+                (g.rule(c.rule), model, prefix, bucket, norm(c.verdict)),
+                (g.rule(c.rule),),
+                g.rule(c.rule) if norm(c.verdict) == "error" else None,
+            )
+            for c in found
+        )
+        baseline = tuple((g.rule(c.rule), model, bucket, norm(c.verdict)) for c in found) if clean else ()
+        depth_keys: tuple[tuple[str, ...], ...] = ()
+        if found and in_cell(author, prefix_name, clean):
+            depth_keys = tuple(
+                (g.rule(c.rule), model, prefix, bucket, "depth")
+                for c in found
+                if c.verdict in ("pass", "fail")
+            )
+        cluster_keys = tuple(
+            tuple((g.rule(step.rule), model, prefix, CELL_TOTAL, stat) for stat in CLUSTER_STATS)
+            for step in result.cluster
+        )
+        handoff = g.handoff(handoff_flag)
+        transitions = tuple(
+            (g.rule(tr.rule), model, handoff, norm(tr.from_verdict), norm(tr.to_verdict))
+            for tr in result.transitions
+        )
+        return ((model, prefix, bucket), checks, baseline, depth_keys, cluster_keys, transitions)
+
+    def _count_tables_slow(self, result: TurnResult, t: _Tables) -> None:
         """``_count`` into the plain tables: the same label values, guard calls and order.
 
         ``refit_input_labels`` is inlined, and every guard lookup of a model or rule name

@@ -16,6 +16,7 @@ from typing import Any
 from handoffmon.counts import (
     CELL_TOTAL,
     CLUSTER_STATS,
+    PLAN_CACHE,
     CellStatKey,
     CheckKey,
     Counts,
@@ -23,6 +24,7 @@ from handoffmon.counts import (
     TransitionKey,
     TurnKey,
     in_cell,
+    turn_shape,
 )
 from handoffmon.errors import StoreError
 from handoffmon.labels import LabelGuard
@@ -49,6 +51,13 @@ _KEYED: dict[str, Any] = {
     "shadow": ShadowKey,
 }
 _KIND_SET = frozenset(_KINDS)
+_Plan = tuple[
+    TurnKey,
+    tuple[CheckKey, ...],
+    tuple[CellStatKey, ...],
+    tuple[tuple[CellStatKey, ...], ...],
+    tuple[TransitionKey, ...],
+]
 _log = logging.getLogger("handoffmon.pipeline")
 _TABLE = "handoffmon_counts"
 _SCHEMA = f"""
@@ -233,6 +242,8 @@ class Aggregates:
         self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
         self._totals: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
         self._pending: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
+        """A turn shape's keys (``_plan``), at most ``PLAN_CACHE``."""
         self._path = path
         self._conn: sqlite3.Connection | None = None
         self.corrupt_rows = 0
@@ -293,51 +304,29 @@ class Aggregates:
     def add_turn(self, result: TurnResult) -> None:
         """Count one finished turn: its checks (and clean-baseline checks), transitions, turn
         cell, attributions, and its cells' depth and conversation-cluster sums."""
-        # every key is built (and its names capped) before the lock: the guard may take its own
-        rec, ctx, g = result.record, result.context, self.guard
-        models, hits = g.admitted()  # the guard's first step: a name found there is its label
-        author_name, prefix_name = rec.author, ctx.prefix_model
-        handoff = handoff_label(rec.handoff)
-        author = models.get(author_name) or g.model(author_name)  # type: ignore[arg-type]
-        prefix = models.get(prefix_name) or g.model(prefix_name)
-        bucket = result.depth_bucket
-        rules: dict[str, str] = {}
-
-        def rule(name: str) -> str:  # one guard lookup per distinct name not yet admitted
-            capped = hits.get(name) or rules.get(name)
-            if capped is None:
-                capped = rules[name] = g.rule(name)
-            return capped
-
-        make = tuple.__new__  # the key NamedTuples without their Python-level __new__
-        turn = make(TurnKey, (author, prefix, bucket, handoff))
-        found = result.checks
-        labels = [hits.get(c.rule) or rule(c.rule) for c in found]
-        checks = [
-            make(CheckKey, (label, author, prefix, bucket, c.verdict))
-            for label, c in zip(labels, found, strict=True)
-        ]
-        # counts.turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule), inlined
+        ctx, cluster = result.context, result.cluster
+        shape = turn_shape(result)  # the turn's keys depend only on it: built once per shape
+        try:
+            plan = self._plans.get(shape)
+        except TypeError:  # a name or verdict that is not a string: its keys, never kept
+            plan = self._plan(result, None)
+        if plan is None:
+            plan = self._plan(result, shape)
+        turn, checks, depth_keys, cluster_keys, transitions = plan
         cells: list[tuple[CellStatKey, int]] = []
-        if found and in_cell(author_name, prefix_name, result.clean):  # type: ignore[arg-type]
+        if depth_keys:
             depth = ctx.depth
-            cells = [
-                (make(CellStatKey, (label, author, prefix, bucket, "depth")), depth)
-                for label, c in zip(labels, found, strict=True)
-                if c.verdict in ("pass", "fail")
-            ]
-        for step in result.cluster:
-            step_rule = hits.get(step.rule) or rule(step.rule)
-            for stat, v in zip(CLUSTER_STATS, step[1:], strict=True):
-                if v:
-                    cells.append((make(CellStatKey, (step_rule, author, prefix, CELL_TOTAL, stat)), v))
-        transitions = [
-            make(
-                TransitionKey,
-                (hits.get(t.rule) or rule(t.rule), author, handoff, t.from_verdict, t.to_verdict),
-            )
-            for t in result.transitions
-        ]
+            cells = [(key, depth) for key in depth_keys]
+        for keys, step in zip(cluster_keys, cluster, strict=True):
+            _, g, y2, yn, n2 = step
+            if g:
+                cells.append((keys[0], g))
+            if y2:
+                cells.append((keys[1], y2))
+            if yn:
+                cells.append((keys[2], yn))
+            if n2:
+                cells.append((keys[3], n2))
         methods, clean = result.attribution_methods, result.clean
         with self._lock:
             tables = (self._totals,) if self._path is None else (self._totals, self._pending)
@@ -360,6 +349,64 @@ class Aggregates:
                 counter = table["attributions"]
                 for method in methods:
                     counter[method] += 1
+
+    def _plan(self, result: TurnResult, shape: tuple[Any, ...] | None) -> _Plan:
+        """The keys of a turn of this shape (names capped by the guard), kept for the next turns
+        of the shape: the guard maps a name it has seen the same way for good (admitted:
+        itself; over a cap: ``other``) and looking it up again changes nothing (an overflow
+        counts at a name's first rejection), so the first turn of a shape makes every guard
+        call the turn ever needs."""
+        # every key is built (and its names capped) before the lock: the guard may take its own
+        rec, ctx, g = result.record, result.context, self.guard
+        models, hits = g.admitted()  # the guard's first step: a name found there is its label
+        author_name, prefix_name = rec.author, ctx.prefix_model
+        handoff = handoff_label(rec.handoff)
+        author = models.get(author_name) or g.model(author_name)  # type: ignore[arg-type]
+        prefix = models.get(prefix_name) or g.model(prefix_name)
+        bucket = result.depth_bucket
+        rules: dict[str, str] = {}
+
+        def rule(name: str) -> str:  # one guard lookup per distinct name not yet admitted
+            capped = hits.get(name) or rules.get(name)
+            if capped is None:
+                capped = rules[name] = g.rule(name)
+            return capped
+
+        make = tuple.__new__  # the key NamedTuples without their Python-level __new__
+        turn = make(TurnKey, (author, prefix, bucket, handoff))
+        found = result.checks
+        labels = [rule(c.rule) for c in found]
+        checks = tuple(
+            make(CheckKey, (label, author, prefix, bucket, c.verdict))
+            for label, c in zip(labels, found, strict=True)
+        )
+        # counts.turn_cell_stats(result, model=author, prefix_model=prefix, rule=rule), as keys
+        depth_keys: tuple[CellStatKey, ...] = ()
+        if found and in_cell(author_name, prefix_name, result.clean):  # type: ignore[arg-type]
+            depth_keys = tuple(
+                make(CellStatKey, (label, author, prefix, bucket, "depth"))
+                for label, c in zip(labels, found, strict=True)
+                if c.verdict in ("pass", "fail")
+            )
+        cluster_keys = []
+        for step in result.cluster:
+            step_rule = rule(step.rule)
+            cluster_keys.append(
+                tuple(
+                    make(CellStatKey, (step_rule, author, prefix, CELL_TOTAL, stat)) for stat in CLUSTER_STATS
+                )
+            )
+        transitions = tuple(
+            make(TransitionKey, (rule(t.rule), author, handoff, t.from_verdict, t.to_verdict))
+            for t in result.transitions
+        )
+        plan = (turn, checks, depth_keys, tuple(cluster_keys), transitions)
+        if shape is not None:
+            plans = self._plans
+            if len(plans) >= PLAN_CACHE:
+                plans.clear()
+            plans[shape] = plan
+        return plan
 
     def add_counts(self, counts: Counts) -> None:
         """Add a whole snapshot (seeding a file, merging another source); written by the next flush."""

@@ -13,11 +13,13 @@ import random
 import re
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from handoffmon.config import config_from_mapping
 from handoffmon.counts import CELL_TOTAL, turn_cell_stats
+from handoffmon.exporters import prometheus
 from handoffmon.exporters.prometheus import PrometheusExporter
 from handoffmon.integrations.router import RouterWrapper
 from handoffmon.labels import LabelGuard, refit_input_labels
@@ -103,12 +105,16 @@ def _pair(**kwargs: Any) -> tuple[PrometheusExporter, PrometheusExporter]:
     return old, new
 
 
-def test_tables_expose_what_per_turn_counters_did() -> None:
-    """Byte-identical Prometheus text and OpenMetrics after a real pipeline's turns and health calls."""
+@pytest.mark.parametrize("plans", [1024, 2])
+def test_tables_expose_what_per_turn_counters_did(plans: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Byte-identical Prometheus text and OpenMetrics after a real pipeline's turns and health
+    calls; most turns counted from the keys kept per turn shape (at most ``PLAN_CACHE``)."""
+    monkeypatch.setattr(prometheus, "PLAN_CACHE", plans)
     results = _stream()
     old, new = _pair()
     _replay(old, results)
     _replay(new, results)
+    assert 0 < len(new._plans) <= plans
     text = generate_latest(new.registry).decode()
     assert text == generate_latest(old.registry).decode()
     assert generate_openmetrics(new.registry) == generate_openmetrics(old.registry)
@@ -126,6 +132,7 @@ def test_tables_keep_the_label_caps_and_overflow_accounting() -> None:
     old, new = _pair(guard=lambda: LabelGuard(max_models=2, max_rules=1))
     _replay(old, results)
     _replay(new, results)
+    assert new._plans  # the admitted names' turns: from kept keys; the others through the guard
     text = generate_latest(new.registry).decode()
     assert text == generate_latest(old.registry).decode()
     assert 'model="other"' in text and 'handoffmon_label_overflows_total{label="model"} 0.0' not in text

@@ -265,12 +265,18 @@ def _reference_add_turn(agg: Aggregates, result: TurnResult, tables: dict[str, d
         tables.setdefault("attributions", Counter())[method] += 1  # type: ignore[index]
 
 
-@pytest.mark.parametrize("caps", [None, (2, 1)])
-def test_add_turn_matches_the_reference_keys_and_guard_lookups(caps: tuple[int, int] | None) -> None:
+@pytest.mark.parametrize(("caps", "plans"), [(None, 1024), ((2, 1), 1024), (None, 2)])
+def test_add_turn_matches_the_reference_keys_and_guard_lookups(
+    caps: tuple[int, int] | None, plans: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real pipeline's turns: same counts, in the same key order, and (under tight caps)
-    the same admissions and overflow counts as the reference."""
+    the same admissions and overflow counts as the reference; the keys of a turn's shape
+    are built once (``_plan``) and kept at most ``PLAN_CACHE`` shapes at a time."""
     from handoffmon.labels import LabelGuard
+    from handoffmon.pipeline import aggregates
     from tests.exporters.test_prometheus_tables import _stream
+
+    monkeypatch.setattr(aggregates, "PLAN_CACHE", plans)
 
     def guard() -> LabelGuard:
         return LabelGuard() if caps is None else LabelGuard(max_models=caps[0], max_rules=caps[1])
@@ -289,6 +295,7 @@ def test_add_turn_matches_the_reference_keys_and_guard_lookups(caps: tuple[int, 
     assert new.guard.models == ref.guard.models and new.guard.rules == ref.guard.rules
     if caps is not None:
         assert new.guard.overflows()["rule"] > 0 and new.guard.overflows()["model"] > 0
+    assert 0 < len(new._plans) <= plans  # turns were counted from kept plans, within the bound
 
 
 BAD_ROWS = [
