@@ -41,7 +41,9 @@ class ProxyMetrics:
     """Counters of ``handoffmon serve`` in an injected registry; children are pre-created.
 
     Series:
-        ``handoffmon_proxy_requests_total{route, status_class}``: answered requests.
+        ``handoffmon_proxy_requests_total{route, status_class}``: answered requests;
+        ``route="other"`` includes those the connection answers before the app sees them
+        (400 not HTTP, 408 head too slow, 431 head too large: ``server.guarded_protocol``).
         ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions, Responses
         API and Anthropic Messages API calls forwarded without monitoring (``bad_json``, ``no_messages``,
         ``upstream_status``, ``bad_reply``, ``too_large`` — over

@@ -7,11 +7,15 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handoffmon._extras import requires_extra
 from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError
+from handoffmon.pipeline.errors import LogLimiter
+
+if TYPE_CHECKING:
+    from handoffmon.proxy.metrics import ProxyMetrics
 
 _log = logging.getLogger("handoffmon.proxy")
 
@@ -56,11 +60,24 @@ def check_limits(config: HandoffmonConfig, source: str | None = None) -> None:
     )
 
 
-def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
-    """An ``HttpToolsProtocol`` subclass for ``uvicorn.Config(http=...)`` with head limits."""
+def guarded_protocol(
+    max_header_bytes: int, timeout_s: float, refused: Callable[[int], None] | None = None
+) -> type[Any]:
+    """An ``HttpToolsProtocol`` subclass for ``uvicorn.Config(http=...)`` with head limits.
+
+    ``refused(status)`` is called for each request the connection itself answers, never
+    reaching the app: 400 (not HTTP), 408 (head too slow), 431 (head too large).
+    """
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from handoffmon.proxy.forward import DISCONNECT_EXTENSION
+
+    def _counted(status: int) -> None:
+        if refused is not None:
+            try:
+                refused(status)
+            except Exception:  # pragma: no cover - counting must not break the answer
+                _log.debug("handoffmon serve could not count a refused request", exc_info=True)
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
         """Per-connection limits uvicorn's httptools protocol lacks: head size and head time.
@@ -137,6 +154,7 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
         def send_400_response(self, msg: str) -> None:
             if self._head_bytes > max_header_bytes:
                 return self._refuse(431, "request header fields too large")
+            _counted(400)
             super().send_400_response(msg)
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -179,6 +197,7 @@ def guarded_protocol(max_header_bytes: int, timeout_s: float) -> type[Any]:
             self._stop_timer()
             if self.transport.is_closing():
                 return
+            _counted(status)
             reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
             body = msg.encode()
             self.transport.write(
@@ -194,8 +213,11 @@ class _HeadTooLarge(Exception):
     pass
 
 
-def uvicorn_options(config: HandoffmonConfig) -> dict[str, Any]:
+def uvicorn_options(config: HandoffmonConfig, metrics: ProxyMetrics | None = None) -> dict[str, Any]:
     """``uvicorn.Config`` keyword arguments for the proxy, apart from the app and address.
+
+    With ``metrics`` (the app's), requests the connection refuses before the app sees them
+    (400 not HTTP, 408, 431) count in ``handoffmon_proxy_requests_total{route="other"}``.
 
     The upstream's own ``date``/``server`` headers are forwarded, so uvicorn must not add
     its own. Graceful shutdown: on SIGTERM uvicorn stops accepting, lets in-flight
@@ -210,16 +232,62 @@ def uvicorn_options(config: HandoffmonConfig) -> dict[str, Any]:
         "timeout_graceful_shutdown": max(1, int(config.pipeline.shutdown_timeout_s)),
         "timeout_keep_alive": 75,
         "limit_concurrency": config.proxy.max_connections or None,
-        "http": guarded_protocol(config.proxy.max_header_bytes, config.proxy.client_timeout_s),
+        "http": guarded_protocol(
+            config.proxy.max_header_bytes,
+            config.proxy.client_timeout_s,
+            None if metrics is None else lambda status: metrics.request("other", status),
+        ),
     }
 
 
-class _NoAbortNoise(logging.Filter):
-    """uvicorn logs an aborted response as an application error; serve aborts on purpose
-    (the upstream broke off) and counts it in ``handoffmon_proxy_upstream_errors_total``."""
+CLIENT_NOISE = (
+    "Invalid HTTP request received.",
+    "Unsupported upgrade request.",
+    "No supported WebSocket library detected.",
+    "Exceeded concurrency limit.",
+)
+"""Starts of the WARNING lines uvicorn writes for each bad or excess request a client sends:
+one line per request let any client write the logs at its own request rate."""
+
+
+class UvicornNoise(logging.Filter):
+    """Quiets ``uvicorn.error``: drops the aborted-response error, limits client-made warnings.
+
+    uvicorn logs an aborted response as an application error; serve aborts on purpose (the
+    upstream broke off) and counts it in ``handoffmon_proxy_upstream_errors_total``. The
+    warnings a client triggers at will (:data:`CLIENT_NOISE`) pass at most once per kind per
+    ``interval_s`` (``pipeline.error_log_interval_s``), the next one saying how many were held
+    back; the requests are counted in ``handoffmon_proxy_requests_total{route="other"}``.
+    """
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._limiter = LogLimiter(interval_s, clock)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != "ASGI callable returned without completing response."
+        message = record.getMessage()
+        if message == "ASGI callable returned without completing response.":
+            return False
+        kind = next((k for k in CLIENT_NOISE if message.startswith(k)), None)
+        if kind is None:
+            return True
+        held = self._limiter.allow(kind)
+        if held is None:
+            return False
+        if held:
+            record.msg, record.args = f"{message} (+{held} like it since the last line)", ()
+        return True
+
+
+def quiet_uvicorn(config: HandoffmonConfig) -> UvicornNoise:
+    """Install (once per process) the :class:`UvicornNoise` filter on ``uvicorn.error``."""
+    logger = logging.getLogger("uvicorn.error")
+    for existing in logger.filters:
+        if isinstance(existing, UvicornNoise):
+            return existing
+    noise = UvicornNoise(config.pipeline.error_log_interval_s)
+    logger.addFilter(noise)
+    return noise
 
 
 def draining_server(cfg: Any, state: Any, delay_s: float) -> Any:
@@ -280,8 +348,12 @@ def serve(
     gc.collect()
     gc.freeze()
     cfg = uvicorn.Config(
-        app, host=config.proxy.host, port=config.proxy.port, log_level=log_level, **uvicorn_options(config)
+        app,
+        host=config.proxy.host,
+        port=config.proxy.port,
+        log_level=log_level,
+        **uvicorn_options(config, app.state.proxy.metrics),
     )
     _log.info("handoffmon serve on %s:%d -> %s", config.proxy.host, config.proxy.port, config.proxy.upstream)
-    logging.getLogger("uvicorn.error").addFilter(_NoAbortNoise())
+    quiet_uvicorn(config)
     draining_server(cfg, app.state.proxy, config.proxy.drain_delay_s).run()

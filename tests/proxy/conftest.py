@@ -69,7 +69,7 @@ def running_proxy(config: HandoffmonConfig, **uvicorn_overrides: Any) -> Iterato
     """``create_app(config)`` served by uvicorn (the serve options, then ``uvicorn_overrides``)
     on a free loopback port."""
     app = create_app(config)
-    options = {**uvicorn_options(config), **uvicorn_overrides}
+    options = {**uvicorn_options(config, app.metrics), **uvicorn_overrides}
     with ServerThread(app, free_port(), **options) as srv:
         state = app.state.proxy
         yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime)

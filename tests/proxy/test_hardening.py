@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import socket
 import threading
 import time
@@ -19,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from handoffmon.cli import main
 from handoffmon.errors import ConfigError
 from handoffmon.ingress.sse import SSEChunks
-from handoffmon.proxy.server import check_exposure, check_limits
+from handoffmon.proxy.server import UvicornNoise, check_exposure, check_limits, quiet_uvicorn
 from tests.conftest import free_port
 from tests.proxy.conftest import Proxy, proxy_config, running_proxy
 from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse
@@ -305,6 +306,54 @@ def test_slow_and_half_open_clients_time_out(proxy: Proxy) -> None:
                 out += piece
         assert out.startswith(b"HTTP/1.1 408"), (name, out[:80])
         assert time.monotonic() - t0 < 3, name
+
+
+def test_requests_refused_before_the_app_are_counted_and_their_warnings_limited(
+    proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Requests the connection answers itself never reach the app: not HTTP (400), a head over
+    max_header_bytes (431), a head slower than client_timeout_s (408). Each counts in
+    proxy_requests_total{route="other"} (before, none did: a flood of them was invisible), and
+    uvicorn's one WARNING per bad request ("Invalid HTTP request received.") passes once per
+    pipeline.error_log_interval_s (60 s), not once per request."""
+    port = int(proxy.url.rsplit(":", 1)[1])
+    quiet_uvicorn(proxy.config)
+
+    def other_4xx() -> float:
+        labels = {"route": "other", "status_class": "4xx"}
+        return proxy.registry.get_sample_value("handoffmon_proxy_requests_total", labels) or 0.0
+
+    before = other_4xx()
+    with caplog.at_level(logging.WARNING, logger="uvicorn.error"):
+        for _ in range(5):
+            assert _raw_request(port, b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400")
+        big = b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 40_000 + b"\r\n\r\n"
+        assert _raw_request(port, big).startswith(b"HTTP/1.1 431")
+        slow = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+        assert _raw_request(port, slow).startswith(b"HTTP/1.1 408")
+    assert other_4xx() - before == 7
+    invalid = [r for r in caplog.records if r.getMessage().startswith("Invalid HTTP request received.")]
+    assert len(invalid) <= 1, [r.getMessage() for r in invalid]
+    assert httpx.get(f"{proxy.url}/healthz").status_code == 200
+
+
+def test_client_made_uvicorn_warnings_pass_once_per_interval_with_a_held_count() -> None:
+    now = [0.0]
+    noise = UvicornNoise(60.0, clock=lambda: now[0])
+
+    def passes(msg: str) -> str | None:
+        record = logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, msg, (), None)
+        return record.getMessage() if noise.filter(record) else None
+
+    assert passes("Invalid HTTP request received.") == "Invalid HTTP request received."
+    assert [passes("Invalid HTTP request received.") for _ in range(3)] == [None, None, None]
+    assert passes("Exceeded concurrency limit.") == "Exceeded concurrency limit."  # its own kind
+    assert passes("Application startup complete.") == "Application startup complete."  # not a client's
+    assert passes("ASGI callable returned without completing response.") is None  # serve's own abort
+    now[0] = 61.0
+    assert passes("Invalid HTTP request received.") == (
+        "Invalid HTTP request received. (+3 like it since the last line)"
+    )
 
 
 class _BigBlockingCollector:
