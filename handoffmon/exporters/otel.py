@@ -16,6 +16,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from handoffmon._extras import requires_extra
 from handoffmon._version import __version__
 from handoffmon.exporters.logs import MAX_ID_CHARS, clip, get_logger, log_error
 from handoffmon.exporters.prometheus import (
@@ -313,6 +314,16 @@ class _CollectorSnapshot:
         return points
 
 
+def _require_sdk(feature: str, *providers: Any) -> None:
+    """With no provider passed, the API's global ones are used, which stay no-ops unless an
+    SDK is installed: without the ``otel`` extra, say so now (MissingExtraError naming
+    ``feature``) instead of exporting into the void."""
+    if any(p is not None for p in providers):
+        return
+    with requires_extra("otel", feature):
+        import opentelemetry.sdk  # noqa: F401
+
+
 def _sampled_out(context: Context | None) -> bool:
     """Whether ``context`` holds a valid span context whose trace was not sampled."""
     if context is None:
@@ -477,6 +488,7 @@ class OTelExporter:
         capture_content: bool = False,
         span: Literal["join", "own"] = "join",
     ) -> None:
+        _require_sdk("OTelExporter with no provider passed", tracer_provider, meter_provider, logger_provider)
         self.guard = guard or LabelGuard()
         self._own_span = span == "own"
         # None = the global one, looked up again at each flush: before the application sets
@@ -522,7 +534,13 @@ class OTelExporter:
         logger_provider: Any = None,
         guard: LabelGuard | None = None,
     ) -> OTelExporter:
-        """Build from ``telemetry.otel_span``, ``telemetry.capture_content`` and the label caps."""
+        """Build from ``telemetry.otel_span``, ``telemetry.capture_content`` and the label caps.
+
+        Raises:
+            MissingExtraError: no provider passed and the OpenTelemetry SDK (the ``otel``
+                extra) is not installed, naming ``telemetry.otel`` and the config's source.
+        """
+        _require_sdk(f"telemetry.otel ({config.source})", tracer_provider, meter_provider, logger_provider)
         return cls(
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
