@@ -24,6 +24,7 @@ with the same monitor.
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -72,12 +73,17 @@ class Forwarding:
 class _Parsed:
     """What ``parse()`` made of a response's body, in one object that the response's copies hold
     (``copy.copy`` copies the attributes): the SDK's copies parse to the one stream, so the
-    monitored ones give one monitored stream, whose turn is recorded once."""
+    monitored ones give one monitored stream, whose turn is recorded once.
 
-    __slots__ = ("value",)
+    ``lock`` (only while there is nothing yet) makes it once when threads parse the response
+    at the same time: without it two could each find nothing and each record the turn. A
+    parse after the first reads ``value`` without it."""
+
+    __slots__ = ("lock", "value")
 
     def __init__(self, value: Any) -> None:
         self.value = value
+        self.lock = threading.Lock() if value is _UNSET else None
 
 
 class ParsedResponse(Forwarding):
@@ -103,10 +109,13 @@ class ParsedResponse(Forwarding):
     _INNER = "_response"  # passes for the SDK response's class (``LegacyAPIResponse``, ...)
 
     def _once(self, parsed: Any) -> Any:
-        if self._parsed.value is _UNSET:  # a copy may have parsed meanwhile (the SDK's same body)
-            assert self._monitored is not None
-            self._parsed.value = self._monitored(parsed)
-        return self._parsed.value
+        slot = self._parsed
+        assert slot.lock is not None  # made with nothing parsed yet
+        with slot.lock:  # another thread may be making it (from the SDK's same body)
+            if slot.value is _UNSET:
+                assert self._monitored is not None
+                slot.value = self._monitored(parsed)
+        return slot.value
 
     def parse(self, **kwargs: Any) -> Any:
         """The monitored result (with ``to=``: the SDK's own parse, not monitored)."""

@@ -416,3 +416,58 @@ def test_wrapping_a_wrapper_never_monitors_a_call_twice(chat_base: str) -> None:
         moved.chat.completions.create(model="gpt-x", messages=messages)
         assert rt1.flush(10) and rt2.flush(10)
     assert len(first.results) == 1 and len(second.results) == 1
+
+
+def _parse_in_two_threads(response: Any) -> list[Any]:
+    """What ``response.parse()`` gave each of two threads that are both past the SDK's parse
+    (held at a barrier until both are in it) before either goes on, switching every µs."""
+    import sys
+    import threading
+
+    sdk = response._response
+    sdk_parse, body_lock, both_in = sdk.parse, threading.Lock(), threading.Barrier(2, timeout=5)
+
+    def held(**kwargs: Any) -> Any:
+        with body_lock:  # the SDK's response is read by one thread at a time
+            parsed = sdk_parse(**kwargs)
+        both_in.wait()
+        return parsed
+
+    sdk.parse = held
+    got: list[Any] = []
+    threads = [threading.Thread(target=lambda: got.append(response.parse())) for _ in range(2)]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    finally:
+        sys.setswitchinterval(switch)
+    return got
+
+
+def test_two_threads_parsing_one_response_at_once_record_one_turn_and_get_one_object() -> None:
+    """``with_streaming_response``: the application's threads both call ``response.parse()``
+    on the one response (a shared response handed to workers), each past the "not parsed yet"
+    check before either has made the monitored result, one inside making it when the other
+    checks again: the monitored result is still made once, one turn recorded per response
+    (40 calls made 48 to 56 turns before), and both threads get the same object."""
+    exp = RecordingExporter()
+    transport = httpx.MockTransport(Upstream())
+    client = openai.OpenAI(
+        api_key="k", base_url="http://up/v1", http_client=httpx.Client(transport=transport)
+    )
+    rounds = 40
+    with monitor(CONFIG, exporters=[exp]) as m:
+        w = OpenAIClientWrapper(client, m)
+        for n in range(rounds):
+            messages = [{"role": "user", "content": f"hi {n}"}]
+            with w.chat.completions.with_streaming_response.create(
+                model="gpt-x", messages=messages
+            ) as response:
+                got = _parse_in_two_threads(response)
+                assert len(got) == 2 and got[0] is got[1] is response.parse(), n
+        assert m.flush(10)
+    assert len(exp.results) == rounds
