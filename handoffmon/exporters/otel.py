@@ -726,9 +726,17 @@ class OTelExporter:
         return out
 
     def _refit_callback(self, name: str, labels: tuple[str, ...]) -> Any:
+        """Callback of one refit gauge. A value that is not finite (the half-life of an
+        adherence that does not decay, ``+Inf`` in Prometheus) is left out: OTLP points are
+        finite, and the SDK would drop it with a warning at every collection."""
+
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             series = self._refit.get(name, {})
-            return [Observation(v, dict(zip(labels, key, strict=True))) for key, v in series.items()]
+            return [
+                Observation(v, dict(zip(labels, key, strict=True)))
+                for key, v in series.items()
+                if math.isfinite(v)
+            ]
 
         return observe
 
