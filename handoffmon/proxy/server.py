@@ -150,6 +150,14 @@ def guarded_protocol(
         def on_message_complete(self) -> None:
             super().on_message_complete()
             self._head_open, self._head_bytes = True, 0
+            if not self.pipeline:
+                # The body is whole: read on, so a client that hangs up is seen. uvicorn paused
+                # reading for a body over its 64 KiB buffer and resumes only in the app's next
+                # receive(), which a forwarder waiting on its upstream never makes: the client's
+                # close went unseen (CLOSE-WAIT), and the request kept its body and an upstream
+                # slot until the upstream answered. A pipelined request after this one pauses
+                # reading again (uvicorn's on_headers_complete), so nothing more piles up.
+                self.flow.resume_reading()
 
         def send_400_response(self, msg: str) -> None:
             if self._head_bytes > max_header_bytes:

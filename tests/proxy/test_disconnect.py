@@ -106,6 +106,38 @@ def test_client_disconnect_while_waiting_cancels_upstream_request(proxy: Proxy, 
     assert httpx.get(f"{proxy.url}/readyz").status_code == 200
 
 
+def test_client_hanging_up_after_a_large_body_cancels_upstream_request(
+    proxy: Proxy, upstream: Upstream
+) -> None:
+    """The same after a body over uvicorn's 64 KiB read buffer. uvicorn pauses reading for such
+    a body and resumes only in the app's next receive(), which serve's forwarder (watching the
+    connection, not receive) never makes: the client's close went unseen, and the request held
+    its body and an upstream slot until the upstream answered or proxy.upstream_timeout_s
+    (100 clients sending 9 MiB to a hung upstream and leaving: 99 connections in CLOSE-WAIT,
+    handoffmon_proxy_upstream_requests 99, RSS 1.6 GB, for 600 s)."""
+    cancelled = upstream.mock.cancelled
+    disconnects = proxy.registry.get_sample_value("handoffmon_proxy_client_disconnects_total") or 0
+    text = "slow json " + "x" * (1 << 20)
+    body = json.dumps({"model": "g", "messages": [{"role": "user", "content": text}]}).encode()
+    port = int(proxy.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(_head(body, b"x-mock-delay-s: 1.5\r\n") + body[:-200_000])
+        time.sleep(0.2)
+        s.sendall(body[-200_000:])  # the body's end in one read, over the 64 KiB buffer: reading paused
+        time.sleep(0.3)
+    deadline = time.monotonic() + 1.0  # well before the 1.5 s reply would have been sent
+    while upstream.mock.cancelled == cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert upstream.mock.cancelled == cancelled + 1
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline and (
+        proxy.registry.get_sample_value("handoffmon_proxy_client_disconnects_total") != disconnects + 1
+    ):
+        time.sleep(0.01)
+    assert proxy.registry.get_sample_value("handoffmon_proxy_client_disconnects_total") == disconnects + 1
+    assert proxy.registry.get_sample_value("handoffmon_proxy_upstream_requests") == 0
+
+
 def test_completed_requests_are_not_counted_as_disconnects(proxy: Proxy) -> None:
     """Clients that close right after their reply (new connection per request) are not disconnects."""
     disconnects = proxy.registry.get_sample_value("handoffmon_proxy_client_disconnects_total") or 0
