@@ -232,6 +232,18 @@ def content_attributes(
     return attrs
 
 
+def error_type(reason: str | None) -> str:
+    """``error.type`` of an ``error`` verdict, which the conventions want predictable and of low
+    cardinality: the exception's class name of ``raised:<Class>``, handoffmon's own reasons
+    (``over_budget``, ``too_large``, ``scope_error``, ... :data:`CHECK_ERROR_REASONS`), else
+    the well-known ``_OTHER`` (a custom checker's free text stays in the explanation)."""
+    head, _, tail = (reason or "").partition(":")
+    if head == "raised" and tail.isidentifier():
+        return tail
+    category = check_error_reason(head)
+    return head if head and category == head and head != "other" else "_OTHER"
+
+
 def evaluation_attributes(
     check: CheckResult, previous: str | None, result: TurnResult | None = None
 ) -> dict[str, Any]:
@@ -251,7 +263,7 @@ def evaluation_attributes(
     if check.reason:
         attrs[EVAL_EXPLANATION] = check.reason
     if check.verdict == "error":
-        attrs[ERROR_TYPE] = check.reason or "checker_error"
+        attrs[ERROR_TYPE] = error_type(check.reason)
     if previous is not None:
         attrs["handoffmon.evaluation.previous_label"] = previous
     if result is not None:

@@ -148,7 +148,7 @@ def test_each_verdict_is_a_genai_evaluation_event(
         prefix_model="gpt-4o",
         checks=[("json", "pass"), ("lang", "fail"), ("len", "not_applicable"), ("re", "error")],
         transitions=[("lang", "pass", "fail")],
-        reasons={"lang": "expected de, got en", "re": "timeout"},
+        reasons={"lang": "expected de, got en", "re": "over_budget"},
         response_id="chatcmpl-77",
     )
     export_turn(exporter, result)
@@ -191,8 +191,8 @@ def test_each_verdict_is_a_genai_evaluation_event(
         **base,
         "gen_ai.evaluation.name": "re",
         "gen_ai.evaluation.score.label": "error",
-        "gen_ai.evaluation.explanation": "timeout",
-        "error.type": "timeout",
+        "gen_ai.evaluation.explanation": "over_budget",
+        "error.type": "over_budget",
     }
 
 

@@ -8,7 +8,8 @@ import pytest
 from litellm.types.utils import LlmProviders
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import GenAiProviderNameValues
 
-from handoffmon.exporters.otel import PROVIDER, span_attributes
+from handoffmon.exporters.otel import PROVIDER, evaluation_attributes, span_attributes
+from handoffmon.types import CheckResult
 from tests.exporters.turns import make_result
 
 WELL_KNOWN = {v.value for v in GenAiProviderNameValues}
@@ -57,3 +58,24 @@ def test_provider_name_is_the_well_known_value(litellm_id: str) -> None:
 
 def test_unknown_providers_pass_through() -> None:
     assert span_attributes(make_result(provider="handoffsim"))[PROVIDER] == "handoffsim"
+
+
+@pytest.mark.parametrize(
+    ("reason", "error_type"),
+    [
+        ("raised:ValueError", "ValueError"),
+        ("over_budget", "over_budget"),
+        ("too_large", "too_large"),
+        ("scope_error", "scope_error"),
+        ("upstream said 503 for https://judge.internal/v1?key=abc", "_OTHER"),
+        ("", "_OTHER"),
+    ],
+)
+def test_error_type_is_a_low_cardinality_class(reason: str, error_type: str) -> None:
+    """``error.type`` SHOULD be predictable and low-cardinality (semconv error registry): an
+    exception's class name, handoffmon's own error reasons, else the well-known ``_OTHER``. The
+    checker's whole reason stays in ``gen_ai.evaluation.explanation``."""
+    check = CheckResult("rule", "error", reason or None)
+    attrs = evaluation_attributes(check, None)
+    assert attrs["error.type"] == error_type
+    assert attrs.get("gen_ai.evaluation.explanation") == (reason or None)
