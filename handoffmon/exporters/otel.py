@@ -254,7 +254,7 @@ def evaluation_attributes(
     handoff context (depth, author, prefix model, handoff) to slice evaluations by.
     """
     attrs: dict[str, Any] = {
-        EVAL_NAME: check.rule,
+        EVAL_NAME: clip(check.rule),
         EVAL_LABEL: check.verdict,
         "handoffmon.evaluation.duration_s": float(check.duration_s),
     }

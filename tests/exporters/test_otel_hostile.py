@@ -39,7 +39,8 @@ def _hostile(i: int) -> Any:
         requested_model=name,
         provider=name,
         response_id=f"r{i}-" + "y" * HUGE,
-        checks=[("json", "pass")],
+        # a rule name handoffmon did not validate (an invalid rule a caller declared in Python)
+        checks=[("json", "pass"), (f"rule{i}-" + "z" * HUGE, "error")],
     )
 
 
@@ -67,12 +68,13 @@ def test_own_span_names_stay_few_and_attributes_short_whatever_models_clients_se
     assert first["gen_ai.response.id"] == ("r0-" + "y" * HUGE)[:MAX_ID_CHARS]
     assert max(_longest(s.attributes) for s in finished) == MAX_ID_CHARS
     records = [r.log_record for r in logs.get_finished_logs()]
-    assert len(records) == 40 and max(_longest(r.attributes) for r in records) == MAX_ID_CHARS
+    assert len(records) == 2 * 40 and max(_longest(r.attributes) for r in records) == MAX_ID_CHARS  # 2 rules
 
 
 @pytest.mark.parametrize("span", ["join", "own"])
 def test_join_events_carry_names_no_longer_than_a_label(span: Literal["join", "own"]) -> None:
-    """The ``handoffmon.turn`` and evaluation events (join) cut names like the own span does."""
+    """The ``handoffmon.turn`` and evaluation events (join) cut names like the own span does,
+    the evaluation's rule name too."""
     exporter, _spans, logs = _exporter(span)
     assert export_turn(exporter, _hostile(1))
     records = [r.log_record for r in logs.get_finished_logs()]
