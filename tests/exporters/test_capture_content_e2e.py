@@ -30,7 +30,7 @@ def test_capture_content_puts_messages_on_spans_only_when_enabled(capture: bool)
         refit={"interval_s": 0},
     )
     with monitor(config, exporters=build_exporters(config, tracer_provider=tp)) as m:
-        run_conversation(m, ["a", "b"], ["first answer", "second answer"])
+        run_conversation(m, ["a", "b"], ["first answer", "second answer"], user="hello")
         assert m.flush(10)
     finished = spans.get_finished_spans()
     assert len(finished) == 2
@@ -38,6 +38,16 @@ def test_capture_content_puts_messages_on_spans_only_when_enabled(capture: bool)
     if not capture:
         assert "gen_ai.input.messages" not in attrs
         assert "gen_ai.output.messages" not in attrs
+        # nor any of the text under another name, on either span or its events
+        blob = json.dumps(
+            [
+                (s.name, dict(s.attributes or {}), [dict(e.attributes or {}) for e in s.events])
+                for s in finished
+            ],
+            default=str,
+        )
+        for text in ("hello", "first answer", "next 0", "second answer"):
+            assert text not in blob, text
         return
     blob_in = json.dumps(json.loads(str(attrs["gen_ai.input.messages"])))
     blob_out = json.dumps(json.loads(str(attrs["gen_ai.output.messages"])))
