@@ -5,6 +5,7 @@ that emits the spans and events, never the counting, and every turn whose span i
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -107,3 +108,5 @@ def test_a_stalled_synchronous_span_exporter_does_not_hold_the_counting(
         assert otel_errors == prom_errors
     finally:
         m.close(2)
+        for provider in (tp, lp, mp):  # their exporters stop retrying the stalled endpoint
+            threading.Thread(target=provider.shutdown, daemon=True).start()
