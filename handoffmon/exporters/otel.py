@@ -138,8 +138,11 @@ def span_attributes(result: TurnResult) -> dict[str, Any]:
         "handoffmon.reply_chars": rec.reply_chars,
         "handoffmon.fallbacks": rec.fallbacks,
         "handoffmon.retries": rec.retries,
-        "handoffmon.attribution_methods": list(result.attribution_methods),
     }
+    # how the earlier messages were attributed, counted by method: one list element per
+    # message re-sent on every turn grew with the depth (O(depth²) per conversation)
+    for method, n in sorted(_Tally(method_label(m) for m in result.attribution_methods).items()):
+        attrs[f"handoffmon.attributions.{method}"] = n
     optional = {
         PROVIDER: clip(PROVIDER_NAMES.get(rec.provider, rec.provider)) if rec.provider else None,
         REQUEST_MODEL: clip(rec.requested_model or ctx.requested_model),

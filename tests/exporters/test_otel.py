@@ -133,7 +133,8 @@ def test_turn_span_follows_genai_conventions(exporter: OTelExporter, spans: InMe
         "handoffmon.reply_chars": 42,
         "handoffmon.fallbacks": 1,
         "handoffmon.retries": 0,
-        "handoffmon.attribution_methods": ("chain", "content"),
+        "handoffmon.attributions.chain": 1,
+        "handoffmon.attributions.content": 1,
         "handoffmon.deployment_id": "claude-dep",
     }
 

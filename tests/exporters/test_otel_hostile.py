@@ -123,3 +123,23 @@ def test_lone_surrogates_in_names_and_ids_reach_otlp_as_escapes(
     finished = [s.attributes for s in spans.get_finished_spans()]
     for attrs in [*records, *finished]:
         assert attrs["gen_ai.conversation.id"] == "c\\ud800" and attrs["handoffmon.author"] == "gpt\\ud800"
+
+
+def test_a_deep_turns_attributions_are_counts_by_method_not_a_list_per_message() -> None:
+    """Turn 2,000 of a conversation: its earlier messages' attribution methods were one list
+    element each on every turn's span or event (2,000 strings re-sent per turn, O(depth²) per
+    conversation); they are counts by method, at most one attribute per known method."""
+    from handoffmon.exporters.otel import span_attributes
+    from handoffmon.types import ATTRIBUTION_METHODS
+
+    methods = ["chain"] * 1500 + ["content"] * 400 + ["response_id"] * 99 + ["bogus"]
+    attrs = span_attributes(make_result(depth=2000, methods=methods))
+    counts = {k: v for k, v in attrs.items() if k.startswith("handoffmon.attribution")}
+    assert counts == {
+        "handoffmon.attributions.chain": 1500,
+        "handoffmon.attributions.content": 400,
+        "handoffmon.attributions.response_id": 99,
+        "handoffmon.attributions.unknown": 1,
+    }
+    assert len(counts) <= len(ATTRIBUTION_METHODS)
+    assert all(not isinstance(v, (list, tuple)) or len(v) <= MAX_LABEL_CHARS for v in attrs.values())
