@@ -16,6 +16,11 @@ from handoffmon.errors import ConfigError
 
 Messages = Sequence[Mapping[str, Any]]
 
+SEED_OPTIONAL: dict[str, Any] = {"drop_params": True}
+"""Sent with every eval call: litellm drops a parameter the serving provider does not take (the
+run's ``seed``: Anthropic refuses it, which failed every call of a group or fallback served by
+it) and still sends it to one that does. ``params`` given to a responder override it."""
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -68,7 +73,9 @@ class LitellmResponder:
         with requires_extra("evals", "handoffmon eval run against litellm models"):
             import litellm
 
-        resp = await litellm.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
+        resp = await litellm.acompletion(
+            model=model, messages=list(messages), seed=seed, **{**SEED_OPTIONAL, **self.params}
+        )
         return Reply(_text(resp), author_of(resp, self.names, model))
 
 
@@ -81,7 +88,9 @@ class RouterResponder:
     names: ModelNames = field(default_factory=ModelNames)
 
     async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply:
-        resp = await self.router.acompletion(model=model, messages=list(messages), seed=seed, **self.params)
+        resp = await self.router.acompletion(
+            model=model, messages=list(messages), seed=seed, **{**SEED_OPTIONAL, **self.params}
+        )
         return Reply(_text(resp), author_of(resp, self.names, model))
 
 

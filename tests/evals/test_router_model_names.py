@@ -81,3 +81,40 @@ def test_switch_matrix_refuses_a_model_the_router_has_no_route_for(tmp_path: Pat
     assert code == 1, text
     assert f"{router}: key '--model': 'experimental' is no model group of the router" in text, text
     assert not cache.exists() and not out.exists()
+
+
+def test_a_provider_without_seed_is_evaluated_and_one_with_seed_still_gets_it(tmp_path: Path) -> None:
+    """Every eval call sends the run's ``seed``; Anthropic refuses it (UnsupportedParamsError), so the
+    shipped template's ``chat-backup`` group (and ``chat``'s fallback to it) failed every call: exit 5
+    after 3 retries per run. Calls now let litellm drop a parameter the provider does not take, and
+    a provider that takes it still receives the seed."""
+    import asyncio
+
+    import litellm
+    from litellm.integrations.custom_logger import CustomLogger
+
+    from handoffmon.evals.models import RouterResponder, router_from_config
+
+    script, router = _script(tmp_path), _router(tmp_path)
+    db = ["--db", str(tmp_path / "e.sqlite")]
+    code, text = _run(tmp_path, "run", script, "--router", router, "--model", "chat-backup", *db)
+    assert code == 0, text
+    assert "4 turn(s) generated, 0 resumed, 0 retried call(s), 0 failed run(s)" in text, text
+    assert "answered by chat-backup -> anthropic/claude-3-5-haiku-latest" in text, text
+
+    seen: list[tuple[str, object]] = []
+
+    class Sent(CustomLogger):  # type: ignore[misc]
+        def log_pre_api_call(self, model: str, messages: object, kwargs: dict) -> None:
+            seen.append((model, (kwargs.get("optional_params") or {}).get("seed")))
+
+    async def call() -> None:
+        await RouterResponder(router_from_config(router))("chat", [{"role": "user", "content": "hi"}], seed=7)
+
+    before = list(litellm.callbacks)
+    litellm.callbacks = [*before, Sent()]
+    try:
+        asyncio.run(call())
+    finally:
+        litellm.callbacks = before
+    assert ("gpt-4o-mini", 7) in seen, seen
