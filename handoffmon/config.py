@@ -613,6 +613,13 @@ class ProxyConfig(_Section):
     """Larger request bodies of the monitored APIs (chat completions, Responses, Messages) are
     answered 413 and not forwarded. Other paths (file uploads, audio) stream their bodies
     upstream as they arrive, unbounded by this."""
+    max_held_body_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Request bodies of the monitored APIs held whole at once (each is read whole before it is
+    forwarded, to be monitored; a request without ``Content-Length`` holds
+    ``proxy.max_body_bytes`` until it is read). A request that would pass it is forwarded as
+    it arrives, unmonitored (``unmonitored{reason="shed"}``): without it, concurrent large
+    bodies were bounded only by ``max_connections`` × ``max_body_bytes`` (80 GiB). At least
+    ``proxy.max_body_bytes``."""
     upstream_timeout_s: float = Field(default=600.0, gt=0)
     """No upstream byte for this long: 504 (mid-stream: the client's response is aborted)."""
     max_upstream_requests: int = Field(default=1024, ge=0)

@@ -26,6 +26,7 @@ from handoffmon.config import HandoffmonConfig
 from handoffmon.errors import ConfigError
 from handoffmon.exporters.serving import render, token_ok
 from handoffmon.ingress.apis import MESSAGES, RESPONSES
+from handoffmon.pipeline.worker import ByteBudget
 from handoffmon.proxy.background import BackgroundCalls
 from handoffmon.proxy.forward import Forwarder, Receive, Scope, Send, error_body, send_json
 from handoffmon.proxy.metrics import ProxyMetrics
@@ -56,6 +57,8 @@ class ProxyState:
         self.owns_runtime = owns_runtime
         self.ready = False
         self.draining = False
+        self.held_bodies = ByteBudget(config.proxy.max_held_body_bytes)
+        """Request bodies the monitored routes hold whole (``proxy.max_held_body_bytes``)."""
         self.metrics = ProxyMetrics(runtime.registry, runtime.monitor.queued_bytes, upstream)
         self.renderer = MetricsRenderer(runtime.registry, config.proxy.metrics_render_timeout_s)
         self.background: BackgroundCalls | None = None
@@ -319,6 +322,7 @@ def _routes(state: ProxyState) -> list[Route]:
         max_monitored_reply_bytes=proxy.max_monitored_reply_bytes,
         routing=body_routing(state.runtime.routing, state.monitor),
         shadow=_shadow(state),
+        held=state.held_bodies,
     )
     responses, messages = (
         Forwarder(
@@ -334,6 +338,7 @@ def _routes(state: ProxyState) -> list[Route]:
             routing=body_routing(state.runtime.routing, state.monitor, api) if api is RESPONSES else None,
             # shadow calls go to the upstream's chat completions: a Messages upstream has none
             shadow=_shadow(state) if api is RESPONSES else None,
+            held=state.held_bodies,
         )
         for api in (RESPONSES, MESSAGES)
     )

@@ -29,6 +29,7 @@ from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.responses import unfinished
 from handoffmon.ingress.sse import SSEChunks
 from handoffmon.pipeline.records import Built, Capture, Deferred
+from handoffmon.pipeline.worker import ByteBudget
 from handoffmon.proxy.background import BackgroundCalls, Poll
 from handoffmon.proxy.metrics import ProxyMetrics
 from handoffmon.proxy.upstream import (
@@ -121,6 +122,17 @@ async def read_body(
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _reservation(scope: Scope, limit: int) -> list[int] | None:
+    """The bytes a request body will hold once read (a one-item list, cut once it is read):
+    its ``Content-Length``, else ``limit``; None for a ``Content-Length`` over ``limit``,
+    which :func:`read_body` refuses before a byte is read."""
+    for k, v in scope["headers"]:
+        if k == b"content-length" and v.isdigit():
+            n = int(v)
+            return None if n > limit else [n]
+    return [limit]
 
 
 def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
@@ -265,8 +277,10 @@ class Forwarder:
         shadow: Callable[[Sequence[tuple[str, str]]], ShadowSource | None] | None = None,
         api: Api | None = None,
         background: BackgroundCalls | None = None,
+        held: ByteBudget | None = None,
     ) -> None:
         self._upstream = upstream
+        self._held = held
         self._api = api
         self._shadow = shadow
         self._routing = routing
@@ -288,8 +302,33 @@ class Forwarder:
         if self._monitor is None:
             await self._pass(scope, receive, send)
             return
+        held = self._held
+        reserved = None if held is None else _reservation(scope, self._limit)
+        if held is None or reserved is None:  # no budget, or a body refused 413 unread
+            await self._read_and_forward(scope, receive, send)
+            return
+        if not held.take(reserved[0]):
+            # the bodies held now would pass proxy.max_held_body_bytes: this one goes upstream
+            # as it arrives, unread and unmonitored, instead of adding to them
+            self._metrics.unmonitored("shed")
+            await self._pass(scope, receive, send)
+            return
+        try:
+            await self._read_and_forward(scope, receive, send, reserved)
+        finally:
+            held.give(reserved[0])
+
+    async def _read_and_forward(
+        self, scope: Scope, receive: Receive, send: Send, reserved: list[int] | None = None
+    ) -> None:
+        """Read the body whole, then forward it watched. ``reserved``: the bytes taken from
+        ``proxy.max_held_body_bytes`` for it, cut to the body's size once it is read (a
+        request without ``Content-Length`` took ``proxy.max_body_bytes``)."""
         try:
             body = await read_body(scope, receive, self._limit, self._client_timeout, self._body_timeout)
+            if reserved is not None and self._held is not None and reserved[0] > len(body):
+                self._held.give(reserved[0] - len(body))
+                reserved[0] = len(body)
         except BodyTooLarge:
             self._metrics.request(self._route, 413)
             msg = f"request body exceeds proxy.max_body_bytes ({self._limit} bytes)"

@@ -25,6 +25,7 @@ UNMONITORED_REASONS = (
     "encoded",
     "unfinished",
     "no_reply",
+    "shed",
 )
 UPSTREAM_ERRORS = ("timeout", "connect", "protocol", "stream", "busy")
 
@@ -64,6 +65,8 @@ class ProxyMetrics:
         finished without a reply: ``failed``, ``cancelled``, or ``incomplete`` with no output
         text and no tool call, also counted by status in
         ``handoffmon_responses_without_reply_total``).
+        ``shed`` — a monitored API's request that arrived while ``proxy.max_held_body_bytes``
+        of request bodies were held: forwarded as it came, streamed, not read.
         ``handoffmon_proxy_upstream_errors_total{kind}``: ``timeout`` (→ 504),
         ``connect``/``protocol`` (→ 502), ``stream`` (upstream broke off a stream: the
         client's response is aborted too), ``busy`` (no upstream slot within

@@ -45,11 +45,20 @@ def check_limits(config: HandoffmonConfig, source: str | None = None) -> None:
     """Refuse a byte budget no request could be monitored within.
 
     Raises:
-        ConfigError: ``pipeline.max_queued_bytes`` is below ``proxy.max_body_bytes``: requests
-            between the two would always be shed from monitoring (the message names the key
-            and ``source``).
+        ConfigError: ``pipeline.max_queued_bytes`` or ``proxy.max_held_body_bytes`` is below
+            ``proxy.max_body_bytes``: requests between the two would always be shed from
+            monitoring (the message names the key and ``source``).
     """
-    budget, body = config.pipeline.max_queued_bytes, config.proxy.max_body_bytes
+    body = config.proxy.max_body_bytes
+    if config.proxy.max_held_body_bytes < body:
+        raise ConfigError(
+            f"proxy.max_held_body_bytes ({config.proxy.max_held_body_bytes}) is below proxy.max_body_bytes "
+            f"({body}): a body between the two could never be held to be monitored; raise it or lower "
+            "the body limit",
+            key="proxy.max_held_body_bytes",
+            source=source,
+        )
+    budget = config.pipeline.max_queued_bytes
     if budget >= body:
         return
     raise ConfigError(

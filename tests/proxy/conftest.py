@@ -36,6 +36,8 @@ class Proxy:
     monitor: Any = field(repr=False)
     registry: CollectorRegistry = field(repr=False)
     runtime: Any = field(default=None, repr=False)
+    state: Any = field(default=None, repr=False)
+    """The app's ``ProxyState`` (``running_proxy``)."""
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,7 @@ def running_proxy(config: HandoffmonConfig, **uvicorn_overrides: Any) -> Iterato
     options = {**uvicorn_options(config, app.metrics), **uvicorn_overrides}
     with ServerThread(app, free_port(), **options) as srv:
         state = app.state.proxy
-        yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime)
+        yield Proxy(srv.url, config, state.monitor, state.runtime.registry, state.runtime, state)
 
 
 @dataclass(frozen=True)

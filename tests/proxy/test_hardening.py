@@ -437,6 +437,19 @@ def test_a_byte_budget_below_the_body_limit_is_refused_naming_key_and_file(tmp_p
     )
 
 
+def test_a_held_body_budget_below_the_body_limit_is_refused_naming_key_and_file(tmp_path: Any) -> None:
+    """proxy.max_held_body_bytes under proxy.max_body_bytes would shed every body between the two
+    from monitoring: serve refuses to start, naming the key and the file."""
+    cfg = tmp_path / "h.yaml"
+    cfg.write_text(
+        "proxy:\n  upstream: http://127.0.0.1:9\n  max_body_bytes: 2000000\n  max_held_body_bytes: 1000000\n"
+    )
+    result = CliRunner().invoke(main, ["serve", "--config", str(cfg), "--port", str(free_port())])
+    assert result.exit_code != 0
+    assert "proxy.max_held_body_bytes" in result.output and str(cfg) in result.output
+    check_limits(proxy_config("http://u", proxy={"max_body_bytes": 1000, "max_held_body_bytes": 1000}))
+
+
 def test_readyz_answers_503_while_draining_and_requests_still_flow(
     scripted: tuple[ScriptedUpstream, str],
 ) -> None:

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from handoffmon.ingress.chunks import ChunkFolder
-from tests.proxy.conftest import Proxy, proxy_config, running_proxy
+from tests.proxy.conftest import Proxy, Upstream, proxy_config, running_proxy
 from tests.proxy.scripted_upstream import Script, ScriptedUpstream, sse
 
 CHAT = "/v1/chat/completions"
@@ -396,3 +396,67 @@ def test_a_compressed_request_is_forwarded_unchanged_and_monitored_from_a_copy(
         "encoded": before["encoded"] + 1,
     }
     assert _turns(proxy) == turns + 1
+
+
+def test_past_the_held_body_budget_a_request_streams_through_unmonitored_and_counted(
+    upstream: Upstream,
+) -> None:
+    """Monitored bodies are read whole before they are forwarded; proxy.max_held_body_bytes bounds
+    them together. While one ~0.9 MiB body waits on a slow upstream, a second one would pass the
+    1.5 MiB budget: it is forwarded as it arrives, answered exactly as directly, counted
+    unmonitored{reason="shed"} and not recorded. Once the first is done, the budget is whole
+    again and the next request is monitored. (Before, nothing bounded concurrent bodies but
+    max_connections x max_body_bytes: 100 clients posting 9 MiB took serve from 88 MB to 1.7 GB.)"""
+    cfg = proxy_config(upstream.url, proxy={"max_body_bytes": CAP, "max_held_body_bytes": CAP + CAP // 2})
+    text = "x" * (900 * 1024)
+
+    def body(tag: str) -> dict[str, Any]:
+        return {"model": "model-a", "messages": [{"role": "user", "content": f"{tag} {text}"}]}
+
+    with running_proxy(cfg) as proxy:
+        state = proxy.state
+        slow: list[httpx.Response] = []
+        delayed = {"x-mock-delay-s": "1.0"}
+        t = threading.Thread(
+            target=lambda: slow.append(
+                httpx.post(f"{proxy.url}{CHAT}", json=body("slow"), headers=delayed, timeout=10)
+            )
+        )
+        t.start()
+        deadline = time.monotonic() + 5
+        while state.held_bodies.held == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert state.held_bodies.held > 0
+        over = {"model": "model-a", "messages": [{"role": "user", "content": "y" * (CAP + 10)}]}
+        assert httpx.post(f"{proxy.url}{CHAT}", json=over, timeout=10).status_code == 413  # not shed
+        shed = httpx.post(f"{proxy.url}{CHAT}", json=body("shed"), timeout=10)
+        direct = httpx.post(f"{upstream.url}{CHAT}", json=body("shed"), timeout=10)
+        assert shed.status_code == direct.status_code == 200
+        assert shed.content == direct.content
+        t.join(10)
+        assert slow and slow[0].status_code == 200
+        assert _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "shed"}) == 1
+        assert _turns(proxy) == 1  # the slow one, not the shed one
+        assert state.held_bodies.held == 0
+        assert httpx.post(f"{proxy.url}{CHAT}", json=body("after"), timeout=10).status_code == 200
+        assert _turns(proxy) == 2
+
+        # a chunked body (no Content-Length) takes max_body_bytes until it is read, then its size
+        small = json.dumps(body("chunked")["messages"][0]["content"][:100]).encode()
+        chunked = b'{"model": "model-a", "messages": [{"role": "user", "content": ' + small + b"}]}"
+        t = threading.Thread(
+            target=lambda: slow.append(
+                httpx.post(f"{proxy.url}{CHAT}", content=iter([chunked]), headers=delayed, timeout=10)
+            )
+        )
+        t.start()
+        deadline = time.monotonic() + 5
+        while not 0 < state.held_bodies.held <= len(chunked) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert state.held_bodies.held == len(chunked)
+        assert httpx.post(f"{proxy.url}{CHAT}", json=body("beside"), timeout=10).status_code == 200
+        t.join(10)
+        assert slow[-1].status_code == 200
+        assert _sample(proxy, "handoffmon_proxy_unmonitored_requests_total", {"reason": "shed"}) == 1
+        assert _turns(proxy) == 4
+        assert state.held_bodies.held == 0
