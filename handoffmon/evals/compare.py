@@ -106,8 +106,9 @@ class Comparison:
     notes: tuple[str, ...] = field(default_factory=tuple)
     unmatched: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Names only one side has (see ``unmatched_names``): ``eval_authors``, ``production_models``,
-    ``eval_rules``, ``production_rules``; and ``eval_checkpoints`` production has no checks at
-    (``uncompared_checkpoints``); empty lists are left out."""
+    ``eval_rules``, ``production_rules``; ``eval_checkpoints`` production has no checks at
+    (``uncompared_checkpoints``); and ``matrix_authors``, switch-matrix authors production has
+    neither counts nor handoff pairs for (``unmatched_matrix_authors``); empty lists are left out."""
 
     @property
     def flagged(self) -> tuple[TooClean, ...]:
@@ -358,7 +359,18 @@ _UNMATCHED_TEXT = {
     "production_models": "production models the eval has no rows for",
     "eval_rules": "eval rules production has no counts for (not compared)",
     "production_rules": "production rules the eval does not check",
+    "matrix_authors": "switch-matrix authors with no production counts (their cells cover no pair)",
 }
+
+
+def unmatched_matrix_authors(shapes: Shapes, matrices: Sequence[Any]) -> tuple[str, ...]:
+    """Authors of switch-matrix cells that production has no counts or handoff pairs for: a
+    matrix measured under other names covers none of production's pairs, which would all be
+    listed as missing with nothing saying why."""
+    known = set(production_models(shapes))
+    known |= {p[k] for p in shapes.handoff_pairs for k in ("prefix_model", "model")}
+    authors = {a for m in matrices for c in m.cells for a in (c.prefix_model, c.model)}
+    return tuple(sorted(authors - known))
 
 
 def unmatched_lines(unmatched: dict[str, tuple[str, ...]]) -> list[str]:
@@ -412,6 +424,9 @@ def compare(
     uncovered = uncompared_checkpoints(shapes, evals, rules, one_sided, model)
     if uncovered:
         one_sided = dict(sorted({**one_sided, "eval_checkpoints": uncovered}.items()))
+    strangers = unmatched_matrix_authors(shapes, matrices)
+    if strangers:
+        one_sided = dict(sorted({**one_sided, "matrix_authors": strangers}.items()))
     notes += unmatched_lines(one_sided)
     unmatched = sorted({(r.rule, r.depth_bucket) for r in rules if not r.depth_matched})
     if unmatched:
