@@ -15,7 +15,7 @@ from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import MeterProvider, TraceBasedExemplarFilter
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -110,3 +110,36 @@ def test_a_stalled_synchronous_span_exporter_does_not_hold_the_counting(
         m.close(2)
         for provider in (tp, lp, mp):  # their exporters stop retrying the stalled endpoint
             threading.Thread(target=provider.shutdown, daemon=True).start()
+
+
+class _ThreadOfEachTurnCount(TraceBasedExemplarFilter):
+    """The SDK's default exemplar filter, noting the thread of each ``handoffmon_turns`` add
+    (the SDK consults it synchronously on the thread that records the measurement)."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def should_sample(self, value: Any, time_unix_nano: int, attributes: Any, context: Any) -> bool:
+        if attributes is not None and set(attributes) == {"model", "prefix_model", "depth_bucket"} and value:
+            self.threads.append(threading.current_thread().name)
+        return super().should_sample(value, time_unix_nano, attributes, context)
+
+
+def test_turns_are_counted_on_a_handoffmon_thread_not_the_callers() -> None:
+    """The counting is off the request path: every handoffmon_turns add happens on one of the
+    monitor's threads, none on the thread that called capture/finish."""
+    seen = _ThreadOfEachTurnCount()
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader], exemplar_filter=seen, shutdown_on_exit=False)
+    config = make_config(
+        telemetry={"otel": True, "prometheus": False, "log_turns": False}, refit={"interval_s": 0}
+    )
+    m = monitor(config, exporters=build_exporters(config, meter_provider=mp))
+    try:
+        run_conversation(m, ["a", "b", "a"])
+        assert m.flush(10)
+    finally:
+        m.close(2)
+    assert len(seen.threads) == 3, seen.threads
+    caller = threading.current_thread().name
+    assert all(name != caller and name.startswith("handoffmon") for name in seen.threads), seen.threads
