@@ -93,11 +93,19 @@ class Queries:
 
     def fit(self, metric: str, matchers: str = "") -> str:
         """``metric{<identity>, matchers}`` of the fit the alerts stand on: a refit job's pooled
-        fit while it is fresh, else the replicas' local ones, so a pair never shows twice."""
+        fit while it is fresh, else the replicas' local ones, so a pair never shows twice; of
+        the local ones, those of replicas whose own last success is under an hour old, as the
+        rules' ``handoffmon:refit_standing_publisher:last_success`` has it (a replica whose refit
+        hangs among fresh ones drops out, as from the alerts)."""
         extra = f"{matchers}, " if matchers else ""
         pooled, local = self.m(metric, extra + 'fit="pooled"'), self.m(metric, extra + 'fit!="pooled"')
         fresh = self.pooled_fresh()
-        return f"(\n  {pooled} and on () {fresh}\nor\n  {local} unless on () {fresh}\n)"
+        success = self.m(SUCCESS, 'fit!="pooled"')
+        local_fresh = f"(max by (instance, fit) ({success}) > time() - 3600)"
+        return (
+            f"(\n  {pooled} and on () {fresh}\nor\n"
+            f"  ({local} and on (instance, fit) {local_fresh}) unless on () {fresh}\n)"
+        )
 
     def refit_success(self) -> str:
         """The newest success of the fit the alerts stand on (the pooled fit's when it is over

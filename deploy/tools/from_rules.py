@@ -19,7 +19,8 @@ Grafana: each Prometheus alert becomes one Grafana-managed rule with the same Pr
 * ``B``: reduce to the last value per series;
 * ``C``: ``is_number($B)``, so every series A returns is firing.
 
-``for``, labels and annotations carry over; ``$value`` in templates becomes
+``for``, ``keep_firing_for`` (as ``keepFiringFor``, Grafana's "keep firing for"; a Grafana
+that predates it ignores the key), labels and annotations carry over; ``$value`` in templates becomes
 ``$values.B.Value`` (Grafana's name for the evaluated number). The alert expressions use
 the recording rules, so Prometheus must load ``handoffmon-rules.yml`` either way.
 
@@ -119,7 +120,7 @@ def _queries(expr: str) -> list[dict[str, Any]]:
 def grafana_rule(alert: dict[str, Any]) -> dict[str, Any]:
     """One Prometheus alerting rule as a Grafana-managed rule."""
     name = str(alert["alert"])
-    return {
+    rule: dict[str, Any] = {
         "uid": f"handoffmon-{name.lower()}"[:40],
         "title": name,
         "condition": "C",
@@ -127,10 +128,15 @@ def grafana_rule(alert: dict[str, Any]) -> dict[str, Any]:
         "noDataState": "OK",
         "execErrState": "Error",
         "for": str(alert.get("for", "0s")),
+    }
+    if "keep_firing_for" in alert:
+        rule["keepFiringFor"] = str(alert["keep_firing_for"])
+    rule |= {
         "labels": dict(alert.get("labels", {})),
         "annotations": {k: _template(str(v)) for k, v in alert.get("annotations", {}).items()},
         "isPaused": False,
     }
+    return rule
 
 
 def grafana_alerting(rules: dict[str, Any]) -> dict[str, Any]:

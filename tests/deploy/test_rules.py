@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from tests.conftest import require_binary
-from tests.deploy.shipped import ALERTING_DOC, RULES, RULES_TEST, alert_rules, from_rules_tool, load_yaml
+from tests.deploy.shipped import (
+    ALERTING_DOC,
+    GRAFANA_ALERTS,
+    RULES,
+    RULES_TEST,
+    alert_rules,
+    from_rules_tool,
+    load_yaml,
+)
 
 EXPECTED_ALERTS = {
     "HandoffPairRisky",
@@ -28,6 +36,7 @@ EXPECTED_ALERTS = {
     "RoutingTableStale",
     "ProxyUpstreamErrors",
     "RefitFailing",
+    "RefitJobMislabelled",
     "RefitInputRepaired",
     "StoreFailures",
     "LabelCapPressure",
@@ -39,7 +48,7 @@ IDENTITY = "job, namespace, cluster"
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     promtool = require_binary("promtool")
-    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_promtool_check_rules_accepts_the_shipped_rules() -> None:
@@ -115,6 +124,27 @@ def test_every_alert_has_a_firing_and_a_non_firing_case() -> None:
             (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
     assert firing == EXPECTED_ALERTS
     assert quiet == EXPECTED_ALERTS
+
+
+STANDING_FIT_ALERTS = {
+    "HandoffPairRisky",
+    "HandoffsIntoModelHurt",
+    "HandoffRoutingFollowsFailures",
+    "FallbackSwitchCostNegative",
+}
+
+
+def test_alerts_on_the_standing_fit_outlast_a_switch_in_every_copy() -> None:
+    """The alerts that read the standing refit fit (and only they) keep firing through a switch
+    between the pooled and the local fits (keep_firing_for), in the rules and in the Grafana
+    copy (`keepFiringFor`); the PrometheusRule carries the groups unchanged."""
+    kept = {a["alert"]: a.get("keep_firing_for") for a in alert_rules() if "keep_firing_for" in a}
+    assert kept == dict.fromkeys(STANDING_FIT_ALERTS, "5m")
+    for alert in alert_rules():
+        if alert["alert"] in STANDING_FIT_ALERTS:
+            assert "handoffmon:refit_standing_publisher:last_success" in alert["expr"], alert["alert"]
+    grafana = {r["title"]: r.get("keepFiringFor") for r in load_yaml(GRAFANA_ALERTS)["groups"][0]["rules"]}
+    assert {k: v for k, v in grafana.items() if v} == kept
 
 
 def test_pair_alerts_name_the_model_pair_in_summary_and_description() -> None:
