@@ -4,12 +4,25 @@
   (Δ = μ + π_atlas + σ_birch = −0.16); the reverse pair is healthy (Δ = +0.04).
 * ``healthy_fleet``: the same models and rules, nothing planted (Δ = 0 both ways).
 
+The application reroutes a conversation to the other model on ``SWITCH_RATE`` = 10% of its
+later turns (the demo's default is 30%). Δ compares a handoff turn with the suffix model's
+*clean* turns at the same depth (no other model's text in the history), and at 30% a
+conversation stays clean to depth d with probability 0.7^(d−1): beyond depth 8 the clean
+baseline is a handful of checks (5 of birch's at depths 9-12 in 500 conversations, against 92
+handoff checks there), so each rule's Δ interval is too wide to page (upper end −0.04 to +0.03
+for the planted −0.16; HandoffPairRisky needs < −0.05) and only the pooled fit (``rule="all"``)
+can. At 10% (0.9^(d−1)) every rule's Δ(atlas → birch) has its upper end at −0.07 to −0.11 and
+pages on its own, as the pooled one does; the reverse pair and the healthy fleet stay clear of
+−0.05 (their lowest upper ends: +0.03 and +0.01).
+
 ``python -m tests.deploy.demo_fleets`` runs each through the real demo pipeline
 (simulated fleet → real ``litellm.Router`` → handoffmon wrapper → checkers → refit →
 ``PrometheusExporter``) and writes the exposition text to ``tests/deploy/data/``; the
 default tests replay those snapshots (``tests/deploy/replay.py``), and the slow test in
 ``test_e2e_alertmanager.py`` re-runs the live traffic to show the snapshot's outcome is what
-real demo traffic gives.
+real demo traffic gives. The recording is seeded (``SEED`` draws every conversation, reply and
+injected failure), so a rerun gives the same counts and refit; ``test_snapshots.py`` fails when
+the snapshots no longer match what the code records.
 """
 
 from __future__ import annotations
@@ -29,6 +42,8 @@ RISKY_PAIR = ("atlas", "birch")
 RULES = DEFAULT_RULES[:4]
 CONVERSATIONS = 500
 SEED = 11
+SWITCH_RATE = 0.1
+"""Per-turn probability that the application routes a conversation to the other model."""
 
 
 def _model(name: str, group: str, influence: float, susceptibility: float) -> SimModel:
@@ -81,7 +96,7 @@ def demo_world(
         rules=len(fleet.rules),
         seed=seed,
         concurrency=16,
-        policy=TrafficPolicy(think_s=think_s),
+        policy=TrafficPolicy(switch_rate=SWITCH_RATE, think_s=think_s),
     )
     world = build_world(settings, fleet=fleet, registry=registry, refit_interval_s=refit_interval_s)
     try:
