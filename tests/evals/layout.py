@@ -56,14 +56,22 @@ PROBE = """
 """
 
 
-def chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Headless Debian Chromium with the flags this machine's closed network needs."""
+def chromium(
+    binary: str, profile: Path, *args: str, window: str = "1400,2000"
+) -> subprocess.CompletedProcess[str]:
+    """Headless Debian Chromium with the flags this machine's closed network needs; the page's
+    console goes to stderr (``console_errors``). The one launcher of the report and eval tests."""
     cmd = [
         binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--window-size=1400,2000", *args,
+        "--enable-logging=stderr", "--v=0", f"--user-data-dir={profile}", f"--window-size={window}", *args,
     ]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+
+
+def console_errors(run: subprocess.CompletedProcess[str]) -> list[str]:
+    """The console messages and uncaught errors a ``chromium`` run logged."""
+    return [ln for ln in run.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
 
 
 def probe(binary: str, page: Path, workdir: Path) -> dict[str, Any]:

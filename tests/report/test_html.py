@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from handoffmon.sim.fleet import default_fleet, make_fleet
 from handoffmon.sim.offline import simulate_counts
 from handoffmon.sim.truth import Truth
 from tests.conftest import require_binary
+from tests.evals.layout import chromium, console_errors
 
 
 @pytest.fixture(scope="module")
@@ -107,25 +107,6 @@ def test_report_command_writes_the_page_and_rejects_other_documents(
     assert res.exit_code == 1 and "not a handoffmon.refit document" in res.output
 
 
-def _chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        binary,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        "--enable-logging=stderr",
-        "--v=0",
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
-
-
 def test_report_loads_in_headless_chromium_without_console_errors(
     result: RefitResult, truth: dict, tmp_path: Path
 ) -> None:
@@ -133,12 +114,11 @@ def test_report_loads_in_headless_chromium_without_console_errors(
     binary = require_binary("chromium")
     page = tmp_path / "report.html"
     page.write_text(render_report(result, truth=truth), encoding="utf-8")
-    dom = _chromium(binary, tmp_path / "profile", "--dump-dom", page.as_uri())
+    dom = chromium(binary, tmp_path / "profile", "--dump-dom", page.as_uri())
     assert 'id="report-ready"' in dom.stdout
-    console = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
-    assert console == []
+    assert console_errors(dom) == []
     shot = tmp_path / "report.png"
-    _chromium(binary, tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1400,2000", page.as_uri())
+    chromium(binary, tmp_path / "profile2", f"--screenshot={shot}", page.as_uri())
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

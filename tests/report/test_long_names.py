@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html as html_lib
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from handoffmon.report.svg import MAX_TICK_CHARS, tick_name
 from handoffmon.sim.fleet import make_fleet
 from handoffmon.sim.offline import simulate_counts
 from tests.conftest import require_binary
+from tests.evals.layout import chromium
 
 ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-2024{}-v2:0"
 """A Bedrock inference-profile ARN (the name LiteLLM reports for such deployments): 97 characters."""
@@ -96,21 +96,14 @@ def test_hostile_names_render_escaped_in_a_page_that_keeps_its_width(tmp_path: P
     )
     path = tmp_path / "report.html"
     path.write_text(page.replace("</body>", probe + "</body>"), encoding="utf-8")
-    cmd = [
+    dom = chromium(
         binary,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--window-size=1400,1200",
-        f"--user-data-dir={tmp_path / 'profile'}",
+        tmp_path / "profile",
         "--virtual-time-budget=3000",
         "--dump-dom",
         path.as_uri(),
-    ]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False).stdout
+        window="1400,1200",
+    ).stdout
     page_w = re.search(r'data-page="(\d+)"', dom)
     heat_w = re.search(r'data-heat="(\d+)"', dom)
     assert page_w and heat_w, dom[-500:]
