@@ -191,6 +191,23 @@ class NoReplyObserver(Protocol):
         ...
 
 
+@runtime_checkable
+class CompositeExporter(Protocol):
+    """Optional exporter extension: exporters that must run beside this one.
+
+    ``OTelExporter`` counts on the check thread and its ``events`` emit the spans and events
+    on a thread of their own: two exporters, one thing to the user. ``Monitor.add_exporter``
+    registers each companion not registered yet, before the exporter itself (so at close the
+    companions drain before it flushes), and never registers one exporter twice: passing the
+    ``OTelExporter`` alone, or with its ``events`` in any order, registers both once.
+    """
+
+    @property
+    def companions(self) -> tuple[Exporter, ...]:
+        """The exporters to register with this one."""
+        ...
+
+
 class Clock(Protocol):
     """Injectable time source (tests pass a fake)."""
 

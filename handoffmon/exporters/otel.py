@@ -465,7 +465,8 @@ class OTelExporter:
 
     Two exporters for the pipeline: this one counts (:meth:`export`, inline), and
     :attr:`events` emits the events and own span on a thread of its own, so the counting
-    never waits on span delivery; ``build_exporters`` registers both. Each turn is counted in
+    never waits on span delivery; a ``Monitor`` given this exporter registers both
+    (:attr:`companions`). Each turn is counted in
     its captured ``traceparent``'s context, so sampled turns carry exemplars of that trace.
 
     ``span="own"`` (stacks with no GenAI instrumentation): one CLIENT span per turn,
@@ -517,7 +518,7 @@ class OTelExporter:
             capture_content=capture_content,
             own_span=self._own_span,
         )
-        """The turn's events and own span, a second exporter (``build_exporters`` adds it)."""
+        """The turn's events and own span, a second exporter (``Monitor.add_exporter`` adds it)."""
         meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
         self._meter = meter
         self._store_stats: Callable[[], dict[str, int]] | None = None
@@ -538,6 +539,12 @@ class OTelExporter:
                 stage="export_otel",
                 reason="message text goes on own spans only; telemetry.otel_span is join",
             )
+
+    @property
+    def companions(self) -> tuple[OTelEvents]:
+        """:attr:`events`: ``Monitor.add_exporter`` registers it with this exporter (before it,
+        once), so a monitor given only the counting still emits the spans and events."""
+        return (self.events,)
 
     @classmethod
     def from_config(

@@ -25,6 +25,7 @@ from handoffmon.pipeline.records import Attributed, Built, Capture, Deferred, Fi
 from handoffmon.pipeline.worker import ByteBudget, DequeWorker, WorkerPool
 from handoffmon.protocols import (
     AttributionStore,
+    CompositeExporter,
     Exporter,
     IdleObserver,
     MonitorObserver,
@@ -94,7 +95,8 @@ class Monitor:
         store: attribution store; built from ``config.store`` when not given. Always run
             behind ``GuardedStore`` (counted, backed off, fail-open).
         rules: the rule set; built from ``config.rules`` when not given.
-        exporters: receive every finished turn (each on its own thread).
+        exporters: receive every finished turn (:meth:`add_exporter`: an exporter's
+            companions come with it, each exporter is registered once).
         clock: wall clock (seconds) for stored authorship and ``TurnRecord.finished_at``.
         start: start the worker threads now (else :meth:`start`; turns queue up meanwhile).
         aggregates: counters to update; SQLite-backed in ``config.store.path`` when the
@@ -458,8 +460,16 @@ class Monitor:
         """Send every turn finished from now on to ``exporter`` as well.
 
         An exporter that also implements ``MonitorObserver`` receives handoffmon's own
-        errors, drops and stage overheads.
+        errors, drops and stage overheads. One that is a ``CompositeExporter`` brings its
+        companions, each registered before it unless it already is (``OTelExporter`` its
+        ``events``: passed alone, its spans and events are still emitted). An exporter already
+        registered is not registered again: it would see every turn twice.
         """
+        if any(d.exporter is exporter for d in self._dispatch):
+            return
+        if isinstance(exporter, CompositeExporter):
+            for companion in exporter.companions:
+                self.add_exporter(companion)
         self._dispatch.append(
             ExporterDispatch(
                 exporter, queue_size=self.config.pipeline.export_queue_size, on_error=self.errors.count
