@@ -23,7 +23,35 @@ def _read_truth(path: str | None) -> dict[str, Any] | None:
         fail(str(exc))
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
         fail(f"{path}: not a truth document (expected a 'models' mapping)")
+    try:
+        _check_truth(data, path)
+    except InputError as exc:
+        fail(str(exc))
     return data
+
+
+def _check_truth(data: dict[str, Any], path: str) -> None:
+    """The keys the report draws are of the types ``Truth.to_dict`` writes (others are ignored):
+    a model entry of another type was a traceback, a planted value of another type no marker."""
+    from handoffmon.evals.docread import DocReader
+
+    doc = DocReader(path)
+    if "mu" in data:
+        doc.number(data["mu"], "mu")
+    for name, entry in data["models"].items():
+        where = f"models.{name}"
+        entry = doc.mapping(entry, where)
+        for key in ("prefix_influence", "suffix_susceptibility"):
+            if key in entry:
+                doc.number(entry[key], f"{where}.{key}")
+        for key in ("p_tf", "p_ft", "stationary"):
+            for rule, value in doc.mapping(entry.get(key, {}), f"{where}.{key}").items():
+                doc.probability(value, f"{where}.{key}.{rule}")
+    for i, cost in enumerate(doc.array(data.get("switch_costs", []), "switch_costs")):
+        cost = doc.mapping(cost, f"switch_costs[{i}]")
+        for key in ("rule", "prefix_model", "model"):
+            doc.string(doc.key(cost, key, f"switch_costs[{i}]"), f"switch_costs[{i}].{key}")
+        doc.number(doc.key(cost, "planted", f"switch_costs[{i}]"), f"switch_costs[{i}].planted")
 
 
 @click.command("report")

@@ -6,6 +6,7 @@ import itertools
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -503,3 +504,51 @@ def test_a_truth_with_a_key_given_twice_is_refused_naming_file_and_key(
         res.exit_code == 1
         and res.output == f"error: {truth}: nested too deeply to read (thousands of levels)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (
+            lambda d: d["models"].update(atlas="garbage"),
+            "models.atlas: expected an object, got a string 'garbage'",
+        ),
+        (
+            lambda d: d["models"]["atlas"].update(prefix_influence="high"),
+            "models.atlas.prefix_influence: expected a number, got a string 'high'",
+        ),
+        (
+            lambda d: d["models"]["atlas"]["stationary"].update(no_commas=7),
+            "models.atlas.stationary.no_commas: expected a number in [0, 1], got 7",
+        ),
+        (
+            lambda d: d["models"]["atlas"].update(p_tf=[0.1]),
+            "models.atlas.p_tf: expected an object, got a list",
+        ),
+        (lambda d: d.update(mu="0"), "mu: expected a number, got a string '0'"),
+        (
+            lambda d: d.update(switch_costs=[{"rule": "r", "prefix_model": "atlas", "model": "ember"}]),
+            "switch_costs[0].planted: missing",
+        ),
+    ],
+)
+def test_a_malformed_truth_is_refused_naming_the_key(
+    result: RefitResult, tmp_path: Path, edit: Any, says: str
+) -> None:
+    """A hand-edited --truth whose model entry is not an object was a Python traceback
+    (AttributeError: 'str' object has no attribute 'get'); a planted value of another type was
+    drawn as no marker, with exit 0. Each is refused (exit 1) naming the file and the key path."""
+    import json
+
+    from click.testing import CliRunner
+
+    from handoffmon.cli import main
+
+    src, out, truth = tmp_path / "refit.json", tmp_path / "r.html", tmp_path / "truth.json"
+    src.write_text(result.to_json(), encoding="utf-8")
+    doc = Truth.of(default_fleet()).to_dict()
+    edit(doc)
+    truth.write_text(json.dumps(doc), encoding="utf-8")
+    res = CliRunner().invoke(main, ["report", str(src), "--out", str(out), "--truth", str(truth)])
+    assert res.exit_code == 1 and res.output.startswith(f"error: {truth}: {says}"), res.output
+    assert not out.exists()
