@@ -55,14 +55,23 @@ _transition_shape = operator.attrgetter("rule", "from_verdict", "to_verdict")
 _step_rule = operator.itemgetter(0)
 
 
+_last_shape: tuple[object, tuple[object, ...]] = (None, ())
+"""The last turn ``turn_shape`` was asked about and its shape: the aggregates and then the
+Prometheus tables ask about the same turn (one reference, replaced at the next turn)."""
+
+
 def turn_shape(result: TurnResult) -> tuple[object, ...]:
     """What a finished turn's counter keys depend on, besides the label guard: its author,
     prefix model, depth bucket, handoff and cleanliness, its checks' rules and verdicts, its
     transitions and its cluster steps' rules (not its depth, durations or cluster values, which
     are what it adds). Turns of one shape add to the same keys, so the aggregates and the
     Prometheus tables build those once per shape instead of once per turn (issue 21)."""
+    global _last_shape
+    last = _last_shape  # one read: another thread may replace it meanwhile
+    if last[0] is result:
+        return last[1]
     rec, ctx = result.record, result.context
-    return (
+    shape = (
         rec.author,
         ctx.prefix_model,
         result.depth_bucket,
@@ -72,6 +81,8 @@ def turn_shape(result: TurnResult) -> tuple[object, ...]:
         tuple(map(_transition_shape, result.transitions)),
         tuple(map(_step_rule, result.cluster)),
     )
+    _last_shape = (result, shape)
+    return shape
 
 
 def turn_cell_stats(

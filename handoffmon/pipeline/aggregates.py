@@ -313,21 +313,7 @@ class Aggregates:
         if plan is None:
             plan = self._plan(result, shape)
         turn, checks, depth_keys, cluster_keys, transitions = plan
-        cells: list[tuple[CellStatKey, int]] = []
-        if depth_keys:
-            depth = ctx.depth
-            cells = [(key, depth) for key in depth_keys]
-        for keys, step in zip(cluster_keys, cluster, strict=True):
-            _, g, y2, yn, n2 = step
-            if g:
-                cells.append((keys[0], g))
-            if y2:
-                cells.append((keys[1], y2))
-            if yn:
-                cells.append((keys[2], yn))
-            if n2:
-                cells.append((keys[3], n2))
-        methods, clean = result.attribution_methods, result.clean
+        depth, methods, clean = ctx.depth, result.attribution_methods, result.clean
         with self._lock:
             tables = (self._totals,) if self._path is None else (self._totals, self._pending)
             for table in tables:  # straight-line updates: ~30 per turn
@@ -340,9 +326,19 @@ class Aggregates:
                         counter = table["baseline_checks"]
                         for key in checks:
                             counter[key] += 1
-                counter = table["cell_stats"]
-                for cell, n in cells:
-                    counter[cell] += n
+                counter = table["cell_stats"]  # Σ depth, then the cluster sums that moved
+                for cell in depth_keys:
+                    counter[cell] += depth
+                for keys, step in zip(cluster_keys, cluster, strict=True):
+                    _, conversations, y2, yn, n2 = step
+                    if conversations:
+                        counter[keys[0]] += conversations
+                    if y2:
+                        counter[keys[1]] += y2
+                    if yn:
+                        counter[keys[2]] += yn
+                    if n2:
+                        counter[keys[3]] += n2
                 counter = table["transitions"]
                 for transition in transitions:
                     counter[transition] += 1

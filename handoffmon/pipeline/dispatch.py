@@ -62,8 +62,9 @@ class ExporterDispatch:
     def submit(self, result: TurnResult) -> None:
         """Queue a result; counts an export error when the exporter's queue is full."""
         if self._pool is None:
-            try:
-                self._export(result)
+            try:  # self._export(result), inlined: once per turn and exporter
+                if self.exporter.export(result) is False:
+                    self._on_error("export", 1)
             except Exception as exc:  # an inline exporter fails open like a threaded one
                 self._raised(exc)
             return
