@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from handoffmon.types import TurnResult, Verdict
+from handoffmon.types import ClusterStep, TurnResult, Verdict
 
 CELL_TOTAL = "*"
 """``depth_bucket`` of the whole-cell cluster sums in ``cell_stats``."""
@@ -83,6 +83,27 @@ def turn_shape(result: TurnResult) -> tuple[object, ...]:
     )
     _last_shape = (result, shape)
     return shape
+
+
+def add_cluster_sums(
+    counter: MutableMapping[Any, Any],
+    keys: Sequence[Sequence[Any]],
+    cluster: tuple[ClusterStep, ...],
+) -> None:
+    """Add a turn's cluster steps to ``counter`` under their keys (``keys[i]``: the four keys of
+    ``cluster[i]``'s stats, in ``CLUSTER_STATS`` order), in order, skipping the stats that did not
+    move (a series is created by its first increment: the aggregates' and the Prometheus tables'
+    order of keys)."""
+    for stat_keys, step in zip(keys, cluster, strict=True):
+        _, conversations, y2, yn, n2 = step
+        if conversations:
+            counter[stat_keys[0]] += conversations
+        if y2:
+            counter[stat_keys[1]] += y2
+        if yn:
+            counter[stat_keys[2]] += yn
+        if n2:
+            counter[stat_keys[3]] += n2
 
 
 def turn_cell_stats(

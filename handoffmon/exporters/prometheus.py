@@ -22,7 +22,7 @@ from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from handoffmon._version import __version__
-from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, PLAN_CACHE, in_cell, turn_shape
+from handoffmon.counts import CELL_TOTAL, CLUSTER_STATS, PLAN_CACHE, add_cluster_sums, in_cell, turn_shape
 from handoffmon.errors import HandoffmonError
 from handoffmon.exporters.file_refresh import SYNC_FAILURE_STAGE, FileRefresher
 from handoffmon.exporters.logs import get_logger, log_error
@@ -782,16 +782,7 @@ class PrometheusExporter:
                 depth = ctx.depth
                 for key in depth_keys:
                     d[key] += depth
-            for keys, step in zip(cluster_keys, cluster, strict=True):
-                _, conversations, y2, yn, n2 = step
-                if conversations:
-                    d[keys[0]] += conversations
-                if y2:
-                    d[keys[1]] += y2
-                if yn:
-                    d[keys[2]] += yn
-                if n2:
-                    d[keys[3]] += n2
+            add_cluster_sums(d, cluster_keys, cluster)
             if transitions:
                 d = t.transitions.values
                 for key in transitions:

@@ -23,6 +23,7 @@ from handoffmon.counts import (
     ShadowKey,
     TransitionKey,
     TurnKey,
+    add_cluster_sums,
     in_cell,
     turn_shape,
 )
@@ -329,16 +330,7 @@ class Aggregates:
                 counter = table["cell_stats"]  # Σ depth, then the cluster sums that moved
                 for cell in depth_keys:
                     counter[cell] += depth
-                for keys, step in zip(cluster_keys, cluster, strict=True):
-                    _, conversations, y2, yn, n2 = step
-                    if conversations:
-                        counter[keys[0]] += conversations
-                    if y2:
-                        counter[keys[1]] += y2
-                    if yn:
-                        counter[keys[2]] += yn
-                    if n2:
-                        counter[keys[3]] += n2
+                add_cluster_sums(counter, cluster_keys, cluster)
                 counter = table["transitions"]
                 for transition in transitions:
                     counter[transition] += 1
