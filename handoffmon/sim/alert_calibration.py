@@ -93,18 +93,22 @@ def wide_population(
 
 @dataclass
 class AlertTally:
-    """What the alert expressions did over the replicates (one rule, its own fit).
+    """What the alert expressions did over the replicates (the fits scored, summed).
 
     ``*_null`` count opportunities and firings on pairs / models whose planted effect is 0
     (for Δ into B: a model none of whose prefixes is planted harmful); ``*_harm`` on planted
     harmful pairs. ``refits_firing`` counts refits where any expression fired on a null pair or
     model; ``covered``/``reported`` score the Δ intervals against the estimand; ``into_*``
-    score Δ into B's intervals against 0 on null models.
+    score Δ into B's intervals against 0 on null models. ``pair_null_expected`` sums, over the
+    no-effect pairs the Δ branch can page (≥ 100 checks, not held), the chance it pages if Δ̂
+    were normal about 0 with the reported SE (Φ(−0.05/SE − q), q the interval's upper
+    half-width over SE): pages well above it mean a tail thinner than the interval claims.
     """
 
     replicates: int = 0
     pair_null: int = 0
     pair_null_fired: int = 0
+    pair_null_expected: float = 0.0
     risk_null: int = 0
     risk_null_fired: int = 0
     into_null: int = 0
@@ -127,6 +131,8 @@ class AlertTally:
             "replicates": self.replicates,
             "pair_null": self.pair_null,
             "pair_false_rate": round(self.rate(self.pair_null_fired, self.pair_null), 5),
+            "pair_pages": self.pair_null_fired,
+            "pair_pages_expected": round(self.pair_null_expected, 2),
             "risk_null": self.risk_null,
             "risk_false_rate": round(self.rate(self.risk_null_fired, self.risk_null), 5),
             "into_null": self.into_null,
@@ -189,6 +195,8 @@ def _score_fit(
     t: AlertTally, fit: RuleFit, pop: Population, truth: np.ndarray, harmful_into: set[str], held: bool
 ) -> bool:
     """Add one fit's pairs and models to ``t``; whether any expression fired with no effect."""
+    from scipy.special import ndtr
+
     names = pop.names
     fired_null = False
     for p in fit.pairs:
@@ -208,6 +216,9 @@ def _score_fit(
             if p.observed:
                 t.pair_null += 1
                 t.pair_null_fired += int(pair_fires)
+                if p.n >= PAIR_MIN_CHECKS and p.se > 0 and not held:
+                    q = (p.ci_high - p.delta) / p.se
+                    t.pair_null_expected += float(ndtr(PAIR_DELTA_UPPER / p.se - q))
             if math.isfinite(p.risk_se):
                 t.risk_null += 1
                 t.risk_null_fired += int(risk_fires)
