@@ -153,6 +153,8 @@ def router_group_of(router: Any, source: str) -> Callable[[str], str]:
                 key="--model",
                 source=source,
             ) from exc
+        except Exception:  # the lookup itself failed (another litellm): the first call reports it
+            return name
         return name
 
     return group_of

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -118,3 +119,19 @@ def test_a_provider_without_seed_is_evaluated_and_one_with_seed_still_gets_it(tm
     finally:
         litellm.callbacks = before
     assert ("gpt-4o-mini", 7) in seen, seen
+
+
+def test_a_lookup_that_fails_otherwise_lets_the_name_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check uses litellm's own lookup; if that breaks in another way (another litellm), the
+    name is let through and the first call reports what is wrong, instead of a traceback here."""
+    from handoffmon.evals.models import router_from_config, router_group_of
+
+    router = router_from_config(_router(tmp_path))
+
+    def broken(**_: object) -> None:
+        raise RuntimeError("lookup changed")
+
+    monkeypatch.setattr(router, "_common_checks_available_deployment", broken)
+    assert router_group_of(router, "router.yaml")("general") == "general"
