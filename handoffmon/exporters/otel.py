@@ -281,6 +281,37 @@ def evaluation_attributes(
     return attrs
 
 
+class _Sums:
+    """A counter summed in memory on the check thread and read by an observable counter at
+    each collection, the way the Prometheus exporter's counters are read at scrape time.
+
+    One synchronous SDK measurement costs ~7 µs (the SDK builds a ``Measurement``, cleans and
+    hashes its attributes and asks the exemplar filter, per call); a turn made ~13 of them.
+    The counters with no exemplar worth having (refit inputs, checker time, errors by reason)
+    are summed here instead: a dict add per series under the exporter's lock, which the
+    callback takes too. Bounded like the SDK's own storage: the keys are capped label values.
+    """
+
+    __slots__ = ("_labels", "_lock", "values")
+
+    def __init__(self, labels: tuple[str, ...], lock: threading.Lock) -> None:
+        self._labels = labels
+        self._lock = lock
+        self.values: dict[tuple[str, ...], float] = {}
+        """Label values (in ``labels`` order) → sum; add under the lock."""
+
+    def add(self, key: tuple[str, ...], amount: float) -> None:
+        """Add ``amount`` to ``key``'s sum (the caller holds the lock)."""
+        values = self.values
+        values[key] = values.get(key, 0) + amount
+
+    def observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self.values.items())
+        labels = self._labels
+        return [Observation(v, dict(zip(labels, key, strict=True))) for key, v in items]
+
+
 class _CollectorSnapshot:
     """One ``collect()`` of a prometheus_client collector per OTel collection cycle, shared by
     the callbacks of its families (``observe_collector``).
@@ -476,8 +507,9 @@ class OTelExporter:
     and only on that span.
 
     Instruments carry the Prometheus names without ``_total`` (``handoffmon_turns``,
-    ``handoffmon_checks``, ...) and the same bounded attributes; refit gauges are
-    observable gauges of the last ``publish_refit``. Implements ``MonitorObserver``.
+    ``handoffmon_checks``, ...) and the same bounded attributes; the per-turn counters
+    without exemplars are observable counters summed in memory (:class:`_Sums`); refit gauges
+    are observable gauges of the last ``publish_refit``. Implements ``MonitorObserver``.
 
     Args:
         tracer_provider: the application's provider; None = the OTel API's current
@@ -572,32 +604,67 @@ class OTelExporter:
             span=config.telemetry.otel_span,
         )
 
+    def _sums(
+        self, meter: metrics.Meter, name: str, unit: str, description: str, labels: tuple[str, ...]
+    ) -> _Sums:
+        """A counter summed in memory (:class:`_Sums`), as an observable counter of ``meter``."""
+        sums = _Sums(labels, self._sums_lock)
+        meter.create_observable_counter(name, callbacks=[sums.observe], unit=unit, description=description)
+        return sums
+
     def _instruments(self, meter: metrics.Meter) -> None:
         c = meter.create_counter
         self._turns = c(
             "handoffmon_turns", "{turn}", "Assistant turns by author, prefix model, depth bucket."
         )
         self._checks = c("handoffmon_checks", "{check}", "Rule verdicts on turns.")
-        self._check_seconds = c("handoffmon_check_seconds", "s", "Time spent in each rule's checker.")
-        self._check_errors = c(
-            "handoffmon_check_errors", "{check}", "Error verdicts by rule and reason (limits and failures)."
+        # summed here, read at each collection (_Sums): no exemplars, a dict add per turn
+        self._sums_lock = threading.Lock()
+        sums = self._sums
+        self._check_seconds = sums(
+            meter, "handoffmon_check_seconds", "s", "Time spent in each rule's checker.", ("rule",)
         )
-        self._transitions = c(
-            "handoffmon_rule_transitions", "{transition}", "Consecutive verdicts of a rule."
+        self._check_errors = sums(
+            meter,
+            "handoffmon_check_errors",
+            "{check}",
+            "Error verdicts by rule and reason (limits and failures).",
+            ("rule", "reason"),
         )
-        self._baseline_checks = c(
-            "handoffmon_baseline_checks", "{check}", "Rule verdicts on clean same-author turns."
+        self._transitions = sums(
+            meter,
+            "handoffmon_rule_transitions",
+            "{transition}",
+            "Consecutive verdicts of a rule.",
+            ("rule", "model", "handoff", "from_verdict", "to_verdict"),
         )
-        self._cell_stats = c(
-            "handoffmon_cell_stats", "1", "Per-cell depth and conversation-cluster sums (refit input)."
+        self._baseline_checks = sums(
+            meter,
+            "handoffmon_baseline_checks",
+            "{check}",
+            "Rule verdicts on clean same-author turns.",
+            BASELINE_LABELS,
+        )
+        self._cell_stats = sums(
+            meter,
+            "handoffmon_cell_stats",
+            "1",
+            "Per-cell depth and conversation-cluster sums (refit input).",
+            CELL_STAT_LABELS,
+        )
+        self._attributions = sums(
+            meter,
+            "handoffmon_attributions",
+            "{message}",
+            "Earlier messages attributed, by method.",
+            ("method",),
+        )
+        self._fallbacks = sums(
+            meter, "handoffmon_fallbacks", "{fallback}", "Router fallbacks before the reply.", FALLBACK_LABELS
         )
         self._shadow_pair_stats = c(
             "handoffmon_shadow_pair_stats", "1", "Shadow pairs' paired tables and cluster sums (refit input)."
         )
-        self._attributions = c(
-            "handoffmon_attributions", "{message}", "Earlier messages attributed, by method."
-        )
-        self._fallbacks = c("handoffmon_fallbacks", "{fallback}", "Router fallbacks before the reply.")
         self._errors = c("handoffmon_monitor_errors", "{error}", "handoffmon's own failures, by stage.")
         self._dropped = c(
             "handoffmon_queue_dropped",
@@ -679,8 +746,9 @@ class OTelExporter:
         series that appears at 1 is 0, so the first monitoring error or drop would never alert."""
         for stage in MONITOR_STAGES:
             self._errors.add(0, {"stage": self.guard.stage(stage)})
-        for method in ATTRIBUTION_METHODS:
-            self._attributions.add(0, {"method": method})
+        with self._sums_lock:
+            for method in ATTRIBUTION_METHODS:
+                self._attributions.add((method,), 0)
         self._dropped.add(0)
         for status in NO_REPLY_STATUSES:
             self._no_reply.add(0, {"status": status})
@@ -779,13 +847,16 @@ class OTelExporter:
         return True
 
     def _count(self, result: TurnResult, trace_context: Context | None) -> None:
-        """Count the turn, each measurement in the turn's ``trace_context``: this runs on a
-        worker thread, where no span is current, and the SDK's trace-based exemplar filter
-        links a point to the request's trace only through the context it is recorded in."""
+        """Count the turn. The turns, checks and history-size measurements are the SDK's, each
+        recorded in the turn's ``trace_context``: this runs on a worker thread, where no span is
+        current, and the SDK's trace-based exemplar filter links a point to the request's trace
+        only through the context it is recorded in. The other counters are summed in memory
+        (:class:`_Sums`, read at each collection), one lock for the turn."""
         g, ctx, rec, tc = self.guard, result.context, result.record, trace_context
         model, prefix = g.model(rec.author), g.model(ctx.prefix_model)
         bucket = g.depth_bucket(result.depth_bucket, ctx.depth)
         self._turns.add(1, {"model": model, "prefix_model": prefix, "depth_bucket": bucket}, tc)
+        checks = []
         for check in result.checks:
             rule = g.rule(check.rule)
             self._init_verdicts((rule, model, prefix, bucket))
@@ -801,33 +872,33 @@ class OTelExporter:
                 },
                 tc,
             )
-            self._check_seconds.add(max(check.duration_s, 0.0), {"rule": rule}, tc)
-            if verdict == "error":
-                self._check_errors.add(1, {"rule": rule, "reason": check_error_reason(check.reason)}, tc)
-        handoff = g.handoff(rec.handoff)
-        for tr in result.transitions:
-            self._transitions.add(
-                1,
-                {
-                    "rule": g.rule(tr.rule),
-                    "model": model,
-                    "handoff": handoff,
-                    "from_verdict": g.verdict(tr.from_verdict),
-                    "to_verdict": g.verdict(tr.to_verdict),
-                },
-                tc,
-            )
-        baseline, stats = refit_input_labels(result, g)
-        for labels in baseline:
-            self._baseline_checks.add(1, dict(zip(BASELINE_LABELS, labels, strict=True)), tc)
-        for labels, v in stats:
-            self._cell_stats.add(v, dict(zip(CELL_STAT_LABELS, labels, strict=True)), tc)
-        for method, n in _Tally(result.attribution_methods).items():
-            self._attributions.add(n, {"method": method_label(method)}, tc)
+            checks.append((rule, verdict, check))
         self._history_tokens.record(ctx.history_tokens, {"depth_bucket": bucket}, tc)
-        if rec.fallbacks > 0:
-            labels = fallback_labels(result, g, model)
-            self._fallbacks.add(rec.fallbacks, dict(zip(FALLBACK_LABELS, labels, strict=True)), tc)
+        handoff = g.handoff(rec.handoff)
+        transitions = [
+            (g.rule(tr.rule), model, handoff, g.verdict(tr.from_verdict), g.verdict(tr.to_verdict))
+            for tr in result.transitions
+        ]
+        baseline, stats = refit_input_labels(result, g)
+        methods = (
+            _Tally(method_label(m) for m in result.attribution_methods) if result.attribution_methods else {}
+        )
+        fallbacks = fallback_labels(result, g, model) if rec.fallbacks > 0 else None
+        with self._sums_lock:
+            for rule, verdict, check in checks:
+                self._check_seconds.add((rule,), max(check.duration_s, 0.0))
+                if verdict == "error":
+                    self._check_errors.add((rule, check_error_reason(check.reason)), 1)
+            for transition in transitions:
+                self._transitions.add(transition, 1)
+            for labels in baseline:
+                self._baseline_checks.add(labels, 1)
+            for cell, v in stats:
+                self._cell_stats.add(cell, v)
+            for method, n in methods.items():
+                self._attributions.add((method,), n)
+            if fallbacks is not None:
+                self._fallbacks.add(fallbacks, rec.fallbacks)
 
     def _init_verdicts(self, cell: tuple[str, str, str, str]) -> None:
         """Every verdict of a new (rule, model, prefix, bucket) cell at 0, as in Prometheus, so
