@@ -30,8 +30,9 @@ OUTCOMES: Final[tuple[Outcome, ...]] = (
 ``reordered`` / ``home`` changed (or in dry-run would have changed) the order — ``home``
 when the conversation's original model was moved first; ``unchanged`` the policy kept the
 router's order; the rest kept it without deciding: ``no_prefix`` (depth 1 or the previous
-author is unknown), ``no_table`` / ``stale`` (no refit published or older than
-``max_table_age_s``), ``single`` (fewer than two candidates), ``error`` (the adapter failed)."""
+author is unknown), ``no_table`` / ``stale`` (no refit published, or older than
+``max_table_age_s`` or stamped over ``MAX_FUTURE_S`` ahead), ``single`` (fewer than two
+candidates), ``error`` (the adapter failed)."""
 
 UNCHANGED_OUTCOMES: Final = frozenset(o for o in OUTCOMES if o not in ("reordered", "home"))
 
@@ -40,6 +41,12 @@ MAX_ORDERED: Final = 32
 keep their places after them. The order is an insertion sort, quadratic in the candidates, and
 a request may carry its own list (a LiteLLM Proxy body, ``serve``): 4,000 entries took 2.9 s on
 the request path (the proxy's event loop), 40,000 would take minutes."""
+
+MAX_FUTURE_S: Final = 300.0
+"""A table stamped more than this many seconds after the clock now is ``stale``, not fresh: it was
+made on another clock (a document published by a program, a host whose clock runs ahead) or this
+clock was stepped back. Judged fresh, it would stay fresh for ``max_table_age_s`` plus however far
+ahead it is (a day ahead: a day longer than configured). Five minutes allows for ordinary skew."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +171,7 @@ class FallbackPolicy:
             return "single"
         if table is None:
             return "no_table"
-        if not now - table.created_at <= self._max_age_s:  # NaN-safe: not fresh means stale
+        if not -MAX_FUTURE_S <= now - table.created_at <= self._max_age_s:  # NaN: not fresh, stale
             return "stale"
         return None
 

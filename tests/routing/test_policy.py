@@ -60,6 +60,16 @@ def test_missing_or_stale_table_is_exactly_the_router_order() -> None:
     assert _decide(nan, [B, C]) == (["b", "c"], "stale")
 
 
+def test_a_table_stamped_ahead_of_this_clock_is_stale() -> None:
+    """A table from another clock a day ahead was fresh for max_table_age_s plus a day: stale now;
+    ordinary skew (a minute ahead, or exactly MAX_FUTURE_S) still routes by it."""
+    risks = {("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)}
+    assert _decide(_table(risks, created_at=NOW + 86_400), [B, C]) == (["b", "c"], "stale")
+    assert _decide(_table(risks, created_at=NOW + 301), [B, C]) == (["b", "c"], "stale")
+    assert _decide(_table(risks, created_at=NOW + 300), [B, C]) == (["c", "b"], "reordered")
+    assert _decide(_table(risks, created_at=NOW + 60), [B, C]) == (["c", "b"], "reordered")
+
+
 @pytest.mark.parametrize("prefix", [None, "none", "unknown", ""])
 def test_no_prefix_keeps_the_order(prefix: str | None) -> None:
     """Depth 1 or an unknown previous author: no pair to look up."""
