@@ -438,13 +438,19 @@ def compare(
     covered = matrix_pairs(matrices)
     if not matrices:
         notes.append("no switch-matrix result given: every frequent production pair is listed as missing")
-    missing = tuple(
+    frequent = [
         p
         for p in shapes.handoff_pairs
-        if p["share"] >= min_share
-        and (p["prefix_model"], p["model"]) not in covered
-        and (model is None or model in (p["prefix_model"], p["model"]))
-    )
+        if p["share"] >= min_share and (model is None or model in (p["prefix_model"], p["model"]))
+    ]
+    if not evals and not frequent:  # only matrices, and nothing of production's to check them against
+        raise NoDataError(
+            "nothing compared: no eval run result was given and production has no handoff pair with "
+            f"--min-share {min_share} or more of handoff turns"
+            + (f" involving {model}" if model is not None else "")
+            + " to check the switch matrices against"
+        )
+    missing = tuple(p for p in frequent if (p["prefix_model"], p["model"]) not in covered)
     p90 = shapes.session_lengths.get("p90")
     scripts = [s for r in evals for s in r.scripts if s["checkpoints"]]
     return Comparison(

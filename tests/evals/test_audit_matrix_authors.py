@@ -47,3 +47,22 @@ def test_matrix_authors_production_never_saw_are_listed_and_strict_exits_4(tmp_p
     matched = _matrix(tmp_path / "matched.json", ("atlas", "birch"))
     ok = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, matched, "--strict"])
     assert ok.exit_code == 0 and "warning" not in ok.stderr, ok.output
+
+
+def test_only_a_matrix_and_no_production_pair_is_nothing_compared_exit_4(tmp_path: Path) -> None:
+    """RESULTS holding only a switch matrix are checked against production's handoff pairs; with
+    none (no handoffs, or none at --min-share) nothing was compared, yet the report said
+    'compared 0 cell(s) … missing: none' with exit 0, an all-clear from no data."""
+    shapes = _shapes(tmp_path / "shapes.json", ["atlas", "birch"], pairs=())
+    matrix = _matrix(tmp_path / "m.json", ("atlas", "birch"))
+    out = tmp_path / "cmp.json"
+    res = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, matrix, "--out", str(out)])
+    assert res.exit_code == 4, res.output
+    assert "no eval run result" in res.stderr and "no handoff pair" in res.stderr, res.stderr
+    assert not out.exists()
+    rare = ({"prefix_model": "birch", "model": "atlas", "turns": 1, "share": 0.005},)
+    shapes = _shapes(tmp_path / "rare.json", ["atlas", "birch"], pairs=rare)
+    res = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, matrix, "--out", str(out)])
+    assert res.exit_code == 4 and "--min-share 0.01" in res.stderr, res.output
+    res = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, matrix, "--min-share", "0.001"])
+    assert res.exit_code == 0 and "missing from the eval switch matrix:\n    none" in res.output, res.output
