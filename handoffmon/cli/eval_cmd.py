@@ -457,7 +457,7 @@ def switch_matrix_cmd(
     st = sm.stats
     sig = sum(p.significant for p in result.fit.pairs)
     click.echo(
-        f"switch matrix: {len(names)} models answered by {', '.join(result.authors.values())}, "
+        f"switch matrix: {', '.join(f'{m} -> {result.authors.get(m, m)}' for m in sm.models)}; "
         f"{result.n_episodes} episodes in {result.clusters} script(s); prefixes generated "
         f"{st.prefix_generated}, reused {st.prefix_hits}; cells generated {st.suffix_generated}, "
         f"cached {st.suffix_hits}"

@@ -135,3 +135,14 @@ def test_a_lookup_that_fails_otherwise_lets_the_name_through(
 
     monkeypatch.setattr(router, "_common_checks_available_deployment", broken)
     assert router_group_of(router, "router.yaml")("general") == "general"
+
+
+def test_switch_matrix_summary_pairs_each_requested_model_with_its_author(tmp_path: Path) -> None:
+    """The summary said '2 models answered by anthropic/…, openai/…' in sorted order, not the
+    order of --models, so which author answered which group was left to guess."""
+    script, router = _script(tmp_path), _router(tmp_path)
+    args = ["switch-matrix", script, "--router", router, "--cache", str(tmp_path / "c"), "--min-n", "2"]
+    code, text = _run(tmp_path, *args, "--models", "chat,chat-backup", "--out", str(tmp_path / "m.json"))
+    assert code == 0, text
+    summary = "switch matrix: chat -> openai/gpt-4o-mini, chat-backup -> anthropic/claude-3-5-haiku-latest; "
+    assert summary in text, text
