@@ -343,9 +343,10 @@ class MessagesStreamFolder(EventFolder):
         content: list[Any] = []
         for index in sorted(self._blocks):
             block, pieces = self._blocks[index], "".join(self._pieces[index])
-            if block.get("type") == "text":
+            kind = _kind(block)  # a block kept whole is the upstream's: its type may be anything
+            if kind == "text":
                 content.append({"type": "text", "text": block.get("text", "") + pieces})
-            elif block.get("type") in _CALL_BLOCKS:
+            elif kind in _CALL_BLOCKS:
                 content.append({**block, "input": pieces or block.get("input")})
             else:
                 content.append(block)

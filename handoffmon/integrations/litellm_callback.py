@@ -370,8 +370,12 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
         finally:
             latency = self._latency(request_data)  # pops the start on every path, turn or not
             if cap is not None and folder is not None:
-                out = folder.outcome(completed=completed)
-                self._stream_done(cap, request_data, response, out, latency, not chat)
+                try:
+                    out = folder.outcome(completed=completed)
+                except Exception as exc:  # never into the proxy's response: counted, no turn
+                    self.monitor.errors.failed("integration", exc, "could not read a proxy stream")
+                else:
+                    self._stream_done(cap, request_data, response, out, latency, not chat)
 
     def _begin_stream(self, data: Mapping[str, Any], first: Any) -> Capture | None:
         """The capture of a stream whose request has no ``messages``: a Responses API call when

@@ -285,3 +285,36 @@ def test_blocks_kept_whole_count_against_the_cap() -> None:
         roomy.feed(event)
     assert not roomy.outcome(completed=True).too_large
     assert roomy.outcome(completed=True).reply["content"] == [result]
+
+
+def test_a_block_whose_type_is_no_string_folds_without_raising_and_reads_back_alike() -> None:
+    """A ``content_block_start`` whose block ``type`` is an object or a list (a hostile or
+    broken upstream): kept whole as any unknown block, and the outcome is read, not raised
+    (``outcome`` raised ``TypeError: unhashable type``: the proxy callback's stream hook
+    raised it into the response, a wrapper's turn was lost uncounted). Its reply and the same
+    blocks sent back as history normalize alike, as for any block."""
+    for odd_type in ({"x": 1}, ["tool_use"]):
+        block = {"type": odd_type, "data": "d"}
+        folder = MessagesStreamFolder()
+        for event in [
+            {"type": "message_start", "message": {"id": "m", "model": "c", "content": []}},
+            {"type": "content_block_start", "index": 0, "content_block": block},
+            {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hi"}},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+            {"type": "message_stop"},
+        ]:
+            folder.feed(event)
+        out = folder.outcome(completed=True)
+        assert (out.completed, out.odd, out.no_reply) == (True, 0, None)
+        assert out.reply["content"] == [block, {"type": "text", "text": "Hi"}]
+        sent_back = read_request(
+            {
+                "messages": [
+                    {"role": "user", "content": "q"},
+                    {"role": "assistant", "content": [block, {"type": "text", "text": "Hi"}]},
+                ]
+            }
+        )
+        assert sent_back.doc is not None
+        assert normalize_message(sent_back.doc["messages"][-1]) == normalize_message(out.reply)

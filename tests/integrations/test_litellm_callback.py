@@ -475,3 +475,39 @@ async def test_a_messages_stream_the_upstream_fails_before_its_first_event_is_co
             assert rt.monitor.flush(10)
         assert exp.results == [], name
         assert exp.no_replies == ({"error": 1} if name == "upstream" else {}), name
+
+
+async def test_a_folder_that_cannot_give_its_outcome_never_breaks_the_proxys_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fail-open at the end of a stream: should a folder's ``outcome`` raise (a shape nobody
+    anticipated, as a Messages block whose ``type`` was an object did), the hook's ``finally``
+    raised it into LiteLLM's response. Now every event is passed on, the stream ends
+    normally, and the failure is counted (``monitor_errors{stage="integration"}``), no turn."""
+    from handoffmon.ingress.anthropic import MessagesStreamFolder
+
+    def broken(self: Any, *, completed: bool) -> Any:
+        raise TypeError("unhashable type: 'dict'")
+
+    monkeypatch.setattr(MessagesStreamFolder, "outcome", broken)
+    events = [b'event: message_start\ndata: {"type": "message_start", "message": {"content": []}}\n\n']
+
+    async def stream() -> Any:
+        for e in events:
+            yield e
+
+    exp = RecordingExporter()
+    with runtime(CONFIG, exporters=[exp]) as rt:
+        cb = HandoffmonCallback(runtime=rt)
+        data = {
+            "model": "claude",
+            "messages": [{"role": "user", "content": "hi"}],
+            "litellm_call_id": "call-broken-outcome",
+            "proxy_server_request": {"url": "http://proxy/v1/messages"},
+        }
+        await cb.async_pre_call_hook(None, None, data, "anthropic_messages")
+        passed = [e async for e in cb.async_post_call_streaming_iterator_hook(None, stream(), data)]
+        assert passed == events
+        assert rt.monitor.flush(10)
+        assert rt.monitor.snapshot().monitor_errors == {"integration": 1}
+    assert exp.results == []
