@@ -61,6 +61,10 @@ class ProxyState:
         """Request bodies the monitored routes hold whole (``proxy.max_held_body_bytes``)."""
         self.metrics = ProxyMetrics(runtime.registry, runtime.monitor.queued_bytes, upstream)
         self.renderer = MetricsRenderer(runtime.registry, config.proxy.metrics_render_timeout_s)
+        self.admin = ThreadPoolExecutor(1, thread_name_prefix="handoffmon-admin")
+        """Runs ``/admin/flush`` waits one at a time, off the default executor (which the
+        upstream client's DNS lookups and ``/readyz``'s store ping share): a burst of flushes,
+        each waiting up to ``pipeline.shutdown_timeout_s``, held all of its threads."""
         self.background: BackgroundCalls | None = None
         """The Responses forwarder's parked background calls (``_routes``)."""
 
@@ -182,7 +186,9 @@ async def _admin_flush(request: Request) -> Response:
     state = _state(request)
     if not _authorized(state, request):
         return _unauthorized()
-    flushed = await asyncio.to_thread(state.monitor.flush, state.config.pipeline.shutdown_timeout_s)
+    loop = asyncio.get_running_loop()
+    timeout_s = state.config.pipeline.shutdown_timeout_s
+    flushed = await loop.run_in_executor(state.admin, state.monitor.flush, timeout_s)
     return JSONResponse({"flushed": bool(flushed)})
 
 
@@ -462,6 +468,7 @@ def _lifespan(state: ProxyState) -> Any:
         finally:
             state.ready = False
             state.renderer.close()
+            state.admin.shutdown(wait=False, cancel_futures=True)
             if state.background is not None:  # counted unfinished: no poll will reach us again
                 state.background.close()
             # drain first: queued shadow calls still need the upstream pool and this loop

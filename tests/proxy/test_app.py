@@ -6,9 +6,11 @@ import asyncio
 import gzip
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -409,3 +411,41 @@ def test_readyz_sees_the_store_back_without_traffic(upstream: Upstream) -> None:
                 time.sleep(0.3)
             assert seen[-1] == "ok", seen
             assert sum(p.monitor.snapshot().turns.values()) == 0  # no traffic needed
+
+
+def test_admin_flushes_wait_one_at_a_time_on_their_own_thread(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of POST /admin/flush runs the flush waits one at a time on serve's own admin
+    thread: before, each took a thread of the loop's default executor (6 on two cores), which the
+    upstream client's DNS lookups and /readyz's store ping share, for up to
+    pipeline.shutdown_timeout_s each."""
+    with running_proxy(proxy_config(upstream.url)) as p:
+        running: list[int] = [0]
+        seen: list[tuple[int, str]] = []
+        lock = threading.Lock()
+        real = p.monitor.flush
+
+        def slow_flush(timeout_s: float | None = None) -> bool:
+            with lock:
+                running[0] += 1
+                seen.append((running[0], threading.current_thread().name))
+            time.sleep(0.1)
+            with lock:
+                running[0] -= 1
+            return bool(real(timeout_s))
+
+        monkeypatch.setattr(p.monitor, "flush", slow_flush)
+        answers: list[Any] = []
+        threads = [
+            threading.Thread(target=lambda: answers.append(httpx.post(f"{p.url}/admin/flush", timeout=30)))
+            for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert [a.json() for a in answers] == [{"flushed": True}] * 8
+        assert len(seen) == 8
+        assert max(n for n, _ in seen) == 1
+        assert {name.split("_")[0] for _, name in seen} == {"handoffmon-admin"}
