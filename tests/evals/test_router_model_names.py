@@ -16,21 +16,12 @@ import yaml
 from click.testing import CliRunner
 
 from handoffmon.cli import main
+from tests.evals.test_eval_scope import SCRIPT
 
 
 def _script(tmp_path: Path) -> str:
     path = tmp_path / "s.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "id": "s",
-                "runs": 2,
-                "rules": [{"name": "no_commas", "check": "no_commas"}],
-                "turns": [{"user": "Hi", "checkpoint": True}, {"user": "And now?", "checkpoint": True}],
-            }
-        ),
-        encoding="utf-8",
-    )
+    path.write_text(yaml.safe_dump(SCRIPT), encoding="utf-8")  # 3 runs of 2 turns
     return str(path)
 
 
@@ -100,7 +91,7 @@ def test_a_provider_without_seed_is_evaluated_and_one_with_seed_still_gets_it(tm
     db = ["--db", str(tmp_path / "e.sqlite")]
     code, text = _run(tmp_path, "run", script, "--router", router, "--model", "chat-backup", *db)
     assert code == 0, text
-    assert "4 turn(s) generated, 0 resumed, 0 retried call(s), 0 failed run(s)" in text, text
+    assert "6 turn(s) generated, 0 resumed, 0 retried call(s), 0 failed run(s)" in text, text
     assert "answered by chat-backup -> anthropic/claude-3-5-haiku-latest" in text, text
 
     seen: list[tuple[str, object]] = []
