@@ -479,7 +479,7 @@ def render_text(c: Comparison) -> str:
         f"{', '.join(c.production_models) or 'none'}",
         "(a) suggested checkpoint depths from production session lengths: "
         f"{', '.join(map(str, c.suggested_checkpoints)) or 'n/a'} "
-        f"(eval's deepest checkpoint: {c.eval_max_depth})",
+        f"(eval's deepest checkpoint: {c.eval_max_depth or 'none, no eval run result given'})",
     ]
     if c.short_scripts:
         lines.append(f"    scripts shorter than production p90: {', '.join(c.short_scripts)}")

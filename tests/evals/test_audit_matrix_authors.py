@@ -66,3 +66,4 @@ def test_only_a_matrix_and_no_production_pair_is_nothing_compared_exit_4(tmp_pat
     assert res.exit_code == 4 and "--min-share 0.01" in res.stderr, res.output
     res = CliRunner().invoke(main, ["eval", "compare", "--shapes", shapes, matrix, "--min-share", "0.001"])
     assert res.exit_code == 0 and "missing from the eval switch matrix:\n    none" in res.output, res.output
+    assert "(eval's deepest checkpoint: none, no eval run result given)" in res.output, res.output  # was 0
