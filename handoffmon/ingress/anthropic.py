@@ -32,7 +32,7 @@ from handoffmon.ingress.chunks import (
     said_nothing,
 )
 from handoffmon.ingress.conversation import SESSION_KEY
-from handoffmon.ingress.fields import get
+from handoffmon.ingress.fields import get, token_count
 from handoffmon.ingress.request import ResponseLink
 from handoffmon.ingress.responses import NoReply
 
@@ -331,8 +331,8 @@ class MessagesStreamFolder(EventFolder):
 
     def _take_usage(self, usage: Any) -> None:
         for key in ("input_tokens", "output_tokens"):
-            value = get(usage, key)
-            if type(value) is int:
+            value = token_count(get(usage, key))
+            if value is not None:
                 self._usage[key] = value
 
     def _forget(self) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
-from handoffmon.ingress.fields import get, hidden_params
+from handoffmon.ingress.fields import get, hidden_params, token_count
 
 MAX_TOOL_CALLS = 128
 """Tool-call slots per reply; calls at further indexes are skipped (and counted odd)."""
@@ -360,10 +360,10 @@ class ChunkFolder:
     def _usage(self, usage: Any) -> bool:
         if usage is None:
             return True
-        pt, ct = get(usage, "prompt_tokens"), get(usage, "completion_tokens")
-        if type(pt) is int:
+        pt, ct = token_count(get(usage, "prompt_tokens")), token_count(get(usage, "completion_tokens"))
+        if pt is not None:
             self._in = pt
-        if type(ct) is int:
+        if ct is not None:
             self._out = ct
         return True
 

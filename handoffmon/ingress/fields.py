@@ -39,3 +39,15 @@ def hidden_params(obj: Any) -> Mapping[str, Any]:
     if hp is None and isinstance(obj, Mapping):
         hp = obj.get("_hidden_params")
     return hp if isinstance(hp, Mapping) else EMPTY
+
+
+MAX_TOKENS = (1 << 63) - 1
+"""The largest token count read (int64, what OTLP and most stores can hold)."""
+
+
+def token_count(value: Any) -> int | None:
+    """A usage field as a token count: an ``int`` in ``0..MAX_TOKENS``; ``None`` for anything
+    else (absent, a float, a bool, a negative or a huge number a broken or hostile upstream
+    sent: the turn's span carries it as ``gen_ai.usage.*_tokens``, and OTLP cannot encode an
+    integer past int64: protobuf raises ``ValueError: Value out of range``)."""
+    return value if type(value) is int and 0 <= value <= MAX_TOKENS else None

@@ -34,7 +34,7 @@ from handoffmon.ingress.chunks import (
     said_nothing,
 )
 from handoffmon.ingress.conversation import SESSION_KEY, clean_id
-from handoffmon.ingress.fields import get
+from handoffmon.ingress.fields import get, token_count
 from handoffmon.ingress.request import ResponseLink
 
 CONVERSATION_KEY = "conversation"
@@ -445,10 +445,8 @@ class ResponsesStreamFolder(EventFolder):
             response_model=model if isinstance(model, str) else self._model,
             response_id=rid if isinstance(rid, str) else self._id,
             finish_reason=choice["finish_reason"],
-            input_tokens=usage.get("prompt_tokens") if type(usage.get("prompt_tokens")) is int else None,
-            output_tokens=usage.get("completion_tokens")
-            if type(usage.get("completion_tokens")) is int
-            else None,
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
             # the terminal event: the API always ends so; a body that just ended before it is cut off
             completed=completed and self.done and self._status != "failed",
             chunks=self.chunks,

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from handoffmon.attribution.names import ModelNames
 from handoffmon.ingress.chunks import MAX_ALTERNATIVES, StreamOutcome
-from handoffmon.ingress.fields import EMPTY, get, hidden_params
+from handoffmon.ingress.fields import EMPTY, get, hidden_params, token_count
 
 # LiteLLM puts these in ``_hidden_params["additional_headers"]`` (Router) and sends them
 # as HTTP response headers (LiteLLM Proxy).
@@ -106,10 +106,6 @@ def _str(value: object) -> str | None:
     if isinstance(value, bytes):
         return value.decode("latin-1") or None
     return str(value)
-
-
-def _opt_int(value: object) -> int | None:
-    return value if type(value) is int else None
 
 
 def _lower(headers: Any) -> Mapping[str, Any]:
@@ -223,8 +219,8 @@ def usage_of(response: Any) -> Usage:
     finish = get(first, "finish_reason") if first is not None else None
     rid = get(response, "id")
     return Usage(
-        _opt_int(get(usage, "prompt_tokens")) if usage is not None else None,
-        _opt_int(get(usage, "completion_tokens")) if usage is not None else None,
+        token_count(get(usage, "prompt_tokens")) if usage is not None else None,
+        token_count(get(usage, "completion_tokens")) if usage is not None else None,
         finish if isinstance(finish, str) else None,
         rid if isinstance(rid, str) and rid else None,
     )
