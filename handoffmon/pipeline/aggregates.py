@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import sqlite3
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,15 @@ def _check_rows(rows: Iterable[tuple[str, str, int]], source: object) -> None:
             )
 
 
+def _tables() -> dict[str, defaultdict[Any, int]]:
+    return {k: defaultdict(int) for k in _KINDS}
+
+
+def _most_counted(counts: Mapping[Any, int]) -> list[tuple[Any, int]]:
+    """``Counter.most_common()``: by count, highest first, ties in insertion order."""
+    return sorted(counts.items(), key=operator.itemgetter(1), reverse=True)
+
+
 class Aggregates:
     """Thread-safe counters; optionally persisted to SQLite so a restart loses nothing recorded.
 
@@ -241,8 +251,10 @@ class Aggregates:
         self.guard = guard if guard is not None else LabelGuard()
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()  # one connection, used by worker and closer threads
-        self._totals: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
-        self._pending: dict[str, Counter[Any]] = {k: Counter() for k in _KINDS}
+        # defaultdict(int), not Counter: Counter defines __delitem__, so every ``c[key] += n``
+        # stores through a Python-level __setitem__ lookup, ~3x the cost (~20 stores per turn)
+        self._totals: dict[str, defaultdict[Any, int]] = _tables()
+        self._pending: dict[str, defaultdict[Any, int]] = _tables()
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         """A turn shape's keys (``_plan``), at most ``PLAN_CACHE``."""
         self._path = path
@@ -286,10 +298,10 @@ class Aggregates:
 
     def _seed_guard(self) -> None:
         """Names already persisted are admitted first (most counted first): a restart keeps them."""
-        for turn, _ in self._totals["turns"].most_common():
+        for turn, _ in _most_counted(self._totals["turns"]):
             self.guard.model(turn.model)
             self.guard.model(turn.prefix_model)
-        for check, _ in self._totals["checks"].most_common():
+        for check, _ in _most_counted(self._totals["checks"]):
             self.guard.rule(check.rule)
 
     @property
@@ -485,7 +497,7 @@ class Aggregates:
             self.open_error = None
         with self._lock:
             pending = self._pending
-            self._pending = {k: Counter() for k in _KINDS}
+            self._pending = _tables()
         rows = [(kind, _encode(kind, key), n) for kind, c in pending.items() for key, n in c.items() if n]
         if not rows:
             return
@@ -497,7 +509,9 @@ class Aggregates:
         except sqlite3.Error as exc:
             with self._lock:
                 for kind, c in pending.items():
-                    self._pending[kind].update(c)
+                    table = self._pending[kind]
+                    for key, n in c.items():
+                        table[key] += n
             self._next_try = self._clock() + self._retry_s
             raise StoreError(f"{self._path}: cannot persist aggregates: {exc}") from exc
 

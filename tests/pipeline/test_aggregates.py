@@ -159,6 +159,31 @@ def test_a_file_locked_by_another_process_neither_stalls_the_writer_nor_loses_co
     assert load_counts_sqlite(path).total_turns == 3
 
 
+def test_a_failed_write_adds_its_increments_back_to_those_counted_meanwhile(tmp_path: Path) -> None:
+    """A write that fails puts its increments back into the pending ones, adding to what other
+    threads counted while it was writing (the pending table was swapped for a fresh one)."""
+    path = str(tmp_path / "agg.db")
+    agg = Aggregates(path, retry_s=0.0)
+    agg.add_turn(_result())
+    agg.count_error("pipeline")
+    write = agg._write
+
+    def fails(rows: list[tuple[str, str, int]]) -> None:
+        agg.add_turn(_result())  # counted by another thread during the write
+        agg.count_error("pipeline")
+        raise sqlite3.OperationalError("disk I/O error")
+
+    agg._write = fails  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="cannot persist aggregates"):
+        agg.flush()
+    agg._write = write  # type: ignore[method-assign]
+    agg.flush()
+    stored = load_counts_sqlite(path)
+    assert stored.total_turns == 2 and stored.monitor_errors == {"pipeline": 2}
+    assert agg.snapshot().total_turns == 2
+    agg.close()
+
+
 def test_load_counts_sqlite_missing_file_is_a_store_error(tmp_path: Path) -> None:
     """A path that does not exist raises StoreError naming it."""
     with pytest.raises(StoreError, match=r"nope\.db"):
@@ -207,6 +232,9 @@ def test_names_persisted_earlier_are_admitted_first_after_a_restart(tmp_path: Pa
     again.add_turn(make_turn_result(author="new"))
     assert {k.model for k in again.snapshot().turns} == {"a", "b", "other"}
     again.close()
+    tighter = Aggregates(path, guard=LabelGuard(max_models=1))  # room for one: the most counted
+    assert "b" in tighter.guard.models and "a" not in tighter.guard.models
+    tighter.close()
 
 
 def test_shadow_pairs_survive_a_restart_and_two_writers_add_up(tmp_path: Path) -> None:
