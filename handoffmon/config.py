@@ -588,10 +588,11 @@ class RoutingConfig(_Section):
     z: float = Field(default=1.96, ge=0)
     """Significance of a risk difference: |difference| ≥ z × its (conservative) standard error."""
     max_table_age_s: float = Field(default=3600.0, gt=0)
-    """A table older than this is stale: the router's own order is used."""
+    """A table older than this is stale: the router's own order is used (so is one stamped over
+    5 minutes ahead of this process's clock)."""
     return_home: bool = True
     """Prefer the conversation's original model (author of its first reply) when it is a
-    candidate and not cooling down."""
+    candidate, not cooling down, and no candidate ahead of it is significantly safer by the table."""
     max_extra_cost_usd_per_mtok: float | None = Field(default=None, ge=0)
     """A candidate may not move ahead of one that is cheaper by more than this (input +
     output price per million tokens, litellm's cost map); ``None`` = no cap."""

@@ -106,7 +106,8 @@ class FallbackPolicy:
     the shared μ + π_A terms that cancel), and (3) C is not more expensive or slower than
     B by more than the caps. Otherwise the router's own order stands: a stable insertion
     sort with that partial comparison. With ``return_home`` the conversation's first
-    author goes first when it is a candidate, healthy and within the caps. A missing or
+    author goes first when it is a candidate, healthy, within the caps, and no candidate
+    ahead of it is significantly safer (the gate of (1)-(2) the other way round). A missing or
     stale table returns the router's order exactly.
 
     Args:
@@ -159,7 +160,7 @@ class FallbackPolicy:
         out.extend(own[MAX_ORDERED:])
         outcome: Outcome = "reordered" if out != list(own) else "unchanged"
         if self._home and home_model and home_model not in _NO_PREFIXES:
-            outcome = self._go_home(out, home_model, healthy, outcome)
+            outcome = self._go_home(table, prefix_model, out, home_model, healthy, outcome)
         return Decision(tuple(out), outcome if out != list(own) else "unchanged")
 
     def precheck(self, table: PairRiskTable | None, n_candidates: int, now: float) -> Outcome | None:
@@ -177,15 +178,18 @@ class FallbackPolicy:
 
     def _better(self, table: PairRiskTable, prefix: str, c: Candidate, b: Candidate) -> bool:
         """Whether ``c`` may move ahead of ``b``: significantly lower risk, within the caps."""
+        return self._safer(table, prefix, c, b) and self._within_caps(c, b)
+
+    def _safer(self, table: PairRiskTable, prefix: str, c: Candidate, b: Candidate) -> bool:
+        """Whether the table says ``c`` is safer than ``b`` by ``min_effect_pp`` and ``z`` SEs."""
         if c.model is None or b.model is None:
             return False
         cmp = table.compare(prefix, c.model, b.model)
         if cmp is None:
             return False  # no kind of score both have: different contrasts are never compared
         diff, se, _ = cmp
-        if not diff > 0 or diff < self._min_effect or diff < self._z * se:
-            return False  # equal scores (even with min_effect_pp and z at 0) keep the router's order
-        return self._within_caps(c, b)
+        # equal scores (even with min_effect_pp and z at 0) are not safer: the router's order stands
+        return diff > 0 and diff >= self._min_effect and diff >= self._z * se
 
     def _within_caps(self, c: Candidate, b: Candidate) -> bool:
         return _within(self._cost_cap, c.cost_usd_per_mtok, b.cost_usd_per_mtok) and _within(
@@ -193,16 +197,24 @@ class FallbackPolicy:
         )
 
     def _go_home(
-        self, out: list[Candidate], home: str, healthy: Callable[[str], bool] | None, outcome: Outcome
+        self,
+        table: PairRiskTable,
+        prefix: str,
+        out: list[Candidate],
+        home: str,
+        healthy: Callable[[str], bool] | None,
+        outcome: Outcome,
     ) -> Outcome:
-        """Move the home model's candidate first (in place) when healthy and within the caps."""
+        """Move the home model's candidate first (in place) when healthy, within the caps, and no
+        candidate ahead of it is significantly safer by the table (a preference, never against
+        the evidence: the table's prefix → home pair is a handoff like any other)."""
         k = next((i for i, c in enumerate(out) if c.model == home), 0)
         if k == 0:
             return outcome
         c = out[k]
         if healthy is not None and not healthy(c.group):
             return outcome
-        if not all(self._within_caps(c, b) for b in out[:k]):
+        if not all(self._within_caps(c, b) and not self._safer(table, prefix, b, c) for b in out[:k]):
             return outcome
         del out[k]
         out.insert(0, c)

@@ -170,12 +170,24 @@ def test_cost_and_latency_caps() -> None:
 
 def test_return_home_when_healthy() -> None:
     """The conversation's first author goes first when it is a healthy candidate; not when cooling down."""
-    t = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01), ("a", "h"): (-0.15, 0.01)})
+    t = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01), ("a", "h"): (-0.075, 0.05)})
     h = _c("h")
     assert _decide(t, [B, C, h], home_model="h") == (["h", "c", "b"], "home")
     assert _decide(t, [B, C, h], home_model="h", healthy=lambda g: g != "h") == (["c", "b", "h"], "reordered")
     assert _decide(t, [B, C, h], home_model="h", return_home=False) == (["c", "b", "h"], "reordered")
     assert _decide(t, [h, B], home_model="h") == (["h", "b"], "unchanged")
+
+
+def test_return_home_never_passes_a_candidate_the_table_says_is_safer() -> None:
+    """Home is a preference, not evidence: a→h measured 15 pp worse than a→c (15 SEs) kept h behind
+    c (h went first, into the handoff the table says is the riskiest). Behind b, which is no safer
+    than h, it still moves first; with no score for a→h at all it moves first too (configured)."""
+    h = _c("h")
+    risky_home = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01), ("a", "h"): (-0.15, 0.01)})
+    assert _decide(risky_home, [B, C, h], home_model="h") == (["c", "b", "h"], "reordered")
+    assert _decide(risky_home, [B, h], home_model="h") == (["h", "b"], "home")
+    unknown_home = _table({("a", "b"): (-0.15, 0.01), ("a", "c"): (0.0, 0.01)})
+    assert _decide(unknown_home, [B, C, h], home_model="h") == (["h", "c", "b"], "home")
 
 
 def test_refit_table_reorders_only_in_the_planted_direction() -> None:
