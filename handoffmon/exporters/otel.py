@@ -389,6 +389,186 @@ def _parent(result: TurnResult) -> Context | None:
     return _PROPAGATOR.extract({"traceparent": traceparent})
 
 
+class _Preset(threading.local):
+    """The own span the current thread is about to start: its ids and sampling decision."""
+
+    plan: _Plan | None = None
+
+
+_PRESET = _Preset()
+"""One for the process: the wrappers of a provider's handoffmon tracer serve every exporter on it."""
+
+
+class _Plan:
+    """An own span decided at counting time: its context (ids, sampled flag) and the sampler's
+    result, for the events thread to start it with."""
+
+    __slots__ = ("context", "result", "sampling")
+
+    def __init__(self, result: TurnResult, context: trace.SpanContext, sampling: Any) -> None:
+        self.result = result
+        self.context = context
+        self.sampling = sampling
+
+
+class _PresetIds:
+    """The tracer's id generator, handing out the preset span's ids on the thread starting it."""
+
+    def __init__(self, inner: Any, preset: _Preset) -> None:
+        self.inner, self._preset = inner, preset
+
+    def generate_trace_id(self) -> int:
+        plan = self._preset.plan
+        return self.inner.generate_trace_id() if plan is None else plan.context.trace_id
+
+    def generate_span_id(self) -> int:
+        plan = self._preset.plan
+        return self.inner.generate_span_id() if plan is None else plan.context.span_id
+
+    def is_trace_id_random(self) -> bool:
+        return bool(self.inner.is_trace_id_random())
+
+
+class _PresetSampler:
+    """The tracer's sampler, answering with the decision already taken for the preset span (so
+    the application's sampler is asked once per span, at counting time)."""
+
+    def __init__(self, inner: Any, preset: _Preset) -> None:
+        self.inner, self._preset = inner, preset
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> Any:
+        plan = self._preset.plan
+        if plan is None:
+            return self.inner.should_sample(
+                parent_context, trace_id, name, kind, attributes, links, trace_state
+            )
+        from opentelemetry.sdk.trace.sampling import SamplingResult
+
+        # the span's attributes reach it through the result; the sampler's own ones win
+        decided = plan.sampling
+        merged = {**(attributes or {}), **(decided.attributes or {})}
+        return SamplingResult(decided.decision, merged, decided.trace_state)
+
+    def get_description(self) -> str:
+        return str(self.inner.get_description())
+
+
+MAX_PLANNED = 4096
+"""Own spans decided by the counting and not yet started by the events thread (or the other
+way round), at most: a turn the events' full queue refused leaves its plan behind, dropped
+oldest first past this."""
+
+
+class _OwnSpans:
+    """The own span's ids decided when the turn is counted, so its counts carry exemplars.
+
+    The counting runs inline on the check thread, before the span exists (the events thread
+    starts it later, or meanwhile). So the span is planned at counting time: its trace id (the
+    parent's, or a new one) and span id from the application's tracer's id generator, and its
+    sampling decision from the tracer's sampler (asked once: with the span's name, kind and
+    parent, but not its attributes, which are built on the events thread). The counting records
+    in that span context; the events thread starts the span with the same ids and decision.
+
+    The OpenTelemetry SDK has no API to start a span with given ids. Its ``Tracer`` takes them
+    from its public ``id_generator`` and ``sampler`` attributes, which this wraps once (on the
+    tracer of handoffmon's scope only) with versions that answer the plan on the thread
+    starting the planned span and delegate everywhere else. Should a later SDK stop using them,
+    the first span whose ids differ from its plan turns this off (logged once): turns are then
+    counted in their captured ``traceparent`` only, without an own span's exemplar.
+    """
+
+    def __init__(self, tracer_provider: Any, log: Any) -> None:
+        self._given = tracer_provider
+        self._provider: Any = None
+        self._tracer: Any = None
+        self._ids: Any = None
+        """The application's id generator and sampler, which the tracer's wrappers delegate to."""
+        self._sampler: Any = None
+        self._preset = _PRESET
+        self._plans: dict[int, _Plan] = {}
+        self._lock = threading.Lock()
+        self._log = log
+        self.enabled = True
+
+    def _sdk_tracer(self) -> Any:
+        """handoffmon's tracer of the current provider with the preset wrappers, or None when
+        it is not the SDK's (no provider set yet: the API's proxy; another implementation)."""
+        provider = self._given if self._given is not None else trace.get_tracer_provider()
+        if provider is not self._provider:
+            tracer: Any = provider.get_tracer(SCOPE, __version__)
+            ids, sampler = getattr(tracer, "id_generator", None), getattr(tracer, "sampler", None)
+            if ids is None or sampler is None or not callable(getattr(tracer, "start_span", None)):
+                tracer = None
+            else:
+                # one tracer per scope and provider (the SDK caches it): wrap it once
+                if not isinstance(ids, _PresetIds):
+                    ids = tracer.id_generator = _PresetIds(ids, self._preset)
+                if not isinstance(sampler, _PresetSampler):
+                    sampler = tracer.sampler = _PresetSampler(sampler, self._preset)
+                self._ids, self._sampler = ids.inner, sampler.inner
+            self._provider, self._tracer = provider, tracer
+        return self._tracer
+
+    def plan(self, result: TurnResult, parent: Context | None, name: str) -> _Plan | None:
+        """The turn's own span: planned by whichever of the counting and the events thread asks
+        first, and forgotten once both have (all under the lock, so both get the same)."""
+        if not self.enabled:
+            return None
+        key = id(result)
+        with self._lock:
+            plan = self._plans.pop(key, None)
+            if plan is not None and plan.result is result:
+                return plan
+            tracer = self._sdk_tracer()
+            if tracer is None:
+                return None
+            parent_context = trace.get_current_span(parent).get_span_context()
+            ids = self._ids
+            trace_id = parent_context.trace_id if parent_context.is_valid else ids.generate_trace_id()
+            sampling = self._sampler.should_sample(parent, trace_id, name, SpanKind.CLIENT, None, ())
+            flags = trace.TraceFlags(
+                trace.TraceFlags.SAMPLED if sampling.decision.is_sampled() else trace.TraceFlags.DEFAULT
+            )
+            context = trace.SpanContext(trace_id, ids.generate_span_id(), is_remote=False, trace_flags=flags)
+            plan = self._plans[key] = _Plan(result, context, sampling)
+            while len(self._plans) > MAX_PLANNED:
+                del self._plans[next(iter(self._plans))]
+            return plan
+
+    def start(
+        self, result: TurnResult, parent: Context | None, name: str, **kwargs: Any
+    ) -> trace.Span | None:
+        """Start the turn's planned own span on this thread; None when none is planned."""
+        plan = self.plan(result, parent, name)
+        tracer = self._tracer
+        if plan is None or tracer is None:
+            return None
+        self._preset.plan = plan
+        try:
+            span: trace.Span = tracer.start_span(name, context=parent, kind=SpanKind.CLIENT, **kwargs)
+        finally:
+            self._preset.plan = None
+        got = span.get_span_context()
+        if (got.trace_id, got.span_id) != (plan.context.trace_id, plan.context.span_id):
+            self.enabled = False
+            self._log.warning(
+                "own_span_ids_not_preset",
+                stage="export_otel",
+                reason="the SDK did not start the own span with the ids its counts were recorded "
+                "with; own spans' exemplars are off",
+            )
+        return span
+
+
 class OTelEvents:
     """The turn's events (and own span): :attr:`OTelExporter.events`, an exporter of its own.
 
@@ -416,6 +596,29 @@ class OTelEvents:
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
         self._events = _logs.get_logger(SCOPE, __version__, logger_provider=logger_provider)
         self._log = get_logger("handoffmon.exporters", exporter="otel_events")
+        self._own = _OwnSpans(tracer_provider, self._log)
+
+    def count_context(self, result: TurnResult) -> Context | None:
+        """The context to count ``result`` in: its own span's (planned now, started later by
+        :meth:`export`) in ``own`` mode, else its captured ``traceparent``'s. Never raises."""
+        parent = _parent(result)
+        if not self._own_span:
+            return parent
+        try:
+            plan = self._own.plan(result, parent, self._span_name(result))
+        except Exception as exc:
+            log_error(self._log, "export_failed", "export_otel", exc)
+            return parent
+        if plan is None:
+            return parent
+        return trace.set_span_in_context(trace.NonRecordingSpan(plan.context))
+
+    def _span_name(self, result: TurnResult) -> str:
+        """``chat {request_model}``: span names must stay few (backends index them) while the
+        requested model is whatever a client sent, so past the requested_model cap just ``chat``."""
+        requested = result.record.requested_model or result.context.requested_model
+        request_model = self.guard.requested_model(clip(requested) if requested else None)
+        return f"chat {request_model}" if request_model not in (OTHER, UNKNOWN_MODEL) else "chat"
 
     def export(self, result: TurnResult) -> bool:
         """Emit the turn's events (and own span); False (and logged) when the pipeline refused them."""
@@ -455,13 +658,13 @@ class OTelEvents:
         attrs = span_attributes(result)
         if self._capture and result.content is not None:
             attrs.update(content_attributes(result.content, result.record.finish_reason))
-        # span names must stay few (backends index them) while the requested model is whatever
-        # a client sent: its name passes the requested_model label cap, past it just "chat"
-        request_model = self.guard.requested_model(attrs.get(REQUEST_MODEL))
-        name = f"chat {request_model}" if request_model not in (OTHER, UNKNOWN_MODEL) else "chat"
-        span = self._tracer.start_span(
-            name, context=parent, kind=SpanKind.CLIENT, attributes=attrs, start_time=start
-        )
+        name = self._span_name(result)
+        # with the ids and sampling decision the turn was counted with (its exemplars)
+        span = self._own.start(result, parent, name, attributes=attrs, start_time=start)
+        if span is None:
+            span = self._tracer.start_span(
+                name, context=parent, kind=SpanKind.CLIENT, attributes=attrs, start_time=start
+            )
         span.end(end_time=end)
         return trace.set_span_in_context(span)
 
@@ -497,8 +700,9 @@ class OTelExporter:
     Two exporters for the pipeline: this one counts (:meth:`export`, inline), and
     :attr:`events` emits the events and own span on a thread of its own, so the counting
     never waits on span delivery; a ``Monitor`` given this exporter registers both
-    (:attr:`companions`). Each turn is counted in
-    its captured ``traceparent``'s context, so sampled turns carry exemplars of that trace.
+    (:attr:`companions`). Each turn is counted in its captured ``traceparent``'s context, or
+    in ``own`` mode its own span's (planned when counted, started later with those ids:
+    :class:`_OwnSpans`), so sampled turns carry exemplars of that trace.
 
     ``span="own"`` (stacks with no GenAI instrumentation): one CLIENT span per turn,
     ``chat {request_model}``, with the GenAI and ``handoffmon.*`` attributes, dated from
@@ -840,7 +1044,7 @@ class OTelExporter:
         ``SimpleSpanProcessor`` waiting on a collector) never holds or loses a count.
         """
         try:
-            self._count(result, _parent(result))
+            self._count(result, self.events.count_context(result))
         except Exception as exc:
             log_error(self._log, "export_failed", "export_otel", exc)
             return False
