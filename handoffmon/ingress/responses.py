@@ -334,6 +334,9 @@ def finished_as_chat(response: Any) -> dict[str, Any] | NoReply | None:
 class ResponsesStreamFolder(EventFolder):
     """Folds a Responses event stream (SDK events or decoded JSON) into a ``StreamOutcome``.
 
+    An ``error`` event (or an exception the SDK raised for one, ``raised``) before any text
+    makes the outcome no reply (``no_reply`` ``error``), as a Messages stream's does.
+
     The terminal event (``response.completed``, ``.incomplete``, ``.failed``) carries the
     whole response: the reply is then read from it as from a JSON response. Before it (a
     stream cut off), the reply is what the deltas built: text per content part, tool calls
@@ -359,6 +362,11 @@ class ResponsesStreamFolder(EventFolder):
 
     def _event(self, event: Any) -> None:
         kind = get(event, "type")
+        if kind == "error" or (kind is None and get(event, "error") is not None):
+            # the upstream's error: its ``error`` event, or an ``{"error": ...}`` payload (the
+            # SDK raises that one: ``raised``); before any text, no reply (``failed_silent``)
+            self.error = True
+            return
         if not isinstance(kind, str):
             self.odd += 1
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from handoffmon.ingress import ChunkFolder, usage_of
 from handoffmon.ingress.anthropic import MessagesStreamFolder, message_as_chat
 from handoffmon.ingress.fields import MAX_TOKENS
 from handoffmon.ingress.responses import ResponsesStreamFolder, response_as_chat
+from handoffmon.ingress.sse import SSEChunks
 
 ODD_COUNTS = [-1, MAX_TOKENS + 1, 10**400, 1.0, True, "5", None, [3]]
 
@@ -64,3 +66,48 @@ def test_token_counts_outside_int64_or_not_ints_are_read_as_absent(read: Any) ->
         assert read(n) == (None, None), n
     for n in (0, 7, MAX_TOKENS):
         assert read(n) == (n, n), n
+
+
+def _sse(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+CREATED = {"type": "response.created", "response": {"id": "resp_1", "model": "gpt-x", "output": []}}
+TEXT = {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hi"}
+ERROR_EVENTS = [
+    {"type": "error", "code": "server_error", "message": "The server had an error", "sequence_number": 2},
+    {"error": {"type": "server_error", "message": "upstream overloaded"}},  # the SDK raises this one
+]
+
+
+@pytest.mark.parametrize("error", ERROR_EVENTS, ids=["error_event", "error_body"])
+def test_a_responses_stream_the_upstream_ends_with_an_error_event_is_one_verdict_however_read(
+    error: dict[str, Any],
+) -> None:
+    """A Responses stream whose upstream sends an error before any text: read as raw bytes
+    (``serve``, the proxy callback), as decoded events (the OpenAI SDK yields the ``error``
+    event), or ended by the exception the SDK raises for an ``{"error": ...}`` payload (the
+    wrappers: ``Folder.raised``), it is no reply, ``error``: no turn, counted, as a Messages
+    stream's ``error`` event is. The event forms were a cut-off turn with an empty reply (the
+    ``error_body`` one also counted as an odd event), so ``serve`` and the wrappers disagreed
+    on the same upstream bytes. After text, an error leaves a cut-off turn in every form."""
+    import httpx
+    import openai
+
+    raw = SSEChunks(folder=ResponsesStreamFolder())
+    raw.feed(_sse([CREATED, error]))
+    raw.close()
+    decoded = ResponsesStreamFolder()
+    for event in (CREATED, error):
+        decoded.feed(event)
+    sdk = ResponsesStreamFolder()
+    sdk.feed(CREATED)
+    sdk.raised(openai.APIError("stream error", httpx.Request("POST", "http://x/v1/responses"), body=error))
+    for folder in (raw, decoded, sdk):
+        out = folder.outcome(completed=False)
+        assert (out.no_reply, out.completed, out.odd) == ("error", False, 0)
+    said = ResponsesStreamFolder()
+    for event in (CREATED, TEXT, error):
+        said.feed(event)
+    out = said.outcome(completed=False)
+    assert (out.no_reply, out.completed, out.reply["content"]) == (None, False, "Hi")

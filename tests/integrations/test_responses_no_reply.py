@@ -16,6 +16,7 @@ OpenAI-shaped upstream of ``tests/proxy/responses_upstream.py`` (``x-mock-final-
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -350,5 +351,61 @@ async def test_litellm_breaking_off_at_response_failed_before_any_text_is_one_ve
                 async for _ in cb.async_post_call_streaming_iterator_hook(None, stream, data):
                     pass
         assert rt.monitor.flush(10)
+    assert exp.results == []
+    assert exp.no_replies == Counter({"error": 1})
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"type": "error", "code": "server_error", "message": "The server had an error", "sequence_number": 1},
+        {"error": {"type": "server_error", "message": "upstream overloaded"}},
+    ],
+    ids=["error_event", "error_body"],
+)
+async def test_the_openai_wrapper_reads_an_error_before_any_text_as_no_reply(error: dict[str, Any]) -> None:
+    """The real OpenAI SDK reading a Responses stream whose upstream sends an error before any
+    text: it yields the ``error`` event (it was folded as nothing: a recorded cut-off turn with
+    an empty reply) or raises ``APIError`` for an ``{"error": ...}`` payload. Either way no
+    turn, counted ``error``, as ``serve`` reads the same bytes (``ResponsesStreamFolder``)."""
+    import httpx
+
+    created = {
+        "type": "response.created",
+        "sequence_number": 0,
+        "response": {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "model": "gpt-x",
+            "status": "in_progress",
+            "output": [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        },
+    }
+    body = b"".join(
+        f"event: {e.get('type', 'error')}\ndata: {json.dumps(e)}\n\n".encode() for e in (created, error)
+    )
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    client = openai.OpenAI(
+        api_key="k",
+        base_url="http://up/v1",
+        http_client=httpx.Client(transport=httpx.MockTransport(upstream)),
+    )
+    exp = RecordingExporter()
+    with monitor(CONFIG, exporters=[exp]) as m:
+        wrapped = OpenAIClientWrapper(client, m)
+        stream = wrapped.responses.create(model="gpt-x", input="hi there", stream=True)
+        try:
+            seen = [str(e.type) for e in stream]
+        except openai.APIError:
+            seen = ["raised"]
+        assert seen == (["response.created", "error"] if "type" in error else ["raised"])
+        assert m.flush(10)
     assert exp.results == []
     assert exp.no_replies == Counter({"error": 1})
