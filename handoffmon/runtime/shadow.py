@@ -25,7 +25,14 @@ from handoffmon.shadow import Breaker, Budget, Decision, ShadowPolicy, Skip
 from handoffmon.shadow.policy import SKIP_REASONS
 from handoffmon.shadow.recorder import PairRecorder
 from handoffmon.shadow.stats import ShadowStats
-from handoffmon.shadow.turns import NoRoute, ShadowTurn, failure_kind, pair_verdicts, prompt_bytes
+from handoffmon.shadow.turns import (
+    NoRoute,
+    ShadowTurn,
+    failure_kind,
+    pair_verdicts,
+    params_bytes,
+    prompt_bytes,
+)
 
 _log = logging.getLogger("handoffmon.shadow")
 
@@ -114,7 +121,7 @@ class ShadowRunner:
         decision = self.policy.decide(
             turn.prefix_model,
             turn.author,
-            lambda: prompt_bytes(messages),
+            lambda: prompt_bytes(messages) + params_bytes(source),
             len(messages),
             candidates=source.candidates,
             prices=source.prices,

@@ -1,12 +1,13 @@
 """Shadow budgets: sliding windows that reserve an upper bound first and settle to the actual use.
 
 A call is admitted only if every window can hold its **upper bound** (tokens: the
-prompt's UTF-8 bytes — a byte-level BPE token covers at least one byte — plus
-``max_output_tokens``; money: that many tokens at the target's prices). After the call
-the reservation is settled to the reported usage, so a window never holds more than its
-limit, even with calls in flight — unless a call used more than its bound (a history referring
-to an image or a file by URL or id, whose bytes bound nothing): that use is kept as reported,
-and the window admits nothing until it drains below the limit again.
+prompt's UTF-8 bytes — a byte-level BPE token covers at least one byte; the repeated generation
+parameters' among them, ``turns.params_bytes`` — plus ``max_output_tokens``; money: that many
+tokens at the target's prices). After the call the reservation is settled to the reported
+usage, so a window never holds more than its limit, even with calls in flight — unless a call
+used more than its bound (a history referring to an image or a file by URL or id, whose bytes
+bound nothing): that use is kept as reported, and the window admits nothing until it drains
+below the limit again.
 """
 
 from __future__ import annotations

@@ -242,6 +242,21 @@ def prompt_bytes(messages: Sequence[Any]) -> int:
     )
 
 
+def params_bytes(source: ShadowSource) -> int:
+    """UTF-8 bytes, as JSON, of the generation parameters ``source``'s calls send besides the
+    messages (a ``WithRequestParams``: the served request's ``SHADOW_PARAMS``; else none): part of
+    the prompt the budget bounds. A ``response_format`` JSON schema is prompt the model reads (a
+    26 KB schema on a 200-byte history made the bound 482 tokens of a call using 26,917); a pydantic
+    type there counts as the schema it is sent as."""
+    if not isinstance(source, WithRequestParams):
+        return 0
+    params, _ = shadow_params(source._request)
+    schema = getattr(params.get("response_format"), "model_json_schema", None)
+    if isinstance(params.get("response_format"), type) and callable(schema):
+        params = {**params, "response_format": schema()}
+    return len(json.dumps(params, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
 def pair_verdicts(
     arm: str, served: Sequence[CheckResult], shadow: Sequence[CheckResult]
 ) -> dict[str, tuple[bool, bool]]:
