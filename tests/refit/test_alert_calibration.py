@@ -95,6 +95,7 @@ def test_no_effect_pages_rarely_on_a_wide_fleet_with_sparse_models() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 200 refits of 8,000 conversations at K = 30: 4-8 min on a shared core
 @pytest.mark.parametrize(
     ("k", "sparse", "rho", "sd", "conversations"),
     [(16, 3, 0.95, 0.12, 4000), (30, 4, 0.8, 0.08, 8000)],
