@@ -63,6 +63,12 @@ _TOOL_OUTPUTS = frozenset(
 )
 
 
+MAX_TEXT_PARTS = 128
+"""Text parts (``output_index``, ``content_index``) a Responses stream folder keeps: deltas of
+further parts are skipped and counted odd (a part costs its list of pieces, however short its
+text, so a stream naming a new part in every delta held state growing with its length)."""
+
+
 class ResponsesRequest(NamedTuple):
     """A Responses request body read as a chat body (``doc``), or why it is not monitored."""
 
@@ -415,10 +421,15 @@ class ResponsesStreamFolder(EventFolder):
         if not isinstance(delta, str):
             self.odd += 1
             return
-        if not self._slot(key[0]) or not self._count(len(delta)):
+        if not self._slot(key[0]):
+            return
+        texts = self._texts.get(key)
+        if texts is None and len(self._texts) >= MAX_TEXT_PARTS:
+            self.odd += 1  # a new part past the bound: each would cost a list however short
+            return
+        if not self._count(len(delta)):
             return
         self._items.setdefault(key[0], {"type": "message", "role": "assistant"})
-        texts = self._texts.get(key)
         if texts is None:
             texts = self._texts[key] = Pieces()
         texts.add(delta)

@@ -111,3 +111,23 @@ def test_a_responses_stream_the_upstream_ends_with_an_error_event_is_one_verdict
         said.feed(event)
     out = said.outcome(completed=False)
     assert (out.no_reply, out.completed, out.reply["content"]) == (None, False, "Hi")
+
+
+def test_a_responses_stream_of_ever_new_content_parts_holds_bounded_state() -> None:
+    """Text deltas each naming a new ``content_index`` (hostile or broken: a real answer has a
+    few parts per item): the folder kept one text per part, with no bound but the stream's
+    length (200,000 empty deltas held 47 MB, and one-character deltas up to ``max_chars``
+    parts). Now at most ``MAX_TEXT_PARTS`` parts are kept, the rest counted odd, and the
+    parts kept still read as the reply."""
+    from handoffmon.ingress.responses import MAX_TEXT_PARTS
+
+    folder = ResponsesStreamFolder()
+    n = 5_000
+    for i in range(n):
+        folder.feed(
+            {"type": "response.output_text.delta", "output_index": 0, "content_index": i, "delta": "a"}
+        )
+    assert len(folder._texts) == MAX_TEXT_PARTS
+    out = folder.outcome(completed=False)
+    assert out.odd == n - MAX_TEXT_PARTS
+    assert [p["text"] for p in out.reply["content"]] == ["a"] * MAX_TEXT_PARTS
