@@ -88,9 +88,24 @@ def replay(rows: TurnRows, monitor: Monitor, *, flush_every: int = 200) -> None:
         while i < len(conv) and conv[i] == c and depth[i] == d:
             passes[rule[i]] = verdict[i] == 0
             i += 1
-        history.append({"role": "user", "content": f"conversation {c} question {d}"})
-        text = reply_text(c, d, passes)
-        cap = monitor.capture(parser.parse(list(history), "group", session_id=f"c{c}"))
-        monitor.finish(cap, text, Outcome(authors=(rows.names[m],)))
-        history.append({"role": "assistant", "content": text})
+        send_turn(monitor, parser, history, c, d, rows.names[m], passes)
     monitor.flush()
+
+
+def send_turn(
+    monitor: Monitor,
+    parser: RequestParser,
+    history: list[dict[str, str]],
+    conversation: int,
+    depth: int,
+    author: str,
+    passes: dict[int, bool],
+) -> None:
+    """One turn of ``conversation`` at ``depth``: its question appended to ``history`` (the
+    conversation's messages so far, updated in place), sent through ``monitor`` with the reply
+    ``reply_text`` gives for ``passes``, written by ``author``."""
+    history.append({"role": "user", "content": f"conversation {conversation} question {depth}"})
+    text = reply_text(conversation, depth, passes)
+    cap = monitor.capture(parser.parse(list(history), "group", session_id=f"c{conversation}"))
+    monitor.finish(cap, text, Outcome(authors=(author,)))
+    history.append({"role": "assistant", "content": text})

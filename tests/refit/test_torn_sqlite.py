@@ -33,12 +33,12 @@ from handoffmon.cli import main
 from handoffmon.config import RefitConfig
 from handoffmon.depth import DepthBuckets
 from handoffmon.errors import InputError
-from handoffmon.ingress import Outcome, RequestParser
+from handoffmon.ingress import RequestParser
 from handoffmon.pipeline.aggregates import Aggregates, load_counts_sqlite
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.refit import refit
 from handoffmon.sim.calibration import standard_population
-from handoffmon.sim.live import live_config, reply_text
+from handoffmon.sim.live import live_config, send_turn
 from handoffmon.sim.population import TurnRows, simulate
 
 BUCKETS = DepthBuckets()
@@ -72,12 +72,7 @@ def _serve(rows: TurnRows, monitor: Monitor, lo: int, hi: int, histories: dict[i
         while i < len(conv) and conv[i] == c and depth[i] == d:
             passes[rule[i]] = verdict[i] == 0
             i += 1
-        history = histories.setdefault(c, [])
-        history.append({"role": "user", "content": f"conversation {c} question {d}"})
-        text = reply_text(c, d, passes)
-        cap = monitor.capture(parser.parse(list(history), "group", session_id=f"c{c}"))
-        monitor.finish(cap, text, Outcome(authors=(rows.names[m],)))
-        history.append({"role": "assistant", "content": text})
+        send_turn(monitor, parser, histories.setdefault(c, []), c, d, rows.names[m], passes)
     monitor.flush()
 
 
