@@ -399,14 +399,20 @@ _PRESET = _Preset()
 """One for the process: the wrappers of a provider's handoffmon tracer serve every exporter on it."""
 
 
+def _turn_key(result: TurnResult) -> tuple[str, int, float | None]:
+    """What tells a turn from another whose object took the same ``id()`` after it was freed
+    (a plan holds no reference to its turn, which may carry captured content)."""
+    return (result.context.conversation_id, result.context.depth, result.record.finished_at)
+
+
 class _Plan:
     """An own span decided at counting time: its context (ids, sampled flag) and the sampler's
     result, for the events thread to start it with."""
 
-    __slots__ = ("context", "result", "sampling")
+    __slots__ = ("context", "sampling", "turn")
 
     def __init__(self, result: TurnResult, context: trace.SpanContext, sampling: Any) -> None:
-        self.result = result
+        self.turn = _turn_key(result)
         self.context = context
         self.sampling = sampling
 
@@ -462,10 +468,12 @@ class _PresetSampler:
         return str(self.inner.get_description())
 
 
-MAX_PLANNED = 4096
+MAX_PLANNED = 16_384
 """Own spans decided by the counting and not yet started by the events thread (or the other
-way round), at most: a turn the events' full queue refused leaves its plan behind, dropped
-oldest first past this."""
+way round), at most (a few hundred bytes each, no reference to the turn): a turn the events'
+full queue refused leaves its plan behind, dropped oldest first past this. Above the default
+``pipeline.export_queue_size`` (10,000), so a queued turn's plan is still there when its span
+is started; past it, that span gets new ids and its counts' exemplars point at none."""
 
 
 class _OwnSpans:
@@ -526,7 +534,7 @@ class _OwnSpans:
         key = id(result)
         with self._lock:
             plan = self._plans.pop(key, None)
-            if plan is not None and plan.result is result:
+            if plan is not None and plan.turn == _turn_key(result):
                 return plan
             tracer = self._sdk_tracer()
             if tracer is None:

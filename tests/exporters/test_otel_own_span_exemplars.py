@@ -146,3 +146,18 @@ def _result_without_parent() -> Any:
     from tests.exporters.turns import make_result
 
     return make_result(checks=[("json", "pass")])
+
+
+def test_a_plan_left_behind_holds_no_reference_to_its_turn() -> None:
+    """A turn the events' full queue refused leaves its plan behind (bounded): the plan must not
+    keep the turn, and the message text it may carry, alive."""
+    import gc
+
+    from handoffmon.exporters.otel import _Plan
+
+    setup = _Setup()
+    result = _result_without_parent()
+    assert setup.otel.export(result)  # counted; its span never started
+    plans = setup.otel.events._own._plans
+    assert len(plans) == 1
+    assert not [r for r in gc.get_referrers(result) if isinstance(r, _Plan) or r is plans]
