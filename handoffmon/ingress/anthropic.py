@@ -310,9 +310,11 @@ class MessagesStreamFolder(EventFolder):
             self._count(len(kept.get("text") or "") if kept.get("type") == "text" else 0)
         elif kind == "content_block_delta":
             index, delta = int(get(event, "index")), get(event, "delta")
-            if index not in self._blocks:
-                return
             dkind = _kind(delta)
+            if index not in self._blocks:
+                if dkind in ("text_delta", "input_json_delta") and not self.too_large:
+                    self.odd += 1  # text of a block never started (or past the bound): lost, counted
+                return
             piece = get(delta, "text") if dkind == "text_delta" else get(delta, "partial_json")
             if (
                 dkind in ("text_delta", "input_json_delta")

@@ -131,3 +131,31 @@ def test_a_responses_stream_of_ever_new_content_parts_holds_bounded_state() -> N
     out = folder.outcome(completed=False)
     assert out.odd == n - MAX_TEXT_PARTS
     assert [p["text"] for p in out.reply["content"]] == ["a"] * MAX_TEXT_PARTS
+
+
+def test_a_messages_delta_for_a_block_never_started_is_counted_not_silently_dropped() -> None:
+    """Events out of order (a broken or hostile upstream): text for a block whose
+    ``content_block_start`` never came was dropped without a trace, and the stream, ended by
+    ``message_stop``, recorded as a whole reply lacking it. Now each such delta counts odd
+    (``monitor_errors{stage="parse"}``). A thinking block's own deltas are not text: still
+    skipped, not counted."""
+    start = {"type": "message_start", "message": {"id": "m", "model": "c", "content": []}}
+    events = [
+        start,
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "lost"}},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Hi"}},
+        {
+            "type": "content_block_delta",
+            "index": 3,
+            "delta": {"type": "input_json_delta", "partial_json": "{"},
+        },
+        {"type": "message_stop"},
+    ]
+    folder = MessagesStreamFolder()
+    for event in events:
+        folder.feed(event)
+    out = folder.outcome(completed=True)
+    assert (out.reply["content"], out.odd) == ("Hi", 2)
