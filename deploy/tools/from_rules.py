@@ -19,8 +19,9 @@ Grafana: each Prometheus alert becomes one Grafana-managed rule with the same Pr
 * ``B``: reduce to the last value per series;
 * ``C``: ``is_number($B)``, so every series A returns is firing.
 
-``for``, ``keep_firing_for`` (as ``keepFiringFor``, Grafana's "keep firing for"; a Grafana
-that predates it ignores the key), labels and annotations carry over; ``$value`` in templates becomes
+``for``, ``keep_firing_for`` (as ``keepFiringFor``, Grafana's "keep firing for", which its file
+provisioning reads from Grafana 12.1.2 on, grafana/grafana#109699; an earlier Grafana, 11.x
+included, drops the key without a word), labels and annotations carry over; ``$value`` in templates becomes
 ``$values.B.Value`` (Grafana's name for the evaluated number). The alert expressions use
 the recording rules, so Prometheus must load ``handoffmon-rules.yml`` either way.
 

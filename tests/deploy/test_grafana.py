@@ -209,6 +209,65 @@ def test_grafana_alert_rules_carry_the_same_alerts_as_prometheus() -> None:
         assert len(rule["uid"]) <= 40
 
 
+# The keys Grafana's alerting file provisioning reads (yaml tags of AlertingFileV1,
+# AlertRuleGroupV1, AlertRuleV1 and QueryV1 in grafana/grafana
+# pkg/services/provisioning/alerting/{types,rules_types}.go). Grafana unmarshals the file
+# without strict mode, so a key it does not know (``keep_firing_for``, ``keepFiring``) is
+# dropped without an error or a log line: only this list can catch a misspelt one.
+# ``keepFiringFor`` is read from Grafana 12.1.2 on (grafana/grafana#109699); 11.x ignores it.
+GRAFANA_FILE_KEYS = {
+    "apiVersion",
+    "groups",
+    "deleteRules",
+    "contactPoints",
+    "deleteContactPoints",
+    "policies",
+    "resetPolicies",
+}
+GRAFANA_GROUP_KEYS = {"orgId", "name", "folder", "interval", "rules"}
+GRAFANA_RULE_KEYS = {
+    "uid",
+    "title",
+    "condition",
+    "data",
+    "dashboardUid",
+    "panelId",
+    "noDataState",
+    "execErrState",
+    "for",
+    "keepFiringFor",
+    "missing_series_evals_to_resolve",
+    "annotations",
+    "labels",
+    "isPaused",
+    "notification_settings",
+    "record",
+}
+GRAFANA_QUERY_KEYS = {"refId", "queryType", "relativeTimeRange", "datasourceUid", "model"}
+PROMETHEUS_DURATION = re.compile(r"^0$|^(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
+"""prometheus/common model.ParseDuration, which Grafana parses for/keepFiringFor/interval with."""
+
+
+def test_grafana_alert_file_uses_only_keys_grafana_provisioning_reads() -> None:
+    """Every key of the Grafana copy is one Grafana's file provisioning reads (it drops unknown
+    keys silently), and its durations parse as Prometheus durations: a misspelt
+    ``keepFiringFor`` would leave the refit alerts flapping at a switch of the standing fit
+    with nothing said."""
+    alerting = load_yaml(GRAFANA_ALERTS)
+    assert set(alerting) <= GRAFANA_FILE_KEYS
+    for group in alerting["groups"]:
+        assert set(group) <= GRAFANA_GROUP_KEYS, set(group) - GRAFANA_GROUP_KEYS
+        assert PROMETHEUS_DURATION.match(group["interval"]), group["interval"]
+        for rule in group["rules"]:
+            assert set(rule) <= GRAFANA_RULE_KEYS, (rule["title"], set(rule) - GRAFANA_RULE_KEYS)
+            for key in ("for", "keepFiringFor"):
+                if key in rule:
+                    assert PROMETHEUS_DURATION.match(rule[key]), (rule["title"], key, rule[key])
+            for query in rule["data"]:
+                assert set(query) <= GRAFANA_QUERY_KEYS, (rule["title"], set(query) - GRAFANA_QUERY_KEYS)
+                assert set(query.get("relativeTimeRange", {})) <= {"from", "to"}, rule["title"]
+
+
 def test_grafana_alert_file_is_what_the_generator_writes() -> None:
     """The committed provisioning file is in sync with deploy/tools/from_rules.py."""
     assert GRAFANA_ALERTS.read_text(encoding="utf-8") == from_rules_tool().render_grafana(RULES)
