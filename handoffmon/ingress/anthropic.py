@@ -32,7 +32,7 @@ from handoffmon.ingress.chunks import (
     said_nothing,
 )
 from handoffmon.ingress.conversation import SESSION_KEY
-from handoffmon.ingress.fields import get, token_count
+from handoffmon.ingress.fields import get, text_of, token_count
 from handoffmon.ingress.request import ResponseLink
 from handoffmon.ingress.responses import NoReply
 
@@ -71,7 +71,7 @@ def _kind(block: Any) -> str | None:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else str(value or "")
+    return value if isinstance(value, str) else text_of(value or "")
 
 
 def canonical_input(value: Any) -> str:
@@ -86,7 +86,7 @@ def canonical_input(value: Any) -> str:
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
-        return str(value)
+        return text_of(value)
 
 
 def _call(block: Any) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def _result_text(content: Any) -> Any:
             if isinstance(b, dict)
         ]
         return parts_content(parts) or ""
-    return str(content)
+    return text_of(content)
 
 
 def _user_messages(role: str, content: Any) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from handoffmon.ingress.fields import UNREADABLE, text_of
 from handoffmon.labels import exportable
 
 CALLER_HEADERS = ("x-conversation-id", "x-litellm-session-id")
@@ -32,7 +33,11 @@ def clean_id(value: Any) -> str | None:
     raise. Escaped, two such ids stay two ids."""
     if value is None:
         return None
-    text = exportable(value.strip() if isinstance(value, str) else str(value).strip())
+    if not isinstance(value, str):
+        value = text_of(value)
+        if value == UNREADABLE:  # nested past the recursion limit: no id to read
+            return None
+    text = exportable(value.strip())
     if len(text) * 4 <= MAX_ID_BYTES:  # short enough whatever its characters
         return text or None
     raw = text.encode("utf-8")

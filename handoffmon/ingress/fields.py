@@ -51,3 +51,18 @@ def token_count(value: Any) -> int | None:
     sent: the turn's span carries it as ``gen_ai.usage.*_tokens``, and OTLP cannot encode an
     integer past int64: protobuf raises ``ValueError: Value out of range``)."""
     return value if type(value) is int and 0 <= value <= MAX_TOKENS else None
+
+
+UNREADABLE = "\ufffd"
+"""What :func:`text_of` reads a value as when ``str()`` cannot (the replacement character)."""
+
+
+def text_of(value: Any) -> str:
+    """``str(value)`` of a value a JSON body may hold anywhere, total: a value nested past the
+    recursion limit (orjson reads 1,024 levels) or an integer past Python's digit limit reads
+    as :data:`UNREADABLE` instead of raising out of a reader that never raises. The same value
+    on both sides of a turn (a reply, and the history sending it back) reads alike."""
+    try:
+        return str(value)
+    except (RecursionError, ValueError):
+        return UNREADABLE

@@ -34,7 +34,7 @@ from handoffmon.ingress.chunks import (
     said_nothing,
 )
 from handoffmon.ingress.conversation import SESSION_KEY, clean_id
-from handoffmon.ingress.fields import get, token_count
+from handoffmon.ingress.fields import get, text_of, token_count
 from handoffmon.ingress.request import ResponseLink
 
 CONVERSATION_KEY = "conversation"
@@ -90,7 +90,7 @@ def _kind(obj: Any) -> str | None:
 
 
 def _text_part(text: Any) -> dict[str, Any]:
-    return {"type": "text", "text": text if isinstance(text, str) else str(text or "")}
+    return {"type": "text", "text": text if isinstance(text, str) else text_of(text or "")}
 
 
 def _parts(content: Any) -> list[Any]:
@@ -101,7 +101,7 @@ def _parts(content: Any) -> list[Any]:
     if isinstance(content, str):
         return [_text_part(content)]
     if not isinstance(content, (list, tuple)):
-        return [_text_part(str(content))]
+        return [_text_part(text_of(content))]
     out: list[Any] = []
     for part in content:
         kind = _kind(part)
@@ -126,10 +126,10 @@ def _call(item: Any, kind: str) -> dict[str, Any]:
     else:  # built-in tools: the item type names the tool; its action is not the model's text
         name, arguments = kind, ""
     return {
-        "id": call_id if isinstance(call_id, str) else str(call_id),
+        "id": call_id if isinstance(call_id, str) else text_of(call_id),
         "type": "function",
         "function": {
-            "name": name if isinstance(name, str) else str(name or ""),
+            "name": name if isinstance(name, str) else text_of(name or ""),
             "arguments": arguments if isinstance(arguments, str) else "",
         },
     }
@@ -140,7 +140,7 @@ def _output_text(output: Any) -> Any:
         return output or ""
     if isinstance(output, (list, tuple)):
         return parts_content(_parts(output))
-    return str(output)
+    return text_of(output)
 
 
 class _Assistant:
@@ -194,7 +194,11 @@ def items_as_messages(items: Iterable[Any]) -> list[dict[str, Any]]:
         elif kind in _TOOL_OUTPUTS or (isinstance(kind, str) and kind.endswith("_output")):
             call_id = get(item, "call_id") or get(item, "approval_request_id") or get(item, "id") or ""
             out.append(
-                {"role": "tool", "tool_call_id": str(call_id), "content": _output_text(get(item, "output"))}
+                {
+                    "role": "tool",
+                    "tool_call_id": text_of(call_id),
+                    "content": _output_text(get(item, "output")),
+                }
             )
         elif kind is None or kind == "message":
             out.append(

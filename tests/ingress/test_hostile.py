@@ -159,3 +159,70 @@ def test_a_messages_delta_for_a_block_never_started_is_counted_not_silently_drop
         folder.feed(event)
     out = folder.outcome(completed=True)
     assert (out.reply["content"], out.odd) == ("Hi", 2)
+
+
+def _deep(depth: int = 1100) -> Any:
+    """Nesting ``str()`` and ``json.dumps`` cannot walk (orjson reads 1,024 levels; serve's
+    parse of a body runs deeper in the stack than this test)."""
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_values_nested_past_the_recursion_limit_are_read_never_raised() -> None:
+    """A conversation id, session id, tool input, tool-call id or name, text or tool output
+    nested past the recursion limit: every reader returns (the value read as the placeholder
+    ``UNREADABLE``; the same value on both sides of a turn reads alike), where ``str()``
+    and ``json.dumps`` raised ``RecursionError`` out of ``RequestParser.parse`` and the
+    Responses and Messages readers ("never raises on odd input")."""
+    from handoffmon.ingress import RequestParser
+    from handoffmon.ingress import anthropic as messages_api
+    from handoffmon.ingress import responses as responses_api
+    from handoffmon.ingress.fields import UNREADABLE
+
+    deep = _deep()
+    parser = RequestParser()
+    assert (
+        parser.http_body({"messages": [], "metadata": {"conversation_id": deep}}, []).conversation_id is None
+    )  # type: ignore[union-attr]
+    assert parser.http_body({"messages": [], "litellm_session_id": deep}, []).conversation_id is None  # type: ignore[union-attr]
+    assert (
+        parser.openai_call({"messages": [], "extra_body": {"litellm_session_id": deep}}).conversation_id
+        is None
+    )
+
+    call = {"type": "tool_use", "id": deep, "name": deep, "input": deep}
+    sent = messages_api.read_request(
+        {
+            "system": [{"type": "text", "text": deep}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": deep}]},
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": deep, "content": deep}]},
+            ],
+        }
+    )
+    assert sent.doc is not None
+    system, user, assistant, tool = sent.doc["messages"]
+    assert system["content"] == UNREADABLE and user["content"] == UNREADABLE
+    assert assistant["tool_calls"][0]["function"] == {"name": UNREADABLE, "arguments": UNREADABLE}
+    assert tool == {"role": "tool", "tool_call_id": UNREADABLE, "content": UNREADABLE}
+    reply = messages_api.message_as_chat({"content": [call]})
+    assert reply is not None and reply["choices"][0]["message"]["tool_calls"] == assistant["tool_calls"]
+
+    items = [
+        {"role": "user", "content": deep},
+        {"type": "function_call", "call_id": deep, "name": deep, "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": deep},
+        {"role": "user", "content": [{"type": "input_text", "text": deep}]},
+    ]
+    got = responses_api.read_request({"input": items})
+    assert got.doc is not None
+    user, assistant, tool, user2 = got.doc["messages"]
+    assert user["content"] == UNREADABLE and user2["content"] == UNREADABLE
+    assert (
+        assistant["tool_calls"][0]["id"] == UNREADABLE
+        and assistant["tool_calls"][0]["function"]["name"] == UNREADABLE
+    )
+    assert tool["content"] == UNREADABLE
