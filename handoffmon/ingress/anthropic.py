@@ -289,9 +289,10 @@ class MessagesStreamFolder(EventFolder):
             self._take_usage(get(message, "usage"))
         elif kind == "content_block_start":
             index, block = int(get(event, "index")), get(event, "content_block")
-            if _kind(block) in _SKIPPED_BLOCKS or (
-                index not in self._blocks and len(self._blocks) >= MAX_TOOL_CALLS
-            ):
+            if _kind(block) in _SKIPPED_BLOCKS:
+                return
+            if index not in self._blocks and len(self._blocks) >= MAX_TOOL_CALLS:
+                self.odd += not self.too_large  # a block past the bound: lost, counted
                 return
             kept = {"type": _kind(block) or "text"}
             for key in ("text", "id", "name"):

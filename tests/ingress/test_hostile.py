@@ -226,3 +226,25 @@ def test_values_nested_past_the_recursion_limit_are_read_never_raised() -> None:
         and assistant["tool_calls"][0]["function"]["name"] == UNREADABLE
     )
     assert tool["content"] == UNREADABLE
+
+
+def test_messages_blocks_past_the_bound_are_counted_not_silently_dropped() -> None:
+    """A Messages stream of more than ``MAX_TOOL_CALLS`` blocks (hostile: a real answer has a
+    few): the blocks past the bound were dropped without a trace, whole text and tool input
+    included. Each is now counted odd (``monitor_errors{stage="parse"}``), as its deltas are;
+    the blocks kept read as the reply, and skipped thinking blocks stay uncounted."""
+    from handoffmon.ingress.chunks import MAX_TOOL_CALLS
+
+    folder = MessagesStreamFolder()
+    folder.feed({"type": "message_start", "message": {"id": "m", "model": "c", "content": []}})
+    folder.feed(
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}
+    )
+    extra = 5
+    for i in range(1, MAX_TOOL_CALLS + extra + 1):
+        folder.feed(
+            {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": "a"}}
+        )
+    out = folder.outcome(completed=False)
+    assert out.odd == extra
+    assert out.reply["content"] == [{"type": "text", "text": "a"}] * MAX_TOOL_CALLS
