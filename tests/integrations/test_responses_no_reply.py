@@ -34,9 +34,8 @@ from tests.pipeline.helpers import make_config, monitor, runtime
 from tests.proxy.mock_upstream import ServerThread
 from tests.proxy.responses_upstream import ResponsesUpstream
 
-CONFIG = make_config(
-    rules=[{"name": "says_enough", "check": "length", "params": {"unit": "words", "min": 3}}]
-)
+CONFIG_RULES = [{"name": "says_enough", "check": "length", "params": {"unit": "words", "min": 3}}]
+CONFIG = make_config(rules=CONFIG_RULES)
 MODES = ["sync", "async", "stream", "astream", "helper", "ahelper", "background", "abackground"]
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 
@@ -355,48 +354,57 @@ async def test_litellm_breaking_off_at_response_failed_before_any_text_is_one_ve
     assert exp.no_replies == Counter({"error": 1})
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        {"type": "error", "code": "server_error", "message": "The server had an error", "sequence_number": 1},
-        {"error": {"type": "server_error", "message": "upstream overloaded"}},
-    ],
-    ids=["error_event", "error_body"],
-)
+ERRORS = [
+    {"type": "error", "code": "server_error", "message": "The server had an error", "sequence_number": 1},
+    {"error": {"type": "server_error", "message": "upstream overloaded"}},
+]
+ERROR_IDS = ["error_event", "error_body"]
+CREATED = {
+    "type": "response.created",
+    "sequence_number": 0,
+    "response": {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "model": "gpt-x",
+        "status": "in_progress",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    },
+}
+
+
+def _error_stream(error: dict[str, Any]) -> bytes:
+    """A Responses stream the upstream fails before any text: created, then ``error``."""
+    return b"".join(
+        f"event: {e.get('type', 'error')}\ndata: {json.dumps(e)}\n\n".encode() for e in (CREATED, error)
+    )
+
+
+async def _sse_upstream(body: bytes, send: Any) -> None:
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=ERROR_IDS)
 async def test_the_openai_wrapper_reads_an_error_before_any_text_as_no_reply(error: dict[str, Any]) -> None:
     """The real OpenAI SDK reading a Responses stream whose upstream sends an error before any
     text: it yields the ``error`` event (it was folded as nothing: a recorded cut-off turn with
     an empty reply) or raises ``APIError`` for an ``{"error": ...}`` payload. Either way no
-    turn, counted ``error``, as ``serve`` reads the same bytes (``ResponsesStreamFolder``)."""
+    turn, counted ``error``, as ``serve`` reads the same bytes (next test)."""
     import httpx
 
-    created = {
-        "type": "response.created",
-        "sequence_number": 0,
-        "response": {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": 1,
-            "model": "gpt-x",
-            "status": "in_progress",
-            "output": [],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-        },
-    }
-    body = b"".join(
-        f"event: {e.get('type', 'error')}\ndata: {json.dumps(e)}\n\n".encode() for e in (created, error)
-    )
-
     def upstream(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+        return httpx.Response(
+            200, content=_error_stream(error), headers={"content-type": "text/event-stream"}
+        )
 
-    client = openai.OpenAI(
-        api_key="k",
-        base_url="http://up/v1",
-        http_client=httpx.Client(transport=httpx.MockTransport(upstream)),
-    )
+    http = httpx.Client(transport=httpx.MockTransport(upstream))
+    client = openai.OpenAI(api_key="k", base_url="http://up/v1", http_client=http)
     exp = RecordingExporter()
     with monitor(CONFIG, exporters=[exp]) as m:
         wrapped = OpenAIClientWrapper(client, m)
@@ -409,3 +417,36 @@ async def test_the_openai_wrapper_reads_an_error_before_any_text_as_no_reply(err
         assert m.flush(10)
     assert exp.results == []
     assert exp.no_replies == Counter({"error": 1})
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=ERROR_IDS)
+def test_serve_reads_the_same_error_stream_as_the_wrappers_do(error: dict[str, Any]) -> None:
+    """``handoffmon serve`` in front of an upstream sending the same bytes: the client gets
+    them unchanged, and the stream is no turn, counted ``error`` (``responses_without_reply``
+    and ``unmonitored{reason="no_reply"}``), the wrappers' verdict."""
+    import httpx
+
+    from tests.proxy.conftest import proxy_config, running_proxy
+    from tests.proxy.turn_counts import sample
+
+    body = _error_stream(error)
+
+    async def upstream(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await _sse_upstream(body, send)
+
+    with (
+        ServerThread(upstream, free_port()) as srv,
+        running_proxy(proxy_config(srv.url, rules=CONFIG_RULES)) as p,
+    ):
+        r = httpx.post(
+            f"{p.url}/v1/responses", json={"model": "gpt-x", "input": "hi there", "stream": True}, timeout=10
+        )
+        assert r.status_code == 200 and r.content == body
+        assert p.monitor.flush(10)
+        assert sample(p, "handoffmon_responses_without_reply_total", {"status": "error"}) == 1
+        assert sample(p, "handoffmon_proxy_unmonitored_requests_total", {"reason": "no_reply"}) == 1
+        assert p.monitor.snapshot().total_turns == 0
