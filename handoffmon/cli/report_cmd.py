@@ -30,6 +30,28 @@ def _read_truth(path: str | None) -> dict[str, Any] | None:
     return data
 
 
+OTHER_REPORTS = {
+    "handoffmon.switch_matrix": (
+        "a switch matrix (from `handoffmon eval switch-matrix` or `stats switch-matrix`); its HTML "
+        "report is `handoffmon eval switch-matrix ... --html PATH` (rerun with the same --cache, "
+        "its cells are read back, not generated again)"
+    ),
+    "handoffmon.eval": (
+        "an eval run result (from `handoffmon eval run`); its HTML report is `eval run ... --html "
+        "PATH`, or with production overlaid `handoffmon eval compare ... --html PATH`"
+    ),
+}
+"""Documents of other commands that have HTML reports of their own, by their ``schema``."""
+
+
+def _refuse_other_reports(data: Any, path: str) -> None:
+    """Exit 1 pointing to the right command when ``data`` is another command's document."""
+    schema = data.get("schema") if isinstance(data, dict) else None
+    what = OTHER_REPORTS.get(schema) if isinstance(schema, str) else None
+    if what is not None:
+        fail(f"{path}: not a handoffmon.refit document: this is {what}")
+
+
 def _check_truth(data: dict[str, Any], path: str) -> None:
     """The keys the report draws are of the types ``Truth.to_dict`` writes (others are ignored):
     a model entry of another type was a traceback, a planted value of another type no marker."""
@@ -83,8 +105,9 @@ def report(refit_json: str, out: str, truth_path: str | None, title: str) -> Non
 
     try:
         check_writable(out, "--out")
-        text = Path(refit_json).read_text(encoding="utf-8")
-        result = RefitResult.from_json(text, source=refit_json)
+        data = parse_json_document(Path(refit_json).read_text(encoding="utf-8"), refit_json)
+        _refuse_other_reports(data, refit_json)
+        result = RefitResult.from_dict(data, source=refit_json)
     except UnicodeDecodeError as exc:
         fail(f"{refit_json}: not a handoffmon.refit document (not UTF-8 text: {exc.reason})")
     except RecursionError:

@@ -31,6 +31,14 @@ CELLS_COLUMNS = ("rule", "prefix_model", "model", "depth_bucket", "n", "passes")
 TRANSITIONS_COLUMNS = ("rule", "model", "handoff", "from_verdict", "to_verdict", "count")
 SCORES_COLUMNS = ("episode", "prefix_model", "suffix_model", "score")
 HANDOFF_VALUES = ("true", "false", "unknown")
+_KINDS = (
+    (CELLS_COLUMNS, "a cells CSV", "`handoffmon refit --source` and `shapes export --source`"),
+    (TRANSITIONS_COLUMNS, "a transitions CSV", "`handoffmon refit --transitions`"),
+    (SCORES_COLUMNS, "a switch-matrix scores CSV", "`handoffmon stats switch-matrix --scores`"),
+    (("conversation_id",), "a turn log", "`handoffmon refit --source` and `shapes export --source`"),
+)
+"""The CSV files handoffmon reads, by their header: (columns, kind, what reads it). A header with
+another kind's columns says which file it is when a command is given the wrong one."""
 
 _T = TypeVar("_T")
 
@@ -86,7 +94,9 @@ def _rows(path: str | Path, columns: tuple[str, ...]) -> Iterator[_Row]:
             header = [h.strip() for h in (reader.fieldnames or [])]
             missing = [c for c in columns if c not in header]
             if missing:
-                raise InputError(f"{name}: line 1: missing column(s) {', '.join(missing)}")
+                raise InputError(
+                    f"{name}: line 1: missing column(s) {', '.join(missing)}{_kind_hint(header)}"
+                )
             reader.fieldnames = header
             for values in reader:
                 if None in values:
@@ -96,6 +106,15 @@ def _rows(path: str | Path, columns: tuple[str, ...]) -> Iterator[_Row]:
         raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from exc
     except (csv.Error, UnicodeDecodeError) as exc:
         raise InputError(f"{name}: not a readable CSV file: {exc}") from exc
+
+
+def _kind_hint(header: list[str]) -> str:
+    """The hint "; by its header (…) this is <kind>, read by <command>" when ``header`` has all
+    the columns of another CSV handoffmon reads (it lacks some expected ones: not this kind)."""
+    for columns, kind, reader in _KINDS:
+        if all(c in header for c in columns):
+            return f"; by its header ({', '.join(columns)}) this is {kind}, read by {reader}"
+    return ""
 
 
 def _bucket_label(row: _Row) -> str:

@@ -250,6 +250,53 @@ def test_stats_switch_matrix_with_no_pair_reaching_min_n_is_no_data(
     assert res.exit_code == 0 and out.exists()
 
 
+def test_a_csv_given_to_the_wrong_command_says_what_it_is(tmp_path: Path, files: dict[str, Path]) -> None:
+    """A switch-matrix scores CSV given as `shapes export --source` (read as a cells CSV) said only
+    "missing column(s) rule, model, …"; its header names the kind of file and its command. The
+    other way round too, and a CSV of no known kind gets no guess."""
+    out = tmp_path / "shapes.json"
+    err = _user_error(_run(["shapes", "export", "--source", str(files["scores"]), "--out", str(out)]))
+    assert err == (
+        f"error: {files['scores']}: line 1: missing column(s) rule, model, depth_bucket, n, passes; by its "
+        "header (episode, prefix_model, suffix_model, score) this is a switch-matrix scores CSV, read by "
+        "`handoffmon stats switch-matrix --scores`\n"
+    )
+    assert not out.exists()
+    err = _user_error(_run(["stats", "switch-matrix", "--scores", str(files["cells"]), "--out", str(out)]))
+    assert "missing column(s) episode, suffix_model, score; by its header" in err
+    assert "this is a cells CSV, read by `handoffmon refit --source` and `shapes export --source`" in err
+    other = tmp_path / "other.csv"
+    other.write_text("episode,prefix_model,score\ne1,a,1\n")
+    err = _user_error(_run(["shapes", "export", "--source", str(other), "--out", str(out)]))
+    assert err == f"error: {other}: line 1: missing column(s) rule, model, depth_bucket, n, passes\n"
+
+
+def test_report_of_another_commands_document_points_to_its_html_report(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    """`handoffmon report matrix.json` said only "not a handoffmon.refit document"; a switch matrix
+    and an eval run result have HTML reports of their own, which the error names."""
+    from tests.evals.test_eval_scope import _eval_doc
+
+    matrix = tmp_path / "matrix.json"
+    res = _run(["stats", "switch-matrix", "--scores", str(files["scores"]), "--out", str(matrix),
+                "--resamples", "100", "--min-n", "2"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "r.html"
+    err = _user_error(_run(["report", str(matrix), "--out", str(out)]))
+    assert err.startswith(f"error: {matrix}: not a handoffmon.refit document: this is a switch matrix"), err
+    assert "`handoffmon eval switch-matrix ... --html PATH`" in err
+    evaluation = _eval_doc(tmp_path / "eval.json", {"atlas": ["no_commas"]})
+    err = _user_error(_run(["report", evaluation, "--out", str(out)]))
+    assert "this is an eval run result" in err and "`eval run ... --html PATH`" in err, err
+    assert not out.exists()
+    other = tmp_path / "other.json"
+    other.write_text('{"schema": ["handoffmon.switch_matrix"]}')  # not a string: no guess, no traceback
+    assert _user_error(_run(["report", str(other), "--out", str(out)])) == (
+        f"error: {other}: not a handoffmon.refit document\n"
+    )
+
+
 def test_eval_run_with_an_empty_multi_if_csv_is_no_data_not_a_usage_error(tmp_path: Path) -> None:
     """A header-only CSV said "give SCRIPTS ... and/or --multi-if CSV" (exit 2) though one was given."""
     csv = tmp_path / "multi_if.csv"
