@@ -557,7 +557,8 @@ class ShadowConfig(_Section):
     queue_size: int = Field(default=32, gt=0)
     """Picked turns waiting for a shadow thread; further picks are skipped (``busy``)."""
     timeout_s: float = Field(default=60.0, gt=0)
-    """Timeout of one shadow call."""
+    """Timeout of one shadow call: passed to the client, and a call still running 1 s past it is
+    counted ``timeout`` and left behind (a client's timeout bounds each read, not the call)."""
     breaker_failures: int = Field(default=3, gt=0)
     """Consecutive 429/5xx/timeouts/401/403/404 of a target that stop its shadow traffic."""
     breaker_cooldown_s: float = Field(default=60.0, gt=0)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from handoffmon.config import ShadowConfig
 from handoffmon.counts import ShadowKey
@@ -27,6 +28,7 @@ from handoffmon.shadow.recorder import PairRecorder
 from handoffmon.shadow.stats import ShadowStats
 from handoffmon.shadow.turns import (
     NoRoute,
+    ShadowReply,
     ShadowTurn,
     failure_kind,
     pair_verdicts,
@@ -47,6 +49,15 @@ CALL_OUTCOMES: tuple[str, ...] = (
     "dry_run",
 )
 """``handoffmon_shadow_calls_total{outcome}``: the call's result (``dry_run``: decided, not made)."""
+
+
+DEADLINE_SLACK_S = 1.0
+"""How long past ``shadow.timeout_s`` a shadow thread waits for a call before leaving it."""
+
+
+class ShadowDeadline(TimeoutError):
+    """A shadow call still running ``timeout_s`` + ``DEADLINE_SLACK_S`` after it started (counted
+    ``timeout``; the call is left to end by itself, its result dropped)."""
 
 
 class ShadowRunner:
@@ -90,6 +101,8 @@ class ShadowRunner:
         self._pairs: Counter[str] = Counter()
         self._tokens = 0.0
         self._usd = 0.0
+        self._deadlines = threading.BoundedSemaphore(config.max_concurrency)
+        """Shadow calls running (on time or past their deadline): at most ``max_concurrency``."""
         self._closing = False
         self._close_by = math.inf
         """``time.monotonic()`` deadline of ``close``: a queued call not started by then is not made."""
@@ -157,12 +170,13 @@ class ShadowRunner:
             self._give_back(d)
             self._count(self._skipped, "shutdown")
             return
-        c = self.config
         breaker, budget = self.policy.breaker, self.policy.budget
+        if not self._deadlines.acquire(blocking=False):  # every overdue slot holds a call: none starts
+            self._give_back(d)
+            self._count(self._skipped, "busy")
+            return
         try:
-            reply = turn.offer.source.call(
-                d.target, turn.offer.messages, max_tokens=c.max_output_tokens, timeout_s=c.timeout_s
-            )
+            reply = self._call_by_deadline(turn, d)
         except NoRoute as exc:  # nothing was sent: the routes changed since the decision, or busy
             self._give_back(d)
             reason = getattr(exc, "reason", "no_route")
@@ -202,6 +216,45 @@ class ShadowRunner:
             self._count(self._pairs, d.arm)
             if self.on_pair is not None:
                 self.on_pair(turn, d, verdicts)
+
+    def _call_by_deadline(self, turn: ShadowTurn, d: Decision) -> ShadowReply:
+        """The source's call, on a thread of its own, waited for ``timeout_s`` + ``DEADLINE_SLACK_S``
+        at most; past that it raises ``ShadowDeadline`` (a ``timeout``, tripping the breaker) and
+        the call is left to end by itself, its result dropped. Holds one of the runner's
+        ``max_concurrency`` deadline slots (acquired by the caller) until the call ends, so calls
+        left running never outnumber the shadow threads.
+
+        The sources pass ``timeout_s`` to their clients, but an HTTP client's timeout bounds each
+        read, not the call: a target trickling its reply a byte every 0.3 s held a call with
+        ``timeout_s`` 1 for 76 s (``litellm.completion``), and a shadow thread with it."""
+        c = self.config
+        box: list[Any] = []
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                box.append(
+                    turn.offer.source.call(
+                        d.target, turn.offer.messages, max_tokens=c.max_output_tokens, timeout_s=c.timeout_s
+                    )
+                )
+            except BaseException as exc:
+                box.append(exc)
+            finally:
+                done.set()
+                self._deadlines.release()
+
+        try:
+            threading.Thread(target=call, name="handoffmon-shadow-call", daemon=True).start()
+        except BaseException:
+            self._deadlines.release()
+            raise
+        if not done.wait(c.timeout_s + DEADLINE_SLACK_S):
+            raise ShadowDeadline(f"no answer within {c.timeout_s + DEADLINE_SLACK_S:g} s")
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result  # type: ignore[no-any-return]
 
     # -- accounting -----------------------------------------------------------------------
 
@@ -247,8 +300,9 @@ class ShadowRunner:
 
         A queued call not started within ``timeout_s`` is never made (the threads, which outlive
         a timed-out close, skip it): its reservation is given back and it is counted as skipped
-        ``shutdown``, as is a turn offered after ``close``. A call in flight runs to its end
-        (``shadow.timeout_s`` at most)."""
+        ``shutdown``, as is a turn offered after ``close``. A shadow thread waits for a call in
+        flight ``shadow.timeout_s`` + ``DEADLINE_SLACK_S`` at most (the call itself may run on,
+        left behind)."""
         self._closing = True
         if timeout_s is not None:
             self._close_by = time.monotonic() + max(0.0, timeout_s)
