@@ -69,6 +69,12 @@ further parts are skipped and counted odd (a part costs its list of pieces, howe
 text, so a stream naming a new part in every delta held state growing with its length)."""
 
 
+_CALL_FIELDS = ("type", "call_id", "id", "name", "arguments", "input")
+"""The fields of a tool-call output item the reply is read from (``_call``)."""
+_SCALARS = frozenset((str, int, float, bool))
+"""Field values kept of such an item (as ``_call`` reads them); a list or object is not."""
+
+
 class ResponsesRequest(NamedTuple):
     """A Responses request body read as a chat body (``doc``), or why it is not monitored."""
 
@@ -402,13 +408,15 @@ class ResponsesStreamFolder(EventFolder):
             index, item = int(get(event, "output_index")), get(event, "item")
             if item is None or not _assistant_side(item) or not self._slot(index):
                 return  # reasoning and other items are not part of the reply
-            if get(item, "type") == "message":
+            if get(item, "type") in (None, "message"):  # its text comes in deltas
                 self._items.setdefault(index, {"type": "message", "role": "assistant"})
                 return
-            # a tool call (the done event has the arguments): its arguments count as text
-            arguments = get(item, "arguments") or get(item, "input")
-            if self._count(len(arguments) if isinstance(arguments, str) else 0):
-                self._items[index] = item
+            # a tool call (the done event has the arguments): kept as the fields the reply is
+            # read from (``_call``), not whole (a built-in tool's action, padding), their text
+            # counted against max_chars
+            kept = {key: value for key in _CALL_FIELDS if type(value := get(item, key)) in _SCALARS}
+            if self._count(sum(len(v) for v in kept.values() if type(v) is str)):
+                self._items[index] = kept
 
     def _slot(self, index: int) -> bool:
         """Whether output item ``index`` may be kept (at most ``MAX_TOOL_CALLS`` items)."""

@@ -248,3 +248,46 @@ def test_messages_blocks_past_the_bound_are_counted_not_silently_dropped() -> No
     out = folder.outcome(completed=False)
     assert out.odd == extra
     assert out.reply["content"] == [{"type": "text", "text": "a"}] * MAX_TOOL_CALLS
+
+
+def test_a_responses_tool_call_item_is_kept_as_the_fields_read_not_whole() -> None:
+    """A tool-call output item carries more than the reply reads (a built-in tool's
+    ``action``, a hostile upstream's padding): the folder kept the item object whole, sized by
+    its arguments alone, so 128 items of 100 KB of other fields held 12.8 MB past any
+    ``max_chars``. Now it keeps the fields the reply is read from (type, ids, name, arguments
+    or input), their text counted against ``max_chars``; the reply reads the same."""
+    import tracemalloc
+
+    from handoffmon.ingress.chunks import MAX_TOOL_CALLS
+
+    def item(i: int) -> dict[str, Any]:
+        return {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": f"call_{i}",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+            "status": "completed",
+            "padding": "x" * 100_000,
+        }
+
+    folder = ResponsesStreamFolder()
+    tracemalloc.start()
+    try:
+        for i in range(MAX_TOOL_CALLS):
+            folder.feed({"type": "response.output_item.done", "output_index": i, "item": item(i)})
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000_000, held
+    calls = folder.outcome(completed=False).reply["tool_calls"]
+    assert calls[5] == {
+        "id": "call_5",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    named = ResponsesStreamFolder(max_chars=100)
+    named.feed(
+        {"type": "response.output_item.done", "output_index": 0, "item": {**item(0), "name": "n" * 200}}
+    )
+    assert named.outcome(completed=False).too_large
