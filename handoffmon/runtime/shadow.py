@@ -117,7 +117,9 @@ class ShadowRunner:
 
     def after_fork(self) -> int:
         """In a forked child: the shadow threads started again, the parent's queued calls
-        forgotten (the parent makes them); how many were."""
+        forgotten (the parent makes them); how many were. The parent's calls in flight hold no
+        slot here: their threads do not exist in the child."""
+        self._deadlines = threading.BoundedSemaphore(self.config.max_concurrency)
         return self._pool.after_fork()
 
     # -- on a check worker ----------------------------------------------------------------

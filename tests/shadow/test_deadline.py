@@ -103,3 +103,26 @@ def test_the_deadlines_trip_the_breaker() -> None:
     assert runner.stats.breaker_open == {"b": 1}
     source.release.set()
     runner.close(5)
+
+
+def test_a_forked_child_starts_with_every_slot_free() -> None:
+    """A child forked while the parent's only shadow call runs: that call's thread does not exist
+    in the child, so its slot is free there (else the child skipped every pick as ``busy``)."""
+    import os
+
+    cfg = _config(timeout_s=5.0, max_concurrency=1, breaker_failures=10)
+    source = _Trickling()
+    runner = ShadowRunner(cfg)
+    runner.offer(_turn(source, 0))
+    deadline = time.monotonic() + 5
+    while not source.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert source.started == 1
+    pid = os.fork()
+    if pid == 0:  # the child: exit status says whether a call could start
+        runner.after_fork()
+        os._exit(0 if runner._deadlines.acquire(blocking=False) else 1)
+    _, status = os.waitpid(pid, 0)
+    source.release.set()
+    runner.close(5)
+    assert os.waitstatus_to_exitcode(status) == 0
