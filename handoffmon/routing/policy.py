@@ -181,14 +181,24 @@ class FallbackPolicy:
         return self._safer(table, prefix, c, b) and self._within_caps(c, b)
 
     def _safer(self, table: PairRiskTable, prefix: str, c: Candidate, b: Candidate) -> bool:
-        """Whether the table says ``c`` is safer than ``b`` by ``min_effect_pp`` and ``z`` SEs."""
+        """Whether the table says ``c`` is safer than ``b`` by ``min_effect_pp`` and ``z`` SEs, in
+        the sharpest kind of score both have, and no other kind both have says ``b`` is safer by
+        that gate. Observed adherence and fitted risk are different contrasts and may disagree
+        (a model good on its own that loses more on a handoff); which is sharper can change
+        with every refit, so acting on either alone would flip the order back and forth."""
         if c.model is None or b.model is None:
             return False
-        cmp = table.compare(prefix, c.model, b.model)
-        if cmp is None:
+        diffs = table.differences(prefix, c.model, b.model)
+        if not diffs:
             return False  # no kind of score both have: different contrasts are never compared
-        diff, se, _ = cmp
-        # equal scores (even with min_effect_pp and z at 0) are not safer: the router's order stands
+        diff, se, kind = min(diffs, key=lambda d: d[1])  # as ``PairRiskTable.compare``
+        if not self._gate(diff, se):
+            return False
+        return not any(self._gate(-d, s) for d, s, k in diffs if k != kind)
+
+    def _gate(self, diff: float, se: float) -> bool:
+        """A difference large and sure enough to act on. Equal scores (even with
+        ``min_effect_pp`` and ``z`` at 0) are not: the router's order stands."""
         return diff > 0 and diff >= self._min_effect and diff >= self._z * se
 
     def _within_caps(self, c: Candidate, b: Candidate) -> bool:

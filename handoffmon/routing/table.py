@@ -125,21 +125,26 @@ class PairRiskTable:
         terms cancel in the difference but their variance is counted twice); for
         ``adherence`` the two cells hold different turns.
         """
+        diffs = self.differences(prefix_model, c, b)
+        return min(diffs, key=lambda d: d[1]) if diffs else None  # adherence first on a tie
+
+    def differences(self, prefix_model: str, c: str, b: str) -> list[tuple[float, float, str]]:
+        """Every (score of ``c`` − score of ``b``, its SE, kind) both have: the shadow switch cost
+        alone when both have one (it is preferred outright), else the observed adherence and the
+        fitted risk that both have, in that order. ``compare`` is the one with the smallest SE."""
         kc = _SAME_KINDS if c == prefix_model else self._kinds.get((prefix_model, c))
         kb = _SAME_KINDS if b == prefix_model else self._kinds.get((prefix_model, b))
         if kc is None or kb is None:
-            return None
+            return []
         sc, sb = kc.get("shadow"), kb.get("shadow")
         if sc is not None and sb is not None:
-            return sc[0] - sb[0], math.sqrt(sc[1] * sc[1] + sb[1] * sb[1]), "shadow"
-        best: tuple[float, float, str] | None = None
+            return [(sc[0] - sb[0], math.sqrt(sc[1] * sc[1] + sb[1] * sb[1]), "shadow")]
+        out: list[tuple[float, float, str]] = []
         for kind in ("adherence", "risk"):
             sc, sb = kc.get(kind), kb.get(kind)
             if sc is not None and sb is not None:
-                se = math.sqrt(sc[1] * sc[1] + sb[1] * sb[1])
-                if best is None or se < best[1]:
-                    best = (sc[0] - sb[0], se, kind)
-        return best
+                out.append((sc[0] - sb[0], math.sqrt(sc[1] * sc[1] + sb[1] * sb[1]), kind))
+        return out
 
     def score(self, prefix_model: str, model: str) -> tuple[float, float, str] | None:
         """(value, se, kind) of handing ``prefix_model``'s conversation to ``model``; None if unknown."""

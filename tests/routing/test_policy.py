@@ -150,6 +150,25 @@ def test_observed_adherence_is_compared_when_it_is_the_sharper_kind() -> None:
     assert _decide(sharp, [B, C]) == (["b", "c"], "unchanged")
 
 
+def test_scores_of_two_kinds_that_disagree_keep_the_router_order() -> None:
+    """c is the better model after a (adherence 0.85 vs 0.70) but loses more on the handoff (risk
+    −0.10 vs 0.0), both far past the gates. Which kind is sharper changed with the SEs from refit
+    to refit, and the order with it (c first when adherence was sharper, b first when risk was):
+    it flapped on SE noise, not on the estimates. Now neither order is acted on while a kind
+    contradicts the sharper one; a kind that only fails to confirm does not block the move."""
+
+    def table(adh_se: float, risk_se: float, c_risk: float = -0.10) -> PairRiskTable:
+        def pair(risk: float, adh: float) -> PairRisk:
+            return PairRisk(risk, risk_se, n=500, adherence=adh, adherence_se=adh_se)
+
+        return PairRiskTable({("a", "b"): pair(0.0, 0.70), ("a", "c"): pair(c_risk, 0.85)}, created_at=NOW)
+
+    for adh_se, risk_se in ((0.01, 0.02), (0.02, 0.01), (0.012, 0.013), (0.013, 0.012)):
+        assert _decide(table(adh_se, risk_se), [B, C]) == (["b", "c"], "unchanged"), (adh_se, risk_se)
+        assert _decide(table(adh_se, risk_se), [C, B]) == (["c", "b"], "unchanged"), (adh_se, risk_se)
+    assert _decide(table(0.01, 0.02, c_risk=-0.01), [B, C]) == (["c", "b"], "reordered")
+
+
 def test_same_author_continuation_compares_with_either_kind() -> None:
     """Handing the conversation back to its last author has no handoff risk: it beats a risky pair."""
     t = _table({("a", "b"): (-0.15, 0.01)})
