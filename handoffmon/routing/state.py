@@ -31,17 +31,42 @@ class TableHolder:
         rule: which fit of each refit to publish (``routing.rule``).
         on_failure: called when a refit cannot be turned into a table (counted as a
             refit failure by the runtime).
+        source: the ``source`` of the refits this holder's runtime makes (its periodic refit's
+            counts: ``local``, a multiprocess directory, a SQLite file); a refit of any other
+            source is refused unless published with ``foreign=True``. ``None``: any source.
     """
 
-    __slots__ = ("_on_failure", "rule", "table")
+    __slots__ = ("_on_failure", "rule", "source", "table")
 
-    def __init__(self, rule: str = ALL_RULES, *, on_failure: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self,
+        rule: str = ALL_RULES,
+        *,
+        on_failure: Callable[[], object] | None = None,
+        source: str | None = None,
+    ) -> None:
         self.rule = rule
         self.table: PairRiskTable | None = None
         self._on_failure = on_failure
+        self.source = source
 
-    def publish(self, result: RefitResult) -> bool:
-        """Build and install the table of ``result``; False (table kept) on failure. Never raises."""
+    def publish(self, result: RefitResult, *, foreign: bool = False) -> bool:
+        """Build and install the table of ``result``; False (table kept) on failure. Never raises.
+
+        A refit of counts other than this runtime's own (``result.source`` is not ``source``: a
+        refit document of another deployment, a Prometheus job's) is refused, counted as a
+        failure, unless ``foreign``: the pairs' names may match this router's groups while the
+        risks describe other traffic."""
+        if self.source is not None and result.source != self.source and not foreign:
+            _log.warning(
+                "handoffmon refused a routing table from a refit of %r: this runtime refits %r "
+                "(publish(result, foreign=True) to route by it)",
+                result.source,
+                self.source,
+            )
+            if self._on_failure is not None:
+                self._on_failure()
+            return False
         try:
             self.table = PairRiskTable.from_refit(result, rule=self.rule)
         except Exception:

@@ -124,6 +124,8 @@ def build_runtime(
     refit = None
     if config.refit.interval_s > 0:
         snapshot, source, exact = _refit_source(monitor)
+        if routing is not None:
+            routing.holder.source = source  # tables of any other counts are refused
         refit = PeriodicRefit(
             snapshot,
             lambda result: _publish(publish_gauges, routing, result),

@@ -41,3 +41,32 @@ def test_table_matches_a_direct_refit() -> None:
     holder = TableHolder()
     assert holder.publish(result)
     assert holder.table is not None and len(holder.table) == 30
+
+
+def test_a_refit_of_other_counts_is_refused_unless_published_as_foreign() -> None:
+    """The runtime's own refits publish; a refit document of other counts (another deployment's,
+    a Prometheus job's), its pairs named like this router's, is refused: the table stays, the
+    failure is counted as a refit's. ``foreign=True`` is the way to route by it on purpose."""
+    from dataclasses import replace
+
+    counts = simulate_counts(default_fleet(), 100, seed=3)
+    config = config_from_mapping(
+        {"telemetry": {"log_turns": False}, "refit": {"interval_s": 3600}, "routing": {"enabled": True}}
+    )
+    with build_runtime(config, registry=None) as rt:
+        rt.refit._snapshot = lambda: counts
+        own = rt.refit_now()
+        assert own is not None and rt.routing.holder.table is not None
+        kept = rt.routing.holder.table
+        elsewhere = simulate_counts(default_fleet(), 100, seed=4)
+        other = replace(
+            refit(elsewhere, buckets=DepthBuckets(), now=own.created_at + 1),
+            source="prometheus://staging:9090",
+        )
+        errors = rt.monitor.stats["monitor_errors"].get("refit", 0)
+        assert not rt.routing.holder.publish(other)
+        assert rt.routing.holder.table is kept
+        assert rt.monitor.stats["monitor_errors"].get("refit", 0) == errors + 1
+        assert rt.routing.holder.publish(other, foreign=True)
+        assert rt.routing.holder.table is not kept
+        assert rt.routing.holder.table.created_at == other.created_at  # type: ignore[union-attr]
