@@ -238,7 +238,8 @@ def run_cmd(
     canonical-name map are those its stored turns were made with; otherwise it stops
     (exit 1) unless --discard-stale. Exit status 4 when SCRIPTS hold no script, --shapes
     no production checks, or no checkpoint got a pass or fail verdict (nothing is written
-    then); 5 when some runs failed (rerun to resume).
+    then); 5 when some runs failed (rerun to resume); 1 at the first call a provider refuses
+    for missing or rejected credentials (not retried: no rerun repairs it).
     """
     from handoffmon.evals.results import build_result
     from handoffmon.evals.runner import Runner
@@ -395,6 +396,7 @@ def switch_matrix_cmd(
 
     Cells are named by the author that answered each requested model (the names
     production uses); exit status 5 when model calls failed (rerun resumes from the cache),
+    1 at the first call a provider refuses for missing or rejected credentials (not retried),
     4 when SCRIPTS hold no script or no pair reached --min-n (nothing is written then).
     The cache is reused only under the seed, router deployment and canonical-name map its
     entries were made with; otherwise it stops (exit 1) unless --discard-stale.
@@ -430,6 +432,8 @@ def switch_matrix_cmd(
         sm.check_fingerprints(episodes)  # before any model call; a stale cache is bad input, not a failed run
         try:
             cells = asyncio.run(sm.run(episodes))
+        except HandoffmonError:  # missing credentials: a configuration error (exit 1), not resumable
+            raise
         except Exception as exc:  # a provider error after retries: finished cells stay cached
             fail(f"switch matrix stopped: {type(exc).__name__}: {exc}"[:500], ExitCode.RUN_FAILED)
         result = analyse(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,55 @@ class Responder(Protocol):
     """Produces the next assistant reply; ``seed`` makes each run's sampling distinct and repeatable."""
 
     async def __call__(self, model: str, messages: Messages, *, seed: int) -> Reply: ...
+
+
+class MissingCredentialsError(ConfigError):
+    """A model call failed for want of the provider's credentials (no key, or a key it refused).
+
+    Every call to that deployment fails the same way, so an eval stops at the first one: no
+    retry, no "failed run, rerun to resume" (exit 5) for what no rerun repairs (exit 1).
+    """
+
+
+_NO_CREDENTIALS = re.compile(
+    r"missing credentials|api_key client option must be set|missing [\w ]{0,40}api key", re.IGNORECASE
+)
+"""How providers say it when litellm maps it to another error than AuthenticationError: the
+OpenAI SDK's client refuses to start without a key (litellm: InternalServerError, status 500)."""
+
+
+def credentials_error(exc: BaseException, model: str) -> MissingCredentialsError | None:
+    """``MissingCredentialsError`` naming the requested ``model``, the deployment, its provider and
+    the environment variables litellm finds missing, when ``exc`` is a provider refusing or
+    lacking credentials (litellm's ``AuthenticationError``, or a "Missing credentials" message);
+    None for any other error (those are retried)."""
+    text = str(exc)
+    refused = any(c.__name__ == "AuthenticationError" for c in type(exc).__mro__)  # litellm's, openai's
+    if not refused and not _NO_CREDENTIALS.search(text):
+        return None
+    provider = str(getattr(exc, "llm_provider", "") or "")
+    served = str(getattr(exc, "model", "") or "")
+    deployment = served if not provider or served.startswith(f"{provider}/") else f"{provider}/{served}"
+    missing: list[str] = []
+    if deployment:
+        try:
+            import litellm
+
+            missing = list(litellm.validate_environment(model=deployment).get("missing_keys") or [])
+        except Exception:  # an unknown provider: the provider's own message below says what it needs
+            missing = []
+    where = f"{model!r}" + (f" (deployment {deployment})" if deployment and deployment != model else "")
+    need = (
+        f"no credentials: set {', '.join(missing)} in the environment, or api_key in the deployment's "
+        "litellm_params"
+        if missing
+        else "the provider refused its credentials or found none: check the deployment's api_key"
+    )
+    said = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+    return MissingCredentialsError(
+        f"model {where}: {need} ({provider or 'provider unknown'} said: {said}). A configuration "
+        "error, not retried: the eval stopped at the first call that raised it"
+    )
 
 
 def author_of(response: Any, names: ModelNames, fallback: str) -> str:

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from handoffmon._extras import requires_extra
 from handoffmon.checkers.base import CheckContext
 from handoffmon.checkers.rules import RuleSet
 from handoffmon.config import RuleConfig
 from handoffmon.errors import InputError
-from handoffmon.evals.models import Messages, Reply, Responder
+from handoffmon.evals.models import Messages, MissingCredentialsError, Reply, Responder, credentials_error
 from handoffmon.evals.script import DriftScript
 from handoffmon.evals.store import ResultStore, Row, StoredTurn
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class RunSummary:
     rechecked: int = 0
     """Verdicts added to stored replies for rules the script gained since they were stored."""
     failed: list[tuple[str, int, str]] = field(default_factory=list)
+    refused: MissingCredentialsError | None = None
+    """The first call a provider refused for credentials; no call is made after it."""
 
 
 def run_seed(base: int, script: str, run: int) -> int:
@@ -93,19 +97,44 @@ async def call_with_retries(
     settings: RunSettings,
     summary: RunSummary,
 ) -> Reply:
-    """One model call, retried ``settings.retries`` times with exponential back-off."""
+    """One model call, retried ``settings.retries`` times with exponential back-off.
+
+    Raises:
+        MissingCredentialsError: at once, not retried, when the provider lacks or refuses
+            credentials (``credentials_error``): every call would fail the same way. Kept in
+            ``summary.refused``: a call waiting for its turn raises it without calling.
+    """
     delay = settings.backoff_s
     for attempt in range(settings.retries + 1):
+        if summary.refused is not None:
+            raise summary.refused
         summary.model_calls += 1
         try:
             return await responder(model, messages, seed=seed)
-        except Exception:  # any provider error is retried; the last one propagates
+        except Exception as exc:  # any other provider error is retried; the last one propagates
+            refused = credentials_error(exc, model)
+            if refused is not None:
+                summary.refused = summary.refused or refused
+                raise refused from exc
             if attempt == settings.retries:
                 raise
             summary.retries += 1
             await asyncio.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def gather_or_stop(aws: Sequence[Awaitable[_R]]) -> list[_R]:
+    """``asyncio.gather`` that cancels the other awaitables at the first exception (and waits
+    for them to end) before raising it: a configuration error stops every call in flight."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def evaluate_turn(
@@ -255,6 +284,8 @@ class Runner:
 
         Raises:
             StaleRunsError: see ``check_fingerprints`` (raised before any model call).
+            MissingCredentialsError: the provider lacks or refuses credentials; the calls in
+                flight are cancelled (turns stored so far stay stored).
         """
         jobs = [(s, r) for s in scripts for r in range(self.settings.runs or s.runs)]
         self.check_fingerprints(jobs, model)
@@ -267,11 +298,13 @@ class Runner:
             async with sem:
                 try:
                     await self.replay(script, model, run, bar.update)
+                except MissingCredentialsError:  # no rerun repairs it: every run stops
+                    raise
                 except Exception as exc:  # a failed run stays resumable; the others go on
                     self.summary.failed.append((script.id, run, f"{type(exc).__name__}: {exc}"[:300]))
 
         try:
-            await asyncio.gather(*(one(s, r) for s, r in jobs))
+            await gather_or_stop([one(s, r) for s, r in jobs])
         finally:
             bar.close()
         return self.summary

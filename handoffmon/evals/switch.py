@@ -37,6 +37,7 @@ from handoffmon.evals.runner import (
     base_messages,
     call_with_retries,
     evaluate_turn,
+    gather_or_stop,
     run_seed,
     stale_message,
 )
@@ -357,7 +358,7 @@ class SwitchMatrixRun:
         miss and the entry is generated again and overwritten.
         """
         jobs = [self.cell(ep, a, b) for ep in episodes for a in self.models for b in self.models]
-        return list(await asyncio.gather(*jobs))
+        return await gather_or_stop(jobs)  # a failed cell stops the others: they stay cached
 
 
 def episodes_of(scripts: Sequence[DriftScript], runs: int | None = None) -> list[Episode]:
