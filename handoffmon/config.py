@@ -429,7 +429,9 @@ class TelemetryConfig(_Section):
     """Rendering of the per-turn log events."""
     metrics_port: int | None = Field(default=None, ge=0, lt=65536)
     """Also serve handoffmon's series at ``http://metrics_host:metrics_port/metrics`` (0 picks a
-    free port). Unset: they are only registered in the application's Prometheus registry."""
+    free port). Unset: they are only registered in the application's Prometheus registry. At
+    most 16 connections at once, 10 s per read or write; what it closes unserved is counted in
+    ``handoffmon_metrics_port_refusals_total``."""
     metrics_host: str = "127.0.0.1"
     """Listen address of the ``metrics_port`` server (loopback unless set, e.g. ``0.0.0.0``)."""
     metrics_token: str | None = None

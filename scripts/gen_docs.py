@@ -170,6 +170,7 @@ def monitor_metrics_block() -> str:
     from handoffmon.depth import DepthBuckets
     from handoffmon.exporters.prometheus import PrometheusExporter
     from handoffmon.exporters.routing_decisions import RoutingCollector
+    from handoffmon.exporters.serving import REFUSAL_REASONS, RefusalsCollector
     from handoffmon.exporters.shadow_calls import ShadowCollector
     from handoffmon.exporters.store_failures import StoreStatsCollector
     from handoffmon.pipeline.state import ConversationState
@@ -219,8 +220,12 @@ def monitor_metrics_block() -> str:
     )  # fmt: skip
     shadow_collector = ShadowCollector(lambda: stats)
     exporter.registry.register(shadow_collector)
+    # and, with telemetry.metrics_port, what that server closed unserved
+    refusals = RefusalsCollector(lambda: dict.fromkeys(REFUSAL_REASONS, 0))
+    exporter.registry.register(refusals)
     # the rows of a feature that is off by default are marked: a monitor without it has none
     only_with = {name: "routing.enabled" for name in _exposed_names(routing)}
+    only_with.update({name: "telemetry.metrics_port" for name in _exposed_names(refusals)})
     only_with.update({name: "shadow.enabled" for name in _exposed_names(shadow_collector)})
     only_with["handoffmon_shadow_pair_stats_total"] = "shadow.enabled"  # counted from shadow pairs only
     only_with["handoffmon_store_evictions_total"] = "store.backend: memory"  # Redis and SQLite expire by TTL

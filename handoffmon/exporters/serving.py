@@ -14,11 +14,12 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
@@ -125,9 +126,82 @@ def metrics_asgi_app(registry: Collector, *, token: str | None = None) -> ASGIAp
     return app
 
 
+CONNECTION_TIMEOUT_S = 10.0
+"""How long the ``metrics_port`` server waits on one read or write of a connection before
+closing it (a request that stops half-sent is one)."""
+MAX_CONNECTIONS = 16
+"""Connections the ``metrics_port`` server handles at once, one thread each. Past it, the
+oldest connection that has not finished sending its request is closed for the new one; when
+every connection is past its request (being answered), the new one is closed at once."""
+REFUSALS_HELP = (
+    "Connections the metrics_port server closed unserved, by reason: timeout (no complete request "
+    "or no progress within 10 s), evicted (the oldest of those still sending their request, closed "
+    "for a new connection at the connection cap), busy (every slot answering a request)."
+)
+REFUSAL_REASONS = ("busy", "evicted", "timeout")
+
+
 class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per connection, at most ``max_connections`` of them, each read and write
+    bounded by ``timeout_s``; what it closes unserved is counted in ``refusals``."""
+
     daemon_threads = True
     allow_reuse_address = True
+    block_on_close = False
+    request_queue_size = 64
+    timeout_s = CONNECTION_TIMEOUT_S
+    max_connections = MAX_CONNECTIONS
+
+    def server_activate(self) -> None:
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._lock = threading.Lock()
+        self._sending: dict[socket.socket, None] = {}  # still sending their request, oldest first
+        self.refusals = dict.fromkeys(REFUSAL_REASONS, 0)
+        super().server_activate()
+
+    def count(self, reason: str) -> None:
+        with self._lock:
+            self.refusals[reason] += 1
+
+    def received(self, request: socket.socket) -> None:
+        """``request`` sent its whole request: it is answered, never evicted."""
+        with self._lock:
+            self._sending.pop(request, None)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with self._lock:
+                oldest = next(iter(self._sending), None)
+                if oldest is not None:
+                    del self._sending[oldest]
+                    self.refusals["evicted"] += 1
+            if oldest is not None:
+                with contextlib.suppress(OSError):  # its thread reads EOF and ends, freeing a slot
+                    oldest.shutdown(socket.SHUT_RDWR)
+            if oldest is None or not self._slots.acquire(timeout=1.0):
+                self.count("busy")
+                self.shutdown_request(request)
+                return
+        try:
+            request.settimeout(self.timeout_s)
+            with self._lock:
+                self._sending[request] = None
+            super().process_request(request, client_address)
+        except BaseException:
+            self.received(request)
+            self._slots.release()
+            self.shutdown_request(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.received(request)
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away or stalled is no traceback on stderr."""
 
 
 class _V6Server(_Server):
@@ -135,17 +209,54 @@ class _V6Server(_Server):
 
 
 class _Quiet(WSGIRequestHandler):
+    server: _Server
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not worth a log line each."""
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except TimeoutError:
+            self.server.count("timeout")
+        except OSError:
+            pass  # reset by the client, or evicted
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.server.received(self.request)
+        return parsed
+
+
+class RefusalsCollector(Collector):
+    """``handoffmon_metrics_port_refusals_total{reason}`` of a ``MetricsServer``, read at scrape time."""
+
+    def __init__(self, refusals: Callable[[], dict[str, int]]) -> None:
+        self._refusals = refusals
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily("handoffmon_metrics_port_refusals", REFUSALS_HELP, labels=["reason"])
+        for reason, value in sorted(self._refusals().items()):
+            family.add_metric([reason], value)
+        yield family
 
 
 @dataclass
 class MetricsServer:
     """A running ``/metrics`` server (stop it with ``close()`` or a ``with`` block)."""
 
-    server: WSGIServer
+    server: _Server
     thread: threading.Thread
     addr: str
+
+    def refusals(self) -> dict[str, int]:
+        """Connections closed unserved so far, by reason (``REFUSAL_REASONS``)."""
+        with self.server._lock:
+            return dict(self.server.refusals)
+
+    def collector(self) -> RefusalsCollector:
+        """Its refusals as ``handoffmon_metrics_port_refusals_total{reason}``, to register."""
+        return RefusalsCollector(self.refusals)
 
     @property
     def port(self) -> int:
@@ -172,7 +283,13 @@ class MetricsServer:
 
 
 def start_metrics_server(
-    registry: Collector, port: int, addr: str = "127.0.0.1", *, token: str | None = None
+    registry: Collector,
+    port: int,
+    addr: str = "127.0.0.1",
+    *,
+    token: str | None = None,
+    timeout_s: float = CONNECTION_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> MetricsServer:
     """Serve ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
 
@@ -181,6 +298,8 @@ def start_metrics_server(
         port: TCP port; 0 picks a free one (read it back from ``.port``).
         addr: listen address; loopback by default, ``0.0.0.0`` / ``::`` to expose it.
         token: when set, scrapes need ``Authorization: Bearer <token>``.
+        timeout_s: a connection's reads and writes each wait at most this long.
+        max_connections: connections handled at once (see ``MAX_CONNECTIONS``).
 
     Returns:
         The running server. Other paths answer 404.
@@ -193,8 +312,9 @@ def start_metrics_server(
             return [b"404: metrics are at /metrics\n"]
         return metrics(environ, start_response)
 
-    server_class = _V6Server if ":" in addr else _Server
-    server = make_server(addr, port, app, server_class=server_class, handler_class=_Quiet)
+    base = _V6Server if ":" in addr else _Server
+    server_class = type(base.__name__, (base,), {"timeout_s": timeout_s, "max_connections": max_connections})
+    server = cast(_Server, make_server(addr, port, app, server_class=server_class, handler_class=_Quiet))
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="handoffmon-metrics", daemon=True
     )

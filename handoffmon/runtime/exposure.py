@@ -57,7 +57,8 @@ def expose(own: CollectorRegistry, into: CollectorRegistry) -> NestedRegistry:
 def serve_port(
     own: CollectorRegistry, telemetry: TelemetryConfig, source: str | None = None
 ) -> MetricsServer | None:
-    """Serve ``own`` on ``telemetry.metrics_host:metrics_port`` when a port is set.
+    """Serve ``own`` on ``telemetry.metrics_host:metrics_port`` when a port is set, with
+    ``handoffmon_metrics_port_refusals_total`` (connections it closed unserved) added to ``own``.
 
     Raises:
         ConfigError: the port cannot be bound (names ``telemetry.metrics_port``), or the host
@@ -67,7 +68,7 @@ def serve_port(
     if telemetry.metrics_port is None:
         return None
     try:
-        return start_metrics_server(
+        server = start_metrics_server(
             own, telemetry.metrics_port, telemetry.metrics_host, token=telemetry.metrics_token
         )
     except OSError as exc:
@@ -79,3 +80,9 @@ def serve_port(
             key="telemetry.metrics_host" if host_fault else "telemetry.metrics_port",
             source=source,
         ) from exc
+    try:
+        own.register(server.collector())  # what it closed unserved, on its own /metrics and beside it
+    except Exception:
+        server.close()
+        raise
+    return server

@@ -86,6 +86,10 @@ def test_metrics_reference_lists_every_series_a_running_exporter_exposes() -> No
 
     runner = ShadowRunner(ShadowConfig(enabled=True, targets=["b"]), start=False)
     proxy.register(ShadowCollector(lambda: runner.stats))
+    # and with telemetry.metrics_port, what that server closed unserved
+    from handoffmon.exporters.serving import RefusalsCollector
+
+    proxy.register(RefusalsCollector(lambda: {"busy": 0}))
     # and a failed `refit --pushgateway` pushes its own gauge, which RefitFailing reads
     from handoffmon.cli.refit_cmd import failure_registry
 

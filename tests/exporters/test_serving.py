@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from wsgiref.util import setup_testing_defaults
@@ -17,6 +22,8 @@ from wsgiref.util import setup_testing_defaults
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -305,3 +312,108 @@ def test_file_mirror_writes_a_bounded_number_of_series() -> None:
     assert len(values) == serving.MAX_MIRRORED_SERIES
     assert set(values.values()) == {5.0}
     assert "test_mirror_gauge" not in serving._file_counters
+
+
+def _half_requests(port: int, n: int, host: str = "127.0.0.1") -> list[socket.socket]:
+    """``n`` connections that each send a request's first lines and stop (a slowloris client)."""
+    held = []
+    for _ in range(n):
+        with contextlib.suppress(OSError):  # the listen backlog may be full for a moment
+            sock = socket.create_connection((host, port), timeout=2)
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            held.append(sock)
+    return held
+
+
+def _server_threads() -> int:
+    return sum(
+        t.name.startswith("Thread-") and "process_request_thread" in t.name for t in threading.enumerate()
+    )
+
+
+def test_half_sent_requests_hold_a_bounded_number_of_threads_and_scrapes_still_succeed(
+    exporter: PrometheusExporter,
+) -> None:
+    """A client opening 200 connections that never finish their request holds at most
+    ``max_connections`` handler threads; a scrape sent meanwhile (plain, gzip, HEAD) is answered,
+    and what was closed unserved is counted on the server's own /metrics."""
+    registry = exporter.registry
+    with start_metrics_server(registry, 0, token="t", max_connections=8, timeout_s=2.0) as server:
+        registry.register(server.collector())
+        auth = {"Authorization": "Bearer t"}
+        held = _half_requests(server.port, 200)
+        assert len(held) >= 150
+        assert _server_threads() <= 8
+        status, body = get(server.url, auth)
+        assert status == 200 and "handoffmon_turns_total" in body
+        req = urllib.request.Request(server.url, headers={**auth, "Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert "handoffmon_turns_total" in gzip.decompress(resp.read()).decode()
+        req = urllib.request.Request(server.url, headers=auth, method="HEAD")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200 and resp.read() == b""
+        refused = only(parse_exposition(get(server.url, auth)[1]), "handoffmon_metrics_port_refusals_total")
+        assert refused[(("reason", "evicted"),)] >= len(held) - 8
+        assert refused[(("reason", "busy"),)] == 0
+        for sock in held:
+            sock.close()
+
+
+def test_a_stalled_request_is_closed_after_the_timeout_and_counted(exporter: PrometheusExporter) -> None:
+    """A connection that stops mid-request is closed after ``timeout_s`` (the client reads EOF)
+    and counted as ``timeout``; its thread is gone."""
+    with start_metrics_server(exporter.registry, 0, timeout_s=0.5) as server:
+        (sock,) = _half_requests(server.port, 1)
+        sock.settimeout(5)
+        started = time.monotonic()
+        assert sock.recv(1024) == b""
+        assert 0.4 < time.monotonic() - started < 3
+        deadline = time.monotonic() + 3
+        while server.refusals()["timeout"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.refusals() == {"busy": 0, "evicted": 0, "timeout": 1}
+        assert _server_threads() == 0
+        sock.close()
+
+
+def test_connections_being_answered_are_not_evicted_the_next_is_refused(exporter: PrometheusExporter) -> None:
+    """When every slot is answering a request, a new connection is closed at once, counted ``busy``."""
+    gate = threading.Event()
+
+    class Slow(Collector):
+        def collect(self) -> Iterable[Metric]:
+            gate.wait(10)
+            return []
+
+    registry = CollectorRegistry()
+    registry.register(Slow())
+    with start_metrics_server(registry, 0, max_connections=2) as server:
+        scrapes = [threading.Thread(target=get, args=(server.url,)) for _ in range(2)]
+        for t in scrapes:
+            t.start()
+        deadline = time.monotonic() + 5
+        while _server_threads() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # both have sent their request and are being answered
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        assert sock.recv(1024) == b""  # closed unserved, without waiting for a slot
+        sock.close()
+        gate.set()
+        for t in scrapes:
+            t.join(5)
+        assert server.refusals() == {"busy": 1, "evicted": 0, "timeout": 0}
+
+
+def test_ipv6_server_is_bounded_too(exporter: PrometheusExporter) -> None:
+    """The IPv6 listener has the same cap and still answers a scrape past it."""
+    try:
+        server = start_metrics_server(exporter.registry, 0, "::1", max_connections=4)
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    with server:
+        held = _half_requests(server.port, 20, "::1")
+        assert _server_threads() <= 4
+        assert get(server.url)[0] == 200
+        assert server.refusals()["evicted"] >= len(held) - 4
+        for sock in held:
+            sock.close()
