@@ -410,7 +410,9 @@ class TelemetryConfig(_Section):
     """Export Prometheus metrics."""
     max_models: int = Field(default=50, gt=0)
     """Distinct model names (exported labels and the monitor's own aggregates) before new
-    names collapse into ``other``."""
+    names collapse into ``other``. The models the config names (``attribution.canonical_models``'
+    canonical names, ``shadow.targets`` and ``shadow.candidates``) hold their slots first; the
+    rest go to the first names seen, for the life of the process."""
     max_rules: int = Field(default=100, gt=0)
     """Distinct rule names (configured rules come first; labels and aggregates) before ``other``."""
     exemplars: bool = False

@@ -142,12 +142,18 @@ class _Admitter:
     def __init__(
         self,
         cap: int,
-        seed: Iterable[str] = (),
         always: frozenset[str] = frozenset(),
         shared: _SharedNames | None = None,
+        reserved: Iterable[str] = (),
     ) -> None:
-        self._cap = cap
-        self._always = always
+        names = dict.fromkeys(exportable(v[:MAX_LABEL_CHARS]) for v in reserved)
+        kept = frozenset([v for v in names if v not in always][:cap])
+        self._reserved = len(kept)
+        """Configured names (the first ``cap``): admitted now, outside the shared file, never
+        crowded out by first-come names; they hold ``cap``'s first slots."""
+        self._cap = max(cap - self._reserved, 0)
+        """Slots left to first-come names."""
+        self._always = always | kept
         self._admitted: dict[str, str] = {}
         self._counted = 0
         self.version = 0
@@ -159,8 +165,8 @@ class _Admitter:
         """Distinct names mapped to ``other`` because the cap was reached (each counted at its
         first rejection in this process; see ``_first_rejection``)."""
         self._rejected: bytearray | None = None
-        for value in seed:
-            self._admit(exportable(value[:MAX_LABEL_CHARS]))
+        for value in sorted(kept):
+            self._admitted[value] = value
 
     def _admit(self, value: str) -> bool:
         if value in self._admitted:
@@ -229,8 +235,8 @@ class _Admitter:
 
     @property
     def counted(self) -> int:
-        """Admitted values that count against the cap."""
-        return self._counted
+        """Admitted values that count against the cap (reserved ones included)."""
+        return self._counted + self._reserved
 
     @property
     def values(self) -> frozenset[str]:
@@ -239,21 +245,35 @@ class _Admitter:
             return frozenset(self._admitted)
 
 
+def configured_models(config: HandoffmonConfig) -> list[str]:
+    """The model names a config spells out, in order: ``attribution.canonical_models``' canonical
+    names, ``shadow.targets``, and ``shadow.candidates``' models and candidates."""
+    names = list(config.attribution.canonical_models.values()) + list(config.shadow.targets)
+    for model, candidates in config.shadow.candidates.items():
+        names += [model, *candidates]
+    return list(dict.fromkeys(names))
+
+
 class LabelGuard:
     """Maps raw model/rule/stage names and depths to bounded label values.
 
     Shared by the Prometheus and OpenTelemetry exporters and the monitor's aggregates, so
     all of them see the same names; under ``PROMETHEUS_MULTIPROC_DIR`` shared by every
     worker too (``shared_dir``).
-    Models: the first ``max_models`` distinct names are kept, later ones become
-    ``other``; ``none``, ``unknown`` and ``other`` never count. Rules: configured rule
-    names are admitted first, then per-request rules up to ``max_rules``. Depth is only
+    Models: the names given in ``models`` (the config's, ``configured_models``) are admitted
+    first and keep their slots whatever else comes; the rest of the ``max_models`` slots go to
+    the first distinct names seen, for the life of the process (of the shared directory), later
+    ones become ``other``; ``none``, ``unknown`` and ``other`` never count. Requested model
+    groups alike, with ``requested_models`` first. Rules: configured rule names are admitted
+    first and keep their slots, then per-request rules up to ``max_rules``. Depth is only
     ever exported as a bucket label. Conversation ids are never labels.
 
     Args:
         max_models: cap on distinct model label values.
         max_rules: cap on distinct rule label values.
-        rules: configured rule names (admitted first, in order).
+        rules: configured rule names (admitted first, the first ``max_rules`` of them kept).
+        models: configured model names (admitted first, the first ``max_models`` kept).
+        requested_models: configured requested model groups (likewise).
         buckets: the depth buckets.
         shared_dir: a directory every process of the deployment shares; the admitted names
             live there (one small file per label) so the caps bound the names of all the
@@ -275,6 +295,8 @@ class LabelGuard:
         rules: Iterable[str] = (),
         buckets: DepthBuckets | None = None,
         shared_dir: str | Path | None = None,
+        models: Iterable[str] = (),
+        requested_models: Iterable[str] = (),
     ) -> None:
         self.buckets = buckets or DepthBuckets()
         self._bucket_labels = frozenset(self.buckets.labels)
@@ -285,14 +307,16 @@ class LabelGuard:
             d = self.shared_dir
             return None if d is None else _SharedNames(d / f"handoffmon_labels_{label}.jsonl")
 
-        self._models = _Admitter(max_models, always=ALWAYS_ALLOWED, shared=shared("model"))
+        self._models = _Admitter(max_models, always=ALWAYS_ALLOWED, shared=shared("model"), reserved=models)
         self._rules = _Admitter(
-            max_rules, seed=rules, always=frozenset({OTHER, ALL_RULES}), shared=shared("rule")
+            max_rules, always=frozenset({OTHER, ALL_RULES}), shared=shared("rule"), reserved=rules
         )
         self._stages = _Admitter(MAX_STAGES, always=frozenset({OTHER}), shared=shared("stage"))
         # Requested model groups get their own values under the same cap, so group names
         # never crowd serving-model names out of the ``model`` label.
-        self._requested = _Admitter(max_models, always=ALWAYS_ALLOWED, shared=shared("requested_model"))
+        self._requested = _Admitter(
+            max_models, always=ALWAYS_ALLOWED, shared=shared("requested_model"), reserved=requested_models
+        )
         # Fast paths (~20 lookups per turn): an admitted value is its own label and stays
         # admitted, so a hit in the admitted dict is what ``_map`` would return, with no
         # side effect; anything else (new, truncated, empty, overflowing) takes ``_map``.
@@ -308,12 +332,16 @@ class LabelGuard:
 
     @classmethod
     def from_config(cls, config: HandoffmonConfig) -> LabelGuard:
-        """Caps from ``telemetry.max_models`` / ``max_rules``; configured rules first."""
+        """Caps from ``telemetry.max_models`` / ``max_rules``; the names the config spells out
+        hold their slots (``configured_models``, the configured rules, their scopes' model
+        groups)."""
         return cls(
             max_models=config.telemetry.max_models,
             max_rules=config.telemetry.max_rules,
             rules=[rule.name for rule in config.rules],
             buckets=config.buckets,
+            models=configured_models(config),
+            requested_models=[group for rule in config.rules for group in rule.scope.model_groups],
         )
 
     @staticmethod

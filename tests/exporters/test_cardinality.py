@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import string
 import threading
+from pathlib import Path
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -127,3 +128,42 @@ def test_stages_are_bounded() -> None:
     guard = LabelGuard()
     labels = {guard.stage(f"stage-{i}") for i in range(MAX_STAGES + 10)}
     assert len(labels) == MAX_STAGES + 1 and OTHER in labels
+
+
+def test_configured_models_keep_their_labels_after_a_flood_of_random_names() -> None:
+    """An upstream echoing whatever model a client asks for: 500 random names fill every
+    first-come slot, yet the canonical names, shadow targets and candidates the config names
+    are still their own label values (and the cap still bounds the total)."""
+    config = HandoffmonConfig(
+        attribution={"canonical_models": {"azure/gpt4o-eu": "gpt-4o", "claude-3-5": "claude-sonnet"}},
+        shadow={"targets": ["gpt-4o-mini"], "candidates": {"llama-70b": ["mistral-large"]}},
+        rules=[{"name": "json", "check": "json_valid", "scope": {"model_groups": ["support"]}}],
+        telemetry={"max_models": 10},
+    )
+    guard = LabelGuard.from_config(config)
+    prom = PrometheusExporter(CollectorRegistry(), guard=guard, multiprocess=False)
+    for name in garbage_names(500, seed=11):
+        prom.export(make_result(author=name, requested_model=name))
+    configured = ["gpt-4o", "claude-sonnet", "gpt-4o-mini", "llama-70b", "mistral-large"]
+    assert [guard.model(m) for m in configured] == configured
+    assert guard.requested_model("support") == "support"
+    assert guard.model("a-real-but-unconfigured-model") == OTHER
+    assert guard.usage()["model"] == (10, 10)  # 5 configured + 5 first-come
+    prom.export(make_result(author="gpt-4o", requested_model="support"))
+    turns = only(parse_exposition(generate_latest(prom.registry).decode()), "handoffmon_turns_total")
+    authors = {dict(labels)["model"] for labels in turns}
+    assert "gpt-4o" in authors and len(authors - {OTHER}) <= 10
+
+
+def test_configured_names_keep_their_slots_when_another_worker_filled_the_shared_file(tmp_path: Path) -> None:
+    """Multiprocess: a worker flooded the shared name file before this one started; the
+    configured model and rule are still admitted here, as themselves."""
+    first = LabelGuard(max_models=4, max_rules=4, shared_dir=tmp_path)
+    for name in garbage_names(50, seed=5):
+        first.model(name)
+        first.rule(name)
+    assert first.model("gpt-4o") == OTHER
+    later = LabelGuard(max_models=4, max_rules=4, shared_dir=tmp_path, models=["gpt-4o"], rules=["json"])
+    assert later.model("gpt-4o") == "gpt-4o"
+    assert later.rule("json") == "json"
+    assert later.model("another") == OTHER
