@@ -358,7 +358,10 @@ class RequestRulesConfig(_Section):
     """Size of all of a conversation's declared rules as compact JSON (bounds its stored state)."""
     max_names: int = Field(default=256, ge=1)
     """Distinct declared rule names one process accepts (bounds metric labels and the refit);
-    past it, declarations that bring a new name are rejected."""
+    past it, declarations that bring a new name are rejected (``names_full``, counted), for the
+    life of the process: clients declaring random names can fill it and lock later names out
+    (configured rules are never affected). Remedy: configure the rules you rely on, or
+    ``enabled: false`` / strip ``metadata.handoffmon`` for untrusted clients; restart to empty it."""
     allowed_checkers: list[str] = Field(default_factory=lambda: list(DEFAULT_REQUEST_CHECKERS))
     """Checker kinds a request may use: exact names, or a prefix ending in ``*`` (``ifeval:*``)."""
     cache_size: int = Field(default=256, ge=1)
