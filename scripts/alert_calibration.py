@@ -33,6 +33,21 @@ SCENARIOS: dict[str, dict[str, object]] = {
         "conv": 6000,
         "every_fit": True,
     },
+    # the same wide fleet with four pairs planted at -15 pp: the Δ branch's BH gate against the
+    # hundreds of pairs per fit (power per harmful pair and fit, every fit scored)
+    "k20_3rules_harm": {
+        "pop": {
+            "k": 20,
+            "sparse": 3,
+            "rules": 3,
+            "turn_rho": 0.95,
+            "conversation_sd": 0.12,
+            "harmful": ((0, 1), (1, 2), (2, 0), (3, 1)),
+        },
+        "n": 60,
+        "conv": 6000,
+        "every_fit": True,
+    },
     "k10_confounded_0.5": {"pop": {"k": 10, "sparse": 2, "confounding": 0.5}, "n": 60, "conv": 4000},
     "k10_harm": {
         "pop": {"k": 10, "sparse": 2, "harmful": ((0, 1), (1, 2), (2, 0), (3, 1))},

@@ -7,7 +7,8 @@ refit's result, per refit, on fleets of K = 10–30 models with skewed routing, 
 under 1% of turns, per-conversation difficulty and persistent (AR(1)) turn noise:
 
 - ``HandoffPairRisky`` ``delta_upper``: an observed pair's Δ upper bound < −0.05 from ≥ 100
-  checked turns;
+  checked turns, and Δ significant after Benjamini–Hochberg over the fit's pairs (the
+  ``handoffmon_handoff_significant`` gauge: without it, pages per refit grow with pairs × fits);
 - ``HandoffPairRisky`` ``risk``: risk + 1.96·SE < −0.15, unless the pair is observed and its Δ
   lower bound is above −0.15;
 - ``HandoffsIntoModelHurt``: Δ into B's upper bound < −0.05.
@@ -102,13 +103,19 @@ class AlertTally:
     score Δ into B's intervals against 0 on null models. ``pair_null_expected`` sums, over the
     no-effect pairs the Δ branch can page (≥ 100 checks, not held), the chance it pages if Δ̂
     were normal about 0 with the reported SE (Φ(−0.05/SE − q), q the interval's upper
-    half-width over SE): pages well above it mean a tail thinner than the interval claims.
+    half-width over SE): pages well above it mean a tail thinner than the interval claims;
+    ``pair_null_interval_fired`` counts the pages of the interval alone (without the
+    ``significant`` gate), which that prediction is about, and ``refits_firing_ungated`` the
+    refits that would page without the gate (``pair_harm_interval_fired``: the harmful pairs it
+    would page). ``refits_firing_into`` counts refits where
+    HandoffsIntoModelHurt fired on a null model.
     """
 
     replicates: int = 0
     pair_null: int = 0
     pair_null_fired: int = 0
     pair_null_expected: float = 0.0
+    pair_null_interval_fired: int = 0
     risk_null: int = 0
     risk_null_fired: int = 0
     into_null: int = 0
@@ -116,7 +123,10 @@ class AlertTally:
     into_null_covered: int = 0
     pair_harm: int = 0
     pair_harm_fired: int = 0
+    pair_harm_interval_fired: int = 0
     refits_firing: int = 0
+    refits_firing_ungated: int = 0
+    refits_firing_into: int = 0
     covered: int = 0
     reported: int = 0
     sparse_share: list[float] = field(default_factory=list)
@@ -132,6 +142,7 @@ class AlertTally:
             "pair_null": self.pair_null,
             "pair_false_rate": round(self.rate(self.pair_null_fired, self.pair_null), 5),
             "pair_pages": self.pair_null_fired,
+            "pair_pages_interval": self.pair_null_interval_fired,
             "pair_pages_expected": round(self.pair_null_expected, 2),
             "risk_null": self.risk_null,
             "risk_false_rate": round(self.rate(self.risk_null_fired, self.risk_null), 5),
@@ -139,7 +150,10 @@ class AlertTally:
             "into_false_rate": round(self.rate(self.into_null_fired, self.into_null), 5),
             "into_coverage_of_0": round(self.rate(self.into_null_covered, self.into_null), 4),
             "refits_firing": round(self.rate(self.refits_firing, self.replicates), 4),
+            "refits_firing_ungated": round(self.rate(self.refits_firing_ungated, self.replicates), 4),
+            "refits_firing_into": round(self.rate(self.refits_firing_into, self.replicates), 4),
             "power": round(self.rate(self.pair_harm_fired, self.pair_harm), 4),
+            "power_ungated": round(self.rate(self.pair_harm_interval_fired, self.pair_harm), 4),
             "coverage": round(self.rate(self.covered, self.reported), 4),
             "max_sparse_share": round(max(self.sparse_share, default=0.0), 5),
         }
@@ -181,28 +195,32 @@ def alert_calibration(
         result = refit(counts_from_rows(rows, buckets), buckets=buckets, settings=settings, now=0.0)
         any_routing = any(f.verdict_routing for f in result.rules.values())
         t.replicates += 1
-        fired_null = False
+        fired = np.zeros(3, dtype=bool)
         for rule, index in scored:
             fit = result.rules[rule]
             # the rules hold a flagged rule, and the pooled fit while any rule is flagged
             held = fit.verdict_routing or (index is None and any_routing)
-            fired_null |= _score_fit(t, fit, pop, expected_delta(rows, rule=index), harmful_into, held)
-        t.refits_firing += int(fired_null)
+            fired |= _score_fit(t, fit, pop, expected_delta(rows, rule=index), harmful_into, held)
+        t.refits_firing += int(fired[0])
+        t.refits_firing_ungated += int(fired[1])
+        t.refits_firing_into += int(fired[2])
     return t
 
 
 def _score_fit(
     t: AlertTally, fit: RuleFit, pop: Population, truth: np.ndarray, harmful_into: set[str], held: bool
-) -> bool:
-    """Add one fit's pairs and models to ``t``; whether any expression fired with no effect."""
+) -> np.ndarray:
+    """Add one fit's pairs and models to ``t``; whether, with no effect, any expression fired,
+    any would have fired without the Δ branch's ``significant`` gate, and the into-B one fired."""
     from scipy.special import ndtr
 
     names = pop.names
-    fired_null = False
+    fired = np.zeros(3, dtype=bool)
     for p in fit.pairs:
         a, b = names.index(p.prefix_model), names.index(p.model)
         null = pop.effects[a, b] == 0
-        pair_fires = p.observed and p.n >= PAIR_MIN_CHECKS and p.ci_high < PAIR_DELTA_UPPER and not held
+        interval_fires = p.observed and p.n >= PAIR_MIN_CHECKS and p.ci_high < PAIR_DELTA_UPPER and not held
+        pair_fires = interval_fires and p.significant
         risk_fires = (
             math.isfinite(p.risk_se)
             and p.risk + 1.96 * p.risk_se < RISK_UPPER
@@ -216,16 +234,18 @@ def _score_fit(
             if p.observed:
                 t.pair_null += 1
                 t.pair_null_fired += int(pair_fires)
+                t.pair_null_interval_fired += int(interval_fires)
                 if p.n >= PAIR_MIN_CHECKS and p.se > 0 and not held:
                     q = (p.ci_high - p.delta) / p.se
                     t.pair_null_expected += float(ndtr(PAIR_DELTA_UPPER / p.se - q))
             if math.isfinite(p.risk_se):
                 t.risk_null += 1
                 t.risk_null_fired += int(risk_fires)
-            fired_null |= pair_fires or risk_fires
+            fired |= (pair_fires or risk_fires, interval_fires or risk_fires, False)
         elif p.observed:
             t.pair_harm += 1
             t.pair_harm_fired += int(pair_fires or risk_fires)
+            t.pair_harm_interval_fired += int(interval_fires or risk_fires)
     for name, scores in fit.models.items():
         if name in harmful_into or not math.isfinite(scores.into_ci_high):
             continue
@@ -233,5 +253,5 @@ def _score_fit(
         into_fires = scores.into_ci_high < INTO_UPPER and not held
         t.into_null_fired += int(into_fires)
         t.into_null_covered += int(scores.into_ci_low <= 0.0 <= scores.into_ci_high)
-        fired_null |= into_fires
-    return fired_null
+        fired |= into_fires
+    return fired
