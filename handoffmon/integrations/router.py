@@ -31,6 +31,7 @@ from handoffmon.shadow.turns import ShadowOffer, offer_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from handoffmon.ingress import Outcome
+    from handoffmon.ingress.served import ServedBy
     from handoffmon.integrations.router_routing import RouterRouting
     from handoffmon.integrations.router_shadow import RouterShadow
     from handoffmon.runtime import Runtime
@@ -534,7 +535,7 @@ class RouterWrapper:
             self._monitor.finish(
                 cap,
                 out.reply,
-                Deferred(self._describe_stream, (out, inner, tried)),
+                Deferred(self._describe_stream, (out, *self._served_now(out, inner), tried)),
                 latency_s=time.perf_counter() - t0,
                 streamed=True,
                 shadow=self._offer(cap, api, request),
@@ -555,14 +556,32 @@ class RouterWrapper:
             return None
         return offer_of(self._shadow, messages, cap.request.link, api, request)
 
-    def _describe_stream(self, out: StreamOutcome, inner: Any, tried: tuple[Any, ...] | None) -> Outcome:
-        """Who served a finished stream (on the attribution thread); the router repoints the
-        stream wrapper's ``_hidden_params`` to the fallback deployment (``tried``: as for
-        ``_outcome``)."""
+    def _served_now(self, out: StreamOutcome, inner: Any) -> tuple[ServedBy, dict[str, str | None]]:
+        """Who served a stream and each of its deployments' provider model, read as it ends (the
+        router has repointed the stream wrapper's ``_hidden_params`` to a fallback deployment by
+        then): a deployment given a new model afterwards (``set_model_list``,
+        ``upsert_deployment``) must not re-credit a turn the attribution thread reads later. Two
+        dictionary lookups a deployment (``_listed_model``)."""
         served = served_by_response(inner)
+        ids = out.deployment_ids or ((served.deployment_id,) if served.deployment_id else ())
+        return served, {dep: self._deployment_model(dep) for dep in ids}
+
+    def _describe_stream(
+        self,
+        out: StreamOutcome,
+        served: ServedBy,
+        models: dict[str, str | None],
+        tried: tuple[Any, ...] | None,
+    ) -> Outcome:
+        """Who served a finished stream (on the attribution thread), from ``_served_now``'s
+        reading (``tried``: as for ``_outcome``)."""
         if tried is not None:
             served = after_fallbacks(served, tried)
-        return describe_stream(self._monitor.names, out, served, self._deployment_model)
+
+        def model_of(dep: str) -> str | None:
+            return models[dep] if dep in models else self._deployment_model(dep)
+
+        return describe_stream(self._monitor.names, out, served, model_of)
 
     def _deployment_model(self, deployment_id: str) -> str | None:
         """The provider model string of a router deployment, as the router lists it now (a

@@ -399,14 +399,32 @@ def test_a_streamed_reply_past_the_folders_cap_is_counted_and_not_recorded(
     assert snap.monitor_errors == {"parse": 1}
 
 
+@pytest.mark.parametrize("late", [False, True], ids=["prompt", "late_attribution"])
 @pytest.mark.parametrize("update", ["set_model_list", "upsert_deployment"])
-async def test_a_deployment_updated_under_its_id_credits_its_new_model_streamed_or_not(update: str) -> None:
+async def test_a_deployment_updated_under_its_id_credits_its_new_model_streamed_or_not(
+    update: str, late: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A deployment given a new model under the same id (``set_model_list`` on a config reload,
     ``upsert_deployment``) after it served streams: the next stream's author is the new model,
     as the next plain reply's is (a stream's author was read from a cache of the first lookup,
-    so every later stream went on crediting the old model)."""
+    so every later stream went on crediting the old model). ``late``: the attribution thread
+    reads the streams only after the update (a loaded host): the streams served before it are
+    still the old model's (their deployment's model was read on the attribution thread, so an
+    update in between re-credited them to the new one)."""
+    import threading
+
     from litellm import Router
     from litellm.types.router import Deployment
+
+    gate = threading.Event()
+    if late:
+        describe = RouterWrapper._describe_stream
+
+        def after_the_update(self: RouterWrapper, *args: Any) -> Any:
+            assert gate.wait(10)
+            return describe(self, *args)
+
+        monkeypatch.setattr(RouterWrapper, "_describe_stream", after_the_update)
 
     def deployment(model: str, reply: str) -> dict[str, Any]:
         params = {"model": model, "api_key": "k", "mock_response": reply}
@@ -423,6 +441,7 @@ async def test_a_deployment_updated_under_its_id_credits_its_new_model_streamed_
             wrapped.set_model_list([deployment("openai/gpt-new", "new reply")])
         else:
             wrapped.upsert_deployment(Deployment(**deployment("openai/gpt-new", "new reply")))
+        gate.set()
         assert await _call(wrapped, "astream", "chat", messages) == "new reply"
         assert await _call(wrapped, "stream", "chat", messages) == "new reply"
         assert await _call(wrapped, "async", "chat", messages) == "new reply"
