@@ -38,15 +38,17 @@ MONITOR_STAGES: tuple[str, ...] = (
 """Stages that count their own failures (``handoffmon_monitor_errors_total{stage}``); exported at 0
 from the start so dashboards and ``rate()`` show 0, not "No data"."""
 
-NO_REPLY_STATUSES: tuple[str, ...] = ("failed", "cancelled", "incomplete", "refusal", "error")
-"""How an answer (Responses or Messages API) finished without a reply, which is no turn
+NO_REPLY_STATUSES: tuple[str, ...] = ("failed", "cancelled", "incomplete", "refusal", "error", "unreadable")
+"""How an answer (of any API) finished without a reply, which is no turn
 (``handoffmon_responses_without_reply_total{status}``, exported at 0 from the start): a
 Responses API answer ``failed``, ``cancelled``, or ``incomplete`` with no output text and no
 tool call (a Messages API answer cut at ``max_tokens`` with nothing but thinking is
 ``incomplete`` too); a Messages API answer stopped for ``refusal`` before any text
-(``refusal``); a Responses or Messages API stream the upstream ended with an error before
-any text (``error``: an ``error`` event, or the SDK or LiteLLM raising it to the
-application)."""
+(``refusal``); a Chat Completions, Responses or Messages API stream the upstream ended with
+an error before any text (``error``: an ``error`` event or chunk, or the SDK or LiteLLM
+raising it to the application); a response with no reply to read — a chat completion with no
+choice (``choices: []`` or ``null``) or a choice without a message — (``unreadable``, which
+``serve`` also counts ``unmonitored{reason="bad_reply"}``)."""
 
 CHECK_ERROR_REASONS: tuple[str, ...] = (
     "too_large",

@@ -886,7 +886,8 @@ class OTelExporter:
         self._no_reply = c(
             "handoffmon_responses_without_reply",
             "{response}",
-            "Responses and Messages API answers that finished without a reply (no turn), by status.",
+            "Answers of every API (Chat Completions, Responses, Messages) that finished without a reply "
+            "(no turn), by status.",
         )
         self._overhead = meter.create_histogram(
             "handoffmon_overhead_seconds",

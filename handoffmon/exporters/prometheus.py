@@ -396,10 +396,11 @@ def _counters() -> _Counters:
         ),
         no_reply=Counter(
             "handoffmon_responses_without_reply",
-            "Responses and Messages API answers that finished without a reply, by status (failed, "
-            "cancelled, incomplete with no output text and no tool call; refusal before any text; error: "
-            "a stream the upstream ended with an error before any text): recorded as no turn and checked "
-            "by no rule.",
+            "Answers that finished without a reply, by status, of every API (Responses: failed, "
+            "cancelled, incomplete with no output text and no tool call; Messages: refusal before any "
+            "text, incomplete; error: a Chat Completions, Responses or Messages stream the upstream ended "
+            "with an error before any text; unreadable: a response with no reply to read, no choice or a "
+            "choice without a message): recorded as no turn and checked by no rule.",
             ("status",),
             registry=r,
         ),

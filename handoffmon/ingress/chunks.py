@@ -13,8 +13,9 @@ adapter counts them as ``monitor_errors{stage="parse"}``).
 A stream that raises instead of giving its next event is told to its folder (``raised``), so
 the verdict on how it ended is the folder's, the same in every adapter: an event stream (the
 Responses and Messages APIs) that the upstream ended with an error before any text is no
-reply (``StreamOutcome.no_reply`` ``error``: no turn, counted); a chat stream, or one that
-said something, is cut off.
+reply (``StreamOutcome.no_reply`` ``error``: no turn, counted), and so is a chat stream
+ended so (an ``{"error": ...}`` chunk, or the exception an SDK or LiteLLM raised for one); a
+stream that said something, or one that broke off otherwise (a dropped connection), is cut off.
 """
 
 from __future__ import annotations
@@ -144,8 +145,8 @@ def upstream_error(exc: BaseException) -> bool:
 
 
 def said_nothing(message: dict[str, Any]) -> bool:
-    """A reply (read as chat) with no tool call and no content but empty text parts."""
-    if message.get("tool_calls"):
+    """A reply (read as chat) with no tool call, no refusal and no content but empty text parts."""
+    if message.get("tool_calls") or message.get("refusal"):
         return False
     content = message.get("content")
     if isinstance(content, list):
@@ -297,6 +298,7 @@ class ChunkFolder:
         "_others",
         "_out",
         "chunks",
+        "error",
         "odd",
         "too_large",
     )
@@ -315,6 +317,9 @@ class ChunkFolder:
         self._out: int | None = None
         self.chunks = 0
         self.odd = 0
+        self.error = False
+        """The upstream ended the stream with an error (an ``{"error": ...}`` chunk, or the
+        exception an SDK or LiteLLM raised for it), as ``EventFolder.error``."""
 
     def feed(self, chunk: Any) -> None:
         """Take one chunk. Never raises; what cannot be folded is skipped and counted in ``odd``."""
@@ -325,9 +330,10 @@ class ChunkFolder:
         except Exception:  # a shape nobody anticipated: skip the chunk, keep the stream
             self.odd += 1
 
-    def raised(self, exc: BaseException) -> None:
-        """The stream raised ``exc``: a chat stream is cut off whatever it was (the turn keeps
-        the text so far; ``completed`` is the adapter's False)."""
+    raised = EventFolder.raised
+    """The stream raised ``exc``: the upstream's error (:func:`upstream_error`) ends it as an
+    ``{"error": ...}`` chunk would; anything else (a dropped connection) leaves it cut off (the
+    turn keeps the text so far; ``completed`` is the adapter's False)."""
 
     def _chunk(self, chunk: Any) -> bool:
         """Fold one chunk; False when some part of it was skipped."""
@@ -338,6 +344,8 @@ class ChunkFolder:
         ok = self._usage(get(chunk, "usage"))
         choices = get(chunk, "choices")
         if choices is None:
+            if get(chunk, "error") is not None:  # the upstream's error (the SDK raises it: raised)
+                self.error = True
             return ok
         if not isinstance(choices, (list, tuple)):
             return False
@@ -474,9 +482,13 @@ class ChunkFolder:
         pieces.add(piece)
 
     def outcome(self, *, completed: bool) -> StreamOutcome:
-        """The folded reply so far."""
+        """The folded reply so far: no reply (``no_reply`` ``error``) when the upstream's
+        error ended the stream before any choice said anything (and the reply was kept)."""
+        reply = self._first.message()
+        others = tuple(self._others[i].message() for i in sorted(self._others))
+        silent = self.error and not self.too_large and all(map(said_nothing, (reply, *others)))
         return StreamOutcome(
-            reply=self._first.message(),
+            reply=reply,
             deployment_ids=tuple(self._ids),
             response_model=self._model,
             response_id=self._id,
@@ -487,5 +499,6 @@ class ChunkFolder:
             chunks=self.chunks,
             odd=self.odd,
             too_large=self.too_large,
-            alternatives=tuple(self._others[i].message() for i in sorted(self._others)),
+            alternatives=others,
+            no_reply="error" if silent else None,
         )

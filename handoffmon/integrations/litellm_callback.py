@@ -32,7 +32,6 @@ from handoffmon.ingress import (
     StreamOutcome,
     describe_response,
     describe_stream,
-    reply_message,
     served_by_response,
 )
 from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
@@ -41,7 +40,7 @@ from handoffmon.ingress.fields import get
 from handoffmon.ingress.served import Outcome, ServedBy
 from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.held import weigh
-from handoffmon.integrations.responses_calls import api_messages, linked
+from handoffmon.integrations.responses_calls import api_messages, linked, readable_reply
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Capture, Deferred
 from handoffmon.shadow.turns import ShadowOffer, offer_of, request_params
@@ -324,8 +323,8 @@ class HandoffmonCallback(CustomLogger):  # type: ignore[misc]
             monitor = self.monitor
             if monitor.no_reply(doc):  # finished without a reply (failed): counted, no turn
                 return None
-            reply = reply_message(doc)
-            if reply is None:
+            reply = readable_reply(monitor, doc)
+            if reply is None:  # nothing to read: no turn, counted (as ``serve``)
                 return None
             monitor.finish(
                 cap,

@@ -16,7 +16,6 @@ from handoffmon.ingress import (
     StreamOutcome,
     describe_response,
     describe_stream,
-    reply_message,
     served_by_headers,
 )
 from handoffmon.ingress.apis import RESPONSES, Api
@@ -27,7 +26,7 @@ from handoffmon.ingress.responses import unfinished
 from handoffmon.integrations.background import history_bytes
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
-from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
+from handoffmon.integrations.responses_calls import api_messages, linked, readable_reply, snapshot
 from handoffmon.integrations.sdk_views import (
     Forwarding,
     RawCalls,
@@ -190,7 +189,7 @@ class SdkTurns:
         doc = ctx.api.as_chat(response)
         if self.monitor.no_reply(doc):  # finished without a reply (failed): counted, no turn
             return None
-        reply = reply_message(doc)
+        reply = readable_reply(self.monitor, doc)
         if cap is None or reply is None:
             return None
         outcome = Deferred(describe_response, (self.monitor.names, doc, served_by_headers(headers)))
@@ -222,8 +221,8 @@ class SdkTurns:
                     return
                 if self.monitor.no_reply(response):  # finished without a reply: counted, no turn
                     return
-            reply = reply_message(response)
-            if reply is None:  # no choice (``choices: []``): no reply, no turn (as ``serve``)
+            reply = readable_reply(self.monitor, response)
+            if reply is None:  # no choice (``choices: []``): no reply, no turn, counted (as ``serve``)
                 return
             self.monitor.finish(
                 cap,

@@ -1,5 +1,7 @@
 """What the in-process adapters share for Responses API calls: the call's arguments kept as of
-the call, its input read as chat messages, and the one notice for calls that cannot be read.
+the call, its input read as chat messages, and the one notice for calls that cannot be read;
+and for every call, the reply read from its response, or counted when there is none to read
+(:func:`readable_reply`).
 
 ``handoffmon serve`` counts requests it passes through unmonitored in
 ``handoffmon_proxy_unmonitored_requests_total``; a wrapper or the LiteLLM callback has no
@@ -15,9 +17,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any, get_type_hints
 
-from handoffmon.ingress import Request, ResponseLink
+from handoffmon.ingress import Request, ResponseLink, reply_message
 from handoffmon.ingress.apis import RESPONSES, Api
 from handoffmon.ingress.responses import read_request
+from handoffmon.pipeline.monitor import Monitor
 
 _log = logging.getLogger("handoffmon.integrations")
 
@@ -95,6 +98,18 @@ UNMONITORED = {
     "to the SDK's own stream helper and not monitored; messages.create and messages.parse are.",
 }
 """The kinds of call the in-process adapters pass through unmonitored, and what is said of them."""
+
+
+def readable_reply(monitor: Monitor, doc: Any) -> dict[str, Any] | None:
+    """The first choice's assistant message of ``doc`` (a chat completion, or another API's
+    response read as one); ``None`` when there is none to read — no choice (``choices: []``
+    or ``null``), a choice without a message, not a completion at all — which is no turn,
+    counted as an answer without a reply (``status="unreadable"``), as ``serve`` counts it
+    (and ``unmonitored{reason="bad_reply"}``). Never raises."""
+    reply = reply_message(doc)
+    if reply is None:
+        monitor.count_no_reply("unreadable")
+    return reply
 
 
 def unmonitored_once(reason: str) -> None:

@@ -13,7 +13,6 @@ from handoffmon.ingress import (
     StreamOutcome,
     describe_response,
     describe_stream,
-    reply_message,
     served_by_response,
 )
 from handoffmon.ingress.apis import MESSAGES, RESPONSES, Api
@@ -23,7 +22,7 @@ from handoffmon.ingress.sse import SSEFolder
 from handoffmon.integrations.forwarding import del_forwarded, set_forwarded
 from handoffmon.integrations.held import weigh, weigh_call
 from handoffmon.integrations.module_batch import BATCH_HELPERS, calling_through
-from handoffmon.integrations.responses_calls import api_messages, linked, snapshot
+from handoffmon.integrations.responses_calls import api_messages, linked, readable_reply, snapshot
 from handoffmon.integrations.streaming import AsyncStream, SyncStream, drain_finalized
 from handoffmon.pipeline.monitor import Monitor
 from handoffmon.pipeline.records import Built, Capture, Deferred
@@ -326,8 +325,8 @@ class RouterWrapper:
                 return
             if self._monitor.no_reply(doc):  # finished without a reply (failed): counted, no turn
                 return
-            reply = reply_message(doc)
-            if reply is None:  # no choice, no output message: no reply, no turn (as ``serve``)
+            reply = readable_reply(self._monitor, doc)
+            if reply is None:  # no choice, no output message: no reply, no turn, counted (as ``serve``)
                 return
             self._monitor.finish(
                 cap,
@@ -379,7 +378,7 @@ class RouterWrapper:
         chat = api.as_chat(response)
         if self._monitor.no_reply(chat):  # finished without a reply (failed): counted, no turn
             return None
-        reply = reply_message(chat)
+        reply = readable_reply(self._monitor, chat)
         cap = self._resolve_api(kwargs, api, t0, t1) if reply is not None else None
         if cap is None:
             return None
@@ -448,8 +447,8 @@ class RouterWrapper:
         """Queue a non-streamed chat completion (``request``: the call's keyword arguments, which
         its shadow call repeats the generation parameters of)."""
         try:
-            reply = reply_message(response)
-            if reply is None:  # no choice (``choices: []``): no reply, no turn (as ``serve``)
+            reply = readable_reply(self._monitor, response)
+            if reply is None:  # no choice (``choices: []``): no reply, no turn, counted (as ``serve``)
                 return
             self._monitor.finish(
                 cap,
@@ -507,7 +506,7 @@ class RouterWrapper:
     ) -> Built | None:
         """What ``_capture`` and ``_finish`` would have taken, on the attribution thread;
         ``None`` for a response with no choice (no reply, no turn)."""
-        reply = reply_message(response)
+        reply = readable_reply(self._monitor, response)
         if reply is None:
             return None
         request = self._parser.router_call(model, messages, kwargs, received_at=t0)

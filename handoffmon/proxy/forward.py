@@ -849,7 +849,9 @@ class Forwarder:
                 self._skip("no_reply")
                 return None
         reply = reply_message(doc)
-        if not isinstance(reply, dict):
+        if not isinstance(reply, dict):  # no choice, or no message: counted as in-process adapters count it
+            assert self._monitor is not None
+            self._monitor.count_no_reply("unreadable")
             self._skip("bad_reply")
             return None
         return doc, reply

@@ -47,7 +47,9 @@ class ProxyMetrics:
         (400 not HTTP, 408 head too slow, 431 head too large: ``server.guarded_protocol``).
         ``handoffmon_proxy_unmonitored_requests_total{reason}``: chat completions, Responses
         API and Anthropic Messages API calls forwarded without monitoring (``bad_json``, ``no_messages``,
-        ``upstream_status``, ``bad_reply``, ``too_large`` — over
+        ``upstream_status``, ``bad_reply`` — not JSON, or no reply in it to read (no choice, a
+        choice without a message: also ``handoffmon_responses_without_reply_total{status="unreadable"}``,
+        as the in-process adapters count it) — ``too_large`` — over
         ``proxy.max_monitored_reply_bytes`` once decoded, or a stream's text past it in
         characters — ``truncated`` — the upstream broke the stream off, the client's
         response was aborted and no turn recorded — ``server_state`` — a Responses API
@@ -61,9 +63,10 @@ class ProxyMetrics:
         ``in_progress`` whose reply was not recorded: cancelled, deleted, forgotten past the
         bounds of ``proxy.background`` or expired while parked, or never parked; a parked
         call counts nowhere until then, and not at all once a poll records its turn — and
-        ``no_reply`` — a Responses API answer, streamed or not, background or not, that
-        finished without a reply: ``failed``, ``cancelled``, or ``incomplete`` with no output
-        text and no tool call, also counted by status in
+        ``no_reply`` — an answer, streamed or not, background or not, that finished without a
+        reply: a Responses API answer ``failed``, ``cancelled``, or ``incomplete`` with no output
+        text and no tool call, a Messages answer refused or cut before any text, a stream of any
+        API the upstream ended with an error before any text; also counted by status in
         ``handoffmon_responses_without_reply_total``).
         ``shed`` — a monitored API's request that arrived while ``proxy.max_held_body_bytes``
         of request bodies were held: forwarded as it came, streamed, not read.

@@ -536,7 +536,7 @@ def test_monitoring_health_series_exist_at_zero_before_any_failure(reader: InMem
 
 def test_responses_without_reply_start_at_zero_and_count_by_status(reader: InMemoryMetricReader) -> None:
     """handoffmon_responses_without_reply: every status at 0 before any, then one per call of
-    ``count_no_reply`` (a status outside the known five, never sent, would read ``other``)."""
+    ``count_no_reply`` (a status outside the known six, never sent, would read ``other``)."""
     from handoffmon.types import NO_REPLY_STATUSES
 
     exporter = OTelExporter(meter_provider=MeterProvider(metric_readers=[reader]), guard=LabelGuard())
@@ -545,6 +545,7 @@ def test_responses_without_reply_start_at_zero_and_count_by_status(reader: InMem
     exporter.count_no_reply("failed")
     exporter.count_no_reply("failed")
     exporter.count_no_reply("error")
+    exporter.count_no_reply("unreadable")
     exporter.count_no_reply("odd")
     got = {k: p.value for k, p in points(reader, "handoffmon_responses_without_reply").items()}
     assert got == {
@@ -553,6 +554,7 @@ def test_responses_without_reply_start_at_zero_and_count_by_status(reader: InMem
         (("status", "incomplete"),): 0,
         (("status", "refusal"),): 0,
         (("status", "error"),): 1,
+        (("status", "unreadable"),): 1,
         (("status", "other"),): 1,
     }
 

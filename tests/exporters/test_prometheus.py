@@ -131,9 +131,9 @@ def test_responses_without_reply_start_at_zero_and_count_by_status(exporter: Pro
     sees the first), then one per ``count_no_reply``; an unknown status (never sent) reads
     ``other``, so the label stays bounded."""
     name = "handoffmon_responses_without_reply_total"
-    statuses = ("failed", "cancelled", "incomplete", "refusal", "error")  # the Messages API's two too
+    statuses = ("failed", "cancelled", "incomplete", "refusal", "error", "unreadable")
     assert only(scrape(exporter), name) == {L(status=s): 0 for s in statuses}
-    for status in ("incomplete", "failed", "incomplete", "refusal", "odd"):
+    for status in ("incomplete", "failed", "incomplete", "refusal", "unreadable", "odd"):
         exporter.count_no_reply(status)
     assert only(scrape(exporter), name) == {
         L(status="failed"): 1,
@@ -141,6 +141,7 @@ def test_responses_without_reply_start_at_zero_and_count_by_status(exporter: Pro
         L(status="incomplete"): 2,
         L(status="refusal"): 1,
         L(status="error"): 0,
+        L(status="unreadable"): 1,
         L(status="other"): 1,
     }
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import litellm
 import openai
 import pytest
 
@@ -72,6 +74,11 @@ class Case:
         resent: the assistant message a client sends back next turn.
         text_chars: length of the reply text the checkers see.
         odd: chunks that cannot be folded (each counted as monitor_errors{stage="parse"}).
+        error: the stream's last chunk is the upstream's ``{"error": ...}`` object (the OpenAI
+            SDK raises ``APIError`` for it; LiteLLM's stream raises its ``APIError``; serve
+            forwards the bytes): the caller's iteration raises.
+        body: fields that replace the non-streamed completion's (its ``choices``: a reply
+            with nothing to read).
     """
 
     message: dict[str, Any] | None
@@ -79,7 +86,12 @@ class Case:
     resent: dict[str, Any]
     text_chars: int
     odd: int = 0
+    error: bool = False
+    body: dict[str, Any] = field(default_factory=dict)
 
+
+UPSTREAM_ERROR = {"error": {"message": "The server is overloaded", "type": "server_error", "code": None}}
+"""What an OpenAI-compatible upstream sends in a chat stream when it fails it."""
 
 CASES: dict[str, Case] = {
     "text": Case(
@@ -154,6 +166,37 @@ CASES: dict[str, Case] = {
         6,
         odd=5,
     ),
+    # the upstream's error after some text: a cut-off turn keeping the text, as a dropped stream
+    "error_after_text": Case(
+        None,
+        [_chunk({"role": "assistant", "content": "Half a"}), _chunk({"content": " reply"}), UPSTREAM_ERROR],
+        {"role": "assistant", "content": "Half a reply"},
+        12,
+        error=True,
+    ),
+}
+
+NO_REPLY: dict[str, Case] = {
+    # the upstream's error before any text: no reply (no turn, counted ``error``), as the
+    # Responses and Messages APIs' streams are — not an empty reply for the rules to judge
+    "error_first": Case(None, [UPSTREAM_ERROR], {"role": "assistant", "content": None}, 0, error=True),
+    "error_after_role": Case(
+        None,
+        [_chunk({"role": "assistant", "content": ""}), UPSTREAM_ERROR],
+        {"role": "assistant", "content": None},
+        0,
+        error=True,
+    ),
+}
+
+UNREADABLE: dict[str, Case] = {
+    # a completion with no reply in it to read: no turn, counted ``unreadable`` (serve also
+    # counts it ``unmonitored{reason="bad_reply"}``, as before)
+    "no_choice": Case({}, None, {}, 0, body={"choices": []}),
+    "null_choices": Case({}, None, {}, 0, body={"choices": None}),
+    "choice_without_message": Case(
+        {}, None, {}, 0, body={"choices": [{"index": 0, "finish_reason": "stop"}]}
+    ),
 }
 
 STREAMED = [(name, s) for name, c in CASES.items() for s in (False, True) if (c.chunks if s else c.message)]
@@ -178,6 +221,12 @@ def _completion(message: dict[str, Any]) -> dict[str, Any]:
         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
     }
+
+
+def _body(case: Case) -> dict[str, Any]:
+    """The non-streamed completion the upstream sends for ``case``."""
+    assert case.message is not None
+    return {**_completion(case.message), **case.body}
 
 
 def _sse(chunks: list[dict[str, Any]]) -> bytes:
@@ -238,10 +287,13 @@ class _Stream:
         self._hidden_params = HIDDEN
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self._chunks)
+        for c in self._chunks:
+            if "error" in c:  # LiteLLM's stream raises the upstream's error, with its status
+                raise litellm.APIError(500, c["error"]["message"], "openai", "gpt-x")
+            yield c
 
     async def __aiter__(self) -> Any:
-        for c in self._chunks:
+        for c in self:
             yield c
 
 
@@ -255,10 +307,21 @@ class _ScriptedRouter:
             assert self.case.chunks is not None
             return _Stream(self.case.chunks)
         assert self.case.message is not None
-        return {**_completion(self.case.message), "_hidden_params": HIDDEN}
+        return {**_body(self.case), "_hidden_params": HIDDEN}
 
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         return self.completion(model, messages, **kwargs)
+
+
+def _drain(case: Case, stream: Any) -> None:
+    """Read ``stream`` to its end as the caller would; it raises just when the case ends in
+    the upstream's error."""
+    try:
+        list(stream)
+    except (litellm.APIError, openai.APIError):
+        assert case.error
+    else:
+        assert not case.error
 
 
 class Adapter:
@@ -288,7 +351,7 @@ class RouterAdapter(Adapter):
             kwargs["litellm_session_id"] = call.session
         out = self.wrapped.completion(model="g", messages=call.messages, **kwargs)
         if call.stream:
-            list(out)
+            _drain(case, out)
 
 
 class OpenAIAdapter(Adapter):
@@ -310,7 +373,7 @@ class OpenAIAdapter(Adapter):
             headers = {**HEADERS, "content-type": "text/event-stream"}
             return httpx.Response(200, headers=headers, content=_sse(self.case.chunks))
         assert self.case.message is not None
-        return httpx.Response(200, headers=HEADERS, json=_completion(self.case.message))
+        return httpx.Response(200, headers=HEADERS, json=_body(self.case))
 
     def send(self, case: Case, call: Call) -> None:
         self.case = case
@@ -323,7 +386,7 @@ class OpenAIAdapter(Adapter):
             kwargs["extra_headers"] = call.headers
         out = self.wrapped.chat.completions.create(**kwargs)
         if call.stream:
-            list(out)
+            _drain(case, out)
 
 
 class CallbackAdapter(Adapter):
@@ -352,15 +415,16 @@ class CallbackAdapter(Adapter):
         await self.cb.async_pre_call_hook(None, None, data, "acompletion")
         if call.stream:
             assert case.chunks is not None
-            [
-                c
-                async for c in self.cb.async_post_call_streaming_iterator_hook(
-                    None, _Stream(case.chunks), data
-                )
-            ]
+            hook = self.cb.async_post_call_streaming_iterator_hook(None, _Stream(case.chunks), data)
+            try:
+                [c async for c in hook]
+            except (litellm.APIError, openai.APIError):
+                assert case.error  # the hook passes the upstream's error on, unchanged
+            else:
+                assert not case.error
         else:
             assert case.message is not None
-            response = _HiddenDict({**_completion(case.message)})
+            response = _HiddenDict({**_body(case)})
             await self.cb.async_post_call_success_hook(data, None, response)
 
 
@@ -385,7 +449,7 @@ class _ScriptedUpstream:
             payload, ctype = _sse(self.case.chunks), b"text/event-stream"
         else:
             assert self.case.message is not None
-            payload, ctype = json.dumps(_completion(self.case.message)).encode(), b"application/json"
+            payload, ctype = json.dumps(_body(self.case)).encode(), b"application/json"
         start = [(b"content-type", ctype), (b"content-length", str(len(payload)).encode()), *hdrs]
         await send({"type": "http.response.start", "status": 200, "headers": start})
         await send({"type": "http.response.body", "body": payload})
@@ -496,3 +560,41 @@ def test_session_parameter_beats_a_metadata_key_of_the_same_name(
     adapter.send(CASES["text"], call)
     (result,) = _results(adapter, exp, 1)
     assert result.context.conversation_id == f"param-{adapter_name}"
+
+
+@pytest.mark.parametrize("case_name", NO_REPLY)
+@pytest.mark.parametrize("adapter_name", ADAPTERS)
+def test_every_adapter_counts_a_chat_stream_failed_before_any_text_as_no_reply(
+    adapters: dict[str, tuple[Adapter, RecordingExporter]], adapter_name: str, case_name: str
+) -> None:
+    """The upstream's error before any text: no turn, counted once as ``error`` in
+    ``responses_without_reply``, in every adapter; the next call is recorded as usual."""
+    adapter, exp = adapters[adapter_name]
+    before, results = Counter(exp.no_replies), len(exp.results)
+    first = [{"role": "user", "content": f"{adapter_name} {case_name}"}]
+    adapter.send(NO_REPLY[case_name], Call(first, True))
+    adapter.send(CASES["text"], Call([{"role": "user", "content": f"after {case_name}"}], False))
+    assert adapter.rt.flush(10)
+    assert len(exp.results) == results + 1
+    assert exp.results[-1].record.reply_chars == CASES["text"].text_chars
+    assert exp.no_replies - before == Counter({"error": 1})
+
+
+@pytest.mark.parametrize("case_name", UNREADABLE)
+@pytest.mark.parametrize("adapter_name", ADAPTERS)
+def test_every_adapter_counts_a_completion_without_a_reply_to_read(
+    adapters: dict[str, tuple[Adapter, RecordingExporter]], adapter_name: str, case_name: str
+) -> None:
+    """No choice, ``choices: null``, a choice without a message: no turn, counted once as
+    ``unreadable`` in ``responses_without_reply`` by every adapter (serve counted it only as
+    ``unmonitored{reason="bad_reply"}``, the in-process adapters not at all)."""
+    adapter, exp = adapters[adapter_name]
+    before, results = Counter(exp.no_replies), len(exp.results)
+    adapter.send(
+        UNREADABLE[case_name], Call([{"role": "user", "content": f"{adapter_name} {case_name}"}], False)
+    )
+    adapter.send(CASES["text"], Call([{"role": "user", "content": f"after {case_name}"}], False))
+    assert adapter.rt.flush(10)
+    assert len(exp.results) == results + 1
+    assert exp.results[-1].record.reply_chars == CASES["text"].text_chars
+    assert exp.no_replies - before == Counter({"unreadable": 1})

@@ -5,6 +5,8 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
+import httpx
+import openai
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -248,3 +250,49 @@ def test_deployments_credited_are_bounded_and_keep_the_latest() -> None:
     assert len(ids) == MAX_DEPLOYMENTS and ids[:3] == ("d0", "d1", "d0") and ids[-1] == "d-last"
     assert all(a != b for a, b in pairwise(ids))
     assert _fold(chunk("a"), chunk("b"), chunk("b")).deployment_ids == ("a", "b")
+
+
+_ERROR = {"error": {"message": "overloaded", "type": "server_error"}}
+
+
+def _folded(chunks: list[Any], exc: BaseException | None = None) -> Any:
+    folder = ChunkFolder()
+    for c in chunks:
+        folder.feed(c)
+    if exc is not None:
+        folder.raised(exc)
+    return folder.outcome(completed=False)
+
+
+def test_an_upstream_error_before_anything_said_is_no_reply_after_it_a_cut_off_reply() -> None:
+    """The upstream's error (an error chunk, or the SDK's exception for one) ends a chat stream
+    as it ends a Responses or Messages stream: before any text, tool call or refusal of any
+    choice it is no reply (``error``); after one, the reply so far is kept, cut off."""
+    role = _delta({"role": "assistant", "content": ""})
+    api_error = openai.APIError(
+        "overloaded", httpx.Request("POST", "http://u/v1/chat/completions"), body=_ERROR
+    )
+    assert _folded([role, _ERROR]).no_reply == "error"
+    assert _folded([role], api_error).no_reply == "error"
+    said = {
+        "text": _delta({"content": "Hi"}),
+        "refusal": _delta({"refusal": "I can't"}),
+        "tool_call": _delta(
+            {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": ""}}]}
+        ),
+        "another_choice": _delta({"content": "Hi"}, index=1),
+    }
+    for name, chunk in said.items():
+        out = _folded([role, chunk, _ERROR])
+        assert out.no_reply is None, name
+    assert _folded([role, said["refusal"], _ERROR]).reply["refusal"] == "I can't"
+    # a dropped connection is not the upstream's answer: cut off, an empty turn as before
+    dropped = openai.APIConnectionError(request=httpx.Request("POST", "http://u/v1/chat/completions"))
+    assert _folded([role], dropped).no_reply is None
+    assert _folded([role], RuntimeError("consumer")).no_reply is None
+    # a reply past the cap kept nothing, so nothing says it was silent: counted too_large instead
+    folder = ChunkFolder(max_chars=3)
+    folder.feed(_delta({"content": "too long"}))
+    folder.feed(_ERROR)
+    out = folder.outcome(completed=False)
+    assert (out.too_large, out.no_reply) == (True, None)

@@ -2,11 +2,14 @@
 ``null``), a stream whose first event is an error (the SDK raises before any chunk), a stream
 closed before its first chunk. Recorded, each was an empty reply failing every rule and
 charged to the model; ``serve`` already counts them unmonitored (``bad_reply``) instead. A
-reply that is there (even a refusal without text) is still a turn."""
+reply that is there (even a refusal without text) is still a turn. The answers without a reply
+are counted in ``responses_without_reply`` (``unreadable``; the upstream's error: ``error``);
+a stream the application closed unread is no answer and counts nowhere."""
 
 from __future__ import annotations
 
 import inspect
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -34,6 +37,7 @@ CHUNK = (
     b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"model-g",'
     b'"choices":[{"index":0,"delta":{"role":"assistant","content":"hello"}}]}\n\n'
 )
+COUNTED = {"empty_choices": "unreadable", "null_choices": "unreadable", "error_event_first": "error"}
 ANSWERS = {
     "empty_choices": _completion([]),
     "null_choices": _completion(None),
@@ -78,6 +82,7 @@ async def test_a_call_without_a_reply_is_no_turn(answer: str, is_async: bool) ->
         assert m.flush(10)
         assert m.snapshot().total_turns == 0
     assert exp.results == []
+    assert exp.no_replies == Counter({COUNTED[answer]: 1})
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
@@ -98,6 +103,7 @@ async def test_a_stream_closed_before_its_first_chunk_is_no_turn_and_one_read_is
                 await closed
         assert m.flush(10)
     assert len(exp.results) == 1  # the partial reply, recorded (its rules judge a cut-off reply)
+    assert exp.no_replies == Counter()
 
 
 @pytest.mark.parametrize("call", ["completion", "acompletion", "acompletion_metadata"])
@@ -122,6 +128,7 @@ async def test_a_router_completion_without_a_choice_is_no_turn(call: str) -> Non
         assert got.choices == []
         assert m.flush(10)
     assert exp.results == []
+    assert exp.no_replies == Counter({"unreadable": 1})
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
@@ -142,4 +149,4 @@ async def test_a_router_stream_closed_before_its_first_chunk_is_no_turn(is_async
             stream = wrapped.completion(model="g", messages=MESSAGES, stream=True)
             stream.close()
         assert m.flush(10)
-    assert exp.results == []
+    assert exp.results == [] and exp.no_replies == Counter()

@@ -175,7 +175,8 @@ def _openai_status_error(status: int) -> Any:
 def test_an_event_stream_the_upstream_ends_with_an_error_before_any_text_is_no_reply() -> None:
     """The SDK's (or LiteLLM's) exception for an error the upstream sent: status code or body.
     After text, or a dropped connection or timeout (no status code, no body; LiteLLM gives
-    its ``APIConnectionError`` one), or a chat stream: cut off, as before."""
+    its ``APIConnectionError`` one): cut off, as before. A chat stream alike (it was cut off
+    even before any text: an empty turn the rules judged)."""
     req = httpx.Request("POST", "http://x/v1/messages")
     start = {"type": "message_start", "message": {"id": "m", "model": "c", "content": []}}
     text = [
@@ -194,7 +195,9 @@ def test_an_event_stream_the_upstream_ends_with_an_error_before_any_text_is_no_r
         assert _ended_by(exc, ResponsesStreamFolder(), [{"type": "response.created"}]).no_reply == "error"
         said = _ended_by(exc, MessagesStreamFolder(), [start, *text])
         assert (said.no_reply, said.completed, said.reply["content"]) == (None, False, "Hi")
-        assert _ended_by(exc, ChunkFolder(), [Chunk({"role": "assistant"})]).no_reply is None
+        assert _ended_by(exc, ChunkFolder(), [Chunk({"role": "assistant"})]).no_reply == "error"
+        chat = _ended_by(exc, ChunkFolder(), [Chunk({"role": "assistant", "content": "Hi"})])
+        assert (chat.no_reply, chat.completed, chat.reply["content"]) == (None, False, "Hi")
     connection = [
         openai.APIConnectionError(request=req),
         openai.APITimeoutError(request=req),
@@ -206,3 +209,4 @@ def test_an_event_stream_the_upstream_ends_with_an_error_before_any_text_is_no_r
     for exc in [*connection, litellm_connection("x")]:
         out = _ended_by(exc, MessagesStreamFolder(), [start])
         assert (out.no_reply, out.completed) == (None, False), exc
+        assert _ended_by(exc, ChunkFolder(), [Chunk({"role": "assistant"})]).no_reply is None, exc
