@@ -312,6 +312,12 @@ class _ScriptedRouter:
     async def acompletion(self, model: str, messages: list[Any], **kwargs: Any) -> Any:
         return self.completion(model, messages, **kwargs)
 
+    def responses(self, **kwargs: Any) -> Any:
+        assert kwargs.get("stream") and self.events is not None
+        return _Stream(self.events)
+
+    events: list[dict[str, Any]] | None = None
+
 
 def _drain(case: Case, stream: Any) -> None:
     """Read ``stream`` to its end as the caller would; it raises just when the case ends in
@@ -366,7 +372,14 @@ class OpenAIAdapter(Adapter):
         )
         self.wrapped = OpenAIClientWrapper(client, rt.monitor)
 
+    events: bytes | None = None
+
     def _answer(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/responses"):
+            assert self.events is not None
+            return httpx.Response(
+                200, headers={**HEADERS, "content-type": "text/event-stream"}, content=self.events
+            )
         assert self.case is not None
         if json.loads(request.content).get("stream"):
             assert self.case.chunks is not None
@@ -439,12 +452,17 @@ class _ScriptedUpstream:
 
     case: Case
 
+    events: bytes | None = None
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = await read_request(scope, receive, send)
         if body is None:
             return
         hdrs = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
-        if json.loads(body).get("stream"):
+        if scope["path"].endswith("/responses"):
+            assert self.events is not None
+            payload, ctype = self.events, b"text/event-stream"
+        elif json.loads(body).get("stream"):
             assert self.case.chunks is not None
             payload, ctype = _sse(self.case.chunks), b"text/event-stream"
         else:
@@ -598,3 +616,149 @@ def test_every_adapter_counts_a_completion_without_a_reply_to_read(
     assert len(exp.results) == results + 1
     assert exp.results[-1].record.reply_chars == CASES["text"].text_chars
     assert exp.no_replies - before == Counter({"unreadable": 1})
+
+
+# -- Responses API event streams: one table, four adapters --------------------------------------
+
+_RESPONSE = {
+    "id": "resp_1",
+    "object": "response",
+    "created_at": 1,
+    "model": "gpt-x",
+    "status": "in_progress",
+    "output": [],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}
+_ITEM = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+
+
+def _r_delta(text: str, kind: str = "output_text") -> dict[str, Any]:
+    return {
+        "type": f"response.{kind}.delta",
+        "item_id": "msg_1",
+        "output_index": 0,
+        "content_index": 0,
+        "delta": text,
+    }
+
+
+def _r_final(kind: str, status: str, content: list[dict[str, Any]] | None) -> dict[str, Any]:
+    output = [] if content is None else [{**_ITEM, "status": "completed", "content": content}]
+    details = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    return {
+        "type": kind,
+        "response": {**_RESPONSE, "status": status, "output": output, "incomplete_details": details},
+    }
+
+
+_R_START = [
+    {"type": "response.created", "response": _RESPONSE},
+    {"type": "response.output_item.added", "output_index": 0, "item": _ITEM},
+]
+_R_ERROR = {"type": "error", "code": "server_error", "message": "The server had an error"}
+_HELLO = [{"type": "output_text", "text": "Hello there", "annotations": []}]
+
+RESPONSES_STREAMS: dict[str, tuple[list[dict[str, Any]], int | str]] = {
+    # events, and what every adapter must make of them: a turn of so many reply characters,
+    # or no reply counted under that status
+    "complete": (
+        [
+            *_R_START,
+            _r_delta("Hello"),
+            _r_delta(" there"),
+            _r_final("response.completed", "completed", _HELLO),
+        ],
+        11,
+    ),
+    "cut_off": ([*_R_START, _r_delta("Hello")], 5),
+    "error_before_text": ([*_R_START, _R_ERROR], "error"),
+    "error_after_text": ([*_R_START, _r_delta("Hello"), _R_ERROR], 5),
+    "refusal": (
+        [
+            *_R_START,
+            _r_delta("I can't", "refusal"),
+            _r_final("response.completed", "completed", [{"type": "refusal", "refusal": "I can't"}]),
+        ],
+        7,
+    ),
+    "incomplete_without_output": (
+        [*_R_START, _r_final("response.incomplete", "incomplete", None)],
+        "incomplete",
+    ),
+    "incomplete_with_text": (
+        [
+            *_R_START,
+            _r_delta("Hello"),
+            _r_final(
+                "response.incomplete",
+                "incomplete",
+                [{"type": "output_text", "text": "Hello", "annotations": []}],
+            ),
+        ],
+        5,
+    ),
+}
+
+
+def _r_sse(events: list[dict[str, Any]]) -> bytes:
+    out = []
+    for n, e in enumerate(events):
+        out.append(f"event: {e['type']}\ndata: {json.dumps({**e, 'sequence_number': n})}\n\n".encode())
+    return b"".join(out)
+
+
+def _send_responses(adapter: Adapter, events: list[dict[str, Any]], text: str) -> None:
+    numbered = [{**e, "sequence_number": n} for n, e in enumerate(events)]
+    if isinstance(adapter, RouterAdapter):
+        adapter.router.events = numbered
+        list(adapter.wrapped.responses(model="g", input=text, stream=True))
+    elif isinstance(adapter, OpenAIAdapter):
+        adapter.events = _r_sse(events)
+        list(adapter.wrapped.responses.create(model="g", input=text, stream=True))
+    elif isinstance(adapter, CallbackAdapter):
+        adapter.n += 1
+        data: dict[str, Any] = {
+            "model": "g",
+            "input": text,
+            "stream": True,
+            "litellm_call_id": f"r-{adapter.n}",
+        }
+
+        async def run() -> None:
+            await adapter.cb.async_pre_call_hook(None, None, data, "aresponses")
+            [
+                c
+                async for c in adapter.cb.async_post_call_streaming_iterator_hook(
+                    None, _Stream(numbered), data
+                )
+            ]
+
+        asyncio.run(run())
+    else:
+        assert isinstance(adapter, ServeAdapter)
+        adapter.upstream.events = _r_sse(events)
+        r = httpx.post(
+            f"{adapter.url}/v1/responses", json={"model": "g", "input": text, "stream": True}, timeout=30
+        )
+        assert r.status_code == 200 and r.content == _r_sse(events)
+
+
+@pytest.mark.parametrize("case_name", RESPONSES_STREAMS)
+@pytest.mark.parametrize("adapter_name", ADAPTERS)
+def test_every_adapter_reads_a_responses_stream_alike(
+    adapters: dict[str, tuple[Adapter, RecordingExporter]], adapter_name: str, case_name: str
+) -> None:
+    """The same Responses API events through every adapter: the same turn (its reply's
+    length) or the same no-reply status, counted once."""
+    adapter, exp = adapters[adapter_name]
+    events, expected = RESPONSES_STREAMS[case_name]
+    before, results = Counter(exp.no_replies), len(exp.results)
+    _send_responses(adapter, events, f"{adapter_name} responses {case_name}")
+    assert adapter.rt.flush(10)
+    if isinstance(expected, str):
+        assert (len(exp.results), exp.no_replies - before) == (results, Counter({expected: 1}))
+    else:
+        assert (len(exp.results), exp.no_replies - before) == (results + 1, Counter())
+        assert exp.results[-1].record.reply_chars == expected
