@@ -6,7 +6,10 @@ raw bytes through ``handoffmon serve``), and must come out the same: the reply h
 recorded is the message a client resends (checked by attributing the next turn by its
 chain fingerprint — a doubled tool-call name or a lost argument would break the chain),
 the reply text the checkers saw, the author, odd chunks counted as parse errors, and the
-conversation id read from every source each adapter supports.
+conversation id read from every source each adapter supports. Chat completions streams the
+upstream fails, completions with no reply to read, and Responses and Messages API event
+streams (complete, cut off, error before or after text, refusal, incomplete) make the same
+turn or the same no-reply status in every adapter.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anthropic
 import httpx
 import litellm
 import openai
 import pytest
 
+from handoffmon.integrations.anthropic_client import AnthropicClientWrapper
 from handoffmon.integrations.litellm_callback import HandoffmonCallback
 from handoffmon.integrations.openai_client import OpenAIClientWrapper
 from handoffmon.integrations.router import RouterWrapper
@@ -288,7 +293,9 @@ class _Stream:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for c in self._chunks:
-            if "error" in c:  # LiteLLM's stream raises the upstream's error, with its status
+            if (
+                isinstance(c, dict) and "error" in c
+            ):  # LiteLLM's stream raises the upstream's error, with its status
                 raise litellm.APIError(500, c["error"]["message"], "openai", "gpt-x")
             yield c
 
@@ -317,6 +324,11 @@ class _ScriptedRouter:
         return _Stream(self.events)
 
     events: list[dict[str, Any]] | None = None
+    message_bytes: list[bytes] | None = None
+
+    async def aanthropic_messages(self, **kwargs: Any) -> Any:
+        assert kwargs.get("stream") and self.message_bytes is not None
+        return _Stream(self.message_bytes)  # type: ignore[arg-type]
 
 
 def _drain(case: Case, stream: Any) -> None:
@@ -375,7 +387,7 @@ class OpenAIAdapter(Adapter):
     events: bytes | None = None
 
     def _answer(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/responses"):
+        if request.url.path.endswith(("/responses", "/messages")):
             assert self.events is not None
             return httpx.Response(
                 200, headers={**HEADERS, "content-type": "text/event-stream"}, content=self.events
@@ -459,7 +471,7 @@ class _ScriptedUpstream:
         if body is None:
             return
         hdrs = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
-        if scope["path"].endswith("/responses"):
+        if scope["path"].endswith(("/responses", "/messages")):
             assert self.events is not None
             payload, ctype = self.events, b"text/event-stream"
         elif json.loads(body).get("stream"):
@@ -514,6 +526,7 @@ def adapters() -> Iterator[dict[str, tuple[Adapter, RecordingExporter]]]:
                 CallbackAdapter(rts["litellm_callback"]),
                 ServeAdapter(rts["serve"], srv.url, upstream),
             ]
+            built[1].upstream = (upstream, up.url)  # type: ignore[attr-defined]  # for the Anthropic SDK
             yield {a.name: (a, exporters[a.name]) for a in built}
     for rt in rts.values():
         rt.close()
@@ -756,6 +769,118 @@ def test_every_adapter_reads_a_responses_stream_alike(
     events, expected = RESPONSES_STREAMS[case_name]
     before, results = Counter(exp.no_replies), len(exp.results)
     _send_responses(adapter, events, f"{adapter_name} responses {case_name}")
+    assert adapter.rt.flush(10)
+    if isinstance(expected, str):
+        assert (len(exp.results), exp.no_replies - before) == (results, Counter({expected: 1}))
+    else:
+        assert (len(exp.results), exp.no_replies - before) == (results + 1, Counter())
+        assert exp.results[-1].record.reply_chars == expected
+
+
+# -- Anthropic Messages API event streams: one table, four adapters -----------------------------
+# (the OpenAI adapter's slot is taken by the Anthropic SDK client, wrapped, over the same HTTP)
+
+_M_START = [
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        },
+    },
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+]
+_M_ERROR = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+def _m_text(text: str) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+
+
+def _m_end(reason: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": None},
+            "usage": {"output_tokens": 2},
+        },
+        {"type": "message_stop"},
+    ]
+
+
+MESSAGES_STREAMS: dict[str, tuple[list[dict[str, Any]], int | str]] = {
+    "complete": ([*_M_START, _m_text("Hello"), _m_text(" there"), *_m_end("end_turn")], 11),
+    "cut_off": ([*_M_START, _m_text("Hello")], 5),
+    "error_before_text": ([*_M_START, _M_ERROR], "error"),
+    "error_after_text": ([*_M_START, _m_text("Hello"), _M_ERROR], 5),
+    "refusal_before_text": ([*_M_START, *_m_end("refusal")], "refusal"),
+    "refusal_after_text": ([*_M_START, _m_text("Hello"), *_m_end("refusal")], 5),
+    "max_tokens_with_text": ([*_M_START, _m_text("Hello"), *_m_end("max_tokens")], 5),
+}
+
+
+def _m_sse(events: list[dict[str, Any]]) -> list[bytes]:
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+def _send_messages(adapter: Adapter, events: list[dict[str, Any]], text: str) -> None:
+    body = {"model": "g", "max_tokens": 64, "messages": [{"role": "user", "content": text}], "stream": True}
+    raw = _m_sse(events)
+    if isinstance(adapter, RouterAdapter):
+        adapter.router.message_bytes = raw
+
+        async def run_router() -> None:
+            [c async for c in await adapter.wrapped.aanthropic_messages(**body)]
+
+        asyncio.run(run_router())
+    elif isinstance(adapter, OpenAIAdapter):
+        upstream, url = adapter.upstream  # type: ignore[attr-defined]  # the SDK over its own HTTP client
+        upstream.events = b"".join(raw)
+        client = AnthropicClientWrapper(
+            anthropic.Anthropic(api_key="k", base_url=url, max_retries=0), adapter.rt.monitor
+        )
+        try:
+            list(client.messages.create(**body))
+        except anthropic.APIStatusError:  # the SDK raises the error event
+            assert any(e["type"] == "error" for e in events)
+    elif isinstance(adapter, CallbackAdapter):
+        adapter.n += 1
+        data: dict[str, Any] = {
+            **body,
+            "litellm_call_id": f"m-{adapter.n}",
+            "proxy_server_request": {"url": "http://proxy/v1/messages", "headers": {}},
+        }
+
+        async def run_callback() -> None:
+            await adapter.cb.async_pre_call_hook(None, None, data, "anthropic_messages")
+            [c async for c in adapter.cb.async_post_call_streaming_iterator_hook(None, _Stream(raw), data)]  # type: ignore[arg-type]
+
+        asyncio.run(run_callback())
+    else:
+        assert isinstance(adapter, ServeAdapter)
+        adapter.upstream.events = b"".join(raw)
+        r = httpx.post(f"{adapter.url}/v1/messages", json=body, timeout=30)
+        assert r.status_code == 200 and r.content == b"".join(raw)
+
+
+@pytest.mark.parametrize("case_name", MESSAGES_STREAMS)
+@pytest.mark.parametrize("adapter_name", ADAPTERS)
+def test_every_adapter_reads_a_messages_stream_alike(
+    adapters: dict[str, tuple[Adapter, RecordingExporter]], adapter_name: str, case_name: str
+) -> None:
+    """The same Anthropic Messages API events through every adapter (the Anthropic SDK in the
+    OpenAI client's slot): the same turn (its reply's length) or the same no-reply status."""
+    adapter, exp = adapters[adapter_name]
+    events, expected = MESSAGES_STREAMS[case_name]
+    before, results = Counter(exp.no_replies), len(exp.results)
+    _send_messages(adapter, events, f"{adapter_name} messages {case_name}")
     assert adapter.rt.flush(10)
     if isinstance(expected, str):
         assert (len(exp.results), exp.no_replies - before) == (results, Counter({expected: 1}))
