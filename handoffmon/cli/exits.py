@@ -27,7 +27,10 @@ class ExitCode(IntEnum):
 
 MEANING: dict[ExitCode, str] = {
     ExitCode.OK: "success: the output was written and holds data",
-    ExitCode.ERROR: "bad input or configuration, an unreadable source, an output that could not be written",
+    ExitCode.ERROR: (
+        "bad input or configuration (an eval deployment without its provider's key included: not"
+        " retried), an unreadable source, an output that could not be written"
+    ),
     ExitCode.USAGE: "click's usage error (unknown option, missing argument); never used for anything else",
     ExitCode.FLAGGED: '`eval compare`: at least one (rule, model, checkpoint depth) is flagged "too clean"',
     ExitCode.NO_DATA: (

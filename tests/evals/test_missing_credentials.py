@@ -66,6 +66,12 @@ def _script(tmp_path: Path) -> str:
     return str(path)
 
 
+def _errors(stderr: str) -> list[str]:
+    """The command's error lines; LiteLLM may log warnings of its own around them (its logging
+    worker moving to a new event loop, callbacks earlier tests' Routers left)."""
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
 @pytest.mark.parametrize(("group", "key"), [("claude", "ANTHROPIC_API_KEY"), ("gpt", "OPENAI_API_KEY")])
 def test_eval_run_stops_at_the_first_call_without_credentials(tmp_path: Path, group: str, key: str) -> None:
     db = tmp_path / "e.sqlite"
@@ -75,7 +81,7 @@ def test_eval_run_stops_at_the_first_call_without_credentials(tmp_path: Path, gr
          "--db", str(db), "--no-progress"],
     )  # fmt: skip
     assert res.exit_code == 1, res.output
-    first = res.stderr.splitlines()[0]
+    (first,) = _errors(res.stderr)
     assert first.startswith(f"error: model '{group}' (deployment "), first
     assert f"no credentials: set {key} in the environment" in first, first
     assert "not retried" in first and "failed run(s)" not in res.stderr, res.stderr
@@ -105,7 +111,8 @@ def test_switch_matrix_without_credentials_is_exit_1_not_a_resumable_failure(tmp
          "--cache", str(cache), "--out", str(tmp_path / "m.json"), "--min-n", "2", "--no-progress"],
     )  # fmt: skip
     assert res.exit_code == 1, res.output
-    assert res.stderr.startswith("error: model 'claude' (deployment anthropic/"), res.stderr
+    (error,) = _errors(res.stderr)
+    assert error.startswith("error: model 'claude' (deployment anthropic/"), res.stderr
     assert "ANTHROPIC_API_KEY" in res.stderr and "switch matrix stopped" not in res.stderr
 
 
