@@ -104,9 +104,12 @@ class CountingStore:
 @pytest.fixture
 def redis_config() -> Iterator[HandoffmonConfig]:
     """A config on Redis (the store whose calls are round trips: batched) under a key prefix of
-    its own, deleted afterwards."""
+    its own, deleted afterwards. A timeout of seconds, not the fail-open default of 50 ms: these
+    tests compare batched attribution with one by one and assert no store failure, which a
+    loaded CI host (load 10+ on 2 cores) made happen by timing calls out (4 store errors seen)."""
     require_redis()
-    cfg = make_config(store={"backend": "redis", "key_prefix": f"hm-test-{uuid.uuid4().hex}:"})
+    prefix = f"hm-test-{uuid.uuid4().hex}:"
+    cfg = make_config(store={"backend": "redis", "key_prefix": prefix, "timeout_s": 5.0})
     yield cfg
     client = redis.Redis(host="127.0.0.1", port=6379)
     keys = client.keys(f"{cfg.store.key_prefix}*")
