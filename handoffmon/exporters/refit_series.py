@@ -64,6 +64,13 @@ _SPECS: tuple[GaugeSpec, ...] = (
         "baseline at the same depths (absolute), with its interval bounds (lower, upper).",
     ),
     GaugeSpec(
+        "handoffmon_handoff_into_significant",
+        ("model", "rule"),
+        "Refit: 1 if the Delta of every handoff into the model is significant after "
+        "Benjamini-Hochberg across the rule's models (refit.fdr), else 0 (models with a Delta into "
+        "them only).",
+    ),
+    GaugeSpec(
         "handoffmon_handoff_risk",
         ("prefix_model", "model", "rule"),
         "Refit: fitted handoff risk mu + pi_prefix + sigma_model, also for unobserved pairs.",
@@ -207,6 +214,9 @@ class _Builder:
                 _put(into, (m, rule, "estimate"), scores.into_delta)
                 _put(into, (m, rule, "lower"), scores.into_ci_low)
                 _put(into, (m, rule, "upper"), scores.into_ci_high)
+                if not math.isnan(scores.into_delta):
+                    sig = self.out["handoffmon_handoff_into_significant"]
+                    sig[(m, rule)] = 1.0 if scores.into_significant else 0.0
         for pair in fit.pairs:
             a, b = self.model(pair.prefix_model), self.model(pair.model)
             if a is None or b is None:

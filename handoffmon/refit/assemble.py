@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from handoffmon.refit.decomposition import Decomposition
 from handoffmon.refit.result import ModelScores, PairEffect, PairTable, encode_floats
+
+if TYPE_CHECKING:
+    from handoffmon.refit.delta import IntoTable
 
 _PAIR_FIELDS = tuple(f.name for f in fields(PairEffect))
 
@@ -114,19 +117,24 @@ def model_scores(
     dec: Decomposition,
     n_used: np.ndarray,
     reported: np.ndarray,
-    into: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    into: IntoTable | None = None,
 ) -> dict[str, ModelScores]:
     """π/σ with SEs per model; ``n`` = checked turns of reported pairs the model is in.
 
-    ``into`` = (delta, ci_low, ci_high, n) of all handoffs into each model, when known.
+    ``into``: Δ of all handoffs into each model, when known.
     """
     used = np.where(reported, n_used, 0)
     n_model = used.sum(axis=0) + used.sum(axis=1)
     k = len(models)
-    into_cols = into or (np.full(k, np.nan), np.full(k, np.nan), np.full(k, np.nan), np.zeros(k))
+    nan = np.full(k, np.nan)
+    into_cols = (
+        (into.delta, into.ci_low, into.ci_high, into.n, into.p_value, into.p_adjusted, into.significant)
+        if into is not None
+        else (nan, nan, nan, np.zeros(k), nan, nan, np.zeros(k, dtype=bool))
+    )
     cols = (dec.pi, dec.pi_se, dec.sigma, dec.sigma_se, n_model, *into_cols)
     rows = zip(*(np.asarray(c).tolist() for c in cols), strict=True)
     return {
-        m: ModelScores(p, pse, s, sse, int(n), d, lo, hi, int(nn))
-        for m, (p, pse, s, sse, n, d, lo, hi, nn) in zip(models, rows, strict=True)
+        m: ModelScores(p, pse, s, sse, int(n), d, lo, hi, int(nn), pv, q, bool(sig))
+        for m, (p, pse, s, sse, n, d, lo, hi, nn, pv, q, sig) in zip(models, rows, strict=True)
     }

@@ -276,13 +276,21 @@ class DeltaTable:
 
 @dataclass(frozen=True)
 class IntoTable:
-    """Δ of all handoffs into each model B (prefix = any model), arrays (K,)."""
+    """Δ of all handoffs into each model B (prefix = any model), arrays (K,).
+
+    ``p_value`` is dual to the interval, as the pairs'; ``p_adjusted`` Benjamini–Hochberg over
+    the fit's reported models, and ``significant`` = ``p_adjusted`` ≤ fdr: one interval per
+    model and fit pages more often than the interval's level once there are many of them.
+    """
 
     n: np.ndarray
     delta: np.ndarray
     ci_low: np.ndarray
     ci_high: np.ndarray
     reported: np.ndarray
+    p_value: np.ndarray
+    p_adjusted: np.ndarray
+    significant: np.ndarray
 
 
 def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) -> DeltaTable:
@@ -339,7 +347,7 @@ def deltas(s: PairSums, clusters: np.ndarray, z: float, min_n: int, fdr: float) 
         coverage=np.where(s.n > 0, coverage, nan),
         reported=reported,
         block_cov=_block_cov(s, deff_h, deff_b),
-        into=_into(s, deff_h, **per_b, min_n=min_n, z=z, df_h=_into_df(g, n2, s.n)),
+        into=_into(s, deff_h, **per_b, min_n=min_n, z=z, fdr=fdr, df_h=_into_df(g, n2, s.n)),
     )
 
 
@@ -388,7 +396,7 @@ def _into_neff(n_used: np.ndarray, deff_h: np.ndarray) -> np.ndarray:
 
 def _into(
     s: PairSums, deff_h: np.ndarray, deff_b: np.ndarray, df_h: np.ndarray, df_b: np.ndarray, z: float,
-    min_n: int,
+    min_n: int, fdr: float,
 ) -> IntoTable:  # fmt: skip
     """Δ into each B; ``deff_h`` (K, K) the cells' design effects, ``deff_b``/``df_b`` (K,) B's
     baseline's. The handoff arm's variance is the cells' (each times its design effect), as the
@@ -404,10 +412,16 @@ def _into(
     df = welch_df(var_h, df_h, var_b, df_b)
     lo, hi = newcombe(p_h, nstar_h, p_b, nstar_b, t_quantile(z, df))
     ok = (s.into_n_used >= min_n) & (s.into_inv_nb > 0)
+    p = np.full(len(ok), np.nan)
+    p[ok] = newcombe_p(p_h[ok], nstar_h[ok], p_b[ok], nstar_b[ok], df=df[ok])
+    q = bh_adjust(p)
     return IntoTable(
         n=s.into_n_used.astype(np.int64),
         delta=np.where(ok, p_h - p_b, np.nan),
         ci_low=np.where(ok, lo, np.nan),
         ci_high=np.where(ok, hi, np.nan),
         reported=ok,
+        p_value=p,
+        p_adjusted=q,
+        significant=np.isfinite(q) & (q <= fdr),
     )

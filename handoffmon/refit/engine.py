@@ -221,7 +221,6 @@ class _RuleFitter:
             turns=dt.n_used.astype(float),
             adaptive=s.prior == "empirical",
         )
-        into = (dt.into.delta, dt.into.ci_low, dt.into.ci_high, dt.into.n)
         markov = self._markov(rule, inp, dt)
         routing = verdict_routing(inp.transitions, dt.deff_b[0] if len(dt.deff_b) else dt.deff_b, self.z)
         return RuleFit(
@@ -231,7 +230,7 @@ class _RuleFitter:
             r2=dec.r2,
             r2_unweighted=dec.r2_unweighted,
             n_pairs=dec.n_pairs,
-            models=model_scores(self.cells.models, dec, dt.n_used, dt.reported, into),
+            models=model_scores(self.cells.models, dec, dt.n_used, dt.reported, dt.into),
             pairs=pair_effects(rule, self.cells.models, _pair_arrays(dt), dec),
             markov=markov["all"][0],
             markov_handoff_turns=markov["handoff"][0],

@@ -255,6 +255,9 @@ class ModelScores:
         into_ci_low: lower bound of its interval.
         into_ci_high: upper bound.
         into_n: checked handoff turns into this model behind ``into_delta``.
+        into_p_value: raw two-sided p-value of ``into_delta`` (dual to its interval).
+        into_p_adjusted: Benjamini–Hochberg adjusted ``into_p_value`` over the fit's models.
+        into_significant: ``into_p_adjusted`` ≤ ``RefitResult.fdr``.
     """
 
     prefix_influence: float
@@ -266,6 +269,9 @@ class ModelScores:
     into_ci_low: float = NAN
     into_ci_high: float = NAN
     into_n: int = 0
+    into_p_value: float = NAN
+    into_p_adjusted: float = NAN
+    into_significant: bool = False
 
 
 @dataclass(frozen=True)

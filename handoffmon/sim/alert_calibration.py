@@ -11,7 +11,8 @@ under 1% of turns, per-conversation difficulty and persistent (AR(1)) turn noise
   ``handoffmon_handoff_significant`` gauge: without it, pages per refit grow with pairs × fits);
 - ``HandoffPairRisky`` ``risk``: risk + 1.96·SE < −0.15, unless the pair is observed and its Δ
   lower bound is above −0.15;
-- ``HandoffsIntoModelHurt``: Δ into B's upper bound < −0.05.
+- ``HandoffsIntoModelHurt``: Δ into B's upper bound < −0.05, and Δ into B significant after
+  Benjamini–Hochberg over the fit's models (``handoffmon_handoff_into_significant``).
 
 Each is held for a fit flagged ``verdict_routing`` (as the rules hold it). The hourly-traffic
 gates (≥ 20 handoff turns an hour) depend on the window, not on the counts, and are left out:
@@ -108,7 +109,10 @@ class AlertTally:
     ``significant`` gate), which that prediction is about, and ``refits_firing_ungated`` the
     refits that would page without the gate (``pair_harm_interval_fired``: the harmful pairs it
     would page). ``refits_firing_into`` counts refits where
-    HandoffsIntoModelHurt fired on a null model.
+    HandoffsIntoModelHurt fired on a null model, ``refits_firing_into_ungated`` where its interval
+    alone would have (``into_null_interval_fired``: the null models it would page);
+    ``into_harm_fired`` / ``into_harm_interval_fired``: models with a harmful pair into them
+    it pages with and without the gate (``into_power``, diluted over B's other prefixes).
     """
 
     replicates: int = 0
@@ -120,6 +124,10 @@ class AlertTally:
     risk_null_fired: int = 0
     into_null: int = 0
     into_null_fired: int = 0
+    into_null_interval_fired: int = 0
+    into_harm: int = 0
+    into_harm_fired: int = 0
+    into_harm_interval_fired: int = 0
     into_null_covered: int = 0
     pair_harm: int = 0
     pair_harm_fired: int = 0
@@ -127,6 +135,7 @@ class AlertTally:
     refits_firing: int = 0
     refits_firing_ungated: int = 0
     refits_firing_into: int = 0
+    refits_firing_into_ungated: int = 0
     covered: int = 0
     reported: int = 0
     sparse_share: list[float] = field(default_factory=list)
@@ -148,12 +157,18 @@ class AlertTally:
             "risk_false_rate": round(self.rate(self.risk_null_fired, self.risk_null), 5),
             "into_null": self.into_null,
             "into_false_rate": round(self.rate(self.into_null_fired, self.into_null), 5),
+            "into_false_rate_interval": round(self.rate(self.into_null_interval_fired, self.into_null), 5),
             "into_coverage_of_0": round(self.rate(self.into_null_covered, self.into_null), 4),
             "refits_firing": round(self.rate(self.refits_firing, self.replicates), 4),
             "refits_firing_ungated": round(self.rate(self.refits_firing_ungated, self.replicates), 4),
             "refits_firing_into": round(self.rate(self.refits_firing_into, self.replicates), 4),
+            "refits_firing_into_ungated": round(
+                self.rate(self.refits_firing_into_ungated, self.replicates), 4
+            ),
             "power": round(self.rate(self.pair_harm_fired, self.pair_harm), 4),
             "power_ungated": round(self.rate(self.pair_harm_interval_fired, self.pair_harm), 4),
+            "into_power": round(self.rate(self.into_harm_fired, self.into_harm), 4),
+            "into_power_ungated": round(self.rate(self.into_harm_interval_fired, self.into_harm), 4),
             "coverage": round(self.rate(self.covered, self.reported), 4),
             "max_sparse_share": round(max(self.sparse_share, default=0.0), 5),
         }
@@ -195,7 +210,7 @@ def alert_calibration(
         result = refit(counts_from_rows(rows, buckets), buckets=buckets, settings=settings, now=0.0)
         any_routing = any(f.verdict_routing for f in result.rules.values())
         t.replicates += 1
-        fired = np.zeros(3, dtype=bool)
+        fired = np.zeros(4, dtype=bool)
         for rule, index in scored:
             fit = result.rules[rule]
             # the rules hold a flagged rule, and the pooled fit while any rule is flagged
@@ -204,6 +219,7 @@ def alert_calibration(
         t.refits_firing += int(fired[0])
         t.refits_firing_ungated += int(fired[1])
         t.refits_firing_into += int(fired[2])
+        t.refits_firing_into_ungated += int(fired[3])
     return t
 
 
@@ -211,11 +227,12 @@ def _score_fit(
     t: AlertTally, fit: RuleFit, pop: Population, truth: np.ndarray, harmful_into: set[str], held: bool
 ) -> np.ndarray:
     """Add one fit's pairs and models to ``t``; whether, with no effect, any expression fired,
-    any would have fired without the Δ branch's ``significant`` gate, and the into-B one fired."""
+    any would have fired without the ``significant`` gates, the into-B one fired, and the into-B
+    one would have fired without its gate."""
     from scipy.special import ndtr
 
     names = pop.names
-    fired = np.zeros(3, dtype=bool)
+    fired = np.zeros(4, dtype=bool)
     for p in fit.pairs:
         a, b = names.index(p.prefix_model), names.index(p.model)
         null = pop.effects[a, b] == 0
@@ -241,17 +258,24 @@ def _score_fit(
             if math.isfinite(p.risk_se):
                 t.risk_null += 1
                 t.risk_null_fired += int(risk_fires)
-            fired |= (pair_fires or risk_fires, interval_fires or risk_fires, False)
+            fired |= (pair_fires or risk_fires, interval_fires or risk_fires, False, False)
         elif p.observed:
             t.pair_harm += 1
             t.pair_harm_fired += int(pair_fires or risk_fires)
             t.pair_harm_interval_fired += int(interval_fires or risk_fires)
     for name, scores in fit.models.items():
-        if name in harmful_into or not math.isfinite(scores.into_ci_high):
+        if not math.isfinite(scores.into_ci_high):
+            continue
+        into_interval_fires = scores.into_ci_high < INTO_UPPER and not held
+        into_fires = into_interval_fires and scores.into_significant
+        if name in harmful_into:
+            t.into_harm += 1
+            t.into_harm_fired += int(into_fires)
+            t.into_harm_interval_fired += int(into_interval_fires)
             continue
         t.into_null += 1
-        into_fires = scores.into_ci_high < INTO_UPPER and not held
         t.into_null_fired += int(into_fires)
+        t.into_null_interval_fired += int(into_interval_fires)
         t.into_null_covered += int(scores.into_ci_low <= 0.0 <= scores.into_ci_high)
-        fired |= into_fires
+        fired |= (into_fires, into_interval_fires, into_fires, into_interval_fires)
     return fired

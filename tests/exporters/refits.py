@@ -66,7 +66,7 @@ def rule_fit(rule: str, *, with_claude_pair: bool = True) -> RuleFit:
         n_pairs=2,
         models={
             "gpt": ModelScores(-0.06, 0.02, 0.03, 0.02, 300, 0.02, -0.01, 0.05, 150),
-            "claude": ModelScores(0.06, 0.02, -0.03, 0.02, 300, -0.12, -0.2, -0.04, 150),
+            "claude": ModelScores(0.06, 0.02, -0.03, 0.02, 300, -0.12, -0.2, -0.04, 150, 0.003, 0.006, True),
         },
         pairs=pairs,
         markov={"gpt": markov("gpt", rule, 0.75, 3.5, None)},

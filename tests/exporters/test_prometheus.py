@@ -216,6 +216,10 @@ def test_publish_refit_sets_every_gauge(exporter: PrometheusExporter) -> None:
     assert delta[LF(prefix_model="gpt", model="claude", rule="json", bound="upper")] == pytest.approx(-0.07)
     sig = only(s, "handoffmon_handoff_significant")
     assert sig[LF(prefix_model="gpt", model="claude", rule="json")] == 1
+    into_sig = only(s, "handoffmon_handoff_into_significant")
+    assert into_sig == {
+        LF(model=m, rule=r): float(m == "claude") for m in ("gpt", "claude") for r in ("json", "all")
+    }
     assert sig[LF(prefix_model="claude", model="gpt", rule="json")] == 0
     assert (
         only(s, "handoffmon_handoff_checked_turns")[LF(prefix_model="gpt", model="claude", rule="json")]

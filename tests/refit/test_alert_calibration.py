@@ -101,15 +101,17 @@ def test_no_effect_pages_rarely_on_a_wide_fleet_with_sparse_models() -> None:
 @pytest.mark.timeout(900)  # 100 refits of 6,000 conversations, four fits each: ~90 s alone
 def test_three_rules_every_fit_paged_page_at_most_5pct_of_no_effect_refits() -> None:
     """K = 20, three rules, each rule's fit and ``all`` paged: ~550 no-effect pairs a refit.
-    The Δ interval alone paged 19 of 100 refits (multiplicity); with the Δ branch's BH gate
-    (``significant``, as the shipped HandoffPairRisky) 4 of 100 (2 of them HandoffsIntoModelHurt,
-    which has no such gate). Asserted at 5% + 3 binomial SE at 100 refits (0.115)."""
+    The intervals alone paged 19 of 100 refits (multiplicity); with the BH gates (``significant``
+    for HandoffPairRisky's Δ branch, ``into_significant`` for HandoffsIntoModelHurt, as shipped)
+    3 of 100 (1 of them HandoffsIntoModelHurt, 2 of 6,979 no-effect models on its interval
+    alone, 1 with its gate). Asserted at 5% + 3 binomial SE at 100 refits (0.115)."""
     pop = wide_population(20, sparse=3, rules=3, turn_rho=0.95, conversation_sd=0.12)
     t = alert_calibration(pop, replicates=100, conversations=6000, seed=1, sparse=3, every_fit=True)
     assert t.refits_firing / t.replicates <= _upper(PER_REFIT, t.replicates), t.summary()
     assert t.pair_null_fired / t.pair_null <= _upper(PER_PAIR, t.pair_null), t.summary()
     # the gate removes pages the interval alone gives (what the test is about)
     assert t.refits_firing_ungated > t.refits_firing, t.summary()
+    assert t.into_null_interval_fired > t.into_null_fired, t.summary()
 
 
 @pytest.mark.slow

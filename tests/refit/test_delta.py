@@ -297,3 +297,35 @@ def test_interval_agrees_with_the_reported_standard_error() -> None:
     }
     assert len(ratios) == 20 and sum(1 for r in ratios if r.endswith("->atlas")) == 4
     assert all(0.85 < r < 1.02 for r in ratios.values()), ratios  # t quantile ≥ z: below 1
+
+
+def test_delta_into_each_model_is_significant_after_bh_over_the_fits_models() -> None:
+    """HandoffsIntoModelHurt tests one interval per model and fit, so Δ into B carries a
+    p-value dual to its interval and a Benjamini–Hochberg flag over the fit's models, as the
+    pairs do. On a 10-model fleet with handoffs into model 1 planted at −15 pp: p < 0.05
+    exactly where the 95% interval excludes 0, the adjusted p-values are BH of the raw ones over
+    the models with a Δ into them, and model 1 is significant."""
+    from handoffmon.refit.multiplicity import bh_adjust
+    from handoffmon.sim.alert_calibration import wide_population
+    from handoffmon.sim.counting import counts_from_rows_fast
+
+    pop = wide_population(10, sparse=2, harmful=((0, 1), (2, 1), (3, 1)))
+    rows = simulate(pop, 4000, seed=np.random.default_rng([7, 0]))
+    result = refit(counts_from_rows_fast(rows, DepthBuckets()), buckets=DepthBuckets(), now=0.0)
+    models = result.rules[pop.rules[0]].models
+    tested = [m for m, s in models.items() if np.isfinite(s.into_delta)]
+    assert len(tested) >= 6
+    p = np.array([models[m].into_p_value for m in tested])
+    q = np.array([models[m].into_p_adjusted for m in tested])
+    assert np.all(np.isfinite(p)) and q == pytest.approx(bh_adjust(p), abs=1e-12)
+    for m in tested:
+        s = models[m]
+        assert (s.into_p_value < 0.05) == (s.into_ci_high < 0 or s.into_ci_low > 0), (m, s)
+        assert s.into_significant == (s.into_p_adjusted <= result.fdr), (m, s)
+    assert all(
+        not np.isfinite(s.into_p_value) and not s.into_significant
+        for m, s in models.items()
+        if m not in tested
+    )
+    hurt = models[pop.names[1]]
+    assert hurt.into_ci_high < -0.05 and hurt.into_significant
