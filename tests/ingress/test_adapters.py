@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from handoffmon.proxy.server import uvicorn_options
 from handoffmon.runtime import Runtime
 from handoffmon.types import TurnResult
 from tests.conftest import free_port
+from tests.integrations.test_responses_no_reply import CREATED
 from tests.pipeline.helpers import RecordingExporter, make_config, runtime
 from tests.proxy.mock_upstream import ServerThread, read_request
 
@@ -633,17 +634,7 @@ def test_every_adapter_counts_a_completion_without_a_reply_to_read(
 
 # -- Responses API event streams: one table, four adapters --------------------------------------
 
-_RESPONSE = {
-    "id": "resp_1",
-    "object": "response",
-    "created_at": 1,
-    "model": "gpt-x",
-    "status": "in_progress",
-    "output": [],
-    "parallel_tool_calls": True,
-    "tool_choice": "auto",
-    "tools": [],
-}
+_RESPONSE = CREATED["response"]  # an in-progress response, as response.created carries it
 _ITEM = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
 
 
@@ -765,10 +756,24 @@ def test_every_adapter_reads_a_responses_stream_alike(
 ) -> None:
     """The same Responses API events through every adapter: the same turn (its reply's
     length) or the same no-reply status, counted once."""
-    adapter, exp = adapters[adapter_name]
     events, expected = RESPONSES_STREAMS[case_name]
+    _assert_read_alike(
+        adapters[adapter_name], expected, _send_responses, events, f"{adapter_name} responses {case_name}"
+    )
+
+
+def _assert_read_alike(
+    adapter_exp: tuple[Adapter, RecordingExporter],
+    expected: int | str,
+    send: Callable[[Adapter, Any, str], Any],
+    events: Any,
+    label: str,
+) -> None:
+    """``events`` sent through ``adapter`` give one turn of ``expected`` reply characters, or
+    (a string) one no-reply of that status and no turn."""
+    adapter, exp = adapter_exp
     before, results = Counter(exp.no_replies), len(exp.results)
-    _send_responses(adapter, events, f"{adapter_name} responses {case_name}")
+    send(adapter, events, label)
     assert adapter.rt.flush(10)
     if isinstance(expected, str):
         assert (len(exp.results), exp.no_replies - before) == (results, Counter({expected: 1}))
@@ -877,13 +882,7 @@ def test_every_adapter_reads_a_messages_stream_alike(
 ) -> None:
     """The same Anthropic Messages API events through every adapter (the Anthropic SDK in the
     OpenAI client's slot): the same turn (its reply's length) or the same no-reply status."""
-    adapter, exp = adapters[adapter_name]
     events, expected = MESSAGES_STREAMS[case_name]
-    before, results = Counter(exp.no_replies), len(exp.results)
-    _send_messages(adapter, events, f"{adapter_name} messages {case_name}")
-    assert adapter.rt.flush(10)
-    if isinstance(expected, str):
-        assert (len(exp.results), exp.no_replies - before) == (results, Counter({expected: 1}))
-    else:
-        assert (len(exp.results), exp.no_replies - before) == (results + 1, Counter())
-        assert exp.results[-1].record.reply_chars == expected
+    _assert_read_alike(
+        adapters[adapter_name], expected, _send_messages, events, f"{adapter_name} messages {case_name}"
+    )
